@@ -93,17 +93,14 @@ def test_policy_fields_the_strategy_never_reads_are_refused(orbit, spec, options
 @pytest.mark.parametrize("field, enum", [("on_miss", "MissAction"), ("survivors", "SurvivorAction"),
                                          ("stale", "StalePatch")])
 def test_an_enum_field_refuses_an_int_that_is_no_member(orbit, field, enum):
-    # pybind11's enums take any int (MissAction(7)); the policy would carry it into C++ (its name printed '?',
-    # or read as another member). Refused as an unknown name is, by the constructor, replace() and the setter.
-    bad = getattr(orbit, enum)(7)
-    message = rf"WindowPolicy.{field}: 7 is not a member of {enum} \(valid: "
-    with pytest.raises(ValueError, match=message):
-        orbit.Policy(**{field: bad})
-    with pytest.raises(ValueError, match=message):
-        orbit.Policy().replace(**{field: bad})
+    # pybind11's enums took any int (MissAction(7)), which the policy would carry into C++ (its name printed '?',
+    # or read as another member). The enum refuses it as it is made, so no policy field can hold one; a plain int
+    # is refused by the field as any other wrong type is.
+    with pytest.raises(ValueError, match=rf"{enum}\(value\): 7 is not a {enum} \(members: "):
+        getattr(orbit, enum)(7)
     p = orbit.Policy()
-    with pytest.raises(ValueError, match=message):
-        setattr(p, field, bad)
+    with pytest.raises((TypeError, ValueError), match=f"WindowPolicy.{field}"):
+        setattr(p, field, 7)
     assert getattr(p, field) == getattr(orbit.Policy(), field)
 
 

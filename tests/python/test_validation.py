@@ -226,7 +226,22 @@ UNENCODABLE = "a\udcffb"  # a lone surrogate (bytes decoded with errors='surroga
     (lambda w: w.generate([1], max_tokens=1, response_format=UNENCODABLE), "generate: response_format"),
     (lambda w: w.generate([1], max_tokens=1, response_format={"enum": [UNENCODABLE]}), "generate: response_format"),
     (lambda w: w.generate([1], max_tokens=1, tools=[{"name": "f", "description": UNENCODABLE}]), "generate: tools"),
+    (lambda w: w.generate([1], max_tokens=1, logit_bias={UNENCODABLE: 1}), "generate: logit_bias key"),
     (lambda w: w.add_turn(UNENCODABLE), "add_turn: tokens"),
+    (lambda w: w.admit(UNENCODABLE), "admit: chunk"),
+    (lambda w: w.engine.new_window(policy=UNENCODABLE), "new_window: policy"),
+    (lambda w: type(w.policy)(UNENCODABLE), r"Policy\(\): spec"),
+    (lambda w: type(w.policy)("patch:8", on_miss=UNENCODABLE), "WindowPolicy.on_miss"),
+    (lambda w: w.sync([{"role": "user", "content": "x"}], tools=[{"name": "f", "description": UNENCODABLE}]),
+     "sync: tools"),
+    (lambda w: w.sync([{"role": "user", "content": "x"}], extra={"k": UNENCODABLE}), "sync: extra"),
+    (lambda w: w.sync([{"role": "user", "content": "x"}], chat_template=UNENCODABLE), "sync: chat_template"),
+    (lambda w: w.sync([{"role": "assistant", "content": "", "tool_calls": [
+        {"id": "1", "type": "function", "function": {"name": UNENCODABLE, "arguments": "{}"}}]}]),
+     r"messages\[0\].tool_calls.function.name"),
+    (lambda w: w.sync([{"role": "assistant", "content": "", "tool_calls": [
+        {"id": "1", "type": "function", "function": {"name": "f", "arguments": {"a": UNENCODABLE}}}]}]),
+     r"messages\[0\].tool_calls.function.arguments"),
     (lambda w: w.logits(UNENCODABLE), "logits: query"),
     (lambda w: w.engine.add_tokens(UNENCODABLE), "add_tokens: tokens"),
     (lambda w: w.sync([{"role": "user", "content": UNENCODABLE}]), r"messages\[0\].content"),
@@ -250,3 +265,22 @@ def test_a_response_format_of_the_wrong_type_is_a_type_error(orbit, small_engine
     # type raises TypeError.
     with pytest.raises(TypeError, match=r"generate: response_format must be a str, a dict or None, got "):
         small_engine.new_window().generate([1], max_tokens=1, response_format=value)
+
+
+def test_paths_are_the_file_systems_bytes(orbit, stories260k_path, tmp_path):
+    # A store directory os.listdir names with a byte that is not UTF-8 (a str holding '\udcff') raised
+    # ValueError/RuntimeError; a bytes path was read as the text "b'...'"; an error quoting such a path raised
+    # UnicodeDecodeError in place of the OrbitError.
+    os = __import__("os")
+    raw = os.path.join(os.fsencode(tmp_path), b"st\xffore")
+    os.mkdir(raw)
+    (listed,) = os.listdir(tmp_path)
+    assert listed == "st\udcffore"
+    with orbit.Engine(str(stories260k_path), store_dir=os.path.join(tmp_path, listed)) as e:
+        e.add_text("a dog")
+    assert sorted(os.listdir(raw)) == [b"LOCK", b"blobs", b"index.sqlite"]  # the directory os.listdir named
+    with orbit.Engine(os.fsencode(stories260k_path), store_dir=raw) as e:
+        assert e.model_info.vocab_size == 512
+    with pytest.raises(orbit.OrbitError, match="no\ufffdsuch.bin: no such file or directory") as info:
+        orbit.Engine(os.path.join(tmp_path, "no\udcffsuch.bin"))
+    assert "\ufffd" in info.value.reason

@@ -22,12 +22,17 @@ using orbit::Engine;
 
 std::string path_arg(const py::object& obj, const char* what) {
   if (obj.is_none()) return "";
+  py::object path;
   try {
-    return py::str(py::module_::import("os").attr("fspath")(obj));
+    path = py::module_::import("os").attr("fspath")(obj);
   } catch (py::error_already_set&) {
     throw py::type_error(std::string(what) + ": expected a str or os.PathLike, got " +
                          std::string(py::str(py::type::handle_of(obj).attr("__qualname__"))));
   }
+  // The file system's bytes, as open() would use them: a bytes path as given (str() of it read "b'...'", a path
+  // that never exists), a str one encoded as os.fsencode does (names os.listdir gave, undecodable bytes
+  // included, name the same files).
+  return py::module_::import("os").attr("fsencode")(path).cast<std::string>();
 }
 
 // Engine(background=...): a BackgroundMode or its name.
@@ -148,14 +153,14 @@ std::shared_ptr<EngineDecodes> engine_decodes(const std::shared_ptr<Engine>& eng
 // A chunk argument: a ChunkRef, or a chunk key (str) this engine knows.
 ChunkRef resolve_chunk(Engine& engine, py::handle obj, const char* what) {
   if (py::isinstance<ChunkRef>(obj)) return obj.cast<ChunkRef>();
-  if (py::isinstance<py::str>(obj)) return engine.chunk(obj.cast<std::string>());  // OrbitError if unknown
+  if (py::isinstance<py::str>(obj)) return engine.chunk(utf8_arg(obj, what));  // OrbitError if unknown
   throw py::type_error(std::string(what) + ": expected a ChunkRef or a chunk key (str), got " +
                        std::string(py::str(py::type::handle_of(obj).attr("__qualname__"))));
 }
 
 orbit::WindowPolicy to_policy(py::handle obj, const char* what) {
   if (py::isinstance<orbit::WindowPolicy>(obj)) return obj.cast<orbit::WindowPolicy>();
-  if (py::isinstance<py::str>(obj)) return orbit::parse_policy(obj.cast<std::string>());
+  if (py::isinstance<py::str>(obj)) return orbit::parse_policy(utf8_arg(obj, what));
   throw py::type_error(std::string(what) + ": expected a Policy or a spec string such as 'patch:16', got " +
                        std::string(py::str(py::type::handle_of(obj).attr("__qualname__"))));
 }

@@ -33,7 +33,7 @@ std::map<int64_t, double> to_logit_bias(const py::object& obj) {
     if (py::isinstance<py::int_>(key) && !py::isinstance<py::bool_>(key)) {
       token = key.cast<int64_t>();
     } else if (py::isinstance<py::str>(key)) {
-      const std::string text = key.cast<std::string>();
+      const std::string text = utf8_arg(key, "generate: logit_bias key");
       std::size_t used = 0;
       try {
         token = std::stoll(text, &used);

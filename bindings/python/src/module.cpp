@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 
 #include "bindings.h"
+#include "convert.h"
 #include "orbit/errors.h"
 #include "orbit/version.h"
 
@@ -22,9 +23,11 @@ PyObject* g_capacity_error = nullptr;
 PyObject* g_refused_error = nullptr;
 PyObject* g_remote_unreachable = nullptr;
 
-// Raises `type(message)` with extra attributes set on the instance.
+// Raises `type(message)` with extra attributes set on the instance. The message is decoded as model text is
+// (utf8_text): one quoting bytes that are not UTF-8, such as a path os.listdir gave, raised UnicodeDecodeError
+// in place of the error.
 void set_error(PyObject* type, const std::string& message, const py::dict& attrs) {
-  py::object exc = py::reinterpret_borrow<py::object>(type)(message);
+  py::object exc = py::reinterpret_borrow<py::object>(type)(utf8_text(message));
   for (auto item : attrs) exc.attr(item.first) = item.second;
   PyErr_SetObject(type, exc.ptr());
 }
@@ -37,7 +40,7 @@ void raise_status(int code, const std::string& reason) {
   if (status == orbit::StatusCode::kRefused) type = g_refused_error;
   py::dict attrs;
   attrs["status"] = orbit::status_code_name(status);
-  attrs["reason"] = reason;
+  attrs["reason"] = utf8_text(reason);
   attrs["source"] = py::none();
   set_error(type, reason, attrs);
   throw py::error_already_set();
@@ -81,7 +84,7 @@ void init_errors(py::module_& m) {
       py::dict attrs;
       attrs["source"] = e.source();
       attrs["status"] = py::none();
-      attrs["reason"] = e.what();
+      attrs["reason"] = utf8_text(e.what());
       set_error(g_orbit_error, e.what(), attrs);
     }
   });

@@ -23,7 +23,7 @@ template <typename E>
 E enum_value(py::handle v, const char* field, const std::vector<std::pair<std::string, E>>& names) {
   if (py::isinstance<E>(v)) return to_enum_member<E>(v, (std::string("WindowPolicy.") + field).c_str());
   if (py::isinstance<py::str>(v)) {
-    const std::string s = v.cast<std::string>();
+    const std::string s = utf8_arg(v, std::string("WindowPolicy.") + field);
     for (const auto& [name, value] : names) {
       std::string dashed = name;
       for (char& c : dashed) c = c == '_' ? '-' : c;
@@ -171,7 +171,7 @@ WindowPolicy make_policy(const py::object& spec, const py::kwargs& kwargs) {
     if (py::isinstance<WindowPolicy>(spec)) {
       p = spec.cast<WindowPolicy>();
     } else if (py::isinstance<py::str>(spec)) {
-      p = orbit::parse_policy(spec.cast<std::string>());  // orbit::Error -> OrbitError listing valid specs
+      p = orbit::parse_policy(utf8_arg(spec, "Policy(): spec"));  // orbit::Error -> OrbitError listing valid specs
     } else {
       throw py::type_error("Policy(): spec must be a string such as 'patch:16' (or a Policy), got " + type_name(spec));
     }

@@ -36,8 +36,8 @@ std::string where(std::size_t i, const char* field) {
   return "messages[" + std::to_string(i) + "]" + (field[0] != '\0' ? std::string(".") + field : "");
 }
 
-std::string to_json(const py::handle& obj) {
-  return py::module_::import("json").attr("dumps")(obj, py::arg("ensure_ascii") = false).cast<std::string>();
+std::string to_json(const py::handle& obj, const std::string& what) {
+  return utf8_arg(py::module_::import("json").attr("dumps")(obj, py::arg("ensure_ascii") = false), what);
 }
 
 // A str field of a message dict (None and absent: nullopt).
@@ -113,17 +113,18 @@ std::vector<ChatToolCall> tool_calls_of(const py::dict& d, std::size_t i) {
     }
     const py::dict c = py::reinterpret_borrow<py::dict>(call);
     ChatToolCall t;
-    if (c.contains("id") && !c["id"].is_none()) t.id = py::str(c["id"]).cast<std::string>();
+    if (c.contains("id") && !c["id"].is_none()) t.id = utf8_arg(py::str(c["id"]), where(i, "tool_calls") + ".id");
     const py::dict f = c.contains("function") && py::isinstance<py::dict>(c["function"])
                            ? py::reinterpret_borrow<py::dict>(c["function"])
                            : c;  // {"name", "arguments"} given flat
     if (!f.contains("name") || !py::isinstance<py::str>(f["name"])) {
       throw py::value_error(where(i, "tool_calls") + ": a call needs function.name (a str)");
     }
-    t.name = f["name"].cast<std::string>();
+    t.name = utf8_arg(f["name"], where(i, "tool_calls") + ".function.name");
     if (f.contains("arguments") && !f["arguments"].is_none()) {
       const py::object a = f["arguments"];
-      t.arguments = py::isinstance<py::str>(a) ? a.cast<std::string>() : to_json(a);
+      const std::string at = where(i, "tool_calls") + ".function.arguments";
+      t.arguments = py::isinstance<py::str>(a) ? utf8_arg(a, at) : to_json(a, at);
     }
     out.push_back(std::move(t));
   }
@@ -160,7 +161,7 @@ std::vector<ChatMessage> to_messages(const py::object& messages) {
 // `tools` or `extra` (`name`) given as a str: JSON text of a list (`array`) or an object, checked here so that
 // an error names the argument and the function called (`caller`) rather than the C++ option it becomes.
 std::string json_argument(const py::object& value, const char* caller, const char* name, bool array) {
-  const std::string text = value.cast<std::string>();
+  const std::string text = utf8_arg(value, std::string(caller) + ": " + name);
   py::object parsed;
   try {
     parsed = py::module_::import("json").attr("loads")(value);
@@ -184,7 +185,7 @@ ChatOptions chat_options(const py::object& chat_template, const py::object& tool
   const std::pair<const char*, const py::object*> texts[] = {
       {"chat_template", &chat_template}, {"tools", &tools}, {"extra", &extra}};
   for (const auto& [name, value] : texts) {
-    if (py::isinstance<py::str>(*value) && value->cast<std::string>().empty()) {
+    if (py::isinstance<py::str>(*value) && py::len(*value) == 0) {
       throw py::value_error(std::string(caller) + ": " + name + " is an empty str (None: " +
                             (name == std::string("chat_template") ? "the model's template)" : "none)"));
     }
@@ -205,9 +206,10 @@ ChatOptions chat_options(const py::object& chat_template, const py::object& tool
     refuse("extra", extra, "a dict of template variables (or its JSON text)");
   }
   ChatOptions o;
-  if (!chat_template.is_none()) o.chat_template = chat_template.cast<std::string>();
+  if (!chat_template.is_none()) o.chat_template = utf8_arg(chat_template, std::string(caller) + ": chat_template");
   if (!tools.is_none()) {
-    o.tools_json = py::isinstance<py::str>(tools) ? json_argument(tools, caller, "tools", true) : to_json(tools);
+    o.tools_json = py::isinstance<py::str>(tools) ? json_argument(tools, caller, "tools", true)
+                                                  : to_json(tools, std::string(caller) + ": tools");
     // The template reads each entry as a tool (a dict): anything else would be rendered as nonsense.
     const py::list entries = py::module_::import("json").attr("loads")(o.tools_json).cast<py::list>();
     for (std::size_t i = 0; i < entries.size(); ++i) {
@@ -218,7 +220,8 @@ ChatOptions chat_options(const py::object& chat_template, const py::object& tool
     }
   }
   if (!extra.is_none()) {
-    o.extra_json = py::isinstance<py::str>(extra) ? json_argument(extra, caller, "extra", false) : to_json(extra);
+    o.extra_json = py::isinstance<py::str>(extra) ? json_argument(extra, caller, "extra", false)
+                                                  : to_json(extra, std::string(caller) + ": extra");
   }
   return o;
 }
