@@ -284,3 +284,24 @@ def test_paths_are_the_file_systems_bytes(orbit, stories260k_path, tmp_path):
     with pytest.raises(orbit.OrbitError, match="no\ufffdsuch.bin: no such file or directory") as info:
         orbit.Engine(os.path.join(tmp_path, "no\udcffsuch.bin"))
     assert "\ufffd" in info.value.reason
+
+
+def test_numpy_integers_are_instance_ids(orbit, small_engine):
+    # An agent picks what to evict with numpy (np.argmax over per-instance losses); numpy's integers were refused
+    # ('expected an instance id (int) or an InstanceInfo, got int64') where every token argument takes them.
+    np = pytest.importorskip("numpy")
+    w = small_engine.new_window()
+    for text in ("a dog", "a cat", "a ball"):
+        w.admit(small_engine.add_text(text))
+    ids = np.array([i.id for i in w.instances])
+    assert np.int64(ids[1]) in w and w.instance(np.uint8(ids[1])).id == ids[1]
+    assert w.kv(ids[0]).length == w.instances[0].length
+    w.reorder(ids[::-1])
+    assert [i.id for i in w.instances] == list(ids[::-1])
+    w.evict(ids[np.argmax([0.1, 0.9, 0.3])])
+    assert [i.id for i in w.instances] == [ids[2], ids[0]]
+    for bad in (np.bool_(True), True, np.float64(1.0), 1.0, np.array([1])):
+        with pytest.raises(TypeError, match="evict: instance: expected an instance id"):
+            w.evict(bad)
+    with pytest.raises(TypeError, match="in Window: expected"):
+        np.bool_(True) in w

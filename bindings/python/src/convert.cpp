@@ -214,12 +214,27 @@ Borrowed to_grid(py::handle obj, const char* what) {
   return b;
 }
 
-orbit::InstanceId to_instance(py::handle obj, const char* what) {
-  if (py::isinstance<orbit::InstanceInfo>(obj)) return obj.cast<const orbit::InstanceInfo&>().id;
-  if (py::isinstance<py::bool_>(obj) || !py::isinstance<py::int_>(obj)) {
-    throw py::type_error(std::string(what) + ": expected an instance id (int) or an InstanceInfo, got " +
-                         type_name(obj));
+bool is_integer(py::handle obj) {
+  if (py::isinstance<py::bool_>(obj) || type_name(obj) == "bool_") return false;  // numpy's bool has __index__
+  if (py::isinstance<py::int_>(obj)) return true;
+  if (!PyIndex_Check(obj.ptr())) return false;
+  // numpy's integer scalars and 0-d integer arrays; a 1-d array has __index__ too, and refuses it.
+  PyObject* index = PyNumber_Index(obj.ptr());
+  if (index == nullptr) {
+    PyErr_Clear();
+    return false;
   }
+  Py_DECREF(index);
+  return true;
+}
+
+orbit::InstanceId to_instance(py::handle obj_in, const char* what) {
+  if (py::isinstance<orbit::InstanceInfo>(obj_in)) return obj_in.cast<const orbit::InstanceInfo&>().id;
+  if (!is_integer(obj_in)) {
+    throw py::type_error(std::string(what) + ": expected an instance id (int) or an InstanceInfo, got " +
+                         type_name(obj_in));
+  }
+  const py::object obj = py::reinterpret_steal<py::object>(PyNumber_Index(obj_in.ptr()));  // numpy.int64(3) -> 3
   if (PyObject_RichCompareBool(obj.ptr(), py::int_(0).ptr(), Py_LT) == 1) {
     throw py::value_error(std::string(what) + ": instance id " + std::string(py::repr(obj)) + " is negative");
   }

@@ -39,6 +39,8 @@ std::string type_name(py::handle obj);
 std::vector<int64_t> to_tokens(py::handle obj, const char* what);
 Borrowed to_embeddings(py::handle obj, const char* what);
 Borrowed to_grid(py::handle obj, const char* what);
+// An int or an object __index__ makes one (numpy's integer scalars, e.g. np.argmax's), not a bool.
+bool is_integer(py::handle obj);
 orbit::InstanceId to_instance(py::handle obj, const char* what);
 // A bool argument: None raises TypeError naming `what` ("logits: all_rows"), where pybind11's bool read it as
 // False; anything else converts as pybind11's bool does (ints, numpy bools).

@@ -190,11 +190,11 @@ void def_state(py::class_<PyWindow>& c) {
       "__contains__",
       [](PyWindow& w, const py::object& item) {
         if (py::isinstance<ChunkRef>(item) || py::isinstance<py::str>(item)) {
-          const std::string key = py::isinstance<ChunkRef>(item) ? item.cast<ChunkRef>().key : item.cast<std::string>();
+          const std::string key =
+              py::isinstance<ChunkRef>(item) ? item.cast<ChunkRef>().key : utf8_arg(item, "in Window: chunk key");
           return w.run([&](Window& x) { return holds_chunk(x, key); });
         }
-        if (py::isinstance<py::bool_>(item) ||
-            (!py::isinstance<orbit::InstanceInfo>(item) && !py::isinstance<py::int_>(item))) {
+        if (!py::isinstance<orbit::InstanceInfo>(item) && !is_integer(item)) {
           throw py::type_error(
               "in Window: expected a ChunkRef, a chunk key (str), an instance id (int) or an "
               "InstanceInfo, got " +
