@@ -2,7 +2,7 @@
 # tests/python/test_bindings.py checks that every public name and member is listed here.
 import enum
 import os
-from typing import Callable, Iterator, Optional, Sequence, Union
+from typing import Callable, Iterator, Optional, Sequence, SupportsIndex, Union
 
 import numpy
 import numpy.typing
@@ -12,8 +12,8 @@ __version__: str
 
 # Anything accepted as token ids: a sequence of ints, a 1-D integer numpy array or torch tensor.
 Tokens = Union[Sequence[int], numpy.ndarray, "torch.Tensor"]  # noqa: F821
-# An instance: its id or its InstanceInfo.
-InstanceArg = Union[int, "InstanceInfo"]
+# An instance: its id (an int, or an integer __index__ gives, such as numpy.int64; not a bool) or its InstanceInfo.
+InstanceArg = Union[int, SupportsIndex, "InstanceInfo"]
 # A chunk: its ChunkRef or its key.
 ChunkArg = Union["ChunkRef", str]
 PolicyArg = Union["WindowPolicy", str]
