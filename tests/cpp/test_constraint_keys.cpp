@@ -138,6 +138,33 @@ TEST_CASE("alternatives of one object that close the same key at the same byte d
   CHECK_FALSE((again.advance(R"({"a":1,"ab":2,"a")")));  // a repeat is still one
 }
 
+TEST_CASE("a key another alternative reads as free but this one as declared takes none of its free keys' places",
+          "[constraint]") {
+  // Both alternatives read the same '{', whose keys the log holds; "a" is the first's declared property and the
+  // second's free key. Counted among the first's extra keys, it left its few-keys object no key for a second
+  // member (refusing the "b" of {"a":0,"b":1}, which the first admits), and cost its pattern's extra keys one
+  // more byte than they do ("b" taken for "a": need 7 after {"a":0, for "b":0}).
+  ConstraintLimits limits;
+  limits.whitespace = Whitespace::kNone;
+  const auto few = schema(R"({"anyOf": [{"type": "object", "properties": {"a": {"type": "integer"}},
+      "propertyNames": {"enum": ["a", "b"]}, "additionalProperties": {"type": "integer"}, "minProperties": 2},
+      {"type": "object", "propertyNames": {"enum": ["a", "c"]}, "additionalProperties": {"type": "integer"}}]})",
+                          limits);
+  CHECK(few->matches(R"({"a":0,"b":1})"));
+  const auto pattern = schema(R"({"anyOf": [{"type": "object", "properties": {"a": {"type": "integer"}},
+      "propertyNames": {"pattern": "^[ab]c*$"}, "additionalProperties": {"type": "integer"}, "minProperties": 2},
+      {"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 3}]})",
+                              limits);
+  const std::string text = R"({"a":0,"b":0})";
+  ConstraintMatcher m(pattern);
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    INFO("after " << m.text());
+    CHECK(m.min_bytes_to_complete() == static_cast<int64_t>(text.size() - i));  // the text's rest is shortest
+    REQUIRE(m.advance(text.substr(i, 1)));
+  }
+  CHECK(m.complete());
+}
+
 TEST_CASE("random decodes never meet an empty mask and never repeat a key", "[constraint]") {
   ConstraintLimits tight;
   tight.max_string_chars = 1;  // plain keys of at most one character: near their maxLength at once

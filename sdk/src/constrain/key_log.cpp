@@ -121,6 +121,26 @@ bool can_fill(const Node& n, const Frame& f, std::size_t taken, bool comma) {
 
 bool has_few_keys(const Node& n) { return n.kind == NodeKind::kObject && n.open && n.extra_keys != Node::kNoKeyBound; }
 
+// Whether the key node `key` writes `quoted` (json_quote()'s spelling). The log holds an object's keys by its
+// '{', so alternatives that read the same object share them, and a key one reads as free may be a declared
+// name in another, where its extra keys spell no such key: counted there, it would take the place of a key
+// the object may still write.
+bool writes(const Node& key, const std::string& quoted) {
+  if (key.kind == NodeKind::kLiteralSet) {
+    int32_t at = 0;
+    for (std::size_t i = 0; i < quoted.size() && at >= 0; ++i) at = key.trie.child(at, static_cast<uint8_t>(quoted[i]));
+    return at >= 0 && key.trie.nodes[static_cast<std::size_t>(at)].value >= 0;
+  }
+  if (key.kind != NodeKind::kDfa) return true;  // a string of any text: every key the object has is one
+  int32_t q = 0;
+  int64_t chars = 0;
+  for (std::size_t i = 0; i < quoted.size() && q >= 0; ++i) {
+    q = key.dfa->next(q, static_cast<uint8_t>(quoted[i]));
+    if (q >= 0) chars += key.dfa->char_end[static_cast<std::size_t>(q)];
+  }
+  return q >= 0 && key.dfa->accepting[static_cast<std::size_t>(q)] != 0 && chars <= key.max_count;
+}
+
 }  // namespace
 
 const Node* KeyLog::free_key(const Frame& object) const {
@@ -132,13 +152,20 @@ const Node* KeyLog::free_key(const Frame& object) const {
   return &g_.at(n.children[static_cast<std::size_t>(count)]);
 }
 
-std::set<std::string> KeyLog::taken(uint32_t object, const Closed& closed) const {
+const Node* KeyLog::key_node(const Node& object) const {
+  if (object.kind == NodeKind::kAnyObject) return &g_.at(object.children[0]);
+  if (object.kind != NodeKind::kObject || !object.open) return nullptr;
+  return &g_.at(object.children[static_cast<std::size_t>(declared_count(object))]);
+}
+
+std::set<std::string> KeyLog::taken(uint32_t object, const Closed& closed, const Node* key) const {
   std::set<std::string> out;
   const auto it = keys_.find(object);
   if (it != keys_.end()) out = it->second;
-  for (const auto& [o, key] : closed) {
-    if (o == object) out.insert(key);
+  for (const auto& [o, k] : closed) {
+    if (o == object) out.insert(k);
   }
+  for (auto k = out.begin(); key != nullptr && k != out.end();) k = writes(*key, *k) ? std::next(k) : out.erase(k);
   return out;
 }
 
@@ -148,13 +175,17 @@ bool KeyLog::has_key(uint32_t object, const std::string& key, const Closed& clos
   return std::any_of(closed.begin(), closed.end(), [&](const auto& c) { return c.first == object && c.second == key; });
 }
 
-std::size_t KeyLog::key_count(uint32_t object, const Closed& closed) const {
+std::size_t KeyLog::key_count(uint32_t object, const Closed& closed, const Node& key) const {
   const auto it = keys_.find(object);
-  std::size_t count = it != keys_.end() ? it->second.size() : 0;
+  std::size_t count = 0;
+  if (it != keys_.end()) {
+    for (const std::string& k : it->second) count += writes(key, k) ? 1 : 0;
+  }
   for (std::size_t i = 0; i < closed.size(); ++i) {
     if (closed[i].first != object || (it != keys_.end() && it->second.count(closed[i].second) != 0)) continue;
     const auto same = [&](const auto& c) { return c.first == object && c.second == closed[i].second; };
-    count += std::none_of(closed.begin(), closed.begin() + static_cast<std::ptrdiff_t>(i), same) ? 1 : 0;
+    const bool first = std::none_of(closed.begin(), closed.begin() + static_cast<std::ptrdiff_t>(i), same);
+    count += first && writes(key, closed[i].second) ? 1 : 0;
   }
   return count;
 }
@@ -194,12 +225,12 @@ bool KeyLog::keeps(Frame* f, std::size_t n, uint32_t at, std::string_view text, 
   }
   const Node& node = g_.at(static_cast<int32_t>(top.node));
   if (top.phase == nodes::kComma && has_few_keys(node) && top.start != kNoStart) {
-    return can_fill(node, top, key_count(top.start, closed), true);
+    return can_fill(node, top, key_count(top.start, closed, *key_node(node)), true);
   }
   if (n < 2 || f[n - 2].start == kNoStart) return true;
   const Node* key = free_key(f[n - 2]);
   if (key != &node) return true;  // not inside a free key
-  const std::size_t had = key_count(f[n - 2].start, closed);
+  const std::size_t had = key_count(f[n - 2].start, closed, *key);
   const Node& object = g_.at(static_cast<int32_t>(f[n - 2].node));
   // After the key's opening quote (can_fill holds for any object but one with few keys).
   if (has_few_keys(object) && all.opening_quote(at) == at && !can_fill(object, f[n - 2], had, false)) return false;
@@ -290,8 +321,9 @@ KeyLog::StackNeed KeyLog::stack_need(const Matcher& m, const Frame* f, std::size
     const Node& object = g_.at(static_cast<int32_t>(f[j].node));
     const int64_t k = keys_owed(object, f[j]);
     if (k < 0) continue;
-    const std::set<std::string> keys =
-        f[j].start != kNoStart ? taken(f[j].start, closed != nullptr ? *closed : kNone) : std::set<std::string>();
+    const std::set<std::string> keys = f[j].start != kNoStart
+                                           ? taken(f[j].start, closed != nullptr ? *closed : kNone, key_node(object))
+                                           : std::set<std::string>();
     const std::vector<int64_t> lengths = lengths_of(keys);
     const int64_t free_k = key_sums(object, k, lengths), shortest_k = key_sums(object, k);
     out.add += free_k - shortest_k;

@@ -162,11 +162,14 @@ class KeyLog {
   };
   StackNeed stack_need(const Matcher& m, const Frame* f, std::size_t n, std::string_view text, std::string_view walked,
                        const Closed* closed) const;
-  // The free keys of `object`: the log's and those `closed` adds; whether `key` is one of them, and how many
-  // there are (neither copies them).
-  std::set<std::string> taken(uint32_t object, const Closed& closed) const;
+  // The free keys of `object`: the log's and those `closed` adds (those `key` writes, where given: the log
+  // holds an object's keys by its '{', which alternatives that read it share); whether `key` is one of them,
+  // and how many of them the key node `key` writes (neither copies them).
+  std::set<std::string> taken(uint32_t object, const Closed& closed, const Node* key = nullptr) const;
   bool has_key(uint32_t object, const std::string& key, const Closed& closed) const;
-  std::size_t key_count(uint32_t object, const Closed& closed) const;
+  std::size_t key_count(uint32_t object, const Closed& closed, const Node& key) const;
+  // The node that writes an object's free keys: a map's key, an open object's extra key; null for another.
+  const Node* key_node(const Node& object) const;
   // Whether the key frame `f` (`prefix` its bytes so far, which are json_quote()'s spelling) has a completion
   // none of `taken` is.
   bool fresh_ahead(const Node& key, const Frame& f, std::string& prefix, const std::set<std::string>& taken) const;
