@@ -20,7 +20,7 @@ bool small_gemm_takes(const at::Tensor& x, const at::Tensor& weight, const at::T
   if (!weight.device().is_cpu() || weight.scalar_type() != at::kFloat || weight.dim() != 2 || !weight.is_contiguous())
     return false;
   const int64_t K = weight.size(1);
-  if (K == 0 || K % 8 != 0 || x.size(-1) != K || x.numel() / K > kSmallGemmRows) return false;
+  if (K == 0 || x.size(-1) != K || x.numel() / K > kSmallGemmRows) return false;
   return !bias.defined() || (bias.device().is_cpu() && bias.scalar_type() == at::kFloat && bias.dim() == 1 &&
                              bias.size(0) == weight.size(0) && bias.is_contiguous());
 }

@@ -12,7 +12,7 @@ namespace orbit::runtime::ops {
 constexpr int64_t kSmallGemmRows = 16;
 
 // Whether small_gemm takes these: AVX2 kernels running (ops/cpu_features.h); x, weight (and bias, when
-// defined) float32 on the CPU; weight [N, K] contiguous with K a multiple of 8; x [..., K] with at most
+// defined) float32 on the CPU; weight [N, K] contiguous (any K ≥ 1); x [..., K] with at most
 // kSmallGemmRows rows; bias [N] contiguous.
 bool small_gemm_takes(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 

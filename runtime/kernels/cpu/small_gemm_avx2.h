@@ -12,7 +12,8 @@
 namespace orbit::kernels::cpu {
 
 // y[m][n] = Σ_k x[m][k] · w[n][k] (+ bias[n]) for m < M and n in [n_begin, n_end); row-major and contiguous:
-// x [M][K], w [N][K], y [M][N]; bias [N] or null. K must be a multiple of 8; n_begin a multiple of 4.
+// x [M][K], w [N][K], y [M][N]; bias [N] or null. Any K ≥ 1 (the last K % 8 columns through masked
+// loads, in the same chains); n_begin a multiple of 4.
 void small_gemm_avx2(const float* x, const float* w, const float* bias, float* y, int64_t M, int64_t N, int64_t K,
                      int64_t n_begin, int64_t n_end);
 
