@@ -27,6 +27,48 @@ using store::SqliteIndex;
 
 namespace {
 
+// The length of the valid UTF-8 character that starts at s[i], or 0 where the bytes there are not one
+// (a stray continuation byte, an overlong form, a surrogate, past U+10FFFF, or cut short).
+std::size_t utf8_char_at(const std::string& s, std::size_t i) {
+  const auto at = [&](std::size_t k) { return i + k < s.size() ? static_cast<unsigned char>(s[i + k]) : 0u; };
+  const unsigned lead = at(0);
+  if (lead < 0x80) return 1;
+  const std::size_t n = lead >= 0xC2 && lead <= 0xDF   ? 2
+                        : lead >= 0xE0 && lead <= 0xEF ? 3
+                        : lead >= 0xF0 && lead <= 0xF4 ? 4
+                                                       : 0;
+  if (n == 0) return 0;
+  const unsigned lo = lead == 0xE0 ? 0xA0 : lead == 0xF0 ? 0x90 : 0x80;
+  const unsigned hi = lead == 0xED ? 0x9F : lead == 0xF4 ? 0x8F : 0xBF;
+  if (at(1) < lo || at(1) > hi) return 0;
+  for (std::size_t k = 2; k < n; ++k) {
+    if (at(k) < 0x80 || at(k) > 0xBF) return 0;
+  }
+  return n;
+}
+
+// `s` with every byte that is not part of valid UTF-8 written as \xNN. Text read from the index (keys,
+// blob paths, checksums, the fingerprint) is reported as such: a damaged or hand-edited row can hold any
+// bytes, and the JSON of `orbit store ls --json` and Python's str need UTF-8.
+std::string shown(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size();) {
+    const std::size_t n = utf8_char_at(s, i);
+    if (n > 0) {
+      out.append(s, i, n);
+      i += n;
+      continue;
+    }
+    static const char kHex[] = "0123456789abcdef";
+    const auto b = static_cast<unsigned char>(s[i++]);
+    out += "\\x";
+    out += kHex[b >> 4];
+    out += kHex[b & 15];
+  }
+  return out;
+}
+
 int64_t count_blob_files(const std::string& root) {
   std::error_code ec;
   int64_t blobs = 0;
@@ -146,13 +188,13 @@ std::vector<StoreEntryInfo> list_store(const std::string& dir) {
   std::vector<StoreEntryInfo> out;
   for (const DiskRow& r : index.rows()) {
     StoreEntryInfo e;
-    e.key = r.key;
+    e.key = shown(r.key);
     e.kind = r.kind;
     e.encoding = r.encoding;
     e.value_bytes = r.value_bytes;
     e.blob_bytes = r.blob_bytes;
-    e.blob_path = (fs::path(root) / r.blob).string();
-    e.checksum = r.checksum;
+    e.blob_path = shown((fs::path(root) / r.blob).string());
+    e.checksum = shown(r.checksum);
     e.pinned = pins.count(r.key) > 0;
     e.marked_corrupt = r.corrupt;
     e.hits = r.hits;
@@ -167,7 +209,7 @@ StoreSummary summarize_store(const std::string& dir) {
   SqliteIndex& index = *opened;
   StoreSummary s;
   s.dir = root;
-  s.model_fingerprint = index.meta("model_fingerprint").value_or("");
+  s.model_fingerprint = shown(index.meta("model_fingerprint").value_or(""));
   s.format_version = std::stoll(index.meta("format_version").value_or("0"));
   std::map<std::string, int64_t> count, bytes;
   const std::vector<DiskRow> rows = index.rows();
@@ -200,7 +242,13 @@ VerifyReport verify_store(const std::string& dir) {
   for (const DiskRow& r : rows) {
     ++report.checked;
     std::string path = (fs::path(root) / r.blob).string();
-    auto problem = [&](const std::string& reason) { report.problems.push_back({r.key, path, reason}); };
+    auto problem = [&](const std::string& reason) {
+      report.problems.push_back({shown(r.key), shown(path), shown(reason)});
+    };
+    if (!is_store_key(r.key)) {
+      problem("the index row's key is not a store key (64 lowercase hex characters)");
+      continue;
+    }
     Result<std::string> confined = store::confine_blob_path(root, confined_root, r.blob);
     if (!confined) {  // never read (nor delete) a file outside the store
       problem(confined.status().reason());
@@ -209,7 +257,7 @@ VerifyReport verify_store(const std::string& dir) {
     path = confined.value();
     Result<at::Tensor> bytes = store::read_file_bytes(path);
     if (!bytes && bytes.status().code() != StatusCode::kNotFound) {  // EMFILE, EACCES, EIO, ...: not damage
-      report.unreadable.push_back({r.key, path, bytes.status().reason()});
+      report.unreadable.push_back({shown(r.key), shown(path), shown(bytes.status().reason())});
       continue;
     }
     if (!bytes) {
@@ -228,6 +276,14 @@ VerifyReport verify_store(const std::string& dir) {
     }
     if (decoded.value().key != r.key || decoded.value().model_fingerprint != fingerprint) {
       problem("the blob holds key " + decoded.value().key + " of model " + decoded.value().model_fingerprint);
+      continue;
+    }
+    const EntryKind kind = decoded.value().value->kind;
+    if (kind != r.kind || decoded.value().encoding != r.encoding) {
+      problem(std::string("the index says kind ") + entry_kind_name(r.kind) + ", encoding " +
+              blob_encoding_name(r.encoding) + " (" + std::to_string(static_cast<int>(r.kind)) + ", " +
+              std::to_string(static_cast<int>(r.encoding)) + "); the blob holds " + entry_kind_name(kind) + ", " +
+              blob_encoding_name(decoded.value().encoding));
       continue;
     }
     if (r.corrupt) problem("marked corrupt by an earlier read (the blob now verifies; rewrite the entry to clear)");

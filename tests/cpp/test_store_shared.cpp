@@ -402,3 +402,43 @@ TEST_CASE("orbit store with an empty --store, and on a read-only store", "[store
   CHECK(test::run_command(as + ORBIT_CLI_PATH + " store ls --store " + d).out.find("3 entries") != std::string::npos);
   REQUIRE(test::run_command("chmod -R u+w " + d).status == 0);
 }
+
+TEST_CASE("index rows with a non-UTF-8 key or a kind or encoding the blob contradicts are reported, never thrown",
+          "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  {
+    ChunkStore store(disk_options(d));
+    for (int64_t i = 1; i <= 4; ++i) REQUIRE(store.put(key(i), test::store_test_value(i)).is_ok());
+  }
+  const std::string idx = d + "/index.sqlite";
+  const std::string k1 = key(1);
+  alter_index(idx,
+              ("UPDATE entries SET key = CAST(X'ff41' || substr(key, 3) AS TEXT) WHERE key = '" + k1 + "'").c_str());
+  alter_index(idx, ("UPDATE entries SET kind = 1 WHERE key = '" + key(2) + "'").c_str());      // a patch, it says
+  alter_index(idx, ("UPDATE entries SET encoding = 1 WHERE key = '" + key(3) + "'").c_str());  // int8, it says
+
+  // Every text field is valid UTF-8 (what `orbit store ls --json` and Python's str need): the bad byte shows
+  // as \xff.
+  const std::vector<StoreEntryInfo> entries = list_store(d);
+  REQUIRE(entries.size() == 4);
+  nlohmann::json listed = nlohmann::json::array();
+  for (const StoreEntryInfo& e : entries) listed.push_back({e.key, e.blob_path, e.checksum});
+  CHECK_NOTHROW(listed.dump());
+  CHECK_THAT(listed.dump(), Contains("\\\\xffA" + k1.substr(2)));
+  const test::CliRun ls = test::cli("store ls --json --store " + d);
+  INFO(ls.out);
+  CHECK(ls.status == 0);
+
+  const VerifyReport report = verify_store(d);
+  REQUIRE(report.problems.size() == 3);
+  std::map<std::string, std::string> reasons;
+  for (const VerifyProblem& p : report.problems) reasons[p.key] = p.reason;
+  CHECK_THAT(reasons["\\xffA" + k1.substr(2)], Contains("not a store key"));
+  CHECK_THAT(reasons[key(2)], Contains("the index says kind patch") && Contains("the blob holds canonical, exact"));
+  CHECK_THAT(reasons[key(3)], Contains("encoding int8") && Contains("the blob holds canonical, exact"));
+  const test::CliRun verify = test::cli("store verify --json --store " + d);
+  INFO(verify.out);
+  CHECK(verify.status == 1);  // bad entries, not an internal error (3)
+  CHECK_NOTHROW(nlohmann::json::parse(verify.out.substr(verify.out.find('{'))));
+}

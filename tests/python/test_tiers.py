@@ -102,3 +102,21 @@ def test_embedding_cache_spares_the_encoder(orbit, stories260k_path, tmp_path):
     with _engine(orbit, stories260k_path, store_dir=tmp_path / "off") as e:
         register(e)
     assert len(calls) == 3  # nothing was cached by the engine with embedding_cache=False
+
+
+def test_store_inspection_reports_a_row_with_a_non_utf8_key(orbit, stories260k_path, tmp_path):
+    import sqlite3
+
+    with _engine(orbit, stories260k_path, store_dir=tmp_path) as e:
+        ref = e.add_tokens([5, 17, 42, 99, 100, 7, 8])
+        e.precompute(ref)
+    db = sqlite3.connect(tmp_path / "index.sqlite")  # a damaged or hand-edited row: any bytes
+    db.execute("UPDATE entries SET key = CAST(X'ff41' || substr(key, 3) AS TEXT)")
+    db.commit()
+    db.close()
+    shown = "\\xffA" + ref.key[2:]
+    assert [x.key for x in orbit.store_list(tmp_path)] == [shown]  # a str, not a UnicodeDecodeError
+    report = orbit.store_verify(tmp_path)
+    assert [(p.key, p.reason) for p in report.problems] == [
+        (shown, "the index row's key is not a store key (64 lowercase hex characters)")
+    ]
