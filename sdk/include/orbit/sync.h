@@ -29,8 +29,10 @@
 //      used dropped first) for the lists that follow: a list that starts with an earlier list's messages,
 //      under the same template and variables, reads those prefixes' boundaries instead of rendering them
 //      again, so an agent's next request (its last list and a few more messages) renders only the prefixes
-//      past it. A list trimmed or summarized at its start (the same first message, its oldest turns dropped or
-//      replaced) reads the prefixes that end in its kept messages from the latest list with that first
+//      past it (also where the template renders a prefix otherwise than the head of the whole rendering, as
+//      Qwen3 and Mistral Nemo do for about half of them, wherever that text parts from the earlier rendering
+//      before the new rendering does). A list trimmed or summarized at its start (the same first message, its oldest
+//      turns dropped or replaced) reads the prefixes that end in its kept messages from the latest list with that first
 //      message, where both renderings agree byte for byte over those messages, and renders two of them to
 //      check (about 2 renders instead of n). A list whose first message changed (a system prompt that carries
 //      the date, a memory digest or a step counter, rewritten at every request), alone or with turns added or

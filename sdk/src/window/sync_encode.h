@@ -69,7 +69,7 @@ struct ListEncodings {
   }
 };
 
-// The memo of encodings (one per process), keyed by memo_key of a list's key (list_keys) and the tokenizer, and
+// The memo of encodings (one per process), keyed by a list's key (list_keys) and the tokenizer (MemoKey), and
 // naming by aliases the latest list encoded by that tokenizer by each of latest_keys (its first message, its
 // second, its template and variables).
 using EncodeMemo = ListMemo<ListEncodings>;
@@ -83,10 +83,13 @@ void put_encodings(const ListKeys& keys, const runtime::Tokenizer& tok, std::sha
 // Whether step 3 encodes incrementally for `tok`: prefix-stable, and the switch (set_incremental_encode) on.
 bool encodes_incrementally(const runtime::Tokenizer& tok);
 
-// The encodings the memo holds of the longest list among `keys` (list_keys of this list) encoded by `tok`;
-// else of the latest list named by one of latest_keys or this list's anchors that holds the most of its messages
-// (latest_list, sync_latest.h); null when it holds none.
-std::shared_ptr<const ListEncodings> known_encodings(const ListKeys& keys, const runtime::Tokenizer& tok);
+// The encodings the memo holds, by `tok`, of the lists step 2 read (`chose`, from text_cuts: the longest it knew,
+// else the latest it chose); where step 2 read none or this memo lacks them (step 2's memo off, or the list
+// dropped from this memo only), of the longest list among `keys` (list_keys of this list), else of the latest
+// list named by one of latest_keys or this list's anchors that holds the most of its messages (latest_list,
+// sync_latest.h); null when it holds none. Any list gives the same tokens (the texts are compared).
+std::shared_ptr<const ListEncodings> known_encodings(const ListKeys& keys, const runtime::Tokenizer& tok,
+                                                     const ListChoice& chose = {});
 
 // tok.encode_with_bytes(text), reusing `known`'s tokens (null: none) up to the latest cut the header's argument
 // allows, and for every run the texts share further on (found at `starts`, where messages start in `text`, in

@@ -9,10 +9,17 @@
 // memo's keys hash exactly those, so a list's first m messages hash to a key the memo holds only if an
 // earlier list had the same first m messages under the same template and variables. For that earlier list
 // (whose whole rendering is K) the memo keeps K and, per prefix i < m, whether rendering it was refused, gave
-// K's first `length` bytes, or gave some other text. Against the new list's rendering T, with c the length of
-// the common prefix of K and T: a refused prefix is refused again; a prefix that was K[0, length) is a prefix
-// of T exactly when length <= c; the m-message prefix (K itself) is one exactly when |K| <= c; the others
-// (other text, and the prefixes past m) are rendered. Those three facts are all step 2 reads of a prefix.
+// K's first `length` bytes, or gave some other text R, and then how many bytes R starts with alike with K
+// (`agrees`, less than |R|). Against the new list's rendering T, with c the length of the common prefix of K
+// and T: a refused prefix is refused again; a prefix that was K[0, length) is a prefix of T exactly when
+// length <= c (else other text agreeing with T on c bytes); the m-message prefix (K itself) is one exactly when
+// |K| <= c; other text R with agrees < c is other text again, agreeing with T on as many bytes (R[agrees] differs
+// from K[agrees] = T[agrees]: R and T part where R and K do); the others (other text with agrees >= c, and the
+// prefixes past m) are rendered. Those four facts are all step 2 reads of a prefix. The fourth is what keeps a
+// template that renders about half the prefixes otherwise from rendering them at every request (Qwen3 renders an
+// answer after the last user turn with its reasoning and drops it once a user turn follows, Mistral Nemo puts
+// the system prompt and tools in the last user turn): where a grown list's rendering parts from its last list's
+// only at the last turns, c is past all of them.
 //
 // A list trimmed or summarized at its start (its oldest turns dropped or replaced, its first message kept) starts
 // with no list the memo knows but for its first message, and a list whose first message changed (an agent that
@@ -55,6 +62,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -73,7 +81,8 @@ struct PrefixRender {
     kOther,    // some other text
   };
   Kind kind = Kind::kOther;
-  std::size_t length = 0;  // kPrefix: the text's length in bytes
+  std::size_t length = 0;  // kPrefix, kOther: the text's length in bytes
+  std::size_t agrees = 0;  // kOther: how many bytes the text starts with alike with the whole rendering
 };
 
 // The renderings of one list of n messages.
@@ -84,6 +93,17 @@ struct ListRenders {
   std::size_t bytes() const {
     return text.size() + prefixes.size() * sizeof(PrefixRender) + messages.size() * sizeof(Sha256::Digest) + 128;
   }
+};
+
+// What names a memo's value or alias: a list's key (list_keys) or an alias (latest_keys, anchor_key), and the
+// serial of the tokenizer the value is of (runtime::Tokenizer::serial; 0: none, the cuts memo). Exact: no hash
+// of the two is taken, so two names are equal only where both parts are.
+struct MemoKey {
+  Sha256::Digest key{};
+  uint64_t tokenizer = 0;
+  MemoKey() = default;
+  MemoKey(const Sha256::Digest& k, uint64_t t = 0) : key(k), tokenizer(t) {}  // NOLINT: a list's key names it
+  bool operator==(const MemoKey& o) const { return key == o.key && tokenizer == o.tokenizer; }
 };
 
 // A bounded map from a list's key to what a memo keeps for that list (`Value`, with bytes()), least recently
@@ -98,21 +118,23 @@ class ListMemo {
   static constexpr std::size_t kMaxEntries = 4096;                 // values, and aliases apart
 
   // The value under `key`, now the most recently used; null when the memo has none.
-  std::shared_ptr<const Value> get(const Sha256::Digest& key) {
+  std::shared_ptr<const Value> get(const MemoKey& key) {
     const std::lock_guard<std::mutex> lock(mu_);
     return get_locked(key);
   }
   // The longest list the memo knows among `keys` (keys[m - 1]: the key of a list's first m messages): m and
   // its value; {0, null} when it knows none.
-  std::pair<std::size_t, std::shared_ptr<const Value>> longest(const std::vector<Sha256::Digest>& keys) {
+  // `tokenizer`: MemoKey's.
+  std::pair<std::size_t, std::shared_ptr<const Value>> longest(const std::vector<Sha256::Digest>& keys,
+                                                               uint64_t tokenizer = 0) {
     for (std::size_t m = keys.size(); m > 0; --m) {
-      if (std::shared_ptr<const Value> v = get(keys[m - 1])) return {m, std::move(v)};
+      if (std::shared_ptr<const Value> v = get({keys[m - 1], tokenizer})) return {m, std::move(v)};
     }
     return {0, nullptr};
   }
   // Keeps `value` under `key`; a key the memo holds keeps its value (the same list gives the same value). A
   // value over kMaxBytes is not kept.
-  void put(const Sha256::Digest& key, std::shared_ptr<const Value> value) {
+  void put(const MemoKey& key, std::shared_ptr<const Value> value) {
     const std::size_t size = value->bytes();
     if (size > kMaxBytes) return;
     const std::lock_guard<std::mutex> lock(mu_);
@@ -134,7 +156,7 @@ class ListMemo {
   // kMaxBytes (a value is counted once however it is named) and names nothing once its key's value is dropped;
   // at most kMaxEntries aliases are kept, the least recently set or read forgotten first (one read that names
   // nothing is forgotten then).
-  void alias(const Sha256::Digest& alias, const Sha256::Digest& key) {
+  void alias(const MemoKey& alias, const MemoKey& key) {
     const std::lock_guard<std::mutex> lock(mu_);
     const auto known = alias_index_.find(alias);
     if (known != alias_index_.end()) {
@@ -151,8 +173,9 @@ class ListMemo {
   }
   // The value `alias` names, now the most recently used (and the alias the most recently read); null when it
   // names none.
-  std::shared_ptr<const Value> get_alias(const Sha256::Digest& alias) {
+  std::shared_ptr<const Value> get_alias(const MemoKey& alias) {
     const std::lock_guard<std::mutex> lock(mu_);
+    ++alias_reads_;
     const auto it = alias_index_.find(alias);
     if (it == alias_index_.end()) return nullptr;
     std::shared_ptr<const Value> value = get_locked(it->second->second);
@@ -163,6 +186,28 @@ class ListMemo {
     }
     aliases_.splice(aliases_.begin(), aliases_, it->second);
     return value;
+  }
+  // The key and value `alias` names, neither marked used (a candidate read and not chosen must not outlive the
+  // lists used since: get() the one chosen); {.., null} when it names none (an alias whose value was dropped is
+  // forgotten then).
+  std::pair<MemoKey, std::shared_ptr<const Value>> peek_alias(const MemoKey& alias) {
+    const std::lock_guard<std::mutex> lock(mu_);
+    ++alias_reads_;
+    const auto it = alias_index_.find(alias);
+    if (it == alias_index_.end()) return {};
+    const MemoKey key = it->second->second;
+    const auto value = index_.find(key);
+    if (value == index_.end()) {
+      aliases_.erase(it->second);
+      alias_index_.erase(it);
+      return {};
+    }
+    return {key, value->second->second};
+  }
+  // How many alias reads (get_alias, peek_alias) the memo answered (for tests).
+  int64_t alias_reads() {
+    const std::lock_guard<std::mutex> lock(mu_);
+    return alias_reads_;
   }
   // How many aliases are kept (for tests).
   std::size_t aliases() {
@@ -184,17 +229,17 @@ class ListMemo {
   }
 
  private:
-  struct DigestHash {
-    std::size_t operator()(const Sha256::Digest& d) const noexcept {
+  struct KeyHash {
+    std::size_t operator()(const MemoKey& k) const noexcept {
       std::size_t h = 0;
-      for (std::size_t k = 0; k < sizeof h; ++k) h = h << 8 | d[k];
-      return h;
+      for (std::size_t b = 0; b < sizeof h; ++b) h = h << 8 | k.key[b];
+      return h ^ (k.tokenizer * 0x9E3779B97F4A7C15ull);
     }
   };
-  using Lru = std::list<std::pair<Sha256::Digest, std::shared_ptr<const Value>>>;
-  using AliasLru = std::list<std::pair<Sha256::Digest, Sha256::Digest>>;  // alias, key
+  using Lru = std::list<std::pair<MemoKey, std::shared_ptr<const Value>>>;
+  using AliasLru = std::list<std::pair<MemoKey, MemoKey>>;  // alias, key
 
-  std::shared_ptr<const Value> get_locked(const Sha256::Digest& key) {
+  std::shared_ptr<const Value> get_locked(const MemoKey& key) {
     const auto it = index_.find(key);
     if (it == index_.end()) return nullptr;
     lru_.splice(lru_.begin(), lru_, it->second);
@@ -203,10 +248,11 @@ class ListMemo {
 
   std::mutex mu_;
   Lru lru_;  // most recently used first
-  std::unordered_map<Sha256::Digest, typename Lru::iterator, DigestHash> index_;
+  std::unordered_map<MemoKey, typename Lru::iterator, KeyHash> index_;
   AliasLru aliases_;  // most recently set or read first
-  std::unordered_map<Sha256::Digest, typename AliasLru::iterator, DigestHash> alias_index_;
+  std::unordered_map<MemoKey, typename AliasLru::iterator, KeyHash> alias_index_;
   std::size_t bytes_ = 0;
+  int64_t alias_reads_ = 0;
 };
 
 // How many bytes `a` and `b` start with alike.
@@ -214,11 +260,6 @@ inline std::size_t common_prefix(std::string_view a, std::string_view b) {
   const std::size_t both = std::min(a.size(), b.size());
   return static_cast<std::size_t>(std::mismatch(a.begin(), a.begin() + both, b.begin()).first - a.begin());
 }
-
-// A memo's key for `key` (a list's key, its first message's, from ListKeys::lists, or ListKeys::head) under
-// `tag`, which says what the memo keeps there, and `tokenizer` (runtime::Tokenizer::serial of the tokenizer
-// the value is of; 0: none): SHA-256 over the three.
-Sha256::Digest memo_key(std::string_view tag, const Sha256::Digest& key, uint64_t tokenizer = 0);
 
 using CutsMemo = ListMemo<ListRenders>;
 
@@ -235,12 +276,18 @@ struct TextCut {
 // (ChatTemplate::deterministic) and the memo is on (set_cuts_memo).
 bool cuts_memo_applies(const runtime::ChatTemplate& tmpl);
 
-// The keys of a message list (list_keys).
+// The keys of a message list (list_keys), and the aliases it is named by (latest_keys, anchor_key), each hashed
+// at most once however often a sync asks (both memos read and keep them): the caches are filled on first use,
+// so a ListKeys is used by one thread at a time (a sync's own).
 struct ListKeys {
   Sha256::Digest head{};                 // the key of no messages: the template's key and the variables
   std::vector<Sha256::Digest> lists;     // [m - 1]: the key of the list's first m messages
   std::vector<Sha256::Digest> messages;  // [i]: message i's own key (its fields alone)
   bool empty() const { return lists.empty(); }
+
+  mutable std::vector<Sha256::Digest> latest_cache;  // latest_keys; empty: not yet
+  mutable std::vector<Sha256::Digest> anchor_cache;  // [i]: anchor_key(i) where anchor_known[i]
+  mutable std::vector<char> anchor_known;
 };
 
 // Step 2 (orbit/sync.h): where each message of `chat` starts in `text`, their rendering by `tmpl` without the
@@ -250,21 +297,36 @@ struct ListKeys {
 // (empty: none computed). Where cuts_memo_applies and there are keys, reads the prefixes the memo knows (of a
 // list this one starts with, and spans of the latest list latest_list chooses) and keeps this list's renders
 // under its key and its aliases; the boundaries are the same either way (the header gives the argument).
+// `chose`, when given, is set to the lists step 2 read (ListChoice), for step 3 to read the same lists' encodings.
+struct ListChoice;
 std::vector<TextCut> text_cuts(const runtime::ChatTemplate& tmpl, const runtime::PreparedChat& chat,
-                               const ListKeys& keys, const std::string& text, int64_t* merged);
+                               const ListKeys& keys, const std::string& text, int64_t* merged,
+                               ListChoice* chose = nullptr);
 
-// What names a list with keys `keys` as the latest of its kind (ListMemo::alias, under memo_key of each), in
+// The lists step 2 read for a list (text_cuts), named by their keys, so that step 3 reads the encodings of the
+// same lists (known_encodings) instead of choosing again: the memos keep the same lists (both keep each list a
+// sync plans), and which list is read never changes a result (sync_memo.h, sync_encode.h say why).
+struct ListChoice {
+  bool made = false;      // step 2 read the cuts memo (cuts_memo_applies, and there were keys)
+  std::size_t count = 0;  // the longest list the memo knew is this list's first `count` messages; 0: none
+  std::optional<Sha256::Digest> latest;  // the latest list whose spans step 2 read (sync_latest.h); none: none
+};
+
+// What names a list with keys `keys` as the latest of its kind (ListMemo::alias), in
 // the order a list whose key a memo does not know offers them (latest_list, sync_latest.h; its anchors,
 // anchor_key, come before the last): its first message (ListKeys::lists[0]); its second message under its
 // template and variables, whatever the first (an agent's first request, which stays when its system prompt is
 // rewritten at every request); its template and variables alone (ListKeys::head). Empty for no messages.
-std::vector<Sha256::Digest> latest_keys(const ListKeys& keys);
+const std::vector<Sha256::Digest>& latest_keys(const ListKeys& keys);
 
 // What names a list as the latest with message `i` (its own key, ListKeys::messages) among its anchors, under its
 // template and variables (head). A list whose first and second messages both changed since the agent's last list
 // (a system prompt rewritten and the oldest turns trimmed) still holds that list's later messages: its last (an
 // agent appends) and any kept anchor further back.
 Sha256::Digest anchor_key(const ListKeys& keys, std::size_t i);
+
+// How many anchor keys (anchor_key) were hashed in this process (for tests: each at most once per sync).
+int64_t anchor_hashes_so_far();
 
 // Whether message key `m` is an anchor wherever it stands: about one message in 16 (a SHA-256's first byte under
 // 16), so an agent's kept messages stay anchors from list to list however many are trimmed or added.

@@ -15,10 +15,6 @@ namespace {
 std::atomic<bool> incremental{true};    // set_incremental_encode
 std::atomic<int64_t> tokens_reused{0};  // tokens_reused_so_far
 
-// The memo's tags (memo_key): a list's encodings, and the latest list's by each of latest_keys.
-constexpr std::string_view kEncodings = "orbit sync encodings v1";
-constexpr std::string_view kLatestEncodings = "orbit sync latest encodings v1";
-
 // How many of the earlier text's token ends, latest first, encode_reusing tries as the cut: each try that the
 // rule refuses costs a look at two characters, and a text whose every cut is refused (a script whose
 // characters all merge) would otherwise try every token.
@@ -189,23 +185,22 @@ bool encodes_incrementally(const runtime::Tokenizer& tok) {
 
 void put_encodings(const ListKeys& keys, const runtime::Tokenizer& tok, std::shared_ptr<ListEncodings> made) {
   made->messages = keys.messages;
-  const Sha256::Digest key = memo_key(kEncodings, keys.lists.back(), tok.serial());
+  const MemoKey key{keys.lists.back(), tok.serial()};
   encode_memo().put(key, std::move(made));
-  for (const Sha256::Digest& latest : latest_keys(keys)) {
-    encode_memo().alias(memo_key(kLatestEncodings, latest, tok.serial()), key);
-  }
-  for (const std::size_t i : anchor_messages(keys)) {
-    encode_memo().alias(memo_key(kLatestEncodings, anchor_key(keys, i), tok.serial()), key);
-  }
+  for (const Sha256::Digest& latest : latest_keys(keys)) encode_memo().alias({latest, tok.serial()}, key);
+  for (const std::size_t i : anchor_messages(keys)) encode_memo().alias({anchor_key(keys, i), tok.serial()}, key);
 }
 
-std::shared_ptr<const ListEncodings> known_encodings(const ListKeys& keys, const runtime::Tokenizer& tok) {
-  for (std::size_t m = keys.lists.size(); m > 0; --m) {
-    const Sha256::Digest key = memo_key(kEncodings, keys.lists[m - 1], tok.serial());
-    if (std::shared_ptr<const ListEncodings> e = encode_memo().get(key)) return e;
+std::shared_ptr<const ListEncodings> known_encodings(const ListKeys& keys, const runtime::Tokenizer& tok,
+                                                     const ListChoice& chose) {
+  if (chose.made) {  // the lists step 2 read, where this memo keeps them too (it keeps what the cuts memo does)
+    std::shared_ptr<const ListEncodings> e;
+    if (chose.count > 0) e = encode_memo().get({keys.lists[chose.count - 1], tok.serial()});
+    if (e == nullptr && chose.latest) e = encode_memo().get({*chose.latest, tok.serial()});
+    if (e != nullptr) return e;
   }
-  return latest_list(encode_memo(), keys,
-                     [&](const Sha256::Digest& latest) { return memo_key(kLatestEncodings, latest, tok.serial()); });
+  if (auto [count, e] = encode_memo().longest(keys.lists, tok.serial()); e != nullptr) return e;
+  return latest_list(encode_memo(), keys, tok.serial()).value;
 }
 
 runtime::Encoding encode_reusing(const runtime::Tokenizer& tok, std::string_view text, const SegmentEncoding* known,

@@ -21,16 +21,11 @@ CutsMemo& cuts_memo() {
 
 namespace {
 
-bool starts_with(const std::string& all, const std::string& prefix) {
-  return prefix.size() <= all.size() && all.compare(0, prefix.size(), prefix) == 0;
-}
-
 std::atomic<bool> use_cuts_memo{true};   // set_cuts_memo
 std::atomic<int64_t> prefix_renders{0};  // prefix_renders_so_far
 std::atomic<int64_t> prefix_spans{0};    // prefix_spans_so_far
+std::atomic<int64_t> anchor_hashes{0};   // anchor_hashes_so_far
 
-// The memo's tag (memo_key) of the latest list by each of latest_keys.
-constexpr std::string_view kLatestRenders = "orbit sync latest renders v1";
 // The spans of a latest list are looked up when at least this many prefixes are not known otherwise (reading
 // them costs a render of the longest, the check).
 constexpr std::size_t kMinSpanPrefixes = 4;
@@ -45,11 +40,6 @@ struct KnownRenders {
   std::size_t count = 0;
   std::size_t common = 0;
 };
-
-// The latest list whose spans step 2 reads (the header's K; sync_latest.h chooses it); null: none.
-std::shared_ptr<const ListRenders> latest_renders(const ListKeys& keys) {
-  return latest_list(cuts_memo(), keys, [](const Sha256::Digest& key) { return memo_key(kLatestRenders, key); });
-}
 
 // What K's first i messages rendered to (0 < i <= K's messages); K itself is its own prefix.
 PrefixRender render_of(const ListRenders& k, std::size_t i) {
@@ -79,7 +69,7 @@ class Spans {
       spent_ = true;
       return std::nullopt;
     }
-    return PrefixRender{PrefixRender::Kind::kPrefix, p_ + was.length - q_};
+    return PrefixRender{PrefixRender::Kind::kPrefix, p_ + was.length - q_, p_ + was.length - q_};
   }
   // Prefix i, rendered as `r`: an anchor there, unless the present one reads on past i.
   void rendered(std::size_t i, const PrefixRender& r) {
@@ -122,19 +112,27 @@ PrefixRender prefix_render(const runtime::ChatTemplate& tmpl, const runtime::Pre
   using Kind = PrefixRender::Kind;
   if (known.renders != nullptr && i <= known.count) {
     const ListRenders& k = *known.renders;
-    if (i == known.count) return {k.text.size() <= known.common ? Kind::kPrefix : Kind::kOther, k.text.size()};
+    if (i == known.count) {
+      if (k.text.size() <= known.common) return {Kind::kPrefix, k.text.size(), k.text.size()};
+      return {Kind::kOther, k.text.size(), known.common};
+    }
     const PrefixRender& was = k.prefixes[i - 1];
     if (was.kind == Kind::kRefused) return was;
-    if (was.kind == Kind::kPrefix) return {was.length <= known.common ? Kind::kPrefix : Kind::kOther, was.length};
+    if (was.kind == Kind::kPrefix && was.length <= known.common) return was;
+    if (was.kind == Kind::kPrefix) return {Kind::kOther, was.length, known.common};
+    // Other text R that agrees with K on its first `agrees` bytes: where K and T agree past them, R and T part
+    // there as R and K do (R[agrees] != K[agrees] = T[agrees]), so R is again other text, agreeing as far.
+    if (was.agrees < known.common) return was;
   }
   prefix_renders.fetch_add(1, std::memory_order_relaxed);
   std::string prefix;
   try {
     prefix = tmpl.render_prefix(chat, i, false);
   } catch (const Error&) {  // the template refuses the shorter list (it wants a user turn last, say)
-    return {Kind::kRefused, 0};
+    return {Kind::kRefused, 0, 0};
   }
-  return {starts_with(text, prefix) ? Kind::kPrefix : Kind::kOther, prefix.size()};
+  const std::size_t agrees = common_prefix(text, prefix);
+  return {agrees == prefix.size() ? Kind::kPrefix : Kind::kOther, prefix.size(), agrees};
 }
 
 bool same(const PrefixRender& a, const PrefixRender& b) { return a.kind == b.kind && a.length == b.length; }
@@ -191,27 +189,26 @@ std::vector<TextCut> cuts_of(const std::vector<PrefixRender>& prefixes, const st
 
 }  // namespace
 
-Sha256::Digest memo_key(std::string_view tag, const Sha256::Digest& key, uint64_t tokenizer) {
-  Sha256 h;
-  h.update(tag);
-  h.update(key.data(), key.size());
-  h.update_u64(tokenizer);
-  return h.digest();
-}
-
 bool cuts_memo_applies(const runtime::ChatTemplate& tmpl) {
   return tmpl.deterministic() && use_cuts_memo.load(std::memory_order_relaxed);
 }
 
 std::vector<TextCut> text_cuts(const runtime::ChatTemplate& tmpl, const runtime::PreparedChat& chat,
-                               const ListKeys& keys, const std::string& text, int64_t* merged) {
+                               const ListKeys& keys, const std::string& text, int64_t* merged, ListChoice* chose) {
   const bool memo = !keys.empty() && cuts_memo_applies(tmpl);
   KnownRenders known;
   std::shared_ptr<const ListRenders> latest;
   if (memo) {
     std::tie(known.count, known.renders) = cuts_memo().longest(keys.lists);
     if (known.renders != nullptr) known.common = common_prefix(known.renders->text, text);
-    if (known.count + kMinSpanPrefixes < chat.size()) latest = latest_renders(keys);
+    LatestList<ListRenders> chosen;
+    if (known.count + kMinSpanPrefixes < chat.size()) chosen = latest_list(cuts_memo(), keys, 0);
+    latest = chosen.value;
+    if (chose != nullptr) {
+      chose->made = true;
+      chose->count = known.count;
+      if (latest != nullptr) chose->latest = chosen.key.key;
+    }
   }
   auto renders = std::make_shared<ListRenders>();
   if (!read_prefixes(tmpl, chat, text, known, latest, keys.messages, *renders)) {
@@ -222,10 +219,8 @@ std::vector<TextCut> text_cuts(const runtime::ChatTemplate& tmpl, const runtime:
     renders->text = text;
     renders->messages = keys.messages;
     cuts_memo().put(keys.lists.back(), std::move(renders));
-    for (const Sha256::Digest& key : latest_keys(keys))
-      cuts_memo().alias(memo_key(kLatestRenders, key), keys.lists.back());
-    for (const std::size_t i : anchor_messages(keys))
-      cuts_memo().alias(memo_key(kLatestRenders, anchor_key(keys, i)), keys.lists.back());
+    for (const Sha256::Digest& key : latest_keys(keys)) cuts_memo().alias(key, keys.lists.back());
+    for (const std::size_t i : anchor_messages(keys)) cuts_memo().alias(anchor_key(keys, i), keys.lists.back());
   }
   return cuts;
 }
@@ -234,6 +229,7 @@ void set_cuts_memo(bool on) { use_cuts_memo.store(on, std::memory_order_relaxed)
 void clear_cuts_memo() { cuts_memo().clear(); }
 int64_t prefix_renders_so_far() { return prefix_renders.load(std::memory_order_relaxed); }
 int64_t prefix_spans_so_far() { return prefix_spans.load(std::memory_order_relaxed); }
+int64_t anchor_hashes_so_far() { return anchor_hashes.load(std::memory_order_relaxed); }
 
 namespace {
 
@@ -285,26 +281,35 @@ ListKeys list_keys(const runtime::ChatTemplate& tmpl, const runtime::ChatRenderO
   return keys;
 }
 
-std::vector<Sha256::Digest> latest_keys(const ListKeys& keys) {
-  if (keys.empty()) return {};
-  std::vector<Sha256::Digest> out{keys.lists.front()};
+const std::vector<Sha256::Digest>& latest_keys(const ListKeys& keys) {
+  if (keys.empty() || !keys.latest_cache.empty()) return keys.latest_cache;
+  keys.latest_cache.push_back(keys.lists.front());
   if (keys.messages.size() > 1) {
     Sha256 h;
     h.update("orbit sync second message v1");
     h.update(keys.head.data(), keys.head.size());
     h.update(keys.messages[1].data(), keys.messages[1].size());
-    out.push_back(h.digest());
+    keys.latest_cache.push_back(h.digest());
   }
-  out.push_back(keys.head);
-  return out;
+  keys.latest_cache.push_back(keys.head);
+  return keys.latest_cache;
 }
 
 Sha256::Digest anchor_key(const ListKeys& keys, std::size_t i) {
-  Sha256 h;
-  h.update("orbit sync anchor message v1");
-  h.update(keys.head.data(), keys.head.size());
-  h.update(keys.messages[i].data(), keys.messages[i].size());
-  return h.digest();
+  if (keys.anchor_known.size() != keys.messages.size()) {
+    keys.anchor_known.assign(keys.messages.size(), 0);
+    keys.anchor_cache.resize(keys.messages.size());
+  }
+  if (keys.anchor_known[i] == 0) {
+    anchor_hashes.fetch_add(1, std::memory_order_relaxed);
+    Sha256 h;
+    h.update("orbit sync anchor message v1");
+    h.update(keys.head.data(), keys.head.size());
+    h.update(keys.messages[i].data(), keys.messages[i].size());
+    keys.anchor_cache[i] = h.digest();
+    keys.anchor_known[i] = 1;
+  }
+  return keys.anchor_cache[i];
 }
 
 std::vector<std::size_t> anchor_messages(const ListKeys& keys) {

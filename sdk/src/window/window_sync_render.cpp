@@ -495,11 +495,12 @@ Rendering render_units(const EngineCore& core, const std::vector<ChatMessage>& m
   Encoder encode{tok, by_token_bytes(tok) && detail::encodes_incrementally(tok), nullptr, nullptr, nullptr};
   detail::ListKeys keys;
   if (encode.incremental || detail::cuts_memo_applies(*chat.tmpl)) keys = detail::list_keys(*chat.tmpl, ro, msgs);
-  const std::vector<Cut> cuts = detail::text_cuts(*chat.tmpl, render.messages, keys, text, &out.merged);
+  detail::ListChoice chose;
+  const std::vector<Cut> cuts = detail::text_cuts(*chat.tmpl, render.messages, keys, text, &out.merged, &chose);
   const std::vector<Marker> marks = find_markers(text, out.parts, caller);
   encode.cuts = &cuts;
   if (encode.incremental) {
-    encode.known = detail::known_encodings(keys, tok);
+    encode.known = detail::known_encodings(keys, tok, chose);
     encode.made = std::make_shared<detail::ListEncodings>();
   }
   std::size_t from = 0;
@@ -558,6 +559,7 @@ std::string Engine::render_chat(const std::vector<ChatMessage>& messages, bool a
 }
 
 ToolCallFormat Engine::tool_call_format(const ChatOptions& options) const {
+  const detail::OpHold hold(*core_);  // "engine is closed" here, not read as a template refusing the probe below
   // An assistant message with one call, rendered as the template writes history: the way it writes the call
   // is the way it taught the model to write one.
   ChatMessage user;
