@@ -18,56 +18,16 @@
 #include "orbit/store/blob_io.h"
 #include "orbit/store/disk_tier.h"
 #include "orbit/store/sqlite_index.h"
+#include "shown_text.h"
 
 namespace orbit {
 
 namespace fs = std::filesystem;
 using store::DiskRow;
+using store::shown;
 using store::SqliteIndex;
 
 namespace {
-
-// The length of the valid UTF-8 character that starts at s[i], or 0 where the bytes there are not one
-// (a stray continuation byte, an overlong form, a surrogate, past U+10FFFF, or cut short).
-std::size_t utf8_char_at(const std::string& s, std::size_t i) {
-  const auto at = [&](std::size_t k) { return i + k < s.size() ? static_cast<unsigned char>(s[i + k]) : 0u; };
-  const unsigned lead = at(0);
-  if (lead < 0x80) return 1;
-  const std::size_t n = lead >= 0xC2 && lead <= 0xDF   ? 2
-                        : lead >= 0xE0 && lead <= 0xEF ? 3
-                        : lead >= 0xF0 && lead <= 0xF4 ? 4
-                                                       : 0;
-  if (n == 0) return 0;
-  const unsigned lo = lead == 0xE0 ? 0xA0 : lead == 0xF0 ? 0x90 : 0x80;
-  const unsigned hi = lead == 0xED ? 0x9F : lead == 0xF4 ? 0x8F : 0xBF;
-  if (at(1) < lo || at(1) > hi) return 0;
-  for (std::size_t k = 2; k < n; ++k) {
-    if (at(k) < 0x80 || at(k) > 0xBF) return 0;
-  }
-  return n;
-}
-
-// `s` with every byte that is not part of valid UTF-8 written as \xNN. Text read from the index (keys,
-// blob paths, checksums, the fingerprint) is reported as such: a damaged or hand-edited row can hold any
-// bytes, and the JSON of `orbit store ls --json` and Python's str need UTF-8.
-std::string shown(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  for (std::size_t i = 0; i < s.size();) {
-    const std::size_t n = utf8_char_at(s, i);
-    if (n > 0) {
-      out.append(s, i, n);
-      i += n;
-      continue;
-    }
-    static const char kHex[] = "0123456789abcdef";
-    const auto b = static_cast<unsigned char>(s[i++]);
-    out += "\\x";
-    out += kHex[b >> 4];
-    out += kHex[b & 15];
-  }
-  return out;
-}
 
 int64_t count_blob_files(const std::string& root) {
   std::error_code ec;
@@ -133,6 +93,18 @@ std::unique_ptr<SqliteIndex> open_index(const std::string& root, SqliteIndex::Mo
   return index;
 }
 
+// Every row of the index of the store at `root`. Damage that only reading the rows finds (a corrupt page of
+// the entries table) is refused like damage found at opening, with the pointer to repair.
+std::vector<DiskRow> index_rows(SqliteIndex& index, const std::string& root) {
+  try {
+    return index.rows();
+  } catch (const Error& e) {
+    if (!store::is_index_damage(e)) throw;
+    ORBIT_FAIL("store " << root << ": its index " << root << "/index.sqlite is damaged (" << e.what()
+                        << "); run `orbit store repair --store " << root << "` to rebuild it from the blobs");
+  }
+}
+
 std::string blobs_root(const std::string& root) {
   std::error_code ec;
   const fs::path p = fs::canonical(root + "/blobs", ec);
@@ -186,7 +158,7 @@ std::vector<StoreEntryInfo> list_store(const std::string& dir) {
   SqliteIndex& index = *opened;
   const std::set<std::string> pins = index.live_pins(now_ms());
   std::vector<StoreEntryInfo> out;
-  for (const DiskRow& r : index.rows()) {
+  for (const DiskRow& r : index_rows(index, root)) {
     StoreEntryInfo e;
     e.key = shown(r.key);
     e.kind = r.kind;
@@ -212,7 +184,7 @@ StoreSummary summarize_store(const std::string& dir) {
   s.model_fingerprint = shown(index.meta("model_fingerprint").value_or(""));
   s.format_version = std::stoll(index.meta("format_version").value_or("0"));
   std::map<std::string, int64_t> count, bytes;
-  const std::vector<DiskRow> rows = index.rows();
+  const std::vector<DiskRow> rows = index_rows(index, root);
   const std::set<std::string> pins = index.live_pins(now_ms());
   for (const DiskRow& r : rows) {
     ++s.entries;
@@ -237,7 +209,7 @@ VerifyReport verify_store(const std::string& dir) {
   SqliteIndex& index = *opened;
   const std::string fingerprint = index.meta("model_fingerprint").value_or("");
   VerifyReport report;
-  const std::vector<DiskRow> rows = index.rows();
+  const std::vector<DiskRow> rows = index_rows(index, root);
   const std::string confined_root = blobs_root(root);
   for (const DiskRow& r : rows) {
     ++report.checked;
@@ -300,7 +272,7 @@ GcReport gc_store(const std::string& dir, const GcOptions& options) {
   // Holding the lock, no write is in flight: every temp file is dead and the row set is final.
   std::unique_ptr<SqliteIndex> opened = open_index(root, SqliteIndex::Mode::kReadWrite);
   SqliteIndex& index = *opened;
-  const std::vector<DiskRow> rows = index.rows();
+  const std::vector<DiskRow> rows = index_rows(index, root);
   const std::set<std::string> used = referenced(root, rows);
   const BlobFiles files = scan_blobs(root);
   GcReport report;

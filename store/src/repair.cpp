@@ -18,6 +18,7 @@
 #include "orbit/store/blob_io.h"
 #include "orbit/store/disk_tier.h"
 #include "orbit/store/sqlite_index.h"
+#include "shown_text.h"
 
 namespace orbit {
 
@@ -65,6 +66,12 @@ std::optional<Found> inspect_blob(const std::string& root, const fs::path& path,
   std::error_code ec;
   f.mtime = fs::last_write_time(path, ec);
   return f;
+}
+
+// True when row `r` says what blob `f` holds (checksum, kind, encoding, model) and no read found it corrupt.
+bool row_matches(const Found& f, const DiskRow& r, const std::string& fingerprint) {
+  return f.row.checksum == r.checksum && f.row.kind == r.kind && f.row.encoding == r.encoding &&
+         f.fingerprint == fingerprint && !r.corrupt;
 }
 
 // Why the index at `path` is damaged (SQLite's quick_check, or the error that stopped it), or "" when it
@@ -176,14 +183,13 @@ RepairReport repair_store(const std::string& dir) {
       why = path.status().reason();
     } else {
       auto it = best.find(r.key);
-      if (it != best.end() && it->second.row.blob == r.blob && it->second.row.checksum == r.checksum &&
-          it->second.fingerprint == fingerprint && !r.corrupt) {
+      if (it != best.end() && it->second.row.blob == r.blob && row_matches(it->second, r, fingerprint)) {
         good.insert(r.key);
         continue;
       }
       std::vector<std::string> notes;
       std::optional<Found> f = inspect_blob(root, path.value(), &notes);
-      if (f && f->row.key == r.key && f->row.checksum == r.checksum && f->fingerprint == fingerprint && !r.corrupt) {
+      if (f && f->row.key == r.key && row_matches(*f, r, fingerprint)) {
         good.insert(r.key);
         continue;
       }
@@ -207,6 +213,7 @@ RepairReport repair_store(const std::string& dir) {
     ORBIT_CHECK(s.is_ok(), "store " << root << ": " << s.reason());
     ++report.rows_restored;
   }
+  for (std::string& note : report.notes) note = store::shown(note);  // a damaged row's key may hold any bytes
   return report;
 }
 

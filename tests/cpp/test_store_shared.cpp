@@ -403,7 +403,7 @@ TEST_CASE("orbit store with an empty --store, and on a read-only store", "[store
   REQUIRE(test::run_command("chmod -R u+w " + d).status == 0);
 }
 
-TEST_CASE("index rows with a non-UTF-8 key or a kind or encoding the blob contradicts are reported, never thrown",
+TEST_CASE("index rows with a non-UTF-8 key or a kind or encoding the blob contradicts are reported and repaired",
           "[store][cpu]") {
   test::TempDir dir;
   const std::string d = dir.path().string();
@@ -441,4 +441,54 @@ TEST_CASE("index rows with a non-UTF-8 key or a kind or encoding the blob contra
   INFO(verify.out);
   CHECK(verify.status == 1);  // bad entries, not an internal error (3)
   CHECK_NOTHROW(nlohmann::json::parse(verify.out.substr(verify.out.find('{'))));
+
+  // Repair drops the three rows and restores them from their blobs, as the blobs say.
+  const test::CliRun repair = test::cli("store repair --json --store " + d);
+  INFO(repair.out);
+  REQUIRE(repair.status == 0);
+  const nlohmann::json repaired = nlohmann::json::parse(repair.out.substr(repair.out.find('{')));
+  CHECK(repaired["rows_dropped"] == 3);
+  CHECK(repaired["rows_restored"] == 3);
+  CHECK(verify_store(d).clean());
+  for (const StoreEntryInfo& e : list_store(d))
+    CHECK((e.kind == EntryKind::kCanonical && e.encoding == BlobEncoding::kExact));
+}
+
+TEST_CASE("an index whose entries table is damaged past its schema is refused with the way to repair", "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  {
+    ChunkStore store(disk_options(d));
+    for (int64_t i = 1; i <= 3; ++i) REQUIRE(store.put(key(i), test::store_test_value(i)).is_ok());
+  }
+  const std::string idx = d + "/index.sqlite";
+  int64_t root = 0, page_size = 0;
+  {
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open(idx.c_str(), &db) == SQLITE_OK);
+    sqlite3_stmt* stmt = nullptr;
+    REQUIRE(sqlite3_prepare_v2(db,
+                               "SELECT rootpage, (SELECT page_size FROM pragma_page_size) FROM sqlite_master "
+                               "WHERE name = 'entries'",
+                               -1, &stmt, nullptr) == SQLITE_OK);
+    REQUIRE(sqlite3_step(stmt) == SQLITE_ROW);
+    root = sqlite3_column_int64(stmt, 0);
+    page_size = sqlite3_column_int64(stmt, 1);
+    sqlite3_finalize(stmt);
+    sqlite3_close(db);
+  }
+  {  // the table's root page loses its page type: the schema still reads, the rows do not
+    std::fstream f(idx, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp((root - 1) * page_size);
+    f.put('\0');
+  }
+  const std::string repair = "orbit store repair --store " + d;
+  CHECK_THROWS_WITH(list_store(d), Contains("is damaged") && Contains(repair));
+  CHECK_THROWS_WITH(summarize_store(d), Contains("is damaged") && Contains(repair));
+  CHECK_THROWS_WITH(verify_store(d), Contains("is damaged") && Contains(repair));
+  CHECK_THROWS_WITH(gc_store(d), Contains("is damaged") && Contains(repair));
+  CHECK(count_blobs(d) == 3);
+  const RepairReport repaired = repair_store(d);
+  CHECK(repaired.rows_restored == 3);
+  CHECK(verify_store(d).clean());
 }
