@@ -514,7 +514,15 @@ TEST_CASE("budgeted masks at every budget equal brute force: the budget's skip b
       R"({"type": "object", "propertyNames": {"pattern": "^(a|b|\"|a[\"\\\\]{1,2})$"}, "minProperties": 2,
           "additionalProperties": {"type": "integer"}})",
       R"({"type": "object", "propertyNames": {"pattern": "^[ab]c*$"}, "maxProperties": 3,
-          "additionalProperties": {"type": "integer"}})"};
+          "additionalProperties": {"type": "integer"}})",
+      // Formats (regular languages, finite or not, up to the 10 characters a string is given here).
+      R"({"type": "object", "properties": {"d": {"type": "string", "format": "date"},
+          "t": {"type": "string", "format": "time"}, "p": {"type": "string", "format": "duration"}},
+          "required": ["d"]})",
+      R"({"type": "array", "items": {"anyOf": [{"type": "string", "format": "ipv6"},
+          {"type": "object", "properties": {"v4": {"type": "string", "format": "ipv4"}}}]}, "minItems": 1})",
+      R"({"type": "object", "properties": {"e": {"type": "string", "format": "email"},
+          "h": {"type": "string", "format": "hostname", "maxLength": 6}}, "required": ["e", "h"]})"};
   for (uint64_t seed = 1; seed <= 200; ++seed) schemas.push_back(SchemaGen(seed * 31).schema(0).dump());
   int64_t states = 0, skipped = 0, cut = 0;
   for (std::size_t k = 0; k < schemas.size(); ++k) {

@@ -3,6 +3,7 @@
 // multipleOf against exact decimal arithmetic on random numbers, and random walks that never reach a dead
 // end. Links orbit_constrain and Catch only.
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -221,7 +222,9 @@ TEST_CASE("format: each format on valid and invalid values", "[constraint]") {
       {"time", {"23:59:60Z", "00:00:00.123+05:30", "12:30:00z"}, {"24:00:00Z", "12:60:00Z", "12:00:00", "1:00:00Z"}},
       {"date-time", {"2024-01-15T10:20:30Z", "2024-01-15t10:20:30.5-08:00"}, {"2024-01-15 10:20:30Z", "2024-01-15"}},
       {"duration", {"P1Y", "P3Y6M4DT12H30M5S", "P2W", "PT1M"}, {"P", "PT", "P1H", "1Y", "P1.5Y", "PT0.5S"}},
-      {"email", {"a@b", "first.last+tag@example.co.uk", "x_y@d-1.org"}, {"@b.c", "a@", "a..b@c", "a@-b.c", "a b@c"}},
+      {"email",
+       {"a@b.c", "first.last+tag@example.co.uk", "x_y@d-1.org", "o'hara@example.com"},
+       {"@b.c", "a@", "a..b@c.d", "a@-b.c", "a b@c.d", "a@b", "What's'@c", "a@b..c", "a@b.c."}},
       {"hostname", {"localhost", "a-1.example.com", "x"}, {"-a.com", "a-.com", "a..b", "a_b.com", ""}},
       {"ipv4", {"0.0.0.0", "255.255.255.255", "192.168.1.10"}, {"256.1.1.1", "01.1.1.1", "1.1.1", "1.1.1.1.1"}},
       {"ipv6",
@@ -285,6 +288,79 @@ TEST_CASE("format: each format on valid and invalid values", "[constraint]") {
   const auto phone = schema(R"({"type": "string", "format": "e164", "pattern": "^\\+[1-9]\\d{6,14}$"})");
   CHECK(phone->matches("\"+4930123456\""));
   CHECK_FALSE(phone->matches("\"4930123456\""));
+}
+
+namespace {
+
+bool leap(int year) { return (year % 4 == 0 && year % 100 != 0) || year % 400 == 0; }
+
+int days_in(int year, int month) {
+  static constexpr int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  return month == 2 && leap(year) ? 29 : kDays[month - 1];
+}
+
+std::string date_text(int year, int month, int day) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02d", year, month, day);
+  return buf;
+}
+
+}  // namespace
+
+TEST_CASE("format date: February 29th only in leap years, on every year; every month's days", "[constraint]") {
+  const auto date = schema(R"({"type": "string", "format": "date"})");
+  for (int year = 0; year <= 9999; ++year) {
+    INFO(year);
+    CHECK(date->matches(quote(date_text(year, 2, 28))));
+    CHECK(date->matches(quote(date_text(year, 2, 29))) == leap(year));
+    CHECK_FALSE(date->matches(quote(date_text(year, 2, 30))));
+  }
+  for (const int year : {1900, 2000, 2023, 2024}) {
+    for (int month = 0; month <= 13; ++month) {
+      for (int day = 0; day <= 32; ++day) {
+        INFO(date_text(year, month, day));
+        const bool valid = month >= 1 && month <= 12 && day >= 1 && day <= days_in(year, month);
+        CHECK(date->matches(quote(date_text(year, month, day))) == valid);
+      }
+    }
+  }
+  const auto stamp = schema(R"({"type": "string", "format": "date-time"})");
+  CHECK(stamp->matches(quote("2000-02-29T23:59:60Z")));
+  CHECK_FALSE(stamp->matches(quote("1900-02-29T00:00:00Z")));
+  CHECK_FALSE(stamp->matches(quote("2023-02-29t12:00:00+01:00")));
+  // A pattern that admits only dates the format refuses: nothing is left, and the error says which keywords.
+  CHECK_THAT(error_of([] { schema(R"({"type": "string", "format": "date", "pattern": "^(1900|2023)-02-29$"})"); }),
+             Contains("schema: pattern and format together: admits no value"));
+  const auto leap_days = schema(R"({"type": "string", "format": "date", "pattern": "^(1900|2000|2023)-02-29$"})");
+  CHECK(leap_days->matches(quote("2000-02-29")));
+  CHECK_FALSE(leap_days->matches(quote("1900-02-29")));
+}
+
+TEST_CASE("format with minLength and maxLength: both hold", "[constraint]") {
+  const auto short_ip = schema(R"({"type": "string", "format": "ipv4", "minLength": 8, "maxLength": 9})");
+  CHECK(short_ip->matches(quote("10.1.1.1")));
+  CHECK(short_ip->matches(quote("10.10.1.1")));
+  CHECK_FALSE(short_ip->matches(quote("1.1.1.1")));
+  CHECK_FALSE(short_ip->matches(quote("10.10.10.1")));
+  CHECK_FALSE(short_ip->matches(quote("10.1.1.x")));
+  const auto host = schema(R"({"type": "string", "format": "hostname", "maxLength": 3})");
+  CHECK(host->matches(quote("a.b")));
+  CHECK_FALSE(host->matches(quote("a.bc")));
+  // A host name holds at most 253 characters (labels of 63 at most), under maxLength or none.
+  const std::string label63(63, 'a');
+  const std::string longest = label63 + "." + label63 + "." + label63 + "." + std::string(61, 'b');
+  REQUIRE(longest.size() == 253);
+  for (const char* s : {R"({"type": "string", "format": "hostname"})",
+                        R"({"type": "string", "format": "hostname", "maxLength": 300})"}) {
+    const auto c = schema(s);
+    CHECK(c->matches(quote(longest)));
+    CHECK_FALSE(c->matches(quote(longest + "b")));
+    CHECK_FALSE(c->matches(quote(label63 + "a.b")));
+  }
+  CHECK_THAT(error_of([] { schema(R"({"type": "string", "format": "hostname", "minLength": 254})"); }),
+             Contains("schema.minLength: 254 is over the 253 characters a hostname holds"));
+  CHECK_THAT(error_of([] { schema(R"({"type": "string", "format": "uuid", "maxLength": 35})"); }),
+             Contains("schema: the shortest value allowed has 36 characters, over the limit of 35"));
 }
 
 TEST_CASE("number bounds: exactly the values in range, on random numbers", "[constraint]") {

@@ -151,9 +151,11 @@ class Constraint {
   //                   ^(?=.*\d)(?=.*[a-z]).{8,}$); refused: backreferences, lookbehind, \b, \p{..}, '^' other
   //                   than at a (top-level alternative's) start, and a pattern whose automaton grows past the
   //                   bounds ("too complex to constrain", naming the lookahead when it is one's)
-  //   format          date, time, date-time (RFC 3339; February 29 is allowed in every year), duration (RFC
-  //                   3339's, whole numbers), email (dot-atom local part), hostname (RFC 1123 labels), ipv4,
-  //                   ipv6 (RFC 3986), uuid, uri (a scheme, ':', and URI characters with valid %-escapes),
+  //   format          date, time, date-time (RFC 3339; February 29 only in leap years; a leap second :60 at
+  //                   any minute), duration (RFC 3339's, whole numbers), email (ajv-formats' common regex: a
+  //                   dot-atom local part, '@', a domain of two labels or more), hostname (RFC 1123 labels of
+  //                   1 to 63 characters, 253 characters in all: a cap on maxLength), ipv4, ipv6 (RFC 3986),
+  //                   uuid, uri (a scheme, ':', and URI characters with valid %-escapes),
   //                   base64 and base64url (RFC 4648, canonical: zero pad bits; base64 padded, base64url not),
   //                   jwt (three base64url parts; the header one of {"alg": A, "typ": "JWT"}, {"typ": "JWT",
   //                   "alg": A}, {"alg": A} as compact JSON, A a JWA signing algorithm: tokens zod's check

@@ -225,6 +225,7 @@ int32_t SchemaCompiler::compile_string(const Json& s, const std::string& path) {
                                                                             << "\" (give one, or the same in both)");
     rules.format = encoding;
   }
+  cap_format_chars(rules, path);
   return add_string_dfa(g_, rules, path);
 }
 

@@ -103,6 +103,7 @@ KeyRules SchemaCompiler::key_rules(const Json& names, const std::string& path) c
     (std::string(key) == "pattern" ? k.strings.pattern : k.strings.format) =
         names.at(key).get_ptr<const std::string*>();
   }
+  cap_format_chars(k.strings, path);
   return k;
 }
 

@@ -1,8 +1,9 @@
 // Strings under pattern and format (schema_regular.h): each format is a regular expression of its syntax
 // (RFC 3339 for dates and times, RFC 3986 for URIs and IPv6, RFC 1123 for host names, RFC 4122 for UUIDs,
-// RFC 5321's dot-atom for e-mail, RFC 4648 for base64 and base64url, RFC 7519 for JWTs), made an automaton
-// and intersected with the pattern and the length bounds. (zod's emoji is not among them: it is a string of
-// Unicode's Extended_Pictographic and Emoji_Component characters, properties this tree has no table of.)
+// RFC 5321's dot-atom at a domain of two labels or more for e-mail, RFC 4648 for base64 and base64url,
+// RFC 7519 for JWTs), made an automaton and intersected with the pattern and the length bounds. (zod's emoji
+// is not among them: it is a string of Unicode's Extended_Pictographic and Emoji_Component characters,
+// properties this tree has no table of.)
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -85,15 +86,22 @@ std::string jwt_regex(const std::string& b64url) {
 
 const std::map<std::string, std::string>& format_regexes() {
   static const std::map<std::string, std::string> k = [] {
+    // February 29th only in leap years (RFC 3339 5.7, Appendix C): a year divisible by 4 and not by 100
+    // (its last two digits a multiple of 4 but 00), or by 400 (its first two a multiple of 4, then 00).
+    const std::string leap_year = "(?:\\d\\d(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)";
     const std::string date =
-        "\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|02-(?:0[1-9]|[12]"
-        "\\d))";
+        "(?:\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|02-(?:0[1-9]|1"
+        "\\d|2[0-8]))|" +
+        leap_year + "-02-29)";
     const std::string time =
         "(?:[01]\\d|2[0-3]):[0-5]\\d:(?:[0-5]\\d|60)(?:\\.\\d+)?(?:[Zz]|[+-](?:[01]\\d|2[0-3]):[0-5]\\d)";
     const std::string days = "(?:\\d+Y(?:\\d+M)?(?:\\d+D)?|\\d+M(?:\\d+D)?|\\d+D)";
     const std::string clock = "T(?:\\d+H(?:\\d+M)?(?:\\d+S)?|\\d+M(?:\\d+S)?|\\d+S)";
     const std::string label = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
     const std::string hostname = label + "(?:\\." + label + ")*";
+    // E-mail as ajv-formats' (and regular-expressions.info's) common regex writes it: RFC 5321's dot-atom,
+    // '@', a domain of two labels or more (a bare "a@b" is refused), each label here of 1 to 63 characters.
+    // Quoted local parts and address literals (a@[192.0.2.1]) are not written.
     const std::string atom = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+";
     const std::string octet = "(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)";
     const std::string ipv4 = octet + "(?:\\." + octet + "){3}";
@@ -107,7 +115,7 @@ const std::map<std::string, std::string>& format_regexes() {
         {"time", time},
         {"date-time", date + "[Tt]" + time},
         {"duration", "P(?:" + days + "(?:" + clock + ")?|" + clock + "|\\d+W)"},
-        {"email", atom + "(?:\\." + atom + ")*@" + hostname},
+        {"email", atom + "(?:\\." + atom + ")*@" + label + "(?:\\." + label + ")+"},
         {"hostname", hostname},
         {"ipv4", ipv4},
         {"ipv6", ipv6_regex(ipv4)},
@@ -184,6 +192,14 @@ ByteDfa lowercase_escapes(const std::string& what) {
 }
 
 }  // namespace
+
+void cap_format_chars(StringRules& rules, const std::string& path) {
+  constexpr int64_t kHostnameChars = 253;
+  if (rules.format == nullptr || *rules.format != "hostname") return;
+  ORBIT_CHECK(rules.min_chars <= kHostnameChars, path << ".minLength: " << rules.min_chars << " is over the "
+                                                      << kHostnameChars << " characters a hostname holds");
+  rules.max_chars = std::min(rules.max_chars, kHostnameChars);
+}
 
 int32_t add_string_dfa(Grammar& g, const StringRules& rules, const std::string& path) {
   return add_dfa(g, quoted(content_dfa(rules, path), path), rules.max_chars, path);

@@ -25,6 +25,11 @@ struct StringRules {
   int64_t min_chars = 0;
   int64_t max_chars = 0;
 };
+// Lowers rules.max_chars to the most characters its format admits where the format bounds them: a hostname
+// holds at most 253 (RFC 1035 2.3.4's 255 octets on the wire, less the first length and the root's), applied
+// as maxLength is, by the kDfa node's count. Call it once the format is set; a minLength over the bound
+// throws naming `path`.minLength.
+void cap_format_chars(StringRules& rules, const std::string& path);
 int32_t add_string_dfa(Grammar& g, const StringRules& rules, const std::string& path);
 // The JSON strings (quotes included) `rules` admit, each in one spelling only: the one json_quote() writes
 // (no escapes but \" \\ \b \f \n \r \t and lowercase \u00xx), so that two keys are the same text exactly when
