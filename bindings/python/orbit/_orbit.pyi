@@ -917,7 +917,9 @@ class Engine:
         orbit.aio call) is first stopped at its next token, stop_reason 'cancelled' as a CancelToken gives, so
         close() waits for that token, not for the whole answer (a stream waiting for its reader is woken at
         once); one asked for meanwhile raises OrbitError('engine is closed'), and none runs once close()
-        returned. Idempotent. Later calls on the engine or its windows raise OrbitError('engine is closed').
+        returned. Idempotent. Later calls on the engine or its windows raise OrbitError('engine is closed'),
+        the tokenizer's (tokenize, detokenize, piece, has_tokenizer) and options included; only closed, stats
+        and repr() answer.
         Called from inside a call of this engine on the same thread (generate's on_text) it raises OrbitError
         instead of waiting for that call, which waits for it, and stops nothing."""
     @property
@@ -1202,7 +1204,10 @@ class Window:
         cancel= token stops all n answers at their next token (stop_reason 'cancelled'); one cancelled before the
         call gives n cancelled Generations at once. n must be in [1, 1024] (OrbitError naming n otherwise): every
         branch is forked before the first step."""
-    def disposable(self, instance: InstanceArg, query: Tokens, *, answer_tokens: int = 4) -> DisposabilityReport: ...
+    def disposable(self, instance: InstanceArg, query: Tokens, *, answer_tokens: int = 4) -> DisposabilityReport:
+        """Greedy-decodes answer_tokens after the query with the instance as it is and with its conditioning
+        switched off; truthy when the answers agree. answer_tokens past the model's positions (after the
+        window and the query) raises OrbitError naming it, before anything runs."""
     def loss_by_instance(self, query: Tokens) -> list[InstanceLoss]: ...
     def kv(self, instance: InstanceArg) -> InstanceKV: ...
 
@@ -1375,7 +1380,7 @@ class GcReport:
 
 def store_list(dir: Union[str, os.PathLike]) -> list[StoreEntryInfo]:
     """The committed entries of a store directory. dir of another type (None) raises TypeError naming
-    store_list: dir, as the other store_* functions name theirs."""
+    store_list: dir, and '' ValueError naming it, as the other store_* functions name theirs."""
 def store_summary(dir: Union[str, os.PathLike]) -> StoreSummary:
     """A StoreSummary of a store directory."""
 def store_verify(dir: Union[str, os.PathLike]) -> VerifyReport:

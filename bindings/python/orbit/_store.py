@@ -27,10 +27,22 @@ class Store:
     manager, or call close()."""
 
     def __init__(self, dir: Union[str, os.PathLike]) -> None:
-        """Opens DIR; raises OrbitError naming it when it is not a store directory."""
+        """Opens DIR; raises OrbitError naming it when it is not a store directory, TypeError for anything
+        but a str or os.PathLike of one, ValueError for ''."""
+        if not isinstance(dir, (str, os.PathLike)) or not isinstance(os.fspath(dir), str):
+            raise TypeError(f"Store: dir must be a str or os.PathLike, got {type(dir).__name__}")
+        if os.fspath(dir) == "":
+            raise ValueError("Store: dir is empty: give the store directory")
         self._dir = os.fspath(dir)
         self._closed = False
         self._fingerprint = store_summary(self._dir).model_fingerprint
+
+    def __getattr__(self, name: str):
+        # Reached only where normal lookup failed: the fields __init__ sets, on an instance Store.__new__ made.
+        if name in ("_dir", "_closed", "_fingerprint"):
+            raise TypeError("this orbit.Store was made by Store.__new__ without __init__ and holds nothing; "
+                            "create one with orbit.Store(dir)")
+        raise AttributeError(f"'Store' object has no attribute {name!r}")
 
     @property
     def dir(self) -> str:

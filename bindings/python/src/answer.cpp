@@ -106,7 +106,7 @@ struct ToolChoice {
 ToolChoice to_tool_choice(const py::object& tool_choice) {
   if (tool_choice.is_none()) return {"auto", false};
   if (py::isinstance<py::str>(tool_choice)) {
-    std::string choice = tool_choice.cast<std::string>();
+    std::string choice = utf8_arg(tool_choice, "generate: tool_choice");
     const bool named = choice != "auto" && choice != "none" && choice != "required";
     return {std::move(choice), named};
   }
@@ -135,7 +135,9 @@ ToolChoice to_tool_choice(const py::object& tool_choice) {
 // the function itself, named by a non-empty str. Checked whatever tool_choice is: under "auto" a schema outside
 // the constraints' subset leaves the answer free, but an entry that is no tool at all is a mistake, never
 // rendered or decoded as if it were one.
-void check_tool_entries(const py::list& tools) {
+// Returns the tools' names, in order.
+std::vector<std::string> check_tool_entries(const py::list& tools) {
+  std::vector<std::string> names;
   for (std::size_t i = 0; i < tools.size(); ++i) {
     const std::string at = "generate: tools[" + std::to_string(i) + "]";
     const py::handle tool = tools[i];
@@ -152,7 +154,19 @@ void check_tool_entries(const py::list& tools) {
     if (!f.contains("name") || !py::isinstance<py::str>(f["name"]) || f["name"].cast<std::string>().empty()) {
       throw py::value_error(fn_at + ".name: expected a non-empty str (the tool's name)");
     }
+    names.push_back(utf8_arg(f["name"], fn_at + ".name"));
   }
+  return names;
+}
+
+// A tool_choice naming a tool names one of `names`.
+void check_named_tool(const std::string& choice, const std::vector<std::string>& names) {
+  std::string listed;
+  for (const std::string& n : names) {
+    if (n == choice) return;
+    listed += (listed.empty() ? "" : ", ") + n;
+  }
+  ORBIT_CHECK(false, "generate: tool_choice: '" << choice << "' is not among the tools (" << listed << ")");
 }
 
 AnswerSpec build_spec(const PyWindow& w, const py::object& tools, const py::object& tool_choice,
@@ -170,12 +184,13 @@ AnswerSpec build_spec(const PyWindow& w, const py::object& tools, const py::obje
     }
     ORBIT_CHECK(array, "generate: tools is not a JSON array of tools: " << a.tools_json.substr(0, 60));
   }
+  std::vector<std::string> names;
   if (!tools.is_none()) {
     const py::object parsed = json_module().attr("loads")(a.tools_json);
     if (!py::isinstance<py::list>(parsed)) {
       throw py::type_error("generate: tools must be a list of tool dicts (or its JSON text), got " + type_name(tools));
     }
-    check_tool_entries(parsed.cast<py::list>());
+    names = check_tool_entries(parsed.cast<py::list>());
   }
   ORBIT_CHECK(tool_call_format.is_none() || !a.tools_json.empty(),
               "generate: tool_call_format = " << py::str(tool_call_format).cast<std::string>()
@@ -186,6 +201,7 @@ AnswerSpec build_spec(const PyWindow& w, const py::object& tools, const py::obje
   const auto [choice, named] = to_tool_choice(tool_choice);
   ORBIT_CHECK(a.tools_json.empty() ? !named && (choice == "auto" || choice == "none") : true,
               "generate: tool_choice = '" << choice << "' needs tools");
+  if (named && !a.tools_json.empty()) check_named_tool(choice, names);
   a.read_calls = !a.tools_json.empty() && (named || choice != "none");
   if (!a.tools_json.empty() && (named || (choice != "auto" && choice != "none"))) {
     const std::string only = named ? choice : "";
@@ -302,7 +318,13 @@ void init_answer(py::module_& m) {
       "tool_call_format",
       [](const orbit::Engine& e, const py::object& chat_template) {
         orbit::ChatOptions o;
-        if (!chat_template.is_none()) o.chat_template = chat_template.cast<std::string>();
+        if (!chat_template.is_none()) {
+          if (!py::isinstance<py::str>(chat_template)) {
+            throw py::type_error("tool_call_format: chat_template: expected a str or None, got " +
+                                 type_name(chat_template));
+          }
+          o.chat_template = utf8_arg(chat_template, "tool_call_format: chat_template");
+        }
         py::gil_scoped_release release;
         return std::string(orbit::tool_call_format_name(e.tool_call_format(o)));
       },
@@ -311,10 +333,11 @@ void init_answer(py::module_& m) {
       "in: 'hermes', 'llama3' or 'mistral' (read off how it renders an assistant message holding a call).");
   m.def(
       "parse_tool_calls",
-      [](const std::string& text, const std::string& format, bool cut) {
-        const orbit::ToolCallParse r =
-            orbit::parse_tool_calls(text, orbit::parse_tool_call_format(format, "parse_tool_calls: format"),
-                                    cut ? orbit::CutToolCall::kCall : orbit::CutToolCall::kContent);
+      [](const py::str& text, const py::str& format, bool cut) {
+        const orbit::ToolCallParse r = orbit::parse_tool_calls(
+            utf8_arg(text, "parse_tool_calls: text"),
+            orbit::parse_tool_call_format(utf8_arg(format, "parse_tool_calls: format"), "parse_tool_calls: format"),
+            cut ? orbit::CutToolCall::kCall : orbit::CutToolCall::kContent);
         py::dict out;
         out["content"] = r.content;
         out["tool_calls"] = calls_list(r.calls);

@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "initialized.h"
+
 namespace orbit_py {
 
 namespace py = pybind11;

@@ -54,3 +54,5 @@ std::shared_ptr<const CancelToken> to_cancel_token(const py::handle& obj, const 
 orbit::Generation cancelled_generation();
 
 }  // namespace orbit_py
+
+ORBIT_PY_INITIALIZED_SHARED_CASTER(orbit_py::CancelToken)

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "initialized.h"
 #include "orbit/common/shape.h"
 #include "orbit/engine.h"
 

@@ -73,17 +73,18 @@ void warn_if_remote_unreachable(const std::string& url) {
 struct EngineKeeper {
   std::shared_ptr<Engine> engine;
   std::shared_ptr<EngineDecodes> decodes;
+  std::string repr_fields;  // "model='...', store_dir='...'" for __repr__, which answers after close() too
 
   void operator()(Engine*) { engine.reset(); }
 };
 
 std::shared_ptr<Engine> open_engine(const py::object& model, const py::object& store_dir, int64_t pool_bytes,
                                     int64_t page_size, int64_t host_budget_bytes, int64_t disk_budget_bytes,
-                                    int threads, const std::string& remote, int64_t remote_ttl_seconds,
-                                    const std::string& remote_secret, const std::string& device,
-                                    const std::string& dtype, const std::string& eviction, const std::string& cold_tier,
-                                    int64_t device_tier_bytes, bool embedding_cache, const py::object& background,
-                                    bool shared_canonicals, int64_t max_idle_chunks, const py::object& constraint_cache,
+                                    int threads, const py::str& remote, int64_t remote_ttl_seconds,
+                                    const py::str& remote_secret, const py::str& device, const py::str& dtype,
+                                    const py::str& eviction, const py::str& cold_tier, int64_t device_tier_bytes,
+                                    bool embedding_cache, const py::object& background, bool shared_canonicals,
+                                    int64_t max_idle_chunks, const py::object& constraint_cache,
                                     const py::object& tokenizer) {
   orbit::EngineOptions o;
   o.model = path_arg(model, "Engine: model");
@@ -94,13 +95,13 @@ std::shared_ptr<Engine> open_engine(const py::object& model, const py::object& s
   o.host_budget_bytes = host_budget_bytes;
   o.disk_budget_bytes = disk_budget_bytes;
   o.threads = threads;
-  o.remote = remote;
+  o.remote = utf8_arg(remote, "Engine: remote");
   o.remote_ttl_seconds = remote_ttl_seconds;
-  o.remote_secret = remote_secret;
-  o.device = device;
-  o.dtype = dtype;
-  o.eviction = eviction;
-  o.cold_tier = cold_tier;
+  o.remote_secret = utf8_arg(remote_secret, "Engine: remote_secret");
+  o.device = utf8_arg(device, "Engine: device");
+  o.dtype = utf8_arg(dtype, "Engine: dtype");
+  o.eviction = utf8_arg(eviction, "Engine: eviction");
+  o.cold_tier = utf8_arg(cold_tier, "Engine: cold_tier");
   o.device_tier_bytes = device_tier_bytes;
   o.embedding_cache = embedding_cache;
   o.background = background_arg(background);
@@ -119,8 +120,12 @@ std::shared_ptr<Engine> open_engine(const py::object& model, const py::object& s
     engine = Engine::open(o);
   }
   if (!o.remote.empty()) warn_if_remote_unreachable(o.remote);
+  const py::object fsdecode = py::module_::import("os").attr("fsdecode");  // the bytes path_arg made, as a str
+  std::string fields = "model=" + std::string(py::repr(fsdecode(py::bytes(o.model))));
+  if (!o.store_dir.empty()) fields += ", store_dir=" + std::string(py::repr(fsdecode(py::bytes(o.store_dir))));
   Engine* raw = engine.get();
-  return std::shared_ptr<Engine>(raw, EngineKeeper{std::move(engine), std::make_shared<EngineDecodes>()});
+  return std::shared_ptr<Engine>(raw,
+                                 EngineKeeper{std::move(engine), std::make_shared<EngineDecodes>(), std::move(fields)});
 }
 
 ChunkOptions chunk_options(const std::string& label, bool pin) {
@@ -235,7 +240,9 @@ void def_engine_life(py::class_<Engine, std::shared_ptr<Engine>>& c) {
         "an orbit.aio call) is first stopped at its next token, stop_reason 'cancelled' as a CancelToken gives,\n"
         "so close() waits for that token, not for the whole answer (a stream waiting for its reader is woken at\n"
         "once); one started meanwhile raises OrbitError('engine is closed'), and none runs once close()\n"
-        "returned. Idempotent. Later calls on the engine or its windows raise OrbitError('engine is closed').\n"
+        "returned. Idempotent. Later calls on the engine or its windows raise OrbitError('engine is closed'), the\n"
+        "tokenizer's (tokenize, detokenize, piece, has_tokenizer) and options included; only closed, stats and\n"
+        "repr() answer.\n"
         "Called from inside a call of this engine on the same thread (generate's on_text) it raises OrbitError\n"
         "instead of waiting for that call, which waits for it, and stops nothing.");
   c.def_property_readonly(
@@ -275,7 +282,8 @@ void def_engine_text(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       "has_tokenizer", &Engine::has_tokenizer,
       "True when the engine has a tokenizer (llama2.c's, beside the model or EngineOptions' tokenizer).");
   c.def(
-      "tokenize", [](const Engine& e, const std::string& text, bool bos) { return e.tokenize(text, bos); },
+      "tokenize",
+      [](const Engine& e, const py::str& text, bool bos) { return e.tokenize(utf8_arg(text, "tokenize: text"), bos); },
       py::arg("text"), py::arg("bos") = true,
       "Token ids of text, llama2.c's encoding (BOS first when bos). Raises OrbitError when the engine has no\n"
       "tokenizer (Hugging Face models: tokenize with your own tokenizer, e.g. transformers.AutoTokenizer, and\n"
@@ -296,15 +304,18 @@ void def_engine_text(py::class_<Engine, std::shared_ptr<Engine>>& c) {
 void def_engine_chunks(py::class_<Engine, std::shared_ptr<Engine>>& c) {
   c.def(
       "add_text",
-      [](Engine& e, const std::string& text, const std::string& label, bool pin, bool bos) {
+      [](Engine& e, const py::str& text_arg, const py::str& label, bool pin, bool bos) {
+        const std::string text = utf8_arg(text_arg, "add_text: text");
+        const ChunkOptions o = chunk_options(utf8_arg(label, "add_text: label"), pin);
         py::gil_scoped_release release;
-        return e.add_text(text, chunk_options(label, pin), bos);
+        return e.add_text(text, o, bos);
       },
       py::arg("text"), py::kw_only(), py::arg("label") = "", py::arg("pin") = false, py::arg("bos") = false,
       "add_tokens(tokenize(text, bos)): a chunk of text. bos=True for a window's first chunk.");
   c.def(
       "add_tokens",
-      [](Engine& e, const py::object& tokens, const std::string& label, bool pin) {
+      [](Engine& e, const py::object& tokens, const py::str& label_arg, bool pin) {
+        const std::string label = utf8_arg(label_arg, "add_tokens: label");
         std::vector<int64_t> t = py::isinstance<py::str>(tokens)
                                      ? e.tokenize(utf8_arg(tokens, "add_tokens: tokens"), false)
                                      : to_tokens(tokens, "add_tokens: tokens");
@@ -318,8 +329,10 @@ void def_engine_chunks(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       "an empty chunk or ids outside the vocabulary, TypeError for non-integer input.");
   c.def(
       "add_embeddings",
-      [](Engine& e, const py::object& embeddings, const py::object& grid, const std::string& media_digest,
-         const std::string& label, bool pin) {
+      [](Engine& e, const py::object& embeddings, const py::object& grid, const py::str& digest_arg,
+         const py::str& label_arg, bool pin) {
+        const std::string media_digest = utf8_arg(digest_arg, "add_embeddings: media_digest");
+        const std::string label = utf8_arg(label_arg, "add_embeddings: label");
         const Borrowed emb = to_embeddings(embeddings, "add_embeddings: embeddings");
         const Borrowed g = to_grid(grid, "add_embeddings: grid");
         const orbit::ModelInfo info = e.model_info();
@@ -344,8 +357,10 @@ void def_engine_chunks(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       "Raises TypeError for a wrong dtype, ValueError for a wrong shape, OrbitError for NaN/Inf or a bad grid.");
   c.def(
       "find_media",
-      [](Engine& e, const std::string& media_digest, const py::object& grid, int64_t rows, const std::string& label,
+      [](Engine& e, const py::str& digest_arg, const py::object& grid, int64_t rows, const py::str& label_arg,
          bool pin) -> std::optional<ChunkRef> {
+        const std::string media_digest = utf8_arg(digest_arg, "find_media: media_digest");
+        const std::string label = utf8_arg(label_arg, "find_media: label");
         const Borrowed g = to_grid(grid, "find_media: grid");
         orbit::MediaLookup lookup;
         lookup.media_digest = media_digest;
@@ -365,7 +380,7 @@ void def_engine_chunks(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       "    if ref is None:\n"
       "        ref = engine.add_embeddings(encode(pixels), grid=grid, media_digest=digest)\n");
   c.def(
-      "chunk", [](const Engine& e, const std::string& key) { return e.chunk(key); }, py::arg("key"),
+      "chunk", [](const Engine& e, const py::str& key) { return e.chunk(utf8_arg(key, "chunk: key")); }, py::arg("key"),
       "The registered chunk with this key. Raises OrbitError when this engine does not know it.");
   c.def_property_readonly("chunks", &Engine::chunks, "list[ChunkRef] of every registered chunk.");
 }
@@ -382,11 +397,11 @@ void def_engine_windows(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       py::arg("chunk"), "Encodes the chunk's canonical now (one forward of the chunk alone) unless stored.");
   c.def(
       "new_window",
-      [](std::shared_ptr<Engine> e, const py::object& policy, int64_t max_bytes, const std::string& label) {
+      [](std::shared_ptr<Engine> e, const py::object& policy, int64_t max_bytes, const py::str& label) {
         orbit::WindowOptions o;
         if (!policy.is_none()) o.policy = to_policy(policy, "new_window: policy");
         o.max_bytes = max_bytes;
-        o.label = label;
+        o.label = utf8_arg(label, "new_window: label");
         orbit::Window w = e->new_window(o);
         return wrap_window(e, std::move(w));
       },
@@ -394,11 +409,11 @@ void def_engine_windows(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       "A new empty Window. policy: a Policy or a spec string (the default policy, 'default', when None); max_bytes: "
       "most KV bytes\n"
       "(whole pages) it may hold, 0 = limited only by the pool; label: its name in traces.");
-  c.def("__repr__", [](const Engine& e) {
+  c.def("__repr__", [](const std::shared_ptr<Engine>& e) {
+    const EngineKeeper* keeper = std::get_deleter<EngineKeeper>(e);
     std::ostringstream o;
-    o << "Engine(model=" << std::string(py::repr(py::str(e.options().model)));
-    if (!e.options().store_dir.empty()) o << ", store_dir=" << std::string(py::repr(py::str(e.options().store_dir)));
-    if (e.closed()) o << ", closed";
+    o << "Engine(" << (keeper != nullptr ? keeper->repr_fields : std::string("?"));
+    if (e->closed()) o << ", closed";
     o << ")";
     return o.str();
   });

@@ -15,7 +15,8 @@ namespace orbit_py {
 namespace {
 
 // A store directory argument (str or os.PathLike of a str); anything else raises TypeError naming `what`
-// ("store_list: dir"), where os.fspath's own error named no argument.
+// ("store_list: dir"), where os.fspath's own error named no argument, and "" ValueError naming it (the SDK's
+// own message asks for the CLI's --store).
 std::string dir_arg(const py::object& obj, const char* what) {
   const auto refuse = [&] {
     return py::type_error(std::string(what) + " must be a str or os.PathLike, got " + type_name(obj));
@@ -23,7 +24,10 @@ std::string dir_arg(const py::object& obj, const char* what) {
   if (!py::isinstance<py::str>(obj) && !py::hasattr(obj, "__fspath__")) throw refuse();
   const py::object path = py::module_::import("os").attr("fspath")(obj);
   if (!py::isinstance<py::str>(path)) throw refuse();  // a PathLike of bytes
-  return path.cast<std::string>();
+  // The file system's bytes, as open() would use them (a name os.listdir gave with undecodable bytes too).
+  std::string dir = py::module_::import("os").attr("fsencode")(path).cast<std::string>();
+  if (dir.empty()) throw py::value_error(std::string(what) + " is empty: give the store directory");
+  return dir;
 }
 
 // A summary's (kind name, number) pairs as a dict.
@@ -184,7 +188,10 @@ void def_store_functions(py::module_& m) {
       "lost its meta rows). Needs the store closed everywhere.");
   m.def(
       "store_remote_summary",
-      [](const std::string& url) { return released<RemoteSummary>([&] { return summarize_remote(url); }); },
+      [](const py::str& url_arg) {
+        const std::string url = utf8_arg(url_arg, "store_remote_summary: url");
+        return released<RemoteSummary>([&] { return summarize_remote(url); });
+      },
       py::arg("url"),
       "Connects to a remote tier (redis://... or redis-cluster://...) and counts orbit's entries. An\n"
       "unreachable server is reported (reachable=False), not raised; a malformed URL raises OrbitError.");

@@ -16,6 +16,8 @@
 #include <mutex>
 #include <vector>
 
+#include "initialized.h"
+
 namespace orbit_py {
 
 namespace py = pybind11;
@@ -67,3 +69,5 @@ class StreamRoom : public Waiter {
 };
 
 }  // namespace orbit_py
+
+ORBIT_PY_INITIALIZED_SHARED_CASTER(orbit_py::StreamRoom)

@@ -565,7 +565,9 @@ void def_reading(py::class_<PyWindow>& c) {
       },
       py::arg("instance"), py::arg("query"), py::kw_only(), py::arg("answer_tokens") = 4,
       "Greedy-decodes answer_tokens after the query with the instance as it is and with its conditioning\n"
-      "switched off (its canonical KV); a DisposabilityReport (truthy when the answers agree).");
+      "switched off (its canonical KV); a DisposabilityReport (truthy when the answers agree). answer_tokens\n"
+      "past the model's positions (after the window and the query) raises OrbitError naming it, before anything\n"
+      "runs.");
   c.def(
       "loss_by_instance",
       [](PyWindow& w, const py::object& query) {

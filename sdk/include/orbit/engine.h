@@ -21,7 +21,8 @@
 // Thread-safety: every Engine member is safe to call from any thread; windows are single-threaded
 // (window.h). An Engine lives as long as its last shared_ptr or Window; close() releases the store early:
 // it waits for the operations in flight on other threads (Engine or Window calls) to finish, and every
-// call that starts after it throws orbit::Error "engine is closed".
+// call that starts after it throws orbit::Error "engine is closed" (options() and the tokenizer's calls
+// included), except stats(), closed(), observe_fidelity() and constraint_cache().
 #pragma once
 
 #include <cstdint>

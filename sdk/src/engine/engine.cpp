@@ -25,7 +25,10 @@ std::shared_ptr<Engine> Engine::open(const EngineOptions& options) {
   return std::shared_ptr<Engine>(new Engine(std::move(core)));
 }
 
-const EngineOptions& Engine::options() const { return core_->options(); }
+const EngineOptions& Engine::options() const {
+  core_->life().check_open();  // as every call but stats() and closed() after close()
+  return core_->options();
+}
 ModelInfo Engine::model_info() const { return core_->model_info(); }
 
 // Every operation holds the engine (detail::OpHold) for its duration: close() waits for it, and an

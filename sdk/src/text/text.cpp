@@ -9,13 +9,19 @@
 
 namespace orbit {
 
-bool Engine::has_tokenizer() const { return core_->has_tokenizer(); }
+// Like every Engine call but stats(), each holds the engine: after close() it throws "engine is closed".
+bool Engine::has_tokenizer() const {
+  const detail::OpHold hold(*core_);
+  return core_->has_tokenizer();
+}
 
 std::vector<int64_t> Engine::tokenize(std::string_view text, bool bos) const {
+  const detail::OpHold hold(*core_);
   return core_->tokenizer().encode(text, bos);
 }
 
 std::string Engine::detokenize(const std::vector<int64_t>& tokens, int64_t previous) const {
+  const detail::OpHold hold(*core_);
   const int64_t vocab = core_->tokenizer().vocab_size();
   ORBIT_CHECK(previous >= -1 && previous < vocab,
               "detokenize: previous = " << previous << " is neither -1 (nothing) nor a token of the vocabulary [0, "
@@ -23,7 +29,10 @@ std::string Engine::detokenize(const std::vector<int64_t>& tokens, int64_t previ
   return core_->tokenizer().decode(tokens, previous);
 }
 
-std::string Engine::piece(int64_t token) const { return core_->tokenizer().piece(token); }
+std::string Engine::piece(int64_t token) const {
+  const detail::OpHold hold(*core_);
+  return core_->tokenizer().piece(token);
+}
 
 namespace {
 

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "orbit/common/error.h"
@@ -65,6 +66,21 @@ std::vector<int64_t> greedy(const detail::EngineCore& core, runtime::PastKV past
     input = {next};
   }
   return out;
+}
+
+// disposable's greedy decodes feed the query and all but the last answer token after the window's positions:
+// refused up front, naming answer_tokens, where they run past the model's positions.
+void check_answer_room(const detail::WindowState& state, const std::vector<int64_t>& query, int64_t answer_tokens) {
+  const int64_t limit = state.core->config().max_position_embeddings;
+  if (limit <= 0) return;
+  int64_t extent = 0;
+  for (const Entry& e : state.entries) extent += e.extent;
+  const int64_t room = limit - extent - static_cast<int64_t>(query.size()) + 1;
+  ORBIT_CHECK(answer_tokens <= room,
+              "disposable: answer_tokens = " << answer_tokens << " does not fit: the window's " << extent
+                                             << " positions and the query's " << query.size()
+                                             << " tokens leave room for at most " << std::max<int64_t>(room, 0)
+                                             << " answer tokens in the model's " << limit << " positions");
 }
 
 }  // namespace
@@ -245,6 +261,7 @@ DisposabilityReport Window::disposable(InstanceId instance, const std::vector<in
   const detail::OpHold hold(*state_->core);
   check_query(*state_, query, "disposable");
   ORBIT_CHECK(answer_tokens >= 1, "disposable: answer_tokens = " << answer_tokens << " must be >= 1");
+  check_answer_room(*state_, query, answer_tokens);
   ORBIT_CHECK(!state_->entry(instance).is_turn,
               "disposable: instance " << instance << " is a live turn (it has no canonical to fall back to)");
   detail::run_deferred(*state_, "disposable");    // after the checks: a refused call changes nothing

@@ -1,0 +1,162 @@
+"""Errors that name what is wrong: calls on a closed engine, text no UTF-8 can hold, arguments checked up front,
+and instances whose __init__ never ran."""
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+LONE = "ab\udcffc"  # a lone surrogate: what bytes decoded with errors='surrogateescape' hold
+
+
+@pytest.fixture(scope="module")
+def engine(orbit, stories260k_path):
+    with orbit.Engine(str(stories260k_path)) as e:
+        yield e
+
+
+@pytest.fixture()
+def window(engine):
+    w = engine.new_window()
+    w.admit(engine.add_text("Once upon a time", bos=True))
+    return w
+
+
+# Engine: each call after close() but `closed`, `stats` and repr() raises "engine is closed".
+AFTER_CLOSE = {
+    "tokenize": lambda e: e.tokenize("a"),
+    "detokenize": lambda e: e.detokenize([1, 2]),
+    "piece": lambda e: e.piece(3),
+    "has_tokenizer": lambda e: e.has_tokenizer,
+    "tool_call_format": lambda e: e.tool_call_format(),
+    "options": lambda e: e.options,
+    "model_info": lambda e: e.model_info,
+    "add_text": lambda e: e.add_text("a"),
+    "chunks": lambda e: e.chunks,
+}
+
+
+@pytest.mark.parametrize("call", sorted(AFTER_CLOSE))
+def test_every_engine_call_after_close_raises(orbit, stories260k_path, call):
+    # tokenize, detokenize, piece, has_tokenizer and options answered after close(); tool_call_format read the
+    # closed engine's refusal of its probe as the template's and answered 'hermes'.
+    e = orbit.Engine(str(stories260k_path))
+    AFTER_CLOSE[call](e)  # fine while open
+    e.close()
+    with pytest.raises(orbit.OrbitError, match="engine is closed"):
+        AFTER_CLOSE[call](e)
+    assert e.closed and e.stats.windows == 0
+    assert repr(e) == f"Engine(model={str(stories260k_path)!r}, closed)"
+
+
+# Text a str holds but UTF-8 cannot: each call names its argument.
+UNENCODABLE = {
+    "add_text: text": lambda e: e.add_text(LONE),
+    "add_text: label": lambda e: e.add_text("a", label=LONE),
+    "add_tokens: label": lambda e: e.add_tokens([1, 2], label=LONE),
+    "tokenize: text": lambda e: e.tokenize(LONE),
+    "chunk: key": lambda e: e.chunk(LONE),
+    "find_media: media_digest": lambda e: e.find_media(LONE, rows=2),
+    "find_media: label": lambda e: e.find_media("d", rows=2, label=LONE),
+    "new_window: label": lambda e: e.new_window(label=LONE),
+    "tool_call_format: chat_template": lambda e: e.tool_call_format(chat_template=LONE),
+    "Engine: device": lambda e: type(e)(e.options.model, device=LONE),
+    "Engine: remote": lambda e: type(e)(e.options.model, remote=LONE),
+}
+
+
+@pytest.mark.parametrize("what", sorted(UNENCODABLE))
+def test_unencodable_text_names_the_argument(orbit, engine, what):
+    # pybind11's std::string conversion refused these with "incompatible function arguments", naming none.
+    with pytest.raises(ValueError, match=f"^{what} is not valid text: .*surrogates not allowed"):
+        UNENCODABLE[what](engine)
+
+
+@pytest.mark.parametrize("arg", ["text", "format"])
+def test_parse_tool_calls_names_unencodable_text(orbit, arg):
+    kwargs = {"text": "<tool_call>{}</tool_call>", "format": "hermes", arg: LONE}
+    with pytest.raises(ValueError, match=f"^parse_tool_calls: {arg} is not valid text"):
+        orbit.parse_tool_calls(**kwargs)
+
+
+def test_store_remote_summary_names_unencodable_url(orbit):
+    with pytest.raises(ValueError, match="^store_remote_summary: url is not valid text"):
+        orbit.store_remote_summary("redis://" + LONE)
+
+
+def test_disposable_refuses_answer_tokens_past_the_context(orbit, engine, window):
+    # The decodes ran until the forward refused "input.positions: position 512 is past ...".
+    instance = window.instances[0].id
+    limit = engine.model_info.max_positions
+    room = limit - 5 - 2 + 1  # 5 tokens in the window, a 2-token query
+    assert window.disposable(instance, [1, 2], answer_tokens=1).instance == instance
+    for n in (room + 1, 2**40):
+        with pytest.raises(orbit.OrbitError, match=f"^disposable: answer_tokens = {n} does not fit: .* at most "
+                                                   f"{room} answer tokens in the model's {limit} positions"):
+            window.disposable(instance, [1, 2], answer_tokens=n)
+
+
+def test_store_dir_errors_name_the_argument(orbit, tmp_path):
+    # '' said "give --store DIR" (the CLI's option); Store(None) raised os.fspath's error, naming nothing.
+    for call, what in [(lambda d: orbit.store_gc(d), "store_gc: dir"), (lambda d: orbit.store_list(d), "store_list: dir"),
+                       (lambda d: orbit.Store(d), "Store: dir")]:
+        with pytest.raises(ValueError, match=f"^{what} is empty: give the store directory$"):
+            call("")
+        with pytest.raises(TypeError, match=f"^{what} must be a str or os.PathLike, got NoneType$"):
+            call(None)
+    with pytest.raises(TypeError, match="^Store: dir must be a str or os.PathLike, got bytes$"):
+        orbit.Store(b"store")
+    with pytest.raises(orbit.OrbitError):
+        orbit.Store(tmp_path / "none")  # a PathLike still reaches the store's own check
+    # A directory whose name is not UTF-8 (os.listdir gives it with a lone surrogate) is read, not refused.
+    raw = os.path.join(os.fsencode(tmp_path), b"st\xffore")
+    os.mkdir(raw)
+    (listed,) = [n for n in os.listdir(tmp_path) if n.startswith("st")]
+    with pytest.raises(orbit.OrbitError) as e:
+        orbit.store_list(os.path.join(tmp_path, listed))
+    assert "not valid text" not in str(e.value)
+
+
+def test_tool_choice_not_among_the_tools_says_generate(orbit, window):
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    with pytest.raises(orbit.OrbitError, match=r"^generate: tool_choice: 'nope' is not among the tools \(f\)$"):
+        window.generate([1], max_tokens=2, tools=tools, tool_choice="nope")
+    with pytest.raises(orbit.OrbitError, match=r"^generate: tool_choice: 'g' is not among the tools \(f\)$"):
+        window.generate([1], max_tokens=2, tools=tools, tool_choice={"type": "function", "function": {"name": "g"}})
+
+
+BARE_INIT = """
+import sys, orbit
+cls = getattr(orbit, sys.argv[1])
+obj = cls.__new__(cls)
+try:
+    print(repr(eval(sys.argv[2])))  # garbage, or a crash, where the method read the missing C++ object
+except TypeError as e:
+    print("TypeError:", e)
+"""
+
+
+@pytest.mark.parametrize("name, expr", [
+    ("Engine", "obj.tokenize('a')"), ("Engine", "obj.close()"), ("Engine", "repr(obj)"),
+    ("CancelToken", "obj.cancelled"), ("WindowPolicy", "obj.rank_k"), ("WindowPolicy", "repr(obj)"),
+    ("ConstraintCacheOptions", "obj.max_bytes"), ("RadixCache", "obj.read([1, 2])"), ("BlockPrefixCache", "obj.size"),
+    ("Store", "obj.summary()"), ("Store", "obj.dir"),
+])
+def test_a_bare_instance_of_a_class_with_a_constructor_raises(orbit, name, expr):
+    # By the run before: Engine's methods raised UnicodeDecodeError or 'Unable to cast from non-held to held
+    # instance', CancelToken read cancelled=True, WindowPolicy and ConstraintCacheOptions garbage numbers,
+    # Store AttributeError '_dir'. Run apart, so a crash fails this case only.
+    env = dict(os.environ, PYTHONPATH=str(pathlib.Path(orbit.__file__).parent.parent))
+    r = subprocess.run([sys.executable, "-c", BARE_INIT, name, expr], capture_output=True, text=True, timeout=30,
+                       env=env)
+    assert r.returncode == 0, f"{name}.__new__ then {expr}: exit {r.returncode} {r.stderr[-300:]}"
+    assert r.stdout.startswith(f"TypeError: this orbit.{name} was made by {name}.__new__ without __init__ and "
+                               f"holds nothing; create one with orbit.{name}("), r.stdout
+
+
+def test_instances_made_by_their_constructor_still_work(orbit, engine):
+    assert orbit.CancelToken().cancelled is False
+    assert orbit.WindowPolicy("patch:16") == orbit.WindowPolicy("patch:16")
+    assert orbit.ConstraintCacheOptions(max_entries=3).max_entries == 3
+    assert engine.new_window(policy=orbit.WindowPolicy("patch:16")).policy == orbit.WindowPolicy("patch:16")
