@@ -514,6 +514,9 @@ class Window {
   static constexpr int64_t kMaxGenerateN = 1024;
   std::vector<Generation> generate_n(const std::vector<int64_t>& query, int64_t n,
                                      const GenerateOptions& options = {}) const;
+  // Greedy-decodes answer_tokens after `query` with the instance as it is and with its canonical KV. Throws
+  // orbit::Error naming answer_tokens, before anything runs, when it is < 1 or the decodes would run past the
+  // model's positions (the window's, the query's and answer_tokens - 1 fed back).
   DisposabilityReport disposable(InstanceId instance, const std::vector<int64_t>& query,
                                  int64_t answer_tokens = 4) const;
   // Each instance's own share of the window's fidelity loss after `query` (as logits(query, true) and
