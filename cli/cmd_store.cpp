@@ -34,7 +34,8 @@ const char* kStoreUsage =
     "          (out of file descriptors, permission, I/O error); exit status 1 when any entry is bad, 2\n"
     "          when none is bad but some could not be read (verify again)\n"
     "  gc      remove blobs no index row names and temp files of writes that never completed\n"
-    "          (--dry-run: only list them); the store must not be open in another process\n"
+    "          (--dry-run: only list them); the store must not be open in another process; keeps, and\n"
+    "          names, a blob whose key's row names no blob file (a damaged row: repair restores it)\n"
     "  repair  rebuild the index from the verified blobs (after index.sqlite was deleted or lost its\n"
     "          meta rows); drops rows whose blob is missing or corrupt; the store must not be open\n"
     "ls, stat and verify only read (safe while engines have the store open, also on a read-only disk).\n"
@@ -207,11 +208,9 @@ int run_gc(const Args& args, const std::string& dir) {
   options.dry_run = args.flag("--dry-run");
   const GcReport r = gc_store(dir, options);
   if (args.flag("--json")) {
-    std::cout << json{{"dry_run", options.dry_run},
-                      {"removed_blobs", r.removed_blobs},
-                      {"removed_temps", r.removed_temps},
-                      {"freed_bytes", r.freed_bytes},
-                      {"paths", r.removed_paths}}
+    std::cout << json{{"dry_run", options.dry_run},       {"removed_blobs", r.removed_blobs},
+                      {"removed_temps", r.removed_temps}, {"freed_bytes", r.freed_bytes},
+                      {"paths", r.removed_paths},         {"kept", r.kept_paths}}
                      .dump(2)
               << "\n";
     return 0;
@@ -220,6 +219,10 @@ int run_gc(const Args& args, const std::string& dir) {
   std::printf("%s%lld unreferenced blobs, %lld temp files, %lld bytes\n", options.dry_run ? "(dry run) " : "",
               static_cast<long long>(r.removed_blobs), static_cast<long long>(r.removed_temps),
               static_cast<long long>(r.freed_bytes));
+  for (const auto& p : r.kept_paths) {
+    std::printf("kept %s: the index row of its key names no blob file (run `orbit store repair --store %s`)\n",
+                p.c_str(), dir.c_str());
+  }
   return 0;
 }
 

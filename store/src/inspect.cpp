@@ -150,6 +150,19 @@ int64_t count_unreferenced(const std::string& root, const std::vector<DiskRow>& 
   return n;
 }
 
+// The keys of rows that name no blob file of the store (missing, or a path outside it): damaged rows, whose
+// entry's own blob gc must not take for garbage (blob files are named KEY.NONCE.blob).
+std::set<std::string> keys_without_blob(const std::string& root, const std::vector<DiskRow>& rows,
+                                        const BlobFiles& files) {
+  std::set<std::string> present;
+  for (const fs::path& p : files.blobs) present.insert(p.lexically_normal().string());
+  std::set<std::string> out;
+  for (const DiskRow& r : rows) {
+    if (!present.count((fs::path(root) / r.blob).lexically_normal().string())) out.insert(r.key);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<StoreEntryInfo> list_store(const std::string& dir) {
@@ -288,8 +301,15 @@ GcReport gc_store(const std::string& dir, const GcOptions& options) {
     report.removed_paths.push_back(p.string());
   };
   for (const fs::path& p : files.temps) remove(p, report.removed_temps);
+  const std::set<std::string> damaged = keys_without_blob(root, rows, files);
   for (const fs::path& p : files.blobs) {
-    if (!used.count(p.lexically_normal().string())) remove(p, report.removed_blobs);
+    if (used.count(p.lexically_normal().string())) continue;
+    const std::string name = p.filename().string();
+    if (damaged.count(name.substr(0, name.find('.')))) {
+      report.kept_paths.push_back(p.string());
+      continue;
+    }
+    remove(p, report.removed_blobs);
   }
   return report;
 }

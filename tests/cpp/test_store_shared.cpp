@@ -492,3 +492,30 @@ TEST_CASE("an index whose entries table is damaged past its schema is refused wi
   CHECK(repaired.rows_restored == 3);
   CHECK(verify_store(d).clean());
 }
+
+TEST_CASE("gc keeps the blob of a row whose path was damaged, for repair; true orphans still go", "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  {
+    ChunkStore store(disk_options(d));
+    for (int64_t i = 1; i <= 3; ++i) REQUIRE(store.put(key(i), test::store_test_value(i)).is_ok());
+  }
+  std::string own;  // key(1)'s blob
+  for (const StoreEntryInfo& e : list_store(d)) own = e.key == key(1) ? e.blob_path : own;
+  REQUIRE_FALSE(own.empty());
+  point_row_at(d, key(1), "blobs/" + key(1).substr(0, 2) + "/" + key(1) + ".0000000000000000.blob");  // no such file
+  const std::string orphan = d + "/blobs/" + key(4).substr(0, 2) + "/" + key(4) + ".0123456789abcdef.blob";
+  fs::create_directories(fs::path(orphan).parent_path());
+  fs::copy_file(own, orphan);  // an unreferenced blob of a key no row names: a write that never committed
+
+  const GcReport report = gc_store(d);
+  CHECK(report.removed_paths == std::vector<std::string>{orphan});
+  CHECK(report.kept_paths == std::vector<std::string>{own});
+  CHECK(fs::exists(own));
+  const test::CliRun gc = test::cli("store gc --store " + d);
+  INFO(gc.out);
+  CHECK_THAT(gc.out, Contains("kept " + own) && Contains("orbit store repair --store " + d));
+  CHECK(repair_store(d).rows_restored == 1);
+  CHECK(verify_store(d).clean());
+  CHECK(list_store(d).size() == 3);
+}

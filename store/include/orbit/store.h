@@ -232,6 +232,9 @@ struct GcReport {
   int64_t removed_temps = 0;  // temp files of writes that never completed
   int64_t freed_bytes = 0;
   std::vector<std::string> removed_paths;
+  // Unreferenced blobs gc keeps: the index row of their key names no blob file of the store (a damaged row;
+  // the blob may be the entry's own, so `orbit store repair` restores the row from it).
+  std::vector<std::string> kept_paths;
 };
 
 struct RepairReport {
