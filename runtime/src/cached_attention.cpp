@@ -13,6 +13,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <tuple>
@@ -94,6 +95,48 @@ std::vector<int64_t> write_rows(const CachedGroup& g, int64_t heads, int64_t cap
   return write;
 }
 
+// Where the members' new rows go in the kept content (CachedGroup::kept_at).
+void place_kept(CachedGroup& g) {
+  const DecodeCacheState& s = *g.cache;
+  bool any = false;
+  std::vector<int64_t> at(g.slots.size(), -1);
+  for (std::size_t j = 0; j < g.slots.size(); ++j) {
+    const int64_t from = s.kept_from[static_cast<std::size_t>(g.slots[j])];
+    if (from < 0) continue;
+    at[j] = g.slots[j] * s.kept_capacity + g.lengths[j] - from;
+    any = true;
+  }
+  if (any) g.kept_at = std::move(at);
+}
+
+// One of layer l's kept buffers (`kept`, kept_k or kept_v) given the members' new rows of it, `fresh`
+// [B·R, heads, dim] in member order. On the CPU copied in place, a block per member: ATen's index_copy costs
+// more than the copy at a decode step's row per sequence.
+void write_kept(const CachedGroup& g, const at::Tensor& kept, const at::Tensor& fresh) {
+  const int64_t R = g.queries;
+  if (kept.is_cpu() && kept.is_contiguous() && fresh.is_cpu() && fresh.is_contiguous() &&
+      fresh.scalar_type() == kept.scalar_type()) {
+    const auto row = static_cast<std::size_t>(kept.size(2) * kept.size(3) * kept.element_size());
+    char* out = static_cast<char*>(kept.data_ptr());
+    const char* in = static_cast<const char*>(fresh.data_ptr());
+    for (std::size_t j = 0; j < g.kept_at.size(); ++j) {
+      if (g.kept_at[j] < 0) continue;
+      std::memcpy(out + static_cast<std::size_t>(g.kept_at[j]) * row, in + j * static_cast<std::size_t>(R) * row,
+                  static_cast<std::size_t>(R) * row);
+    }
+    return;
+  }
+  std::vector<int64_t> index, source;
+  for (std::size_t j = 0; j < g.kept_at.size(); ++j) {
+    for (int64_t r = 0; r < R && g.kept_at[j] >= 0; ++r) {
+      index.push_back(g.kept_at[j] + r);
+      source.push_back(static_cast<int64_t>(j) * R + r);
+    }
+  }
+  const c10::Device device = kept.device();
+  kept.flatten(0, 1).index_copy_(0, long_tensor(index, device), fresh.index_select(0, long_tensor(source, device)));
+}
+
 // The ATen path's indices: the members' batch rows, their places among the slots [lo, lo + count), the mask.
 void index_for_aten(const BatchPass& b, CachedGroup& g) {
   const c10::Device device = b.model.device();
@@ -144,6 +187,7 @@ CachedGroup make_cached_group(const BatchPass& b, DecodeCacheState* cache, std::
   cache->reserve(cache->slots, g.keys);  // make_cached_groups reserved it for every group: a no-op
   write_positions(m, g, positions);
   g.write_index = long_tensor(write_rows(g, cache->heads, cache->capacity), m.device());
+  place_kept(g);
   if (!g.kernel) index_for_aten(b, g);
   if (cache->rotate_at_read) {
     g.read_tables = read_tables(b, g);
@@ -185,9 +229,15 @@ std::vector<CachedGroup> make_cached_groups(const BatchPass& b) {
   // would move the rows an earlier group's write index points into (a sequence joining with a longer past
   // and another query count than the running ones').
   for (const auto& key : order) {
-    int64_t keys = 0;
-    for (std::size_t i : by[key]) keys = std::max(keys, b.seqs[i].past->length + b.seqs[i].rows);
+    int64_t keys = 0, kept = 0;
+    for (std::size_t i : by[key]) {
+      const ForwardPast& p = *b.seqs[i].past;
+      keys = std::max(keys, p.length + b.seqs[i].rows);
+      const int64_t from = key.first->kept_from[static_cast<std::size_t>(p.slot)];
+      if (from >= 0) kept = std::max(kept, p.length - from + b.seqs[i].rows);
+    }
     key.first->reserve(key.first->slots, keys);
+    if (kept > 0) key.first->reserve_kept(kept);
   }
   std::vector<CachedGroup> groups;
   for (const auto& key : order) groups.push_back(make_cached_group(b, key.first, std::move(by[key])));
@@ -219,6 +269,10 @@ void cached_attention(const BatchPass& b, int64_t l, const CachedGroup& g, const
       vs.push_back(all.v.narrow(0, first, R));
     }
     fresh = {at::cat(ks, 0), at::cat(vs, 0)};
+  }
+  if (!g.kept_at.empty()) {
+    write_kept(g, s.kept_k[L], fresh.k);
+    write_kept(g, s.kept_v[L], fresh.v);
   }
   const auto [k, v] = s.attention_rows(l, fresh, s.rotate_at_read ? nullptr : &g.new_tables);
   s.keys[L].view({-1, s.dk}).index_copy_(0, g.write_index, k.reshape({-1, s.dk}));

@@ -21,10 +21,12 @@ int64_t DecodeCacheState::new_slot() {
   for (std::size_t s = 0; s < lengths.size(); ++s) {
     if (lengths[s] < 0) {
       lengths[s] = 0;
+      kept_from[s] = -1;
       return static_cast<int64_t>(s);
     }
   }
   lengths.push_back(0);
+  kept_from.push_back(-1);
   reserve(static_cast<int64_t>(lengths.size()), capacity);
   return static_cast<int64_t>(lengths.size()) - 1;
 }
@@ -48,11 +50,38 @@ void DecodeCacheState::reserve(int64_t slots_needed, int64_t capacity_needed) {
   positions = p;
   slots = new_slots;
   capacity = new_capacity;
+  if (kept_capacity > 0) reserve_kept(kept_capacity);  // the kept content's slots follow
+}
+
+void DecodeCacheState::reserve_kept(int64_t rows_needed) {
+  const int64_t had_slots = kept_capacity > 0 ? kept_k.front().size(0) : 0;
+  if (rows_needed <= kept_capacity && had_slots == slots) return;
+  const int64_t new_capacity = rows_needed <= kept_capacity ? kept_capacity : std::max(rows_needed, 2 * kept_capacity);
+  const ModelConfig& c = model->config();
+  const at::TensorOptions where = at::TensorOptions().dtype(model->dtype()).device(model->device());
+  // Rows are read only once a forward wrote them: the new buffers need no zeroing.
+  auto grown = [&](const at::Tensor& old, const ContentShape& shape) {
+    at::Tensor t = at::empty({slots, new_capacity, shape.heads, shape.dim}, where);
+    if (had_slots > 0) t.narrow(0, 0, had_slots).narrow(1, 0, kept_capacity).copy_(old);
+    return t;
+  };
+  kept_k.resize(keys.size());
+  kept_v.resize(keys.size());
+  for (std::size_t l = 0; l < keys.size(); ++l) {
+    kept_k[l] = grown(kept_k[l], c.content_k_shape());
+    kept_v[l] = grown(kept_v[l], c.content_v_shape());
+  }
+  kept_capacity = new_capacity;
 }
 
 void DecodeCacheState::check_open(int64_t slot, const char* what) const {
   ORBIT_CHECK(slot >= 0 && slot < static_cast<int64_t>(lengths.size()) && lengths[static_cast<std::size_t>(slot)] >= 0,
               what << ": slot " << slot << " of the decode cache is not open");
+}
+
+int64_t DecodeCacheState::kept_rows(int64_t slot) const {
+  const int64_t from = kept_from[static_cast<std::size_t>(slot)];
+  return from < 0 ? 0 : lengths[static_cast<std::size_t>(slot)] - from;
 }
 
 std::pair<at::Tensor, at::Tensor> DecodeCacheState::attention_rows(int64_t l, const LayerKV& content,
@@ -87,14 +116,17 @@ DecodeCache::~DecodeCache() = default;
 
 const Model& DecodeCache::model() const { return *state_->model; }
 
-int64_t DecodeCache::open(const PastKV* past) {
+int64_t DecodeCache::open(const PastKV* past, bool keep_content) {
   c10::InferenceMode guard;
   detail::DecodeCacheState& s = *state_;
   const Model& m = *s.model;
   const ModelConfig& c = m.config();
   if (past != nullptr && past->cache != nullptr) {
     ORBIT_CHECK(past->cache == this, "DecodeCache::open: the past is a slot of another decode cache");
-    return fork(past->cache_slot);
+    const int64_t child = fork(past->cache_slot);
+    auto& from = s.kept_from[static_cast<std::size_t>(child)];
+    if (keep_content && from < 0) from = s.lengths[static_cast<std::size_t>(child)];
+    return child;
   }
   const int64_t n = past != nullptr ? past->length() : 0;
   PastKV gathered;
@@ -109,6 +141,7 @@ int64_t DecodeCache::open(const PastKV* past) {
   }
   const int64_t slot = s.new_slot();
   s.reserve(s.slots, n);
+  if (keep_content) s.kept_from[static_cast<std::size_t>(slot)] = n;
   if (n == 0) return slot;
   const at::Tensor positions = detail::token_major(gathered.positions, c.position_rows(), m.device());
   s.positions.select(0, slot).narrow(0, 0, n).copy_(positions);
@@ -139,6 +172,12 @@ int64_t DecodeCache::fork(int64_t slot) {
   }
   s.positions.select(0, child).narrow(0, 0, n).copy_(s.positions.select(0, slot).narrow(0, 0, n));
   s.lengths[static_cast<std::size_t>(child)] = n;
+  s.kept_from[static_cast<std::size_t>(child)] = s.kept_from[static_cast<std::size_t>(slot)];
+  const int64_t kept = s.kept_rows(slot);
+  for (std::size_t l = 0; l < s.kept_k.size() && kept > 0; ++l) {
+    s.kept_k[l].select(0, child).narrow(0, 0, kept).copy_(s.kept_k[l].select(0, slot).narrow(0, 0, kept));
+    s.kept_v[l].select(0, child).narrow(0, 0, kept).copy_(s.kept_v[l].select(0, slot).narrow(0, 0, kept));
+  }
   return child;
 }
 
@@ -160,6 +199,26 @@ int64_t DecodeCache::length(int64_t slot) const {
   return state_->lengths[static_cast<std::size_t>(slot)];
 }
 
+int64_t DecodeCache::kept_rows(int64_t slot) const {
+  state_->check_open(slot, "DecodeCache::kept_rows");
+  return state_->kept_rows(slot);
+}
+
+std::vector<LayerKV> DecodeCache::kept(int64_t slot, int64_t from, int64_t count) const {
+  const detail::DecodeCacheState& s = *state_;
+  s.check_open(slot, "DecodeCache::kept");
+  const int64_t rows = s.kept_rows(slot);
+  ORBIT_CHECK(from >= 0 && count >= 1 && from + count <= rows,
+              "DecodeCache::kept: rows ["
+                  << from << ", " << from + count << ") of slot " << slot << ", which keeps " << rows
+                  << (s.kept_from[static_cast<std::size_t>(slot)] < 0 ? " (opened without keep_content)" : ""));
+  std::vector<LayerKV> out(s.kept_k.size());
+  for (std::size_t l = 0; l < out.size(); ++l) {
+    out[l] = {s.kept_k[l].select(0, slot).narrow(0, from, count), s.kept_v[l].select(0, slot).narrow(0, from, count)};
+  }
+  return out;
+}
+
 int64_t DecodeCache::open_slots() const {
   return std::count_if(state_->lengths.begin(), state_->lengths.end(), [](int64_t n) { return n >= 0; });
 }
@@ -168,6 +227,7 @@ int64_t DecodeCache::bytes() const {
   int64_t total = state_->positions.defined() ? state_->positions.nbytes() : 0;
   for (std::size_t l = 0; l < state_->keys.size(); ++l) {
     if (state_->keys[l].defined()) total += state_->keys[l].nbytes() + state_->values[l].nbytes();
+    if (state_->kept_capacity > 0) total += state_->kept_k[l].nbytes() + state_->kept_v[l].nbytes();
   }
   return total;
 }

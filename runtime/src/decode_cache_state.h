@@ -23,13 +23,22 @@ struct DecodeCacheState {
   std::vector<at::Tensor> keys, values;  // per layer [slots, heads, capacity, d]
   at::Tensor positions;                  // int64 [slots, capacity, position rows] on the model's device
   std::vector<int64_t> lengths;          // per slot: rows held; -1: free
+  // Kept content (DecodeCache::open's keep_content): per layer [slots, kept_capacity, heads, dim] in content
+  // form (model.h); row r of slot s is the content of the slot's row kept_from[s] + r.
+  std::vector<at::Tensor> kept_k, kept_v;
+  int64_t kept_capacity = 0;
+  std::vector<int64_t> kept_from;  // per slot: its first kept row; -1: keeps none
 
   static DecodeCacheState& of(DecodeCache& cache) { return *cache.state_; }
 
   int64_t new_slot();
   // Grows the buffers (doubling) to hold at least `slots_needed` slots of `capacity_needed` rows.
   void reserve(int64_t slots_needed, int64_t capacity_needed);
+  // Grows the kept content's buffers (doubling) to hold `rows_needed` rows of every slot the buffers have.
+  void reserve_kept(int64_t rows_needed);
   void check_open(int64_t slot, const char* what) const;
+  // Rows of `slot` kept (content form) from kept_from on; 0 when it keeps none.
+  int64_t kept_rows(int64_t slot) const;
   // Layer l's rows in attention form, [M, heads, dk] and [M, heads, dv], of M tokens whose content (model.h)
   // is `content`: keys rotated by `tables` (null: not rotated, rotate_at_read), MLA's expanded from the latent.
   std::pair<at::Tensor, at::Tensor> attention_rows(int64_t l, const LayerKV& content,

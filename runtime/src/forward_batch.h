@@ -67,6 +67,9 @@ struct CachedGroup {
   std::vector<int64_t> lengths;      // per member: the slot's rows before this forward
   std::vector<int64_t> first_rows;   // per member: its first row in the batch
   bool kernel = false;               // attended by the CPU kernel (ops/cached_attention_op.h), else by ATen ops
+  // Per member: the row of kept_k[l] viewed [slots·kept_capacity, heads, dim] that its first new row goes
+  // to, or -1 where its slot keeps no content (DecodeCache::open's keep_content). Empty: no member keeps.
+  std::vector<int64_t> kept_at;
   // ATen path only (below): the slots [lo, lo + count) attended together, padded to S keys.
   at::Tensor rows;              // int64 [B·R]: their rows in the batch (undefined: every row, in order)
   int64_t queries = 0;          // R

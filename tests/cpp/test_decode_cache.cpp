@@ -3,7 +3,8 @@
 // a slot closed and its rows reused out of slot order, a batch mixing cached and plain pasts), give at every
 // step the logits and content a plain forward over the same past gives, within the float32 bound
 // (float_tolerance.h), for every attention family, M-RoPE and dynamic-NTK RoPE (keys rotated when read);
-// and misuse is refused by name.
+// slots opened with keep_content keep exactly the content the forwards returned (a fork's copied, a reused
+// slot's dropped); and misuse is refused by name.
 #include "orbit_catch.h"
 
 #include <ATen/ATen.h>
@@ -27,7 +28,30 @@ struct Twin {
   int64_t slot = -1;
   int64_t next = 0;  // the next input position
   std::vector<int64_t> input;
+  bool keep = false;              // its slot keeps content
+  std::vector<LayerKV> returned;  // with keep: the content its cached forwards returned, concatenated
 };
+
+void append(std::vector<LayerKV>& to, const std::vector<LayerKV>& rows) {
+  if (to.empty()) {
+    to = rows;
+    return;
+  }
+  for (std::size_t l = 0; l < to.size(); ++l) to[l] = {at::cat({to[l].k, rows[l].k}), at::cat({to[l].v, rows[l].v})};
+}
+
+// A keeping slot's kept rows are, bit for bit, the content its forwards returned.
+void check_kept(const DecodeCache& cache, const Twin& t) {
+  const int64_t rows = t.returned.front().k.size(0);
+  REQUIRE(cache.kept_rows(t.slot) == rows);
+  const std::vector<LayerKV> kept = cache.kept(t.slot, 0, rows);
+  for (std::size_t l = 0; l < kept.size(); ++l) {
+    CHECK(at::equal(kept[l].k, t.returned[l].k));
+    CHECK(at::equal(kept[l].v, t.returned[l].v));
+  }
+  const std::vector<LayerKV> last = cache.kept(t.slot, rows - 1, 1);
+  CHECK(at::equal(last.back().v, t.returned.back().v.narrow(0, rows - 1, 1)));
+}
 
 void grow(PastKV& past, const ForwardResult& r, const at::Tensor& positions) {
   if (past.length() == 0) {
@@ -65,6 +89,7 @@ double step(const Model& m, DecodeCache& cache, std::vector<Twin>& twins, int64_
   double worst = 0;
   for (std::size_t i = 0; i < twins.size(); ++i) {
     Twin& t = twins[i];
+    if (t.keep) append(t.returned, got[i].content);
     const ForwardResult want = m.forward(inputs[i], t.plain.length() > 0 ? &t.plain : nullptr, o);
     const double diff = orbit::test::max_abs_diff(got[i].logits.to(at::kCPU), want.logits.to(at::kCPU));
     CHECK(diff <= bound(orbit::test::largest(want.logits), "logits"));
@@ -91,12 +116,17 @@ void check_model(const Model& m, const std::string& name) {
   twins[2].plain = make_paged_past(paged.paged, paged.positions);
   for (std::size_t i = 0; i < twins.size(); ++i) {
     Twin& t = twins[i];
-    t.slot = cache.open(t.plain.length() > 0 ? &t.plain : nullptr);
+    t.keep = i != 3;  // R = 1's group mixes keeping and other slots
+    t.slot = cache.open(t.plain.length() > 0 ? &t.plain : nullptr, t.keep);
     t.next = i == 2 ? paged.query_start : t.plain.length();
     t.input = case_tokens(m, i % 2 == 0 ? 3 : 1, static_cast<int64_t>(10 + i));  // R = 3 and R = 1 groups
   }
   double worst = 0;
   for (int s = 0; s < 6; ++s) worst = std::max(worst, step(m, cache, twins, 64));
+  for (const Twin& t : twins) {
+    if (t.keep) check_kept(cache, t);
+  }
+  CHECK(cache.kept_rows(twins[3].slot) == 0);
   // A branch: twin 1's slot forked, decoding other tokens from here.
   Twin branch = twins[1];
   branch.slot = cache.fork(twins[1].slot);
@@ -113,6 +143,11 @@ void check_model(const Model& m, const std::string& name) {
   twins.push_back(fresh);
   for (int s = 0; s < 6; ++s) worst = std::max(worst, step(m, cache, twins, 64));
   CHECK(cache.open_slots() == 5);
+  for (const Twin& t : twins) {
+    if (t.keep) check_kept(cache, t);  // twin 1 and its branch (the fork copied the kept rows), twin 2
+  }
+  CHECK(cache.kept_rows(twins.back().slot) == 0);  // twin 0's slot, reopened without keep_content
+  CHECK_THROWS_WITH(cache.kept(twins.back().slot, 0, 1), Contains("opened without keep_content"));
   WARN(name << ": largest logit difference over 12 steps " << worst << ", cache " << cache.bytes() << " bytes");
 }
 

@@ -101,12 +101,16 @@ struct DecodeSequence {
   std::vector<int64_t> query;
   GenerateOptions options;  // its callbacks
   Sampler sampler;
-  runtime::PastKV past;                 // the window's (and a reused query head), until the sequence's slot holds it
-  int64_t slot = -1;                    // its slot of the batch's DecodeCache from its first forward on
-  std::vector<int64_t> input;           // what the next forward reads: the query (or its rest), then the last token
-  int64_t pos = 0;                      // the position of input's first token
-  std::vector<runtime::Content> parts;  // the KV of every forward (exact reuse)
-  std::size_t query_parts = 1;
+  runtime::PastKV past;        // the window's (and a reused query head), until the sequence's slot holds it
+  int64_t slot = -1;           // its slot of the batch's DecodeCache from its first forward on
+  std::vector<int64_t> input;  // what the next forward reads: the query (or its rest), then the last token
+  int64_t pos = 0;             // the position of input's first token
+  // Exact reuse: the KV of the query's head loaded from the store (reuse_query_head: none or one part); the
+  // rest of the query's, and the answer's, the slot keeps (DecodeCache::open's keep_content), `kept` rows of
+  // them (the query's forward, then each answer token but the last), the first `query_rows` the query's.
+  std::vector<runtime::Content> head;
+  bool keeps = false;  // its slot keeps content
+  int64_t kept = 0, query_rows = 0;
   bool done_before = false;  // finished before any token (e.g. a constraint to an empty literal)
   int64_t steps = 0;         // tokens chosen so far
   DecodeReadKey read;
@@ -130,7 +134,8 @@ struct DecodeBatchState {
 
  private:
   void mark_endings_before_forward();
-  void advance(DecodeSequence& s, const runtime::ForwardResult& r, const at::Tensor& logits, bool shared);
+  void advance(DecodeSequence& s, const at::Tensor& logits, bool shared);
+  void keep_for_reuse(const DecodeSequence& s, bool last) const;
   void forward(DecodeStep& out);
   void finish(DecodeStep& out);
   std::string finish_text(DecodeSequence& s) const;
@@ -166,7 +171,7 @@ uint64_t DecodeBatchState::add(WindowState& w, const std::vector<int64_t>& query
   s->past = it->second.past;  // shares the tensors; growing it makes new ones
   s->pos = it->second.start;
   s->input = query;
-  s->query_parts = reuse_query_head(w, query, s->past, s->input, s->pos, s->parts);
+  reuse_query_head(w, query, s->past, s->input, s->pos, s->head);
   s->done_before = s->sampler.finished();
   s->g.stop_reason = "max_tokens";
   running.push_back(std::move(s));
@@ -187,8 +192,7 @@ void DecodeBatchState::mark_endings_before_forward() {
 }
 
 // One iteration of Window::generate's loop after its forward: the token, the past, the stop checks.
-void DecodeBatchState::advance(DecodeSequence& s, const runtime::ForwardResult& r, const at::Tensor& logits,
-                               bool shared) {
+void DecodeBatchState::advance(DecodeSequence& s, const at::Tensor& logits, bool shared) {
   const int64_t limit = core->config().max_position_embeddings;
   const int64_t width = static_cast<int64_t>(s.input.size());
   if (s.steps == 0) s.g.prompt_forward_tokens = shared ? 0 : width;
@@ -204,7 +208,8 @@ void DecodeBatchState::advance(DecodeSequence& s, const runtime::ForwardResult& 
   const int64_t next = step.token;
   s.g.tokens.push_back(next);
   if (step.logprobs.has_value()) s.g.logprobs.push_back(std::move(*step.logprobs));
-  s.parts.push_back(r.content);  // the slot holds these rows now
+  if (s.steps == 0) s.query_rows = width;
+  s.kept += width;  // the slot holds these rows now
   s.pos += width;
   s.input = {next};
   if (s.text) s.unsent += s.text->push(next);
@@ -267,6 +272,29 @@ std::string DecodeBatchState::finish_text(DecodeSequence& s) const {
   return s.g.stop_reason == "cancelled" ? std::string() : rest;
 }
 
+// Exact reuse of an ended sequence's read (keep_read_for_reuse): the query's KV, and with the answer's last
+// token run (`last`: its row is the slot's last) the whole turn's, from the reused head and the slot's kept
+// rows: views, with one concatenation only where a head or a forward whose token was not taken (a failed
+// sample's rows lie before the last one's) splits them.
+void DecodeBatchState::keep_for_reuse(const DecodeSequence& s, bool last) const {
+  if (!s.keeps || s.kept == 0) return;  // nothing kept, or the query's forward gave no token
+  auto joined = [&](std::vector<runtime::Content> rows) {
+    if (!s.head.empty()) rows.insert(rows.begin(), s.head.front());
+    return rows.size() == 1 ? std::move(rows.front()) : concat_contents(rows);
+  };
+  const runtime::Content query_kv = joined({cache->kept(s.slot, 0, s.query_rows)});
+  if (!last) {
+    keep_read_for_reuse(*s.window, s.query, s.g.tokens, &query_kv, nullptr);
+    return;
+  }
+  const int64_t rows = cache->kept_rows(s.slot);
+  const runtime::Content turn_kv =
+      joined(rows == s.kept + 1
+                 ? std::vector<runtime::Content>{cache->kept(s.slot, 0, rows)}
+                 : std::vector<runtime::Content>{cache->kept(s.slot, 0, s.kept), cache->kept(s.slot, rows - 1, 1)});
+  keep_read_for_reuse(*s.window, s.query, s.g.tokens, &query_kv, &turn_kv);
+}
+
 // The sequences that ended: their answers kept for exact reuse (the last tokens' KV in one forward), the
 // radix yardstick charged, their text; removed from the batch.
 void DecodeBatchState::finish(DecodeStep& out) {
@@ -281,16 +309,16 @@ void DecodeBatchState::finish(DecodeStep& out) {
       g.stop_reason = "constraint_complete";
     }
     last_of.push_back(std::string::npos);
-    if (keep_needs_last(*s->window, g.tokens, s->parts, s->query_parts, s->pos)) {
+    if (keep_needs_last(*s->window, g.tokens, s->keeps && s->kept > 0, s->pos)) {
       last_of.back() = inputs.size();
       inputs.push_back(core->registry().input_for_tokens({g.tokens.back()}, s->pos));
     }
   }
   if (ending.empty()) return;
-  std::vector<runtime::ForwardResult> lasts;
   if (!inputs.empty()) {
     runtime::ForwardOptions fo;
     fo.logits = runtime::LogitsMode::kNone;
+    fo.return_content = false;  // the slot keeps it
     std::vector<runtime::PastKV> pasts;
     pasts.reserve(ending.size());
     std::vector<runtime::SequenceForward> batch;
@@ -299,12 +327,11 @@ void DecodeBatchState::finish(DecodeStep& out) {
       pasts.push_back(cache->past(ending[j]->slot));
       batch.push_back({&inputs[last_of[j]], &pasts.back(), &fo});
     }
-    lasts = core->model().forward_batch(batch);
+    core->model().forward_batch(batch);
   }
   for (std::size_t j = 0; j < ending.size(); ++j) {
     DecodeSequence& s = *ending[j];
-    const runtime::Content* last = last_of[j] == std::string::npos ? nullptr : &lasts[last_of[j]].content;
-    keep_read_for_reuse(*s.window, s.query, s.g.tokens, std::move(s.parts), s.query_parts, last);
+    keep_for_reuse(s, last_of[j] != std::string::npos);
     keep_tail(*s.window, s.query, s.g.tokens);  // the window's tentative tail (window_ops.h)
     charge_radix_cache(*s.window, s.query, s.g.tokens);
     const std::string last_piece = finish_text(s);
@@ -341,7 +368,8 @@ void DecodeBatchState::forward(DecodeStep& out) {
       first_steps.emplace(key, inputs.size());
     }
     if (s->slot < 0) {
-      s->slot = cache->open(s->past.length() > 0 ? &s->past : nullptr);
+      s->keeps = s->window->options.policy.reuse_computed;  // the query's and answer's KV, for exact reuse
+      s->slot = cache->open(s->past.length() > 0 ? &s->past : nullptr, s->keeps);
       s->past = runtime::PastKV();
     }
     result_of.push_back(inputs.size());
@@ -352,6 +380,7 @@ void DecodeBatchState::forward(DecodeStep& out) {
   }
   if (inputs.empty()) return;
   runtime::ForwardOptions fo, first;
+  fo.return_content = first.return_content = false;  // a slot that keeps content holds it (keep_for_reuse)
   fo.logits = runtime::LogitsMode::kLast;
   first.logits = runtime::LogitsMode::kLast;
   first.key_attention = true;  // the query's forward: where it looks (record_attention)
@@ -372,10 +401,11 @@ void DecodeBatchState::forward(DecodeStep& out) {
     const std::size_t i = result_of[j];
     if (shared[j]) {
       live[j]->slot = cache->fork(owners[i]->slot);  // the window and the query's rows, its own from here
+      live[j]->keeps = owners[i]->keeps;
       live[j]->past = runtime::PastKV();
     }
     if (live[j]->steps == 0) record_attention(*live[j]->window, results[i].key_attention);
-    advance(*live[j], results[i], logits.narrow(0, static_cast<int64_t>(i), 1), shared[j]);
+    advance(*live[j], logits.narrow(0, static_cast<int64_t>(i), 1), shared[j]);
   }
 }
 

@@ -51,52 +51,43 @@ runtime::Content concat_contents(const std::vector<runtime::Content>& parts) {
   return out;
 }
 
-std::size_t reuse_query_head(const WindowState& state, const std::vector<int64_t>& query, runtime::PastKV& past,
-                             std::vector<int64_t>& input, int64_t& pos, std::vector<runtime::Content>& parts) {
+void reuse_query_head(const WindowState& state, const std::vector<int64_t>& query, runtime::PastKV& past,
+                      std::vector<int64_t>& input, int64_t& pos, std::vector<runtime::Content>& head) {
   EngineCore& core = *state.core;
-  if (!state.options.policy.reuse_computed || query.size() < 2) return 1;
+  if (!state.options.policy.reuse_computed || query.size() < 2) return;
   const KvState chain = state.state_chain();
   const int64_t limit = static_cast<int64_t>(query.size()) - 1;
   const ReuseIndex::Match m = core.kv().reuse_index().longest(chain, chain, query, limit);
-  if (m.tokens <= 0 || !core.kv().contains(m.store_key)) return 1;
+  if (m.tokens <= 0 || !core.kv().contains(m.store_key)) return;
   std::optional<runtime::Content> stored = core.kv().get_conditioned(m.store_key);
-  if (!stored.has_value() || stored->empty() || stored->front().k.size(0) < m.tokens) return 1;
-  runtime::Content head(stored->size());
-  for (std::size_t l = 0; l < head.size(); ++l) {
-    head[l] = {(*stored)[l].k.narrow(0, 0, m.tokens), (*stored)[l].v.narrow(0, 0, m.tokens)};
+  if (!stored.has_value() || stored->empty() || stored->front().k.size(0) < m.tokens) return;
+  runtime::Content rows(stored->size());
+  for (std::size_t l = 0; l < rows.size(); ++l) {
+    rows[l] = {(*stored)[l].k.narrow(0, 0, m.tokens), (*stored)[l].v.narrow(0, 0, m.tokens)};
   }
-  extend_past(past, head, core.registry().positions_for(nullptr, m.tokens, pos));
-  parts.push_back(std::move(head));
+  extend_past(past, rows, core.registry().positions_for(nullptr, m.tokens, pos));
+  head.push_back(std::move(rows));
   input.assign(query.begin() + m.tokens, query.end());
   pos += m.tokens;
-  return 2;
 }
 
-bool keep_needs_last(const WindowState& state, const std::vector<int64_t>& answer,
-                     const std::vector<runtime::Content>& parts, std::size_t query_parts, int64_t end) {
-  if (!state.options.policy.reuse_computed || parts.empty() || parts.size() < query_parts || answer.empty()) {
-    return false;
-  }
+bool keep_needs_last(const WindowState& state, const std::vector<int64_t>& answer, bool query_run, int64_t end) {
+  if (!state.options.policy.reuse_computed || !query_run || answer.empty()) return false;
   const int64_t limit = state.core->config().max_position_embeddings;
   return !(limit > 0 && end + 1 > limit);
 }
 
 void keep_read_for_reuse(const WindowState& state, const std::vector<int64_t>& query,
-                         const std::vector<int64_t>& answer, std::vector<runtime::Content> parts,
-                         std::size_t query_parts, const runtime::Content* last) {
+                         const std::vector<int64_t>& answer, const runtime::Content* query_kv,
+                         const runtime::Content* turn_kv) {
   EngineCore& core = *state.core;
-  if (!state.options.policy.reuse_computed || parts.empty()) return;
+  if (!state.options.policy.reuse_computed || query_kv == nullptr) return;
   const KvState chain = state.state_chain(), content = state.content_chain();
-  if (parts.size() < query_parts) return;  // the query's forward did not run (max_tokens 0, no room)
-  const runtime::Content query_kv =
-      query_parts == 1 ? parts.front() : concat_contents({parts.begin(), parts.begin() + 2});
-  core.kv().put_reusable(reuse_key(core.registry().turn_key(query), chain), query_kv, chain, content, query);
-  if (answer.empty() || last == nullptr) return;
-  parts.push_back(*last);
+  core.kv().put_reusable(reuse_key(core.registry().turn_key(query), chain), *query_kv, chain, content, query);
+  if (answer.empty() || turn_kv == nullptr) return;
   std::vector<int64_t> turn = query;
   turn.insert(turn.end(), answer.begin(), answer.end());
-  core.kv().put_reusable(reuse_key(core.registry().turn_key(turn), chain), concat_contents(parts), chain, content,
-                         turn);
+  core.kv().put_reusable(reuse_key(core.registry().turn_key(turn), chain), *turn_kv, chain, content, turn);
 }
 
 }  // namespace orbit::detail

@@ -24,24 +24,23 @@ runtime::Content concat_contents(const std::vector<runtime::Content>& parts);
 
 // Exact reuse of a read's query: its leading tokens (all but the last, whose logits the first answer token
 // needs) when KV computed behind the window's very KV states holds them (ReuseIndex): loaded onto `past`,
-// `input` and `pos` then start after them. Returns how many parts of `parts` the query's KV spans (1, or 2
-// with the loaded head first).
-std::size_t reuse_query_head(const WindowState& state, const std::vector<int64_t>& query, runtime::PastKV& past,
-                             std::vector<int64_t>& input, int64_t& pos, std::vector<runtime::Content>& parts);
+// appended to `head` (their KV, the query's first part), and `input` and `pos` then start after them.
+void reuse_query_head(const WindowState& state, const std::vector<int64_t>& query, runtime::PastKV& past,
+                      std::vector<int64_t>& input, int64_t& pos, std::vector<runtime::Content>& head);
 
 // Whether keeping a read for reuse needs the KV of the answer's last token (one more decode step at `end`,
-// the position after the read's last forward): under exact reuse, with an answer, within the positions.
-bool keep_needs_last(const WindowState& state, const std::vector<int64_t>& answer,
-                     const std::vector<runtime::Content>& parts, std::size_t query_parts, int64_t end);
+// the position after the read's last forward): under exact reuse, once the query's forward ran and gave a
+// token (`query_run`), with an answer, within the positions.
+bool keep_needs_last(const WindowState& state, const std::vector<int64_t>& answer, bool query_run, int64_t end);
 
 // Exact reuse of a read (WindowPolicy::reuse_computed): the KV of the query, and of the query followed by
 // the answer, behind the window's KV states, kept where a live turn with those tokens will look for it.
-// `parts` holds the KV of every forward the read ran (the query first, in `query_parts` pieces: the rows
-// reused for its head, if any, then its forward; then each answer token but the last); `last` the KV of
-// the answer's last token (keep_needs_last's forward; null when it was not run: then only the query is
-// kept), so that an appended answer forwards nothing.
+// `query_kv` is the query's KV (null when its forward did not run: nothing is kept); `turn_kv` the query's
+// followed by every answer token's, the last one's included (keep_needs_last's forward; null when it was
+// not run: then only the query is kept), so that an appended answer forwards nothing. The store copies
+// them: they may be views of buffers that change after the call.
 void keep_read_for_reuse(const WindowState& state, const std::vector<int64_t>& query,
-                         const std::vector<int64_t>& answer, std::vector<runtime::Content> parts,
-                         std::size_t query_parts, const runtime::Content* last);
+                         const std::vector<int64_t>& answer, const runtime::Content* query_kv,
+                         const runtime::Content* turn_kv);
 
 }  // namespace orbit::detail

@@ -13,6 +13,10 @@
 // not move. Dynamic-NTK RoPE, whose angles change with the window's length, keeps keys before rotation and
 // rotates the rows in use at every forward. Buffers grow by doubling (slots and capacity) as needed.
 //
+// A slot opened with keep_content also keeps the rows forwards append to it in content form, in two more
+// buffers per layer, [slots, kept capacity, heads, dim] (content_k_shape / content_v_shape), written with
+// the attention-form rows (one index_copy per layer and group): what a decode saves for exact reuse.
+//
 // Thread-safety: none. One thread uses a cache, and runs the forwards that read it, at a time.
 #pragma once
 
@@ -38,9 +42,13 @@ class DecodeCache {
   const Model& model() const;
 
   // A new slot holding `past` (contiguous, or paged: gathered and patched; null: no rows), written once.
+  // With keep_content the slot also keeps, in content form (ForwardResult::content), every row the forwards
+  // append to it from now on (kept): a decode's query and answer KV, saved for exact reuse at its end without
+  // a forward returning content at every step. A past that is a slot of this cache is forked (keeping what
+  // that slot keeps, and with keep_content at least the rows appended from now on).
   // Throws orbit::Error for a past of the wrong shape (as Model::forward would).
-  int64_t open(const PastKV* past);
-  // A new slot holding a copy of `slot`'s rows: a branch of the same past.
+  int64_t open(const PastKV* past, bool keep_content = false);
+  // A new slot holding a copy of `slot`'s rows (and of its kept content): a branch of the same past.
   int64_t fork(int64_t slot);
   // Frees `slot` (its rows are reused by a later one). Throws for a slot not open.
   void close(int64_t slot);
@@ -48,6 +56,12 @@ class DecodeCache {
   // The PastKV that names `slot` for Model::forward / forward_batch: read in place, the input appended.
   PastKV past(int64_t slot);
   int64_t length(int64_t slot) const;  // rows the slot holds
+  // Rows of `slot` kept in content form (open's keep_content): those forwards appended since it was opened.
+  int64_t kept_rows(int64_t slot) const;
+  // Kept rows [from, from + count) of `slot` (count >= 1), per layer: views of the cache's buffers, the same
+  // values the forwards returned as content; valid until the slot is closed (a later slot may write there).
+  // Throws for rows the slot does not keep.
+  std::vector<LayerKV> kept(int64_t slot, int64_t from, int64_t count) const;
   int64_t open_slots() const;
   int64_t bytes() const;  // the buffers' size
 
