@@ -685,6 +685,25 @@ def test_a_store_directory_persists_canonicals_across_engines(orbit, stories260k
         orbit.Store(tmp_path / "not-a-store")
 
 
+def test_store_gc_reports_the_blob_it_keeps_for_repair(orbit, stories260k_path, tmp_path):
+    # A row whose blob path was damaged leaves its good blob unreferenced: gc keeps it (repair rebuilds the row
+    # from it) and says so in kept_paths, which Python could not read.
+    import sqlite3
+
+    store = tmp_path / "store"
+    with orbit.Engine(stories260k_path, store_dir=store, pool_bytes=POOL, page_size=PAGE) as e:
+        e.precompute(e.add_tokens([3, 14, 15, 92, 65, 35]))
+    (entry,) = [x for x in orbit.store_list(store) if x.kind.label == "canonical"]
+    db = sqlite3.connect(store / "index.sqlite")
+    with db:
+        db.execute("UPDATE entries SET blob = blob || '.gone' WHERE key = ?", (entry.key,))
+    db.close()
+    report = orbit.store_gc(store)
+    assert report.removed_blobs == 0 and report.kept_paths == [entry.blob_path]
+    assert "kept=1" in repr(report)
+    assert orbit.store_repair(store).rows_restored == 1 and orbit.store_verify(store).clean
+
+
 def test_every_enum_has_its_label(orbit):
     # The stub types every enum as _Enum: .label (the C++ name, str() of the member), int() and .name. The
     # store's EntryKind and BlobEncoding had no label, so `entry.kind.label` raised AttributeError.

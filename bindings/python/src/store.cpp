@@ -137,10 +137,13 @@ void def_store_reports(py::module_& m) {
       .def_readonly("removed_temps", &GcReport::removed_temps, "Temp files of writes that never completed.")
       .def_readonly("freed_bytes", &GcReport::freed_bytes, "Bytes freed.")
       .def_readonly("removed_paths", &GcReport::removed_paths, "The paths.")
+      .def_readonly("kept_paths", &GcReport::kept_paths,
+                    "Unreferenced blobs kept because a row of their key names no blob file (a damaged row):\n"
+                    "store_repair() rebuilds those rows from them.")
       .def("__repr__", [](const GcReport& r) {
         return "GcReport(removed_blobs=" + std::to_string(r.removed_blobs) +
                ", removed_temps=" + std::to_string(r.removed_temps) + ", freed_bytes=" + std::to_string(r.freed_bytes) +
-               ")";
+               ", kept=" + std::to_string(r.kept_paths.size()) + ")";
       });
 
   py::class_<RepairReport>(m, "RepairReport", "What store_repair() did.")
