@@ -301,6 +301,67 @@ TEST_CASE("responses: items become chat messages; tools, formats and settings ca
   CHECK(e.message == "tools[12].parameters.properties.q: 'pattern' is not supported");
 }
 
+// The field a chat check would name in message `param` of `request`, in the Responses API's names.
+std::string named(const sv::ResponsesRequest& request, const std::string& param,
+                  const std::vector<sv::MessageOrigin>* origins = nullptr) {
+  const sv::ApiError e = sv::responses_error(sv::api_error(400, param + ": wrong", "invalid_request_error", "", param),
+                                             origins != nullptr ? *origins : request.origins);
+  CHECK(e.message == e.param + ": wrong");
+  return e.param;
+}
+
+TEST_CASE("responses: a chat check's message field names the input item the message was read from",
+          "[serve][responses]") {
+  // Chat messages: 0 the instructions; 1 input[0]; 2 input[1] with the calls input[2] and input[3]; 3 and 4 the
+  // outputs input[4] and input[5]; 5 made for the call input[7], with the reasoning input[6]; 6 input[8].
+  const auto call = [](const std::string& id) {
+    return json{{"type", "function_call"}, {"call_id", id}, {"name", "f"}, {"arguments", "{}"}};
+  };
+  const auto output = [](const std::string& id) {
+    return json{{"type", "function_call_output"}, {"call_id", id}, {"output", "ok"}};
+  };
+  const json body = {{"model", "m"},
+                     {"instructions", "Be brief."},
+                     {"input",
+                      {{{"role", "user"}, {"content", "x"}},
+                       {{"role", "assistant"}, {"content", "calling"}},
+                       call("c1"),
+                       call("c2"),
+                       output("c1"),
+                       output("c2"),
+                       {{"type", "reasoning"}, {"summary", {{{"type", "summary_text"}, {"text", "why"}}}}},
+                       call("c3"),
+                       output("c3")}}};
+  const sv::Parsed<sv::ResponsesRequest> p = sv::parse_responses_request(body.dump());
+  REQUIRE(p.ok());
+  const sv::ResponsesRequest& r = *p.value;
+  REQUIRE(r.chat.messages.size() == 7);
+  REQUIRE(r.origins.size() == 7);
+  CHECK(named(r, "messages[0].content") == "instructions");
+  CHECK(named(r, "messages[1].role") == "input[0].role");
+  CHECK(named(r, "messages[1].name") == "input[0]");  // no field of the item: the item
+  CHECK(named(r, "messages[2].content") == "input[1].content");
+  CHECK(named(r, "messages[2].tool_calls[0].function.name") == "input[2].name");
+  CHECK(named(r, "messages[2].tool_calls[1].function.arguments") == "input[3].arguments");
+  CHECK(named(r, "messages[2].tool_calls[1].id") == "input[3].call_id");
+  CHECK(named(r, "messages[2].tool_calls[1].type") == "input[3]");
+  CHECK(named(r, "messages[2].tool_calls[2].id") == "input[1]");  // no such call
+  CHECK(named(r, "messages[4].tool_call_id") == "input[5].call_id");
+  CHECK(named(r, "messages[4].content") == "input[5].output");
+  CHECK(named(r, "messages[5].reasoning_content") == "input[6]");
+  CHECK(named(r, "messages[5].content") == "input[7]");
+  CHECK(named(r, "messages[5].tool_calls[0].function.arguments") == "input[7].arguments");
+  CHECK(named(r, "messages[6].tool_call_id") == "input[8].call_id");
+  CHECK(named(r, "messages[7].content") == "input");  // past the request's messages
+  // Without the request's origins (a conversation joined to a previous response's), no item is guessed.
+  const std::vector<sv::MessageOrigin> none;
+  CHECK(named(r, "messages[2].tool_calls[1].function.arguments", &none) == "input");
+  // A string input is one message, named "input".
+  const sv::Parsed<sv::ResponsesRequest> text = sv::parse_responses_request(body_with(""));
+  REQUIRE(text.ok());
+  CHECK(named(*text.value, "messages[0].content") == "input");
+}
+
 namespace {
 
 // One request through prepare_response and run_response, as the route runs it.

@@ -1,9 +1,12 @@
 #include "serve/responses/responses_api.h"
 
 #include <algorithm>
+#include <charconv>
 #include <limits>
 #include <optional>
 #include <set>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "orbit/common/error.h"
@@ -170,9 +173,11 @@ std::string reasoning_item(const ojson& item, const std::string& p) {
 // `input` read item by item into chat messages (see the header for the mapping). A reasoning item's text waits
 // for the assistant turn that follows it: the next assistant message item, or a function_call, which then
 // starts an assistant message of its own (the reasoning led to it, not to the message before).
+// Each message's origin goes to `origins`, as it is read.
 class InputReader {
  public:
-  InputReader(ojson& messages, std::vector<UnmatchedOutput>& unmatched) : messages_(messages), unmatched_(unmatched) {}
+  InputReader(ojson& messages, std::vector<MessageOrigin>& origins, std::vector<UnmatchedOutput>& unmatched)
+      : messages_(messages), origins_(origins), unmatched_(unmatched) {}
 
   void add(const ojson& item, const std::string& type, std::size_t i, const std::string& p) {
     if (type == "reasoning") {
@@ -181,17 +186,21 @@ class InputReader {
       reasoning_at_ = i;
     } else if (type == "message") {
       messages_.push_back(message_item(item, p));
+      origins_.push_back({MessageOrigin::From::message, i, std::nullopt, {}});
       if (reasoning_ && messages_.back()["role"] == "assistant") take_reasoning();
     } else if (type == "function_call") {
       ojson call = function_call_item(item, p);
       if (reasoning_ || messages_.empty() || messages_.back()["role"] != "assistant") {
         messages_.push_back({{"role", "assistant"}, {"content", ""}});
+        origins_.push_back({MessageOrigin::From::calls, i, std::nullopt, {}});
         if (reasoning_) take_reasoning();
       }
       calls_.insert(call["id"].get<std::string>());
       messages_.back()["tool_calls"].push_back(std::move(call));
+      origins_.back().calls.push_back(i);
     } else if (type == "function_call_output") {
       messages_.push_back(function_call_output_item(item, p));
+      origins_.push_back({MessageOrigin::From::output, i, std::nullopt, {}});
       const std::string call_id = messages_.back()["tool_call_id"].get<std::string>();
       if (!calls_.count(call_id)) unmatched_.push_back({i, call_id});
     } else {
@@ -209,6 +218,7 @@ class InputReader {
  private:
   void take_reasoning() {
     messages_.back()["reasoning_content"] = *reasoning_;
+    origins_.back().reasoning = reasoning_at_;
     reasoning_.reset();
   }
 
@@ -219,18 +229,19 @@ class InputReader {
   }
 
   ojson& messages_;
+  std::vector<MessageOrigin>& origins_;  // origins_[k]: where the k-th message read here came from
   std::vector<UnmatchedOutput>& unmatched_;
   std::set<std::string> calls_;  // the call_ids of the function_call items so far
   std::optional<std::string> reasoning_;
   std::size_t reasoning_at_ = 0;
 };
 
-// `input` as chat messages, appended to `messages` (see the header for the mapping); the outputs that answer
-// no function_call item before them go to `unmatched`.
-void add_input(const ojson& input, const ServeLimits& limits, ojson& messages,
-               std::vector<UnmatchedOutput>& unmatched) {
+// `input` as chat messages, appended to `messages` (see the header for the mapping), and their origins to
+// r.origins; the outputs that answer no function_call item before them go to r.unmatched_outputs.
+void add_input(const ojson& input, const ServeLimits& limits, ojson& messages, ResponsesRequest& r) {
   if (input.is_string()) {
     messages.push_back({{"role", "user"}, {"content", input}});
+    r.origins.push_back({MessageOrigin::From::text, 0, std::nullopt, {}});
     return;
   }
   if (!input.is_array())
@@ -239,7 +250,7 @@ void add_input(const ojson& input, const ServeLimits& limits, ojson& messages,
   if (input.size() > limits.max_messages) {
     invalid_field("input", "at most " + std::to_string(limits.max_messages) + " items are accepted");
   }
-  InputReader reader(messages, unmatched);
+  InputReader reader(messages, r.origins, r.unmatched_outputs);
   for (std::size_t i = 0; i < input.size(); ++i) {
     const std::string p = "input[" + std::to_string(i) + "]";
     const ojson& item = need_object(input[i], p);
@@ -501,11 +512,12 @@ ResponsesRequest responses_request(std::string_view text, const ServeLimits& lim
   ojson chat = {{"model", body["model"]}, {"messages", ojson::array()}};
   if (const ojson* v = field(body, "instructions")) {
     chat["messages"].push_back({{"role", "system"}, {"content", need_string(*v, "instructions")}});
+    r.origins.push_back({MessageOrigin::From::instructions, 0, std::nullopt, {}});
     r.has_instructions = true;
   }
   const ojson* input = field(body, "input");
   if (input == nullptr) invalid_field("input", "missing");
-  add_input(*input, limits, chat["messages"], r.unmatched_outputs);
+  add_input(*input, limits, chat["messages"], r);
   if (const ojson* v = field(body, "tools"); v != nullptr && !v->empty()) chat["tools"] = chat_tools(*v);
   if (const ojson* v = field(body, "tool_choice")) {
     chat["tool_choice"] = chat_tool_choice(*v, chat.contains("tools") ? chat["tools"] : ojson::array());
@@ -529,7 +541,7 @@ ResponsesRequest responses_request(std::string_view text, const ServeLimits& lim
   inner.max_body_bytes = std::numeric_limits<std::size_t>::max();
   inner.max_messages = std::numeric_limits<std::size_t>::max();
   Parsed<ChatRequest> parsed = parse_chat_request(chat.dump(), inner);
-  if (!parsed.ok()) throw Invalid{responses_error(parsed.error)};
+  if (!parsed.ok()) throw Invalid{responses_error(parsed.error, r.origins)};
   r.chat = std::move(*parsed.value);
   r.echo = echo_of(body, chat, r);
   return r;
@@ -555,7 +567,68 @@ std::optional<ApiError> unmatched_output_error(const std::vector<UnmatchedOutput
   return std::nullopt;
 }
 
-ApiError responses_error(ApiError error) {
+namespace responses_names {
+
+// The index in `text` between the '[' at `open` and the next ']', and where the text after that ']' starts;
+// nullopt when text[open] is not '[' or no decimal index follows.
+std::optional<std::pair<std::size_t, std::size_t>> index_at(std::string_view text, std::size_t open) {
+  if (open >= text.size() || text[open] != '[') return std::nullopt;
+  const std::size_t close = text.find(']', open);
+  if (close == std::string_view::npos || close == open + 1) return std::nullopt;
+  std::size_t index = 0;
+  const auto [end, ec] = std::from_chars(text.data() + open + 1, text.data() + close, index);
+  if (ec != std::errc() || end != text.data() + close) return std::nullopt;
+  return std::make_pair(index, close + 1);
+}
+
+std::string item_at(std::size_t k) { return "input[" + std::to_string(k) + "]"; }
+
+// The field of a function_call item, input[k], that a tool call's field `rest` (after "tool_calls[j]") is.
+std::string call_field(std::size_t k, std::string_view rest) {
+  static const std::pair<std::string_view, const char*> kFields[] = {
+      {".id", ".call_id"}, {".function.name", ".name"}, {".function.arguments", ".arguments"}};
+  for (const auto& [chat, responses] : kFields) {
+    if (rest == chat) return item_at(k) + responses;
+  }
+  return item_at(k);  // a field the item does not have: the item
+}
+
+// The Responses field of chat field `rest` (what follows "messages[i]") of a message read from `o`.
+std::string origin_field(const MessageOrigin& o, std::string_view rest) {
+  using From = MessageOrigin::From;
+  if (o.from == From::instructions) return "instructions";
+  if (o.from == From::text) return "input";
+  if (rest.rfind(".tool_calls", 0) == 0) {
+    const auto call = index_at(rest, 11);
+    if (call && call->first < o.calls.size()) return call_field(o.calls[call->first], rest.substr(call->second));
+  }
+  if ((rest == ".reasoning_content" || rest == ".reasoning") && o.reasoning) return item_at(*o.reasoning);
+  if (o.from == From::calls) return item_at(o.calls.front());  // its other fields are none of an item's
+  const bool content = rest == ".content" || rest.rfind(".content[", 0) == 0;
+  if (o.from == From::output) {
+    if (rest == ".tool_call_id") return item_at(o.item) + ".call_id";
+    return item_at(o.item) + (content ? ".output" + std::string(rest.substr(8)) : "");
+  }
+  return item_at(o.item) + (content || rest == ".role" ? std::string(rest) : "");
+}
+
+// The Responses field of a chat message's field `param` ("messages[i]..."), or nullopt when it names none.
+std::optional<std::string> message_field(std::string_view param, const std::vector<MessageOrigin>& origins) {
+  if (param.rfind("messages", 0) != 0) return std::nullopt;
+  const auto message = index_at(param, 8);
+  if (!message) return std::nullopt;
+  if (message->first >= origins.size()) return "input";
+  return origin_field(origins[message->first], param.substr(message->second));
+}
+
+}  // namespace responses_names
+
+ApiError responses_error(ApiError error, const std::vector<MessageOrigin>& origins) {
+  if (const auto to = responses_names::message_field(error.param, origins)) {
+    if (error.message.rfind(error.param + ":", 0) == 0) error.message.replace(0, error.param.size(), *to);
+    error.param = *to;
+    return error;
+  }
   static const std::pair<const char*, const char*> kNames[] = {
       {"messages", "input"}, {"max_tokens", "max_output_tokens"}, {"response_format", "text.format"}};
   for (const auto& [chat, responses] : kNames) {
