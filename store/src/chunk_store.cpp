@@ -2,9 +2,9 @@
 #include "orbit/store/chunk_store.h"
 
 #include <algorithm>
-#include <cstdio>
 
 #include "orbit/common/error.h"
+#include "orbit/common/warn.h"
 
 namespace orbit::store {
 
@@ -58,8 +58,7 @@ ChunkStore::~ChunkStore() {
       lost = !memory_only_.empty() || memory_only_lost_ > 0;
     }
     if (!durable && lost) {
-      std::fprintf(stderr, "orbit: warning: store %s: closing with entries that never reached the disk: %s\n",
-                   options_.dir.c_str(), durable.reason().c_str());
+      orbit::warn("store " + options_.dir + ": closing with entries that never reached the disk: " + durable.reason());
     }
     // Queued remote writes get a bounded chance to leave (they are durable locally either way).
     if (remote_ && remote_->stats().available) (void)remote_->drain(std::chrono::milliseconds(2000));
@@ -80,10 +79,9 @@ void ChunkStore::disk_failed(const Status& status) {
   disk_degraded_ = true;
   disk_warning_ = status.reason();
   if (first && options_.warn_disk_errors) {
-    std::fprintf(stderr,
-                 "orbit: warning: store %s: a disk write failed (%s); entries are kept in memory (host budget %lld "
-                 "bytes) and are not durable until a write succeeds again (stats().store.disk_degraded)\n",
-                 options_.dir.c_str(), status.reason().c_str(), static_cast<long long>(options_.host_budget_bytes));
+    orbit::warn("store " + options_.dir + ": a disk write failed (" + status.reason() +
+                "); entries are kept in memory (host budget " + std::to_string(options_.host_budget_bytes) +
+                " bytes) and are not durable until a write succeeds again (stats().store.disk_degraded)");
   }
 }
 
@@ -376,10 +374,9 @@ Result<ValuePtr> ChunkStore::get(const std::string& key, const GetOptions& optio
       faults_.push_back({key, disk_->absolute(row.blob), loaded.status().reason()});
       ++corrupt_reads_;
       if (options_.warn_disk_errors) {
-        std::fprintf(stderr,
-                     "orbit: warning: store %s: %s; the entry is marked corrupt and recomputed when needed (`orbit "
-                     "store verify` checks every blob)\n",
-                     options_.dir.c_str(), loaded.status().reason().c_str());
+        orbit::warn(
+            "store " + options_.dir + ": " + loaded.status().reason() +
+            "; the entry is marked corrupt and recomputed when needed (`orbit store verify` checks every blob)");
       }
       disk_->mark_corrupt(row);
       forget_if_gone(key);

@@ -5,13 +5,13 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <set>
 
 #include "orbit/common/error.h"
 #include "orbit/common/sha256.h"
+#include "orbit/common/warn.h"
 #include "orbit/store/blob_format.h"
 #include "orbit/store/redis_backend.h"
 #include "orbit/store/remote_auth.h"
@@ -52,11 +52,10 @@ void check_tls_files(const std::string& shown, const RedisTlsOptions& tls) {
 void warn_unauthenticated(const std::string& shown) {
   static std::once_flag once;
   std::call_once(once, [&] {
-    std::fprintf(stderr,
-                 "orbit: warning: remote tier %s has no secret: values read from it are checked (format, checksum, "
-                 "key, shapes, finite values) but not authenticated, so whoever can write to the server can supply "
-                 "a wrong value; give the engines that share it a secret (remote_secret, or ORBIT_REMOTE_SECRET)\n",
-                 shown.c_str());
+    orbit::warn("remote tier " + shown +
+                " has no secret: values read from it are checked (format, checksum, key, shapes, finite values) but "
+                "not authenticated, so whoever can write to the server can supply a wrong value; give the engines "
+                "that share it a secret (remote_secret, or ORBIT_REMOTE_SECRET)");
   });
 }
 
@@ -154,10 +153,9 @@ void RemoteTier::failed(const std::string& reason) {
     }
   }
   if (warn) {
-    std::fprintf(stderr,
-                 "orbit: warning: remote tier %s unavailable (%s); continuing on the local tiers, retrying every "
-                 "%d ms (counted in stats().store.remote)\n",
-                 backend_->describe().c_str(), reason.c_str(), options_.retry_after_ms);
+    orbit::warn("remote tier " + backend_->describe() + " unavailable (" + reason +
+                "); continuing on the local tiers, retrying every " + std::to_string(options_.retry_after_ms) +
+                " ms (counted in stats().store.remote)");
   }
 }
 

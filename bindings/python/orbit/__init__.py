@@ -28,7 +28,9 @@ past the model's limit) RefusedError -- both subclasses of OrbitError, both leav
 Plan first (plan_*) and check Plan.device_bytes_after to avoid them.
 Engine(remote=...) pings the remote tier once as it opens: one that does not answer issues a
 RemoteUnreachableWarning (a RuntimeWarning, through the warnings module) naming the URL and the cause, and the
-engine opens on its local tiers.
+engine opens on its local tiers. The store's warnings (a disk write that failed, an engine closed with entries
+that never reached the disk, a corrupt blob, a remote tier that went down) are OrbitWarning (a UserWarning),
+also through the warnings module, so they can be filtered, caught with pytest.warns or made errors.
 
 A store directory can be inspected offline: `with orbit.Store("store") as s: for entry in s: ...`.
 
@@ -78,6 +80,7 @@ from ._orbit import (  # noqa: F401  (re-exports)
     Policy,
     RadixCache,
     BlockPrefixCache,
+    OrbitWarning,
     RefusedError,
     RemoteUnreachableWarning,
     StalePatch,
@@ -184,6 +187,7 @@ __all__ = [
     "Policy",
     "RadixCache",
     "BlockPrefixCache",
+    "OrbitWarning",
     "RefusedError",
     "RemoteUnreachableWarning",
     "StalePatch",

@@ -35,6 +35,7 @@ from ._orbit import (
     RadixCache as RadixCache,
     BlockPrefixCache as BlockPrefixCache,
     Policy as Policy,
+    OrbitWarning as OrbitWarning,
     RefusedError as RefusedError,
     RemoteUnreachableWarning as RemoteUnreachableWarning,
     StalePatch as StalePatch,

@@ -34,6 +34,12 @@ class CapacityError(OrbitError):
 class RefusedError(OrbitError):
     """The operation was refused, e.g. positions past the model's limit (status 'refused')."""
 
+class OrbitWarning(UserWarning):
+    """A warning from orbit's store or SDK: a disk write that failed, an engine closed with entries that never
+    reached the disk, a corrupt blob, a remote tier that went down or has no secret. One raised during a call
+    (Engine(...), close()) is issued before that call returns; one from background work on the main thread at
+    its next bytecode, where an 'error' filter reports it through sys.unraisablehook."""
+
 class RemoteUnreachableWarning(RuntimeWarning):
     """Engine(remote=...) found the remote tier not answering a PING when it opened; the message names the URL
     (password shown as ***) and the cause. The engine still opens, on its local tiers."""

@@ -25,6 +25,16 @@ void init_answer(py::module_& m);     // answer.cpp: parse_tool_calls, Engine.to
 void init_generate(py::module_& m);   // generate.cpp: generate_many (generate()'s arguments: generate_args.h)
 void init_cancel(py::module_& m);     // cancel.cpp: CancelToken (generate's cancel=)
 void init_wake(py::module_& m);       // wake.cpp: _StreamRoom (Window.stream's wait for its reader)
+void init_warnings(py::module_& m);   // warnings.cpp: OrbitWarning, the sink issuing orbit::warn through Python
+
+// The C++ type registered as orbit.OrbitWarning (warnings.cpp); never thrown.
+struct OrbitWarningTag {};
+
+// Issues the orbit warnings queued so far as OrbitWarning, on this thread (warnings.cpp). Called at the end
+// of the binding calls that can warn on their own thread, so those warnings come before the call returns.
+// Needs the GIL; throws py::error_already_set when a warnings filter turns one into an error (the rest stay
+// queued for the next delivery).
+void flush_warnings();
 
 // Raises CapacityError / RefusedError / OrbitError for a non-ok Status (module.cpp).
 [[noreturn]] void raise_status(int code, const std::string& reason);

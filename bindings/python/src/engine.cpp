@@ -119,6 +119,7 @@ std::shared_ptr<Engine> open_engine(const py::object& model, const py::object& s
     py::gil_scoped_release release;
     engine = Engine::open(o);
   }
+  flush_warnings();  // opening the store may have warned (a remote tier without a secret)
   if (!o.remote.empty()) warn_if_remote_unreachable(o.remote);
   const py::object fsdecode = py::module_::import("os").attr("fsdecode");  // the bytes path_arg made, as a str
   std::string fields = "model=" + std::string(py::repr(fsdecode(py::bytes(o.model))));
@@ -143,9 +144,12 @@ void close_engine(const std::shared_ptr<Engine>& e) {
               "close(): called from inside an operation of this engine on the same thread; close the engine after "
               "that operation returns");
   const std::shared_ptr<EngineDecodes> decodes = engine_decodes(e);
-  py::gil_scoped_release release;
-  if (decodes) decodes->stop_all();
-  e->close();
+  {
+    py::gil_scoped_release release;
+    if (decodes) decodes->stop_all();
+    e->close();
+  }
+  flush_warnings();  // closing the store may have warned (entries that never reached the disk)
 }
 
 }  // namespace

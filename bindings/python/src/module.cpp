@@ -110,6 +110,7 @@ PYBIND11_MODULE(_orbit, m) {
   m.doc() = "orbit: context windows as sets of reusable KV chunks (the compiled core; import `orbit`).";
   m.attr("__version__") = orbit::version();
   orbit_py::init_errors(m);
+  orbit_py::init_warnings(m);
   orbit_py::init_types(m);
   orbit_py::init_policy(m);
   orbit_py::init_engine(m);

@@ -1,0 +1,71 @@
+"""The store's warnings (orbit/common/warn.h) reach Python as orbit.OrbitWarning through the warnings module:
+a disk write that failed (the store's blobs/ replaced by a file after the engine opened), an engine closed with
+entries that never reached the disk, and a blob found corrupt. A filter that makes them errors raises them from
+the call that warned (close()) or reports them through sys.unraisablehook, and nothing hangs."""
+import pathlib
+import shutil
+import sys
+import warnings
+
+import pytest
+
+POOL = 8 << 20
+TOKENS = list(range(1, 40))
+
+
+def break_the_disk(store):
+    """blobs/ becomes a file: every later blob write fails (ENOTDIR), even as root."""
+    blobs = pathlib.Path(store, "blobs")
+    shutil.rmtree(blobs, ignore_errors=True)
+    blobs.write_bytes(b"")
+
+
+def write_through_a_broken_disk(orbit, model, store):
+    engine = orbit.Engine(model, store_dir=store, pool_bytes=POOL, page_size=4)
+    break_the_disk(store)
+    engine.precompute(engine.add_tokens(TOKENS))
+    degraded = engine.stats.store.disk_degraded
+    engine.close()
+    return degraded
+
+
+def test_a_failed_disk_write_is_an_orbit_warning(orbit, stories260k_path, tmp_path, capfd):
+    store = tmp_path / "store"
+    with pytest.warns(orbit.OrbitWarning) as caught:
+        assert write_through_a_broken_disk(orbit, stories260k_path, store)
+    messages = [str(w.message) for w in caught if issubclass(w.category, orbit.OrbitWarning)]
+    failed = [m for m in messages if "a disk write failed" in m]
+    assert len(failed) == 1 and failed[0].startswith(f"store {store}: a disk write failed (")
+    assert any("closing with entries that never reached the disk" in m for m in messages)
+    assert issubclass(orbit.OrbitWarning, UserWarning)
+    assert "orbit: warning" not in capfd.readouterr().err  # said once, through Python
+
+
+def test_an_error_filter_raises_or_reports_without_hanging(orbit, stories260k_path, tmp_path, monkeypatch):
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: unraisable.append(u.exc_value))
+    raised = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            write_through_a_broken_disk(orbit, stories260k_path, tmp_path / "store")
+        except orbit.OrbitWarning as e:  # close() raises the first warning its own thread queued
+            raised.append(e)
+    seen = [str(e) for e in raised + unraisable if isinstance(e, orbit.OrbitWarning)]
+    assert any("a disk write failed" in m or "never reached the disk" in m for m in seen), (raised, unraisable)
+
+
+def test_a_corrupt_blob_is_an_orbit_warning(orbit, stories260k_path, tmp_path):
+    store = tmp_path / "store"
+    with orbit.Engine(stories260k_path, store_dir=store, pool_bytes=POOL, page_size=4) as engine:
+        engine.precompute(engine.add_tokens(TOKENS))
+    blobs = list(pathlib.Path(store, "blobs").rglob("*.blob"))
+    assert blobs
+    for blob in blobs:
+        with open(blob, "r+b") as f:
+            f.truncate(100)
+    with pytest.warns(orbit.OrbitWarning, match="marked corrupt and recomputed") as caught:
+        with orbit.Engine(stories260k_path, store_dir=store, pool_bytes=POOL, page_size=4) as engine:
+            engine.new_window().admit(engine.add_tokens(TOKENS))
+            assert engine.stats.store.corrupt_reads >= 1
+    assert all(str(store) in str(w.message) for w in caught if "marked corrupt" in str(w.message))
