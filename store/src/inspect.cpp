@@ -271,6 +271,12 @@ VerifyReport verify_store(const std::string& dir) {
               blob_encoding_name(decoded.value().encoding));
       continue;
     }
+    const int64_t value_bytes = decoded.value().value->bytes();
+    if (value_bytes != r.value_bytes) {  // stat's "in memory" sums this field
+      problem("the index says value_bytes " + std::to_string(r.value_bytes) + "; the blob's value holds " +
+              std::to_string(value_bytes) + " bytes");
+      continue;
+    }
     if (r.corrupt) problem("marked corrupt by an earlier read (the blob now verifies; rewrite the entry to clear)");
   }
   const BlobFiles files = scan_blobs(root);

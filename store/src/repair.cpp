@@ -68,10 +68,12 @@ std::optional<Found> inspect_blob(const std::string& root, const fs::path& path,
   return f;
 }
 
-// True when row `r` says what blob `f` holds (checksum, kind, encoding, model) and no read found it corrupt.
+// True when row `r` says what blob `f` holds (checksum, kind, encoding, blob and value sizes, model) and no
+// read found it corrupt.
 bool row_matches(const Found& f, const DiskRow& r, const std::string& fingerprint) {
   return f.row.checksum == r.checksum && f.row.kind == r.kind && f.row.encoding == r.encoding &&
-         f.fingerprint == fingerprint && !r.corrupt;
+         f.row.blob_bytes == r.blob_bytes && f.row.value_bytes == r.value_bytes && f.fingerprint == fingerprint &&
+         !r.corrupt;
 }
 
 // Why the index at `path` is damaged (SQLite's quick_check, or the error that stopped it), or "" when it

@@ -519,3 +519,39 @@ TEST_CASE("gc keeps the blob of a row whose path was damaged, for repair; true o
   CHECK(verify_store(d).clean());
   CHECK(list_store(d).size() == 3);
 }
+
+TEST_CASE("index rows whose value_bytes or blob_bytes the blob contradicts are reported by verify and repaired",
+          "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  {
+    ChunkStore store(disk_options(d));
+    for (int64_t i = 1; i <= 4; ++i) REQUIRE(store.put(key(i), test::store_test_value(i)).is_ok());
+  }
+  const int64_t in_memory = summarize_store(d).value_bytes;
+  REQUIRE(in_memory > 0);
+  const std::string idx = d + "/index.sqlite";
+  alter_index(idx, ("UPDATE entries SET value_bytes = -5 WHERE key = '" + key(1) + "'").c_str());
+  alter_index(idx, ("UPDATE entries SET value_bytes = 4611686018427387904 WHERE key = '" + key(2) + "'").c_str());
+  alter_index(idx, ("UPDATE entries SET blob_bytes = blob_bytes + 1 WHERE key = '" + key(3) + "'").c_str());
+  REQUIRE(summarize_store(d).value_bytes != in_memory);
+
+  const VerifyReport report = verify_store(d);
+  REQUIRE(report.problems.size() == 3);
+  std::map<std::string, std::string> reasons;
+  for (const VerifyProblem& p : report.problems) reasons[p.key] = p.reason;
+  CHECK_THAT(reasons[key(1)], Contains("the index says value_bytes -5") && Contains("bytes"));
+  CHECK_THAT(reasons[key(2)], Contains("value_bytes 4611686018427387904"));
+  CHECK_THAT(reasons[key(3)], Contains("in the index"));
+  const test::CliRun verify = test::cli("store verify --store " + d);
+  INFO(verify.out);
+  CHECK(verify.status == 1);
+  CHECK_THAT(verify.out, Contains(key(1)) && Contains("value_bytes -5"));
+
+  // Repair drops the three rows and restores them from their blobs, with the sizes the blobs give.
+  const RepairReport repaired = repair_store(d);
+  CHECK(repaired.rows_dropped == 3);
+  CHECK(repaired.rows_restored == 3);
+  CHECK(verify_store(d).clean());
+  CHECK(summarize_store(d).value_bytes == in_memory);
+}
