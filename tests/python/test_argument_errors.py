@@ -160,3 +160,33 @@ def test_instances_made_by_their_constructor_still_work(orbit, engine):
     assert orbit.WindowPolicy("patch:16") == orbit.WindowPolicy("patch:16")
     assert orbit.ConstraintCacheOptions(max_entries=3).max_entries == 3
     assert engine.new_window(policy=orbit.WindowPolicy("patch:16")).policy == orbit.WindowPolicy("patch:16")
+
+
+# The trace functions' text arguments: each names itself (pybind11's std::string conversion raised "incompatible
+# function arguments" for these, naming none). Checked before any engine opens, so the model is never loaded.
+TRACE_UNENCODABLE = {
+    "make_trace: kind": lambda orbit, trace, model: orbit.make_trace(LONE),
+    "replay: device": lambda orbit, trace, model: orbit.replay(trace, model, device=LONE),
+    "replay: dtype": lambda orbit, trace, model: orbit.replay(trace, model, dtype=LONE),
+    "replay: eviction": lambda orbit, trace, model: orbit.replay(trace, model, eviction=LONE),
+    r"replay: policies\[1\]": lambda orbit, trace, model: orbit.replay(trace, model, policies=["default", LONE]),
+}
+
+
+@pytest.mark.parametrize("what", sorted(TRACE_UNENCODABLE))
+def test_trace_calls_name_unencodable_text(orbit, stories260k_path, what):
+    trace = orbit.make_trace("web", steps=1)
+    with pytest.raises(ValueError, match=f"^{what} is not valid text: .*surrogates not allowed"):
+        TRACE_UNENCODABLE[what](orbit, trace, str(stories260k_path))
+
+
+def test_trace_paths_take_names_that_are_not_utf8(orbit, tmp_path):
+    # A file whose name is not UTF-8, as os.listdir gives it (a lone surrogate): saved and loaded back.
+    trace = orbit.make_trace("web", steps=1)
+    raw = os.path.join(os.fsencode(tmp_path), b"tr\xffce.json")
+    name = os.fsdecode(raw)
+    orbit.save_trace(trace, name)
+    assert os.path.exists(raw)
+    assert orbit.load_trace(name) == orbit.load_trace(pathlib.Path(name)) == trace
+    with pytest.raises(orbit.OrbitError, match="nowhere"):
+        orbit.replay(trace, tmp_path / "nowhere.bin", baselines=False, fidelity=False)

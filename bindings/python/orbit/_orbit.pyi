@@ -1471,7 +1471,7 @@ def make_trace(
     observations and agent's documents sampled from the model at replay (kinds 'web' and 'agent' only)."""
 def replay(
     trace: TraceArg,
-    model: str,
+    model: Union[str, os.PathLike],
     *,
     policies: Sequence[str] = ("default",),
     baselines: bool = True,

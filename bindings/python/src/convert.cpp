@@ -274,6 +274,21 @@ std::string utf8_arg(py::handle text, const std::string& what) {
   return std::string(data, static_cast<std::size_t>(size));
 }
 
+std::string path_arg(const py::object& obj, const char* what) {
+  if (obj.is_none()) return "";
+  py::object path;
+  try {
+    path = py::module_::import("os").attr("fspath")(obj);
+  } catch (py::error_already_set&) {
+    throw py::type_error(std::string(what) + ": expected a str or os.PathLike, got " +
+                         std::string(py::str(py::type::handle_of(obj).attr("__qualname__"))));
+  }
+  // The file system's bytes, as open() would use them: a bytes path as given (str() of it read "b'...'", a path
+  // that never exists), a str one encoded as os.fsencode does (names os.listdir gave, undecodable bytes
+  // included, name the same files).
+  return py::module_::import("os").attr("fsencode")(path).cast<std::string>();
+}
+
 py::object json_module() { return py::module_::import("json"); }
 
 }  // namespace orbit_py

@@ -76,6 +76,11 @@ py::str utf8_text(const std::string& text);
 // raises ValueError naming `what` (pybind11's own conversion raised "Unable to cast Python instance").
 std::string utf8_arg(py::handle text, const std::string& what);
 
+// A path argument (str, bytes or os.PathLike; None gives "") as the file system's bytes, as os.fsencode gives
+// them: a str os.listdir made from a name that is not UTF-8 names the same file. Another type raises TypeError
+// naming `what`.
+std::string path_arg(const py::object& obj, const char* what);
+
 // Python's json module (for dicts passed as their JSON text, and JSON text returned as dicts).
 py::object json_module();
 

@@ -20,21 +20,6 @@ using orbit::ChunkOptions;
 using orbit::ChunkRef;
 using orbit::Engine;
 
-std::string path_arg(const py::object& obj, const char* what) {
-  if (obj.is_none()) return "";
-  py::object path;
-  try {
-    path = py::module_::import("os").attr("fspath")(obj);
-  } catch (py::error_already_set&) {
-    throw py::type_error(std::string(what) + ": expected a str or os.PathLike, got " +
-                         std::string(py::str(py::type::handle_of(obj).attr("__qualname__"))));
-  }
-  // The file system's bytes, as open() would use them: a bytes path as given (str() of it read "b'...'", a path
-  // that never exists), a str one encoded as os.fsencode does (names os.listdir gave, undecodable bytes
-  // included, name the same files).
-  return py::module_::import("os").attr("fsencode")(path).cast<std::string>();
-}
-
 // Engine(background=...): a BackgroundMode or its name.
 orbit::BackgroundMode background_arg(const py::object& obj) {
   using orbit::BackgroundMode;

@@ -25,7 +25,7 @@ orbit::Trace trace_arg(const py::object& trace) {
     return orbit::parse_trace(text, "<dict>");
   }
   if (py::isinstance<py::str>(trace) || py::hasattr(trace, "__fspath__")) {
-    const std::string path = py::str(py::module_::import("os").attr("fspath")(trace));
+    const std::string path = path_arg(trace, "trace");
     py::gil_scoped_release release;
     return orbit::load_trace(path);
   }
@@ -48,7 +48,7 @@ void def_trace_files(py::module_& m) {
       "save_trace",
       [](const py::object& trace, const py::object& path) {
         const orbit::Trace t = trace_arg(trace);
-        const std::string p = py::str(py::module_::import("os").attr("fspath")(path));
+        const std::string p = path_arg(path, "save_trace: path");
         py::gil_scoped_release release;
         orbit::save_trace(t, p);
       },
@@ -56,10 +56,10 @@ void def_trace_files(py::module_& m) {
       "Validates a trace (dict or path) and writes it to PATH atomically (a crash leaves the old file).");
   m.def(
       "make_trace",
-      [](const std::string& kind, int64_t steps, uint64_t seed, int64_t vocab_size, int64_t max_positions,
+      [](const py::str& kind, int64_t steps, uint64_t seed, int64_t vocab_size, int64_t max_positions,
          int64_t position_rows, int64_t chunk_tokens, bool sample_text) {
         orbit::MakeTraceOptions o;
-        o.kind = kind;
+        o.kind = utf8_arg(kind, "make_trace: kind");
         o.steps = steps;
         o.seed = seed;
         o.vocab_size = vocab_size;
@@ -84,22 +84,25 @@ void def_trace_files(py::module_& m) {
 void def_replay(py::module_& m) {
   m.def(
       "replay",
-      [](const py::object& trace, const std::string& model, std::vector<std::string> policies, bool baselines,
+      [](const py::object& trace, const py::object& model, const std::vector<py::str>& policies, bool baselines,
          bool fidelity, bool explain, bool attribute, int threads, int64_t pool_bytes, int64_t page_size,
-         const std::string& device, const std::string& dtype, int64_t host_budget_bytes, const std::string& eviction,
+         const py::str& device, const py::str& dtype, int64_t host_budget_bytes, const py::str& eviction,
          int64_t device_tier_bytes, const py::object& progress) {
         const orbit::Trace t = trace_arg(trace);
         orbit::ReplayOptions o;
-        o.engine.model = model;
+        o.engine.model = path_arg(model, "replay: model");
         o.engine.threads = threads;
         o.engine.pool_bytes = pool_bytes;
         o.engine.page_size = page_size;
-        o.engine.device = device;
-        o.engine.dtype = dtype;
+        o.engine.device = utf8_arg(device, "replay: device");
+        o.engine.dtype = utf8_arg(dtype, "replay: dtype");
         o.engine.host_budget_bytes = host_budget_bytes;
-        o.engine.eviction = eviction;
+        o.engine.eviction = utf8_arg(eviction, "replay: eviction");
         o.engine.device_tier_bytes = device_tier_bytes;
-        o.policies = std::move(policies);
+        o.policies.clear();  // in place of the default's
+        for (std::size_t i = 0; i < policies.size(); ++i) {
+          o.policies.push_back(utf8_arg(policies[i], "replay: policies[" + std::to_string(i) + "]"));
+        }
         o.baselines = baselines;
         o.fidelity = fidelity;
         o.explain = explain;
