@@ -69,3 +69,24 @@ def test_a_corrupt_blob_is_an_orbit_warning(orbit, stories260k_path, tmp_path):
             engine.new_window().admit(engine.add_tokens(TOKENS))
             assert engine.stats.store.corrupt_reads >= 1
     assert all(str(store) in str(w.message) for w in caught if "marked corrupt" in str(w.message))
+
+
+def test_at_exit_the_warnings_fall_back_to_stderr(orbit, stories260k_path, tmp_path):
+    # An engine left open is closed while the interpreter finalizes, after the sink was uninstalled (atexit):
+    # its warning is printed as the CLI prints it, and nothing touches the finalized interpreter.
+    import os
+    import subprocess
+
+    store = tmp_path / "store"
+    script = (f"import pathlib, shutil, orbit\n"
+              f"engine = orbit.Engine({str(stories260k_path)!r}, store_dir={str(store)!r}, pool_bytes={POOL})\n"
+              f"shutil.rmtree({str(store / 'blobs')!r})\n"
+              f"pathlib.Path({str(store / 'blobs')!r}).write_bytes(b'')\n"
+              f"engine.precompute(engine.add_tokens({TOKENS!r}))\n"
+              f"assert engine.stats.store.disk_degraded\n")
+    env = {**os.environ, "PYTHONPATH": str(pathlib.Path(orbit.__file__).parents[1])}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert any("OrbitWarning: store " in line and "a disk write failed" in line for line in lines), done.stderr
+    assert f"orbit: warning: store {store}: closing with entries that never reached the disk: " in done.stderr
