@@ -2,9 +2,12 @@
 // std::regex (ECMAScript) on random strings, each format on valid and invalid values, number bounds and
 // multipleOf against exact decimal arithmetic on random numbers, and random walks that never reach a dead
 // end. Links orbit_constrain and Catch only.
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
@@ -336,7 +339,8 @@ TEST_CASE("format date: February 29th only in leap years, on every year; every m
   CHECK_FALSE(leap_days->matches(quote("1900-02-29")));
 }
 
-TEST_CASE("format with minLength and maxLength: both hold", "[constraint]") {
+TEST_CASE("format with minLength and maxLength: both hold, and hostname and email are bounded as RFCs say",
+          "[constraint]") {
   const auto short_ip = schema(R"({"type": "string", "format": "ipv4", "minLength": 8, "maxLength": 9})");
   CHECK(short_ip->matches(quote("10.1.1.1")));
   CHECK(short_ip->matches(quote("10.10.1.1")));
@@ -359,6 +363,25 @@ TEST_CASE("format with minLength and maxLength: both hold", "[constraint]") {
   }
   CHECK_THAT(error_of([] { schema(R"({"type": "string", "format": "hostname", "minLength": 254})"); }),
              Contains("schema.minLength: 254 is over the 253 characters a hostname holds"));
+  // An e-mail address holds at most 254 characters (RFC 5321's 256-octet path less its brackets), of them at
+  // most 64 before the '@', under maxLength or none.
+  const std::string local64 = std::string(31, 'a') + "." + std::string(32, 'b');
+  const std::string domain189 = label63 + "." + label63 + "." + std::string(61, 'c');
+  REQUIRE(local64.size() == 64);
+  REQUIRE((local64 + "@" + domain189).size() == 254);
+  for (const char* s :
+       {R"({"type": "string", "format": "email"})", R"({"type": "string", "format": "email", "maxLength": 300})"}) {
+    const auto c = schema(s);
+    CHECK(c->matches(quote(local64 + "@" + domain189)));
+    CHECK(c->matches(quote(local64 + "@b.co")));
+    CHECK_FALSE(c->matches(quote(local64 + "@" + domain189 + "c")));  // 255 in all
+    CHECK_FALSE(c->matches(quote("a" + local64 + "@b.co")));          // 65 before the '@'
+    CHECK_FALSE(c->matches(quote(std::string(65, 'a') + "@b.co")));
+  }
+  CHECK_THAT(error_of([] { schema(R"({"type": "string", "format": "email", "minLength": 255})"); }),
+             Contains("schema.minLength: 255 is over the 254 characters an e-mail address holds"));
+  CHECK(
+      schema(R"({"type": "string", "format": "email", "minLength": 254})")->matches(quote(local64 + "@" + domain189)));
   CHECK_THAT(error_of([] { schema(R"({"type": "string", "format": "uuid", "maxLength": 35})"); }),
              Contains("schema: the shortest value allowed has 36 characters, over the limit of 35"));
 }

@@ -153,7 +153,8 @@ class Constraint {
   //                   bounds ("too complex to constrain", naming the lookahead when it is one's)
   //   format          date, time, date-time (RFC 3339; February 29 only in leap years; a leap second :60 at
   //                   any minute), duration (RFC 3339's, whole numbers), email (ajv-formats' common regex: a
-  //                   dot-atom local part, '@', a domain of two labels or more), hostname (RFC 1123 labels of
+  //                   dot-atom local part of at most 64 characters, '@', a domain of two labels or more; 254
+  //                   characters in all, a cap on maxLength), hostname (RFC 1123 labels of
   //                   1 to 63 characters, 253 characters in all: a cap on maxLength), ipv4, ipv6 (RFC 3986),
   //                   uuid, uri (a scheme, ':', and URI characters with valid %-escapes),
   //                   base64 and base64url (RFC 4648, canonical: zero pad bits; base64 padded, base64url not),

@@ -101,7 +101,9 @@ const std::map<std::string, std::string>& format_regexes() {
     const std::string hostname = label + "(?:\\." + label + ")*";
     // E-mail as ajv-formats' (and regular-expressions.info's) common regex writes it: RFC 5321's dot-atom,
     // '@', a domain of two labels or more (a bare "a@b" is refused), each label here of 1 to 63 characters.
-    // Quoted local parts and address literals (a@[192.0.2.1]) are not written.
+    // Quoted local parts and address literals (a@[192.0.2.1]) are not written. The local part holds at most
+    // 64 characters (RFC 5321 4.5.3.1.1), a lookahead over what comes before the '@'; the whole at most 254
+    // (cap_format_chars).
     const std::string atom = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+";
     const std::string octet = "(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)";
     const std::string ipv4 = octet + "(?:\\." + octet + "){3}";
@@ -115,7 +117,7 @@ const std::map<std::string, std::string>& format_regexes() {
         {"time", time},
         {"date-time", date + "[Tt]" + time},
         {"duration", "P(?:" + days + "(?:" + clock + ")?|" + clock + "|\\d+W)"},
-        {"email", atom + "(?:\\." + atom + ")*@" + label + "(?:\\." + label + ")+"},
+        {"email", "(?=[^@]{1,64}@)" + atom + "(?:\\." + atom + ")*@" + label + "(?:\\." + label + ")+"},
         {"hostname", hostname},
         {"ipv4", ipv4},
         {"ipv6", ipv6_regex(ipv4)},
@@ -194,11 +196,19 @@ ByteDfa lowercase_escapes(const std::string& what) {
 }  // namespace
 
 void cap_format_chars(StringRules& rules, const std::string& path) {
-  constexpr int64_t kHostnameChars = 253;
-  if (rules.format == nullptr || *rules.format != "hostname") return;
-  ORBIT_CHECK(rules.min_chars <= kHostnameChars, path << ".minLength: " << rules.min_chars << " is over the "
-                                                      << kHostnameChars << " characters a hostname holds");
-  rules.max_chars = std::min(rules.max_chars, kHostnameChars);
+  struct Cap {
+    const char* format;
+    int64_t chars;
+    const char* holder;
+  };
+  static const Cap kCaps[] = {{"hostname", 253, "a hostname"}, {"email", 254, "an e-mail address"}};
+  if (rules.format == nullptr) return;
+  for (const Cap& cap : kCaps) {
+    if (*rules.format != cap.format) continue;
+    ORBIT_CHECK(rules.min_chars <= cap.chars, path << ".minLength: " << rules.min_chars << " is over the " << cap.chars
+                                                   << " characters " << cap.holder << " holds");
+    rules.max_chars = std::min(rules.max_chars, cap.chars);
+  }
 }
 
 int32_t add_string_dfa(Grammar& g, const StringRules& rules, const std::string& path) {

@@ -26,8 +26,9 @@ struct StringRules {
   int64_t max_chars = 0;
 };
 // Lowers rules.max_chars to the most characters its format admits where the format bounds them: a hostname
-// holds at most 253 (RFC 1035 2.3.4's 255 octets on the wire, less the first length and the root's), applied
-// as maxLength is, by the kDfa node's count. Call it once the format is set; a minLength over the bound
+// holds at most 253 (RFC 1035 2.3.4's 255 octets on the wire, less the first length and the root's), an
+// e-mail address 254 (RFC 5321 4.5.3.1.3's 256-octet path, less its angle brackets), applied as maxLength is,
+// by the kDfa node's count. Call it once the format is set; a minLength over the bound
 // throws naming `path`.minLength.
 void cap_format_chars(StringRules& rules, const std::string& path);
 int32_t add_string_dfa(Grammar& g, const StringRules& rules, const std::string& path);
