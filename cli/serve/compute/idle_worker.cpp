@@ -17,7 +17,7 @@ void IdleWorker::start() {
 }
 
 void IdleWorker::notify() {
-  used_ = true;
+  mark_active();
   {
     std::lock_guard<std::mutex> lock(wake_mutex_);
     woken_ = true;
@@ -50,7 +50,7 @@ void IdleWorker::loop() {
     } catch (const std::exception& e) {
       std::fprintf(stderr, "orbit serve: idle work failed: %s\n", e.what());
     }
-    if (worked) used_ = true;
+    if (worked) mark_active();
     trim_heap();
     if (worked) continue;
     // The flags are set under wake_mutex_ and read here under it, so a notify() or stop() that comes after
@@ -61,11 +61,19 @@ void IdleWorker::loop() {
   }
 }
 
+void IdleWorker::mark_active() {
+  last_active_ns_ =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(HeapTrimSchedule::Clock::now().time_since_epoch()).count();
+  used_ = true;
+}
+
 void IdleWorker::trim_heap() {
-  constexpr auto kEvery = std::chrono::seconds(1);
-  const auto now = std::chrono::steady_clock::now();
-  if (now - trimmed_ < kEvery || !used_.exchange(false)) return;
-  trimmed_ = now;
+  if (!used_) return;
+  // A request holding or awaiting the gate (a long prefill or decode) is activity as much as one that ended.
+  if (context_.gate.busy() || context_.gate.waiting() > 0) mark_active();
+  const HeapTrimSchedule::Clock::time_point last_active{std::chrono::nanoseconds(last_active_ns_.load())};
+  if (!trim_schedule_.due(HeapTrimSchedule::Clock::now(), last_active)) return;
+  used_ = false;
 #if defined(__GLIBC__)
   malloc_trim(0);
 #endif

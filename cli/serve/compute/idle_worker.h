@@ -10,11 +10,13 @@
 //     forked window, as served and re-prefilled.
 // A release wakes the worker (notify), also one that comes while a slice runs (the next wait ends at once);
 // otherwise it looks again every 50 ms. stop() ends the wait at once.
-// Between slices, at most once a second and only after requests or idle work since the last time, it hands
-// the heap's free pages back to the system (malloc_trim, glibc only; it holds no gate, and takes about 3 ms
-// over a full 1 GiB host tier). glibc keeps the pages of freed blocks inside its heaps, and the holes that the
-// store's evicted tensors leave among longer-lived blocks are not all reused: without it a server's resident
-// memory kept growing, by tens of MiB per thousand requests, after its host tier was full.
+// Between slices, after requests or idle work, it hands the heap's free pages back to the system
+// (malloc_trim, glibc only; it holds no gate, and takes about 3 ms over a full 1 GiB host tier) once the server
+// has been quiet for 5 s, or 30 s after the last trim on a server never quiet that long (heap_trim.h: a
+// trim a second made every burst of requests fault its working memory back in). glibc keeps the pages of
+// freed blocks inside its heaps, and the holes that the store's evicted tensors leave among longer-lived
+// blocks are not all reused: without it a server's resident memory kept growing, by tens of MiB per thousand
+// requests, after its host tier was full.
 //
 // Thread-safety: every member may be called from any thread; slices never overlap (the worker's and
 // run_now's take turns).
@@ -27,6 +29,7 @@
 #include <mutex>
 #include <thread>
 
+#include "serve/compute/heap_trim.h"
 #include "serve/serve_context.h"
 #include "serve/sessions/session_table.h"
 
@@ -51,6 +54,7 @@ class IdleWorker {
   bool slice();                          // one slice; false when there was nothing to do or a request waits
   void prefill_anticipated(Session& s);  // holding the gate and s.run
   bool run_audit();                      // holding the gate; false when none waits
+  void mark_active();                    // requests or idle work now
   void trim_heap();                      // malloc_trim when due (above)
 
   ServeContext& context_;
@@ -59,9 +63,10 @@ class IdleWorker {
   std::mutex wake_mutex_;   // held to set stopping_ and woken_ and across the worker's wait for them
   std::condition_variable wake_;
   std::atomic<bool> stopping_{false};
-  bool woken_ = false;                             // notify() since the worker last waited (under wake_mutex_)
-  std::atomic<bool> used_{false};                  // requests or idle work since the last trim
-  std::chrono::steady_clock::time_point trimmed_;  // the last trim (the worker's thread only)
+  bool woken_ = false;                      // notify() since the worker last waited (under wake_mutex_)
+  std::atomic<bool> used_{false};           // requests or idle work since the last trim
+  std::atomic<int64_t> last_active_ns_{0};  // the last request or idle work (steady_clock, since its epoch)
+  HeapTrimSchedule trim_schedule_{HeapTrimSchedule::Clock::now()};  // the worker's thread only
   std::thread thread_;
 };
 
