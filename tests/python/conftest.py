@@ -24,6 +24,10 @@ import pytest
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT / "tools"))  # serve_process.py, shared with the serve benchmarks
+# pytest-xdist's controller rebuilds each warning a worker reports by importing its class's module: an
+# orbit.OrbitWarning from a worker needs `orbit` importable here too, not only in the `orbit` fixture below.
+if os.environ.get("ORBIT_PYTHON_PATH"):
+    sys.path.insert(0, str(pathlib.Path(os.environ["ORBIT_PYTHON_PATH"]).resolve()))
 
 from serve_process import NoServe, ServeProcess  # noqa: E402
 
