@@ -169,9 +169,8 @@ void check_named_tool(const std::string& choice, const std::vector<std::string>&
   ORBIT_CHECK(false, "generate: tool_choice: '" << choice << "' is not among the tools (" << listed << ")");
 }
 
-AnswerSpec build_spec(const PyWindow& w, const py::object& tools, const py::object& tool_choice,
-                      const py::object& response_format, const py::object& tool_call_format) {
-  AnswerSpec a;
+// generate's tools as JSON text (a.tools_json), checked to be an array of tool dicts; their names, in order.
+std::vector<std::string> read_tools(const py::object& tools, AnswerSpec& a) {
   if (!tools.is_none())
     a.tools_json =
         py::isinstance<py::str>(tools) ? utf8_arg(tools, "generate: tools") : dumps(tools, "generate: tools");
@@ -192,6 +191,13 @@ AnswerSpec build_spec(const PyWindow& w, const py::object& tools, const py::obje
     }
     names = check_tool_entries(parsed.cast<py::list>());
   }
+  return names;
+}
+
+AnswerSpec build_spec(const PyWindow& w, const py::object& tools, const py::object& tool_choice,
+                      const py::object& response_format, const py::object& tool_call_format) {
+  AnswerSpec a;
+  const std::vector<std::string> names = read_tools(tools, a);
   ORBIT_CHECK(tool_call_format.is_none() || !a.tools_json.empty(),
               "generate: tool_call_format = " << py::str(tool_call_format).cast<std::string>()
                                               << " needs tools (it says how the answer's calls are read)");
