@@ -11,7 +11,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <random>
+#include <set>
 
 #include "blobs_root.h"
 #include "orbit/common/error.h"
@@ -181,19 +183,55 @@ Result<at::Tensor> read_file_bytes(const std::string& path) {
   return bytes;
 }
 
-Status ensure_directory(const std::string& path, const IoHooks& hooks) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return Status::ok();
-  const std::filesystem::path p(path);
-  if (p.has_parent_path() && p.parent_path() != p) {
-    Status parent = ensure_directory(p.parent_path().string(), hooks);
-    if (!parent) return parent;
+namespace {
+
+// The directories whose entry in their parent this process has synced. A directory that exists is not yet
+// durable: another process (or thread) may have made it and not yet synced its parent, and a file written
+// into it and synced is lost with it in a power cut. So each directory's parent is synced once by every
+// process that writes under it, before its first file. (orbit never removes a blob directory: gc and repair
+// remove files only.)
+class SyncedDirectories {
+ public:
+  bool contains(const std::string& path) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return synced_.count(path) != 0;
   }
-  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) return io_failure("cannot create directory", path, errno);
+  void add(const std::string& path) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    synced_.insert(path);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::set<std::string> synced_;
+};
+
+SyncedDirectories& synced_directories() {
+  static SyncedDirectories* directories = new SyncedDirectories();  // outlives every static store
+  return *directories;
+}
+
+}  // namespace
+
+Status ensure_directory(const std::string& path, const IoHooks& hooks) {
+  struct stat st {};
+  const bool exists = ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  if (exists && synced_directories().contains(path)) return Status::ok();
+  const std::filesystem::path p(path);
+  if (!exists) {
+    if (p.has_parent_path() && p.parent_path() != p) {
+      Status parent = ensure_directory(p.parent_path().string(), hooks);
+      if (!parent) return parent;
+    }
+    if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
+      return io_failure("cannot create directory", path, errno);
+    }
+  }
   if (p.has_parent_path()) {
     const int error = fsync_directory(hooks, p.parent_path().string());
     if (error != 0) return io_failure("cannot fsync directory", p.parent_path().string(), error);
   }
+  synced_directories().add(path);
   return Status::ok();
 }
 

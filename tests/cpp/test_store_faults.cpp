@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "orbit/common/error.h"
+#include "orbit/store/blob_io.h"
 #include "orbit/store/chunk_store.h"
 #include "test_child.h"
 #include "test_helpers.h"
@@ -94,6 +95,32 @@ TEST_CASE("a corrupt, truncated or missing blob is a reported miss; the store st
   CHECK(values_equal(*store.get(key(1)).value(), *test::store_test_value(1)));
   CHECK_FALSE(fs::exists(flipped));  // the replaced blob is gone
   CHECK(verify_store(d).problems.size() == 2);
+}
+
+TEST_CASE("a blob directory another process made is synced into its parent before the first file", "[store][cpu]") {
+  // Process A makes blobs/79 and is descheduled before it syncs blobs/; process B finds blobs/79, writes its blob
+  // there, syncs the blob and blobs/79 and commits its row; a power cut then loses the entry "79" in blobs/ and
+  // B's committed blob with it (test_store_powercut met this under load). B must sync blobs/ itself, once.
+  test::TempDir dir;
+  const fs::path blobs = dir.path() / "blobs";
+  const fs::path shard = blobs / "79";
+  fs::create_directories(shard);  // A's mkdir, its parent not synced
+  std::vector<std::string> synced;
+  IoHooks hooks;
+  hooks.fsync = [&](int fd) {
+    synced.push_back(fs::read_symlink("/proc/self/fd/" + std::to_string(fd)).string());
+    return ::fsync(fd);
+  };
+  REQUIRE(ensure_directory(shard.string(), hooks).is_ok());
+  CHECK(synced == std::vector<std::string>{fs::canonical(blobs).string()});
+  REQUIRE(ensure_directory(shard.string(), hooks).is_ok());  // once per process
+  CHECK(synced.size() == 1);
+  // Made here: blobs/ is synced for it, and blobs/'s own parent for blobs/ (found there, not yet synced here).
+  REQUIRE(ensure_directory((blobs / "7a").string(), hooks).is_ok());
+  CHECK(synced == std::vector<std::string>{fs::canonical(blobs).string(), fs::canonical(dir.path()).string(),
+                                           fs::canonical(blobs).string()});
+  REQUIRE(ensure_directory((blobs / "7a").string(), hooks).is_ok());
+  CHECK(synced.size() == 3);
 }
 
 TEST_CASE("disk full and permission errors are clear errors that leave the index consistent", "[store][cpu]") {

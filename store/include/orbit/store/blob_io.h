@@ -43,7 +43,9 @@ Status write_blob_file(const std::string& final_path, const EncodedBlob& blob, c
 // descriptors or memory, permission, an I/O error): no proof that the file is damaged.
 Result<at::Tensor> read_file_bytes(const std::string& path);
 
-// mkdir -p for `path` with each newly created directory's parent fsync'd. Returns refused on failure.
+// mkdir -p for `path` with each newly created directory's parent fsync'd, and the parent of a directory
+// found already there fsync'd once per process (another process may have made it and not synced its entry
+// yet: a file synced into it would be lost with it in a power cut). Returns refused on failure.
 Status ensure_directory(const std::string& path, const IoHooks& hooks);
 
 // A unique suffix for file names: 16 hex characters (random per process, then a counter).
