@@ -62,7 +62,7 @@ def test_bursts_a_second_apart_keep_their_memory_and_a_quiet_server_returns_it(s
     # Measured: trimmed a second before each burst (the old schedule), 450-800 faults a burst (medians 610-630);
     # kept, 120-320 (medians 130-180).
     assert statistics.median(faults) < 400, faults
-    deadline = time.monotonic() + QUIET_S + 10
+    deadline = time.monotonic() + QUIET_S + 60  # a hang guard: on a loaded machine idle work can run long
     while rss_kib(server.pid) > loaded - 1024:
         assert time.monotonic() < deadline, f"RSS {rss_kib(server.pid)} KiB after load {loaded} KiB and idle"
         time.sleep(0.1)
