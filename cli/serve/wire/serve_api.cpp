@@ -9,7 +9,6 @@
 
 #include "orbit/common/error.h"
 #include "orbit/common/json_input.h"
-#include "orbit/common/sha256.h"
 #include "serve/wire/call_arguments.h"
 #include "serve/wire/request_invalid.h"
 
@@ -678,26 +677,6 @@ Parsed<ChatRequest> parse_chat_request(std::string_view body, const ServeLimits&
 
 Parsed<CompletionRequest> parse_completion_request(std::string_view body, const ServeLimits& limits) {
   return guarded<CompletionRequest>([&] { return completion_request(body, limits); });
-}
-
-// Two namespaces that cannot meet: a valid session id outside "user-" is its own session; any other `user`
-// (bytes a session id cannot hold, or a name starting with "user-") is "user-" and the first 128 bits of its
-// SHA-256 in hex. So no chosen `user` shares another's session unless SHA-256 collides on 128 bits.
-std::string session_for_user(std::string_view user) {
-  static constexpr std::string_view kHashed = "user-";
-  if (user.empty()) return "";
-  if (session_id_problem(user).empty() && user.substr(0, kHashed.size()) != kHashed) return std::string(user);
-  return std::string(kHashed) + sha256_hex(user).substr(0, 32);
-}
-
-std::string session_id_problem(std::string_view id) {
-  if (id.empty() || id.size() > 128) return "a session id must hold 1 to 128 characters";
-  for (char c : id) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-                    c == '_' || c == ':' || c == '@' || c == '-';
-    if (!ok) return "a session id may hold only letters, digits and . _ : @ -";
-  }
-  return "";
 }
 
 }  // namespace orbit::serve
