@@ -34,8 +34,10 @@ const char* kStoreUsage =
     "          (out of file descriptors, permission, I/O error); exit status 1 when any entry is bad, 2\n"
     "          when none is bad but some could not be read (verify again)\n"
     "  gc      remove blobs no index row names and temp files of writes that never completed\n"
-    "          (--dry-run: only list them); the store must not be open in another process; keeps, and\n"
-    "          names, a blob whose key's row names no blob file (a damaged row: repair restores it)\n"
+    "          (--dry-run: only list them); the store must not be open in another process. Refuses an\n"
+    "          index SQLite finds inconsistent (run repair first). While index rows are damaged (a row\n"
+    "          names no blob file, or not its own), keeps and names every unreferenced blob repair could\n"
+    "          rebuild a row from (it verifies, and no healthy row has its key) or could not read\n"
     "  repair  rebuild the index from the verified blobs (after index.sqlite was deleted or lost its\n"
     "          meta rows); drops rows whose blob is missing or corrupt; the store must not be open\n"
     "ls, stat and verify only read (safe while engines have the store open, also on a read-only disk).\n"
@@ -220,8 +222,10 @@ int run_gc(const Args& args, const std::string& dir) {
               static_cast<long long>(r.removed_blobs), static_cast<long long>(r.removed_temps),
               static_cast<long long>(r.freed_bytes));
   for (const auto& p : r.kept_paths) {
-    std::printf("kept %s: the index row of its key names no blob file (run `orbit store repair --store %s`)\n",
-                p.c_str(), dir.c_str());
+    std::printf(
+        "kept %s: damaged index rows may be its own; repair rebuilds its row (run `orbit store repair "
+        "--store %s`)\n",
+        p.c_str(), dir.c_str());
   }
   return 0;
 }

@@ -1,6 +1,7 @@
 // Offline inspection of a store directory (orbit/store.h): what `orbit store ls|stat|verify|gc` runs.
 #include <ATen/ATen.h>
 #include <fcntl.h>
+#include <sqlite3.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -150,17 +151,67 @@ int64_t count_unreferenced(const std::string& root, const std::vector<DiskRow>& 
   return n;
 }
 
-// The keys of rows that name no blob file of the store (missing, or a path outside it): damaged rows, whose
-// entry's own blob gc must not take for garbage (blob files are named KEY.NONCE.blob).
-std::set<std::string> keys_without_blob(const std::string& root, const std::vector<DiskRow>& rows,
-                                        const BlobFiles& files) {
+// What gc learns of the index rows: which keys have a healthy row (a store key naming an existing blob file
+// of the store that is named for that key: blob files are KEY.NONCE.blob), and the keys of rows that name
+// no blob file (missing, or a path outside the store). `damaged` counts the rows that are not healthy.
+struct RowHealth {
+  std::set<std::string> healthy_keys;
+  std::set<std::string> keys_without_blob;
+  int64_t damaged = 0;
+};
+
+RowHealth row_health(const std::string& root, const std::vector<DiskRow>& rows, const BlobFiles& files) {
   std::set<std::string> present;
   for (const fs::path& p : files.blobs) present.insert(p.lexically_normal().string());
-  std::set<std::string> out;
+  RowHealth out;
   for (const DiskRow& r : rows) {
-    if (!present.count((fs::path(root) / r.blob).lexically_normal().string())) out.insert(r.key);
+    const fs::path path = (fs::path(root) / r.blob).lexically_normal();
+    const bool exists = present.count(path.string()) > 0;
+    if (!exists) out.keys_without_blob.insert(r.key);
+    if (exists && is_store_key(r.key) && path.filename().string().rfind(r.key + ".", 0) == 0) {
+      out.healthy_keys.insert(r.key);
+    } else {
+      ++out.damaged;
+    }
   }
   return out;
+}
+
+// Why SQLite finds the index at `path` inconsistent (PRAGMA integrity_check: a row missing from the key's
+// index, a damaged page), or "" when it passes. A flipped key byte shows here: the table and the index of
+// its keys then disagree.
+std::string index_inconsistency(const std::string& path) {
+  sqlite3* db = nullptr;
+  std::string found;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    found = db ? sqlite3_errmsg(db) : "cannot open";
+  } else {
+    sqlite3_stmt* stmt = nullptr;
+    int rc = sqlite3_prepare_v2(db, "PRAGMA integrity_check(3)", -1, &stmt, nullptr);
+    while (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+      const unsigned char* text = sqlite3_column_text(stmt, 0);
+      const std::string line = text ? reinterpret_cast<const char*>(text) : "";
+      if (line != "ok") found += (found.empty() ? "" : "; ") + line;
+      rc = SQLITE_OK;
+    }
+    if (rc != SQLITE_DONE && rc != SQLITE_OK) found += (found.empty() ? "" : "; ") + std::string(sqlite3_errmsg(db));
+    sqlite3_finalize(stmt);
+  }
+  sqlite3_close(db);
+  return found;
+}
+
+// True when an unreferenced blob must stay because `orbit store repair` could rebuild a row from it: it
+// could not be read now (nothing is proven), or it verifies, holds a store key of this store's model, and
+// that key has no healthy row. Only asked while the index has damaged rows: one of them may be this
+// blob's own row with its key and path both damaged, which would make the blob look orphaned.
+bool repair_could_restore(const fs::path& p, const std::string& fingerprint, const RowHealth& health) {
+  Result<at::Tensor> bytes = store::read_file_bytes(p.string());
+  if (!bytes) return bytes.status().code() != StatusCode::kNotFound;
+  Result<store::DecodedBlob> decoded = store::decode_blob(bytes.value(), "", p.string());
+  if (!decoded) return false;
+  const store::DecodedBlob& d = decoded.value();
+  return is_store_key(d.key) && d.model_fingerprint == fingerprint && !health.healthy_keys.count(d.key);
 }
 
 }  // namespace
@@ -285,6 +336,10 @@ VerifyReport verify_store(const std::string& dir) {
   return report;
 }
 
+// gc on a healthy index removes every blob no row names (a write that died before its commit, a removal
+// that died between deleting the row and unlinking the blob, a rewrite that died before unlinking the old
+// blob). An index SQLite finds inconsistent is refused; while rows are damaged, blobs repair could rebuild
+// a row from are kept (GcReport::kept_paths) and the rest of the garbage goes.
 GcReport gc_store(const std::string& dir, const GcOptions& options) {
   const std::string root = store_root(dir);
   const store::ExclusiveStoreLock lock(root, "gc", "a write in flight there looks like garbage here");
@@ -292,8 +347,15 @@ GcReport gc_store(const std::string& dir, const GcOptions& options) {
   std::unique_ptr<SqliteIndex> opened = open_index(root, SqliteIndex::Mode::kReadWrite);
   SqliteIndex& index = *opened;
   const std::vector<DiskRow> rows = index_rows(index, root);
+  const std::string inconsistent = index_inconsistency(root + "/index.sqlite");
+  ORBIT_CHECK(inconsistent.empty(), "store " << root << ": its index " << root << "/index.sqlite is damaged ("
+                                             << shown(inconsistent) << "); gc would take the blobs of damaged rows "
+                                             << "for garbage: run `orbit store repair --store " << root
+                                             << "` to rebuild it from the blobs, then gc");
+  const std::string fingerprint = index.meta("model_fingerprint").value_or("");
   const std::set<std::string> used = referenced(root, rows);
   const BlobFiles files = scan_blobs(root);
+  const RowHealth health = row_health(root, rows, files);
   GcReport report;
   auto remove = [&](const fs::path& p, int64_t& counter) {
     std::error_code size_error, ec;
@@ -307,11 +369,11 @@ GcReport gc_store(const std::string& dir, const GcOptions& options) {
     report.removed_paths.push_back(p.string());
   };
   for (const fs::path& p : files.temps) remove(p, report.removed_temps);
-  const std::set<std::string> damaged = keys_without_blob(root, rows, files);
   for (const fs::path& p : files.blobs) {
     if (used.count(p.lexically_normal().string())) continue;
     const std::string name = p.filename().string();
-    if (damaged.count(name.substr(0, name.find('.')))) {
+    if (health.keys_without_blob.count(name.substr(0, name.find('.'))) ||
+        (health.damaged > 0 && repair_could_restore(p, fingerprint, health))) {
       report.kept_paths.push_back(p.string());
       continue;
     }

@@ -80,7 +80,8 @@ class Store:
 
     def gc(self, *, dry_run: bool = False) -> GcReport:
         """Removes unreferenced blobs and temp files of writes that never completed (dry_run: only reports).
-        No engine may have the store open."""
+        No engine may have the store open. Raises OrbitError naming `orbit store repair` when SQLite finds the
+        index inconsistent; while rows are damaged, keeps the blobs repair could restore (kept_paths)."""
         self._check()
         return store_gc(self._dir, dry_run=dry_run)
 

@@ -138,8 +138,9 @@ void def_store_reports(py::module_& m) {
       .def_readonly("freed_bytes", &GcReport::freed_bytes, "Bytes freed.")
       .def_readonly("removed_paths", &GcReport::removed_paths, "The paths.")
       .def_readonly("kept_paths", &GcReport::kept_paths,
-                    "Unreferenced blobs kept because a row of their key names no blob file (a damaged row):\n"
-                    "store_repair() rebuilds those rows from them.")
+                    "Unreferenced blobs kept while index rows are damaged (a row names no blob file, or not its\n"
+                    "own): those repair could rebuild a row from (they verify and no healthy row has their key)\n"
+                    "or that could not be read now. store_repair() rebuilds those rows from them.")
       .def("__repr__", [](const GcReport& r) {
         return "GcReport(removed_blobs=" + std::to_string(r.removed_blobs) +
                ", removed_temps=" + std::to_string(r.removed_temps) + ", freed_bytes=" + std::to_string(r.freed_bytes) +

@@ -232,8 +232,11 @@ struct GcReport {
   int64_t removed_temps = 0;  // temp files of writes that never completed
   int64_t freed_bytes = 0;
   std::vector<std::string> removed_paths;
-  // Unreferenced blobs gc keeps: the index row of their key names no blob file of the store (a damaged row;
-  // the blob may be the entry's own, so `orbit store repair` restores the row from it).
+  // Unreferenced blobs gc keeps while index rows are damaged (a row names no blob file, or one not named for
+  // its key): the blob's key has a row naming no blob file, or the blob verifies, is of this store's model
+  // and no healthy row has its key, or it could not be read now. One of the damaged rows may be its own
+  // (key and path both damaged), so `orbit store repair` restores the row from it. On a healthy index every
+  // unreferenced blob goes (a write or removal that died between its blob and its row).
   std::vector<std::string> kept_paths;
 };
 
@@ -289,7 +292,9 @@ RemotePing ping_remote(const std::string& url);
 std::vector<StoreEntryInfo> list_store(const std::string& dir);
 StoreSummary summarize_store(const std::string& dir);
 VerifyReport verify_store(const std::string& dir);
-// Throws orbit::Error when another process holds the store open.
+// Throws orbit::Error when another process holds the store open, or when SQLite finds the index
+// inconsistent (PRAGMA integrity_check: a key that differs between the table and its index), naming
+// `orbit store repair`.
 GcReport gc_store(const std::string& dir, const GcOptions& options = {});
 
 }  // namespace orbit

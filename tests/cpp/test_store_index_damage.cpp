@@ -1,0 +1,210 @@
+// A store whose index.sqlite had bytes flipped (bit rot, a torn write, a broken tool): gc must never delete
+// a blob that `orbit store repair` could still rebuild a row from, and still frees true orphans on a healthy
+// index. The damage is done on the file's bytes at offsets found by searching for a row's text.
+#include "orbit_catch.h"  // ATen, then <catch2/catch.hpp>: keeps Catch's CHECK (see that header)
+
+#include <sqlite3.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <set>
+
+#include "orbit/common/error.h"
+#include "orbit/store.h"
+#include "orbit/store/chunk_store.h"
+#include "test_helpers.h"
+#include "test_store_values.h"
+
+using Catch::Matchers::Contains;
+using namespace orbit;
+using namespace orbit::store;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int64_t kEntries = 300;
+
+std::string key(int64_t i) { return test::store_test_key(i); }
+
+// A store of kEntries entries whose index holds every row in index.sqlite itself (WAL checkpointed).
+void make_store(const std::string& d) {
+  {
+    ChunkStoreOptions o;
+    o.dir = d;
+    o.model_fingerprint = test::kStoreTestFingerprint;
+    ChunkStore store(o);
+    for (int64_t i = 1; i <= kEntries; ++i) REQUIRE(store.put(key(i), test::store_test_value(i)).is_ok());
+  }
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open((d + "/index.sqlite").c_str(), &db) == SQLITE_OK);
+  const int rc = sqlite3_exec(db, "PRAGMA wal_checkpoint(TRUNCATE)", nullptr, nullptr, nullptr);
+  sqlite3_close(db);
+  REQUIRE(rc == SQLITE_OK);
+}
+
+std::string blob_of(const std::string& d, const std::string& k) {
+  for (const StoreEntryInfo& e : list_store(d)) {
+    if (e.key == k) return e.blob_path;
+  }
+  FAIL("no row of " << k);
+  return "";
+}
+
+// Which copies of a row's key flip_row damages.
+enum class KeyCopies { kNone, kIndexOnly, kBoth };
+
+// Flips bytes of the row of `k` in index.sqlite: one byte of its blob path (inside the file name's nonce)
+// and the same byte of the copies of its key `which` says. The key is in the table's record (just before
+// the blob path: the record holds key, kind, encoding, blob in that order) and in the index of keys, which
+// `ORDER BY key` reads it from. Both flipped alike, SQLite's own checks still pass.
+void flip_row(const std::string& d, const std::string& k, KeyCopies which) {
+  const std::string path = d + "/index.sqlite";
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const std::string blob = fs::relative(blob_of(d, k), d).string();  // blobs/xx/KEY.NONCE.blob
+  const std::size_t at = bytes.find(blob);
+  REQUIRE(at != std::string::npos);
+  REQUIRE(bytes.find(blob, at + 1) == std::string::npos);
+  std::vector<std::size_t> offsets{at + blob.size() - 6};  // the nonce's last character
+  const std::size_t key_in_blob = at + blob.find(k);
+  int copies = 0;
+  for (std::size_t o = bytes.find(k); o != std::string::npos; o = bytes.find(k, o + 1)) {
+    if (o == key_in_blob) continue;
+    ++copies;
+    const bool in_table = o < at && at - (o + k.size()) < 8;
+    if (which == KeyCopies::kBoth || (which == KeyCopies::kIndexOnly && !in_table)) offsets.push_back(o + 10);
+  }
+  REQUIRE(copies == 2);
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  for (std::size_t o : offsets) {
+    f.seekp(static_cast<std::streamoff>(o));
+    f.put(bytes[o] == 'a' ? 'b' : 'a');  // still a hex digit: the damaged key still looks like a store key
+  }
+}
+
+std::set<std::string> keys_of(const std::string& d) {
+  std::set<std::string> out;
+  for (const StoreEntryInfo& e : list_store(d)) out.insert(e.key);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("gc keeps a good blob whose row's key and blob path bytes were flipped; repair restores the row",
+          "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  make_store(d);
+  const int64_t victim = 137;
+  const std::string own = blob_of(d, key(victim));
+  flip_row(d, key(victim), KeyCopies::kBoth);
+  REQUIRE(keys_of(d).count(key(victim)) == 0);  // no row names the key any more: the blob looks orphaned
+  REQUIRE(summarize_store(d).unreferenced_blobs == 1);
+
+  const GcReport dry = gc_store(d, GcOptions{true});
+  CHECK(dry.removed_blobs == 0);
+  CHECK(dry.kept_paths == std::vector<std::string>{own});
+  const test::CliRun gc = test::cli("store gc --store " + d);
+  INFO(gc.out);
+  CHECK(gc.status == 0);
+  CHECK_THAT(gc.out, Contains("kept " + own) && Contains("orbit store repair --store " + d));
+  REQUIRE(fs::exists(own));
+
+  const RepairReport repaired = repair_store(d);
+  CHECK(repaired.rows_dropped == 1);
+  CHECK(repaired.rows_restored == 1);
+  CHECK(verify_store(d).clean());
+  CHECK(keys_of(d).size() == kEntries);
+  CHECK(keys_of(d).count(key(victim)) == 1);
+  const GcReport after = gc_store(d);  // a healthy index again: nothing is garbage
+  CHECK(after.removed_blobs == 0);
+  CHECK(after.kept_paths.empty());
+  CHECK(fs::exists(own));
+}
+
+TEST_CASE("gc refuses an index SQLite finds inconsistent (one copy of a key flipped), naming repair", "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  make_store(d);
+  const int64_t victim = 61;
+  const std::string own = blob_of(d, key(victim));
+  flip_row(d, key(victim), KeyCopies::kIndexOnly);
+  REQUIRE(keys_of(d).count(key(victim)) == 0);
+
+  const std::string repair = "orbit store repair --store " + d;
+  CHECK_THROWS_WITH(gc_store(d, GcOptions{true}), Contains("index.sqlite is damaged") && Contains(repair));
+  CHECK_THROWS_WITH(gc_store(d), Contains("index.sqlite is damaged") && Contains(repair));
+  const test::CliRun gc = test::cli("store gc --store " + d);
+  INFO(gc.out);
+  CHECK(gc.status != 0);
+  CHECK_THAT(gc.out, Contains("is damaged") && Contains(repair));
+  REQUIRE(fs::exists(own));
+
+  repair_store(d);
+  CHECK(verify_store(d).clean());
+  CHECK(keys_of(d).size() == kEntries);
+  CHECK(keys_of(d).count(key(victim)) == 1);
+  CHECK(gc_store(d).removed_blobs == 0);
+  CHECK(fs::exists(own));
+}
+
+TEST_CASE("gc keeps a good blob whose row's key and path a tool rewrote, frees what repair would not restore",
+          "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  make_store(d);
+  const std::string own = blob_of(d, key(5));
+  const fs::path shard = fs::path(own).parent_path();
+  // A superseded blob of a key whose row is healthy (a rewrite that died before unlinking the old blob).
+  const std::string superseded = shard / (key(5) + ".00000000deadbeef.blob");
+  fs::copy_file(own, superseded);
+  // An unreferenced blob that does not verify (its trailer is cut off).
+  const std::string torn = shard / (key(6) + ".00000000deadbeef.blob");
+  fs::copy_file(blob_of(d, key(6)), torn);
+  fs::resize_file(torn, fs::file_size(torn) - 3);
+  // Row 200's key and blob path rewritten consistently (SQLite's own checks pass): its blob looks orphaned.
+  const std::string kept = blob_of(d, key(200));
+  const std::string other = key(kEntries + 50);
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open((d + "/index.sqlite").c_str(), &db) == SQLITE_OK);
+  const std::string sql = "UPDATE entries SET key = '" + other + "', blob = 'blobs/zz/" + other +
+                          ".0000000000000000.blob' WHERE key = '" + key(200) + "'";
+  const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr);
+  sqlite3_close(db);
+  REQUIRE(rc == SQLITE_OK);
+
+  const GcReport report = gc_store(d);
+  CHECK(report.kept_paths == std::vector<std::string>{kept});
+  CHECK(std::set<std::string>(report.removed_paths.begin(), report.removed_paths.end()) ==
+        std::set<std::string>{superseded, torn});
+  CHECK(fs::exists(kept));
+  CHECK(fs::exists(own));
+
+  const RepairReport repaired = repair_store(d);
+  CHECK(repaired.rows_dropped == 1);
+  CHECK(repaired.rows_restored == 1);
+  CHECK(verify_store(d).clean());
+  CHECK(keys_of(d).count(key(200)) == 1);
+
+  // On the healthy index, a verified blob of a key no row names (a write that died before its commit, here
+  // a blob of another store of the same model) is a true orphan and goes.
+  test::TempDir other_dir;
+  {
+    ChunkStoreOptions o;
+    o.dir = other_dir.path().string();
+    o.model_fingerprint = test::kStoreTestFingerprint;
+    ChunkStore store(o);
+    REQUIRE(store.put(key(kEntries + 1), test::store_test_value(kEntries + 1)).is_ok());
+  }
+  const std::string from = blob_of(other_dir.path().string(), key(kEntries + 1));
+  const std::string orphan = shard / fs::path(from).filename();
+  fs::copy_file(from, orphan);
+  const GcReport healthy = gc_store(d);
+  CHECK(healthy.removed_paths == std::vector<std::string>{orphan});
+  CHECK(healthy.kept_paths.empty());
+  CHECK(keys_of(d).size() == kEntries);
+}
