@@ -1,7 +1,11 @@
 // The counters `orbit serve` exposes at /metrics, in Prometheus' text format (version 0.0.4).
 //
-//   orbit_requests_total{endpoint, status}      requests answered, by endpoint and HTTP status (CORS
-//                                               preflights and 405s included: count_untimed)
+//   orbit_requests_total{endpoint, status}      every answer, once, by endpoint and HTTP status: the model
+//                                               endpoints' (chat, completions, responses) at their end,
+//                                               streams included; every other path's, /health, /metrics,
+//                                               404s of unknown paths, 405s, preflights and the refusals of
+//                                               the reading thread (400, 408, 413, 503, ...) as "other" or
+//                                               by the path's endpoint
 //   orbit_prompt_tokens_total                   prompt tokens (the rendered messages + generation prompt)
 //   orbit_completion_tokens_total               tokens generated
 //   orbit_forward_tokens_total                  tokens orbit forwarded on the critical path for prompts
@@ -14,8 +18,10 @@
 //   orbit_cancelled_total                       requests ended by a client that went away
 //   orbit_queue_depth                           requests waiting for their next forward (gauge)
 //   orbit_sessions                              sessions known / resident (gauges, label state)
-//   orbit_request_seconds{endpoint}             histogram: time from arrival to the last byte (not of
-//                                               preflights)
+//   orbit_request_seconds{endpoint}             histogram: time from arrival to the last byte of the
+//                                               requests that ran on the model (count_request), whatever
+//                                               their status; a request refused before it ran (bad JSON,
+//                                               unknown model, 408, 413, 503 draining, ...) is not in it
 //   orbit_first_token_seconds{endpoint}         histogram: time from arrival to the first generated token
 //   orbit_forward_wait_seconds                  histogram: time a forward waited for the gate
 //   orbit_audit*, orbit_exact_requests_total    the fidelity audit's (audit.h: Auditor::render_metrics)
@@ -109,11 +115,13 @@ std::string render_constraint_metrics(const ConstraintMetrics& m);
 
 class ServeMetrics {
  public:
+  // A request that ran on the model (a run started, RequestPath::run), answered `status` after `seconds`:
+  // in orbit_requests_total and in the endpoint's orbit_request_seconds.
   void count_request(const std::string& endpoint, int status, double seconds);
-  // An answer that ran none of the endpoint's work: an OPTIONS under --allow-origin (http/cors.h: a CORS
-  // preflight granted, 204, or refused, 403; a plain OPTIONS' 204) and a method the path does not serve (405).
-  // Counted in orbit_requests_total{endpoint, status} as every answer is, but not in the endpoint's
-  // orbit_request_seconds, whose times are its requests' work.
+  // An answer that ran nothing on the model: a refusal before the run (a body that is not valid, a model
+  // or session that does not exist, 408, 413, 503 while draining), an unknown path's 404, a 405, a CORS
+  // preflight, and every path besides the model endpoints. Counted in orbit_requests_total{endpoint, status}
+  // as every answer is, but not in the endpoint's orbit_request_seconds, whose times are its runs'.
   void count_untimed(const std::string& endpoint, int status);
   void count_first_token(const std::string& endpoint, double seconds);
   void count_wait(double seconds);

@@ -2,7 +2,8 @@
 // heads and bodies fed whole or a byte at a time read the same, chunked bodies are decoded and the head
 // rewritten to a Content-Length, the limits refuse as bytes arrive (a chunked body past the limit at the
 // chunk that passes it, holding at most the limit), malformed framing is refused with its status, and
-// pipelined requests are read one after another; a head's lines may end in a bare LF, chunk lines may not.
+// pipelined requests are read one after another; a head's lines may end in a bare LF, chunk lines may not; a
+// field sent empty is named in the rewritten head (orbit-empty-field), which cpp-httplib would drop.
 #include <string>
 
 #include "orbit_catch.h"
@@ -231,4 +232,23 @@ TEST_CASE("the Origin header is kept for the answer, a refusal of the head's fra
   REQUIRE(pipelined.state() == State::kComplete);
   CHECK(pipelined.request().path == "/b");
   CHECK(pipelined.origin().empty());
+}
+
+TEST_CASE("a field sent empty is named in the rewritten head; a request may not name one itself", "[serve][cpu]") {
+  // cpp-httplib drops a field without a value, so "X-Orbit-Session:" would reach the route as no header at all.
+  for (bool byte_at_a_time : {false, true}) {
+    sv::RequestReader r =
+        fed("POST /v1/chat/completions HTTP/1.1\r\nX-Orbit-Session:\r\nAccept: \t \r\n\r\n", byte_at_a_time);
+    REQUIRE(r.state() == State::kComplete);
+    CHECK(r.request().head ==
+          "POST /v1/chat/completions HTTP/1.1\r\norbit-empty-field: X-Orbit-Session\r\norbit-empty-field: "
+          "Accept\r\n\r\n");
+  }
+  sv::RequestReader forged = fed("GET /v1/models HTTP/1.1\r\nOrbit-Empty-Field: X-Orbit-Session\r\n\r\n", false);
+  REQUIRE(forged.state() == State::kRefused);
+  CHECK(forged.refusal().status == 400);
+  CHECK(forged.refusal().message.find("Orbit-Empty-Field") != std::string::npos);
+  sv::RequestReader kept = fed("GET /v1/models HTTP/1.1\r\nX-Orbit-Session: s1\r\n\r\n", false);
+  REQUIRE(kept.state() == State::kComplete);
+  CHECK(kept.request().head == "GET /v1/models HTTP/1.1\r\nX-Orbit-Session: s1\r\n\r\n");
 }

@@ -1,9 +1,9 @@
 """`orbit serve --reasoning-parser` reads a reasoning model's thinking out of its answers
 (cli/serve/run/reasoning.h): chat's message.reasoning_content and delta.reasoning_content, the Responses API's
-reasoning item and its response.reasoning_text.* events, usage's reasoning_tokens. The bundled models never
-write <think>, so the servers here run stories260K under a small template whose generation prompt opens
-<think> (as DeepSeek-R1's does): the whole answer is then reasoning. Under Qwen3's template (no tag in the
-generation prompt) the parser's name decides. Each server is started on 127.0.0.1 (a free port) and stopped."""
+reasoning item and its response.reasoning_text.* events, usage's reasoning_tokens; /v1/completions is never
+parsed. The bundled models never write <think>, so the servers here run stories260K under a small template
+whose generation prompt opens <think> (as DeepSeek-R1's does): the whole answer is then reasoning. Under
+Qwen3's template (no tag in the generation prompt) the parser's name decides. Each server is started on 127.0.0.1 (a free port) and stopped."""
 import http.client
 import json
 import pathlib
@@ -141,6 +141,26 @@ def test_without_a_parser_the_answer_is_content(start_serve, stories260k_path):
     message = body["choices"][0]["message"]
     assert "reasoning_content" not in message and len(message["content"]) > 10
     assert body["usage"]["completion_tokens_details"]["reasoning_tokens"] == 0
+
+
+def test_completions_are_never_parsed_and_carry_no_reasoning_count(start_serve, stories260k_path):
+    # A raw prompt has no generation prompt to say where an answer begins, and the legacy completion has no
+    # field for reasoning (as vLLM's parsers apply to chat only): the text is the model's as written, and the
+    # usage leaves completion_tokens_details out rather than count 0 reasoning tokens it never looked for.
+    server = start_serve(stories260k_path, "--reasoning-parser", "deepseek_r1")
+    request = {"prompt": "<think>\nOnce upon a time", "max_tokens": 12, "temperature": 0}
+    status, body = post(server, "/v1/completions", request)
+    assert status == 200, body
+    choice = body["choices"][0]
+    assert set(choice) == {"index", "text", "logprobs", "finish_reason"}
+    assert len(choice["text"]) > 10
+    assert "completion_tokens_details" not in body["usage"]
+    assert body["usage"]["completion_tokens"] == 12
+    status, events = post(server, "/v1/completions", dict(request, stream_options={"include_usage": True}), stream=True)
+    assert status == 200
+    assert "".join(e["choices"][0]["text"] for e in events if e["choices"]) == choice["text"]
+    assert all(set(e["choices"][0]) == set(choice) for e in events if e["choices"])
+    assert "completion_tokens_details" not in events[-1]["usage"]
 
 
 def test_an_unknown_parser_is_refused_by_name(orbit_cli, stories260k_path):

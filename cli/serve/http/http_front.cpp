@@ -202,7 +202,6 @@ void HttpFront::admit(std::vector<std::unique_ptr<FrontConnection>>& held, std::
         idle = it;
     }
     if (idle == held.end()) {
-      c->started = Clock::now();
       refuse(*c, 503, "the server holds " + std::to_string(options_.max_connections) + " connections, its limit");
       held.push_back(std::move(c));  // lingering
       return;
@@ -252,7 +251,6 @@ void HttpFront::advance(std::unique_ptr<FrontConnection>& c) {
     if (state == State::kIdle) return;
     if (c->phase == FrontConnection::Phase::kWaiting) {  // a request's first byte
       c->phase = FrontConnection::Phase::kReading;
-      c->started = now;
       c->deadline = now + std::chrono::seconds(options_.header_seconds);
     }
     if (state == State::kHead) return;
@@ -308,8 +306,7 @@ void HttpFront::refuse(FrontConnection& c, int status, const std::string& messag
   send_now(c.fd, "HTTP/1.1 " + std::to_string(status) + " " + reason_phrase(status) +
                      "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n" +
                      extra_fields(c) + "Connection: close\r\n\r\n" + body);
-  const auto seconds = std::chrono::duration<double>(Clock::now() - c.started).count();
-  hooks_.refused(c.reader.path(), status, seconds);
+  hooks_.refused(c.reader.path(), status);
   ::shutdown(c.fd, SHUT_WR);
   c.phase = FrontConnection::Phase::kLingering;
   c.deadline = Clock::now() + kLinger;

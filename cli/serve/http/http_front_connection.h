@@ -42,7 +42,6 @@ struct FrontConnection {
   RequestReader reader;
   Phase phase = Phase::kWaiting;
   Clock::time_point deadline;
-  Clock::time_point started;  // the current request's first byte
   bool in_body = false;       // the deadline is the body's
   std::size_t discarded = 0;  // bytes dropped while lingering
 };

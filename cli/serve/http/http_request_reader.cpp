@@ -235,6 +235,11 @@ bool RequestReader::parse_headers(std::size_t begin, std::size_t end) {
       // The HTTP library behind would inflate it whole before any limit is checked: 300 KB of gzip made 300 MB.
       // Refused once the other lines are read (an Origin after it is known to the refusal's answer).
       if (compressed.empty()) compressed = std::string(value.substr(0, 40));
+    } else if (name == kEmptyFieldHeader) {
+      return refuse(400, "header " + std::string(line.substr(0, colon)) +
+                             " may not be sent: the server uses it to name the fields sent empty");
+    } else if (value.empty()) {  // the library behind drops a field without a value: it is named instead
+      request_.head += std::string(kEmptyFieldHeader) + ": " + std::string(line.substr(0, colon)) + "\r\n";
     } else {
       if (name == "origin") request_.origin = std::string(value);
       if (name == "connection") {

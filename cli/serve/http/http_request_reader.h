@@ -22,6 +22,10 @@
 // A complete request's head is rewritten for the HTTP library behind it: Transfer-Encoding, Content-Length
 // and "Expect: 100-continue" are dropped and, where the request had a body's framing, one Content-Length of
 // the decoded body added, so the library reads a plain body of known length and never waits on the socket.
+// A header field sent with an empty value (nothing but blanks after its colon), which cpp-httplib 0.11
+// drops, becomes a field kEmptyFieldHeader whose value is its name as sent, so a route can tell "sent empty"
+// from "not sent" (orbit serve refuses an empty X-Orbit-Session); a request that sends kEmptyFieldHeader
+// itself is refused (400).
 // Bytes past a complete request (a pipelined next one) are kept: next() starts reading them.
 // Thread-safety: none; one connection's reader is used by one thread at a time.
 #pragma once
@@ -34,6 +38,8 @@ namespace orbit::serve {
 
 // The longest request line or header line, CRLF included, that the HTTP library behind the reader takes.
 inline constexpr std::size_t kMaxLineBytes = 8192;
+// The field of the rewritten head that names a field sent with an empty value (lowercase, as compared).
+inline constexpr const char* kEmptyFieldHeader = "orbit-empty-field";
 
 struct RequestLimits {
   std::size_t max_head_bytes = std::size_t{64} << 10;  // request line and headers, with their blank line

@@ -77,6 +77,11 @@ std::string endpoint_of(const std::string& path) {
   return "other";
 }
 
+// Whether the request's route counts it in the metrics itself, once its answer ended (a stream's status is
+// known only then): a POST to a model endpoint (generate, post_responses). Every other answer is counted as
+// it is written (routes()' post-routing handler).
+bool counted_by_route(const httplib::Request& req) { return req.method == "POST" && endpoint_of(req.path) != "other"; }
+
 // The session a request names: the header X-Orbit-Session, else `user`. Sets *bad on a malformed or repeated header
 // (session_header).
 std::string session_of(const httplib::Request& req, const std::string& user, std::optional<ApiError>* bad) {
@@ -89,12 +94,12 @@ std::string session_of(const httplib::Request& req, const std::string& user, std
   return id ? *id : session_for_user(user);
 }
 
-// Counts a finished request in the metrics and, with a result, its tokens.
+// Counts a request that ran in the metrics, with its latency and, with a result, its tokens.
 void account(ServeMetrics& metrics, const std::string& endpoint, int status, Clock::time_point t0,
-             const RunOutcome* out) {
+             const RunOutcome& out) {
   metrics.count_request(endpoint, status, seconds_since(t0));
-  if (out && out->result) {
-    const RunUsage& u = out->result->usage;
+  if (out.result) {
+    const RunUsage& u = out.result->usage;
     metrics.count_tokens(u.prompt_tokens, u.completion_tokens, u.forward_tokens, u.radix_cache_tokens);
   }
 }
@@ -154,14 +159,16 @@ RunOutcome run_job(ServeCore& core, Job& job, const JobStream& out) {
     if (job.first_token) core.metrics().count_first_token(job.endpoint, seconds_since(job.t0));
     job.first_token = false;
   };
-  auto counted = [&job, first, on_text = out.on_text](int64_t choice, const std::string& delta) {
+  // Whether the client left is asked once per decode step, through sink.cancelled (decode.cpp), not again
+  // after each piece: that was a second recv(MSG_PEEK) per token.
+  auto counted = [first, on_text = out.on_text](int64_t choice, const std::string& delta) {
     first();
-    return on_text(choice, delta) && !job.watch->gone();
+    return on_text(choice, delta);
   };
   if (out.on_tool_call) {
-    sink.on_tool_call = [&job, first, on_call = out.on_tool_call](int64_t choice, const ToolCallDelta& d) {
+    sink.on_tool_call = [first, on_call = out.on_tool_call](int64_t choice, const ToolCallDelta& d) {
       first();
-      return on_call(choice, d) && !job.watch->gone();
+      return on_call(choice, d);
     };
   }
   if (job.sampling().stream && job.sampling().n > 1) {
@@ -191,7 +198,8 @@ void store_headers(httplib::Response& res, const Job& job) {
 
 json final_body(const Job& job, const RunOutcome& out) {
   if (job.chat) return chat_completion(job.ids, *out.result);
-  return text_completion(job.ids, out.result->text, out.result->finish_reason, out.result->usage.to_json());
+  return text_completion(job.ids, out.result->text, out.result->finish_reason,
+                         text_completion_usage(out.result->usage));
 }
 
 // A streamed chat choice's closing chunks: the content held back while it might have been a call, the pieces
@@ -235,7 +243,7 @@ std::string stream_tail(Job& job, const RunOutcome& out) {
   // Usage goes in one chunk only, the last one, when stream_options.include_usage asks for it (as OpenAI
   // streams it): clients that add up every chunk's usage would count it twice otherwise.
   if (out.result && job.sampling().include_usage) {
-    const json usage = out.result->usage.to_json();
+    const json usage = job.chat ? out.result->usage.to_json() : text_completion_usage(out.result->usage);
     tail += sse(usage_chunk(job.ids, job.chat ? "chat.completion.chunk" : "text_completion", usage));
   }
   if (job.stored && !job.stored->ok) tail += sse(store_failed_chunk(job.ids, *job.stored));
@@ -279,7 +287,7 @@ void HttpServer::generate(const std::string& endpoint, const httplib::Request& r
   ++in_flight_;
   auto fail = [&](const ApiError& e) {
     reply_error(res, e);
-    account(core_.metrics(), endpoint, e.status, job->t0, nullptr);
+    core_.metrics().count_untimed(endpoint, e.status);  // refused before it ran: no latency sample
     --in_flight_;
   };
   if (draining_) return fail(api_error(503, "the server is shutting down", "server_error", "shutting_down"));
@@ -296,7 +304,7 @@ void HttpServer::generate(const std::string& endpoint, const httplib::Request& r
     } else {
       reply_error(res, out.error);
     }
-    account(core_.metrics(), endpoint, out.result ? 200 : out.error.status, job->t0, &out);
+    account(core_.metrics(), endpoint, out.result ? 200 : out.error.status, job->t0, out);
     --in_flight_;
     return;
   }
@@ -320,12 +328,13 @@ void HttpServer::generate(const std::string& endpoint, const httplib::Request& r
         const RunOutcome out = job->chat ? run_job(core_, *job, JobStream{on_text, on_call, on_end})
                                          : run_job(core_, *job, JobStream{on_text});
         keep_if_stored(core_, *job, out);
+        // Counted before the tail goes out: a client that read the whole answer finds it in /metrics.
+        account(core_.metrics(), job->endpoint, out.result ? 200 : out.error.status, job->t0, out);
         if (!out.result || out.result->finish_reason != "cancelled") {
           const std::string tail = stream_tail(*job, out);
           sink.write(tail.data(), tail.size());
         }
         sink.done();
-        account(core_.metrics(), job->endpoint, out.result ? 200 : out.error.status, job->t0, &out);
         return true;
       },
       [this](bool) { --in_flight_; });
@@ -344,10 +353,12 @@ HttpServer::HttpServer(ServeCore& core, const HttpOptions& options) : core_(core
   front.limits.max_body_bytes = core.options().limits.max_body_bytes;
   FrontHooks hooks;
   hooks.health = [this] {
-    return std::make_pair(draining_ ? 503 : 200, json{{"status", draining_ ? "draining" : "ok"}}.dump());
+    const int status = draining_ ? 503 : 200;
+    core_.metrics().count_untimed("other", status);
+    return std::make_pair(status, json{{"status", draining_ ? "draining" : "ok"}}.dump());
   };
-  hooks.refused = [this](const std::string& path, int status, double seconds) {
-    core_.metrics().count_request(endpoint_of(path), status, seconds);
+  hooks.refused = [this](const std::string& path, int status) {
+    core_.metrics().count_untimed(endpoint_of(path), status);
   };
   hooks.error_body = [](int status, const std::string& message) {
     return error_body(api_error(status, message, status >= 500 ? "server_error" : "invalid_request_error"));
@@ -442,12 +453,14 @@ void HttpServer::routes() {
     return httplib::Server::HandlerResponse::Handled;
   });
   // Every answer written by cpp-httplib (routed, refused here, 404, streamed: before its first byte) carries
-  // the CORS fields for its request's Origin; the front's own answers get them through FrontHooks.
+  // the CORS fields for its request's Origin; the front's own answers get them through FrontHooks. Each is
+  // counted here in the metrics, but a model endpoint's POST, which its route counts once it ended.
   s.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     for (const auto& [name, value] : options_.cors.answer_fields(req.get_header_value("Origin"))) {
       res.set_header(name, value);
     }
     if (res.status == 204) res.headers.erase("Content-Length");  // cpp-httplib's "0": a 204 has none (RFC 9110)
+    if (!counted_by_route(req)) core_.metrics().count_untimed(endpoint_of(req.path), res.status);
   });
   route_models_and_sessions();
   for (const char* endpoint : {"chat", "completions"}) {
@@ -470,7 +483,6 @@ void HttpServer::refuse_method(const httplib::Request& req, httplib::Response& r
   }
   res.set_header("Allow", methods);
   reply_error(res, api_error(405, message, "invalid_request_error", "method_not_allowed"));
-  core_.metrics().count_untimed(endpoint_of(req.path), 405);
 }
 
 void HttpServer::answer_options(const httplib::Request& req, httplib::Response& res, const std::string& allow) {
@@ -481,7 +493,6 @@ void HttpServer::answer_options(const httplib::Request& req, httplib::Response& 
     reply_error(
         res, api_error(403, "origin '" + origin + "' may not call this server from a browser (not in --allow-origin)",
                        "invalid_request_error", "origin_not_allowed"));
-    core_.metrics().count_untimed(endpoint_of(req.path), 403);
     return;
   }
   for (const auto& [name, value] :
@@ -489,7 +500,6 @@ void HttpServer::answer_options(const httplib::Request& req, httplib::Response& 
     res.set_header(name, value);
   }
   res.status = 204;
-  core_.metrics().count_untimed(endpoint_of(req.path), 204);
 }
 
 void HttpServer::route_models_and_sessions() {

@@ -2,12 +2,15 @@
 
 #include <httplib.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "orbit/common/clock.h"
+#include "serve/http/http_request_reader.h"
 #include "serve/http/peer_watch.h"
 #include "serve/responses/responses_items.h"
 #include "serve/responses/responses_run.h"
@@ -26,11 +29,11 @@ void reply_error(httplib::Response& res, const ApiError& e) {
   res.set_content(error_body(e), "application/json");
 }
 
-// Counts a finished request in the metrics and, with a result, its tokens.
-void account(ServeMetrics& metrics, int status, Clock::time_point t0, const RunOutcome* out) {
+// Counts a request that ran in the metrics, with its latency and, with a result, its tokens.
+void account(ServeMetrics& metrics, int status, Clock::time_point t0, const RunOutcome& out) {
   metrics.count_request(kEndpoint, status, seconds_since(t0));
-  if (out && out->result) {
-    const RunUsage& u = out->result->usage;
+  if (out.result) {
+    const RunUsage& u = out.result->usage;
     metrics.count_tokens(u.prompt_tokens, u.completion_tokens, u.forward_tokens, u.radix_cache_tokens);
   }
 }
@@ -43,14 +46,16 @@ struct ResponseJob {
   bool first_token = true;
 };
 
-// Something of the answer went out: counts the first token; false: the client left.
+// Something of the answer went out: counts the first token. Always true: whether the client left is asked
+// once per decode step, through RunSink::cancelled, not again per piece (a second recv(MSG_PEEK) per token).
 bool observed(ServeCore& core, ResponseJob& job) {
   if (job.first_token) core.metrics().count_first_token(kEndpoint, seconds_since(job.t0));
   job.first_token = false;
-  return !job.watch->gone();
+  return true;
 }
 
-// Cancels the run when the client leaves; counts the first token (text or, streamed, a call's piece).
+// Cancels the run when the client leaves (RunSink::cancelled); counts the first token (text or, streamed, a
+// call's piece).
 RunSink job_sink(ServeCore& core, ResponseJob& job, bool streamed = false) {
   RunSink sink;
   sink.cancelled = [&job] { return job.watch->gone(); };
@@ -61,11 +66,31 @@ RunSink job_sink(ServeCore& core, ResponseJob& job, bool streamed = false) {
 
 }  // namespace responses_route
 
+namespace responses_route {
+
+// How many times the request sent `name` with an empty value (the front names them: http_request_reader.h).
+std::size_t sent_empty(const httplib::Request& req, const std::string& name) {
+  std::size_t n = 0;
+  const auto [first, last] = req.headers.equal_range(kEmptyFieldHeader);  // httplib compares names ignoring case
+  for (auto it = first; it != last; ++it) {
+    n += std::equal(name.begin(), name.end(), it->second.begin(), it->second.end(),
+                    [](unsigned char a, unsigned char b) { return std::tolower(a) == std::tolower(b); });
+  }
+  return n;
+}
+
+}  // namespace responses_route
+
 std::optional<std::string> session_header(const httplib::Request& req, std::string* problem) {
-  const std::size_t given = req.get_header_value_count("X-Orbit-Session");
+  const std::size_t empty = responses_route::sent_empty(req, "X-Orbit-Session");
+  const std::size_t given = req.get_header_value_count("X-Orbit-Session") + empty;
   if (given == 0) return std::nullopt;
   if (given > 1) {
     *problem = "given " + std::to_string(given) + " times (more than once): a request names one session";
+    return std::nullopt;
+  }
+  if (empty > 0) {
+    *problem = "empty: name a session, or leave the header out to be served without one";
     return std::nullopt;
   }
   std::string id = req.get_header_value("X-Orbit-Session");
@@ -80,7 +105,7 @@ void post_responses(const ResponsesRoute& route, const httplib::Request& req, ht
   ++route.in_flight;
   auto fail = [&](const ApiError& e) {
     responses_route::reply_error(res, e);
-    responses_route::account(core.metrics(), e.status, job->t0, nullptr);
+    core.metrics().count_untimed(responses_route::kEndpoint, e.status);  // refused before it ran: not timed
     --route.in_flight;
   };
   if (route.draining) return fail(api_error(503, "the server is shutting down", "server_error", "shutting_down"));
@@ -101,7 +126,7 @@ void post_responses(const ResponsesRoute& route, const httplib::Request& req, ht
     } else {
       responses_route::reply_error(res, out.run.error);
     }
-    responses_route::account(core.metrics(), out.run.result ? 200 : out.run.error.status, job->t0, &out.run);
+    responses_route::account(core.metrics(), out.run.result ? 200 : out.run.error.status, job->t0, out.run);
     --route.in_flight;
     return;
   }
@@ -113,7 +138,7 @@ void post_responses(const ResponsesRoute& route, const httplib::Request& req, ht
             run_response(route.core, job->call, responses_route::job_sink(route.core, *job, true),
                          [&sink](const std::string& events) { return sink.write(events.data(), events.size()); });
         sink.done();
-        responses_route::account(route.core.metrics(), out.run.result ? 200 : out.run.error.status, job->t0, &out.run);
+        responses_route::account(route.core.metrics(), out.run.result ? 200 : out.run.error.status, job->t0, out.run);
         return true;
       },
       [route](bool) { --route.in_flight; });

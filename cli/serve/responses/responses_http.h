@@ -27,8 +27,9 @@ struct ResponsesRoute {
 };
 
 // The session the header X-Orbit-Session names: nullopt without the header. *problem is set (and nullopt
-// returned) when the header is given more than once, even with one value, or is not a session id
-// (session_id_problem): either would otherwise serve the request on a session it did not mean.
+// returned) when the header is given more than once, even with one value, is sent empty ("X-Orbit-Session:",
+// which the front names: http_request_reader.h), or is not a session id (session_id_problem): each would
+// otherwise serve the request on a session it did not mean (an empty one, on none).
 std::optional<std::string> session_header(const httplib::Request& req, std::string* problem);
 
 void post_responses(const ResponsesRoute& route, const httplib::Request& req, httplib::Response& res);

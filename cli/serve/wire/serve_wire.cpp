@@ -172,6 +172,12 @@ json text_completion(const ResponseIds& ids, const std::string& text, const std:
   return body;
 }
 
+json text_completion_usage(const RunUsage& usage) {
+  json out = usage.to_json();
+  out.erase("completion_tokens_details");
+  return out;
+}
+
 std::string dump(const json& body) { return body.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 std::string sse(const json& body) { return "data: " + dump(body) + "\n\n"; }

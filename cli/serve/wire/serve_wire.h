@@ -49,6 +49,10 @@ nlohmann::json usage_chunk(const ResponseIds& ids, const std::string& object, co
 // whole answer, or one streamed chunk (OpenAI streams completions under the same object name).
 nlohmann::json text_completion(const ResponseIds& ids, const std::string& text, const std::string& finish_reason,
                                const nlohmann::json& usage);
+// /v1/completions' usage: RunUsage::to_json() without completion_tokens_details. That endpoint never reads a
+// reasoning model's thinking out of its text (no --reasoning-parser applies to a raw prompt, as in vLLM), so
+// a reasoning_tokens of 0 there would say the model wrote none where it may have written some.
+nlohmann::json text_completion_usage(const RunUsage& usage);
 
 // Log probabilities in OpenAI's chat form, one entry per step: {"token" (the token's bytes as text),
 // "logprob", "bytes" (the UTF-8 bytes as integers), "top_logprobs": [{"token", "logprob", "bytes"}]}.
