@@ -2,7 +2,7 @@
 """Two `orbit serve` binaries' streamed decode side by side: tokens/s at 1, 4 and 16 sessions, alternated.
 
     OMP_NUM_THREADS=1 /usr/bin/python3 bench/serve/decode_compare.py --old OLD_ORBIT --new NEW_ORBIT
-        [--model models/tinystories-656k] [--sessions 1,4,16] [--tokens 300] [--repeats 8]
+        [--model models/tinystories-656k] [--sessions 1,4,16] [--tokens 300] [--repeats 8] [--client raw]
 
 Starts both servers (the options of decode_load.py), then --repeats times, for each session count, streams
 --tokens tokens per session on one and then the other (the order swapped every repeat), as decode_load.py's
@@ -38,11 +38,11 @@ def thread_stats(pid):
     return out
 
 
-def measure(server, model, count, tokens, tag):
+def measure(server, model, count, tokens, tag, client="raw"):
     """One run of `count` sessions: (tok/s, busiest thread's µs per step, its involuntary switches per step)."""
     steps0, _ = decode_load.batch_histogram(server.call("/metrics"))
     before = thread_stats(server.pid)
-    run = decode_load.streams(server, model, count, tokens, tag)
+    run = decode_load.streams(server, model, count, tokens, tag, client)
     after = thread_stats(server.pid)
     steps1, _ = decode_load.batch_histogram(server.call("/metrics"))
     used = {t: (after[t][0] - before.get(t, (0, 0))[0], after[t][1] - before.get(t, (0, 0))[1]) for t in after}
@@ -74,6 +74,8 @@ def main(argv=None):
     ap.add_argument("--sessions", default="1,4,16")
     ap.add_argument("--tokens", type=int, default=300)
     ap.add_argument("--repeats", type=int, default=8)
+    ap.add_argument("--client", default="raw", choices=("raw", "threads"),
+                    help="decode_load.streams' client: one thread over raw sockets, or a urllib thread per session")
     args = ap.parse_args(argv)
     counts = [int(c) for c in args.sessions.split(",")]
     if any(c < 1 for c in counts) or args.tokens < 1 or args.repeats < 1:
@@ -91,7 +93,7 @@ def main(argv=None):
         for r in range(args.repeats):
             for c in counts:
                 for name in (("old", "new") if r % 2 == 0 else ("new", "old")):
-                    got = measure(servers[name], model, c, args.tokens, f"{name}-{r}-{c}")
+                    got = measure(servers[name], model, c, args.tokens, f"{name}-{r}-{c}", args.client)
                     runs[name][c].append(got)
                     print(f"{r + 1:>6} {name:>6} {c:>8} {got[0]:>9.0f} {got[1]:>9.0f} {got[2]:>14.2f}", flush=True)
     summary(counts, runs)

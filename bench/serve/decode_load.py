@@ -2,7 +2,8 @@
 """Batched decode through `orbit serve`: one session against many at once, n choices against n requests.
 
     OMP_NUM_THREADS=1 /usr/bin/python3 bench/serve/decode_load.py [--orbit build/cli/orbit]
-        [--model models/tinystories-656k] [--sessions 16] [--tokens 300] [--forks 8] [--json OUT]
+        [--model models/tinystories-656k] [--sessions 16] [--tokens 300] [--forks 8] [--client raw|threads]
+        [--json OUT]
     (also: bench/serve/load.py --decode ...)
 
 Starts the server itself (127.0.0.1, a free port; tools/serve_process.py) and always stops it. Three runs:
@@ -15,10 +16,16 @@ Starts the server itself (127.0.0.1, a free port; tools/serve_process.py) and al
   forks      one request with n = --forks (temperature 0.8, seed 1; choice i draws with seed 1 + i, all
              decoded together) against --forks requests one after another (seeds 1 .. n, one session each)
 
+--client: how the streams are read. raw (the default): one client thread reads every stream over raw
+sockets and only counts its events (raw_client.py); threads: a urllib thread per session parsing every
+event as JSON, which on a 2-core machine takes about as much CPU as the server's decode thread at 16
+sessions, so it measured the client as much as the server.
+
 It prints generated tokens/s (aggregate over the run's wall time), p50/p99 of the streamed inter-token gaps,
 the ratios side by side, and the mean decode batch the server reports in /metrics
-(orbit_decode_batch_sequences). A benchmark, not a test: times depend on the machine and its load (the
-client's threads share the machine with the server).
+(orbit_decode_batch_sequences), the server's CPU time (in all, and its busiest thread's) and the client's
+(this process's, opening requests included). A benchmark, not a test: times depend on the machine and its
+load (the client shares the machine with the server).
 """
 import argparse
 import json
@@ -31,6 +38,9 @@ import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
 from serve_process import ServeProcess  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import raw_client  # noqa: E402
 
 PROMPTS = ["Tell me a story about a dog.", "Tell me a story about a boat.", "Tell me a story about a tree.",
            "Tell me a story about the sun.", "Tell me a story about a cat.", "Tell me a story about rain."]
@@ -76,8 +86,18 @@ def stream_one(server, model, index, tokens, session, out, start=None):
     out.append({"tokens": usage["completion_tokens"], "seconds": time.perf_counter() - t0, "gaps": gaps})
 
 
-def streams(server, model, count, tokens, tag):
-    """`count` sessions streaming at once; the run's tokens, wall seconds and inter-token gaps."""
+def streams(server, model, count, tokens, tag, client="raw"):
+    """`count` sessions streaming at once; the run's tokens, wall seconds and inter-token gaps. client "raw":
+    one thread reads every stream over raw sockets (raw_client.py); "threads": a urllib thread per session,
+    each event parsed as JSON (costs the client about as much CPU as the server's decode thread)."""
+    if client == "raw":
+        sessions = [f"{tag}-{i}" for i in range(count)]
+        opening = [chat_body(model, i, 1) for i in range(count)]
+        timed = [chat_body(model, i, tokens, stream=True, stream_options={"include_usage": True})
+                 for i in range(count)]
+        return raw_client.streams(server.host, server.port, opening, timed, sessions)
+    if client != "threads":
+        raise ValueError(f"client must be 'raw' or 'threads', got {client!r}")
     out, starts = [], []
     start = threading.Barrier(count + 1, action=lambda: starts.append(time.perf_counter()))
     threads = [threading.Thread(target=stream_one, args=(server, model, i, tokens, f"{tag}-{i}", out, start))
@@ -141,12 +161,13 @@ def measured(server, label, run):
     """run() with the decode steps it took (/metrics before and after) and the server's CPU time: in all,
     and of its busiest thread (the decode scheduler's when decode dominates)."""
     steps0, seqs0 = batch_histogram(server.call("/metrics"))
-    cpu0 = thread_cpu(server.pid)
+    cpu0, client0 = thread_cpu(server.pid), time.process_time()
     result = run()
-    cpu1 = thread_cpu(server.pid)
+    cpu1, client1 = thread_cpu(server.pid), time.process_time()
     steps1, seqs1 = batch_histogram(server.call("/metrics"))
     used = [cpu1[t] - cpu0.get(t, 0.0) for t in cpu1]
     result["server_cpu_seconds"] = sum(used)
+    result["client_cpu_seconds"] = client1 - client0  # this process: the load client (its opening requests too)
     result["busiest_thread_cpu_seconds"] = max(used, default=0.0)
     result["label"] = label
     result["steps"] = steps1 - steps0
@@ -157,14 +178,15 @@ def measured(server, label, run):
 
 def report(args, model, runs):
     print(f"orbit serve batched decode: model {model} on {args.device} in {args.dtype}, {args.tokens} tokens per "
-          f"answer, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '')}")
+          f"answer, client {args.client}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '')}")
     print(f"{'run':<22} {'seqs':>4} {'tokens':>7} {'wall s':>7} {'tok/s':>8} {'p50 ms':>7} {'p99 ms':>7} "
-          f"{'steps':>6} {'mean batch':>10} {'server cpu s':>12} {'busiest thread s':>16}")
+          f"{'steps':>6} {'mean batch':>10} {'server cpu s':>12} {'busiest thread s':>16} {'client cpu s':>12}")
     for r in runs.values():
         print(f"{r['label']:<22} {r['sequences']:>4} {r['tokens']:>7} {r['seconds']:>7.2f} "
               f"{r['tokens_per_second']:>8.1f} {1e3 * percentile(r['gaps'], 50):>7.2f} "
               f"{1e3 * percentile(r['gaps'], 99):>7.2f} {r['steps']:>6.0f} {r['mean_batch']:>10.2f} "
-              f"{r['server_cpu_seconds']:>12.2f} {r['busiest_thread_cpu_seconds']:>16.2f}")
+              f"{r['server_cpu_seconds']:>12.2f} {r['busiest_thread_cpu_seconds']:>16.2f} "
+              f"{r['client_cpu_seconds']:>12.2f}")
     scale = runs["together"]["tokens_per_second"] / runs["alone"]["tokens_per_second"]
     fork_speed = runs["forks_apart"]["seconds"] / runs["forks_together"]["seconds"]
     print(f"{args.sessions} sessions at once: {scale:.2f}x the aggregate tokens/s of one session alone")
@@ -186,6 +208,9 @@ def main(argv=None):
     ap.add_argument("--forks", type=int, default=8)
     ap.add_argument("--device", default="cpu", help="orbit serve --device (cpu, cuda, cuda:N)")
     ap.add_argument("--dtype", default="float32", help="orbit serve --dtype (float32, bfloat16, float16)")
+    ap.add_argument("--client", default="raw", choices=("raw", "threads"),
+                    help="raw: one thread reads every stream over raw sockets (raw_client.py); threads: a urllib "
+                         "thread per session, each event parsed as JSON (the client costs about a core)")
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)
     for name in ("sessions", "tokens", "forks"):
@@ -197,9 +222,9 @@ def main(argv=None):
         model = s.call("/v1/models")["data"][0]["id"]
         streams(s, model, 1, 8, "warm")  # first-request costs (allocation, tokenizer) out of the runs
         runs = {
-            "alone": measured(s, "1 session", lambda: streams(s, model, 1, args.tokens, "alone")),
+            "alone": measured(s, "1 session", lambda: streams(s, model, 1, args.tokens, "alone", args.client)),
             "together": measured(s, f"{args.sessions} sessions at once",
-                                 lambda: streams(s, model, args.sessions, args.tokens, "together")),
+                                 lambda: streams(s, model, args.sessions, args.tokens, "together", args.client)),
             "forks_together": measured(s, f"n={args.forks} in one request",
                                        lambda: forks(s, model, args.forks, args.tokens, True)),
             "forks_apart": measured(s, f"{args.forks} requests in turn",
