@@ -74,6 +74,27 @@ void DecodeCacheState::reserve_kept(int64_t rows_needed) {
   kept_capacity = new_capacity;
 }
 
+void DecodeCacheState::fit_kept() {
+  if (kept_capacity == 0) return;
+  int64_t longest = 0;
+  for (std::size_t s = 0; s < lengths.size(); ++s) {
+    if (lengths[s] >= 0) longest = std::max(longest, kept_rows(static_cast<int64_t>(s)));
+  }
+  if (longest == 0) {  // reserve_kept makes them again for the next row kept
+    kept_k.clear();
+    kept_v.clear();
+    kept_capacity = 0;
+    return;
+  }
+  if (longest > kept_capacity / 4) return;
+  const int64_t new_capacity = 2 * longest;
+  for (std::size_t l = 0; l < kept_k.size(); ++l) {
+    kept_k[l] = kept_k[l].narrow(1, 0, new_capacity).contiguous();
+    kept_v[l] = kept_v[l].narrow(1, 0, new_capacity).contiguous();
+  }
+  kept_capacity = new_capacity;
+}
+
 void DecodeCacheState::check_open(int64_t slot, const char* what) const {
   ORBIT_CHECK(slot >= 0 && slot < static_cast<int64_t>(lengths.size()) && lengths[static_cast<std::size_t>(slot)] >= 0,
               what << ": slot " << slot << " of the decode cache is not open");
@@ -184,6 +205,7 @@ int64_t DecodeCache::fork(int64_t slot) {
 void DecodeCache::close(int64_t slot) {
   state_->check_open(slot, "DecodeCache::close");
   state_->lengths[static_cast<std::size_t>(slot)] = -1;
+  state_->fit_kept();
 }
 
 PastKV DecodeCache::past(int64_t slot) {

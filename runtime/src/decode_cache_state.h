@@ -36,6 +36,10 @@ struct DecodeCacheState {
   void reserve(int64_t slots_needed, int64_t capacity_needed);
   // Grows the kept content's buffers (doubling) to hold `rows_needed` rows of every slot the buffers have.
   void reserve_kept(int64_t rows_needed);
+  // After a slot closes: the kept buffers released when no open slot keeps a row, else shrunk to twice the
+  // longest kept once that is at most a quarter of their rows (so one long answer does not hold its memory
+  // for every later one).
+  void fit_kept();
   void check_open(int64_t slot, const char* what) const;
   // Rows of `slot` kept (content form) from kept_from on; 0 when it keeps none.
   int64_t kept_rows(int64_t slot) const;

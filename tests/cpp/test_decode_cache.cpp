@@ -4,7 +4,8 @@
 // step the logits and content a plain forward over the same past gives, within the float32 bound
 // (float_tolerance.h), for every attention family, M-RoPE and dynamic-NTK RoPE (keys rotated when read);
 // slots opened with keep_content keep exactly the content the forwards returned (a fork's copied, a reused
-// slot's dropped); and misuse is refused by name.
+// slot's dropped), in buffers that shrink as keeping slots close and go once none keeps; and misuse is
+// refused by name.
 #include "orbit_catch.h"
 
 #include <ATen/ATen.h>
@@ -208,4 +209,45 @@ TEST_CASE("decode cache: misuse is refused by name", "[decode_cache]") {
   PastKV pb = cache.past(b);
   m->forward(in, &pb);
   CHECK(cache.length(b) == 2);
+}
+
+// One long answer does not keep its memory: closing it shrinks the kept buffers to what the open slots keep
+// (their rows intact), closing the last keeping slot releases them, and a slot opened later keeps again.
+TEST_CASE("decode cache: kept content shrinks and is released as slots close", "[decode_cache]") {
+  const auto m = load_model(orbit::test::stories_path());
+  DecodeCache cache(*m);
+  auto forward = [&](int64_t slot, int64_t n, int64_t seed) {
+    ForwardInput in;
+    in.tokens = case_tokens(*m, n, seed);
+    PastKV p = cache.past(slot);
+    return m->forward(in, &p);
+  };
+  auto same = [](const std::vector<LayerKV>& a, const std::vector<LayerKV>& b) {
+    REQUIRE(a.size() == b.size());
+    for (std::size_t l = 0; l < a.size(); ++l) {
+      CHECK(at::equal(a[l].k, b[l].k));
+      CHECK(at::equal(a[l].v, b[l].v));
+    }
+  };
+  const int64_t longest = cache.open(nullptr, true);
+  const int64_t short_one = cache.open(nullptr, true);
+  const int64_t plain = cache.open(nullptr);
+  forward(longest, 200, 1);
+  const ForwardResult shorter = forward(short_one, 4, 2);
+  forward(plain, 4, 3);
+  const int64_t all_kept = cache.bytes();
+  cache.close(longest);
+  const int64_t one_short_kept = cache.bytes();
+  CHECK(one_short_kept < all_kept);  // 4 of 200+ rows: shrunk
+  REQUIRE(cache.kept_rows(short_one) == 4);
+  same(cache.kept(short_one, 0, 4), shorter.content);
+  cache.close(short_one);
+  const int64_t none_kept = cache.bytes();
+  CHECK(none_kept < one_short_kept);  // released
+  const int64_t again = cache.open(nullptr, true);
+  const ForwardResult kept_again = forward(again, 3, 4);
+  REQUIRE(cache.kept_rows(again) == 3);
+  same(cache.kept(again, 0, 3), kept_again.content);
+  CHECK(cache.bytes() > none_kept);
+  CHECK(cache.length(plain) == 4);
 }

@@ -15,7 +15,9 @@
 //
 // A slot opened with keep_content also keeps the rows forwards append to it in content form, in two more
 // buffers per layer, [slots, kept capacity, heads, dim] (content_k_shape / content_v_shape), written with
-// the attention-form rows (one index_copy per layer and group): what a decode saves for exact reuse.
+// the attention-form rows (one index_copy per layer and group): what a decode saves for exact reuse. They
+// grow by doubling and are fitted when a slot closes: released once no open slot keeps a row, else shrunk
+// to twice the longest kept once that is at most a quarter of their rows.
 //
 // Thread-safety: none. One thread uses a cache, and runs the forwards that read it, at a time.
 #pragma once
@@ -50,7 +52,8 @@ class DecodeCache {
   int64_t open(const PastKV* past, bool keep_content = false);
   // A new slot holding a copy of `slot`'s rows (and of its kept content): a branch of the same past.
   int64_t fork(int64_t slot);
-  // Frees `slot` (its rows are reused by a later one). Throws for a slot not open.
+  // Frees `slot` (its rows are reused by a later one) and fits the kept buffers to the slots still open
+  // (above). Throws for a slot not open.
   void close(int64_t slot);
 
   // The PastKV that names `slot` for Model::forward / forward_batch: read in place, the input appended.
