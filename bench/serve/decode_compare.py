@@ -2,7 +2,7 @@
 """Two `orbit serve` binaries' streamed decode side by side: tokens/s at 1, 4 and 16 sessions, alternated.
 
     OMP_NUM_THREADS=1 /usr/bin/python3 bench/serve/decode_compare.py --old OLD_ORBIT --new NEW_ORBIT
-        [--model models/tinystories-656k] [--sessions 1,4,16] [--tokens 300] [--repeats 8] [--client raw]
+        [--model models/tinystories-656k] [--sessions 1,4,16] [--tokens 300] [--repeats 8] [--client native|raw|threads]
 
 Starts both servers (the options of decode_load.py), then --repeats times, for each session count, streams
 --tokens tokens per session on one and then the other (the order swapped every repeat), as decode_load.py's
@@ -38,7 +38,7 @@ def thread_stats(pid):
     return out
 
 
-def measure(server, model, count, tokens, tag, client="raw"):
+def measure(server, model, count, tokens, tag, client):
     """One run of `count` sessions: (tok/s, busiest thread's µs per step, its involuntary switches per step)."""
     steps0, _ = decode_load.batch_histogram(server.call("/metrics"))
     before = thread_stats(server.pid)
@@ -74,8 +74,9 @@ def main(argv=None):
     ap.add_argument("--sessions", default="1,4,16")
     ap.add_argument("--tokens", type=int, default=300)
     ap.add_argument("--repeats", type=int, default=8)
-    ap.add_argument("--client", default="raw", choices=("raw", "threads"),
-                    help="decode_load.streams' client: one thread over raw sockets, or a urllib thread per session")
+    ap.add_argument("--client", default=decode_load.default_client(), choices=("native", "raw", "threads"),
+                    help="decode_load.streams' client: bench_stream_client (the default where built), one Python "
+                         "thread over raw sockets, or a urllib thread per session")
     args = ap.parse_args(argv)
     counts = [int(c) for c in args.sessions.split(",")]
     if any(c < 1 for c in counts) or args.tokens < 1 or args.repeats < 1:

@@ -2,7 +2,7 @@
 """Batched decode through `orbit serve`: one session against many at once, n choices against n requests.
 
     OMP_NUM_THREADS=1 /usr/bin/python3 bench/serve/decode_load.py [--orbit build/cli/orbit]
-        [--model models/tinystories-656k] [--sessions 16] [--tokens 300] [--forks 8] [--client raw|threads]
+        [--model models/tinystories-656k] [--sessions 16] [--tokens 300] [--forks 8] [--client native|raw|threads]
         [--json OUT]
     (also: bench/serve/load.py --decode ...)
 
@@ -16,21 +16,23 @@ Starts the server itself (127.0.0.1, a free port; tools/serve_process.py) and al
   forks      one request with n = --forks (temperature 0.8, seed 1; choice i draws with seed 1 + i, all
              decoded together) against --forks requests one after another (seeds 1 .. n, one session each)
 
---client: how the streams are read. raw (the default): one client thread reads every stream over raw
-sockets and only counts its events (raw_client.py); threads: a urllib thread per session parsing every
-event as JSON, which on a 2-core machine takes about as much CPU as the server's decode thread at 16
-sessions, so it measured the client as much as the server.
+--client: how the streams are read. native (the default where build/bench/bench_stream_client is built):
+that C++ client reads every stream in one epoll thread and only counts its events; raw (the default
+otherwise): the same in one Python thread over raw sockets (raw_client.py); threads: a urllib thread per
+session parsing every event as JSON, which on a 2-core machine takes about as much CPU as the server's
+decode thread at 16 sessions, so it measured the client as much as the server.
 
 It prints generated tokens/s (aggregate over the run's wall time), p50/p99 of the streamed inter-token gaps,
 the ratios side by side, and the mean decode batch the server reports in /metrics
 (orbit_decode_batch_sequences), the server's CPU time (in all, and its busiest thread's) and the client's
-(this process's, opening requests included). A benchmark, not a test: times depend on the machine and its
+(opening requests included). A benchmark, not a test: times depend on the machine and its
 load (the client shares the machine with the server).
 """
 import argparse
 import json
 import os
 import re
+import resource
 import sys
 import threading
 import time
@@ -45,6 +47,9 @@ import raw_client  # noqa: E402
 PROMPTS = ["Tell me a story about a dog.", "Tell me a story about a boat.", "Tell me a story about a tree.",
            "Tell me a story about the sun.", "Tell me a story about a cat.", "Tell me a story about rain."]
 END_OF_TEXT = 2  # the bundled models' end-of-text token (llama2.c and TinyStories tokenizers)
+# The native load client (bench/serve/stream_client.cpp), built with the benchmarks; ORBIT_STREAM_CLIENT: another.
+NATIVE_CLIENT = os.environ.get("ORBIT_STREAM_CLIENT") or os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "build", "bench", "bench_stream_client")
 
 
 def post(server, body, session, timeout=900):
@@ -86,18 +91,26 @@ def stream_one(server, model, index, tokens, session, out, start=None):
     out.append({"tokens": usage["completion_tokens"], "seconds": time.perf_counter() - t0, "gaps": gaps})
 
 
+def default_client():
+    """native where bench_stream_client is built, else raw."""
+    return "native" if os.access(NATIVE_CLIENT, os.X_OK) else "raw"
+
+
 def streams(server, model, count, tokens, tag, client="raw"):
-    """`count` sessions streaming at once; the run's tokens, wall seconds and inter-token gaps. client "raw":
-    one thread reads every stream over raw sockets (raw_client.py); "threads": a urllib thread per session,
-    each event parsed as JSON (costs the client about as much CPU as the server's decode thread)."""
-    if client == "raw":
+    """`count` sessions streaming at once; the run's tokens, wall seconds and inter-token gaps. client
+    "native": bench_stream_client (C++, one epoll thread) reads every stream; "raw": one Python thread over
+    raw sockets (raw_client.py); "threads": a urllib thread per session, each event parsed as JSON (costs
+    the client about as much CPU as the server's decode thread)."""
+    if client in ("native", "raw"):
         sessions = [f"{tag}-{i}" for i in range(count)]
         opening = [chat_body(model, i, 1) for i in range(count)]
         timed = [chat_body(model, i, tokens, stream=True, stream_options={"include_usage": True})
                  for i in range(count)]
+        if client == "native":
+            return raw_client.native_streams(NATIVE_CLIENT, server.host, server.port, opening, timed, sessions)
         return raw_client.streams(server.host, server.port, opening, timed, sessions)
     if client != "threads":
-        raise ValueError(f"client must be 'raw' or 'threads', got {client!r}")
+        raise ValueError(f"client must be 'native', 'raw' or 'threads', got {client!r}")
     out, starts = [], []
     start = threading.Barrier(count + 1, action=lambda: starts.append(time.perf_counter()))
     threads = [threading.Thread(target=stream_one, args=(server, model, i, tokens, f"{tag}-{i}", out, start))
@@ -157,17 +170,23 @@ def thread_cpu(pid):
     return out
 
 
+def client_cpu():
+    """CPU seconds of this process and of its children that ended (the native client; the server has not)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
 def measured(server, label, run):
     """run() with the decode steps it took (/metrics before and after) and the server's CPU time: in all,
     and of its busiest thread (the decode scheduler's when decode dominates)."""
     steps0, seqs0 = batch_histogram(server.call("/metrics"))
-    cpu0, client0 = thread_cpu(server.pid), time.process_time()
+    cpu0, client0 = thread_cpu(server.pid), client_cpu()
     result = run()
-    cpu1, client1 = thread_cpu(server.pid), time.process_time()
+    cpu1, client1 = thread_cpu(server.pid), client_cpu()
     steps1, seqs1 = batch_histogram(server.call("/metrics"))
     used = [cpu1[t] - cpu0.get(t, 0.0) for t in cpu1]
     result["server_cpu_seconds"] = sum(used)
-    result["client_cpu_seconds"] = client1 - client0  # this process: the load client (its opening requests too)
+    result["client_cpu_seconds"] = client1 - client0  # the load client (its opening requests too)
     result["busiest_thread_cpu_seconds"] = max(used, default=0.0)
     result["label"] = label
     result["steps"] = steps1 - steps0
@@ -208,9 +227,9 @@ def main(argv=None):
     ap.add_argument("--forks", type=int, default=8)
     ap.add_argument("--device", default="cpu", help="orbit serve --device (cpu, cuda, cuda:N)")
     ap.add_argument("--dtype", default="float32", help="orbit serve --dtype (float32, bfloat16, float16)")
-    ap.add_argument("--client", default="raw", choices=("raw", "threads"),
-                    help="raw: one thread reads every stream over raw sockets (raw_client.py); threads: a urllib "
-                         "thread per session, each event parsed as JSON (the client costs about a core)")
+    ap.add_argument("--client", default=default_client(), choices=("native", "raw", "threads"),
+                    help="native (the default where built): bench_stream_client reads every stream; raw: one Python "
+                         "thread over raw sockets; threads: a urllib thread per session, each event parsed as JSON")
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)
     for name in ("sessions", "tokens", "forks"):

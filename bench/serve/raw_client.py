@@ -9,13 +9,17 @@ about as much CPU as the server's decode thread at 16 sessions on a 2-core machi
 the client as much as the server. This one sends every request from one thread and reads every stream
 through one `selectors` loop, without parsing: it counts the events with non-empty content by the pattern
 `"content":"` (a quote inside the text is escaped, so the text cannot hold it) in the raw bytes, and reads
-the usage off the stream's end. Each session's connection is opened by a non-streamed request first (its
+the usage off the stream's end. native_streams() does the same through bench_stream_client (C++, epoll),
+which costs the client far less again. Each session's connection is opened by a non-streamed request first (its
 opening body), then kept alive for the timed one. Standard library only.
 """
 import json
+import os
 import re
 import selectors
 import socket
+import subprocess
+import tempfile
 import time
 
 _USAGE = re.compile(rb'"completion_tokens":(\d+)')
@@ -123,6 +127,33 @@ def streams(host, port, opening_bodies, timed_bodies, sessions, timeout=900):
             raise RuntimeError(f"session {sessions[i]}: the stream ended without usage")
     gaps = sorted(b - a for s in out for a, b in zip(s.arrivals, s.arrivals[1:]))
     return {"sequences": len(out), "tokens": sum(s.usage for s in out), "seconds": wall, "gaps": gaps}
+
+
+def native_streams(client, host, port, opening_bodies, timed_bodies, sessions, timeout=900):
+    """streams() through the native client (bench_stream_client, bench/serve/stream_client.cpp): the same
+    requests and the same result, read by a C++ epoll loop instead of Python's."""
+    with tempfile.NamedTemporaryFile(prefix="orbit-stream-requests-", delete=False) as f:
+        for opening, timed, session in zip(opening_bodies, timed_bodies, sessions):
+            for body in (opening, timed):
+                request = _request(host, port, body, session)
+                f.write(f"{len(request)}\n".encode() + request)
+    try:
+        done = subprocess.run([client, host, str(port), f.name], capture_output=True, text=True, timeout=timeout)
+    finally:
+        os.unlink(f.name)
+    if done.returncode != 0:
+        raise RuntimeError(f"{client} failed ({done.returncode}): {done.stderr.strip()}")
+    lines = done.stdout.split("\n")
+    wall = float(lines[0].split()[1])
+    tokens, gaps = 0, []
+    for line in lines[1:]:
+        if not line:
+            continue
+        fields = line.split()
+        tokens += int(fields[2])
+        arrivals = [float(t) for t in fields[3:]]
+        gaps.extend(b - a for a, b in zip(arrivals, arrivals[1:]))
+    return {"sequences": len(sessions), "tokens": tokens, "seconds": wall, "gaps": sorted(gaps)}
 
 
 def _read_all(selector, states, deadline):
