@@ -162,13 +162,29 @@ Status read_failure(const char* what, const std::string& path, int error) {
   return Status::refused(reason);
 }
 
+// What a file of mode `mode` that is not a regular file is, for a message.
+const char* file_type_name(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  return "not a regular file";
+}
+
 }  // namespace
 
 Result<at::Tensor> read_file_bytes(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: a FIFO put where a blob was must not block the open until a writer comes (it is reported
+  // below); it changes nothing for a regular file.
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (fd.get() < 0) return read_failure("cannot open", path, errno);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return read_failure("cannot stat", path, errno);
+  // A FIFO, socket or device where a blob was is damage, not a failed read: it will not read next time
+  // either, so it is not_found (marked corrupt, recomputed; repair drops its row). A directory is left to
+  // read(), whose EISDIR is refused like any other failed read (the entry is kept; repair stops there).
+  if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+    return Status::not_found("cannot read " + path + ": it is " + file_type_name(st.st_mode) + ", not a blob file");
+  }
   at::Tensor bytes = at::empty({static_cast<int64_t>(st.st_size)}, at::TensorOptions().dtype(at::kByte));
   char* p = static_cast<char*>(bytes.data_ptr());
   std::size_t left = static_cast<std::size_t>(st.st_size);

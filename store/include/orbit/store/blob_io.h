@@ -39,7 +39,8 @@ Status write_blob_file(const std::string& final_path, const EncodedBlob& blob, c
                        BlobWriteResult* result);
 
 // Reads a whole file into a uint8 [size] CPU tensor. not_found naming the path when it is missing (or
-// shrank while read); refused naming the path and the error when it could not be read now (out of file
+// shrank while read) or is a FIFO, socket or device (in a blob's place: opened without blocking, never
+// read); refused naming the path and the error when it could not be read now (out of file
 // descriptors or memory, permission, an I/O error): no proof that the file is damaged.
 Result<at::Tensor> read_file_bytes(const std::string& path);
 
