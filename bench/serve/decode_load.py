@@ -212,8 +212,10 @@ def report(args, model, runs):
     print(f"n = {args.forks} in one request: {fork_speed:.2f}x faster than {args.forks} requests one after another")
     # Tokens per second of the server's busiest thread's CPU time: what the runs would reach with that thread
     # alone on a core (the rest of the server, the client and other load on other cores).
-    cpu_scale = (runs["together"]["tokens"] / runs["together"]["busiest_thread_cpu_seconds"]) / (
-        runs["alone"]["tokens"] / runs["alone"]["busiest_thread_cpu_seconds"])
+    together_cpu = runs["together"]["busiest_thread_cpu_seconds"]
+    alone_cpu = runs["alone"]["busiest_thread_cpu_seconds"]  # 10 ms ticks: 0 for a short answer
+    cpu_scale = ((runs["together"]["tokens"] / together_cpu) / (runs["alone"]["tokens"] / alone_cpu)
+                 if together_cpu > 0 and alone_cpu > 0 else float("nan"))
     print(f"per CPU second of the busiest server thread: {args.sessions} sessions {cpu_scale:.2f}x one session")
     return {"sessions_scale": scale, "forks_speedup": fork_speed, "sessions_scale_busiest_cpu": cpu_scale}
 
