@@ -369,6 +369,11 @@ Result<ValuePtr> ChunkStore::get(const std::string& key, const GetOptions& optio
         // this and every other process. Only a missing file or a failed verification marks it corrupt.
         local_miss = Status::not_found("ChunkStore: entry " + key + " could not be read now (" +
                                        loaded.status().reason() + "); it is kept");
+        if (options_.warn_disk_errors && unreadable_warned_.insert(row.blob).second) {
+          orbit::warn("store " + options_.dir + ": " + loaded.status().reason() + "; the entry " + key +
+                      " is kept and recomputed while it cannot be read (`orbit store verify` lists what it cannot "
+                      "read)");
+        }
         break;
       }
       faults_.push_back({key, disk_->absolute(row.blob), loaded.status().reason()});

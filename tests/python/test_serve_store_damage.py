@@ -1,5 +1,5 @@
 """`orbit serve` started on a store damaged while it was down: index.sqlite bytes flipped, blobs replaced by
-FIFOs. The server starts and answers as the first server did (a damaged entry is a miss that
+FIFOs or directories. The server starts and answers as the first server did (a damaged entry is a miss that
 is recomputed and rewritten, with a warning naming the blob and orbit_store_faults_total{kind="corrupt_read"}),
 and nothing good is lost: `orbit store gc` keeps the blobs of damaged rows and `orbit store repair` restores
 them; the Python Engine recomputes such an entry too. Every server is started here on 127.0.0.1 (any free
@@ -108,6 +108,28 @@ def check_recomputed_and_rewritten(start_serve, orbit_cli, model, store, first, 
     assert answer(server) == first
     assert corrupt_reads(server) == 0
     server.stop()
+
+
+def test_a_blob_replaced_by_a_directory_is_recomputed_with_a_warning(start_serve, stories260k_path, tmp_path):
+    # A directory where a blob was fails its read (EISDIR), which proves nothing about the entry: it is kept,
+    # and each read is a miss that is recomputed. The server says so, once per blob, naming it (it used to
+    # say nothing: a store that could never serve those entries looked healthy).
+    store = tmp_path / "store"
+    first = first_answer(start_serve, stories260k_path, store)
+    damaged = blobs(store)
+    for p in damaged:
+        p.unlink()
+        p.mkdir()
+    server = start_serve(stories260k_path, "--store", str(store))
+    assert answer(server) == first
+    assert answer(server) == first
+    server.stop()
+    warnings = [line for line in server.output().splitlines() if "cannot be read" in line]
+    named = [p for p in damaged if any(str(p) in line for line in warnings)]
+    assert named, server.output()
+    assert all(sum(str(p) in line for line in warnings) == 1 for p in named), warnings
+    assert all("is kept" in line and "orbit store verify" in line for line in warnings)
+    assert all(p.is_dir() for p in damaged)
 
 
 def test_a_blob_replaced_by_a_fifo_is_recomputed_without_blocking(start_serve, orbit_cli, stories260k_path,

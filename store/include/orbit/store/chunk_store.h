@@ -73,7 +73,8 @@ struct ChunkStoreOptions {
   RemoteOptions remote;      // remote.url empty = no remote tier
   std::shared_ptr<BlobBackend> remote_backend;  // instead of remote.url (tests): the remote tier's backend
   // Print a warning on stderr when a disk write fails (once, until one succeeds again) and for each blob a read
-  // finds corrupt (it is then marked corrupt and served as a miss, so each warns once).
+  // finds corrupt (it is then marked corrupt and served as a miss, so each warns once), and once for each blob
+  // a read could not read (EACCES, EISDIR, EIO: no proof of damage; the entry is kept, each read a miss).
   bool warn_disk_errors = true;
   // Host-tier values in pinned (page-locked) host memory: for a store serving a CUDA engine, so recalls to
   // the device are DMA copies. Needs CUDA (the constructor throws otherwise). Off: pageable memory.
@@ -253,6 +254,7 @@ class ChunkStore {
   std::set<std::string> memory_only_;
   int64_t memory_only_lost_ = 0;  // memory-only entries that memory evicted before the disk took them
   std::vector<StoreFault> faults_;
+  std::set<std::string> unreadable_warned_;  // blobs (index paths) whose failed read was warned about
 };
 
 }  // namespace orbit::store
