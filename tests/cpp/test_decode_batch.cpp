@@ -271,3 +271,11 @@ TEST_CASE("generate_many refuses bad requests by name", "[decode][batch]") {
   CHECK_THROWS_WITH(generate_many({{&a, {}, o}}), Contains("generate: empty query"));
   CHECK(generate_many({}).empty());
 }
+
+TEST_CASE("generate_many refuses more requests than kMaxGenerateMany before adding any", "[decode][batch]") {
+  // Null windows: the old code added request 0 first and failed on it ("no window given").
+  const std::vector<GenerateRequest> requests(static_cast<std::size_t>(kMaxGenerateMany) + 1);
+  CHECK_THROWS_WITH(generate_many(requests),
+                    Contains("generate_many: requests: 1025 requests, more than the 1024 one call takes"));
+  STATIC_REQUIRE(kMaxGenerateMany == Window::kMaxGenerateN);  // generate_n is a generate_many over its n forks
+}

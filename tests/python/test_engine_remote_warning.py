@@ -55,3 +55,22 @@ def test_the_warning_made_an_error_refuses_to_open(orbit, stories260k_path):
         warnings.simplefilter("error", orbit.RemoteUnreachableWarning)
         with pytest.raises(orbit.RemoteUnreachableWarning, match="is unreachable at open"):
             orbit.Engine(stories260k_path, remote=url, remote_secret="s", pool_bytes=POOL, page_size=4)
+
+
+@pytest.mark.parametrize("name", ["OrbitWarning", "RuntimeWarning"])
+def test_an_orbit_warning_filter_and_a_runtime_warning_filter_both_take_it(orbit, stories260k_path, name):
+    # An OrbitWarning filter takes every warning orbit issues, this one included; a RuntimeWarning filter (what
+    # it was first) still does.
+    assert issubclass(orbit.RemoteUnreachableWarning, orbit.OrbitWarning)
+    assert issubclass(orbit.RemoteUnreachableWarning, RuntimeWarning)
+    category = {"OrbitWarning": orbit.OrbitWarning, "RuntimeWarning": RuntimeWarning}[name]
+    url = f"redis://127.0.0.1:{free_port()}"
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", category=category)
+        with pytest.raises(orbit.RemoteUnreachableWarning, match="is unreachable at open"):
+            orbit.Engine(stories260k_path, remote=url, remote_secret="s", pool_bytes=POOL, page_size=4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", category=category)
+        orbit.Engine(stories260k_path, remote=url, remote_secret="s", pool_bytes=POOL, page_size=4).close()
+    assert [w for w in caught if issubclass(w.category, orbit.RemoteUnreachableWarning)] == []

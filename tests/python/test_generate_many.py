@@ -95,3 +95,17 @@ def test_options_of_the_wrong_type_are_named(orbit, windows):
         orbit.generate_many([("window", " A")])
     with pytest.raises(TypeError, match="generate_many: requests must be a list .* got str"):
         orbit.generate_many("ab")
+
+
+def test_an_oversized_batch_is_refused_before_any_request_is_read(orbit, windows):
+    # Each request becomes a sequence of one batch (its arguments, sampler and KV slot), all set up before the
+    # first step: more than Window.generate_n's 1024 are refused at once, naming requests and the limit, before
+    # any request is read (1025 Nones: no TypeError for requests[0]).
+    engine, ws = windows
+    limit = "generate_many: requests: 1025 requests, more than the 1024 one call takes"
+    with pytest.raises(orbit.OrbitError, match=limit):
+        orbit.generate_many([None] * 1025)
+    with pytest.raises(orbit.OrbitError, match=limit):
+        orbit.generate_many([(ws[0], " A", {"max_tokens": 1})] * 1025)
+    answers = orbit.generate_many([(ws[0], " A", {"max_tokens": 1})] * 1024)  # the limit itself is taken
+    assert len(answers) == 1024 and len({tuple(a.tokens) for a in answers}) == 1

@@ -2,7 +2,11 @@
 Window.stream (GenerationStream). The pieces join to Generation.text; a stop string cuts the text right before
 it, also where it spans tokens and the bytes of one character (stories260K spells 'é' with two byte tokens);
 returning False, breaking out of a stream and an exception in the callback cancel the decode and leave the
-window answering as before; bad stop values raise naming `stop`; streaming decodes what generate decodes."""
+window answering as before; a call on the window from a stream's loop raises at once naming the call (close()
+stops the stream instead); bad stop values raise naming `stop`; streaming decodes what generate decodes."""
+import re
+import threading
+
 import pytest
 
 pytestmark = pytest.mark.xdist_group("test_generate_stream")
@@ -166,15 +170,73 @@ def test_breaking_out_of_a_stream_cancels_it(story):
 
 def test_a_stream_left_unread_does_not_hold_its_window(orbit, story, monkeypatch):
     # The decode runs a few pieces ahead of the reader, then waits; a reader that stops reading (an iterator
-    # kept, the window called meanwhile) is waited for only READER_GONE_S, then the decode runs to its end.
+    # kept, the window called meanwhile from another thread) is waited for only READER_GONE_S, then the decode
+    # runs to its end. The reader's own thread is still in the stream: its call raises at once.
     monkeypatch.setattr(orbit._stream, "READER_GONE_S", 0.2)
     _, window, query = story
     plain = window.generate(query, max_tokens=60)
     s = window.stream(query, max_tokens=60)
     it = iter(s)
     first = next(it)
-    assert window.generate(query, max_tokens=60).text == plain.text  # waits for the stream, not forever
+    answers = []
+    other = threading.Thread(target=lambda: answers.append(window.generate(query, max_tokens=60).text))
+    other.start()
+    other.join(60)
+    assert not other.is_alive() and answers == [plain.text]  # waited for the stream, not forever
+    with pytest.raises(orbit.OrbitError, match="Window.generate: .* inside its Window.stream loop"):
+        window.generate(query, max_tokens=60)
     assert first + "".join(it) == plain.text and s.generation.stop_reason == "max_tokens"
+    assert window.generate(query, max_tokens=60).text == plain.text  # the stream ended: the window answers
+
+
+# Each call on the window from a Window.stream loop's body, by the name its error gives.
+CALLS_IN_THE_LOOP = {
+    "Window.add_turn": lambda orbit, w, q, ids: w.add_turn(q),
+    "Window.evict": lambda orbit, w, q, ids: w.evict(ids[0]),
+    "Window.generate": lambda orbit, w, q, ids: w.generate(q, max_tokens=2),
+    "Window.generate_n": lambda orbit, w, q, ids: w.generate_n(q, 2, max_tokens=2),
+    "Window.fork": lambda orbit, w, q, ids: w.fork(),
+    "Window.instances": lambda orbit, w, q, ids: w.instances,
+    "Window.__len__": lambda orbit, w, q, ids: len(w),
+    "Window.logits": lambda orbit, w, q, ids: w.logits(q),
+    "Window.stream": lambda orbit, w, q, ids: list(w.stream(q, max_tokens=2)),
+    "orbit.generate_many": lambda orbit, w, q, ids: orbit.generate_many([(w, q)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CALLS_IN_THE_LOOP))
+def test_a_call_on_the_window_in_its_stream_loop_raises_at_once(orbit, story, name):
+    # The stream's decode holds the window until it returns and waits for the loop: a call from the loop's body
+    # raises at once naming it (it would wait for the whole answer), on every piece, the last one included; the
+    # stream goes on unharmed and the window answers the call right after the loop, or after a break.
+    _, window, query = story
+    w = window.fork()
+    ids = [i.id for i in w.instances]
+    plain = w.generate(query, max_tokens=12)
+    call = CALLS_IN_THE_LOOP[name]
+    s = w.stream(query, max_tokens=12)
+    pieces = []
+    for piece in s:
+        pieces.append(piece)
+        with pytest.raises(orbit.OrbitError, match=re.escape(name) + r": .*(stream loop|loop's body)") as e:
+            call(orbit, w, query, ids)
+        assert "after the loop" in str(e.value)
+    assert "".join(pieces) == plain.text and s.generation.stop_reason == "max_tokens" and len(pieces) > 1
+    for _ in w.stream(query, max_tokens=400):
+        break  # a stream left at its first piece: the window is free after the loop
+    call(orbit, w, query, ids)
+    w.close()
+
+
+def test_closing_the_window_in_its_stream_loop_stops_the_stream(orbit, story):
+    _, window, query = story
+    w = window.fork()
+    s = w.stream(query, max_tokens=400)
+    for _ in s:
+        w.close()  # sets `closed` at once and stops the decode at its next token: the loop ends soon
+    assert w.closed and s.generation.stop_reason == "cancelled" and len(s.generation.tokens) < 400
+    with pytest.raises(orbit.OrbitError, match="is closed"):
+        w.instances
 
 
 def test_an_exception_in_the_loop_cancels_the_stream(story):

@@ -27,10 +27,11 @@ An operation the window cannot hold (a full pool, max_bytes) raises CapacityErro
 past the model's limit) RefusedError -- both subclasses of OrbitError, both leaving the window unchanged.
 Plan first (plan_*) and check Plan.device_bytes_after to avoid them.
 Engine(remote=...) pings the remote tier once as it opens: one that does not answer issues a
-RemoteUnreachableWarning (a RuntimeWarning, through the warnings module) naming the URL and the cause, and the
-engine opens on its local tiers. The store's warnings (a disk write that failed, an engine closed with entries
-that never reached the disk, a corrupt blob, a remote tier that went down) are OrbitWarning (a UserWarning),
-also through the warnings module, so they can be filtered, caught with pytest.warns or made errors.
+RemoteUnreachableWarning (through the warnings module) naming the URL and the cause, and the engine opens on its
+local tiers. The store's warnings (a disk write that failed, an engine closed with entries that never reached
+the disk, a corrupt blob, a remote tier that went down) are OrbitWarning (a UserWarning), also through the
+warnings module, so they can be filtered, caught with pytest.warns or made errors. RemoteUnreachableWarning is
+an OrbitWarning too (and a RuntimeWarning): a filter on OrbitWarning takes every warning orbit issues.
 
 A store directory can be inspected offline: `with orbit.Store("store") as s: for entry in s: ...`.
 

@@ -40,9 +40,10 @@ class OrbitWarning(UserWarning):
     (Engine(...), close()) is issued before that call returns; one from background work on the main thread at
     its next bytecode, where an 'error' filter reports it through sys.unraisablehook."""
 
-class RemoteUnreachableWarning(RuntimeWarning):
+class RemoteUnreachableWarning(OrbitWarning, RuntimeWarning):
     """Engine(remote=...) found the remote tier not answering a PING when it opened; the message names the URL
-    (password shown as ***) and the cause. The engine still opens, on its local tiers."""
+    (password shown as ***) and the cause. The engine still opens, on its local tiers. An OrbitWarning (filtered
+    with orbit's other warnings) and a RuntimeWarning."""
 
 class _Enum:
     def __init__(self, value: int) -> None:
@@ -828,13 +829,15 @@ def parse_tool_calls(text: str, format: str = "hermes", *, cut: bool = False) ->
     far as it was written (its arguments not valid JSON; 'cut' says so) rather than content."""
 def generate_many(requests: Sequence[Union[tuple[Window, Tokens], tuple[Window, Tokens, dict]]], *,
                   cancel: Optional[CancelToken] = None) -> list[Generation]:
-    """Decodes several windows together (one forward per step), each as Window.generate would alone; a request
-    is (window, query) or (window, query, {generate() keyword arguments}: stop and cancel included, on_text
-    not). A window this thread is inside a call of (from that window's on_text) raises OrbitError rather than
-    wait for itself. cancel: a token for the whole call -- cancel() stops every request at its next token
-    (stop_reason 'cancelled'); a request's own options['cancel'] stops that request alone, the others decoding
-    on. A request whose token was cancelled before the call answers a cancelled Generation (no tokens) without
-    decoding. close() of a request's window stops that request the same way; Engine.close() every request."""
+    """Decodes several windows together (one forward per step), each as Window.generate would alone; a request is
+    (window, query) or (window, query, {generate() keyword arguments}: stop and cancel included, on_text not). At
+    most 1024 requests (as generate_n's n): more raise OrbitError 'generate_many: requests: ...' before any is read.
+    A window this thread is inside a call of (from that window's on_text, or a Window.stream loop on it) raises
+    OrbitError rather than wait for itself. cancel: a token for the whole call -- cancel() stops every request at
+    its next token (stop_reason 'cancelled'); a request's own options['cancel'] stops that request alone, the others
+    decoding on. A request whose token was cancelled before the call answers a cancelled Generation (no tokens)
+    without decoding. close() of a request's window stops that request the same way; Engine.close() every
+    request."""
 
 class CancelToken:
     """Stops a decode from any thread: pass it as cancel= to Window.generate, Window.generate_n or
@@ -861,6 +864,13 @@ class _StreamRoom:
     def give(self, n: int = 1) -> None: ...
     @property
     def stopped(self) -> bool: ...
+    def hold_reader(self) -> None:
+        """Registers the calling thread (the loop's) as the stream's reader until release_reader(): the window's
+        calls made on it raise OrbitError at once instead of waiting for the decode. Raises OrbitError when this
+        thread reads another stream on the window already."""
+    def release_reader(self) -> None:
+        """Undoes hold_reader() (call it once the loop ended and its decode returned); idempotent, from any
+        thread."""
 
 def policy_help() -> str:
     """The valid policy spec forms, one per line."""
@@ -1203,6 +1213,10 @@ class Window:
             for piece in s:
                 print(piece, end="", flush=True)      # break: the decode is cancelled, the window free at once
             print(s.generation.stop_reason)           # the Generation, once the loop ended
+
+        The decode holds the window until the loop ends: a call on it from the loop's body (add_turn, generate,
+        fork, instances, another stream, orbit.generate_many with it) raises OrbitError at once naming the call;
+        make it after the loop. close() in the loop stops the stream instead.
         """
     def generate_n(self, query: Tokens, n: int, **kwargs) -> list[Generation]:
         """n answers to one query decoded together through n - 1 copy-on-write forks (one query forward, answer i

@@ -2,14 +2,20 @@
 
 The decode runs on a worker thread (Window.generate with an on_text that queues each piece, and a CancelToken);
 iterating the stream hands the pieces over as they come. Leaving the loop early (break, an exception, close())
-cancels the token, so the decode stops at its next token (not its next piece: a stop string's possible start or
-a character's first bytes may hold pieces back for many tokens), and waits for it to stop, so the window is
-free again right after the loop. Window.close() or Engine.close() from the loop's body stops the decode the
-same way. The decode runs at most AHEAD pieces ahead of the reader, so a loop that breaks wastes few tokens; it
-waits for room in a _StreamRoom (src/wake.h), which the token's cancel (or a parent's), the window's close and the
-engine's close wake at once. A reader that takes no piece for READER_GONE_S seconds is taken to have left the
-stream unfinished (an iterator kept but no longer read), and the decode then runs to its end without waiting,
-so it never holds the window for long.
+cancels the token, so the decode stops at its next token (not its next piece: a stop string's possible start or a
+character's first bytes may hold pieces back for many tokens), and waits for it to stop, so the window is free again
+right after the loop. Window.close() or Engine.close() from the loop's body stops the decode the same way. Any other
+call on the window from the loop's body (add_turn, generate, fork, evict, instances, another stream of it,
+orbit.generate_many with it...) raises OrbitError at once, naming the call: the decode holds the window until it
+returns, so the call would wait for the whole answer (src/stream_readers.h). That holds from the first piece until
+the loop ends (its end, a break, close(); an iterator taken by hand, until it is finished, closed or dropped),
+whether or not the decode returned meanwhile, so a call on the last piece fails as one on the first does; the window
+answers again right after the loop. Other threads' calls wait for the decode. The decode runs at most AHEAD pieces
+ahead of the reader, so a loop that breaks wastes few tokens; it waits for room in a _StreamRoom (src/wake.h), which
+the token's cancel (or a parent's), the window's close and the engine's close wake at once. A reader that takes no
+piece for READER_GONE_S seconds is taken to have left the stream unfinished (an iterator kept but no longer read),
+and the decode then runs to its end without waiting, so it never holds the window for long (for other threads: the
+reader's own calls raise until the loop ends).
 """
 
 from __future__ import annotations
@@ -31,20 +37,25 @@ READER_GONE_S = 1.0  # how long it waits for a reader that runs behind before it
 class GenerationStream:
     """The text of one answer as it is decoded: Window.stream(query, **generate() keyword arguments).
 
-    Iterate it (once) for the pieces, str, each final when it comes (whole characters no stop string can take
-    back); they join to the answer's text. The decode starts at the first piece asked for, on a worker thread;
-    errors generate() raises (bad arguments included) are raised there. Once the loop ends, `generation` is the
-    Generation (stop_reason and the rest, tool_calls and json with tools or a response_format). Leaving the
-    loop early -- break, an exception in its body, close() -- cancels the decode through a CancelToken: it stops
-    at its next token (stop_reason 'cancelled', the Generation holding what was decoded) and the loop's exit
-    waits for that, so the window is usable right after. window.close() or engine.close() in the loop's body
-    (or on another thread) stops the decode at its next token too, waking it at once if it waits for the loop
-    (the loop then ends with what was queued). A cancel= given is the parent of the
-    stream's token: cancelling it stops the stream as well. The decode runs at most 8 pieces ahead of the loop;
-    one that takes no piece for a second lets it run on to its end. An iterator taken by hand (it = iter(s);
-    next(it)) and left unfinished is cancelled when it is dropped, or by close() (`with window.stream(...) as s:`
-    closes at the end). With tools the pieces are the raw answer, call markup included (e.g.
-    "<tool_call>{...}</tool_call>"); the calls are read from the whole text into generation.tool_calls.
+    Iterate it (once) for the pieces, str, each final when it comes (whole characters no stop string can take back);
+    they join to the answer's text. The decode starts at the first piece asked for, on a worker thread; errors
+    generate() raises (bad arguments included) are raised there. Once the loop ends, `generation` is the Generation
+    (stop_reason and the rest, tool_calls and json with tools or a response_format). Leaving the loop early --
+    break, an exception in its body, close() -- cancels the decode through a CancelToken: it stops at its next token
+    (stop_reason 'cancelled', the Generation holding what was decoded) and the loop's exit waits for that, so the
+    window is usable right after. window.close() or engine.close() in the loop's body (or on another thread) stops
+    the decode at its next token too, waking it at once if it waits for the loop (the loop then ends with what was
+    queued). Any other call on the window from the loop's body -- add_turn, generate, fork, evict, reading
+    instances, a second stream of it, orbit.generate_many with it -- raises OrbitError at once naming the call, from
+    the first piece to the loop's end: the decode holds the window until it returns, so the call could only wait for
+    the whole answer; make it after the loop (break first to stop the decode early), or use another window (a fork()
+    made before the loop). An iterator taken by hand counts as the loop until it is finished, closed or dropped.
+    Other threads' calls wait for the decode. A cancel= given is the parent of the stream's token: cancelling it
+    stops the stream as well. The decode runs at most 8 pieces ahead of the loop; one that takes no piece for a
+    second lets it run on to its end. An iterator taken by hand (it = iter(s); next(it)) and left unfinished is
+    cancelled when it is dropped, or by close() (`with window.stream(...) as s:` closes at the end). With tools the
+    pieces are the raw answer, call markup included (e.g. "<tool_call>{...}</tool_call>"); the calls are read from
+    the whole text into generation.tool_calls.
     """
 
     def __init__(self, window: "Window", query: "Tokens", kwargs: dict[str, Any]) -> None:
@@ -118,8 +129,16 @@ class GenerationStream:
             except BaseException as e:  # handed to the reader, raised there
                 items.put(("error", e))
 
+        # This thread runs the loop's body: until the loop ends (its end, a break, close()), the window's calls
+        # made on it raise at once instead of waiting for a decode that waits for the loop. Until the loop ends,
+        # not until the decode returns: a call on the last piece would else raise or not as the decode raced it.
+        room.hold_reader()
         worker = threading.Thread(target=decode, name="orbit-stream", daemon=True)
-        worker.start()
+        try:
+            worker.start()
+        except BaseException:
+            room.release_reader()
+            raise
         try:
             while True:
                 kind, value = items.get()
@@ -134,6 +153,7 @@ class GenerationStream:
         finally:
             self._token.cancel()  # wakes a decode waiting for room: it goes on, and stops at its next token
             worker.join()
+            room.release_reader()  # the window is free: this thread may call it again
             while self._generation is None and not items.empty():  # a cancelled run's Generation
                 kind, value = items.get()
                 if kind == "done":
@@ -142,5 +162,6 @@ class GenerationStream:
 
 def stream(self: "Window", query: "Tokens", **kwargs: Any) -> GenerationStream:
     """The answer's text piece by piece (a GenerationStream); takes generate()'s keyword arguments but on_text.
-    Leaving the loop early cancels the decode and leaves the window usable; `.generation` is the Generation."""
+    Leaving the loop early cancels the decode and leaves the window usable; `.generation` is the Generation. A
+    call on the window from the loop's body raises OrbitError at once (close() stops the stream instead)."""
     return GenerationStream(self, query, kwargs)

@@ -12,7 +12,7 @@ namespace orbit_py {
 namespace py = pybind11;
 
 void init_errors(py::module_& m);     // module.cpp: OrbitError, CapacityError, RefusedError, translators,
-                                      // RemoteUnreachableWarning
+                                      // RemoteUnreachableWarning (after init_warnings: an OrbitWarning)
 void init_types(py::module_& m);      // types.cpp: enums, ChunkRef, plans, reports, stats, infos
 void init_policy(py::module_& m);     // policy.cpp: WindowPolicy (Policy)
 void init_engine(py::module_& m);     // engine.cpp: Engine

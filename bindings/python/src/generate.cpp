@@ -267,6 +267,13 @@ void init_generate(py::module_& m) {
                                type_name(request_list));
         }
         const py::sequence requests = request_list.cast<py::sequence>();
+        // Refused before any request is read: each becomes a sequence of one batch (its arguments, sampler and
+        // KV slot), all made before the first step.
+        ORBIT_CHECK(requests.size() <= static_cast<std::size_t>(orbit::kMaxGenerateMany),
+                    "generate_many: requests: " << requests.size() << " requests, more than the "
+                                                << orbit::kMaxGenerateMany
+                                                << " one call takes (each is a sequence of one batch, added before "
+                                                   "it decodes); split them into several calls");
         std::vector<PyWindow*> windows;
         std::vector<GenerateArgs> args;
         for (std::size_t i = 0; i < requests.size(); ++i) {
@@ -284,7 +291,8 @@ void init_generate(py::module_& m) {
             throw py::type_error(what + "[0] must be a Window, got " + type_name(parts[0]));
           }
           PyWindow* w = parts[0].cast<PyWindow*>();
-          w->check_not_held();  // generate's on_text batching its own window would wait for itself
+          w->check_not_held("orbit.generate_many");  // generate's on_text batching its own window would wait for itself
+          w->check_not_streamed("orbit.generate_many");  // a stream's decode holding it would wait for this loop
           py::dict options;
           if (parts.size() == 3 && !parts[2].is_none()) {
             if (!py::isinstance<py::dict>(parts[2])) throw py::type_error(what + ": options must be a dict");
@@ -330,9 +338,11 @@ void init_generate(py::module_& m) {
       "exactly as Window.generate would decode it alone. requests: a list of (window, query) or (window, query,\n"
       "options) where options is a dict of generate()'s keyword arguments (max_tokens, temperature, seed, tools,\n"
       "logprobs, ...). Windows holding the same KV (a window given twice, or its forks) are read once, and the\n"
-      "same query after them forwarded once. Returns the Generations in request order. The windows of one call\n"
-      "belong to one engine; each is locked for the call (OrbitError for a window this thread is inside a call\n"
-      "of: its own on_text).\n"
+      "same query after them forwarded once. Returns the Generations in request order. At most 1024 requests\n"
+      "(orbit::kMaxGenerateMany, Window.generate_n's limit: every request is a sequence of one batch, set up\n"
+      "before it decodes): OrbitError 'generate_many: requests: ...' beyond, before any is read. The windows of\n"
+      "one call belong to one engine; each is locked for the call (OrbitError for a window this thread is inside\n"
+      "a call of: its own on_text, or the body of a Window.stream loop on it).\n"
       "cancel (an orbit.CancelToken) stops every request at its next token when cancelled from another thread\n"
       "(stop_reason 'cancelled'); a request's options may hold a cancel= of its own, which stops that request\n"
       "alone. A request whose token is cancelled before the call answers a cancelled Generation at once (no\n"

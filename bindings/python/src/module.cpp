@@ -1,7 +1,8 @@
 // The compiled part of the Python package `orbit` (bindings/python/orbit/__init__.py re-exports it), and
 // the exceptions (docs/ARCHITECTURE.md §8): orbit::Error -> orbit.OrbitError carrying the C++ message; a non-ok
 // Status from apply() -> CapacityError (out_of_capacity) or RefusedError (refused); and the warning
-// RemoteUnreachableWarning (a RuntimeWarning: a remote tier that did not answer when an engine opened).
+// RemoteUnreachableWarning (a remote tier that did not answer when an engine opened): an OrbitWarning, so an
+// OrbitWarning filter takes it with orbit's other warnings, and a RuntimeWarning, as it was first.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -65,13 +66,15 @@ void init_errors(py::module_& m) {
   refused_error.doc() =
       "apply() (or an operation) was refused, e.g. positions past the model's limit (Status refused). The window\n"
       "is unchanged. e.reason says why.";
-  static py::exception<RemoteUnreachableTag> remote_unreachable(m, "RemoteUnreachableWarning", PyExc_RuntimeWarning);
+  // Both bases (init_warnings made OrbitWarning first): PyErr_NewException takes a tuple of them.
+  const py::tuple warning_bases = py::make_tuple(m.attr("OrbitWarning"), py::handle(PyExc_RuntimeWarning));
+  static py::exception<RemoteUnreachableTag> remote_unreachable(m, "RemoteUnreachableWarning", warning_bases);
   remote_unreachable.doc() =
       "Engine(remote=...) found the remote tier not answering when it opened (one PING: cannot connect, a refused\n"
       "password, a TLS failure, a timeout): the message names the URL (password shown as ***) and the cause. The\n"
       "engine still opens and serves from its local tiers; the remote tier tries again on use\n"
-      "(stats().store.remote). Filter it with the warnings module, or make it an error there: Engine(...) then\n"
-      "raises it.";
+      "(stats().store.remote). A subclass of OrbitWarning and of RuntimeWarning: a filter of either category\n"
+      "takes it. Filter it with the warnings module, or make it an error there: Engine(...) then raises it.";
   g_orbit_error = orbit_error.ptr();
   g_remote_unreachable = remote_unreachable.ptr();
   g_capacity_error = capacity_error.ptr();
@@ -109,8 +112,8 @@ PYBIND11_MODULE(_orbit, m) {
   orbit_py::warm_numpy();
   m.doc() = "orbit: context windows as sets of reusable KV chunks (the compiled core; import `orbit`).";
   m.attr("__version__") = orbit::version();
+  orbit_py::init_warnings(m);  // OrbitWarning first: init_errors' RemoteUnreachableWarning derives from it
   orbit_py::init_errors(m);
-  orbit_py::init_warnings(m);
   orbit_py::init_types(m);
   orbit_py::init_policy(m);
   orbit_py::init_engine(m);

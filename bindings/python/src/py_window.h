@@ -10,7 +10,9 @@
 // stops the decodes of every window of the engine the same way, and waits for them, through `decodes`
 // (decodes.h), before the engine closes. A call made on the thread that is inside a call of the same
 // window (generate's on_text using its window, orbit.generate_many included) raises OrbitError instead of
-// waiting for itself.
+// waiting for itself. So does a call made in the body of a Window.stream loop on the same window (the thread
+// reading the stream, `stream_readers`), while the stream's decode runs: that decode holds the window and waits
+// for the loop, so the call would wait for the whole answer. close() is the exception: it stops the decode.
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -26,6 +28,7 @@
 #include "decodes.h"
 #include "orbit/common/error.h"
 #include "orbit/engine.h"
+#include "stream_readers.h"
 #include "wake.h"
 
 namespace orbit_py {
@@ -49,12 +52,16 @@ struct PyWindow {
   std::atomic<std::thread::id> holder{};   // the thread inside run() or close(), if any
   StopFlag closing;                        // close() was called: set before it waits for the mutex, never cleared
   std::shared_ptr<EngineDecodes> decodes;  // the engine's (null: its close stops nothing first)
+  // The threads reading a Window.stream on this window whose decode runs (registered by its _StreamRoom).
+  std::shared_ptr<StreamReaders> stream_readers = std::make_shared<StreamReaders>();
 
   // Runs f(orbit::Window&) with the GIL released and the window locked. f must not touch Python objects
-  // (a callback it calls takes the GIL itself).
+  // (a callback it calls takes the GIL itself). `what` names the call in errors
+  // ("Window.add_turn").
   template <typename F>
-  auto run(F&& f) -> decltype(f(std::declval<orbit::Window&>())) {
-    check_not_held();
+  auto run(const char* what, F&& f) -> decltype(f(std::declval<orbit::Window&>())) {
+    check_not_held(what);
+    check_not_streamed(what);
     py::gil_scoped_release release;
     std::lock_guard<std::mutex> lock(*mutex);
     const Hold hold(*this);
@@ -65,7 +72,7 @@ struct PyWindow {
   // Sets `closing` (a decode on the window stops at its next token), waits for the call in progress, then
   // destroys the window.
   void close() {
-    check_not_held();
+    check_not_held("Window.close");
     closing.set();
     py::gil_scoped_release release;
     std::lock_guard<std::mutex> lock(*mutex);
@@ -80,9 +87,23 @@ struct PyWindow {
   // Throws OrbitError when the calling thread is inside a call of this window (its mutex is taken by this
   // thread: locking it again would wait forever). run() and close() check it; so must code that locks `mutex`
   // itself (generate_many), before it does.
-  void check_not_held() const {
+  void check_not_held(const char* what) const {
     ORBIT_CHECK(holder.load() != std::this_thread::get_id(),
-                "window " << id << " is in a call on this thread already (generate's on_text must not use its window)");
+                what << ": window " << id
+                     << " is in a call on this thread already (generate's on_text must not use its window)");
+  }
+
+  // Throws OrbitError when the calling thread runs the body of a Window.stream loop on this window whose
+  // decode has not ended: the decode holds the window's lock and waits for the loop, so waiting for the lock
+  // here would stall the loop for the whole answer. run() checks it; so must code that locks `mutex` itself.
+  void check_not_streamed(const char* what) const {
+    ORBIT_CHECK(!stream_readers->reads(std::this_thread::get_id()),
+                what << ": window " << id
+                     << " is streaming to this thread (called inside its Window.stream loop): the stream's "
+                        "decode holds the window until the stream ends; call "
+                     << what
+                     << " after the loop (break out of it first to stop the decode), or close() the "
+                        "window to stop it");
   }
 
  private:

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <string>
 
 #include "bindings.h"
 #include "convert.h"
@@ -279,7 +280,8 @@ void def_with_messages(py::class_<PyWindow>& window, const char* name, Call call
                    const py::object& tools, const py::object& extra) {
         const std::vector<ChatMessage> msgs = to_messages(messages);
         const SyncOptions o = sync_options(chunk_min_tokens, chat_template, tools, extra, name);
-        return w.run([&](Window& x) { return call(x, msgs, o); });
+        const std::string what = std::string("Window.") + name;
+        return w.run(what.c_str(), [&](Window& x) { return call(x, msgs, o); });
       },
       py::arg("messages"), py::kw_only(), py::arg("chunk_min_tokens") = SyncOptions{}.chunk_min_tokens,
       py::arg("chat_template") = py::none(), py::arg("tools") = py::none(), py::arg("extra") = py::none(), doc);

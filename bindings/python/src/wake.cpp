@@ -72,6 +72,26 @@ bool StreamRoom::stopped() const {
   return stopped_;
 }
 
+void StreamRoom::hold_reader() {
+  const std::thread::id me = std::this_thread::get_id();
+  ORBIT_CHECK(!readers_->reads(me),
+              "Window.stream: a stream on this window is read on this thread already (this "
+              "is its loop's body): its decode holds the window until it ends; start the "
+              "new stream after the loop (or break out of it first)");
+  const std::lock_guard<std::mutex> lock(mu_);
+  ORBIT_CHECK(!holding_, "_StreamRoom.hold_reader: called twice");
+  readers_->add(me);
+  reader_ = me;
+  holding_ = true;
+}
+
+void StreamRoom::release_reader() {
+  const std::lock_guard<std::mutex> lock(mu_);
+  if (!holding_) return;
+  readers_->remove(reader_);
+  holding_ = false;
+}
+
 namespace {
 
 // A room stopped by `token` (or an ancestor) being cancelled, by `window` closing and by its engine closing.
@@ -82,7 +102,7 @@ std::shared_ptr<StreamRoom> make_room(int64_t ahead, const py::object& token, co
   if (!py::isinstance<PyWindow>(window))
     throw py::type_error("_StreamRoom: window must be a Window, got " + type_name(window));
   const PyWindow& w = window.cast<const PyWindow&>();
-  auto room = std::make_shared<StreamRoom>(ahead);
+  auto room = std::make_shared<StreamRoom>(ahead, w.stream_readers);
   for (const CancelToken* at = t.get(); at != nullptr; at = at->parent.get()) at->flag.watch(room);
   w.closing.watch(room);
   if (w.decodes) w.decodes->closing().watch(room);
@@ -110,7 +130,13 @@ void init_wake(py::module_& m) {
           "stopped; False when timeout_s passed first (the reader took no piece meanwhile).")
       .def("give", &StreamRoom::give, py::arg("n") = 1, "Gives back n pieces' room (the reader took n pieces).")
       .def_property_readonly("stopped", &StreamRoom::stopped,
-                             "True once its token was cancelled or its window or engine began closing.");
+                             "True once its token was cancelled or its window or engine began closing.")
+      .def("hold_reader", &StreamRoom::hold_reader,
+           "Registers the calling thread (the loop's) as the stream's reader until release_reader(): the window's\n"
+           "calls made on it raise OrbitError at once instead of waiting for the decode. Raises OrbitError when\n"
+           "this thread reads another stream on the window already.")
+      .def("release_reader", &StreamRoom::release_reader,
+           "Undoes hold_reader() (call it once the loop ended and its decode returned); idempotent, from any thread.");
 }
 
 }  // namespace orbit_py

@@ -14,9 +14,12 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "initialized.h"
+#include "stream_readers.h"
 
 namespace orbit_py {
 
@@ -51,7 +54,9 @@ class StopFlag {
 // window's close, its engine's close) stops it: every take() then returns at once. Thread-safe.
 class StreamRoom : public Waiter {
  public:
-  explicit StreamRoom(int64_t ahead) : free_(ahead) {}
+  // readers: the window's (stream_readers.h), where hold_reader() registers the stream's reader.
+  StreamRoom(int64_t ahead, std::shared_ptr<StreamReaders> readers) : free_(ahead), readers_(std::move(readers)) {}
+  ~StreamRoom() override { release_reader(); }
   // Takes one unit of room (true), or returns true without taking when stopped, or false once timeout_s
   // passed with neither (the reader took nothing meanwhile). Blocks the calling thread: call it without the
   // GIL.
@@ -60,12 +65,22 @@ class StreamRoom : public Waiter {
   void give(int64_t n);
   void wake() override;  // stops the room
   bool stopped() const;
+  // Registers the calling thread as the stream's reader (the thread running the loop's body) until
+  // release_reader(): the window's calls made on it then raise at once (PyWindow::run). Throws OrbitError,
+  // registering nothing, when that thread reads another stream on the window already (its decode would wait
+  // for the outer one, which waits for this loop), or when called twice. Not thread-safe with itself.
+  void hold_reader();
+  // Undoes hold_reader() (the loop ended and its decode returned); idempotent, from any thread.
+  void release_reader();
 
  private:
   mutable std::mutex mu_;
   std::condition_variable cv_;
   int64_t free_;
   bool stopped_ = false;
+  std::shared_ptr<StreamReaders> readers_;
+  std::thread::id reader_;  // set by hold_reader()
+  bool holding_ = false;    // guarded by mu_
 };
 
 }  // namespace orbit_py

@@ -69,8 +69,8 @@ bool holds_chunk(const Window& w, const std::string& key) {
 // Whether a decode is answered without running because a token of its cancel= was cancelled before the call.
 // The window must be open and free for this thread, as for the call itself (OrbitError otherwise); it is not
 // locked, so the answer comes at once even while another thread's call holds the window.
-bool cancelled_before(const PyWindow& w, const GenerateArgs& a) {
-  w.check_not_held();
+bool cancelled_before(const PyWindow& w, const GenerateArgs& a, const char* what) {
+  w.check_not_held(what);
   w.check_open();
   return a.cancelled_before();
 }
@@ -84,8 +84,8 @@ ApplyReport checked(Result<ApplyReport>&& r) {
 
 // Runs a plan_* call and applies its plan; raises CapacityError / RefusedError on a non-ok Status.
 template <typename F>
-ApplyReport plan_and_apply(PyWindow& w, F&& make_plan) {
-  Result<ApplyReport> r = w.run([&](Window& win) { return win.apply(make_plan(win)); });
+ApplyReport plan_and_apply(PyWindow& w, const char* what, F&& make_plan) {
+  Result<ApplyReport> r = w.run(what, [&](Window& win) { return win.apply(make_plan(win)); });
   return checked(std::move(r));
 }
 
@@ -149,42 +149,46 @@ void def_state(py::class_<PyWindow>& c) {
   c.def_property_readonly(
       "id", [](const PyWindow& w) { return w.id; }, "Window id (unique per engine).");
   c.def_property_readonly(
-      "label", [](PyWindow& w) { return w.run([](Window& x) { return x.options().label; }); }, "Its label.");
+      "label", [](PyWindow& w) { return w.run("Window.label", [](Window& x) { return x.options().label; }); },
+      "Its label.");
   c.def_property_readonly(
-      "max_bytes", [](PyWindow& w) { return w.run([](Window& x) { return x.options().max_bytes; }); },
+      "max_bytes",
+      [](PyWindow& w) { return w.run("Window.max_bytes", [](Window& x) { return x.options().max_bytes; }); },
       "Most KV bytes it may hold (0 = the pool's limit).");
   c.def_property(
-      "policy", [](PyWindow& w) { return w.run([](Window& x) { return x.policy(); }); },
+      "policy", [](PyWindow& w) { return w.run("Window.policy", [](Window& x) { return x.policy(); }); },
       [](PyWindow& w, const py::object& p) {
         const orbit::WindowPolicy policy = to_policy(p, "Window.policy");
-        w.run([&](Window& x) { x.set_policy(policy); });
+        w.run("Window.policy", [&](Window& x) { x.set_policy(policy); });
       },
       "Its WindowPolicy (a copy; assign a Policy or a spec string to change it for later operations).");
   c.def_property_readonly(
-      "instances", [](PyWindow& w) { return w.run([](Window& x) { return x.instances(); }); },
+      "instances", [](PyWindow& w) { return w.run("Window.instances", [](Window& x) { return x.instances(); }); },
       "list[InstanceInfo] in window order.");
   c.def(
       "instance",
       [](PyWindow& w, const py::object& id) {
         const InstanceId i = to_instance(id, "instance");
-        return w.run([&](Window& x) { return x.instance(i); });
+        return w.run("Window.instance", [&](Window& x) { return x.instance(i); });
       },
       py::arg("id"), "The InstanceInfo with this id, or None when the window does not hold it.");
   c.def_property_readonly(
-      "tokens", [](PyWindow& w) { return w.run([](Window& x) { return x.tokens(); }); }, "Tokens in the window.");
+      "tokens", [](PyWindow& w) { return w.run("Window.tokens", [](Window& x) { return x.tokens(); }); },
+      "Tokens in the window.");
   c.def_property_readonly(
-      "evicted", [](PyWindow& w) { return w.run([](Window& x) { return x.evicted(); }); },
+      "evicted", [](PyWindow& w) { return w.run("Window.evicted", [](Window& x) { return x.evicted(); }); },
       "list[ChunkRef] of evicted chunks (what recall() accepts).");
   c.def_property_readonly(
-      "stats", [](PyWindow& w) { return w.run([](Window& x) { return x.stats(); }); }, "WindowStats.");
+      "stats", [](PyWindow& w) { return w.run("Window.stats", [](Window& x) { return x.stats(); }); }, "WindowStats.");
   c.def_property_readonly(
-      "version", [](PyWindow& w) { return w.run([](Window& x) { return x.version(); }); },
+      "version", [](PyWindow& w) { return w.run("Window.version", [](Window& x) { return x.version(); }); },
       "Bumps on every applied operation (a plan is valid only at the version it was made).");
   c.def(
-      "__len__", [](PyWindow& w) { return w.run([](Window& x) { return x.instances().size(); }); },
+      "__len__", [](PyWindow& w) { return w.run("Window.__len__", [](Window& x) { return x.instances().size(); }); },
       "Number of instances.");
   c.def(
-      "__iter__", [](PyWindow& w) { return py::iter(py::cast(w.run([](Window& x) { return x.instances(); }))); },
+      "__iter__",
+      [](PyWindow& w) { return py::iter(py::cast(w.run("Window.__iter__", [](Window& x) { return x.instances(); }))); },
       "Iterates over the instances (a snapshot).");
   c.def(
       "__contains__",
@@ -192,7 +196,7 @@ void def_state(py::class_<PyWindow>& c) {
         if (py::isinstance<ChunkRef>(item) || py::isinstance<py::str>(item)) {
           const std::string key =
               py::isinstance<ChunkRef>(item) ? item.cast<ChunkRef>().key : utf8_arg(item, "in Window: chunk key");
-          return w.run([&](Window& x) { return holds_chunk(x, key); });
+          return w.run("Window.__contains__", [&](Window& x) { return holds_chunk(x, key); });
         }
         if (!py::isinstance<orbit::InstanceInfo>(item) && !is_integer(item)) {
           throw py::type_error(
@@ -201,7 +205,7 @@ void def_state(py::class_<PyWindow>& c) {
               type_name(item));
         }
         const InstanceId id = to_instance(item, "in Window");
-        return w.run([&](Window& x) { return x.instance(id).has_value(); });
+        return w.run("Window.__contains__", [&](Window& x) { return x.instance(id).has_value(); });
       },
       "`chunk in window`: a ChunkRef or a chunk key (str) placed here (an unknown key is not); or `instance in\n"
       "window`: an instance id (int) or InstanceInfo it holds. TypeError for anything else.");
@@ -215,7 +219,7 @@ void def_planning(py::class_<PyWindow>& c) {
       [](PyWindow& w, const py::object& chunk, const py::object& before) {
         const ChunkRef ref = resolve_chunk(*w.engine, chunk, "plan_admit: chunk");
         const InstanceId b = before_arg(before);
-        return w.run([&](Window& x) { return x.plan_admit(ref, b); });
+        return w.run("Window.plan_admit", [&](Window& x) { return x.plan_admit(ref, b); });
       },
       py::arg("chunk"), py::kw_only(), py::arg("before") = py::none(),
       "Plan placing the chunk at the tail (or before instance `before`). Raises OrbitError for a chunk of\n"
@@ -224,25 +228,28 @@ void def_planning(py::class_<PyWindow>& c) {
       "plan_add_turn",
       [](PyWindow& w, const py::object& tokens) {
         const auto t = tokens_or_text(w, tokens, "plan_add_turn: tokens");
-        return w.run([&](Window& x) { return x.plan_add_turn(t); });
+        return w.run("Window.plan_add_turn", [&](Window& x) { return x.plan_add_turn(t); });
       },
       py::arg("tokens"), "Plan a live turn (tokens prefilled in context; not reusable).");
   c.def(
       "plan_evict",
       [](PyWindow& w, const py::object& instance) {
         const InstanceId i = to_instance(instance, "plan_evict: instance");
-        return w.run([&](Window& x) { return x.plan_evict(i); });
+        return w.run("Window.plan_evict", [&](Window& x) { return x.plan_evict(i); });
       },
       py::arg("instance"), "Plan dropping one instance (a chunk stays recallable).");
   c.def(
-      "plan_slide", [](PyWindow& w, int64_t chunks) { return w.run([&](Window& x) { return x.plan_slide(chunks); }); },
+      "plan_slide",
+      [](PyWindow& w, int64_t chunks) {
+        return w.run("Window.plan_slide", [&](Window& x) { return x.plan_slide(chunks); });
+      },
       py::arg("chunks") = 1, "Plan evicting the `chunks` oldest chunk instances (turns stay).");
   c.def(
       "plan_recall",
       [](PyWindow& w, const py::object& chunk, const py::object& before) {
         const ChunkRef ref = resolve_chunk(*w.engine, chunk, "plan_recall: chunk");
         const InstanceId b = before_arg(before);
-        return w.run([&](Window& x) { return x.plan_recall(ref, b); });
+        return w.run("Window.plan_recall", [&](Window& x) { return x.plan_recall(ref, b); });
       },
       py::arg("chunk"), py::kw_only(), py::arg("before") = py::none(),
       "Plan re-admitting an evicted chunk (Plan.cascade: dependents re-conditioned).");
@@ -250,20 +257,21 @@ void def_planning(py::class_<PyWindow>& c) {
       "plan_reorder",
       [](PyWindow& w, const py::object& order) {
         const auto o = to_instances(order, "plan_reorder: order");
-        return w.run([&](Window& x) { return x.plan_reorder(o); });
+        return w.run("Window.plan_reorder", [&](Window& x) { return x.plan_reorder(o); });
       },
       py::arg("order"), "Plan a permutation of the instances (ids or InstanceInfo, every instance once).");
   c.def(
-      "plan_place", [](PyWindow& w) { return w.run([](Window& x) { return x.plan_place(); }); },
+      "plan_place", [](PyWindow& w) { return w.run("Window.plan_place", [](Window& x) { return x.plan_place(); }); },
       "Plan the reorder the planner finds cheapest (stored-patch hits).");
   c.def(
-      "plan_recondition", [](PyWindow& w) { return w.run([](Window& x) { return x.plan_recondition(); }); },
+      "plan_recondition",
+      [](PyWindow& w) { return w.run("Window.plan_recondition", [](Window& x) { return x.plan_recondition(); }); },
       "Plan re-conditioning every instance whose context changed.");
   c.def(
-      "plan_flush", [](PyWindow& w) { return w.run([](Window& x) { return x.plan_flush(); }); },
+      "plan_flush", [](PyWindow& w) { return w.run("Window.plan_flush", [](Window& x) { return x.plan_flush(); }); },
       "Plan the repairs earlier edits deferred (policy.defer_repairs); every instance is kept when none wait.");
   c.def(
-      "plan_heal", [](PyWindow& w) { return w.run([](Window& x) { return x.plan_heal(); }); },
+      "plan_heal", [](PyWindow& w) { return w.run("Window.plan_heal", [](Window& x) { return x.plan_heal(); }); },
       "Plan healing: every instance from the first approximate one (InstanceInfo.exact false) to the end formed\n"
       "again in context, turns prefilled again; every instance is kept when the window is exact.");
 }
@@ -272,7 +280,8 @@ void def_planning(py::class_<PyWindow>& c) {
 void def_apply(py::class_<PyWindow>& c) {
   // ---- apply ----
   c.def(
-      "apply", [](PyWindow& w, const Plan& plan) { return plan_and_apply(w, [&](Window&) { return plan; }); },
+      "apply",
+      [](PyWindow& w, const Plan& plan) { return plan_and_apply(w, "Window.apply", [&](Window&) { return plan; }); },
       py::arg("plan"),
       "Executes a plan this window made at its current version; returns the ApplyReport. Raises CapacityError\n"
       "(the pool or max_bytes cannot hold the result) or RefusedError (e.g. positions past the model's limit),\n"
@@ -282,7 +291,7 @@ void def_apply(py::class_<PyWindow>& c) {
       [](PyWindow& w, const py::object& chunk, const py::object& before) {
         const ChunkRef ref = resolve_chunk(*w.engine, chunk, "admit: chunk");
         const InstanceId b = before_arg(before);
-        return plan_and_apply(w, [&](Window& x) { return x.plan_admit(ref, b); });
+        return plan_and_apply(w, "Window.admit", [&](Window& x) { return x.plan_admit(ref, b); });
       },
       py::arg("chunk"), py::kw_only(), py::arg("before") = py::none(),
       "apply(plan_admit(chunk, before=before)) in one call: returns the ApplyReport;\n"
@@ -292,7 +301,7 @@ void def_apply(py::class_<PyWindow>& c) {
       "add_turn",
       [](PyWindow& w, const py::object& tokens) {
         const auto t = tokens_or_text(w, tokens, "add_turn: tokens");
-        return plan_and_apply(w, [&](Window& x) { return x.plan_add_turn(t); });
+        return plan_and_apply(w, "Window.add_turn", [&](Window& x) { return x.plan_add_turn(t); });
       },
       py::arg("tokens"),
       "apply(plan_add_turn(tokens)) in one call: returns the ApplyReport;\n"
@@ -302,7 +311,7 @@ void def_apply(py::class_<PyWindow>& c) {
       "evict",
       [](PyWindow& w, const py::object& instance) {
         const InstanceId i = to_instance(instance, "evict: instance");
-        return plan_and_apply(w, [&](Window& x) { return x.plan_evict(i); });
+        return plan_and_apply(w, "Window.evict", [&](Window& x) { return x.plan_evict(i); });
       },
       py::arg("instance"),
       "apply(plan_evict(instance)) in one call: returns the ApplyReport;\n"
@@ -311,8 +320,9 @@ void def_apply(py::class_<PyWindow>& c) {
   c.def(
       "slide",
       [](PyWindow& w, int64_t chunks) {
-        if (chunks == 0) return w.run([](Window& x) { return x.slide(0); });  // no operation: the version stays
-        return plan_and_apply(w, [&](Window& x) { return x.plan_slide(chunks); });
+        if (chunks == 0)
+          return w.run("Window.slide", [](Window& x) { return x.slide(0); });  // no operation: the version stays
+        return plan_and_apply(w, "Window.slide", [&](Window& x) { return x.plan_slide(chunks); });
       },
       py::arg("chunks") = 1,
       "apply(plan_slide(chunks)) in one call: returns the ApplyReport;\n"
@@ -323,7 +333,7 @@ void def_apply(py::class_<PyWindow>& c) {
       [](PyWindow& w, const py::object& chunk, const py::object& before) {
         const ChunkRef ref = resolve_chunk(*w.engine, chunk, "recall: chunk");
         const InstanceId b = before_arg(before);
-        return plan_and_apply(w, [&](Window& x) { return x.plan_recall(ref, b); });
+        return plan_and_apply(w, "Window.recall", [&](Window& x) { return x.plan_recall(ref, b); });
       },
       py::arg("chunk"), py::kw_only(), py::arg("before") = py::none(),
       "apply(plan_recall(chunk, before=before)) in one call: returns the ApplyReport;\n"
@@ -333,19 +343,22 @@ void def_apply(py::class_<PyWindow>& c) {
       "reorder",
       [](PyWindow& w, const py::object& order) {
         const auto o = to_instances(order, "reorder: order");
-        return plan_and_apply(w, [&](Window& x) { return x.plan_reorder(o); });
+        return plan_and_apply(w, "Window.reorder", [&](Window& x) { return x.plan_reorder(o); });
       },
       py::arg("order"),
       "apply(plan_reorder(order)) in one call: returns the ApplyReport;\n"
       "raises CapacityError / RefusedError (window unchanged) when it cannot be applied, OrbitError for bad\n"
       "arguments.");
   c.def(
-      "place", [](PyWindow& w) { return plan_and_apply(w, [](Window& x) { return x.plan_place(); }); },
+      "place", [](PyWindow& w) { return plan_and_apply(w, "Window.place", [](Window& x) { return x.plan_place(); }); },
       "apply(plan_place()) in one call: returns the ApplyReport;\n"
       "raises CapacityError / RefusedError (window unchanged) when it cannot be applied, OrbitError for bad\n"
       "arguments.");
   c.def(
-      "recondition", [](PyWindow& w) { return plan_and_apply(w, [](Window& x) { return x.plan_recondition(); }); },
+      "recondition",
+      [](PyWindow& w) {
+        return plan_and_apply(w, "Window.recondition", [](Window& x) { return x.plan_recondition(); });
+      },
       "apply(plan_recondition()) in one call: returns the ApplyReport;\n"
       "raises CapacityError / RefusedError (window unchanged) when it cannot be applied, OrbitError for bad\n"
       "arguments.");
@@ -354,12 +367,12 @@ void def_apply(py::class_<PyWindow>& c) {
 // Window: flush, heal, the idle-time preparations and fork.
 void def_repairs(py::class_<PyWindow>& c) {
   c.def(
-      "flush", [](PyWindow& w) { return w.run([](Window& x) { return x.flush(); }); },
+      "flush", [](PyWindow& w) { return w.run("Window.flush", [](Window& x) { return x.flush(); }); },
       "Runs the repairs earlier edits deferred (policy.defer_repairs) now; reads (logits, generate) and the next\n"
       "admit / add_turn / recall run them first anyway. With none waiting it does nothing (the version stays).\n"
       "Returns the ApplyReport (its forward_tokens: the repairs' cost).");
   c.def(
-      "heal", [](PyWindow& w) { return w.run([](Window& x) { return x.heal(); }); },
+      "heal", [](PyWindow& w) { return w.run("Window.heal", [](Window& x) { return x.heal(); }); },
       "Makes the window exact again; call it in time the agent would otherwise idle (while a tool runs).\n"
       "What earlier operations approximated (kept survivors, stale patches, recomputed tokens, turns prefilled\n"
       "after approximate KV) is prefilled again from the first approximate instance, and the patches formed\n"
@@ -371,7 +384,7 @@ void def_repairs(py::class_<PyWindow>& c) {
       [](PyWindow& w, int64_t max_chunks) {
         if (max_chunks < 0)
           throw py::value_error("prepare_recalls: max_chunks must be >= 0, got " + std::to_string(max_chunks));
-        return w.run([&](Window& x) { return x.prepare_recalls(max_chunks); });
+        return w.run("Window.prepare_recalls", [&](Window& x) { return x.prepare_recalls(max_chunks); });
       },
       py::arg("max_chunks") = 1,
       "Forms, in idle time, the patches recalls to the tail would need: for each of the max_chunks chunks evicted\n"
@@ -382,7 +395,7 @@ void def_repairs(py::class_<PyWindow>& c) {
       "prepare_evictions",
       [](PyWindow& w, const py::object& instances) {
         const auto ids = to_instances(instances, "prepare_evictions: instances");
-        return w.run([&](Window& x) { return x.prepare_evictions(ids); });
+        return w.run("Window.prepare_evictions", [&](Window& x) { return x.prepare_evictions(ids); });
       },
       py::arg("instances"),
       "Prepares, in idle time, evicting these instances (prepare_sync for a window edited instance by\n"
@@ -395,7 +408,7 @@ void def_repairs(py::class_<PyWindow>& c) {
       [](PyWindow& w, int64_t max_chunks) {
         if (max_chunks < 0)
           throw py::value_error("prepare_moves: max_chunks must be >= 0, got " + std::to_string(max_chunks));
-        return w.run([&](Window& x) { return x.prepare_moves(max_chunks); });
+        return w.run("Window.prepare_moves", [&](Window& x) { return x.prepare_moves(max_chunks); });
       },
       py::arg("max_chunks") = 8,
       "Forms, in idle time, the patches moving a chunk behind the window's other chunks would need (what an agent\n"
@@ -404,7 +417,7 @@ void def_repairs(py::class_<PyWindow>& c) {
       "patch stored (the window is not changed). That reorder is then served from a stored patch, with no forward\n"
       "on the critical path. Background work; nothing while repairs are deferred. Returns an IdleReport.");
   c.def(
-      "idle", [](PyWindow& w) { return w.run([](Window& x) { return x.idle(); }); },
+      "idle", [](PyWindow& w) { return w.run("Window.idle", [](Window& x) { return x.idle(); }); },
       "What the policy asks of idle time, in one call: heal() when policy.heal_when_idle, then\n"
       "prepare_recalls(policy.prepare_recalls), then, in a window that has reordered, prepare_moves(\n"
       "policy.prepare_moves). Call it whenever the agent waits (a tool runs, the user types); the default policy\n"
@@ -412,7 +425,7 @@ void def_repairs(py::class_<PyWindow>& c) {
   c.def(
       "fork",
       [](PyWindow& w) {
-        Window child = w.run([](Window& x) { return x.fork(); });
+        Window child = w.run("Window.fork", [](Window& x) { return x.fork(); });
         return wrap_window(w.engine, std::move(child));
       },
       "A copy-on-write child Window: shares pages and patches; writes go to private pages. Its instances keep\n"
@@ -486,8 +499,9 @@ void def_generate(py::class_<PyWindow>& c) {
         const DecodeScope decoding(w.decodes.get());  // Engine.close() waits for it (refuses it once begun)
         orbit::Generation generation;
         try {
-          generation = cancelled_before(w, a) ? cancelled_generation()
-                                              : w.run([&](Window& x) { return x.generate(a.query, a.options); });
+          generation = cancelled_before(w, a, "Window.generate")
+                           ? cancelled_generation()
+                           : w.run("Window.generate", [&](Window& x) { return x.generate(a.query, a.options); });
         } catch (...) {
           a.rethrow_callback_error();  // the callback's exception first: the decode's may follow from it
           throw;
@@ -514,9 +528,9 @@ void def_generate_n(py::class_<PyWindow>& c) {
         const GenerateArgs a = generate_args(w, query, kwargs, "generate_n");
         const DecodeScope decoding(w.decodes.get());  // Engine.close() waits for it (refuses it once begun)
         std::vector<orbit::Generation> gs =
-            n >= 1 && cancelled_before(w, a)
+            n >= 1 && cancelled_before(w, a, "Window.generate_n")
                 ? std::vector<orbit::Generation>(static_cast<std::size_t>(n), cancelled_generation())
-                : w.run([&](Window& x) { return x.generate_n(a.query, n, a.options); });
+                : w.run("Window.generate_n", [&](Window& x) { return x.generate_n(a.query, n, a.options); });
         py::list out;
         for (orbit::Generation& g : gs) {
           py::object o = py::cast(std::move(g));
@@ -543,7 +557,7 @@ void def_reading(py::class_<PyWindow>& c) {
       [](PyWindow& w, const py::object& query, const py::object& all_rows_arg) {
         const bool all_rows = to_bool(all_rows_arg, "logits: all_rows");
         const auto q = tokens_or_text(w, query, "logits: query");
-        return logits_array(w.run([&](Window& x) { return x.logits(q, all_rows); }), all_rows);
+        return logits_array(w.run("Window.logits", [&](Window& x) { return x.logits(q, all_rows); }), all_rows);
       },
       py::arg("query"), py::kw_only(), py::arg("all_rows") = false, kLogitsDoc);
   c.def(
@@ -551,7 +565,8 @@ void def_reading(py::class_<PyWindow>& c) {
       [](PyWindow& w, const py::object& query, const py::object& all_rows_arg) {
         const bool all_rows = to_bool(all_rows_arg, "reference_logits: all_rows");
         const auto q = tokens_or_text(w, query, "reference_logits: query");
-        return logits_array(w.run([&](Window& x) { return x.reference_logits(q, all_rows); }), all_rows);
+        return logits_array(
+            w.run("Window.reference_logits", [&](Window& x) { return x.reference_logits(q, all_rows); }), all_rows);
       },
       py::arg("query"), py::kw_only(), py::arg("all_rows") = false,
       "The logits a re-prefill of the same contents in the same order would give (one forward of the whole\n"
@@ -561,7 +576,7 @@ void def_reading(py::class_<PyWindow>& c) {
       [](PyWindow& w, const py::object& instance, const py::object& query, int64_t answer_tokens) {
         const InstanceId i = to_instance(instance, "disposable: instance");
         const auto q = tokens_or_text(w, query, "disposable: query");
-        return w.run([&](Window& x) { return x.disposable(i, q, answer_tokens); });
+        return w.run("Window.disposable", [&](Window& x) { return x.disposable(i, q, answer_tokens); });
       },
       py::arg("instance"), py::arg("query"), py::kw_only(), py::arg("answer_tokens") = 4,
       "Greedy-decodes answer_tokens after the query with the instance as it is and with its conditioning\n"
@@ -572,7 +587,7 @@ void def_reading(py::class_<PyWindow>& c) {
       "loss_by_instance",
       [](PyWindow& w, const py::object& query) {
         const auto q = tokens_or_text(w, query, "loss_by_instance: query");
-        return w.run([&](Window& x) { return x.loss_by_instance(q); });
+        return w.run("Window.loss_by_instance", [&](Window& x) { return x.loss_by_instance(q); });
       },
       py::arg("query"),
       "Each approximate instance's own share of the window's fidelity loss after the query: the KL (mean over\n"
@@ -583,7 +598,7 @@ void def_reading(py::class_<PyWindow>& c) {
       "kv",
       [](PyWindow& w, const py::object& instance) {
         const InstanceId i = to_instance(instance, "kv: instance");
-        orbit::InstanceKV kv = w.run([&](Window& x) { return x.kv(i); });
+        orbit::InstanceKV kv = w.run("Window.kv", [&](Window& x) { return x.kv(i); });
         PyInstanceKV out;
         out.length = kv.length;
         out.k_shape = kv.k_shape;
@@ -600,7 +615,8 @@ void def_reading(py::class_<PyWindow>& c) {
     std::ostringstream o;
     o << "Window(id=" << w.id;
     try {
-      const auto [stats, policy] = w.run([](Window& x) { return std::make_pair(x.stats(), x.policy().name()); });
+      const auto [stats, policy] =
+          w.run("Window.__repr__", [](Window& x) { return std::make_pair(x.stats(), x.policy().name()); });
       o << ", instances=" << stats.instances << ", tokens=" << stats.tokens << ", policy='" << policy << "')";
     } catch (const orbit::Error& e) {
       o << ", " << e.what() << ")";  // closed window or engine

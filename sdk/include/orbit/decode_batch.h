@@ -84,7 +84,14 @@ class DecodeBatch {
   std::unique_ptr<detail::DecodeBatchState> state_;
 };
 
-// Decodes every request together (a DecodeBatch run until it is empty); results in request order.
+// The most requests one generate_many call takes: Window::kMaxGenerateN, the n generate_n (a generate_many over
+// n forks) takes. Every request is a sequence of the one batch, all added before the first step: each holds
+// its copy of the query and options, a sampler and text stream, and from its first forward a slot of the
+// batch's DecodeCache that grows by a KV row per layer and step; the first step forwards every query at once.
+constexpr int64_t kMaxGenerateMany = Window::kMaxGenerateN;
+
+// Decodes every request together (a DecodeBatch run until it is empty); results in request order. Throws
+// orbit::Error "generate_many: requests: ..." for more than kMaxGenerateMany requests, before adding any.
 std::vector<Generation> generate_many(const std::vector<GenerateRequest>& requests);
 
 }  // namespace orbit

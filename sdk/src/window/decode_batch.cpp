@@ -448,6 +448,10 @@ DecodeStep DecodeBatch::step() { return state_->step(); }
 int64_t DecodeBatch::size() const { return static_cast<int64_t>(state_->running.size()); }
 
 std::vector<Generation> generate_many(const std::vector<GenerateRequest>& requests) {
+  ORBIT_CHECK(requests.size() <= static_cast<std::size_t>(kMaxGenerateMany),
+              "generate_many: requests: " << requests.size() << " requests, more than the " << kMaxGenerateMany
+                                          << " one call takes (each is a sequence of one batch, added before it "
+                                             "decodes); split them into several calls");
   DecodeBatch batch;
   std::map<uint64_t, std::size_t> index;
   for (std::size_t i = 0; i < requests.size(); ++i) {
