@@ -449,23 +449,24 @@ TEST_CASE("a memo keeps at most kMaxEntries aliases and a list names itself by a
   const std::size_t n = Memo::kMaxEntries + 100;
   for (std::size_t i = 0; i < n; ++i) {
     memo.alias(digest("alias " + std::to_string(i)), digest("list"));
-    if (i == 200) CHECK(memo.get_alias(digest("alias 0")) == value);  // read: now the most recent
+    if (i == 200) memo.alias(digest("alias 0"), digest("list"));  // set again: now the most recent
   }
   CHECK(memo.aliases() == Memo::kMaxEntries);
-  // The least recently set or read are forgotten first: alias 0 was read after 1..200 were set, so the 100
+  // The least recently set are forgotten first: alias 0 was set again after 1..200 were set, so the 100
   // forgotten are 1..100.
-  CHECK(memo.get_alias(digest("alias 0")) == value);
-  CHECK(memo.get_alias(digest("alias 1")) == nullptr);
-  CHECK(memo.get_alias(digest("alias 100")) == nullptr);
-  CHECK(memo.get_alias(digest("alias 101")) == value);
-  CHECK(memo.get_alias(digest("alias " + std::to_string(n - 1))) == value);
+  const auto named = [&](Memo& m, const std::string& alias) { return m.peek_alias(digest(alias)).second; };
+  CHECK(named(memo, "alias 0") == value);
+  CHECK(named(memo, "alias 1") == nullptr);
+  CHECK(named(memo, "alias 100") == nullptr);
+  CHECK(named(memo, "alias 101") == value);
+  CHECK(named(memo, "alias " + std::to_string(n - 1)) == value);
   // An alias read once its value was dropped (kMaxEntries values put after it) names nothing, and is forgotten.
   Memo other;
   other.put(digest("first"), std::make_shared<ListRenders>());
   other.alias(digest("names first"), digest("first"));
   for (std::size_t i = 0; i < Memo::kMaxEntries; ++i) other.put(digest(std::to_string(i)), value);
   CHECK(other.aliases() == 1);
-  CHECK(other.get_alias(digest("names first")) == nullptr);
+  CHECK(named(other, "names first") == nullptr);
   CHECK(other.aliases() == 0);
 
   // A list of 1,000 messages names itself by its last message and at most eight marked ones before it.

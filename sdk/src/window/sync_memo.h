@@ -154,8 +154,8 @@ class ListMemo {
   }
   // Names the value under `key` by `alias` too, instead of what `alias` named. An alias costs nothing against
   // kMaxBytes (a value is counted once however it is named) and names nothing once its key's value is dropped;
-  // at most kMaxEntries aliases are kept, the least recently set or read forgotten first (one read that names
-  // nothing is forgotten then).
+  // at most kMaxEntries aliases are kept, the least recently set forgotten first (one read that names nothing is
+  // forgotten then; a read does not make an alias recent: each sync sets its list's aliases anew).
   void alias(const MemoKey& alias, const MemoKey& key) {
     const std::lock_guard<std::mutex> lock(mu_);
     const auto known = alias_index_.find(alias);
@@ -170,22 +170,6 @@ class ListMemo {
     }
     aliases_.emplace_front(alias, key);
     alias_index_.emplace(alias, aliases_.begin());
-  }
-  // The value `alias` names, now the most recently used (and the alias the most recently read); null when it
-  // names none.
-  std::shared_ptr<const Value> get_alias(const MemoKey& alias) {
-    const std::lock_guard<std::mutex> lock(mu_);
-    ++alias_reads_;
-    const auto it = alias_index_.find(alias);
-    if (it == alias_index_.end()) return nullptr;
-    std::shared_ptr<const Value> value = get_locked(it->second->second);
-    if (value == nullptr) {
-      aliases_.erase(it->second);
-      alias_index_.erase(it);
-      return nullptr;
-    }
-    aliases_.splice(aliases_.begin(), aliases_, it->second);
-    return value;
   }
   // The key and value `alias` names, neither marked used (a candidate read and not chosen must not outlive the
   // lists used since: get() the one chosen); {.., null} when it names none (an alias whose value was dropped is
@@ -204,7 +188,7 @@ class ListMemo {
     }
     return {key, value->second->second};
   }
-  // How many alias reads (get_alias, peek_alias) the memo answered (for tests).
+  // How many alias reads (peek_alias) the memo answered (for tests).
   int64_t alias_reads() {
     const std::lock_guard<std::mutex> lock(mu_);
     return alias_reads_;
@@ -249,7 +233,7 @@ class ListMemo {
   std::mutex mu_;
   Lru lru_;  // most recently used first
   std::unordered_map<MemoKey, typename Lru::iterator, KeyHash> index_;
-  AliasLru aliases_;  // most recently set or read first
+  AliasLru aliases_;  // most recently set first
   std::unordered_map<MemoKey, typename AliasLru::iterator, KeyHash> alias_index_;
   std::size_t bytes_ = 0;
   int64_t alias_reads_ = 0;
