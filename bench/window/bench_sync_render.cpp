@@ -16,11 +16,13 @@
 //               new at every run, so the BPE word cache never holds the whole rendering, as at a real request);
 // each with the memos off (every prefix rendered, every segment encoded whole) and on, side by side, and the
 // ratio off / on; and grown with the cuts memo on but incremental encoding off (`whole`: the memo of
-// encodings, sync_encode.h, is what `whole` / `grown-on` measures). Then, per list, a second table:
+// encodings, sync_encode.h, is what `whole` / `grown-on` measures), and how many prefixes step 2 rendered for the
+// grown list with the memos on (grown-r). Then, per list, a second table:
 //   trim        plan_sync of the list after its --trim oldest messages after the system prompt were dropped and
 //               one new message added, once the whole list was planned (an agent that trims its context at the
 //               start: the memos hold the untrimmed list);
-//   summ        the same, the dropped messages replaced by one assistant message summarizing them;
+//   summ        the same with the --summ (default --trim) oldest messages replaced by one assistant message
+//               summarizing them;
 // and a third:
 //   sys         plan_sync of the list with a new system prompt (an agent that writes the date, a memory digest or
 //               a step counter into it at every request), once the list was planned;
@@ -39,11 +41,12 @@
 // The model: TinyStories-656K (tokenizer.json, prefix-stable) with its positions raised so the longest list
 // fits (a copy of its directory under --cache with config.json's max_position_embeddings changed; plan_sync
 // runs no forward, so the weights never see those positions). Templates: the bundled plain template and
-// --templates (tests/data/templates/*.jinja by name; their special tokens are spelled out by this tokenizer,
+// --templates (tests/data/templates/*.jinja by name, or all of them: those that refuse the agent list, as Gemma 2
+// refuses a system prompt, are named and skipped; their special tokens are spelled out by this tokenizer,
 // which changes the tokens, not the renders).
 //
-//   bench_sync_render [--sizes 25,50,100,200] [--reps 5] [--templates qwen2.5-7b-instruct,llama-3.1-8b-instruct]
-//                     [--trim 4] [--cache /tmp/orbit-bench]
+//   bench_sync_render [--sizes 25,50,100,200] [--reps 5] [--templates qwen2.5-7b-instruct,llama-3.1-8b-instruct|all]
+//                     [--trim 4] [--summ TRIM] [--cache /tmp/orbit-bench]
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
@@ -186,6 +189,7 @@ void require_same(const SyncPlan& a, const SyncPlan& b, const std::string& what)
 struct Row {
   double render = 0, tokenize = 0, convert = 0, prepared = 0, fresh_off = 0, fresh_on = 0, grown_off = 0,
          grown_whole = 0, grown_on = 0;
+  int64_t grown_renders = 0;  // prefixes step 2 rendered for the grown list with the memos on (the last run)
 };
 
 // The memos of plan_sync: the cuts memo (step 2) and incremental encoding (step 3).
@@ -270,7 +274,9 @@ Row measure(Engine& engine, const std::vector<ChatMessage>& list, const SyncOpti
       grown.back().content =
           list.back().content + " (run " + std::to_string(r) + "." + std::to_string(static_cast<int>(m)) + ")";
       double& best = m == Memos::kOff ? row.grown_off : (memo ? row.grown_on : row.grown_whole);
+      const int64_t renders = detail::prefix_renders_so_far();
       keep_fastest(r == 0, best, [&] { (void)w.plan_sync(grown, o); });
+      if (memo) row.grown_renders = detail::prefix_renders_so_far() - renders;
     }
   }
   // The three ways plan a grown list alike (the timed runs each planned other text).
@@ -500,6 +506,47 @@ void print_pair(Engine& engine, const std::vector<std::pair<std::string, std::st
   }
 }
 
+// The plain template and the --templates named (`all`: every tests/data/templates/*.jinja, by name).
+std::vector<std::pair<std::string, std::string>> read_templates(const std::string& names) {
+  std::vector<std::string> wanted = cli::split_commas(names);
+  if (names == "all") {
+    wanted.clear();
+    for (const auto& e : fs::directory_iterator(ORBIT_TEMPLATES_DIR)) {
+      if (e.path().extension() == ".jinja") wanted.push_back(e.path().stem().string());
+    }
+    std::sort(wanted.begin(), wanted.end());
+  }
+  std::vector<std::pair<std::string, std::string>> templates = {{"plain", ""}};
+  for (const std::string& name : wanted) {
+    if (name.empty()) continue;
+    const fs::path file = fs::path(ORBIT_TEMPLATES_DIR) / (name + ".jinja");
+    std::ifstream in(file);
+    ORBIT_CHECK(in, "--templates: " << file << ": no such file");
+    std::stringstream text;
+    text << in.rdbuf();
+    templates.emplace_back(name, text.str());
+  }
+  return templates;
+}
+
+// `templates` less those that refuse the agent list (named on stdout with the template's error).
+std::vector<std::pair<std::string, std::string>> usable_templates(
+    Engine& engine, const std::vector<std::pair<std::string, std::string>>& templates) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [name, source] : templates) {
+    ChatOptions o;
+    o.chat_template = source;
+    o.tools_json = kTools;
+    try {
+      (void)engine.render_chat(agent_list(8), false, o);
+      out.emplace_back(name, source);
+    } catch (const Error& e) {
+      std::printf("skipped %s: it refuses the agent list: %s\n", name.c_str(), e.what());
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -507,17 +554,19 @@ int main(int argc, char** argv) {
     const cli::Args a(
         "bench_sync_render",
         cli::ArgSpec{
-            {"--sizes", "--reps", "--templates", "--trim", "--cache"},
+            {"--sizes", "--reps", "--templates", "--trim", "--summ", "--cache"},
             {},
             "usage: bench_sync_render [--sizes 25,50,100,200] [--reps 5]\n"
-            "                         [--templates qwen2.5-7b-instruct,llama-3.1-8b-instruct] [--trim 4]\n"
-            "                         [--cache DIR]\n"
+            "                         [--templates qwen2.5-7b-instruct,llama-3.1-8b-instruct|all] [--trim 4]\n"
+            "                         [--summ TRIM] [--cache DIR]\n"
             "  plan_sync's rendering (orbit/sync.h steps 1-3) of agent lists of --sizes messages, with the\n"
             "  memos off, the cuts memo alone, and both memos on (the cuts memo and incremental encoding;\n"
             "  microseconds of thread CPU time, the fastest of --reps); then of each list with its --trim\n"
-            "  oldest messages after the system prompt dropped (or summarized), and with a new system prompt\n"
-            "  (alone, with two messages added, with --trim messages dropped) once it was planned. --templates:\n"
-            "  tests/data/templates/<name>.jinja besides the plain template ('' for none). --cache: where\n"
+            "  oldest messages after the system prompt dropped (or its --summ oldest summarized), and with a new\n"
+            "  system prompt (alone, with two messages added, with --trim messages dropped) once it was planned.\n"
+            "  --templates:\n"
+            "  tests/data/templates/<name>.jinja besides the plain template ('' for none; all: every one, those\n"
+            "  that refuse the agent list, as Gemma 2 its system prompt, named and skipped). --cache: where\n"
             "  the copy of TinyStories-656K with more positions is made (default /tmp/orbit-bench).\n"},
         argc, argv, 1);
     const std::vector<int64_t> sizes = bench::parse_positive_list(a.get_or("--sizes", "25,50,100,200"), "--sizes");
@@ -525,17 +574,11 @@ int main(int argc, char** argv) {
     const int64_t trim = a.get_int("--trim", 4, 1);
     ORBIT_CHECK(trim + 1 < *std::min_element(sizes.begin(), sizes.end()),
                 "--trim: " << trim << " leaves no message of the shortest list in --sizes after the system prompt");
-    std::vector<std::pair<std::string, std::string>> templates = {{"plain", ""}};
-    for (const std::string& name :
-         cli::split_commas(a.get_or("--templates", "qwen2.5-7b-instruct,llama-3.1-8b-instruct"))) {
-      if (name.empty()) continue;
-      const fs::path file = fs::path(ORBIT_TEMPLATES_DIR) / (name + ".jinja");
-      std::ifstream in(file);
-      ORBIT_CHECK(in, "--templates: " << file << ": no such file");
-      std::stringstream text;
-      text << in.rdbuf();
-      templates.emplace_back(name, text.str());
-    }
+    const int64_t summ = a.get_int("--summ", trim, 1);
+    ORBIT_CHECK(summ + 1 < *std::min_element(sizes.begin(), sizes.end()),
+                "--summ: " << summ << " leaves no message of the shortest list in --sizes after the system prompt");
+    std::vector<std::pair<std::string, std::string>> templates =
+        read_templates(a.get_or("--templates", "qwen2.5-7b-instruct,llama-3.1-8b-instruct"));
     const int64_t largest = *std::max_element(sizes.begin(), sizes.end());
     EngineOptions eo;
     eo.model = model_with_positions(a.get_or("--cache", "/tmp/orbit-bench"), std::max<int64_t>(4096, 200 * largest));
@@ -543,11 +586,12 @@ int main(int argc, char** argv) {
     eo.threads = 1;
     eo.background = BackgroundMode::kDeferred;
     const auto engine = Engine::open(eo);
+    templates = usable_templates(*engine, templates);
     std::printf("model %s; microseconds of thread CPU time, the fastest of %lld\n\n", eo.model.c_str(),
                 static_cast<long long>(reps));
-    std::printf("%-22s %4s %7s %8s %9s %9s %6s %9s %9s %6s %9s %9s %9s %6s %6s\n", "template", "N", "render",
+    std::printf("%-22s %4s %7s %8s %9s %9s %6s %9s %9s %6s %9s %9s %9s %6s %6s %7s\n", "template", "N", "render",
                 "tokenize", "prefixes", "prepared", "ratio", "fresh-off", "fresh-on", "ratio", "grown-off", "whole",
-                "grown-on", "ratio", "whole/");
+                "grown-on", "ratio", "whole/", "grown-r");
     std::vector<std::pair<std::string, double>> grown_on;  // per template and N, for the trimmed table
     for (const auto& [name, source] : templates) {
       SyncOptions o;
@@ -555,21 +599,22 @@ int main(int argc, char** argv) {
       o.chat.tools_json = kTools;
       for (int64_t n : sizes) {
         const Row r = measure(*engine, agent_list(n), o, reps, name + ", N = " + std::to_string(n));
-        std::printf("%-22s %4lld %7.0f %8.0f %9.0f %9.0f %6.2f %9.0f %9.0f %6.2f %9.0f %9.0f %9.0f %6.2f %6.2f\n",
+        std::printf("%-22s %4lld %7.0f %8.0f %9.0f %9.0f %6.2f %9.0f %9.0f %6.2f %9.0f %9.0f %9.0f %6.2f %6.2f %7lld\n",
                     name.c_str(), static_cast<long long>(n), r.render, r.tokenize, r.convert, r.prepared,
                     r.convert / r.prepared, r.fresh_off, r.fresh_on, r.fresh_off / r.fresh_on, r.grown_off,
-                    r.grown_whole, r.grown_on, r.grown_off / r.grown_on, r.grown_whole / r.grown_on);
+                    r.grown_whole, r.grown_on, r.grown_off / r.grown_on, r.grown_whole / r.grown_on,
+                    static_cast<long long>(r.grown_renders));
         std::fflush(stdout);
         grown_on.emplace_back(name, r.grown_on);
       }
     }
     std::printf(
-        "\nthe lists with their %lld oldest messages after the system prompt dropped (trim) or summarized in one "
-        "message (summ), and one message added, once the whole list was planned\n\n",
-        static_cast<long long>(trim));
+        "\nthe lists with their %lld oldest messages after the system prompt dropped (trim) or their %lld "
+        "summarized in one message (summ), and one message added, once the whole list was planned\n\n",
+        static_cast<long long>(trim), static_cast<long long>(summ));
     const std::vector<Edit> trims = {
         {"trim", [&](const auto& list, const std::string& tag) { return trimmed_list(list, trim, false, tag); }},
-        {"summ", [&](const auto& list, const std::string& tag) { return trimmed_list(list, trim, true, tag); }}};
+        {"summ", [&](const auto& list, const std::string& tag) { return trimmed_list(list, summ, true, tag); }}};
     print_edits(*engine, templates, sizes, trims, grown_on, reps);
     std::printf(
         "\nthe lists with a new system prompt (sys), that and two messages added (step: an agent's usual request), "
