@@ -339,6 +339,35 @@ TEST_CASE("format date: February 29th only in leap years, on every year; every m
   CHECK_FALSE(leap_days->matches(quote("1900-02-29")));
 }
 
+TEST_CASE("format: a leap second only where the time is 23:59 UTC", "[constraint]") {
+  // Every local hour and minute before a second 60, under offsets either side of UTC, against the arithmetic:
+  // local time less the offset, modulo a day, is 23:59 (RFC 3339 5.7). Second 59 is valid at each.
+  const auto time = schema(R"({"type": "string", "format": "time"})");
+  const auto stamp = schema(R"({"type": "string", "format": "date-time"})");
+  const std::vector<std::pair<std::string, int>> offsets{
+      {"Z", 0},      {"z", 0},       {"+00:00", 0},    {"-00:00", 0},     {"+05:30", 330}, {"-08:00", -480},
+      {"+00:01", 1}, {"-00:01", -1}, {"+23:59", 1439}, {"-23:59", -1439}, {"+14:00", 840}, {"-09:45", -585}};
+  const auto two = [](int n) { return std::string{static_cast<char>('0' + n / 10), static_cast<char>('0' + n % 10)}; };
+  int leaps = 0;
+  for (const auto& [offset, minutes] : offsets) {
+    for (int h = 0; h < 24; ++h) {
+      for (int m = 0; m < 60; ++m) {
+        const std::string clock = two(h) + ":" + two(m) + ":";
+        const bool utc_2359 = ((h * 60 + m - minutes) % 1440 + 1440) % 1440 == 23 * 60 + 59;
+        leaps += utc_2359 ? 1 : 0;
+        INFO(clock << "60" << offset);
+        CHECK(time->matches(quote(clock + "60" + offset)) == utc_2359);
+        CHECK(time->matches(quote(clock + "60.25" + offset)) == utc_2359);
+        CHECK(stamp->matches(quote("2016-12-31T" + clock + "60" + offset)) == utc_2359);
+        CHECK(time->matches(quote(clock + "59" + offset)));
+      }
+    }
+  }
+  CHECK(leaps == static_cast<int>(offsets.size()));  // one local minute per offset
+  CHECK_FALSE(time->matches(quote("23:59:61Z")));
+  CHECK_FALSE(time->matches(quote("24:59:60+01:00")));  // ajv-formats' arithmetic takes it; RFC 3339 has no hour 24
+}
+
 TEST_CASE("format with minLength and maxLength: both hold, and hostname and email are bounded as RFCs say",
           "[constraint]") {
   const auto short_ip = schema(R"({"type": "string", "format": "ipv4", "minLength": 8, "maxLength": 9})");

@@ -31,8 +31,11 @@ def _time(s):
     if not m:
         return False
     h, mi, sec = int(m[1]), int(m[2]), int(m[3])
+    offset = 0 if m[6] is None else (int(m[6]) * 60 + int(m[7])) * (-1 if m[5][0] == "-" else 1)
     offset_ok = m[6] is None or (int(m[6]) < 24 and int(m[7]) < 60)
-    return h < 24 and mi < 60 and sec <= 60 and offset_ok
+    # A leap second only where the time is 23:59 UTC (RFC 3339 5.7): local time less the offset, within a day.
+    leap_ok = sec < 60 or (sec == 60 and (h * 60 + mi - offset) % 1440 == 23 * 60 + 59)
+    return h < 24 and mi < 60 and leap_ok and offset_ok
 
 
 def _hostname(s):
@@ -75,7 +78,7 @@ CHECKS = {
 
 def test_the_checks_tell_valid_from_invalid():
     # The independent checks themselves, on values either side of each format's edges.
-    valid = {"date-time": "2024-02-29T23:59:60.5+05:30", "date": "2000-02-29", "time": "00:00:00z",
+    valid = {"date-time": "2024-02-29T05:29:60.5+05:30", "date": "2000-02-29", "time": "00:00:00z",
              "duration": "P1Y2M3DT4H5M6S", "email": "o'hara@example.co.uk", "hostname": "a-1.b",
              "ipv4": "255.0.0.1", "ipv6": "fe80::1:2", "uuid": "123e4567-e89b-12d3-a456-426614174000"}
     invalid = {"date-time": "2023-02-29T00:00:00Z", "date": "1900-02-29", "time": "24:00:00Z",
@@ -84,6 +87,10 @@ def test_the_checks_tell_valid_from_invalid():
     for name, check in CHECKS.items():
         assert check(valid[name]), name
         assert not check(invalid[name]), name
+    for leap in ("23:59:60Z", "15:59:60-08:00", "00:00:60+00:01"):
+        assert _time(leap), leap
+    for not_leap in ("23:59:60+05:30", "12:00:60Z", "23:58:60Z", "23:59:61Z"):
+        assert not _time(not_leap), not_leap
 
 
 @pytest.mark.parametrize("name", sorted(CHECKS))
@@ -120,3 +127,18 @@ def test_formats_refused_naming_where(orbit, engine):
     g = window.generate(prompt, response_format={"type": "string", "format": "date",
                                                  "pattern": "^(1900|2000|2023)-02-29$"}, max_tokens=16)
     assert g.json == "2000-02-29", g.text
+
+
+def test_a_leap_second_only_at_2359_utc(orbit, engine):
+    # Second 60 held to the local times that are 23:59 UTC: under +05:30 only 05:29, which the answer is in.
+    window = engine.new_window()
+    window.sync([{"role": "user", "content": "Give me a value."}])
+    prompt = engine.tokenize("assistant:", False)
+    for name, prefix in (("time", ""), ("date-time", "2016-12-31T")):
+        rf = {"type": "string", "format": name, "pattern": "^" + prefix + "..:..:60.*[+]05:30$"}
+        g = window.generate(prompt, response_format=rf, max_tokens=48)
+        assert g.json.startswith(prefix + "05:29:60") and CHECKS[name](g.json), g.text
+    # Noon is never 23:59 UTC under Z: a pattern that asks for its leap second leaves no value.
+    with pytest.raises(orbit.OrbitError, match="response_format: pattern and format together: admits no value"):
+        window.generate(prompt, response_format={"type": "string", "format": "time", "pattern": "^12:00:60Z$"},
+                        max_tokens=16)

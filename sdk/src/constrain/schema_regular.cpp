@@ -84,6 +84,36 @@ std::string jwt_regex(const std::string& b64url) {
   return "(?:" + headers + ")\\." + payload + "\\." + b64url;
 }
 
+// Two digits of `n`.
+std::string two(int n) { return std::string(1, static_cast<char>('0' + n / 10)) + static_cast<char>('0' + n % 10); }
+
+// RFC 3339's time (5.6) with its leap second (5.7): second 60 only where the time is 23:59 UTC, at the local
+// time its offset shifts that to (23:59:60Z, 05:29:60+05:30, 15:59:60-08:00), as ajv-formats' full mode
+// checks it. Two lookaheads over the time that follows tie a leap second's local hour and minute to its
+// offset: the hour one to the offset's hours (and to whether its minutes carry one into the hour), the minute
+// one to the offset's minutes. Where ajv-formats' arithmetic also takes an hour past 23 or a minute past 59
+// before a leap second (24:59:60+01:00, 23:89:60+00:30), RFC 3339's grammar does not, and neither does this.
+std::string time_regex() {
+  const std::string leap = ":60[.\\d]*";  // the seconds and any fraction, which the time itself spells out
+  std::string hours = "23:\\d\\d" + leap + "[Zz]";
+  std::string minutes = "\\d\\d:59" + leap + "(?:[Zz]|\\+\\d\\d:00)";
+  for (int h = 0; h < 24; ++h) {
+    // Ahead of UTC by h:00 (local hour h-1), by h:mm with mm >= 1 (local hour h, as the minutes carry one);
+    // behind it by h:mm, any mm (local hour 23-h).
+    hours += "|" + two((h + 23) % 24) + ":\\d\\d" + leap + "\\+" + two(h) + ":00";
+    hours += "|" + two(h) + ":\\d\\d" + leap + "\\+" + two(h) + ":(?:0[1-9]|[1-5]\\d)";
+    hours += "|" + two(23 - h) + ":\\d\\d" + leap + "-" + two(h) + ":\\d\\d";
+  }
+  for (int m = 0; m < 60; ++m) {
+    if (m > 0) minutes += "|\\d\\d:" + two(m - 1) + leap + "\\+\\d\\d:" + two(m);
+    minutes += "|\\d\\d:" + two(59 - m) + leap + "-\\d\\d:" + two(m);
+  }
+  const std::string hour = "(?:[01]\\d|2[0-3])";
+  const std::string offset = "(?:[Zz]|[+-]" + hour + ":[0-5]\\d)";
+  return "(?:" + hour + ":[0-5]\\d:[0-5]\\d(?:\\.\\d+)?" + offset + "|(?=" + hours + ")(?=" + minutes + ")" + hour +
+         ":[0-5]\\d:60(?:\\.\\d+)?" + offset + ")";
+}
+
 const std::map<std::string, std::string>& format_regexes() {
   static const std::map<std::string, std::string> k = [] {
     // February 29th only in leap years (RFC 3339 5.7, Appendix C): a year divisible by 4 and not by 100
@@ -93,8 +123,7 @@ const std::map<std::string, std::string>& format_regexes() {
         "(?:\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|02-(?:0[1-9]|1"
         "\\d|2[0-8]))|" +
         leap_year + "-02-29)";
-    const std::string time =
-        "(?:[01]\\d|2[0-3]):[0-5]\\d:(?:[0-5]\\d|60)(?:\\.\\d+)?(?:[Zz]|[+-](?:[01]\\d|2[0-3]):[0-5]\\d)";
+    const std::string time = time_regex();
     const std::string days = "(?:\\d+Y(?:\\d+M)?(?:\\d+D)?|\\d+M(?:\\d+D)?|\\d+D)";
     const std::string clock = "T(?:\\d+H(?:\\d+M)?(?:\\d+S)?|\\d+M(?:\\d+S)?|\\d+S)";
     const std::string label = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
