@@ -28,8 +28,8 @@ and its tail, so a header and the end where a list grows both stay). The cap is 
 per trace, the largest in [16, 64] at which every call fits --max-window tokens, so no piece has to leave
 and the window edits are exactly the agent's. Where a call still does not fit, its oldest history pieces
 leave (never the ones a framework keeps fixed: system prompt, instructions, few-shot examples, the task,
-Reflexion's reflections), as a sliding window would. A text that two chunks would share (the engine
-identifies chunks by content) gets a marker " [n]". Tokens are counted with the model's tokenizer through
+Reflexion's reflections), as a sliding window would. A text whose token ids another chunk already has (the
+engine identifies chunks by content) gets a marker " [n]". Tokens are counted with the model's tokenizer through
 the orbit bindings when they import, else bounded by UTF-8 bytes + 1. Each trace's "description" states
 the scaling applied.
 
@@ -349,6 +349,11 @@ class Tokens:
                                 else len(text.encode("utf-8")) + 1)
         return self.cache[text]
 
+    def identity(self, text):
+        """What the engine identifies a chunk by: its token ids where the tokenizer is here (two texts can
+        share them: a tokenizer maps characters it lacks to one unknown id), else the text itself."""
+        return tuple(self.engine.tokenize(text, bos=False)) if self.engine else text
+
     def prefix(self, text, cap):
         """The longest prefix of text (in characters) with at most cap tokens."""
         lo, hi = 0, len(text)
@@ -414,8 +419,9 @@ def fit_call(call, chunks, max_window, trace=""):
 
 class Chunks:
     """The trace's chunks: one per distinct (content, occurrence), its text cut to the piece cap. The engine
-    identifies chunks by content, so a text that another chunk already has (the same content recurring
-    within one call, or two contents alike in their first cap tokens) gets a marker " [n]" at its end."""
+    identifies chunks by content (their token ids), so a text whose tokens another chunk already has (the
+    same content recurring within one call, two contents alike in their first cap tokens, or texts that
+    differ only in characters the tokenizer maps to its unknown id) gets a marker " [n]" at its end."""
 
     def __init__(self, tokens, cap):
         self.tok, self.cap = tokens, cap
@@ -426,12 +432,12 @@ class Chunks:
         if key not in self.texts:
             cut = text = self.tok.cut(piece.key, self.cap)
             n = 1
-            while text in self.taken or not text.strip():
+            while self.tok.identity(text) in self.taken or not text.strip():
                 n += 1
                 marker = f" [{n}]"
                 text = self.tok.prefix(cut, self.cap - self.tok.count(marker) - 1) + marker
             self.texts[key] = text
-            self.taken.add(text)
+            self.taken.add(self.tok.identity(text))
         return self.texts[key]
 
     def tokens(self, key, piece, bos):
