@@ -23,6 +23,7 @@
 #include "serve/stored/chat_store_http.h"
 #include "serve/stored/chat_store_wire.h"
 #include "serve/stored/store_write.h"
+#include "serve/wire/chunk_text.h"
 #include "serve/wire/serve_wire.h"
 
 namespace orbit::serve {
@@ -120,6 +121,7 @@ struct Job {
   int64_t ended = 0;                 // streamed chat: the choices whose end was handed on
   std::string last_tail;  // streamed chat: the closing chunks of the last choice to end, for the stream's tail
   StreamExtras extras;    // streamed chat: what each choice's next chunk carries besides its text
+  ChunkText chunks;       // streamed: its text chunks' events, the fields they share rendered once
 
   const SamplingRequest& sampling() const { return chat ? chat->sampling : completion->sampling; }
   // Whether the next chunk of `choice` is its first; from then on it is not.
@@ -309,14 +311,14 @@ void HttpServer::generate(const std::string& endpoint, const httplib::Request& r
     return;
   }
   res.set_header("Cache-Control", "no-cache");
+  job->chunks = ChunkText(job->ids, job->chat ? "chat.completion.chunk" : "text_completion");
   res.set_chunked_content_provider(
       "text/event-stream",
       [this, job](std::size_t, httplib::DataSink& sink) {
         auto on_text = [&](int64_t choice, const std::string& delta) {
-          const json chunk = job->chat
-                                 ? chat_chunk(job->ids, delta, job->opens(choice), "", choice, job->extras.take(choice))
-                                 : text_completion(job->ids, delta, "", nullptr);
-          const std::string event = sse(chunk);
+          const std::string event = job->chat ? job->chunks.chat_text(delta, job->opens(choice), choice,
+                                                                      job->extras.take(choice))
+                                              : job->chunks.completion_text(delta);
           return sink.write(event.data(), event.size());
         };
         auto on_call = [&](int64_t choice, const ToolCallDelta& d) {
