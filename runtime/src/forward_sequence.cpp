@@ -9,6 +9,7 @@
 
 #include "decode_cache_state.h"
 #include "orbit/common/error.h"
+#include "orbit/runtime/index_range.h"
 #include "orbit/runtime/paged_past.h"
 #include "orbit/runtime/rope.h"
 #include "orbit/runtime/weights.h"
@@ -29,7 +30,7 @@ void check_content(const ModelConfig& c, const LayerKV& kv, int64_t rows, const 
 
 // Input positions as given or defaulted, shape-checked against T tokens.
 at::Tensor input_positions(const ModelConfig& c, const at::Tensor& given, int64_t past_len, int64_t T) {
-  if (!given.defined()) return at::arange(past_len, past_len + T, at::kLong);
+  if (!given.defined()) return index_range(past_len, T);
   if (c.rope.is_mrope() && given.dim() == 2) {
     ORBIT_CHECK(given.size(0) == 3, "forward: input.positions: a position grid must have 3 rows (t, h, w), got "
                                         << shape_string(given.sizes()));
@@ -315,9 +316,7 @@ SequencePass prepare_sequence(const Model& m, const SequenceForward& s) {
   p.rows = x.defined() ? x.size(0) : T;
   ORBIT_CHECK(p.rows > 0 || options.logits == LogitsMode::kNone,
               "forward: logits asked for but no token is recomputed");
-  p.query_index = p.recompute.partial
-                      ? p.recompute.selected + fp.length
-                      : at::arange(fp.length, fp.length + T, at::TensorOptions().dtype(at::kLong).device(m.device()));
+  p.query_index = p.recompute.partial ? p.recompute.selected + fp.length : index_range(fp.length, T, m.device());
 
   const int64_t window_len = options.rope_window_len > 0 ? options.rope_window_len : fp.length + T;
   p.rope.key = key_rope(m, fp, positions, window_len);

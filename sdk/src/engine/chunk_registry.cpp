@@ -7,6 +7,7 @@
 #include "engine/engine_core.h"
 #include "engine/tensor_convert.h"
 #include "orbit/common/error.h"
+#include "orbit/runtime/index_range.h"
 #include "orbit/store/embedding_cache.h"
 
 namespace orbit::detail {
@@ -216,7 +217,7 @@ at::Tensor ChunkRegistry::positions_for(const ChunkRecord* chunk, int64_t length
     const at::Tensor g = chunk->tensors->grid + start;  // [rows, n]
     return rows == 1 ? g[0] : g;                        // 1-D RoPE models take positions [n]
   }
-  at::Tensor p = at::arange(start, start + length, at::kLong);
+  at::Tensor p = runtime::index_range(start, length);
   return rows == 1 ? p : p.unsqueeze(0).expand({rows, length}).contiguous();
 }
 
