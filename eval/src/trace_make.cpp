@@ -495,9 +495,15 @@ void make_rag(const MakeTraceOptions& o, Builder& b) {
         b.admit(n);
       }
     }
+    // Rank order over the documents the window holds: where a tokenizer makes the k documents too long
+    // for the window's budget, admitting the last ones made room by dropping the oldest.
+    const std::vector<std::string> held = b.sim().chunks_in_window();
     std::vector<std::string> order;
-    for (int64_t d : ranked) order.push_back("doc" + std::to_string(d));
-    if (order != b.sim().chunks_in_window()) b.reorder(order, "rank order");
+    for (int64_t d : ranked) {
+      const std::string n = "doc" + std::to_string(d);
+      if (std::find(held.begin(), held.end(), n) != held.end()) order.push_back(n);
+    }
+    if (order != held) b.reorder(order, "rank order");
     b.turn(12, "question", TextRole::kQuestion);
     b.generate(6, true);
   }

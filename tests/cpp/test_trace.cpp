@@ -455,6 +455,24 @@ TEST_CASE("generated traces are deterministic, valid, and stay within the model'
                     Catch::Contains("kind 'chat' is not one of web, video, agent"));
 }
 
+TEST_CASE("a rag trace whose documents outgrow the window ranks the ones it holds", "[trace][make]") {
+  // tinystories-656k's tokenizer makes the five retrieved documents longer than the window's budget:
+  // admitting the last ones drops the oldest, and the rank order names only the documents left.
+  test::TempDir dir;
+  const std::string model = std::string(" --model ") + ORBIT_MODELS_DIR + "/tinystories-656k";
+  for (const char* seed : {"1", "701", "702"}) {
+    INFO("seed " << seed);
+    const test::CliRun m = test::cli(std::string("make-trace --kind rag --steps 8 --seed ") + seed + model + " --out " +
+                                     (dir / "rag.json"));
+    INFO(m.out);
+    REQUIRE(m.status == 0);
+    const Trace t = load_trace(dir / "rag.json");
+    int reorders = 0;
+    for (const TraceStep& s : t.steps) reorders += s.op == TraceOp::kReorder;
+    CHECK(reorders > 0);
+  }
+}
+
 TEST_CASE("the JSON report parses and has the documented fields", "[trace][json]") {
   ReplayOptions o = stories_options({"patch:16", "cacheblend:0.15"});
   const ReplayReport r = replay(load_trace(trace_path("lookback.json")), o);
