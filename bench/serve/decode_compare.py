@@ -10,7 +10,9 @@ Starts both servers (the options of decode_load.py), then --repeats times, for e
 `streams` does (each session opened by a one-token request, then all sent at once). Per run: aggregate
 tokens/s, and of the server's busiest thread (the decode scheduler's) the CPU microseconds per decode step
 (/proc's schedstat, in nanoseconds, over /metrics' steps), the times it was switched out involuntarily
-per step, and the time per step it was runnable but waited for a CPU (schedstat's second field). At the
+per step, and the time per step it was runnable but waited for a CPU (schedstat's second field); and the
+CPU microseconds per generated token of all the server's threads together, and of all but that one (the
+request threads writing the streams, the idle worker). At the
 end, per session count: each measure's range over the runs and the median of the new / old ratios of the
 runs side by side. --old-client / --new-client give the two sides other clients: with --old and --new the
 same binary, the clients are compared. A benchmark, not a test: on a loaded machine read the ranges.
@@ -42,8 +44,9 @@ def thread_stats(pid):
 
 
 def measure(server, model, count, tokens, tag, client):
-    """One run of `count` sessions: tok/s, and of the busiest thread per step: CPU µs, involuntary switches,
-    and µs it was runnable but waited for a CPU (the run queue: other threads, the client, other load)."""
+    """One run of `count` sessions: tok/s; of the busiest thread per step: CPU µs, involuntary switches, and
+    µs it was runnable but waited for a CPU (the run queue: other threads, the client, other load); the
+    server's CPU µs per token, all threads and all but the busiest."""
     steps0, _ = decode_load.batch_histogram(server.call("/metrics"))
     before = thread_stats(server.pid)
     run = decode_load.streams(server, model, count, tokens, tag, client)
@@ -52,11 +55,14 @@ def measure(server, model, count, tokens, tag, client):
     used = {t: tuple(a - b for a, b in zip(after[t], before.get(t, (0, 0, 0)))) for t in after}
     ns, switches, waited = max(used.values())
     steps = max(1.0, steps1 - steps0)
-    return run["tokens"] / run["seconds"], ns / 1e3 / steps, switches / steps, waited / 1e3 / steps
+    total = sum(u[0] for u in used.values())
+    per_token = 1e3 * max(1, run["tokens"])
+    return (run["tokens"] / run["seconds"], ns / 1e3 / steps, switches / steps, waited / 1e3 / steps,
+            total / per_token, (total - ns) / per_token)
 
 
 def summary(counts, runs):
-    names = ("tok/s", "us/step", "preempted/step", "waiting us/step")
+    names = ("tok/s", "us/step", "preempted/step", "waiting us/step", "server us/tok", "others us/tok")
     print(f"\n{'sessions':>8} {'measure':>15} {'old range':>15} {'new range':>15} {'new/old median':>15} "
           f"{'new/old range':>15}")
     for c in counts:
@@ -64,7 +70,7 @@ def summary(counts, runs):
             old = [r[i] for r in runs["old"][c]]
             new = [r[i] for r in runs["new"][c]]
             ratios = [n / o for n, o in zip(new, old) if o > 0]
-            digits = 2 if i == 2 else 0
+            digits = 2 if i in (2, 4, 5) else 0
             span = lambda v: f"{min(v):.{digits}f}-{max(v):.{digits}f}"  # noqa: E731
             print(f"{c:>8} {name:>15} {span(old):>15} {span(new):>15} {statistics.median(ratios):>15.2f} "
                   f"{min(ratios):>7.2f}-{max(ratios):.2f}")
@@ -98,14 +104,14 @@ def main(argv=None):
         for name, s in servers.items():
             decode_load.streams(s, model, max(counts), 8, f"{name}-warm")
         print(f"{'repeat':>6} {'binary':>6} {'sessions':>8} {'tok/s':>9} {'us/step':>9} {'preempted/step':>14} "
-          f"{'waiting us/step':>15}")
+              f"{'waiting us/step':>15} {'server us/tok':>13} {'others us/tok':>13}")
         for r in range(args.repeats):
             for c in counts:
                 for name in (("old", "new") if r % 2 == 0 else ("new", "old")):
                     got = measure(servers[name], model, c, args.tokens, f"{name}-{r}-{c}", clients[name])
                     runs[name][c].append(got)
-                    print(f"{r + 1:>6} {name:>6} {c:>8} {got[0]:>9.0f} {got[1]:>9.0f} {got[2]:>14.2f} {got[3]:>15.0f}",
-                          flush=True)
+                    print(f"{r + 1:>6} {name:>6} {c:>8} {got[0]:>9.0f} {got[1]:>9.0f} {got[2]:>14.2f} {got[3]:>15.0f} "
+                          f"{got[4]:>13.2f} {got[5]:>13.2f}", flush=True)
     summary(counts, runs)
     return 0
 
