@@ -5,6 +5,7 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 LONE = "ab\udcffc"  # a lone surrogate: what bytes decoded with errors='surrogateescape' hold
@@ -190,3 +191,47 @@ def test_trace_paths_take_names_that_are_not_utf8(orbit, tmp_path):
     assert orbit.load_trace(name) == orbit.load_trace(pathlib.Path(name)) == trace
     with pytest.raises(orbit.OrbitError, match="nowhere"):
         orbit.replay(trace, tmp_path / "nowhere.bin", baselines=False, fidelity=False)
+
+
+# Engine(...)'s typed keywords, a value of another type for each, and the type its error asks for.
+ENGINE_WRONG_TYPES = {
+    "pool_bytes": (1.5, "int"), "page_size": ("16", "int"), "host_budget_bytes": (None, "int"),
+    "disk_budget_bytes": ([0], "int"), "threads": (2 ** 40, r"int in \[-2147483648, 2147483647\]"),
+    "remote_ttl_seconds": (2 ** 70, r"int in \[-9223372036854775808, 9223372036854775807\]"),
+    "device_tier_bytes": (b"0", "int"), "max_idle_chunks": (0.0, "int"), "remote": (b"redis://x", "str"),
+    "remote_secret": (1, "str"), "device": (None, "str"), "dtype": (b"float32", "str"), "eviction": (0, "str"),
+    "cold_tier": (None, "str"), "embedding_cache": ("yes", "bool"), "shared_canonicals": ([True], "bool"),
+}
+
+
+@pytest.mark.parametrize("keyword", sorted(ENGINE_WRONG_TYPES))
+def test_engine_names_the_keyword_of_a_value_of_another_type(orbit, stories260k_path, keyword):
+    # Still a TypeError, as pybind11 raised for these typed parameters, now naming the keyword and the type asked
+    # for (before: "__init__(): incompatible constructor arguments" and the whole signature).
+    value, expected = ENGINE_WRONG_TYPES[keyword]
+    with pytest.raises(TypeError, match=rf"^Engine: {keyword}: expected {expected}, got "):
+        orbit.Engine(str(stories260k_path), **{keyword: value})
+
+
+def test_engine_keywords_keep_their_signature_and_conversions(orbit, stories260k_path):
+    # The keywords are read from an options struct (engine_args.cpp): the signature pybind11 showed for the
+    # 21-parameter constructor is unchanged, an unknown keyword is a TypeError naming it, a positional argument
+    # past the model is refused as before, and the values pybind11 converted are still taken.
+    signature = orbit.Engine.__init__.__doc__.splitlines()[0]
+    assert signature == (
+        "__init__(self: orbit._orbit.Engine, model: object, *, store_dir: object = None, pool_bytes: int = 268435456,"
+        " page_size: int = 16, host_budget_bytes: int = 1073741824, disk_budget_bytes: int = 0, threads: int = 0,"
+        " remote: str = '', remote_ttl_seconds: int = 0, remote_secret: str = '', device: str = 'cpu',"
+        " dtype: str = 'float32', eviction: str = 'lru', cold_tier: str = 'exact', device_tier_bytes: int = 0,"
+        " embedding_cache: bool = True, background: object = 'thread', shared_canonicals: bool = True,"
+        " max_idle_chunks: int = 0, constraint_cache: object = None, tokenizer: object = None) -> None")
+    with pytest.raises(TypeError, match=r"^Engine: unexpected keyword argument 'pool_byte' \(it takes model and "
+                                        r"store_dir, pool_bytes, .*tokenizer\)$"):
+        orbit.Engine(str(stories260k_path), pool_byte=1 << 20)
+    for args, kwargs in [((str(stories260k_path), 1 << 20), {}), ((), {}),
+                         ((str(stories260k_path),), {"model": str(stories260k_path)})]:
+        with pytest.raises(TypeError, match="incompatible constructor arguments"):
+            orbit.Engine(*args, **kwargs)
+    with orbit.Engine(model=str(stories260k_path), page_size=np.int64(4), threads=True, embedding_cache=0,
+                      pool_bytes=8 << 20) as e:
+        assert e.options.page_size == 4 and e.options.pool_bytes == 8 << 20 and not e.options.embedding_cache

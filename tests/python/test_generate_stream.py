@@ -228,6 +228,25 @@ def test_a_call_on_the_window_in_its_stream_loop_raises_at_once(orbit, story, na
     w.close()
 
 
+def test_repr_of_a_window_says_its_state_and_never_raises(orbit, story, stories260k_path):
+    # A repr never raises nor carries an error message, and never waits on its own thread: in a stream loop's
+    # body, in generate's on_text, once closed and once its engine closed it shows the id and one word (before,
+    # the first two held the whole "Window.__repr__: window N is streaming ..." error text).
+    _, window, query = story
+    w = window.fork()
+    streaming = [repr(w) for _ in w.stream(query, max_tokens=12)]
+    assert len(streaming) > 1 and set(streaming) == {f"Window(id={w.id}, streaming)"}
+    busy = []
+    w.generate(query, max_tokens=3, on_text=lambda piece: busy.append(repr(w)))
+    assert busy and set(busy) == {f"Window(id={w.id}, busy)"}
+    assert re.fullmatch(rf"Window\(id={w.id}, instances=\d+, tokens=\d+, policy='[^']+'\)", repr(w))
+    w.close()
+    assert repr(w) == f"Window(id={w.id}, closed)"
+    with orbit.Engine(str(stories260k_path), pool_bytes=8 << 20) as engine:
+        orphan = engine.new_window()
+    assert repr(orphan) == f"Window(id={orphan.id}, engine closed)"
+
+
 def test_closing_the_window_in_its_stream_loop_stops_the_stream(orbit, story):
     _, window, query = story
     w = window.fork()

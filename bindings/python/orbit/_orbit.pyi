@@ -924,7 +924,9 @@ class Engine:
         directory holding one); None = the model directory's tokenizer.json, else tok<vocab>.bin / tokenizer.bin
         beside a llama2.c model, if any (model_info.tokenizer names the one in use). A missing or unreadable file
         raises OrbitError naming EngineOptions::tokenizer and the path.
-        background given as a BackgroundMode that is not one of its members (BackgroundMode(7)) raises ValueError."""
+        background given as a BackgroundMode that is not one of its members (BackgroundMode(7)) raises ValueError.
+        A keyword not listed here, or a value of another type than the one above (a float for an int, bytes for a
+        str, an int past the field's range), raises TypeError naming the keyword."""
     def __enter__(self) -> "Engine": ...
     def __exit__(self, *args: object) -> bool: ...
     def close(self) -> None:
@@ -1216,7 +1218,8 @@ class Window:
 
         The decode holds the window until the loop ends: a call on it from the loop's body (add_turn, generate,
         fork, instances, another stream, orbit.generate_many with it) raises OrbitError at once naming the call;
-        make it after the loop. close() in the loop stops the stream instead.
+        make it after the loop. close() in the loop stops the stream instead; repr(window) there answers
+        'Window(id=N, streaming)'.
         """
     def generate_n(self, query: Tokens, n: int, **kwargs) -> list[Generation]:
         """n answers to one query decoded together through n - 1 copy-on-write forks (one query forward, answer i

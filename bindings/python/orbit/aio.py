@@ -31,6 +31,19 @@ CancelledError reaches it, so the window is idle then. A call with no way to sto
 runs to its end first, its result dropped (what it did to the window stays); a call still waiting for its
 window is dropped without running. Window.close() and Engine.close() stop a running decode at its next token
 too (a stream's decode waiting for its reader is woken at once).
+
+A stream holds its window until its decode ends, and the decode waits for the `async for` that reads it. So an
+AsyncWindow call on that window awaited by the task running the loop's body (generate, logits, call(...), fork,
+sync, another stream of it, generate_many with it...) raises OrbitError at once naming the call, from the
+first piece to the loop's end (its end, a break, an exception, aclose()), instead of waiting behind the stream
+for the rest of the answer; await it after the loop (break first to stop the decode early) or on a fork() made
+before it. close() from the loop's body is let through and stops the stream, as Window.close() does. Other
+tasks' calls (and other threads') still wait their turn: awaiting the lock takes no thread and leaves the event
+loop free, so the reader keeps reading and the call runs once the stream ends. A task the loop's body awaits is
+such a task, not the loop: a window call wrapped in asyncio.gather(), a task or asyncio.wait_for() (3.11 wraps
+it in a task) from the body waits for the stream while the body waits for it; nothing deadlocks (the decode
+runs on alone once its reader took no piece for a second, _stream.READER_GONE_S), but it waits for the whole
+answer. Await window calls in the loop's body directly, where they raise at once.
 """
 
 from __future__ import annotations
@@ -43,7 +56,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional, TypeVar
 
 from . import _stream
-from ._orbit import CancelToken, Window, _StreamRoom
+from ._orbit import CancelToken, OrbitError, Window, _StreamRoom
 from ._orbit import generate_many as _generate_many
 
 if TYPE_CHECKING:
@@ -64,6 +77,48 @@ def _window_lock(window: Window) -> asyncio.Lock:
     if lock is None:
         lock = per_loop[window] = asyncio.Lock()
     return lock
+
+
+class _Reading:
+    """One AsyncGenerationStream's loop: the task that reads it, from its first piece to the loop's end."""
+
+    def __init__(self, window: Window, task: "Optional[asyncio.Task[Any]]") -> None:
+        self.window = window
+        self.task = task
+
+    def end(self) -> None:
+        """The loop ended: its task's calls on the window run again (idempotent, any thread)."""
+        readings = _streams.get(self.window, [])
+        if self in readings:
+            readings.remove(self)
+
+
+# The stream loops running on each window (weak: a dropped window takes its entry with it).
+_streams: "weakref.WeakKeyDictionary[Window, list[_Reading]]" = weakref.WeakKeyDictionary()
+
+
+def _start_reading(window: Window) -> _Reading:
+    """Registers the running task as reading a stream on `window` until the returned _Reading's end()."""
+    reading = _Reading(window, asyncio.current_task())
+    _streams.setdefault(window, []).append(reading)
+    return reading
+
+
+def _reads(window: Window) -> bool:
+    """Whether the running task reads a stream on `window` (it runs the body of that stream's loop)."""
+    task = asyncio.current_task()
+    return task is not None and any(r.task is task for r in _streams.get(window, ()))
+
+
+def _check_not_streamed(window: Window, what: str) -> None:
+    """Raises OrbitError when the running task reads a stream on `window` (the call is made from the loop's
+    body): the stream's decode holds the window and waits for this loop, so awaiting the window's turn would
+    wait for the whole answer."""
+    if _reads(window):
+        raise OrbitError(
+            f"{what}: window {window.id} is streaming to this task (called inside its AsyncWindow.stream loop): the "
+            f"stream's decode holds the window until the stream ends; await {what} after the loop (break out of "
+            "it first to stop the decode), or close() the window to stop it")
 
 
 class _NotRun:
@@ -126,6 +181,14 @@ def _generate_with(window: Window, query: Any, ours: dict[str, Any], kwargs: dic
     return window.generate(query, **kwargs)  # refused the same way before anything runs
 
 
+def _call_name(fn: Callable[..., Any]) -> str:
+    """How errors name AsyncWindow.call's fn: Window.<name> for a Window method, else its qualified name."""
+    name = getattr(fn, "__name__", None)
+    if isinstance(name, str) and getattr(Window, name, None) is fn:
+        return f"Window.{name}"
+    return str(getattr(fn, "__qualname__", type(fn).__name__))
+
+
 def _refuse_on_text(kwargs: dict[str, Any], what: str) -> None:
     if "on_text" in kwargs:
         raise TypeError(f"{what}: on_text is not taken here; iterate AsyncWindow.stream(...) for the pieces")
@@ -157,31 +220,35 @@ class AsyncWindow:
         """close(), in the window's turn."""
         await self.close()
 
-    async def _run(self, fn: Callable[[], _T], token: Optional[CancelToken] = None) -> _T:
-        """fn() off the loop once the window's lock is ours (_off_loop says what cancelling does)."""
+    async def _run(self, what: str, fn: Callable[[], _T], token: Optional[CancelToken] = None) -> _T:
+        """fn() off the loop once the window's lock is ours (_off_loop says what cancelling does); OrbitError
+        naming `what` at once from the body of a stream loop on the window (the module's note)."""
+        _check_not_streamed(self._window, what)
         async with _window_lock(self._window):
             return await _off_loop(fn, token)
 
     async def call(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
         """fn(window, *args, **kwargs) off the loop, in the window's turn: any Window method the asynchronous
         way, e.g. `await w.call(orbit.Window.admit, chunk)`. It runs to its end once started."""
-        return await self._run(functools.partial(fn, self._window, *args, **kwargs))
+        call = functools.partial(fn, self._window, *args, **kwargs)
+        return await self._run(f"AsyncWindow.call({_call_name(fn)})", call)
 
     async def sync(self, messages: Any, **kwargs: Any) -> Any:
         """Window.sync(messages, **kwargs): a SyncReport."""
-        return await self._run(functools.partial(self._window.sync, messages, **kwargs))
+        return await self._run("AsyncWindow.sync", functools.partial(self._window.sync, messages, **kwargs))
 
     async def prepare_sync(self, messages: Any, **kwargs: Any) -> Any:
         """Window.prepare_sync(messages, **kwargs): an IdleReport."""
-        return await self._run(functools.partial(self._window.prepare_sync, messages, **kwargs))
+        prepare = functools.partial(self._window.prepare_sync, messages, **kwargs)
+        return await self._run("AsyncWindow.prepare_sync", prepare)
 
     async def idle(self) -> Any:
         """Window.idle(): an IdleReport."""
-        return await self._run(self._window.idle)
+        return await self._run("AsyncWindow.idle", self._window.idle)
 
     async def logits(self, query: Any, **kwargs: Any) -> Any:
         """Window.logits(query, **kwargs): numpy float32."""
-        return await self._run(functools.partial(self._window.logits, query, **kwargs))
+        return await self._run("AsyncWindow.logits", functools.partial(self._window.logits, query, **kwargs))
 
     async def generate(self, query: Any, **kwargs: Any) -> "Generation":
         """Window.generate(query, **kwargs) but on_text (stream() gives the pieces). Cancelling the awaiting
@@ -190,22 +257,28 @@ class AsyncWindow:
         _refuse_on_text(kwargs, "generate")
         kwargs = dict(kwargs)
         token = _call_token(kwargs, "generate")
-        return await self._run(functools.partial(_generate_with, self._window, query, {"cancel": token}, kwargs), token)
+        generate = functools.partial(_generate_with, self._window, query, {"cancel": token}, kwargs)
+        return await self._run("AsyncWindow.generate", generate, token)
 
     async def generate_n(self, query: Any, n: int, **kwargs: Any) -> "list[Generation]":
         """Window.generate_n(query, n, **kwargs): n Generations. Cancelling the awaiting task cancels all n at
         their next token, as generate's."""
         kwargs = dict(kwargs)
         token = _call_token(kwargs, "generate_n")
-        return await self._run(functools.partial(self._window.generate_n, query, n, cancel=token, **kwargs), token)
+        generate_n = functools.partial(self._window.generate_n, query, n, cancel=token, **kwargs)
+        return await self._run("AsyncWindow.generate_n", generate_n, token)
 
     async def fork(self) -> "AsyncWindow":
         """Window.fork(), as an AsyncWindow (the branch has a lock of its own)."""
-        return AsyncWindow(await self._run(self._window.fork))
+        return AsyncWindow(await self._run("AsyncWindow.fork", self._window.fork))
 
     async def close(self) -> None:
-        """Window.close(), in the window's turn (after the calls queued before it)."""
-        await self._run(self._window.close)
+        """Window.close(), in the window's turn (after the calls queued before it). From the body of a stream
+        loop on the window it closes at once instead, stopping the stream at its next token (Window.close())."""
+        if _reads(self._window):
+            await _off_loop(self._window.close)  # stops the decode holding the window, then waits for it
+            return
+        await self._run("AsyncWindow.close", self._window.close)
 
     def stream(self, query: Any, **kwargs: Any) -> "AsyncGenerationStream":
         """The answer's text piece by piece: an AsyncGenerationStream (`async for piece in w.stream(...)`),
@@ -220,6 +293,8 @@ async def generate_many(requests: Any, *, cancel: Optional[CancelToken] = None) 
     token = _call_token({"cancel": cancel}, "generate_many")
     plain = [_plain_request(r) for r in requests] if isinstance(requests, (list, tuple)) else requests
     windows = {id(r[0]): r[0] for r in plain if isinstance(r, (tuple, list)) and r and isinstance(r[0], Window)}
+    for window in windows.values():
+        _check_not_streamed(window, "orbit.aio.generate_many")
     locks = [_window_lock(w) for _, w in sorted(windows.items())]  # one order: two calls never wait for each other
     held: list[asyncio.Lock] = []
     try:
@@ -256,6 +331,11 @@ class AsyncGenerationStream:
     window's lock is held until the decode has stopped, so the window's next call waits for that. aclose()
     (or `async with w.stream(...) as s:`) cancels and waits, and `generation` is then set (None if the stream
     never started, or generate() raised).
+
+    From the first piece to the loop's end, an AsyncWindow call on the window awaited in the loop's body (by the
+    task reading the stream) raises OrbitError at once naming the call, as it could only wait for the whole
+    answer: await it after the loop. close() there stops the stream instead. Other tasks' calls wait their turn
+    (the module's note says why a task the loop's body awaits waits too).
     """
 
     def __init__(self, window: Window, query: Any, kwargs: dict[str, Any]) -> None:
@@ -284,6 +364,7 @@ class AsyncGenerationStream:
         """Cancels the decode if it runs and waits for it to stop; a stream not started never starts."""
         self._closed = True
         if self._decode is not None:
+            self._decode.reading_ended()
             await self._decode.stop()
 
     async def __aenter__(self) -> "AsyncGenerationStream":
@@ -295,7 +376,9 @@ class AsyncGenerationStream:
         await self.aclose()
 
     async def _start(self) -> "Optional[_Decode]":
-        """Takes the window's lock and starts the decode (None: the stream was closed meanwhile)."""
+        """Takes the window's lock and starts the decode (None: the stream was closed meanwhile); the running task
+        reads it from then on. OrbitError at once from the body of another stream loop on the window."""
+        _check_not_streamed(self._window, "AsyncWindow.stream")
         lock = _window_lock(self._window)
         await lock.acquire()
         if self._closed:
@@ -309,6 +392,7 @@ class AsyncGenerationStream:
         except BaseException:
             lock.release()
             raise
+        decode.reading = _start_reading(self._window)
         self._decode = decode
         return decode
 
@@ -333,6 +417,12 @@ class _Decode:
         self.future: "Optional[asyncio.Future[Generation]]" = None
         self.generation: "Optional[Generation]" = None
         self.read_to_end = False
+        self.reading: Optional[_Reading] = None  # the loop reading it, until the loop ends
+
+    def reading_ended(self) -> None:
+        """The loop ended (its end, a break, an exception, aclose()): the task's calls on the window run again."""
+        if self.reading is not None:
+            self.reading.end()
 
     def start(self, generate: Callable[[], "Generation"], lock: asyncio.Lock) -> None:
         context = contextvars.copy_context()
@@ -396,10 +486,12 @@ class _Pieces:
         try:
             item = await decode.items.get()
         except asyncio.CancelledError:
+            decode.reading_ended()
             await decode.stop()
             raise
         if item is _End:
             decode.read_to_end = True
+            decode.reading_ended()
             assert decode.future is not None
             error = decode.future.exception()
             if error is not None:
@@ -411,4 +503,5 @@ class _Pieces:
     def __del__(self) -> None:
         decode = self._stream._decode
         if decode is not None:
+            decode.reading_ended()
             decode.cancel()

@@ -12,7 +12,9 @@ _T = TypeVar("_T")
 class AsyncWindow:
     """A Window whose model calls are coroutines: AsyncWindow(window); one call at a time per window (the others
     wait in turn); cancelling a generate, generate_n or stream cancels its decode at its next token (a
-    CancelToken) and waits for it to stop."""
+    CancelToken) and waits for it to stop. A call awaited in the body of a stream loop on the same window (by
+    the task reading it) raises OrbitError at once naming the call, until the loop ends; close() there stops
+    the stream. Other tasks' calls wait for the stream to end."""
     def __init__(self, window: Window) -> None: ...
     @property
     def window(self) -> Window: ...
@@ -73,7 +75,8 @@ class AsyncWindow:
         on_text."""
 
 class AsyncGenerationStream:
-    """The text of one answer as it is decoded; `generation` once the loop ended (or after aclose())."""
+    """The text of one answer as it is decoded; `generation` once the loop ended (or after aclose()). From the
+    first piece to the loop's end, the window's AsyncWindow calls awaited in the loop's body raise OrbitError."""
     @property
     def generation(self) -> Optional[Generation]: ...
     def __aiter__(self) -> AsyncIterator[str]: ...

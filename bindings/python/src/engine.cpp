@@ -8,6 +8,7 @@
 #include "bindings.h"
 #include "convert.h"
 #include "decodes.h"
+#include "engine_args.h"
 #include "orbit/common/error.h"
 #include "orbit/store.h"
 #include "py_window.h"
@@ -19,22 +20,6 @@ namespace {
 using orbit::ChunkOptions;
 using orbit::ChunkRef;
 using orbit::Engine;
-
-// Engine(background=...): a BackgroundMode or its name.
-orbit::BackgroundMode background_arg(const py::object& obj) {
-  using orbit::BackgroundMode;
-  if (py::isinstance<BackgroundMode>(obj)) return to_enum_member<BackgroundMode>(obj, "Engine: background");
-  if (py::isinstance<py::str>(obj)) {
-    const std::string name = obj.cast<std::string>();
-    for (BackgroundMode m : {BackgroundMode::kThread, BackgroundMode::kDeferred, BackgroundMode::kInline}) {
-      if (name == orbit::background_mode_name(m)) return m;
-    }
-    throw py::value_error("Engine: background = " + std::string(py::repr(obj)) +
-                          ": expected 'thread', 'deferred' or 'inline' (or a BackgroundMode)");
-  }
-  throw py::type_error("Engine: background: expected a str or BackgroundMode, got " +
-                       std::string(py::str(py::type::handle_of(obj).attr("__qualname__"))));
-}
 
 // The remote tier is optional (down, the engine works on its local tiers and the tier tries again on use),
 // so a remote that does not answer at open is no error; but a wrong host, port or password should show at
@@ -63,42 +48,10 @@ struct EngineKeeper {
   void operator()(Engine*) { engine.reset(); }
 };
 
-std::shared_ptr<Engine> open_engine(const py::object& model, const py::object& store_dir, int64_t pool_bytes,
-                                    int64_t page_size, int64_t host_budget_bytes, int64_t disk_budget_bytes,
-                                    int threads, const py::str& remote, int64_t remote_ttl_seconds,
-                                    const py::str& remote_secret, const py::str& device, const py::str& dtype,
-                                    const py::str& eviction, const py::str& cold_tier, int64_t device_tier_bytes,
-                                    bool embedding_cache, const py::object& background, bool shared_canonicals,
-                                    int64_t max_idle_chunks, const py::object& constraint_cache,
-                                    const py::object& tokenizer) {
-  orbit::EngineOptions o;
-  o.model = path_arg(model, "Engine: model");
-  o.tokenizer = path_arg(tokenizer, "Engine: tokenizer");
-  o.store_dir = path_arg(store_dir, "Engine: store_dir");
-  o.pool_bytes = pool_bytes;
-  o.page_size = page_size;
-  o.host_budget_bytes = host_budget_bytes;
-  o.disk_budget_bytes = disk_budget_bytes;
-  o.threads = threads;
-  o.remote = utf8_arg(remote, "Engine: remote");
-  o.remote_ttl_seconds = remote_ttl_seconds;
-  o.remote_secret = utf8_arg(remote_secret, "Engine: remote_secret");
-  o.device = utf8_arg(device, "Engine: device");
-  o.dtype = utf8_arg(dtype, "Engine: dtype");
-  o.eviction = utf8_arg(eviction, "Engine: eviction");
-  o.cold_tier = utf8_arg(cold_tier, "Engine: cold_tier");
-  o.device_tier_bytes = device_tier_bytes;
-  o.embedding_cache = embedding_cache;
-  o.background = background_arg(background);
-  o.shared_canonicals = shared_canonicals;
-  o.max_idle_chunks = max_idle_chunks;
-  if (!constraint_cache.is_none()) {
-    if (!py::isinstance<orbit::ConstraintCacheOptions>(constraint_cache)) {
-      throw py::type_error("Engine: constraint_cache: expected a ConstraintCacheOptions or None, got " +
-                           std::string(py::str(py::type::handle_of(constraint_cache).attr("__qualname__"))));
-    }
-    o.constraint_cache = constraint_cache.cast<orbit::ConstraintCacheOptions>();
-  }
+// Engine(model, **keywords): the keywords read and checked into EngineOptions (engine_args.h), the engine
+// opened without the GIL, the remote tier pinged.
+std::shared_ptr<Engine> open_engine(const py::object& model, const py::kwargs& kwargs) {
+  const orbit::EngineOptions o = engine_options(model, engine_args(kwargs));
   std::shared_ptr<Engine> engine;
   {
     py::gil_scoped_release release;
@@ -161,55 +114,60 @@ orbit::WindowPolicy to_policy(py::handle obj, const char* what) {
 
 namespace {
 
+// Engine(...)'s docstring, below its signature line.
+const char* const kEngineInitDoc =
+    "Loads the model (a llama2.c .bin file or a Hugging Face directory) and opens the store (store_dir: a\n"
+    "directory, created if missing, which several processes may share; None = memory only). pool_bytes: the\n"
+    "windows' KV pool (whole pages of page_size tokens); host_budget_bytes / disk_budget_bytes (0 =\n"
+    "unlimited; a disk budget needs store_dir): the store's tiers; threads: intra-op threads (0 = keep the\n"
+    "process setting). remote: a shared remote tier, 'redis://host:port[/db]' or\n"
+    "'redis-cluster://h1:p1,h2:p2' ('' = none; rediss:// for TLS, its CA and client certificate from the\n"
+    "ORBIT_REDIS_TLS_* environment variables), whose entries expire after remote_ttl_seconds (0 = never;\n"
+    "> 0 needs remote, as remote_secret does); the remote down never stops the engine (see\n"
+    "stats().store.remote), and one that does not answer a PING at open issues a RemoteUnreachableWarning\n"
+    "naming the URL (password redacted) and the cause. remote_secret: the secret the engines sharing the\n"
+    "remote authenticate its values and manifests with (HMAC-SHA256; '' = the ORBIT_REMOTE_SECRET environment\n"
+    "variable, else none: values\n"
+    "are then checked but not authenticated, and opening warns once). device: 'cpu', 'cuda' or 'cuda:N'\n"
+    "(model, KV pool and windows live there);\n"
+    "dtype: 'float32', 'bfloat16' or 'float16' (CUDA only), the compute dtype weights load straight into.\n"
+    "The store's tiers: eviction: 'lru' or 'cost-aware' (evicts what saves the fewest recompute tokens per\n"
+    "byte first: (expected reuse + hits) x tokens / bytes); cold_tier: 'exact' or 'int8' (canonicals on disk\n"
+    "as int8 rows + a float32 scale each: ~1/4 of the bytes, every value within max|row|/254);\n"
+    "device_tier_bytes: a device tier of canonicals in GPU memory (0 = none; needs device='cuda', else\n"
+    "OrbitError naming it; a CUDA engine's host tier is pinned memory either way); embedding_cache: keep\n"
+    "the embeddings of media chunks added with a media_digest, so find_media() finds them later.\n"
+    "background: where a chunk's canonical and patch are formed after its first sight (an exact in-context\n"
+    "prefill on the critical path): 'thread' (a worker thread, as they are queued), 'deferred' (only when\n"
+    "run_background() is called: idle time you pick, e.g. while a tool runs) or 'inline' (at the end of the\n"
+    "apply() that queued them); a BackgroundMode is accepted too. ValueError for any other name.\n"
+    "shared_canonicals: windows placing the same chunk read one set of its canonical pages in the pool, each\n"
+    "adding its own patch factors (stats().pool_canonical_pages, pool_patch_bytes); False: every placement\n"
+    "writes a patched copy of its own.\n"
+    "max_idle_chunks: 0 keeps every chunk registered for the engine's life; N keeps the N most recently added\n"
+    "or used, and forgets a chunk past them once no window holds it (its ChunkRef then raises OrbitError\n"
+    "until it is added again): for long-running processes that see ever new content.\n"
+    "constraint_cache: a ConstraintCacheOptions bounding the compiled constraints generate keeps for tools and\n"
+    "response_format (None = 64 entries, 256 MiB; Engine.stats.constraint_cache counts them).\n"
+    "tokenizer: the tokenizer file for text (str or os.PathLike): llama2.c's (tok512.bin, tokenizer.bin) or\n"
+    "Hugging Face's tokenizer.json (or a directory holding one); None = the model directory's tokenizer.json,\n"
+    "else tok<vocab>.bin / tokenizer.bin beside a llama2.c model, if any (model_info.tokenizer names the one in\n"
+    "use). Its ids must fit the model's vocabulary; a missing or unreadable file raises OrbitError naming\n"
+    "EngineOptions::tokenizer and the path.\n"
+    "A keyword Engine does not take, or a value of another type than the signature's, raises TypeError naming\n"
+    "the keyword.\n"
+    "Raises OrbitError naming the file or option at fault (CUDA asked for where there is none included).";
+
 // Engine: opening: the constructor.
 void def_engine_open(py::class_<Engine, std::shared_ptr<Engine>>& c) {
-  c.def(py::init(&open_engine), py::arg("model"), py::kw_only(), py::arg("store_dir") = py::none(),
-        py::arg("pool_bytes") = int64_t{256} << 20, py::arg("page_size") = 16,
-        py::arg("host_budget_bytes") = int64_t{1} << 30, py::arg("disk_budget_bytes") = 0, py::arg("threads") = 0,
-        py::arg("remote") = "", py::arg("remote_ttl_seconds") = 0, py::arg("remote_secret") = "",
-        py::arg("device") = "cpu", py::arg("dtype") = "float32", py::arg("eviction") = "lru",
-        py::arg("cold_tier") = "exact", py::arg("device_tier_bytes") = 0, py::arg("embedding_cache") = true,
-        py::arg("background") = "thread", py::arg("shared_canonicals") = true, py::arg("max_idle_chunks") = 0,
-        py::arg("constraint_cache") = py::none(), py::arg("tokenizer") = py::none(),
-        "Loads the model (a llama2.c .bin file or a Hugging Face directory) and opens the store (store_dir: a\n"
-        "directory, created if missing, which several processes may share; None = memory only). pool_bytes: the\n"
-        "windows' KV pool (whole pages of page_size tokens); host_budget_bytes / disk_budget_bytes (0 =\n"
-        "unlimited; a disk budget needs store_dir): the store's tiers; threads: intra-op threads (0 = keep the\n"
-        "process setting). remote: a shared remote tier, 'redis://host:port[/db]' or\n"
-        "'redis-cluster://h1:p1,h2:p2' ('' = none; rediss:// for TLS, its CA and client certificate from the\n"
-        "ORBIT_REDIS_TLS_* environment variables), whose entries expire after remote_ttl_seconds (0 = never;\n"
-        "> 0 needs remote, as remote_secret does); the remote down never stops the engine (see\n"
-        "stats().store.remote), and one that does not answer a PING at open issues a RemoteUnreachableWarning\n"
-        "naming the URL (password redacted) and the cause. remote_secret: the secret the engines sharing the\n"
-        "remote authenticate its values and manifests with (HMAC-SHA256; '' = the ORBIT_REMOTE_SECRET environment\n"
-        "variable, else none: values\n"
-        "are then checked but not authenticated, and opening warns once). device: 'cpu', 'cuda' or 'cuda:N'\n"
-        "(model, KV pool and windows live there);\n"
-        "dtype: 'float32', 'bfloat16' or 'float16' (CUDA only), the compute dtype weights load straight into.\n"
-        "The store's tiers: eviction: 'lru' or 'cost-aware' (evicts what saves the fewest recompute tokens per\n"
-        "byte first: (expected reuse + hits) x tokens / bytes); cold_tier: 'exact' or 'int8' (canonicals on disk\n"
-        "as int8 rows + a float32 scale each: ~1/4 of the bytes, every value within max|row|/254);\n"
-        "device_tier_bytes: a device tier of canonicals in GPU memory (0 = none; needs device='cuda', else\n"
-        "OrbitError naming it; a CUDA engine's host tier is pinned memory either way); embedding_cache: keep\n"
-        "the embeddings of media chunks added with a media_digest, so find_media() finds them later.\n"
-        "background: where a chunk's canonical and patch are formed after its first sight (an exact in-context\n"
-        "prefill on the critical path): 'thread' (a worker thread, as they are queued), 'deferred' (only when\n"
-        "run_background() is called: idle time you pick, e.g. while a tool runs) or 'inline' (at the end of the\n"
-        "apply() that queued them); a BackgroundMode is accepted too. ValueError for any other name.\n"
-        "shared_canonicals: windows placing the same chunk read one set of its canonical pages in the pool, each\n"
-        "adding its own patch factors (stats().pool_canonical_pages, pool_patch_bytes); False: every placement\n"
-        "writes a patched copy of its own.\n"
-        "max_idle_chunks: 0 keeps every chunk registered for the engine's life; N keeps the N most recently added\n"
-        "or used, and forgets a chunk past them once no window holds it (its ChunkRef then raises OrbitError\n"
-        "until it is added again): for long-running processes that see ever new content.\n"
-        "constraint_cache: a ConstraintCacheOptions bounding the compiled constraints generate keeps for tools and\n"
-        "response_format (None = 64 entries, 256 MiB; Engine.stats.constraint_cache counts them).\n"
-        "tokenizer: the tokenizer file for text (str or os.PathLike): llama2.c's (tok512.bin, tokenizer.bin) or\n"
-        "Hugging Face's tokenizer.json (or a directory holding one); None = the model directory's tokenizer.json,\n"
-        "else tok<vocab>.bin / tokenizer.bin beside a llama2.c model, if any (model_info.tokenizer names the one in\n"
-        "use). Its ids must fit the model's vocabulary; a missing or unreadable file raises OrbitError naming\n"
-        "EngineOptions::tokenizer and the path.\n"
-        "Raises OrbitError naming the file or option at fault (CUDA asked for where there is none included).");
+  // The keywords come as **kwargs read by engine_args(), so pybind11 would write "(self, model, **kwargs)":
+  // the docstring's signature line is written from EngineArgs instead, the one a function of those parameters has.
+  const std::string self_type =
+      std::string(py::str(c.attr("__module__"))) + "." + std::string(py::str(c.attr("__qualname__")));
+  static const std::string doc = engine_signature(self_type) + "\n\n" + kEngineInitDoc + "\n";
+  py::options options;
+  options.disable_function_signatures();
+  c.def(py::init(&open_engine), py::arg("model"), doc.c_str());
 }
 
 // Engine: the context manager, close and the engine's state.

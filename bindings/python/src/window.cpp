@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstring>
 #include <sstream>
+#include <string>
+#include <thread>
 
 #include "answer.h"
 #include "bindings.h"
@@ -549,6 +551,33 @@ void def_generate_n(py::class_<PyWindow>& c) {
       "every branch is forked before the first step.");
 }
 
+// Window.__repr__: its id and, where the window can answer, its size and policy; else one word for its state
+// ("closed", "engine closed", "streaming": this thread reads a Window.stream on it, "busy": this thread is inside
+// a call of it). Never raises and never carries an error message; waits only for another thread's call.
+std::string window_repr(PyWindow& w) {
+  const std::thread::id me = std::this_thread::get_id();
+  const char* state = w.closing.is_set()            ? "closed"
+                      : w.engine->closed()          ? "engine closed"
+                      : w.stream_readers->reads(me) ? "streaming"
+                      : w.holder.load() == me       ? "busy"
+                                                    : nullptr;
+  std::ostringstream o;
+  o << "Window(id=" << w.id;
+  if (state == nullptr) {
+    try {
+      const auto [stats, policy] =
+          w.run("Window.__repr__", [](Window& x) { return std::make_pair(x.stats(), x.policy().name()); });
+      o << ", instances=" << stats.instances << ", tokens=" << stats.tokens << ", policy='" << policy << "')";
+      return o.str();
+    } catch (const orbit::Error&) {
+      // closed by another thread meanwhile (nothing else in it raises)
+      state = w.closing.is_set() ? "closed" : w.engine->closed() ? "engine closed" : "unavailable";
+    }
+  }
+  o << ", " << state << ")";
+  return o.str();
+}
+
 // Window: logits and the other reads, and __repr__.
 void def_reading(py::class_<PyWindow>& c) {
   // ---- reading (const) ----
@@ -611,18 +640,7 @@ void def_reading(py::class_<PyWindow>& c) {
       py::arg("instance"),
       "The instance's stored KV as numpy arrays (InstanceKV: k, v [layers, length, ...], pages). Raises\n"
       "OrbitError for an unknown instance.");
-  c.def("__repr__", [](PyWindow& w) {
-    std::ostringstream o;
-    o << "Window(id=" << w.id;
-    try {
-      const auto [stats, policy] =
-          w.run("Window.__repr__", [](Window& x) { return std::make_pair(x.stats(), x.policy().name()); });
-      o << ", instances=" << stats.instances << ", tokens=" << stats.tokens << ", policy='" << policy << "')";
-    } catch (const orbit::Error& e) {
-      o << ", " << e.what() << ")";  // closed window or engine
-    }
-    return o.str();
-  });
+  c.def("__repr__", &window_repr);
 }
 
 }  // namespace
