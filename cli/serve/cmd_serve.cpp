@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -176,6 +177,13 @@ int64_t size_argument(const Args& args, const char* name, int64_t fallback, int6
 serve::ServeOptions serve_options(const Args& args) {
   serve::ServeOptions o;
   o.model = args.required("--model");
+  // For tests only (ServeOptions::test_fault): makes every request's run throw. Not an option: no server
+  // should run with it.
+  if (const char* fault = std::getenv("ORBIT_SERVE_TEST_FAULT"); fault != nullptr && *fault != '\0') {
+    ORBIT_CHECK(std::string(fault) == "run",
+                "serve: ORBIT_SERVE_TEST_FAULT=" << fault << " is not a fault tests inject (known: run)");
+    o.test_fault = fault;
+  }
   o.model_name = args.get_or("--name", "");
   o.store_dir = args.get_or("--store", "");
   o.remote = args.get_or("--remote", "");

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <stdexcept>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -60,7 +61,12 @@ RunTicket ServeCore::prepare_completion(const CompletionRequest& request) {
   return requests_.prepare_completion(request);
 }
 
-RunOutcome ServeCore::run(RunTicket& ticket, const RunSink& sink) { return requests_.run(ticket, sink); }
+RunOutcome ServeCore::run(RunTicket& ticket, const RunSink& sink) {
+  if (context_.options.test_fault == "run") {  // ServeOptions::test_fault: tests only
+    throw std::runtime_error("fault injected before the run (ORBIT_SERVE_TEST_FAULT=run, for tests only)");
+  }
+  return requests_.run(ticket, sink);
+}
 
 RunOutcome ServeCore::chat(const ChatRequest& request, const std::string& session, const RunSink& sink) {
   RunTicket ticket = prepare_chat(request, session);

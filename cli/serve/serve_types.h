@@ -77,6 +77,12 @@ struct ServeOptions {
   // their budget served exactly until it is back within it. 0 = none.
   double audit_rate = 0.1;
   ServeLimits limits;
+  // Fault injection for tests, as the store's IoHooks are (set from the test-only environment variable
+  // ORBIT_SERVE_TEST_FAULT by cmd_serve.cpp): "run" makes every ServeCore::run throw std::runtime_error before
+  // it starts, an exception no part of the request path foresees (not orbit::Error, which a run answers as
+  // engine_error), so tests see what an unforeseen failure does to the answer, the metrics and the drain.
+  // "" = none.
+  std::string test_fault;
 };
 
 struct RunResult;

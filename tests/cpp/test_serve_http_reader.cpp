@@ -3,7 +3,8 @@
 // rewritten to a Content-Length, the limits refuse as bytes arrive (a chunked body past the limit at the
 // chunk that passes it, holding at most the limit), malformed framing is refused with its status, and
 // pipelined requests are read one after another; a head's lines may end in a bare LF, chunk lines may not; a
-// field sent empty is named in the rewritten head (orbit-empty-field), which cpp-httplib would drop.
+// field sent empty is named in the rewritten head (orbit-empty-field), which cpp-httplib would drop; a '%' in a
+// header value goes on as "%25", which cpp-httplib's percent-decoding of header values turns back into '%'.
 #include <string>
 
 #include "orbit_catch.h"
@@ -251,4 +252,29 @@ TEST_CASE("a field sent empty is named in the rewritten head; a request may not 
   sv::RequestReader kept = fed("GET /v1/models HTTP/1.1\r\nX-Orbit-Session: s1\r\n\r\n", false);
   REQUIRE(kept.state() == State::kComplete);
   CHECK(kept.request().head == "GET /v1/models HTTP/1.1\r\nX-Orbit-Session: s1\r\n\r\n");
+}
+
+TEST_CASE("a '%' in a header goes on as %25, so the route reads the value as sent", "[serve][cpu]") {
+  // cpp-httplib 0.11 percent-decodes header values: "ab%2Dcd" would reach the route as the session "ab-cd".
+  for (bool byte_at_a_time : {false, true}) {
+    sv::RequestReader r =
+        fed("POST /v1/chat/completions%2F HTTP/1.1\r\nX-Orbit-Session: ab%2Dcd\r\nAuthorization: Bearer k%41%\r\n"
+            "X-Sessio%6E:\r\n\r\n",
+            byte_at_a_time);
+    REQUIRE(r.state() == State::kComplete);
+    CHECK(r.request().path == "/v1/chat/completions%2F");  // the target is a URL: decoding it is right
+    CHECK(r.request().head ==
+          "POST /v1/chat/completions%2F HTTP/1.1\r\nX-Orbit-Session: ab%252Dcd\r\nAuthorization: Bearer "
+          "k%2541%25\r\norbit-empty-field: X-Sessio%256E\r\n\r\n");
+  }
+  // A line the library would read whole as sent but not escaped: each '%' counts as 3 bytes against its limit.
+  const std::string fits = "X: " + std::string(sv::kMaxLineBytes - 5, 'a');
+  CHECK(refusal_of("GET / HTTP/1.1\r\n" + fits + "\r\n\r\n") == 0);
+  const std::string escaped = "X: %" + std::string(sv::kMaxLineBytes - 8, 'a');  // 8190 bytes once escaped
+  CHECK(refusal_of("GET / HTTP/1.1\r\n" + escaped + "\r\n\r\n") == 0);
+  sv::RequestReader over = fed("GET / HTTP/1.1\r\nX: %" + std::string(sv::kMaxLineBytes - 7, 'a') + "\r\n\r\n", false);
+  REQUIRE(over.state() == State::kRefused);
+  CHECK(over.refusal().status == 431);
+  CHECK(over.refusal().message.find("'X'") != std::string::npos);
+  CHECK(over.refusal().message.find("%25") != std::string::npos);
 }

@@ -386,6 +386,7 @@ Answer respond(sv::ServeCore& core, const json& request, const std::string* head
     };
   }
   const sv::ResponseOutcome o = sv::run_response(core, call, {}, events);
+  out.events += o.last_events;  // the route writes them once it counted the request
   if (!o.run.result) out.error = o.run.error;
   out.body = o.body;
   return out;

@@ -167,6 +167,17 @@ def test_an_origin_not_listed_is_served_without_a_grant(listed):
         assert "Origin" in listed_set(headers.get("Vary")), origin  # a cache keeps answers apart by Origin
 
 
+def test_an_origin_is_compared_as_sent_not_percent_decoded(listed):
+    # cpp-httplib 0.11 percent-decodes header values: "http://localhost%3A5173" reached the routes as PAGE.
+    for origin in ("http://localhost%3A5173", "http%3A//localhost:5173"):
+        status, headers, body = ask(listed, "POST", "/v1/chat/completions", {"Origin": origin}, CHAT)
+        assert status == 200, body
+        assert cors_fields(headers) == set(), origin
+        status, headers, body = preflight(listed, "/v1/chat/completions", origin)
+        assert status == 403, body
+        assert origin in json.loads(body)["error"]["message"]
+
+
 def test_a_plain_options_answers_allow(listed):
     status, headers, body = ask(listed, "OPTIONS", "/v1/completions")
     assert status == 204, body

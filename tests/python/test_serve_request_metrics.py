@@ -10,6 +10,8 @@ import socket
 import threading
 import time
 
+import pytest
+
 MODEL_NAME = "stories260K.bin"
 
 
@@ -151,3 +153,52 @@ def test_a_request_refused_while_draining_is_counted_once_and_not_timed(start_se
     assert added == {("other", 200): 1, ("completions", 503): 1}
     assert grown(timed, timed_after) == ({"completions": ran} if ran else {})
     assert server.process.wait(timeout=120) == 0
+
+
+def metrics_on(sock):
+    """{(endpoint, status): n} of orbit_requests_total, read over an open keep-alive connection."""
+    sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+    while len(body) < length:
+        body += sock.recv(65536)
+    answered = {}
+    for line in body.decode().splitlines():
+        if line.startswith("orbit_requests_total{"):
+            labels, value = line[len("orbit_requests_total{"):].split("} ")
+            fields = dict(item.split("=") for item in labels.split(","))
+            answered[(fields["endpoint"].strip('"'), int(fields["status"].strip('"')))] = int(value)
+    return answered
+
+
+@pytest.mark.parametrize("path, body, last", [
+    # Cut by max_output_tokens, the Responses stream ends with response.incomplete.
+    ("/v1/responses", {"model": MODEL_NAME, "input": "Once upon a time", "max_output_tokens": 2, "stream": True,
+                       "temperature": 0}, b"event: response.incomplete\ndata: "),
+    ("/v1/chat/completions", {"model": MODEL_NAME, "messages": [{"role": "user", "content": "Once upon a time"}],
+                              "max_tokens": 2, "stream": True, "temperature": 0}, b"data: [DONE]\n\n"),
+])
+def test_a_stream_is_counted_before_its_last_event_goes_out(start_serve, stories260k_path, path, body, last):
+    # /metrics is asked, on a connection opened before, the moment the stream's last event arrived: a stream
+    # counted after it went out would be missing from some of these reads.
+    server = start_serve(stories260k_path)
+    endpoint = {"/v1/responses": "responses", "/v1/chat/completions": "chat"}[path]
+    data = json.dumps(body).encode()
+    request = (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(data)}\r\n\r\n").encode() + data
+    with socket.create_connection((server.host, server.port), timeout=60) as metrics:
+        missed = 0
+        for _ in range(100):
+            before = metrics_on(metrics).get((endpoint, 200), 0)
+            with socket.create_connection((server.host, server.port), timeout=60) as stream:
+                stream.sendall(request)
+                received = b""
+                while last not in received or b"\n\n\r\n" not in received[received.index(last):]:
+                    piece = stream.recv(65536)
+                    assert piece, received
+                    received += piece
+                missed += metrics_on(metrics).get((endpoint, 200), 0) != before + 1
+        assert missed == 0, f"{missed} of 100 reads right after the last event missed the stream"

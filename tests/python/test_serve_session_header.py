@@ -1,7 +1,9 @@
 """An empty X-Orbit-Session header ("X-Orbit-Session:" with nothing, or only blanks, after the colon) is
 refused with a 400 naming the header, as a malformed session id is: cpp-httplib drops a field without a
 value, so the front names it in the head it hands on (cli/serve/http/http_request_reader.h) and the route
-refuses it rather than serving the request as if no session was named. Sent over raw sockets: HTTP clients
+refuses it rather than serving the request as if no session was named. A header is read as it was sent:
+cpp-httplib 0.11 percent-decodes header values, so "ab%2Dcd" reached the route as "ab-cd"; the front passes
+every '%' on as "%25" and the id, which may not hold '%', is refused. Sent over raw sockets: HTTP clients
 differ on whether they send an empty header at all. Every server is started on 127.0.0.1 (a free port)
 and stopped."""
 import json
@@ -66,3 +68,19 @@ def test_the_servers_own_empty_field_header_may_not_be_sent(server):
     status, answer = raw_request(server, "/v1/chat/completions", CHAT, [b"Orbit-Empty-Field: X-Orbit-Session"])
     assert status == 400, answer
     assert "Orbit-Empty-Field" in answer["error"]["message"]
+
+
+@pytest.mark.parametrize("path, body", [("/v1/chat/completions", CHAT), ("/v1/responses", RESPONSE),
+                                        ("/v1/completions", {"model": MODEL_NAME, "prompt": "A", "max_tokens": 2})])
+@pytest.mark.parametrize("value", [b"ab%2Dcd", b"%41", b"s1%", b"a%u0041"])
+def test_a_session_header_is_read_as_sent_not_percent_decoded(server, path, body, value):
+    status, answer = raw_request(server, path, body, [b"X-Orbit-Session: " + value])
+    assert status == 400, answer
+    error = answer["error"]
+    assert error["param"] == "X-Orbit-Session"
+    assert error["message"].startswith("header X-Orbit-Session: "), error["message"]
+
+
+def test_an_empty_field_is_named_as_sent(server):
+    # Not the session header: "X-Orbit-Sessio%6E" is another name, whatever its decoding would say.
+    assert raw_request(server, "/v1/chat/completions", CHAT, [b"X-Orbit-Sessio%6E:"])[0] == 200

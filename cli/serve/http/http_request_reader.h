@@ -8,7 +8,8 @@
 //
 // What it refuses, before reading more than the limits:
 //   431  a head (request line and headers) over RequestLimits::max_head_bytes without its blank line, or a
-//        header line over kMaxLineBytes (with its CRLF; the HTTP library behind reads no longer line)
+//        header line over kMaxLineBytes (with its CRLF; the HTTP library behind reads no longer line), each
+//        '%' counted as the 3 bytes it is passed on as (see below)
 //   414  a request line over kMaxLineBytes
 //   413  a Content-Length over max_body_bytes (at once, nothing of the body read), or a chunked body whose
 //        decoded bytes pass max_body_bytes (at the chunk that passes it: at most the limit is held)
@@ -25,7 +26,9 @@
 // A header field sent with an empty value (nothing but blanks after its colon), which cpp-httplib 0.11
 // drops, becomes a field kEmptyFieldHeader whose value is its name as sent, so a route can tell "sent empty"
 // from "not sent" (orbit serve refuses an empty X-Orbit-Session); a request that sends kEmptyFieldHeader
-// itself is refused (400).
+// itself is refused (400). Every '%' of a header value (and of a field name sent empty) goes to the library
+// as "%25": cpp-httplib 0.11 percent-decodes header values, and decodes that back, so a route reads each
+// value as it was sent ("X-Orbit-Session: ab%2Dcd" is that id, not "ab-cd").
 // Bytes past a complete request (a pipelined next one) are kept: next() starts reading them.
 // Thread-safety: none; one connection's reader is used by one thread at a time.
 #pragma once
@@ -90,6 +93,7 @@ class RequestReader {
   bool read_head();
   bool parse_head(std::size_t end);
   bool parse_headers(std::size_t begin, std::size_t end);
+  bool keep_line(const std::string& line);
   bool read_length_body();
   bool read_chunked_body();
   bool read_chunk_size(std::size_t line_end);

@@ -18,6 +18,7 @@
 #include "orbit/common/error.h"
 #include "serve/http/http_front.h"
 #include "serve/http/peer_watch.h"
+#include "serve/http/request_count.h"
 #include "serve/responses/responses_http.h"
 #include "serve/run/tool_stream.h"
 #include "serve/stored/chat_store_http.h"
@@ -95,20 +96,13 @@ std::string session_of(const httplib::Request& req, const std::string& user, std
   return id ? *id : session_for_user(user);
 }
 
-// Counts a request that ran in the metrics, with its latency and, with a result, its tokens.
-void account(ServeMetrics& metrics, const std::string& endpoint, int status, Clock::time_point t0,
-             const RunOutcome& out) {
-  metrics.count_request(endpoint, status, seconds_since(t0));
-  if (out.result) {
-    const RunUsage& u = out.result->usage;
-    metrics.count_tokens(u.prompt_tokens, u.completion_tokens, u.forward_tokens, u.radix_cache_tokens);
-  }
-}
-
 // What one generation request needs from parse to answer, shared by the handler and its stream provider.
 struct Job {
+  Job(ServeMetrics& metrics, std::atomic<int64_t>& in_flight, const std::string& endpoint)
+      : endpoint(endpoint), count(metrics, in_flight, endpoint) {}
   std::string endpoint;  // "chat" or "completions"
-  Clock::time_point t0 = Clock::now();
+  RequestCount count;    // in flight until the job is gone; counted once in the metrics (request_count.h)
+  const Clock::time_point t0 = count.t0;
   ResponseIds ids;
   std::optional<ChatRequest> chat;
   std::optional<CompletionRequest> completion;
@@ -179,6 +173,7 @@ RunOutcome run_job(ServeCore& core, Job& job, const JobStream& out) {
     sink.on_text = [&counted](const std::string& delta) { return counted(0, delta); };
   }
   if (job.chat && job.sampling().stream) gather_extras(job, sink, counted);
+  job.count.running();
   return core.run(job.ticket, sink);
 }
 
@@ -281,16 +276,39 @@ std::optional<ApiError> prepare(ServeCore& core, const httplib::Request& req, Jo
   return std::nullopt;
 }
 
+// A streamed job: its chunks as they come, then (counted first, so a client that read the whole answer finds
+// it in /metrics) the stream's tail. The caller ends the stream.
+void stream_job(ServeCore& core, Job& job, httplib::DataSink& sink) {
+  job.chunks = ChunkText(job.ids, job.chat ? "chat.completion.chunk" : "text_completion");
+  auto on_text = [&](int64_t choice, const std::string& delta) {
+    const std::string event = job.chat ? job.chunks.chat_text(delta, job.opens(choice), choice, job.extras.take(choice))
+                                       : job.chunks.completion_text(delta);
+    return sink.write(event.data(), event.size());
+  };
+  auto on_call = [&](int64_t choice, const ToolCallDelta& d) {
+    const std::string event = sse(tool_call_chunk(job.ids, d, job.opens(choice), choice, job.extras.take(choice)));
+    return sink.write(event.data(), event.size());
+  };
+  auto on_end = [&](int64_t choice, const RunResult& r) { return end_choice(job, sink, choice, r); };
+  const RunOutcome out =
+      job.chat ? run_job(core, job, JobStream{on_text, on_call, on_end}) : run_job(core, job, JobStream{on_text});
+  keep_if_stored(core, job, out);
+  job.count.ran(out);
+  if (!out.result || out.result->finish_reason != "cancelled") {
+    const std::string tail = stream_tail(job, out);
+    sink.write(tail.data(), tail.size());
+  }
+}
+
 }  // namespace
 
 void HttpServer::generate(const std::string& endpoint, const httplib::Request& req, httplib::Response& res) {
-  auto job = std::make_shared<Job>();
-  job->endpoint = endpoint;
-  ++in_flight_;
+  // Counted once and out of flight when the last reference goes (RequestCount), whatever ends it: a 500 when
+  // an exception escapes this handler (set_error_handlers answers it) or the stream (stream_job writes it).
+  auto job = std::make_shared<Job>(core_.metrics(), in_flight_, endpoint);
   auto fail = [&](const ApiError& e) {
     reply_error(res, e);
-    core_.metrics().count_untimed(endpoint, e.status);  // refused before it ran: no latency sample
-    --in_flight_;
+    job->count.refused(e.status);  // refused before it ran: no latency sample
   };
   if (draining_) return fail(api_error(503, "the server is shutting down", "server_error", "shutting_down"));
   if (auto bad = prepare(core_, req, *job)) return fail(*bad);
@@ -306,40 +324,23 @@ void HttpServer::generate(const std::string& endpoint, const httplib::Request& r
     } else {
       reply_error(res, out.error);
     }
-    account(core_.metrics(), endpoint, out.result ? 200 : out.error.status, job->t0, out);
-    --in_flight_;
+    job->count.ran(out);
     return;
   }
   res.set_header("Cache-Control", "no-cache");
-  job->chunks = ChunkText(job->ids, job->chat ? "chat.completion.chunk" : "text_completion");
   res.set_chunked_content_provider(
-      "text/event-stream",
-      [this, job](std::size_t, httplib::DataSink& sink) {
-        auto on_text = [&](int64_t choice, const std::string& delta) {
-          const std::string event = job->chat ? job->chunks.chat_text(delta, job->opens(choice), choice,
-                                                                      job->extras.take(choice))
-                                              : job->chunks.completion_text(delta);
-          return sink.write(event.data(), event.size());
-        };
-        auto on_call = [&](int64_t choice, const ToolCallDelta& d) {
-          const std::string event =
-              sse(tool_call_chunk(job->ids, d, job->opens(choice), choice, job->extras.take(choice)));
-          return sink.write(event.data(), event.size());
-        };
-        auto on_end = [&](int64_t choice, const RunResult& r) { return end_choice(*job, sink, choice, r); };
-        const RunOutcome out = job->chat ? run_job(core_, *job, JobStream{on_text, on_call, on_end})
-                                         : run_job(core_, *job, JobStream{on_text});
-        keep_if_stored(core_, *job, out);
-        // Counted before the tail goes out: a client that read the whole answer finds it in /metrics.
-        account(core_.metrics(), job->endpoint, out.result ? 200 : out.error.status, job->t0, out);
-        if (!out.result || out.result->finish_reason != "cancelled") {
-          const std::string tail = stream_tail(*job, out);
+      "text/event-stream", [this, job, what = req.method + " " + req.path](std::size_t, httplib::DataSink& sink) {
+        try {
+          stream_job(core_, *job, sink);
+        } catch (...) {  // the head (200) went out: the stream ends with the error
+          job->count.failed();
+          const std::string tail =
+              sse(json::parse(error_body(internal_error(what, std::current_exception())))) + "data: [DONE]\n\n";
           sink.write(tail.data(), tail.size());
         }
         sink.done();
         return true;
-      },
-      [this](bool) { --in_flight_; });
+      });
 }
 
 HttpServer::HttpServer(ServeCore& core, const HttpOptions& options) : core_(core), options_(options) {
@@ -591,15 +592,11 @@ void HttpServer::set_error_handlers() {
     if (res.status == 413) message = "the request body is over the server's limit";
     res.set_content(error_body(api_error(res.status, message, type)), "application/json");
   });
-  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string message = "internal error";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& x) {
-      message += std::string(": ") + x.what();
-    } catch (...) {  // not a std::exception: nothing more to say
-    }
-    reply_error(res, api_error(500, message, "server_error"));
+  // An exception out of a route: 500 with an OpenAI error naming the request and the exception (the model
+  // endpoints' RequestCount counts it; every other route's answer the post-routing handler does).
+  s.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+    res.headers.clear();  // what the route had set (a store's fields) belongs to an answer it did not give
+    reply_error(res, internal_error(req.method + " " + req.path, ep));
   });
 }
 

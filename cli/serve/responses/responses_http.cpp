@@ -12,6 +12,7 @@
 #include "orbit/common/clock.h"
 #include "serve/http/http_request_reader.h"
 #include "serve/http/peer_watch.h"
+#include "serve/http/request_count.h"
 #include "serve/responses/responses_items.h"
 #include "serve/responses/responses_run.h"
 #include "serve/wire/serve_wire.h"
@@ -29,18 +30,11 @@ void reply_error(httplib::Response& res, const ApiError& e) {
   res.set_content(error_body(e), "application/json");
 }
 
-// Counts a request that ran in the metrics, with its latency and, with a result, its tokens.
-void account(ServeMetrics& metrics, int status, Clock::time_point t0, const RunOutcome& out) {
-  metrics.count_request(kEndpoint, status, seconds_since(t0));
-  if (out.result) {
-    const RunUsage& u = out.result->usage;
-    metrics.count_tokens(u.prompt_tokens, u.completion_tokens, u.forward_tokens, u.radix_cache_tokens);
-  }
-}
-
 // One request, shared by the handler and its stream provider.
 struct ResponseJob {
-  Clock::time_point t0 = Clock::now();
+  ResponseJob(ServeMetrics& metrics, std::atomic<int64_t>& in_flight) : count(metrics, in_flight, kEndpoint) {}
+  RequestCount count;  // in flight until the job is gone; counted once in the metrics (request_count.h)
+  const Clock::time_point t0 = count.t0;
   ResponseCall call;
   std::shared_ptr<PeerWatch> watch;
   bool first_token = true;
@@ -57,6 +51,7 @@ bool observed(ServeCore& core, ResponseJob& job) {
 // Cancels the run when the client leaves (RunSink::cancelled); counts the first token (text or, streamed, a
 // call's piece).
 RunSink job_sink(ServeCore& core, ResponseJob& job, bool streamed = false) {
+  job.count.running();
   RunSink sink;
   sink.cancelled = [&job] { return job.watch->gone(); };
   sink.on_text = [&core, &job](const std::string&) { return observed(core, job); };
@@ -101,12 +96,12 @@ std::optional<std::string> session_header(const httplib::Request& req, std::stri
 
 void post_responses(const ResponsesRoute& route, const httplib::Request& req, httplib::Response& res) {
   ServeCore& core = route.core;
-  auto job = std::make_shared<responses_route::ResponseJob>();
-  ++route.in_flight;
+  // Counted once and out of flight when the last reference goes (RequestCount), whatever ends it: a 500 when
+  // an exception escapes this handler (the server's exception handler answers it) or the stream.
+  auto job = std::make_shared<responses_route::ResponseJob>(core.metrics(), route.in_flight);
   auto fail = [&](const ApiError& e) {
     responses_route::reply_error(res, e);
-    core.metrics().count_untimed(responses_route::kEndpoint, e.status);  // refused before it ran: not timed
-    --route.in_flight;
+    job->count.refused(e.status);  // refused before it ran: not timed
   };
   if (route.draining) return fail(api_error(503, "the server is shutting down", "server_error", "shutting_down"));
   std::string problem;
@@ -126,22 +121,21 @@ void post_responses(const ResponsesRoute& route, const httplib::Request& req, ht
     } else {
       responses_route::reply_error(res, out.run.error);
     }
-    responses_route::account(core.metrics(), out.run.result ? 200 : out.run.error.status, job->t0, out.run);
-    --route.in_flight;
+    job->count.ran(out.run);
     return;
   }
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
-      "text/event-stream",
-      [route, job](std::size_t, httplib::DataSink& sink) {
-        const ResponseOutcome out =
-            run_response(route.core, job->call, responses_route::job_sink(route.core, *job, true),
-                         [&sink](const std::string& events) { return sink.write(events.data(), events.size()); });
+      "text/event-stream", [&core = route.core, job](std::size_t, httplib::DataSink& sink) {
+        const auto write = [&sink](const std::string& events) { return sink.write(events.data(), events.size()); };
+        // An exception out of the run ends the stream with response.failed naming it (run_response): a 500.
+        const ResponseOutcome out = run_response(core, job->call, responses_route::job_sink(core, *job, true), write);
+        // Counted before the last event goes out: a client that read the whole stream finds it in /metrics.
+        job->count.ran(out.run);
+        if (!out.last_events.empty()) write(out.last_events);
         sink.done();
-        responses_route::account(route.core.metrics(), out.run.result ? 200 : out.run.error.status, job->t0, out.run);
         return true;
-      },
-      [route](bool) { --route.in_flight; });
+      });
 }
 
 namespace responses_route {

@@ -219,9 +219,34 @@ Parsed<int64_t> count_input_tokens(ServeCore& core, std::string_view body) {
   return out;
 }
 
+namespace response_flow {
+
+// The run of a prepared call and what follows it (run_response): `stream` set, the last events go to
+// out.last_events.
+ResponseOutcome run_and_finish(ServeCore& core, ResponseCall& call, const RunSink& run_sink, ResponseEvents* stream) {
+  ResponseOutcome out;
+  out.run = core.run(call.ticket, run_sink);
+  if (!out.run.result) {
+    out.run.error = responses_error(out.run.error);
+    if (stream) out.last_events = stream->failed(out.run.error);
+    return out;
+  }
+  const RunResult& r = *out.run.result;
+  out.body = response_body(call.head, &r);
+  if (r.finish_reason == "cancelled") return out;  // no one to answer; not stored
+  if (r.tool_stream_mismatch && stream) {          // a call went out as the answer does not hold it: failed, not stored
+    out.last_events = stream->failed(tool_stream_error(*r.tool_stream_mismatch, 0));
+    return out;
+  }
+  if (call.request.store) out.stored = response_flow::store(core, call, r, out.body);
+  if (stream) out.last_events = stream->finish(r, out.stored ? &*out.stored : nullptr);
+  return out;
+}
+
+}  // namespace response_flow
+
 ResponseOutcome run_response(ServeCore& core, ResponseCall& call, const RunSink& sink,
                              const std::function<bool(const std::string&)>& events) {
-  ResponseOutcome out;
   std::optional<ResponseEvents> stream;
   RunSink run_sink = sink;
   if (events) {
@@ -241,22 +266,15 @@ ResponseOutcome run_response(ServeCore& core, ResponseCall& call, const RunSink&
       return events(stream->call(piece)) && here;
     };
   }
-  out.run = core.run(call.ticket, run_sink);
-  if (!out.run.result) {
-    out.run.error = responses_error(out.run.error);
-    if (stream) events(stream->failed(out.run.error));
-    return out;
+  if (!stream) return response_flow::run_and_finish(core, call, run_sink, nullptr);
+  try {
+    return response_flow::run_and_finish(core, call, run_sink, &*stream);
+  } catch (...) {  // response.created went out: the stream ends with response.failed naming the exception
+    ResponseOutcome failed;
+    failed.run.error = internal_error("POST /v1/responses", std::current_exception());
+    failed.last_events = stream->failed(failed.run.error);
+    return failed;
   }
-  const RunResult& r = *out.run.result;
-  out.body = response_body(call.head, &r);
-  if (r.finish_reason == "cancelled") return out;  // no one to answer; not stored
-  if (r.tool_stream_mismatch && stream) {          // a call went out as the answer does not hold it: failed, not stored
-    events(stream->failed(tool_stream_error(*r.tool_stream_mismatch, 0)));
-    return out;
-  }
-  if (call.request.store) out.stored = response_flow::store(core, call, r, out.body);
-  if (stream) events(stream->finish(r, out.stored ? &*out.stored : nullptr));
-  return out;
 }
 
 }  // namespace orbit::serve

@@ -77,10 +77,17 @@ struct ResponseOutcome {
   RunOutcome run;                    // the chat run: its result, or the error to answer with
   nlohmann::json body;               // the response object; null when the run failed
   std::optional<StoreWrite> stored;  // store true and run to its end: whether the store took it
+  // Streamed: the stream's last events (response.completed or .incomplete with the items' closing events
+  // before it, or response.failed), which the caller writes once it has counted the request, so that a
+  // client that read the whole stream finds it in /metrics; "" for a cancelled run or a whole answer.
+  std::string last_events;
 };
 
 // Runs a prepared call. `events` set: the request streams, and the events (responses_wire.h) go to it as
-// they come, response.created first (false: the client left); a cancelled run writes no last event. `sink.on_text`
+// they come, response.created first (false: the client left), all but the last ones
+// (ResponseOutcome::last_events, for the caller to write); a cancelled run has no last event. A streamed
+// run that throws ends as response.failed (run.error: internal_error, a 500); a whole one lets it escape
+// to the route's exception handler (a 500 answer). `sink.on_text`
 // and `sink.on_tool_call` observe the generated text and calls (the calls reach the events as they are written
 // where they are decoded under the tools' grammar, answer_constraint.h) and `sink.cancelled` is polled, as for chat. A
 // response that ran to its end (not cancelled) is stored (store true) before its last event is written, so a request

@@ -671,6 +671,17 @@ std::string error_body(const ApiError& error) {
   return json{{"error", e}}.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+ApiError internal_error(const std::string& what_failed, const std::exception_ptr& ep) {
+  std::string message = what_failed + " failed: internal error";
+  try {
+    std::rethrow_exception(ep);
+  } catch (const std::exception& x) {
+    message += std::string(": ") + x.what();
+  } catch (...) {  // not a std::exception: nothing more to say
+  }
+  return api_error(500, message, "server_error", "internal_error");
+}
+
 Parsed<ChatRequest> parse_chat_request(std::string_view body, const ServeLimits& limits) {
   return guarded<ChatRequest>([&] { return chat_request(body, limits); });
 }

@@ -71,6 +71,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <map>
 #include <optional>
 #include <string>
@@ -98,6 +99,11 @@ ApiError api_error(int status, std::string message, std::string type = "invalid_
 
 // The JSON body of an error: {"error": {"message": ..., "type": ..., "param": ... | null, "code": ... | null}}.
 std::string error_body(const ApiError& error);
+
+// The error of a request that failed with an exception nothing foresaw (not a refusal, not the engine's
+// orbit::Error a run answers as engine_error): 500, type server_error, code internal_error, the message naming
+// the request (`what_failed`, e.g. "POST /v1/chat/completions") and the exception's what().
+ApiError internal_error(const std::string& what_failed, const std::exception_ptr& ep);
 
 struct ServeLimits {
   std::size_t max_body_bytes = std::size_t{4} << 20;  // request bodies over this get 413
