@@ -24,11 +24,11 @@
 //    Budgeted rows (over both vocabularies; --budget-only runs them alone): obj/24 (json_object), few/48
 //    (one to three people) and names/48 (a map whose keys are a pattern of at most 6 letters: the budget's
 //    state bound counts its longest key, Grammar::shaped_extra), runs of 24 and 48 tokens whose answer must
-//    finish within them (mask_logits with the tokens left), where the budget binds towards each run's end, and
-//    names/4096, where it never binds; the sample column says at how many steps it dropped some token, and how
-//    many of the budget's '"'/',' tokens its bound settled and how many the key log walked (TokenConstraint::
-//    budget_counts; the untimed check of whether it dropped one counts too, so each step's tokens are counted
-//    twice).
+//    finish within them (mask_logits with the tokens left), where the budget binds towards each run's end,
+//    names/4096, where it never binds, and words/48 and words/512 (the same map, keys of every length); the
+//    sample column says at how many steps it dropped some token, and how many of the budget's '"'/',' tokens its bound
+//    settled and how many the key log walked (TokenConstraint:: budget_counts; the untimed check of whether it dropped
+//    one counts too, so each step's tokens are counted twice).
 // A loop times both steps over the same forward: unmasked = forward + argmax; masked = forward + mask +
 // argmax + advance, the constrained choice fed back; runs restart with the same Constraint when the text
 // completes. "mask", "mask p99", "mask max": the mask and the advance alone per step, warm; "cold": the
@@ -89,10 +89,12 @@ const char* kRecords = R"({"type": "array", "minItems": 100, "items": {"type": "
 const char* kFewPeople = R"({"type": "array", "minItems": 1, "maxItems": 3, "items": {"type": "object",
     "properties": {"name": {"type": "string", "maxLength": 24}, "age": {"type": "integer"}},
     "additionalProperties": {"type": "boolean"}, "required": ["name", "age"]}})";
-// A map whose keys are a pattern (Grammar::shaped_extra: its longest key, 8 bytes quoted; a pattern with keys
-// of every length counts 6,146 at the default 1,024 characters, and the budget is asked at every step below
-// that).
+// A map whose keys are a pattern (Grammar::shaped_extra: its longest key, 8 bytes quoted).
 const char* kNamedKeys = R"({"type": "object", "propertyNames": {"pattern": "^[a-z]{1,6}$"},
+    "additionalProperties": {"type": "integer"}})";
+// The same with keys of every length: its longest key is 6,146 bytes at the default 1,024 characters, but one
+// more key than the map may hold (257) is free within 4 bytes ('"', two letters, '"'): counted as 24.
+const char* kWordKeys = R"({"type": "object", "propertyNames": {"pattern": "^[a-z]+$"},
     "additionalProperties": {"type": "integer"}})";
 const char* kLongString = R"({"type": "string", "minLength": 4096, "maxLength": 8192})";
 const char* kString = R"({"type": "string", "maxLength": 8192})";
@@ -444,7 +446,9 @@ int main(int argc, char** argv) {
                                                                                 24},
             {"few/48", Constraint::json_schema(kFewPeople), 48},
             {"names/48", Constraint::json_schema(kNamedKeys), 48},
-            {"names/4096", Constraint::json_schema(kNamedKeys), 4096}}) {
+            {"names/4096", Constraint::json_schema(kNamedKeys), 4096},
+            {"words/48", Constraint::json_schema(kWordKeys), 48},
+            {"words/512", Constraint::json_schema(kWordKeys), 512}}) {
         Row row;
         row.setting = setting;
         row.workload = workload;

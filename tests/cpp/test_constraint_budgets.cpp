@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "constraint_property_util.h"
@@ -323,6 +324,41 @@ TEST_CASE("one-byte tokens and a pattern's long key: the state's bound counts wh
         {"type", "object"},
         {"propertyNames", {{"pattern", pattern}}},
         {"maxProperties", 2},
+        {"additionalProperties",
+         {{"type", "integer"}}}}.dump();
+    INFO(schema);
+    const auto c = Constraint::json_schema(schema, limits);
+    REQUIRE(c->matches(text));
+    TokenConstraint tc(c, vocab, {.end_tokens = {vocab->size() - 1}});
+    int64_t skipped = 0, cut = 0;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+      check_every_budget(tc, *vocab, skipped, cut);
+      tc.accept_text(text.substr(i, 1));
+    }
+    CHECK(cut > 10);
+  }
+}
+
+TEST_CASE("keys of every length, some taken: the state's bound holds at every budget", "[constraint][property]") {
+  // Keys with texts of every length are counted where one more key than the object may hold is free
+  // (Grammar::shaped_extra). Under ^(a|b|c|d|ab{20,})$ with "a" taken the key "a costs 21 more, the shortest
+  // keys only 3 bytes: its count (6 * 25 bytes, 5 texts from the state after "a) is what keeps the bound above
+  // the need. Under ^x*$ the keys "", "x", "xx", ... taken leave each next key one byte longer. The budgeted
+  // mask at every budget against brute force checks that no token's need passes the bound.
+  TokenBytes b;
+  for (int c = 0; c < 256; ++c) b.text.emplace_back(std::string(1, static_cast<char>(c)));
+  b.text.emplace_back(std::nullopt);
+  const auto vocab = TokenVocabulary::from_bytes(b);
+  ConstraintLimits limits;
+  limits.whitespace = Whitespace::kNone;
+  const std::vector<std::tuple<std::string, int, std::string>> runs{
+      {"^(a|b|c|d|ab{20,})$", 2, R"({"a":1,"abbbbbbbbbbbbbbbbbbbbb":2})"},
+      {"^x*$", 8, R"({"":1,"x":2,"xx":3,"xxx":4,"xxxx":5,"xxxxx":6,"xxxxxx":7,"xxxxxxx":8})"}};
+  for (const auto& [pattern, members, text] : runs) {
+    const std::string schema = Json{
+        {"type", "object"},
+        {"propertyNames", {{"pattern", pattern}}},
+        {"maxProperties", members},
         {"additionalProperties",
          {{"type", "integer"}}}}.dump();
     INFO(schema);

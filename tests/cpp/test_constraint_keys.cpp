@@ -265,7 +265,7 @@ TEST_CASE("a pattern's longest key in bytes as written: finite automata, escapes
   CHECK(longest_text_bytes(dead) == std::nullopt);
 
   // Grammar::shaped_extra, the most bytes a key the budget's state bound counts may cost: a pattern's longest
-  // key where it has one, else maxLength characters at 6 bytes each, quotes included.
+  // key where it has one, quotes included.
   const auto shaped = [](const std::string& schema_text, int64_t max_chars) {
     ConstraintLimits limits;
     limits.max_string_chars = max_chars;
@@ -277,9 +277,16 @@ TEST_CASE("a pattern's longest key in bytes as written: finite automata, escapes
   CHECK(shaped(R"({"propertyNames": {"pattern": "^[a-z]{1,6}$"}})", 1024) == 8);
   CHECK(shaped(R"({"propertyNames": {"pattern": "^(a|\\u0001{3})$"}})", 1024) == 20);
   CHECK(shaped(R"({"propertyNames": {"pattern": "^[a-z]{1,6}$", "maxLength": 2}})", 1024) == 8);  // a bound
-  CHECK(shaped(R"({"propertyNames": {"pattern": "^[a-z]+$"}})", 1024) == 6 * 1024 + 2);
-  CHECK(shaped(R"({"propertyNames": {"pattern": "^[a-z]+$", "maxLength": 5}})", 1024) == 32);
-  CHECK(shaped(R"({"propertyNames": {"pattern": "^[a-z]+$"}})", 10) == 62);
+  // Keys of every length: not their longest (6 * 1,024 + 2 bytes), but where one more key than the object may
+  // hold is free. From each state of ^[a-z]+$, 257 keys (a map's 256 members and one) are found within 4
+  // bytes ('"' and two letters, then '"'): 6 * 4, at 6 bytes a character where the key's characters run out.
+  CHECK(shaped(R"({"propertyNames": {"pattern": "^[a-z]+$"}})", 1024) == 24);
+  CHECK(shaped(R"({"propertyNames": {"pattern": "^[a-z]+$", "maxLength": 5}})", 1024) == 24);
+  CHECK(shaped(R"({"propertyNames": {"pattern": "^[a-z]+$"}})", 10) == 24);
+  // One key of each length: its 259th shortest is past the most KeyLog::need() counts (kMaxKeyExtra); with at
+  // most 3 members (and a map's 2 children), the 6th from the start is '"', 5 x's and '"': 7 bytes.
+  CHECK(shaped(R"({"propertyNames": {"pattern": "^x*$"}})", 1024) == kMaxKeyExtra);
+  CHECK(shaped(R"({"propertyNames": {"pattern": "^x*$"}, "maxProperties": 3})", 1024) == 6 * 7);
   // An open object's extra keys leave out its declared names: "abcdefgh" is declared, "a" and "b" are left.
   CHECK(shaped(R"({"properties": {"abcdefgh": {}}, "propertyNames": {"pattern": "^(a|b|abcdefgh)$"},
                   "additionalProperties": true})",

@@ -497,4 +497,39 @@ std::optional<int64_t> longest_text_bytes(const ByteDfa& a) {
   return most;
 }
 
+std::optional<int64_t> bytes_for_texts(const ByteDfa& a, int64_t count, int64_t max_bytes) {
+  const std::size_t n = a.size();
+  // Per state, over lengths L = 0, 1, ...: the texts of exactly L bytes to an accepting state (`exact`), of
+  // at most L (`within`), and the paths of L bytes to any state (`paths`: zero once the state's texts are all
+  // shorter; every state reaches acceptance). Counts stop at `count`: an edge's range counts a text per byte.
+  std::vector<int64_t> exact(n), within(n), paths(n, 1), next(n);
+  std::vector<uint8_t> settled(n, 0);
+  for (std::size_t q = 0; q < n; ++q) within[q] = exact[q] = a.accepting[q] != 0 ? 1 : 0;
+  const auto step = [&](std::vector<int64_t>& v) {
+    for (std::size_t q = 0; q < n; ++q) {
+      int64_t sum = 0;
+      for (const ByteDfa::Edge& e : a.edges[q])
+        sum = std::min(count, sum + (e.hi - e.lo + 1) * v[static_cast<std::size_t>(e.to)]);
+      next[q] = sum;
+    }
+    v.swap(next);
+  };
+  std::size_t left = n;
+  int64_t most = 0;
+  for (int64_t len = 0; left > 0; ++len) {
+    for (std::size_t q = 0; q < n; ++q) {
+      if (settled[q] != 0 || (within[q] < count && paths[q] > 0)) continue;
+      settled[q] = 1;
+      --left;
+      most = std::max(most, within[q] >= count ? len : len - 1);
+    }
+    if (left == 0 || len == max_bytes) break;
+    step(exact);
+    step(paths);
+    for (std::size_t q = 0; q < n; ++q) within[q] = std::min(count, within[q] + exact[q]);
+  }
+  if (left > 0) return std::nullopt;
+  return most;
+}
+
 }  // namespace orbit::constrain

@@ -115,6 +115,10 @@ std::vector<int64_t> texts_by_bytes(const ByteDfa& a, int64_t max_chars, int64_t
 // some accepted path holds. nullopt where there is none (a cycle among those states: texts of every length) or
 // `a` accepts nothing. Over a JSON string's bytes (regex.h) a text's escapes are counted as written.
 std::optional<int64_t> longest_text_bytes(const ByteDfa& a);
+// The fewest bytes L such that from every state of `a`, at least `count` of the texts that lead on to
+// acceptance have at most L bytes, or all of them do (a state with fewer texts: its longest). nullopt where
+// some state is not settled within `max_bytes` bytes. Costs a pass over the edges per byte of length.
+std::optional<int64_t> bytes_for_texts(const ByteDfa& a, int64_t count, int64_t max_bytes);
 // Whether `a` accepts `text`.
 bool accepts(const ByteDfa& a, std::string_view text);
 

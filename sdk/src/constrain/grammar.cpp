@@ -136,6 +136,21 @@ int64_t longest_key_text(const Node& key) {
   return longest ? std::min(*longest, by_chars) : by_chars;
 }
 
+// A bound on the bytes a pattern's key costs past its grammar's shortest completion where some of its keys
+// are taken (Grammar::shaped_extra), in an object of at most `members` keys. Never more than its longest text
+// (longest_key_text), nor than what KeyLog::need() counts (kMaxKeyExtra). And from a state whose `members`
+// + 1 shortest completions have at most L bytes (bytes_for_texts), one of them is free: within the key's
+// character limit, at most L bytes; where the characters already written leave fewer than L, the key's
+// remaining characters are fewer than L, each at most 6 bytes ("\u001f"). A key of every length, as
+// ^[a-z]+$ in a map of 256 members, counts so 6 * 4 bytes (257 keys of '"', two letters and '"'), where its
+// longest text is 6,146 bytes.
+int64_t most_key_extra(const Node& key, int64_t members) {
+  int64_t most = std::min(longest_key_text(key), kMaxKeyExtra);
+  if (key.kind != NodeKind::kDfa) return most;
+  const std::optional<int64_t> within = bytes_for_texts(*key.dfa, members + 1, kMaxKeyExtra);
+  return within ? std::min(most, 6 * *within) : most;
+}
+
 // key_counts of the maps and open objects, enough for every member they may have and one more.
 void count_object_keys(Grammar& g) {
   for (Node& n : g.nodes) {
@@ -152,7 +167,9 @@ void count_object_keys(Grammar& g) {
     if (k.kind == NodeKind::kLiteralSet) {
       for (const ByteTrie::Node& t : k.trie.nodes) g.shaped_extra = std::max<int64_t>(g.shaped_extra, t.depth + 2);
     } else if (k.kind != NodeKind::kString) {
-      g.shaped_extra = std::max(g.shaped_extra, longest_key_text(k));
+      const int64_t members =
+          std::min<int64_t>(std::max(n.min_count, n.max_count), INT32_MAX) + static_cast<int64_t>(n.children.size());
+      g.shaped_extra = std::max(g.shaped_extra, most_key_extra(k, members));
     }
   }
 }

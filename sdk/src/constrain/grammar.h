@@ -117,6 +117,10 @@ struct Node {
 // A count of bytes that no text reaches (sums saturate at it).
 inline constexpr int64_t kUnreachable = std::numeric_limits<int64_t>::max() / 4;
 
+// The most bytes past the grammar's shortest that KeyLog::need() counts for a key being written whose short
+// completions are taken (key_log.h: extra_for_fresh); past that, a lower bound.
+inline constexpr int64_t kMaxKeyExtra = 256;
+
 // A compiled constraint. Node indices are stable; `root` is what the whole text must match.
 struct Grammar {
   std::vector<Node> nodes;
@@ -130,10 +134,11 @@ struct Grammar {
   bool few_keys = false;
   // Where some map's or open object's keys are a pattern or a set of names rather than a string (of some
   // lengths), a key being written whose short completions are taken may cost more than 6 bytes past the
-  // grammar's shortest (^(a|abcdefgh)$ with "a" taken: 7), up to its longest: a bound on that, the most bytes
-  // such a key may take, quotes included: a name's; a pattern's longest text as written (byte_dfa.h:
-  // longest_text_bytes), or where it has texts of every length its maxLength characters at 6 bytes each; 0
-  // where there is none.
+  // grammar's shortest (^(a|abcdefgh)$ with "a" taken: 7): a bound on that, for the budget's skip test
+  // (key_log.h: most_over), so never below what it bounds. A name's length quoted; for a pattern the least of
+  // its longest text as written (byte_dfa.h: longest_text_bytes; where it has texts of every length, its
+  // maxLength characters at 6 bytes each), of kMaxKeyExtra, and of where one more key than its object may
+  // hold is free (grammar.cpp: most_key_extra: 24 bytes for ^[a-z]+$, not 6,146); 0 where there is none.
   int64_t shaped_extra = 0;
 
   int32_t add(Node node);

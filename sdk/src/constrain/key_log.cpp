@@ -85,21 +85,20 @@ int64_t fresh_in(const Matcher& m, const Node& key, const Frame& f, std::string&
 }
 
 // The lengths in bytes of the `want` shortest completions of the key frame `f` that are none of `taken`, less
-// `fewest` (the grammar's shortest), shortest first. Exact up to kMaxExtra more bytes, or until `work` runs
-// out (then a lower bound). Only the bytes that can still close the key in the length tried are tried, so the
+// `fewest` (the grammar's shortest), shortest first. Exact up to kMaxKeyExtra more bytes (grammar.h), or until `work`
+// runs out (then a lower bound). Only the bytes that can still close the key in the length tried are tried, so the
 // search walks the completions that spell a taken key and a few dead ends: a key whose short completions are
 // taken ("a" with "a" taken under ^(a|abcdefgh)$: 7 more) costs what it costs, not a cap.
 std::vector<int64_t> extra_for_fresh(const Matcher& m, const Node& key, const Frame& f, std::string prefix,
                                      int64_t fewest, const std::set<std::string>& taken, int64_t want) {
-  constexpr int64_t kMaxExtra = 256;
   int64_t work = 1 << 16;
   std::vector<int64_t> out;
   int64_t extra = 0;
-  for (; extra < kMaxExtra && static_cast<int64_t>(out.size()) < want; ++extra) {
+  for (; extra < kMaxKeyExtra && static_cast<int64_t>(out.size()) < want; ++extra) {
     const int64_t n = fresh_in(m, key, f, prefix, fewest + extra, taken, want - static_cast<int64_t>(out.size()), work);
     out.insert(out.end(), static_cast<std::size_t>(n), extra);
   }
-  out.resize(static_cast<std::size_t>(want), extra);  // none within kMaxExtra: at least that many more
+  out.resize(static_cast<std::size_t>(want), extra);  // none within kMaxKeyExtra: at least that many more
   return out;
 }
 
