@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -35,15 +36,40 @@ struct ChatTemplate::Impl {
   std::string render(const std::string& origin, const Value& messages, const ChatRenderOptions& options) const;
   // `messages` (whose roles are checked) rendered with `variables` (from variables()).
   std::string render_with(const std::string& origin, Value messages, bool add_generation_prompt,
-                          const jinja::Dict& variables) const;
+                          const jinja::Dict& variables, const jinja::RenderClock& clock) const;
 };
 
 struct PreparedChat::Impl {
   std::vector<Value> messages;  // message_value of each
   jinja::Dict variables;        // ChatTemplate::Impl::variables
+  std::time_t now = 0;          // template_clock() when prepared
 };
 
 std::size_t PreparedChat::size() const { return impl_ ? impl_->messages.size() : 0; }
+std::time_t PreparedChat::now() const { return impl_ ? impl_->now : template_clock(); }
+
+namespace {
+
+std::atomic<bool> clock_set{false};  // set_template_clock
+std::atomic<int64_t> clock_time{0};  // its time, where clock_set
+
+}  // namespace
+
+std::string format_time(const std::string& format, std::time_t now) { return jinja::format_time(format, now); }
+
+bool clock_reads_hold(const ClockReads& reads, std::time_t now) {
+  return std::all_of(reads.begin(), reads.end(), [&](const auto& r) { return format_time(r.first, now) == r.second; });
+}
+
+std::time_t template_clock() {
+  if (clock_set.load(std::memory_order_acquire)) return static_cast<std::time_t>(clock_time.load());
+  return std::time(nullptr);
+}
+
+void set_template_clock(std::optional<std::time_t> now) {
+  if (now) clock_time.store(static_cast<int64_t>(*now));
+  clock_set.store(now.has_value(), std::memory_order_release);
+}
 
 namespace {
 
@@ -218,19 +244,23 @@ PreparedChat ChatTemplate::prepare(const std::vector<ChatMessage>& messages, con
   impl->messages.reserve(messages.size());
   for (std::size_t k = 0; k < messages.size(); ++k) impl->messages.push_back(message_value(messages[k], k, origin_));
   impl->variables = impl_->variables(origin_, options);
+  impl->now = template_clock();
   PreparedChat out;
   out.impl_ = std::move(impl);
   return out;
 }
 
-std::string ChatTemplate::render_prefix(const PreparedChat& chat, std::size_t count, bool add_generation_prompt) const {
+std::string ChatTemplate::render_prefix(const PreparedChat& chat, std::size_t count, bool add_generation_prompt,
+                                        ClockReads* reads) const {
   ORBIT_CHECK(count <= chat.size(),
               origin_ << ": render_prefix: count " << count << " is past the list's " << chat.size() << " messages");
+  const jinja::RenderClock clock{chat.now(), reads};
   if (!chat.impl_)
-    return impl_->render_with(origin_, Value::of_list({}), add_generation_prompt, impl_->variables(origin_, {}));
+    return impl_->render_with(origin_, Value::of_list({}), add_generation_prompt, impl_->variables(origin_, {}), clock);
   const std::vector<Value>& all = chat.impl_->messages;
   jinja::List prefix(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(count));
-  return impl_->render_with(origin_, Value::of_list(std::move(prefix)), add_generation_prompt, chat.impl_->variables);
+  return impl_->render_with(origin_, Value::of_list(std::move(prefix)), add_generation_prompt, chat.impl_->variables,
+                            clock);
 }
 
 std::string ChatTemplate::render_json(const std::string& messages_json, const ChatRenderOptions& options) const {
@@ -265,18 +295,19 @@ std::string ChatTemplate::Impl::render(const std::string& origin, const Value& m
     ORBIT_CHECK(role != nullptr && role->is(Value::Kind::kString),
                 origin << ": message " << k << " has no role (a string)");
   }
-  return render_with(origin, messages, options.add_generation_prompt, variables(origin, options));
+  return render_with(origin, messages, options.add_generation_prompt, variables(origin, options),
+                     jinja::RenderClock{template_clock(), nullptr});
 }
 
 std::string ChatTemplate::Impl::render_with(const std::string& origin, Value messages, bool add_generation_prompt,
-                                            const jinja::Dict& variables) const {
+                                            const jinja::Dict& variables, const jinja::RenderClock& clock) const {
   // The order templates have always seen: messages, add_generation_prompt, bos_token, eos_token, tools, extra.
   jinja::Dict vars;
   vars.reserve(variables.size() + 2);
   vars.emplace_back("messages", std::move(messages));
   vars.emplace_back("add_generation_prompt", Value::boolean(add_generation_prompt));
   vars.insert(vars.end(), variables.begin(), variables.end());
-  return jinja::render(program, vars, origin);
+  return jinja::render(program, vars, origin, clock);
 }
 
 namespace {

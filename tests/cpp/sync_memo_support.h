@@ -38,16 +38,17 @@ inline std::optional<ListCuts> list_cuts(const runtime::ChatTemplate& t, const r
   orbit::detail::set_cuts_memo(memo);
   runtime::PreparedChat chat;
   std::string text;
+  runtime::ClockReads reads;
   try {
     chat = t.prepare(list, o);
-    text = t.render_prefix(chat, list.size(), false);
+    text = t.render_prefix(chat, list.size(), false, &reads);
   } catch (const Error&) {
     return std::nullopt;
   }
   ListCuts out;
   const int64_t renders = orbit::detail::prefix_renders_so_far();
   const int64_t spans = orbit::detail::prefix_spans_so_far();
-  out.cuts = orbit::detail::text_cuts(t, chat, orbit::detail::list_keys(t, o, list), text, &out.merged);
+  out.cuts = orbit::detail::text_cuts(t, chat, orbit::detail::list_keys(t, o, list), text, reads, &out.merged);
   out.renders = orbit::detail::prefix_renders_so_far() - renders;
   out.spans = orbit::detail::prefix_spans_so_far() - spans;
   return out;

@@ -2,9 +2,10 @@
 // each prefix of an earlier list rendered to) give exactly the plan that rendering every prefix gives
 // (detail::set_cuts_memo switches between the two): over agents whose lists grow, get trimmed, edited and cut
 // back, or get a new system prompt at every request, under templates whose boundaries hold, templates that refuse
-// shorter lists or render the last message differently, and a template that reads the clock (which the memo leaves
-// alone). A list that only grew renders no prefix at all. Also ChatTemplate::render_prefix against render, and the
-// parsed-template cache. The spans read for trimmed lists and changed first messages: test_sync_memo_edits.cpp.
+// shorter lists or render the last message differently, and a template that reads the clock (read from the memo
+// while its date holds: test_sync_memo_clock.cpp). A list that only grew renders no prefix at all. Also
+// ChatTemplate::render_prefix against render, and the parsed-template cache. The spans read for trimmed lists and
+// changed first messages: test_sync_memo_edits.cpp.
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -161,13 +162,23 @@ TEST_CASE("a list that only grew renders none of its prefixes", "[sync_memo]") {
   }
 }
 
-TEST_CASE("a template that reads the clock renders every prefix", "[sync_memo]") {
+TEST_CASE("a template that reads the clock reads the memo while the year holds", "[sync_memo]") {
   const auto engine = orbit::test::sync_support::open_engine();
   const char* clock =
       "{% for message in messages %}{{ strftime_now('%Y') }} {{ message.role }}: {{ message.content }}\n"
       "{% endfor %}";
   CHECK_FALSE(runtime::ChatTemplate(clock, "clock").deterministic());
   CHECK(runtime::ChatTemplate(orbit::test::sync_support::kTemplate, "story").deterministic());
+  struct Unpin {
+    ~Unpin() { runtime::set_template_clock(std::nullopt); }
+  } unpin;
+  std::tm day{};
+  day.tm_year = 126;  // 2026
+  day.tm_mon = 11;
+  day.tm_mday = 31;
+  day.tm_hour = 12;
+  day.tm_isdst = -1;
+  runtime::set_template_clock(std::mktime(&day));
   const Window w = engine->new_window();
   const SyncOptions o = orbit::test::sync_support::options(clock, 16);
   std::vector<ChatMessage> list = {msg("system", "You tell short stories."), msg("user", "A story.")};
@@ -175,7 +186,13 @@ TEST_CASE("a template that reads the clock renders every prefix", "[sync_memo]")
   list.push_back(msg("assistant", "Once upon a time."));
   int64_t renders = 0;
   (void)plan_both(w, list, o, &renders);
-  CHECK(renders == 2);
+  CHECK(renders == 0);  // the list before it, read from the memo
+  day.tm_mday = 32;     // 1 Jan 2027: every entry rendered 2026
+  day.tm_isdst = -1;
+  runtime::set_template_clock(std::mktime(&day));
+  list.push_back(msg("user", "Another."));
+  (void)plan_both(w, list, o, &renders);
+  CHECK(renders == 3);
 }
 
 TEST_CASE("render_prefix renders as render does over each prefix", "[sync_memo]") {

@@ -412,6 +412,33 @@ Value method(const Value& receiver, const std::string& name, const Site& at) {
   return m;
 }
 
+std::string format_time(const std::string& format, int64_t now) {
+  const auto t = static_cast<std::time_t>(now);
+  std::tm local{};
+  localtime_r(&t, &local);
+  char buf[256];
+  const std::size_t n = std::strftime(buf, sizeof buf, format.c_str(), &local);
+  return std::string(buf, n);
+}
+
+namespace {
+
+// Adds strftime_now(fmt)'s call to `reads` (RenderClock). One rendering formats one time, so a format gives one
+// text: each is kept once. At most kMaxClockReads formats of at most kMaxClockFormatBytes are kept (bounded memory
+// and scans whatever a template calls); past that the reads end with kClockReadsOverflow, which holds at no time.
+void record_clock_read(ClockReads& reads, const std::string& fmt, const std::string& text) {
+  const auto same = [&](const auto& r) { return r.first == fmt; };
+  if (std::any_of(reads.begin(), reads.end(), same)) return;
+  if (!reads.empty() && reads.back() == kClockReadsOverflow) return;
+  if (reads.size() < kMaxClockReads && fmt.size() <= kMaxClockFormatBytes) {
+    reads.emplace_back(fmt, text);
+  } else {
+    reads.emplace_back(kClockReadsOverflow);
+  }
+}
+
+}  // namespace
+
 void add_builtin_globals(Dict& globals) {
   globals.emplace_back(
       "raise_exception", Value::function([](const List& a, const Dict&, const Site& at) -> Value {
@@ -429,12 +456,9 @@ void add_builtin_globals(Dict& globals) {
                        Value::function([](const List& a, const Dict&, const Site& at) { return range(a, at); }));
   globals.emplace_back("strftime_now", Value::function([](const List& a, const Dict&, const Site& at) {
                          const std::string fmt = want_string(a.empty() ? Value() : a[0], "strftime_now", at);
-                         const std::time_t now = std::time(nullptr);
-                         std::tm local{};
-                         localtime_r(&now, &local);
-                         char buf[256];
-                         const std::size_t n = std::strftime(buf, sizeof buf, fmt.c_str(), &local);
-                         return Value::string(std::string(buf, n));
+                         std::string text = format_time(fmt, at.state->clock.now);
+                         if (at.state->clock.reads != nullptr) record_clock_read(*at.state->clock.reads, fmt, text);
+                         return Value::string(std::move(text));
                        }));
 }
 

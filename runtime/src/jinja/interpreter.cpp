@@ -502,8 +502,9 @@ Value Interpreter::concatenate(const Expr& e, const Value& a, const Value& b) {
 
 }  // namespace
 
-std::string render(const Block& program, const Dict& globals, const std::string& origin) {
+std::string render(const Block& program, const Dict& globals, const std::string& origin, const RenderClock& clock) {
   RenderState state;  // outlives every value of the rendering (declared first: destroyed last)
+  state.clock = clock;
   Scope root;
   root.vars = globals;
   add_builtin_globals(root.vars);

@@ -11,8 +11,12 @@ namespace orbit::runtime::jinja {
 // Throws orbit::Error naming `origin` and the line: raise_exception(), an unknown filter, test or
 // method, an operation the types do not support, or a limit of limits.h exceeded (the output past
 // kMaxStringBytes, loops past kMaxIterations, work past kMaxWorkBytes, a value nested past kMaxNesting).
-// `globals` nest at most kMaxNesting - 1 deep (Value::depth).
-std::string render(const Block& program, const Dict& globals, const std::string& origin);
+// `globals` nest at most kMaxNesting - 1 deep (Value::depth). strftime_now formats `clock.now` and records
+// its calls in `clock.reads`.
+std::string render(const Block& program, const Dict& globals, const std::string& origin, const RenderClock& clock);
+
+// What strftime(format) gives at `now` in local time (at most 255 bytes; longer gives ""): strftime_now's text.
+std::string format_time(const std::string& format, int64_t now);
 
 // Built-ins (builtins.cpp). `at` names the template and line in error messages ("template.jinja: line
 // 3") and carries the rendering's budget, which each built-in charges for what it builds or scans.

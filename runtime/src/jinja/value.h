@@ -104,13 +104,29 @@ struct Value {
   void put(const std::string& key, Value v);
 };
 
-// One rendering's state shared by the interpreter and the built-ins: its budget, and every namespace it
-// made. Namespaces are the only values a template can change after making them, so the only way to a value
+// What a rendering's strftime_now gave: each format string it was called with (once) and the text it returned.
+using ClockReads = std::vector<std::pair<std::string, std::string>>;
+// How many formats, of at most how many bytes, a rendering's reads keep; past either they end with
+// kClockReadsOverflow: the empty format, which formats to "" at every time, with a text that is not "".
+inline constexpr std::size_t kMaxClockReads = 32;
+inline constexpr std::size_t kMaxClockFormatBytes = 256;
+inline const std::pair<std::string, std::string> kClockReadsOverflow{"", "(more strftime_now formats than kept)"};
+
+// The clock a rendering reads: the time every strftime_now call formats, and where its calls are recorded
+// (null: nowhere).
+struct RenderClock {
+  int64_t now = 0;  // seconds since the epoch (std::time_t)
+  ClockReads* reads = nullptr;
+};
+
+// One rendering's state shared by the interpreter and the built-ins: its budget, its clock, and every namespace
+// it made. Namespaces are the only values a template can change after making them, so the only way to a value
 // that holds itself (`set ns.me = ns`) or to an unbounded chain of values; they stay alive here until the
 // rendering ends, and are then emptied one by one, which frees such cycles and never recurses deeper than
 // one value's depth.
 struct RenderState {
   Budget budget;
+  RenderClock clock;
   std::vector<Value> namespaces;
   RenderState() = default;
   RenderState(const RenderState&) = delete;

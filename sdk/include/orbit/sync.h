@@ -41,8 +41,9 @@
 //      The boundaries are the same either way (sdk/src/window/sync_memo.h gives the argument), but for a
 //      template whose rendering of a shorter list depends on its length, or on a message before the kept
 //      ones, in a way the whole renderings do not show (a line only at exactly 30 messages): there such a
-//      list's boundaries may differ, never its tokens. A template that reads the clock (strftime_now) renders
-//      every prefix.
+//      list's boundaries may differ, never its tokens. Every render of one sync reads one time; a template
+//      that reads the clock (strftime_now: Llama 3.2 writes today's date) reads an earlier list's renders only
+//      while each strftime_now call they made gives the same text at that time (a date's until midnight).
 //   3. Tokens: the window's tokens are exactly tokenize(rendering) (no special tokens added; templates
 //      write their own BOS). A text boundary is cut in the tokens only where it is also a token boundary:
 //      each unit's tokens tokenized alone concatenate to the whole (true for templates whose turns start

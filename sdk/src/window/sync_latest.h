@@ -132,15 +132,17 @@ struct LatestList {
 // The list `memo` reads from for a list with keys `keys` (the header's choice; null: none named); the aliases are
 // latest_keys and anchor_key under `tokenizer` (MemoKey's). The lists offered are peeked at (ListMemo::peek_alias):
 // only the one chosen is marked used. `Value` keeps its list's message keys (`messages`).
-template <class Value>
-LatestList<Value> latest_list(ListMemo<Value>& memo, const ListKeys& keys, uint64_t tokenizer) {
+// Only lists `accept` takes are offered.
+template <class Value, class Accept>
+LatestList<Value> latest_list(ListMemo<Value>& memo, const ListKeys& keys, uint64_t tokenizer, const Accept& accept) {
   const std::vector<Sha256::Digest>& named = latest_keys(keys);  // first message, second, template
   if (named.empty()) return {};
   LatestChoice choice(keys);
   LatestList<Value> best;
   const auto offer = [&](const Sha256::Digest& alias) {
     std::pair<MemoKey, std::shared_ptr<const Value>> v = memo.peek_alias({alias, tokenizer});
-    if (v.second != nullptr && choice.offer(v.second.get(), v.second->messages)) best = {v.first, std::move(v.second)};
+    if (v.second == nullptr || !accept(*v.second)) return;
+    if (choice.offer(v.second.get(), v.second->messages)) best = {v.first, std::move(v.second)};
   };
   for (std::size_t k = 0; k + 1 < named.size(); ++k) offer(named[k]);
   const std::size_t before_anchors = choice.offered();
@@ -151,6 +153,11 @@ LatestList<Value> latest_list(ListMemo<Value>& memo, const ListKeys& keys, uint6
   offer(named.back());
   if (best.value != nullptr) (void)memo.get(best.key);  // now the most recently used
   return best;
+}
+
+template <class Value>
+LatestList<Value> latest_list(ListMemo<Value>& memo, const ListKeys& keys, uint64_t tokenizer) {
+  return latest_list(memo, keys, tokenizer, [](const Value&) { return true; });
 }
 
 }  // namespace orbit::detail

@@ -5,11 +5,17 @@
 // the number of messages.
 //
 // Why the memo gives what rendering gives. A rendering is a function of the template (ChatTemplate::key), the
-// variables (tools, extra) and the messages alone when the template is ChatTemplate::deterministic(); the
-// memo's keys hash exactly those, so a list's first m messages hash to a key the memo holds only if an
-// earlier list had the same first m messages under the same template and variables. For that earlier list
-// (whose whole rendering is K) the memo keeps K and, per prefix i < m, whether rendering it was refused, gave
-// K's first `length` bytes, or gave some other text R, and then how many bytes R starts with alike with K
+// variables (tools, extra), the messages, and the texts its strftime_now calls returned (runtime::ClockReads: a
+// template that reads the clock, as Llama 3.2's writes today's date); the memo's keys hash the first three, so a
+// list's first m messages hash to a key the memo holds only if an earlier list had the same first m messages
+// under the same template and variables. The memo keeps with a list the strftime_now calls of every render its
+// entry rests on (the whole rendering, each prefix rendered, and the calls kept with the lists it read), and
+// reads an entry only where each of those formats gives the same text at the time this sync renders at
+// (PreparedChat::now, one time for every render of a sync; runtime::clock_reads_hold): then each render the
+// entry rests on makes the same calls now, which return the same texts, and renders the same text. A date in
+// the rendering keeps an entry for the rest of the day; a format with seconds keeps it for that second. For that
+// earlier list (whose whole rendering is K) the memo keeps K and, per prefix i < m, whether rendering it was refused,
+// gave K's first `length` bytes, or gave some other text R, and then how many bytes R starts with alike with K
 // (`agrees`, less than |R|). Against the new list's rendering T, with c the length of the common prefix of K
 // and T: a refused prefix is refused again; a prefix that was K[0, length) is a prefix of T exactly when
 // length <= c (else other text agreeing with T on c bytes); the m-message prefix (K itself) is one exactly when
@@ -59,6 +65,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <ctime>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -90,10 +97,17 @@ struct ListRenders {
   std::string text;                      // the whole list rendered without the generation prompt
   std::vector<PrefixRender> prefixes;    // [i - 1]: its first i messages, 0 < i < n
   std::vector<Sha256::Digest> messages;  // [i]: message i's own key (ListKeys::messages); n of them
+  // What strftime_now gave the renders this entry rests on (the header): it holds while clock_holds.
+  runtime::ClockReads clock;
   std::size_t bytes() const {
-    return text.size() + prefixes.size() * sizeof(PrefixRender) + messages.size() * sizeof(Sha256::Digest) + 128;
+    std::size_t n = text.size() + prefixes.size() * sizeof(PrefixRender) + messages.size() * sizeof(Sha256::Digest);
+    for (const auto& [format, said] : clock) n += format.size() + said.size() + 64;
+    return n + 128;
   }
 };
+
+// Whether what `r` keeps holds for a sync whose renders read the time `now` (the header's condition).
+inline bool clock_holds(const ListRenders& r, std::time_t now) { return runtime::clock_reads_hold(r.clock, now); }
 
 // What names a memo's value or alias: a list's key (list_keys) or an alias (latest_keys, anchor_key), and the
 // serial of the tokenizer the value is of (runtime::Tokenizer::serial; 0: none, the cuts memo). Exact: no hash
@@ -127,8 +141,18 @@ class ListMemo {
   // `tokenizer`: MemoKey's.
   std::pair<std::size_t, std::shared_ptr<const Value>> longest(const std::vector<Sha256::Digest>& keys,
                                                                uint64_t tokenizer = 0) {
+    return longest(keys, tokenizer, [](const Value&) { return true; });
+  }
+  // The same among the values `accept` takes (a value it refuses is not marked used).
+  template <class Accept>
+  std::pair<std::size_t, std::shared_ptr<const Value>> longest(const std::vector<Sha256::Digest>& keys,
+                                                               uint64_t tokenizer, const Accept& accept) {
     for (std::size_t m = keys.size(); m > 0; --m) {
-      if (std::shared_ptr<const Value> v = get({keys[m - 1], tokenizer})) return {m, std::move(v)};
+      const std::lock_guard<std::mutex> lock(mu_);
+      const auto it = index_.find({keys[m - 1], tokenizer});
+      if (it == index_.end() || !accept(*it->second->second)) continue;
+      lru_.splice(lru_.begin(), lru_, it->second);
+      return {m, it->second->second};
     }
     return {0, nullptr};
   }
@@ -256,9 +280,9 @@ struct TextCut {
   int64_t message = 0;
 };
 
-// Whether step 2 reads and keeps the renders of lists (the cuts memo): the template is a function of its inputs
-// (ChatTemplate::deterministic) and the memo is on (set_cuts_memo).
-bool cuts_memo_applies(const runtime::ChatTemplate& tmpl);
+// Whether step 2 reads and keeps the renders of lists (the cuts memo): the memo is on (set_cuts_memo). A template
+// that reads the clock is memoized too, each entry read only while clock_holds (the header).
+bool cuts_memo_applies();
 
 // The keys of a message list (list_keys), and the aliases it is named by (latest_keys, anchor_key), each hashed
 // at most once however often a sync asks (both memos read and keep them): the caches are filled on first use,
@@ -277,15 +301,16 @@ struct ListKeys {
 // Step 2 (orbit/sync.h): where each message of `chat` starts in `text`, their rendering by `tmpl` without the
 // generation prompt, in order: the end of the rendering of the messages before it, where that rendering is a
 // proper prefix of `text` past the last boundary; elsewhere (the template refuses the shorter list, or renders it
-// otherwise) the message joins the unit before it and *merged counts it. `keys`: list_keys of the messages
-// (empty: none computed). Where cuts_memo_applies and there are keys, reads the prefixes the memo knows (of a
+// otherwise) the message joins the unit before it and *merged counts it. `text_reads`: the strftime_now calls of
+// text's render (render_prefix of `chat`, whose time every render of this list reads). `keys`: list_keys of the
+// messages (empty: none computed). Where cuts_memo_applies and there are keys, reads the prefixes the memo knows (of a
 // list this one starts with, and spans of the latest list latest_list chooses) and keeps this list's renders
 // under its key and its aliases; the boundaries are the same either way (the header gives the argument).
 // `chose`, when given, is set to the lists step 2 read (ListChoice), for step 3 to read the same lists' encodings.
 struct ListChoice;
 std::vector<TextCut> text_cuts(const runtime::ChatTemplate& tmpl, const runtime::PreparedChat& chat,
-                               const ListKeys& keys, const std::string& text, int64_t* merged,
-                               ListChoice* chose = nullptr);
+                               const ListKeys& keys, const std::string& text, const runtime::ClockReads& text_reads,
+                               int64_t* merged, ListChoice* chose = nullptr);
 
 // The lists step 2 read for a list (text_cuts), named by their keys, so that step 3 reads the encodings of the
 // same lists (known_encodings) instead of choosing again: the memos keep the same lists (both keep each list a

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <ctime>
 #include <optional>
 #include <string_view>
 #include <tuple>
@@ -29,6 +30,9 @@ std::atomic<int64_t> anchor_hashes{0};   // anchor_hashes_so_far
 // The spans of a latest list are looked up when at least this many prefixes are not known otherwise (reading
 // them costs a render of the longest, the check).
 constexpr std::size_t kMinSpanPrefixes = 4;
+// How many strftime_now calls (runtime::ClockReads) an entry keeps at most: a list whose renders rest on more (a
+// template that formats the messages' own text as the time, say) is not kept, so no entry grows from list to list.
+constexpr std::size_t kMaxEntryClockReads = 64;
 // How many places in the latest list an anchor tries for its next message (a message may repeat there): the one
 // whose run of equal messages goes furthest is kept.
 constexpr std::size_t kAnchorPlaces = 8;
@@ -106,9 +110,9 @@ class Spans {
 };
 
 // What rendering messages[0, i) gives against `text`, the list's rendering: read from `known` where it tells
-// (sync_memo.h says why that is what rendering gives), else rendered.
+// (sync_memo.h says why that is what rendering gives), else rendered, its strftime_now calls added to `reads`.
 PrefixRender prefix_render(const runtime::ChatTemplate& tmpl, const runtime::PreparedChat& chat, std::size_t i,
-                           const std::string& text, const KnownRenders& known) {
+                           const std::string& text, const KnownRenders& known, runtime::ClockReads& reads) {
   using Kind = PrefixRender::Kind;
   if (known.renders != nullptr && i <= known.count) {
     const ListRenders& k = *known.renders;
@@ -127,7 +131,7 @@ PrefixRender prefix_render(const runtime::ChatTemplate& tmpl, const runtime::Pre
   prefix_renders.fetch_add(1, std::memory_order_relaxed);
   std::string prefix;
   try {
-    prefix = tmpl.render_prefix(chat, i, false);
+    prefix = tmpl.render_prefix(chat, i, false, &reads);
   } catch (const Error&) {  // the template refuses the shorter list (it wants a user turn last, say)
     return {Kind::kRefused, 0, 0};
   }
@@ -138,7 +142,8 @@ PrefixRender prefix_render(const runtime::ChatTemplate& tmpl, const runtime::Pre
 bool same(const PrefixRender& a, const PrefixRender& b) { return a.kind == b.kind && a.length == b.length; }
 
 // What each prefix of the list renders to (renders.prefixes), from `known`, the spans of `latest` (null: none),
-// or rendering; false when the check of the spans (the header's last step) failed, and nothing is set.
+// or rendering; false when the check of the spans (the header's last step) failed, and nothing is set but the
+// strftime_now calls of the prefixes rendered, added to renders.clock.
 bool read_prefixes(const runtime::ChatTemplate& tmpl, const runtime::PreparedChat& chat, const std::string& text,
                    const KnownRenders& known, std::shared_ptr<const ListRenders> latest,
                    const std::vector<Sha256::Digest>& messages, ListRenders& renders) {
@@ -154,14 +159,14 @@ bool read_prefixes(const runtime::ChatTemplate& tmpl, const runtime::PreparedCha
       last_read = i;
       ++read;
     } else {
-      r = prefix_render(tmpl, chat, i, text, known);
+      r = prefix_render(tmpl, chat, i, text, known, renders.clock);
       if (i >= known.count) spans.rendered(i, *r);
     }
     out.push_back(*r);
   }
   // The check: the shortest and the longest prefix read are rendered too.
   const auto rendered_as_read = [&](std::size_t i) {
-    return same(prefix_render(tmpl, chat, i, text, KnownRenders{}), out[i - 1]);
+    return same(prefix_render(tmpl, chat, i, text, KnownRenders{}, renders.clock), out[i - 1]);
   };
   if (read > 0) {
     if (!rendered_as_read(last_read) || (first_read != last_read && !rendered_as_read(first_read))) return false;
@@ -189,33 +194,51 @@ std::vector<TextCut> cuts_of(const std::vector<PrefixRender>& prefixes, const st
 
 }  // namespace
 
-bool cuts_memo_applies(const runtime::ChatTemplate& tmpl) {
-  return tmpl.deterministic() && use_cuts_memo.load(std::memory_order_relaxed);
+bool cuts_memo_applies() { return use_cuts_memo.load(std::memory_order_relaxed); }
+
+namespace {
+
+// Adds to `to` the calls of `from` it lacks. Every entry read was read where its calls give its texts at this
+// sync's time, as this sync's renders' calls do, so the two agree on every format they share (but the overflow
+// mark, which holds at no time: compared whole, it is kept).
+void add_reads(runtime::ClockReads& to, const runtime::ClockReads& from) {
+  for (const auto& read : from) {
+    if (std::find(to.begin(), to.end(), read) == to.end()) to.push_back(read);
+  }
 }
 
+}  // namespace
+
 std::vector<TextCut> text_cuts(const runtime::ChatTemplate& tmpl, const runtime::PreparedChat& chat,
-                               const ListKeys& keys, const std::string& text, int64_t* merged, ListChoice* chose) {
-  const bool memo = !keys.empty() && cuts_memo_applies(tmpl);
+                               const ListKeys& keys, const std::string& text, const runtime::ClockReads& text_reads,
+                               int64_t* merged, ListChoice* chose) {
+  const bool memo = !keys.empty() && cuts_memo_applies();
   KnownRenders known;
   std::shared_ptr<const ListRenders> latest;
+  auto renders = std::make_shared<ListRenders>();
+  renders->clock = text_reads;
   if (memo) {
-    std::tie(known.count, known.renders) = cuts_memo().longest(keys.lists);
+    // Only entries whose renders would render as they did at this sync's time (sync_memo.h).
+    const std::time_t now = chat.now();
+    const auto holds = [now](const ListRenders& r) { return clock_holds(r, now); };
+    std::tie(known.count, known.renders) = cuts_memo().longest(keys.lists, 0, holds);
     if (known.renders != nullptr) known.common = common_prefix(known.renders->text, text);
     LatestList<ListRenders> chosen;
-    if (known.count + kMinSpanPrefixes < chat.size()) chosen = latest_list(cuts_memo(), keys, 0);
+    if (known.count + kMinSpanPrefixes < chat.size()) chosen = latest_list(cuts_memo(), keys, 0, holds);
     latest = chosen.value;
+    if (known.renders != nullptr) add_reads(renders->clock, known.renders->clock);
+    if (latest != nullptr) add_reads(renders->clock, latest->clock);
     if (chose != nullptr) {
       chose->made = true;
       chose->count = known.count;
       if (latest != nullptr) chose->latest = chosen.key.key;
     }
   }
-  auto renders = std::make_shared<ListRenders>();
   if (!read_prefixes(tmpl, chat, text, known, latest, keys.messages, *renders)) {
     read_prefixes(tmpl, chat, text, known, nullptr, keys.messages, *renders);
   }
   std::vector<TextCut> cuts = cuts_of(renders->prefixes, text, merged);
-  if (memo) {
+  if (memo && renders->clock.size() <= kMaxEntryClockReads) {
     renders->text = text;
     renders->messages = keys.messages;
     cuts_memo().put(keys.lists.back(), std::move(renders));

@@ -485,7 +485,8 @@ Rendering render_units(const EngineCore& core, const std::vector<ChatMessage>& m
   const runtime::ChatRenderOptions ro = render_options(options, caller);
   const Renderer render{chat, chat.tmpl->prepare(msgs, ro), caller};
 
-  const std::string text = render(n, false);
+  runtime::ClockReads text_reads;  // the whole rendering's strftime_now calls, kept with its memo entry
+  const std::string text = chat.tmpl->render_prefix(render.messages, n, false, &text_reads);
   const runtime::Tokenizer& tok = core.tokenizer();
   // Refused here, after the one whole render and before step 2 renders the list's prefixes (one per message,
   // quadratic in the list's length), so a list far past the positions costs one render, not seconds.
@@ -494,9 +495,10 @@ Rendering render_units(const EngineCore& core, const std::vector<ChatMessage>& m
       std::string(caller) + ": the rendered messages");
   Encoder encode{tok, by_token_bytes(tok) && detail::encodes_incrementally(tok), nullptr, nullptr, nullptr};
   detail::ListKeys keys;
-  if (encode.incremental || detail::cuts_memo_applies(*chat.tmpl)) keys = detail::list_keys(*chat.tmpl, ro, msgs);
+  if (encode.incremental || detail::cuts_memo_applies()) keys = detail::list_keys(*chat.tmpl, ro, msgs);
   detail::ListChoice chose;
-  const std::vector<Cut> cuts = detail::text_cuts(*chat.tmpl, render.messages, keys, text, &out.merged, &chose);
+  const std::vector<Cut> cuts =
+      detail::text_cuts(*chat.tmpl, render.messages, keys, text, text_reads, &out.merged, &chose);
   const std::vector<Marker> marks = find_markers(text, out.parts, caller);
   encode.cuts = &cuts;
   if (encode.incremental) {

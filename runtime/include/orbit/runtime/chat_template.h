@@ -22,9 +22,11 @@
 #pragma once
 
 #include <cstddef>
+#include <ctime>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace orbit::runtime {
@@ -63,14 +65,36 @@ struct ChatRenderOptions {
 
 class ChatTemplate;
 
+// What strftime_now gave a rendering: each format string it was called with, once, and the text it returned.
+// A rendering is a function of the template, its messages and variables, and these texts: it calls
+// strftime_now with a format only after what it computed before the call, from those, chose that format, so two
+// renderings whose calls return the same texts make the same calls and the same output.
+// A rendering that calls it with more than 32 formats, or one longer than 256 bytes, records instead a last
+// read that holds at no time (the empty format and a text other than ""), so what rests on it is never reused.
+using ClockReads = std::vector<std::pair<std::string, std::string>>;  // (format, text), in call order
+
+// The text strftime_now(format) gives at `now`: strftime's, in local time (TZ), at most 255 bytes (longer: "").
+std::string format_time(const std::string& format, std::time_t now);
+// Whether every format in `reads` gives its text at `now` (format_time): then a rendering that made those calls
+// makes them again at `now` and renders the same text.
+bool clock_reads_hold(const ClockReads& reads, std::time_t now);
+
+// The time a rendering's strftime_now formats: the system clock (std::time), or the time set_template_clock set.
+std::time_t template_clock();
+// For tests: every rendering reads `now` as the time (nullopt: the system clock again). Process-wide; thread-safe.
+void set_template_clock(std::optional<std::time_t> now);
+
 // A message list and the options' variables (tools, extra) converted once into the template's values, so that
 // rendering several prefixes of one list (Window::sync renders every prefix: orbit/sync.h, step 2) converts the
-// messages and parses the tools and extra JSON once instead of once per render. Made by ChatTemplate::prepare;
-// immutable and cheap to copy (it shares what it holds): render_prefix may run concurrently on one.
+// messages and parses the tools and extra JSON once instead of once per render. It holds the time its renderings
+// read (template_clock when it was made), so every prefix of one list renders at one time. Made by
+// ChatTemplate::prepare; immutable and cheap to copy (it shares what it holds): render_prefix may run
+// concurrently on one.
 class PreparedChat {
  public:
   PreparedChat() = default;
   std::size_t size() const;  // the number of messages
+  std::time_t now() const;   // the time strftime_now formats in its renderings
 
  private:
   friend class ChatTemplate;
@@ -100,14 +124,17 @@ class ChatTemplate {
   // wrong type. What the template itself refuses is thrown by render_prefix.
   PreparedChat prepare(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options = {}) const;
   // The first `count` (<= chat.size()) messages rendered: byte for byte render(messages[0, count), options
-  // with add_generation_prompt), and the same errors but for those prepare threw.
-  std::string render_prefix(const PreparedChat& chat, std::size_t count, bool add_generation_prompt) const;
+  // with add_generation_prompt) at chat.now(), and the same errors but for those prepare threw. `reads`, when
+  // given, gets the strftime_now calls the rendering made that it does not hold yet (one per format).
+  std::string render_prefix(const PreparedChat& chat, std::size_t count, bool add_generation_prompt,
+                            ClockReads* reads = nullptr) const;
 
   // The template's content key: SHA-256 (hex) of its source, bos_token and eos_token, which is all a
   // rendering depends on besides its messages and variables (the origin only names errors).
   const std::string& key() const { return key_; }
   // Whether a rendering is a function of the template, messages and variables alone: false when the
-  // template can read the clock (it names strftime_now), whose renderings change with the date.
+  // template can read the clock (it names strftime_now), whose renderings are a function of those and what
+  // strftime_now returned (ClockReads).
   bool deterministic() const { return deterministic_; }
 
   const std::string& origin() const { return origin_; }
