@@ -393,10 +393,14 @@ void DecodeBatchState::forward(DecodeStep& out) {
   }
   const std::vector<runtime::ForwardResult> results = core->model().forward_batch(batch);
   out.sequences = static_cast<int64_t>(results.size());
-  // Every row's logits on the host at once (the Sampler reads them there).
+  // Every row's logits on the host (the Sampler reads them there): a CPU model's as the forward returned them,
+  // a device's copied at once.
   std::vector<at::Tensor> rows;
   for (const runtime::ForwardResult& r : results) rows.push_back(r.logits);
-  const at::Tensor logits = (rows.size() == 1 ? rows.front() : at::cat(rows, 0)).to(at::kCPU);
+  if (!rows.front().is_cpu()) {
+    const at::Tensor host = (rows.size() == 1 ? rows.front() : at::cat(rows, 0)).to(at::kCPU);
+    for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = host.narrow(0, static_cast<int64_t>(i), 1);
+  }
   for (std::size_t j = 0; j < live.size(); ++j) {
     const std::size_t i = result_of[j];
     if (shared[j]) {
@@ -405,7 +409,7 @@ void DecodeBatchState::forward(DecodeStep& out) {
       live[j]->past = runtime::PastKV();
     }
     if (live[j]->steps == 0) record_attention(*live[j]->window, results[i].key_attention);
-    advance(*live[j], logits.narrow(0, static_cast<int64_t>(i), 1), shared[j]);
+    advance(*live[j], rows[i], shared[j]);
   }
 }
 
