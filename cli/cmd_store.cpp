@@ -31,15 +31,18 @@ const char* kStoreUsage =
     "          (reachable, nodes, orbit entries, memory, maxmemory-policy)\n"
     "  verify  re-read every blob and check its checksum; reports corrupt or missing entries (deletes\n"
     "          nothing) and, apart, blobs it could not read for a reason that proves nothing about them\n"
-    "          (out of file descriptors, permission, I/O error); exit status 1 when any entry is bad, 2\n"
-    "          when none is bad but some could not be read (verify again)\n"
+    "          (out of file descriptors, permission, I/O error); runs SQLite's integrity_check on the\n"
+    "          index (a key index that disagrees with its table: repair reindexes it); exit status 1 when\n"
+    "          any entry is bad or the index inconsistent, 2 when none is bad but some could not be read\n"
+    "          (verify again)\n"
     "  gc      remove blobs no index row names and temp files of writes that never completed\n"
     "          (--dry-run: only list them); the store must not be open in another process. Refuses an\n"
     "          index SQLite finds inconsistent (run repair first). While index rows are damaged (a row\n"
     "          names no blob file, or not its own), keeps and names every unreferenced blob repair could\n"
     "          rebuild a row from (it verifies, and no healthy row has its key) or could not read\n"
     "  repair  rebuild the index from the verified blobs (after index.sqlite was deleted or lost its\n"
-    "          meta rows); drops rows whose blob is missing or corrupt; the store must not be open\n"
+    "          meta rows); drops rows whose blob is missing or corrupt; reindexes an index SQLite finds\n"
+    "          inconsistent; the store must not be open\n"
     "ls, stat and verify only read (safe while engines have the store open, also on a read-only disk).\n"
     "accepted arguments: SUBCOMMAND, --store VALUE, --remote VALUE (stat), --json, --dry-run (gc), --help\n";
 
@@ -155,22 +158,20 @@ int run_stat(const Args& args, const std::string& dir) {
 int run_repair(const Args& args, const std::string& dir) {
   const RepairReport r = repair_store(dir);
   if (args.flag("--json")) {
-    std::cout << json{{"blobs_scanned", r.blobs_scanned},
-                      {"rows_restored", r.rows_restored},
-                      {"rows_dropped", r.rows_dropped},
-                      {"blobs_rejected", r.blobs_rejected},
-                      {"meta_restored", r.meta_restored},
-                      {"model_fingerprint", r.model_fingerprint},
-                      {"notes", r.notes}}
+    std::cout << json{{"blobs_scanned", r.blobs_scanned},         {"rows_restored", r.rows_restored},
+                      {"rows_dropped", r.rows_dropped},           {"blobs_rejected", r.blobs_rejected},
+                      {"meta_restored", r.meta_restored},         {"index_reindexed", r.index_reindexed},
+                      {"model_fingerprint", r.model_fingerprint}, {"notes", r.notes}}
                      .dump(2)
               << "\n";
     return 0;
   }
   for (const auto& n : r.notes) std::printf("note: %s\n", n.c_str());
-  std::printf("%lld blobs scanned; %lld rows restored, %lld dropped, %lld blobs rejected%s; model %s\n",
+  std::printf("%lld blobs scanned; %lld rows restored, %lld dropped, %lld blobs rejected%s%s; model %s\n",
               static_cast<long long>(r.blobs_scanned), static_cast<long long>(r.rows_restored),
               static_cast<long long>(r.rows_dropped), static_cast<long long>(r.blobs_rejected),
-              r.meta_restored ? "; meta rows restored" : "", r.model_fingerprint.c_str());
+              r.meta_restored ? "; meta rows restored" : "", r.index_reindexed ? "; index reindexed" : "",
+              r.model_fingerprint.c_str());
   return 0;
 }
 
@@ -186,7 +187,8 @@ int run_verify(const Args& args, const std::string& dir) {
                       {"problems", problems},
                       {"unreadable", unreadable},
                       {"unreferenced_blobs", r.unreferenced_blobs},
-                      {"temp_files", r.temp_files}}
+                      {"temp_files", r.temp_files},
+                      {"index_damage", r.index_damage}}
                      .dump(2)
               << "\n";
   } else {
@@ -196,13 +198,17 @@ int run_verify(const Args& args, const std::string& dir) {
     for (const auto& p : r.unreadable) {
       std::printf("UNREADABLE %s %s: %s\n", p.key.c_str(), p.path.c_str(), p.reason.c_str());
     }
+    if (!r.index_damage.empty()) {
+      std::printf("DAMAGED INDEX %s/index.sqlite: SQLite's integrity_check: %s (run `orbit store repair --store %s`)\n",
+                  dir.c_str(), r.index_damage.c_str(), dir.c_str());
+    }
     std::printf(
         "%lld entries checked, %zu bad, %zu unreadable (not checked: verify again); %lld unreferenced "
         "blobs, %lld temp files (gc removes them)\n",
         static_cast<long long>(r.checked), r.problems.size(), r.unreadable.size(),
         static_cast<long long>(r.unreferenced_blobs), static_cast<long long>(r.temp_files));
   }
-  return !r.problems.empty() ? 1 : (r.unreadable.empty() ? 0 : 2);
+  return !r.problems.empty() || !r.index_damage.empty() ? 1 : (r.unreadable.empty() ? 0 : 2);
 }
 
 int run_gc(const Args& args, const std::string& dir) {

@@ -1,7 +1,6 @@
 // Offline inspection of a store directory (orbit/store.h): what `orbit store ls|stat|verify|gc` runs.
 #include <ATen/ATen.h>
 #include <fcntl.h>
-#include <sqlite3.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -177,30 +176,6 @@ RowHealth row_health(const std::string& root, const std::vector<DiskRow>& rows, 
   return out;
 }
 
-// Why SQLite finds the index at `path` inconsistent (PRAGMA integrity_check: a row missing from the key's
-// index, a damaged page), or "" when it passes. A flipped key byte shows here: the table and the index of
-// its keys then disagree.
-std::string index_inconsistency(const std::string& path) {
-  sqlite3* db = nullptr;
-  std::string found;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
-    found = db ? sqlite3_errmsg(db) : "cannot open";
-  } else {
-    sqlite3_stmt* stmt = nullptr;
-    int rc = sqlite3_prepare_v2(db, "PRAGMA integrity_check(3)", -1, &stmt, nullptr);
-    while (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-      const unsigned char* text = sqlite3_column_text(stmt, 0);
-      const std::string line = text ? reinterpret_cast<const char*>(text) : "";
-      if (line != "ok") found += (found.empty() ? "" : "; ") + line;
-      rc = SQLITE_OK;
-    }
-    if (rc != SQLITE_DONE && rc != SQLITE_OK) found += (found.empty() ? "" : "; ") + std::string(sqlite3_errmsg(db));
-    sqlite3_finalize(stmt);
-  }
-  sqlite3_close(db);
-  return found;
-}
-
 // True when an unreferenced blob must stay because `orbit store repair` could rebuild a row from it: it
 // could not be read now (nothing is proven), or it verifies, holds a store key of this store's model, and
 // that key has no healthy row. Only asked while the index has damaged rows: one of them may be this
@@ -333,6 +308,7 @@ VerifyReport verify_store(const std::string& dir) {
   const BlobFiles files = scan_blobs(root);
   report.unreferenced_blobs = count_unreferenced(root, rows, files);
   report.temp_files = static_cast<int64_t>(files.temps.size());
+  report.index_damage = shown(index.inconsistency());
   return report;
 }
 
@@ -347,7 +323,7 @@ GcReport gc_store(const std::string& dir, const GcOptions& options) {
   std::unique_ptr<SqliteIndex> opened = open_index(root, SqliteIndex::Mode::kReadWrite);
   SqliteIndex& index = *opened;
   const std::vector<DiskRow> rows = index_rows(index, root);
-  const std::string inconsistent = index_inconsistency(root + "/index.sqlite");
+  const std::string inconsistent = index.inconsistency();
   ORBIT_CHECK(inconsistent.empty(), "store " << root << ": its index " << root << "/index.sqlite is damaged ("
                                              << shown(inconsistent) << "); gc would take the blobs of damaged rows "
                                              << "for garbage: run `orbit store repair --store " << root

@@ -118,6 +118,37 @@ void set_damaged_index_aside(const std::string& root, const std::string& damage,
                           "; the index is rebuilt from the blobs");
 }
 
+// Opens the index for repair; one whose schema SQLite reads but this build cannot (a table lost a column) is
+// set aside and rebuilt like a malformed one.
+std::unique_ptr<SqliteIndex> open_for_repair(const std::string& root, RepairReport* report) {
+  try {
+    return std::make_unique<SqliteIndex>(root + "/index.sqlite", SqliteIndex::Mode::kRepair);
+  } catch (const Error& e) {
+    if (!store::is_index_damage(e)) throw;
+    set_damaged_index_aside(root, e.what(), report);
+    return std::make_unique<SqliteIndex>(root + "/index.sqlite", SqliteIndex::Mode::kRepair);
+  }
+}
+
+// An index whose pages read (quick_check passes) but whose indexes disagree with the table (a key byte
+// flipped in the key index only: integrity_check finds it, quick_check does not) is reindexed from the
+// table; one REINDEX does not fix (two rows of one key) is set aside and rebuilt from the blobs.
+std::unique_ptr<SqliteIndex> reindex_if_inconsistent(const std::string& root, std::unique_ptr<SqliteIndex> opened,
+                                                     RepairReport* report) {
+  const std::string found = opened->inconsistency();
+  if (found.empty()) return opened;
+  const std::string left = opened->reindex();
+  if (left.empty()) {
+    report->index_reindexed = true;
+    report->notes.push_back("index " + root + "/index.sqlite was inconsistent (integrity_check: " + found +
+                            "): REINDEX rebuilt its indexes from the table");
+    return opened;
+  }
+  opened.reset();
+  set_damaged_index_aside(root, found + "; " + left, report);
+  return open_for_repair(root, report);
+}
+
 }  // namespace
 
 RepairReport repair_store(const std::string& dir) {
@@ -150,15 +181,7 @@ RepairReport repair_store(const std::string& dir) {
 
   const std::string damage = index_damage(root + "/index.sqlite");
   if (!damage.empty()) set_damaged_index_aside(root, damage, &report);
-  std::unique_ptr<SqliteIndex> opened;
-  try {
-    opened = std::make_unique<SqliteIndex>(root + "/index.sqlite", SqliteIndex::Mode::kRepair);
-  } catch (const Error& e) {
-    // A schema SQLite reads but this build cannot (a table lost a column): rebuilt like a malformed one.
-    if (!store::is_index_damage(e)) throw;
-    set_damaged_index_aside(root, e.what(), &report);
-    opened = std::make_unique<SqliteIndex>(root + "/index.sqlite", SqliteIndex::Mode::kRepair);
-  }
+  std::unique_ptr<SqliteIndex> opened = reindex_if_inconsistent(root, open_for_repair(root, &report), &report);
   SqliteIndex& index = *opened;
   std::string fingerprint = index.meta("model_fingerprint").value_or("");
   if (fingerprint.empty()) {

@@ -397,6 +397,27 @@ int64_t SqliteIndex::count_rows() const {
   return s.i64(0);
 }
 
+std::string SqliteIndex::inconsistency() const {
+  std::string found;
+  const auto add = [&](const std::string& line) { found += (found.empty() ? "" : "; ") + line; };
+  Stmt s(db_, "PRAGMA integrity_check(3)", path_);
+  int rc;
+  while ((rc = s.step()) == SQLITE_ROW) {
+    const std::string line = s.text(0);
+    if (line != "ok") add(line);
+  }
+  if (rc != SQLITE_DONE) add(sqlite3_errmsg(db_));
+  return found;
+}
+
+std::string SqliteIndex::reindex() {
+  char* error = nullptr;
+  const int rc = sqlite3_exec(db_, "REINDEX", nullptr, nullptr, &error);
+  const std::string message = error ? error : sqlite3_errstr(rc);
+  sqlite3_free(error);
+  return rc == SQLITE_OK ? inconsistency() : "REINDEX: " + message;
+}
+
 Status SqliteIndex::upsert(const DiskRow& r, std::string* replaced_blob, bool replace, std::optional<DiskRow>* kept) {
   replaced_blob->clear();
   if (kept) kept->reset();

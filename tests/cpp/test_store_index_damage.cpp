@@ -54,11 +54,11 @@ std::string blob_of(const std::string& d, const std::string& k) {
 // Which copies of a row's key flip_row damages.
 enum class KeyCopies { kNone, kIndexOnly, kBoth };
 
-// Flips bytes of the row of `k` in index.sqlite: one byte of its blob path (inside the file name's nonce)
-// and the same byte of the copies of its key `which` says. The key is in the table's record (just before
-// the blob path: the record holds key, kind, encoding, blob in that order) and in the index of keys, which
-// `ORDER BY key` reads it from. Both flipped alike, SQLite's own checks still pass.
-void flip_row(const std::string& d, const std::string& k, KeyCopies which) {
+// Flips bytes of the row of `k` in index.sqlite: one byte of its blob path (inside the file name's nonce;
+// unless `flip_path` is false) and the same byte of the copies of its key `which` says. The key is in the table's
+// record (just before the blob path: the record holds key, kind, encoding, blob in that order) and in the index of
+// keys, which `ORDER BY key` reads it from. Both flipped alike, SQLite's own checks still pass.
+void flip_row(const std::string& d, const std::string& k, KeyCopies which, bool flip_path = true) {
   const std::string path = d + "/index.sqlite";
   std::string bytes;
   {
@@ -69,7 +69,8 @@ void flip_row(const std::string& d, const std::string& k, KeyCopies which) {
   const std::size_t at = bytes.find(blob);
   REQUIRE(at != std::string::npos);
   REQUIRE(bytes.find(blob, at + 1) == std::string::npos);
-  std::vector<std::size_t> offsets{at + blob.size() - 6};  // the nonce's last character
+  std::vector<std::size_t> offsets;
+  if (flip_path) offsets.push_back(at + blob.size() - 6);  // the nonce's last character
   const std::size_t key_in_blob = at + blob.find(k);
   int copies = 0;
   for (std::size_t o = bytes.find(k); o != std::string::npos; o = bytes.find(k, o + 1)) {
@@ -207,4 +208,43 @@ TEST_CASE("gc keeps a good blob whose row's key and path a tool rewrote, frees w
   CHECK(healthy.removed_paths == std::vector<std::string>{orphan});
   CHECK(healthy.kept_paths.empty());
   CHECK(keys_of(d).size() == kEntries);
+}
+
+TEST_CASE("verify reports a key index that disagrees with its table; repair reindexes it, then gc runs",
+          "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  make_store(d);
+  const int64_t victim = 222;
+  const std::string own = blob_of(d, key(victim));
+  flip_row(d, key(victim), KeyCopies::kIndexOnly, /*flip_path=*/false);  // the table's row is intact
+
+  const VerifyReport report = verify_store(d);
+  CHECK_FALSE(report.clean());
+  CHECK_THAT(report.index_damage, Contains("missing from index sqlite_autoindex_entries_1"));
+  const test::CliRun text = test::cli("store verify --store " + d);
+  INFO(text.out);
+  CHECK(text.status == 1);
+  CHECK_THAT(text.out, Contains("DAMAGED INDEX " + d + "/index.sqlite") && Contains("missing from index") &&
+                           Contains("orbit store repair --store " + d));
+  const test::CliRun js = test::cli("store verify --json --store " + d);
+  INFO(js.out);
+  CHECK(js.status == 1);
+  CHECK_THAT(js.out, Contains("\"index_damage\": \"row ") && Contains("\"clean\": false"));
+
+  const test::CliRun repaired = test::cli("store repair --json --store " + d);
+  INFO(repaired.out);
+  CHECK(repaired.status == 0);
+  CHECK_THAT(repaired.out, Contains("\"index_reindexed\": true") && Contains("REINDEX rebuilt its indexes"));
+  CHECK_THAT(repaired.out, Contains("\"rows_dropped\": 0") && Contains("\"rows_restored\": 0"));
+  const VerifyReport after = verify_store(d);
+  CHECK(after.clean());
+  CHECK(after.index_damage.empty());
+  CHECK(after.checked == kEntries);
+  CHECK(keys_of(d).count(key(victim)) == 1);
+  CHECK_FALSE(repair_store(d).index_reindexed);  // a consistent index is left alone
+  const GcReport gc = gc_store(d);
+  CHECK(gc.removed_blobs == 0);
+  CHECK(gc.kept_paths.empty());
+  CHECK(fs::exists(own));
 }

@@ -220,7 +220,11 @@ struct VerifyReport {
   std::vector<VerifyProblem> unreadable;
   int64_t unreferenced_blobs = 0;
   int64_t temp_files = 0;
-  bool clean() const { return problems.empty() && unreadable.empty(); }  // every entry checked and sound
+  // Why SQLite finds index.sqlite inconsistent (PRAGMA integrity_check: the table and its index of keys
+  // disagree, a damaged page), or "" when it passes. `orbit store repair` rebuilds the index (REINDEX).
+  std::string index_damage;
+  // every entry checked and sound, and the index consistent
+  bool clean() const { return problems.empty() && unreadable.empty() && index_damage.empty(); }
 };
 
 struct GcOptions {
@@ -246,14 +250,18 @@ struct RepairReport {
   int64_t rows_dropped = 0;    // rows whose blob is missing, corrupt or outside DIR/blobs
   int64_t blobs_rejected = 0;  // blobs that do not verify or belong to another model
   bool meta_restored = false;  // format version / model fingerprint rewritten from the blobs
+  // SQLite found the index inconsistent (PRAGMA integrity_check) and REINDEX rebuilt its indexes from the
+  // table (a note says what it found); an index REINDEX does not fix is set aside and rebuilt from the blobs.
+  bool index_reindexed = false;
   std::string model_fingerprint;
   std::vector<std::string> notes;  // one line per rejected blob or dropped row
 };
 
 // Rebuilds DIR's index from its blobs (every blob is verified; the newest verified blob of a key wins):
-// after index.sqlite was deleted, its meta rows were lost, or rows name missing blobs. Needs the store
-// closed everywhere (exclusive lock). Throws orbit::Error when DIR has no blobs/ directory, when the
-// blobs belong to several models, or when another process holds the store open.
+// after index.sqlite was deleted, its meta rows were lost, or rows name missing blobs. An index SQLite
+// finds inconsistent (verify's index_damage) is reindexed first, or set aside when that does not fix it. Needs the
+// store closed everywhere (exclusive lock). Throws orbit::Error when DIR has no blobs/ directory, when the blobs belong
+// to several models, or when another process holds the store open.
 RepairReport repair_store(const std::string& dir);
 
 // A remote tier's server(s) as `orbit store stat --remote URL` shows them.
@@ -291,6 +299,7 @@ RemotePing ping_remote(const std::string& url);
 
 std::vector<StoreEntryInfo> list_store(const std::string& dir);
 StoreSummary summarize_store(const std::string& dir);
+// Reads every row's blob and runs PRAGMA integrity_check on the index (VerifyReport::index_damage).
 VerifyReport verify_store(const std::string& dir);
 // Throws orbit::Error when another process holds the store open, or when SQLite finds the index
 // inconsistent (PRAGMA integrity_check: a key that differs between the table and its index), naming

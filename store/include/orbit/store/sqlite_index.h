@@ -95,6 +95,15 @@ class SqliteIndex {
   // One transaction for many rows (missing keys are skipped).
   Status update_access(const std::vector<AccessUpdate>& updates);
   int64_t count_rows() const;
+  // Why SQLite finds this index inconsistent (PRAGMA integrity_check: up to 3 findings joined by "; ", or
+  // the error that stopped it), or "" when it passes. Unlike quick_check it compares every index with its
+  // table, so a key byte flipped in one copy (the table's or the key index's) shows here ("row N missing
+  // from index sqlite_autoindex_entries_1"). Reads the whole file: 5.5 ms for 10,000 entries.
+  std::string inconsistency() const;
+  // Rebuilds every index from its table (REINDEX), then checks again: "" when the index now passes
+  // integrity_check, else why not (REINDEX refused: two rows of one key in the table; or what the check
+  // still finds). For `orbit store repair` (Mode::kRepair: the store closed everywhere).
+  std::string reindex();
 
   // ---- leases (times are unix milliseconds) ---------------------------------------------------------
   enum class LeaseKind { kPin = 0, kRead = 1 };
