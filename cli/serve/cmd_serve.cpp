@@ -109,6 +109,13 @@ const char* kServeUsage =
     "                        answered 204, answers carry Access-Control-Allow-Origin. Default: off, no\n"
     "                        page can read the server's answers and OPTIONS is 405 (a request from an origin\n"
     "                        not listed is still served, without CORS fields: the browser hides the answer)\n"
+    "  --api-key KEY         requires `Authorization: Bearer KEY` on every /v1/* request (the OpenAI clients'\n"
+    "                        apiKey); a missing or wrong key is 401 invalid_api_key. /health, /metrics and\n"
+    "                        OPTIONS (CORS preflights) stay open. One key, taken whole (commas included)\n"
+    "  --api-key-file PATH   the keys, one per line (blank lines skipped); with --api-key, either is accepted.\n"
+    "                        A file missing, unreadable or without a key stops the start naming it. Neither\n"
+    "                        flag given: the environment variable ORBIT_API_KEY, when set, is the key (as\n"
+    "                        vLLM's VLLM_API_KEY). No key is ever printed\n"
     "  --drain-seconds N     how long SIGTERM waits for requests in flight (default 60; 0 to 86400); during\n"
     "                        it a client that stopped reading holds its answer at most 5 s (then cancelled)\n"
     "  --chat-template FILE  a Jinja chat template for every request instead of the model's (default: the\n"
@@ -180,8 +187,8 @@ serve::ServeOptions serve_options(const Args& args) {
   // For tests only (ServeOptions::test_fault): makes every request's run throw. Not an option: no server
   // should run with it.
   if (const char* fault = std::getenv("ORBIT_SERVE_TEST_FAULT"); fault != nullptr && *fault != '\0') {
-    ORBIT_CHECK(std::string(fault) == "run",
-                "serve: ORBIT_SERVE_TEST_FAULT=" << fault << " is not a fault tests inject (known: run)");
+    ORBIT_CHECK(std::string(fault) == "run" || std::string(fault) == "stream_start",
+                "serve: ORBIT_SERVE_TEST_FAULT=" << fault << " is not a fault tests inject (known: run, stream_start)");
     o.test_fault = fault;
   }
   o.model_name = args.get_or("--name", "");
@@ -262,6 +269,13 @@ void announce_cors(const serve::CorsPolicy& cors) {
   std::fprintf(stderr, "orbit serve: --allow-origin: %s may call this server from a browser (CORS)\n", who.c_str());
 }
 
+// The keys /v1/* requires (api_keys.h): --api-key and --api-key-file, else ORBIT_API_KEY; none: open.
+serve::ApiKeys api_keys(const Args& args) {
+  std::optional<std::string> env;
+  if (const char* value = std::getenv("ORBIT_API_KEY")) env = value;
+  return serve::ApiKeys::from(args.get("--api-key"), args.get("--api-key-file"), env);
+}
+
 }  // namespace
 
 int run_serve(int argc, char** argv, int first) {
@@ -295,7 +309,8 @@ int run_serve(int argc, char** argv, int first) {
                 "--device-tier-mb"},
                {"--no-anticipate"},
                kServeUsage};
-  spec.options.insert({"--header-seconds", "--body-seconds", "--keep-alive-seconds", "--allow-origin"});
+  spec.options.insert(
+      {"--header-seconds", "--body-seconds", "--keep-alive-seconds", "--allow-origin", "--api-key", "--api-key-file"});
   const Args args("serve", spec, argc, argv, first);
   serve::HttpOptions http_options;
   http_options.host = args.get_or("--host", "127.0.0.1");
@@ -313,6 +328,7 @@ int run_serve(int argc, char** argv, int first) {
     ORBIT_CHECK(args.get_int(name, 0) <= 86400, "serve: argument '" << name << "' must be <= 86400 (a day)");
   }
   if (const auto origins = args.get("--allow-origin")) http_options.cors = serve::CorsPolicy::parse(*origins);
+  http_options.api_keys = api_keys(args);
   // Every thread started from here on blocks SIGTERM and SIGINT; the signal thread takes them.
   sigset_t signals;
   sigemptyset(&signals);
@@ -330,6 +346,10 @@ int run_serve(int argc, char** argv, int first) {
   std::fputs(share.notice(options.store_dir).c_str(), stderr);
   warn_if_remote_unreachable(options.remote);
   announce_cors(http_options.cors);
+  if (http_options.api_keys.enabled()) {
+    std::fprintf(stderr, "orbit serve: /v1/* requires an API key (%zu key(s), from %s)\n", http_options.api_keys.size(),
+                 http_options.api_keys.source().c_str());
+  }
   serve::HttpServer http(core, http_options);
   const int port = http.bind();
   std::printf("orbit serve: model '%s' (%lld-token context, %s, %s), listening on http://%s:%d\n",

@@ -53,6 +53,16 @@ void ServeMetrics::count_untimed(const std::string& endpoint, int status) {
   ++requests_[{endpoint, status}];
 }
 
+void ServeMetrics::enter(const std::string& endpoint) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++in_flight_[endpoint];
+}
+
+void ServeMetrics::leave(const std::string& endpoint) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  --in_flight_[endpoint];
+}
+
 void ServeMetrics::count_first_token(const std::string& endpoint, double seconds) {
   std::lock_guard<std::mutex> lock(mutex_);
   first_token_[endpoint].observe(seconds);
@@ -215,6 +225,11 @@ std::string ServeMetrics::render(const MetricGauges& gauges) const {
       << "# TYPE orbit_tool_call_stream_mismatches_total counter\n";
   for (const auto& [what, n] : tool_stream_mismatches_) {
     out << "orbit_tool_call_stream_mismatches_total{what=\"" << what << "\"} " << n << "\n";
+  }
+  out << "# HELP orbit_requests_in_flight Requests to a model endpoint from arrival until their answer ended.\n"
+      << "# TYPE orbit_requests_in_flight gauge\n";
+  for (const auto& [endpoint, n] : in_flight_) {
+    out << "orbit_requests_in_flight{endpoint=\"" << endpoint << "\"} " << n << "\n";
   }
   out << "# HELP orbit_queue_depth Requests waiting for their next forward.\n# TYPE orbit_queue_depth gauge\n"
       << "orbit_queue_depth " << gauges.queue_depth << "\n";

@@ -16,6 +16,9 @@
 //   orbit_idle_forward_tokens_total             tokens forwarded in idle time for prompts yet to come (answers
 //                                               prefilled as sessions send them back)
 //   orbit_cancelled_total                       requests ended by a client that went away
+//   orbit_requests_in_flight{endpoint}          model-endpoint requests (chat, completions, responses) from
+//                                               arrival until their answer ended, whatever ended it (gauge;
+//                                               the count SIGTERM's drain waits for: request_count.h)
 //   orbit_queue_depth                           requests waiting for their next forward (gauge)
 //   orbit_sessions                              sessions known / resident (gauges, label state)
 //   orbit_request_seconds{endpoint}             histogram: time from arrival to the last byte of the
@@ -123,6 +126,9 @@ class ServeMetrics {
   // preflight, and every path besides the model endpoints. Counted in orbit_requests_total{endpoint, status}
   // as every answer is, but not in the endpoint's orbit_request_seconds, whose times are its runs'.
   void count_untimed(const std::string& endpoint, int status);
+  // A model-endpoint request arrived / its answer ended (RequestCount): orbit_requests_in_flight{endpoint}.
+  void enter(const std::string& endpoint);
+  void leave(const std::string& endpoint);
   void count_first_token(const std::string& endpoint, double seconds);
   void count_wait(double seconds);
   void count_tokens(int64_t prompt, int64_t completion, double forward, int64_t radix);
@@ -146,6 +152,7 @@ class ServeMetrics {
   double forward_tokens_ = 0;
   int64_t radix_tokens_ = 0;
   int64_t cancelled_ = 0;
+  std::map<std::string, int64_t> in_flight_ = {{"chat", 0}, {"completions", 0}, {"responses", 0}};
   double idle_forward_tokens_ = 0;
   std::map<std::string, int64_t> store_write_failures_ = {{"chat_completions", 0}, {"responses", 0}};
   std::map<std::string, int64_t> tool_stream_mismatches_ = {{"missing", 0}, {"name", 0}, {"arguments", 0}};

@@ -80,8 +80,9 @@ struct ServeOptions {
   // Fault injection for tests, as the store's IoHooks are (set from the test-only environment variable
   // ORBIT_SERVE_TEST_FAULT by cmd_serve.cpp): "run" makes every ServeCore::run throw std::runtime_error before
   // it starts, an exception no part of the request path foresees (not orbit::Error, which a run answers as
-  // engine_error), so tests see what an unforeseen failure does to the answer, the metrics and the drain.
-  // "" = none.
+  // engine_error), so tests see what an unforeseen failure does to the answer, the metrics and the drain;
+  // "stream_start" makes a streamed Responses request throw before its response.created is written
+  // (responses_run.cpp). "" = none.
   std::string test_fault;
 };
 

@@ -1,6 +1,7 @@
 // One model-endpoint request's place in the metrics and in the drain (POST /v1/chat/completions,
 // /v1/completions, /v1/responses): from its construction the request is in flight (the drain waits for it),
-// and it is counted once in orbit_requests_total and leaves the in-flight count once, on every path,
+// and it is counted once in orbit_requests_total and leaves the in-flight count (the drain's, and
+// orbit_requests_in_flight{endpoint}) once, on every path,
 // exceptions included. The route says how it ended (refused before a run, or a run's status and usage); a
 // RequestCount destroyed before either (an exception escaped the route or its stream) counts a 500, timed
 // when the run had begun, so neither the count nor the drain depends on the route reaching its last line.
@@ -29,6 +30,7 @@ class RequestCount {
   RequestCount(ServeMetrics& metrics, std::atomic<int64_t>& in_flight, std::string endpoint)
       : metrics_(metrics), in_flight_(in_flight), endpoint_(std::move(endpoint)) {
     ++in_flight_;
+    metrics_.enter(endpoint_);  // orbit_requests_in_flight{endpoint}
   }
   RequestCount(const RequestCount&) = delete;
   RequestCount& operator=(const RequestCount&) = delete;
@@ -40,6 +42,7 @@ class RequestCount {
         metrics_.count_untimed(endpoint_, 500);
       }
     }
+    metrics_.leave(endpoint_);
     --in_flight_;
   }
 

@@ -446,6 +446,7 @@ void HttpServer::routes() {
   // GET /health is answered by the front (http_front.h); a known path with another method is 405, OPTIONS
   // under --allow-origin excepted (answer_options).
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (refuse_unauthorized(req, res)) return httplib::Server::HandlerResponse::Handled;
     const char* allow = allowed_methods(req.path);
     if (allow == nullptr || method_allowed(allow, req.method)) return httplib::Server::HandlerResponse::Unhandled;
     if (req.method == "OPTIONS" && options_.cors.enabled()) {
@@ -463,7 +464,8 @@ void HttpServer::routes() {
       res.set_header(name, value);
     }
     if (res.status == 204) res.headers.erase("Content-Length");  // cpp-httplib's "0": a 204 has none (RFC 9110)
-    if (!counted_by_route(req)) core_.metrics().count_untimed(endpoint_of(req.path), res.status);
+    // A 401 came from the pre-routing handler: the route that would count it never ran.
+    if (!counted_by_route(req) || res.status == 401) core_.metrics().count_untimed(endpoint_of(req.path), res.status);
   });
   route_models_and_sessions();
   for (const char* endpoint : {"chat", "completions"}) {
@@ -486,6 +488,18 @@ void HttpServer::refuse_method(const httplib::Request& req, httplib::Response& r
   }
   res.set_header("Allow", methods);
   reply_error(res, api_error(405, message, "invalid_request_error", "method_not_allowed"));
+}
+
+bool HttpServer::refuse_unauthorized(const httplib::Request& req, httplib::Response& res) {
+  if (!options_.api_keys.enabled() || req.method == "OPTIONS" || req.path.rfind("/v1/", 0) != 0) return false;
+  const std::size_t sent = req.get_header_value_count("Authorization");
+  std::optional<std::string> why = sent > 1
+                                       ? std::optional<std::string>("header Authorization is given more than once")
+                                       : options_.api_keys.refusal(sent == 1, req.get_header_value("Authorization"));
+  if (!why) return false;
+  res.set_header("WWW-Authenticate", "Bearer");
+  reply_error(res, api_error(401, *why, "invalid_request_error", "invalid_api_key"));
+  return true;
 }
 
 void HttpServer::answer_options(const httplib::Request& req, httplib::Response& res, const std::string& allow) {

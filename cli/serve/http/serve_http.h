@@ -16,6 +16,10 @@
 // known path with another method 405 with an Allow header (OPTIONS too, unless --allow-origin: cors.h).
 // Under --allow-origin every answer, the front's included, carries the CORS fields for its request's Origin.
 // A session is named by the header X-Orbit-Session, else the body's `user`.
+// With API keys (api_keys.h) every /v1/* request but OPTIONS (a browser's preflight carries no credentials)
+// needs `Authorization: Bearer KEY`: without it, or with a wrong key, 401 invalid_api_key with
+// `WWW-Authenticate: Bearer`, counted (untimed) in orbit_requests_total. /health and /metrics stay open, as
+// vLLM's and llama.cpp's health routes do.
 // Connections are read by HttpFront (http_front.h) under header and body deadlines, without holding a
 // worker; GET /health is answered apart from the workers, so it answers while every worker is busy.
 #pragma once
@@ -26,6 +30,7 @@
 #include <memory>
 #include <string>
 
+#include "serve/http/api_keys.h"
 #include "serve/http/cors.h"
 #include "serve/serve_core.h"
 
@@ -50,6 +55,7 @@ struct HttpOptions {
   int body_seconds = 60;         // its body within this of its head (else 408)
   int keep_alive_seconds = 120;  // an idle connection is closed after this; announced in Keep-Alive: timeout=N
   CorsPolicy cors;               // --allow-origin: which pages in a browser may read the answers (cors.h); off
+  ApiKeys api_keys;              // --api-key, --api-key-file, ORBIT_API_KEY (api_keys.h); none: /v1/* is open
 };
 
 class HttpServer {
@@ -83,6 +89,8 @@ class HttpServer {
   // an allowed origin gets 204 and the grant (cors.h), from another origin 403 origin_not_allowed; a plain
   // OPTIONS 204. Each with Allow.
   void answer_options(const httplib::Request& req, httplib::Response& res, const std::string& allow);
+  // Under API keys, a /v1/* request (OPTIONS excepted) without one of them: answers 401 and returns true.
+  bool refuse_unauthorized(const httplib::Request& req, httplib::Response& res);
   // A POST to /v1/chat/completions (endpoint "chat") or /v1/completions ("completions").
   void generate(const std::string& endpoint, const httplib::Request& req, httplib::Response& res);
   std::unique_ptr<HttpFront> server_;

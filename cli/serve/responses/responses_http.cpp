@@ -129,7 +129,17 @@ void post_responses(const ResponsesRoute& route, const httplib::Request& req, ht
       "text/event-stream", [&core = route.core, job](std::size_t, httplib::DataSink& sink) {
         const auto write = [&sink](const std::string& events) { return sink.write(events.data(), events.size()); };
         // An exception out of the run ends the stream with response.failed naming it (run_response): a 500.
-        const ResponseOutcome out = run_response(core, job->call, responses_route::job_sink(core, *job, true), write);
+        // One before response.created went out (run_response lets those through) ends it with an error event.
+        std::optional<ResponseOutcome> ran;
+        try {
+          ran = run_response(core, job->call, responses_route::job_sink(core, *job, true), write);
+        } catch (...) {
+          job->count.failed();
+          write(stream_error_event(internal_error("POST /v1/responses", std::current_exception())));
+          sink.done();
+          return true;
+        }
+        const ResponseOutcome& out = *ran;
         // Counted before the last event goes out: a client that read the whole stream finds it in /metrics.
         job->count.ran(out.run);
         if (!out.last_events.empty()) write(out.last_events);

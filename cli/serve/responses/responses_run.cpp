@@ -2,6 +2,7 @@
 
 #include <ctime>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -251,6 +252,10 @@ ResponseOutcome run_response(ServeCore& core, ResponseCall& call, const RunSink&
   RunSink run_sink = sink;
   if (events) {
     stream.emplace(call.head);
+    if (core.options().test_fault == "stream_start") {  // ServeOptions::test_fault: tests only
+      throw std::runtime_error(
+          "fault injected before response.created (ORBIT_SERVE_TEST_FAULT=stream_start, for tests only)");
+    }
     if (!events(stream->start())) run_sink.cancelled = [] { return true; };
     run_sink.on_text = [&](const std::string& delta) {
       const bool here = !sink.on_text || sink.on_text(delta);

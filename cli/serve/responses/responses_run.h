@@ -86,8 +86,9 @@ struct ResponseOutcome {
 // Runs a prepared call. `events` set: the request streams, and the events (responses_wire.h) go to it as
 // they come, response.created first (false: the client left), all but the last ones
 // (ResponseOutcome::last_events, for the caller to write); a cancelled run has no last event. A streamed
-// run that throws ends as response.failed (run.error: internal_error, a 500); a whole one lets it escape
-// to the route's exception handler (a 500 answer). `sink.on_text`
+// run that throws once response.created went out ends as response.failed (run.error: internal_error, a 500);
+// an exception before it, and any of a whole one, escapes to the caller (the stream's error event:
+// stream_error_event; the route's exception handler: a 500 answer). `sink.on_text`
 // and `sink.on_tool_call` observe the generated text and calls (the calls reach the events as they are written
 // where they are decoded under the tools' grammar, answer_constraint.h) and `sink.cancelled` is polled, as for chat. A
 // response that ran to its end (not cancelled) is stored (store true) before its last event is written, so a request

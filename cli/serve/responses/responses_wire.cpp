@@ -311,6 +311,15 @@ std::string ResponseEvents::finish(const RunResult& result, const StoreWrite* st
   return out + event({{"type", type}, {"response", body}});
 }
 
+std::string stream_error_event(const ApiError& error) {
+  const json body = {{"type", "error"},
+                     {"code", error.code.empty() ? "server_error" : error.code},
+                     {"message", error.message},
+                     {"param", error.param.empty() ? json(nullptr) : json(error.param)},
+                     {"sequence_number", 0}};
+  return "event: error\ndata: " + dump(body) + "\n\n";
+}
+
 std::string ResponseEvents::failed(const ApiError& error) {
   json body = response_body(head_, nullptr);
   body["status"] = "failed";

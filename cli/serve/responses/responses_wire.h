@@ -74,6 +74,11 @@ nlohmann::json responses_usage(const RunUsage& usage);
 // The response object: `result` null = in progress (no output, no usage).
 nlohmann::json response_body(const ResponseHead& head, const RunResult* result);
 
+// The Responses stream's `error` event (OpenAI's ResponseErrorEvent: type "error", code, message, param,
+// sequence_number 0) for a stream that fails before its response.created went out: there is no response yet
+// for a response.failed to name.
+std::string stream_error_event(const ApiError& error);
+
 // The events of one streamed response, numbered in order. Not thread-safe: one per stream.
 class ResponseEvents {
  public:
