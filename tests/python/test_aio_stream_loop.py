@@ -74,6 +74,59 @@ def test_a_call_on_the_window_in_its_stream_loop_raises_at_once(orbit, story, na
         assert list(after_end.tokens) == list(plain.tokens[:2]) == list(after_break.tokens)
 
 
+# Synchronous calls on the Window itself, made on the event loop's thread: the name the error starts with -> the call.
+SYNC_CALLS_ON_THE_LOOP = {
+    "Window.add_turn": lambda orbit, w, q: w.add_turn([403, 412]),
+    "Window.generate": lambda orbit, w, q: w.generate(q, max_tokens=2),
+    "Window.logits": lambda orbit, w, q: w.logits(q),
+    "Window.fork": lambda orbit, w, q: w.fork().close(),
+    "Window.instances": lambda orbit, w, q: w.instances,
+    "Window.__len__": lambda orbit, w, q: len(w),
+    "Window.stream": lambda orbit, w, q: list(w.stream(q, max_tokens=2)),
+    "orbit.generate_many": lambda orbit, w, q: orbit.generate_many([(w, q, {"max_tokens": 2})]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SYNC_CALLS_ON_THE_LOOP))
+@pytest.mark.parametrize("from_reader", [True, False], ids=["loop_body", "other_task"])
+def test_a_synchronous_window_call_on_the_event_loop_raises_at_once(orbit, story, name, from_reader):
+    # aw.window.add_turn(...) inside `async for piece in aw.stream(q)`: every task shares the loop's thread, so the
+    # thread check of Window.stream did not apply and the call waited for the window's mutex, which the stream's
+    # decode held while it waited for the loop the call blocked: READER_GONE_S (1 s), then the rest of the answer,
+    # and then it ran. Now it raises at once, from the loop's body or from another task of the loop, while the
+    # decode runs; the stream goes on unharmed, and the call works after the loop.
+    from orbit import aio
+
+    window, query, plain = story
+    call = SYNC_CALLS_ON_THE_LOOP[name]
+
+    async def elsewhere():
+        call(orbit, window, query)
+
+    async def main():
+        w = aio.AsyncWindow(window)
+        s = w.stream(query, max_tokens=60)
+        pieces, errors = [], []
+        async for piece in s:
+            if not pieces:  # the decode waits for this loop: it runs until the loop takes its last piece
+                with pytest.raises(orbit.OrbitError, match=re.escape(name) + r": .*(stream loop|loop's body)") as e:
+                    if from_reader:
+                        call(orbit, window, query)
+                    else:
+                        await asyncio.create_task(elsewhere())
+                errors.append(str(e.value))
+            pieces.append(piece)
+        call(orbit, window, query)  # the decode ended: the window answers on this thread again
+        async for _ in w.stream(query, max_tokens=400):
+            break  # left at its first piece: the decode stops, and the window answers again
+        call(orbit, window, query)
+        return pieces, s.generation, errors
+
+    pieces, g, errors = asyncio.run(main())
+    assert "".join(pieces) == plain.text and g.stop_reason == "max_tokens" and len(pieces) > 1
+    assert len(errors) == 1 and "AsyncWindow.stream" in errors[0] and "after the loop" in errors[0]
+
+
 def test_closing_the_window_in_its_stream_loop_stops_the_stream(orbit, story):
     # As Window.close() in a Window.stream loop: the decode stops at its next token and the loop ends soon after
     # (before, close() waited its turn behind the stream: the whole 400-token answer was decoded first).

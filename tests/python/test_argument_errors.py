@@ -2,6 +2,7 @@
 and instances whose __init__ never ran."""
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -204,6 +205,58 @@ ENGINE_WRONG_TYPES = {
 }
 
 
+# Every bool-typed argument of the API, by the name its TypeError gives: the call with the value `v`.
+BOOL_ARGUMENTS = {
+    "Engine: embedding_cache": lambda orbit, e, w, path, v: orbit.Engine(path, embedding_cache=v),
+    "Engine: shared_canonicals": lambda orbit, e, w, path, v: orbit.Engine(path, shared_canonicals=v),
+    "tokenize: bos": lambda orbit, e, w, path, v: e.tokenize("a", bos=v),
+    "add_text: pin": lambda orbit, e, w, path, v: e.add_text("a", pin=v),
+    "add_text: bos": lambda orbit, e, w, path, v: e.add_text("a", bos=v),
+    "add_tokens: pin": lambda orbit, e, w, path, v: e.add_tokens([1, 2], pin=v),
+    "add_embeddings: pin": lambda orbit, e, w, path, v: e.add_embeddings(
+        np.zeros((1, e.model_info.hidden_size), np.float32), pin=v),
+    "find_media: pin": lambda orbit, e, w, path, v: e.find_media("d", rows=1, pin=v),
+    "render_chat: add_generation_prompt": lambda orbit, e, w, path, v: e.render_chat([], v),
+    "tokenize_chat: add_generation_prompt": lambda orbit, e, w, path, v: e.tokenize_chat([], v),
+    "parse_tool_calls: cut": lambda orbit, e, w, path, v: orbit.parse_tool_calls("a", cut=v),
+    "store_gc: dry_run": lambda orbit, e, w, path, v: orbit.store_gc(path, dry_run=v),
+    "make_trace: sample_text": lambda orbit, e, w, path, v: orbit.make_trace(steps=2, sample_text=v),
+    "replay: baselines": lambda orbit, e, w, path, v: orbit.replay(orbit.make_trace(steps=2), path, baselines=v),
+    "replay: fidelity": lambda orbit, e, w, path, v: orbit.replay(orbit.make_trace(steps=2), path, fidelity=v),
+    "replay: explain": lambda orbit, e, w, path, v: orbit.replay(orbit.make_trace(steps=2), path, explain=v),
+    "replay: attribute": lambda orbit, e, w, path, v: orbit.replay(orbit.make_trace(steps=2), path, attribute=v),
+    "logits: all_rows": lambda orbit, e, w, path, v: w.logits([1, 2], all_rows=v),
+    "reference_logits: all_rows": lambda orbit, e, w, path, v: w.reference_logits([1, 2], all_rows=v),
+    "generate: logprobs": lambda orbit, e, w, path, v: w.generate([1, 2], max_tokens=1, logprobs=v),
+    "WindowPolicy.deep_only": lambda orbit, e, w, path, v: orbit.Policy(deep_only=v),
+    "WindowPolicy.self_check": lambda orbit, e, w, path, v: orbit.Policy().replace(self_check=v),
+}
+
+
+@pytest.mark.parametrize("value, type_shown", [(None, "None"), (1.5, "float"), (2 ** 70, "int"), ("yes", "str"),
+                                               (0, "int"), (1, "int"), (np.int64(1), "int64")])
+@pytest.mark.parametrize("name", sorted(BOOL_ARGUMENTS))
+def test_a_bool_argument_takes_only_a_bool(orbit, engine, window, tmp_path, stories260k_path, name, value,
+                                           type_shown):
+    # pybind11 read a bool argument through __bool__: None was False, 1.5, 2**70 and "yes" True; now anything but
+    # True, False or a numpy bool is a TypeError naming the argument. Ints 0/1 are refused too: a strict API.
+    call = BOOL_ARGUMENTS[name]
+    path = str(tmp_path) if name == "store_gc: dry_run" else str(stories260k_path)
+    if name == "store_gc: dry_run":
+        (tmp_path / "blobs").mkdir()
+    with pytest.raises(TypeError, match=f"^{re.escape(name)}: expected bool, got {type_shown}$"):
+        call(orbit, engine, window, path, value)
+
+
+def test_a_bool_argument_takes_true_false_and_numpy_bools(orbit, engine, window, stories260k_path):
+    for v in (True, False, np.bool_(True), np.bool_(False)):
+        assert engine.tokenize("a", bos=v) == engine.tokenize("a", bos=bool(v))
+        assert orbit.Policy(deep_only=v).deep_only is bool(v)
+        assert window.logits([1, 2], all_rows=v).ndim == (2 if v else 1)
+        with orbit.Engine(str(stories260k_path), embedding_cache=v, shared_canonicals=v) as e:
+            assert e.options.embedding_cache is bool(v)
+
+
 @pytest.mark.parametrize("keyword", sorted(ENGINE_WRONG_TYPES))
 def test_engine_names_the_keyword_of_a_value_of_another_type(orbit, stories260k_path, keyword):
     # Still a TypeError, as pybind11 raised for these typed parameters, now naming the keyword and the type asked
@@ -232,6 +285,6 @@ def test_engine_keywords_keep_their_signature_and_conversions(orbit, stories260k
                          ((str(stories260k_path),), {"model": str(stories260k_path)})]:
         with pytest.raises(TypeError, match="incompatible constructor arguments"):
             orbit.Engine(*args, **kwargs)
-    with orbit.Engine(model=str(stories260k_path), page_size=np.int64(4), threads=True, embedding_cache=0,
-                      pool_bytes=8 << 20) as e:
+    with orbit.Engine(model=str(stories260k_path), page_size=np.int64(4), threads=True,
+                      embedding_cache=np.bool_(False), pool_bytes=8 << 20) as e:
         assert e.options.page_size == 4 and e.options.pool_bytes == 8 << 20 and not e.options.embedding_cache

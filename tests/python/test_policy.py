@@ -52,7 +52,7 @@ def test_policy_spec_and_keyword_arguments(orbit):
         orbit.Policy(max_divergence=2)
     with pytest.raises(ValueError, match="positive int or 'full'"):
         orbit.Policy(rank=0)
-    with pytest.raises(TypeError, match="expected a bool"):
+    with pytest.raises(TypeError, match="expected bool"):
         orbit.Policy(deep_only="yes")
     with pytest.raises(TypeError, match="spec must be a string"):
         orbit.Policy(16)

@@ -120,3 +120,45 @@ def test_store_inspection_reports_a_row_with_a_non_utf8_key(orbit, stories260k_p
     assert [(p.key, p.reason) for p in report.problems] == [
         (shown, "the index row's key is not a store key (64 lowercase hex characters)")
     ]
+
+
+def _flip_key_index_byte(index_path, key):
+    """Flips one byte of `key` in the index of keys only (the table's copy, just before the row's blob path, and the
+    blob path itself stay): SQLite's integrity_check then finds the table and its index disagree."""
+    data = bytearray(index_path.read_bytes())
+    copies = [o for o in range(len(data)) if data.startswith(key.encode(), o)]
+    in_path = data.find(f"/{key}.".encode()) + 1  # in the row's blob path "blobs/xx/KEY.NONCE.blob"
+    blob_at = in_path - len("blobs/xx/")
+    index_copies = [o for o in copies if o != in_path and not (o < blob_at and blob_at - (o + len(key)) < 8)]
+    assert len(copies) == 3 and len(index_copies) == 1, (copies, blob_at)
+    at = index_copies[0] + 10
+    data[at] = ord("b") if data[at] == ord("a") else ord("a")
+    index_path.write_bytes(bytes(data))
+
+
+def test_store_verify_reports_a_key_index_that_disagrees_with_its_table(orbit, stories260k_path, tmp_path):
+    import sqlite3
+
+    with _engine(orbit, stories260k_path, store_dir=tmp_path) as e:
+        ref = e.add_tokens([5, 17, 42, 99, 100, 7, 8])
+        e.precompute(ref)
+    db = sqlite3.connect(tmp_path / "index.sqlite")
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # every row in index.sqlite itself
+    db.close()
+    _flip_key_index_byte(tmp_path / "index.sqlite", ref.key)
+
+    report = orbit.store_verify(tmp_path)
+    assert "missing from index sqlite_autoindex_entries_1" in report.index_damage
+    assert not report.clean and not report and "index_damaged" in repr(report)
+    with orbit.Store(tmp_path) as store:
+        assert store.verify().index_damage == report.index_damage
+    with pytest.raises(orbit.OrbitError, match="index.sqlite is damaged"):
+        orbit.store_gc(tmp_path)
+
+    repaired = orbit.store_repair(tmp_path)
+    assert repaired.index_reindexed and (repaired.rows_dropped, repaired.rows_restored) == (0, 0)
+    assert any("REINDEX rebuilt its indexes" in n for n in repaired.notes)
+    after = orbit.store_verify(tmp_path)
+    assert after.clean and after.index_damage == "" and after.checked == report.checked
+    assert ref.key in [x.key for x in orbit.store_list(tmp_path)]
+    assert orbit.store_gc(tmp_path).removed_blobs == 0

@@ -159,7 +159,7 @@ def test_a_store_dir_of_the_wrong_type_names_the_argument(orbit, tmp_path, name)
 def test_all_rows_none_is_refused_not_read_as_false(orbit, small_engine, call):
     w = small_engine.new_window()
     w.add_turn([1, 2, 3])
-    with pytest.raises(TypeError, match=f"{call}: all_rows must be a bool, got None"):
+    with pytest.raises(TypeError, match=f"{call}: all_rows: expected bool, got None"):
         getattr(w, call)([1, 2], all_rows=None)
     assert getattr(w, call)([1, 2], all_rows=True).shape[0] == 2
     assert getattr(w, call)([1, 2], all_rows=False).ndim == 1
@@ -185,13 +185,13 @@ def test_logprobs_none_is_refused_not_read_as_false(orbit, small_engine):
     # pybind11's bool conversion read None as False: the caller asking for nothing got no log probabilities.
     w = small_engine.new_window()
     w.add_turn([1, 2, 3])
-    with pytest.raises(TypeError, match="^generate: logprobs must be a bool, got None"):
+    with pytest.raises(TypeError, match="^generate: logprobs: expected bool, got None"):
         w.generate(" there", max_tokens=2, logprobs=None)
-    with pytest.raises(TypeError, match="^generate_n: logprobs must be a bool, got None"):
+    with pytest.raises(TypeError, match="^generate_n: logprobs: expected bool, got None"):
         w.generate_n(" there", 2, max_tokens=2, logprobs=None)
-    with pytest.raises(TypeError, match=r"generate_many.*: logprobs must be a bool, got None"):
+    with pytest.raises(TypeError, match=r"generate_many.*: logprobs: expected bool, got None"):
         orbit.generate_many([(w, " there", {"max_tokens": 2, "logprobs": None})])
-    with pytest.raises(TypeError, match="^generate: logprobs must be a bool, got str"):
+    with pytest.raises(TypeError, match="^generate: logprobs: expected bool, got str"):
         w.generate(" there", max_tokens=2, logprobs="yes")
     assert len(w.generate(" there", max_tokens=2, logprobs=True).logprobs) == 2
     assert w.generate(" there", max_tokens=2, logprobs=False).logprobs == []

@@ -865,7 +865,8 @@ class _StreamRoom:
     @property
     def stopped(self) -> bool: ...
     def hold_reader(self) -> None:
-        """Registers the calling thread (the loop's) as the stream's reader until release_reader(): the window's
+        """Registers the calling thread (the loop's; for orbit.aio the event loop's) as the stream's reader until
+        release_reader(): the window's
         calls made on it raise OrbitError at once instead of waiting for the decode. Raises OrbitError when this
         thread reads another stream on the window already."""
     def release_reader(self) -> None:
@@ -926,7 +927,8 @@ class Engine:
         raises OrbitError naming EngineOptions::tokenizer and the path.
         background given as a BackgroundMode that is not one of its members (BackgroundMode(7)) raises ValueError.
         A keyword not listed here, or a value of another type than the one above (a float for an int, bytes for a
-        str, an int past the field's range), raises TypeError naming the keyword."""
+        str, an int past the field's range; for a bool anything but True, False or a numpy bool: None, 0/1, a
+        str), raises TypeError naming the keyword ("Engine: embedding_cache: expected bool, got float")."""
     def __enter__(self) -> "Engine": ...
     def __exit__(self, *args: object) -> bool: ...
     def close(self) -> None:
@@ -1122,10 +1124,10 @@ class Window:
         stored for exact reuse), so a later sync whose list starts the same way serves it with no forward."""
     # reading (nothing stored)
     def logits(self, query: Tokens, *, all_rows: bool = False) -> numpy.typing.NDArray[numpy.float32]:
-        """[vocab] for the last query token, [len(query), vocab] with all_rows=True; all_rows=None raises
-        TypeError naming it (it is not read as False)."""
+        """[vocab] for the last query token, [len(query), vocab] with all_rows=True; all_rows other than
+        True, False or a numpy bool (None, 0/1) raises TypeError naming it (it is not read as a bool)."""
     def reference_logits(self, query: Tokens, *, all_rows: bool = False) -> numpy.typing.NDArray[numpy.float32]:
-        """What a re-prefill of the window would give, shaped as logits(); all_rows=None raises TypeError."""
+        """What a re-prefill of the window would give, shaped as logits(); all_rows not a bool raises TypeError."""
     def generate(
         self,
         query: Tokens,
@@ -1387,6 +1389,9 @@ class VerifyReport:
     @property
     def temp_files(self) -> int: ...
     @property
+    def index_damage(self) -> str:
+        """Why SQLite's integrity_check finds index.sqlite inconsistent, or '' (store_repair() reindexes it)."""
+    @property
     def clean(self) -> bool: ...
     def __bool__(self) -> bool: ...
 
@@ -1409,7 +1414,7 @@ def store_list(dir: Union[str, os.PathLike]) -> list[StoreEntryInfo]:
 def store_summary(dir: Union[str, os.PathLike]) -> StoreSummary:
     """A StoreSummary of a store directory."""
 def store_verify(dir: Union[str, os.PathLike]) -> VerifyReport:
-    """Checks every blob's size and checksum."""
+    """Checks every blob's size and checksum, and the index with SQLite's integrity_check (index_damage)."""
 def store_gc(dir: Union[str, os.PathLike], *, dry_run: bool = False) -> GcReport:
     """Removes unreferenced blobs and temp files (the store must be closed everywhere)."""
 class RepairReport:
@@ -1424,6 +1429,9 @@ class RepairReport:
     def blobs_rejected(self) -> int: ...
     @property
     def meta_restored(self) -> bool: ...
+    @property
+    def index_reindexed(self) -> bool:
+        """SQLite found the index inconsistent and REINDEX rebuilt its indexes (a note says why)."""
     @property
     def model_fingerprint(self) -> str: ...
     @property

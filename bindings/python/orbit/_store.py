@@ -74,7 +74,8 @@ class Store:
         return store_list(self._dir)
 
     def verify(self) -> VerifyReport:
-        """Checks every blob's size and checksum; problems are reported, never deleted."""
+        """Checks every blob's size and checksum, and the index with SQLite's integrity_check (index_damage:
+        why it is inconsistent, or ''); problems are reported, never deleted."""
         self._check()
         return store_verify(self._dir)
 

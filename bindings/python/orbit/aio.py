@@ -37,7 +37,10 @@ AsyncWindow call on that window awaited by the task running the loop's body (gen
 sync, another stream of it, generate_many with it...) raises OrbitError at once naming the call, from the
 first piece to the loop's end (its end, a break, an exception, aclose()), instead of waiting behind the stream
 for the rest of the answer; await it after the loop (break first to stop the decode early) or on a fork() made
-before it. close() from the loop's body is let through and stops the stream, as Window.close() does. Other
+before it. close() from the loop's body is let through and stops the stream, as Window.close() does. A
+synchronous call on the Window itself (aw.window.add_turn(...), window.generate(...), orbit.generate_many) made on
+the event loop's thread while the stream's decode runs raises OrbitError at once too, from the loop's body or
+any other task: every task runs on that thread, so the call would block the loop the decode waits for. Other
 tasks' calls (and other threads') still wait their turn: awaiting the lock takes no thread and leaves the event
 loop free, so the reader keeps reading and the call runs once the stream ends. A task the loop's body awaits is
 such a task, not the loop: a window call wrapped in asyncio.gather(), a task or asyncio.wait_for() (3.11 wraps
@@ -335,7 +338,8 @@ class AsyncGenerationStream:
     From the first piece to the loop's end, an AsyncWindow call on the window awaited in the loop's body (by the
     task reading the stream) raises OrbitError at once naming the call, as it could only wait for the whole
     answer: await it after the loop. close() there stops the stream instead. Other tasks' calls wait their turn
-    (the module's note says why a task the loop's body awaits waits too).
+    (the module's note says why a task the loop's body awaits waits too). A synchronous call on the Window made on
+    the event loop's thread (by any task) while the decode runs raises OrbitError at once: it would block the loop.
     """
 
     def __init__(self, window: Window, query: Any, kwargs: dict[str, Any]) -> None:
@@ -381,6 +385,7 @@ class AsyncGenerationStream:
         _check_not_streamed(self._window, "AsyncWindow.stream")
         lock = _window_lock(self._window)
         await lock.acquire()
+        decode: Optional[_Decode] = None
         if self._closed:
             lock.release()
             return None
@@ -388,8 +393,14 @@ class AsyncGenerationStream:
             kwargs = dict(self._kwargs)
             decode = _Decode(asyncio.get_running_loop(), _call_token(kwargs, "stream"), self._window)
             ours = {"on_text": decode.on_text, "cancel": decode.token}
+            # Every task of the loop runs on this thread, so a synchronous call on the window from the loop's body
+            # (aw.window.add_turn(...)) would block the loop, and with it the reader the decode waits for: while
+            # the decode runs, the window's own calls made on this thread raise at once (PyWindow::run).
+            decode.room.hold_reader()
             decode.start(functools.partial(_generate_with, self._window, self._query, ours, kwargs), lock)
         except BaseException:
+            if decode is not None:
+                decode.room.release_reader()
             lock.release()
             raise
         decode.reading = _start_reading(self._window)
@@ -420,9 +431,11 @@ class _Decode:
         self.reading: Optional[_Reading] = None  # the loop reading it, until the loop ends
 
     def reading_ended(self) -> None:
-        """The loop ended (its end, a break, an exception, aclose()): the task's calls on the window run again."""
+        """The loop ended (its end, a break, an exception, aclose()): the task's calls on the window run again,
+        and so do the window's synchronous calls on the loop's thread (their check ends with the decode too)."""
         if self.reading is not None:
             self.reading.end()
+        self.room.release_reader()
 
     def start(self, generate: Callable[[], "Generation"], lock: asyncio.Lock) -> None:
         context = contextvars.copy_context()
@@ -430,6 +443,7 @@ class _Decode:
 
         def ended(future: "asyncio.Future[Generation]") -> None:
             self.settle()
+            self.room.release_reader()  # the window is free: a synchronous call on it no longer waits
             lock.release()
             self.items.put_nowait(_End)  # after every piece: they were queued on the loop before this
 

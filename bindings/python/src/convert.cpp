@@ -7,10 +7,12 @@ namespace orbit_py {
 std::string type_name(py::handle obj) { return py::str(py::type::handle_of(obj).attr("__qualname__")); }
 
 bool to_bool(py::handle obj, const char* what) {
-  if (obj.is_none()) throw py::type_error(std::string(what) + " must be a bool, got None");
-  py::detail::make_caster<bool> caster;
-  if (!caster.load(obj, true)) throw py::type_error(std::string(what) + " must be a bool, got " + type_name(obj));
-  return static_cast<bool>(caster);
+  if (obj.ptr() == Py_True) return true;
+  if (obj.ptr() == Py_False) return false;
+  // numpy's bool scalar: numpy.bool_ (numpy 1.x), numpy.bool (2.x); what pybind11's bool takes unconverted.
+  const std::string type = Py_TYPE(obj.ptr())->tp_name;
+  if (type == "numpy.bool_" || type == "numpy.bool") return PyObject_IsTrue(obj.ptr()) == 1;
+  throw py::type_error(std::string(what) + ": expected bool, got " + (obj.is_none() ? "None" : type_name(obj)));
 }
 
 void check_enum_member(py::handle obj, const char* what) {

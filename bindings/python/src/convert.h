@@ -43,9 +43,18 @@ Borrowed to_grid(py::handle obj, const char* what);
 // An int or an object __index__ makes one (numpy's integer scalars, e.g. np.argmax's), not a bool.
 bool is_integer(py::handle obj);
 orbit::InstanceId to_instance(py::handle obj, const char* what);
-// A bool argument: None raises TypeError naming `what` ("logits: all_rows"), where pybind11's bool read it as
-// False; anything else converts as pybind11's bool does (ints, numpy bools).
+// A bool argument read strictly: True, False or a numpy bool; anything else (None, 0/1, 1.5, a str, which
+// pybind11's bool read through __bool__) raises TypeError naming `what` and the type ("Engine:
+// embedding_cache: expected bool, got float").
 bool to_bool(py::handle obj, const char* what);
+
+// A bool parameter of a bound function, read by the function with BoolArg::get (to_bool: strict, naming the
+// argument): its caster takes any object and writes "bool" in the signature pybind11 generates, where a
+// plain `bool` parameter would take anything with __bool__ and refuse others without naming the argument.
+struct BoolArg {
+  py::object value;
+  bool get(const char* what) const { return to_bool(value, what); }
+};
 // A sampling seed: an int (or an object with __index__) in [0, 2**64); another type raises TypeError, an int
 // out of that range ValueError, both naming `what` ("generate: seed") and the range.
 uint64_t to_seed(py::handle obj, const char* what);
@@ -88,3 +97,19 @@ py::object json_module();
 using orbit::shape_string;
 
 }  // namespace orbit_py
+
+namespace pybind11::detail {
+
+// BoolArg: any object, checked by the function that names the argument (see BoolArg).
+template <>
+struct type_caster<orbit_py::BoolArg> {
+  PYBIND11_TYPE_CASTER(orbit_py::BoolArg, const_name("bool"));
+  bool load(handle src, bool /*convert*/) {
+    if (!src) return false;
+    value.value = reinterpret_borrow<object>(src);
+    return true;
+  }
+  static handle cast(const orbit_py::BoolArg& arg, return_value_policy, handle) { return arg.value.inc_ref(); }
+};
+
+}  // namespace pybind11::detail

@@ -155,7 +155,7 @@ const char* const kEngineInitDoc =
     "use). Its ids must fit the model's vocabulary; a missing or unreadable file raises OrbitError naming\n"
     "EngineOptions::tokenizer and the path.\n"
     "A keyword Engine does not take, or a value of another type than the signature's, raises TypeError naming\n"
-    "the keyword.\n"
+    "the keyword; a bool keyword takes True, False or a numpy bool only (not None, 0/1 or a str).\n"
     "Raises OrbitError naming the file or option at fault (CUDA asked for where there is none included).";
 
 // Engine: opening: the constructor.
@@ -230,7 +230,9 @@ void def_engine_text(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       "True when the engine has a tokenizer (llama2.c's, beside the model or EngineOptions' tokenizer).");
   c.def(
       "tokenize",
-      [](const Engine& e, const py::str& text, bool bos) { return e.tokenize(utf8_arg(text, "tokenize: text"), bos); },
+      [](const Engine& e, const py::str& text, const BoolArg& bos) {
+        return e.tokenize(utf8_arg(text, "tokenize: text"), bos.get("tokenize: bos"));
+      },
       py::arg("text"), py::arg("bos") = true,
       "Token ids of text, llama2.c's encoding (BOS first when bos). Raises OrbitError when the engine has no\n"
       "tokenizer (Hugging Face models: tokenize with your own tokenizer, e.g. transformers.AutoTokenizer, and\n"
@@ -251,9 +253,10 @@ void def_engine_text(py::class_<Engine, std::shared_ptr<Engine>>& c) {
 void def_engine_chunks(py::class_<Engine, std::shared_ptr<Engine>>& c) {
   c.def(
       "add_text",
-      [](Engine& e, const py::str& text_arg, const py::str& label, bool pin, bool bos) {
+      [](Engine& e, const py::str& text_arg, const py::str& label, const BoolArg& pin_arg, const BoolArg& bos_arg) {
         const std::string text = utf8_arg(text_arg, "add_text: text");
-        const ChunkOptions o = chunk_options(utf8_arg(label, "add_text: label"), pin);
+        const ChunkOptions o = chunk_options(utf8_arg(label, "add_text: label"), pin_arg.get("add_text: pin"));
+        const bool bos = bos_arg.get("add_text: bos");
         py::gil_scoped_release release;
         return e.add_text(text, o, bos);
       },
@@ -261,8 +264,9 @@ void def_engine_chunks(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       "add_tokens(tokenize(text, bos)): a chunk of text. bos=True for a window's first chunk.");
   c.def(
       "add_tokens",
-      [](Engine& e, const py::object& tokens, const py::str& label_arg, bool pin) {
+      [](Engine& e, const py::object& tokens, const py::str& label_arg, const BoolArg& pin_arg) {
         const std::string label = utf8_arg(label_arg, "add_tokens: label");
+        const bool pin = pin_arg.get("add_tokens: pin");
         std::vector<int64_t> t = py::isinstance<py::str>(tokens)
                                      ? e.tokenize(utf8_arg(tokens, "add_tokens: tokens"), false)
                                      : to_tokens(tokens, "add_tokens: tokens");
@@ -277,8 +281,9 @@ void def_engine_chunks(py::class_<Engine, std::shared_ptr<Engine>>& c) {
   c.def(
       "add_embeddings",
       [](Engine& e, const py::object& embeddings, const py::object& grid, const py::str& digest_arg,
-         const py::str& label_arg, bool pin) {
+         const py::str& label_arg, const BoolArg& pin_arg) {
         const std::string media_digest = utf8_arg(digest_arg, "add_embeddings: media_digest");
+        const bool pin = pin_arg.get("add_embeddings: pin");
         const std::string label = utf8_arg(label_arg, "add_embeddings: label");
         const Borrowed emb = to_embeddings(embeddings, "add_embeddings: embeddings");
         const Borrowed g = to_grid(grid, "add_embeddings: grid");
@@ -305,8 +310,9 @@ void def_engine_chunks(py::class_<Engine, std::shared_ptr<Engine>>& c) {
   c.def(
       "find_media",
       [](Engine& e, const py::str& digest_arg, const py::object& grid, int64_t rows, const py::str& label_arg,
-         bool pin) -> std::optional<ChunkRef> {
+         const BoolArg& pin_arg) -> std::optional<ChunkRef> {
         const std::string media_digest = utf8_arg(digest_arg, "find_media: media_digest");
+        const bool pin = pin_arg.get("find_media: pin");
         const std::string label = utf8_arg(label_arg, "find_media: label");
         const Borrowed g = to_grid(grid, "find_media: grid");
         orbit::MediaLookup lookup;

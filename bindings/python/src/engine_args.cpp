@@ -72,11 +72,12 @@ std::string signature_default(const T& value) {
   }
 }
 
-// `value` read as an argument of type T, converting as pybind11 does for a function's argument (int from any
-// object with __index__, bool from any object with __bool__, str from str only, a 32-bit int in range); a value
-// pybind11 would refuse raises TypeError naming the keyword.
+// `value` read as an argument of type T: a bool strictly (to_bool: True, False or a numpy bool), others
+// converting as pybind11 does for a function's argument (int from any object with __index__, str from str
+// only, a 32-bit int in range); a value refused raises TypeError naming the keyword.
 template <typename T>
 T read_value(py::handle value, const char* keyword) {
+  if constexpr (std::is_same_v<T, bool>) return to_bool(value, (std::string("Engine: ") + keyword).c_str());
   py::detail::make_caster<T> caster;
   if (!caster.load(value, /*convert=*/true)) {
     if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {

@@ -53,12 +53,7 @@ double number(py::handle v, const char* field, double lo, double hi, bool lo_ope
   return x;
 }
 
-bool boolean(py::handle v, const char* field) {
-  if (!py::isinstance<py::bool_>(v)) {
-    throw py::type_error(std::string("WindowPolicy.") + field + ": expected a bool, got " + type_name(v));
-  }
-  return v.cast<bool>();
-}
+bool boolean(py::handle v, const char* field) { return to_bool(v, (std::string("WindowPolicy.") + field).c_str()); }
 
 // A count: an int >= 0 (a bool is refused, though Python calls it an int).
 int64_t count(py::handle v, const char* field) {

@@ -94,13 +94,15 @@ struct PyWindow {
   }
 
   // Throws OrbitError when the calling thread runs the body of a Window.stream loop on this window whose
-  // decode has not ended: the decode holds the window's lock and waits for the loop, so waiting for the lock
-  // here would stall the loop for the whole answer. run() checks it; so must code that locks `mutex` itself.
+  // decode has not ended, or is the event loop reading an orbit.aio stream of it whose decode runs: the decode holds
+  // the window's lock and waits for the loop, so waiting for the lock here would stall the loop for the whole answer.
+  // run() checks it; so must code that locks `mutex` itself.
   void check_not_streamed(const char* what) const {
     ORBIT_CHECK(!stream_readers->reads(std::this_thread::get_id()),
                 what << ": window " << id
-                     << " is streaming to this thread (called inside its Window.stream loop): the stream's "
-                        "decode holds the window until the stream ends; call "
+                     << " is streaming to this thread (called inside its Window.stream loop, or on the event "
+                        "loop that reads its AsyncWindow.stream): the stream's decode holds the window until the "
+                        "stream ends; call "
                      << what
                      << " after the loop (break out of it first to stop the decode), or close() the "
                         "window to stop it");

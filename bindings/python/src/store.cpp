@@ -126,11 +126,14 @@ void def_store_reports(py::module_& m) {
       .def_readonly("problems", &VerifyReport::problems, "list[VerifyProblem].")
       .def_readonly("unreferenced_blobs", &VerifyReport::unreferenced_blobs, "Blob files no row names.")
       .def_readonly("temp_files", &VerifyReport::temp_files, "Writes that never completed.")
-      .def_property_readonly("clean", &VerifyReport::clean, "No problems.")
+      .def_readonly("index_damage", &VerifyReport::index_damage,
+                    "Why SQLite's integrity_check finds index.sqlite inconsistent (its key index disagrees\n"
+                    "with its table, a damaged page), or '' when it passes: store_repair() reindexes it.")
+      .def_property_readonly("clean", &VerifyReport::clean, "No problems, nothing unreadable, no index_damage.")
       .def("__bool__", &VerifyReport::clean, "True when clean.")
       .def("__repr__", [](const VerifyReport& r) {
         return "VerifyReport(checked=" + std::to_string(r.checked) + ", problems=" + std::to_string(r.problems.size()) +
-               ")";
+               (r.index_damage.empty() ? "" : ", index_damaged") + ")";
       });
   py::class_<GcReport>(m, "GcReport", "What store_gc() removed (or would remove, dry_run=True).")
       .def_readonly("removed_blobs", &GcReport::removed_blobs, "Unreferenced blob files.")
@@ -153,6 +156,8 @@ void def_store_reports(py::module_& m) {
       .def_readonly("rows_dropped", &RepairReport::rows_dropped, "Rows whose blob is missing, corrupt or outside.")
       .def_readonly("blobs_rejected", &RepairReport::blobs_rejected, "Blobs that do not verify.")
       .def_readonly("meta_restored", &RepairReport::meta_restored, "The model fingerprint was restored.")
+      .def_readonly("index_reindexed", &RepairReport::index_reindexed,
+                    "SQLite found the index inconsistent and REINDEX rebuilt its indexes (a note says why).")
       .def_readonly("model_fingerprint", &RepairReport::model_fingerprint, "The store's model fingerprint.")
       .def_readonly("notes", &RepairReport::notes, "One line per rejected blob or dropped row.")
       .def("__repr__", [](const RepairReport& r) {
@@ -224,10 +229,10 @@ void def_store_functions(py::module_& m) {
       py::arg("dir"), "Checks every blob's size and checksum; a VerifyReport (read-only).");
   m.def(
       "store_gc",
-      [](const py::object& dir, bool dry_run) {
+      [](const py::object& dir, const BoolArg& dry_run) {
         const std::string d = dir_arg(dir, "store_gc: dir");
         GcOptions o;
-        o.dry_run = dry_run;
+        o.dry_run = dry_run.get("store_gc: dry_run");
         return released<GcReport>([&] { return gc_store(d, o); });
       },
       py::arg("dir"), py::kw_only(), py::arg("dry_run") = false,

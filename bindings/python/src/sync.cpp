@@ -386,8 +386,9 @@ void def_sync_methods(py::module_& m) {
       "True when the model has a chat template (tokenizer_config.json of its Hugging Face directory).");
   engine.def(
       "render_chat",
-      [](const Engine& e, const py::object& messages, bool add_generation_prompt, const py::object& chat_template,
+      [](const Engine& e, const py::object& messages, const BoolArg& prompt_arg, const py::object& chat_template,
          const py::object& tools, const py::object& extra) {
+        const bool add_generation_prompt = prompt_arg.get("render_chat: add_generation_prompt");
         const std::vector<ChatMessage> msgs = to_messages(messages);
         const ChatOptions o = chat_options(chat_template, tools, extra, "render_chat");
         py::gil_scoped_release release;
@@ -398,8 +399,9 @@ void def_sync_methods(py::module_& m) {
       kRenderDoc.c_str());
   engine.def(
       "tokenize_chat",
-      [](const Engine& e, const py::object& messages, bool add_generation_prompt, const py::object& chat_template,
+      [](const Engine& e, const py::object& messages, const BoolArg& prompt_arg, const py::object& chat_template,
          const py::object& tools, const py::object& extra) {
+        const bool add_generation_prompt = prompt_arg.get("tokenize_chat: add_generation_prompt");
         const std::vector<ChatMessage> msgs = to_messages(messages);
         const ChatOptions o = chat_options(chat_template, tools, extra, "tokenize_chat");
         py::gil_scoped_release release;

@@ -57,7 +57,7 @@ void def_trace_files(py::module_& m) {
   m.def(
       "make_trace",
       [](const py::str& kind, int64_t steps, uint64_t seed, int64_t vocab_size, int64_t max_positions,
-         int64_t position_rows, int64_t chunk_tokens, bool sample_text) {
+         int64_t position_rows, int64_t chunk_tokens, const BoolArg& sample_text) {
         orbit::MakeTraceOptions o;
         o.kind = utf8_arg(kind, "make_trace: kind");
         o.steps = steps;
@@ -66,7 +66,7 @@ void def_trace_files(py::module_& m) {
         o.max_positions = max_positions;
         o.position_rows = position_rows;
         o.chunk_tokens = chunk_tokens;
-        o.sample_text = sample_text;
+        o.sample_text = sample_text.get("make_trace: sample_text");
         return to_dict(orbit::trace_to_json(orbit::make_trace(o)));
       },
       py::arg("kind") = "web", py::kw_only(), py::arg("steps") = 12, py::arg("seed") = 0, py::arg("vocab_size") = 512,
@@ -84,10 +84,10 @@ void def_trace_files(py::module_& m) {
 void def_replay(py::module_& m) {
   m.def(
       "replay",
-      [](const py::object& trace, const py::object& model, const std::vector<py::str>& policies, bool baselines,
-         bool fidelity, bool explain, bool attribute, int threads, int64_t pool_bytes, int64_t page_size,
-         const py::str& device, const py::str& dtype, int64_t host_budget_bytes, const py::str& eviction,
-         int64_t device_tier_bytes, const py::object& progress) {
+      [](const py::object& trace, const py::object& model, const std::vector<py::str>& policies,
+         const BoolArg& baselines, const BoolArg& fidelity, const BoolArg& explain, const BoolArg& attribute,
+         int threads, int64_t pool_bytes, int64_t page_size, const py::str& device, const py::str& dtype,
+         int64_t host_budget_bytes, const py::str& eviction, int64_t device_tier_bytes, const py::object& progress) {
         const orbit::Trace t = trace_arg(trace);
         orbit::ReplayOptions o;
         o.engine.model = path_arg(model, "replay: model");
@@ -103,11 +103,12 @@ void def_replay(py::module_& m) {
         for (std::size_t i = 0; i < policies.size(); ++i) {
           o.policies.push_back(utf8_arg(policies[i], "replay: policies[" + std::to_string(i) + "]"));
         }
-        o.baselines = baselines;
-        o.fidelity = fidelity;
-        o.explain = explain;
-        o.attribute = attribute;
-        if (attribute && !fidelity) throw py::value_error("replay: attribute=True needs fidelity=True (its probes)");
+        o.baselines = baselines.get("replay: baselines");
+        o.fidelity = fidelity.get("replay: fidelity");
+        o.explain = explain.get("replay: explain");
+        o.attribute = attribute.get("replay: attribute");
+        if (o.attribute && !o.fidelity)
+          throw py::value_error("replay: attribute=True needs fidelity=True (its probes)");
         if (!progress.is_none() && !PyCallable_Check(progress.ptr())) {
           throw py::type_error("progress: expected a callable or None");
         }

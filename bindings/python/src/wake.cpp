@@ -75,9 +75,9 @@ bool StreamRoom::stopped() const {
 void StreamRoom::hold_reader() {
   const std::thread::id me = std::this_thread::get_id();
   ORBIT_CHECK(!readers_->reads(me),
-              "Window.stream: a stream on this window is read on this thread already (this "
-              "is its loop's body): its decode holds the window until it ends; start the "
-              "new stream after the loop (or break out of it first)");
+              "Window.stream: a stream on this window is read on this thread already (this is its loop's body, or "
+              "the event loop that reads its AsyncWindow.stream): its decode holds the window until it ends; "
+              "start the new stream after the loop (or break out of it first)");
   const std::lock_guard<std::mutex> lock(mu_);
   ORBIT_CHECK(!holding_, "_StreamRoom.hold_reader: called twice");
   readers_->add(me);

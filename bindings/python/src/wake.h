@@ -65,7 +65,8 @@ class StreamRoom : public Waiter {
   void give(int64_t n);
   void wake() override;  // stops the room
   bool stopped() const;
-  // Registers the calling thread as the stream's reader (the thread running the loop's body) until
+  // Registers the calling thread as the stream's reader (the thread running the loop's body: for an
+  // orbit.aio stream the event loop's, which every task shares, from the decode's start) until
   // release_reader(): the window's calls made on it then raise at once (PyWindow::run). Throws OrbitError,
   // registering nothing, when that thread reads another stream on the window already (its decode would wait
   // for the outer one, which waits for this loop), or when called twice. Not thread-safe with itself.

@@ -102,7 +102,7 @@ py::array_t<float> logits_array(orbit::Logits&& l, bool all_rows) {
 const char* kLogitsDoc =
     "Next-token logits after the query's tokens (live tokens after the window; nothing is stored). Returns a\n"
     "numpy float32 array [vocab] for the last query token, or [len(query), vocab] with all_rows=True\n"
-    "(all_rows=None raises TypeError naming it).\n"
+    "(all_rows takes True, False or a numpy bool; None or 0/1 raise TypeError naming it).\n"
     "Repairs earlier edits deferred run first (see flush()).\n"
     "Raises OrbitError for an empty query or ids outside the vocabulary.";
 
