@@ -8,41 +8,19 @@ Also: a streamed /v1/responses request that fails before its response.created we
 ORBIT_SERVE_TEST_FAULT=stream_start) ends with the Responses stream's `error` event, not a cut connection.
 
 Every server is started here on 127.0.0.1 (any free port) and always stopped."""
-import http.client
 import json
 import socket
 import time
 
 import pytest
+from serve_wire import MODEL_NAME, ask, in_flight, send_queue, unread_streams
 
-MODEL_NAME = "stories260K.bin"
 BODIES = {
     "/v1/chat/completions": {"model": MODEL_NAME, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3},
     "/v1/completions": {"model": MODEL_NAME, "prompt": "Once upon a time", "max_tokens": 3},
     "/v1/responses": {"model": MODEL_NAME, "input": "Hi", "max_output_tokens": 3},
 }
 ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/completions": "completions", "/v1/responses": "responses"}
-
-
-def ask(server, method, path, body=None):
-    """(status, body text) of one request on a fresh connection (a stream read to its end)."""
-    connection = http.client.HTTPConnection(server.host, server.port, timeout=120)
-    try:
-        data = None if body is None else json.dumps(body).encode()
-        connection.request(method, path, body=data, headers={"Content-Type": "application/json"} if data else {})
-        response = connection.getresponse()
-        return response.status, response.read().decode()
-    finally:
-        connection.close()
-
-
-def in_flight(server):
-    """{endpoint: n} of orbit_requests_in_flight."""
-    status, text = ask(server, "GET", "/metrics")
-    assert status == 200
-    prefix = 'orbit_requests_in_flight{endpoint="'
-    return {line[len(prefix):].split('"')[0]: int(line.split()[-1]) for line in text.splitlines()
-            if line.startswith(prefix)}
 
 
 def requests_total(server, endpoint, status_code):
@@ -83,34 +61,6 @@ def test_failed_requests_leave_the_gauge_at_zero(start_serve, stories260k_path, 
         assert "ORBIT_SERVE_TEST_FAULT=run" in text
         # A stream leaves the count when cpp-httplib lets go of its writer, just after its last byte.
         assert until(lambda: in_flight(server) == IDLE), (path, in_flight(server))
-
-
-def unread_streams(host, port, count):
-    """A connection that asks, pipelined, for `count` long streamed chat answers (every token with 20 log
-    probabilities: about 600 KiB of events each) and never reads them: a receive buffer of a few KiB fills,
-    then the server's send buffer (at most net.ipv4.tcp_wmem's 4 MiB), and its writes wait (as in
-    test_serve_shutdown.py)."""
-    client = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    client.connect((host, port))
-    body = json.dumps({"model": MODEL_NAME, "messages": [{"role": "user", "content": "Once upon a time"}],
-                       "max_tokens": 400, "stream": True, "logprobs": True, "top_logprobs": 20,
-                       "logit_bias": {"1": -100, "2": -100}}).encode()
-    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode()
-    client.sendall((head + body) * count)
-    return client
-
-
-def send_queue(server_port, client_port):
-    """Bytes the server's end of the connection holds unsent (/proc/net/tcp's tx_queue), None when unlisted."""
-    with open("/proc/net/tcp") as table:
-        for line in table.readlines()[1:]:
-            fields = line.split()
-            local, remote, queues = fields[1], fields[2], fields[4]
-            if int(local.split(":")[1], 16) == server_port and int(remote.split(":")[1], 16) == client_port:
-                return int(queues.split(":")[0], 16)
-    return None
 
 
 def stalled(server_port, client_port, state):

@@ -6,14 +6,13 @@ once in orbit_requests_total as a 500, and no longer in flight, so the drain fin
 The failure is injected with the test-only ORBIT_SERVE_TEST_FAULT=run (ServeOptions::test_fault), which makes
 every run throw an exception that is not orbit::Error. Every server is started here on 127.0.0.1 (any free
 port) and always stopped."""
-import http.client
 import json
 import time
 
 import pytest
 from serve_process import NoServe, ServeProcess
+from serve_wire import MODEL_NAME, ask, counts, grown
 
-MODEL_NAME = "stories260K.bin"
 FAULT = {"ORBIT_SERVE_TEST_FAULT": "run"}
 BODIES = {
     "/v1/chat/completions": {"model": MODEL_NAME, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3},
@@ -21,38 +20,6 @@ BODIES = {
     "/v1/responses": {"model": MODEL_NAME, "input": "Hi", "max_output_tokens": 3},
 }
 ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/completions": "completions", "/v1/responses": "responses"}
-
-
-def ask(server, method, path, body=None):
-    """(status, body text) of one request on a fresh connection (a stream read to its end)."""
-    connection = http.client.HTTPConnection(server.host, server.port, timeout=120)
-    try:
-        data = None if body is None else json.dumps(body).encode()
-        connection.request(method, path, body=data, headers={"Content-Type": "application/json"} if data else {})
-        response = connection.getresponse()
-        return response.status, response.read().decode()
-    finally:
-        connection.close()
-
-
-def requests_total(server):
-    """{(endpoint, status): n} of orbit_requests_total, and {endpoint: n} of orbit_request_seconds_count."""
-    status, text = ask(server, "GET", "/metrics")
-    assert status == 200
-    answered, timed = {}, {}
-    for line in text.splitlines():
-        if line.startswith("orbit_requests_total{"):
-            labels, value = line[len("orbit_requests_total{"):].split("} ")
-            fields = dict(item.split("=") for item in labels.split(","))
-            answered[(fields["endpoint"].strip('"'), int(fields["status"].strip('"')))] = int(value)
-        elif line.startswith('orbit_request_seconds_count{endpoint="'):
-            endpoint, value = line[len('orbit_request_seconds_count{endpoint="'):].split('"} ')
-            timed[endpoint] = int(value)
-    return answered, timed
-
-
-def grown(before, after):
-    return {key: n - before.get(key, 0) for key, n in after.items() if n != before.get(key, 0)}
 
 
 def assert_names_the_failure(error, path):
@@ -88,7 +55,7 @@ def drained_in_flight(server):
 def test_an_exception_is_an_error_answer_counted_once_and_not_left_in_flight(start_serve, stories260k_path, stream):
     server = start_serve(stories260k_path, "--drain-seconds", "5", env=FAULT)
     for path, body in BODIES.items():
-        answered, timed = requests_total(server)
+        answered, timed = counts(server)
         status, text = ask(server, "POST", path, dict(body, stream=stream))
         if stream:
             assert status == 200, text  # the head went out before the run
@@ -96,7 +63,7 @@ def test_an_exception_is_an_error_answer_counted_once_and_not_left_in_flight(sta
         else:
             assert status == 500, text
             assert_names_the_failure(json.loads(text)["error"], path)
-        answered_after, timed_after = requests_total(server)
+        answered_after, timed_after = counts(server)
         endpoint = ENDPOINTS[path]
         # The /metrics read before the request is counted too; the run had begun, so the 500 is timed.
         assert grown(answered, answered_after) == {(endpoint, 500): 1, ("other", 200): 1}, path

@@ -4,48 +4,14 @@ orbit_request_seconds histogram. Each status is checked against /metrics read be
 body that is not JSON), 404 (an unknown path, an unknown model), 405, 408 (a body that did not arrive in
 time), 413 (a body over the limit), 503 (a request while the server drains), and 200 for a run. Every
 server is started here on 127.0.0.1 (any free port) and always stopped."""
-import http.client
 import json
 import socket
 import threading
 import time
 
 import pytest
+from serve_wire import MODEL_NAME, ask, counts, grown, request_counts
 
-MODEL_NAME = "stories260K.bin"
-
-
-def ask(server, method, path, body=None, raw=None):
-    """(status, body text) of one request on a fresh connection; `raw` is sent as the body as it is."""
-    connection = http.client.HTTPConnection(server.host, server.port, timeout=120)
-    try:
-        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-        connection.request(method, path, body=data, headers={"Content-Type": "application/json"} if data else {})
-        response = connection.getresponse()
-        return response.status, response.read().decode()
-    finally:
-        connection.close()
-
-
-def counts(server):
-    """From /metrics: ({(endpoint, status): n} of orbit_requests_total, {endpoint: n} of
-    orbit_request_seconds_count)."""
-    status, text = ask(server, "GET", "/metrics")
-    assert status == 200
-    answered, timed = {}, {}
-    for line in text.splitlines():
-        if line.startswith("orbit_requests_total{"):
-            labels, value = line[len("orbit_requests_total{"):].split("} ")
-            fields = dict(item.split("=") for item in labels.split(","))
-            answered[(fields["endpoint"].strip('"'), int(fields["status"].strip('"')))] = int(value)
-        elif line.startswith('orbit_request_seconds_count{endpoint="'):
-            endpoint, value = line[len('orbit_request_seconds_count{endpoint="'):].split('"} ')
-            timed[endpoint] = int(value)
-    return answered, timed
-
-
-def grown(before, after):
-    return {key: n - before.get(key, 0) for key, n in after.items() if n != before.get(key, 0)}
 
 
 def counted_by(server, act):
@@ -165,13 +131,7 @@ def metrics_on(sock):
     length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
     while len(body) < length:
         body += sock.recv(65536)
-    answered = {}
-    for line in body.decode().splitlines():
-        if line.startswith("orbit_requests_total{"):
-            labels, value = line[len("orbit_requests_total{"):].split("} ")
-            fields = dict(item.split("=") for item in labels.split(","))
-            answered[(fields["endpoint"].strip('"'), int(fields["status"].strip('"')))] = int(value)
-    return answered
+    return request_counts(body.decode())[0]
 
 
 @pytest.mark.parametrize("path, body, last", [

@@ -5,42 +5,12 @@ The server starts on 127.0.0.1 (a free port) through the start_serve fixture, wh
 """
 import http.client
 import json
-import socket
 import subprocess
 import threading
 import time
 
 import pytest
-
-MODEL_NAME = "stories260K.bin"
-
-
-def unread_streams(host, port, count):
-    """A connection that asks, pipelined, for `count` long streamed chat answers (every token with 20 log
-    probabilities: about 600 KiB of events each) and never reads them: a receive buffer of a few KiB fills,
-    then the server's send buffer (at most net.ipv4.tcp_wmem's 4 MiB), and its writes wait."""
-    client = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    client.connect((host, port))
-    body = json.dumps({"model": MODEL_NAME, "messages": [{"role": "user", "content": "Once upon a time"}],
-                       "max_tokens": 400, "stream": True, "logprobs": True, "top_logprobs": 20,
-                       "logit_bias": {"1": -100, "2": -100}}).encode()
-    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode()
-    client.sendall((head + body) * count)
-    return client
-
-
-def send_queue(server_port, client_port):
-    """Bytes the server's end of the connection holds unsent or unacknowledged (/proc/net/tcp's tx_queue),
-    or None when the connection is not listed."""
-    with open("/proc/net/tcp") as table:
-        for line in table.readlines()[1:]:
-            fields = line.split()
-            local, remote, queues = fields[1], fields[2], fields[4]
-            if int(local.split(":")[1], 16) == server_port and int(remote.split(":")[1], 16) == client_port:
-                return int(queues.split(":")[0], 16)
-    return None
+from serve_wire import MODEL_NAME, send_queue, unread_streams
 
 
 def wait_until_stalled(server_port, client, seconds=120):
