@@ -82,10 +82,12 @@ def test_options_of_the_wrong_type_are_named(orbit, windows):
     engine, ws = windows
     for key, value, expected in (("max_tokens", "8", "an int, got str"), ("max_tokens", None, "an int, got NoneType"),
                                  ("temperature", "hot", "a number, got str"), ("seed", -1, "an int >= 0, got int"),
-                                 ("logprobs", "yes", "a bool, got str"), ("top_logprobs", 1.5, "an int, got float")):
-        with pytest.raises(TypeError, match=f"generate_n: {key} must be {expected}"):
+                                 ("logprobs", "yes", ": expected bool, got str"),
+                                 ("top_logprobs", 1.5, " must be an int, got float")):
+        expected = expected if expected.startswith((":", " ")) else f" must be {expected}"
+        with pytest.raises(TypeError, match=f"generate_n: {key}{expected}"):
             ws[0].generate_n(" A", 2, **{key: value})
-        with pytest.raises(TypeError, match=f"generate_many: requests\\[0\\]: {key} must be {expected}"):
+        with pytest.raises(TypeError, match=f"generate_many: requests\\[0\\]: {key}{expected}"):
             orbit.generate_many([(ws[0], " A", {key: value})])
     # requests is any sequence (a tuple too, as the stub's Sequence says), each naming a Window.
     together = orbit.generate_many(((ws[0], " A", {"max_tokens": 4}), [ws[1], " B", {"max_tokens": 4}]))
