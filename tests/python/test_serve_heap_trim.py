@@ -3,7 +3,6 @@ been quiet a while (cli/serve/compute/heap_trim.h), not between bursts of reques
 trim there made every burst fault its working memory back in. The memory still comes back once the server
 is quiet. Linux and glibc only (/proc, malloc_trim). Every server is started here on 127.0.0.1 (any free port)
 and stopped."""
-import statistics
 import sys
 import threading
 import time
@@ -60,8 +59,10 @@ def test_bursts_a_second_apart_keep_their_memory_and_a_quiet_server_returns_it(s
     loaded = rss_kib(server.pid)
     print(f"minor faults per burst {faults}, RSS after load {loaded} KiB")
     # Measured: trimmed a second before each burst (the old schedule), 450-800 faults a burst (medians 610-630);
-    # kept, 120-320 (medians 130-180).
-    assert statistics.median(faults) < 400, faults
+    # kept, 120-320 (medians 130-180). On a loaded machine single bursts of a kept heap reached 416-872 (the
+    # 30 s trim falling before one, other threads' pages), so two of the five must stay under 400, which no
+    # burst after a trim did.
+    assert sorted(faults)[1] < 400, faults
     deadline = time.monotonic() + QUIET_S + 60  # a hang guard: on a loaded machine idle work can run long
     while rss_kib(server.pid) > loaded - 1024:
         assert time.monotonic() < deadline, f"RSS {rss_kib(server.pid)} KiB after load {loaded} KiB and idle"

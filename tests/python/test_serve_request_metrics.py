@@ -73,12 +73,16 @@ def test_each_status_is_counted_once_and_only_runs_are_timed(start_serve, storie
 def test_a_request_refused_while_draining_is_counted_once_and_not_timed(start_serve, stories260k_path):
     server = start_serve(stories260k_path, "--drain-seconds", "300")
     # A streamed answer read slowly (a 4 KiB receive buffer, 2 KiB every 100 ms): in flight, its writes
-    # progressing, so the drain waits for it for as long as this test reads slowly.
+    # progressing, so the drain waits for it for as long as this test reads slowly. 16 choices of 400 tokens
+    # with 20 log probabilities each (about 10 MiB of events) outgrow the server's send buffer (at most
+    # net.ipv4.tcp_wmem's 4 MiB): one choice fitted, so the server could write the whole answer into the
+    # kernel, end the drain and exit before the test asked during it (connection refused).
     client = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     client.connect((server.host, server.port))
     body = json.dumps({"model": MODEL_NAME, "messages": [{"role": "user", "content": "Once upon a time"}],
-                       "max_tokens": 400, "stream": True, "logprobs": True, "top_logprobs": 20}).encode()
+                       "max_tokens": 400, "stream": True, "logprobs": True, "top_logprobs": 20,
+                       "n": 16}).encode()
     client.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                    b"Content-Length: %d\r\n\r\n" % len(body) + body)
     fast = threading.Event()
