@@ -15,11 +15,6 @@
 
 namespace orbit::serve {
 
-// Appends `text` as a JSON string (quotes included) to `out`, escaped as dump() escapes it (\" \\ \b \f \n
-// \r \t, other bytes below 0x20 as \u00xx, the rest as they are). False, with `out` unchanged, when `text`
-// is not valid UTF-8 (dump() replaces such bytes: the caller falls back to it).
-bool append_json_string(std::string& out, std::string_view text);
-
 // One streamed response's chunk events. Not thread-safe; owned by the response's request.
 class ChunkText {
  public:

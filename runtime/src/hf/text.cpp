@@ -140,49 +140,13 @@ size_t utf8_length(unsigned char lead) {
   return 1;
 }
 
-namespace {
-
-// The length of the valid UTF-8 character at `i`, or 0 when it is invalid; `*consumed` is then the length
-// of the maximal valid prefix (at least 1), which Rust's from_utf8_lossy replaces by one U+FFFD.
-size_t valid_char_at(std::string_view s, size_t i, size_t* consumed) {
-  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char lead = b(i);
-  *consumed = 1;
-  if (lead < 0x80) return 1;
-  size_t need = 0;
-  unsigned char lo = 0x80, hi = 0xBF;
-  if (lead >= 0xC2 && lead <= 0xDF) {
-    need = 1;
-  } else if (lead >= 0xE0 && lead <= 0xEF) {
-    need = 2;
-    if (lead == 0xE0) lo = 0xA0;
-    if (lead == 0xED) hi = 0x9F;
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    need = 3;
-    if (lead == 0xF0) lo = 0x90;
-    if (lead == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  for (size_t k = 1; k <= need; ++k) {
-    if (i + k >= s.size()) return 0;
-    const unsigned char c = b(i + k);
-    const unsigned char min = k == 1 ? lo : 0x80, max = k == 1 ? hi : 0xBF;
-    if (c < min || c > max) return 0;
-    *consumed = k + 1;
-  }
-  return need + 1;
-}
-
-}  // namespace
-
 std::string utf8_lossy(std::string_view bytes) {
   std::string out;
   out.reserve(bytes.size());
   size_t i = 0;
   while (i < bytes.size()) {
     size_t consumed = 0;
-    const size_t n = valid_char_at(bytes, i, &consumed);
+    const size_t n = utf8_char_at(bytes, i, &consumed);
     if (n > 0) {
       out.append(bytes.substr(i, n));
       i += n;
@@ -192,17 +156,6 @@ std::string utf8_lossy(std::string_view bytes) {
     }
   }
   return out;
-}
-
-bool is_valid_utf8(std::string_view bytes) {
-  size_t i = 0;
-  while (i < bytes.size()) {
-    size_t consumed = 0;
-    const size_t n = valid_char_at(bytes, i, &consumed);
-    if (n == 0) return false;
-    i += n;
-  }
-  return true;
 }
 
 std::string utf8_encode(uint32_t cp) {

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "orbit/common/utf8.h"
+
 namespace orbit::runtime::hf {
 
 // A compiled regular expression with Hugging Face's (Oniguruma's) meaning of the patterns tokenizer.json
@@ -49,7 +51,7 @@ size_t utf8_length(unsigned char lead);
 // `text` with every maximal invalid UTF-8 subsequence replaced by U+FFFD, as Rust's
 // String::from_utf8_lossy does (so decoded text matches Hugging Face's byte for byte).
 std::string utf8_lossy(std::string_view bytes);
-bool is_valid_utf8(std::string_view bytes);
+using orbit::is_valid_utf8;  // orbit/common/utf8.h
 // The UTF-8 encoding of code point `cp`.
 std::string utf8_encode(uint32_t cp);
 // The code points of valid UTF-8 `text`.

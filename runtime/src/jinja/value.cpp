@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <cstdio>
 
 #include "orbit/common/error.h"
+#include "orbit/common/json_string.h"
 
 namespace orbit::runtime::jinja {
 
@@ -106,34 +106,6 @@ std::string js_number(double f) {
   return std::string(buf, r.ptr);
 }
 
-}  // namespace
-
-std::string json_quote(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
-}
-
-namespace {
-
 // Writes JSON text, refusing to nest past kMaxNesting or to grow past kMaxStringBytes.
 class JsonWriter {
  public:
@@ -190,13 +162,8 @@ class JsonWriter {
     out_ += s;
   }
   void append_quoted(const std::string& s) {
-    std::size_t n = 2;  // the quotes; then as json_quote writes each byte
-    for (unsigned char c : s)
-      n += c == '"' || c == '\\' || c == '\b' || c == '\f' || c == '\n' || c == '\r' || c == '\t' ? 2
-           : c < 0x20                                                                             ? 6
-                                                                                                  : 1;
-    check_string_size(out_.size() + n, "printing a value as JSON", at_);
-    out_ += json_quote(s);
+    check_string_size(out_.size() + json_string_size(s), "printing a value as JSON", at_);
+    append_json_string(out_, s, InvalidUtf8::kCopy);
   }
   void newline(int depth) {
     const std::size_t pad = style_.indent * static_cast<std::size_t>(depth);  // < 2^26 * 2^8: no overflow

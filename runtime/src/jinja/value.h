@@ -162,6 +162,5 @@ struct JsonStyle {
 };
 // JSON text as JavaScript's JSON.stringify writes it; throws as to_output does, and on a function.
 std::string to_json(const Value& v, const JsonStyle& style, const Site& at);
-std::string json_quote(const std::string& s);  // as JavaScript's JSON.stringify quotes a string
 
 }  // namespace orbit::runtime::jinja

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "orbit/common/error.h"
+#include "orbit/common/json_string.h"
 
 namespace orbit::constrain {
 
@@ -304,6 +305,10 @@ int32_t add_any_array(Grammar& g, const ConstraintLimits& limits) {
   return g.at(v).children[4];
 }
 
-std::string json_quote(const std::string& text) { return nlohmann::json(text).dump(); }
+std::string json_quote(const std::string& text) {
+  std::string out;
+  if (append_json_string(out, text, InvalidUtf8::kRefuse)) return out;
+  return nlohmann::json(text).dump();  // not UTF-8: dump() throws its type_error, as it always has here
+}
 
 }  // namespace orbit::constrain

@@ -190,7 +190,8 @@ int32_t add_any_array(Grammar& g, const ConstraintLimits& limits);
 int32_t add_json_schema(Grammar& g, std::string_view schema_json, const ConstraintLimits& limits,
                         const std::string& path);
 
-// `text` as a JSON string literal (quotes included, escapes as nlohmann writes them).
+// `text` as a JSON string literal (quotes included, escapes as nlohmann writes them: orbit/common/json_string.h).
+// Throws nlohmann::json's type_error when `text` is not valid UTF-8.
 std::string json_quote(const std::string& text);
 
 }  // namespace orbit::constrain

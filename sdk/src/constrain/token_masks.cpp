@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "orbit/common/error.h"
+#include "orbit/common/utf8.h"
 
 namespace orbit::constrain {
 
@@ -68,28 +69,9 @@ int64_t plain_string_chars(const std::string& s) {
       ++i;
       continue;
     }
-    // A whole UTF-8 character: its lead byte, then the continuation bytes the matcher accepts.
-    std::size_t n = 0;
-    uint8_t lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) {
-      n = 1;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      n = 2;
-      if (c == 0xE0) lo = 0xA0;
-      if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      n = 3;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else {
-      return 0;
-    }
-    for (std::size_t k = 1; k <= n; ++k) {
-      if (i + k >= s.size()) return 0;
-      const auto b = static_cast<uint8_t>(s[i + k]);
-      if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) return 0;
-    }
-    i += n + 1;
+    const std::size_t n = utf8_char_at(s, i);  // a whole UTF-8 character: the bytes the matcher accepts
+    if (n == 0) return 0;
+    i += n;
   }
   return chars;
 }
