@@ -65,7 +65,7 @@ async function main() {
       check(e instanceof OpenAI.AuthenticationError, `a wrong key: ${name} throws AuthenticationError`, String(e));
       check(e.status === 401 && e.code === "invalid_api_key" && e.type === "invalid_request_error",
             `a wrong key: ${name} is 401 invalid_api_key`, `${e.status} ${e.code} ${e.type}`);
-      check(/incorrect API key/.test(e.message) && !e.message.includes("sk-not-this-one"),
+      check(/Incorrect API key provided/.test(e.message) && !e.message.includes("sk-not-this-one"),
             `a wrong key: ${name}'s message says so without the key`, e.message);
     }
   }

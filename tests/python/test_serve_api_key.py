@@ -6,6 +6,7 @@ open. The header's value is compared as sent (a '%' escape is not decoded), and 
 Every server is started here on 127.0.0.1 (any free port) and always stopped."""
 import http.client
 import json
+import os
 
 import pytest
 from serve_process import NoServe, ServeProcess
@@ -72,6 +73,22 @@ def test_every_v1_route_needs_the_key(start_serve, stories260k_path):
         assert_unauthorized(*ask(server, "GET", "/v1/models", headers=headers))
 
 
+def test_the_401_has_openais_fields_and_echoes_no_key(start_serve, stories260k_path, tmp_path):
+    keys = tmp_path / "server-keys.txt"
+    keys.write_text(KEY + "\n")
+    server = start_serve(stories260k_path, "--api-key-file", str(keys))
+    sent = "Qz7Xv9Kp2Wj4"
+    for headers, says in [({}, "You didn't provide an API key"), (bearer(sent), "Incorrect API key provided"),
+                          ({"Authorization": f"Basic {sent}"}, "Incorrect API key provided")]:
+        status, _, text = ask(server, "POST", "/v1/chat/completions", CHAT, headers)
+        error = assert_unauthorized(status, _, text)
+        assert set(error) == {"message", "type", "param", "code"} and error["param"] is None, error
+        assert error["message"].startswith(says), error
+        # Not the key sent, nor any 4 characters of it (OpenAI shows its last four), nor where the keys are.
+        assert not any(sent[i:i + 4] in text for i in range(len(sent) - 3)), text
+        assert str(keys) not in text and "server-keys" not in text and KEY not in text, text
+
+
 def test_health_metrics_and_preflight_stay_open(start_serve, stories260k_path):
     server = start_serve(stories260k_path, "--api-key", KEY, "--allow-origin", "http://localhost:5173")
     assert ask(server, "GET", "/health")[0] == 200
@@ -109,7 +126,7 @@ def test_the_header_is_compared_as_sent(start_serve, stories260k_path):
 
 def test_a_key_file_holds_several_keys_and_joins_the_flag(start_serve, stories260k_path, tmp_path):
     keys = tmp_path / "keys.txt"
-    keys.write_text("first-key\r\n\nsecond-key\n")
+    keys.write_text("first-key\r\n\n \t\nsecond-key\n")  # a line of spaces and tabs is blank
     server = start_serve(stories260k_path, "--api-key-file", str(keys), "--api-key", KEY)
     for key in ["first-key", "second-key", KEY]:
         assert ask(server, "GET", "/v1/models", headers=bearer(key))[0] == 200, key
@@ -141,20 +158,42 @@ def refused_start(orbit_cli, model, args, env=None):
     raise AssertionError(f"orbit serve {args} started")
 
 
-@pytest.mark.parametrize("content, says", [(None, "cannot read"), ("", "holds no key"), ("\n\n", "holds no key"),
-                                           ("ok-key\na key with spaces\n", "line 2: the API key holds a space")])
-def test_a_bad_key_file_stops_the_start_naming_it(orbit_cli, stories260k_path, tmp_path, content, says):
+@pytest.mark.parametrize("content, says", [
+    (None, ": no such file"), ("", ": the file is empty (one key per line)"),
+    ("\n\n", ": holds no key, only 2 blank line(s)"), (" \t\r\n  \n", ": holds no key, only 2 blank line(s)"),
+    ("ok-key\na key with spaces\n", " line 2: the API key holds a space at byte 2"),
+    ("ok-key\na-key\twith-tab\n", " line 2: the API key holds a control character (0x09) at byte 6"),
+    ("a-key-\x01\n", " line 1: the API key holds a control character (0x01) at byte 7")])
+def test_a_bad_key_file_stops_the_start_naming_it_and_why(orbit_cli, stories260k_path, tmp_path, content, says):
     keys = tmp_path / "keys.txt"
     if content is not None:
         keys.write_text(content)
     message = refused_start(orbit_cli, stories260k_path, ["--api-key-file", str(keys)])
-    assert f"argument '--api-key-file': " in message and str(keys) in message and says in message, message
-    assert "a key with spaces" not in message and "ok-key" not in message
+    assert f"argument '--api-key-file': {keys}{says}" in message, message
+    assert "a key with spaces" not in message and "ok-key" not in message and "a-key" not in message
 
 
-def test_an_unreadable_key_file_stops_the_start(orbit_cli, stories260k_path, tmp_path):
-    message = refused_start(orbit_cli, stories260k_path, ["--api-key-file", str(tmp_path)])  # a directory
-    assert f"argument '--api-key-file': cannot read {tmp_path}" in message, message
+def test_a_directory_as_the_key_file_stops_the_start_saying_so(orbit_cli, stories260k_path, tmp_path):
+    message = refused_start(orbit_cli, stories260k_path, ["--api-key-file", str(tmp_path)])
+    assert f"argument '--api-key-file': {tmp_path}: is a directory, not a file of keys" in message, message
+
+
+def test_an_unreadable_key_file_stops_the_start_with_the_reason(orbit_cli, stories260k_path, tmp_path):
+    if os.geteuid() == 0:
+        pytest.skip("root reads a file whatever its mode")
+    keys = tmp_path / "keys.txt"
+    keys.write_text("a-key\n")
+    keys.chmod(0)
+    message = refused_start(orbit_cli, stories260k_path, ["--api-key-file", str(keys)])
+    assert f"argument '--api-key-file': {keys}: cannot open it (Permission denied)" in message, message
+
+
+def test_a_key_file_failing_as_it_is_read_stops_the_start_with_the_reason(orbit_cli, stories260k_path):
+    # /proc/self/mem opens (also for root) but reading its first page fails: unmapped (EIO).
+    if not os.path.exists("/proc/self/mem"):
+        pytest.skip("no /proc/self/mem here")
+    message = refused_start(orbit_cli, stories260k_path, ["--api-key-file", "/proc/self/mem"])
+    assert "argument '--api-key-file': /proc/self/mem: cannot read it (" in message, message
 
 
 @pytest.mark.parametrize("args, env, says", [([], {"ORBIT_API_KEY": ""}, "environment variable ORBIT_API_KEY"),

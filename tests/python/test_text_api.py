@@ -2,7 +2,8 @@
 (chunks, turns, logits, generate), pinned against the committed tokenizer references."""
 import pytest
 
-from window_helpers import PAGE, POOL
+PAGE = 4
+POOL = 8 << 20
 
 
 @pytest.fixture
