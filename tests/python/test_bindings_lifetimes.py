@@ -17,22 +17,13 @@ import threading
 import numpy as np
 import pytest
 
-PAGE = 4
-POOL = 8 << 20
+from window_helpers import PAGE, POOL, make_chunks, random_tokens
 
 
 @pytest.fixture
 def engine(orbit, stories260k_path):
     with orbit.Engine(stories260k_path, pool_bytes=POOL, page_size=PAGE) as e:
         yield e
-
-
-def random_tokens(rng, n, vocab=512):
-    return [rng.randrange(1, vocab) for _ in range(n)]
-
-
-def make_chunks(engine, rng, count):
-    return [engine.add_tokens(random_tokens(rng, rng.randrange(5, 11)), label=f"c{i}") for i in range(count)]
 
 
 def rss_bytes():

@@ -9,14 +9,12 @@ import random
 import numpy as np
 import pytest
 
+from window_helpers import random_tokens
+
 
 @pytest.fixture
 def engine(small_engine):
     return small_engine
-
-
-def random_tokens(rng, n, vocab=512):
-    return [rng.randrange(1, vocab) for _ in range(n)]
 
 
 def test_deferred_repairs_wait_for_the_next_read(orbit, engine):

@@ -7,16 +7,9 @@ Needs the built module: ORBIT_PYTHON_PATH=<build>/bindings/python (see conftest.
 """
 import random
 
-import numpy as np
 import pytest
 
-
-def random_tokens(rng, n, vocab=512):
-    return [rng.randrange(1, vocab) for _ in range(n)]
-
-
-def error(w, query):
-    return float(np.max(np.abs(w.logits(query, all_rows=True) - w.reference_logits(query, all_rows=True))))
+from window_helpers import random_tokens, window_error
 
 
 def test_heal_and_prepared_recall(orbit, small_engine):
@@ -30,7 +23,7 @@ def test_heal_and_prepared_recall(orbit, small_engine):
     w.add_turn(random_tokens(rng, 5))
     engine.run_background()
     w.evict(w.instances[0])
-    assert not all(i.exact for i in w.instances) and error(w, query) > 1e-3
+    assert not all(i.exact for i in w.instances) and window_error(w, query) > 1e-3
 
     plan = w.plan_heal()
     assert plan.op == orbit.Operation.heal and plan.exact and plan.forward_tokens == 9 + 5
@@ -38,7 +31,7 @@ def test_heal_and_prepared_recall(orbit, small_engine):
     background = engine.stats.background_forward_tokens
     report = w.heal()
     assert report.op == orbit.Operation.heal and report.forward_tokens == 14
-    assert all(i.exact for i in w.instances) and error(w, query) < 1e-4
+    assert all(i.exact for i in w.instances) and window_error(w, query) < 1e-4
     assert engine.stats.critical_forward_tokens == pytest.approx(critical)
     assert engine.stats.background_forward_tokens - background == pytest.approx(14)
     version = w.version
@@ -194,7 +187,7 @@ def test_idle_prepares_the_evictions_it_learned(orbit, stories260k_path):
                 w.admit(refs[k])
                 w.add_turn(questions[k])
                 w.flush()
-                seen.append((engine.stats.critical_forward_tokens - critical, error(w, questions[k][:2]),
+                seen.append((engine.stats.critical_forward_tokens - critical, window_error(w, questions[k][:2]),
                              w.idle().lists_prepared))
             return seen
 

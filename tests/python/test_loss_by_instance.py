@@ -8,13 +8,7 @@ import random
 import numpy as np
 import pytest
 
-
-def random_tokens(rng, n, vocab=512):
-    return [rng.randrange(1, vocab) for _ in range(n)]
-
-
-def make_chunks(engine, rng, count):
-    return [engine.add_tokens(random_tokens(rng, rng.randrange(5, 11)), label=f"c{i}") for i in range(count)]
+from window_helpers import make_chunks, random_tokens
 
 
 def log_softmax(x):

@@ -2,8 +2,7 @@
 (chunks, turns, logits, generate), pinned against the committed tokenizer references."""
 import pytest
 
-PAGE = 4
-POOL = 8 << 20
+from window_helpers import PAGE, POOL
 
 
 @pytest.fixture
