@@ -181,6 +181,16 @@ PatchOptions patch_options(const Ranks& r, bool randomized) {
   return o;
 }
 
+// Serves `patch` on the canonical into `r`: zero forwards, one GEMM per layer and tensor (timed), the patch's
+// bytes, and exact only when there is no context to absorb.
+void serve_patch(const PreparedScenario& p, const Patch& patch, Repair& r) {
+  const auto start = Clock::now();
+  r.content = apply_patch(*p.model, p.canonical, patch);
+  r.cost.seconds = seconds_since(start);
+  r.cost.patch_bytes = patch.bytes(4);
+  r.cost.exact = p.context_length == 0;
+}
+
 class PatchRepair final : public RepairStrategy {
  public:
   PatchRepair(Ranks ranks, bool deep, bool randomized) : ranks_(ranks), deep_(deep), randomized_(randomized) {}
@@ -193,19 +203,14 @@ class PatchRepair final : public RepairStrategy {
     check(p);
     Repair r;
     // Forming: the conditioned forward (shared, already run by prepare_scenario) plus the factorisation.
-    auto start = Clock::now();
+    const auto start = Clock::now();
     const Content delta = deficit(p.exact, p.canonical);
     PatchOptions options = patch_options(ranks_, randomized_);
     if (deep_) options.first_layer = choose_first_layer(delta, 0.9);
     const Patch patch = form_patch(*p.model, delta, options);
     r.cost.forming_seconds = p.exact_seconds + seconds_since(start);
     r.cost.forming_tokens = static_cast<double>(p.chunk_length);
-    // Serving: zero forwards, one GEMM per layer and tensor.
-    start = Clock::now();
-    r.content = apply_patch(*p.model, p.canonical, patch);
-    r.cost.seconds = seconds_since(start);
-    r.cost.patch_bytes = patch.bytes(4);
-    r.cost.exact = p.context_length == 0;
+    serve_patch(p, patch, r);
     return r;
   }
 
@@ -267,17 +272,13 @@ class OrbitRepair final : public RepairStrategy {
     // With fewer than two antecedents the orbit is the scenario's order alone: nothing can be held out.
     const bool hold_out = !include_own_order_ && k >= 2;
     const std::vector<std::vector<int64_t>> orderings = orbit_orderings(k, OrbitOptions{}, hold_out);
-    auto start = Clock::now();
+    const auto start = Clock::now();
     const Content mean = mean_deficit(*p.model, p.scenario.chunk, p.canonical, {}, context, orderings);
     const Patch patch = form_patch(*p.model, mean, patch_options(ranks_, randomized_));
     r.cost.forming_seconds = seconds_since(start);
     r.cost.forming_tokens =
         static_cast<double>(orderings.size()) * static_cast<double>(p.context_length + p.chunk_length);
-    start = Clock::now();
-    r.content = apply_patch(*p.model, p.canonical, patch);
-    r.cost.seconds = seconds_since(start);
-    r.cost.patch_bytes = patch.bytes(4);
-    r.cost.exact = p.context_length == 0;
+    serve_patch(p, patch, r);
     return r;
   }
 
