@@ -137,6 +137,36 @@ void write_kept(const CachedGroup& g, const at::Tensor& kept, const at::Tensor& 
   kept.flatten(0, 1).index_copy_(0, long_tensor(index, device), fresh.index_select(0, long_tensor(source, device)));
 }
 
+// One of layer l's buffers (`into`: keys[l] or values[l], [slots, H_a, capacity, d]) given the members' new
+// rows, `fresh` [B·R, H_a, d] in member order, at their slots' next rows. On the CPU copied in place, a row
+// per (member, token, head): two index_copy_ a layer cost more than the copies at a decode step's row per
+// sequence. Elsewhere through write_index.
+void write_new_rows(const CachedGroup& g, const at::Tensor& into, const at::Tensor& fresh) {
+  const int64_t H = into.size(1), capacity = into.size(2), d = into.size(3), R = g.queries;
+  if (into.is_cpu() && into.is_contiguous() && fresh.is_cpu() && fresh.scalar_type() == into.scalar_type() &&
+      fresh.dim() == 3 && fresh.size(1) == H && fresh.size(2) == d && fresh.stride(2) == 1) {
+    const auto size = static_cast<std::size_t>(into.element_size());
+    const auto row = static_cast<std::size_t>(d) * size;
+    char* out = static_cast<char*>(into.data_ptr());
+    const char* in = static_cast<const char*>(fresh.data_ptr());
+    const int64_t token_stride = fresh.stride(0), head_stride = fresh.stride(1);
+    for (std::size_t j = 0; j < g.slots.size(); ++j) {
+      for (int64_t r = 0; r < R; ++r) {
+        const int64_t token = static_cast<int64_t>(j) * R + r;
+        for (int64_t h = 0; h < H; ++h) {
+          const int64_t to = ((g.slots[j] * H + h) * capacity + g.lengths[j] + r) * d;
+          std::memcpy(out + static_cast<std::size_t>(to) * size,
+                      in + static_cast<std::size_t>(token * token_stride + h * head_stride) * size, row);
+        }
+      }
+    }
+    return;
+  }
+  const at::Tensor index =
+      g.write_index.defined() ? g.write_index : long_tensor(write_rows(g, H, capacity), into.device());
+  into.view({-1, d}).index_copy_(0, index, fresh.reshape({-1, d}));
+}
+
 // The ATen path's indices: the members' batch rows, their places among the slots [lo, lo + count), the mask.
 void index_for_aten(const BatchPass& b, CachedGroup& g) {
   const c10::Device device = b.model.device();
@@ -186,13 +216,22 @@ CachedGroup make_cached_group(const BatchPass& b, DecodeCacheState* cache, std::
   g.count = hi - g.lo + 1;
   cache->reserve(cache->slots, g.keys);  // make_cached_groups reserved it for every group: a no-op
   write_positions(m, g, positions);
-  g.write_index = long_tensor(write_rows(g, cache->heads, cache->capacity), m.device());
+  // The CPU writes the new rows in place (write_new_rows).
+  if (!m.device().is_cpu()) g.write_index = long_tensor(write_rows(g, cache->heads, cache->capacity), m.device());
   place_kept(g);
   if (!g.kernel) index_for_aten(b, g);
+  g.in_order = true;
+  for (std::size_t j = 0; j < g.first_rows.size() && g.in_order; ++j) {
+    g.in_order = g.first_rows[j] == g.first_rows.front() + static_cast<int64_t>(j) * R;
+  }
+  const auto rows = static_cast<int64_t>(g.members.size()) * R;
   if (cache->rotate_at_read) {
     g.read_tables = read_tables(b, g);
   } else if (g.members.size() == 1) {
     g.new_tables = b.seqs[g.members.front()].rope.query;
+  } else if (g.in_order) {  // the members' rows of the batch's tables, which their own are views of
+    g.new_tables = {b.query_tables.cos.narrow(0, g.first_rows.front(), rows),
+                    b.query_tables.sin.narrow(0, g.first_rows.front(), rows)};
   } else {
     std::vector<at::Tensor> cos, sin;
     for (std::size_t i : g.members) {
@@ -252,13 +291,9 @@ void cached_attention(const BatchPass& b, int64_t l, const CachedGroup& g, const
   // The members' new rows, in attention form, into their slots: one view of `all` when they lie in order
   // (every decode step whose sequences all read one cache), else gathered.
   const int64_t R = g.queries;
-  bool in_order = true;
-  for (std::size_t j = 0; j < g.first_rows.size() && in_order; ++j) {
-    in_order = g.first_rows[j] == g.first_rows.front() + static_cast<int64_t>(j) * R;
-  }
   LayerKV fresh;
   const int64_t rows = static_cast<int64_t>(g.members.size()) * R;
-  if (in_order) {
+  if (g.in_order) {
     fresh = rows == all.k.size(0)
                 ? all
                 : LayerKV{all.k.narrow(0, g.first_rows.front(), rows), all.v.narrow(0, g.first_rows.front(), rows)};
@@ -275,8 +310,8 @@ void cached_attention(const BatchPass& b, int64_t l, const CachedGroup& g, const
     write_kept(g, s.kept_v[L], fresh.v);
   }
   const auto [k, v] = s.attention_rows(l, fresh, s.rotate_at_read ? nullptr : &g.new_tables);
-  s.keys[L].view({-1, s.dk}).index_copy_(0, g.write_index, k.reshape({-1, s.dk}));
-  s.values[L].view({-1, s.dv}).index_copy_(0, g.write_index, v.reshape({-1, s.dv}));
+  write_new_rows(g, s.keys[L], k);
+  write_new_rows(g, s.values[L], v);
   if (g.kernel) {
     ops::CachedAttentionInputs in{q,         s.keys[L],    s.values[L], g.slots,
                                   g.lengths, g.first_rows, g.queries,   attention_scale(c)};

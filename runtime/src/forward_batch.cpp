@@ -276,9 +276,12 @@ at::Tensor run_layer(const BatchPass& b, int64_t l, const at::Tensor& x, std::ve
   }
   for (const CachedGroup& g : b.cached) cached_attention(b, l, g, all, q, attention);
   add_key_attention(b, l, w, contents, q, results);
-  const at::Tensor y = x + dense(attention, w.wo);
+  // The residual sums and the gate taken in place on the products' results (each a tensor of its own): the
+  // same elementwise values as x + dense(..), with no temporary per op.
+  const at::Tensor y = dense(attention, w.wo).add_(x);
   const at::Tensor g = rms_norm(y, w.ffn_norm, c.rms_norm_eps);
-  return y + dense(at::silu(dense(g, w.w_gate)) * dense(g, w.w_up), w.w_down);
+  at::Tensor gate = dense(g, w.w_gate);
+  return dense(at::silu_(gate).mul_(dense(g, w.w_up)), w.w_down).add_(y);
 }
 
 // float32 logits of the rows each sequence asks for (its last computed token, or every one), through one

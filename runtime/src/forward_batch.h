@@ -66,6 +66,7 @@ struct CachedGroup {
   std::vector<int64_t> slots;        // per member
   std::vector<int64_t> lengths;      // per member: the slot's rows before this forward
   std::vector<int64_t> first_rows;   // per member: its first row in the batch
+  bool in_order = false;             // the members' rows lie one after another in the batch, in member order
   bool kernel = false;               // attended by the CPU kernel (ops/cached_attention_op.h), else by ATen ops
   // Per member: the row of kept_k[l] viewed [slots·kept_capacity, heads, dim] that its first new row goes
   // to, or -1 where its slot keeps no content (DecodeCache::open's keep_content). Empty: no member keeps.
@@ -75,7 +76,7 @@ struct CachedGroup {
   int64_t queries = 0;          // R
   int64_t lo = 0, count = 0;    // the slots attended
   int64_t keys = 0;             // S: the most rows of a member's slot after this forward
-  at::Tensor write_index;       // int64 [B·R·H_a]: rows of keys[l] viewed [slots·H_a·capacity, d]
+  at::Tensor write_index;       // int64 [B·R·H_a]: rows of keys[l] viewed [slots·H_a·capacity, d] (off the CPU)
   at::Tensor member_index;      // int64 [B]: the members' slots − lo
   bool in_slot_order = false;   // member j's slot is lo + j for every j (B == count): no scatter
   at::Tensor hidden;            // bool [count, 1, 1, R, S]: the keys each query does not see
