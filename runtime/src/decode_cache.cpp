@@ -36,9 +36,15 @@ void DecodeCacheState::reserve(int64_t slots_needed, int64_t capacity_needed) {
   const int64_t new_slots = slots_needed <= slots ? slots : std::max(slots_needed, 2 * slots);
   const int64_t new_capacity = capacity_needed <= capacity ? capacity : std::max(capacity_needed, 2 * capacity);
   const at::TensorOptions where = at::TensorOptions().dtype(model->dtype()).device(model->device());
+  // The old rows copied and every other row zeroed (the ATen path reads rows past a slot's length, masked:
+  // they must be finite), each written once.
+  const bool had = slots > 0 && capacity > 0;
   auto grown = [&](const at::Tensor& old, int64_t width) {
-    at::Tensor t = at::zeros({new_slots, heads, new_capacity, width}, where);
-    if (old.defined() && slots > 0 && capacity > 0) t.narrow(0, 0, slots).narrow(2, 0, capacity).copy_(old);
+    if (!old.defined() || !had) return at::zeros({new_slots, heads, new_capacity, width}, where);
+    at::Tensor t = at::empty({new_slots, heads, new_capacity, width}, where);
+    t.narrow(0, 0, slots).narrow(2, 0, capacity).copy_(old);
+    t.narrow(0, 0, slots).narrow(2, capacity, new_capacity - capacity).zero_();
+    t.narrow(0, slots, new_slots - slots).zero_();
     return t;
   };
   for (std::size_t l = 0; l < keys.size(); ++l) {
@@ -93,6 +99,41 @@ void DecodeCacheState::fit_kept() {
     kept_v[l] = kept_v[l].narrow(1, 0, new_capacity).contiguous();
   }
   kept_capacity = new_capacity;
+}
+
+void DecodeCacheState::fit_main() {
+  int64_t used = 0, longest = 0;  // slots up to the last open one; the most rows an open slot holds
+  for (std::size_t s = 0; s < lengths.size(); ++s) {
+    if (lengths[s] < 0) continue;
+    used = static_cast<int64_t>(s) + 1;
+    longest = std::max(longest, lengths[s]);
+  }
+  if (used == 0) {  // reserve makes them again for the next slot opened
+    for (std::size_t l = 0; l < keys.size(); ++l) keys[l] = values[l] = at::Tensor();
+    positions = at::Tensor();
+    lengths.clear();
+    kept_from.clear();
+    slots = capacity = 0;
+    return;
+  }
+  const int64_t new_slots = used <= slots / 4 ? 2 * used : slots;
+  const int64_t new_capacity =
+      longest <= capacity / 4 ? std::min(capacity, std::max<int64_t>(2 * longest, 1)) : capacity;
+  if (new_slots == slots && new_capacity == capacity) return;
+  for (std::size_t l = 0; l < keys.size(); ++l) {
+    keys[l] = keys[l].narrow(0, 0, new_slots).narrow(2, 0, new_capacity).contiguous();
+    values[l] = values[l].narrow(0, 0, new_slots).narrow(2, 0, new_capacity).contiguous();
+  }
+  positions = positions.narrow(0, 0, new_slots).narrow(1, 0, new_capacity).contiguous();
+  // The slots past `used` are free: their entries go with them (new_slot appends again).
+  lengths.resize(static_cast<std::size_t>(std::min(used, new_slots)));
+  kept_from.resize(lengths.size());
+  for (std::size_t l = 0; l < kept_k.size() && kept_capacity > 0; ++l) {
+    kept_k[l] = kept_k[l].narrow(0, 0, new_slots).contiguous();
+    kept_v[l] = kept_v[l].narrow(0, 0, new_slots).contiguous();
+  }
+  slots = new_slots;
+  capacity = new_capacity;
 }
 
 void DecodeCacheState::check_open(int64_t slot, const char* what) const {
@@ -204,8 +245,10 @@ int64_t DecodeCache::fork(int64_t slot) {
 
 void DecodeCache::close(int64_t slot) {
   state_->check_open(slot, "DecodeCache::close");
+  c10::InferenceMode guard;
   state_->lengths[static_cast<std::size_t>(slot)] = -1;
   state_->fit_kept();
+  state_->fit_main();
 }
 
 PastKV DecodeCache::past(int64_t slot) {

@@ -40,6 +40,12 @@ struct DecodeCacheState {
   // longest kept once that is at most a quarter of their rows (so one long answer does not hold its memory
   // for every later one).
   void fit_kept();
+  // After a slot closes (and fit_kept): the main buffers (keys, values, positions, and the kept buffers'
+  // slots) released when no slot is open, else each dimension shrunk to twice what the open slots use once
+  // that is at most a quarter of it: slots to twice the last open slot's index + 1 (slot numbers stay; the
+  // free slots after the last open one go), rows to twice the longest open slot's. Growth doubles and a
+  // shrink leaves half free, so a batch that keeps its size does not reallocate at every close.
+  void fit_main();
   void check_open(int64_t slot, const char* what) const;
   // Rows of `slot` kept (content form) from kept_from on; 0 when it keeps none.
   int64_t kept_rows(int64_t slot) const;

@@ -251,3 +251,60 @@ TEST_CASE("decode cache: kept content shrinks and is released as slots close", "
   CHECK(cache.bytes() > none_kept);
   CHECK(cache.length(plain) == 4);
 }
+
+namespace {
+
+// A large batch that ends does not keep its memory (keys, values, positions, the kept buffers' slots): with
+// one short slot left the buffers shrink, that slot (and what it keeps) decodes on bit for bit as in a cache
+// that never held the others, a slot opened later grows them again, and closing every slot releases them.
+void check_shrink(const Model& m, const std::string& name) {
+  INFO("model " << name);
+  DecodeCache cache(m), alone(m);
+  auto forward = [&](DecodeCache& c, int64_t slot, int64_t n, int64_t seed) {
+    ForwardInput in;
+    in.tokens = case_tokens(m, n, seed);
+    PastKV p = c.past(slot);
+    return m.forward(in, &p);
+  };
+  auto same = [](const ForwardResult& a, const ForwardResult& b) {
+    CHECK(at::equal(a.logits, b.logits));
+    REQUIRE(a.content.size() == b.content.size());
+    for (std::size_t l = 0; l < a.content.size(); ++l) CHECK(at::equal(a.content[l].v, b.content[l].v));
+  };
+  const int64_t kept = cache.open(nullptr, true), kept_alone = alone.open(nullptr, true);
+  same(forward(cache, kept, 4, 1), forward(alone, kept_alone, 4, 1));
+  std::vector<int64_t> others;
+  for (int i = 0; i < 15; ++i) {
+    others.push_back(cache.open(nullptr, i % 2 == 0));
+    forward(cache, others.back(), 60, 2 + i);
+  }
+  const int64_t large = cache.bytes();
+  for (int64_t slot : others) cache.close(slot);
+  const int64_t small = cache.bytes();
+  CHECK(small * 16 < large);  // 1 of 16 slots, about 8 of 64 rows
+  for (int64_t t = 0; t < 3; ++t) same(forward(cache, kept, 1, 30 + t), forward(alone, kept_alone, 1, 30 + t));
+  REQUIRE(cache.kept_rows(kept) == 7);
+  const std::vector<LayerKV> got = cache.kept(kept, 0, 7), want = alone.kept(kept_alone, 0, 7);
+  for (std::size_t l = 0; l < got.size(); ++l) CHECK(at::equal(got[l].k, want[l].k));
+  const int64_t later = cache.open(nullptr), later_alone = alone.open(nullptr);
+  same(forward(cache, later, 50, 40), forward(alone, later_alone, 50, 40));
+  same(forward(cache, kept, 1, 41), forward(alone, kept_alone, 1, 41));
+  CHECK(cache.open_slots() == 2);
+  cache.close(kept);
+  cache.close(later);
+  CHECK(cache.bytes() == 0);
+  const int64_t reopened = cache.open(nullptr);
+  alone.close(kept_alone);
+  same(forward(cache, reopened, 5, 50), forward(alone, alone.open(nullptr), 5, 50));
+}
+
+}  // namespace
+
+TEST_CASE("decode cache: the buffers shrink when a large batch ends and go with the last slot", "[decode_cache]") {
+  check_shrink(*load_model(orbit::test::stories_path()), "stories260K");
+  ModelConfig c = generator_preset("tiny-llama");
+  c.rope.scaling = RopeScaling::kDynamicNtk;  // the ATen path, which reads every row up to the longest
+  c.rope.factor = 2.0;
+  c.max_position_embeddings = c.rope.max_position_embeddings = 40;
+  check_shrink(*generated(c), "tiny-llama dynamic NTK");
+}

@@ -11,7 +11,10 @@
 // past a slot's length are masked). Stored content is still what the model computed (Model::forward returns
 // it in content form as always); the cache is a read-side copy, rotated once because a decode's positions do
 // not move. Dynamic-NTK RoPE, whose angles change with the window's length, keeps keys before rotation and
-// rotates the rows in use at every forward. Buffers grow by doubling (slots and capacity) as needed.
+// rotates the rows in use at every forward. Buffers grow by doubling (slots and capacity) as needed, and are
+// fitted when a slot closes: released once no slot is open, else shrunk to twice what the open slots use
+// (slots up to the last open one, the longest one's rows) once that is at most a quarter of them. Slot
+// numbers never change, so a long-lived slot opened late holds the slots before it.
 //
 // A slot opened with keep_content also keeps the rows forwards append to it in content form, in two more
 // buffers per layer, [slots, kept capacity, heads, dim] (content_k_shape / content_v_shape), written with
@@ -52,8 +55,8 @@ class DecodeCache {
   int64_t open(const PastKV* past, bool keep_content = false);
   // A new slot holding a copy of `slot`'s rows (and of its kept content): a branch of the same past.
   int64_t fork(int64_t slot);
-  // Frees `slot` (its rows are reused by a later one) and fits the kept buffers to the slots still open
-  // (above). Throws for a slot not open.
+  // Frees `slot` (its rows are reused by a later one) and fits the buffers to the slots still open (above).
+  // Throws for a slot not open.
   void close(int64_t slot);
 
   // The PastKV that names `slot` for Model::forward / forward_batch: read in place, the input appended.
