@@ -126,7 +126,12 @@ BlobFiles scan_blobs(const std::string& root) {
   std::error_code ec;
   const fs::path blobs = fs::path(root) / "blobs";
   if (!fs::is_directory(blobs, ec)) return out;
-  for (const auto& entry : fs::recursive_directory_iterator(blobs, ec)) {
+  for (auto it = fs::recursive_directory_iterator(blobs, ec); it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    const fs::directory_entry& entry = *it;
+    // A directory in a blob's place (repair drops its row) is never looked into: gc must not take what it
+    // holds for dead temp files or blobs.
+    if (entry.is_directory() && entry.path().extension() == ".blob") it.disable_recursion_pending();
     if (!entry.is_regular_file()) continue;
     const std::string name = entry.path().filename().string();
     if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0)

@@ -36,6 +36,14 @@ struct Found {
 
 // Reads and verifies one blob; nullopt (with a note) when it does not verify.
 std::optional<Found> inspect_blob(const std::string& root, const fs::path& path, std::vector<std::string>* notes) {
+  // A directory where a blob was is damage, as a FIFO is: no later read makes it a blob, so its row goes
+  // rather than the repair stopping at it (read() would fail with EISDIR, which proves nothing of a file).
+  // It is left in place with whatever it holds: repair deletes no file, and this may be someone's folder.
+  std::error_code kind_error;
+  if (fs::is_directory(path, kind_error)) {
+    notes->push_back(path.string() + ": is a directory, not a blob file (left in place with its contents)");
+    return std::nullopt;
+  }
   Result<at::Tensor> bytes = store::read_file_bytes(path.string());
   // A blob that could not be read now is not proven bad: stop rather than drop its row.
   ORBIT_CHECK(bytes.is_ok() || bytes.status().code() != StatusCode::kRefused,
@@ -166,7 +174,11 @@ RepairReport repair_store(const std::string& dir) {
   // The newest verified blob of every key (symlinks are not followed: only files inside blobs/ count).
   std::map<std::string, Found> best;
   std::set<std::string> fingerprints;
-  for (const auto& entry : fs::recursive_directory_iterator(root + "/blobs", ec)) {
+  for (auto it = fs::recursive_directory_iterator(root + "/blobs", ec); it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    const fs::directory_entry& entry = *it;
+    // A directory in a blob's place: its row goes below; what it holds is nobody's blob.
+    if (entry.is_directory() && entry.path().extension() == ".blob") it.disable_recursion_pending();
     if (entry.is_symlink() || !entry.is_regular_file() || entry.path().extension() != ".blob") continue;
     ++report.blobs_scanned;
     std::optional<Found> f = inspect_blob(root, entry.path(), &report.notes);
@@ -175,8 +187,8 @@ RepairReport repair_store(const std::string& dir) {
       continue;
     }
     fingerprints.insert(f->fingerprint);
-    auto it = best.find(f->row.key);
-    if (it == best.end() || it->second.mtime < f->mtime) best[f->row.key] = std::move(*f);
+    auto newest = best.find(f->row.key);
+    if (newest == best.end() || newest->second.mtime < f->mtime) best[f->row.key] = std::move(*f);
   }
 
   const std::string damage = index_damage(root + "/index.sqlite");

@@ -586,3 +586,43 @@ TEST_CASE("verify tells a blob it could not read from a bad one", "[store][cpu]"
   CHECK(run.status == 1);
   CHECK_THAT(run.out, Contains("BAD " + key(2)) && Contains("UNREADABLE " + key(1)) && Contains("1 unreadable"));
 }
+
+TEST_CASE("repair drops the row of a directory in a blob's place, leaves the directory and keeps the rest",
+          "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  {
+    ChunkStore store(disk_options(d));
+    for (int64_t i = 1; i <= 8; ++i) {
+      REQUIRE(store.put(key(i), test::store_test_value(i), PutOptions{StoreTier::kDisk}).is_ok());
+    }
+  }
+  const std::string folder = blob_path(d, 5);
+  fs::remove(folder);
+  fs::create_directory(folder);
+  // What someone keeps there; a .tmp and a .blob inside look like the store's own files to a scan.
+  const std::vector<std::string> kept = {folder + "/notes.txt", folder + "/draft.tmp", folder + "/copy.blob"};
+  for (const std::string& p : kept) std::ofstream(p) << "mine";
+
+  const RepairReport r = repair_store(d);  // it used to stop here: "cannot read ...: Is a directory"
+  CHECK(r.rows_dropped == 1);
+  CHECK(r.rows_restored == 0);
+  CHECK(r.blobs_rejected == 0);  // copy.blob inside the directory is not taken for a blob
+  REQUIRE(r.notes.size() == 1);
+  CHECK_THAT(r.notes[0], Contains("dropped row " + key(5)) && Contains(folder + ": is a directory"));
+  const VerifyReport v = verify_store(d);
+  CHECK(v.checked == 7);
+  CHECK(v.clean());
+  CHECK(v.unreferenced_blobs == 0);
+  CHECK(v.temp_files == 0);
+  CHECK(gc_store(d, GcOptions{}).removed_paths.empty());
+  for (const std::string& p : kept) CHECK(fs::exists(p));
+  ChunkStore store(disk_options(d));
+  CHECK_FALSE(store.contains(key(5)));
+  for (int64_t i = 1; i <= 8; ++i) {
+    if (i == 5) continue;
+    Result<ValuePtr> got = store.get(key(i));
+    REQUIRE(got.is_ok());
+    CHECK(values_equal(*got.value(), *test::store_test_value(i)));
+  }
+}

@@ -1370,7 +1370,7 @@ class StoreSummary:
     def temp_files(self) -> int: ...
 
 class VerifyProblem:
-    """A corrupt or missing blob."""
+    """A corrupt or missing blob, or one that could not be read."""
     @property
     def key(self) -> str: ...
     @property
@@ -1383,7 +1383,12 @@ class VerifyReport:
     @property
     def checked(self) -> int: ...
     @property
-    def problems(self) -> list[VerifyProblem]: ...
+    def problems(self) -> list[VerifyProblem]:
+        """Corrupt or missing blobs."""
+    @property
+    def unreadable(self) -> list[VerifyProblem]:
+        """Blobs that could not be read for a reason that proves nothing about them (EACCES, EIO, EISDIR, out of
+        descriptors): not checked, not called bad; verify again (`orbit store verify`'s UNREADABLE lines)."""
     @property
     def unreferenced_blobs(self) -> int: ...
     @property

@@ -1,0 +1,90 @@
+"""store_verify's and store_repair's reports from Python and the CLI on blobs that cannot be read: a directory in a
+blob's place is listed as unreadable by verify (VerifyReport.unreadable, as `orbit store verify` prints it), and
+repair drops its row, leaves the directory with what it holds, and keeps every other entry."""
+import json
+import subprocess
+
+PAGE = 4
+POOL = 8 << 20
+
+
+def _store(orbit, model, directory, chunks):
+    """A store of `chunks` precomputed chunks; their keys."""
+    with orbit.Engine(str(model), pool_bytes=POOL, page_size=PAGE, store_dir=directory) as e:
+        refs = [e.add_tokens([5 + i, 17, 42, 99, 100, 7, 8]) for i in range(chunks)]
+        for ref in refs:
+            e.precompute(ref)
+    return [ref.key for ref in refs]
+
+
+def _blob(orbit, directory, key):
+    return next(x.blob_path for x in orbit.store_list(directory) if x.key == key)
+
+
+def _replace_with_directory(blob):
+    """The blob becomes a directory holding someone's files (a .tmp and a .blob among them); their paths."""
+    import os
+
+    os.remove(blob)
+    os.mkdir(blob)
+    kept = [os.path.join(blob, name) for name in ("notes.txt", "draft.tmp", "copy.blob")]
+    for p in kept:
+        with open(p, "w") as f:
+            f.write("mine")
+    return kept
+
+
+def test_verify_report_lists_the_blobs_it_could_not_read(orbit, orbit_cli, stories260k_path, tmp_path):
+    keys = _store(orbit, stories260k_path, tmp_path, 3)
+    blob = _blob(orbit, tmp_path, keys[1])
+    _replace_with_directory(blob)
+
+    report = orbit.store_verify(tmp_path)
+    assert report.checked == 3 and report.problems == []
+    assert [(p.key, p.path) for p in report.unreadable] == [(keys[1], blob)]
+    assert "cannot read" in report.unreadable[0].reason and "Is a directory" in report.unreadable[0].reason
+    assert not report.clean and not report
+    assert repr(report) == "VerifyReport(checked=3, problems=0, unreadable=1)"
+    with orbit.Store(tmp_path) as store:
+        assert [p.key for p in store.verify().unreadable] == [keys[1]]
+    # The same list, with the same meaning, as the CLI's (exit status 2: nothing bad, something unread).
+    cli = subprocess.run([str(orbit_cli), "store", "verify", "--store", str(tmp_path), "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 2, cli.stderr
+    assert json.loads(cli.stdout)["unreadable"] == [
+        {"key": p.key, "path": p.path, "reason": p.reason} for p in report.unreadable]
+
+
+def test_repair_drops_a_directory_blob_and_keeps_the_rest(orbit, orbit_cli, stories260k_path, tmp_path):
+    import os
+
+    keys = _store(orbit, stories260k_path, tmp_path, 8)
+    blob = _blob(orbit, tmp_path, keys[3])
+    kept = _replace_with_directory(blob)
+
+    # The CLI stopped at the directory before ("store repair: cannot read ...: Is a directory; fix that and run
+    # the repair again"), repairing nothing else.
+    run = subprocess.run([str(orbit_cli), "store", "repair", "--store", str(tmp_path)], capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert f"note: dropped row {keys[3]}: {blob}: is a directory, not a blob file" in run.stdout
+    assert "7 blobs scanned; 0 rows restored, 1 dropped, 0 blobs rejected" in run.stdout  # not copy.blob
+    report = orbit.store_verify(tmp_path)
+    assert report.clean and report.checked == 7 and report.temp_files == 0 and report.unreferenced_blobs == 0
+    assert sorted(x.key for x in orbit.store_list(tmp_path)) == sorted(k for k in keys if k != keys[3])
+    # Nothing the directory holds is taken for the store's: gc removes none of it.
+    assert orbit.store_gc(tmp_path).removed_paths == []
+    assert all(os.path.exists(p) for p in kept)
+    again = orbit.store_repair(tmp_path)  # the dropped row stays dropped; the directory is no blob
+    assert (again.rows_dropped, again.rows_restored, again.blobs_rejected) == (0, 0, 0)
+
+
+def test_verify_report_keeps_bad_blobs_apart_from_unreadable_ones(orbit, stories260k_path, tmp_path):
+    import os
+
+    keys = _store(orbit, stories260k_path, tmp_path, 2)
+    os.remove(_blob(orbit, tmp_path, keys[0]))
+    report = orbit.store_verify(tmp_path)
+    assert [p.key for p in report.problems] == [keys[0]] and "missing" in report.problems[0].reason
+    assert report.unreadable == []
+    assert repr(report) == "VerifyReport(checked=2, problems=1, unreadable=0)"
