@@ -285,6 +285,108 @@ def test_engine_keywords_keep_their_signature_and_conversions(orbit, stories260k
                          ((str(stories260k_path),), {"model": str(stories260k_path)})]:
         with pytest.raises(TypeError, match="incompatible constructor arguments"):
             orbit.Engine(*args, **kwargs)
-    with orbit.Engine(model=str(stories260k_path), page_size=np.int64(4), threads=True,
+    # (All but a bool for an int, which pybind11 took as 1: test_an_int_argument_takes_no_bool.)
+    with orbit.Engine(model=str(stories260k_path), page_size=np.int64(4), threads=np.int32(1),
                       embedding_cache=np.bool_(False), pool_bytes=8 << 20) as e:
         assert e.options.page_size == 4 and e.options.pool_bytes == 8 << 20 and not e.options.embedding_cache
+        assert e.options.threads == 1
+
+
+def _messages():
+    return [{"role": "user", "content": "hi"}]
+
+
+# Every int-typed argument of the API, by the name its TypeError gives: the call with the value `v`.
+INT_ARGUMENTS = {
+    **{f"Engine: {k}": (lambda k: lambda orbit, e, w, v: orbit.Engine(e.model_info.origin, **{k: v}))(k)
+       for k in ("pool_bytes", "page_size", "host_budget_bytes", "disk_budget_bytes", "threads",
+                 "remote_ttl_seconds", "device_tier_bytes", "max_idle_chunks")},
+    "detokenize: previous": lambda orbit, e, w, v: e.detokenize([1, 2], previous=v),
+    "piece: token": lambda orbit, e, w, v: e.piece(v),
+    "find_media: rows": lambda orbit, e, w, v: e.find_media("d", rows=v),
+    "new_window: max_bytes": lambda orbit, e, w, v: e.new_window(max_bytes=v),
+    "plan_slide: chunks": lambda orbit, e, w, v: w.plan_slide(v),
+    "slide: chunks": lambda orbit, e, w, v: w.slide(chunks=v),
+    "prepare_recalls: max_chunks": lambda orbit, e, w, v: w.prepare_recalls(max_chunks=v),
+    "prepare_moves: max_chunks": lambda orbit, e, w, v: w.prepare_moves(max_chunks=v),
+    "disposable: answer_tokens": lambda orbit, e, w, v: w.disposable(w.instances[0], [1], answer_tokens=v),
+    "generate: max_tokens": lambda orbit, e, w, v: w.generate([1, 2], max_tokens=v),
+    "generate: top_logprobs": lambda orbit, e, w, v: w.generate([1, 2], max_tokens=1, top_logprobs=v),
+    "generate: seed": lambda orbit, e, w, v: w.generate([1, 2], max_tokens=1, seed=v),
+    "generate_n: n": lambda orbit, e, w, v: w.generate_n([1, 2], v, max_tokens=1),
+    "generate_n: max_tokens": lambda orbit, e, w, v: w.generate_n([1, 2], 2, max_tokens=v),
+    "generate_n: top_logprobs": lambda orbit, e, w, v: w.generate_n([1, 2], 2, max_tokens=1, top_logprobs=v),
+    "generate_n: seed": lambda orbit, e, w, v: w.generate_n([1, 2], 2, max_tokens=1, seed=v),
+    "generate_many: requests[0]: max_tokens": lambda orbit, e, w, v: orbit.generate_many([(w, [1], {"max_tokens": v})]),
+    "sync: chunk_min_tokens": lambda orbit, e, w, v: w.sync(_messages(), chunk_min_tokens=v),
+    "plan_sync: chunk_min_tokens": lambda orbit, e, w, v: w.plan_sync(_messages(), chunk_min_tokens=v),
+    "prepare_sync: chunk_min_tokens": lambda orbit, e, w, v: w.prepare_sync(_messages(), chunk_min_tokens=v),
+    "make_trace: steps": lambda orbit, e, w, v: orbit.make_trace(steps=v),
+    "make_trace: seed": lambda orbit, e, w, v: orbit.make_trace(steps=2, seed=v),
+    "make_trace: vocab_size": lambda orbit, e, w, v: orbit.make_trace(steps=2, vocab_size=v),
+    "make_trace: max_positions": lambda orbit, e, w, v: orbit.make_trace(steps=2, max_positions=v),
+    "make_trace: position_rows": lambda orbit, e, w, v: orbit.make_trace(steps=2, position_rows=v),
+    "make_trace: chunk_tokens": lambda orbit, e, w, v: orbit.make_trace(steps=2, chunk_tokens=v),
+    **{f"replay: {k}": (lambda k: lambda orbit, e, w, v: orbit.replay(orbit.make_trace(steps=2), e.model_info.origin,
+                                                                      **{k: v}))(k)
+       for k in ("threads", "pool_bytes", "page_size", "host_budget_bytes", "device_tier_bytes")},
+    "ConstraintCacheOptions: max_entries": lambda orbit, e, w, v: orbit.ConstraintCacheOptions(max_entries=v),
+    "ConstraintCacheOptions: max_bytes": lambda orbit, e, w, v: orbit.ConstraintCacheOptions(max_bytes=v),
+    "RadixCache: capacity_tokens": lambda orbit, e, w, v: orbit.RadixCache(capacity_tokens=v),
+    "BlockPrefixCache: capacity_tokens": lambda orbit, e, w, v: orbit.BlockPrefixCache(capacity_tokens=v),
+    "BlockPrefixCache: block_tokens": lambda orbit, e, w, v: orbit.BlockPrefixCache(block_tokens=v),
+    "WindowPolicy.prepare_recalls": lambda orbit, e, w, v: orbit.Policy(prepare_recalls=v),
+    "WindowPolicy.prepare_lists": lambda orbit, e, w, v: orbit.Policy().replace(prepare_lists=v),
+    "WindowPolicy.first_k": lambda orbit, e, w, v: orbit.Policy(first_k=v),
+}
+
+
+@pytest.mark.parametrize("value, type_shown", [(True, "bool"), (False, "bool"), (np.bool_(True), "bool"),
+                                               (None, "None"), (1.5, "float"), ("3", "str")])
+@pytest.mark.parametrize("name", sorted(INT_ARGUMENTS))
+def test_an_int_argument_takes_no_bool(orbit, engine, window, name, value, type_shown):
+    # bool is an int subclass: pybind11 read max_tokens=True as 1 and slide(chunks=False) as 0. Now a bool, numpy's
+    # included, is a TypeError naming the argument, in the bool arguments' form; so are other types (pybind11 named
+    # none of them, and generate_many's options said "max_tokens must be an int").
+    with pytest.raises(TypeError, match=f"^{re.escape(name)}: expected int, got {type_shown}$"):
+        INT_ARGUMENTS[name](orbit, engine, window, value)
+
+
+def test_an_int_argument_out_of_its_range_names_it(orbit, engine, window):
+    with pytest.raises(TypeError, match=r"^generate: top_logprobs: expected int in \[-2147483648, 2147483647\], "
+                                        r"got 4294967296$"):
+        window.generate([1, 2], max_tokens=1, top_logprobs=2**32)
+    with pytest.raises(TypeError, match=r"^slide: chunks: expected int in \[-9223372036854775808, "
+                                        r"9223372036854775807\], got 36893488147419103232$"):
+        window.slide(2**65)
+    with pytest.raises(ValueError, match=r"^generate: seed = -1 is out of range: expected int in \[0, 2\*\*64\)$"):
+        window.generate([1, 2], max_tokens=1, seed=-1)
+
+
+def test_an_int_argument_takes_ints_and_numpy_ints(orbit, engine, window):
+    for v in (2, np.int64(2), np.int32(2), np.uint8(2)):
+        assert len(window.generate([1, 2], max_tokens=v).tokens) == 2
+        assert len(window.generate_n([1, 2], v, max_tokens=v)) == 2
+        assert engine.piece(v) == engine.piece(2)
+        assert orbit.ConstraintCacheOptions(max_entries=v).max_entries == 2
+        assert orbit.Policy(prepare_moves=v).prepare_moves == 2
+    assert window.plan_slide(np.int64(0)) is not None
+
+
+def test_the_async_api_refuses_a_bool_for_an_int(orbit, window):
+    import asyncio
+
+    import orbit.aio as aio
+
+    async def main():
+        async with aio.AsyncWindow(window.fork()) as w:
+            with pytest.raises(TypeError, match="^generate: max_tokens: expected int, got bool$"):
+                await w.generate([1, 2], max_tokens=True)
+            with pytest.raises(TypeError, match="^generate_n: n: expected int, got bool$"):
+                await w.generate_n([1, 2], True, max_tokens=1)
+            with pytest.raises(TypeError, match="^generate: max_tokens: expected int, got bool$"):
+                async for _ in w.stream([1, 2], max_tokens=True):
+                    pass
+    asyncio.run(main())
+    with pytest.raises(TypeError, match="^generate: max_tokens: expected int, got bool$"):
+        list(window.stream([1, 2], max_tokens=True))

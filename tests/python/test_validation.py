@@ -166,10 +166,11 @@ def test_all_rows_none_is_refused_not_read_as_false(orbit, small_engine, call):
 
 
 @pytest.mark.parametrize("seed, error, message", [
-    (-1, ValueError, r"generate: seed = -1 is out of range: it must be an int in \[0, 2\*\*64\)"),
+    (-1, ValueError, r"generate: seed = -1 is out of range: expected int in \[0, 2\*\*64\)"),
     (2**64, ValueError, r"generate: seed = 18446744073709551616 is out of range"),
-    (1.5, TypeError, r"generate: seed must be an int in \[0, 2\*\*64\), got float"),
-    (None, TypeError, r"generate: seed must be an int in \[0, 2\*\*64\), got NoneType"),
+    (1.5, TypeError, r"generate: seed: expected int, got float"),
+    (None, TypeError, r"generate: seed: expected int, got None"),
+    (True, TypeError, r"generate: seed: expected int, got bool"),
 ])
 def test_a_seed_out_of_range_names_the_seed_and_its_range(orbit, small_engine, seed, error, message):
     # pybind11 answered with its generic "incompatible function arguments" and the whole signature.

@@ -6,12 +6,20 @@ namespace orbit_py {
 
 std::string type_name(py::handle obj) { return py::str(py::type::handle_of(obj).attr("__qualname__")); }
 
+namespace {
+
+// numpy's bool scalar: numpy.bool_ (numpy 1.x), numpy.bool (2.x); what pybind11's bool takes unconverted.
+bool is_numpy_bool(py::handle obj) {
+  const std::string type = Py_TYPE(obj.ptr())->tp_name;
+  return type == "numpy.bool_" || type == "numpy.bool";
+}
+
+}  // namespace
+
 bool to_bool(py::handle obj, const char* what) {
   if (obj.ptr() == Py_True) return true;
   if (obj.ptr() == Py_False) return false;
-  // numpy's bool scalar: numpy.bool_ (numpy 1.x), numpy.bool (2.x); what pybind11's bool takes unconverted.
-  const std::string type = Py_TYPE(obj.ptr())->tp_name;
-  if (type == "numpy.bool_" || type == "numpy.bool") return PyObject_IsTrue(obj.ptr()) == 1;
+  if (is_numpy_bool(obj)) return PyObject_IsTrue(obj.ptr()) == 1;
   throw py::type_error(std::string(what) + ": expected bool, got " + (obj.is_none() ? "None" : type_name(obj)));
 }
 
@@ -27,18 +35,39 @@ void check_enum_member(py::handle obj, const char* what) {
                         type_name(obj) + " (valid: " + valid + ")");
 }
 
-uint64_t to_seed(py::handle obj, const char* what) {
-  PyObject* index = PyNumber_Index(obj.ptr());  // an int, or what __index__ gives
-  if (index == nullptr) {
-    PyErr_Clear();
-    throw py::type_error(std::string(what) + " must be an int in [0, 2**64), got " + type_name(obj));
+namespace {
+
+// "<what>: expected int, got <type>" (TypeError), as to_bool words its refusal.
+py::type_error not_an_int(py::handle obj, const char* what) {
+  return py::type_error(std::string(what) + ": expected int, got " +
+                        (obj.is_none()        ? "None"
+                         : is_numpy_bool(obj) ? "bool"
+                                              : type_name(obj)));
+}
+
+}  // namespace
+
+int64_t to_int(py::handle obj, const char* what, int64_t lo, int64_t hi) {
+  if (!is_integer(obj)) throw not_an_int(obj, what);
+  const py::object value = py::reinterpret_steal<py::object>(PyNumber_Index(obj.ptr()));  // numpy.int64(3) -> 3
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(value.ptr(), &overflow);
+  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+  if (overflow != 0 || v < lo || v > hi) {
+    throw py::type_error(std::string(what) + ": expected int in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                         "], got " + std::string(py::repr(value)));
   }
-  const py::int_ value = py::reinterpret_steal<py::int_>(index);
+  return v;
+}
+
+uint64_t to_seed(py::handle obj, const char* what) {
+  if (!is_integer(obj)) throw not_an_int(obj, what);
+  const py::int_ value = py::reinterpret_steal<py::int_>(PyNumber_Index(obj.ptr()));  // an int, or what __index__ gives
   const unsigned long long seed = PyLong_AsUnsignedLongLong(value.ptr());  // raises OverflowError out of range
   if (PyErr_Occurred()) {
     PyErr_Clear();
     throw py::value_error(std::string(what) + " = " + py::str(static_cast<py::handle>(value)).cast<std::string>() +
-                          " is out of range: it must be an int in [0, 2**64)");
+                          " is out of range: expected int in [0, 2**64)");
   }
   return seed;
 }
@@ -217,7 +246,7 @@ Borrowed to_grid(py::handle obj, const char* what) {
 }
 
 bool is_integer(py::handle obj) {
-  if (py::isinstance<py::bool_>(obj) || type_name(obj) == "bool_") return false;  // numpy's bool has __index__
+  if (py::isinstance<py::bool_>(obj) || is_numpy_bool(obj)) return false;  // numpy's bool has __index__
   if (py::isinstance<py::int_>(obj)) return true;
   if (!PyIndex_Check(obj.ptr())) return false;
   // numpy's integer scalars and 0-d integer arrays; a 1-d array has __index__ too, and refuses it.

@@ -14,7 +14,9 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "initialized.h"
@@ -55,8 +57,31 @@ struct BoolArg {
   py::object value;
   bool get(const char* what) const { return to_bool(value, what); }
 };
-// A sampling seed: an int (or an object with __index__) in [0, 2**64); another type raises TypeError, an int
-// out of that range ValueError, both naming `what` ("generate: seed") and the range.
+// An int argument read strictly: an int or an object __index__ makes one (numpy's integer scalars), in [lo, hi].
+// A bool (True, False, a numpy bool), which pybind11's int read as 1 or 0, or another type raises TypeError
+// naming `what` and the type, in the form of to_bool's ("generate: max_tokens: expected int, got bool"); an int
+// out of [lo, hi] TypeError naming the range ("Engine: threads: expected int in [-2147483648, 2147483647],
+// got 1099511627776", as pybind11 refused it, without naming it).
+int64_t to_int(py::handle obj, const char* what, int64_t lo = std::numeric_limits<int64_t>::min(),
+               int64_t hi = std::numeric_limits<int64_t>::max());
+template <typename T>
+T to_int(py::handle obj, const char* what) {
+  static_assert(std::is_integral_v<T> && std::is_signed_v<T> && !std::is_same_v<T, bool>);
+  return static_cast<T>(to_int(obj, what, std::numeric_limits<T>::min(), std::numeric_limits<T>::max()));
+}
+
+// An int parameter of a bound function, read by the function with IntArg::get (to_int: strict, naming the
+// argument), as BoolArg is for bools: its caster takes any object and writes "int" in the signature.
+struct IntArg {
+  py::object value;
+  template <typename T = int64_t>
+  T get(const char* what) const {
+    return to_int<T>(value, what);
+  }
+};
+// A sampling seed: an int (or an object with __index__, not a bool) in [0, 2**64); another type raises
+// TypeError ("generate: seed: expected int, got float"), an int out of that range ValueError ("generate: seed =
+// -1 is out of range: expected int in [0, 2**64)"), both naming `what`.
 uint64_t to_seed(py::handle obj, const char* what);
 std::vector<orbit::InstanceId> to_instances(py::handle obj, const char* what);
 // An instance of a bound enum (py::isinstance<E>(obj) already checked) that is one of its members: pybind11's
@@ -110,6 +135,18 @@ struct type_caster<orbit_py::BoolArg> {
     return true;
   }
   static handle cast(const orbit_py::BoolArg& arg, return_value_policy, handle) { return arg.value.inc_ref(); }
+};
+
+// IntArg: any object, checked by the function that names the argument (see IntArg).
+template <>
+struct type_caster<orbit_py::IntArg> {
+  PYBIND11_TYPE_CASTER(orbit_py::IntArg, const_name("int"));
+  bool load(handle src, bool /*convert*/) {
+    if (!src) return false;
+    value.value = reinterpret_borrow<object>(src);
+    return true;
+  }
+  static handle cast(const orbit_py::IntArg& arg, return_value_policy, handle) { return arg.value.inc_ref(); }
 };
 
 }  // namespace pybind11::detail

@@ -239,14 +239,17 @@ void def_engine_text(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       "pass the ids).");
   c.def(
       "detokenize",
-      [](const Engine& e, const py::object& tokens, int64_t previous) {
-        const std::string bytes = e.detokenize(to_tokens(tokens, "detokenize: tokens"), previous);
+      [](const Engine& e, const py::object& tokens, const IntArg& previous) {
+        const std::string bytes =
+            e.detokenize(to_tokens(tokens, "detokenize: tokens"), previous.get("detokenize: previous"));
         return py::reinterpret_steal<py::str>(
             PyUnicode_DecodeUTF8(bytes.data(), static_cast<py::ssize_t>(bytes.size()), "replace"));
       },
       py::arg("tokens"), py::arg("previous") = -1,
       "The text of tokens as if they followed `previous` (BOS drops the first leading space); BOS/EOS give no text.");
-  c.def("piece", &Engine::piece, py::arg("token"), "The vocabulary entry of one id as stored (e.g. ' the', '<0x0A>').");
+  c.def(
+      "piece", [](const Engine& e, const IntArg& token) { return e.piece(token.get("piece: token")); },
+      py::arg("token"), "The vocabulary entry of one id as stored (e.g. ' the', '<0x0A>').");
 }
 
 // Engine: registering and finding chunks.
@@ -309,7 +312,7 @@ void def_engine_chunks(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       "Raises TypeError for a wrong dtype, ValueError for a wrong shape, OrbitError for NaN/Inf or a bad grid.");
   c.def(
       "find_media",
-      [](Engine& e, const py::str& digest_arg, const py::object& grid, int64_t rows, const py::str& label_arg,
+      [](Engine& e, const py::str& digest_arg, const py::object& grid, const IntArg& rows, const py::str& label_arg,
          const BoolArg& pin_arg) -> std::optional<ChunkRef> {
         const std::string media_digest = utf8_arg(digest_arg, "find_media: media_digest");
         const bool pin = pin_arg.get("find_media: pin");
@@ -318,7 +321,7 @@ void def_engine_chunks(py::class_<Engine, std::shared_ptr<Engine>>& c) {
         orbit::MediaLookup lookup;
         lookup.media_digest = media_digest;
         lookup.grid = g.view;
-        lookup.rows = rows;
+        lookup.rows = rows.get("find_media: rows");
         py::gil_scoped_release release;
         return e.find_media(lookup, chunk_options(label, pin));
       },
@@ -350,10 +353,10 @@ void def_engine_windows(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       py::arg("chunk"), "Encodes the chunk's canonical now (one forward of the chunk alone) unless stored.");
   c.def(
       "new_window",
-      [](std::shared_ptr<Engine> e, const py::object& policy, int64_t max_bytes, const py::str& label) {
+      [](std::shared_ptr<Engine> e, const py::object& policy, const IntArg& max_bytes, const py::str& label) {
         orbit::WindowOptions o;
         if (!policy.is_none()) o.policy = to_policy(policy, "new_window: policy");
-        o.max_bytes = max_bytes;
+        o.max_bytes = max_bytes.get("new_window: max_bytes");
         o.label = utf8_arg(label, "new_window: label");
         orbit::Window w = e->new_window(o);
         return wrap_window(e, std::move(w));

@@ -3,7 +3,6 @@
 #include "engine_args.h"
 
 #include <array>
-#include <limits>
 #include <string>
 #include <type_traits>
 #include <variant>
@@ -72,25 +71,23 @@ std::string signature_default(const T& value) {
   }
 }
 
-// `value` read as an argument of type T: a bool strictly (to_bool: True, False or a numpy bool), others
-// converting as pybind11 does for a function's argument (int from any object with __index__, str from str
-// only, a 32-bit int in range); a value refused raises TypeError naming the keyword.
+// `value` read as an argument of type T: a bool strictly (to_bool: True, False or a numpy bool), an int strictly
+// (to_int: an int or an object with __index__, not a bool, in the range of T), a str from a str only, as
+// pybind11 reads a str argument; a value refused raises TypeError naming the keyword.
 template <typename T>
 T read_value(py::handle value, const char* keyword) {
-  if constexpr (std::is_same_v<T, bool>) return to_bool(value, (std::string("Engine: ") + keyword).c_str());
-  py::detail::make_caster<T> caster;
-  if (!caster.load(value, /*convert=*/true)) {
-    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-      if (py::isinstance<py::int_>(value)) {
-        throw py::type_error(std::string("Engine: ") + keyword + ": expected int in [" +
-                             std::to_string(std::numeric_limits<T>::min()) + ", " +
-                             std::to_string(std::numeric_limits<T>::max()) + "], got " + std::string(py::repr(value)));
-      }
+  const std::string what = std::string("Engine: ") + keyword;
+  if constexpr (std::is_same_v<T, bool>) {
+    return to_bool(value, what.c_str());
+  } else if constexpr (std::is_integral_v<T>) {
+    return to_int<T>(value, what.c_str());
+  } else {
+    py::detail::make_caster<T> caster;
+    if (!caster.load(value, /*convert=*/true)) {
+      throw py::type_error(what + ": expected " + signature_type<T>() + ", got " + type_name(value));
     }
-    throw py::type_error(std::string("Engine: ") + keyword + ": expected " + signature_type<T>() + ", got " +
-                         type_name(value));
+    return py::detail::cast_op<T>(std::move(caster));
   }
-  return py::detail::cast_op<T>(std::move(caster));
 }
 
 const Field* find_field(const std::string& keyword) {

@@ -209,27 +209,27 @@ GenerateArgs generate_args(PyWindow& w, const py::object& query, const py::dict&
   auto get = [&](const char* name, py::object fallback) -> py::object {
     return kwargs.contains(name) ? py::reinterpret_borrow<py::object>(kwargs[name]) : fallback;
   };
-  // A typed argument, converted as generate()'s signature converts it; a value it refuses raises TypeError
-  // naming the argument (not pybind11's bare cast error).
-  auto typed = [&](const char* name, py::object fallback, const char* expected, auto type) {
-    const py::object v = get(name, std::move(fallback));
+  // A float argument, converted as generate()'s signature converts it; a value it refuses raises TypeError
+  // naming the argument (not pybind11's bare cast error). Ints and bools are read strictly, as generate() reads
+  // them (to_int, to_seed, to_bool).
+  auto number = [&](const char* name, double fallback) {
+    const py::object v = get(name, py::float_(fallback));
     try {
-      return v.cast<decltype(type)>();
+      return v.cast<double>();
     } catch (const py::cast_error&) {
-      throw py::type_error(what + ": " + name + " must be " + expected + ", got " + type_name(v));
+      throw py::type_error(what + ": " + name + ": expected float, got " + type_name(v));
     }
   };
+  auto named = [&](const char* name) { return what + ": " + name; };
   to_cancel_token(get("cancel", py::none()), what + ": cancel");  // refused under the caller's name
   GenerateArgs a = generate_args(
-      w, query, typed("max_tokens", py::int_(32), "an int", int64_t{}),
-      typed("temperature", py::float_(0.0), "a number", double{}),
-      typed("top_p", py::float_(1.0), "a number", double{}), typed("seed", py::int_(0), "an int >= 0", uint64_t{}),
-      get("stop_tokens", py::none()), get("stop", py::none()), py::none(), get("tools", py::none()),
-      get("tool_choice", py::str("auto")), get("response_format", py::none()), get("tool_call_format", py::none()),
-      typed("presence_penalty", py::float_(0.0), "a number", double{}),
-      typed("frequency_penalty", py::float_(0.0), "a number", double{}), get("logit_bias", py::none()),
-      to_bool(get("logprobs", py::bool_(false)), (what + ": logprobs").c_str()),
-      typed("top_logprobs", py::int_(0), "an int", int32_t{}), get("cancel", py::none()));
+      w, query, to_int(get("max_tokens", py::int_(32)), named("max_tokens").c_str()), number("temperature", 0.0),
+      number("top_p", 1.0), to_seed(get("seed", py::int_(0)), named("seed").c_str()), get("stop_tokens", py::none()),
+      get("stop", py::none()), py::none(), get("tools", py::none()), get("tool_choice", py::str("auto")),
+      get("response_format", py::none()), get("tool_call_format", py::none()), number("presence_penalty", 0.0),
+      number("frequency_penalty", 0.0), get("logit_bias", py::none()),
+      to_bool(get("logprobs", py::bool_(false)), named("logprobs").c_str()),
+      to_int<int32_t>(get("top_logprobs", py::int_(0)), named("top_logprobs").c_str()), get("cancel", py::none()));
   set_trigger_block(a, get("constraint_trigger_block", py::none()), what);
   return a;
 }

@@ -55,13 +55,14 @@ double number(py::handle v, const char* field, double lo, double hi, bool lo_ope
 
 bool boolean(py::handle v, const char* field) { return to_bool(v, (std::string("WindowPolicy.") + field).c_str()); }
 
-// A count: an int >= 0 (a bool is refused, though Python calls it an int).
-int64_t count(py::handle v, const char* field) {
-  if (py::isinstance<py::bool_>(v) || !py::isinstance<py::int_>(v) || v.cast<int64_t>() < 0) {
-    throw py::value_error(std::string("WindowPolicy.") + field + ": expected a non-negative int, got " +
-                          std::string(py::repr(v)));
+// A count: an int >= `lo` (to_int: a bool is refused, though Python calls it an int; TypeError naming the field).
+int64_t count(py::handle v, const char* field, int64_t lo = 0) {
+  const int64_t n = to_int(v, (std::string("WindowPolicy.") + field).c_str());
+  if (n < lo) {
+    throw py::value_error(std::string("WindowPolicy.") + field + " = " + std::to_string(n) +
+                          " must be >= " + std::to_string(lo));
   }
-  return v.cast<int64_t>();
+  return n;
 }
 
 // A rank: a positive int, or "full" (every singular direction). A negative int is refused: -1 read as
@@ -125,13 +126,7 @@ const std::map<std::string, Setter>& setters() {
       {"read_through", [](WindowPolicy& p, py::handle v) { p.read_through = number(v, "read_through", 0, 1, false); }},
       {"attention_weight",
        [](WindowPolicy& p, py::handle v) { p.attention_weight = number(v, "attention_weight", 0, 1e6, false); }},
-      {"first_k",
-       [](WindowPolicy& p, py::handle v) {
-         if (py::isinstance<py::bool_>(v) || !py::isinstance<py::int_>(v) || v.cast<int64_t>() < 1) {
-           throw py::value_error("WindowPolicy.first_k: expected a positive int, got " + std::string(py::repr(v)));
-         }
-         p.first_k = v.cast<int64_t>();
-       }},
+      {"first_k", [](WindowPolicy& p, py::handle v) { p.first_k = count(v, "first_k", 1); }},
   };
   return table;
 }

@@ -276,10 +276,11 @@ template <class Call>
 void def_with_messages(py::class_<PyWindow>& window, const char* name, Call call, const char* doc) {
   window.def(
       name,
-      [call, name](PyWindow& w, const py::object& messages, int64_t chunk_min_tokens, const py::object& chat_template,
-                   const py::object& tools, const py::object& extra) {
+      [call, name](PyWindow& w, const py::object& messages, const IntArg& chunk_min_tokens,
+                   const py::object& chat_template, const py::object& tools, const py::object& extra) {
         const std::vector<ChatMessage> msgs = to_messages(messages);
-        const SyncOptions o = sync_options(chunk_min_tokens, chat_template, tools, extra, name);
+        const int64_t min_tokens = chunk_min_tokens.get((std::string(name) + ": chunk_min_tokens").c_str());
+        const SyncOptions o = sync_options(min_tokens, chat_template, tools, extra, name);
         const std::string what = std::string("Window.") + name;
         return w.run(what.c_str(), [&](Window& x) { return call(x, msgs, o); });
       },

@@ -56,16 +56,17 @@ void def_trace_files(py::module_& m) {
       "Validates a trace (dict or path) and writes it to PATH atomically (a crash leaves the old file).");
   m.def(
       "make_trace",
-      [](const py::str& kind, int64_t steps, uint64_t seed, int64_t vocab_size, int64_t max_positions,
-         int64_t position_rows, int64_t chunk_tokens, const BoolArg& sample_text) {
+      [](const py::str& kind, const IntArg& steps, const py::object& seed, const IntArg& vocab_size,
+         const IntArg& max_positions, const IntArg& position_rows, const IntArg& chunk_tokens,
+         const BoolArg& sample_text) {
         orbit::MakeTraceOptions o;
         o.kind = utf8_arg(kind, "make_trace: kind");
-        o.steps = steps;
-        o.seed = seed;
-        o.vocab_size = vocab_size;
-        o.max_positions = max_positions;
-        o.position_rows = position_rows;
-        o.chunk_tokens = chunk_tokens;
+        o.steps = steps.get("make_trace: steps");
+        o.seed = to_seed(seed, "make_trace: seed");
+        o.vocab_size = vocab_size.get("make_trace: vocab_size");
+        o.max_positions = max_positions.get("make_trace: max_positions");
+        o.position_rows = position_rows.get("make_trace: position_rows");
+        o.chunk_tokens = chunk_tokens.get("make_trace: chunk_tokens");
         o.sample_text = sample_text.get("make_trace: sample_text");
         return to_dict(orbit::trace_to_json(orbit::make_trace(o)));
       },
@@ -86,19 +87,20 @@ void def_replay(py::module_& m) {
       "replay",
       [](const py::object& trace, const py::object& model, const std::vector<py::str>& policies,
          const BoolArg& baselines, const BoolArg& fidelity, const BoolArg& explain, const BoolArg& attribute,
-         int threads, int64_t pool_bytes, int64_t page_size, const py::str& device, const py::str& dtype,
-         int64_t host_budget_bytes, const py::str& eviction, int64_t device_tier_bytes, const py::object& progress) {
+         const IntArg& threads, const IntArg& pool_bytes, const IntArg& page_size, const py::str& device,
+         const py::str& dtype, const IntArg& host_budget_bytes, const py::str& eviction,
+         const IntArg& device_tier_bytes, const py::object& progress) {
         const orbit::Trace t = trace_arg(trace);
         orbit::ReplayOptions o;
         o.engine.model = path_arg(model, "replay: model");
-        o.engine.threads = threads;
-        o.engine.pool_bytes = pool_bytes;
-        o.engine.page_size = page_size;
+        o.engine.threads = threads.get<int>("replay: threads");
+        o.engine.pool_bytes = pool_bytes.get("replay: pool_bytes");
+        o.engine.page_size = page_size.get("replay: page_size");
         o.engine.device = utf8_arg(device, "replay: device");
         o.engine.dtype = utf8_arg(dtype, "replay: dtype");
-        o.engine.host_budget_bytes = host_budget_bytes;
+        o.engine.host_budget_bytes = host_budget_bytes.get("replay: host_budget_bytes");
         o.engine.eviction = utf8_arg(eviction, "replay: eviction");
-        o.engine.device_tier_bytes = device_tier_bytes;
+        o.engine.device_tier_bytes = device_tier_bytes.get("replay: device_tier_bytes");
         o.policies.clear();  // in place of the default's
         for (std::size_t i = 0; i < policies.size(); ++i) {
           o.policies.push_back(utf8_arg(policies[i], "replay: policies[" + std::to_string(i) + "]"));

@@ -156,7 +156,9 @@ void def_engine_state(py::module_& m) {
 }
 
 // ConstraintCacheOptions(max_entries=, max_bytes=): Python's ints checked before they become size_t.
-orbit::ConstraintCacheOptions constraint_cache_options(int64_t max_entries, int64_t max_bytes) {
+orbit::ConstraintCacheOptions constraint_cache_options(const IntArg& max_entries_arg, const IntArg& max_bytes_arg) {
+  const int64_t max_entries = max_entries_arg.get("ConstraintCacheOptions: max_entries");
+  const int64_t max_bytes = max_bytes_arg.get("ConstraintCacheOptions: max_bytes");
   if (max_entries < 0) {
     throw py::value_error("ConstraintCacheOptions: max_entries = " + std::to_string(max_entries) +
                           " must be >= 0 (0 keeps nothing)");

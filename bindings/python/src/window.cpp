@@ -242,7 +242,8 @@ void def_planning(py::class_<PyWindow>& c) {
       py::arg("instance"), "Plan dropping one instance (a chunk stays recallable).");
   c.def(
       "plan_slide",
-      [](PyWindow& w, int64_t chunks) {
+      [](PyWindow& w, const IntArg& chunks_arg) {
+        const int64_t chunks = chunks_arg.get("plan_slide: chunks");
         return w.run("Window.plan_slide", [&](Window& x) { return x.plan_slide(chunks); });
       },
       py::arg("chunks") = 1, "Plan evicting the `chunks` oldest chunk instances (turns stay).");
@@ -321,7 +322,8 @@ void def_apply(py::class_<PyWindow>& c) {
       "arguments.");
   c.def(
       "slide",
-      [](PyWindow& w, int64_t chunks) {
+      [](PyWindow& w, const IntArg& chunks_arg) {
+        const int64_t chunks = chunks_arg.get("slide: chunks");
         if (chunks == 0)
           return w.run("Window.slide", [](Window& x) { return x.slide(0); });  // no operation: the version stays
         return plan_and_apply(w, "Window.slide", [&](Window& x) { return x.plan_slide(chunks); });
@@ -383,7 +385,8 @@ void def_repairs(py::class_<PyWindow>& c) {
       "stays). Returns the ApplyReport.");
   c.def(
       "prepare_recalls",
-      [](PyWindow& w, int64_t max_chunks) {
+      [](PyWindow& w, const IntArg& max_chunks_arg) {
+        const int64_t max_chunks = max_chunks_arg.get("prepare_recalls: max_chunks");
         if (max_chunks < 0)
           throw py::value_error("prepare_recalls: max_chunks must be >= 0, got " + std::to_string(max_chunks));
         return w.run("Window.prepare_recalls", [&](Window& x) { return x.prepare_recalls(max_chunks); });
@@ -407,7 +410,8 @@ void def_repairs(py::class_<PyWindow>& c) {
       "for the evictions it learned (WindowPolicy.prepare_lists). Returns an IdleReport.");
   c.def(
       "prepare_moves",
-      [](PyWindow& w, int64_t max_chunks) {
+      [](PyWindow& w, const IntArg& max_chunks_arg) {
+        const int64_t max_chunks = max_chunks_arg.get("prepare_moves: max_chunks");
         if (max_chunks < 0)
           throw py::value_error("prepare_moves: max_chunks must be >= 0, got " + std::to_string(max_chunks));
         return w.run("Window.prepare_moves", [&](Window& x) { return x.prepare_moves(max_chunks); });
@@ -487,16 +491,17 @@ const char* kGenerateDoc =
 void def_generate(py::class_<PyWindow>& c) {
   c.def(
       "generate",
-      [](PyWindow& w, const py::object& query, int64_t max_tokens, double temperature, double top_p,
+      [](PyWindow& w, const py::object& query, const IntArg& max_tokens, double temperature, double top_p,
          const py::object& seed, const py::object& stop_tokens, const py::object& stop, const py::object& on_text,
          const py::object& tools, const py::object& tool_choice, const py::object& response_format,
          const py::object& tool_call_format, double presence_penalty, double frequency_penalty,
-         const py::object& logit_bias, const py::object& logprobs, int32_t top_logprobs,
+         const py::object& logit_bias, const py::object& logprobs, const IntArg& top_logprobs,
          const py::object& constraint_trigger_block, const py::object& cancel) {
-        GenerateArgs a =
-            generate_args(w, query, max_tokens, temperature, top_p, to_seed(seed, "generate: seed"), stop_tokens, stop,
-                          on_text, tools, tool_choice, response_format, tool_call_format, presence_penalty,
-                          frequency_penalty, logit_bias, to_bool(logprobs, "generate: logprobs"), top_logprobs, cancel);
+        GenerateArgs a = generate_args(w, query, max_tokens.get("generate: max_tokens"), temperature, top_p,
+                                       to_seed(seed, "generate: seed"), stop_tokens, stop, on_text, tools, tool_choice,
+                                       response_format, tool_call_format, presence_penalty, frequency_penalty,
+                                       logit_bias, to_bool(logprobs, "generate: logprobs"),
+                                       top_logprobs.get<int32_t>("generate: top_logprobs"), cancel);
         set_trigger_block(a, constraint_trigger_block, "generate");
         const DecodeScope decoding(w.decodes.get());  // Engine.close() waits for it (refuses it once begun)
         orbit::Generation generation;
@@ -526,7 +531,8 @@ void def_generate(py::class_<PyWindow>& c) {
 void def_generate_n(py::class_<PyWindow>& c) {
   c.def(
       "generate_n",
-      [](PyWindow& w, const py::object& query, int64_t n, const py::kwargs& kwargs) {
+      [](PyWindow& w, const py::object& query, const IntArg& n_arg, const py::kwargs& kwargs) {
+        const int64_t n = n_arg.get("generate_n: n");
         const GenerateArgs a = generate_args(w, query, kwargs, "generate_n");
         const DecodeScope decoding(w.decodes.get());  // Engine.close() waits for it (refuses it once begun)
         std::vector<orbit::Generation> gs =
@@ -602,7 +608,8 @@ void def_reading(py::class_<PyWindow>& c) {
       "window; nothing stored): the reference for fidelity. Same shapes as logits().");
   c.def(
       "disposable",
-      [](PyWindow& w, const py::object& instance, const py::object& query, int64_t answer_tokens) {
+      [](PyWindow& w, const py::object& instance, const py::object& query, const IntArg& answer_tokens_arg) {
+        const int64_t answer_tokens = answer_tokens_arg.get("disposable: answer_tokens");
         const InstanceId i = to_instance(instance, "disposable: instance");
         const auto q = tokens_or_text(w, query, "disposable: query");
         return w.run("Window.disposable", [&](Window& x) { return x.disposable(i, q, answer_tokens); });

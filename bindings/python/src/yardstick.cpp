@@ -4,16 +4,19 @@
 #include <pybind11/stl.h>
 
 #include "bindings.h"
+#include "convert.h"
 #include "orbit/planner/prefix_cache.h"
 
 namespace orbit_py {
 
 namespace {
 
-orbit::planner::PrefixCacheOptions options(int64_t capacity_tokens, int64_t block_tokens) {
+// `what` names the class in errors ("RadixCache: capacity_tokens: expected int, got bool").
+orbit::planner::PrefixCacheOptions options(const IntArg& capacity_tokens, const IntArg& block_tokens,
+                                           const std::string& what) {
   orbit::planner::PrefixCacheOptions o;
-  o.capacity_tokens = capacity_tokens;
-  o.block_tokens = block_tokens;
+  o.capacity_tokens = capacity_tokens.get((what + ": capacity_tokens").c_str());
+  o.block_tokens = block_tokens.get((what + ": block_tokens").c_str());
   return o;
 }
 
@@ -32,7 +35,9 @@ void init_yardstick(py::module_& m) {
 Each read reuses the longest held prefix of its prompt and forwards the rest; it then holds the whole read,
 generated tokens included. capacity_tokens bounds the KV it holds (least recently used tokens leave
 first); 0 = unbounded.)")
-      .def(py::init([](int64_t capacity_tokens) { return orbit::planner::RadixCache(options(capacity_tokens, 16)); }),
+      .def(py::init([](const IntArg& capacity_tokens) {
+             return orbit::planner::RadixCache(options(capacity_tokens, IntArg{py::int_(16)}, "RadixCache"));
+           }),
            py::arg("capacity_tokens") = 0)
       .def(
           "read",
@@ -48,8 +53,8 @@ first); 0 = unbounded.)")
 
 Hash-chained blocks of block_tokens (16); only full blocks are held and reused. capacity_tokens as for
 RadixCache.)")
-      .def(py::init([](int64_t capacity_tokens, int64_t block_tokens) {
-             return orbit::planner::BlockPrefixCache(options(capacity_tokens, block_tokens));
+      .def(py::init([](const IntArg& capacity_tokens, const IntArg& block_tokens) {
+             return orbit::planner::BlockPrefixCache(options(capacity_tokens, block_tokens, "BlockPrefixCache"));
            }),
            py::arg("capacity_tokens") = 0, py::arg("block_tokens") = 16)
       .def(
