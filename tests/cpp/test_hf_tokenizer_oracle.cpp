@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -133,7 +134,39 @@ std::vector<Case> cases(const fs::path& dir) {
     v["model"]["vocab"][name] = base + b;
   }
   variant("tinystories+byte-fallback", v);
+  // Merges listed out of rank order (the Rust library takes any order): a merge's new pairs can then rank
+  // below it, which a long word's rank lists (hf/bpe.h, merge_by_rank_lists) must still merge first.
+  v = stories;
+  json& merges = v["model"]["merges"];
+  std::mt19937 shuffle(5);
+  std::shuffle(merges.begin(), merges.end(), shuffle);
+  variant("tinystories+shuffled-merges", v);
+  // One merge ranked below the merge that makes its left token: in "ababab" each "ab" then joins the "a" after
+  // it before the next "a b" merges (the long "abab..." text), which rank lists that merged a rank's every
+  // position first would not.
+  v = stories;
+  v["model"]["vocab"]["aba"] = base;
+  json reordered = json::array({"ab a", "a b"});
+  for (const json& m : stories["model"]["merges"])
+    if (m != "a b") reordered.push_back(m);
+  v["model"]["merges"] = reordered;
+  variant("tinystories+merge-below-its-part", v);
   return out;
+}
+
+// Words longer than BpeModel::kRankListSymbols (1,024) symbols, which merge by rank lists instead of a heap:
+// story text (one word for TinyStories, without a pre-tokenizer), and runs a pre-tokenizer keeps whole
+// (letters, digits, spaces, a repeated pair).
+json long_texts() {
+  std::string story;
+  while (story.size() < 6000) story += "Once upon a time, there was a little girl named Lily. She liked to play. ";
+  std::mt19937 rng(3);
+  std::string letters(5000, 'a'), digits(3000, '0');
+  for (char& c : letters) c = static_cast<char>('a' + rng() % 26);
+  for (char& c : digits) c = static_cast<char>('0' + rng() % 10);
+  std::string pairs;
+  while (pairs.size() < 4000) pairs += "ab";
+  return json::array({story, letters, digits, std::string(3000, ' '), pairs, "x" + std::string(2500, ' ') + "y"});
 }
 
 // Id lists to decode: halves of each encoding (cutting characters apart), random ids, random low ids.
@@ -234,7 +267,8 @@ int main() {
   }
   const fs::path dir = fs::temp_directory_path() / ("orbit_hf_oracle_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  const json texts = read_json(kData / "corpus.json")["texts"];
+  json texts = read_json(kData / "corpus.json")["texts"];
+  for (const json& t : long_texts()) texts.push_back(t);
   size_t failures = 0, strings = 0, ids = 0;
   for (const Case& c : cases(dir)) {
     int status = 0;

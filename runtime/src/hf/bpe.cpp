@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <queue>
 
@@ -150,39 +151,90 @@ std::vector<BpeModel::Symbol> BpeModel::initial_symbols(std::string_view word, s
   return symbols;
 }
 
+template <class Offer>
+bool BpeModel::merge_at(std::vector<Symbol>& symbols, std::size_t pos, uint32_t rank, Offer&& offer) const {
+  Symbol& left = symbols[pos];
+  if (left.len == 0 || left.next == -1) return false;  // merged away, or the word's last symbol
+  const auto right_pos = static_cast<std::size_t>(left.next);
+  const Symbol right = symbols[right_pos];
+  const auto it = merges_.find(pair_key(left.id, right.id));
+  // A stale entry: its pair changed since. A rank names one merge (one pair, one token), so the rank alone
+  // tells whether the pair standing there is the one the entry was made for.
+  if (it == merges_.end() || it->second.rank != rank) return false;
+  left.id = it->second.new_id;
+  left.len += right.len;
+  left.next = right.next;
+  symbols[right_pos].len = 0;
+  if (right.next >= 0) symbols[static_cast<std::size_t>(right.next)].prev = static_cast<int32_t>(pos);
+  if (left.prev >= 0) offer(static_cast<std::size_t>(left.prev), pos);
+  if (left.next >= 0) offer(pos, static_cast<std::size_t>(left.next));
+  return true;
+}
+
 void BpeModel::merge_all(std::vector<Symbol>& symbols) const {
-  struct Candidate {
-    size_t pos;
-    uint32_t rank, new_id;
-  };
-  // Lowest rank first; among equal ranks the leftmost.
-  const auto later = [](const Candidate& x, const Candidate& y) {
-    return x.rank != y.rank ? x.rank > y.rank : x.pos > y.pos;
-  };
-  std::priority_queue<Candidate, std::vector<Candidate>, decltype(later)> queue(later);
-  const auto push_pair = [&](size_t left, size_t right) {
+  if (symbols.size() >= kRankListSymbols) {
+    merge_by_rank_lists(symbols);
+    return;
+  }
+  // (rank << 32 | position): lowest rank first; among equal ranks the leftmost.
+  std::priority_queue<uint64_t, std::vector<uint64_t>, std::greater<uint64_t>> queue;
+  const auto offer = [&](std::size_t left, std::size_t right) {
     const auto it = merges_.find(pair_key(symbols[left].id, symbols[right].id));
-    if (it != merges_.end()) queue.push({left, it->second.rank, it->second.new_id});
+    if (it != merges_.end()) queue.push(uint64_t{it->second.rank} << 32 | left);
   };
-  for (size_t i = 0; i + 1 < symbols.size(); ++i) push_pair(i, i + 1);
+  for (std::size_t i = 0; i + 1 < symbols.size(); ++i) offer(i, i + 1);
   while (!queue.empty()) {
-    const Candidate top = queue.top();
+    const uint64_t top = queue.top();
     queue.pop();
-    Symbol& left = symbols[top.pos];
-    if (left.len == 0 || left.next == -1) continue;
-    const auto right_pos = static_cast<size_t>(left.next);
-    const Symbol right = symbols[right_pos];
-    const auto it = merges_.find(pair_key(left.id, right.id));
-    if (it == merges_.end() || it->second.new_id != top.new_id) continue;  // a stale entry
-    left.id = top.new_id;
-    left.len += right.len;
-    left.next = right.next;
-    symbols[right_pos].len = 0;
-    if (right.next >= 0 && static_cast<size_t>(right.next) < symbols.size()) {
-      symbols[static_cast<size_t>(right.next)].prev = static_cast<int32_t>(top.pos);
+    merge_at(symbols, static_cast<std::size_t>(top & 0xFFFFFFFFu), static_cast<uint32_t>(top >> 32), offer);
+  }
+}
+
+// The heap's order without the heap (bpe.h): rank r's list holds the positions where a pair of rank r was
+// offered, the ranks with a list wait in a small heap of ranks, and the lowest rank's list is taken whole and
+// sorted, so its positions are merged leftmost first. That is the heap's order while every rank offered is
+// above the one being merged, which a merge's new pairs are in a merges list learned in order (a pair with
+// a merged token was learned after the merge that made it). Where a new pair's rank is not above it (any
+// merges list is accepted), the rest of the sorted list goes back to its rank's list and the lowest rank is
+// taken again, so the order stays the heap's for any list.
+void BpeModel::merge_by_rank_lists(std::vector<Symbol>& symbols) const {
+  constexpr uint32_t kNone = 0xFFFFFFFFu;
+  struct Entry {
+    uint32_t pos, next;  // a position offered at the entry's rank; the list's next entry
+  };
+  std::vector<uint32_t> head(merge_parts_.size(), kNone);  // rank -> its list's latest entry
+  std::vector<Entry> entries;
+  entries.reserve(symbols.size() * 3);
+  std::priority_queue<uint32_t, std::vector<uint32_t>, std::greater<uint32_t>> ranks;  // those with a list
+  const auto enlist = [&](uint32_t rank, std::size_t pos) {
+    if (head[rank] == kNone) ranks.push(rank);
+    entries.push_back({static_cast<uint32_t>(pos), head[rank]});
+    head[rank] = static_cast<uint32_t>(entries.size() - 1);
+  };
+  uint32_t merging = kNone;  // the rank being merged (kNone: none yet)
+  bool lower = false;        // a pair was offered at or below it
+  const auto offer = [&](std::size_t left, std::size_t right) {
+    const auto it = merges_.find(pair_key(symbols[left].id, symbols[right].id));
+    if (it == merges_.end()) return;
+    enlist(it->second.rank, left);
+    if (merging != kNone && it->second.rank <= merging) lower = true;
+  };
+  for (std::size_t i = 0; i + 1 < symbols.size(); ++i) offer(i, i + 1);
+  std::vector<uint32_t> batch;
+  while (!ranks.empty()) {
+    const uint32_t rank = ranks.top();
+    ranks.pop();
+    batch.clear();
+    for (uint32_t e = head[rank]; e != kNone; e = entries[e].next) batch.push_back(entries[e].pos);
+    head[rank] = kNone;
+    std::sort(batch.begin(), batch.end());
+    merging = rank;
+    lower = false;
+    for (std::size_t b = 0; b < batch.size(); ++b) {
+      if (!merge_at(symbols, batch[b], rank, offer) || !lower) continue;
+      for (std::size_t k = b + 1; k < batch.size(); ++k) enlist(rank, batch[k]);
+      break;
     }
-    if (left.prev >= 0) push_pair(static_cast<size_t>(left.prev), top.pos);
-    if (left.next >= 0) push_pair(top.pos, static_cast<size_t>(left.next));
   }
 }
 
