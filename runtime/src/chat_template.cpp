@@ -42,7 +42,7 @@ struct ChatTemplate::Impl {
 struct PreparedChat::Impl {
   std::vector<Value> messages;  // message_value of each
   jinja::Dict variables;        // ChatTemplate::Impl::variables
-  std::time_t now = 0;          // template_clock() when prepared
+  std::time_t now = 0;          // ChatRenderOptions::now, else template_clock() when prepared
 };
 
 std::size_t PreparedChat::size() const { return impl_ ? impl_->messages.size() : 0; }
@@ -244,7 +244,7 @@ PreparedChat ChatTemplate::prepare(const std::vector<ChatMessage>& messages, con
   impl->messages.reserve(messages.size());
   for (std::size_t k = 0; k < messages.size(); ++k) impl->messages.push_back(message_value(messages[k], k, origin_));
   impl->variables = impl_->variables(origin_, options);
-  impl->now = template_clock();
+  impl->now = options.now ? *options.now : template_clock();
   PreparedChat out;
   out.impl_ = std::move(impl);
   return out;
@@ -296,7 +296,7 @@ std::string ChatTemplate::Impl::render(const std::string& origin, const Value& m
                 origin << ": message " << k << " has no role (a string)");
   }
   return render_with(origin, messages, options.add_generation_prompt, variables(origin, options),
-                     jinja::RenderClock{template_clock(), nullptr});
+                     jinja::RenderClock{options.now ? *options.now : template_clock(), nullptr});
 }
 
 std::string ChatTemplate::Impl::render_with(const std::string& origin, Value messages, bool add_generation_prompt,

@@ -228,3 +228,26 @@ TEST_CASE("Llama 3.2 reading today's date plans as rendering every prefix, and r
   add_round(rng, list);
   CHECK(plan_both(list) == static_cast<int64_t>(list.size()) - 1);
 }
+
+TEST_CASE("tokenize_chat given a plan's options renders at the plan's time, not the clock's", "[sync_memo]") {
+  const auto engine = orbit::test::sync_support::open_engine();
+  const Window w = engine->new_window();
+  std::mt19937_64 rng(79);
+  PinnedClock clock(local_time(30, 23, 59, 59));
+  SyncOptions o;
+  o.chat.chat_template = clock_templates()[1].second;  // the date on its first line
+  std::vector<ChatMessage> list;
+  for (const runtime::ChatMessage& r : agent_list(rng, 2))
+    list.push_back(orbit::test::sync_support::msg(r.role, r.content));
+  const SyncPlan plan = w.plan_sync(list, o);
+  REQUIRE(plan.options.chat.now == local_time(30, 23, 59, 59));
+  clock.set(local_time(31, 0, 0, 1));  // midnight passed between the plan and the count of its tokens
+  CHECK(engine->tokenize_chat(list, false, plan.options.chat) == plan.tokens);
+  CHECK(engine->render_chat(list, false, plan.options.chat).rfind("30 Nov 2026\n", 0) == 0);
+  CHECK(engine->render_chat(list, false, o.chat).rfind("01 Dec 2026\n", 0) == 0);  // no time given: the clock's
+  ChatOptions at = o.chat;
+  at.now = local_time(12, 8, 0, 0);
+  CHECK(engine->render_chat(list, false, at).rfind("12 Nov 2026\n", 0) == 0);
+  CHECK(w.plan_sync(list, SyncOptions{at, o.chunk_min_tokens}).tokens == engine->tokenize_chat(list, false, at));
+  CHECK(w.plan_sync(list, SyncOptions{at, o.chunk_min_tokens}).tokens != plan.tokens);
+}

@@ -177,10 +177,8 @@ std::optional<ApiError> RequestPath::check_lengths(int64_t prompt_tokens, const 
 
 // plan_sync threw: the template refused the list, or its rendering is past the model's positions. The
 // latter answers as the length check does, so here, on the way to an error only, the list is rendered
-// again to count its tokens.
-ApiError RequestPath::plan_refusal(const ChatRequest& request, const std::string& why) const {
-  ChatOptions chat = context_.chat;
-  chat.tools_json = request.tools_json;
+// again to count its tokens, with `chat`, the request's options and the time its plan read (ChatOptions::now).
+ApiError RequestPath::plan_refusal(const ChatRequest& request, const ChatOptions& chat, const std::string& why) const {
   std::vector<int64_t> prompt;
   try {
     prompt = context_.engine->tokenize_chat(request.messages, true, chat);
@@ -208,6 +206,7 @@ RunTicket RequestPath::prepare_chat(const ChatRequest& request, const std::strin
   p->calls_whole = forced.calls_whole;
   p->options.chat = context_.chat;
   p->options.chat.tools_json = request.tools_json;
+  p->options.chat.now = chat_clock();  // one time for the request's renderings, its refusal's too
   p->options.chunk_min_tokens = context_.options.chunk_min_tokens;
   try {
     p->slot = session.empty() ? sessions_.acquire_anonymous(request.messages, request.tools_json)
@@ -224,7 +223,7 @@ RunTicket RequestPath::prepare_chat(const ChatRequest& request, const std::strin
     }
     if (!bad) bad = read_reasoning(request, *p);
   } catch (const Error& e) {
-    bad = plan_refusal(request, e.what());
+    bad = plan_refusal(request, p->options.chat, e.what());
   }
   if (bad) {
     p->slot.refuse();
@@ -281,10 +280,11 @@ Parsed<int64_t> RequestPath::count_chat_tokens(const ChatRequest& request) const
   }
   ChatOptions chat = context_.chat;
   chat.tools_json = request.tools_json;
+  chat.now = chat_clock();  // the count and a refusal's render the list at one time
   try {
     out.value = static_cast<int64_t>(context_.engine->tokenize_chat(request.messages, true, chat).size());
   } catch (const Error& e) {
-    out.error = plan_refusal(request, e.what());
+    out.error = plan_refusal(request, chat, e.what());
   }
   return out;
 }

@@ -79,7 +79,7 @@ class RequestPath {
   std::optional<ApiError> check_model(const std::string& model) const;
   std::optional<ApiError> check_lengths(int64_t prompt_tokens, const SamplingRequest& sampling,
                                         const std::string& prompt_param) const;
-  ApiError plan_refusal(const ChatRequest& request, const std::string& why) const;
+  ApiError plan_refusal(const ChatRequest& request, const ChatOptions& chat, const std::string& why) const;
   std::optional<ApiError> read_reasoning(const ChatRequest& request, RunTicket::Prepared& p);
   RunOutcome run_chat(RunTicket::Prepared& p, const RunSink& sink);
   RunOutcome run_completion(RunTicket::Prepared& p, const RunSink& sink);

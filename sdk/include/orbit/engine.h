@@ -265,7 +265,8 @@ class Engine {
   // which kPlainChatTemplate uses). kHermes when the template refuses such a message.
   ToolCallFormat tool_call_format(const ChatOptions& options = {}) const;
   // tokenize(render_chat(...)) with no special tokens added (templates write their own): what
-  // Window::sync puts in a window (with add_generation_prompt = false).
+  // Window::sync puts in a window (with add_generation_prompt = false). With a plan's options
+  // (SyncPlan::options.chat) it renders at the plan's time (ChatOptions::now), not the clock's.
   std::vector<int64_t> tokenize_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt = true,
                                      const ChatOptions& options = {}) const;
 

@@ -123,6 +123,7 @@
 #pragma once
 
 #include <cstdint>
+#include <ctime>
 #include <optional>
 #include <string>
 #include <vector>
@@ -190,7 +191,14 @@ struct ChatOptions {
   std::string chat_template;
   std::string tools_json;  // a JSON array of tool schemas (the template's `tools`); empty: none
   std::string extra_json;  // a JSON object of further template variables; empty: none
+  // The time the template's strftime_now formats in every rendering of the call (Llama 3.2 writes the date);
+  // nullopt: the clock, read once per call. Window::plan_sync sets it in SyncPlan::options to the time its
+  // renderings read, so render_chat / tokenize_chat given a plan's options render as the plan did, also when
+  // the date changed in between.
+  std::optional<std::time_t> now;
 };
+// The time a rendering reads where ChatOptions::now is not given: the system clock (a test can pin it).
+std::time_t chat_clock();
 
 struct SyncOptions {
   ChatOptions chat;
@@ -239,7 +247,7 @@ struct SyncPlan {
   std::string chat_template;               // which template rendered it ("model", "options", "plain")
   uint64_t window_id = 0;                  // the window it was planned on, at this version:
   uint64_t window_version = 0;             // Window::sync(messages, planned) refuses it once either differs
-  SyncOptions options;                     // what it was planned with
+  SyncOptions options;                     // what it was planned with, chat.now the time its renderings read
   int64_t count(SyncAction action) const;
   bool changes() const;          // false: the window holds the rendering already (sync applies nothing)
   std::string describe() const;  // one line per unit and eviction

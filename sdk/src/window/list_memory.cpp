@@ -120,6 +120,7 @@ void ListMemory::observe(const std::vector<ChatMessage>& list, const SyncOptions
   }
   last_ = list;
   options_ = options;
+  options_.chat.now.reset();  // a plan's time (ChatOptions::now): the next list renders at its own
 }
 
 namespace {

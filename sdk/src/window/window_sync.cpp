@@ -369,17 +369,19 @@ SyncPlan plan_sync_for(const Window& w, const detail::WindowState& s, const std:
   ORBIT_CHECK(options.chunk_min_tokens >= 0,
               caller << ": SyncOptions::chunk_min_tokens = " << options.chunk_min_tokens << " must be >= 0");
   detail::EngineCore& core = *s.core;
-  SyncPlan plan = units_of(core, render_units(core, messages, options.chat, caller));
+  SyncOptions at = options;  // the one time every rendering of the plan reads, kept in plan.options
+  if (!at.chat.now) at.chat.now = runtime::template_clock();
+  SyncPlan plan = units_of(core, render_units(core, messages, at.chat, caller));
   const std::vector<InstanceInfo> current = w.instances();
   std::vector<bool> used;
   std::vector<int64_t> match = match_units(current, plan, used);
   keep_turns_in_place(current, match, used);
   plan_evictions(current, used, plan);
   mark_moved(match, plan);
-  choose_actions(core, current, match, known_keys(current, used, w.evicted()), options, plan, caller);
+  choose_actions(core, current, match, known_keys(current, used, w.evicted()), at, plan, caller);
   plan.window_id = s.id;
   plan.window_version = s.version;
-  plan.options = options;
+  plan.options = std::move(at);
   return plan;
 }
 

@@ -176,6 +176,7 @@ runtime::ChatRenderOptions render_options(const ChatOptions& options, const char
   ro.extra_json = options.extra_json;
   ro.tools_name = std::string(caller) + ": ChatOptions::tools_json";
   ro.extra_name = std::string(caller) + ": ChatOptions::extra_json";
+  ro.now = options.now;
   return ro;
 }
 
@@ -546,6 +547,8 @@ std::string unit_label(const std::vector<ChatMessage>& messages, const SyncUnit&
 }
 
 }  // namespace detail
+
+std::time_t chat_clock() { return runtime::template_clock(); }
 
 // ---- Engine ----
 

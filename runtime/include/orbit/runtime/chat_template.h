@@ -61,6 +61,8 @@ struct ChatRenderOptions {
   // them as arguments; empty: the template's origin and the field ("<origin>: tools_json").
   std::string tools_name;
   std::string extra_name;
+  // The time strftime_now formats in render and in prepare's renderings; nullopt: template_clock() then.
+  std::optional<std::time_t> now;
 };
 
 class ChatTemplate;
@@ -87,8 +89,8 @@ void set_template_clock(std::optional<std::time_t> now);
 // A message list and the options' variables (tools, extra) converted once into the template's values, so that
 // rendering several prefixes of one list (Window::sync renders every prefix: orbit/sync.h, step 2) converts the
 // messages and parses the tools and extra JSON once instead of once per render. It holds the time its renderings
-// read (template_clock when it was made), so every prefix of one list renders at one time. Made by
-// ChatTemplate::prepare; immutable and cheap to copy (it shares what it holds): render_prefix may run
+// read (ChatRenderOptions::now, else template_clock when it was made), so every prefix of one list renders at one time.
+// Made by ChatTemplate::prepare; immutable and cheap to copy (it shares what it holds): render_prefix may run
 // concurrently on one.
 class PreparedChat {
  public:
