@@ -4,8 +4,9 @@
 // step the logits and content a plain forward over the same past gives, within the float32 bound
 // (float_tolerance.h), for every attention family, M-RoPE and dynamic-NTK RoPE (keys rotated when read);
 // slots opened with keep_content keep exactly the content the forwards returned (a fork's copied, a reused
-// slot's dropped), in buffers that shrink as keeping slots close and go once none keeps; and misuse is
-// refused by name.
+// slot's dropped), in buffers that shrink as keeping slots close and go once none keeps; the main buffers
+// shrink when a large batch ends (the slot left decoding bit for bit as before) and go with the last slot;
+// and misuse is refused by name.
 #include "orbit_catch.h"
 
 #include <ATen/ATen.h>

@@ -385,3 +385,28 @@ TEST_CASE("serve batch: a job's events wait for one take; the step's raise or th
   CHECK(later[0].delta == "d");
   CHECK(job.error() == "gone");
 }
+
+// A raise with many threads waiting wakes every one of them, rounds after round (on Linux it wakes one, which
+// wakes the others: a relay that lost a thread would leave it asleep here for good), including rounds where a
+// second raise races the first.
+TEST_CASE("serve batch: every waiting thread wakes at each raise", "[serve][batch][handoff]") {
+  constexpr int kForever = 600000;  // ms: a lost wake shows as a test that never ends
+  constexpr int kThreads = 8, kRounds = 50;
+  sv::StepSignal signal;
+  for (int round = 0; round < kRounds; ++round) {
+    std::atomic<int> woken{0};
+    std::vector<std::thread> waiters;
+    const uint32_t seen = signal.seen();
+    for (int t = 0; t < kThreads; ++t) {
+      waiters.emplace_back([&] {
+        while (signal.seen() == seen) signal.wait(seen, kForever);
+        ++woken;
+      });
+    }
+    while (signal.waiting() < kThreads) std::this_thread::yield();  // all asleep
+    signal.raise();
+    if (round % 2 == 1) signal.raise();
+    for (std::thread& t : waiters) t.join();
+    CHECK(woken == kThreads);
+  }
+}

@@ -56,7 +56,8 @@ class StepSignal {
   // Returns once the generation is no longer `seen` (at once if it already moved), after `wait_ms`
   // milliseconds, or spuriously: the caller checks again.
   void wait(uint32_t seen, int wait_ms);
-  // Moves the generation on and wakes every thread waiting.
+  // Moves the generation on and wakes every thread waiting (on Linux the raising thread wakes one, which wakes
+  // the others as it returns from wait()).
   void raise();
   // Threads in wait() now (a test's way to know a thread waits).
   int waiting() const { return waiters_.load(); }
@@ -64,6 +65,11 @@ class StepSignal {
  private:
   std::atomic<uint32_t> generation_{0};  // a futex word on Linux
   std::atomic<int> waiters_{0};          // threads in wait(): raise() makes no system call while there are none
+#ifdef __linux__
+  // A raise with several waiters wakes one and requeues the rest onto relay_ (a futex word never changed),
+  // which every woken waiter wakes as it returns.
+  std::atomic<uint32_t> relay_{0};
+#endif
 #ifndef __linux__
   std::mutex mutex_;
   std::condition_variable changed_;
