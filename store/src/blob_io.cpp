@@ -176,12 +176,23 @@ Result<at::Tensor> read_file_bytes(const std::string& path) {
   // O_NONBLOCK: a FIFO put where a blob was must not block the open until a writer comes (it is reported
   // below); it changes nothing for a regular file.
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-  if (fd.get() < 0) return read_failure("cannot open", path, errno);
+  if (fd.get() < 0) {
+    const int error = errno;
+    // open() refuses a socket (and a device without its driver) with ENXIO: damage, as below, not a failed read.
+    struct stat special {};
+    if (error == ENXIO && ::stat(path.c_str(), &special) == 0 && !S_ISREG(special.st_mode) &&
+        !S_ISDIR(special.st_mode)) {
+      return Status::not_found("cannot read " + path + ": it is " + file_type_name(special.st_mode) +
+                               ", not a blob file");
+    }
+    return read_failure("cannot open", path, error);
+  }
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return read_failure("cannot stat", path, errno);
   // A FIFO, socket or device where a blob was is damage, not a failed read: it will not read next time
   // either, so it is not_found (marked corrupt, recomputed; repair drops its row). A directory is left to
-  // read(), whose EISDIR is refused like any other failed read (the entry is kept; repair stops there).
+  // read(), whose EISDIR is refused like any other failed read (the entry is kept, verify calls it
+  // unreadable); repair looks for a directory itself and drops its row.
   if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
     return Status::not_found("cannot read " + path + ": it is " + file_type_name(st.st_mode) + ", not a blob file");
   }
