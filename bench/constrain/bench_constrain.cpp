@@ -38,9 +38,12 @@
 //
 // 3. --open-tag: a Sampler step where a reasoning model may still open its block before a constrained
 //    answer (bench_open_tag.h) against the plain constrained step, over both vocabularies; nothing else runs.
+// 4. --key-growth: a step's cost at the 1st, 51st, 101st and last of --keys members of one object
+//    (bench_key_growth.h), over the synthetic vocabulary; nothing else runs.
 //
 //   bench_constrain [--steps 200] [--reps 5] [--vocab 128000] [--hidden 2048] [--synthetic-steps 150]
 //                   [--threads N] [--models DIR] [--json PATH] [--models-only] [--budget-only] [--open-tag]
+//                   [--key-growth [--keys 200]]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -56,6 +59,7 @@
 #include <vector>
 
 #include "args.h"
+#include "bench_key_growth.h"
 #include "bench_open_tag.h"
 #include "constrain/tokenizer_vocabulary.h"
 #include "orbit/constraint.h"
@@ -385,15 +389,27 @@ int open_tag_rows(const orbit::cli::Args& args) {
   return 0;
 }
 
+// --key-growth: a decode step's cost as an object's keys pile up, over the synthetic vocabulary.
+int key_growth_rows(const orbit::cli::Args& args) {
+  const int64_t keys = args.get_int("--keys", 200, 2), reps = args.get_int("--reps", 3, 1);
+  std::printf("ms per step (allowed + accept) at the member of each key, the fastest of %lld runs\n",
+              static_cast<long long>(reps));
+  orbit::bench::bench_key_growth("synthetic", synthetic_vocabulary(args.get_int("--vocab", 128000, 300), 42), keys,
+                                 reps);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   orbit::cli::ArgSpec spec;
-  spec.options = {"--steps", "--reps", "--vocab", "--hidden", "--synthetic-steps", "--threads", "--models", "--json"};
-  spec.flags = {"--models-only", "--budget-only", "--open-tag"};
+  spec.options = {"--steps",   "--reps",   "--vocab", "--hidden", "--synthetic-steps",
+                  "--threads", "--models", "--json",  "--keys"};
+  spec.flags = {"--models-only", "--budget-only", "--open-tag", "--key-growth"};
   spec.usage =
       "bench_constrain [--steps 200] [--reps 5] [--vocab 128000] [--hidden 2048] [--synthetic-steps 150]\n"
       "                [--threads N] [--models DIR] [--json PATH] [--models-only] [--budget-only] [--open-tag]\n"
+      "                [--key-growth [--keys 200]]\n"
       "  a constrained decode step against an unconstrained one: the bundled models' generate, and a synthetic\n"
       "  vocabulary with the LM head standing in for the forward";
   try {
@@ -402,6 +418,7 @@ int main(int argc, char** argv) {
     if (threads > 0) at::set_num_threads(static_cast<int>(threads));
     const std::string models = args.get_or("--models", ORBIT_MODELS_DIR);
     if (args.flag("--open-tag")) return open_tag_rows(args);
+    if (args.flag("--key-growth")) return key_growth_rows(args);
     const int64_t steps = args.get_int("--steps", 200, 1), reps = args.get_int("--reps", 5, 1);
     std::printf("%d threads; ms per decode step (fastest of %lld runs of %lld steps for the models)\n",
                 at::get_num_threads(), static_cast<long long>(reps), static_cast<long long>(steps));

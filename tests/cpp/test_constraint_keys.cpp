@@ -396,3 +396,74 @@ TEST_CASE("a budget of exactly the fewest bytes finishes every run with distinct
     }
   }
 }
+
+namespace {
+
+// Bytes, and pieces that close a key and open the next in one token, so that keys close inside tokens.
+std::shared_ptr<const TokenVocabulary> key_state_vocabulary() {
+  TokenBytes v;
+  for (int b = 0; b < 256; ++b) v.text.emplace_back(std::string(1, static_cast<char>(b)));
+  for (const char* piece : {"\":", "\": ", ", \"", "\"a\": ", "\"bb\": ", "a\": 1, \"", "b\": 2, \"b", "\": 3, \"aa"}) {
+    v.text.emplace_back(piece);
+  }
+  return TokenVocabulary::from_bytes(std::move(v));
+}
+
+// The masks of `kept` (advanced token by token: its key log's per-object state kept up as keys close) against
+// those of a constraint given the whole text at once (the state counted from its keys), at no budget and at
+// every budget around the fewest bytes left.
+void same_masks(const std::shared_ptr<const Constraint>& c, const std::shared_ptr<const TokenVocabulary>& vocab,
+                const TokenConstraint& kept) {
+  TokenConstraint scratch(c, vocab);
+  if (!kept.matcher().text().empty()) scratch.accept_text(kept.matcher().text());
+  const int64_t need = scratch.matcher().min_bytes_to_complete();
+  REQUIRE(kept.matcher().min_bytes_to_complete() == need);
+  for (int64_t r = -1; r <= need + 6; r = r < 0 ? std::max<int64_t>(0, need - 2) : r + 1) {
+    INFO("after " << kept.matcher().text() << ", budget " << r);
+    REQUIRE(kept.allowed(r).bits == scratch.allowed(r).bits);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("after many keys, the key log's kept state gives the masks counted from scratch", "[constraint][property]") {
+  // Maps whose need depends on which keys are taken (a pattern of few keys, plain keys of one character), an
+  // open object with few extra keys, and one '{' read by two alternatives with different key nodes.
+  const std::vector<std::string> schemas{
+      R"({"type": "object", "propertyNames": {"pattern": "^[ab]{1,3}$"}, "minProperties": 10,
+          "additionalProperties": {"type": "integer"}})",
+      R"({"type": "object", "minProperties": 40, "additionalProperties": {"type": "integer", "minimum": 0,
+          "maximum": 9}})",
+      R"({"type": "object", "properties": {"x": {"type": "integer"}}, "minProperties": 4,
+          "propertyNames": {"enum": ["x", "a", "bb", "ccc", "dddd"]}, "additionalProperties": {"type": "integer"}})",
+      R"({"anyOf": [{"type": "object", "propertyNames": {"pattern": "^[ab]{1,3}$"}, "minProperties": 6,
+          "additionalProperties": {"type": "integer"}}, {"type": "object", "properties": {"a": {"type": "integer"}},
+          "minProperties": 8, "additionalProperties": {"type": "integer"}}]})",
+      R"({"type": "array", "minItems": 3, "items": {"type": "object", "minProperties": 5,
+          "propertyNames": {"pattern": "^[ab]{1,2}$"}, "additionalProperties": {"type": "integer"}}})"};
+  const auto vocab = key_state_vocabulary();
+  for (std::size_t s = 0; s < schemas.size(); ++s) {
+    const auto c = schema(schemas[s]);
+    for (uint64_t seed = 0; seed < 4; ++seed) {
+      std::mt19937_64 rng(seed * 31 + s);
+      TokenConstraint kept(c, vocab);
+      // A run of 20 tokens past the fewest bytes, each token's mask budgeted: many short keys, then the end.
+      const int64_t budget = kept.matcher().min_bytes_to_complete() + 20;
+      for (int64_t step = 0; step < budget && !kept.matcher().complete(); ++step) {
+        same_masks(c, vocab, kept);
+        std::vector<int64_t> ids;
+        const TokenMask mask = kept.allowed(budget - step - 1);
+        for (int64_t id = 0; id < vocab->size(); ++id) {
+          if (mask.allows(id)) ids.push_back(id);
+        }
+        REQUIRE(!ids.empty());
+        TokenConstraint ahead = kept;  // shares the log's keys until it adds one: `kept` must not see it
+        ahead.accept(ids[rng() % ids.size()]);
+        same_masks(c, vocab, kept);
+        kept = std::move(ahead);
+      }
+      INFO("schema " << s << ", seed " << seed << ": " << kept.matcher().text());
+      CHECK(kept.matcher().complete());
+    }
+  }
+}

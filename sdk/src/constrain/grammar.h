@@ -160,8 +160,10 @@ inline int32_t declared_count(const Node& n) { return static_cast<int32_t>(n.req
 int64_t object_table(const Node& n, const std::vector<int64_t>& table, int32_t x, int64_t need);
 
 // The bytes of the `k` shortest distinct keys of `object` (its key_counts), leaving out keys of the lengths in
-// `taken` (one entry per key the object already has; sorted). kUnreachable-sized where it has fewer keys.
-int64_t key_sums(const Node& object, int64_t k, const std::vector<int64_t>& taken = {});
+// `taken` and `more` (one entry per key the object already has, in one or the other; each sorted: a length is
+// counted by binary search). kUnreachable-sized where it has fewer keys.
+int64_t key_sums(const Node& object, int64_t k, const std::vector<int64_t>& taken = {},
+                 const std::vector<int64_t>& more = {});
 // The shortest text of `object` from a ',' or its '{' on when `k` more members (k >= 1) all come from its key
 // node (a map's, or an open object's past its declared properties) and none of the lengths in `taken` is
 // left: the keys (key_sums), ':' and the value node's fewest bytes each, ',' between, and '}'.

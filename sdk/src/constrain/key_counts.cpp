@@ -70,11 +70,15 @@ std::vector<std::pair<int64_t, int64_t>> count_keys(const Node& key, int64_t cap
   }
 }
 
-int64_t key_sums(const Node& object, int64_t k, const std::vector<int64_t>& taken) {
+int64_t key_sums(const Node& object, int64_t k, const std::vector<int64_t>& taken, const std::vector<int64_t>& more) {
+  const auto of = [](const std::vector<int64_t>& lengths, int64_t length) {
+    const auto [from, to] = std::equal_range(lengths.begin(), lengths.end(), length);
+    return static_cast<int64_t>(to - from);
+  };
   int64_t sum = 0;
   for (const auto& [length, count] : object.key_counts) {
     if (k <= 0) break;
-    const auto had = static_cast<int64_t>(std::count(taken.begin(), taken.end(), length));
+    const int64_t had = of(taken, length) + of(more, length);
     const int64_t take = std::min(k, std::max<int64_t>(0, count - had));
     if (take > 0 && length > (kUnreachable - sum) / take) return kUnreachable;
     sum += take * length;

@@ -2,6 +2,7 @@
 #include "constrain/key_log.h"
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -69,7 +70,7 @@ int key_byte(const Node& key, Frame& f, uint8_t c) {
 // cannot close within the bytes left (Matcher::remaining) is not tried further. `work` bounds the bytes tried:
 // past it every count is `want`, so that a search that gives up errs towards fewer bytes.
 int64_t fresh_in(const Matcher& m, const Node& key, const Frame& f, std::string& prefix, int64_t left,
-                 const std::set<std::string>& taken, int64_t want, int64_t& work) {
+                 const KeyLog::Taken& taken, int64_t want, int64_t& work) {
   int64_t found = 0;
   for (int b = 0; b < 256 && left > 0 && found < want; ++b) {
     if (--work < 0) return want;
@@ -77,7 +78,7 @@ int64_t fresh_in(const Matcher& m, const Node& key, const Frame& f, std::string&
     const int r = key_byte(key, next, static_cast<uint8_t>(b));
     if (r < 0 || (r == 1) != (left == 1) || (r == 0 && m.remaining(next) > left - 1)) continue;
     prefix.push_back(static_cast<char>(b));
-    found += r == 1 ? (taken.count(canonical(prefix)) == 0 ? 1 : 0)
+    found += r == 1 ? (taken.contains(canonical(prefix)) ? 0 : 1)
                     : fresh_in(m, key, next, prefix, left - 1, taken, want - found, work);
     prefix.pop_back();
   }
@@ -90,7 +91,7 @@ int64_t fresh_in(const Matcher& m, const Node& key, const Frame& f, std::string&
 // search walks the completions that spell a taken key and a few dead ends: a key whose short completions are
 // taken ("a" with "a" taken under ^(a|abcdefgh)$: 7 more) costs what it costs, not a cap.
 std::vector<int64_t> extra_for_fresh(const Matcher& m, const Node& key, const Frame& f, std::string prefix,
-                                     int64_t fewest, const std::set<std::string>& taken, int64_t want) {
+                                     int64_t fewest, const KeyLog::Taken& taken, int64_t want) {
   int64_t work = 1 << 16;
   std::vector<int64_t> out;
   int64_t extra = 0;
@@ -157,48 +158,71 @@ const Node* KeyLog::key_node(const Node& object) const {
   return &g_.at(object.children[static_cast<std::size_t>(declared_count(object))]);
 }
 
-std::set<std::string> KeyLog::taken(uint32_t object, const Closed& closed, const Node* key) const {
-  std::set<std::string> out;
+bool KeyLog::Taken::contains(const std::string& k) const {
+  if (log != nullptr && log->all.count(k) != 0 && (key == nullptr || writes(*key, k))) return true;
+  return more.count(k) != 0;
+}
+
+bool KeyLog::Taken::any_begins(const std::string& prefix) const {
+  const auto begins = [&](const std::set<std::string>& keys) {
+    const auto it = keys.lower_bound(prefix);
+    return it != keys.end() && it->compare(0, prefix.size(), prefix) == 0;
+  };
+  return (log != nullptr && begins(log->all)) || begins(more);
+}
+
+KeyLog::Taken KeyLog::taken(uint32_t object, const Closed& closed, const Node* key) const {
+  Taken out;
+  out.key = key;
   const auto it = keys_.find(object);
-  if (it != keys_.end()) out = it->second;
+  if (it != keys_.end()) out.log = it->second.get();
   for (const auto& [o, k] : closed) {
-    if (o == object) out.insert(k);
+    if (o != object || (out.log != nullptr && out.log->all.count(k) != 0)) continue;
+    if (key == nullptr || writes(*key, k)) out.more.insert(k);
   }
-  for (auto k = out.begin(); key != nullptr && k != out.end();) k = writes(*key, *k) ? std::next(k) : out.erase(k);
   return out;
 }
 
 bool KeyLog::has_key(uint32_t object, const std::string& key, const Closed& closed) const {
   const auto it = keys_.find(object);
-  if (it != keys_.end() && it->second.count(key) != 0) return true;
+  if (it != keys_.end() && it->second->all.count(key) != 0) return true;
   return std::any_of(closed.begin(), closed.end(), [&](const auto& c) { return c.first == object && c.second == key; });
 }
 
-std::size_t KeyLog::key_count(uint32_t object, const Closed& closed, const Node& key) const {
-  const auto it = keys_.find(object);
-  std::size_t count = 0;
-  if (it != keys_.end()) {
-    for (const std::string& k : it->second) count += writes(key, k) ? 1 : 0;
+std::vector<int64_t> KeyLog::lengths_from_scratch(const Keys& keys, const Node& key) {
+  std::vector<int64_t> out;
+  for (const std::string& k : keys.all) {
+    if (writes(key, k)) out.push_back(static_cast<int64_t>(k.size()));
   }
-  for (std::size_t i = 0; i < closed.size(); ++i) {
-    if (closed[i].first != object || (it != keys_.end() && it->second.count(closed[i].second) != 0)) continue;
-    const auto same = [&](const auto& c) { return c.first == object && c.second == closed[i].second; };
-    const bool first = std::none_of(closed.begin(), closed.begin() + static_cast<std::ptrdiff_t>(i), same);
-    count += first && writes(key, closed[i].second) ? 1 : 0;
-  }
-  return count;
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
-bool KeyLog::fresh_ahead(const Node& key, const Frame& f, std::string& prefix,
-                         const std::set<std::string>& taken) const {
-  const auto it = taken.lower_bound(prefix);
-  if (it == taken.end() || it->compare(0, prefix.size(), prefix) != 0) return true;  // the grammar's completion
+const std::vector<int64_t>& KeyLog::log_lengths(const Taken& taken, const Node& key,
+                                                std::vector<int64_t>& scratch) const {
+  scratch.clear();
+  if (taken.log == nullptr) return scratch;
+  for (const auto& [node, lengths] : taken.log->lengths) {
+    if (node == &key) return lengths;
+  }
+  scratch = lengths_from_scratch(*taken.log, key);  // a node add() did not see read the object
+  return scratch;
+}
+
+std::size_t KeyLog::key_count(uint32_t object, const Closed& closed, const Node& key) const {
+  const Taken t = taken(object, closed, &key);
+  std::vector<int64_t> scratch;
+  return log_lengths(t, key, scratch).size() + t.more.size();
+}
+
+bool KeyLog::fresh_ahead(const Node& key, const Frame& f, std::string& prefix, const Taken& taken) const {
+  if (!taken.any_begins(prefix)) return true;  // the grammar's completion
   for (int b = 0; b < 256; ++b) {
     Frame next = f;
     const int r = key_byte(key, next, static_cast<uint8_t>(b));
     if (r < 0) continue;
     prefix.push_back(static_cast<char>(b));
-    const bool fresh = r == 1 ? taken.count(prefix) == 0 : fresh_ahead(key, next, prefix, taken);
+    const bool fresh = r == 1 ? !taken.contains(prefix) : fresh_ahead(key, next, prefix, taken);
     prefix.pop_back();
     if (fresh) return true;
   }
@@ -269,24 +293,49 @@ bool KeyLog::walk(const Matcher& m, const StateSet& from, std::string_view text,
   return true;
 }
 
+KeyLog::Keys& KeyLog::own(uint32_t object) {
+  std::shared_ptr<Keys>& keys = keys_[object];
+  if (keys == nullptr) {
+    keys = std::make_shared<Keys>();
+  } else if (keys.use_count() > 1) {
+    keys = std::make_shared<Keys>(*keys);  // a copy of the log shares them: it keeps its own
+  } else {
+    // The only holder: reads by copies released in other threads come before these writes.
+    std::atomic_thread_fence(std::memory_order_acquire);
+  }
+  return *keys;
+}
+
 void KeyLog::add(const Closed& closed, const StateSet& now) {
-  for (const auto& [object, key] : closed) keys_[object].insert(key);
+  for (const auto& [object, key] : closed) {
+    const auto it = keys_.find(object);
+    if (it != keys_.end() && it->second->all.count(key) != 0) continue;
+    Keys& keys = own(object);
+    keys.all.insert(key);
+    const auto length = static_cast<int64_t>(key.size());
+    for (auto& [node, lengths] : keys.lengths) {
+      if (writes(*node, key)) lengths.insert(std::upper_bound(lengths.begin(), lengths.end(), length), length);
+    }
+  }
+  // Forget the objects no stack holds open; give each that has keys the lengths of the key nodes reading it.
   std::set<uint32_t> open;
   for (std::size_t s = 0; s < now.size(); ++s) {
-    for (std::size_t j = 0; j < now.length(s); ++j) open.insert(now.begin(s)[j].start);
+    for (std::size_t j = 0; j < now.length(s); ++j) {
+      const Frame& f = now.begin(s)[j];
+      open.insert(f.start);
+      const auto it = keys_.find(f.start);
+      const Node* key = it != keys_.end() ? key_node(g_.at(static_cast<int32_t>(f.node))) : nullptr;
+      if (key == nullptr) continue;
+      const auto& known = it->second->lengths;
+      if (std::none_of(known.begin(), known.end(), [&](const auto& l) { return l.first == key; })) {
+        own(f.start).lengths.emplace_back(key, lengths_from_scratch(*it->second, *key));
+      }
+    }
   }
   for (auto it = keys_.begin(); it != keys_.end();) it = open.count(it->first) != 0 ? std::next(it) : keys_.erase(it);
 }
 
 namespace {
-
-// The key lengths of `keys`, sorted.
-std::vector<int64_t> lengths_of(const std::set<std::string>& keys) {
-  std::vector<int64_t> out;
-  for (const std::string& k : keys) out.push_back(static_cast<int64_t>(k.size()));
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 // The keys a map or open object past its declared properties still writes from frame `f` (members owed; after
 // a ',' at least one), or -1 where its keys are not all free (declared properties may come).
@@ -315,16 +364,19 @@ KeyLog::StackNeed KeyLog::stack_need(const Matcher& m, const Frame* f, std::size
   const Node* writing = n >= 2 && f[n - 2].start != kNoStart ? free_key(f[n - 2]) : nullptr;
   if (writing != &g_.at(static_cast<int32_t>(f[n - 1].node))) writing = nullptr;
   static const Closed kNone;
+  std::vector<int64_t> scratch;
   for (std::size_t j = 0; j < n; ++j) {
     if (f[j].phase == nodes::kOpen || !is_object(g_.at(static_cast<int32_t>(f[j].node)))) continue;
     const Node& object = g_.at(static_cast<int32_t>(f[j].node));
     const int64_t k = keys_owed(object, f[j]);
     if (k < 0) continue;
-    const std::set<std::string> keys = f[j].start != kNoStart
-                                           ? taken(f[j].start, closed != nullptr ? *closed : kNone, key_node(object))
-                                           : std::set<std::string>();
-    const std::vector<int64_t> lengths = lengths_of(keys);
-    const int64_t free_k = key_sums(object, k, lengths), shortest_k = key_sums(object, k);
+    const Node& key = *key_node(object);
+    const Taken keys = f[j].start != kNoStart ? taken(f[j].start, closed != nullptr ? *closed : kNone, &key) : Taken{};
+    const std::vector<int64_t>& lengths = log_lengths(keys, key, scratch);
+    std::vector<int64_t> more;
+    for (const std::string& k : keys.more) more.push_back(static_cast<int64_t>(k.size()));
+    std::sort(more.begin(), more.end());
+    const int64_t free_k = key_sums(object, k, lengths, more), shortest_k = key_sums(object, k);
     out.add += free_k - shortest_k;
     if (writing == nullptr || j + 2 != n) continue;
     // The key being written is one more the object needs: one of the k + 1 shortest free keys, or its own
@@ -332,7 +384,7 @@ KeyLog::StackNeed KeyLog::stack_need(const Matcher& m, const Frame* f, std::size
     const std::string prefix = all.span(all.opening_quote(end - 1), end - 1);
     const int64_t grammar_rest = m.remaining(f[n - 1]);
     out.fresh = extra_for_fresh(m, *writing, f[n - 1], prefix, grammar_rest, keys, 1)[0];
-    out.floor = out.grammar - grammar_rest - shortest_k + key_sums(object, k + 1, lengths) -
+    out.floor = out.grammar - grammar_rest - shortest_k + key_sums(object, k + 1, lengths, more) -
                 static_cast<int64_t>(prefix.size()) - (free_k - shortest_k);
   }
   if (out.floor != kNoFloor) out.floor += out.add;
@@ -405,8 +457,9 @@ bool KeyLog::budget_suspects(const StateSet& state, std::string_view text, const
     const Frame* f = state.begin(s);
     if (n < 2 || f[n - 2].start == kNoStart) continue;
     if (free_key(f[n - 2]) != &g_.at(static_cast<int32_t>(f[n - 1].node))) continue;
-    const std::set<std::string> keys = taken(f[n - 2].start, {});
-    if (keys.empty()) continue;
+    const Taken logged = taken(f[n - 2].start, {});
+    if (logged.empty()) continue;
+    const std::set<std::string>& keys = logged.log->all;  // a walk's keys are none of them here
     const std::string prefix = joined.span(joined.opening_quote(text.size() - 1), text.size() - 1);
     if (prefix.find('\\') != std::string::npos) return true;
     escapes = true;
@@ -432,8 +485,9 @@ const std::vector<int32_t>& KeyLog::suspects(const StateSet& state, std::string_
     const Node* key = free_key(f[n - 2]);
     if (key != &g_.at(static_cast<int32_t>(f[n - 1].node))) continue;
     in_key = true;
-    const std::set<std::string> keys = taken(f[n - 2].start, {});
-    if (keys.empty() || text.empty()) continue;
+    const Taken logged = taken(f[n - 2].start, {});
+    if (logged.empty() || text.empty()) continue;
+    const std::set<std::string>& keys = logged.log->all;
     if (key->kind == NodeKind::kString) {
       all = all || static_cast<int64_t>(f[n - 1].a) + trie.max_token_bytes() >= key->max_count;
       continue;

@@ -19,11 +19,13 @@
 // and 65,536 bytes tried, a lower bound past that (a key language no test or schema of ours comes near).
 //
 // An object is named by the offset of its '{' in the text (Frame::start), which a walk writes into the frames
-// of the objects that open during it. Thread-safety: a value; walk() and suspects() are const.
+// of the objects that open during it. Thread-safety: a value (copies share each object's keys, read only, until
+// one adds a key: it then copies them); walk() and suspects() are const.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <string_view>
@@ -42,6 +44,25 @@ class KeyLog {
   using Closed = std::vector<std::pair<uint32_t, std::string>>;
 
   explicit KeyLog(const Grammar& grammar) : g_(grammar) {}
+
+  // An object's free keys, json_quote()d, and per key node that reads the object (alternatives that read one
+  // '{' share its keys), the sorted lengths of those the node writes (which writes() tells: a key one node
+  // reads as free may be a declared name of another). add() keeps both as keys close, so a step never re-reads
+  // an object's keys; copies of the log share them until one adds a key.
+  struct Keys {
+    std::set<std::string> all;
+    std::vector<std::pair<const Node*, std::vector<int64_t>>> lengths;
+  };
+  // The free keys of `object` at a byte of a walk: the log's and those `closed` adds past them (those `key`
+  // writes, where given), without copying the log's.
+  struct Taken {
+    const Keys* log = nullptr;
+    const Node* key = nullptr;
+    std::set<std::string> more;  // the keys `closed` adds (json_quote()d), none of the log's
+    bool empty() const { return (log == nullptr || log->all.empty()) && more.empty(); }
+    bool contains(const std::string& k) const;
+    bool any_begins(const std::string& prefix) const;  // a key (of any node's) begins with `prefix`
+  };
 
   // `from`, the state after `text`, after `bytes`, into `out`: the matcher's step with the two refusals above
   // (objects that open are stamped). Returns false, `out` unspecified, where a byte is refused. The keys closed
@@ -162,20 +183,24 @@ class KeyLog {
   };
   StackNeed stack_need(const Matcher& m, const Frame* f, std::size_t n, std::string_view text, std::string_view walked,
                        const Closed* closed) const;
-  // The free keys of `object`: the log's and those `closed` adds (those `key` writes, where given: the log
-  // holds an object's keys by its '{', which alternatives that read it share); whether `key` is one of them,
-  // and how many of them the key node `key` writes (neither copies them).
-  std::set<std::string> taken(uint32_t object, const Closed& closed, const Node* key = nullptr) const;
+  Taken taken(uint32_t object, const Closed& closed, const Node* key = nullptr) const;
   bool has_key(uint32_t object, const std::string& key, const Closed& closed) const;
+  // How many of `object`'s free keys (the log's and those `closed` adds) the key node `key` writes.
   std::size_t key_count(uint32_t object, const Closed& closed, const Node& key) const;
+  // The sorted lengths of the log's keys in `taken` that `key` writes: add()'s, else counted into `scratch`.
+  const std::vector<int64_t>& log_lengths(const Taken& taken, const Node& key, std::vector<int64_t>& scratch) const;
+  // Where `keys` has no lengths for `key`: those of its keys that `key` writes, sorted, counted from scratch.
+  static std::vector<int64_t> lengths_from_scratch(const Keys& keys, const Node& key);
   // The node that writes an object's free keys: a map's key, an open object's extra key; null for another.
   const Node* key_node(const Node& object) const;
   // Whether the key frame `f` (`prefix` its bytes so far, which are json_quote()'s spelling) has a completion
   // none of `taken` is.
-  bool fresh_ahead(const Node& key, const Frame& f, std::string& prefix, const std::set<std::string>& taken) const;
+  bool fresh_ahead(const Node& key, const Frame& f, std::string& prefix, const Taken& taken) const;
+  // The object's keys as they are to change: its own where no copy of the log shares them.
+  Keys& own(uint32_t object);
 
   const Grammar& g_;
-  std::map<uint32_t, std::set<std::string>> keys_;  // per object's '{' offset: its free keys, json_quote()d
+  std::map<uint32_t, std::shared_ptr<Keys>> keys_;  // per object's '{' offset: its free keys
 };
 
 }  // namespace orbit::constrain

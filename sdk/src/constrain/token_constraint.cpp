@@ -395,6 +395,8 @@ std::vector<int64_t> TokenConstraint::repeats(const TokenMask& mask, bool* drops
   for (const int32_t id : quoted) {
     if (mask.allows(id)) ask(id);
   }
+  std::sort(prefixes.begin(), prefixes.end());  // a token writes the start of many keys' rest: walked once
+  prefixes.erase(std::unique(prefixes.begin(), prefixes.end()), prefixes.end());
   for (const int32_t id : prefixes) {
     if (mask.allows(id)) ask(id);
   }
@@ -485,7 +487,7 @@ TokenMask TokenConstraint::allowed(int64_t remaining) const {
   for (const auto& [need, id] : apart) most = std::max(most, need);
   if (most <= remaining && !drops) return mask;
   // The budget: only tokens after which the shortest completion, with distinct keys, fits in `remaining` bytes
-  // (one token per byte); dropped when none does.
+  // (one token per byte); dropped when none does (constraint.h: allowed says why).
   TokenMask budgeted = mask;
   fit_budget(entry, apart, remaining, mask.bits, budgeted.bits);
   const bool ends = budgeted.complete && !options_.end_tokens.empty();

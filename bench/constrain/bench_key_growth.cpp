@@ -1,0 +1,108 @@
+// Per-step cost against the number of keys an object has written (bench_key_growth.h).
+#include "bench_key_growth.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <unordered_map>
+#include <vector>
+
+namespace orbit::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<std::string> random_keys(int64_t n) {
+  std::mt19937_64 rng(7);
+  std::vector<std::string> out;
+  for (int64_t i = 0; i < n; ++i) {
+    std::string k;
+    for (int c = 0; c < 40; ++c) k.push_back(static_cast<char>('a' + rng() % 26));
+    out.push_back(k);
+  }
+  return out;
+}
+
+// The schema of a case: keys by a pattern, plain string keys, or every key declared.
+std::string schema_of(const std::string& name, const std::vector<std::string>& keys) {
+  if (name == "pattern") {
+    return R"({"type": "object", "propertyNames": {"pattern": "^[a-z]{40}$"}, "additionalProperties": {"type": "integer"}})";
+  }
+  if (name == "string") return R"({"type": "object", "additionalProperties": {"type": "integer"}})";
+  std::string props;
+  for (const std::string& k : keys) props += (props.empty() ? "\"" : ", \"") + k + R"(": {"type": "integer"})";
+  return R"({"type": "object", "properties": {)" + props + R"(}, "additionalProperties": false})";
+}
+
+// Milliseconds per step, one entry per member (its key, ':' and value, and the ',' or '}' after it).
+std::vector<double> run_once(const std::shared_ptr<const Constraint>& constraint,
+                             const std::shared_ptr<const TokenVocabulary>& vocabulary,
+                             const std::unordered_map<std::string, int64_t>& ids, const std::vector<std::string>& keys,
+                             int64_t remaining) {
+  std::string text = "{";
+  std::vector<std::size_t> ends;  // the offset past each member
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    text += (i == 0 ? "\"" : ", \"") + keys[i] + "\": 1";
+    ends.push_back(text.size() + 1);
+  }
+  text += "}";
+  TokenConstraint tc(constraint, vocabulary);
+  std::vector<double> per_member(keys.size(), 0.0);
+  std::vector<int64_t> steps(keys.size(), 0);
+  for (std::size_t at = 0, member = 0; at < text.size();) {
+    const auto t0 = Clock::now();
+    const TokenMask mask = tc.allowed(remaining);
+    int64_t token = -1;
+    std::size_t len = std::min<std::size_t>(16, text.size() - at);
+    for (; len > 0; --len) {
+      const auto it = ids.find(text.substr(at, len));
+      if (it != ids.end() && mask.allows(it->second)) {
+        token = it->second;
+        break;
+      }
+    }
+    if (token < 0) {
+      std::fprintf(stderr, "key growth: no allowed token at byte %zu\n", at);
+      return {};
+    }
+    tc.accept(token);
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    per_member[member] += ms;
+    ++steps[member];
+    at += len;
+    while (member + 1 < ends.size() && at >= ends[member]) ++member;
+  }
+  for (std::size_t i = 0; i < keys.size(); ++i) per_member[i] /= static_cast<double>(std::max<int64_t>(1, steps[i]));
+  return per_member;
+}
+
+}  // namespace
+
+void bench_key_growth(const std::string& setting, const std::shared_ptr<const TokenVocabulary>& vocabulary,
+                      int64_t keys, int64_t reps) {
+  const std::vector<std::string> names = random_keys(keys);
+  std::unordered_map<std::string, int64_t> ids;
+  for (int64_t id = vocabulary->size(); id-- > 0;) {
+    if (vocabulary->bytes(id).has_value()) ids[*vocabulary->bytes(id)] = id;
+  }
+  const std::vector<std::size_t> at{0, std::min<std::size_t>(50, names.size() - 1),
+                                    std::min<std::size_t>(100, names.size() - 1), names.size() - 1};
+  for (const char* name : {"pattern", "string", "declared"}) {
+    const auto constraint = Constraint::json_schema(schema_of(name, names));
+    for (const int64_t remaining : {int64_t{-1}, int64_t{1} << 20}) {
+      std::vector<double> best(names.size(), 1e300);
+      for (int64_t r = 0; r < reps; ++r) {
+        const std::vector<double> ms = run_once(constraint, vocabulary, ids, names, remaining);
+        if (ms.empty()) return;
+        for (std::size_t i = 0; i < ms.size(); ++i) best[i] = std::min(best[i], ms[i]);
+      }
+      std::printf("%-10s %-9s %-7s", setting.c_str(), name, remaining < 0 ? "none" : "far");
+      for (const std::size_t i : at) std::printf("  key %3zu %8.4f", i, best[i]);
+      std::printf("  last/first %6.2f\n", best.back() / best.front());
+    }
+  }
+}
+
+}  // namespace orbit::bench
