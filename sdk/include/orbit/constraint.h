@@ -353,7 +353,13 @@ class TokenConstraint {
 
   // The tokens allowed now. `remaining`: how many tokens the run may emit after this one (-1: no limit);
   // a token is then allowed only if the shortest completion after it, with no key repeated, has at most
-  // `remaining` bytes (unless no token would be, when the limit is dropped).
+  // `remaining` bytes. Where no token's has, the limit is dropped (the unbudgeted mask) and the run is cut at
+  // max_tokens with the answer so far, as OpenAI's. That happens where the budget is short from its first step
+  // (once it binds, a vocabulary with a token for each byte of the completion keeps one that fits at every
+  // step). Keeping the tokens whose completion is shortest instead would finish the run only where tokens of
+  // several bytes cover it in fewer tokens than bytes; elsewhere it is cut all the same, with the shortest
+  // values (0, "") written in place of the model's: the answer so far would no longer be a prefix of the
+  // model's own (tests/python/test_tool_calls.py, a tool call cut at max_tokens).
   TokenMask allowed(int64_t remaining = -1) const;
   // Sets logits[id] to -infinity for every id in [0, n) not allowed; returns how many remain (0: none,
   // the logits are then left as they were).
