@@ -1,0 +1,128 @@
+// The key log's per-object keys (key_log.h: KeyLog::Keys): the keys each open object has, the sorted lengths of
+// those each key node writes, kept as keys close and copied on write where copies of the log share them.
+#include "constrain/key_log.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "constrain/key_log_parts.h"
+
+namespace orbit::constrain {
+
+bool key_log::writes(const Node& key, const std::string& quoted) {
+  if (key.kind == NodeKind::kLiteralSet) {
+    int32_t at = 0;
+    for (std::size_t i = 0; i < quoted.size() && at >= 0; ++i) at = key.trie.child(at, static_cast<uint8_t>(quoted[i]));
+    return at >= 0 && key.trie.nodes[static_cast<std::size_t>(at)].value >= 0;
+  }
+  if (key.kind != NodeKind::kDfa) return true;  // a string of any text: every key the object has is one
+  int32_t q = 0;
+  int64_t chars = 0;
+  for (std::size_t i = 0; i < quoted.size() && q >= 0; ++i) {
+    q = key.dfa->next(q, static_cast<uint8_t>(quoted[i]));
+    if (q >= 0) chars += key.dfa->char_end[static_cast<std::size_t>(q)];
+  }
+  return q >= 0 && key.dfa->accepting[static_cast<std::size_t>(q)] != 0 && chars <= key.max_count;
+}
+
+using key_log::writes;
+
+bool KeyLog::Taken::contains(const std::string& k) const {
+  if (log != nullptr && log->all.count(k) != 0 && (key == nullptr || writes(*key, k))) return true;
+  return more.count(k) != 0;
+}
+
+bool KeyLog::Taken::any_begins(const std::string& prefix) const {
+  const auto begins = [&](const std::set<std::string>& keys) {
+    const auto it = keys.lower_bound(prefix);
+    return it != keys.end() && it->compare(0, prefix.size(), prefix) == 0;
+  };
+  return (log != nullptr && begins(log->all)) || begins(more);
+}
+
+KeyLog::Taken KeyLog::taken(uint32_t object, const Closed& closed, const Node* key) const {
+  Taken out;
+  out.key = key;
+  const auto it = keys_.find(object);
+  if (it != keys_.end()) out.log = it->second.get();
+  for (const auto& [o, k] : closed) {
+    if (o != object || (out.log != nullptr && out.log->all.count(k) != 0)) continue;
+    if (key == nullptr || writes(*key, k)) out.more.insert(k);
+  }
+  return out;
+}
+
+bool KeyLog::has_key(uint32_t object, const std::string& key, const Closed& closed) const {
+  const auto it = keys_.find(object);
+  if (it != keys_.end() && it->second->all.count(key) != 0) return true;
+  return std::any_of(closed.begin(), closed.end(), [&](const auto& c) { return c.first == object && c.second == key; });
+}
+
+std::vector<int64_t> KeyLog::lengths_from_scratch(const Keys& keys, const Node& key) {
+  std::vector<int64_t> out;
+  for (const std::string& k : keys.all) {
+    if (writes(key, k)) out.push_back(static_cast<int64_t>(k.size()));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+const std::vector<int64_t>& KeyLog::log_lengths(const Taken& taken, const Node& key,
+                                                std::vector<int64_t>& scratch) const {
+  scratch.clear();
+  if (taken.log == nullptr) return scratch;
+  for (const auto& [node, lengths] : taken.log->lengths) {
+    if (node == &key) return lengths;
+  }
+  scratch = lengths_from_scratch(*taken.log, key);  // a node add() did not see read the object
+  return scratch;
+}
+
+std::size_t KeyLog::key_count(uint32_t object, const Closed& closed, const Node& key) const {
+  const Taken t = taken(object, closed, &key);
+  std::vector<int64_t> scratch;
+  return log_lengths(t, key, scratch).size() + t.more.size();
+}
+
+KeyLog::Keys& KeyLog::own(uint32_t object) {
+  std::shared_ptr<Keys>& keys = keys_[object];
+  if (keys == nullptr) {
+    keys = std::make_shared<Keys>();
+  } else if (keys.use_count() > 1) {
+    keys = std::make_shared<Keys>(*keys);  // a copy of the log shares them: it keeps its own
+  } else {
+    // The only holder: reads by copies released in other threads come before these writes.
+    std::atomic_thread_fence(std::memory_order_acquire);
+  }
+  return *keys;
+}
+
+void KeyLog::add(const Closed& closed, const StateSet& now) {
+  for (const auto& [object, key] : closed) {
+    const auto it = keys_.find(object);
+    if (it != keys_.end() && it->second->all.count(key) != 0) continue;
+    Keys& keys = own(object);
+    keys.all.insert(key);
+    const auto length = static_cast<int64_t>(key.size());
+    for (auto& [node, lengths] : keys.lengths) {
+      if (writes(*node, key)) lengths.insert(std::upper_bound(lengths.begin(), lengths.end(), length), length);
+    }
+  }
+  // Forget the objects no stack holds open; give each that has keys the lengths of the key nodes reading it.
+  std::set<uint32_t> open;
+  for (std::size_t s = 0; s < now.size(); ++s) {
+    for (std::size_t j = 0; j < now.length(s); ++j) {
+      const Frame& f = now.begin(s)[j];
+      open.insert(f.start);
+      const auto it = keys_.find(f.start);
+      const Node* key = it != keys_.end() ? key_node(g_.at(static_cast<int32_t>(f.node))) : nullptr;
+      if (key == nullptr) continue;
+      const auto& known = it->second->lengths;
+      if (std::none_of(known.begin(), known.end(), [&](const auto& l) { return l.first == key; })) {
+        own(f.start).lengths.emplace_back(key, lengths_from_scratch(*it->second, *key));
+      }
+    }
+  }
+  for (auto it = keys_.begin(); it != keys_.end();) it = open.count(it->first) != 0 ? std::next(it) : keys_.erase(it);
+}
+}  // namespace orbit::constrain

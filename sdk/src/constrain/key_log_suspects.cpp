@@ -1,0 +1,84 @@
+// The tokens whose need() a budgeted mask must walk, and those a walk may refuse (key_log.h:
+// KeyLog::most_over, KeyLog::budget_suspects, KeyLog::suspects).
+#include "constrain/key_log.h"
+
+#include <algorithm>
+
+#include "constrain/key_log_parts.h"
+#include "constrain/token_masks.h"
+
+namespace orbit::constrain {
+
+using key_log::has_few_keys;
+using key_log::Joined;
+
+int64_t KeyLog::most_over(const Slack& slack, std::string_view t) {
+  std::size_t from = 0;
+  if (slack.in_string) {
+    const std::size_t q = t.find('"');
+    from = q == std::string_view::npos ? t.size() : t.substr(0, q).find('\\') == std::string_view::npos ? q + 1 : 0;
+  }
+  const std::string_view rest = t.substr(from);
+  const auto quotes = std::count(rest.begin(), rest.end(), '"');
+  const auto commas = std::count(rest.begin(), rest.end(), ',');
+  if (slack.few && quotes + commas > 0) return -1;
+  if (quotes > 1 || (quotes == 1 && (slack.in_key || (slack.has_keys && rest.back() != '"')))) return -1;
+  if (quotes == 0 && slack.in_key && slack.has_keys) return -1;
+  return slack.spread * (commas + quotes);
+}
+
+bool KeyLog::budget_suspects(const StateSet& state, std::string_view text, const VocabTrie& trie,
+                             std::vector<int32_t>& out) const {
+  const Joined joined{text, {}};
+  bool escapes = false;
+  for (std::size_t s = 0; s < state.size() && !text.empty(); ++s) {
+    const std::size_t n = state.length(s);
+    const Frame* f = state.begin(s);
+    if (n < 2 || f[n - 2].start == kNoStart) continue;
+    if (free_key(f[n - 2]) != &g_.at(static_cast<int32_t>(f[n - 1].node))) continue;
+    const Taken logged = taken(f[n - 2].start, {});
+    if (logged.empty()) continue;
+    const std::set<std::string>& keys = logged.log->all;  // a walk's keys are none of them here
+    const std::string prefix = joined.span(joined.opening_quote(text.size() - 1), text.size() - 1);
+    if (prefix.find('\\') != std::string::npos) return true;
+    escapes = true;
+    for (auto it = keys.lower_bound(prefix); it != keys.end() && it->compare(0, prefix.size(), prefix) == 0; ++it) {
+      trie.prefixes_of(std::string_view(*it).substr(prefix.size()), out);
+    }
+  }
+  if (escapes) out.insert(out.end(), trie.backslashes().begin(), trie.backslashes().end());
+  return false;
+}
+
+const std::vector<int32_t>& KeyLog::suspects(const StateSet& state, std::string_view text, const VocabTrie& trie,
+                                             std::vector<int32_t>& out, bool& all) const {
+  all = false;
+  bool in_key = false;
+  bool few = false;  // an open object with few extra keys: a ',' or a key's opening quote may be refused
+  const Joined joined{text, {}};
+  for (std::size_t s = 0; s < state.size(); ++s) {
+    const std::size_t n = state.length(s);
+    const Frame* f = state.begin(s);
+    for (std::size_t j = 0; j < n; ++j) few = few || has_few_keys(g_.at(static_cast<int32_t>(f[j].node)));
+    if (n < 2 || f[n - 2].start == kNoStart) continue;
+    const Node* key = free_key(f[n - 2]);
+    if (key != &g_.at(static_cast<int32_t>(f[n - 1].node))) continue;
+    in_key = true;
+    const Taken logged = taken(f[n - 2].start, {});
+    if (logged.empty() || text.empty()) continue;
+    const std::set<std::string>& keys = logged.log->all;
+    if (key->kind == NodeKind::kString) {
+      all = all || static_cast<int64_t>(f[n - 1].a) + trie.max_token_bytes() >= key->max_count;
+      continue;
+    }
+    const std::string prefix = joined.span(joined.opening_quote(text.size() - 1), text.size() - 1);
+    for (auto it = keys.lower_bound(prefix); it != keys.end() && it->compare(0, prefix.size(), prefix) == 0; ++it) {
+      trie.prefixes_of(std::string_view(*it).substr(prefix.size()), out);
+    }
+  }
+  // Where some object has a key, a token that holds a '"' may close one again, or open one with nothing
+  // left; where none has, only one that writes two keys (three quotes inside a key, four outside) repeats.
+  return trie.quotes_or_commas(few || !keys_.empty() ? 1 : in_key ? 3 : 4, few);
+}
+
+}  // namespace orbit::constrain
