@@ -108,11 +108,16 @@ void DecodeCacheState::fit_main() {
     used = static_cast<int64_t>(s) + 1;
     longest = std::max(longest, lengths[s]);
   }
-  if (used == 0) {  // reserve makes them again for the next slot opened
-    for (std::size_t l = 0; l < keys.size(); ++l) keys[l] = values[l] = at::Tensor();
-    positions = at::Tensor();
+  if (used == 0) {
+    // Kept for the next burst when the one that ended needed a quarter of them in each dimension, else
+    // released (reserve makes them again for the next slot opened). Stale rows stay finite.
+    const bool keep = slots <= 4 * burst_slots && capacity <= 4 * std::max<int64_t>(burst_rows, 1);
+    burst_slots = burst_rows = 0;
     lengths.clear();
     kept_from.clear();
+    if (keep) return;
+    for (std::size_t l = 0; l < keys.size(); ++l) keys[l] = values[l] = at::Tensor();
+    positions = at::Tensor();
     slots = capacity = 0;
     return;
   }
@@ -246,9 +251,12 @@ int64_t DecodeCache::fork(int64_t slot) {
 void DecodeCache::close(int64_t slot) {
   state_->check_open(slot, "DecodeCache::close");
   c10::InferenceMode guard;
-  state_->lengths[static_cast<std::size_t>(slot)] = -1;
-  state_->fit_kept();
-  state_->fit_main();
+  detail::DecodeCacheState& s = *state_;
+  s.burst_slots = std::max(s.burst_slots, slot + 1);
+  s.burst_rows = std::max(s.burst_rows, s.lengths[static_cast<std::size_t>(slot)]);
+  s.lengths[static_cast<std::size_t>(slot)] = -1;
+  s.fit_kept();
+  s.fit_main();
 }
 
 PastKV DecodeCache::past(int64_t slot) {

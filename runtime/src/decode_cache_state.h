@@ -28,6 +28,8 @@ struct DecodeCacheState {
   std::vector<at::Tensor> kept_k, kept_v;
   int64_t kept_capacity = 0;
   std::vector<int64_t> kept_from;  // per slot: its first kept row; -1: keeps none
+  // What the slots closed since the cache was last empty needed: the most slots (last index + 1) and rows.
+  int64_t burst_slots = 0, burst_rows = 0;
 
   static DecodeCacheState& of(DecodeCache& cache) { return *cache.state_; }
 
@@ -41,10 +43,14 @@ struct DecodeCacheState {
   // for every later one).
   void fit_kept();
   // After a slot closes (and fit_kept): the main buffers (keys, values, positions, and the kept buffers'
-  // slots) released when no slot is open, else each dimension shrunk to twice what the open slots use once
-  // that is at most a quarter of it: slots to twice the last open slot's index + 1 (slot numbers stay; the
-  // free slots after the last open one go), rows to twice the longest open slot's. Growth doubles and a
-  // shrink leaves half free, so a batch that keeps its size does not reallocate at every close.
+  // slots) fitted. While a slot is open, each dimension is shrunk to twice what the open slots use once that
+  // is at most a quarter of it: slots to twice the last open slot's index + 1 (slot numbers stay; the free
+  // slots after the last open one go), rows to twice the longest open slot's. Growth doubles and a shrink
+  // leaves half free, so a batch that keeps its size does not reallocate at every close. When the last slot
+  // closes, the buffers are kept (for the next burst of slots, which then does not grow them again) if the
+  // burst that ended (the slots closed since the cache was last empty) needed at least a quarter of them in
+  // both dimensions (burst_slots, burst_rows), and released otherwise: an idle cache holds at most about
+  // four times what its last burst used, and a small burst after a large one gives the large buffers back.
   void fit_main();
   void check_open(int64_t slot, const char* what) const;
   // Rows of `slot` kept (content form) from kept_from on; 0 when it keeps none.

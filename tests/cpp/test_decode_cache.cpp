@@ -5,7 +5,8 @@
 // (float_tolerance.h), for every attention family, M-RoPE and dynamic-NTK RoPE (keys rotated when read);
 // slots opened with keep_content keep exactly the content the forwards returned (a fork's copied, a reused
 // slot's dropped), in buffers that shrink as keeping slots close and go once none keeps; the main buffers
-// shrink when a large batch ends (the slot left decoding bit for bit as before) and go with the last slot;
+// shrink when a large batch ends (the slot left decoding bit for bit as before), stay for the next burst
+// when the last slot of one that used a quarter of them closes, and go after a burst that used less;
 // and misuse is refused by name.
 #include "orbit_catch.h"
 
@@ -257,7 +258,9 @@ namespace {
 
 // A large batch that ends does not keep its memory (keys, values, positions, the kept buffers' slots): with
 // one short slot left the buffers shrink, that slot (and what it keeps) decodes on bit for bit as in a cache
-// that never held the others, a slot opened later grows them again, and closing every slot releases them.
+// that never held the others, and a slot opened later grows them again. Closing every slot keeps them (the
+// burst used more than a quarter of them), a slot opened then decodes over their stale rows bit for bit
+// without growing them, and closing it, a burst that used less than a quarter of their rows, releases them.
 void check_shrink(const Model& m, const std::string& name) {
   INFO("model " << name);
   DecodeCache cache(m), alone(m);
@@ -291,17 +294,22 @@ void check_shrink(const Model& m, const std::string& name) {
   same(forward(cache, later, 50, 40), forward(alone, later_alone, 50, 40));
   same(forward(cache, kept, 1, 41), forward(alone, kept_alone, 1, 41));
   CHECK(cache.open_slots() == 2);
-  cache.close(kept);
+  cache.close(kept);  // the last slot keeping content: the kept buffers go
+  const int64_t last = cache.bytes();
   cache.close(later);
-  CHECK(cache.bytes() == 0);
+  CHECK(cache.bytes() == last);  // the burst used 16 slots of 60 rows: kept whole for the next one
   const int64_t reopened = cache.open(nullptr);
   alone.close(kept_alone);
-  same(forward(cache, reopened, 5, 50), forward(alone, alone.open(nullptr), 5, 50));
+  same(forward(cache, reopened, 5, 50), forward(alone, alone.open(nullptr), 5, 50));  // over stale rows
+  CHECK(cache.bytes() == last);                                                       // not grown again
+  cache.close(reopened);
+  CHECK(cache.bytes() == 0);  // a burst of 5 rows in buffers of 50: released
 }
 
 }  // namespace
 
-TEST_CASE("decode cache: the buffers shrink when a large batch ends and go with the last slot", "[decode_cache]") {
+TEST_CASE("decode cache: the buffers shrink when a large batch ends, stay for the next burst, go after a small one",
+          "[decode_cache]") {
   check_shrink(*load_model(orbit::test::stories_path()), "stories260K");
   ModelConfig c = generator_preset("tiny-llama");
   c.rope.scaling = RopeScaling::kDynamicNtk;  // the ATen path, which reads every row up to the longest

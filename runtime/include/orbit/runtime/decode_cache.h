@@ -12,9 +12,11 @@
 // it in content form as always); the cache is a read-side copy, rotated once because a decode's positions do
 // not move. Dynamic-NTK RoPE, whose angles change with the window's length, keeps keys before rotation and
 // rotates the rows in use at every forward. Buffers grow by doubling (slots and capacity) as needed, and are
-// fitted when a slot closes: released once no slot is open, else shrunk to twice what the open slots use
-// (slots up to the last open one, the longest one's rows) once that is at most a quarter of them. Slot
-// numbers never change, so a long-lived slot opened late holds the slots before it.
+// fitted when a slot closes: while a slot is open, shrunk to twice what the open slots use (slots up to the
+// last open one, the longest one's rows) once that is at most a quarter of them; when the last slot closes,
+// kept for the next burst if the burst that ended (the slots closed since the cache was last empty) used at
+// least a quarter of them in slots and in rows, else released. Slot numbers never change, so a long-lived
+// slot opened late holds the slots before it.
 //
 // A slot opened with keep_content also keeps the rows forwards append to it in content form, in two more
 // buffers per layer, [slots, kept capacity, heads, dim] (content_k_shape / content_v_shape), written with
