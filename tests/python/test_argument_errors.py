@@ -390,3 +390,66 @@ def test_the_async_api_refuses_a_bool_for_an_int(orbit, window):
     asyncio.run(main())
     with pytest.raises(TypeError, match="^generate: max_tokens: expected int, got bool$"):
         list(window.stream([1, 2], max_tokens=True))
+
+
+# Every token-list argument, by the name its TypeError gives: the call with the list `v`.
+TOKEN_LISTS = {
+    "detokenize: tokens": lambda orbit, e, w, v: e.detokenize(v),
+    "add_tokens: tokens": lambda orbit, e, w, v: e.add_tokens(v),
+    "add_turn: tokens": lambda orbit, e, w, v: w.add_turn(v),
+    "plan_add_turn: tokens": lambda orbit, e, w, v: w.plan_add_turn(v),
+    "generate: query": lambda orbit, e, w, v: w.generate(v, max_tokens=1),
+    "generate: stop_tokens": lambda orbit, e, w, v: w.generate([1, 2], max_tokens=1, stop_tokens=v),
+    "logits: query": lambda orbit, e, w, v: w.logits(v),
+    "reference_logits: query": lambda orbit, e, w, v: w.reference_logits(v),
+    "disposable: query": lambda orbit, e, w, v: w.disposable(w.instances[0], v),
+    "loss_by_instance: query": lambda orbit, e, w, v: w.loss_by_instance(v),
+    "RadixCache.read: prompt": lambda orbit, e, w, v: orbit.RadixCache().read(v),
+    "RadixCache.read: generated": lambda orbit, e, w, v: orbit.RadixCache().read([1, 2], v),
+    "BlockPrefixCache.read: prompt": lambda orbit, e, w, v: orbit.BlockPrefixCache().read(v),
+    "BlockPrefixCache.read: generated": lambda orbit, e, w, v: orbit.BlockPrefixCache().read([1, 2], v),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TOKEN_LISTS))
+def test_a_token_list_takes_no_bool(orbit, engine, window, name):
+    # numpy.asarray([True, 2]) is an int64 array: detokenize([True, 2]) read token 1 and RadixCache.read([True, 2])
+    # (pybind11's int) did too. Now a bool element is a TypeError naming the argument and its index; ints, numpy
+    # integers and integer arrays are taken as before, and a bool array is refused by its dtype.
+    for tokens, index in (([True, 2], 0), ((2, np.bool_(False)), 1), ([2, 3, False], 2)):
+        with pytest.raises(TypeError, match=f"^{re.escape(name)}\\[{index}\\]: expected int, got bool$"):
+            TOKEN_LISTS[name](orbit, engine, window, tokens)
+    for tokens in ([1, 2], (np.int64(1), np.int32(2)), np.array([1, 2]), np.array([1, 2], np.uint16)):
+        TOKEN_LISTS[name](orbit, engine, window.fork(), tokens)
+    with pytest.raises(TypeError, match=f"^{re.escape(name)}: dtype bool; expected integers"):
+        TOKEN_LISTS[name](orbit, engine, window, np.array([True, False]))
+
+
+def test_a_grid_names_the_index_of_a_bool(orbit, engine):
+    rows = np.zeros((2, engine.model_info.hidden_size), np.float32)
+    with pytest.raises(TypeError, match=r"^add_embeddings: grid\[0\]\[1\]: expected int, got bool$"):
+        engine.add_embeddings(rows, grid=[[0, True]])  # numpy read it as [[0, 1]]
+    with pytest.raises(TypeError, match=r"^add_embeddings: grid\[1\]: expected int, got bool$"):
+        engine.add_embeddings(rows, grid=(0, np.bool_(True)))
+    assert engine.add_embeddings(rows, grid=[[0, np.int64(1)]]).length == 2
+
+
+def test_rank_takes_numpy_ints_and_no_bool_as_the_counts_do(orbit):
+    # rank, rank_k and rank_v refused np.int64(3) ("expected a positive int or 'full', got 3") while the counts
+    # (first_k, prepare_recalls, ...) took it; they now read ints as the counts do.
+    for field in ("rank", "rank_k", "rank_v"):
+        for value, shown in ((True, "bool"), (np.bool_(False), "bool"), (1.5, "float"), (None, "None")):
+            with pytest.raises(TypeError, match=f"^WindowPolicy.{field}: expected int, got {shown}$"):
+                orbit.Policy("patch:8", **{field: value})
+        with pytest.raises(TypeError, match=f"^WindowPolicy.{field}: expected a positive int or 'full', got 'ful'$"):
+            orbit.Policy("patch:8", **{field: "ful"})
+        assert orbit.Policy("patch:8", **{field: np.int64(3)}) == orbit.Policy("patch:8", **{field: 3})
+        assert orbit.Policy().replace(**{field: np.uint8(5)}) == orbit.Policy().replace(**{field: 5})
+
+
+def test_logit_bias_takes_numpy_int_keys_and_no_bool(orbit, window):
+    # A numpy integer key was refused ("keys must be token ids (int), got 3"), unlike every other token id.
+    biased = window.generate([1, 2], max_tokens=3, logit_bias={np.int64(9): 100}).tokens
+    assert biased == window.generate([1, 2], max_tokens=3, logit_bias={9: 100}).tokens == [9, 9, 9]
+    with pytest.raises(TypeError, match="^generate: logit_bias keys must be token ids \\(int\\), got True$"):
+        window.generate([1, 2], max_tokens=1, logit_bias={True: 1})

@@ -103,6 +103,26 @@ py::array torch_integers_to_numpy(py::handle tensor, const char* what) {
   return t.attr("contiguous")().attr("numpy")();
 }
 
+// A bool (Python's or numpy's) among a sequence's elements, nested lists and tuples included, raises TypeError
+// naming its index ("detokenize: tokens[1]: expected int, got bool"): numpy.asarray([True, 2]) reads it as 1.
+// One pointer test per int; a sequence numpy cannot read is left to numpy.asarray to refuse.
+void refuse_bools(py::handle sequence, const std::string& what) {
+  const py::object items = py::reinterpret_steal<py::object>(PySequence_Fast(sequence.ptr(), "not a sequence"));
+  if (!items) {
+    PyErr_Clear();
+    return;
+  }
+  const py::ssize_t n = PySequence_Fast_GET_SIZE(items.ptr());
+  PyObject** item = PySequence_Fast_ITEMS(items.ptr());
+  for (py::ssize_t i = 0; i < n; ++i) {
+    if (PyLong_CheckExact(item[i])) continue;
+    if (PyBool_Check(item[i]) || is_numpy_bool(item[i])) {
+      throw py::type_error(what + "[" + std::to_string(i) + "]: expected int, got bool");
+    }
+    if (PyList_Check(item[i]) || PyTuple_Check(item[i])) refuse_bools(item[i], what + "[" + std::to_string(i) + "]");
+  }
+}
+
 // Integer data (numpy array, torch tensor or nested sequence) as a C-contiguous int64 numpy array.
 py::array integer_array(py::handle obj, const char* what) {
   py::array a;
@@ -114,6 +134,7 @@ py::array integer_array(py::handle obj, const char* what) {
     throw py::type_error(std::string(what) + ": expected a sequence of ints, a numpy array or a torch tensor, got " +
                          type_name(obj));
   } else {
+    refuse_bools(obj, what);
     try {
       a = numpy().attr("asarray")(obj);
     } catch (py::error_already_set& e) {

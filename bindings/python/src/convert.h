@@ -7,7 +7,9 @@
 //
 // A Borrowed keeps the Python objects a TensorView points into alive for one call: CPU C-contiguous
 // arrays and tensors are borrowed without a copy; anything else is copied once into a contiguous array.
-// Bad input raises TypeError (wrong type or dtype) or ValueError (wrong shape) naming the argument.
+// Bad input raises TypeError (wrong type or dtype) or ValueError (wrong shape) naming the argument; a bool
+// element of a list or tuple (numpy would read True as 1) TypeError naming its index ("detokenize: tokens[0]:
+// expected int, got bool"), as a bool numpy array or tensor is refused by its dtype.
 #pragma once
 
 #include <pybind11/numpy.h>

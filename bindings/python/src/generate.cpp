@@ -20,8 +20,8 @@ namespace orbit_py {
 
 namespace {
 
-// generate's logit_bias: a dict of token id (int, or a str of one as OpenAI's JSON has) to a number. The
-// ranges are the SDK's to check (GenerateOptions::logit_bias).
+// generate's logit_bias: a dict of token id (int or numpy integer, or a str of one as OpenAI's JSON has) to a
+// number. The ranges are the SDK's to check (GenerateOptions::logit_bias).
 std::map<int64_t, double> to_logit_bias(const py::object& obj) {
   if (!py::isinstance<py::dict>(obj)) {
     throw py::type_error("generate: logit_bias must be a dict {token id: bias}, got " +
@@ -30,8 +30,8 @@ std::map<int64_t, double> to_logit_bias(const py::object& obj) {
   std::map<int64_t, double> out;
   for (const auto& [key, value] : obj.cast<py::dict>()) {
     int64_t token = 0;
-    if (py::isinstance<py::int_>(key) && !py::isinstance<py::bool_>(key)) {
-      token = key.cast<int64_t>();
+    if (is_integer(key)) {  // an int or a numpy integer, not a bool (refused below, as other types)
+      token = to_int(key, "generate: logit_bias key");
     } else if (py::isinstance<py::str>(key)) {
       const std::string text = utf8_arg(key, "generate: logit_bias key");
       std::size_t used = 0;

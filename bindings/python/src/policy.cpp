@@ -66,14 +66,16 @@ int64_t count(py::handle v, const char* field, int64_t lo = 0) {
 }
 
 // A rank: a positive int, or "full" (every singular direction). A negative int is refused: -1 read as
-// "full" turned a typo such as rank=-1 into a full-rank patch without a word.
+// "full" turned a typo such as rank=-1 into a full-rank patch without a word. The int is read as the counts
+// are (to_int: an int or a numpy integer, never a bool: "WindowPolicy.rank: expected int, got bool"); a str
+// other than "full" is refused naming both forms.
 int64_t rank(py::handle v, const char* field) {
-  if (py::isinstance<py::str>(v) && v.cast<std::string>() == "full") return -1;
-  if (py::isinstance<py::bool_>(v) || !py::isinstance<py::int_>(v)) {
+  if (py::isinstance<py::str>(v)) {
+    if (v.cast<std::string>() == "full") return -1;
     throw py::type_error(std::string("WindowPolicy.") + field + ": expected a positive int or 'full', got " +
                          std::string(py::repr(v)));
   }
-  const int64_t r = v.cast<int64_t>();
+  const int64_t r = to_int(v, (std::string("WindowPolicy.") + field).c_str());
   if (r < 1) {
     throw py::value_error(std::string("WindowPolicy.") + field + " = " + std::to_string(r) +
                           " must be a positive int or 'full' (every singular direction)");

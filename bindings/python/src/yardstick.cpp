@@ -20,11 +20,14 @@ orbit::planner::PrefixCacheOptions options(const IntArg& capacity_tokens, const 
   return o;
 }
 
+// `what` names the call in errors ("RadixCache.read: prompt[0]: expected int, got bool").
 template <class Cache>
-int64_t read(Cache& cache, const std::vector<int64_t>& prompt, const std::vector<int64_t>& generated) {
-  std::vector<int64_t> tokens = prompt;
+int64_t read(Cache& cache, const py::object& prompt_in, const py::object& generated_in, const std::string& what) {
+  std::vector<int64_t> tokens = to_tokens(prompt_in, (what + ": prompt").c_str());
+  const std::size_t prompt_size = tokens.size();
+  const std::vector<int64_t> generated = to_tokens(generated_in, (what + ": generated").c_str());
   tokens.insert(tokens.end(), generated.begin(), generated.end());
-  return cache.read(tokens, prompt.size()).forwarded;
+  return cache.read(tokens, prompt_size).forwarded;
 }
 
 }  // namespace
@@ -41,10 +44,10 @@ first); 0 = unbounded.)")
            py::arg("capacity_tokens") = 0)
       .def(
           "read",
-          [](orbit::planner::RadixCache& c, const std::vector<int64_t>& prompt, const std::vector<int64_t>& generated) {
-            return read(c, prompt, generated);
+          [](orbit::planner::RadixCache& c, const py::object& prompt, const py::object& generated) {
+            return read(c, prompt, generated, "RadixCache.read");
           },
-          py::arg("prompt"), py::arg("generated") = std::vector<int64_t>{},
+          py::arg("prompt"), py::arg("generated") = py::list(),
           "One model call: the prompt's tokens (window, then query) and the tokens it generated. Returns the "
           "prompt tokens a radix cache forwards for it: those after the longest prefix it holds, and at least the "
           "prompt's last one, whose logits the call needs (as orbit's Generation.prompt_forward_tokens).")
@@ -59,9 +62,10 @@ RadixCache.)")
            py::arg("capacity_tokens") = 0, py::arg("block_tokens") = 16)
       .def(
           "read",
-          [](orbit::planner::BlockPrefixCache& c, const std::vector<int64_t>& prompt,
-             const std::vector<int64_t>& generated) { return read(c, prompt, generated); },
-          py::arg("prompt"), py::arg("generated") = std::vector<int64_t>{}, "As RadixCache.read, in whole blocks.")
+          [](orbit::planner::BlockPrefixCache& c, const py::object& prompt, const py::object& generated) {
+            return read(c, prompt, generated, "BlockPrefixCache.read");
+          },
+          py::arg("prompt"), py::arg("generated") = py::list(), "As RadixCache.read, in whole blocks.")
       .def_property_readonly("size", &orbit::planner::BlockPrefixCache::size, "tokens held");
 }
 
