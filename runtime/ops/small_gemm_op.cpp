@@ -5,6 +5,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "ops/cpu_features.h"
 #include "orbit/common/error.h"
@@ -13,6 +14,36 @@
 #endif
 
 namespace orbit::runtime::ops {
+
+namespace {
+
+// The per-thread buffers reused_cpu_output hands out, at most this many.
+constexpr std::size_t kReusedBuffers = 32;
+// Larger outputs (a long vocabulary's logits) are not kept: their allocation is small beside their product.
+constexpr int64_t kReusedBytes = int64_t{1} << 20;
+
+// Free: nothing but the list holds the tensor, and no view shares its storage.
+bool free_buffer(const at::Tensor& t) { return t.use_count() == 1 && t.storage().use_count() == 1; }
+
+}  // namespace
+
+at::Tensor reused_cpu_output(at::IntArrayRef shape, at::ScalarType dtype) {
+  thread_local std::vector<at::Tensor> buffers;
+  at::Tensor* spare = nullptr;
+  for (at::Tensor& t : buffers) {
+    if (!free_buffer(t)) continue;
+    if (t.scalar_type() == dtype && t.sizes() == shape) return t;
+    if (spare == nullptr) spare = &t;
+  }
+  at::Tensor made = at::empty(shape, at::TensorOptions().dtype(dtype).device(at::kCPU));
+  if (static_cast<int64_t>(made.nbytes()) > kReusedBytes) return made;
+  if (spare != nullptr) {
+    *spare = made;
+  } else if (buffers.size() < kReusedBuffers) {
+    buffers.push_back(made);
+  }
+  return made;
+}
 
 bool small_gemm_takes(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   if (!avx2_kernels_run()) return false;
@@ -30,7 +61,7 @@ at::Tensor small_gemm(const at::Tensor& x, const at::Tensor& weight, const at::T
   const int64_t N = weight.size(0), K = weight.size(1), M = x.numel() / K;
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
   shape.back() = N;
-  at::Tensor y = at::empty(shape, x.options());
+  at::Tensor y = reused_cpu_output(shape, at::kFloat);
   if (M == 0 || N == 0) return y;
 #if defined(ORBIT_CPU_AVX2_KERNELS)
   const at::Tensor xc = x.contiguous();

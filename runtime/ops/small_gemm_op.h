@@ -16,7 +16,15 @@ constexpr int64_t kSmallGemmRows = 16;
 // kSmallGemmRows rows; bias [N] contiguous.
 bool small_gemm_takes(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 
-// x·weightᵀ (+ bias) as at::linear gives it, shape [..., N]; only where small_gemm_takes.
+// An uninitialised contiguous CPU tensor of `shape` and `dtype`, for a caller that writes every element: one
+// of this thread's kept buffers (up to 32) that nothing else holds any more (neither the tensor nor a view
+// of its storage), else a new one, kept (up to 1 MiB) in a free buffer's place or while fewer than 32 are
+// kept. Spares a decode step's small products and norms an allocation each; a result held (a logit row,
+// returned content) is never handed out again while held.
+at::Tensor reused_cpu_output(at::IntArrayRef shape, at::ScalarType dtype);
+
+// x·weightᵀ (+ bias) as at::linear gives it, shape [..., N], in a reused_cpu_output buffer; only where
+// small_gemm_takes.
 at::Tensor small_gemm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 
 }  // namespace orbit::runtime::ops

@@ -41,7 +41,7 @@ constexpr int64_t kFusedCpuMaxHeadDim = 32;
 // each row on its own.
 at::Tensor rms_norm_rows(const at::Tensor& x, const at::Tensor& gain, double eps) {
   const at::Tensor xc = x.contiguous();
-  at::Tensor out = at::empty_like(xc);
+  at::Tensor out = ops::reused_cpu_output(xc.sizes(), at::kFloat);
   const int64_t H = xc.size(-1), rows = xc.numel() / H;
   const float* in = xc.data_ptr<float>();
   const float* g = gain.data_ptr<float>();

@@ -4,7 +4,8 @@
 //   several rows per member, members that see from one key to hundreds (lengths on and off multiples of 8),
 //   peaked and flat softmaxes; buffers read in place at a prefill's strides against their dense copies;
 // - products of a few rows (kernels/cpu/small_gemm_avx2.h, dense()) against at::linear: the model shapes,
-//   widths off multiples of 4, bias, and a row's result the same bits whatever rows share its call.
+//   widths off multiples of 4, bias, and a row's result the same bits whatever rows share its call; their
+//   outputs (and rms_norm's) reused only once nothing holds them.
 // Skipped where the ops do not run these kernels (another CPU, another compiler, ORBIT_CPU_KERNELS=portable).
 #include "orbit_catch.h"
 
@@ -208,6 +209,33 @@ TEST_CASE("dense() over a few rows: the AVX2 product equals at::linear, and a ro
   const at::Tensor scale3 = at::linear(x3.abs(), w3.abs()) + 1;           // the bound above's scale, K = 64
   CHECK(((rt::detail::dense(x3, w3) - at::linear(x3, w3)).abs() / scale3).max().item<double>() < 4e-6);
   CHECK(rt::detail::dense(x3, w3).sizes() == at::IntArrayRef({2, 3, 24}));
+}
+
+// The outputs of dense() and rms_norm() on these paths come from reused buffers (reused_cpu_output): a result
+// still held, or whose storage a view still holds, is never written by a later call; one let go is reused.
+TEST_CASE("dense() and rms_norm() reuse an output only once nothing holds it", "[small_gemm][avx2]") {
+  namespace rt = orbit::runtime;
+  const at::Tensor w = at::randn({23, 64}), x = at::randn({3, 64}), gain = at::randn({64});
+  at::Tensor first = rt::detail::dense(x, w);
+  const void* where = first.data_ptr();
+  const at::Tensor want = first.clone();
+  CHECK(first.use_count() == 2);  // this and the kept buffer
+  at::Tensor second = rt::detail::dense(x * 2, w);
+  CHECK(second.data_ptr() != where);
+  at::Tensor view = first.narrow(0, 1, 1);
+  first.reset();
+  at::Tensor third = rt::detail::dense(x * 3, w);  // the view holds first's storage
+  CHECK(third.data_ptr() != where);
+  CHECK(at::equal(view, want.narrow(0, 1, 1)));
+  view.reset();
+  third.reset();
+  CHECK(rt::detail::dense(x * 4, w).data_ptr() == where);  // let go: reused
+  CHECK(at::equal(second, rt::detail::dense(x * 2, w)));
+  const at::Tensor norm = rt::detail::rms_norm(x, gain, 1e-5), norm_want = norm.clone();
+  CHECK(norm.use_count() == 2);
+  const at::Tensor other = rt::detail::rms_norm(x * 5, gain, 1e-5);
+  CHECK(other.data_ptr() != norm.data_ptr());
+  CHECK(at::equal(norm, norm_want));
 }
 
 TEST_CASE("dense() leaves to BLAS what the small product does not take", "[small_gemm]") {
