@@ -227,16 +227,16 @@ CachedGroup make_cached_group(const BatchPass& b, DecodeCacheState* cache, std::
   const auto rows = static_cast<int64_t>(g.members.size()) * R;
   if (cache->rotate_at_read) {
     g.read_tables = read_tables(b, g);
-  } else if (g.members.size() == 1) {
-    g.new_tables = b.seqs[g.members.front()].rope.query;
-  } else if (g.in_order) {  // the members' rows of the batch's tables, which their own are views of
-    g.new_tables = {b.query_tables.cos.narrow(0, g.first_rows.front(), rows),
-                    b.query_tables.sin.narrow(0, g.first_rows.front(), rows)};
+  } else if (g.in_order) {  // the members' rows of the batch's tables: all of them in a decode step of one cache
+    const ops::RopeTables& t = b.query_tables;
+    g.new_tables = rows == t.cos.size(0) ? t
+                                         : ops::RopeTables{t.cos.narrow(0, g.first_rows.front(), rows),
+                                                           t.sin.narrow(0, g.first_rows.front(), rows)};
   } else {
     std::vector<at::Tensor> cos, sin;
-    for (std::size_t i : g.members) {
-      cos.push_back(b.seqs[i].rope.query.cos);
-      sin.push_back(b.seqs[i].rope.query.sin);
+    for (int64_t first : g.first_rows) {
+      cos.push_back(b.query_tables.cos.narrow(0, first, R));
+      sin.push_back(b.query_tables.sin.narrow(0, first, R));
     }
     g.new_tables = {at::cat(cos, 0), at::cat(sin, 0)};
   }

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "orbit/common/error.h"
 #include "orbit/runtime/model.h"
 #include "orbit/runtime/rope.h"
+#include "rope_table.h"
 
 namespace orbit::runtime {
 
@@ -335,22 +337,42 @@ at::Tensor batch_hidden(const Model& m, std::vector<SequencePass>& seqs, const s
   return xs.size() == 1 ? xs.front() : at::cat(xs, 0);
 }
 
-// The computed tokens' query angles' cos/sin of every sequence in batch order [N, rotary_dim/2], and each
-// sequence's rows of them as its rope.query. One angle computation for the batch, except under dynamic NTK,
-// whose frequencies depend on each sequence's window length.
-ops::RopeTables batch_query_rope(const Model& m, std::vector<SequencePass>& seqs) {
+// Every sequence's computed tokens' 1-D positions in batch order, or nullopt when one has a grid.
+std::optional<std::vector<int64_t>> flat_positions(const std::vector<SequencePass>& seqs) {
+  std::vector<int64_t> all;
+  for (const SequencePass& s : seqs) {
+    const at::Tensor p = computed_positions(s.positions, s.recompute);
+    if (p.dim() != 1 || p.scalar_type() != at::kLong || !p.is_cpu()) return std::nullopt;
+    const at::Tensor c = p.contiguous();
+    const int64_t* data = c.data_ptr<int64_t>();
+    all.insert(all.end(), data, data + c.size(0));
+  }
+  return all;
+}
+
+// The computed tokens' query angles' cos/sin of every sequence in batch order [N, rotary_dim/2]. On the CPU
+// with 1-D positions they are rows of the model's table (rope_table.h), bit for bit the angles' own; else
+// one angle computation for the batch, except under dynamic NTK, whose frequencies depend on each sequence's
+// window length.
+ops::RopeTables batch_query_rope(const Model& m, const std::vector<SequencePass>& seqs, RopeTableCache* table) {
   const ModelConfig& c = m.config();
   const at::ScalarType dtype = ops::rope_table_dtype(m.dtype());
+  if (table != nullptr && m.device().is_cpu() && RopeTableCache::applies(c.rope)) {
+    if (const auto positions = flat_positions(seqs)) {
+      if (auto rows = table->gather(c.rope, *positions, dtype)) return *std::move(rows);
+    }
+  }
   if (c.rope.scaling == RopeScaling::kDynamicNtk) {
     std::vector<at::Tensor> cos, sin;
-    for (SequencePass& s : seqs) {
+    for (const SequencePass& s : seqs) {
       const at::Tensor angles =
           rope_angles(c.rope, computed_positions(s.positions, s.recompute).to(m.device()), s.window_len);
-      s.rope.query = ops::rope_tables(angles, dtype, m.device());
-      cos.push_back(s.rope.query.cos);
-      sin.push_back(s.rope.query.sin);
+      const ops::RopeTables t = ops::rope_tables(angles, dtype, m.device());
+      cos.push_back(t.cos);
+      sin.push_back(t.sin);
     }
-    return cos.size() == 1 ? seqs.front().rope.query : ops::RopeTables{at::cat(cos, 0), at::cat(sin, 0)};
+    return cos.size() == 1 ? ops::RopeTables{cos.front(), sin.front()}
+                           : ops::RopeTables{at::cat(cos, 0), at::cat(sin, 0)};
   }
   // An M-RoPE model may mix 1-D positions (p read as the grid column (p, p, p)) with grids.
   const bool grids =
@@ -361,14 +383,7 @@ ops::RopeTables batch_query_rope(const Model& m, std::vector<SequencePass>& seqs
     positions.push_back(grids && p.dim() == 1 ? p.unsqueeze(0).expand({3, p.size(0)}) : p);
   }
   const at::Tensor all = positions.size() == 1 ? positions.front() : at::cat(positions, -1);
-  const ops::RopeTables tables =
-      ops::rope_tables(rope_angles(c.rope, all.to(m.device()), seqs.front().window_len), dtype, m.device());
-  int64_t row = 0;
-  for (SequencePass& s : seqs) {
-    s.rope.query = {tables.cos.narrow(0, row, s.rows), tables.sin.narrow(0, row, s.rows)};
-    row += s.rows;
-  }
-  return tables;
+  return ops::rope_tables(rope_angles(c.rope, all.to(m.device()), seqs.front().window_len), dtype, m.device());
 }
 
 // prepare_sequence for every sequence; in a batch of several, an error names the sequence.
@@ -407,7 +422,7 @@ std::vector<ForwardResult> Model::forward_batch(const std::vector<SequenceForwar
     b.total_rows += s.rows;
   }
   at::Tensor x = detail::batch_hidden(*this, b.seqs, batch);
-  b.query_tables = detail::batch_query_rope(*this, b.seqs);
+  b.query_tables = detail::batch_query_rope(*this, b.seqs, rope_table_.get());
   b.grouped = !device_.is_cuda();
   if (b.grouped) b.groups = detail::make_groups(b);
   b.cached = detail::make_cached_groups(b);

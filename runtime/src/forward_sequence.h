@@ -75,10 +75,10 @@ struct Recompute {
 // The selection for T input tokens, options.recompute and options.cached (for `num_layers` layers) checked.
 Recompute select_recomputed(const Model& m, const ForwardOptions& options, int64_t T, int64_t num_layers);
 
-// cos/sin of the computed tokens' angles and of every key token's (undefined with a paged past, whose
-// kernel rotates in place): every layer rotates by the same angles.
+// cos/sin of every key token's angles (undefined with a paged past, whose kernel rotates in place, or a
+// decode cache's): every layer rotates by the same angles. The computed tokens' are the batch's
+// BatchPass::query_tables, rows first_row[i] onwards.
 struct ForwardRope {
-  ops::RopeTables query;
   ops::RopeTables key;
 };
 
@@ -114,7 +114,7 @@ struct SequencePass {
   at::Tensor x;                      // the computed tokens' input hidden states [R, hidden] (moved into the batch);
                                      // undefined for tokens all computed, which the batch embeds in one lookup
   at::Tensor query_index;            // int64 [R]: the last key index each computed token sees
-  ForwardRope rope;                  // query: views of the batch's tables (set by the batch)
+  ForwardRope rope;                  // the key tables
   std::unique_ptr<PagedPlan> paged;  // a paged past the kernel reads in place, else null
   at::Tensor positions;              // the input's positions ([T], or [3, T])
   int64_t window_len = 0;            // the RoPE window length (dynamic NTK)

@@ -19,6 +19,7 @@
 #include "orbit/runtime/paged_past.h"
 #include "orbit/runtime/rope.h"
 #include "orbit/runtime/weights.h"
+#include "rope_table.h"
 
 namespace orbit::runtime {
 
@@ -90,6 +91,7 @@ Model::Model(ModelConfig config, ModelWeights weights, std::string origin)
   dtype_ = weights_.embed.scalar_type();
   // A forward on the CPU frees megabytes the next one allocates again: keep them mapped (host_memory.h).
   if (device_.is_cpu()) detail::keep_freed_host_memory();
+  rope_table_ = std::make_shared<detail::RopeTableCache>();
   ORBIT_CHECK(dtype_ == at::kFloat || dtype_ == at::kBFloat16 || dtype_ == at::kHalf,
               origin_ << ": weights are " << dtype_ << "; the compute dtype must be float32, bfloat16 or float16");
   const at::TensorOptions where = at::TensorOptions().dtype(dtype_).device(device_);

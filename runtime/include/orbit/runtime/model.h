@@ -43,6 +43,9 @@ struct LayerKV {
 
 struct PagedPast;   // paged_past.h
 class DecodeCache;  // decode_cache.h
+namespace detail {
+class RopeTableCache;  // rope_table.h (runtime/src)
+}
 
 // KV of tokens that precede the input, in content form. positions: int64 [T_past], or [3, T_past]
 // for M-RoPE models (a 1-D tensor there means t = h = w). With `paged` set, the first
@@ -211,6 +214,8 @@ class Model {
   std::string fingerprint_;
   c10::Device device_ = c10::Device(c10::kCPU);
   c10::ScalarType dtype_ = c10::kFloat;
+  // RoPE cos/sin per position for the CPU forward's queries, grown as positions are seen (shared by copies).
+  std::shared_ptr<detail::RopeTableCache> rope_table_;
 };
 
 // Checks `positions` (int64 [T], or [3, T] for an M-RoPE config) against the model limit, every
