@@ -316,7 +316,16 @@ RunOutcome RequestPath::run(RunTicket& ticket, const RunSink& sink) {
     out = ticket.prepared_->chat ? run_chat(*ticket.prepared_, sink) : run_completion(*ticket.prepared_, sink);
   } catch (const Error& e) {
     out = RunOutcome{};
-    out.error = api_error(500, std::string("the engine failed: ") + e.what(), "server_error", "engine_error");
+    if (context_.closing) {
+      // The server's close ended the engine under this run (a second signal ends the drain at once): the
+      // answer was cut by the shutdown, which is what the client is told, not an engine failure.
+      out.error = api_error(503,
+                            std::string("the server shut down before this answer was complete (") + e.what() +
+                                "); send the request again",
+                            "server_error", "server_shutdown");
+    } else {
+      out.error = api_error(500, std::string("the engine failed: ") + e.what(), "server_error", "engine_error");
+    }
   }
   ticket.prepared_.reset();  // the window back to its session
   ticket.error_ = api_error(500, "serve: this request has run already", "server_error");
