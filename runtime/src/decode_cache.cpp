@@ -86,10 +86,10 @@ void DecodeCacheState::fit_kept() {
   for (std::size_t s = 0; s < lengths.size(); ++s) {
     if (lengths[s] >= 0) longest = std::max(longest, kept_rows(static_cast<int64_t>(s)));
   }
-  if (longest == 0) {  // reserve_kept makes them again for the next row kept
-    kept_k.clear();
-    kept_v.clear();
-    kept_capacity = 0;
+  if (longest == 0) {
+    // Kept while the burst's keeping slots kept a quarter of their rows; stale rows are never read (a slot's
+    // kept row is read only once a forward wrote it). Else reserve_kept makes them again for the next row kept.
+    if (kept_capacity > 4 * burst_kept) release_kept();
     return;
   }
   if (longest > kept_capacity / 4) return;
@@ -99,6 +99,12 @@ void DecodeCacheState::fit_kept() {
     kept_v[l] = kept_v[l].narrow(1, 0, new_capacity).contiguous();
   }
   kept_capacity = new_capacity;
+}
+
+void DecodeCacheState::release_kept() {
+  kept_k.clear();
+  kept_v.clear();
+  kept_capacity = 0;
 }
 
 void DecodeCacheState::fit_main() {
@@ -112,10 +118,11 @@ void DecodeCacheState::fit_main() {
     // Kept for the next burst when the one that ended needed a quarter of them in each dimension, else
     // released (reserve makes them again for the next slot opened). Stale rows stay finite.
     const bool keep = slots <= 4 * burst_slots && capacity <= 4 * std::max<int64_t>(burst_rows, 1);
-    burst_slots = burst_rows = 0;
+    burst_slots = burst_rows = burst_kept = 0;
     lengths.clear();
     kept_from.clear();
     if (keep) return;
+    release_kept();  // their slots go with the main buffers'
     for (std::size_t l = 0; l < keys.size(); ++l) keys[l] = values[l] = at::Tensor();
     positions = at::Tensor();
     slots = capacity = 0;
@@ -254,6 +261,7 @@ void DecodeCache::close(int64_t slot) {
   detail::DecodeCacheState& s = *state_;
   s.burst_slots = std::max(s.burst_slots, slot + 1);
   s.burst_rows = std::max(s.burst_rows, s.lengths[static_cast<std::size_t>(slot)]);
+  s.burst_kept = std::max(s.burst_kept, s.kept_rows(slot));
   s.lengths[static_cast<std::size_t>(slot)] = -1;
   s.fit_kept();
   s.fit_main();

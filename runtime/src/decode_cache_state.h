@@ -28,8 +28,9 @@ struct DecodeCacheState {
   std::vector<at::Tensor> kept_k, kept_v;
   int64_t kept_capacity = 0;
   std::vector<int64_t> kept_from;  // per slot: its first kept row; -1: keeps none
-  // What the slots closed since the cache was last empty needed: the most slots (last index + 1) and rows.
-  int64_t burst_slots = 0, burst_rows = 0;
+  // What the slots closed since the cache was last empty needed: the most slots (last index + 1), rows, and
+  // rows kept (kept_rows) by one slot.
+  int64_t burst_slots = 0, burst_rows = 0, burst_kept = 0;
 
   static DecodeCacheState& of(DecodeCache& cache) { return *cache.state_; }
 
@@ -38,10 +39,13 @@ struct DecodeCacheState {
   void reserve(int64_t slots_needed, int64_t capacity_needed);
   // Grows the kept content's buffers (doubling) to hold `rows_needed` rows of every slot the buffers have.
   void reserve_kept(int64_t rows_needed);
-  // After a slot closes: the kept buffers released when no open slot keeps a row, else shrunk to twice the
-  // longest kept once that is at most a quarter of their rows (so one long answer does not hold its memory
-  // for every later one).
+  // After a slot closes: the kept buffers' rows fitted by the main buffers' rule (fit_main). While an open
+  // slot keeps rows, shrunk to twice the longest kept once that is at most a quarter of their rows (so one
+  // long answer does not hold its memory for every later one). When no open slot keeps a row, kept for the
+  // next keeping slot if the slots closed since the cache was last empty kept at least a quarter of their
+  // rows (burst_kept), else released. Their slots follow the main buffers' (fit_main releases both).
   void fit_kept();
+  void release_kept();
   // After a slot closes (and fit_kept): the main buffers (keys, values, positions, and the kept buffers'
   // slots) fitted. While a slot is open, each dimension is shrunk to twice what the open slots use once that
   // is at most a quarter of it: slots to twice the last open slot's index + 1 (slot numbers stay; the free
@@ -51,6 +55,9 @@ struct DecodeCacheState {
   // burst that ended (the slots closed since the cache was last empty) needed at least a quarter of them in
   // both dimensions (burst_slots, burst_rows), and released otherwise: an idle cache holds at most about
   // four times what its last burst used, and a small burst after a large one gives the large buffers back.
+  // The kept buffers, which fit_kept may have kept, go with released main buffers (their slots are the main
+  // buffers'), so an idle cache's kept rows are at most about four times the most one slot of its last burst
+  // kept, over the same slots.
   void fit_main();
   void check_open(int64_t slot, const char* what) const;
   // Rows of `slot` kept (content form) from kept_from on; 0 when it keeps none.

@@ -4,7 +4,8 @@
 // step the logits and content a plain forward over the same past gives, within the float32 bound
 // (float_tolerance.h), for every attention family, M-RoPE and dynamic-NTK RoPE (keys rotated when read);
 // slots opened with keep_content keep exactly the content the forwards returned (a fork's copied, a reused
-// slot's dropped), in buffers that shrink as keeping slots close and go once none keeps; the main buffers
+// slot's dropped), in buffers that shrink as keeping slots close, stay for the next burst that keeps as
+// much (written over their stale rows) and go after a smaller one; the main buffers
 // shrink when a large batch ends (the slot left decoding bit for bit as before), stay for the next burst
 // when the last slot of one that used a quarter of them closes, and go after a burst that used less;
 // and misuse is refused by name.
@@ -244,14 +245,88 @@ TEST_CASE("decode cache: kept content shrinks and is released as slots close", "
   REQUIRE(cache.kept_rows(short_one) == 4);
   same(cache.kept(short_one, 0, 4), shorter.content);
   cache.close(short_one);
-  const int64_t none_kept = cache.bytes();
-  CHECK(none_kept < one_short_kept);  // released
+  // No open slot keeps a row, but a slot of this burst kept 200: the 8 rows stay for the next keeping slot.
+  CHECK(cache.bytes() == one_short_kept);
   const int64_t again = cache.open(nullptr, true);
   const ForwardResult kept_again = forward(again, 3, 4);
   REQUIRE(cache.kept_rows(again) == 3);
-  same(cache.kept(again, 0, 3), kept_again.content);
-  CHECK(cache.bytes() > none_kept);
+  same(cache.kept(again, 0, 3), kept_again.content);  // written over the stale rows
+  CHECK(cache.bytes() == one_short_kept);             // not grown again
   CHECK(cache.length(plain) == 4);
+  cache.close(again);
+  cache.close(plain);
+  CHECK(cache.bytes() == one_short_kept);  // the burst used them: kept, main and kept buffers
+  const int64_t small = cache.open(nullptr, true);
+  const ForwardResult small_result = forward(small, 1, 5);
+  same(cache.kept(small, 0, 1), small_result.content);
+  cache.close(small);
+  CHECK(cache.bytes() == 0);  // a burst of 1 row in buffers of 8: both released
+}
+
+// Bursts of the same size reuse the kept buffers: a burst of keeping slots that ends leaves them (and the
+// main buffers) for the next, whose slots keep, over the stale rows, exactly what their forwards returned,
+// without growing them; a smaller burst after them releases both.
+TEST_CASE("decode cache: kept content stays for the next burst of the same size", "[decode_cache]") {
+  const auto m = load_model(orbit::test::stories_path());
+  DecodeCache cache(*m);
+  int64_t held = 0;
+  for (int64_t burst = 0; burst < 3; ++burst) {
+    INFO("burst " << burst);
+    std::vector<int64_t> slots;
+    std::vector<std::vector<LayerKV>> returned(4);
+    for (int64_t i = 0; i < 4; ++i) slots.push_back(cache.open(nullptr, true));
+    for (int64_t step = 0; step < 3; ++step) {  // a 20-token query, then two single tokens
+      for (std::size_t i = 0; i < slots.size(); ++i) {
+        ForwardInput in;
+        in.tokens = case_tokens(*m, step == 0 ? 20 : 1, 100 * burst + 10 * step + static_cast<int64_t>(i));
+        PastKV p = cache.past(slots[i]);
+        append(returned[i], m->forward(in, &p).content);
+      }
+    }
+    if (burst > 0) CHECK(cache.bytes() == held);  // not grown again
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      REQUIRE(cache.kept_rows(slots[i]) == 22);
+      const std::vector<LayerKV> kept = cache.kept(slots[i], 0, 22);
+      for (std::size_t l = 0; l < kept.size(); ++l) {
+        CHECK(at::equal(kept[l].k, returned[i][l].k));
+        CHECK(at::equal(kept[l].v, returned[i][l].v));
+      }
+    }
+    if (burst == 0) held = cache.bytes();
+    for (int64_t slot : slots) cache.close(slot);
+    CHECK(cache.bytes() == held);  // kept whole for the next burst
+  }
+  const int64_t one = cache.open(nullptr, true);
+  ForwardInput in;
+  in.tokens = case_tokens(*m, 3, 7);
+  PastKV p = cache.past(one);
+  const ForwardResult r = m->forward(in, &p);
+  const std::vector<LayerKV> kept = cache.kept(one, 0, 3);
+  CHECK(at::equal(kept.back().v, r.content.back().v));
+  cache.close(one);
+  CHECK(cache.bytes() == 0);  // 3 rows of one slot in buffers of 22 rows of 4: released
+  // A burst of 8 slots, then one of a single slot keeping as many rows: the main buffers' 8 slots are too
+  // many for it, and the kept buffers, whose slots are theirs, go with them.
+  auto burst = [&](int64_t count, int64_t seed) {
+    std::vector<int64_t> slots;
+    for (int64_t i = 0; i < count; ++i) slots.push_back(cache.open(nullptr, i == 0));
+    std::vector<LayerKV> first;
+    for (int64_t i = 0; i < count; ++i) {
+      ForwardInput input;
+      input.tokens = case_tokens(*m, 5, seed + i);
+      PastKV past = cache.past(slots[static_cast<std::size_t>(i)]);
+      const ForwardResult result = m->forward(input, &past);
+      if (i == 0) first = result.content;
+    }
+    const std::vector<LayerKV> got = cache.kept(slots.front(), 0, 5);
+    for (std::size_t l = 0; l < got.size(); ++l) CHECK(at::equal(got[l].k, first[l].k));
+    for (int64_t slot : slots) cache.close(slot);
+  };
+  burst(8, 200);
+  CHECK(cache.bytes() > 0);
+  burst(1, 300);
+  CHECK(cache.bytes() == 0);
+  burst(1, 400);  // grown again from nothing
 }
 
 namespace {
@@ -294,7 +369,7 @@ void check_shrink(const Model& m, const std::string& name) {
   same(forward(cache, later, 50, 40), forward(alone, later_alone, 50, 40));
   same(forward(cache, kept, 1, 41), forward(alone, kept_alone, 1, 41));
   CHECK(cache.open_slots() == 2);
-  cache.close(kept);  // the last slot keeping content: the kept buffers go
+  cache.close(kept);  // the last slot keeping content: the kept buffers stay (the burst kept 60 rows)
   const int64_t last = cache.bytes();
   cache.close(later);
   CHECK(cache.bytes() == last);  // the burst used 16 slots of 60 rows: kept whole for the next one
@@ -303,7 +378,7 @@ void check_shrink(const Model& m, const std::string& name) {
   same(forward(cache, reopened, 5, 50), forward(alone, alone.open(nullptr), 5, 50));  // over stale rows
   CHECK(cache.bytes() == last);                                                       // not grown again
   cache.close(reopened);
-  CHECK(cache.bytes() == 0);  // a burst of 5 rows in buffers of 50: released
+  CHECK(cache.bytes() == 0);  // a burst of 5 rows in buffers of 50: released, the kept buffers with them
 }
 
 }  // namespace

@@ -21,8 +21,12 @@
 // A slot opened with keep_content also keeps the rows forwards append to it in content form, in two more
 // buffers per layer, [slots, kept capacity, heads, dim] (content_k_shape / content_v_shape), written with
 // the attention-form rows (one index_copy per layer and group): what a decode saves for exact reuse. They
-// grow by doubling and are fitted when a slot closes: released once no open slot keeps a row, else shrunk
-// to twice the longest kept once that is at most a quarter of their rows.
+// grow by doubling and are fitted when a slot closes by the same rule: while an open slot keeps rows,
+// shrunk to twice the longest kept once that is at most a quarter of their rows; once none does, kept for
+// the next keeping slot if the slots closed since the cache was last empty kept at least a quarter of
+// their rows (the most one slot kept), else released; and released with the main buffers. So a burst of
+// sessions like the last does not grow them again, and an idle cache keeps at most about four times the
+// rows one slot of its last burst kept, over the main buffers' slots.
 //
 // Thread-safety: none. One thread uses a cache, and runs the forwards that read it, at a time.
 #pragma once
