@@ -268,6 +268,9 @@ TEST_CASE("serve: tool calls are held back from the stream and read when the ans
   const nlohmann::json body = sv::chat_completion({"chatcmpl-1", 1, "m"}, c);
   CHECK(body["choices"][0]["finish_reason"] == "length");
   CHECK(body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == R"({"q":"ca)");
+  // Every message has refusal: null, as OpenAI's do (the openai client's ChatCompletionMessage requires it).
+  const nlohmann::json& message = body["choices"][0]["message"];
+  CHECK((message.contains("refusal") && message["refusal"].is_null()));
   // The same text ended by a stop token is no call: it stays content, as before.
   sv::ToolCallStream stopped(orbit::ToolCallFormat::kHermes, false);
   sv::RunResult s;

@@ -94,6 +94,9 @@ TEST_CASE("responses: bodies and stream events carry text and tool calls", "[ser
   CHECK(incomplete["status"] == "incomplete");
   CHECK(incomplete["incomplete_details"]["reason"] == "max_output_tokens");
   CHECK(incomplete["output"][0]["status"] == "incomplete");
+  // completed_at only on a completed response (OpenAI: "Only present when the status is completed").
+  CHECK(body["completed_at"].is_number_integer());
+  CHECK((incomplete.contains("completed_at") && incomplete["completed_at"].is_null()));
   // A call max_output_tokens cut: its item is incomplete, with the arguments written so far; the calls before
   // it are complete.
   sv::RunResult cut_call = answer_with_calls("");

@@ -108,7 +108,8 @@ json response_body(const ResponseHead& head, const RunResult* result) {
   const bool cut = responses_bodies::incomplete(*result);
   body["status"] = cut ? "incomplete" : "completed";
   if (cut) body["incomplete_details"] = {{"reason", "max_output_tokens"}};
-  body["completed_at"] = static_cast<int64_t>(std::time(nullptr));
+  // As OpenAI has it: completed_at only on a completed response; an incomplete one keeps null.
+  if (!cut) body["completed_at"] = static_cast<int64_t>(std::time(nullptr));
   if (responses_bodies::has_reasoning(*result)) {
     body["output"].push_back(
         responses_bodies::reasoning_item(head, *result->reasoning, responses_bodies::reasoning_status(*result), true));

@@ -8,7 +8,7 @@
 //    truncation, user?}
 //   status          "completed"; "incomplete" with incomplete_details {reason: "max_output_tokens"} when the
 //                   answer was cut by max_output_tokens (or the server's default); "in_progress" before the
-//                   run
+//                   run. completed_at (Unix seconds) only when completed, else null, as OpenAI documents it
 //   output          {type: "reasoning", id: "rs_...", summary: [], content: [{type: "reasoning_text", text}],
 //                   status} first, under a reasoning parser when the answer has reasoning (run/reasoning.h);
 //                   {type: "message", id: "msg_...", status, role: "assistant", content: [{type:

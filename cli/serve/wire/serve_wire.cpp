@@ -94,7 +94,9 @@ namespace {
 
 // One choice of a chat completion: {index, message, logprobs, finish_reason}.
 json chat_choice(int64_t index, const RunResult& result) {
-  json message = {{"role", "assistant"}, {"content", result.text}};
+  // refusal: null, as OpenAI writes it on every message (the openai client's type has it required): the model's
+  // answer is never a refusal here.
+  json message = {{"role", "assistant"}, {"content", result.text}, {"refusal", nullptr}};
   // As OpenAI answers a call without text, and reasoning parsers an answer that is all reasoning.
   if (result.text.empty() && (!result.tool_calls.empty() || result.reasoning)) message["content"] = nullptr;
   if (!result.tool_calls.empty()) message["tool_calls"] = tool_calls_json(result.tool_calls);

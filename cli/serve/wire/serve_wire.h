@@ -19,9 +19,9 @@ struct ResponseIds {
   std::string model;
 };
 
-// {"object": "chat.completion", "choices": [{"index", "message": {"role": "assistant", "content", "tool_calls"?,
-// "reasoning_content"?}, "logprobs", "finish_reason"}], "usage"}: content null when the answer is only tool
-// calls; under a reasoning parser (RunResult::reasoning set) reasoning_content is the reasoning (null when it
+// {"object": "chat.completion", "choices": [{"index", "message": {"role": "assistant", "content", "refusal": null,
+// "tool_calls"?, "reasoning_content"?}, "logprobs", "finish_reason"}], "usage"}: content null when the answer is only
+// tool calls; under a reasoning parser (RunResult::reasoning set) reasoning_content is the reasoning (null when it
 // wrote none) and content null when empty; with n > 1 one choice per RunResult (the result itself, then its
 // extra_choices), indexed 0..n-1
 nlohmann::json chat_completion(const ResponseIds& ids, const RunResult& result);
