@@ -157,11 +157,28 @@ class KeyLog {
 
   // Tokens (ids into `trie`'s vocabulary) that a walk from `state` may refuse where the grammar allows them:
   // those that can close a free key (they hold enough '"'; returned, a list of `trie`'s), and, inside a key
-  // that could become one the object has, those that write a prefix of its rest (appended to `out`). `all`
-  // is set instead when every token must be asked (a key near its maxLength that may repeat one). No other
-  // token repeats a key.
+  // that could become one the object has, those that write a prefix of its rest (appended to `out`), and
+  // where the grammar has an object with few keys that no stack holds yet, those that may open one and a key
+  // in it (VocabTrie::braced_quotes, appended to `out`). `all` is set instead when every token must be asked
+  // (a key near its maxLength that may repeat one). No other token is refused or drops a stack.
   const std::vector<int32_t>& suspects(const StateSet& state, std::string_view text, const VocabTrie& trie,
                                        std::vector<int32_t>& out, bool& all) const;
+
+  // Where a walk from `state` can refuse a token that holds one '"' and no '\\' only at that quote, by closing
+  // a plain key (kString) its object has logged: no object of a stack has few keys (a ',' or an opening quote
+  // may be refused; an object the token opens is one only where it holds a '{' before its quote, which
+  // suspects() lists apart) or a key node that refuses inside a key (a pattern's, or a string's that a token
+  // can fill to its maxLength). Then `objects` are the objects of the stacks inside a free key and `prefix` that key's
+  // bytes from its opening quote; the token's bytes up to its quote close it. `applies` false: every suspect is walked.
+  struct OneQuote {
+    bool applies = false;
+    std::string prefix;
+    std::vector<uint32_t> objects;
+  };
+  OneQuote one_quote(const StateSet& state, std::string_view text, int64_t max_token_bytes) const;
+  // Whether `bytes`, a token holding one '"' and no '\\', may be refused where `q` applies: the key its quote
+  // closes is one an object of `q` has logged, or is spelled otherwise than json_quote() writes it.
+  bool one_quote_repeats(const OneQuote& q, std::string_view bytes) const;
 
  private:
   // The stack [f, f + n) after the byte at offset `at` of text + walked: stamps its objects; false when it

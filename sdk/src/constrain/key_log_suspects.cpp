@@ -76,9 +76,55 @@ const std::vector<int32_t>& KeyLog::suspects(const StateSet& state, std::string_
       trie.prefixes_of(std::string_view(*it).substr(prefix.size()), out);
     }
   }
+  // An object the token opens may have few keys: its first key's opening quote may be refused (an extra key
+  // first, where its extra keys alone cannot reach minProperties) with no key written anywhere.
+  if (g_.few_keys && !few) out.insert(out.end(), trie.braced_quotes().begin(), trie.braced_quotes().end());
   // Where some object has a key, a token that holds a '"' may close one again, or open one with nothing
   // left; where none has, only one that writes two keys (three quotes inside a key, four outside) repeats.
   return trie.quotes_or_commas(few || !keys_.empty() ? 1 : in_key ? 3 : 4, few);
+}
+
+KeyLog::OneQuote KeyLog::one_quote(const StateSet& state, std::string_view text, int64_t max_token_bytes) const {
+  OneQuote q;
+  for (std::size_t s = 0; s < state.size(); ++s) {
+    const std::size_t n = state.length(s);
+    const Frame* f = state.begin(s);
+    for (std::size_t j = 0; j < n; ++j) {  // a key the token opens is one of these objects' (or a fresh one's)
+      const Node& node = g_.at(static_cast<int32_t>(f[j].node));
+      if (has_few_keys(node)) return {};
+      if (!is_object(node)) continue;
+      const Node* key = key_node(node);
+      if (key != nullptr && (key->kind != NodeKind::kString || key->max_count <= max_token_bytes)) return {};
+    }
+    if (n < 2 || f[n - 2].start == kNoStart) continue;
+    const Node* key = free_key(f[n - 2]);
+    if (key != &g_.at(static_cast<int32_t>(f[n - 1].node))) continue;
+    if (key->kind != NodeKind::kString || static_cast<int64_t>(f[n - 1].a) + max_token_bytes >= key->max_count ||
+        text.empty()) {
+      return {};
+    }
+    q.objects.push_back(f[n - 2].start);
+  }
+  if (!q.objects.empty()) {
+    const Joined joined{text, {}};
+    q.prefix = joined.span(joined.opening_quote(text.size() - 1), text.size() - 1);
+  }
+  q.applies = true;
+  return q;
+}
+
+bool KeyLog::one_quote_repeats(const OneQuote& q, std::string_view bytes) const {
+  if (q.objects.empty()) return false;
+  const std::string key = q.prefix + std::string(bytes.substr(0, bytes.find('"') + 1));
+  const bool own = std::all_of(key.begin() + 1, key.end() - 1, [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u >= 0x20 && u < 0x80 && c != '\\' && c != '"';
+  });
+  if (!own) return true;
+  return std::any_of(q.objects.begin(), q.objects.end(), [&](uint32_t o) {
+    const auto it = keys_.find(o);
+    return it != keys_.end() && it->second->all.count(key) != 0;
+  });
 }
 
 }  // namespace orbit::constrain

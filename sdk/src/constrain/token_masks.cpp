@@ -105,6 +105,10 @@ VocabTrie::VocabTrie(const std::vector<std::optional<std::string>>& bytes)
     const auto quotes = std::min<std::ptrdiff_t>(std::count(bytes[i]->begin(), bytes[i]->end(), '"'), kMaxQuotes);
     const bool comma = bytes[i]->find(',') != std::string::npos;
     if (bytes[i]->find('\\') != std::string::npos) backslashes_.push_back(static_cast<int32_t>(i));
+    const std::size_t brace = bytes[i]->find('{');
+    if (brace != std::string::npos && bytes[i]->find('"', brace) != std::string::npos) {
+      braced_quotes_.push_back(static_cast<int32_t>(i));
+    }
     for (std::size_t k = 0; k < static_cast<std::size_t>(kMaxQuotes); ++k) {
       const bool enough = static_cast<std::ptrdiff_t>(k) < quotes;
       if (enough) quoted_[2 * k].push_back(static_cast<int32_t>(i));

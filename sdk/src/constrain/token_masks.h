@@ -65,6 +65,9 @@ class VocabTrie {
   const std::vector<int32_t>& quotes_or_commas(int quotes, bool commas) const;
   // The tokens that hold a '\\' (ids ascending).
   const std::vector<int32_t>& backslashes() const { return backslashes_; }
+  // The tokens that hold a '{' with a '"' after it: those that may open an object and a key in it (ids
+  // ascending).
+  const std::vector<int32_t>& braced_quotes() const { return braced_quotes_; }
   // The bytes of token `id` (0 for one not in the trie); `id` in [0, vocab_size()).
   int64_t length(int32_t id) const { return lengths_[static_cast<std::size_t>(id)]; }
 
@@ -80,6 +83,7 @@ class VocabTrie {
   // [2 (k - 1) + commas]: the tokens with at least k '"' bytes, and with `commas` those with a ',' besides
   std::vector<std::vector<int32_t>> quoted_;
   std::vector<int32_t> backslashes_;
+  std::vector<int32_t> braced_quotes_;
 };
 
 // One state's mask. `need` is the fewest bytes that complete the text from the state the mask was computed
