@@ -194,6 +194,9 @@ struct RunResult {
   // finish_reason "length" ended the answer inside the last of tool_calls: its arguments are the JSON text
   // written so far (not valid JSON), as OpenAI returns such a call (CutToolCall::kCall, orbit/tool_calls.h).
   bool tool_call_cut = false;
+  // parallel_tool_calls false and a free answer (no grammar held it to one call) wrote more calls: how many
+  // after the first were left out of tool_calls (run/tool_stream.h).
+  std::size_t tool_calls_dropped = 0;
   // Streamed runs (each streamed choice): the content held back while it might have been the start of a call,
   // sent once the choice ended (RunSink::on_choice_end).
   std::string unstreamed;

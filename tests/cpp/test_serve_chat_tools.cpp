@@ -281,6 +281,46 @@ TEST_CASE("serve: tool calls are held back from the stream and read when the ans
   CHECK_FALSE(s.tool_call_cut);
 }
 
+TEST_CASE("serve: parallel_tool_calls false answers one call where a free answer wrote several", "[serve]") {
+  // A free answer (tool_choice auto where the tools' grammar cannot be had, and always in Llama 3's format,
+  // which has no call mark) may hold several calls; with parallel_tool_calls false the first is the answer.
+  const std::string two =
+      "Sure. <tool_call>{\"name\": \"a\", \"arguments\": {\"x\": 1}}</tool_call>"
+      "<tool_call>{\"name\": \"b\", \"arguments\": {}}</tool_call>";
+  auto finish = [](orbit::ToolCallFormat format, bool one_call, const std::string& text, const char* reason) {
+    sv::ToolCallStream stream(format, false, false, one_call);
+    stream.push(text);
+    sv::RunResult r;
+    r.text = text;
+    r.finish_reason = reason;
+    stream.finish(r);
+    return r;
+  };
+  const sv::RunResult both = finish(orbit::ToolCallFormat::kHermes, false, two, "stop");
+  CHECK(both.tool_calls.size() == 2);  // parallel_tool_calls true: every call
+  const sv::RunResult one = finish(orbit::ToolCallFormat::kHermes, true, two, "stop");
+  REQUIRE(one.tool_calls.size() == 1);
+  CHECK(one.tool_calls[0].name == "a");
+  CHECK(one.tool_calls[0].arguments == R"({"x":1})");
+  CHECK(one.tool_calls_dropped == 1);
+  CHECK(one.text == "Sure.");
+  CHECK(one.finish_reason == "tool_calls");
+  // Streamed: the one call goes out whole at the end.
+  REQUIRE(one.unstreamed_calls.size() == 1);
+  CHECK(one.unstreamed_calls[0].name == "a");
+  // The second call cut by max_tokens: the answer is the first call, whole.
+  const sv::RunResult cut = finish(orbit::ToolCallFormat::kHermes, true, two.substr(0, two.size() - 20), "length");
+  REQUIRE(cut.tool_calls.size() == 1);
+  CHECK_FALSE(cut.tool_call_cut);
+  CHECK(cut.finish_reason == "tool_calls");
+  // Llama 3's calls, separated by semicolons.
+  const std::string llama = R"({"name": "a", "parameters": {"x": 1}}; {"name": "b", "parameters": {}})";
+  CHECK(finish(orbit::ToolCallFormat::kLlama3, false, llama, "stop").tool_calls.size() == 2);
+  const sv::RunResult first = finish(orbit::ToolCallFormat::kLlama3, true, llama, "stop");
+  REQUIRE(first.tool_calls.size() == 1);
+  CHECK(first.tool_calls[0].name == "a");
+}
+
 TEST_CASE("serve: tools reach the prompt; what the vocabulary cannot write is refused by name", "[serve][model]") {
   sv::ServeOptions options;
   options.model = kModel;

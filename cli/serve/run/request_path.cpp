@@ -132,7 +132,7 @@ RunSink tool_call_sink(const RunSink& sink, const ChatRequest& request, ToolCall
   const bool forced = request.tool_choice.mode == "required" || request.tool_choice.mode == "function";
   const bool progressive = calls_whole && sink.on_tool_call != nullptr;
   calls.assign(static_cast<std::size_t>(std::max<int64_t>(1, request.sampling.n)),
-               ToolCallStream(format, forced, progressive));
+               ToolCallStream(format, forced, progressive, !request.parallel_tool_calls));
   RunSink out = sink;
   if (sink.on_text) {
     out.on_text = [&calls, sink](const std::string& delta) { return pass_on(calls[0], sink, 0, delta); };
@@ -389,6 +389,12 @@ RunOutcome RequestPath::run_chat(RunTicket::Prepared& p, const RunSink& sink) {
       if (calls.empty() || !past_reasoning) return;
       calls[static_cast<std::size_t>(choice)].finish(r);
       if (r.tool_stream_mismatch) report_mismatch(*r.tool_stream_mismatch, choice);
+      if (r.tool_calls_dropped > 0) {  // parallel_tool_calls false over a free answer: said, not silent
+        std::fprintf(stderr,
+                     "orbit serve: choice %lld wrote %zu tool calls; parallel_tool_calls is false, so only the first "
+                     "is answered\n",
+                     static_cast<long long>(choice), r.tool_calls_dropped + 1);
+      }
     };
   }
   RunResult r = decode(context_, window, decoding, out_sink);

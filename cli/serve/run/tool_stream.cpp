@@ -47,6 +47,11 @@ void ToolCallStream::finish(RunResult& r) const {
                           : forced_                   ? CutToolCall::kForcedCall
                                                       : CutToolCall::kCall;
   ToolCallParse all = parse_tool_calls(r.text, format_, cut);
+  if (one_call_ && all.calls.size() > 1) {  // parallel_tool_calls false: the first call only
+    r.tool_calls_dropped = all.calls.size() - 1;
+    all.calls.resize(1);
+    all.cut = false;  // a cut call is the last one, which went
+  }
   if (all.calls.empty()) {
     r.unstreamed = rest;
   } else {

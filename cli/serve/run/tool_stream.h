@@ -46,8 +46,11 @@ class ToolCallStream {
   // `forced`: the answer is calls from its first byte (tool_choice "required" or a tool's name).
   // `progressive`: the calls are decoded under the tools' grammar (AnswerConstraint::calls_whole) and the
   // caller streams them (RunSink::on_tool_call): push() lets each call out as it is written.
-  ToolCallStream(ToolCallFormat format, bool forced, bool progressive = false)
-      : format_(format), forced_(forced), progressive_(progressive) {}
+  // `one_call`: parallel_tool_calls false. Under the tools' grammar the answer holds one call at most; a free
+  // answer (no grammar could be had: a format without a call mark, a schema outside the subset) may hold more,
+  // and finish() keeps its first call only, so the answer the client reads holds one call, as OpenAI's does.
+  ToolCallStream(ToolCallFormat format, bool forced, bool progressive = false, bool one_call = false)
+      : format_(format), forced_(forced), progressive_(progressive), one_call_(one_call) {}
 
   // Appends `delta` to the answer; returns what of it can be sent now (possibly nothing).
   ToolStreamOut push(const std::string& delta);
@@ -59,7 +62,9 @@ class ToolCallStream {
   // than its markup as content, and keeps that finish_reason; a forced answer cut before its call's name began
   // (inside the opening mark) is such a call too, with name and arguments "" (CutToolCall::kForcedCall).
   // Where the answer does not hold a call push() let out as it went out (StreamedCalls::settle), that is
-  // r.tool_stream_mismatch and r.unstreamed_calls is empty (not checked for a run the client left).
+  // r.tool_stream_mismatch and r.unstreamed_calls is empty (not checked for a run the client left). With
+  // `one_call`, the calls after the first are left out (r.tool_calls_dropped counts them); where the one cut
+  // was among them, the answer is the first call whole (not cut; finish_reason "tool_calls").
   void finish(RunResult& r) const;
 
  private:
@@ -69,6 +74,7 @@ class ToolCallStream {
   ToolCallFormat format_;
   bool forced_;
   bool progressive_;
+  bool one_call_;
   std::string text_;
   std::size_t sent_ = 0;  // the content let out: text_[0, sent_)
   // The text after the content, text_[reader_at_, end), read for calls (progressive only): started again

@@ -15,16 +15,18 @@
 //                keys refused, handed to the template; the server refuses parameters outside the schema subset of
 //                answer_constraint.h), tool_choice ("none", "auto", "required" or {"type": "function", "function":
 //                {"name"}} naming one of the tools), parallel_tool_calls (bool; only beside a non-empty tools, as
-//                OpenAI has it, else a 400 naming it), response_format ({"type": "text" | "json_object" |
-//                "json_schema", "json_schema": {"name", "schema", "strict"?, "description"?}}; any other key, or
-//                json_schema beside another type, is refused: it would leave a schema unenforced) presence_penalty,
-//                frequency_penalty [-2, 2]; logit_bias ({"<token id>": bias in [-100, 100]}, ids below
-//                ServeLimits::vocab_size); logprobs (bool), top_logprobs (integer 0..20, with logprobs true): honoured
-//                as OpenAI defines them (GenerateOptions in orbit/window.h); store (bool: keep the completion for GET
-//                /v1/chat/completions/{id}, chat_store.h), metadata (at most 16 string pairs, keys up to 64 bytes,
-//                values up to 512; kept with a stored completion); verbosity "medium" (OpenAI's default; another value
-//                is refused); prompt_cache_key, prompt_cache_retention, safety_identifier (strings) and
-//                prompt_cache_options (an object): hints to OpenAI's own caches and checks, taken and unused
+//                OpenAI has it, else a 400 naming it; false: one call at most, decoded under the tools' grammar, or
+//                where none could be had the first call of the free answer, run/tool_stream.h), response_format
+//                ({"type": "text" | "json_object" | "json_schema", "json_schema": {"name", "schema", "strict"?,
+//                "description"?}}; any other key, or json_schema beside another type, is refused: it would leave a
+//                schema unenforced) presence_penalty, frequency_penalty [-2, 2]; logit_bias ({"<token id>": bias in
+//                [-100, 100]}, ids below ServeLimits::vocab_size); logprobs (bool), top_logprobs (integer 0..20, with
+//                logprobs true): honoured as OpenAI defines them (GenerateOptions in orbit/window.h); store (bool: keep
+//                the completion for GET /v1/chat/completions/{id}, chat_store.h), metadata (at most 16 string pairs,
+//                keys up to 64 bytes, values up to 512; kept with a stored completion); verbosity "medium" (OpenAI's
+//                default; another value is refused); prompt_cache_key, prompt_cache_retention, safety_identifier
+//                (strings) and prompt_cache_options (an object): hints to OpenAI's own caches and checks, taken and
+//                unused
 // (tool_choice and response_format are honoured by the server: answer_constraint.h.)
 //   refused, naming the field (code unsupported_parameter), when given a value other than their no-op: top_k,
 //                min_p, top_a, typical_p, repetition_penalty, mirostat; chat: functions / function_call (give
