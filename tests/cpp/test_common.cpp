@@ -1,11 +1,14 @@
-// orbit::common: the error type, Status/Result and SHA-256.
+// orbit::common: the error type, Status/Result, SHA-256 and bounded JSON input.
 #include "orbit_catch.h"
 
 #include "orbit/common/error.h"
+#include "orbit/common/json_input.h"
 #include "orbit/common/sha256.h"
 #include "orbit/common/status.h"
 #include "orbit/version.h"
 
+#include <chrono>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -80,4 +83,71 @@ TEST_CASE("orbit::Error keeps the message clean and the source apart", "[common]
     CHECK_THAT(e.source(), Contains("test_common.cpp:"));
   }
   CHECK(std::string(orbit::version()).find('.') != std::string::npos);
+}
+
+namespace {
+
+std::string nested(int levels, const std::string& inside = "1") {
+  return std::string(static_cast<std::size_t>(levels), '[') + inside +
+         std::string(static_cast<std::size_t>(levels), ']');
+}
+
+// {"messages": [{"role": "user", "content": "a"}, ... n times]}: one array of many objects.
+std::string many_messages(int n) {
+  std::string text = R"({"messages": [)";
+  for (int i = 0; i < n; ++i) text += std::string(i ? "," : "") + R"({"role": "user", "content": "a"})";
+  return text + "]}";
+}
+
+}  // namespace
+
+TEST_CASE("parse_json_input bounds nesting by the brackets outside strings", "[common][cpu]") {
+  using orbit::kMaxJsonDepth;
+  using orbit::parse_json_input;
+  CHECK(parse_json_input(nested(kMaxJsonDepth), "t").is_array());
+  CHECK_THROWS_WITH(parse_json_input(nested(kMaxJsonDepth + 1), "t"),
+                    Contains("t: JSON nests deeper than 128 levels (arrays and objects)"));
+  CHECK_THROWS_WITH(parse_json_input(std::string(100000, '{'), "body"), Contains("body: JSON nests deeper"));
+  // Brackets inside strings, after escaped quotes and backslashes, are text, not nesting.
+  const std::string text = R"("[[[{{{ \" [[[ \\" )";
+  const nlohmann::json inside = parse_json_input(nested(kMaxJsonDepth - 1, "[" + text + "]"), "t");
+  const nlohmann::json* value = &inside;
+  for (int i = 0; i < kMaxJsonDepth; ++i) value = &(*value)[0];
+  CHECK(*value == R"([[[{{{ " [[[ \)");
+  CHECK_THROWS_WITH(parse_json_input(nested(kMaxJsonDepth, "[" + text + "]"), "t"), Contains("nests deeper"));
+  // Text that is not JSON is still refused by the parse, with its message.
+  CHECK_THROWS_WITH(parse_json_input(std::string("[\"]"), "t"), Contains("t: not valid JSON"));
+  CHECK_THROWS_WITH(parse_json_input(std::string("]]]]"), "t"), Contains("t: not valid JSON"));
+  // An observer still sees every event and may drop values.
+  orbit::JsonInputOptions options;
+  options.observer = [](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    return event != nlohmann::json::parse_event_t::value || parsed != 2;
+  };
+  CHECK(parse_json_input(std::string("[1,2,3]"), "t", options) == nlohmann::json({1, 3}));
+  CHECK_THROWS_WITH(parse_json_input(nested(kMaxJsonDepth + 1), "t", options), Contains("nests deeper"));
+  // A large array of objects parses whole.
+  const nlohmann::json body = parse_json_input(many_messages(20000), "body");
+  CHECK(body["messages"].size() == 20000);
+  CHECK(body["messages"][19999]["content"] == "a");
+}
+
+// nlohmann's callback parser (what parse_json_input used for its depth check) against the scan and the plain
+// parse, alternated: `test_common "[.json-input-bench]"`.
+TEST_CASE("parse_json_input costs the size of an array of objects, not its square", "[.json-input-bench]") {
+  for (const int n : {25000, 50000, 100000}) {
+    const std::string text = many_messages(n);
+    double old_seconds = 0, new_seconds = 0;
+    for (int round = 0; round < 2; ++round) {
+      auto start = std::chrono::steady_clock::now();
+      const auto old_body =
+          nlohmann::json::parse(text, [](int, nlohmann::json::parse_event_t, nlohmann::json&) { return true; });
+      old_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      start = std::chrono::steady_clock::now();
+      const auto new_body = orbit::parse_json_input(text, "body");
+      new_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      REQUIRE(old_body == new_body);
+    }
+    std::printf("%d messages (%zu bytes): callback parse %.3f s, parse_json_input %.3f s, ratio %.1fx\n", n,
+                text.size(), old_seconds / 2, new_seconds / 2, old_seconds / new_seconds);
+  }
 }
