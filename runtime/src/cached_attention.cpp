@@ -16,6 +16,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <optional>
 #include <tuple>
 
 #include "attention.h"
@@ -23,6 +24,7 @@
 #include "ops/cached_attention_op.h"
 #include "orbit/common/error.h"
 #include "orbit/runtime/rope.h"
+#include "rope_table.h"
 
 namespace orbit::runtime::detail {
 
@@ -35,25 +37,47 @@ at::Tensor long_tensor(const std::vector<int64_t>& v, const c10::Device& device)
   return at::tensor(at::ArrayRef<int64_t>(v), at::kLong).to(device);
 }
 
-// Dynamic NTK: every attended row's angles, per slot with its member's window length (zero for other slots).
-ops::RopeTables read_tables(const BatchPass& b, const CachedGroup& g) {
-  const Model& m = b.model;
+}  // namespace
+
+std::optional<ops::RopeTables> table_read_tables(const Model& m, const DecodeCacheState& s, int64_t lo, int64_t keys,
+                                                 const std::vector<int64_t>& windows, RopeTableCache* table) {
   const ModelConfig& c = m.config();
-  const DecodeCacheState& s = *g.cache;
+  if (table == nullptr || !m.device().is_cpu() || c.position_rows() != 1 || !s.positions.is_cpu() ||
+      !s.positions.is_contiguous()) {
+    return std::nullopt;
+  }
+  const int64_t window = *std::max_element(windows.begin(), windows.end());
+  if (!RopeTableCache::applies(c.rope, window)) return std::nullopt;
+  // A slot not read turns by zero angles: position 0's (0 · inv[i] = +0).
+  const std::vector<int64_t> zeros(static_cast<std::size_t>(keys), 0);
+  std::vector<RopeTableCache::Run> runs;
+  const int64_t* positions = s.positions.data_ptr<int64_t>();
+  for (std::size_t i = 0; i < windows.size(); ++i) {
+    const int64_t slot = lo + static_cast<int64_t>(i);
+    runs.push_back({windows[i] < 0 ? zeros.data() : positions + slot * s.capacity, keys});
+  }
+  return table->gather(c.rope, runs, ops::rope_table_dtype(m.dtype()), window);
+}
+
+ops::RopeTables read_tables(const Model& m, const DecodeCacheState& s, int64_t lo, int64_t keys,
+                            const std::vector<int64_t>& windows, RopeTableCache* table) {
+  if (auto rows = table_read_tables(m, s, lo, keys, windows, table)) return *std::move(rows);
+  const ModelConfig& c = m.config();
   std::vector<at::Tensor> angles;
-  for (int64_t slot = g.lo; slot < g.lo + g.count; ++slot) {
-    const auto it = std::find(g.slots.begin(), g.slots.end(), slot);
-    if (it == g.slots.end()) {
+  for (std::size_t i = 0; i < windows.size(); ++i) {
+    const int64_t slot = lo + static_cast<int64_t>(i);
+    if (windows[i] < 0) {
       angles.push_back(
-          at::zeros({g.keys, c.rope.rotary_dim / 2}, at::TensorOptions().dtype(at::kDouble).device(m.device())));
+          at::zeros({keys, c.rope.rotary_dim / 2}, at::TensorOptions().dtype(at::kDouble).device(m.device())));
       continue;
     }
-    const SequencePass& seq = b.seqs[g.members[static_cast<std::size_t>(it - g.slots.begin())]];
-    const at::Tensor p = s.positions.select(0, slot).narrow(0, 0, g.keys);  // [S, rows]
-    angles.push_back(rope_angles(c.rope, c.position_rows() == 1 ? p.select(1, 0) : p.t(), seq.window_len));
+    const at::Tensor p = s.positions.select(0, slot).narrow(0, 0, keys);  // [S, rows]
+    angles.push_back(rope_angles(c.rope, c.position_rows() == 1 ? p.select(1, 0) : p.t(), windows[i]));
   }
   return ops::rope_tables(at::cat(angles, 0), ops::rope_table_dtype(m.dtype()), m.device());
 }
+
+namespace {
 
 // The new rows' positions into the members' slots (positions [R] or a grid [rows, R] each). On the CPU they
 // are stored in place: a decode step's one position per member would otherwise cost four ATen ops.
@@ -226,7 +250,11 @@ CachedGroup make_cached_group(const BatchPass& b, DecodeCacheState* cache, std::
   }
   const auto rows = static_cast<int64_t>(g.members.size()) * R;
   if (cache->rotate_at_read) {
-    g.read_tables = read_tables(b, g);
+    std::vector<int64_t> windows(static_cast<std::size_t>(g.count), -1);
+    for (std::size_t j = 0; j < g.slots.size(); ++j) {
+      windows[static_cast<std::size_t>(g.slots[j] - g.lo)] = b.seqs[g.members[j]].window_len;
+    }
+    g.read_tables = read_tables(m, *cache, g.lo, g.keys, windows, b.rope_table);
   } else if (g.in_order) {  // the members' rows of the batch's tables: all of them in a decode step of one cache
     const ops::RopeTables& t = b.query_tables;
     g.new_tables = rows == t.cos.size(0) ? t

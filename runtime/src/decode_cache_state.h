@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -67,5 +68,17 @@ struct DecodeCacheState {
   std::pair<at::Tensor, at::Tensor> attention_rows(int64_t l, const LayerKV& content,
                                                    const ops::RopeTables* tables) const;
 };
+
+class RopeTableCache;  // rope_table.h
+
+// Dynamic NTK's read tables (keys rotated when read; cached_attention.cpp): cos/sin of rows [0, keys) of the
+// slots [lo, lo + windows.size()) of `s`, slot lo + i at RoPE window length windows[i] (-1: a slot not read,
+// turned by zero angles), [windows.size() · keys, rotary_dim/2]. table_read_tables gathers them from the
+// model's table (rope_table.h; bit for bit the computed ones) where it applies to every window, on the CPU
+// with 1-D positions, else gives nullopt; read_tables computes them where it does not (table may be null).
+std::optional<ops::RopeTables> table_read_tables(const Model& m, const DecodeCacheState& s, int64_t lo, int64_t keys,
+                                                 const std::vector<int64_t>& windows, RopeTableCache* table);
+ops::RopeTables read_tables(const Model& m, const DecodeCacheState& s, int64_t lo, int64_t keys,
+                            const std::vector<int64_t>& windows, RopeTableCache* table);
 
 }  // namespace orbit::runtime::detail

@@ -351,15 +351,17 @@ std::optional<std::vector<int64_t>> flat_positions(const std::vector<SequencePas
 }
 
 // The computed tokens' query angles' cos/sin of every sequence in batch order [N, rotary_dim/2]. On the CPU
-// with 1-D positions they are rows of the model's table (rope_table.h), bit for bit the angles' own; else
-// one angle computation for the batch, except under dynamic NTK, whose frequencies depend on each sequence's
-// window length.
+// with 1-D positions (and under dynamic NTK, windows no longer than its anchor length) they are rows of the
+// model's table (rope_table.h), bit for bit the angles' own; else one angle computation for the batch,
+// except under dynamic NTK, whose frequencies depend on each sequence's window length.
 ops::RopeTables batch_query_rope(const Model& m, const std::vector<SequencePass>& seqs, RopeTableCache* table) {
   const ModelConfig& c = m.config();
   const at::ScalarType dtype = ops::rope_table_dtype(m.dtype());
-  if (table != nullptr && m.device().is_cpu() && RopeTableCache::applies(c.rope)) {
+  int64_t window = 0;  // the longest: the table applies to every window when it applies to it
+  for (const SequencePass& s : seqs) window = std::max(window, s.window_len);
+  if (table != nullptr && m.device().is_cpu() && RopeTableCache::applies(c.rope, window)) {
     if (const auto positions = flat_positions(seqs)) {
-      if (auto rows = table->gather(c.rope, *positions, dtype)) return *std::move(rows);
+      if (auto rows = table->gather(c.rope, *positions, dtype, window)) return *std::move(rows);
     }
   }
   if (c.rope.scaling == RopeScaling::kDynamicNtk) {
@@ -387,16 +389,17 @@ ops::RopeTables batch_query_rope(const Model& m, const std::vector<SequencePass>
 }
 
 // prepare_sequence for every sequence; in a batch of several, an error names the sequence.
-std::vector<SequencePass> prepare_all(const Model& m, const std::vector<SequenceForward>& batch) {
+std::vector<SequencePass> prepare_all(const Model& m, const std::vector<SequenceForward>& batch,
+                                      RopeTableCache* table) {
   std::vector<SequencePass> seqs;
   seqs.reserve(batch.size());
   for (std::size_t i = 0; i < batch.size(); ++i) {
     if (batch.size() == 1) {
-      seqs.push_back(prepare_sequence(m, batch[i]));
+      seqs.push_back(prepare_sequence(m, batch[i], table));
       continue;
     }
     try {
-      seqs.push_back(prepare_sequence(m, batch[i]));
+      seqs.push_back(prepare_sequence(m, batch[i], table));
     } catch (const Error& e) {
       std::string what = e.what();
       const std::string head = "forward: ";
@@ -416,7 +419,8 @@ std::vector<SequencePass> prepare_all(const Model& m, const std::vector<Sequence
 std::vector<ForwardResult> Model::forward_batch(const std::vector<SequenceForward>& batch) const {
   c10::InferenceMode guard;
   ORBIT_CHECK(!batch.empty(), "forward: an empty batch (give at least one sequence)");
-  detail::BatchPass b{*this, detail::prepare_all(*this, batch), {}, 0, {}, false, {}, {}};
+  detail::BatchPass b{
+      *this, detail::prepare_all(*this, batch, rope_table_.get()), {}, 0, {}, false, {}, {}, rope_table_.get()};
   for (detail::SequencePass& s : b.seqs) {
     b.first_row.push_back(b.total_rows);
     b.total_rows += s.rows;

@@ -94,6 +94,7 @@ struct BatchPass {
   bool grouped = false;            // uncached sequences attend by groups (CPU), else alone
   std::vector<AttentionGroup> groups;
   std::vector<CachedGroup> cached;
+  RopeTableCache* rope_table = nullptr;  // the model's RoPE table (rope_table.h)
 };
 
 // The cached groups of a batch (every sequence whose past is a decode cache's slot), their slots grown to

@@ -13,6 +13,7 @@
 #include "orbit/runtime/paged_past.h"
 #include "orbit/runtime/rope.h"
 #include "orbit/runtime/weights.h"
+#include "rope_table.h"
 
 namespace orbit::runtime::detail {
 
@@ -256,14 +257,25 @@ Recompute select_recomputed(const Model& m, const ForwardOptions& options, int64
 }
 
 // One angle function for the input and the (relocated) past's keys; M-RoPE grids and 1-D positions alike.
-ops::RopeTables key_rope(const Model& m, const ForwardPast& fp, const at::Tensor& positions, int64_t window_len) {
+ops::RopeTables key_rope(const Model& m, const ForwardPast& fp, const at::Tensor& positions, int64_t window_len,
+                         RopeTableCache* table) {
   // A paged past's kernel rotates its keys in place; a decode cache holds them rotated (or rotates at read).
   if (fp.paged != nullptr || fp.cache != nullptr) return {};
   const ModelConfig& c = m.config();
+  const at::ScalarType dtype = ops::rope_table_dtype(m.dtype());
+  if (table != nullptr && m.device().is_cpu()) {
+    const auto input = position_run(positions);
+    const auto past = fp.length > 0 ? position_run(fp.past->positions) : input;
+    if (input && past) {
+      std::vector<RopeTableCache::Run> runs{*input};
+      if (fp.length > 0) runs.insert(runs.begin(), *past);
+      if (auto rows = table->gather(c.rope, runs, dtype, window_len)) return *std::move(rows);
+    }
+  }
   const at::Tensor angles = rope_angles(c.rope, positions.to(m.device()), window_len);
   const at::Tensor key_angles =
       fp.length > 0 ? at::cat({rope_angles(c.rope, fp.past->positions.to(m.device()), window_len), angles}, 0) : angles;
-  return ops::rope_tables(key_angles, ops::rope_table_dtype(m.dtype()), m.device());
+  return ops::rope_tables(key_angles, dtype, m.device());
 }
 
 at::Tensor computed_positions(const at::Tensor& positions, const Recompute& rc) {
@@ -281,7 +293,7 @@ ops::PagedAttentionInputs paged_layer(const PagedPlan& plan, int64_t l) {
   return layer;
 }
 
-SequencePass prepare_sequence(const Model& m, const SequenceForward& s) {
+SequencePass prepare_sequence(const Model& m, const SequenceForward& s, RopeTableCache* table) {
   static const ForwardOptions kDefaults;
   ORBIT_CHECK(s.input != nullptr, "forward: no input given");
   const ForwardOptions& options = s.options != nullptr ? *s.options : kDefaults;
@@ -319,7 +331,7 @@ SequencePass prepare_sequence(const Model& m, const SequenceForward& s) {
   p.query_index = p.recompute.partial ? p.recompute.selected + fp.length : index_range(fp.length, T, m.device());
 
   const int64_t window_len = options.rope_window_len > 0 ? options.rope_window_len : fp.length + T;
-  p.rope.key = key_rope(m, fp, positions, window_len);
+  p.rope.key = key_rope(m, fp, positions, window_len, table);
   p.positions = positions;
   p.window_len = window_len;
   if (fp.paged != nullptr) {

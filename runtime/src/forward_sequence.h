@@ -85,8 +85,10 @@ struct ForwardRope {
 // One angle function for the input and the (relocated) past; M-RoPE grids and 1-D positions alike.
 // Angles are computed where the model runs (float64 there), never shipped per token from the host.
 // The key tables only (undefined where the past is paged or a decode cache's slot): the batch computes every
-// sequence's query tables at once (forward_batch.cpp).
-ops::RopeTables key_rope(const Model& m, const ForwardPast& fp, const at::Tensor& positions, int64_t window_len);
+// sequence's query tables at once (forward_batch.cpp). On the CPU, with 1-D positions where `table` (the
+// model's, rope_table.h; may be null) applies, its rows: bit for bit the computed ones.
+ops::RopeTables key_rope(const Model& m, const ForwardPast& fp, const at::Tensor& positions, int64_t window_len,
+                         RopeTableCache* table = nullptr);
 
 // The positions of the computed tokens: `positions` ([T] or [3, T]), or its recomputed columns.
 at::Tensor computed_positions(const at::Tensor& positions, const Recompute& rc);
@@ -124,7 +126,7 @@ struct SequencePass {
 };
 
 // Everything Model::forward did before its first layer, for one sequence. Throws orbit::Error as forward().
-SequencePass prepare_sequence(const Model& m, const SequenceForward& s);
+SequencePass prepare_sequence(const Model& m, const SequenceForward& s, RopeTableCache* table = nullptr);
 
 // Layer l's keys of one sequence besides the paged ones: the contiguous past's, then the input's content.
 LayerKV sequence_keys(const Model& m, const SequencePass& s, const LayerKV& content, int64_t l);

@@ -31,10 +31,12 @@ RopeConfig config_of(RopeScaling scaling, int64_t head_dim, int64_t rotary_dim) 
   return c;
 }
 
-// The per-step path forward_batch takes without the table.
-ops::RopeTables per_step(const RopeConfig& c, const std::vector<int64_t>& positions, at::ScalarType dtype) {
+// The per-step path forward_batch takes without the table (window_len -1: the positions' count).
+ops::RopeTables per_step(const RopeConfig& c, const std::vector<int64_t>& positions, at::ScalarType dtype,
+                         int64_t window_len = -1) {
   const at::Tensor p = at::tensor(at::ArrayRef<int64_t>(positions), at::kLong);
-  return ops::rope_tables(orbit::runtime::rope_angles(c, p, static_cast<int64_t>(positions.size())), dtype, at::kCPU);
+  const int64_t window = window_len >= 0 ? window_len : static_cast<int64_t>(positions.size());
+  return ops::rope_tables(orbit::runtime::rope_angles(c, p, window), dtype, at::kCPU);
 }
 
 bool same_bits(const at::Tensor& a, const at::Tensor& b) {
@@ -104,11 +106,12 @@ TEST_CASE("rope table comparison sees an angle computed another way", "[rope][ta
   CHECK_FALSE(same_bits(got->cos, other.cos));
 }
 
-TEST_CASE("rope table keeps dynamic NTK and oversized tables on the per-step path", "[rope][table]") {
+TEST_CASE("rope table keeps dynamic NTK past its anchor and oversized tables on the per-step path", "[rope][table]") {
   RopeTableCache cache;
-  const RopeConfig dynamic = config_of(RopeScaling::kDynamicNtk, 64, 64);
-  CHECK_FALSE(RopeTableCache::applies(dynamic));
-  CHECK_FALSE(cache.gather(dynamic, {0, 1, 5000}, at::kFloat).has_value());
+  const RopeConfig dynamic = config_of(RopeScaling::kDynamicNtk, 64, 64);  // anchored at 4096
+  CHECK(RopeTableCache::applies(dynamic, 4096));
+  CHECK_FALSE(RopeTableCache::applies(dynamic, 4097));
+  CHECK_FALSE(cache.gather(dynamic, {0, 1, 5000}, at::kFloat, 5001).has_value());
   const RopeConfig plain = config_of(RopeScaling::kNone, 64, 64);
   // 64 MiB / (2 tables · 32 floats · 4 bytes) rows at most.
   CHECK_FALSE(cache.gather(plain, {int64_t{1} << 20}, at::kFloat).has_value());
@@ -118,4 +121,26 @@ TEST_CASE("rope table keeps dynamic NTK and oversized tables on the per-step pat
   REQUIRE(cache.gather(plain, {302}, at::kFloat).has_value());
   CHECK(cache.capacity() == 602);  // doubled, not grown by one
   CHECK_THROWS_WITH(cache.gather(plain, {3, -1}, at::kFloat), Catch::Contains("negative position -1"));
+}
+
+TEST_CASE("rope table rows are dynamic NTK's per-step cos/sin bit for bit at windows up to its anchor",
+          "[rope][table]") {
+  for (at::ScalarType dtype : {at::kFloat, at::kDouble}) {
+    const RopeConfig c = config_of(RopeScaling::kDynamicNtk, 64, 64);  // anchored at 4096
+    RopeTableCache cache;
+    std::vector<int64_t> positions;
+    for (int64_t p = 0; p < 6000; p += 7) positions.push_back(p);  // positions past the anchor too
+    for (int64_t window : {0, 1, 300, 4095, 4096}) {
+      INFO("window " << window << " dtype " << dtype);
+      const auto got = cache.gather(c, positions, dtype, window);
+      REQUIRE(got.has_value());
+      const ops::RopeTables want = per_step(c, positions, dtype, window);
+      CHECK(same_bits(got->cos, want.cos));
+      CHECK(same_bits(got->sin, want.sin));
+    }
+    // Past the anchor the frequencies differ (a table built there, or one read there, would be stale).
+    const ops::RopeTables past_anchor = per_step(c, positions, dtype, 4097);
+    CHECK_FALSE(same_bits(past_anchor.cos, per_step(c, positions, dtype, 4096).cos));
+    CHECK_FALSE(cache.gather(c, positions, dtype, 4097).has_value());
+  }
 }
