@@ -87,6 +87,12 @@ std::unique_ptr<SqliteIndex> open_index(const std::string& root, SqliteIndex::Mo
           "store " << root << ": its index has no model fingerprint but blobs/ holds " << blobs << " blobs" << repair);
     }
   } catch (const Error& e) {
+    // An index with no table beside blobs lost its first commits (its WAL): as an empty file, damaged.
+    const bool no_tables = std::string(e.what()).find(store::kNoTables) != std::string::npos;
+    if (no_tables && count_blob_files(root) > 0) {
+      ORBIT_FAIL("store " << root << ": its index " << path << " holds no tables but blobs/ holds "
+                          << count_blob_files(root) << " blobs (its first commits were lost)" << repair);
+    }
     if (!store::is_index_damage(e)) throw;
     ORBIT_FAIL("store " << root << ": its index " << path << " is damaged (" << e.what() << ")" << repair);
   }

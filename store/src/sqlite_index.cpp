@@ -205,7 +205,12 @@ SqliteIndex::SqliteIndex(const std::string& path, Mode mode) : path_(path) {
       exec_or_throw("PRAGMA synchronous=FULL");
       ensure_schema(mode);
     } else {
-      check_schema(read_schema(), mode);
+      const SchemaState state = read_schema();
+      // A reader makes no table, so one it finds none in has no meta rows to read (an index being created,
+      // or one whose WAL, holding its first commits, was lost).
+      ORBIT_CHECK(!state.empty, "store index " << path << ": " << kNoTables
+                                               << " (not an orbit store yet, or its first commits were lost)");
+      check_schema(state, mode);
     }
     auto version = meta("format_version");
     if (!version && mode != Mode::kReadOnly) {

@@ -248,3 +248,41 @@ TEST_CASE("verify reports a key index that disagrees with its table; repair rein
   CHECK(gc.kept_paths.empty());
   CHECK(fs::exists(own));
 }
+
+TEST_CASE("ls, stat and verify of an index that lost its first commits with its WAL name repair", "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  make_store(d);
+  // What a kill -9 before the first checkpoint, then a lost index.sqlite-wal, leaves: a database file with
+  // WAL mode in its header and no table.
+  fs::remove(d + "/index.sqlite");
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open((d + "/index.sqlite").c_str(), &db) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(db, "PRAGMA journal_mode=WAL", nullptr, nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(db);
+  const std::string message = "its index " + d + "/index.sqlite holds no tables but blobs/ holds 300 blobs";
+  CHECK_THROWS_WITH(list_store(d), Contains(message) && Contains("orbit store repair --store " + d));
+  CHECK_THROWS_WITH(summarize_store(d), Contains(message) && Contains("orbit store repair --store " + d));
+  CHECK_THROWS_WITH(verify_store(d), Contains(message) && Contains("orbit store repair --store " + d));
+  const test::CliRun text = test::cli("store verify --store " + d);
+  INFO(text.out);
+  CHECK(text.status == 1);
+  CHECK_THAT(text.out, Contains(message));
+  CHECK_THROWS_WITH(gc_store(d), Contains("orbit store repair --store " + d));  // and deletes nothing
+  const RepairReport repaired = repair_store(d);
+  CHECK(repaired.rows_restored == kEntries);
+  const VerifyReport after = verify_store(d);
+  CHECK(after.clean());
+  CHECK(after.checked == kEntries);
+}
+
+TEST_CASE("a reader of an index file with no table and no blobs says so, naming the file", "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  fs::create_directories(d + "/blobs");
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open((d + "/index.sqlite").c_str(), &db) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(db, "PRAGMA journal_mode=WAL", nullptr, nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(db);
+  CHECK_THROWS_WITH(verify_store(d), Contains("store index " + d + "/index.sqlite: holds no tables"));
+}

@@ -32,6 +32,9 @@ namespace orbit::store {
 
 // What the error of an index whose schema is damaged says (is_index_damage, disk_tier.h, looks for it).
 inline constexpr const char kSchemaDamaged[] = "its schema is damaged";
+// What the error of a reader (Mode::kReadOnly) says of an index file that holds no table: one being created,
+// or one whose first commits were lost with its WAL.
+inline constexpr const char kNoTables[] = "holds no tables";
 
 struct DiskRow {
   std::string key;
@@ -63,7 +66,8 @@ class SqliteIndex {
   // Opens `path` (kReadWrite creates it and the schema). Throws orbit::Error naming the path when the file
   // cannot be opened, is not an orbit index (also: entries without their meta rows), was written by a
   // newer format, or its schema is damaged (kSchemaDamaged): a table lost one of its columns, or the
-  // index has tables but no entries table (kRepair makes a missing table, and refuses a lost column).
+  // index has tables but no entries table (kRepair makes a missing table, and refuses a lost column), or,
+  // for kReadOnly, it holds no table at all (kNoTables).
   // kReadOnly also works on a read-only directory or file system (where SQLite cannot create the WAL's
   // shared-memory file, the index is opened as immutable: nobody can write it there).
   SqliteIndex(const std::string& path, Mode mode);
