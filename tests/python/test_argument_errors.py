@@ -342,7 +342,8 @@ INT_ARGUMENTS = {
 
 
 @pytest.mark.parametrize("value, type_shown", [(True, "bool"), (False, "bool"), (np.bool_(True), "bool"),
-                                               (None, "None"), (1.5, "float"), ("3", "str")])
+                                               (np.array(True), "bool"), (None, "None"), (1.5, "float"),
+                                               ("3", "str")])
 @pytest.mark.parametrize("name", sorted(INT_ARGUMENTS))
 def test_an_int_argument_takes_no_bool(orbit, engine, window, name, value, type_shown):
     # bool is an int subclass: pybind11 read max_tokens=True as 1 and slide(chunks=False) as 0. Now a bool, numpy's
@@ -408,6 +409,7 @@ TOKEN_LISTS = {
     "RadixCache.read: generated": lambda orbit, e, w, v: orbit.RadixCache().read([1, 2], v),
     "BlockPrefixCache.read: prompt": lambda orbit, e, w, v: orbit.BlockPrefixCache().read(v),
     "BlockPrefixCache.read: generated": lambda orbit, e, w, v: orbit.BlockPrefixCache().read([1, 2], v),
+    "chunk_key_tokens: tokens": lambda orbit, e, w, v: orbit.chunk_key_tokens(e.model_info.fingerprint, v),
 }
 
 
@@ -425,12 +427,30 @@ def test_a_token_list_takes_no_bool(orbit, engine, window, name):
         TOKEN_LISTS[name](orbit, engine, window, np.array([True, False]))
 
 
+@pytest.mark.parametrize("name", sorted(TOKEN_LISTS))
+def test_a_token_list_takes_numpy_ints_and_no_numpy_bool(orbit, engine, window, name):
+    # A 0-d numpy bool array was not checked: numpy.asarray([numpy.array(True), 2]) read it as 1, and a bool array
+    # inside a list as ints. numpy.asarray([numpy.uint64(5), 2]) is float64, so numpy's unsigned scalars were
+    # refused ("dtype float64"), and [2**63, 1] was refused as floats; now they are ints, named if out of int64.
+    for tokens, index in (([np.array(True), 2], 0), ((2, np.array(False)), 1)):
+        with pytest.raises(TypeError, match=f"^{re.escape(name)}\\[{index}\\]: expected int, got bool$"):
+            TOKEN_LISTS[name](orbit, engine, window, tokens)
+    with pytest.raises(TypeError, match=f"^{re.escape(name)}\\[1\\]: dtype bool; expected integers"):
+        TOKEN_LISTS[name](orbit, engine, window, [2, np.array([True])])
+    with pytest.raises(ValueError, match=f"^{re.escape(name)}\\[0\\]: 9223372036854775808 is past the largest int64"):
+        TOKEN_LISTS[name](orbit, engine, window, [2**63, 1])
+    for tokens in ([np.uint64(1), 2], (np.uint64(1), np.int8(2)), [np.array(1), np.array(2, np.uint64)]):
+        TOKEN_LISTS[name](orbit, engine, window.fork(), tokens)
+
+
 def test_a_grid_names_the_index_of_a_bool(orbit, engine):
     rows = np.zeros((2, engine.model_info.hidden_size), np.float32)
     with pytest.raises(TypeError, match=r"^add_embeddings: grid\[0\]\[1\]: expected int, got bool$"):
         engine.add_embeddings(rows, grid=[[0, True]])  # numpy read it as [[0, 1]]
     with pytest.raises(TypeError, match=r"^add_embeddings: grid\[1\]: expected int, got bool$"):
         engine.add_embeddings(rows, grid=(0, np.bool_(True)))
+    with pytest.raises(TypeError, match=r"^add_embeddings: grid\[1\]\[0\]: expected int, got bool$"):
+        engine.add_embeddings(rows, grid=[[0, 1], [np.array(True), 0]])
     assert engine.add_embeddings(rows, grid=[[0, np.int64(1)]]).length == 2
 
 

@@ -6,6 +6,7 @@ import datetime
 import ipaddress
 import re
 
+import numpy as np
 import pytest
 
 _TIME = re.compile(r"(\d\d):(\d\d):(\d\d)(\.\d+)?([Zz]|[+-](\d\d):(\d\d))")
@@ -142,3 +143,20 @@ def test_a_leap_second_only_at_2359_utc(orbit, engine):
     with pytest.raises(orbit.OrbitError, match="response_format: pattern and format together: admits no value"):
         window.generate(prompt, response_format={"type": "string", "format": "time", "pattern": "^12:00:60Z$"},
                         max_tokens=16)
+
+
+def test_a_schema_takes_numpy_values_and_names_what_json_cannot_hold(orbit, engine):
+    # A schema's numpy.int64 (a bound computed with numpy) made json.dumps raise "Object of type int64 is not
+    # JSON serializable", naming neither the argument nor the field.
+    window = engine.new_window()
+    window.sync([{"role": "user", "content": "Give me a value."}])
+    prompt = engine.tokenize("assistant:", False)
+    schema = {"type": "array", "items": {"type": "integer", "minimum": np.int64(0), "maximum": np.uint8(9)},
+              "minItems": np.int32(2), "maxItems": np.int64(2)}
+    g = window.generate(prompt, response_format=schema, max_tokens=24)
+    assert len(g.json) == 2 and all(0 <= v <= 9 for v in g.json), g.text
+    wrapped = {"type": "json_schema", "json_schema": {"name": "v", "schema": {"type": "number",
+                                                                             "maximum": np.complex64(1)}}}
+    with pytest.raises(TypeError, match=r"^generate: response_format\['json_schema'\]\['schema'\]\['maximum'\]: expected "
+                                        r"a JSON value .*, got complex64$"):
+        window.generate(prompt, response_format=wrapped, max_tokens=8)

@@ -224,6 +224,14 @@ def test_messages_are_checked(orbit, engine):
              "{% for c in m.tool_calls or [] %}[{{ c.function.name }} {{ c.function.arguments | tojson }}]"
              "{% endfor %};{% endfor %}")
     assert engine.render_chat(parts, False, chat_template=calls) == 'user:a b;assistant:[look {"x": 1}];'
+    # numpy values in a call's arguments are the values they equal (json.dumps raised "Object of type int64 is not
+    # JSON serializable"); one JSON cannot hold is named by its path.
+    parts[1]["tool_calls"][0]["function"]["arguments"] = {"x": np.int64(1)}
+    assert engine.render_chat(parts, False, chat_template=calls) == 'user:a b;assistant:[look {"x": 1}];'
+    parts[1]["tool_calls"][0]["function"]["arguments"] = {"x": [np.float32(0.5), np.nan]}
+    with pytest.raises(ValueError, match=r"^messages\[1\]\.tool_calls\.function\.arguments\['x'\]\[1\]: nan is not "
+                                         r"a JSON number$"):
+        engine.render_chat(parts, False, chat_template=calls)
 
 
 def test_reasoning_content_reaches_the_template(orbit, engine):

@@ -7,6 +7,7 @@ Needs the built module: ORBIT_PYTHON_PATH=<build>/bindings/python (see conftest.
 import copy
 import json
 
+import numpy as np
 import pytest
 
 # Its module-scoped fixture is expensive: under pytest-xdist (--dist loadgroup) this file runs on one worker.
@@ -108,6 +109,66 @@ def test_bad_traces_raise_naming_the_field(orbit, web_trace, stories260k_path, t
         orbit.replay(web_trace, str(tmp_path / "no-model.bin"))
     with pytest.raises(TypeError, match="progress"):
         orbit.replay(web_trace, str(stories260k_path), progress=5)
+
+
+def _numpy_ints(value):
+    """`value` with every int (bools aside) a numpy scalar of some width: what a trace built with numpy holds."""
+    if isinstance(value, dict):
+        return {k: _numpy_ints(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_numpy_ints(v) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return np.uint64(value) if value >= 2**62 else np.int64(value) if value >= 2**15 else np.int16(value)
+    return value
+
+
+def test_a_trace_dict_takes_numpy_values_as_the_values_they_equal(orbit, web_trace, stories260k_path, tmp_path):
+    # json.dumps refused numpy.int64 ("Object of type int64 is not JSON serializable", no field named): a trace
+    # built with numpy (seeds from a numpy Generator, token ids from an array) could not be passed as a dict.
+    plain = copy.deepcopy(web_trace)
+    plain["steps"].append({"op": "turn", "tokens": [5, 6, 7]})
+    plain["steps"].append({"op": "turn", "sample": 2, "temperature": 0.5, "seed": 9})
+    orbit.validate_trace(plain)
+    numpyish = _numpy_ints(plain)
+    numpyish["steps"][-2]["tokens"] = np.array([5, 6, 7], np.int32)
+    numpyish["steps"][-1]["temperature"] = np.float32(0.5)
+    assert isinstance(numpyish["chunks"][0]["seed"], np.generic)
+    orbit.validate_trace(numpyish)
+    orbit.save_trace(numpyish, tmp_path / "numpy.json")
+    orbit.save_trace(plain, tmp_path / "plain.json")
+    assert (tmp_path / "numpy.json").read_text() == (tmp_path / "plain.json").read_text()
+    assert orbit.load_trace(tmp_path / "numpy.json") == orbit.load_trace(tmp_path / "plain.json")
+    report = orbit.replay(numpyish, str(stories260k_path), policies=["patch:8"], baselines=False, fidelity=False)
+    assert [p["policy"] for p in report["policies"]] == ["patch:8"]
+
+
+def test_a_trace_dict_names_the_path_of_a_value_json_cannot_hold(orbit, web_trace, stories260k_path):
+    bad = copy.deepcopy(web_trace)
+    bad["steps"][3]["seed"] = np.complex128(1)
+    with pytest.raises(TypeError, match=r"^validate_trace: trace\['steps'\]\[3\]\['seed'\]: expected a JSON value "
+                                        r"\(dict, list, str, int, float, bool or None\), got complex128$"):
+        orbit.validate_trace(bad)
+    with pytest.raises(TypeError, match=r"^replay: trace\['steps'\]\[3\]\['seed'\]: "):
+        orbit.replay(bad, str(stories260k_path))
+    bad = copy.deepcopy(web_trace)
+    bad["steps"].append({"op": "turn", "sample": 2, "temperature": np.float64("nan")})
+    with pytest.raises(ValueError, match=r"^save_trace: trace\['steps'\]\[%d\]\['temperature'\]: nan is not a "
+                                         r"JSON number$" % (len(bad["steps"]) - 1)):
+        orbit.save_trace(bad, "never-written.json")
+    bad = copy.deepcopy(web_trace)
+    bad["chunks"][1]["tokens"] = np.array(["a", "b"])
+    with pytest.raises(TypeError, match=r"^validate_trace: trace\['chunks'\]\[1\]\['tokens'\]: .*got ndarray of "
+                                        r"dtype <U1$"):
+        orbit.validate_trace(bad)
+    bad = copy.deepcopy(web_trace)
+    bad["steps"][0][(1, 2)] = 3
+    with pytest.raises(TypeError, match=r"^validate_trace: trace\['steps'\]\[0\]: key \(1, 2\): expected a str"):
+        orbit.validate_trace(bad)
+    bad = copy.deepcopy(web_trace)
+    bad["steps"][0]["note"] = bad
+    with pytest.raises(ValueError, match=r"^validate_trace: trace\['steps'\]\[0\]\['note'\]: a circular reference "
+                                         r"\(it holds a dict that holds it\)$"):
+        orbit.validate_trace(bad)
 
 
 def test_an_exception_in_progress_stops_the_replay(orbit, web_trace, stories260k_path):

@@ -17,10 +17,6 @@ namespace {
 using orbit::Constraint;
 using orbit::ToolCallFormat;
 
-std::string dumps(const py::handle& obj, const std::string& what) {
-  return utf8_arg(json_module().attr("dumps")(obj, py::arg("ensure_ascii") = false), what);
-}
-
 // OpenAI's shape, ready to go back into a message list: {"id", "type": "function", "function": {"name",
 // "arguments" (JSON text)}}.
 py::list calls_list(const std::vector<orbit::ChatToolCall>& calls) {
@@ -59,7 +55,7 @@ std::optional<std::string> response_schema(const py::object& format) {
   check_response_format_type(format);
   const py::dict d = format.cast<py::dict>();
   if (!d.contains("type") || !py::isinstance<py::str>(d["type"]))
-    return dumps(d, "generate: response_format");  // a schema
+    return json_text(d, "generate: response_format");  // a schema
   const std::string type = d["type"].cast<std::string>();
   if (type == "text") return std::nullopt;
   if (type == "json_object") return std::string();
@@ -70,9 +66,9 @@ std::optional<std::string> response_schema(const py::object& format) {
     }
     const py::dict js = d["json_schema"].cast<py::dict>();
     ORBIT_CHECK(js.contains("schema"), "generate: response_format.json_schema.schema is missing");
-    return dumps(js["schema"], "generate: response_format");
+    return json_text(js["schema"], "generate: response_format['json_schema']['schema']");
   }
-  return dumps(d, "generate: response_format");  // a schema whose own "type" is a JSON type
+  return json_text(d, "generate: response_format");  // a schema whose own "type" is a JSON type
 }
 
 // Why the engine's model cannot write an answer `c` accepts, or "" (also without a tokenizer: generate then
@@ -89,7 +85,7 @@ std::string spec_key(const py::object& tools, const py::object& tool_choice, con
   const auto text = [](const py::object& o, const char* name) -> std::string {
     if (o.is_none()) return "-";
     const std::string what = std::string("generate: ") + name;
-    return py::isinstance<py::str>(o) ? "s" + utf8_arg(o, what) : "j" + dumps(o, what);
+    return py::isinstance<py::str>(o) ? "s" + utf8_arg(o, what) : "j" + json_text(o, what);
   };
   return text(tools, "tools") + "\n" + text(tool_choice, "tool_choice") + "\n" +
          text(response_format, "response_format") + "\n" + text(tool_call_format, "tool_call_format");
@@ -173,7 +169,7 @@ void check_named_tool(const std::string& choice, const std::vector<std::string>&
 std::vector<std::string> read_tools(const py::object& tools, AnswerSpec& a) {
   if (!tools.is_none())
     a.tools_json =
-        py::isinstance<py::str>(tools) ? utf8_arg(tools, "generate: tools") : dumps(tools, "generate: tools");
+        py::isinstance<py::str>(tools) ? utf8_arg(tools, "generate: tools") : json_text(tools, "generate: tools");
   ORBIT_CHECK(tools.is_none() || !a.tools_json.empty(), "generate: tools = '' is not a JSON array (None: no tools)");
   if (py::isinstance<py::str>(tools)) {  // a list is JSON by construction; text must be a JSON array
     bool array = false;

@@ -1,5 +1,7 @@
 #include "convert.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 namespace orbit_py {
@@ -37,12 +39,19 @@ void check_enum_member(py::handle obj, const char* what) {
 
 namespace {
 
+// numpy.array(True): a 0-d bool array, an int argument's bool as much as numpy.bool_(True) is.
+bool is_numpy_bool_array(py::handle obj) {
+  if (!py::isinstance<py::array>(obj)) return false;
+  const auto a = py::reinterpret_borrow<py::array>(obj);
+  return a.ndim() == 0 && py::str(a.dtype().attr("kind")).cast<std::string>() == "b";
+}
+
 // "<what>: expected int, got <type>" (TypeError), as to_bool words its refusal.
 py::type_error not_an_int(py::handle obj, const char* what) {
   return py::type_error(std::string(what) + ": expected int, got " +
-                        (obj.is_none()        ? "None"
-                         : is_numpy_bool(obj) ? "bool"
-                                              : type_name(obj)));
+                        (obj.is_none()                                    ? "None"
+                         : is_numpy_bool(obj) || is_numpy_bool_array(obj) ? "bool"
+                                                                          : type_name(obj)));
 }
 
 }  // namespace
@@ -103,24 +112,61 @@ py::array torch_integers_to_numpy(py::handle tensor, const char* what) {
   return t.attr("contiguous")().attr("numpy")();
 }
 
-// A bool (Python's or numpy's) among a sequence's elements, nested lists and tuples included, raises TypeError
-// naming its index ("detokenize: tokens[1]: expected int, got bool"): numpy.asarray([True, 2]) reads it as 1.
-// One pointer test per int; a sequence numpy cannot read is left to numpy.asarray to refuse.
-void refuse_bools(py::handle sequence, const std::string& what) {
-  const py::object items = py::reinterpret_steal<py::object>(PySequence_Fast(sequence.ptr(), "not a sequence"));
-  if (!items) {
-    PyErr_Clear();
-    return;
-  }
-  const py::ssize_t n = PySequence_Fast_GET_SIZE(items.ptr());
-  PyObject** item = PySequence_Fast_ITEMS(items.ptr());
+// A bool among a sequence's elements: Python's, numpy's scalar, or a numpy array or torch tensor of bools (a 0-d
+// one, numpy.array(True), included), which numpy.asarray([numpy.array(True), 2]) reads as 1.
+bool bool_element(py::handle obj) {
+  if (PyBool_Check(obj.ptr()) || is_numpy_bool(obj)) return true;
+  if (py::isinstance<py::array>(obj)) return dtype_kind(py::reinterpret_borrow<py::array>(obj)) == 'b';
+  return is_torch_tensor(obj) && torch_dtype(obj) == "bool";
+}
+
+// `map(element, index)` over a list or tuple's elements: `sequence` itself when it returned each element as it
+// was (and `always_copy` is false), else a list of what it returned. The list is made only from the first
+// element that changed.
+template <typename Map>
+py::object map_elements(py::handle sequence, bool always_copy, const Map& map) {
+  const py::ssize_t n = PySequence_Fast_GET_SIZE(sequence.ptr());
+  PyObject** item = PySequence_Fast_ITEMS(sequence.ptr());
+  py::list out;
+  bool copying = always_copy;
   for (py::ssize_t i = 0; i < n; ++i) {
-    if (PyLong_CheckExact(item[i])) continue;
-    if (PyBool_Check(item[i]) || is_numpy_bool(item[i])) {
-      throw py::type_error(what + "[" + std::to_string(i) + "]: expected int, got bool");
+    py::object value = map(py::handle(item[i]), i);
+    if (!copying && value.ptr() != item[i]) {
+      for (py::ssize_t j = 0; j < i; ++j) out.append(py::handle(item[j]));
+      copying = true;
     }
-    if (PyList_Check(item[i]) || PyTuple_Check(item[i])) refuse_bools(item[i], what + "[" + std::to_string(i) + "]");
+    if (copying) out.append(std::move(value));
   }
+  return copying ? py::object(std::move(out)) : py::reinterpret_borrow<py::object>(sequence);
+}
+
+// A list or tuple's elements, nested lists and tuples included, as numpy.asarray should read them: an int out
+// of int64 raises ValueError and a bool TypeError, both naming its index ("detokenize: tokens[1]: expected
+// int, got bool"); numpy's integer scalars and 0-d integer arrays become ints (numpy.asarray([numpy.uint64(5),
+// 2]) is float64). Returns `sequence` itself when nothing changed (one pointer test and a range check per
+// int), else a list. What numpy reads as floats or text is left for the dtype check to refuse.
+py::object checked_ints(py::handle sequence, const std::string& what) {
+  return map_elements(sequence, false, [&](py::handle item, py::ssize_t i) -> py::object {
+    const auto at = [&] { return what + "[" + std::to_string(i) + "]"; };
+    if (PyLong_CheckExact(item.ptr())) {
+      int overflow = 0;
+      PyLong_AsLongLongAndOverflow(item.ptr(), &overflow);
+      if (overflow != 0) {
+        throw py::value_error(at() + ": " + std::string(py::repr(item)) +
+                              (overflow > 0 ? " is past the largest" : " is below the smallest") +
+                              " int64 (token ids and positions are int64)");
+      }
+    } else if (bool_element(item)) {
+      const bool scalar = !py::hasattr(item, "ndim") || item.attr("ndim").cast<int>() == 0;
+      if (!scalar) throw py::type_error(at() + ": dtype bool; expected integers (token ids / positions)");
+      throw py::type_error(at() + ": expected int, got bool");
+    } else if (PyList_Check(item.ptr()) || PyTuple_Check(item.ptr())) {
+      return checked_ints(item, at());
+    } else if (is_integer(item) && (!py::hasattr(item, "ndim") || item.attr("ndim").cast<int>() == 0)) {
+      return py::reinterpret_steal<py::object>(PyNumber_Index(item.ptr()));  // numpy.int64(3) -> 3
+    }
+    return py::reinterpret_borrow<py::object>(item);
+  });
 }
 
 // Integer data (numpy array, torch tensor or nested sequence) as a C-contiguous int64 numpy array.
@@ -134,9 +180,13 @@ py::array integer_array(py::handle obj, const char* what) {
     throw py::type_error(std::string(what) + ": expected a sequence of ints, a numpy array or a torch tensor, got " +
                          type_name(obj));
   } else {
-    refuse_bools(obj, what);
+    // A list or tuple as it is, another sequence (range, array.array) as a list; one that cannot be listed
+    // is left for numpy.asarray to refuse.
+    const py::object items = py::reinterpret_steal<py::object>(PySequence_Fast(obj.ptr(), "not a sequence"));
+    if (!items) PyErr_Clear();
+    const py::object ints = items ? checked_ints(items, what) : py::reinterpret_borrow<py::object>(obj);
     try {
-      a = numpy().attr("asarray")(obj);
+      a = numpy().attr("asarray")(ints.ptr() == items.ptr() ? obj : py::handle(ints));
     } catch (py::error_already_set& e) {
       throw py::value_error(std::string(what) + ": not a rectangular sequence of ints (" + e.what() + ")");
     }
@@ -174,79 +224,84 @@ std::vector<int64_t> to_tokens(py::handle obj, const char* what) {
   return std::vector<int64_t>(p, p + a.size());
 }
 
-Borrowed to_embeddings(py::handle obj, const char* what) {
-  Borrowed b;
-  std::vector<int64_t> shape;
-  if (is_torch_tensor(obj)) {
-    py::object t = obj.attr("detach")();
-    const std::string dt = torch_dtype(t);
-    if (dt == "float32")
-      b.view.dtype = orbit::DType::kFloat32;
-    else if (dt == "bfloat16")
-      b.view.dtype = orbit::DType::kBFloat16;
-    else if (dt == "float16")
-      b.view.dtype = orbit::DType::kFloat16;
-    else {
-      throw py::type_error(std::string(what) + ": torch dtype " + dt +
-                           "; embeddings must be float32, bfloat16 or float16 (e.g. tensor.float())");
-    }
-    for (py::handle d : t.attr("shape")) shape.push_back(d.cast<int64_t>());
-    if (shape.size() != 2) {
-      throw py::value_error(std::string(what) + ": shape " + shape_string(shape) + "; embeddings must be [n, hidden]");
-    }
-    if (py::str(t.attr("device").attr("type")).cast<std::string>() != "cpu") {
-      t = t.attr("cpu")();
-      b.copied = true;
-    }
-    if (!t.attr("is_contiguous")().cast<bool>()) {
-      t = t.attr("contiguous")();
-      b.copied = true;
-    }
-    b.view.data = reinterpret_cast<const void*>(t.attr("data_ptr")().cast<uintptr_t>());
-    b.owner = t;
-  } else {
-    py::array a;
-    if (py::isinstance<py::array>(obj)) {
-      a = py::reinterpret_borrow<py::array>(obj);
-    } else if (py::isinstance<py::sequence>(obj) && !py::isinstance<py::str>(obj)) {
-      try {
-        a = numpy().attr("asarray")(obj, "float32");  // nested lists of numbers: converted to float32
-      } catch (py::error_already_set& e) {
-        throw py::type_error(std::string(what) + ": not a rectangular array of numbers (" + e.what() + ")");
-      }
-      b.copied = true;
-    } else {
-      throw py::type_error(std::string(what) + ": expected a numpy array or a torch tensor of shape [n, hidden], got " +
-                           type_name(obj));
-    }
-    const std::string dt = dtype_str(a);
-    if (dt == "float32")
-      b.view.dtype = orbit::DType::kFloat32;
-    else if (dt == "float16")
-      b.view.dtype = orbit::DType::kFloat16;
-    else if (dt == "bfloat16")
-      b.view.dtype = orbit::DType::kBFloat16;  // ml_dtypes' numpy bfloat16
-    else {
-      throw py::type_error(std::string(what) + ": dtype " + dt +
-                           "; embeddings must be float32, float16 or bfloat16 (e.g. array.astype(numpy.float32))");
-    }
-    shape = shape_of(a);
-    if (shape.size() != 2) {
-      throw py::value_error(std::string(what) + ": shape " + shape_string(shape) + "; embeddings must be [n, hidden]");
-    }
-    if (!a.dtype().attr("isnative").cast<bool>()) {
-      a = a.attr("astype")(a.dtype().attr("newbyteorder")("="));
-      b.copied = true;
-    }
-    if (!(a.flags() & py::array::c_style)) {
-      a = numpy().attr("ascontiguousarray")(a);
-      b.copied = true;
-    }
-    b.view.data = a.data();
-    b.owner = a;
+namespace {
+
+// An embeddings dtype by the name numpy and torch (less its "torch.") give it: float32, bfloat16 (torch's, or
+// ml_dtypes' for numpy) or float16. Another raises TypeError naming `what`, the dtype and `how` to convert.
+orbit::DType embedding_dtype(const std::string& name, const char* what, const char* kind, const char* how) {
+  if (name == "float32") return orbit::DType::kFloat32;
+  if (name == "bfloat16") return orbit::DType::kBFloat16;
+  if (name == "float16") return orbit::DType::kFloat16;
+  throw py::type_error(std::string(what) + ": " + kind + " " + name +
+                       "; embeddings must be float32, bfloat16 or float16 (e.g. " + how + ")");
+}
+
+void check_embedding_shape(const std::vector<int64_t>& shape, const char* what) {
+  if (shape.size() != 2) {
+    throw py::value_error(std::string(what) + ": shape " + shape_string(shape) + "; embeddings must be [n, hidden]");
   }
-  if (shape[0] < 1) throw py::value_error(std::string(what) + ": shape " + shape_string(shape) + " has no rows");
-  b.view.shape = shape;
+}
+
+// A torch tensor's rows: borrowed when on the CPU and contiguous, else copied there.
+Borrowed torch_embeddings(py::handle tensor, const char* what) {
+  Borrowed b;
+  py::object t = tensor.attr("detach")();
+  b.view.dtype = embedding_dtype(torch_dtype(t), what, "torch dtype", "tensor.float()");
+  for (py::handle d : t.attr("shape")) b.view.shape.push_back(d.cast<int64_t>());
+  check_embedding_shape(b.view.shape, what);
+  if (py::str(t.attr("device").attr("type")).cast<std::string>() != "cpu") {
+    t = t.attr("cpu")();
+    b.copied = true;
+  }
+  if (!t.attr("is_contiguous")().cast<bool>()) {
+    t = t.attr("contiguous")();
+    b.copied = true;
+  }
+  b.view.data = reinterpret_cast<const void*>(t.attr("data_ptr")().cast<uintptr_t>());
+  b.owner = t;
+  return b;
+}
+
+// A numpy array's rows (nested lists of numbers read as float32): borrowed when native and C-contiguous.
+Borrowed numpy_embeddings(py::handle obj, const char* what) {
+  Borrowed b;
+  py::array a;
+  if (py::isinstance<py::array>(obj)) {
+    a = py::reinterpret_borrow<py::array>(obj);
+  } else if (py::isinstance<py::sequence>(obj) && !py::isinstance<py::str>(obj)) {
+    try {
+      a = numpy().attr("asarray")(obj, "float32");  // nested lists of numbers: converted to float32
+    } catch (py::error_already_set& e) {
+      throw py::type_error(std::string(what) + ": not a rectangular array of numbers (" + e.what() + ")");
+    }
+    b.copied = true;
+  } else {
+    throw py::type_error(std::string(what) + ": expected a numpy array or a torch tensor of shape [n, hidden], got " +
+                         type_name(obj));
+  }
+  b.view.dtype = embedding_dtype(dtype_str(a), what, "dtype", "array.astype(numpy.float32)");
+  b.view.shape = shape_of(a);
+  check_embedding_shape(b.view.shape, what);
+  if (!a.dtype().attr("isnative").cast<bool>()) {
+    a = a.attr("astype")(a.dtype().attr("newbyteorder")("="));
+    b.copied = true;
+  }
+  if (!(a.flags() & py::array::c_style)) {
+    a = numpy().attr("ascontiguousarray")(a);
+    b.copied = true;
+  }
+  b.view.data = a.data();
+  b.owner = a;
+  return b;
+}
+
+}  // namespace
+
+Borrowed to_embeddings(py::handle obj, const char* what) {
+  Borrowed b = is_torch_tensor(obj) ? torch_embeddings(obj, what) : numpy_embeddings(obj, what);
+  if (b.view.shape[0] < 1) {
+    throw py::value_error(std::string(what) + ": shape " + shape_string(b.view.shape) + " has no rows");
+  }
   return b;
 }
 
@@ -342,5 +397,102 @@ std::string path_arg(const py::object& obj, const char* what) {
 }
 
 py::object json_module() { return py::module_::import("json"); }
+
+namespace {
+
+// Nesting past this is refused (json.dumps would raise RecursionError).
+constexpr std::size_t kMaxJsonDepth = 500;
+
+// The dicts, lists and tuples json_ready is inside of, outermost first: one met again is a circular reference.
+using OpenContainers = std::vector<PyObject*>;
+
+py::object json_ready(py::handle obj, const std::string& path, OpenContainers& open);
+
+// numpy's scalars as the Python values they equal exactly: a bool, an int (any width), a float (float16/32
+// widen exactly); nullptr for another type.
+py::object numpy_scalar_value(py::handle obj) {
+  if (is_numpy_bool(obj)) return py::bool_(PyObject_IsTrue(obj.ptr()) == 1);
+  const py::handle type = py::type::handle_of(obj);
+  if (!py::hasattr(type, "__module__") || std::string(py::str(type.attr("__module__"))) != "numpy") return {};
+  if (is_integer(obj)) return py::reinterpret_steal<py::object>(PyNumber_Index(obj.ptr()));
+  if (py::isinstance(obj, numpy().attr("floating"))) return py::float_(obj.cast<double>());
+  return {};
+}
+
+// A dict key as json.dumps takes it (str, int, float, bool, None; a numpy scalar as its value).
+py::object json_key(py::handle key, const std::string& path) {
+  if (PyUnicode_Check(key.ptr()) || PyLong_Check(key.ptr()) || PyFloat_Check(key.ptr()) || key.is_none()) {
+    return py::reinterpret_borrow<py::object>(key);
+  }
+  if (py::object value = numpy_scalar_value(key)) return value;
+  throw py::type_error(path + ": key " + std::string(py::repr(key)) +
+                       ": expected a str, int, float, bool or None, got " + type_name(key));
+}
+
+py::object json_ready_dict(py::handle obj, const std::string& path, OpenContainers& open) {
+  py::dict out;
+  bool changed = false;
+  for (auto [key, value] : py::reinterpret_borrow<py::dict>(obj)) {
+    const py::object k = json_key(key, path);
+    const py::object v = json_ready(value, path + "[" + std::string(py::repr(k)) + "]", open);
+    changed = changed || k.ptr() != key.ptr() || v.ptr() != value.ptr();
+    out[k] = v;
+  }
+  return changed ? py::object(out) : py::reinterpret_borrow<py::object>(obj);
+}
+
+// A dict, list or tuple's values made ready (a tuple as a list), refused where it holds itself or nests too deep.
+py::object json_ready_container(py::handle obj, const std::string& path, OpenContainers& open) {
+  if (std::find(open.begin(), open.end(), obj.ptr()) != open.end()) {
+    throw py::value_error(path + ": a circular reference (it holds a " + type_name(obj) + " that holds it)");
+  }
+  if (open.size() == kMaxJsonDepth) {
+    throw py::value_error(path + ": nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  }
+  open.push_back(obj.ptr());
+  py::object out = PyDict_Check(obj.ptr())
+                       ? json_ready_dict(obj, path, open)
+                       : map_elements(obj, PyTuple_Check(obj.ptr()), [&](py::handle item, py::ssize_t i) {
+                           return json_ready(item, path + "[" + std::to_string(i) + "]", open);
+                         });
+  open.pop_back();
+  return out;
+}
+
+// `obj` as json.dumps can write it exactly, each value checked where it stands: numpy scalars become the
+// Python values they equal and numpy arrays of bools, ints or floats lists of them; a float that is not finite
+// (json.dumps writes NaN, which JSON has not) raises ValueError, another type TypeError, naming its path
+// ("replay: trace['steps'][3]['tokens']").
+py::object json_ready(py::handle obj, const std::string& path, OpenContainers& open) {
+  if (obj.is_none() || PyBool_Check(obj.ptr()) || PyUnicode_Check(obj.ptr()) || PyLong_Check(obj.ptr())) {
+    return py::reinterpret_borrow<py::object>(obj);
+  }
+  if (PyFloat_Check(obj.ptr())) {
+    if (!std::isfinite(PyFloat_AsDouble(obj.ptr()))) {
+      throw py::value_error(path + ": " + std::string(py::repr(obj)) + " is not a JSON number");
+    }
+    return py::reinterpret_borrow<py::object>(obj);
+  }
+  if (PyDict_Check(obj.ptr()) || PyList_Check(obj.ptr()) || PyTuple_Check(obj.ptr())) {
+    return json_ready_container(obj, path, open);
+  }
+  if (py::object value = numpy_scalar_value(obj)) return json_ready(value, path, open);
+  if (py::isinstance<py::array>(obj)) {
+    const auto a = py::reinterpret_borrow<py::array>(obj);
+    const char kind = dtype_kind(a);
+    if (kind == 'b' || kind == 'i' || kind == 'u' || kind == 'f') return json_ready(a.attr("tolist")(), path, open);
+  }
+  throw py::type_error(
+      path + ": expected a JSON value (dict, list, str, int, float, bool or None), got " + type_name(obj) +
+      (py::isinstance<py::array>(obj) ? " of dtype " + dtype_str(py::reinterpret_borrow<py::array>(obj)) : ""));
+}
+
+}  // namespace
+
+std::string json_text(py::handle obj, const std::string& what) {
+  OpenContainers open;
+  const py::object ready = json_ready(obj, what, open);
+  return utf8_arg(json_module().attr("dumps")(ready, py::arg("ensure_ascii") = false), what);
+}
 
 }  // namespace orbit_py

@@ -8,8 +8,10 @@
 // A Borrowed keeps the Python objects a TensorView points into alive for one call: CPU C-contiguous
 // arrays and tensors are borrowed without a copy; anything else is copied once into a contiguous array.
 // Bad input raises TypeError (wrong type or dtype) or ValueError (wrong shape) naming the argument; a bool
-// element of a list or tuple (numpy would read True as 1) TypeError naming its index ("detokenize: tokens[0]:
-// expected int, got bool"), as a bool numpy array or tensor is refused by its dtype.
+// element of a list or tuple (True, numpy.bool_(True), numpy.array(True): numpy would read each as 1)
+// TypeError naming its index ("detokenize: tokens[0]: expected int, got bool"), as a bool numpy array or tensor
+// is refused by its dtype, and an int element out of int64 ValueError naming its index. numpy's integer scalars
+// are taken among the elements as ints are (numpy.asarray alone read [numpy.uint64(5), 2] as float64).
 #pragma once
 
 #include <pybind11/numpy.h>
@@ -56,6 +58,7 @@ bool to_bool(py::handle obj, const char* what);
 // argument): its caster takes any object and writes "bool" in the signature pybind11 generates, where a
 // plain `bool` parameter would take anything with __bool__ and refuse others without naming the argument.
 struct BoolArg {
+  static constexpr auto kPythonType = py::detail::const_name("bool");
   py::object value;
   bool get(const char* what) const { return to_bool(value, what); }
 };
@@ -75,6 +78,7 @@ T to_int(py::handle obj, const char* what) {
 // An int parameter of a bound function, read by the function with IntArg::get (to_int: strict, naming the
 // argument), as BoolArg is for bools: its caster takes any object and writes "int" in the signature.
 struct IntArg {
+  static constexpr auto kPythonType = py::detail::const_name("int");
   py::object value;
   template <typename T = int64_t>
   T get(const char* what) const {
@@ -120,6 +124,14 @@ std::string path_arg(const py::object& obj, const char* what);
 // Python's json module (for dicts passed as their JSON text, and JSON text returned as dicts).
 py::object json_module();
 
+// A dict or list passed for JSON (a trace, a schema, tools, a call's arguments) as its JSON text. numpy's
+// scalars are written as the values they equal (numpy.int64(3) as 3, numpy.float32(0.5) as 0.5, numpy.bool_ as
+// true/false), a numpy array of bools, ints or floats as a list; a value JSON cannot hold exactly raises naming
+// its path under `what`: a float not finite ValueError ("replay: trace['steps'][3]['p']: nan is not a JSON
+// number"), another type TypeError ("...['tokens']: expected a JSON value (...), got complex128"), as does a
+// dict key json.dumps refuses.
+std::string json_text(py::handle obj, const std::string& what);
+
 // "[1, 2, 3]" for messages.
 using orbit::shape_string;
 
@@ -127,28 +139,22 @@ using orbit::shape_string;
 
 namespace pybind11::detail {
 
-// BoolArg: any object, checked by the function that names the argument (see BoolArg).
-template <>
-struct type_caster<orbit_py::BoolArg> {
-  PYBIND11_TYPE_CASTER(orbit_py::BoolArg, const_name("bool"));
+// BoolArg and IntArg: any object, checked by the function that names the argument (see BoolArg); the signature
+// pybind11 generates writes Arg::kPythonType for it.
+template <typename Arg>
+struct object_arg_caster {
+  PYBIND11_TYPE_CASTER(Arg, Arg::kPythonType);
   bool load(handle src, bool /*convert*/) {
     if (!src) return false;
     value.value = reinterpret_borrow<object>(src);
     return true;
   }
-  static handle cast(const orbit_py::BoolArg& arg, return_value_policy, handle) { return arg.value.inc_ref(); }
+  static handle cast(const Arg& arg, return_value_policy, handle) { return arg.value.inc_ref(); }
 };
 
-// IntArg: any object, checked by the function that names the argument (see IntArg).
 template <>
-struct type_caster<orbit_py::IntArg> {
-  PYBIND11_TYPE_CASTER(orbit_py::IntArg, const_name("int"));
-  bool load(handle src, bool /*convert*/) {
-    if (!src) return false;
-    value.value = reinterpret_borrow<object>(src);
-    return true;
-  }
-  static handle cast(const orbit_py::IntArg& arg, return_value_policy, handle) { return arg.value.inc_ref(); }
-};
+struct type_caster<orbit_py::BoolArg> : object_arg_caster<orbit_py::BoolArg> {};
+template <>
+struct type_caster<orbit_py::IntArg> : object_arg_caster<orbit_py::IntArg> {};
 
 }  // namespace pybind11::detail

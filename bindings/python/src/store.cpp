@@ -245,8 +245,14 @@ void def_store_functions(py::module_& m) {
       py::arg("dir"), py::kw_only(), py::arg("dry_run") = false,
       "Removes unreferenced blobs and temp files. Needs the store closed everywhere (raises OrbitError when\n"
       "another process or engine holds it open).");
-  m.def("chunk_key_tokens", &chunk_key_tokens, py::arg("model_fingerprint"), py::arg("tokens"),
-        "The content key of a token chunk for a model (ModelInfo.fingerprint): what ChunkRef.key holds.");
+  m.def(
+      "chunk_key_tokens",
+      [](const std::string& model_fingerprint, const py::object& tokens) {
+        // to_tokens, as add_tokens reads them: pybind11's list of int64 took True as 1 and no numpy array.
+        return chunk_key_tokens(model_fingerprint, to_tokens(tokens, "chunk_key_tokens: tokens"));
+      },
+      py::arg("model_fingerprint"), py::arg("tokens"),
+      "The content key of a token chunk for a model (ModelInfo.fingerprint): what ChunkRef.key holds.");
   m.def("is_store_key", &is_store_key, py::arg("key"), "True for 64 lowercase hex characters.");
 }
 

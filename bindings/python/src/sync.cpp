@@ -37,10 +37,6 @@ std::string where(std::size_t i, const char* field) {
   return "messages[" + std::to_string(i) + "]" + (field[0] != '\0' ? std::string(".") + field : "");
 }
 
-std::string to_json(const py::handle& obj, const std::string& what) {
-  return utf8_arg(py::module_::import("json").attr("dumps")(obj, py::arg("ensure_ascii") = false), what);
-}
-
 // A str field of a message dict (None and absent: nullopt).
 std::optional<std::string> str_field(const py::dict& d, const char* key, std::size_t i) {
   if (!d.contains(key) || d[key].is_none()) return std::nullopt;
@@ -125,7 +121,7 @@ std::vector<ChatToolCall> tool_calls_of(const py::dict& d, std::size_t i) {
     if (f.contains("arguments") && !f["arguments"].is_none()) {
       const py::object a = f["arguments"];
       const std::string at = where(i, "tool_calls") + ".function.arguments";
-      t.arguments = py::isinstance<py::str>(a) ? utf8_arg(a, at) : to_json(a, at);
+      t.arguments = py::isinstance<py::str>(a) ? utf8_arg(a, at) : json_text(a, at);
     }
     out.push_back(std::move(t));
   }
@@ -210,7 +206,7 @@ ChatOptions chat_options(const py::object& chat_template, const py::object& tool
   if (!chat_template.is_none()) o.chat_template = utf8_arg(chat_template, std::string(caller) + ": chat_template");
   if (!tools.is_none()) {
     o.tools_json = py::isinstance<py::str>(tools) ? json_argument(tools, caller, "tools", true)
-                                                  : to_json(tools, std::string(caller) + ": tools");
+                                                  : json_text(tools, std::string(caller) + ": tools");
     // The template reads each entry as a tool (a dict): anything else would be rendered as nonsense.
     const py::list entries = py::module_::import("json").attr("loads")(o.tools_json).cast<py::list>();
     for (std::size_t i = 0; i < entries.size(); ++i) {
@@ -222,7 +218,7 @@ ChatOptions chat_options(const py::object& chat_template, const py::object& tool
   }
   if (!extra.is_none()) {
     o.extra_json = py::isinstance<py::str>(extra) ? json_argument(extra, caller, "extra", false)
-                                                  : to_json(extra, std::string(caller) + ": extra");
+                                                  : json_text(extra, std::string(caller) + ": extra");
   }
   return o;
 }

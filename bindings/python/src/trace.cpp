@@ -18,12 +18,11 @@ namespace {
 
 py::object to_dict(const std::string& json_text) { return json_module().attr("loads")(json_text); }
 
-// A trace given as a dict (the JSON object) or a str/PathLike path to an orbit-trace/1 .json file.
-orbit::Trace trace_arg(const py::object& trace) {
-  if (py::isinstance<py::dict>(trace)) {
-    const std::string text = py::str(json_module().attr("dumps")(trace));
-    return orbit::parse_trace(text, "<dict>");
-  }
+// A trace given as a dict (the JSON object) or a str/PathLike path to an orbit-trace/1 .json file. A dict's
+// numpy scalars are read as the values they equal, anything JSON cannot hold refused naming its path under
+// `what` ("replay: trace['steps'][3]['tokens']": json_text).
+orbit::Trace trace_arg(const py::object& trace, const std::string& what) {
+  if (py::isinstance<py::dict>(trace)) return orbit::parse_trace(json_text(trace, what), "<dict>");
   if (py::isinstance<py::str>(trace) || py::hasattr(trace, "__fspath__")) {
     const std::string path = path_arg(trace, "trace");
     py::gil_scoped_release release;
@@ -36,24 +35,32 @@ orbit::Trace trace_arg(const py::object& trace) {
 // load_trace, validate_trace, save_trace and make_trace: traces as dicts and files.
 void def_trace_files(py::module_& m) {
   m.def(
-      "load_trace", [](const py::object& path) { return to_dict(orbit::trace_to_json(trace_arg(path))); },
+      "load_trace",
+      [](const py::object& path) { return to_dict(orbit::trace_to_json(trace_arg(path, "load_trace: path"))); },
       py::arg("path"),
       "Reads and validates an orbit-trace/1 file; returns it as a dict (its JSON, defaults filled in).\n"
       "Raises OrbitError naming the file and the JSON path of the first bad field.");
   m.def(
-      "validate_trace", [](const py::object& trace) { (void)trace_arg(trace); }, py::arg("trace"),
+      "validate_trace", [](const py::object& trace) { (void)trace_arg(trace, "validate_trace: trace"); },
+      py::arg("trace"),
       "Checks a trace (dict or path) against orbit-trace/1: known ops, chunks defined before use, branches\n"
-      "forked before use, ... Returns None; raises OrbitError naming the step and field at fault.");
+      "forked before use, ... Returns None; raises OrbitError naming the step and field at fault.\n"
+      "A dict may hold numpy values: its scalars are read as the ints, floats and bools they equal exactly\n"
+      "(numpy.int64(7) as 7) and arrays of ints, floats or bools as lists. A value JSON cannot hold (NaN, a\n"
+      "complex, another object) raises ValueError or TypeError naming its path (\"validate_trace:\n"
+      "trace['steps'][3]['tokens'][0]: expected a JSON value ..., got complex128\"). save_trace and replay read\n"
+      "a dict the same way.");
   m.def(
       "save_trace",
       [](const py::object& trace, const py::object& path) {
-        const orbit::Trace t = trace_arg(trace);
+        const orbit::Trace t = trace_arg(trace, "save_trace: trace");
         const std::string p = path_arg(path, "save_trace: path");
         py::gil_scoped_release release;
         orbit::save_trace(t, p);
       },
       py::arg("trace"), py::arg("path"),
-      "Validates a trace (dict or path) and writes it to PATH atomically (a crash leaves the old file).");
+      "Validates a trace (dict or path; a dict's numpy values read as validate_trace reads them) and writes it\n"
+      "to PATH atomically (a crash leaves the old file).");
   m.def(
       "make_trace",
       [](const py::str& kind, const IntArg& steps, const py::object& seed, const IntArg& vocab_size,
@@ -90,7 +97,7 @@ void def_replay(py::module_& m) {
          const IntArg& threads, const IntArg& pool_bytes, const IntArg& page_size, const py::str& device,
          const py::str& dtype, const IntArg& host_budget_bytes, const py::str& eviction,
          const IntArg& device_tier_bytes, const py::object& progress) {
-        const orbit::Trace t = trace_arg(trace);
+        const orbit::Trace t = trace_arg(trace, "replay: trace");
         orbit::ReplayOptions o;
         o.engine.model = path_arg(model, "replay: model");
         o.engine.threads = threads.get<int>("replay: threads");
@@ -135,7 +142,8 @@ void def_replay(py::module_& m) {
       py::arg("page_size") = orbit::EngineOptions{}.page_size, py::arg("device") = "cpu", py::arg("dtype") = "float32",
       py::arg("host_budget_bytes") = orbit::EngineOptions{}.host_budget_bytes, py::arg("eviction") = "lru",
       py::arg("device_tier_bytes") = 0, py::arg("progress") = py::none(),
-      "Replays a trace (dict or path) on MODEL under each policy spec, on a fresh engine each, plus the\n"
+      "Replays a trace (dict or path; a dict's numpy values read as validate_trace reads them) on MODEL under each "
+      "policy spec, on a fresh engine each, plus the\n"
       "baselines reprefill, prefix and blind (baselines=False: only those asked); returns the report as a dict\n"
       "(what `orbit replay --json` writes): per policy its steps (forward tokens, seconds, fidelity vs. a\n"
       "re-prefill: KL and top-1, ...), totals and, for patch-forming policies, the offline bound.\n"
