@@ -265,3 +265,49 @@ def test_aio_stub_forwards_the_window_s_arguments(orbit, stub):
             wrong.append(f"AsyncWindow.{node.name}: Window's ({describe(want)}), aio.pyi's ({describe(got)})")
     assert not wrong, "\n".join(wrong)
     assert {"sync", "generate", "generate_n", "logits", "fork", "idle", "prepare_sync", "close"} <= compared
+
+
+# Parameters the bindings read as token ids (to_tokens: ints or numpy integers, an integer array or tensor).
+TOKEN_PARAMETERS = {
+    ("RadixCache", "read"): ("prompt", "generated"),
+    ("BlockPrefixCache", "read"): ("prompt", "generated"),
+    (None, "chunk_key_tokens"): ("tokens",),
+    ("Engine", "detokenize"): ("tokens",),
+    ("Engine", "add_tokens"): ("tokens",),
+    ("Window", "add_turn"): ("tokens",),
+    ("Window", "plan_add_turn"): ("tokens",),
+    ("Window", "logits"): ("query",),
+    ("Window", "loss_by_instance"): ("query",),
+}
+
+
+def _stub_functions(stub):
+    """{(class or None, name): FunctionDef} of every function the stub lists."""
+    out = {(None, n.name): n for n in stub.body if isinstance(n, ast.FunctionDef)}
+    for c in (n for n in stub.body if isinstance(n, ast.ClassDef)):
+        out.update({(c.name, n.name): n for n in c.body if isinstance(n, ast.FunctionDef)})
+    return out
+
+
+def test_token_arguments_are_typed_as_what_they_take(orbit, stub):
+    # RadixCache.read, BlockPrefixCache.read and chunk_key_tokens were typed Sequence[int], refusing the arrays,
+    # tensors and numpy integers they take (a type checker flagged read(numpy.array([1, 2]))), and Tokens'
+    # Sequence[int] refused a list of numpy.int64.
+    functions = _stub_functions(stub)
+    aliases = {t.id: ast.unparse(n.value) for n in stub.body if isinstance(n, ast.Assign)
+               for t in n.targets if isinstance(t, ast.Name)}
+    assert "Sequence[SupportsIndex]" in aliases["Tokens"]
+    wrong = []
+    for (cls, name), params in TOKEN_PARAMETERS.items():
+        args = {a.arg: a for a in functions[(cls, name)].args.args + functions[(cls, name)].args.kwonlyargs}
+        wrong += [f"{cls}.{name}({p})" for p in params if "Tokens" not in ast.unparse(args[p].annotation)]
+    # No int list is read as Python ints only: each goes through to_tokens or to_int.
+    for (cls, name), fn in functions.items():
+        for a in fn.args.args + fn.args.kwonlyargs:
+            if a.annotation is not None and "Sequence[int]" in ast.unparse(a.annotation):
+                wrong.append(f"{cls}.{name}({a.arg}): {ast.unparse(a.annotation)}")
+    assert not wrong, wrong
+    np = pytest.importorskip("numpy")
+    tokens = [np.int64(1), np.uint16(2)]
+    assert orbit.RadixCache().read(tokens, np.array([3])) == 2
+    assert orbit.chunk_key_tokens("f" * 64, tokens) == orbit.chunk_key_tokens("f" * 64, [1, 2])

@@ -10,8 +10,11 @@ from ._stream import GenerationStream
 
 __version__: str
 
-# Anything accepted as token ids: a sequence of ints, a 1-D integer numpy array or torch tensor.
-Tokens = Union[Sequence[int], numpy.ndarray, "torch.Tensor"]  # noqa: F821
+# Anything accepted as token ids: a sequence of ints (numpy integer scalars too, anything __index__ makes an int of;
+# a bool is refused), a 1-D integer numpy array or torch tensor.
+Tokens = Union[Sequence[SupportsIndex], numpy.ndarray, "torch.Tensor"]  # noqa: F821
+# Positions for embeddings' rows: [3, n] or [n] integers, as an array, a tensor or (nested) sequences.
+Grid = Union[numpy.ndarray, "torch.Tensor", Sequence[SupportsIndex], Sequence[Sequence[SupportsIndex]]]  # noqa: F821
 # An instance: its id (an int, or an integer __index__ gives, such as numpy.int64; not a bool) or its InstanceInfo.
 InstanceArg = Union[int, SupportsIndex, "InstanceInfo"]
 # A chunk: its ChunkRef or its key.
@@ -997,7 +1000,7 @@ class Engine:
         self,
         embeddings: Union[numpy.ndarray, "torch.Tensor", Sequence[Sequence[float]]],  # noqa: F821
         *,
-        grid: Union[numpy.ndarray, "torch.Tensor", Sequence[int], Sequence[Sequence[int]], None] = None,  # noqa: F821
+        grid: Optional[Grid] = None,
         media_digest: str = "",
         label: str = "",
         pin: bool = False,
@@ -1006,7 +1009,7 @@ class Engine:
         self,
         media_digest: str,
         *,
-        grid: Union[numpy.ndarray, "torch.Tensor", Sequence[int], Sequence[Sequence[int]], None] = None,  # noqa: F821
+        grid: Optional[Grid] = None,
         rows: int = 0,
         label: str = "",
         pin: bool = False,
@@ -1471,7 +1474,7 @@ def store_repair(dir: Union[str, os.PathLike]) -> RepairReport:
     """Rebuilds a store's index from its verified blobs (the store must be closed everywhere)."""
 def store_remote_summary(url: str) -> RemoteSummary:
     """Connects to a remote tier and counts orbit's entries (unreachable: reachable=False)."""
-def chunk_key_tokens(model_fingerprint: str, tokens: Sequence[int]) -> str:
+def chunk_key_tokens(model_fingerprint: str, tokens: Tokens) -> str:
     """The content key of a token chunk for a model."""
 def is_store_key(key: str) -> bool:
     """True for 64 lowercase hex characters."""
@@ -1480,11 +1483,11 @@ def is_store_key(key: str) -> bool:
 TraceArg = Union[dict, str, os.PathLike]
 TRACE_FORMAT: str
 
-def load_trace(path: Union[str, os.PathLike]) -> dict:
+def load_trace(path: TraceArg) -> dict:
     """Reads and validates an orbit-trace/1 file; returns it as a dict."""
 def validate_trace(trace: TraceArg) -> None:
     """Checks a trace (dict or path); raises OrbitError naming the step and field at fault."""
-def save_trace(trace: TraceArg, path: Union[str, os.PathLike]) -> None:
+def save_trace(trace: TraceArg, path: Union[str, bytes, os.PathLike]) -> None:
     """Validates a trace and writes it to PATH atomically."""
 def make_trace(
     kind: str = "web",
@@ -1501,7 +1504,7 @@ def make_trace(
     observations and agent's documents sampled from the model at replay (kinds 'web' and 'agent' only)."""
 def replay(
     trace: TraceArg,
-    model: Union[str, os.PathLike],
+    model: Union[str, bytes, os.PathLike],
     *,
     policies: Sequence[str] = ("default",),
     baselines: bool = True,
@@ -1524,13 +1527,13 @@ def replay(
 class RadixCache:
     """SGLang's radix cache at token granularity (planner/prefix_cache.h)."""
     def __init__(self, capacity_tokens: int = 0) -> None: ...
-    def read(self, prompt: Sequence[int], generated: Sequence[int] = ...) -> int: ...
+    def read(self, prompt: Tokens, generated: Tokens = ...) -> int: ...
     @property
     def size(self) -> int: ...
 
 class BlockPrefixCache:
     """vLLM's automatic prefix caching: hash-chained full blocks (planner/prefix_cache.h)."""
     def __init__(self, capacity_tokens: int = 0, block_tokens: int = 16) -> None: ...
-    def read(self, prompt: Sequence[int], generated: Sequence[int] = ...) -> int: ...
+    def read(self, prompt: Tokens, generated: Tokens = ...) -> int: ...
     @property
     def size(self) -> int: ...
