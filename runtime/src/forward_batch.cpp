@@ -299,9 +299,12 @@ void batch_logits(const BatchPass& b, const at::Tensor& x, std::vector<ForwardRe
     counts.push_back(n);
   }
   if (rows.empty()) return;
+  // The rows ascend; one range (every row of a decode step of single tokens, a single sequence's) is read
+  // in place, with no index tensor or copy: the same values in the same layout.
+  const auto n = static_cast<int64_t>(rows.size());
   at::Tensor picked;
-  if (b.seqs.size() == 1) {
-    picked = x.narrow(0, rows.front(), static_cast<int64_t>(rows.size()));
+  if (rows.back() - rows.front() + 1 == n) {
+    picked = n == x.size(0) ? x : x.narrow(0, rows.front(), n);
   } else {
     picked = x.index_select(0, at::tensor(at::ArrayRef<int64_t>(rows), at::kLong).to(m.device()));
   }
