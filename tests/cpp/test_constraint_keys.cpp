@@ -518,6 +518,9 @@ TEST_CASE("a token whose one quote closes a key is refused exactly where that ke
   // A key spelled with an escape, or not in ASCII, is the key it spells: "\u0061b" is "ab".
   m = at(map, R"({"\u0061b": 1, "\u00e9": 2, "a)");
   CHECK_FALSE(m.allows(id_of(*vocab, "b\"")));
+  m = at(map, R"({"ab": 1, "\u0061)");  // the key's start spelled with an escape
+  CHECK_FALSE(m.allows(id_of(*vocab, "b\"")));
+  CHECK(m.allows(id_of(*vocab, "a\":")));
   m = at(map, R"({"ab": 1, "é": 2, ")");
   CHECK_FALSE(m.allows(id_of(*vocab, "\xC3\xA9\":")));
   m = at(map, R"({"a": 1, ")");

@@ -164,21 +164,24 @@ class KeyLog {
   const std::vector<int32_t>& suspects(const StateSet& state, std::string_view text, const VocabTrie& trie,
                                        std::vector<int32_t>& out, bool& all) const;
 
-  // Where a walk from `state` can refuse a token that holds one '"' and no '\\' only at that quote, by closing
-  // a plain key (kString) its object has logged: no object of a stack has few keys (a ',' or an opening quote
-  // may be refused; an object the token opens is one only where it holds a '{' before its quote, which
-  // suspects() lists apart) or a key node that refuses inside a key (a pattern's, or a string's that a token
-  // can fill to its maxLength). Then `objects` are the objects of the stacks inside a free key and `prefix` that key's
-  // bytes from its opening quote; the token's bytes up to its quote close it. `applies` false: every suspect is walked.
+  // Where a walk from `state` can refuse a token that holds one '"' after printable ASCII and no '\\' (one
+  // VocabTrie::quoted_apart leaves out) only at that quote, by closing a plain key (kString) its object has
+  // logged: some key is logged (else suspects() lists tokens of three quotes or more only), no object of a
+  // stack has few keys (a ',' or an opening quote may be refused; an object the token opens is one only
+  // where it holds a '{' before its quote, which suspects() lists apart) or a key node that refuses inside a
+  // key (a pattern's, or a string's that a token can fill to its maxLength), and the key being written, if
+  // any, is printable ASCII without a '\\' so far. Then `objects` are the objects of the stacks inside a free
+  // key and `prefix` that key's bytes from its opening quote; the token's bytes up to its quote close it, as
+  // json_quote() writes it. `applies` false: every suspect is walked.
   struct OneQuote {
     bool applies = false;
     std::string prefix;
     std::vector<uint32_t> objects;
   };
   OneQuote one_quote(const StateSet& state, std::string_view text, int64_t max_token_bytes) const;
-  // Whether `bytes`, a token holding one '"' and no '\\', may be refused where `q` applies: the key its quote
-  // closes is one an object of `q` has logged, or is spelled otherwise than json_quote() writes it.
-  bool one_quote_repeats(const OneQuote& q, std::string_view bytes) const;
+  // Where `q` applies, the tokens VocabTrie::quoted_apart leaves out that may be refused: those that begin
+  // with the rest of a key an object of `q` has logged, its closing quote included (appended to `out`).
+  void one_quote_suspects(const OneQuote& q, const VocabTrie& trie, std::vector<int32_t>& out) const;
 
  private:
   // The stack [f, f + n) after the byte at offset `at` of text + walked: stamps its objects; false when it

@@ -85,6 +85,7 @@ const std::vector<int32_t>& KeyLog::suspects(const StateSet& state, std::string_
 }
 
 KeyLog::OneQuote KeyLog::one_quote(const StateSet& state, std::string_view text, int64_t max_token_bytes) const {
+  if (keys_.empty()) return {};  // suspects() lists only tokens of three quotes or more
   OneQuote q;
   for (std::size_t s = 0; s < state.size(); ++s) {
     const std::size_t n = state.length(s);
@@ -108,23 +109,27 @@ KeyLog::OneQuote KeyLog::one_quote(const StateSet& state, std::string_view text,
   if (!q.objects.empty()) {
     const Joined joined{text, {}};
     q.prefix = joined.span(joined.opening_quote(text.size() - 1), text.size() - 1);
+    const bool own = std::all_of(q.prefix.begin() + 1, q.prefix.end(), [](char c) {
+      const auto u = static_cast<unsigned char>(c);
+      return u >= 0x20 && u < 0x80 && c != '\\';
+    });
+    if (!own) return {};  // an escape or a byte json_quote() writes otherwise: the key is not its bytes
   }
   q.applies = true;
   return q;
 }
 
-bool KeyLog::one_quote_repeats(const OneQuote& q, std::string_view bytes) const {
-  if (q.objects.empty()) return false;
-  const std::string key = q.prefix + std::string(bytes.substr(0, bytes.find('"') + 1));
-  const bool own = std::all_of(key.begin() + 1, key.end() - 1, [](char c) {
-    const auto u = static_cast<unsigned char>(c);
-    return u >= 0x20 && u < 0x80 && c != '\\' && c != '"';
-  });
-  if (!own) return true;
-  return std::any_of(q.objects.begin(), q.objects.end(), [&](uint32_t o) {
+void KeyLog::one_quote_suspects(const OneQuote& q, const VocabTrie& trie, std::vector<int32_t>& out) const {
+  for (const uint32_t o : q.objects) {
     const auto it = keys_.find(o);
-    return it != keys_.end() && it->second->all.count(key) != 0;
-  });
+    if (it == keys_.end()) continue;
+    const std::set<std::string>& keys = it->second->all;
+    for (auto k = keys.lower_bound(q.prefix); k != keys.end() && k->compare(0, q.prefix.size(), q.prefix) == 0; ++k) {
+      // Its rest, closing quote and all; no token is longer than the vocabulary's longest.
+      if (static_cast<int64_t>(k->size() - q.prefix.size()) > trie.max_token_bytes()) continue;
+      trie.extensions_of(std::string_view(*k).substr(q.prefix.size()), out);
+    }
+  }
 }
 
 }  // namespace orbit::constrain

@@ -392,18 +392,12 @@ std::vector<int64_t> TokenConstraint::repeats(const TokenMask& mask, bool* drops
     for_each_set(mask.bits, ask);
     return out;
   }
-  // A token with one '"' and no '\\' is refused, where one_quote() applies, only by closing a logged key.
+  // A token with one '"' after printable ASCII and no '\\' is refused, where one_quote() applies, only by
+  // closing a logged key: walked only where it begins with the rest of one.
   const constrain::KeyLog::OneQuote one = keys().one_quote(now, matcher_.text(), trie.max_token_bytes());
-  for (const int32_t id : quoted) {
-    if (!mask.allows(id)) continue;
-    if (one.applies) {
-      const std::optional<std::string>& b = bytes_now(id);
-      if (b.has_value() && std::count(b->begin(), b->end(), '"') == 1 && b->find('\\') == std::string::npos &&
-          !keys().one_quote_repeats(one, *b)) {
-        continue;
-      }
-    }
-    ask(id);
+  if (one.applies) keys().one_quote_suspects(one, trie, prefixes);
+  for (const int32_t id : one.applies ? trie.quoted_apart() : quoted) {
+    if (mask.allows(id)) ask(id);
   }
   std::sort(prefixes.begin(), prefixes.end());  // a token writes the start of many keys' rest: walked once
   prefixes.erase(std::unique(prefixes.begin(), prefixes.end()), prefixes.end());

@@ -104,7 +104,15 @@ VocabTrie::VocabTrie(const std::vector<std::optional<std::string>>& bytes)
     lengths_[i] = static_cast<uint16_t>(bytes[i]->size());  // PreorderTrie::of checked it fits
     const auto quotes = std::min<std::ptrdiff_t>(std::count(bytes[i]->begin(), bytes[i]->end(), '"'), kMaxQuotes);
     const bool comma = bytes[i]->find(',') != std::string::npos;
-    if (bytes[i]->find('\\') != std::string::npos) backslashes_.push_back(static_cast<int32_t>(i));
+    const std::size_t quote = bytes[i]->find('"');
+    const bool backslash = bytes[i]->find('\\') != std::string::npos;
+    const bool plain_one =
+        quotes == 1 && !backslash &&
+        std::all_of(bytes[i]->begin(), bytes[i]->begin() + static_cast<std::ptrdiff_t>(quote), [](char c) {
+          return static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x80;
+        });
+    if (backslash) backslashes_.push_back(static_cast<int32_t>(i));
+    if (quotes > 0 && !plain_one) quoted_apart_.push_back(static_cast<int32_t>(i));
     const std::size_t brace = bytes[i]->find('{');
     if (brace != std::string::npos && bytes[i]->find('"', brace) != std::string::npos) {
       braced_quotes_.push_back(static_cast<int32_t>(i));
@@ -130,6 +138,23 @@ void VocabTrie::prefixes_of(std::string_view s, std::vector<int32_t>& out) const
       out.push_back(all_.tokens[static_cast<std::size_t>(k)]);
     }
   }
+}
+
+void VocabTrie::extensions_of(std::string_view s, std::vector<int32_t>& out) const {
+  std::size_t node = 0;
+  for (const char c : s) {
+    std::size_t child = node + 1;
+    const auto end = static_cast<std::size_t>(all_.end[node]);
+    while (child < end && all_.byte[child] != static_cast<uint8_t>(c))
+      child = static_cast<std::size_t>(all_.end[child]);
+    if (child >= end) return;
+    node = child;
+  }
+  // Preorder: the subtree's tokens are those of its nodes, in a row.
+  const auto first = static_cast<std::size_t>(all_.token_begin[node]);
+  const auto last = static_cast<std::size_t>(all_.token_begin[static_cast<std::size_t>(all_.end[node])]);
+  out.insert(out.end(), all_.tokens.begin() + static_cast<std::ptrdiff_t>(first),
+             all_.tokens.begin() + static_cast<std::ptrdiff_t>(last));
 }
 
 const std::vector<int32_t>& VocabTrie::quotes_or_commas(int quotes, bool commas) const {

@@ -58,6 +58,8 @@ class VocabTrie {
   std::size_t nodes() const { return all_.byte.size(); }
   // Appends the tokens whose bytes are a prefix of `s` (shortest first).
   void prefixes_of(std::string_view s, std::vector<int32_t>& out) const;
+  // Appends the tokens whose bytes begin with `s` (in byte order).
+  void extensions_of(std::string_view s, std::vector<int32_t>& out) const;
   // The tokens that hold at least `quotes` '"' bytes (1 to kMaxQuotes; more: those of kMaxQuotes), and with
   // `commas` those that hold a ',' too: ids ascending, each once. Built with the trie, so a mask step reads
   // them without copying.
@@ -68,6 +70,10 @@ class VocabTrie {
   // The tokens that hold a '{' with a '"' after it: those that may open an object and a key in it (ids
   // ascending).
   const std::vector<int32_t>& braced_quotes() const { return braced_quotes_; }
+  // The tokens that hold a '"' but are not one '"' after printable ASCII: two or more '"', a '\\', or a byte
+  // outside [0x20, 0x80) before the '"' (ids ascending). Those left out write a key's text, up to their one
+  // quote, as json_quote() does (KeyLog::one_quote).
+  const std::vector<int32_t>& quoted_apart() const { return quoted_apart_; }
   // The bytes of token `id` (0 for one not in the trie); `id` in [0, vocab_size()).
   int64_t length(int32_t id) const { return lengths_[static_cast<std::size_t>(id)]; }
 
@@ -84,6 +90,7 @@ class VocabTrie {
   std::vector<std::vector<int32_t>> quoted_;
   std::vector<int32_t> backslashes_;
   std::vector<int32_t> braced_quotes_;
+  std::vector<int32_t> quoted_apart_;
 };
 
 // One state's mask. `need` is the fewest bytes that complete the text from the state the mask was computed
