@@ -284,6 +284,25 @@ void def_with_messages(py::class_<PyWindow>& window, const char* name, Call call
       py::arg("chat_template") = py::none(), py::arg("tools") = py::none(), py::arg("extra") = py::none(), doc);
 }
 
+// Engine.<name>(messages, add_generation_prompt=True, *, chat_template, tools, extra): the list and options
+// converted, then call(engine, messages, add_generation_prompt, options) without the GIL (render_chat,
+// tokenize_chat).
+template <class Call>
+void def_chat(py::class_<Engine, std::shared_ptr<Engine>>& engine, const char* name, Call call, const char* doc) {
+  engine.def(
+      name,
+      [call, name](const Engine& e, const py::object& messages, const BoolArg& prompt_arg,
+                   const py::object& chat_template, const py::object& tools, const py::object& extra) {
+        const bool add_generation_prompt = prompt_arg.get((std::string(name) + ": add_generation_prompt").c_str());
+        const std::vector<ChatMessage> msgs = to_messages(messages);
+        const ChatOptions o = chat_options(chat_template, tools, extra, name);
+        py::gil_scoped_release release;
+        return call(e, msgs, add_generation_prompt, o);
+      },
+      py::arg("messages"), py::arg("add_generation_prompt") = true, py::kw_only(),
+      py::arg("chat_template") = py::none(), py::arg("tools") = py::none(), py::arg("extra") = py::none(), doc);
+}
+
 }  // namespace
 
 namespace {
@@ -381,31 +400,17 @@ void def_sync_methods(py::module_& m) {
   engine.def_property_readonly(
       "has_chat_template", [](const Engine& e) { return e.has_chat_template(); },
       "True when the model has a chat template (tokenizer_config.json of its Hugging Face directory).");
-  engine.def(
-      "render_chat",
-      [](const Engine& e, const py::object& messages, const BoolArg& prompt_arg, const py::object& chat_template,
-         const py::object& tools, const py::object& extra) {
-        const bool add_generation_prompt = prompt_arg.get("render_chat: add_generation_prompt");
-        const std::vector<ChatMessage> msgs = to_messages(messages);
-        const ChatOptions o = chat_options(chat_template, tools, extra, "render_chat");
-        py::gil_scoped_release release;
+  def_chat(
+      engine, "render_chat",
+      [](const Engine& e, const std::vector<ChatMessage>& msgs, bool add_generation_prompt, const ChatOptions& o) {
         return e.render_chat(msgs, add_generation_prompt, o);
       },
-      py::arg("messages"), py::arg("add_generation_prompt") = true, py::kw_only(),
-      py::arg("chat_template") = py::none(), py::arg("tools") = py::none(), py::arg("extra") = py::none(),
       kRenderDoc.c_str());
-  engine.def(
-      "tokenize_chat",
-      [](const Engine& e, const py::object& messages, const BoolArg& prompt_arg, const py::object& chat_template,
-         const py::object& tools, const py::object& extra) {
-        const bool add_generation_prompt = prompt_arg.get("tokenize_chat: add_generation_prompt");
-        const std::vector<ChatMessage> msgs = to_messages(messages);
-        const ChatOptions o = chat_options(chat_template, tools, extra, "tokenize_chat");
-        py::gil_scoped_release release;
+  def_chat(
+      engine, "tokenize_chat",
+      [](const Engine& e, const std::vector<ChatMessage>& msgs, bool add_generation_prompt, const ChatOptions& o) {
         return e.tokenize_chat(msgs, add_generation_prompt, o);
       },
-      py::arg("messages"), py::arg("add_generation_prompt") = true, py::kw_only(),
-      py::arg("chat_template") = py::none(), py::arg("tools") = py::none(), py::arg("extra") = py::none(),
       "tokenize(render_chat(...)) with no special tokens added (templates write their own): what Window.sync\n"
       "puts in a window (with add_generation_prompt=False).");
 
