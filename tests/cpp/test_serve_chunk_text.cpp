@@ -77,3 +77,28 @@ TEST_CASE("chunk text: every event as the JSON-built one", "[serve][stream]") {
   }
   CHECK(chat.chat_text("", false, 0, {}) == sv::sse(sv::chat_chunk(ids(), "", false, "", 0)));
 }
+
+TEST_CASE("chunk text: under include_usage every chunk carries usage null, as the JSON-built ones", "[serve][stream]") {
+  sv::ResponseIds with_usage = ids();
+  with_usage.usage_null = true;
+  const sv::ChunkText chat(with_usage, "chat.completion.chunk");
+  const sv::ChunkText completion(with_usage, "text_completion");
+  const std::string fast = chat.chat_text(" Once", false, 0, {});
+  CHECK(fast.find(",\"usage\":null}\n\n") != std::string::npos);
+  for (const std::string& piece : pieces()) {
+    INFO("piece bytes: " << piece.size());
+    CHECK(chat.chat_text(piece, false, 1, {}) == sv::sse(sv::chat_chunk(with_usage, piece, false, "", 1)));
+    CHECK(completion.completion_text(piece) == sv::sse(sv::text_completion(with_usage, piece, "", nullptr)));
+  }
+  CHECK(sv::chat_chunk(with_usage, "", false, "stop", 0)["usage"].is_null());
+  sv::ToolCallDelta call;
+  call.opens = true;
+  call.id = "call_1";
+  call.name = "f";
+  CHECK(sv::tool_call_chunk(with_usage, call, true, 0, {}).contains("usage"));
+  // The usage chunk has the usage; without include_usage no chunk has the field.
+  CHECK(sv::usage_chunk(with_usage, "chat.completion.chunk", {{"total_tokens", 3}})["usage"]["total_tokens"] == 3);
+  CHECK_FALSE(sv::chat_chunk(ids(), " Once", false, "", 0).contains("usage"));
+  CHECK(sv::ChunkText(ids(), "chat.completion.chunk").chat_text(" Once", false, 0, {}).find("usage") ==
+        std::string::npos);
+}

@@ -7,6 +7,8 @@
 //   fields     chat: message.refusal null (the openai client's ChatCompletionMessage requires it); the Responses
 //              API: a response max_output_tokens cut is incomplete with incomplete_details and completed_at
 //              null, a completed one has completed_at
+//   usage      streamed with stream_options.include_usage, every chunk has usage, null but in the last (text
+//              with n = 2, a forced call); without it no chunk has the field
 //   parallel   parallel_tool_calls false with two tools and a forced call: one call, in chat (whole and
 //              streamed) and in the Responses API
 //   schema     one JSON schema ($defs, a $ref, anyOf with null, enum, a bounded array) through LangChain's
@@ -48,6 +50,37 @@ async function fields() {
                                               additionalProperties: false } } } });
   check(done.status === "completed" && Number.isInteger(done.completed_at) && done.completed_at >= done.created_at,
         "fields: a completed response has completed_at", `${done.status} ${done.completed_at}`);
+}
+
+// Streamed with stream_options.include_usage, every chunk has a usage field, null but in the last one, which
+// has the usage (OpenAI: "All other chunks will also include a usage field, but with a null value"); without it,
+// no chunk has the field. Read raw (the clients drop what they do not use), and through the openai client.
+async function usage() {
+  const chunks = async (body) => {
+    const response = await fetch(`${base}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" },
+                                                                  body: JSON.stringify({ model: M, stream: true, ...body }) });
+    const text = await response.text();
+    return text.split("\n").filter((l) => l.startsWith("data: {")).map((l) => JSON.parse(l.slice(6)));
+  };
+  const p = { type: "object", properties: {}, required: [], additionalProperties: false };
+  for (const [label, body] of [["text", { messages: [{ role: "user", content: "Hi." }], max_tokens: 8, n: 2 }],
+                               ["a call", { messages: [{ role: "user", content: "Go." }], max_tokens: 60, tool_choice: "required",
+                                            tools: [{ type: "function", function: { name: "a", parameters: p } }] }]]) {
+    const withUsage = await chunks({ ...body, stream_options: { include_usage: true } });
+    const last = withUsage[withUsage.length - 1];
+    check(withUsage.length > 2 && withUsage.slice(0, -1).every((c) => "usage" in c && c.usage === null) &&
+          last.choices.length === 0 && last.usage?.completion_tokens > 0,
+          `usage (${label}): every chunk has usage, null but in the last`, JSON.stringify(withUsage.map((c) => c.usage)));
+    const without = await chunks({ ...body, stream_options: { include_usage: false } });
+    check(without.length > 1 && without.every((c) => !("usage" in c)), `usage (${label}): none without include_usage`,
+          JSON.stringify(without.slice(-2)));
+  }
+  const stream = await api.chat.completions.create({ model: M, messages: [{ role: "user", content: "Hi." }], max_tokens: 8,
+                                                    stream: true, stream_options: { include_usage: true } });
+  const read = [];
+  for await (const chunk of stream) read.push(chunk.usage);
+  check(read.filter((u) => u).length === 1 && read[read.length - 1]?.total_tokens > 0,
+        "usage: the openai client reads one usage, last", JSON.stringify(read));
 }
 
 async function parallel() {
@@ -196,7 +229,7 @@ async function abort() {
 }
 
 try {
-  for (const part of [fields, parallel, schema, abort]) {  // one failing part does not hide the others
+  for (const part of [fields, usage, parallel, schema, abort]) {  // one failing part does not hide the others
     await part().catch((e) => check(false, `${part.name} threw`, e.stack ?? String(e)));
   }
 } finally {

@@ -314,6 +314,7 @@ void HttpServer::generate(const std::string& endpoint, const httplib::Request& r
   if (auto bad = prepare(core_, req, *job)) return fail(*bad);
   job->ids = {(job->chat ? "chatcmpl-" : "cmpl-") + id_tag_ + "-" + std::to_string(++next_id_),
               static_cast<int64_t>(std::time(nullptr)), core_.model_name()};
+  job->ids.usage_null = job->sampling().stream && job->sampling().include_usage;
   job->watch = std::make_shared<PeerWatch>(req.local_port, req.remote_port);
   if (!job->sampling().stream) {
     const RunOutcome out = run_job(core_, *job, JobStream{[](int64_t, const std::string&) { return true; }});

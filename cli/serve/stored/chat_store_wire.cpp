@@ -62,7 +62,7 @@ bool storable(const RunResult& result) {
 
 json store_failed_chunk(const ResponseIds& ids, const StoreWrite& write) {
   json chunk = usage_chunk(ids, "chat.completion.chunk", nullptr);
-  chunk.erase("usage");
+  if (!ids.usage_null) chunk.erase("usage");  // under include_usage, null as in every chunk but the usage one
   chunk["orbit"] = store_notice(write);
   return chunk;
 }

@@ -6,8 +6,9 @@ namespace orbit::serve {
 
 ChunkText::ChunkText(const ResponseIds& ids, const std::string& object) : ids_(ids) {
   // The body's keys come out sorted (nlohmann::json's objects are std::maps): "choices" first, then these.
-  const std::string fields =
-      dump(nlohmann::json{{"id", ids.id}, {"object", object}, {"created", ids.created}, {"model", ids.model}});
+  nlohmann::json head = {{"id", ids.id}, {"object", object}, {"created", ids.created}, {"model", ids.model}};
+  if (ids.usage_null) head["usage"] = nullptr;  // sorted last, as in the chunk builders' bodies
+  const std::string fields = dump(head);
   tail_ = "," + fields.substr(1) + "\n\n";
 }
 

@@ -17,7 +17,9 @@ json finish(const std::string& reason) {
 }
 
 json head(const ResponseIds& ids, const char* object) {
-  return {{"id", ids.id}, {"object", object}, {"created", ids.created}, {"model", ids.model}};
+  json body = {{"id", ids.id}, {"object", object}, {"created", ids.created}, {"model", ids.model}};
+  if (ids.usage_null) body["usage"] = nullptr;
+  return body;
 }
 
 json token_logprob(const TokenLogprob& t) {

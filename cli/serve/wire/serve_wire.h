@@ -17,6 +17,9 @@ struct ResponseIds {
   std::string id;       // "chatcmpl-..." or "cmpl-..."
   int64_t created = 0;  // Unix seconds
   std::string model;
+  // stream_options.include_usage: every chunk carries "usage", null but in the usage chunk (usage_chunk), as
+  // OpenAI streams it ("All other chunks will also include a usage field, but with a null value").
+  bool usage_null = false;
 };
 
 // {"object": "chat.completion", "choices": [{"index", "message": {"role": "assistant", "content", "refusal": null,
