@@ -112,6 +112,14 @@ TEST_CASE("an open object's extra keys and keys from a pattern or an enum are no
   CHECK_FALSE(m.allows(id_of(*vocab, "a")));
   CHECK(m.allows(id_of(*vocab, "d")));
   CHECK_THROWS(few.accept(id_of(*vocab, "a")));
+  // "xa" and "xb" taken, "xd" is left: after "x" the key log finds it past the pattern's first range of bytes.
+  const auto ranges = schema(R"({"propertyNames": {"pattern": "^x[abd]$"}, "additionalProperties": true})");
+  TokenConstraint gap(ranges, vocab, {{eos}});
+  gap.accept_text(R"({"xa": 1, "xb": 2, ")");
+  CHECK(gap.allowed().allows(id_of(*vocab, "x")));
+  gap.accept(id_of(*vocab, "x"));
+  CHECK_FALSE(gap.allowed().allows(id_of(*vocab, "a")));
+  CHECK(gap.allowed().allows(id_of(*vocab, "d")));
   const auto names = schema(R"({"propertyNames": {"enum": ["x", "y"]}, "additionalProperties": true})");
   TokenConstraint listed(names, vocab, {{eos}});
   listed.accept_text(R"({"y": 1, ")");

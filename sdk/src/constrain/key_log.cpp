@@ -79,14 +79,25 @@ const Node* KeyLog::key_node(const Node& object) const {
 }
 bool KeyLog::fresh_ahead(const Node& key, const Frame& f, std::string& prefix, const Taken& taken) const {
   if (!taken.any_begins(prefix)) return true;  // the grammar's completion
-  for (int b = 0; b < 256; ++b) {
+  const auto fresh_after = [&](int b) {
     Frame next = f;
     const int r = key_byte(key, next, static_cast<uint8_t>(b));
-    if (r < 0) continue;
+    if (r < 0) return false;
     prefix.push_back(static_cast<char>(b));
     const bool fresh = r == 1 ? !taken.contains(prefix) : fresh_ahead(key, next, prefix, taken);
     prefix.pop_back();
-    if (fresh) return true;
+    return fresh;
+  };
+  if (key.kind == NodeKind::kDfa) {  // only the bytes of the state's edges: key_byte refuses every other
+    for (const ByteDfa::Edge& e : key.dfa->edges[static_cast<std::size_t>(f.a)]) {
+      for (int b = e.lo; b <= e.hi; ++b) {
+        if (fresh_after(b)) return true;
+      }
+    }
+    return false;
+  }
+  for (int b = 0; b < 256; ++b) {
+    if (fresh_after(b)) return true;
   }
   return false;
 }
