@@ -132,6 +132,29 @@ std::pair<at::Tensor, at::Tensor> mla_keys(const ModelConfig& config, const Laye
 void mla_keys_into(const ModelConfig& config, const LayerWeights& weights, const LayerKV& content,
                    const ops::RopeTables* tables, const at::Tensor& k, const at::Tensor& v);
 
+// The absorbed form (MlaForm::kAbsorbed, model.h) as multi-query attention over the latent: one shared key
+// head [c_KV ‖ RoPE(k_pe)] of width r_kv + d_rope and value head c_KV (r_kv), the queries carried into the latent
+// per head (q_nope_h·W_UK_h), the attended latent carried out per head by W_UV_h afterwards.
+struct MlaAbsorbed {
+  at::Tensor q;  // [R, H, r_kv + d_rope]: [q_nope_h·W_UK_h ‖ q_pe_h] (q_pe as mla_queries rotated and scaled it)
+  at::Tensor k;  // [S, 1, r_kv + d_rope]: [c_KV ‖ RoPE(k_pe)]
+  at::Tensor v;  // [S, 1, r_kv]: c_KV
+};
+// The absorbed operands of queries q [R, H, d_nope + d_rope] (mla_queries) over key content (S rows), k_pe
+// rotated by `tables` ([S, rotary_dim/2]).
+MlaAbsorbed mla_absorb(const ModelConfig& config, const LayerWeights& weights, const at::Tensor& q,
+                       const LayerKV& content, const ops::RopeTables& tables);
+// Attention in the absorbed form: attend() over mla_absorb's operands (the same query_index, tail_causal and
+// scale as the naive form's), then W_UV per head. [R, H·d_v], as mla_attention. Not for a paged step.
+at::Tensor mla_absorbed_attention(const AttentionStep& step);
+// Whether the absorbed form takes fewer multiply-adds than the naive one for R queries over S keys, per head:
+//   naive     S·r_kv·(d_nope + d_v)  (expanding k_nope, v)  +  R·S·(d_nope + d_rope + d_v)  (scores, output)
+//   absorbed  R·r_kv·(d_nope + d_v)  (q·W_UK, W_UV·o)       +  R·S·(2·r_kv + d_rope)
+// i.e. R·(E + S·(A − N)) < S·E with E = r_kv·(d_nope + d_v), A = 2·r_kv + d_rope, N = d_nope + d_rope + d_v.
+// DeepSeek-V2(-Lite) (r_kv 512, d_nope 128, d_rope 64, d_v 128): absorbed while R < 131072·S / (131072 + 768·S),
+// up to 170 queries for long pasts; a prefill (R = S) stays naive whenever A ≥ N.
+bool mla_absorbed_cheaper(const MlaConfig& mla, int64_t queries, int64_t keys);
+
 // The factor q·k is multiplied by before the softmax: 1/sqrt(head_dim), MLA's with its YaRN softmax scaling.
 double attention_scale(const ModelConfig& config);
 

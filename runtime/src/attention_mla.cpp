@@ -6,8 +6,16 @@
 //
 // DeepSeek-V2's reference code permutes q_pe/k_pe from interleaved pairs to half-split before
 // rotate_half; that is the interleaved layout on the stored order (RopeConfig.layout = kInterleaved),
-// so stored k_pe is in checkpoint order. This is the "naive" (non-absorbed) form: k_nope and v are
-// re-expanded from the latent for every key token in every layer.
+// so stored k_pe is in checkpoint order.
+//
+// Two forms (MlaForm, model.h), the same attention up to float32 rounding. With W_kvb,h = [W_UK_h ; W_UV_h]:
+//   naive      k_nope and v re-expanded from the latent for every key token in every layer, then attend()
+//              per head: cost per key token (S·r_kv·(d_nope + d_v) per head before any score).
+//   absorbed   q_nope_h·k_nope_hᵀ = (q_nope_h·W_UK_h)·c_KVᵀ and Σ p·v_h = W_UV_h·(Σ p·c_KV): multi-query
+//              attention over one key head [c_KV ‖ RoPE(k_pe)] and one value head c_KV, the queries carried
+//              into the latent before and the output out of it after (cost per query). Masks, positions
+//              (RoPE of k_pe, YaRN's a² on q_pe) and the softmax scale are the naive form's.
+// mla_absorbed_cheaper (attention.h) counts the multiply-adds of both; forward_sequence.cpp picks the form.
 #include <ATen/ATen.h>
 
 #include <cmath>
@@ -80,6 +88,50 @@ std::pair<at::Tensor, at::Tensor> mla_keys(const ModelConfig& c, const LayerWeig
 at::Tensor mla_attention(const AttentionStep& s) {
   const auto [k, v] = mla_keys(s.config, s.weights, s.keys, &s.key_tables);
   return attend(s.q, k, v, s.query_index, mla_scale(s.config), s.tail_causal);
+}
+
+MlaAbsorbed mla_absorb(const ModelConfig& c, const LayerWeights& w, const at::Tensor& q, const LayerKV& content,
+                       const ops::RopeTables& tables) {
+  const MlaConfig& m = c.mla;
+  const int64_t R = q.size(0), S = content.v.size(0), H = c.num_heads;
+  // W_kvb [H·(d_nope + d_v), r_kv] per head: rows [0, d_nope) are W_UK_h, the rest W_UV_h.
+  const at::Tensor w_uk = w.wkv_b.view({H, m.qk_nope_head_dim + m.v_head_dim, m.kv_lora_rank})
+                              .narrow(1, 0, m.qk_nope_head_dim);  // [H, d_nope, r_kv]
+  MlaAbsorbed a;
+  a.q = at::empty({R, H, m.kv_lora_rank + m.qk_rope_head_dim}, q.options());
+  // [H, R, d_nope] · [H, d_nope, r_kv] -> the latent part of each head's queries.
+  a.q.narrow(2, 0, m.kv_lora_rank)
+      .copy_(at::bmm(q.narrow(2, 0, m.qk_nope_head_dim).transpose(0, 1), w_uk).transpose(0, 1));
+  a.q.narrow(2, m.kv_lora_rank, m.qk_rope_head_dim).copy_(q.narrow(2, m.qk_nope_head_dim, m.qk_rope_head_dim));
+  a.v = content.v;
+  a.k = at::empty({S, 1, m.kv_lora_rank + m.qk_rope_head_dim}, content.v.options());
+  a.k.narrow(2, 0, m.kv_lora_rank).copy_(content.v);
+  rotate_into(c.rope, a.k.narrow(2, m.kv_lora_rank, m.qk_rope_head_dim), content.k, tables);
+  return a;
+}
+
+at::Tensor mla_absorbed_attention(const AttentionStep& s) {
+  const ModelConfig& c = s.config;
+  const MlaConfig& m = c.mla;
+  const int64_t R = s.q.size(0), H = c.num_heads;
+  const MlaAbsorbed a = mla_absorb(c, s.weights, s.q, s.keys, s.key_tables);
+  // [R, H·r_kv]: each head's softmax-weighted latent.
+  const at::Tensor latent = attend(a.q, a.k, a.v, s.query_index, mla_scale(c), s.tail_causal);
+  const at::Tensor w_uv = s.weights.wkv_b.view({H, m.qk_nope_head_dim + m.v_head_dim, m.kv_lora_rank})
+                              .narrow(1, m.qk_nope_head_dim, m.v_head_dim);  // [H, d_v, r_kv]
+  // [H, R, r_kv] · [H, r_kv, d_v] -> [H, R, d_v] -> [R, H·d_v].
+  const at::Tensor o = at::bmm(latent.view({R, H, m.kv_lora_rank}).transpose(0, 1), w_uv.transpose(1, 2));
+  return o.transpose(0, 1).reshape({R, H * m.v_head_dim});
+}
+
+bool mla_absorbed_cheaper(const MlaConfig& m, int64_t queries, int64_t keys) {
+  const int64_t expand = m.kv_lora_rank * (m.qk_nope_head_dim + m.v_head_dim);
+  const int64_t absorbed_width = 2 * m.kv_lora_rank + m.qk_rope_head_dim;
+  const int64_t naive_width = m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim;
+  // In double: R·S·width overflows no int64 at real sizes, but the rule should not depend on it.
+  const double r = static_cast<double>(queries), s = static_cast<double>(keys);
+  return r * (static_cast<double>(expand) + s * static_cast<double>(absorbed_width - naive_width)) <
+         s * static_cast<double>(expand);
 }
 
 double attention_scale(const ModelConfig& c) {

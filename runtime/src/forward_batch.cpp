@@ -8,7 +8,8 @@
 //                        them; at heads too wide for the CPU kernel, slots of each member's own length and
 //                        attend_slots over them), and for sequences
 //                        whose past is a decode cache's slot per group over its buffers (cached_attention.cpp, every
-//                        device); output projection and MLP over all N rows
+//                        device); MLA sequences in the absorbed form (SequencePass::mla_absorbed, CPU) each on
+//                        its own over its latent (mla_absorbed_attention); output projection and MLP over all N rows
 //   logits               the rows asked for (each sequence's last, or all of its rows), one LM-head product
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
@@ -144,7 +145,7 @@ std::vector<AttentionGroup> make_groups(const BatchPass& b) {
   std::vector<int64_t> order;
   for (std::size_t i = 0; i < b.seqs.size(); ++i) {
     const SequencePass& s = b.seqs[i];
-    if (s.rows == 0 || s.past->cache != nullptr) continue;
+    if (s.rows == 0 || s.past->cache != nullptr || s.mla_absorbed) continue;
     if (by_queries.find(s.rows) == by_queries.end()) order.push_back(s.rows);
     by_queries[s.rows].push_back(i);
   }
@@ -218,27 +219,36 @@ void grouped_attention(const BatchPass& b, int64_t l, const std::vector<LayerKV>
   }
 }
 
-// Layer l's attention of the uncached sequences each on its own (the paths a single forward takes on CUDA).
+// Puts sequence i's attention output rows into the layer's: it is the output when they are every row.
+void place_sequence(const BatchPass& b, std::size_t i, const at::Tensor& o, at::Tensor& out) {
+  if (b.seqs[i].rows == b.total_rows) {
+    out = o;
+  } else {
+    out.narrow(0, b.first_row[i], b.seqs[i].rows).copy_(o);
+  }
+}
+
+// Layer l's attention of the uncached sequences each on its own (the paths a single forward takes on CUDA),
+// and of the MLA sequences in the absorbed form (CPU), which no group takes.
 void sequence_attention(const BatchPass& b, const LayerWeights& w, int64_t l, const std::vector<LayerKV>& contents,
                         const at::Tensor& q, at::Tensor& out) {
   const ModelConfig& c = b.model.config();
   for (std::size_t i = 0; i < b.seqs.size(); ++i) {
     const SequencePass& s = b.seqs[i];
-    if (s.rows == 0 || s.past->cache != nullptr) continue;
+    if (s.rows == 0 || s.past->cache != nullptr || (b.grouped && !s.mla_absorbed)) continue;
     const LayerKV keys = sequence_keys(b.model, s, contents[i], l);
     const at::Tensor qi = q.narrow(0, b.first_row[i], s.rows);
     AttentionStep step{c, w, qi, keys, s.rope.key, s.query_index, !s.recompute.partial};
+    if (s.mla_absorbed) {
+      place_sequence(b, i, mla_absorbed_attention(step), out);
+      continue;
+    }
     ops::PagedAttentionInputs paged;
     if (s.paged != nullptr) {
       paged = paged_layer(*s.paged, l);
       step.paged = &paged;
     }
-    const at::Tensor o = c.attention() == AttentionKind::kMla ? mla_attention(step) : gqa_attention(step);
-    if (s.rows == b.total_rows) {
-      out = o;
-    } else {
-      out.narrow(0, b.first_row[i], s.rows).copy_(o);
-    }
+    place_sequence(b, i, c.attention() == AttentionKind::kMla ? mla_attention(step) : gqa_attention(step), out);
   }
 }
 
@@ -271,11 +281,8 @@ at::Tensor run_layer(const BatchPass& b, int64_t l, const at::Tensor& x, std::ve
   }
   const at::Tensor q = mla ? mla_queries(c, w, h, b.query_tables) : gqa_queries(c, w, h, b.query_tables);
   at::Tensor attention = at::empty({b.total_rows, c.num_heads * c.v_head_dim()}, x.options());
-  if (b.grouped) {
-    grouped_attention(b, l, contents, q, attention);
-  } else {
-    sequence_attention(b, w, l, contents, q, attention);
-  }
+  if (b.grouped) grouped_attention(b, l, contents, q, attention);
+  sequence_attention(b, w, l, contents, q, attention);
   for (const CachedGroup& g : b.cached) cached_attention(b, l, g, all, q, attention);
   add_key_attention(b, l, w, contents, q, results);
   // The residual sums and the gate taken in place on the products' results (each a tensor of its own): the

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "attention.h"
 #include "decode_cache_state.h"
 #include "orbit/common/error.h"
 #include "orbit/runtime/index_range.h"
@@ -293,6 +294,26 @@ ops::PagedAttentionInputs paged_layer(const PagedPlan& plan, int64_t l) {
   return layer;
 }
 
+bool mla_form_absorbed(const Model& m, const ForwardOptions& options, const ForwardPast& fp, int64_t R, int64_t S) {
+  const ModelConfig& c = m.config();
+  if (c.attention() != AttentionKind::kMla) {
+    ORBIT_CHECK(options.mla_form == MlaForm::kAuto,
+                "forward: options.mla_form (naive or absorbed) is for MLA models only; this model's attention is "
+                "GQA/MHA (leave it kAuto)");
+    return false;
+  }
+  if (options.mla_form == MlaForm::kAbsorbed) {
+    ORBIT_CHECK(m.device().is_cpu(), "forward: options.mla_form = absorbed runs on the CPU only (this model is on "
+                                         << device_name(m.device()) << "); use kAuto or kNaive");
+    ORBIT_CHECK(fp.cache == nullptr,
+                "forward: options.mla_form = absorbed over a decode cache's past is not supported (its slots hold "
+                "expanded keys); give a contiguous or paged past, or use kAuto or kNaive");
+    return true;
+  }
+  if (options.mla_form == MlaForm::kNaive) return false;
+  return m.device().is_cpu() && fp.cache == nullptr && mla_absorbed_cheaper(c.mla, R, S);
+}
+
 SequencePass prepare_sequence(const Model& m, const SequenceForward& s, RopeTableCache* table) {
   static const ForwardOptions kDefaults;
   ORBIT_CHECK(s.input != nullptr, "forward: no input given");
@@ -340,6 +361,7 @@ SequencePass prepare_sequence(const Model& m, const SequenceForward& s, RopeTabl
   if (fp.paged != nullptr) {
     p.paged = std::make_unique<PagedPlan>(plan_paged(c, *fp.paged, positions, window_len, m.device(), m.dtype()));
   }
+  p.mla_absorbed = mla_form_absorbed(m, options, fp, p.rows, fp.length + T);
   p.x = std::move(x);
   return p;
 }

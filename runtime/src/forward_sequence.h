@@ -124,7 +124,13 @@ struct SequencePass {
   int64_t tokens = 0;                // T: input tokens (keys after the past)
   int64_t rows = 0;                  // R: computed tokens (T, or the recomputed ones)
   int64_t num_layers = 0;            // layers this forward runs
+  bool mla_absorbed = false;         // MLA attends in the absorbed form (options.mla_form, mla_form_absorbed)
 };
+
+// Whether an MLA sequence of R computed tokens over S keys (past + input) attends in the absorbed form:
+// options.mla_form, or for kAuto on the CPU, outside a decode cache, mla_absorbed_cheaper. Throws naming
+// options.mla_form where the form asked for does not run (see MlaForm, model.h).
+bool mla_form_absorbed(const Model& m, const ForwardOptions& options, const ForwardPast& fp, int64_t R, int64_t S);
 
 // Everything Model::forward did before its first layer, for one sequence. Throws orbit::Error as forward().
 SequencePass prepare_sequence(const Model& m, const SequenceForward& s, RopeTableCache* table = nullptr);

@@ -9,20 +9,30 @@ namespace orbit::runtime::detail {
 
 namespace {
 
-// Sequence s's keys at layer l in attention form [H_a, S, d_k] (rotated; MLA's expanded), S = its past and
-// input tokens; undefined where they are not at hand (key_attention.h).
-at::Tensor attention_keys(const BatchPass& b, const SequencePass& s, const LayerWeights& w, const LayerKV& content,
-                          int64_t l) {
+// The last computed token's query [H, d_k] and sequence s's keys at layer l [H_a, S, d_k] in attention form
+// (rotated; MLA's expanded, or in the absorbed form the query carried into the latent and the one key head
+// [c_KV ‖ RoPE(k_pe)]: the same scores), S = its past and input tokens; keys undefined where they are not at
+// hand (key_attention.h).
+struct LastQueryKeys {
+  at::Tensor query, keys;
+};
+
+LastQueryKeys attention_keys(const BatchPass& b, const SequencePass& s, const LayerWeights& w, const LayerKV& content,
+                             const at::Tensor& last, int64_t l) {
   const ModelConfig& c = b.model.config();
   const ForwardPast& fp = *s.past;
   if (fp.cache != nullptr) {
     if (fp.cache->rotate_at_read) return {};
-    return fp.cache->keys[static_cast<std::size_t>(l)].select(0, fp.slot).narrow(1, 0, fp.length + s.tokens);
+    return {last, fp.cache->keys[static_cast<std::size_t>(l)].select(0, fp.slot).narrow(1, 0, fp.length + s.tokens)};
   }
   if (s.paged != nullptr) return {};
   const LayerKV keys = sequence_keys(b.model, s, content, l);
-  if (c.attention() == AttentionKind::kMla) return mla_keys(c, w, keys, &s.rope.key).first.permute({1, 0, 2});
-  return rotate(c.rope, keys.k, s.rope.key).permute({1, 0, 2});
+  if (c.attention() == AttentionKind::kMla && s.mla_absorbed) {
+    const MlaAbsorbed a = mla_absorb(c, w, last.unsqueeze(0), keys, s.rope.key);
+    return {a.q.squeeze(0), a.k.permute({1, 0, 2})};
+  }
+  if (c.attention() == AttentionKind::kMla) return {last, mla_keys(c, w, keys, &s.rope.key).first.permute({1, 0, 2})};
+  return {last, rotate(c.rope, keys.k, s.rope.key).permute({1, 0, 2})};
 }
 
 }  // namespace
@@ -34,14 +44,15 @@ void add_key_attention(const BatchPass& b, int64_t l, const LayerWeights& w, con
     const SequencePass& s = b.seqs[i];
     if (!s.options->key_attention || s.rows == 0) continue;
     if (l > 0 && !results[i].key_attention.defined()) continue;  // not at hand at layer 0: never
-    const at::Tensor keys = attention_keys(b, s, w, contents[i], l);
+    const LastQueryKeys qk = attention_keys(b, s, w, contents[i], q.select(0, b.first_row[i] + s.rows - 1), l);
+    const at::Tensor& keys = qk.keys;
     if (!keys.defined()) continue;
     // The last computed token sees keys [0, its query index]: every key but after a partial recompute (read
     // from the device only then).
     const int64_t seen =
         s.recompute.partial ? s.query_index[s.rows - 1].item<int64_t>() + 1 : s.past->length + s.tokens;
     const int64_t Ha = keys.size(0), G = c.num_heads / Ha, dk = keys.size(2);
-    const at::Tensor last = q.select(0, b.first_row[i] + s.rows - 1).to(at::kFloat).view({Ha, G, dk});
+    const at::Tensor last = qk.query.to(at::kFloat).reshape({Ha, G, dk});
     const at::Tensor scores = at::bmm(last, keys.narrow(1, 0, seen).to(at::kFloat).transpose(1, 2));
     const at::Tensor mass = at::softmax(scores.mul_(attention_scale(c)), -1).view({Ha * G, seen}).mean(0);
     if (results[i].key_attention.defined()) {

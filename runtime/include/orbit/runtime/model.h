@@ -73,6 +73,18 @@ struct ForwardInput {
 
 enum class LogitsMode { kNone, kLast, kAll };
 
+// How an MLA model (AttentionKind::kMla) attends over its latent content (attention_mla.cpp):
+//   kNaive      k_nope and v expanded from c_KV through W_kvb for every key token, then attention per head
+//   kAbsorbed   W_UK folded into the queries and W_UV applied to the output: per head
+//               scores = (q_nope·W_UK)·c_KVᵀ + q_pe·RoPE(k_pe)ᵀ,  out = W_UV·(softmax·c_KV); nothing per key
+//               but the latent itself (cost per query, not per key)
+//   kAuto       kAbsorbed on the CPU where it takes fewer multiply-adds (mla_absorbed_cheaper in
+//               attention_mla.cpp: few queries against many keys, a decode step or a short query after a
+//               long past), else kNaive. A decode cache's past (which holds expanded keys) and CUDA take kNaive.
+// kNaive and kAbsorbed compute the same attention up to float32 rounding. Asking for kAbsorbed where it does not
+// run (a model that is not MLA, CUDA, a decode cache's past) is an error, as is kNaive on a model that is not MLA.
+enum class MlaForm { kAuto, kNaive, kAbsorbed };
+
 struct ForwardOptions {
   LogitsMode logits = LogitsMode::kLast;
   bool return_content = true;  // fill ForwardResult::content
@@ -101,6 +113,9 @@ struct ForwardOptions {
   // which earlier content the next query depends on (a kept turn far back that a question refers to).
   // Costs one query row against the keys per layer (and, outside a decode cache, rotating the keys again).
   bool key_attention = false;
+
+  // MLA only: the naive or the absorbed form of its attention (MlaForm above). kAuto for any model.
+  MlaForm mla_form = MlaForm::kAuto;
 };
 
 struct ForwardResult {
