@@ -112,6 +112,20 @@ TEST_CASE("an open object's extra keys and keys from a pattern or an enum are no
   CHECK_FALSE(m.allows(id_of(*vocab, "a")));
   CHECK(m.allows(id_of(*vocab, "d")));
   CHECK_THROWS(few.accept(id_of(*vocab, "a")));
+  // Of ^[ab]{3}$'s 8 keys 7 are taken: after a new key's 'a' its 4 completions are, so 'a' is refused.
+  const auto eight = schema(R"({"propertyNames": {"pattern": "^[ab]{3}$"}, "additionalProperties": true})");
+  TokenConstraint last(eight, vocab, {{eos}});
+  last.accept_text(R"({"aaa": 1, "aab": 1, "aba": 1, "abb": 1, "baa": 1, "bab": 1, "bba": 1, ")");
+  CHECK_FALSE(last.allowed().allows(id_of(*vocab, "a")));
+  CHECK_FALSE(last.allowed().allows(id_of(*vocab, "ab")));
+  CHECK(last.allowed().allows(id_of(*vocab, "b")));
+  // Under a maxLength of 2, "a", "aa" and "ab" taken leave nothing after a new key's 'a' (the pattern has more).
+  const auto capped = schema(R"({"propertyNames": {"pattern": "^[ab]{1,4}$", "maxLength": 2}, "additionalProperties":
+      true})");
+  TokenConstraint full(capped, vocab, {{eos}});
+  full.accept_text(R"({"a": 1, "aa": 1, "ab": 1, ")");
+  CHECK_FALSE(full.allowed().allows(id_of(*vocab, "a")));
+  CHECK(full.allowed().allows(id_of(*vocab, "b")));
   // "xa" and "xb" taken, "xd" is left: after "x" the key log finds it past the pattern's first range of bytes.
   const auto ranges = schema(R"({"propertyNames": {"pattern": "^x[abd]$"}, "additionalProperties": true})");
   TokenConstraint gap(ranges, vocab, {{eos}});
@@ -576,7 +590,8 @@ TEST_CASE("masks of tokens that close a key with their one quote agree with the 
       R"({"type": "object", "additionalProperties": {"type": "array", "items": {"properties": {"a": {"type": "integer"}},
           "propertyNames": {"enum": ["a", "b"]}, "additionalProperties": {"type": "integer"}, "minProperties": 2}}})",
       R"({"anyOf": [{"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 2},
-          {"type": "object", "additionalProperties": {"type": "string"}}]})"};
+          {"type": "object", "additionalProperties": {"type": "string"}}]})",
+      R"({"propertyNames": {"pattern": "^[ab]{2,4}$"}, "additionalProperties": {"type": "integer"}})"};
   const auto vocab = one_quote_vocabulary();
   const int64_t eos = vocab->size() - 1;
   std::mt19937_64 rng(5);

@@ -417,6 +417,51 @@ std::vector<int64_t> texts_by_bytes(const ByteDfa& a, int64_t max_chars, int64_t
   return out;
 }
 
+void count_ahead(ByteDfa& a) {
+  const std::size_t n = a.size();
+  a.texts_ahead.assign(n, 0);
+  a.chars_ahead.assign(n, 0);
+  std::vector<uint8_t> color(n, 0);                       // 0 not seen, 1 on the search's path, 2 done
+  std::vector<std::pair<std::size_t, std::size_t>> path;  // (state, its next edge)
+  for (std::size_t root = 0; root < n; ++root) {
+    if (color[root] != 0) continue;
+    color[root] = 1;
+    path.emplace_back(root, 0);
+    while (!path.empty()) {
+      auto& [q, e] = path.back();
+      if (e < a.edges[q].size()) {
+        const auto to = static_cast<std::size_t>(a.edges[q][e++].to);
+        if (color[to] == 1) a.texts_ahead[q] = ByteDfa::kUnbounded;  // a cycle through q
+        if (color[to] == 0) {
+          color[to] = 1;
+          path.emplace_back(to, 0);
+        }
+        continue;
+      }
+      // Every state q reaches is done (or on the path: then q is on a cycle, marked above).
+      const std::size_t done = q;
+      path.pop_back();
+      color[done] = 2;
+      int64_t texts = a.accepting[done] != 0 ? 1 : 0, chars = 0;
+      bool bounded = a.texts_ahead[done] != ByteDfa::kUnbounded;
+      for (const ByteDfa::Edge& edge : a.edges[done]) {
+        const auto to = static_cast<std::size_t>(edge.to);
+        if (a.texts_ahead[to] == ByteDfa::kUnbounded || color[to] != 2) {
+          bounded = false;
+          break;
+        }
+        const int64_t bytes = edge.hi - edge.lo + 1;
+        const int64_t more =
+            a.texts_ahead[to] > ByteDfa::kTextsCap / bytes ? ByteDfa::kTextsCap : bytes * a.texts_ahead[to];
+        texts = std::min(ByteDfa::kTextsCap, texts + more);
+        chars = std::max(chars, a.char_end[to] + a.chars_ahead[to]);
+      }
+      a.texts_ahead[done] = bounded ? texts : ByteDfa::kUnbounded;
+      a.chars_ahead[done] = bounded ? chars : ByteDfa::kUnbounded;
+    }
+  }
+}
+
 int64_t count_texts(const ByteDfa& a, int64_t max_chars, int64_t cap) {
   const std::vector<int64_t> by_bytes = texts_by_bytes(a, max_chars, cap);
   int64_t texts = 0;

@@ -73,11 +73,21 @@ struct ByteDfa {
   std::vector<int64_t> min_bytes;  // fewest bytes from the state to an accepting state
   std::vector<int64_t> min_chars;  // fewest characters (char_end entries) from the state to an accepting state
   int64_t max_min_chars = 0;       // the largest of min_chars
+  // Per state, where no cycle is reachable from it: how many texts complete it (capped at kTextsCap) and the
+  // most characters (char_end entries) one takes; kUnbounded for both where a cycle is, and empty until
+  // count_ahead() fills them (Grammar's add_dfa does).
+  static constexpr int64_t kTextsCap = int64_t{1} << 40;
+  static constexpr int64_t kUnbounded = -1;
+  std::vector<int64_t> texts_ahead;
+  std::vector<int64_t> chars_ahead;
 
   std::size_t size() const { return accepting.size(); }
   // The state after `byte`, or -1.
   int32_t next(int32_t state, uint8_t byte) const;
 };
+
+// Fills a.texts_ahead and a.chars_ahead.
+void count_ahead(ByteDfa& a);
 
 // Over this many states a construction throws (the schema keyword is too complex to constrain).
 inline constexpr std::size_t kMaxDfaStates = 60000;

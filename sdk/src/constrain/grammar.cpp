@@ -265,6 +265,7 @@ int32_t add_dfa(Grammar& g, ByteDfa dfa, int64_t max_chars, const std::string& w
   Node n;
   n.kind = NodeKind::kDfa;
   n.max_count = max_chars;
+  count_ahead(dfa);
   n.dfa = std::make_shared<const ByteDfa>(std::move(dfa));
   return g.add(std::move(n));
 }

@@ -157,7 +157,8 @@ class KeyLog {
 
   // Tokens (ids into `trie`'s vocabulary) that a walk from `state` may refuse where the grammar allows them:
   // those that can close a free key (they hold enough '"'; returned, a list of `trie`'s), and, inside a key
-  // that could become one the object has, those that write a prefix of its rest (appended to `out`), and
+  // that could become one the object has, those that write a prefix of its rest (appended to `out`; under a
+  // pattern, only those long enough to reach a state with no more completions than the object has keys), and
   // where the grammar has an object with few keys that no stack holds yet, those that may open one and a key
   // in it (VocabTrie::braced_quotes, appended to `out`). `all` is set instead when every token must be asked
   // (a key near its maxLength that may repeat one). No other token is refused or drops a stack.

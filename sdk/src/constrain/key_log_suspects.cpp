@@ -12,6 +12,37 @@ namespace orbit::constrain {
 using key_log::has_few_keys;
 using key_log::Joined;
 
+namespace {
+
+// The tokens that write a prefix of `rest`, the rest of a logged key, from the key frame `top`, that a walk
+// may refuse (appended to `out`). A byte is refused only where every completion of the key so far is taken:
+// where the pattern's state after it has more completions, all within the key's maxLength, than the object
+// has keys (`taken`), it is not. So the tokens no longer than the bytes of the rest such states follow are
+// left out.
+void rest_suspects(const Node& key, const Frame& top, std::string_view rest, std::size_t taken, const VocabTrie& trie,
+                   std::vector<int32_t>& out) {
+  std::size_t sure = 0;
+  Frame f = top;
+  while (key.kind == NodeKind::kDfa && sure < rest.size() && static_cast<int64_t>(sure) < trie.max_token_bytes() &&
+         key_log::key_byte(key, f, static_cast<uint8_t>(rest[sure])) == 0) {
+    const auto q = static_cast<std::size_t>(f.a);
+    const int64_t texts = key.dfa->texts_ahead[q];
+    if (texts == ByteDfa::kUnbounded || static_cast<int64_t>(f.b) + key.dfa->chars_ahead[q] > key.max_count ||
+        texts <= static_cast<int64_t>(taken)) {
+      break;
+    }
+    ++sure;
+  }
+  if (static_cast<int64_t>(sure) >= trie.max_token_bytes()) return;
+  const std::size_t from = out.size();
+  trie.prefixes_of(rest, out);
+  out.erase(std::remove_if(out.begin() + static_cast<std::ptrdiff_t>(from), out.end(),
+                           [&](int32_t id) { return trie.length(id) <= static_cast<int64_t>(sure); }),
+            out.end());
+}
+
+}  // namespace
+
 int64_t KeyLog::most_over(const Slack& slack, std::string_view t) {
   std::size_t from = 0;
   if (slack.in_string) {
@@ -73,7 +104,7 @@ const std::vector<int32_t>& KeyLog::suspects(const StateSet& state, std::string_
     }
     const std::string prefix = joined.span(joined.opening_quote(text.size() - 1), text.size() - 1);
     for (auto it = keys.lower_bound(prefix); it != keys.end() && it->compare(0, prefix.size(), prefix) == 0; ++it) {
-      trie.prefixes_of(std::string_view(*it).substr(prefix.size()), out);
+      rest_suspects(*key, f[n - 1], std::string_view(*it).substr(prefix.size()), keys.size(), trie, out);
     }
   }
   // An object the token opens may have few keys: its first key's opening quote may be refused (an extra key

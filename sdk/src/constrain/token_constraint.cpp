@@ -37,8 +37,8 @@ std::size_t held(const std::vector<T>& v) {
 std::size_t held(const std::vector<bool>& v) { return (v.capacity() + 7) / 8; }
 
 std::size_t dfa_bytes(const ByteDfa& d) {
-  std::size_t n =
-      sizeof(ByteDfa) + held(d.edges) + held(d.accepting) + held(d.char_end) + held(d.min_bytes) + held(d.min_chars);
+  std::size_t n = sizeof(ByteDfa) + held(d.edges) + held(d.accepting) + held(d.char_end) + held(d.min_bytes) +
+                  held(d.min_chars) + held(d.texts_ahead) + held(d.chars_ahead);
   for (const auto& edges : d.edges) n += held(edges);
   return n;
 }
