@@ -60,6 +60,12 @@ TEST_CASE("serve: the parser refuses what OpenAI refuses, naming the field", "[s
   CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"stream":"yes"})").second == "stream");
   const std::string streamed = R"({"model":"m","messages":[{"role":"user","content":"x"}],"stream":true,)";
   CHECK(chat_error(streamed + R"("stream_options":{"include_usage":true,"include_obfuscation":false}})").first == 200);
+  // include_obfuscation true asks for a random "obfuscation" field in each delta chunk, which this server never
+  // writes: refused naming it, not answered with a stream that lacks it.
+  CHECK(chat_error(streamed + R"("stream_options":{"include_obfuscation":true}})").second ==
+        "stream_options.include_obfuscation");
+  CHECK(chat_error(streamed + R"("stream_options":{"include_obfuscation":"no"}})").second ==
+        "stream_options.include_obfuscation");
   CHECK(chat_error(streamed + R"("stream_options":{"include_usage":1}})").second == "stream_options.include_usage");
   CHECK(chat_error(streamed + R"("stream_options":{"usage":true}})").second == "stream_options.usage");
   CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"stream_options":{}})").second ==

@@ -182,6 +182,12 @@ TEST_CASE("responses: the parser refuses what it cannot honour, naming the field
         "stream_options.include_usage");
   CHECK(refused(body_with(R"("stream":true,"stream_options":{"include_obfuscation":1})")) ==
         "stream_options.include_obfuscation");
+  // true asks for a random "obfuscation" field in each delta event, which this server never writes.
+  const sv::Parsed<sv::ResponsesRequest> obfuscated =
+      sv::parse_responses_request(body_with(R"("stream":true,"stream_options":{"include_obfuscation":true})"));
+  CHECK(obfuscated.error.status == 400);
+  CHECK(obfuscated.error.param == "stream_options.include_obfuscation");
+  CHECK(obfuscated.error.code == "unsupported_parameter");
   CHECK(refused(body_with(R"("prompt_cache_options":{},"safety_identifier":"u",)"
                           R"("text":{"format":{"type":"json_schema","name":"n","description":"d","schema":{}}})"))
             .empty());

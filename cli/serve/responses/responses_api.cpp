@@ -409,7 +409,8 @@ void refuse_unsupported(const ojson& body) {
   }
   if (const ojson* v = field(body, "prompt_cache_options")) need_object(*v, "prompt_cache_options");
   if (const ojson* v = field(body, "stream_options")) {
-    // As chat's: only beside stream true, and include_obfuscation is its one option (nothing is obfuscated).
+    // As chat's: only beside stream true, and include_obfuscation is its one option (true refused: this
+    // server obfuscates no stream).
     need_object(*v, "stream_options");
     const ojson* stream = field(body, "stream");
     if (stream == nullptr || *stream != true) invalid_field("stream_options", "only allowed when stream is true");
@@ -417,6 +418,7 @@ void refuse_unsupported(const ojson& body) {
     if (const ojson* o = field(*v, "include_obfuscation"); o != nullptr && !o->is_boolean()) {
       invalid_field("stream_options.include_obfuscation", std::string("expected a boolean, got ") + json_type_name(*o));
     }
+    if (const ojson* o = field(*v, "include_obfuscation"); o != nullptr && *o == true) refuse_obfuscation();
   }
   refuse_unknown_fields(body,
                         "model input instructions previous_response_id store tools tool_choice parallel_tool_calls "

@@ -9,10 +9,11 @@
 //                max_completion_tokens (integer >= 1), temperature [0, 2], top_p (0, 1], seed (integer),
 //                stop (string or array of at most 4 strings), n (1..ServeLimits::max_choices; streamed, each
 //                choice's chunks carry its index), stream (bool),
-//                stream_options.include_usage (bool), user (any string), tools (array of {"type": "function",
-//                "function": {"name", "description"?, "parameters"?, "strict"?}}, names unique and 1 to 64
-//                letters, digits, _ and - (OpenAI's rule; other bytes reach the template and the call parser), other
-//                keys refused, handed to the template; the server refuses parameters outside the schema subset of
+//                stream_options.include_usage (bool), stream_options.include_obfuscation (false; true is
+//                refused, code unsupported_parameter: no stream is obfuscated), user (any string), tools (array of
+//                {"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}, names unique and
+//                1 to 64 letters, digits, _ and - (OpenAI's rule; other bytes reach the template and the call parser),
+//                other keys refused, handed to the template; the server refuses parameters outside the schema subset of
 //                answer_constraint.h), tool_choice ("none", "auto", "required" or {"type": "function", "function":
 //                {"name"}} naming one of the tools), parallel_tool_calls (bool; only beside a non-empty tools, as
 //                OpenAI has it, else a 400 naming it; false: one call at most, decoded under the tools' grammar, or
