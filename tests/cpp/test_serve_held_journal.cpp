@@ -7,6 +7,7 @@
 // released, not as lost. Also the Responses store's chain check, made inside the write's transaction: a link
 // another server deletes just before the write is written with it.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -307,4 +308,25 @@ TEST_CASE("held journal: a response deleted while held, whose release mark faile
   CHECK_THAT(said, !Catch::Matchers::Contains("r2 in the journal " + journal_of(path) + " is lost:"));
   CHECK_THAT(said, Catch::Matchers::Contains("could not be confirmed released"));
   CHECK_THAT(said, Catch::Matchers::Contains("continues 'r1'"));
+}
+
+TEST_CASE("held journal: a FIFO named like a journal is reported and left, not read (its read never ends)",
+          "[serve][journal]") {
+  TempDir tmp;
+  const std::string store = (tmp.dir / "s.sqlite").string();
+  {
+    sv::HeldJournal j(store);
+    REQUIRE(j.hold("kept", "payload kept").empty());
+  }
+  const std::string fifo = store + ".held-900001";
+  REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+  ::alarm(60);  // the old adoption read the FIFO forever: end the test rather than hang it
+  sv::HeldJournal next(store);
+  ::alarm(0);
+  REQUIRE(next.adopted().held.size() == 1);  // the real journal beside it is adopted
+  CHECK(next.adopted().held[0].id == "kept");
+  REQUIRE(next.adopted().problems.size() == 1);
+  CHECK_THAT(next.adopted().problems[0],
+             Catch::Matchers::Contains("held-answers journal " + fifo + ": not a file but a FIFO"));
+  CHECK(std::filesystem::is_fifo(fifo));  // left as it is
 }

@@ -360,6 +360,20 @@ TEST_CASE("held share: a journal that cannot be read keeps every row, and is rep
   }
   std::filesystem::remove(foreign);
   CHECK_FALSE(kept(share, "any-row"));
+  // A FIFO named like a journal: its open waited for a writer forever, under the store's lock.
+  const std::string fifo = path + ".held-900003";
+  REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+  {
+    StderrCapture captured;
+    ::alarm(60);  // end the test rather than hang it
+    CHECK(kept(share, "any-row"));
+    ::alarm(0);
+    const std::string said = captured.text();
+    CHECK(lines_naming(said, fifo) == 1);
+    CHECK(said.find(fifo + ": cannot be read (not a file but a FIFO, socket or device)") != std::string::npos);
+  }
+  std::filesystem::remove(fifo);
+  CHECK_FALSE(kept(share, "any-row"));
 }
 
 TEST_CASE("held share: a damaged journal is read up to the damage, a torn one up to the tear", "[serve][journal]") {

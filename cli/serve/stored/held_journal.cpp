@@ -180,11 +180,18 @@ std::vector<fs::path> journals_of(const std::string& store_path, std::error_code
 }
 
 // Opens and locks `path` when no running server holds it (and it is still the file at that path): its fd, or -1.
-int lock_unheld(const fs::path& path) {
-  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+// A FIFO, socket or device named like a journal is no server's journal: -1, and *not_file says what it is
+// (opened without blocking and never read: a FIFO's read waits for a writer forever, and hung the start).
+int lock_unheld(const fs::path& path, std::string* not_file) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return -1;
   struct stat opened {};
   struct stat named {};
+  if (::fstat(fd, &opened) == 0 && !S_ISREG(opened.st_mode)) {
+    ::close(fd);
+    *not_file = S_ISFIFO(opened.st_mode) ? "a FIFO" : S_ISSOCK(opened.st_mode) ? "a socket" : "a device";
+    return -1;
+  }
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0 || ::fstat(fd, &opened) != 0 || ::stat(path.c_str(), &named) != 0 ||
       opened.st_ino != named.st_ino) {
     ::close(fd);  // held by its server, or removed by another server that adopted it first
@@ -276,7 +283,12 @@ void HeldJournal::adopt(const std::string& store_path) {
   namespace io = held_journal_io;
   std::vector<int> locked;  // the adopted files, locked until they are removed
   for (const io::fs::path& file : io::journals_of(store_path)) {
-    const int fd = io::lock_unheld(file);
+    std::string not_file;
+    const int fd = io::lock_unheld(file, &not_file);
+    if (!not_file.empty()) {
+      adopted_.problems.push_back("held-answers journal " + file.string() + ": not a file but " + not_file +
+                                  ", so no server's journal: not read, left as it is");
+    }
     if (fd < 0) continue;
     locked.push_back(fd);
     std::ifstream in(file, std::ios::binary);

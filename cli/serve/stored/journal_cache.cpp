@@ -108,7 +108,9 @@ bool JournalCache::read(const std::string& file, int64_t now_ns) {
   if (::stat(file.c_str(), &st) == 0 && journal.settled && journal_cache_io::stamp_of(st) == journal.stamp) {
     return false;
   }
-  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  // Without blocking: a FIFO named like a journal has no writer, and its open (or read) would wait for one
+  // forever under the store's lock. It is refused below as unreadable, unread.
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0 && errno == ENOENT) {  // gone since the listing (its server ended holding nothing): names nothing
     const bool had = !journal.names.empty() || !journal.known;
     journal = Journal{};
@@ -116,7 +118,10 @@ bool JournalCache::read(const std::string& file, int64_t now_ns) {
   }
   if (fd < 0) return unreadable(journal, file, std::strerror(errno));
   std::string bytes;
-  std::string why = ::fstat(fd, &st) == 0 ? journal_cache_io::read_all(fd, bytes) : std::strerror(errno);
+  const auto special = [](mode_t mode) { return S_ISFIFO(mode) || S_ISCHR(mode) || S_ISBLK(mode) || S_ISSOCK(mode); };
+  std::string why = ::fstat(fd, &st) != 0 ? std::strerror(errno)
+                    : special(st.st_mode) ? "not a file but a FIFO, socket or device"
+                                          : journal_cache_io::read_all(fd, bytes);
   ::close(fd);
   if (!why.empty()) return unreadable(journal, file, why);
   JournalNames read = journal_names(bytes, file, link_of_);
