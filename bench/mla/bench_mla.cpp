@@ -10,7 +10,9 @@
 // the CPU, built in memory. The past: S tokens of random content (k_pe, latent N(0, 1)) at positions 0..S-1.
 // Each case times Model::forward of R tokens over that past: the two forms alternate, each going first in
 // turn, --reps times; reported are the fastest and the median per form, naive / absorbed of the medians, and
-// the largest |difference| of their logits.
+// the largest |difference| of their logits. Beside them, the same forward over a decode cache's slot holding
+// that past (DecodeCache: keys and values expanded once when the slot is opened, naive attention over them;
+// a fork of one opened slot before each timed call, not timed): cache / absorbed of the medians.
 //
 //   bench_mla [--keys 1024,4096,16384] [--queries 1,16] [--layers 2] [--vocab 8192] [--reps 5] [--threads 1]
 //             [--json PATH]
@@ -28,6 +30,7 @@
 
 #include "../common/bench_util.h"
 #include "args.h"
+#include "orbit/runtime/decode_cache.h"
 #include "orbit/runtime/generator.h"
 #include "orbit/runtime/model.h"
 #include "orbit/runtime/weights.h"
@@ -75,7 +78,28 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-nlohmann::json run_case(const rt::Model& m, const rt::PastKV& past, int64_t R, int reps) {
+// Milliseconds of one forward of `in` over `past`; the logits into `logits` when given.
+double timed(const rt::Model& m, const rt::ForwardInput& in, const rt::PastKV& past, const rt::ForwardOptions& o,
+             at::Tensor* logits = nullptr) {
+  const auto t0 = Clock::now();
+  rt::ForwardResult r = m.forward(in, &past, o);
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  if (logits != nullptr) *logits = r.logits;
+  return ms;
+}
+
+// One forward over a fork of the cache's slot `base` (its rows expanded when `base` was opened), timed alone.
+double timed_cached(const rt::Model& m, const rt::ForwardInput& in, rt::DecodeCache& cache, int64_t base) {
+  const int64_t slot = cache.fork(base);
+  rt::ForwardOptions o;
+  o.return_content = false;
+  const double ms = timed(m, in, cache.past(slot), o);
+  cache.close(slot);
+  return ms;
+}
+
+nlohmann::json run_case(const rt::Model& m, const rt::PastKV& past, rt::DecodeCache& cache, int64_t base, int64_t R,
+                        int reps) {
   const int64_t S = past.positions.size(0);
   rt::ForwardInput in;
   for (int64_t r = 0; r < R; ++r) in.tokens.push_back(1 + (r * 37) % (m.config().vocab_size - 1));
@@ -84,31 +108,27 @@ nlohmann::json run_case(const rt::Model& m, const rt::PastKV& past, int64_t R, i
   naive.return_content = absorbed.return_content = false;
   naive.mla_form = rt::MlaForm::kNaive;
   absorbed.mla_form = rt::MlaForm::kAbsorbed;
-  auto timed = [&](const rt::ForwardOptions& o, at::Tensor* logits) {
-    const auto t0 = Clock::now();
-    rt::ForwardResult r = m.forward(in, &past, o);
-    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    if (logits != nullptr) *logits = r.logits;
-    return ms;
-  };
   at::Tensor a, b;
-  timed(naive, &a);  // warm-up, and the logits compared
-  timed(absorbed, &b);
+  timed(m, in, past, naive, &a);  // warm-up, and the logits compared
+  timed(m, in, past, absorbed, &b);
+  timed_cached(m, in, cache, base);
   const double diff = (a - b).abs().max().item<double>();
-  std::vector<double> tn, ta;
+  std::vector<double> tn, ta, tc;
   for (int r = 0; r < reps; ++r) {
     if (r % 2 == 0) {
-      tn.push_back(timed(naive, nullptr));
-      ta.push_back(timed(absorbed, nullptr));
+      tn.push_back(timed(m, in, past, naive));
+      ta.push_back(timed(m, in, past, absorbed));
+      tc.push_back(timed_cached(m, in, cache, base));
     } else {
-      ta.push_back(timed(absorbed, nullptr));
-      tn.push_back(timed(naive, nullptr));
+      tc.push_back(timed_cached(m, in, cache, base));
+      ta.push_back(timed(m, in, past, absorbed));
+      tn.push_back(timed(m, in, past, naive));
     }
   }
-  const double mn = median(tn), ma = median(ta);
+  const double mn = median(tn), ma = median(ta), mc = median(tc);
   const double fn = *std::min_element(tn.begin(), tn.end()), fa = *std::min_element(ta.begin(), ta.end());
-  std::printf("%6lld %4lld %12.2f %12.2f %12.2f %12.2f %8.2fx %8.2fx %10.1e\n", static_cast<long long>(S),
-              static_cast<long long>(R), fn, mn, fa, ma, mn / ma, fn / fa, diff);
+  std::printf("%6lld %4lld %11.2f %11.2f %11.2f %11.2f %11.2f %8.2fx %8.2fx %8.2fx %10.1e\n", static_cast<long long>(S),
+              static_cast<long long>(R), fn, mn, fa, ma, mc, mn / ma, fn / fa, mc / ma, diff);
   std::fflush(stdout);
   return {{"keys", S},
           {"queries", R},
@@ -116,8 +136,10 @@ nlohmann::json run_case(const rt::Model& m, const rt::PastKV& past, int64_t R, i
           {"naive_ms_median", mn},
           {"absorbed_ms_fastest", fa},
           {"absorbed_ms_median", ma},
+          {"decode_cache_ms_median", mc},
           {"naive_over_absorbed_median", mn / ma},
           {"naive_over_absorbed_fastest", fn / fa},
+          {"decode_cache_over_absorbed_median", mc / ma},
           {"max_abs_logit_diff", diff}};
 }
 
@@ -159,12 +181,14 @@ int main(int argc, char** argv) {
     const auto m = lite_model(o);
     std::printf("bench_mla: %lld layers, vocab %lld, %d threads, %d reps (ms per forward)\n",
                 static_cast<long long>(o.layers), static_cast<long long>(o.vocab), o.threads, o.reps);
-    std::printf("%6s %4s %12s %12s %12s %12s %9s %9s %10s\n", "S", "R", "naive min", "naive med", "absorb min",
-                "absorb med", "med n/a", "min n/a", "max |diff|");
+    std::printf("%6s %4s %11s %11s %11s %11s %11s %9s %9s %9s %10s\n", "S", "R", "naive min", "naive med", "absorb min",
+                "absorb med", "cache med", "med n/a", "min n/a", "med c/a", "max |diff|");
     nlohmann::json rows = nlohmann::json::array();
     for (const int64_t S : o.keys) {
       const rt::PastKV past = random_past(*m, S);
-      for (const int64_t R : o.queries) rows.push_back(run_case(*m, past, R, o.reps));
+      rt::DecodeCache cache(*m);
+      const int64_t base = cache.open(&past);
+      for (const int64_t R : o.queries) rows.push_back(run_case(*m, past, cache, base, R, o.reps));
     }
     std::ofstream(o.json) << nlohmann::json{{"threads", o.threads}, {"layers", o.layers}, {"rows", rows}}.dump(2)
                           << "\n";

@@ -144,9 +144,11 @@ struct MlaAbsorbed {
 // rotated by `tables` ([S, rotary_dim/2]).
 MlaAbsorbed mla_absorb(const ModelConfig& config, const LayerWeights& weights, const at::Tensor& q,
                        const LayerKV& content, const ops::RopeTables& tables);
-// Attention in the absorbed form: attend() over mla_absorb's operands (the same query_index, tail_causal and
-// scale as the naive form's), then W_UV per head. [R, H·d_v], as mla_attention. Not for a paged step.
-at::Tensor mla_absorbed_attention(const AttentionStep& step);
+// Attention in the absorbed form, [R, H·d_v] as mla_attention: the same query_index, scale and RoPE, the
+// scores and softmax in float32, then W_UV per head. step.keys holds the input tokens' content (T rows) after
+// `past` (P rows, or null); both are read in place, never joined, their k_pe rotated by step.key_tables
+// ([P + T, rotary_dim/2]). The CPU path of a forward (not for a paged step).
+at::Tensor mla_absorbed_attention(const AttentionStep& step, const LayerKV* past);
 // Whether the absorbed form takes fewer multiply-adds than the naive one for R queries over S keys, per head:
 //   naive     S·r_kv·(d_nope + d_v)  (expanding k_nope, v)  +  R·S·(d_nope + d_rope + d_v)  (scores, output)
 //   absorbed  R·r_kv·(d_nope + d_v)  (q·W_UK, W_UV·o)       +  R·S·(2·r_kv + d_rope)

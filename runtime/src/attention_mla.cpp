@@ -13,13 +13,17 @@
 //              per head: cost per key token (S·r_kv·(d_nope + d_v) per head before any score).
 //   absorbed   q_nope_h·k_nope_hᵀ = (q_nope_h·W_UK_h)·c_KVᵀ and Σ p·v_h = W_UV_h·(Σ p·c_KV): multi-query
 //              attention over one key head [c_KV ‖ RoPE(k_pe)] and one value head c_KV, the queries carried
-//              into the latent before and the output out of it after (cost per query). Masks, positions
-//              (RoPE of k_pe, YaRN's a² on q_pe) and the softmax scale are the naive form's.
+//              into the latent before and the output out of it after (cost per query). The past's latent and
+//              the input's are read in place, apart (no copy of S rows; only k_pe is rotated into a tensor of
+//              its own). Masks, positions (RoPE of k_pe, YaRN's a² on q_pe) and the softmax scale are the
+//              naive form's; scores and softmax in float32.
 // mla_absorbed_cheaper (attention.h) counts the multiply-adds of both; forward_sequence.cpp picks the form.
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <limits>
 #include <utility>
+#include <vector>
 
 #include "attention.h"
 #include "orbit/runtime/rope.h"
@@ -110,17 +114,76 @@ MlaAbsorbed mla_absorb(const ModelConfig& c, const LayerWeights& w, const at::Te
   return a;
 }
 
-at::Tensor mla_absorbed_attention(const AttentionStep& s) {
+namespace {
+
+// The absorbed queries flattened [R·H, r_kv] (q_nope_h·W_UK_h) and [R·H, d_rope] (q_pe_h), contiguous.
+std::pair<at::Tensor, at::Tensor> absorbed_queries(const ModelConfig& c, const LayerWeights& w, const at::Tensor& q) {
+  const MlaConfig& m = c.mla;
+  const int64_t R = q.size(0), H = c.num_heads;
+  const at::Tensor w_uk = w.wkv_b.view({H, m.qk_nope_head_dim + m.v_head_dim, m.kv_lora_rank})
+                              .narrow(1, 0, m.qk_nope_head_dim);                             // [H, d_nope, r_kv]
+  const at::Tensor lat = at::bmm(q.narrow(2, 0, m.qk_nope_head_dim).transpose(0, 1), w_uk);  // [H, R, r_kv]
+  return {lat.transpose(0, 1).reshape({R * H, m.kv_lora_rank}),
+          q.narrow(2, m.qk_nope_head_dim, m.qk_rope_head_dim).reshape({R * H, m.qk_rope_head_dim})};
+}
+
+// The key pieces (the past's rows, then the input's) as latent [n, r_kv] and rotated k_pe [n, d_rope], read
+// in place but for the rotation; `tables` covers every piece's rows in order.
+std::vector<std::pair<at::Tensor, at::Tensor>> absorbed_keys(const ModelConfig& c,
+                                                             const std::vector<const LayerKV*>& pieces,
+                                                             const ops::RopeTables& tables) {
+  std::vector<std::pair<at::Tensor, at::Tensor>> out;
+  int64_t at_row = 0;
+  for (const LayerKV* p : pieces) {
+    const int64_t n = p->v.size(0);
+    const ops::RopeTables t{tables.cos.narrow(0, at_row, n), tables.sin.narrow(0, at_row, n)};
+    out.emplace_back(p->v.reshape({n, c.mla.kv_lora_rank}),
+                     rotate(c.rope, p->k, t).reshape({n, c.mla.qk_rope_head_dim}));
+    at_row += n;
+  }
+  return out;
+}
+
+}  // namespace
+
+at::Tensor mla_absorbed_attention(const AttentionStep& s, const LayerKV* past) {
   const ModelConfig& c = s.config;
   const MlaConfig& m = c.mla;
   const int64_t R = s.q.size(0), H = c.num_heads;
-  const MlaAbsorbed a = mla_absorb(c, s.weights, s.q, s.keys, s.key_tables);
-  // [R, H·r_kv]: each head's softmax-weighted latent.
-  const at::Tensor latent = attend(a.q, a.k, a.v, s.query_index, mla_scale(c), s.tail_causal);
+  const auto [q_lat, q_pe] = absorbed_queries(c, s.weights, s.q);
+  std::vector<const LayerKV*> pieces;
+  if (past != nullptr) pieces.push_back(past);
+  pieces.push_back(&s.keys);
+  const auto keys = absorbed_keys(c, pieces, s.key_tables);
+  int64_t S = 0;
+  for (const auto& k : keys) S += k.first.size(0);
+  // Scores [R·H, S] in float32, each piece's columns q_lat·c_KVᵀ + q_pe·RoPE(k_pe)ᵀ.
+  at::Tensor scores = at::empty({R * H, S}, s.q.options().dtype(at::kFloat));
+  int64_t at_row = 0;
+  for (const auto& [latent, pe] : keys) {
+    const int64_t n = latent.size(0);
+    scores.narrow(1, at_row, n).copy_(at::addmm(at::mm(q_pe, pe.t()), q_lat, latent.t()));
+    at_row += n;
+  }
+  scores.mul_(mla_scale(c));
+  if (!s.tail_causal || R > 1) {
+    // Query r sees keys [0, query_index[r]].
+    const at::Tensor hidden = at::arange(S, s.query_index.options()).view({1, S}) > s.query_index.view({R, 1});
+    scores.view({R, H, S}).masked_fill_(hidden.unsqueeze(1), -std::numeric_limits<float>::infinity());
+  }
+  const at::Tensor p = at::softmax(scores, -1).to(s.q.scalar_type());
+  // Each head's softmax-weighted latent [R·H, r_kv], piece by piece.
+  at::Tensor attended = at::zeros({R * H, m.kv_lora_rank}, s.q.options());
+  at_row = 0;
+  for (const auto& k : keys) {
+    const int64_t n = k.first.size(0);
+    attended.addmm_(p.narrow(1, at_row, n), k.first);
+    at_row += n;
+  }
   const at::Tensor w_uv = s.weights.wkv_b.view({H, m.qk_nope_head_dim + m.v_head_dim, m.kv_lora_rank})
                               .narrow(1, m.qk_nope_head_dim, m.v_head_dim);  // [H, d_v, r_kv]
   // [H, R, r_kv] · [H, r_kv, d_v] -> [H, R, d_v] -> [R, H·d_v].
-  const at::Tensor o = at::bmm(latent.view({R, H, m.kv_lora_rank}).transpose(0, 1), w_uv.transpose(1, 2));
+  const at::Tensor o = at::bmm(attended.view({R, H, m.kv_lora_rank}).transpose(0, 1), w_uv.transpose(1, 2));
   return o.transpose(0, 1).reshape({R, H * m.v_head_dim});
 }
 

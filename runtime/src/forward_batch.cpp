@@ -236,13 +236,21 @@ void sequence_attention(const BatchPass& b, const LayerWeights& w, int64_t l, co
   for (std::size_t i = 0; i < b.seqs.size(); ++i) {
     const SequencePass& s = b.seqs[i];
     if (s.rows == 0 || s.past->cache != nullptr || (b.grouped && !s.mla_absorbed)) continue;
-    const LayerKV keys = sequence_keys(b.model, s, contents[i], l);
     const at::Tensor qi = q.narrow(0, b.first_row[i], s.rows);
-    AttentionStep step{c, w, qi, keys, s.rope.key, s.query_index, !s.recompute.partial};
     if (s.mla_absorbed) {
-      place_sequence(b, i, mla_absorbed_attention(step), out);
+      // The past's rows and the input's read apart, never joined (an MLA past is never paged).
+      const ForwardPast& fp = *s.past;
+      LayerKV past;
+      if (fp.length > 0) {
+        const LayerKV& p = fp.past->layers[static_cast<std::size_t>(l)];
+        past = {p.k.to(b.model.device(), b.model.dtype()), p.v.to(b.model.device(), b.model.dtype())};
+      }
+      const AttentionStep step{c, w, qi, contents[i], s.rope.key, s.query_index, !s.recompute.partial};
+      place_sequence(b, i, mla_absorbed_attention(step, fp.length > 0 ? &past : nullptr), out);
       continue;
     }
+    const LayerKV keys = sequence_keys(b.model, s, contents[i], l);
+    AttentionStep step{c, w, qi, keys, s.rope.key, s.query_index, !s.recompute.partial};
     ops::PagedAttentionInputs paged;
     if (s.paged != nullptr) {
       paged = paged_layer(*s.paged, l);
