@@ -40,6 +40,22 @@ sv::RunResult run(sv::ServeCore& core, const sv::ChatRequest& r, const std::stri
 
 double metric(sv::ServeCore& core, const std::string& name) { return serve_test::metric(core, name); }
 
+// A story request only the context's end can end: max_tokens all the context leaves, the model's stop token
+// banned. A sequence decodes ahead of its request's thread (decode posts each token's event without waiting
+// for it to be read), so on a loaded machine a short answer can be whole before that thread reads its first
+// piece; a test that must act while a sequence still runs (a client leaving, the server closing) gives it the
+// whole context to run instead of the few dozen tokens a story takes.
+sv::ChatRequest unending_chat(sv::ServeCore& core, const std::string& question) {
+  sv::ChatRequest r = chat(core, question, 1);
+  const sv::Parsed<int64_t> prompt = core.count_chat_tokens(r);
+  REQUIRE(prompt.ok());
+  r.sampling.max_tokens = core.context_tokens() - *prompt.value;
+  const int64_t eos = core.engine().model_info().eos_token;
+  REQUIRE(eos >= 0);
+  r.sampling.logit_bias = {{eos, -100.0}};
+  return r;
+}
+
 }  // namespace
 
 TEST_CASE("serve batch: sessions decode in shared forwards and answer what they answer alone", "[serve][batch]") {
@@ -75,17 +91,21 @@ TEST_CASE("serve batch: a client that leaves ends its sequence only", "[serve][b
   for (int i = 0; i < 3; ++i) alone.push_back(run(core, chat(core, kQuestions[i], 40), "").text);
   std::vector<sv::RunResult> got(3);
   std::vector<std::thread> threads;
+  // Client 1 leaves at its first piece of text: asked for the whole context, its stop token banned, only its
+  // leaving ends it early (40 tokens, what the others ask, a loaded machine's scheduler could decode before
+  // client 1's thread read its first piece).
+  const sv::ChatRequest leaving = unending_chat(core, kQuestions[1]);
   for (int i = 0; i < 3; ++i) {
     threads.emplace_back([&, i] {
       sv::RunSink sink;
       if (i == 1) sink.on_text = [](const std::string&) { return false; };  // leaves at the first piece of text
-      got[static_cast<std::size_t>(i)] =
-          run(core, chat(core, kQuestions[static_cast<std::size_t>(i)], 40), "c" + std::to_string(i), sink);
+      const sv::ChatRequest r = i == 1 ? leaving : chat(core, kQuestions[static_cast<std::size_t>(i)], 40);
+      got[static_cast<std::size_t>(i)] = run(core, r, "c" + std::to_string(i), sink);
     });
   }
   for (auto& t : threads) t.join();
   CHECK(got[1].finish_reason == "cancelled");
-  CHECK(got[1].usage.completion_tokens < 40);
+  CHECK(got[1].usage.completion_tokens < *leaving.sampling.max_tokens);
   CHECK(got[0].text == alone[0]);
   CHECK(got[2].text == alone[2]);
   CHECK(got[0].finish_reason != "cancelled");
@@ -283,22 +303,27 @@ TEST_CASE("serve batch: with a stop string, log probabilities end with the conte
 TEST_CASE("serve batch: closing the server ends the sequences in flight with a shutdown error", "[serve][batch]") {
   sv::ServeCore core(options());
   std::vector<sv::RunOutcome> got(4);
-  std::atomic<int> started{0};
+  // No stop token: no answer ends (as a story of ~150 tokens would) before the close below.
+  std::vector<sv::ChatRequest> requests;
+  for (std::size_t i = 0; i < 4; ++i) requests.push_back(unending_chat(core, kQuestions[i]));
+  std::atomic<int> started{0};  // the requests whose text has begun
   std::vector<std::thread> threads;
   for (int i = 0; i < 4; ++i) {
     threads.emplace_back([&, i] {
       sv::RunSink sink;
-      sink.on_text = [&](const std::string&) {
-        ++started;
+      sink.on_text = [&, counted = false](const std::string&) mutable {
+        if (!counted) ++started;
+        counted = true;
         return true;
       };
-      sv::ChatRequest r = chat(core, kQuestions[static_cast<std::size_t>(i)], 400);
-      sv::RunTicket ticket = core.prepare_chat(r, "x" + std::to_string(i));
+      sv::RunTicket ticket = core.prepare_chat(requests[static_cast<std::size_t>(i)], "x" + std::to_string(i));
       if (!ticket.ok()) return;  // the server closed before it was prepared
       got[static_cast<std::size_t>(i)] = core.run(ticket, sink);
     });
   }
-  for (int i = 0; i < 5000 && started < 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // Every request's text has begun (the 60 s bound only keeps a broken server from hanging the test).
+  for (int i = 0; i < 60000 && started < 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CHECK(started == 4);
   core.close();
   for (auto& t : threads) t.join();
   // A client still there is told the answer is incomplete (503 server_shutdown), never given a cut answer as

@@ -214,9 +214,18 @@ async function main() {
   check((await fetch(`${base}/v1/sessions/nobody`)).status === 404, "unknown session: 404");
 
   // ---- a stream cut midway ----
+  // The server writes as it decodes, never waiting for the client to read: an answer the connection can
+  // buffer whole (a plain 400-token one is ~80 KB) may be all written, and the run ended, before a client
+  // process the machine schedules late reads its second chunk, and nothing is left to cut. 16 choices with
+  // 20 top log probabilities per token are ~11 MB, more than loopback TCP buffers (4 MB send buffer at most
+  // by default, the receiver's window while it does not read): the server is still writing when the client
+  // cuts, however late that comes.
   const abort = new AbortController();
   const cut = await client.chat.completions.create(
-    { model: modelId, messages: messages.slice(0, 2), max_tokens: 400, temperature: 0, stream: true },
+    {
+      model: modelId, messages: messages.slice(0, 2), max_tokens: 400, temperature: 0, stream: true, n: 16,
+      logprobs: true, top_logprobs: 20,
+    },
     { signal: abort.signal, headers: { "X-Orbit-Session": "cut" } },
   );
   let pieces = 0;
