@@ -68,12 +68,21 @@ class Spans {
       return std::nullopt;
     }
     const PrefixRender was = render_of(*k_, k_at_ + (i - t_));
+    if (was.kind == PrefixRender::Kind::kOther) return read_other(was);
     if (was.kind != PrefixRender::Kind::kPrefix) return std::nullopt;  // rendered; the anchor reads on after it
     if (was.length < q_ || was.length - q_ > bytes_) {
       spent_ = true;
       return std::nullopt;
     }
     return PrefixRender{PrefixRender::Kind::kPrefix, p_ + was.length - q_, p_ + was.length - q_};
+  }
+  // K's prefix rendered as other text R, agreeing with K on `agrees` bytes: by the same assumption, this list's
+  // renders as text[0, p) and R[q, |R|), and where R parts from K before the bytes K and this list agree on
+  // (q <= agrees < q + bytes: R[agrees] != K[agrees] = text[p + agrees - q]), it parts from text there too.
+  std::optional<PrefixRender> read_other(const PrefixRender& was) {
+    // Else rendered, and the anchor reads on after it (the prefixes of the text it reads are those it read alone).
+    if (was.agrees < q_ || was.agrees - q_ >= bytes_) return std::nullopt;
+    return PrefixRender{PrefixRender::Kind::kOther, p_ + was.length - q_, p_ + was.agrees - q_};
   }
   // Prefix i, rendered as `r`: an anchor there, unless the present one reads on past i.
   void rendered(std::size_t i, const PrefixRender& r) {
@@ -139,22 +148,53 @@ PrefixRender prefix_render(const runtime::ChatTemplate& tmpl, const runtime::Pre
   return {agrees == prefix.size() ? Kind::kPrefix : Kind::kOther, prefix.size(), agrees};
 }
 
-bool same(const PrefixRender& a, const PrefixRender& b) { return a.kind == b.kind && a.length == b.length; }
+bool same(const PrefixRender& a, const PrefixRender& b) {
+  return a.kind == b.kind && a.length == b.length && (a.kind != PrefixRender::Kind::kOther || a.agrees == b.agrees);
+}
+
+// The check of other text read from the spans (the prefixes `at`, shortest first, read into `out`): the longest
+// is rendered, and where it renders as read, the shorter ones from the shortest on until one renders as read;
+// that one, the longest and those between them are kept as read (the shortest and the longest kept rendered as
+// read: the check of the prefixes of the text), the others as rendered. A template may render the first of them
+// otherwise in this list for what precedes the anchor (Qwen3 shows an answer's reasoning only after a user
+// turn, which a trimmed list may lack before the anchor). Where the longest does not, each is rendered. Returns
+// how many were kept as read.
+template <class Render>
+std::size_t check_other_reads(const std::vector<std::size_t>& at, const Render& render,
+                              std::vector<PrefixRender>& out) {
+  if (at.empty()) return 0;
+  const PrefixRender longest = render(at.back());
+  const bool holds = same(longest, out[at.back() - 1]);
+  out[at.back() - 1] = longest;
+  for (std::size_t j = 0; j + 1 < at.size(); ++j) {
+    const PrefixRender r = render(at[j]);
+    const bool as_read = same(r, out[at[j] - 1]);
+    out[at[j] - 1] = r;
+    if (holds && as_read) return at.size() - j;
+  }
+  return holds ? 1 : 0;
+}
 
 // What each prefix of the list renders to (renders.prefixes), from `known`, the spans of `latest` (null: none),
-// or rendering; false when the check of the spans (the header's last step) failed, and nothing is set but the
-// strftime_now calls of the prefixes rendered, added to renders.clock.
+// or rendering; false when the check of the spans' prefixes of the text (the header's last step) failed, and
+// nothing is set but the strftime_now calls of the prefixes rendered, added to renders.clock. Other text read
+// from the spans is checked apart (check_other_reads), so a template that renders it otherwise in this list
+// (Mistral Nemo carries the system prompt, a message before the anchor, into the last user turn) costs only
+// what it cost when other text was always rendered.
 bool read_prefixes(const runtime::ChatTemplate& tmpl, const runtime::PreparedChat& chat, const std::string& text,
                    const KnownRenders& known, std::shared_ptr<const ListRenders> latest,
                    const std::vector<Sha256::Digest>& messages, ListRenders& renders) {
   Spans spans(std::move(latest), messages, text);
   std::vector<PrefixRender> out;
-  std::size_t first_read = 0, last_read = 0;  // the shortest and longest prefix read from the spans; 0: none
-  int64_t read = 0;                           // how many prefixes were
+  std::size_t first_read = 0, last_read = 0;  // the shortest and longest prefix of the text read; 0: none
+  int64_t read = 0;                           // how many prefixes of the text were
+  std::vector<std::size_t> other_reads;       // the prefixes read as other text, shortest first
   for (std::size_t i = 1; i < chat.size(); ++i) {
     std::optional<PrefixRender> r;
     if (i > known.count) r = spans.read(i);
-    if (r) {
+    if (r && r->kind == PrefixRender::Kind::kOther) {
+      other_reads.push_back(i);
+    } else if (r) {
       first_read = first_read == 0 ? i : first_read;
       last_read = i;
       ++read;
@@ -165,13 +205,14 @@ bool read_prefixes(const runtime::ChatTemplate& tmpl, const runtime::PreparedCha
     out.push_back(*r);
   }
   // The check: the shortest and the longest prefix read are rendered too.
-  const auto rendered_as_read = [&](std::size_t i) {
-    return same(prefix_render(tmpl, chat, i, text, KnownRenders{}, renders.clock), out[i - 1]);
-  };
+  const auto render = [&](std::size_t i) { return prefix_render(tmpl, chat, i, text, KnownRenders{}, renders.clock); };
+  const auto rendered_as_read = [&](std::size_t i) { return same(render(i), out[i - 1]); };
   if (read > 0) {
     if (!rendered_as_read(last_read) || (first_read != last_read && !rendered_as_read(first_read))) return false;
     prefix_spans.fetch_add(read, std::memory_order_relaxed);
   }
+  const std::size_t kept = check_other_reads(other_reads, render, out);
+  prefix_spans.fetch_add(static_cast<int64_t>(kept), std::memory_order_relaxed);
   renders.prefixes = std::move(out);
   return true;
 }
