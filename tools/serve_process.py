@@ -34,6 +34,7 @@ class ServeProcess:
                    *[str(a) for a in args]]
         self.stop_timeout = stop_timeout
         self._lines = []
+        self._reader = None  # the thread that keeps what the server prints, from its listening line to its exit
 
         def limit_files():
             resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, resource.RLIM_INFINITY))
@@ -46,7 +47,8 @@ class ServeProcess:
         except BaseException:
             self.stop()
             raise
-        threading.Thread(target=self._drain, daemon=True).start()
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
 
     def _wait_until_listening(self, command):
         for line in self.process.stdout:
@@ -64,7 +66,7 @@ class ServeProcess:
             self._lines.append(line)
 
     def output(self):
-        """Everything the server printed so far (stdout and stderr)."""
+        """Everything the server printed so far (stdout and stderr); after stop(), everything it printed."""
         return "".join(self._lines)
 
     @property
@@ -84,7 +86,9 @@ class ServeProcess:
         return raw if path == "/metrics" else json.loads(raw)
 
     def stop(self):
-        """SIGTERM, then SIGKILL past stop_timeout; returns the exit status. Safe to call twice."""
+        """SIGTERM, then SIGKILL past stop_timeout; returns the exit status once the server exited and what it
+        printed was read to its end (output() then holds its last lines: the process's exit does not mean the
+        reading thread has taken them from the pipe yet). Safe to call twice."""
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -92,6 +96,8 @@ class ServeProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        if self._reader is not None:
+            self._reader.join(timeout=self.stop_timeout)  # the pipe's end: every line it wrote is in _lines
         return self.process.returncode
 
     def __enter__(self):
