@@ -199,6 +199,26 @@ def test_a_known_path_with_another_method_is_405_with_allow(serve):
         assert f'orbit_request_seconds_count{{endpoint="{endpoint}"}}' not in metrics, metrics
 
 
+def test_no_answer_advertises_byte_ranges_and_a_range_gets_the_whole_answer(serve):
+    # The request reader drops Range and If-Range, so every answer goes whole; cpp-httplib still added
+    # "Accept-Ranges: bytes" to HEAD answers (routed, refused, 404), advertising ranges the server ignores.
+    host, port, _ = serve()
+    for method in ("HEAD", "GET"):
+        for path in ("/health", "/v1/models", "/metrics", "/v1/nothing", "/v1/completions"):
+            connection = http.client.HTTPConnection(host, port, timeout=60)
+            try:
+                connection.request(method, path, headers={"Range": "bytes=0-3"})
+                response = connection.getresponse()
+                body = response.read()
+                fields = [name.lower() for name, _ in response.getheaders()]
+                assert "accept-ranges" not in fields, (method, path, response.getheaders())
+                assert response.status != 206 and "content-range" not in fields, (method, path, response.status)
+                if method == "GET" and response.status == 200:
+                    assert int(response.getheader("Content-Length")) == len(body) > 4, (path, body)
+            finally:
+                connection.close()
+
+
 def test_idle_connections_outlive_clients_pools_and_the_answers_say_so(serve):
     host, port, _ = serve()
     connection = http.client.HTTPConnection(host, port, timeout=60)

@@ -465,6 +465,9 @@ void HttpServer::routes() {
       res.set_header(name, value);
     }
     if (res.status == 204) res.headers.erase("Content-Length");  // cpp-httplib's "0": a 204 has none (RFC 9110)
+    // cpp-httplib adds "Accept-Ranges: bytes" (to HEAD answers, 0.11) before this handler runs, but Range is
+    // dropped by the request reader and every answer goes whole: advertise no ranges.
+    res.headers.erase("Accept-Ranges");
     // A 401 came from the pre-routing handler: the route that would count it never ran.
     if (!counted_by_route(req) || res.status == 401) core_.metrics().count_untimed(endpoint_of(req.path), res.status);
   });
