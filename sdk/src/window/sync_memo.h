@@ -40,25 +40,31 @@
 // (this list) that step 2 rendered (or read from a list it starts with): T's first t messages rendered as
 // T[0, p), T's messages from t on are K's from k on for j messages, K's first k messages rendered as K[0, q), and
 // the two renderings agree on T[p, p + b) = K[q, q + b). Then T's first t + i messages (0 < i <= j) are read as
-// T[0, p + length - q) where K's first k + i rendered as K[0, length) with length - q <= b; prefixes K rendered
-// otherwise (or refused), and those past the run or past b, are rendered, and one that is a prefix of T anchors
-// anew. The assumption: appending the same messages to two lists whose renderings end alike appends the same
-// text. A template that renders a kept message otherwise in T (turns numbered, the first user turn marked, tool
-// results counted) renders it otherwise in T's whole rendering too, so b stops there and the prefixes after it
-// are rendered until an anchor past it; a template whose rendering of a prefix depends on what the list's whole
-// rendering does not show (the last message's role named in a header, where the two lists end with different
-// roles) meets no anchor, since K's prefix k and T's prefix t would both have to be prefixes of their renderings.
-// A changed first message is the same case with the edit at message 0: the anchor is T's first message alone (or
-// a longer prefix, where the template refuses that one or renders it otherwise) against K's, under the same
-// assumption; a template that shows the first message again further on (the system prompt repeated or counted in
-// every turn) shows it in both whole renderings, so b stops there, and one that moves it into the last user turn
-// renders each prefix that ends with a user turn otherwise in K as well, so those are rendered. Last, the
-// shortest and the longest prefix read are rendered as well; where either differs, every prefix is rendered as
-// without the spans. What no check sees: a template whose rendering of a shorter list depends on the list's
-// length, or on a message before the anchor (the first, say), in a way the whole renderings do not show, at
-// lengths the check does not render (a line only where there are exactly 30 messages, or only where the system
-// prompt says so and the last message is a user's); for it, the boundaries may differ from rendering every prefix
-// (the tokens never do: they are the whole rendering's, sync.h step 3).
+// T[0, p + length - q) where K's first k + i rendered as K[0, length) with length - q <= b; where K's first
+// k + i rendered as other text R agreeing with K on `agrees` bytes, q <= agrees < q + b, they are read as other
+// text agreeing with T on p + agrees - q bytes (T's prefix is T[0, p) and R[q, |R|), and R[agrees] differs from
+// K[agrees] = T[p + agrees - q]); prefixes K refused, other text parting from K elsewhere, and those past the
+// run or past b, are rendered, and one that is a prefix of T anchors anew. The assumption: appending the same
+// messages to two lists whose renderings end alike appends the same text. A template that renders a kept message
+// otherwise in T (turns numbered, the first user turn marked, tool results counted) renders it otherwise in T's whole
+// rendering too, so b stops there and the prefixes after it are rendered until an anchor past it; a template whose
+// rendering of a prefix depends on what the list's whole rendering does not show (the last message's role named in a
+// header, where the two lists end with different roles) meets no anchor, since K's prefix k and T's prefix t would both
+// have to be prefixes of their renderings. A changed first message is the same case with the edit at message 0: the
+// anchor is T's first message alone (or a longer prefix, where the template refuses that one or renders it otherwise)
+// against K's, under the same assumption; a template that shows the first message again further on (the system prompt
+// repeated or counted in every turn) shows it in both whole renderings, so b stops there, and one that moves it into
+// the last user turn renders each prefix that ends with a user turn otherwise in K as well, so those are rendered.
+// Last, the shortest and the longest prefix of T read are rendered as well; where either differs, every prefix is
+// rendered as without the spans. Other text read is checked apart: its longest is rendered, and its shortest on until
+// one renders as read (Qwen3 shows an answer's reasoning only after a user turn, which T may lack before the anchor
+// where K had one: those render as a prefix of T), that one to the longest kept; where the longest differs (a
+// template that moves a message before the anchor into the last user turn), each is rendered. What no check sees: a
+// template whose rendering of a shorter list depends on the list's length, or on a message before the anchor (the
+// first, say), in a way the whole renderings do not show, at lengths the check does not render (a line only where there
+// are exactly 30 messages, or only where the system prompt says so and the last message is a user's); for it, the
+// boundaries may differ from rendering every prefix (the tokens never do: they are the whole rendering's, sync.h step
+// 3).
 
 #pragma once
 
@@ -88,7 +94,9 @@ struct PrefixRender {
     kOther,    // some other text
   };
   Kind kind = Kind::kOther;
-  std::size_t length = 0;  // kPrefix, kOther: the text's length in bytes
+  // kPrefix, kOther: the text's length in bytes (kOther read from the spans: as they give it; step 2 reads only
+  // the kind and `agrees` of other text, and the spans' check compares the length too)
+  std::size_t length = 0;
   std::size_t agrees = 0;  // kOther: how many bytes the text starts with alike with the whole rendering
 };
 
