@@ -454,6 +454,28 @@ def test_a_grid_names_the_index_of_a_bool(orbit, engine):
     assert engine.add_embeddings(rows, grid=[[0, np.int64(1)]]).length == 2
 
 
+def test_embeddings_name_the_index_of_a_bool(orbit, engine):
+    # numpy.asarray(rows, "float32") read a bool among the rows as 1.0 or 0.0; now it is a TypeError naming the
+    # argument and its index, as a token list's is. Floats, ints and float arrays among the rows are read as before.
+    h = engine.model_info.hidden_size
+    row = [0.5] * h
+    cases = (
+        ([row, [True] + row[1:]], r"embeddings\[1\]\[0\]: expected a number, got bool"),
+        ((row, tuple(row[:-1]) + (np.bool_(False),)), rf"embeddings\[1\]\[{h - 1}\]: expected a number, got bool"),
+        ([row[:2] + [np.array(True)] + row[3:]], r"embeddings\[0\]\[2\]: expected a number, got bool"),
+        ([row, np.ones(h, bool)], r"embeddings\[1\]: dtype bool; embeddings must be float32, bfloat16 or float16"),
+    )
+    for rows, message in cases:
+        with pytest.raises(TypeError, match=f"^add_embeddings: {message}$"):
+            engine.add_embeddings(rows)
+    with pytest.raises(TypeError, match=r"^add_embeddings: embeddings: dtype bool; embeddings must be float32"):
+        engine.add_embeddings(np.ones((2, h), bool))
+    ints = [[1] * h, [0] * h]
+    taken = [[1.0] * h, [np.float32(0.0)] * h]
+    assert engine.add_embeddings(ints).key == engine.add_embeddings(taken).key
+    assert engine.add_embeddings([row, np.full(h, 0.5)]).length == 2
+
+
 def test_rank_takes_numpy_ints_and_no_bool_as_the_counts_do(orbit):
     # rank, rank_k and rank_v refused np.int64(3) ("expected a positive int or 'full', got 3") while the counts
     # (first_k, prepare_recalls, ...) took it; they now read ints as the counts do.

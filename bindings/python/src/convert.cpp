@@ -262,6 +262,26 @@ Borrowed torch_embeddings(py::handle tensor, const char* what) {
   return b;
 }
 
+// A bool among a list or tuple's elements, nested lists and tuples included, which numpy.asarray(..., "float32")
+// would read as 1.0 or 0.0: a TypeError naming its index ("add_embeddings: embeddings[0][1]: expected a number,
+// got bool"; a bool array element "dtype bool"). Floats, ints and other arrays are left for numpy to read.
+void refuse_bools(py::handle sequence, const std::string& what) {
+  const py::ssize_t n = PySequence_Fast_GET_SIZE(sequence.ptr());
+  PyObject** item = PySequence_Fast_ITEMS(sequence.ptr());
+  for (py::ssize_t i = 0; i < n; ++i) {
+    const py::handle element(item[i]);
+    if (PyFloat_CheckExact(item[i]) || PyLong_CheckExact(item[i])) continue;
+    const auto at = [&] { return what + "[" + std::to_string(i) + "]"; };
+    if (PyList_Check(item[i]) || PyTuple_Check(item[i])) {
+      refuse_bools(element, at());
+    } else if (bool_element(element)) {
+      const bool scalar = !py::hasattr(element, "ndim") || element.attr("ndim").cast<int>() == 0;
+      if (!scalar) throw py::type_error(at() + ": dtype bool; embeddings must be float32, bfloat16 or float16");
+      throw py::type_error(at() + ": expected a number, got bool");
+    }
+  }
+}
+
 // A numpy array's rows (nested lists of numbers read as float32): borrowed when native and C-contiguous.
 Borrowed numpy_embeddings(py::handle obj, const char* what) {
   Borrowed b;
@@ -269,6 +289,9 @@ Borrowed numpy_embeddings(py::handle obj, const char* what) {
   if (py::isinstance<py::array>(obj)) {
     a = py::reinterpret_borrow<py::array>(obj);
   } else if (py::isinstance<py::sequence>(obj) && !py::isinstance<py::str>(obj)) {
+    const py::object items = py::reinterpret_steal<py::object>(PySequence_Fast(obj.ptr(), "not a sequence"));
+    if (!items) PyErr_Clear();  // left for numpy.asarray to refuse
+    if (items) refuse_bools(items, what);
     try {
       a = numpy().attr("asarray")(obj, "float32");  // nested lists of numbers: converted to float32
     } catch (py::error_already_set& e) {
