@@ -311,3 +311,59 @@ def test_token_arguments_are_typed_as_what_they_take(orbit, stub):
     tokens = [np.int64(1), np.uint16(2)]
     assert orbit.RadixCache().read(tokens, np.array([3])) == 2
     assert orbit.chunk_key_tokens("f" * 64, tokens) == orbit.chunk_key_tokens("f" * 64, [1, 2])
+
+
+def _bare_ints(annotation):
+    """The annotation itself or a member of its Union / Optional that is bare `int` (not one inside a generic's
+    arguments, such as a callback's Callable[[int], ...])."""
+    if isinstance(annotation, ast.Name):
+        return [annotation] if annotation.id == "int" else []
+    if isinstance(annotation, ast.Subscript) and ast.unparse(annotation.value) in ("Union", "Optional"):
+        members = annotation.slice.elts if isinstance(annotation.slice, ast.Tuple) else [annotation.slice]
+        return [m for member in members for m in _bare_ints(member)]
+    return []
+
+
+# Bound with pybind11's own int caster and private to the package: typed as the int they are given.
+PLAIN_INT_PARAMETERS = {("_Enum", "__init__"), ("_StreamRoom", "__init__"), ("_StreamRoom", "give")}
+
+
+def test_int_arguments_are_typed_as_what_they_take(orbit, stub, stories260k_path):
+    # Int arguments (IntArg, to_int, to_seed) take numpy integers (anything with __index__ but a bool) while the
+    # stubs said `int`, so a type checker flagged generate(max_tokens=numpy.int64(8)); they are SupportsIndex.
+    aio = ast.parse((pathlib.Path(orbit.__file__).parent / "aio.pyi").read_text())
+    wrong = []
+    for tree in (stub, aio):
+        for (cls, name), fn in _stub_functions(tree).items():
+            if (cls, name) in PLAIN_INT_PARAMETERS:
+                continue
+            for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs:
+                if a.annotation is not None and _bare_ints(a.annotation):
+                    wrong.append(f"{cls}.{name}({a.arg}): {ast.unparse(a.annotation)}")
+    functions = _stub_functions(stub)
+    for cls, name, param in (("Window", "generate", "seed"), ("Engine", "__init__", "pool_bytes"),
+                             ("WindowPolicy", "__init__", "rank"), ("None", "make_trace", "steps")):
+        fn = functions[(None if cls == "None" else cls, name)]
+        (a,) = [a for a in fn.args.args + fn.args.kwonlyargs if a.arg == param]
+        if "SupportsIndex" not in ast.unparse(a.annotation):
+            wrong.append(f"{cls}.{name}({param}): {ast.unparse(a.annotation)}")
+    assert not wrong, wrong
+    # What they are typed as is what they take: numpy integers wherever the stubs say SupportsIndex.
+    np = pytest.importorskip("numpy")
+    i = np.int64
+    assert orbit.ConstraintCacheOptions(max_entries=i(8), max_bytes=np.uint32(1 << 20)).max_entries == 8
+    assert orbit.WindowPolicy(first_k=i(3), rank=np.int16(4)) == orbit.WindowPolicy(first_k=3, rank=4)
+    assert orbit.RadixCache(i(64)).read([1, 2]) == orbit.RadixCache(64).read([1, 2])
+    orbit.BlockPrefixCache(capacity_tokens=i(64), block_tokens=np.uint8(4))
+    assert orbit.make_trace("web", steps=i(3), seed=np.uint64(5), vocab_size=i(512)) == orbit.make_trace(
+        "web", steps=3, seed=5, vocab_size=512)
+    with orbit.Engine(str(stories260k_path), pool_bytes=i(16 << 20), page_size=np.int32(16), threads=i(1)) as e:
+        assert e.piece(i(5)) == e.piece(5)
+        assert e.detokenize([5, 6], previous=i(-1)) == e.detokenize([5, 6])
+        w = e.new_window(max_bytes=i(0))
+        w.add_turn(e.tokenize("Once upon a time"))
+        g = w.generate([5], max_tokens=i(3), seed=np.uint64(2), top_logprobs=i(0))
+        assert g.tokens == w.generate([5], max_tokens=3, seed=2).tokens
+        assert [x.tokens for x in w.generate_n([5], i(2), max_tokens=2)] == [
+            x.tokens for x in w.generate_n([5], 2, max_tokens=2)]
+        assert w.plan_slide(i(0)).describe() == w.plan_slide(0).describe()

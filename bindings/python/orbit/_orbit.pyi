@@ -533,7 +533,7 @@ class EngineStats:
 class ConstraintCacheOptions:
     """Bounds of an engine's cache of compiled constraints (orbit/constraint_cache.h): Engine(constraint_cache=...),
     read back as EngineOptions.constraint_cache; Engine.stats.constraint_cache counts what it holds."""
-    def __init__(self, *, max_entries: int = 64, max_bytes: int = 268435456) -> None:
+    def __init__(self, *, max_entries: SupportsIndex = 64, max_bytes: SupportsIndex = 268435456) -> None:
         """max_entries: constraints kept at most (0 keeps nothing: every call compiles); max_bytes: the bytes they
         hold at most, grammars and token masks counted (the entry just used is kept even past it). Past either
         bound the least recently used are dropped first. ValueError naming the field for a negative value."""
@@ -769,9 +769,9 @@ class WindowPolicy:
         survivors: Union[SurvivorAction, str] = ...,
         stale: Union[StalePatch, str] = ...,
         max_divergence: float = ...,
-        rank: Union[int, str] = ...,
-        rank_k: Union[int, str] = ...,
-        rank_v: Union[int, str] = ...,
+        rank: Union[SupportsIndex, str] = ...,
+        rank_k: Union[SupportsIndex, str] = ...,
+        rank_v: Union[SupportsIndex, str] = ...,
         deep_only: bool = ...,
         deep_energy: float = ...,
         reuse_stored: bool = ...,
@@ -780,15 +780,15 @@ class WindowPolicy:
         store_conditioned: bool = ...,
         reuse_computed: bool = ...,
         recompute_ratio: float = ...,
-        first_k: int = ...,
+        first_k: SupportsIndex = ...,
         kl_budget: float = ...,
         defer_repairs: bool = ...,
         heal_when_idle: bool = ...,
         heal_min_kl: float = ...,
         self_check: bool = ...,
-        prepare_recalls: int = ...,
-        prepare_moves: int = ...,
-        prepare_lists: int = ...,
+        prepare_recalls: SupportsIndex = ...,
+        prepare_moves: SupportsIndex = ...,
+        prepare_lists: SupportsIndex = ...,
         read_through: float = ...,
         attention_weight: float = ...,
     ) -> None: ...
@@ -886,23 +886,23 @@ class Engine:
         model: Union[str, os.PathLike],
         *,
         store_dir: Union[str, os.PathLike, None] = None,
-        pool_bytes: int = 268435456,
-        page_size: int = 16,
-        host_budget_bytes: int = 1073741824,
-        disk_budget_bytes: int = 0,
-        threads: int = 0,
+        pool_bytes: SupportsIndex = 268435456,
+        page_size: SupportsIndex = 16,
+        host_budget_bytes: SupportsIndex = 1073741824,
+        disk_budget_bytes: SupportsIndex = 0,
+        threads: SupportsIndex = 0,
         remote: str = "",
-        remote_ttl_seconds: int = 0,
+        remote_ttl_seconds: SupportsIndex = 0,
         remote_secret: str = "",
         device: str = "cpu",
         dtype: str = "float32",
         eviction: str = "lru",
         cold_tier: str = "exact",
-        device_tier_bytes: int = 0,
+        device_tier_bytes: SupportsIndex = 0,
         embedding_cache: bool = True,
         background: Union[str, BackgroundMode] = "thread",
         shared_canonicals: bool = True,
-        max_idle_chunks: int = 0,
+        max_idle_chunks: SupportsIndex = 0,
         constraint_cache: Optional[ConstraintCacheOptions] = None,
         tokenizer: Union[str, os.PathLike, None] = None,
     ) -> None:
@@ -965,8 +965,8 @@ class Engine:
     @property
     def has_tokenizer(self) -> bool: ...
     def tokenize(self, text: str, bos: bool = True) -> list[int]: ...
-    def detokenize(self, tokens: Tokens, previous: int = -1) -> str: ...
-    def piece(self, token: int) -> str: ...
+    def detokenize(self, tokens: Tokens, previous: SupportsIndex = -1) -> str: ...
+    def piece(self, token: SupportsIndex) -> str: ...
     def add_text(self, text: str, *, label: str = "", pin: bool = False, bos: bool = False) -> ChunkRef: ...
     # Messages (orbit/sync.h): the model's chat template (tokenizer_config.json), else chat_template=, else
     # the built-in plain one. tools and extra given as str must be JSON text of a list and of an object: else
@@ -1010,7 +1010,7 @@ class Engine:
         media_digest: str,
         *,
         grid: Optional[Grid] = None,
-        rows: int = 0,
+        rows: SupportsIndex = 0,
         label: str = "",
         pin: bool = False,
     ) -> Optional[ChunkRef]:
@@ -1020,7 +1020,9 @@ class Engine:
     @property
     def chunks(self) -> list[ChunkRef]: ...
     def precompute(self, chunk: ChunkArg) -> None: ...
-    def new_window(self, *, policy: Optional[PolicyArg] = None, max_bytes: int = 0, label: str = "") -> "Window": ...
+    def new_window(
+        self, *, policy: Optional[PolicyArg] = None, max_bytes: SupportsIndex = 0, label: str = ""
+    ) -> "Window": ...
 
 class Window:
     """An ordered set of chunk instances plus live turns. Plan, then apply."""
@@ -1067,7 +1069,7 @@ class Window:
     def plan_admit(self, chunk: ChunkArg, *, before: Optional[InstanceArg] = None) -> Plan: ...
     def plan_add_turn(self, tokens: Tokens) -> Plan: ...
     def plan_evict(self, instance: InstanceArg) -> Plan: ...
-    def plan_slide(self, chunks: int = 1) -> Plan: ...
+    def plan_slide(self, chunks: SupportsIndex = 1) -> Plan: ...
     def plan_recall(self, chunk: ChunkArg, *, before: Optional[InstanceArg] = None) -> Plan: ...
     def plan_reorder(self, order: Sequence[InstanceArg]) -> Plan: ...
     def plan_place(self) -> Plan: ...
@@ -1079,15 +1081,15 @@ class Window:
     def admit(self, chunk: ChunkArg, *, before: Optional[InstanceArg] = None) -> ApplyReport: ...
     def add_turn(self, tokens: Tokens) -> ApplyReport: ...
     def evict(self, instance: InstanceArg) -> ApplyReport: ...
-    def slide(self, chunks: int = 1) -> ApplyReport: ...
+    def slide(self, chunks: SupportsIndex = 1) -> ApplyReport: ...
     def recall(self, chunk: ChunkArg, *, before: Optional[InstanceArg] = None) -> ApplyReport: ...
     def reorder(self, order: Sequence[InstanceArg]) -> ApplyReport: ...
     def place(self) -> ApplyReport: ...
     def recondition(self) -> ApplyReport: ...
     def flush(self) -> ApplyReport: ...
     def heal(self) -> ApplyReport: ...
-    def prepare_recalls(self, max_chunks: int = 1) -> IdleReport: ...
-    def prepare_moves(self, max_chunks: int = 8) -> IdleReport: ...
+    def prepare_recalls(self, max_chunks: SupportsIndex = 1) -> IdleReport: ...
+    def prepare_moves(self, max_chunks: SupportsIndex = 8) -> IdleReport: ...
     def prepare_evictions(self, instances: Sequence[InstanceArg]) -> IdleReport: ...
     def idle(self) -> IdleReport: ...
     def fork(self) -> "Window": ...
@@ -1096,7 +1098,7 @@ class Window:
         self,
         messages: Messages,
         *,
-        chunk_min_tokens: int = 64,
+        chunk_min_tokens: SupportsIndex = 64,
         chat_template: Optional[str] = None,
         tools: Union[Sequence[dict], str, None] = None,
         extra: Union[dict, str, None] = None,
@@ -1108,7 +1110,7 @@ class Window:
         self,
         messages: Messages,
         *,
-        chunk_min_tokens: int = 64,
+        chunk_min_tokens: SupportsIndex = 64,
         chat_template: Optional[str] = None,
         tools: Union[Sequence[dict], str, None] = None,
         extra: Union[dict, str, None] = None,
@@ -1118,7 +1120,7 @@ class Window:
         self,
         messages: Messages,
         *,
-        chunk_min_tokens: int = 64,
+        chunk_min_tokens: SupportsIndex = 64,
         chat_template: Optional[str] = None,
         tools: Union[Sequence[dict], str, None] = None,
         extra: Union[dict, str, None] = None,
@@ -1135,10 +1137,10 @@ class Window:
         self,
         query: Tokens,
         *,
-        max_tokens: int = 32,
+        max_tokens: SupportsIndex = 32,
         temperature: float = 0.0,
         top_p: float = 1.0,
-        seed: int = 0,
+        seed: SupportsIndex = 0,
         stop_tokens: Optional[Tokens] = None,
         stop: Union[str, Sequence[str], None] = None,
         on_text: Optional[Callable[[str], Optional[bool]]] = None,
@@ -1150,7 +1152,7 @@ class Window:
         frequency_penalty: float = 0.0,
         logit_bias: Optional[dict[Union[int, str], float]] = None,
         logprobs: bool = False,
-        top_logprobs: int = 0,
+        top_logprobs: SupportsIndex = 0,
         constraint_trigger_block: Optional[tuple[str, str]] = None,
         cancel: Optional[CancelToken] = None,
     ) -> Generation:
@@ -1226,13 +1228,15 @@ class Window:
         make it after the loop. close() in the loop stops the stream instead; repr(window) there answers
         'Window(id=N, streaming)'.
         """
-    def generate_n(self, query: Tokens, n: int, **kwargs) -> list[Generation]:
+    def generate_n(self, query: Tokens, n: SupportsIndex, **kwargs) -> list[Generation]:
         """n answers to one query decoded together through n - 1 copy-on-write forks (one query forward, answer i
         sampled with seed + i); takes generate()'s keyword arguments (stop included) but on_text. One
         cancel= token stops all n answers at their next token (stop_reason 'cancelled'); one cancelled before the
         call gives n cancelled Generations at once. n must be in [1, 1024] (OrbitError naming n otherwise): every
         branch is forked before the first step."""
-    def disposable(self, instance: InstanceArg, query: Tokens, *, answer_tokens: int = 4) -> DisposabilityReport:
+    def disposable(
+        self, instance: InstanceArg, query: Tokens, *, answer_tokens: SupportsIndex = 4
+    ) -> DisposabilityReport:
         """Greedy-decodes answer_tokens after the query with the instance as it is and with its conditioning
         switched off; truthy when the answers agree. answer_tokens past the model's positions (after the
         window and the query) raises OrbitError naming it, before anything runs."""
@@ -1492,12 +1496,12 @@ def save_trace(trace: TraceArg, path: Union[str, bytes, os.PathLike]) -> None:
 def make_trace(
     kind: str = "web",
     *,
-    steps: int = 12,
-    seed: int = 0,
-    vocab_size: int = 512,
-    max_positions: int = 512,
-    position_rows: int = 1,
-    chunk_tokens: int = 0,
+    steps: SupportsIndex = 12,
+    seed: SupportsIndex = 0,
+    vocab_size: SupportsIndex = 512,
+    max_positions: SupportsIndex = 512,
+    position_rows: SupportsIndex = 1,
+    chunk_tokens: SupportsIndex = 0,
     sample_text: bool = False,
 ) -> dict:
     """A synthetic agent trace: kind 'web', 'video' or 'agent' (or an agent pattern); sample_text: web's
@@ -1511,14 +1515,14 @@ def replay(
     fidelity: bool = True,
     explain: bool = False,
     attribute: bool = False,
-    threads: int = 0,
-    pool_bytes: int = ...,
-    page_size: int = 16,
+    threads: SupportsIndex = 0,
+    pool_bytes: SupportsIndex = ...,
+    page_size: SupportsIndex = 16,
     device: str = "cpu",
     dtype: str = "float32",
-    host_budget_bytes: int = 1073741824,
+    host_budget_bytes: SupportsIndex = 1073741824,
     eviction: str = "lru",
-    device_tier_bytes: int = 0,
+    device_tier_bytes: SupportsIndex = 0,
     progress: Optional[Callable[[int, int, int, int, str], object]] = None,
 ) -> dict:
     """Replays a trace under each policy (plus reprefill, prefix, blind); the report as a dict."""
@@ -1526,14 +1530,14 @@ def replay(
 
 class RadixCache:
     """SGLang's radix cache at token granularity (planner/prefix_cache.h)."""
-    def __init__(self, capacity_tokens: int = 0) -> None: ...
+    def __init__(self, capacity_tokens: SupportsIndex = 0) -> None: ...
     def read(self, prompt: Tokens, generated: Tokens = ...) -> int: ...
     @property
     def size(self) -> int: ...
 
 class BlockPrefixCache:
     """vLLM's automatic prefix caching: hash-chained full blocks (planner/prefix_cache.h)."""
-    def __init__(self, capacity_tokens: int = 0, block_tokens: int = 16) -> None: ...
+    def __init__(self, capacity_tokens: SupportsIndex = 0, block_tokens: SupportsIndex = 16) -> None: ...
     def read(self, prompt: Tokens, generated: Tokens = ...) -> int: ...
     @property
     def size(self) -> int: ...

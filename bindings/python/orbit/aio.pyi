@@ -1,6 +1,6 @@
 # Type stub of orbit.aio (aio.py): Window's model calls as coroutines. The arguments are Window's (_orbit.pyi).
 import types
-from typing import Any, AsyncIterator, Callable, Optional, Sequence, TypeVar, Union
+from typing import Any, AsyncIterator, Callable, Optional, Sequence, SupportsIndex, TypeVar, Union
 
 import numpy
 import numpy.typing
@@ -26,7 +26,7 @@ class AsyncWindow:
         self,
         messages: Messages,
         *,
-        chunk_min_tokens: int = 64,
+        chunk_min_tokens: SupportsIndex = 64,
         chat_template: Optional[str] = None,
         tools: Union[Sequence[dict], str, None] = None,
         extra: Union[dict, str, None] = None,
@@ -35,7 +35,7 @@ class AsyncWindow:
         self,
         messages: Messages,
         *,
-        chunk_min_tokens: int = 64,
+        chunk_min_tokens: SupportsIndex = 64,
         chat_template: Optional[str] = None,
         tools: Union[Sequence[dict], str, None] = None,
         extra: Union[dict, str, None] = None,
@@ -46,10 +46,10 @@ class AsyncWindow:
         self,
         query: Union[Tokens, str],
         *,
-        max_tokens: int = 32,
+        max_tokens: SupportsIndex = 32,
         temperature: float = 0.0,
         top_p: float = 1.0,
-        seed: int = 0,
+        seed: SupportsIndex = 0,
         stop_tokens: Optional[Tokens] = None,
         stop: Union[str, Sequence[str], None] = None,
         tools: Union[Sequence[dict], str, None] = None,
@@ -60,13 +60,13 @@ class AsyncWindow:
         frequency_penalty: float = 0.0,
         logit_bias: Optional[dict[Union[int, str], float]] = None,
         logprobs: bool = False,
-        top_logprobs: int = 0,
+        top_logprobs: SupportsIndex = 0,
         constraint_trigger_block: Optional[tuple[str, str]] = None,
         cancel: Optional[CancelToken] = None,
     ) -> Generation:
         """Window.generate but on_text; cancelling the task cancels the decode at its next token (through a
         CancelToken, child of cancel= if given: the caller's token is left alone)."""
-    async def generate_n(self, query: Union[Tokens, str], n: int, **kwargs: Any) -> list[Generation]:
+    async def generate_n(self, query: Union[Tokens, str], n: SupportsIndex, **kwargs: Any) -> list[Generation]:
         """Window.generate_n; cancelling the task cancels all n answers at their next token."""
     async def fork(self) -> "AsyncWindow": ...
     async def close(self) -> None: ...
