@@ -156,6 +156,9 @@ at::Tensor mla_absorbed_attention(const AttentionStep& step, const LayerKV* past
 // DeepSeek-V2(-Lite) (r_kv 512, d_nope 128, d_rope 64, d_v 128): absorbed while R < 131072·S / (131072 + 768·S),
 // up to 170 queries for long pasts; a prefill (R = S) stays naive whenever A ≥ N.
 bool mla_absorbed_cheaper(const MlaConfig& mla, int64_t queries, int64_t keys);
+// The shortest past (keys − queries) over which mla_absorbed_cheaper takes `queries` queries absorbed (it does
+// over every longer one), or -1 where it never does (queries ≥ E / D with D = A − N > 0).
+int64_t mla_absorbed_min_past(const MlaConfig& mla, int64_t queries);
 
 // The factor q·k is multiplied by before the softmax: 1/sqrt(head_dim), MLA's with its YaRN softmax scaling.
 double attention_scale(const ModelConfig& config);

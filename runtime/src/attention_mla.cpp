@@ -20,6 +20,7 @@
 // mla_absorbed_cheaper (attention.h) counts the multiply-adds of both; forward_sequence.cpp picks the form.
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -195,6 +196,19 @@ bool mla_absorbed_cheaper(const MlaConfig& m, int64_t queries, int64_t keys) {
   const double r = static_cast<double>(queries), s = static_cast<double>(keys);
   return r * (static_cast<double>(expand) + s * static_cast<double>(absorbed_width - naive_width)) <
          s * static_cast<double>(expand);
+}
+
+int64_t mla_absorbed_min_past(const MlaConfig& m, int64_t queries) {
+  const double expand = static_cast<double>(m.kv_lora_rank * (m.qk_nope_head_dim + m.v_head_dim));
+  const double extra = static_cast<double>(2 * m.kv_lora_rank - m.qk_nope_head_dim - m.v_head_dim);
+  const double r = static_cast<double>(queries);
+  // Absorbed while S·(E − R·D) > R·E (mla_absorbed_cheaper): never where E ≤ R·D.
+  if (queries < 1 || expand <= r * extra) return -1;
+  int64_t keys = std::max<int64_t>(queries, static_cast<int64_t>(r * expand / (expand - r * extra)));
+  // The bound in double may sit a key off the rule's own test: step to the first S it takes.
+  while (keys > queries && mla_absorbed_cheaper(m, queries, keys - 1)) --keys;
+  while (!mla_absorbed_cheaper(m, queries, keys)) ++keys;
+  return keys - queries;
 }
 
 double attention_scale(const ModelConfig& c) {

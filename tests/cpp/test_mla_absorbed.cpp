@@ -206,6 +206,31 @@ TEST_CASE("MLA absorbed: kAuto's rule counts multiply-adds", "[mla][cpu]") {
   CHECK(!mla_absorbed_cheaper(tiny, 60, 60));
 }
 
+TEST_CASE("MLA absorbed: the shortest past the rule takes absorbed (Model::attention_path says it)", "[mla][cpu]") {
+  using orbit::runtime::detail::mla_absorbed_cheaper;
+  using orbit::runtime::detail::mla_absorbed_min_past;
+  const MlaConfig lite{0, 512, 128, 64, 128};
+  const MlaConfig tiny = generator_preset("tiny-mla").mla;
+  CHECK(mla_absorbed_min_past(lite, 1) == 1);
+  CHECK(mla_absorbed_min_past(lite, 171) == -1);
+  CHECK(mla_absorbed_min_past(tiny, 1) == 1);
+  CHECK(mla_absorbed_min_past(tiny, 16) == 29);  // S > 16·896 / (896 − 16·36) = 44.8
+  CHECK(mla_absorbed_min_past(tiny, 25) == -1);  // 25·36 ≥ 896
+  for (const MlaConfig& mla : {lite, tiny}) {
+    for (int64_t r = 1; r <= 200; ++r) {
+      const int64_t past = mla_absorbed_min_past(mla, r);
+      INFO(mla.kv_lora_rank << " r " << r << " past " << past);
+      if (past < 0) {
+        CHECK(!mla_absorbed_cheaper(mla, r, r + (int64_t{1} << 40)));
+        continue;
+      }
+      CHECK(mla_absorbed_cheaper(mla, r, r + past));
+      CHECK(mla_absorbed_cheaper(mla, r, r + past + 1000));
+      if (past > 0) CHECK(!mla_absorbed_cheaper(mla, r, r + past - 1));
+    }
+  }
+}
+
 TEST_CASE("MLA absorbed: a form that does not run is refused naming options.mla_form", "[mla][cpu]") {
   const auto gqa = generated(generator_preset("tiny-llama"));
   for (MlaForm form : {MlaForm::kNaive, MlaForm::kAbsorbed}) {

@@ -160,11 +160,23 @@ TEST_CASE("forward over a paged past == forward over the same past gathered and 
     // Content of the input tokens is the same either way, and the past stays what was paged.
     CHECK(rel_error(got.content[0].k, want.content[0].k) < 1e-5);
     CHECK(m->attention_path(1, true).find("fallback: the model runs on CPU") != std::string::npos);
-    // Heads of up to 32 attend through the CPU kernel, wider ones through the blocked products.
+    // Heads of up to 32 attend through the CPU kernel, wider ones through the blocked products. An MLA model
+    // says its form too: a decode step over a past of 1+ tokens absorbed (mla_absorbed_cheaper), naive over a
+    // decode cache.
+    const bool mla = m->config().attention() == rt::AttentionKind::kMla;
+    const std::string forms = mla ? "; MLA: the absorbed form over a past of 1+ tokens (mla_absorbed_cheaper for "
+                                    "1 query: decode steps and short queries), else the naive form; a decode "
+                                    "cache's past: the naive form"
+                                  : "";
     CHECK(m->attention_path(1, false) ==
           (m->config().head_dim <= 32
                ? "contiguous past: orbit's CPU attention kernel (each query over the keys it sees)"
-               : "contiguous past: blocked PyTorch attention on CPU"));
+               : "contiguous past: blocked PyTorch attention on CPU") +
+              forms);
+    CHECK(m->attention_path(1, true) ==
+          "gathered past + " +
+              m->attention_path(1, false).substr(17, m->attention_path(1, false).size() - 17 - forms.size()) +
+              " (fallback: the model runs on CPU)" + forms);
 
     // The paged past followed by contiguous extra tokens (as generate() grows it).
     rt::ForwardInput first;
