@@ -429,8 +429,9 @@ TEST_CASE("real agent traces replayed as lists cut under every bundled template 
 // marked to (!shouldfail) until the spans' check covers it. Qwen3 takes a user turn that is a <tool_response> for
 // no query: in the latest list K no query precedes the answers after it, so their prefixes render as heads of K's
 // rendering; in this list the summary (before the anchor) is one, so there they show their reasoning, other
-// text. By our reading the spans read them as heads, and the check renders only the shortest and longest head
-// read, which both render as read (one before those answers, one past the next query): the cuts part. Reading other
+// text. The spans read them as heads, and the check renders only the shortest and longest head read, which both
+// render as read (one before those answers, one past the next query): the cuts part (with every head read
+// between them rendered, this case passes). Reading other
 // text from the spans is not the cause (with Spans::read_other off it fails the same).
 TEST_CASE("Qwen3: a summary user turn before a tool_response user turn, after a list without one",
           "[.sync-diff][!shouldfail]") {
