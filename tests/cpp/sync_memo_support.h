@@ -86,4 +86,9 @@ inline std::string template_source(const std::string& name) {
   return text.str();
 }
 
+// One function tool, `lookup(query)`, as a request's tools JSON (the agent lists' tool turns call it).
+inline constexpr const char* kLookupTool =
+    R"([{"type": "function", "function": {"name": "lookup", "description": "Look a story up.", "parameters": )"
+    R"({"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}])";
+
 }  // namespace orbit::test::sync_memo

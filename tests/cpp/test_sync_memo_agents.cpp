@@ -31,15 +31,12 @@ namespace {
 
 using namespace orbit;
 using orbit::test::sync_memo::cuts_both;
+using orbit::test::sync_memo::kLookupTool;
 using orbit::test::sync_memo::ListCuts;
 using orbit::test::sync_memo::runtime_msg;
 using orbit::test::sync_memo::template_source;
 using orbit::test::sync_support::sentence;
 using Messages = std::vector<runtime::ChatMessage>;
-
-const char* const kLookupTool =
-    R"([{"type": "function", "function": {"name": "lookup", "description": "Look a story up.", "parameters": )"
-    R"({"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}])";
 
 // Round `i` of an agent's turns (`tools`: a user turn, an assistant answer that calls a tool, its result, an
 // answer; else a user turn and an answer). `user`, when given, is the user turn's text.

@@ -28,16 +28,13 @@
 namespace {
 
 using namespace orbit;
+using orbit::test::sync_memo::kLookupTool;
 using orbit::test::sync_memo::list_cuts;
 using orbit::test::sync_memo::ListCuts;
 using orbit::test::sync_memo::runtime_msg;
 using orbit::test::sync_memo::template_source;
 using orbit::test::sync_support::sentence;
 using Messages = std::vector<runtime::ChatMessage>;
-
-const char* const kTools =
-    R"([{"type": "function", "function": {"name": "lookup", "description": "Look a story up.", "parameters": )"
-    R"({"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}])";
 
 int env_int(const char* name, int otherwise) {
   const char* v = std::getenv(name);
@@ -262,7 +259,7 @@ int run_sequence(const runtime::ChatTemplate& t, const std::string& name, uint64
                    a.list.begin() + static_cast<std::ptrdiff_t>(cap));
     runtime::ChatRenderOptions o;
     o.extra_json = R"({"date_string": "26 Jul 2024"})";
-    if (a.tools) o.tools_json = kTools;
+    if (a.tools) o.tools_json = kLookupTool;
     bool refused = false;
     const bool ok = cuts_agree(t, o, a.list, refused, totals);
     INFO(name << ", seed " << seed << ", request " << request << ", agent " << k << ": " << what << ", "

@@ -27,6 +27,7 @@ namespace {
 
 using namespace orbit;
 using orbit::test::sync_memo::cuts_both;
+using orbit::test::sync_memo::kLookupTool;
 using orbit::test::sync_memo::list_cuts;
 using orbit::test::sync_memo::ListCuts;
 using orbit::test::sync_memo::MemoOn;
@@ -88,10 +89,6 @@ const char* system_edit_name(SystemEdit edit) {
          : edit == SystemEdit::kStep ? "new system prompt, grown"
                                      : "new system prompt, trimmed";
 }
-
-const char* const kLookupTool =
-    R"([{"type": "function", "function": {"name": "lookup", "description": "Look a story up.", "parameters": )"
-    R"({"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}])";
 
 using AgentList = std::vector<runtime::ChatMessage>;
 // How an agent edits its last list at request `request` (0, 1, ...) into the next; `what` says how.

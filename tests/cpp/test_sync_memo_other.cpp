@@ -20,16 +20,13 @@ namespace {
 
 using namespace orbit;
 using orbit::test::sync_memo::cuts_both;
+using orbit::test::sync_memo::kLookupTool;
 using orbit::test::sync_memo::list_cuts;
 using orbit::test::sync_memo::ListCuts;
 using orbit::test::sync_memo::runtime_msg;
 using orbit::test::sync_memo::template_source;
 using orbit::test::sync_support::sentence;
 using Messages = std::vector<runtime::ChatMessage>;
-
-const char* const kLookupTool =
-    R"([{"type": "function", "function": {"name": "lookup", "description": "Look a story up.", "parameters": )"
-    R"({"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}])";
 
 // Round `i` of an agent `name`'s turns: a user turn, with `tools` an answer that calls a tool and its result,
 // and an answer; every other answer carries its reasoning (reasoning_content).
