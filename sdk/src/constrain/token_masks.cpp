@@ -125,15 +125,19 @@ VocabTrie::VocabTrie(const std::vector<std::optional<std::string>>& bytes)
   }
 }
 
+std::size_t VocabTrie::child_of(std::size_t node, char c) const {
+  // A node's children follow it, each child's subtree ending where its next begins.
+  std::size_t child = node + 1;
+  const auto end = static_cast<std::size_t>(all_.end[node]);
+  while (child < end && all_.byte[child] != static_cast<uint8_t>(c)) child = static_cast<std::size_t>(all_.end[child]);
+  return child < end ? child : 0;
+}
+
 void VocabTrie::prefixes_of(std::string_view s, std::vector<int32_t>& out) const {
-  std::size_t node = 0;  // the root; a node's children follow it, each child's subtree ending where its next begins
+  std::size_t node = 0;  // the root
   for (const char c : s) {
-    std::size_t child = node + 1;
-    const auto end = static_cast<std::size_t>(all_.end[node]);
-    while (child < end && all_.byte[child] != static_cast<uint8_t>(c))
-      child = static_cast<std::size_t>(all_.end[child]);
-    if (child >= end) return;
-    node = child;
+    node = child_of(node, c);
+    if (node == 0) return;
     for (int32_t k = all_.token_begin[node]; k < all_.token_begin[node + 1]; ++k) {
       out.push_back(all_.tokens[static_cast<std::size_t>(k)]);
     }
@@ -143,12 +147,8 @@ void VocabTrie::prefixes_of(std::string_view s, std::vector<int32_t>& out) const
 void VocabTrie::extensions_of(std::string_view s, std::vector<int32_t>& out) const {
   std::size_t node = 0;
   for (const char c : s) {
-    std::size_t child = node + 1;
-    const auto end = static_cast<std::size_t>(all_.end[node]);
-    while (child < end && all_.byte[child] != static_cast<uint8_t>(c))
-      child = static_cast<std::size_t>(all_.end[child]);
-    if (child >= end) return;
-    node = child;
+    node = child_of(node, c);
+    if (node == 0) return;
   }
   // Preorder: the subtree's tokens are those of its nodes, in a row.
   const auto first = static_cast<std::size_t>(all_.token_begin[node]);

@@ -79,6 +79,9 @@ class VocabTrie {
 
  private:
   friend class MaskCache;
+  // The child of trie node `node` on byte `c`, or 0 (the root, no node's child) where it has none.
+  std::size_t child_of(std::size_t node, char c) const;
+
   int64_t vocab_size_ = 0;
   PreorderTrie all_;
   PreorderTrie not_plain_;
