@@ -59,10 +59,10 @@ def test_bursts_a_second_apart_keep_their_memory_and_a_quiet_server_returns_it(s
     loaded = rss_kib(server.pid)
     print(f"minor faults per burst {faults}, RSS after load {loaded} KiB")
     # Measured: trimmed a second before each burst (the old schedule), 450-800 faults a burst (medians 610-630);
-    # kept, 120-320 (medians 130-180). On a loaded machine single bursts of a kept heap reached 416-872 (the
-    # 30 s trim falling before one, other threads' pages), so two of the five must stay under 400, which no
-    # burst after a trim did.
-    assert sorted(faults)[1] < 400, faults
+    # kept, 120-320 (medians 130-180). On a loaded machine bursts of a kept heap reached 416-872 (the 30 s trim
+    # falling before one, other threads' pages; a clean-clone CI run beside another test saw [628, 517, 374, 411,
+    # 427]), so one of the five must stay under 400, which no burst after a trim did.
+    assert min(faults) < 400, faults
     deadline = time.monotonic() + QUIET_S + 60  # a hang guard: on a loaded machine idle work can run long
     while rss_kib(server.pid) > loaded - 1024:
         assert time.monotonic() < deadline, f"RSS {rss_kib(server.pid)} KiB after load {loaded} KiB and idle"
