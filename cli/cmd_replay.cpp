@@ -3,15 +3,16 @@
 //   orbit replay TRACE --model PATH [--policy SPEC[,SPEC...]] [--json OUT|-] [--explain] [--attribute]
 //                [--no-fidelity] [--patch-capacity BYTES] [--page-size N] [--device cpu|cuda[:N]] [--dtype
 //                float32|bfloat16|float16]
-//                [--calibrate] [--quiet]
+//                [--calibrate | --calibrate-fidelity] [--quiet]
 //
 // Prints a per-step table (critical-path forward tokens, critical-path milliseconds, measured KL and the
 // plan's predicted KL per policy), totals (critical-path and background forward tokens and seconds), the
 // ratios of each chosen policy against re-prefill, prefix cache and blind reuse (critical-path forward
 // tokens and time, and totals), and the offline bound of its patch demands. --calibrate fits each
-// engine's cost and fidelity models first (Engine::calibrate), which `:kl=X` policies plan with. --attribute
-// measures each approximate instance's own KL after every probed step (Window::loss_by_instance) and prints,
-// per way of serving, how the fidelity model's predictions compare. --json writes the full report
+// engine's cost and fidelity models first (Engine::calibrate), which `:kl=X` policies plan with;
+// --calibrate-fidelity the fidelity model only (Engine::calibrate_fidelity: no timing, same plans every run).
+// --attribute measures each approximate instance's own KL after every probed step (Window::loss_by_instance) and
+// prints, per way of serving, how the fidelity model's predictions compare. --json writes the full report
 // (replay_report_json) to OUT ("-": stdout, and the table is not printed). Progress goes to stderr.
 #include <unistd.h>
 
@@ -39,7 +40,7 @@ const char* const kJsonReport = "the replay report (--json)";
 const char* kReplayUsage =
     "usage: orbit replay TRACE --model PATH [--policy SPEC[,SPEC...]] [--json OUT|-] [--explain] [--attribute]\n"
     "                    [--no-fidelity] [--patch-capacity BYTES] [--page-size N] [--device D] [--dtype T] "
-    "[--calibrate] [--quiet]\n"
+    "[--calibrate | --calibrate-fidelity] [--quiet]\n"
     "                    [--host-budget BYTES] [--eviction lru|cost-aware] [--device-tier BYTES] [--repeat N]\n"
     "                    [--yardstick-tokens N]\n"
     "  Replays a window-operation trace (orbit-trace/1) under each policy and the baselines (reprefill, prefix,\n"
@@ -61,6 +62,8 @@ const char* kReplayUsage =
     "                           block_cache_tokens), in tokens (default: the replay engine's KV pool)\n"
     "  --device D               cpu (default), cuda or cuda:N;  --dtype T   float32 (default), bfloat16, float16\n"
     "  --calibrate              calibrate each engine first (cost model and the fidelity model :kl= budgets use)\n"
+    "  --calibrate-fidelity     fit only the fidelity model on this model first (seeded, nothing timed: the\n"
+    "                           same plans every run; the defaults are the bundled stories260K's fit)\n"
     "  --host-budget BYTES      the store's host tier in every replay engine (default 1 GiB): where patches live\n"
     "  --eviction POLICY        the store's eviction policy: lru (default) or cost-aware (recompute saved per byte)\n"
     "  --device-tier BYTES      a device tier of canonicals in GPU memory (default 0 = none; needs --device cuda)\n"
@@ -241,12 +244,13 @@ void print_ratios(const ReplayReport& r) {
 int run_replay(int argc, char** argv, int first) {
   std::string trace_path;
   if (first < argc && argv[first][0] != '-') trace_path = argv[first++];
-  const Args args("replay",
-                  ArgSpec{{"--model", "--policy", "--json", "--patch-capacity", "--repeat", "--page-size", "--trace",
-                           "--yardstick-tokens", "--device", "--dtype", "--host-budget", "--eviction", "--device-tier"},
-                          {"--explain", "--attribute", "--no-fidelity", "--quiet", "--calibrate"},
-                          kReplayUsage},
-                  argc, argv, first);
+  const Args args(
+      "replay",
+      ArgSpec{{"--model", "--policy", "--json", "--patch-capacity", "--repeat", "--page-size", "--trace",
+               "--yardstick-tokens", "--device", "--dtype", "--host-budget", "--eviction", "--device-tier"},
+              {"--explain", "--attribute", "--no-fidelity", "--quiet", "--calibrate", "--calibrate-fidelity"},
+              kReplayUsage},
+      argc, argv, first);
   ORBIT_CHECK(trace_path.empty() || !args.has("--trace"), "replay: the trace is given twice (TRACE and --trace)");
   if (trace_path.empty()) trace_path = args.required("--trace");
   ReplayOptions o;
@@ -276,6 +280,10 @@ int run_replay(int argc, char** argv, int first) {
   ORBIT_CHECK(!o.attribute || !args.flag("--no-fidelity"),
               "replay: argument '--attribute' needs the fidelity probes ('--no-fidelity' turns them off)");
   o.calibrate = args.flag("--calibrate");
+  o.calibrate_fidelity = args.flag("--calibrate-fidelity");
+  ORBIT_CHECK(!o.calibrate || !o.calibrate_fidelity,
+              "replay: arguments '--calibrate' and '--calibrate-fidelity' exclude each other (--calibrate fits the "
+              "fidelity model too)");
   o.fidelity = !args.flag("--no-fidelity");
   o.patch_capacity_bytes = args.get_int("--patch-capacity", 0);
   ORBIT_CHECK(o.patch_capacity_bytes >= 0, "replay: argument '--patch-capacity' must be >= 0");

@@ -10,6 +10,7 @@ policy's per-step budget, mean and max KL, top-1, and critical-path forward toke
     OMP_NUM_THREADS=1 /usr/bin/python3 bench/replay/heldout.py                    # 5 kinds x seeds 101..103
     /usr/bin/python3 bench/replay/heldout.py --kinds coding,rag --seeds 201,202 --policy default,patch:16:kl=0.003:heal
     /usr/bin/python3 bench/replay/heldout.py --traces out/real-traces/*.json --jobs 2
+    /usr/bin/python3 bench/replay/heldout.py --model models/tinystories-656k --calibrate-fidelity   # its own fit
 
 Not a test: it states what the budget does where it was not fitted. Replay JSON goes to --out.
 """
@@ -38,6 +39,8 @@ def parse_args():
     ap.add_argument("--out", default=os.path.join(ROOT, "out/heldout"))
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--reuse", action="store_true", help="read existing replay JSON instead of replaying")
+    ap.add_argument("--calibrate-fidelity", action="store_true",
+                    help="orbit replay --calibrate-fidelity: each engine fits its fidelity model on this model first")
     return ap.parse_args()
 
 
@@ -66,7 +69,8 @@ def replay(a, trace):
     name = os.path.splitext(os.path.basename(trace))[0]
     out = os.path.join(a.out, name + ".replay.json")
     if not (a.reuse and os.path.exists(out)):
-        run([a.orbit, "replay", trace, "--model", a.model, "--policy", a.policy, "--json", out, "--quiet"])
+        run([a.orbit, "replay", trace, "--model", a.model, "--policy", a.policy, "--json", out, "--quiet"] +
+            (["--calibrate-fidelity"] if a.calibrate_fidelity else []))
     with open(out) as f:
         return name, json.load(f)
 

@@ -22,6 +22,8 @@ PolicyRun::PolicyRun(const Trace& trace, const Resolved& resolved, const ReplayO
   engine_ = Engine::open(eo);
   if (options.calibrate) {
     fidelity_model_ = engine_->calibrate().fidelity_model;
+  } else if (options.calibrate_fidelity) {
+    fidelity_model_ = engine_->calibrate_fidelity().fidelity_model;
   } else {
     fidelity_model_ = engine_->fidelity_model_description();
   }

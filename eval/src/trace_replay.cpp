@@ -39,6 +39,8 @@ ReplayReport replay(const Trace& trace, const ReplayOptions& options) {
   ORBIT_CHECK(options.timing_repeats == 1 || !options.calibrate,
               "replay: ReplayOptions::timing_repeats > 1 needs calibrate off (calibration fits the cost model from "
               "measured times, so each round could plan differently)");
+  ORBIT_CHECK(!(options.calibrate && options.calibrate_fidelity),
+              "replay: ReplayOptions::calibrate_fidelity needs calibrate off (calibrate fits the fidelity model too)");
   // The transcript of generate+append steps comes from the reprefill run (the exact window) when there is
   // one: run it first, report in the order above.
   std::vector<std::size_t> run_order;

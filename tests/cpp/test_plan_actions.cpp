@@ -221,6 +221,27 @@ TEST_CASE("calibrate fits the fidelity model from measured deficits of every app
   CHECK(p.predicted_kl > 0);
 }
 
+TEST_CASE("calibrate_fidelity fits the fidelity model alone, the same on every engine of a model",
+          "[plan][calibrate]") {
+  auto engine = open_stories();
+  CHECK(engine->fidelity_model_description().find("(default)") != std::string::npos);
+  std::mt19937_64 rng(13);
+  const ChunkRef a = engine->add_tokens(random_tokens(rng, 20)), b = engine->add_tokens(random_tokens(rng, 20));
+  Window w = engine->new_window();
+  w.admit(a);
+  const double before = w.plan_admit(b).estimated_seconds;
+  const CalibrationReport r = engine->calibrate_fidelity();
+  CHECK(r.fidelity_samples >= 7);
+  CHECK(r.fidelity_model == engine->fidelity_model_description());
+  CHECK(r.fidelity_model.find("(default)") == std::string::npos);
+  // The cost model is left as it was: nothing timed, plans estimate as before.
+  CHECK(r.samples == 0);
+  CHECK(r.cost_model.empty());
+  CHECK(w.plan_admit(b).estimated_seconds == before);
+  // Seeded samples, no timing: a second engine of the model fits the same model.
+  CHECK(open_stories()->calibrate_fidelity().fidelity_model == r.fidelity_model);
+}
+
 TEST_CASE("a KL budget picks the cheapest action that fits, per instance", "[plan][budget]") {
   std::mt19937_64 rng(12);
   auto engine = open_stories();

@@ -323,6 +323,25 @@ TEST_CASE("deferred repairs: edits forward nothing, the next forwarding step pay
   }
 }
 
+TEST_CASE("a replay can fit each engine's fidelity model alone, and plans the same every run", "[trace][replay]") {
+  const Trace t = load_trace(trace_path("lookback.json"));
+  ReplayOptions o = stories_options({"default"});
+  o.baselines = false;
+  o.fidelity = false;
+  o.calibrate_fidelity = true;
+  const ReplayReport a = replay(t, o), b = replay(t, o);
+  const PolicyReplay& x = a.policies.at(0);
+  CHECK(x.fidelity_model.find("(fitted)") != std::string::npos);
+  CHECK(x.fidelity_model.find("(default)") == std::string::npos);
+  CHECK(b.policies.at(0).fidelity_model == x.fidelity_model);
+  REQUIRE(b.policies.at(0).steps.size() == x.steps.size());
+  for (std::size_t i = 0; i < x.steps.size(); ++i) {
+    CHECK(b.policies.at(0).steps[i].critical_forward_tokens == x.steps[i].critical_forward_tokens);
+  }
+  o.calibrate = true;
+  CHECK_THROWS_WITH(replay(t, o), Catch::Contains("calibrate_fidelity needs calibrate off"));
+}
+
 TEST_CASE("timing repeats keep each step's fastest time and the first round's tokens and fidelity", "[trace][replay]") {
   const Trace t = load_trace(trace_path("lookback.json"));
   ReplayOptions once = stories_options({"patch:16"});

@@ -255,6 +255,10 @@ struct ReplayOptions {
   // Engine::calibrate() each policy's engine before replaying (fits the cost and fidelity models that
   // `:kl=X` budgets plan with; a few seconds per policy). Off: the models' defaults.
   bool calibrate = false;
+  // Engine::calibrate_fidelity() each policy's engine before replaying: the fidelity model fitted on this
+  // model, the cost model left at its defaults (deterministic, unlike calibrate). Not with calibrate,
+  // which fits the fidelity model too.
+  bool calibrate_fidelity = false;
   // Patch-cache capacity for the offline bound (bytes); 0 = the engine's host_budget_bytes (the tier
   // the online policy's patches live in).
   int64_t patch_capacity_bytes = 0;

@@ -312,6 +312,13 @@ class Engine {
   // CacheBlend recompute, each as the next-token KL against a re-prefill. A few seconds on the bundled
   // model.
   CalibrationReport calibrate();
+  // Fits only the fidelity model, as calibrate() does, and leaves the cost model as it is (the report's
+  // cost fields stay empty). Nothing is timed and the samples are seeded, so two engines of one model fit
+  // the same model and plan the same: what a replay comparing policies or models needs. The defaults are
+  // this fit on the bundled stories260K; another model's KV moves by another share under the same change
+  // of context (its reference sensitivity: 7.2e-2 on tinystories-656k against 7.9e-3), so its
+  // predictions are off by that ratio until fitted.
+  CalibrationReport calibrate_fidelity();
   // The fidelity model plans use now (its coefficients, each marked fitted or default), one line.
   std::string fidelity_model_description() const;
 

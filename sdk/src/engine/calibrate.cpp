@@ -179,6 +179,21 @@ bool EngineCore::note_fidelity_check(double measured_kl, double predicted_kl, do
   return counted;
 }
 
+CalibrationReport EngineCore::calibrate_fidelity() {
+  const auto start = Clock::now();
+  const FidelityCalibration deficits = measure_fidelity_samples(*this, 3);
+  const planner::FidelityModel fidelity = planner::FidelityModel::fit(deficits.samples, deficits.reference_sensitivity);
+  CalibrationReport report;
+  report.fidelity_samples = static_cast<int64_t>(deficits.samples.size());
+  report.fidelity_model = fidelity.describe();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fidelity_model_ = fidelity;
+  }
+  report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return report;
+}
+
 CalibrationReport EngineCore::calibrate() {
   const auto start = Clock::now();
   const runtime::ModelConfig& c = model().config();
@@ -191,18 +206,13 @@ CalibrationReport EngineCore::calibrate() {
   const bool remote_measured = time_remote(kv().store(), chunk.bytes, timing.samples);
 
   planner::CostModel fitted = planner::CostModel::fit(timing.samples);
-  const FidelityCalibration deficits = measure_fidelity_samples(*this, 3);
-  const planner::FidelityModel fidelity = planner::FidelityModel::fit(deficits.samples, deficits.reference_sensitivity);
-  CalibrationReport report;
+  CalibrationReport report = calibrate_fidelity();
   report.samples = static_cast<int64_t>(timing.samples.size());
   report.cost_model = fitted.describe();
   if (remote_measured) report.remote_bytes_per_s = fitted.coefficients().transfer_remote_bytes_per_s;
-  report.fidelity_samples = static_cast<int64_t>(deficits.samples.size());
-  report.fidelity_model = fidelity.describe();
   {
     std::lock_guard<std::mutex> lock(mu_);
     cost_model_ = fitted;
-    fidelity_model_ = fidelity;
   }
   report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return report;

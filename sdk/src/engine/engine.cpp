@@ -78,6 +78,11 @@ CalibrationReport Engine::calibrate() {
   return core_->calibrate();
 }
 
+CalibrationReport Engine::calibrate_fidelity() {
+  const detail::OpHold hold(*core_);
+  return core_->calibrate_fidelity();
+}
+
 int64_t Engine::run_background(double max_seconds) {
   ORBIT_CHECK(max_seconds >= 0, "run_background: max_seconds = " << max_seconds << " must be >= 0");
   const detail::OpHold hold(*core_);

@@ -97,6 +97,7 @@ class EngineCore {
   // Returns whether the correction counted it (FidelityCorrection::observe).
   bool note_fidelity_check(double measured_kl, double predicted_kl, double forward_tokens);
   CalibrationReport calibrate();
+  CalibrationReport calibrate_fidelity();  // the fidelity model only (Engine::calibrate_fidelity)
 
   // ---- ids ----
   uint64_t next_instance_id() { return next_instance_.fetch_add(1) + 1; }
