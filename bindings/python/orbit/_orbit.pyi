@@ -840,7 +840,9 @@ def generate_many(requests: Sequence[Union[tuple[Window, Tokens], tuple[Window, 
     its next token (stop_reason 'cancelled'); a request's own options['cancel'] stops that request alone, the others
     decoding on. A request whose token was cancelled before the call answers a cancelled Generation (no tokens)
     without decoding. close() of a request's window stops that request the same way; Engine.close() every
-    request."""
+    request. Called on the main thread, it runs signal handlers while it decodes (at most 100 ms apart): one that
+    raises (Ctrl-C's KeyboardInterrupt) stops every request at its next token and is raised here, the answers
+    dropped; a call on one of its windows from a handler raises OrbitError instead of waiting for itself."""
 
 class CancelToken:
     """Stops a decode from any thread: pass it as cancel= to Window.generate, Window.generate_n or
@@ -1204,7 +1206,10 @@ class Window:
         cancel: an orbit.CancelToken (else TypeError naming `cancel`); its cancel(), from any thread, ends the run
         at its next token with stop_reason 'cancelled' (read without the GIL, no tokenizer needed). A token
         cancelled before the call returns a cancelled Generation at once (no tokens, nothing forwarded). close()
-        of this window from another thread stops the run the same way.
+        of this window from another thread stops the run the same way. On the main thread the decode runs signal
+        handlers while it runs (at most 100 ms apart; a handler must not use this window either): one that
+        raises (Ctrl-C's KeyboardInterrupt) stops the run at its next token and is raised here, the answer
+        dropped (generate_n and generate_many the same).
 
         constraint_trigger_block: (open, close), e.g. ("<think>", "</think>"): a reasoning model's block at the
         answer's start, free text the constraint (tools, response_format) does not apply in. open "" means the
@@ -1232,8 +1237,9 @@ class Window:
         """n answers to one query decoded together through n - 1 copy-on-write forks (one query forward, answer i
         sampled with seed + i); takes generate()'s keyword arguments (stop included) but on_text. One
         cancel= token stops all n answers at their next token (stop_reason 'cancelled'); one cancelled before the
-        call gives n cancelled Generations at once. n must be in [1, 1024] (OrbitError naming n otherwise): every
-        branch is forked before the first step."""
+        call gives n cancelled Generations at once; on the main thread Ctrl-C stops them too (KeyboardInterrupt
+        raised here, see generate). n must be in [1, 1024] (OrbitError naming n otherwise): every branch is forked
+        before the first step."""
     def disposable(
         self, instance: InstanceArg, query: Tokens, *, answer_tokens: SupportsIndex = 4
     ) -> DisposabilityReport:

@@ -2,6 +2,7 @@
 #include "cancel.h"
 
 #include <string>
+#include <utility>
 
 #include "bindings.h"
 #include "convert.h"
@@ -18,10 +19,34 @@ bool CancelWatch::requested() const {
 }
 
 void CancelWatch::arm(orbit::GenerateOptions& options) const {
-  if (tokens.empty() && closing == nullptr && engine_closing == nullptr) return;
-  // A copy per decode (generate_n copies the options per branch: the copies share the tokens). Called on
-  // the decode's thread without the GIL: it reads atomics only.
-  options.on_token = [watch = *this](int64_t, int64_t) { return !watch.requested(); };
+  if (tokens.empty() && closing == nullptr && engine_closing == nullptr && signals == nullptr) return;
+  // A copy per decode (generate_n copies the options per branch: the copies share the tokens and the poll).
+  // Called on the decode's thread without the GIL: it reads atomics, and takes the GIL to poll for signals
+  // at most every SignalPoll::kInterval.
+  options.on_token = [watch = *this](int64_t, int64_t) {
+    return !watch.requested() && (watch.signals == nullptr || !watch.signals->raised());
+  };
+}
+
+bool SignalPoll::raised() {
+  if (error_) return true;
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_) return false;
+  next_ = now + kInterval;
+  py::gil_scoped_acquire gil;
+  if (PyErr_CheckSignals() == 0) return false;
+  error_ = std::make_exception_ptr(py::error_already_set());
+  return true;
+}
+
+void SignalPoll::rethrow() {
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+}
+
+std::shared_ptr<SignalPoll> main_thread_signal_poll() {
+  const py::object ident = py::module_::import("threading").attr("main_thread")().attr("ident");
+  if (ident.is_none() || ident.cast<unsigned long>() != PyThread_get_thread_ident()) return nullptr;
+  return std::make_shared<SignalPoll>();
 }
 
 std::shared_ptr<const CancelToken> to_cancel_token(const py::handle& obj, const std::string& what) {

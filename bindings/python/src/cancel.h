@@ -1,11 +1,14 @@
 // orbit.CancelToken (cancel.cpp) and how a decode reads it: generate(), generate_n() and generate_many() take
 // cancel=, and the decode's GenerateOptions::on_token returns false once a token it watches is cancelled, its
 // window is being closed (PyWindow::closing) or its engine is (Engine.close(): EngineDecodes::closing). The
-// check reads atomics only: no GIL, no lock.
+// check reads atomics only: no GIL, no lock. On Python's main thread the decode also delivers pending signals
+// (SignalPoll): Ctrl-C stops it at its next token instead of after the whole answer.
 #pragma once
 
 #include <pybind11/pybind11.h>
 
+#include <chrono>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,16 +37,43 @@ struct CancelToken {
   }
 };
 
+// Signals delivered during a decode that runs without the GIL on Python's main thread. Python runs a signal's
+// handler (SIGINT's raises KeyboardInterrupt) only when the main thread runs Python code, so a decode without an
+// on_text callback would otherwise take Ctrl-C only after its whole answer (generate_n: after every branch).
+// poll() takes the GIL and calls PyErr_CheckSignals at most every kInterval; a handler that raises ends the
+// decode, its exception kept for rethrow() once the decode has stopped. A handler that does not raise runs
+// during the decode, which goes on. Not thread-safe: every poll() of one SignalPoll is on the decode's thread.
+class SignalPoll {
+ public:
+  static constexpr std::chrono::milliseconds kInterval{100};
+
+  // Without the GIL, on the decode's thread: true once a handler raised (then at every later call too).
+  bool raised();
+  // Holding the GIL: raises the handler's exception, if one raised (once).
+  void rethrow();
+
+ private:
+  std::chrono::steady_clock::time_point next_ = std::chrono::steady_clock::now() + kInterval;
+  std::exception_ptr error_;
+};
+
+// Holding the GIL: a SignalPoll when the calling thread is Python's main thread (where handlers run), else
+// null (a decode on another thread leaves signals to the main thread).
+std::shared_ptr<SignalPoll> main_thread_signal_poll();
+
 // What one decode stops for: any of its tokens cancelled, its window being closed or its engine being closed
-// (nullptr: not watched). The flags outlive the decode (its PyWindow holds them).
+// (nullptr: not watched), or a signal handler raising (`signals`, null: not polled). The flags outlive the
+// decode (its PyWindow holds them).
 struct CancelWatch {
   std::vector<std::shared_ptr<const CancelToken>> tokens;
   const StopFlag* closing = nullptr;
   const StopFlag* engine_closing = nullptr;
+  std::shared_ptr<SignalPoll> signals;
 
+  // The tokens and flags only (no GIL needed; `signals` is polled by the decode alone).
   bool requested() const;
-  // Sets options.on_token to return false (the run ends "cancelled") once requested() holds; a watch with
-  // nothing to watch leaves the options as they are.
+  // Sets options.on_token to return false (the run ends "cancelled") once requested() holds or a signal
+  // handler raised; a watch with nothing to watch leaves the options as they are.
   void arm(orbit::GenerateOptions& options) const;
 };
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <exception>
 #include <functional>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -165,6 +166,7 @@ GenerateArgs generate_args(PyWindow& w, const py::object& query, int64_t max_tok
   if (auto token = to_cancel_token(cancel, "generate: cancel")) a.cancel.tokens.push_back(std::move(token));
   a.cancel.closing = &w.closing;  // the PyWindow outlives the call (its caller holds the Window)
   if (w.decodes) a.cancel.engine_closing = &w.decodes->closing();  // held by the PyWindow too
+  a.cancel.signals = main_thread_signal_poll();
   a.arm();
   return a;
 }
@@ -300,10 +302,10 @@ void init_generate(py::module_& m) {
           }
           windows.push_back(w);
           args.push_back(generate_args(*w, parts[1], options, what));
-          if (all) {
-            args.back().cancel.tokens.push_back(all);
-            args.back().arm();
-          }
+          if (all) args.back().cancel.tokens.push_back(all);
+          // One poll for the batch: the requests step together, so one GIL take per interval serves them all.
+          if (i > 0) args.back().cancel.signals = args.front().cancel.signals;
+          args.back().arm();
         }
         // Each engine's close() waits for the call (and refuses it once begun: OrbitError "engine is closed").
         std::vector<DecodeScope> decoding;
@@ -319,12 +321,15 @@ void init_generate(py::module_& m) {
           std::sort(order.begin(), order.end());
           order.erase(std::unique(order.begin(), order.end()), order.end());
           std::vector<std::unique_lock<std::mutex>> locks;
+          std::list<PyWindow::Hold> holds;  // released before the locks
           for (PyWindow* w : order) {
             locks.emplace_back(*w->mutex);
+            holds.emplace_back(*w);
             w->check_open();
           }
           out = decode_uncancelled(windows, args);
         }
+        if (!args.empty()) args.front().rethrow_raised();  // the batch's signal poll: Ctrl-C stopped every request
         py::list result;
         for (std::size_t i = 0; i < out.size(); ++i) {
           py::object g = py::cast(std::move(out[i]));
@@ -347,7 +352,9 @@ void init_generate(py::module_& m) {
       "(stop_reason 'cancelled'); a request's options may hold a cancel= of its own, which stops that request\n"
       "alone. A request whose token is cancelled before the call answers a cancelled Generation at once (no\n"
       "tokens, nothing forwarded), the others decoding. close() of a request's window stops that request;\n"
-      "Engine.close() stops every request.");
+      "Engine.close() stops every request. On the main thread signal handlers run while it decodes (at most\n"
+      "100 ms apart): one that raises (Ctrl-C's KeyboardInterrupt) stops every request at its next token and is\n"
+      "raised here.");
 }
 
 }  // namespace orbit_py

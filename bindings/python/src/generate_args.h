@@ -25,7 +25,8 @@ struct GenerateArgs {
   AnswerSpec answer;
   // What generate's on_text raised (it then cancelled the run), to raise again once the decode stopped.
   std::shared_ptr<std::exception_ptr> callback_error = std::make_shared<std::exception_ptr>();
-  // What stops the decode at its next token: cancel= and the window's close() (arm() sets options.on_token).
+  // What stops the decode at its next token: cancel=, the window's close() and, on the main thread, a signal
+  // handler raising (Ctrl-C) (arm() sets options.on_token).
   CancelWatch cancel;
 
   // Sets options.on_token from `cancel` (after every token is added: generate_many adds its own).
@@ -33,9 +34,11 @@ struct GenerateArgs {
   // A token was cancelled before the call: it answers cancelled_generation() without decoding.
   bool cancelled_before() const { return cancel.requested(); }
 
-  // Holding the GIL: raises the callback's exception, if it raised one.
-  void rethrow_callback_error() const {
+  // Holding the GIL, once the decode stopped: raises what stopped it from Python, if anything did: the
+  // callback's exception first (the signal may have come while it ran), else a signal handler's.
+  void rethrow_raised() const {
     if (*callback_error) std::rethrow_exception(std::exchange(*callback_error, nullptr));
+    if (cancel.signals) cancel.signals->rethrow();
   }
 };
 

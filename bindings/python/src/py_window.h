@@ -108,8 +108,10 @@ struct PyWindow {
                         "window to stop it");
   }
 
- private:
-  // Marks the calling thread as the holder for a scope, and as inside a call of the window's engine.
+  // Marks the calling thread as the holder for a scope, and as inside a call of the window's engine. Taken
+  // with the window's mutex locked (run(), close(), and generate_many for each window it locks): Python code
+  // run meanwhile on this thread (a callback, a signal handler) then gets OrbitError from a call on the
+  // window instead of waiting for the lock it holds.
   struct Hold {
     explicit Hold(PyWindow& w) : held(w.holder) {
       held = std::this_thread::get_id();
@@ -119,9 +121,12 @@ struct PyWindow {
       engines_called().pop_back();
       held = std::thread::id();
     }
+    Hold(const Hold&) = delete;
+    Hold& operator=(const Hold&) = delete;
     std::atomic<std::thread::id>& held;
   };
 
+ private:
   // The engines whose windows the calling thread is inside a call of, innermost last (calls nest: on_text
   // may use another window).
   static std::vector<const orbit::Engine*>& engines_called() {

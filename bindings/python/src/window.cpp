@@ -457,6 +457,8 @@ const char* kGenerateDoc =
     "(stop_reason 'cancelled', every token so far kept), read without the GIL and with no tokenizer needed; a\n"
     "token cancelled before the call returns a cancelled Generation at once (no tokens, nothing forwarded).\n"
     "close() of this window from another thread (a Window.stream loop's body) stops the run the same way.\n"
+    "On the main thread the decode runs signal handlers as it goes (at most 100 ms apart): one that raises\n"
+    "(Ctrl-C's KeyboardInterrupt) stops the run at its next token and is raised here, the answer dropped.\n"
     "OpenAI's logit processors: presence_penalty and frequency_penalty in [-2, 2] subtract\n"
     "presence + frequency * count from the logit of each token generated count > 0 times so far;\n"
     "logit_bias {token id: bias in [-100, 100]} (int or numeric str keys) is added to the logits. With\n"
@@ -510,10 +512,10 @@ void def_generate(py::class_<PyWindow>& c) {
                            ? cancelled_generation()
                            : w.run("Window.generate", [&](Window& x) { return x.generate(a.query, a.options); });
         } catch (...) {
-          a.rethrow_callback_error();  // the callback's exception first: the decode's may follow from it
+          a.rethrow_raised();  // the callback's (or a signal handler's) exception first: the decode's may follow
           throw;
         }
-        a.rethrow_callback_error();  // on_text raised: the run stopped there ("cancelled")
+        a.rethrow_raised();  // on_text or a signal handler raised: the run stopped there ("cancelled")
         py::object g = py::cast(std::move(generation));
         read_answer(a.answer, g);
         return g;
@@ -539,6 +541,7 @@ void def_generate_n(py::class_<PyWindow>& c) {
             n >= 1 && cancelled_before(w, a, "Window.generate_n")
                 ? std::vector<orbit::Generation>(static_cast<std::size_t>(n), cancelled_generation())
                 : w.run("Window.generate_n", [&](Window& x) { return x.generate_n(a.query, n, a.options); });
+        a.rethrow_raised();  // a signal handler raised (Ctrl-C): every branch stopped at its next token
         py::list out;
         for (orbit::Generation& g : gs) {
           py::object o = py::cast(std::move(g));
@@ -552,7 +555,8 @@ void def_generate_n(py::class_<PyWindow>& c) {
       "shared and read once), the query forwarded once, and the n branches decoded in one forward per step, answer\n"
       "i sampled with seed + i (at temperature 0 every answer is the greedy one). Takes generate()'s keyword\n"
       "arguments, cancel included: one CancelToken stops all n answers at their next token (stop_reason\n"
-      "'cancelled'); one cancelled before the call gives n cancelled Generations at once. Returns a list of n\n"
+      "'cancelled'); one cancelled before the call gives n cancelled Generations at once; on the main thread\n"
+      "Ctrl-C stops all n too (KeyboardInterrupt raised here, as generate). Returns a list of n\n"
       "Generations; the window is unchanged. n must be in [1, 1024] (Window::kMaxGenerateN; OrbitError otherwise):\n"
       "every branch is forked before the first step.");
 }
