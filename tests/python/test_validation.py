@@ -287,6 +287,28 @@ def test_paths_are_the_file_systems_bytes(orbit, stories260k_path, tmp_path):
     assert "\ufffd" in info.value.reason
 
 
+def test_a_path_holding_a_nul_is_refused_not_cut_short(orbit, stories260k_path, tmp_path):
+    # The C calls read a path up to its first NUL: Engine(model + "\0x") loaded the model, store_dir="s\0x"
+    # made the store s, and save_trace wrote another file than the one named (its part before the NUL); the
+    # errors quoted the path cut there. Each now raises ValueError naming the argument, as open() does.
+    model, cut = str(stories260k_path), str(tmp_path / "cut")
+    trace = orbit.make_trace("web", steps=2)
+    calls = {
+        "Engine: model": lambda: orbit.Engine(model + "\0.bin"),
+        "Engine: tokenizer": lambda: orbit.Engine(model, tokenizer=cut + "\0x"),
+        "Engine: store_dir": lambda: orbit.Engine(model, store_dir=cut + "\0x"),
+        "save_trace: path": lambda: orbit.save_trace(trace, (cut + "\0x").encode()),
+        "trace": lambda: orbit.load_trace(cut + "\0x"),
+        "replay: model": lambda: orbit.replay(trace, model + "\0x"),
+        "store_list: dir": lambda: orbit.store_list(cut + "\0x"),
+        "store_gc: dir": lambda: orbit.store_gc(cut + "\0x"),
+    }
+    for name, call in calls.items():
+        with pytest.raises(ValueError, match=f"^{name}: embedded null byte at index "):
+            call()
+    assert not (tmp_path / "cut").exists()  # nothing written under the name before the NUL
+
+
 def test_numpy_integers_are_instance_ids(orbit, small_engine):
     # An agent picks what to evict with numpy (np.argmax over per-instance losses); numpy's integers were refused
     # ('expected an instance id (int) or an InstanceInfo, got int64') where every token argument takes them.

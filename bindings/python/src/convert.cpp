@@ -416,7 +416,16 @@ std::string path_arg(const py::object& obj, const char* what) {
   // The file system's bytes, as open() would use them: a bytes path as given (str() of it read "b'...'", a path
   // that never exists), a str one encoded as os.fsencode does (names os.listdir gave, undecodable bytes
   // included, name the same files).
-  return py::module_::import("os").attr("fsencode")(path).cast<std::string>();
+  return fs_path(py::module_::import("os").attr("fsencode")(path).cast<std::string>(), what);
+}
+
+std::string fs_path(std::string path, const char* what) {
+  const std::size_t nul = path.find('\0');
+  if (nul != std::string::npos) {
+    throw py::value_error(std::string(what) + ": embedded null byte at index " + std::to_string(nul) +
+                          " (a path ends at the first NUL: the part before it would name another file)");
+  }
+  return path;
 }
 
 py::object json_module() { return py::module_::import("json"); }

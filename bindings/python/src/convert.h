@@ -118,8 +118,12 @@ std::string utf8_arg(py::handle text, const std::string& what);
 
 // A path argument (str, bytes or os.PathLike; None gives "") as the file system's bytes, as os.fsencode gives
 // them: a str os.listdir made from a name that is not UTF-8 names the same file. Another type raises TypeError
-// naming `what`.
+// naming `what`; a path holding a NUL raises ValueError naming it (checked by fs_path).
 std::string path_arg(const py::object& obj, const char* what);
+
+// `path` (the file system's bytes) when it holds no NUL, else ValueError naming `what` ("embedded null byte",
+// as open() says): the C calls would read the path only up to it, and open or write another file.
+std::string fs_path(std::string path, const char* what);
 
 // Python's json module (for dicts passed as their JSON text, and JSON text returned as dicts).
 py::object json_module();

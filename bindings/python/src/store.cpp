@@ -25,7 +25,7 @@ std::string dir_arg(const py::object& obj, const char* what) {
   const py::object path = py::module_::import("os").attr("fspath")(obj);
   if (!py::isinstance<py::str>(path)) throw refuse();  // a PathLike of bytes
   // The file system's bytes, as open() would use them (a name os.listdir gave with undecodable bytes too).
-  std::string dir = py::module_::import("os").attr("fsencode")(path).cast<std::string>();
+  std::string dir = fs_path(py::module_::import("os").attr("fsencode")(path).cast<std::string>(), what);
   if (dir.empty()) throw py::value_error(std::string(what) + " is empty: give the store directory");
   return dir;
 }
