@@ -98,6 +98,16 @@ const char* kServeUsage =
     "                        a request brings them back\n"
     "  --max-tokens N        default max_tokens when a request gives none (default 256; capped by the context)\n"
     "  --max-body-kb N       request bodies over this get 413 (default 4096)\n"
+    "  --max-unsent-kb N     a streamed answer's output decoded and not yet taken by its client, KiB at most\n"
+    "                        (default 4096, at least 1): past it the request's decode pauses (no forward for\n"
+    "                        it, the others decode on) until the client reads; /metrics: orbit_decode_held,\n"
+    "                        orbit_decode_holds_total\n"
+    "  --stall-seconds N     a client that takes none of its answer for N s is dropped as one that left: its\n"
+    "                        request is cancelled and its decode freed (default 60, 1 to 86400);\n"
+    "                        /metrics: orbit_stalled_clients_total\n"
+    "  --max-answer-logprobs N  log-probability entries one request may ask for, n x max_tokens x\n"
+    "                        (1 + top_logprobs) (default 1048576, at least 1; each is held until the answer\n"
+    "                        ends, about 50 bytes in memory); past it the request is refused (400)\n"
     "  --threads N           requests answered at once (default 64, at most 4096); connections being read or\n"
     "                        idle hold no thread, and GET /health is answered apart from them\n"
     "  --header-seconds N    a request's head must arrive within N s of its first byte, else 408 (default 10)\n"
@@ -229,6 +239,8 @@ serve::ServeOptions serve_options(const Args& args) {
   o.max_idle_chunks = args.get_int("--max-idle-chunks", 4096, 1);
   o.default_max_tokens = args.get_int("--max-tokens", 256, 1);
   o.limits.max_body_bytes = static_cast<std::size_t>(size_argument(args, "--max-body-kb", 4096, 1, 10));
+  o.max_unsent_bytes = size_argument(args, "--max-unsent-kb", 4096, 1, 10);
+  o.limits.max_answer_logprobs = args.get_int("--max-answer-logprobs", int64_t{1} << 20, 1);
   o.anticipate = !args.flag("--no-anticipate");
   o.audit_rate = args.get_double("--audit", 0.1);
   ORBIT_CHECK(o.audit_rate >= 0 && o.audit_rate <= 1, "serve: argument '--audit' must be a fraction in [0, 1]");
@@ -309,8 +321,8 @@ int run_serve(int argc, char** argv, int first) {
                 "--device-tier-mb"},
                {"--no-anticipate"},
                kServeUsage};
-  spec.options.insert(
-      {"--header-seconds", "--body-seconds", "--keep-alive-seconds", "--allow-origin", "--api-key", "--api-key-file"});
+  spec.options.insert({"--header-seconds", "--body-seconds", "--keep-alive-seconds", "--allow-origin", "--api-key",
+                       "--api-key-file", "--max-unsent-kb", "--stall-seconds", "--max-answer-logprobs"});
   const Args args("serve", spec, argc, argv, first);
   serve::HttpOptions http_options;
   http_options.host = args.get_or("--host", "127.0.0.1");
@@ -324,7 +336,9 @@ int run_serve(int argc, char** argv, int first) {
   http_options.header_seconds = static_cast<int>(args.get_int("--header-seconds", 10, 1));
   http_options.body_seconds = static_cast<int>(args.get_int("--body-seconds", 60, 1));
   http_options.keep_alive_seconds = static_cast<int>(args.get_int("--keep-alive-seconds", 120, 1));
-  for (const char* name : {"--header-seconds", "--body-seconds", "--keep-alive-seconds", "--drain-seconds"}) {
+  http_options.stall_seconds = static_cast<int>(args.get_int("--stall-seconds", 60, 1));
+  for (const char* name :
+       {"--header-seconds", "--body-seconds", "--keep-alive-seconds", "--drain-seconds", "--stall-seconds"}) {
     ORBIT_CHECK(args.get_int(name, 0) <= 86400, "serve: argument '" << name << "' must be <= 86400 (a day)");
   }
   if (const auto origins = args.get("--allow-origin")) http_options.cors = serve::CorsPolicy::parse(*origins);

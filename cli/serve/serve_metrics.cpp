@@ -143,6 +143,11 @@ void ServeMetrics::count_cancelled() {
   ++cancelled_;
 }
 
+void ServeMetrics::count_stalled() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++stalled_;
+}
+
 std::string render_memory_metrics(const EngineStats& stats) {
   std::ostringstream out;
   out << "# HELP orbit_chunks Chunks registered (messages' chunks kept, --max-idle-chunks, and those in use).\n"
@@ -215,6 +220,8 @@ std::string ServeMetrics::render(const MetricGauges& gauges) const {
   counter("orbit_idle_forward_tokens_total", "Tokens forwarded in idle time for prompts yet to come.",
           number(idle_forward_tokens_));
   counter("orbit_cancelled_total", "Requests cancelled because the client went away.", std::to_string(cancelled_));
+  counter("orbit_stalled_clients_total", "Answers given up because their client took none of them for --stall-seconds.",
+          std::to_string(stalled_));
   out << "# HELP orbit_store_write_failures_total Answers given whose write to the store they asked for failed.\n"
       << "# TYPE orbit_store_write_failures_total counter\n";
   for (const auto& [store, n] : store_write_failures_) {

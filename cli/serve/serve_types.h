@@ -56,7 +56,11 @@ struct ServeOptions {
   // most recently used), so a server that sees ever new content keeps a bounded registry.
   int64_t max_idle_chunks = 4096;
   int64_t default_max_tokens = 256;  // when a request gives none (capped by the context)
-  int64_t chunk_min_tokens = 32;     // SyncOptions::chunk_min_tokens
+  // A streamed request's output decoded and not yet handed on to its client, bytes at most (`--max-unsent-kb`;
+  // text and log probabilities as held in memory, decode_scheduler.h's OutputBacklog): past it the request's
+  // sequences are held, no forward for them while the others decode, until the client reads.
+  int64_t max_unsent_bytes = int64_t{4} << 20;
+  int64_t chunk_min_tokens = 32;  // SyncOptions::chunk_min_tokens
   // After a session's request, prefill in idle time the list its next request most likely sends (this
   // one's messages and the answer as an assistant message), so the next sync keeps the answer instead of
   // prefilling it on the critical path. Costs idle forwards (RunUsage::idle_forward_tokens); wasted, and

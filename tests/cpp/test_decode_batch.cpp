@@ -256,6 +256,52 @@ TEST_CASE("one sequence of a batch cancels, ends or stops without the others", "
   CHECK(g[2].tokens == c.generate(q, full).tokens);
 }
 
+TEST_CASE("a held sequence takes no step until released, then decodes what it would have", "[decode][batch]") {
+  auto engine = open_stories_small_pages();
+  std::mt19937_64 rng(47);
+  Window a = story_window(*engine, rng, 10), b = story_window(*engine, rng, 12), fork_of_a = a.fork();
+  const std::vector<int64_t> q = random_tokens(rng, 2);
+  GenerateOptions o;
+  o.max_tokens = 10;
+  o.logprobs = true;
+  o.top_logprobs = 2;
+  const Generation alone_a = a.generate(q, o), alone_b = b.generate(q, o);
+  int64_t tokens_a = 0;
+  GenerateOptions counted = o;
+  counted.on_token = [&tokens_a](int64_t, int64_t) {
+    ++tokens_a;
+    return true;
+  };
+  DecodeBatch batch;
+  const uint64_t ia = batch.add({&a, q, counted});
+  const uint64_t ib = batch.add({&b, q, o});
+  const uint64_t ifork = batch.add({&fork_of_a, q, o});  // shares a's first forward unless a is held then
+  batch.hold(ia, true);                                  // held before its first forward
+  std::map<uint64_t, Generation> got;
+  for (int i = 0; i < 4; ++i) {
+    const DecodeStep s = batch.step();
+    CHECK(s.sequences == 2);  // b and the fork only
+    for (const auto& [id, g] : s.finished) got[id] = g;
+  }
+  CHECK(tokens_a == 0);
+  CHECK(batch.size() == 3);
+  batch.hold(ia, false);
+  batch.hold(ib, true);  // held in mid-answer
+  for (int i = 0; i < 30 && batch.size() > 1; ++i) {
+    for (const auto& [id, g] : batch.step().finished) got[id] = g;
+  }
+  CHECK(got.count(ib) == 0);
+  batch.hold(ib, false);
+  while (!batch.empty()) {
+    for (const auto& [id, g] : batch.step().finished) got[id] = g;
+  }
+  CHECK(tokens_a == 10);
+  check_same(got.at(ia), alone_a);
+  check_same(got.at(ib), alone_b);
+  check_same(got.at(ifork), alone_a);
+  CHECK_THROWS_WITH(batch.hold(ia, true), Contains("DecodeBatch::hold: sequence") && Contains("is not running"));
+}
+
 TEST_CASE("generate_many refuses bad requests by name", "[decode][batch]") {
   auto engine = open_stories_small_pages();
   auto other = open_stories_small_pages();

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdio>
+#include <map>
 #include <sstream>
 
 #ifdef __linux__
@@ -80,6 +81,16 @@ void StepSignal::raise() {
 }
 #endif
 
+int64_t event_bytes(const DecodeEvent& event) {
+  int64_t bytes = static_cast<int64_t>(sizeof(DecodeEvent) + event.delta.size());
+  if (event.logprobs) {
+    bytes += static_cast<int64_t>((1 + event.logprobs->top.size()) * sizeof(TokenLogprob) +
+                                  event.logprobs->chosen.bytes.size());
+    for (const TokenLogprob& t : event.logprobs->top) bytes += static_cast<int64_t>(t.bytes.size());
+  }
+  return bytes;
+}
+
 void DecodeJob::post(DecodeEvent event) {
   std::lock_guard<std::mutex> lock(mutex_);
   events_.push_back(std::move(event));
@@ -148,6 +159,11 @@ void DecodeScheduler::submit(const std::vector<std::shared_ptr<DecodeJob>>& jobs
   wake_.notify_all();
 }
 
+void DecodeScheduler::wake() {
+  { std::lock_guard<std::mutex> lock(mutex_); }  // a wait_for_work between its check and its sleep sees the change
+  wake_.notify_all();
+}
+
 void DecodeScheduler::stop() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -159,10 +175,40 @@ void DecodeScheduler::stop() {
 
 bool DecodeScheduler::wait_for_work(std::vector<std::shared_ptr<DecodeJob>>& joining) {
   std::unique_lock<std::mutex> lock(mutex_);
-  wake_.wait(lock, [&] { return stopping_ || !pending_.empty() || !running_.empty(); });
+  wake_.wait(lock, [&] { return stopping_ || !pending_.empty() || steppable(); });
   joining.assign(pending_.begin(), pending_.end());
   pending_.clear();
   return !stopping_;
+}
+
+bool DecodeScheduler::steppable() const {
+  return std::any_of(running_.begin(), running_.end(), [](const Running& r) { return !r.job->wants_hold(); });
+}
+
+// A request's backlog is read once per pass, so that its choices are held and released together and stay in
+// step: its thread hands a choice's k-th token on only after every choice's (k-1)-th (choice_order.h), and a
+// choice held behind the others would hold back what the others posted.
+void DecodeScheduler::apply_holds() {
+  int64_t held = 0, new_holds = 0;
+  std::map<const OutputBacklog*, bool> over;
+  for (Running& r : running_) {
+    const OutputBacklog* backlog = r.job->backlog();
+    bool want = false;
+    if (backlog != nullptr && !r.job->cancelled()) {
+      const auto [it, fresh] = over.try_emplace(backlog, false);
+      if (fresh) it->second = backlog->over();
+      want = it->second;
+    }
+    if (want != r.held) {
+      batch_.hold(r.id, want);
+      r.held = want;
+      new_holds += want ? 1 : 0;
+    }
+    held += r.held ? 1 : 0;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  held_now_ = held;
+  holds_ += new_holds;
 }
 
 bool DecodeScheduler::has_pending() const {
@@ -173,13 +219,14 @@ bool DecodeScheduler::has_pending() const {
 // Ends every sequence and job here without touching their windows (the gate is closed, or the thread stops).
 void DecodeScheduler::drop_all(std::vector<std::shared_ptr<DecodeJob>>& joining) {
   if (holding_idle_) context_.gate.hold_idle(holding_idle_ = false);
-  for (auto& [id, job] : running_) job->finish(std::nullopt);
+  for (Running& r : running_) r.job->finish(std::nullopt);
   for (auto& job : joining) job->finish(std::nullopt);
   running_.clear();
   joining.clear();
   batch_ = DecodeBatch();
   std::lock_guard<std::mutex> lock(mutex_);
   running_now_ = 0;
+  held_now_ = 0;
 }
 
 void DecodeScheduler::loop() {
@@ -191,7 +238,8 @@ void DecodeScheduler::loop() {
     }
     joining.erase(std::remove_if(joining.begin(), joining.end(), [](const auto& j) { return j->cancelled(); }),
                   joining.end());
-    if (joining.empty() && running_.empty()) continue;
+    apply_holds();  // a sequence whose client has not taken its output takes no forward (OutputBacklog)
+    if (joining.empty() && !steppable()) continue;
     if (!context_.enter_gate(kLane, [this] { return context_.closing.load() || stopping_.load(); })) {
       drop_all(joining);  // closed or stopping: nothing may touch the windows any more
       continue;
@@ -206,6 +254,7 @@ void DecodeScheduler::loop() {
     if (running_.empty() && !has_pending()) context_.gate.hold_idle(holding_idle_ = false);
     // After the gate and idle work are free: a run that returns finds the server idle.
     for (Outcome& o : ended) o.job->finish(std::move(o.generation), std::move(o.error));
+    apply_holds();  // before the wait: the sequences it will not wake for are held (and counted) now
   }
   drop_all(joining);
   std::lock_guard<std::mutex> lock(mutex_);
@@ -217,7 +266,7 @@ std::vector<DecodeScheduler::Outcome> DecodeScheduler::run_step(std::vector<std:
   std::vector<Outcome> ended;
   for (auto& job : joining) {
     try {
-      running_.emplace_back(batch_.add(job->request()), job);
+      running_.push_back({batch_.add(job->request()), job, false});
     } catch (const std::exception& e) {
       ended.push_back({job, std::nullopt, e.what()});  // refused (the options) or its repairs could not run
     }
@@ -229,15 +278,15 @@ std::vector<DecodeScheduler::Outcome> DecodeScheduler::run_step(std::vector<std:
     step = batch_.step();
   } catch (const std::exception& e) {
     // The batch dropped every sequence: each request answers the engine's failure.
-    for (auto& [id, job] : running_) ended.push_back({job, std::nullopt, e.what()});
+    for (Running& r : running_) ended.push_back({r.job, std::nullopt, e.what()});
     running_.clear();
     batch_ = DecodeBatch();
     std::fprintf(stderr, "orbit serve: a decode step failed: %s\n", e.what());
     return ended;
   }
   for (auto& [id, g] : step.finished) {
-    const auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& r) { return r.first == id; });
-    ended.push_back({it->second, std::move(g), ""});
+    const auto it = std::find_if(running_.begin(), running_.end(), [&](const Running& r) { return r.id == id; });
+    ended.push_back({it->job, std::move(g), ""});
     running_.erase(it);
   }
   count_step(step);
@@ -277,6 +326,12 @@ std::string DecodeScheduler::render_metrics() const {
       << "orbit_decode_batch_sequences_count " << cumulative << "\n"
       << "# HELP orbit_decode_running Sequences in the decode batch now.\n"
       << "# TYPE orbit_decode_running gauge\norbit_decode_running " << running_now_ << "\n"
+      << "# HELP orbit_decode_held Sequences in the decode batch held because their client has not taken "
+         "their output.\n"
+      << "# TYPE orbit_decode_held gauge\norbit_decode_held " << held_now_ << "\n"
+      << "# HELP orbit_decode_holds_total Times a sequence was held for its client (its unsent output over "
+         "--max-unsent-kb).\n"
+      << "# TYPE orbit_decode_holds_total counter\norbit_decode_holds_total " << holds_ << "\n"
       << "# HELP orbit_decode_waiting Runs queued to join the decode batch at its next step.\n"
       << "# TYPE orbit_decode_waiting gauge\norbit_decode_waiting " << pending_.size() << "\n";
   return out.str();

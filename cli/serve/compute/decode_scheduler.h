@@ -81,6 +81,36 @@ class StepSignal {
 struct DecodeEvent {
   std::string delta;
   std::optional<StepLogprobs> logprobs;
+  int64_t bytes = 0;  // what it holds in memory (event_bytes), counted in its request's OutputBacklog
+};
+
+// The memory an event holds: its text, its log probabilities' entries and their tokens' bytes.
+int64_t event_bytes(const DecodeEvent& event);
+
+// One request's output that its client has not taken yet: the bytes of events its sequences posted that the
+// request's thread has not handed on to the connection (or dropped). A request thread blocked in a write to a
+// client that stopped reading hands nothing on, so the backlog grows; while it is over `bound` the scheduler
+// holds the request's sequences (DecodeBatch::hold: no forward for them, the others decode on) until the
+// request's thread hands enough on. A client that takes nothing for the server's stall timeout is dropped
+// by the write that waits for it (http_front.h), which cancels the run.
+// Thread-safety: any thread (an atomic count).
+class OutputBacklog {
+ public:
+  explicit OutputBacklog(int64_t bound) : bound_(bound) {}
+  void add(int64_t bytes) { bytes_ += bytes; }  // the scheduler's thread: an event posted
+  // The request's thread: an event handed on. True when that brought the backlog back within its bound (the
+  // caller wakes the scheduler: DecodeScheduler::wake).
+  bool sent(int64_t bytes) {
+    const int64_t before = bytes_.fetch_sub(bytes);
+    return before > bound_ && before - bytes <= bound_;
+  }
+  bool over() const { return bytes_.load() > bound_; }
+  int64_t bytes() const { return bytes_.load(); }
+  int64_t bound() const { return bound_; }
+
+ private:
+  const int64_t bound_;
+  std::atomic<int64_t> bytes_{0};
 };
 
 // One sequence to decode and what comes back from it.
@@ -88,9 +118,15 @@ class DecodeJob {
  public:
   // `request.options`' callbacks run on the scheduler's thread. `signal`: the scheduler's
   // (DecodeScheduler::signal()), which must outlive the job.
-  DecodeJob(GenerateRequest request, StepSignal& signal) : request_(std::move(request)), signal_(signal) {}
+  // `backlog`: the request's, shared by its choices' jobs; null: the job is never held.
+  DecodeJob(GenerateRequest request, StepSignal& signal, std::shared_ptr<OutputBacklog> backlog = nullptr)
+      : request_(std::move(request)), signal_(signal), backlog_(std::move(backlog)) {}
 
   const GenerateRequest& request() const { return request_; }
+  OutputBacklog* backlog() const { return backlog_.get(); }
+  // Whether the scheduler holds the sequence: its request's backlog is over its bound and it was not
+  // cancelled (a cancelled one is released, so that its next step ends it).
+  bool wants_hold() const { return backlog_ && !cancel_ && backlog_->over(); }
   // The request's thread: end the sequence at its next token (or before it joins).
   void cancel() { cancel_ = true; }
   bool cancelled() const { return cancel_; }
@@ -117,6 +153,7 @@ class DecodeJob {
   bool drain(std::vector<DecodeEvent>& out);  // under mutex_: moves events_ out; whether done or any moved
   GenerateRequest request_;
   StepSignal& signal_;
+  std::shared_ptr<OutputBacklog> backlog_;
   std::atomic<bool> cancel_{false};
   mutable std::mutex mutex_;
   std::vector<DecodeEvent> events_;
@@ -137,11 +174,16 @@ class DecodeScheduler {
   void submit(const std::vector<std::shared_ptr<DecodeJob>>& jobs);
   // Ends the thread: what runs or waits ends as dropped (DecodeJob::finish with neither). Idempotent.
   void stop();
+  // Has the thread look at its held sequences again: a request's thread calls it when its backlog came back
+  // within its bound (OutputBacklog::sent) or it cancelled its jobs.
+  void wake();
   // What the jobs' request threads wait on (DecodeJob's constructor); raised after every step.
   StepSignal& signal() { return signal_; }
 
   // orbit_decode_steps_total, orbit_decode_tokens_total, orbit_decode_batch_sequences (histogram of the
-  // sequences per step's forward), orbit_decode_running and orbit_decode_waiting (gauges): Prometheus lines.
+  // sequences per step's forward), orbit_decode_running, orbit_decode_held (sequences held for their
+  // clients) and orbit_decode_waiting (gauges), orbit_decode_holds_total (times a sequence was held):
+  // Prometheus lines.
   std::string render_metrics() const;
 
  private:
@@ -157,6 +199,8 @@ class DecodeScheduler {
   std::vector<Outcome> run_step(std::vector<std::shared_ptr<DecodeJob>>& joining);  // holding the gate
   void count_step(const DecodeStep& step);
   bool has_pending() const;
+  bool steppable() const;  // under mutex_: a running sequence not to be held
+  void apply_holds();      // holds and releases the running sequences as their jobs want
 
   ServeContext& context_;
   StepSignal signal_;
@@ -167,12 +211,19 @@ class DecodeScheduler {
   std::thread thread_;
   // The scheduler thread's own.
   DecodeBatch batch_;
-  std::vector<std::pair<uint64_t, std::shared_ptr<DecodeJob>>> running_;
+  struct Running {
+    uint64_t id = 0;  // in batch_
+    std::shared_ptr<DecodeJob> job;
+    bool held = false;  // held in batch_ (DecodeBatch::hold)
+  };
+  std::vector<Running> running_;
   bool holding_idle_ = false;  // the gate's idle work held off while sequences run (FairGate::hold_idle)
   // Metrics, under mutex_.
   int64_t steps_ = 0;
   int64_t tokens_ = 0;
   int64_t running_now_ = 0;
+  int64_t held_now_ = 0;
+  int64_t holds_ = 0;
   std::vector<int64_t> batch_sizes_;  // counts per histogram bucket (kBatchBounds), not cumulative
   double batch_size_sum_ = 0;
 };

@@ -62,7 +62,9 @@ struct FrontOptions {
   int header_seconds = 10;
   int body_seconds = 60;
   int keep_alive_seconds = 120;
-  int write_seconds = 60;           // a worker's write that makes no progress this long fails (the connection closes)
+  // A worker's write that makes no progress this long fails (the connection closes): a client that stopped
+  // reading is dropped as one that left (`orbit serve --stall-seconds`).
+  int write_seconds = 60;
   std::size_t max_connections = 0;  // 0: half the process's descriptor limit
   RequestLimits limits;
 };
@@ -77,6 +79,9 @@ struct FrontHooks {
   // Header fields the answers written here (GET /health, refusals) carry beside their own, for the request's
   // Origin header ("" when it has none or its head was not read): the CORS fields (cors.h). Null: none.
   std::function<std::vector<std::pair<std::string, std::string>>(const std::string& origin)> answer_fields;
+  // An answer a worker gave up writing because its client took nothing for write_seconds (or the stall limit
+  // of limit_stalled_writes). Null: not told.
+  std::function<void()> stalled;
 };
 
 struct FrontConnection;

@@ -67,6 +67,8 @@ class RequestStream final : public httplib::Stream {
   void get_local_ip_and_port(std::string& ip, int& port) const override { address(::getsockname, ip, port); }
   socket_t socket() const override { return fd_; }
   bool failed() const { return failed_; }
+  // A write failed because the client took nothing for the limit (not a reset or a closed connection).
+  bool stalled() const { return stalled_; }
 
  private:
   // Waits for room in slices of kStallCheckMs, so that a stall limit set meanwhile applies to this wait too.
@@ -77,7 +79,7 @@ class RequestStream final : public httplib::Stream {
       const int64_t limit = stall >= 0 ? std::min(write_ms_, stall) : write_ms_;
       const int64_t waited =
           std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
-      if (waited >= limit) return false;
+      if (waited >= limit) return !(stalled_ = true);
       pollfd p{fd_, POLLOUT, 0};
       const int slice = static_cast<int>(std::min<int64_t>(limit - waited, HttpFront::kStallCheckMs));
       const int r = ::poll(&p, 1, slice);
@@ -108,6 +110,7 @@ class RequestStream final : public httplib::Stream {
   const std::atomic<int64_t>& stall_ms_;
   std::size_t at_ = 0;
   bool failed_ = false;
+  mutable bool stalled_ = false;
 };
 
 }  // namespace
@@ -179,6 +182,7 @@ bool HttpFront::answer(FrontConnection& c) {
   RequestStream stream(c.fd, request, options_.write_seconds, stall_ms_);
   bool closed = false;
   const bool ok = process_request(stream, !request.keep_alive || stopping, closed, nullptr);
+  if (stream.stalled() && hooks_.stalled) hooks_.stalled();
   return ok && !closed && !stream.failed() && request.keep_alive && !stopping;
 }
 

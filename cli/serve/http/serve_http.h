@@ -51,6 +51,9 @@ struct HttpOptions {
   // During the drain, a write that makes no progress this long fails (its request ends as cancelled): a client
   // that stopped reading holds the exit this long, not the front's 60 s write timeout (http_front.h).
   int drain_stall_seconds = 5;
+  // A write to a client that takes none of its answer this long fails, and the request ends as one whose
+  // client left (`--stall-seconds`; FrontOptions::write_seconds); counted in orbit_stalled_clients_total.
+  int stall_seconds = 60;
   int header_seconds = 10;       // a request's head must arrive within this of its first byte (else 408)
   int body_seconds = 60;         // its body within this of its head (else 408)
   int keep_alive_seconds = 120;  // an idle connection is closed after this; announced in Keep-Alive: timeout=N

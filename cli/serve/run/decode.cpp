@@ -79,16 +79,19 @@ std::function<bool(const std::string&)> stop_rule(const DecodeRequest& request) 
 
 // The job of choice `c` on `window`: its callbacks post each token's text (and log probabilities) and end the
 // sequence at a stop string or once the request's thread asked (a client that left).
+// `backlog`: the request's, shared by its choices (a stream's; null: never held).
 std::shared_ptr<DecodeJob> choice_job(Choice& c, const Window& window, const std::vector<int64_t>& query,
-                                      GenerateOptions go, StepSignal& signal) {
+                                      GenerateOptions go, StepSignal& signal, std::shared_ptr<OutputBacklog> backlog) {
   go.on_logprobs = [&c](const StepLogprobs& step) { c.logprobs = step; };
   go.on_token = [&c](int64_t token, int64_t) {
     DecodeEvent event{c.stream->push(token), std::move(c.logprobs)};
     c.logprobs.reset();
+    event.bytes = event_bytes(event);
+    if (OutputBacklog* backlog = c.job->backlog()) backlog->add(event.bytes);
     c.job->post(std::move(event));
     return !c.stream->stopped() && !c.job->cancelled();
   };
-  return std::make_shared<DecodeJob>(GenerateRequest{&window, query, std::move(go)}, signal);
+  return std::make_shared<DecodeJob>(GenerateRequest{&window, query, std::move(go)}, signal, std::move(backlog));
 }
 
 // Whether choice `index`'s text goes to the sink: choice 0's always, the others' when each choice streams.
@@ -163,11 +166,19 @@ void end_choice(Choice& c, bool& gone, const DecodeRequest& request, const RunSi
 // others posted meanwhile, then hands on in ChoiceOrder's order all it can: each event's text to the sink
 // (for the choices that stream), each end to end_choice. A client that left cancels every choice. Returns
 // whether it left.
-bool wait_for_choices(std::vector<Choice>& choices, const DecodeRequest& request, const RunSink& sink) {
+bool wait_for_choices(std::vector<Choice>& choices, const DecodeRequest& request, const RunSink& sink,
+                      DecodeScheduler& decoder) {
   bool gone = false;
   auto cancel_all = [&] {
     gone = true;
     for (Choice& c : choices) c.job->cancel();
+    decoder.wake();  // a held job is released to end
+  };
+  // An event handed on (or dropped) leaves the request's backlog; one that brings it back within its bound
+  // has the scheduler release the request's held sequences.
+  auto handed_on = [&](const Choice& c, const DecodeEvent& e) {
+    OutputBacklog* backlog = c.job->backlog();
+    if (backlog && backlog->sent(e.bytes)) decoder.wake();
   };
   ChoiceOrder order(choices.size());
   std::vector<DecodeEvent> events;
@@ -192,6 +203,7 @@ bool wait_for_choices(std::vector<Choice>& choices, const DecodeRequest& request
         DecodeEvent e = std::move(c.pending.front());
         c.pending.pop_front();
         if (!gone && streams(sink, c.index) && !deliver(c, e, *request.sampling, sink)) gone = true;
+        handed_on(c, e);
       }
       if (gone && !was_gone) cancel_all();
     }
@@ -223,6 +235,8 @@ RunResult decode(ServeContext& context, Window& window, const DecodeRequest& req
   for (int64_t i = 1; i < n; ++i) forks.push_back(window.fork());
   std::vector<Choice> choices(static_cast<std::size_t>(n));
   std::vector<std::shared_ptr<DecodeJob>> jobs;
+  // A stream's output waits for its client: past the bound its choices are held (decode_scheduler.h).
+  const auto backlog = sampling.stream ? std::make_shared<OutputBacklog>(context.options.max_unsent_bytes) : nullptr;
   for (int64_t i = 0; i < n; ++i) {
     Choice& c = choices[static_cast<std::size_t>(i)];
     c.index = i;
@@ -232,11 +246,11 @@ RunResult decode(ServeContext& context, Window& window, const DecodeRequest& req
     GenerateOptions branch = go;
     branch.seed = go.seed + static_cast<uint64_t>(i);
     c.job = choice_job(c, i == 0 ? window : forks[static_cast<std::size_t>(i - 1)], query, std::move(branch),
-                       context.decoder.signal());
+                       context.decoder.signal(), backlog);
     jobs.push_back(c.job);
   }
   context.decoder.submit(jobs);
-  const bool gone = wait_for_choices(choices, request, sink);
+  const bool gone = wait_for_choices(choices, request, sink, context.decoder);
   for (const Choice& c : choices) {
     const std::string error = c.job->error();
     ORBIT_CHECK(error.empty(), "decode: " << error);

@@ -172,7 +172,23 @@ std::optional<ApiError> RequestPath::check_lengths(int64_t prompt_tokens, const 
                          "-token context, so at most " + std::to_string(context - prompt_tokens) + " can be generated",
                      "invalid_request_error", "context_length_exceeded", "max_tokens");
   }
-  return std::nullopt;
+  return check_logprobs(prompt_tokens, sampling);
+}
+
+std::optional<ApiError> RequestPath::check_logprobs(int64_t prompt_tokens, const SamplingRequest& sampling) const {
+  if (!sampling.logprobs) return std::nullopt;
+  const int64_t n = std::max<int64_t>(1, sampling.n);
+  const int64_t tokens = max_tokens_for(context_, prompt_tokens, sampling);
+  const int64_t entries = n * tokens * (1 + sampling.top_logprobs);
+  const int64_t most = context_.options.limits.max_answer_logprobs;
+  if (entries <= most) return std::nullopt;
+  return api_error(400,
+                   "n (" + std::to_string(n) + ") x max_tokens (" + std::to_string(tokens) +
+                       (sampling.max_tokens ? "" : ", the server's default") + ") x (1 + top_logprobs " +
+                       std::to_string(sampling.top_logprobs) + ") = " + std::to_string(entries) +
+                       " log-probability entries, more than this server holds for one answer (" + std::to_string(most) +
+                       ", --max-answer-logprobs); lower n, max_tokens or top_logprobs",
+                   "invalid_request_error", "answer_too_large", sampling.max_tokens ? "max_tokens" : "n");
 }
 
 // plan_sync threw: the template refused the list, or its rendering is past the model's positions. The

@@ -79,6 +79,9 @@ class RequestPath {
   std::optional<ApiError> check_model(const std::string& model) const;
   std::optional<ApiError> check_lengths(int64_t prompt_tokens, const SamplingRequest& sampling,
                                         const std::string& prompt_param) const;
+  // The answer's log-probability entries within ServeLimits::max_answer_logprobs (400 naming n, max_tokens and
+  // top_logprobs otherwise).
+  std::optional<ApiError> check_logprobs(int64_t prompt_tokens, const SamplingRequest& sampling) const;
   ApiError plan_refusal(const ChatRequest& request, const ChatOptions& chat, const std::string& why) const;
   std::optional<ApiError> read_reasoning(const ChatRequest& request, RunTicket::Prepared& p);
   RunOutcome run_chat(RunTicket::Prepared& p, const RunSink& sink);

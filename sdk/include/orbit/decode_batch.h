@@ -77,6 +77,12 @@ class DecodeBatch {
   // full pool while keeping answers): every sequence of the batch is then dropped, unfinished.
   DecodeStep step();
 
+  // Holds sequence `id` (true) or releases it (false): a held sequence takes no part in step() (no forward,
+  // no token, no end) and keeps its slot, its rows and its place; released, it goes on at the next step as
+  // if it had never stopped. So a caller that cannot take a sequence's tokens yet (a server whose client
+  // stopped reading) pauses it while the others decode. Throws orbit::Error for an id not running.
+  void hold(uint64_t id, bool held);
+
   int64_t size() const;  // sequences added and not yet finished
   bool empty() const { return size() == 0; }
 

@@ -119,6 +119,7 @@ struct DecodeSequence {
   Generation g;
   Clock::time_point t0;
   bool ending = false;
+  bool held = false;  // DecodeBatch::hold: no part in steps until released
 };
 
 struct DecodeBatchState {
@@ -182,6 +183,7 @@ uint64_t DecodeBatchState::add(WindowState& w, const std::vector<int64_t>& query
 void DecodeBatchState::mark_endings_before_forward() {
   const int64_t limit = core->config().max_position_embeddings;
   for (auto& s : running) {
+    if (s->held) continue;
     if (s->steps >= s->options.max_tokens || s->done_before) {
       s->ending = true;
     } else if (limit > 0 && s->pos + static_cast<int64_t>(s->input.size()) > limit) {
@@ -355,7 +357,7 @@ void DecodeBatchState::forward(DecodeStep& out) {
   std::vector<DecodeSequence*> owners;  // per forward: the sequence whose input it is
   std::map<std::tuple<DecodeReadKey, std::vector<int64_t>, int64_t>, std::size_t> first_steps;
   for (auto& s : running) {
-    if (s->ending) continue;
+    if (s->ending || s->held) continue;
     live.push_back(s.get());
     if (s->steps == 0) {
       const auto key = std::make_tuple(s->read, s->query, s->pos);
@@ -448,6 +450,15 @@ uint64_t DecodeBatch::add(const GenerateRequest& request) {
 }
 
 DecodeStep DecodeBatch::step() { return state_->step(); }
+
+void DecodeBatch::hold(uint64_t id, bool held) {
+  for (auto& s : state_->running) {
+    if (s->id != id) continue;
+    s->held = held;
+    return;
+  }
+  ORBIT_FAIL("DecodeBatch::hold: sequence " << id << " is not running in this batch");
+}
 
 int64_t DecodeBatch::size() const { return static_cast<int64_t>(state_->running.size()); }
 

@@ -1,0 +1,145 @@
+"""A client that stops reading its streamed answer (cli/serve/compute/decode_scheduler.h's OutputBacklog): once
+its unsent output passes --max-unsent-kb its sequences are held, no forward for them while other requests
+decode, and once it has taken nothing for --stall-seconds it is dropped as a client that left (its request
+cancelled, its decode freed, orbit_stalled_clients_total). Before, the whole answer was decoded and queued in
+the server's memory for a client that would never read it. A request whose log probabilities would pass
+--max-answer-logprobs is refused before it runs. Every server is started here on 127.0.0.1 (any free port)
+and stopped; every socket is closed."""
+import contextlib
+import json
+import re
+import socket
+import subprocess
+import time
+import urllib.error
+
+import pytest
+
+MODEL_NAME = "stories260K.bin"
+N, MAX_TOKENS = 32, 480  # a prompt of about 20 tokens and 480 more fill the 512-token context
+WHOLE = N * MAX_TOKENS  # the decode tokens of the stalled answer decoded to its end
+NO_END = {"1": -100, "2": -100}  # no BOS or EOS (both stop an answer): every choice runs to max_tokens
+DEADLINE_S = 180  # hang guards only: a loaded 2-core machine may be slow, nothing here is timed
+
+
+def metric(server, name):
+    """The value of metric line `name` (with its labels, if any) in /metrics; None when there is no such line."""
+    found = re.search("^" + re.escape(name) + r" (\S+)$", server.call("/metrics"), re.M)
+    return None if found is None else float(found.group(1))
+
+
+def wait_for(what, check, deadline_s=DEADLINE_S):
+    deadline = time.monotonic() + deadline_s
+    while not check():
+        assert time.monotonic() < deadline, f"not within {deadline_s} s: {what}"
+        time.sleep(0.1)
+
+
+def stream_body(**extra):
+    return {"model": MODEL_NAME, "stream": True, "n": N, "max_tokens": MAX_TOKENS, "temperature": 0,
+            "logprobs": True, "top_logprobs": 20, "logit_bias": NO_END,
+            "messages": [{"role": "user", "content": "Tell me a long story."}], **extra}
+
+
+@contextlib.contextmanager
+def stalled_stream(server):
+    """A socket that sent a streamed request with large n and logprobs and never reads its answer (a small
+    receive buffer, so the kernel holds little of it); closed on exit."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect((server.host, server.port))
+        body = json.dumps(stream_body()).encode()
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        yield sock
+    finally:
+        sock.close()
+
+
+def wait_until_held(server):
+    """Waits for the stalled stream's N sequences to be held; fails at once once half its answer was decoded."""
+
+    def held():
+        tokens = metric(server, "orbit_decode_tokens_total") or 0
+        assert tokens < WHOLE / 2, f"{tokens} of the stalled stream's {WHOLE} tokens decoded without a hold"
+        return (metric(server, "orbit_decode_held") or 0) == N
+
+    wait_for(f"the stalled stream's {N} sequences held (orbit_decode_held)", held)
+
+
+def test_a_stream_nobody_reads_is_held_while_another_request_decodes(start_serve, stories260k_path):
+    server = start_serve(stories260k_path, "--max-unsent-kb", "64", "--stall-seconds", "3600")
+    with stalled_stream(server):
+        wait_until_held(server)
+        at_hold = metric(server, "orbit_decode_tokens_total")
+        assert at_hold < WHOLE / 2, f"{at_hold} of {WHOLE} tokens decoded before the hold"
+        assert metric(server, "orbit_decode_holds_total") >= N
+        # Another client's request decodes to its end meanwhile.
+        other = server.call("/v1/chat/completions", {
+            "model": MODEL_NAME, "max_tokens": 24, "temperature": 0, "logit_bias": NO_END,
+            "messages": [{"role": "user", "content": "Hello there."}]})
+        assert other["choices"][0]["finish_reason"] == "length"
+        assert other["usage"]["completion_tokens"] == 24
+        # The held stream decodes nothing more: no decode token is forwarded while it stays held.
+        after_other = metric(server, "orbit_decode_tokens_total")
+        for _ in range(10):
+            time.sleep(0.2)
+            assert metric(server, "orbit_decode_held") == N
+            assert metric(server, "orbit_decode_tokens_total") == after_other
+        assert metric(server, "orbit_stalled_clients_total") == 0
+    # The client left with its answer unread: its request is cancelled and its sequences end.
+    wait_for("the left stream's request cancelled and its decode freed",
+             lambda: metric(server, "orbit_cancelled_total") == 1 and metric(server, "orbit_decode_running") == 0
+             and metric(server, 'orbit_requests_in_flight{endpoint="chat"}') == 0)
+    assert metric(server, "orbit_decode_held") == 0
+
+
+def test_a_stream_nobody_reads_is_dropped_after_the_stall_timeout(start_serve, stories260k_path):
+    server = start_serve(stories260k_path, "--max-unsent-kb", "64", "--stall-seconds", "2")
+    with stalled_stream(server) as sock:
+        wait_until_held(server)
+        wait_for("the stalled client dropped (orbit_stalled_clients_total)",
+                 lambda: metric(server, "orbit_stalled_clients_total") == 1)
+        wait_for("the dropped request cancelled and its decode freed",
+                 lambda: metric(server, "orbit_cancelled_total") == 1 and metric(server, "orbit_decode_running") == 0
+                 and metric(server, 'orbit_requests_in_flight{endpoint="chat"}') == 0)
+        assert metric(server, "orbit_decode_held") == 0
+        # Held until dropped, then one step to end each sequence: far from the whole answer.
+        assert metric(server, "orbit_decode_tokens_total") < WHOLE / 2
+        # The server closed the connection: what the kernel held of the answer, then its end.
+        sock.settimeout(60)
+        with contextlib.suppress(ConnectionResetError):
+            while sock.recv(65536):
+                pass
+    # The server still answers.
+    assert server.call("/v1/chat/completions", {"model": MODEL_NAME, "max_tokens": 4, "messages": [
+        {"role": "user", "content": "Hi."}]})["usage"]["completion_tokens"] >= 1
+
+
+def test_an_answer_over_the_log_probability_limit_is_refused_naming_its_parameters(start_serve, stories260k_path):
+    server = start_serve(stories260k_path, "--max-answer-logprobs", "10000")
+    body = {"model": MODEL_NAME, "n": 4, "max_tokens": 200, "logprobs": True, "top_logprobs": 20,
+            "messages": [{"role": "user", "content": "Hi."}]}
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        server.call("/v1/chat/completions", body)
+    assert refused.value.code == 400
+    error = json.loads(refused.value.read().decode())["error"]
+    assert error["code"] == "answer_too_large" and error["param"] == "max_tokens"
+    assert "n (4) x max_tokens (200) x (1 + top_logprobs 20) = 16800" in error["message"]
+    assert "--max-answer-logprobs" in error["message"] and "10000" in error["message"]
+    answer = server.call("/v1/chat/completions", {**body, "max_tokens": 100})  # 8400 entries: served
+    assert len(answer["choices"]) == 4 and len(answer["choices"][0]["logprobs"]["content"]) >= 1
+
+
+@pytest.mark.parametrize("argument, value, says", [
+    ("--max-unsent-kb", "0", "argument '--max-unsent-kb' must be >= 1, got 0"),
+    ("--stall-seconds", "0", "argument '--stall-seconds' must be >= 1, got 0"),
+    ("--stall-seconds", "86401", "argument '--stall-seconds' must be <= 86400"),
+    ("--max-answer-logprobs", "0", "argument '--max-answer-logprobs' must be >= 1, got 0"),
+])
+def test_bad_bounds_stop_the_start_naming_the_option(orbit_cli, stories260k_path, argument, value, says):
+    result = subprocess.run([str(orbit_cli), "serve", "--model", str(stories260k_path), "--host", "127.0.0.1",
+                             "--port", "0", argument, value], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stderr
+    assert says in result.stderr, result.stderr
