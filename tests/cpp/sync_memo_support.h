@@ -86,6 +86,10 @@ inline std::string template_source(const std::string& name) {
   return text.str();
 }
 
+// How many prefixes the spans' check renders per anchor beyond the shortest and the longest read (sync_memo.h):
+// the shortest read that ends with each other role, of a user turn, an answer and a tool's result.
+inline constexpr int64_t kRoleChecks = 2;
+
 // One function tool, `lookup(query)`, as a request's tools JSON (the agent lists' tool turns call it).
 inline constexpr const char* kLookupTool =
     R"([{"type": "function", "function": {"name": "lookup", "description": "Look a story up.", "parameters": )"

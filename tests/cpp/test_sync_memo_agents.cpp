@@ -32,6 +32,7 @@ namespace {
 using namespace orbit;
 using orbit::test::sync_memo::cuts_both;
 using orbit::test::sync_memo::kLookupTool;
+using orbit::test::sync_memo::kRoleChecks;
 using orbit::test::sync_memo::ListCuts;
 using orbit::test::sync_memo::runtime_msg;
 using orbit::test::sync_memo::template_source;
@@ -120,8 +121,9 @@ TEST_CASE("agents taking turns, each with a new system prompt and its oldest tur
     agents[1].start(rng, 9);   // 37
     int64_t renders = 0, spans = 0;
     take_turns(t, o, rng, agents, 6, [&](const ListCuts& cuts, const Messages& list, std::size_t) {
-      // The new system prompt's prefix, the added round's prefixes before its last, and the check's two.
-      CHECK(cuts.renders <= 6);
+      // The new system prompt's prefix, the added round's prefixes before its last, and the check's two and one
+      // per other role.
+      CHECK(cuts.renders <= 6 + kRoleChecks);
       CHECK(cuts.spans + cuts.renders >= static_cast<int64_t>(list.size()) - 1);
       renders += cuts.renders;
       spans += cuts.spans;
@@ -247,8 +249,8 @@ TEST_CASE("agents taking turns plan as rendering and encoding whole under every 
           tokens += cost.tokens;
           // Each template renders the prefixes it refuses or renders otherwise, the new system prompt's (and the
           // first user turn's, where the template moves the system prompt there), the added round's before its
-          // last, and the check's two: the rest is read.
-          CHECK(cost.renders <= cost.merged + (tools ? 6 : 5));
+          // last, and the check's two and one per other role: the rest is read.
+          CHECK(cost.renders <= cost.merged + (tools ? 6 : 5) + kRoleChecks);
           renders += cost.renders - cost.merged;
           prefixes += static_cast<int64_t>(a.list.size()) - 1 - cost.merged;
           CHECK(cost.reused * 2 > cost.tokens);  // the agent's own last list's tokens

@@ -25,6 +25,7 @@ namespace {
 
 using namespace orbit;
 using orbit::test::sync_memo::cuts_both;
+using orbit::test::sync_memo::kRoleChecks;
 using orbit::test::sync_memo::ListCuts;
 using orbit::test::sync_memo::runtime_msg;
 using orbit::test::sync_memo::template_source;
@@ -147,17 +148,17 @@ TEST_CASE("a memo entry of a template that reads the date is read until midnight
     trimmed.erase(trimmed.begin() + 1, trimmed.begin() + 3);
     add_round(rng, trimmed);
     cuts = cuts_both(t, o, trimmed);
-    CHECK(cuts->renders <= 5);
+    CHECK(cuts->renders <= 5 + kRoleChecks);
     Messages summary = {list[0], runtime_msg("user", "Summary: " + sentence(rng, 6))};
     summary.insert(summary.end(), list.begin() + 11, list.end());
     add_round(rng, summary);
     cuts = cuts_both(t, o, summary);
-    CHECK(cuts->renders <= 5);
+    CHECK(cuts->renders <= 5 + kRoleChecks);
     Messages prompt = list;
     prompt[0].content = "You tell stories. Step 7.";
     add_round(rng, prompt);
     cuts = cuts_both(t, o, prompt);
-    CHECK(cuts->renders <= 5);
+    CHECK(cuts->renders <= 5 + kRoleChecks);
     // The trimmed list again past the next midnight: nothing holds.
     clock.set(local_time(32, 0, 0, 1));
     add_round(rng, trimmed);
@@ -215,15 +216,15 @@ TEST_CASE("Llama 3.2 reading today's date plans as rendering every prefix, and r
   Messages trimmed = list;
   trimmed.erase(trimmed.begin() + 1, trimmed.begin() + 3);
   add_round(rng, trimmed);
-  CHECK(plan_both(trimmed) <= 5);
+  CHECK(plan_both(trimmed) <= 5 + kRoleChecks);
   Messages summary = {list[0], runtime_msg("user", "Summary: " + sentence(rng, 4))};
   summary.insert(summary.end(), list.begin() + 5, list.end());
   add_round(rng, summary);
-  CHECK(plan_both(summary) <= 5);
+  CHECK(plan_both(summary) <= 5 + kRoleChecks);
   Messages prompt = list;
   prompt[0].content = "You tell stories. Step 2.";
   add_round(rng, prompt);
-  CHECK(plan_both(prompt) <= 5);
+  CHECK(plan_both(prompt) <= 5 + kRoleChecks);
   clock.set(local_time(31, 9, 0, 0));  // the next day: every prefix rendered again
   add_round(rng, list);
   CHECK(plan_both(list) == static_cast<int64_t>(list.size()) - 1);

@@ -436,32 +436,48 @@ TEST_CASE("real agent traces replayed as lists cut under every bundled template 
   }
 }
 
-// A mismatch the driver found (seeds 2000, 2007-2009 of 16 at 400 requests), minimized: it fails today, so it is
-// marked to (!shouldfail) until the spans' check covers it. Qwen3 takes a user turn that is a <tool_response> for
-// no query: in the latest list K no query precedes the answers after it, so their prefixes render as heads of K's
-// rendering; in this list the summary (before the anchor) is one, so there they show their reasoning, other
-// text. The spans read them as heads, and the check renders only the shortest and longest head read, which both
-// render as read (one before those answers, one past the next query): the cuts part (with every head read
-// between them rendered, this case passes). Reading other
-// text from the spans is not the cause (with Spans::read_other off it fails the same).
-TEST_CASE("Qwen3: a summary user turn before a tool_response user turn, after a list without one",
-          "[.sync-diff][!shouldfail]") {
+namespace {
+
+runtime::ChatMessage reasoned(const std::string& content, const std::string& reasoning) {
+  runtime::ChatMessage m = runtime_msg("assistant", content);
+  m.reasoning_content = reasoning;
+  return m;
+}
+
+runtime::ChatMessage call(const std::string& id) {
+  runtime::ChatMessage m = runtime_msg("assistant", "Let me look.");
+  m.tool_calls.push_back({id, "lookup", "{}"});
+  return m;
+}
+
+runtime::ChatMessage result(const std::string& id, const std::string& content) {
+  runtime::ChatMessage m = runtime_msg("tool", content);
+  m.tool_call_id = id;
+  return m;
+}
+
+// `next` cut under Qwen3 with the memo on after `k` (the latest list with its first message) against rendering
+// every prefix.
+void check_qwen3_after(const Messages& k, const Messages& next) {
   const runtime::ChatTemplate t(template_source("qwen3-0.6b"), "qwen3");
-  const auto reasoned = [](const std::string& content, const std::string& reasoning) {
-    runtime::ChatMessage m = runtime_msg("assistant", content);
-    m.reasoning_content = reasoning;
-    return m;
-  };
-  const auto call = [](const std::string& id) {
-    runtime::ChatMessage m = runtime_msg("assistant", "Let me look.");
-    m.tool_calls.push_back({id, "lookup", "{}"});
-    return m;
-  };
-  const auto result = [](const std::string& id, const std::string& content) {
-    runtime::ChatMessage m = runtime_msg("tool", content);
-    m.tool_call_id = id;
-    return m;
-  };
+  runtime::ChatRenderOptions o;
+  orbit::detail::clear_cuts_memo();
+  REQUIRE(list_cuts(t, o, k, true));
+  Totals totals;
+  bool refused = false;
+  CHECK(cuts_agree(t, o, next, refused, totals));
+  CHECK_FALSE(refused);
+}
+
+}  // namespace
+
+// A mismatch the driver found (seeds 2000, 2007-2009 of 16 at 400 requests), minimized. Qwen3 takes a user turn
+// that is a <tool_response> for no query: in the latest list K no query precedes the answers after it, so their
+// prefixes render as heads of K's rendering; in this list the summary (before the anchor) is one, so there they
+// show their reasoning (the call an empty <think> block), other text. The spans read them as heads; the check
+// rendered only the shortest and the longest head read (a user turn, and past the next query), which both render
+// as read, and the cuts parted. It now renders the shortest head read ending with each role too (the call).
+TEST_CASE("Qwen3: a summary user turn before a tool_response user turn, after a list without one") {
   const Messages tail = {runtime_msg("user", "<tool_response>\nbox\n</tool_response>"),
                          call("c1"),
                          result("c1", "park"),
@@ -475,11 +491,22 @@ TEST_CASE("Qwen3: a summary user turn before a tool_response user turn, after a 
   next.insert(next.end(), tail.begin(), tail.end());
   next.push_back(reasoned("run", "play"));
   next.push_back(runtime_msg("user", "girl"));
-  runtime::ChatRenderOptions o;
-  orbit::detail::clear_cuts_memo();
-  REQUIRE(list_cuts(t, o, k, true));
-  Totals totals;
-  bool refused = false;
-  CHECK(cuts_agree(t, o, next, refused, totals));
-  CHECK_FALSE(refused);
+  check_qwen3_after(k, next);
+}
+
+// The same where K holds no query at all, so each of its prefixes renders as a head of its rendering (no role
+// ends both a head and other text in K): this list's answers past the anchor show a <think> block as the last
+// message, the prefixes that end with them part, and those that end with a user turn or a result do not (the
+// shortest and the longest read among them).
+TEST_CASE("Qwen3: a summary user turn before the anchor, after a list with no query") {
+  const Messages tail = {runtime_msg("user", "<tool_response>\nbox\n</tool_response>"), call("c1"),
+                         result("c1", "park"), runtime_msg("assistant", "day"),
+                         runtime_msg("user", "<tool_response>\nsun\n</tool_response>")};
+  Messages k = {runtime_msg("system", "S"), reasoned("toy", "ball")};
+  k.insert(k.end(), tail.begin(), tail.end());
+  Messages next = {runtime_msg("system", "S"), runtime_msg("user", "Summary: ")};
+  next.insert(next.end(), tail.begin(), tail.end());
+  next.push_back(reasoned("run", "play"));
+  next.push_back(runtime_msg("user", "girl"));
+  check_qwen3_after(k, next);
 }

@@ -28,6 +28,7 @@ namespace {
 using namespace orbit;
 using orbit::test::sync_memo::cuts_both;
 using orbit::test::sync_memo::kLookupTool;
+using orbit::test::sync_memo::kRoleChecks;
 using orbit::test::sync_memo::list_cuts;
 using orbit::test::sync_memo::ListCuts;
 using orbit::test::sync_memo::MemoOn;
@@ -117,7 +118,7 @@ void check_edits_read_latest(uint64_t seed, int requests, int64_t max_renders, c
       INFO(name << ", request " << request << ", " << what << ", " << next.size() << " messages");
       const std::optional<ListCuts> cuts = cuts_both(t, o, next);
       REQUIRE(cuts);
-      CHECK(cuts->renders <= max_renders);
+      CHECK(cuts->renders <= max_renders + kRoleChecks);
       CHECK(cuts->spans + cuts->renders >= static_cast<int64_t>(next.size()) - 1);
       CHECK(cuts->cuts.size() + 4 >= next.size());
       list = std::move(next);
@@ -228,7 +229,7 @@ TEST_CASE(
         INFO("request " << request << ", agent " << agent << ", " << system_edit_name(edit));
         const std::optional<ListCuts> cuts = cuts_both(t, o, next);
         REQUIRE(cuts);
-        CHECK(cuts->renders <= 4);
+        CHECK(cuts->renders <= 4 + kRoleChecks);
         CHECK(cuts->spans + cuts->renders >= static_cast<int64_t>(next.size()) - 1);
         lists[agent] = std::move(next);
       }
@@ -251,9 +252,9 @@ TEST_CASE("a list whose first message changed cuts as rendering every prefix doe
       ++checked;
       spans += cuts->spans;
       // Each template renders the prefixes it refuses or renders otherwise (a merged boundary each, which the
-      // earlier list's were too), the new system prompt's, the added turn before the last, and the check's two:
-      // the rest is read.
-      CHECK(cuts->renders <= cuts->merged + 5);
+      // earlier list's were too), the new system prompt's, the added turn before the last, and the check's two
+      // and one per other role: the rest is read.
+      CHECK(cuts->renders <= cuts->merged + 5 + kRoleChecks);
       bounded += cuts->merged == 0 ? 1 : 0;
     }
   });
@@ -343,7 +344,7 @@ TEST_CASE("a template that renders a kept message otherwise in the trimmed list 
       INFO(c.what << (summarize ? ", summarized" : ", trimmed"));
       const std::optional<ListCuts> cuts = cuts_both(t, o, next);
       REQUIRE(cuts);
-      if (c.max_renders >= 0) CHECK(cuts->renders <= std::min<int64_t>(c.max_renders, next.size() - 1));
+      if (c.max_renders >= 0) CHECK(cuts->renders <= std::min<int64_t>(c.max_renders + kRoleChecks, next.size() - 1));
     }
   }
 }
@@ -387,9 +388,9 @@ TEST_CASE("a template that shows the first message further on reads no span past
       spans += cuts->spans;
       // A trimmed list renders what the trimmed case does, and one more prefix (its new system prompt alone).
       if (edit == SystemEdit::kTrim && c.max_renders >= 0) {
-        CHECK(cuts->renders <= std::min<int64_t>(c.max_renders + 1, next.size() - 1));
+        CHECK(cuts->renders <= std::min<int64_t>(c.max_renders + 1 + kRoleChecks, next.size() - 1));
       }
-      if (edit != SystemEdit::kTrim && c.max_new_system >= 0) CHECK(cuts->renders <= c.max_new_system);
+      if (edit != SystemEdit::kTrim && c.max_new_system >= 0) CHECK(cuts->renders <= c.max_new_system + kRoleChecks);
     }
   }
   CHECK(lists == 3 * static_cast<int64_t>(cases.size()));

@@ -55,16 +55,23 @@
 // against K's, under the same assumption; a template that shows the first message again further on (the system prompt
 // repeated or counted in every turn) shows it in both whole renderings, so b stops there, and one that moves it into
 // the last user turn renders each prefix that ends with a user turn otherwise in K as well, so those are rendered.
-// Last, the shortest and the longest prefix of T read are rendered as well; where either differs, every prefix is
-// rendered as without the spans. Other text read is checked apart: its longest is rendered, and its shortest on until
-// one renders as read (Qwen3 shows an answer's reasoning only after a user turn, which T may lack before the anchor
-// where K had one: those render as a prefix of T), that one to the longest kept; where the longest differs (a
-// template that moves a message before the anchor into the last user turn), each is rendered. What no check sees: a
-// template whose rendering of a shorter list depends on the list's length, or on a message before the anchor (the
-// first, say), in a way the whole renderings do not show, at lengths the check does not render (a line only where there
-// are exactly 30 messages, or only where the system prompt says so and the last message is a user's); for it, the
-// boundaries may differ from rendering every prefix (the tokens never do: they are the whole rendering's, sync.h step
-// 3).
+// Last, the longest prefix of T read is rendered as well, and per anchor the shortest read that ends with each role
+// (a user turn, an answer, a tool's result); where any differs, every prefix is rendered as without the spans. A
+// template may render the messages after the anchor otherwise for what precedes it in a way the whole renderings
+// hide: Qwen3 shows an answer's reasoning (and an empty <think> block for the last message) only after a query, a
+// user turn that is no <tool_response>, so where T has a query before the anchor and K none, the prefixes that end
+// with an answer past the anchor and before the next query part, while those ending with a user turn, and the
+// whole renderings (a query follows), do not; the shortest read ending with an answer is one of them (Qwen3's
+// state is undone by the first query after the anchor, so the prefixes that part are the first of each role's).
+// Other text read is checked apart: its longest is rendered, and its shortest on until one renders as read (Qwen3
+// shows an answer's reasoning only after a user turn, which T may lack before the anchor where K had one: those
+// render as a prefix of T), that one to the longest kept; where the longest differs (a template that moves a
+// message before the anchor into the last user turn), each is rendered. What no check sees: a template whose
+// rendering of a shorter list depends on the list's length, or on a message before the anchor (the first, say), in
+// a way the whole renderings do not show, at lengths the check does not render (a line only where there are exactly
+// 30 messages, or only where the system prompt says so and the last message is a user's, past the shortest read
+// that ends with one); for it, the boundaries may differ from rendering every prefix (the tokens never do: they are
+// the whole rendering's, sync.h step 3).
 
 #pragma once
 
@@ -299,6 +306,7 @@ struct ListKeys {
   Sha256::Digest head{};                 // the key of no messages: the template's key and the variables
   std::vector<Sha256::Digest> lists;     // [m - 1]: the key of the list's first m messages
   std::vector<Sha256::Digest> messages;  // [i]: message i's own key (its fields alone)
+  std::vector<std::string> roles;        // [i]: message i's role (the spans' check groups reads by it)
   bool empty() const { return lists.empty(); }
 
   mutable std::vector<Sha256::Digest> latest_cache;  // latest_keys; empty: not yet

@@ -84,6 +84,8 @@ class Spans {
     if (was.agrees < q_ || was.agrees - q_ >= bytes_) return std::nullopt;
     return PrefixRender{PrefixRender::Kind::kOther, p_ + was.length - q_, p_ + was.agrees - q_};
   }
+  // How many anchors were set so far: the reads of one anchor are those read while it stays the same.
+  std::size_t anchors() const { return anchors_; }
   // Prefix i, rendered as `r`: an anchor there, unless the present one reads on past i.
   void rendered(std::size_t i, const PrefixRender& r) {
     if (k_ == nullptr || r.kind != PrefixRender::Kind::kPrefix || i >= messages_.size()) return;
@@ -101,6 +103,7 @@ class Spans {
     if (best_run == 0) return;
     anchored_ = true;
     spent_ = false;
+    ++anchors_;
     t_ = i;
     k_at_ = best_k;
     run_ = best_run;
@@ -116,6 +119,7 @@ class Spans {
   bool anchored_ = false;
   bool spent_ = false;  // a prefix past the anchor's run or bytes was asked for: the next rendered anchors anew
   std::size_t t_ = 0, k_at_ = 0, run_ = 0, p_ = 0, q_ = 0, bytes_ = 0;
+  std::size_t anchors_ = 0;
 };
 
 // What rendering messages[0, i) gives against `text`, the list's rendering: read from `known` where it tells
@@ -175,42 +179,75 @@ std::size_t check_other_reads(const std::vector<std::size_t>& at, const Render& 
   return holds ? 1 : 0;
 }
 
+// The prefixes of the text read from the spans that the check renders: the longest read, and per anchor the
+// shortest read that ends with each role. A template may render a message past the anchor otherwise for what
+// precedes the anchor in a way the whole renderings hide (Qwen3 shows an answer's reasoning, or an empty
+// <think> block for the last message, only after a query: a user turn that is no <tool_response>; where one list
+// has a query before the anchor and the other none, the answers after the anchor render alike in both whole
+// renderings once a query follows them, but the prefixes that end before it part); where it does so for a
+// prefix that ends with a role, it does so for the shortest such prefix read, whose run holds the fewest messages
+// that could undo it (a later query), so rendering that one shows it.
+class HeadChecks {
+ public:
+  explicit HeadChecks(const std::vector<std::string>& roles) : roles_(roles) {}
+  // Prefix i, read from the spans as a prefix of the text while `anchor` was the spans' anchor.
+  void read(std::size_t i, std::size_t anchor) {
+    ++count_;
+    longest_ = i;
+    const std::string& role = roles_[i - 1];
+    for (const Shortest& s : shortest_)
+      if (s.anchor == anchor && roles_[s.at - 1] == role) return;
+    shortest_.push_back({anchor, i});
+  }
+  int64_t count() const { return count_; }
+  // Whether each prefix the check renders (render: as prefix_render gives it) renders as `out` read it.
+  template <class Render>
+  bool hold(const Render& render, const std::vector<PrefixRender>& out) const {
+    if (count_ == 0) return true;
+    if (!same(render(longest_), out[longest_ - 1])) return false;
+    return std::all_of(shortest_.begin(), shortest_.end(),
+                       [&](const Shortest& s) { return s.at == longest_ || same(render(s.at), out[s.at - 1]); });
+  }
+
+ private:
+  struct Shortest {
+    std::size_t anchor = 0, at = 0;
+  };
+  const std::vector<std::string>& roles_;
+  std::vector<Shortest> shortest_;  // the shortest read per anchor and role, in the order read
+  std::size_t longest_ = 0;
+  int64_t count_ = 0;
+};
+
 // What each prefix of the list renders to (renders.prefixes), from `known`, the spans of `latest` (null: none),
-// or rendering; false when the check of the spans' prefixes of the text (the header's last step) failed, and
-// nothing is set but the strftime_now calls of the prefixes rendered, added to renders.clock. Other text read
-// from the spans is checked apart (check_other_reads), so a template that renders it otherwise in this list
-// (Mistral Nemo carries the system prompt, a message before the anchor, into the last user turn) costs only
-// what it cost when other text was always rendered.
+// or rendering; false when the check of the spans' prefixes of the text (HeadChecks) failed, and nothing is set
+// but the strftime_now calls of the prefixes rendered, added to renders.clock. Other text read from the spans is
+// checked apart (check_other_reads), so a template that renders it otherwise in this list (Mistral Nemo carries
+// the system prompt, a message before the anchor, into the last user turn) costs only what it cost when other
+// text was always rendered.
 bool read_prefixes(const runtime::ChatTemplate& tmpl, const runtime::PreparedChat& chat, const std::string& text,
-                   const KnownRenders& known, std::shared_ptr<const ListRenders> latest,
-                   const std::vector<Sha256::Digest>& messages, ListRenders& renders) {
-  Spans spans(std::move(latest), messages, text);
+                   const KnownRenders& known, std::shared_ptr<const ListRenders> latest, const ListKeys& keys,
+                   ListRenders& renders) {
+  Spans spans(std::move(latest), keys.messages, text);
   std::vector<PrefixRender> out;
-  std::size_t first_read = 0, last_read = 0;  // the shortest and longest prefix of the text read; 0: none
-  int64_t read = 0;                           // how many prefixes of the text were
-  std::vector<std::size_t> other_reads;       // the prefixes read as other text, shortest first
+  HeadChecks heads(keys.roles);
+  std::vector<std::size_t> other_reads;  // the prefixes read as other text, shortest first
   for (std::size_t i = 1; i < chat.size(); ++i) {
     std::optional<PrefixRender> r;
     if (i > known.count) r = spans.read(i);
     if (r && r->kind == PrefixRender::Kind::kOther) {
       other_reads.push_back(i);
     } else if (r) {
-      first_read = first_read == 0 ? i : first_read;
-      last_read = i;
-      ++read;
+      heads.read(i, spans.anchors());
     } else {
       r = prefix_render(tmpl, chat, i, text, known, renders.clock);
       if (i >= known.count) spans.rendered(i, *r);
     }
     out.push_back(*r);
   }
-  // The check: the shortest and the longest prefix read are rendered too.
   const auto render = [&](std::size_t i) { return prefix_render(tmpl, chat, i, text, KnownRenders{}, renders.clock); };
-  const auto rendered_as_read = [&](std::size_t i) { return same(render(i), out[i - 1]); };
-  if (read > 0) {
-    if (!rendered_as_read(last_read) || (first_read != last_read && !rendered_as_read(first_read))) return false;
-    prefix_spans.fetch_add(read, std::memory_order_relaxed);
-  }
+  if (!heads.hold(render, out)) return false;
+  prefix_spans.fetch_add(heads.count(), std::memory_order_relaxed);
   const std::size_t kept = check_other_reads(other_reads, render, out);
   prefix_spans.fetch_add(static_cast<int64_t>(kept), std::memory_order_relaxed);
   renders.prefixes = std::move(out);
@@ -275,8 +312,8 @@ std::vector<TextCut> text_cuts(const runtime::ChatTemplate& tmpl, const runtime:
       if (latest != nullptr) chose->latest = chosen.key.key;
     }
   }
-  if (!read_prefixes(tmpl, chat, text, known, latest, keys.messages, *renders)) {
-    read_prefixes(tmpl, chat, text, known, nullptr, keys.messages, *renders);
+  if (!read_prefixes(tmpl, chat, text, known, latest, keys, *renders)) {
+    read_prefixes(tmpl, chat, text, known, nullptr, keys, *renders);
   }
   std::vector<TextCut> cuts = cuts_of(renders->prefixes, text, merged);
   if (memo && renders->clock.size() <= kMaxEntryClockReads) {
@@ -334,8 +371,10 @@ ListKeys list_keys(const runtime::ChatTemplate& tmpl, const runtime::ChatRenderO
   Sha256::Digest key = keys.head;
   keys.lists.reserve(messages.size());
   keys.messages.reserve(messages.size());
+  keys.roles.reserve(messages.size());
   for (const runtime::ChatMessage& m : messages) {
     keys.messages.push_back(message_key(m));
+    keys.roles.push_back(m.role);
     Sha256 h;
     h.update(key.data(), key.size());
     h.update(keys.messages.back().data(), keys.messages.back().size());
