@@ -140,6 +140,11 @@ struct MlaAbsorbed {
   at::Tensor k;  // [S, 1, r_kv + d_rope]: [c_KV ‖ RoPE(k_pe)]
   at::Tensor v;  // [S, 1, r_kv]: c_KV
 };
+// Queries q [R, H, d_nope + d_rope] (mla_queries) carried into the latent: [R, H, r_kv + d_rope] =
+// [q_nope_h·W_UK_h ‖ q_pe_h], contiguous (MlaAbsorbed::q).
+at::Tensor mla_absorbed_queries(const ModelConfig& config, const LayerWeights& weights, const at::Tensor& q);
+// The attended latent [R, H·r_kv] (each head's Σ p·c_KV) carried out per head by W_UV_h: [R, H·d_v].
+at::Tensor mla_absorbed_output(const ModelConfig& config, const LayerWeights& weights, const at::Tensor& attended);
 // The absorbed operands of queries q [R, H, d_nope + d_rope] (mla_queries) over key content (S rows), k_pe
 // rotated by `tables` ([S, rotary_dim/2]).
 MlaAbsorbed mla_absorb(const ModelConfig& config, const LayerWeights& weights, const at::Tensor& q,

@@ -95,19 +95,36 @@ at::Tensor mla_attention(const AttentionStep& s) {
   return attend(s.q, k, v, s.query_index, mla_scale(s.config), s.tail_causal);
 }
 
-MlaAbsorbed mla_absorb(const ModelConfig& c, const LayerWeights& w, const at::Tensor& q, const LayerKV& content,
-                       const ops::RopeTables& tables) {
+at::Tensor mla_absorbed_queries(const ModelConfig& c, const LayerWeights& w, const at::Tensor& q) {
   const MlaConfig& m = c.mla;
-  const int64_t R = q.size(0), S = content.v.size(0), H = c.num_heads;
+  const int64_t R = q.size(0), H = c.num_heads;
   // W_kvb [H·(d_nope + d_v), r_kv] per head: rows [0, d_nope) are W_UK_h, the rest W_UV_h.
   const at::Tensor w_uk = w.wkv_b.view({H, m.qk_nope_head_dim + m.v_head_dim, m.kv_lora_rank})
                               .narrow(1, 0, m.qk_nope_head_dim);  // [H, d_nope, r_kv]
-  MlaAbsorbed a;
-  a.q = at::empty({R, H, m.kv_lora_rank + m.qk_rope_head_dim}, q.options());
+  at::Tensor a = at::empty({R, H, m.kv_lora_rank + m.qk_rope_head_dim}, q.options());
   // [H, R, d_nope] · [H, d_nope, r_kv] -> the latent part of each head's queries.
-  a.q.narrow(2, 0, m.kv_lora_rank)
+  a.narrow(2, 0, m.kv_lora_rank)
       .copy_(at::bmm(q.narrow(2, 0, m.qk_nope_head_dim).transpose(0, 1), w_uk).transpose(0, 1));
-  a.q.narrow(2, m.kv_lora_rank, m.qk_rope_head_dim).copy_(q.narrow(2, m.qk_nope_head_dim, m.qk_rope_head_dim));
+  a.narrow(2, m.kv_lora_rank, m.qk_rope_head_dim).copy_(q.narrow(2, m.qk_nope_head_dim, m.qk_rope_head_dim));
+  return a;
+}
+
+at::Tensor mla_absorbed_output(const ModelConfig& c, const LayerWeights& w, const at::Tensor& attended) {
+  const MlaConfig& m = c.mla;
+  const int64_t R = attended.size(0), H = c.num_heads;
+  const at::Tensor w_uv = w.wkv_b.view({H, m.qk_nope_head_dim + m.v_head_dim, m.kv_lora_rank})
+                              .narrow(1, m.qk_nope_head_dim, m.v_head_dim);  // [H, d_v, r_kv]
+  // [H, R, r_kv] · [H, r_kv, d_v] -> [H, R, d_v] -> [R, H·d_v].
+  const at::Tensor o = at::bmm(attended.reshape({R, H, m.kv_lora_rank}).transpose(0, 1), w_uv.transpose(1, 2));
+  return o.transpose(0, 1).reshape({R, H * m.v_head_dim});
+}
+
+MlaAbsorbed mla_absorb(const ModelConfig& c, const LayerWeights& w, const at::Tensor& q, const LayerKV& content,
+                       const ops::RopeTables& tables) {
+  const MlaConfig& m = c.mla;
+  const int64_t S = content.v.size(0);
+  MlaAbsorbed a;
+  a.q = mla_absorbed_queries(c, w, q);
   a.v = content.v;
   a.k = at::empty({S, 1, m.kv_lora_rank + m.qk_rope_head_dim}, content.v.options());
   a.k.narrow(2, 0, m.kv_lora_rank).copy_(content.v);
@@ -181,11 +198,7 @@ at::Tensor mla_absorbed_attention(const AttentionStep& s, const LayerKV* past) {
     attended.addmm_(p.narrow(1, at_row, n), k.first);
     at_row += n;
   }
-  const at::Tensor w_uv = s.weights.wkv_b.view({H, m.qk_nope_head_dim + m.v_head_dim, m.kv_lora_rank})
-                              .narrow(1, m.qk_nope_head_dim, m.v_head_dim);  // [H, d_v, r_kv]
-  // [H, R, r_kv] · [H, r_kv, d_v] -> [H, R, d_v] -> [R, H·d_v].
-  const at::Tensor o = at::bmm(attended.view({R, H, m.kv_lora_rank}).transpose(0, 1), w_uv.transpose(1, 2));
-  return o.transpose(0, 1).reshape({R, H * m.v_head_dim});
+  return mla_absorbed_output(c, s.weights, attended.view({R, H * m.kv_lora_rank}));
 }
 
 bool mla_absorbed_cheaper(const MlaConfig& m, int64_t queries, int64_t keys) {

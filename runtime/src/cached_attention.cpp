@@ -8,8 +8,8 @@
 //                                     own (later tokens, padding) hidden
 //   out    = softmax(scores) · V      back to [B·R, H·d_v] in the members' order
 //
-// G = H / H_a query heads share a kv head (GQA); MLA's rows are per head (H_a = H, G = 1). Scores and the
-// softmax are float32.
+// G = H / H_a query heads share a kv head (GQA); MLA's rows are per head (H_a = H, G = 1), or in the latent
+// layout one row per token that every head reads (cached_attention_mla.cpp). Scores and the softmax are float32.
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -339,6 +339,10 @@ void cached_attention(const BatchPass& b, int64_t l, const CachedGroup& g, const
   }
   const auto [k, v] = s.attention_rows(l, fresh, s.rotate_at_read ? nullptr : &g.new_tables);
   write_new_rows(g, s.keys[L], k);
+  if (s.latent) {
+    cached_latent_attention(b, l, g, q, out);
+    return;
+  }
   write_new_rows(g, s.values[L], v);
   if (g.kernel) {
     ops::CachedAttentionInputs in{q,         s.keys[L],    s.values[L], g.slots,

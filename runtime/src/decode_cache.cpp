@@ -49,7 +49,7 @@ void DecodeCacheState::reserve(int64_t slots_needed, int64_t capacity_needed) {
   };
   for (std::size_t l = 0; l < keys.size(); ++l) {
     keys[l] = grown(keys[l], dk);
-    values[l] = grown(values[l], dv);
+    if (!latent) values[l] = grown(values[l], dv);
   }
   at::Tensor p = at::zeros({new_slots, new_capacity, model->config().position_rows()}, where.dtype(at::kLong));
   if (positions.defined() && slots > 0 && capacity > 0) p.narrow(0, 0, slots).narrow(1, 0, capacity).copy_(positions);
@@ -134,7 +134,7 @@ void DecodeCacheState::fit_main() {
   if (new_slots == slots && new_capacity == capacity) return;
   for (std::size_t l = 0; l < keys.size(); ++l) {
     keys[l] = keys[l].narrow(0, 0, new_slots).narrow(2, 0, new_capacity).contiguous();
-    values[l] = values[l].narrow(0, 0, new_slots).narrow(2, 0, new_capacity).contiguous();
+    if (!latent) values[l] = values[l].narrow(0, 0, new_slots).narrow(2, 0, new_capacity).contiguous();
   }
   positions = positions.narrow(0, 0, new_slots).narrow(1, 0, new_capacity).contiguous();
   // The slots past `used` are free: their entries go with them (new_slot appends again).
@@ -161,6 +161,14 @@ int64_t DecodeCacheState::kept_rows(int64_t slot) const {
 std::pair<at::Tensor, at::Tensor> DecodeCacheState::attention_rows(int64_t l, const LayerKV& content,
                                                                    const ops::RopeTables* tables) const {
   const ModelConfig& c = model->config();
+  if (latent) {
+    // [c_KV ‖ RoPE(k_pe)]: the absorbed form's one key head (keys stored rotated: tables is never null here).
+    const int64_t M = content.v.size(0);
+    at::Tensor k = at::empty({M, 1, dk}, content.v.options());
+    k.narrow(2, 0, c.mla.kv_lora_rank).copy_(content.v);
+    rotate_into(c.rope, k.narrow(2, c.mla.kv_lora_rank, c.mla.qk_rope_head_dim), content.k, *tables);
+    return {k, at::Tensor()};
+  }
   if (c.attention() == AttentionKind::kMla) {
     return mla_keys(c, model->weights().layers[static_cast<std::size_t>(l)], content, tables);
   }
@@ -174,7 +182,13 @@ DecodeCache::DecodeCache(const Model& model) : state_(std::make_unique<detail::D
   const ModelConfig& c = model.config();
   s.model = &model;
   s.rotate_at_read = c.rope.scaling == RopeScaling::kDynamicNtk;
-  if (c.attention() == AttentionKind::kMla) {
+  // The latent layout on the CPU, where the absorbed form reads the rows in place (keys stored rotated).
+  s.latent = c.attention() == AttentionKind::kMla && !s.rotate_at_read && model.device().is_cpu();
+  if (s.latent) {
+    s.heads = 1;
+    s.dk = c.mla.kv_lora_rank + c.mla.qk_rope_head_dim;
+    s.dv = 0;
+  } else if (c.attention() == AttentionKind::kMla) {
     s.heads = c.num_heads;
     s.dk = c.mla.qk_nope_head_dim + c.mla.qk_rope_head_dim;
     s.dv = c.mla.v_head_dim;
@@ -228,7 +242,7 @@ int64_t DecodeCache::open(const PastKV* past, bool keep_content) {
     const auto [k, v] =
         s.attention_rows(l, gathered.layers[static_cast<std::size_t>(l)], s.rotate_at_read ? nullptr : &tables);
     s.keys[static_cast<std::size_t>(l)].select(0, slot).narrow(1, 0, n).copy_(k.permute({1, 0, 2}));
-    s.values[static_cast<std::size_t>(l)].select(0, slot).narrow(1, 0, n).copy_(v.permute({1, 0, 2}));
+    if (!s.latent) s.values[static_cast<std::size_t>(l)].select(0, slot).narrow(1, 0, n).copy_(v.permute({1, 0, 2}));
   }
   s.lengths[static_cast<std::size_t>(slot)] = n;
   return slot;
@@ -242,7 +256,7 @@ int64_t DecodeCache::fork(int64_t slot) {
   const int64_t child = s.new_slot();  // may grow the buffers: read them after
   for (std::size_t l = 0; l < s.keys.size(); ++l) {
     s.keys[l].select(0, child).narrow(1, 0, n).copy_(s.keys[l].select(0, slot).narrow(1, 0, n));
-    s.values[l].select(0, child).narrow(1, 0, n).copy_(s.values[l].select(0, slot).narrow(1, 0, n));
+    if (!s.latent) s.values[l].select(0, child).narrow(1, 0, n).copy_(s.values[l].select(0, slot).narrow(1, 0, n));
   }
   s.positions.select(0, child).narrow(0, 0, n).copy_(s.positions.select(0, slot).narrow(0, 0, n));
   s.lengths[static_cast<std::size_t>(child)] = n;
@@ -304,10 +318,19 @@ int64_t DecodeCache::open_slots() const {
   return std::count_if(state_->lengths.begin(), state_->lengths.end(), [](int64_t n) { return n >= 0; });
 }
 
+bool DecodeCache::latent() const { return state_->latent; }
+
+int64_t DecodeCache::row_bytes() const {
+  const detail::DecodeCacheState& s = *state_;
+  const int64_t element = c10::elementSize(s.model->dtype());
+  return static_cast<int64_t>(s.keys.size()) * s.heads * (s.dk + s.dv) * element;
+}
+
 int64_t DecodeCache::bytes() const {
   int64_t total = state_->positions.defined() ? state_->positions.nbytes() : 0;
   for (std::size_t l = 0; l < state_->keys.size(); ++l) {
-    if (state_->keys[l].defined()) total += state_->keys[l].nbytes() + state_->values[l].nbytes();
+    if (state_->keys[l].defined()) total += state_->keys[l].nbytes();
+    if (state_->values[l].defined()) total += state_->values[l].nbytes();
     if (state_->kept_capacity > 0) total += state_->kept_k[l].nbytes() + state_->kept_v[l].nbytes();
   }
   return total;

@@ -105,6 +105,10 @@ std::vector<CachedGroup> make_cached_groups(const BatchPass& b);
 // of every row of the batch (a cached member is never a partial recompute, so its rows there are its content).
 void cached_attention(const BatchPass& b, int64_t l, const CachedGroup& g, const LayerKV& all, const at::Tensor& q,
                       at::Tensor& out);
+// cached_attention's attention for a cache in the latent layout (MLA on the CPU, decode_cache.h), once the
+// members' new rows are in their slots: the absorbed form over the slots' [c_KV ‖ RoPE(k_pe)] rows, read in
+// place (cached_attention_mla.cpp).
+void cached_latent_attention(const BatchPass& b, int64_t l, const CachedGroup& g, const at::Tensor& q, at::Tensor& out);
 // After every layer ran: the members' slots hold their new rows.
 void finish_cached(const BatchPass& b);
 

@@ -302,16 +302,25 @@ bool mla_form_absorbed(const Model& m, const ForwardOptions& options, const Forw
                 "GQA/MHA (leave it kAuto)");
     return false;
   }
+  if (fp.cache != nullptr) {
+    // A decode cache's slots fix the form: its latent rows are read absorbed, its expanded ones naive.
+    ORBIT_CHECK(options.mla_form != MlaForm::kNaive || !fp.cache->latent,
+                "forward: options.mla_form = naive over a decode cache's past is not supported (its slots hold "
+                "the latent, read in the absorbed form); give a contiguous or paged past, or use kAuto or kAbsorbed");
+    ORBIT_CHECK(options.mla_form != MlaForm::kAbsorbed || fp.cache->latent,
+                "forward: options.mla_form = absorbed over this decode cache's past is not supported (its slots hold "
+                "expanded keys: "
+                    << (m.device().is_cpu() ? "dynamic-NTK RoPE" : device_name(m.device()))
+                    << "); give a contiguous or paged past, or use kAuto or kNaive");
+    return fp.cache->latent;
+  }
   if (options.mla_form == MlaForm::kAbsorbed) {
     ORBIT_CHECK(m.device().is_cpu(), "forward: options.mla_form = absorbed runs on the CPU only (this model is on "
                                          << device_name(m.device()) << "); use kAuto or kNaive");
-    ORBIT_CHECK(fp.cache == nullptr,
-                "forward: options.mla_form = absorbed over a decode cache's past is not supported (its slots hold "
-                "expanded keys); give a contiguous or paged past, or use kAuto or kNaive");
     return true;
   }
   if (options.mla_form == MlaForm::kNaive) return false;
-  return m.device().is_cpu() && fp.cache == nullptr && mla_absorbed_cheaper(c.mla, R, S);
+  return m.device().is_cpu() && mla_absorbed_cheaper(c.mla, R, S);
 }
 
 SequencePass prepare_sequence(const Model& m, const SequenceForward& s, RopeTableCache* table) {

@@ -128,8 +128,9 @@ struct SequencePass {
 };
 
 // Whether an MLA sequence of R computed tokens over S keys (past + input) attends in the absorbed form:
-// options.mla_form, or for kAuto on the CPU, outside a decode cache, mla_absorbed_cheaper. Throws naming
-// options.mla_form where the form asked for does not run (see MlaForm, model.h).
+// over a decode cache's slot the cache's layout (latent: absorbed; expanded: naive), else options.mla_form, or
+// for kAuto on the CPU mla_absorbed_cheaper. Throws naming options.mla_form where the form asked for does not
+// run (see MlaForm, model.h).
 bool mla_form_absorbed(const Model& m, const ForwardOptions& options, const ForwardPast& fp, int64_t R, int64_t S);
 
 // Everything Model::forward did before its first layer, for one sequence. Throws orbit::Error as forward().

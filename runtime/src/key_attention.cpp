@@ -10,9 +10,9 @@ namespace orbit::runtime::detail {
 namespace {
 
 // The last computed token's query [H, d_k] and sequence s's keys at layer l [H_a, S, d_k] in attention form
-// (rotated; MLA's expanded, or in the absorbed form the query carried into the latent and the one key head
-// [c_KV ‖ RoPE(k_pe)]: the same scores), S = its past and input tokens; keys undefined where they are not at
-// hand (key_attention.h).
+// (rotated; MLA's expanded, or in the absorbed form and a decode cache's latent layout the query carried into
+// the latent and the one key head [c_KV ‖ RoPE(k_pe)]: the same scores), S = its past and input tokens; keys undefined
+// where they are not at hand (key_attention.h).
 struct LastQueryKeys {
   at::Tensor query, keys;
 };
@@ -23,7 +23,11 @@ LastQueryKeys attention_keys(const BatchPass& b, const SequencePass& s, const La
   const ForwardPast& fp = *s.past;
   if (fp.cache != nullptr) {
     if (fp.cache->rotate_at_read) return {};
-    return {last, fp.cache->keys[static_cast<std::size_t>(l)].select(0, fp.slot).narrow(1, 0, fp.length + s.tokens)};
+    const at::Tensor keys =
+        fp.cache->keys[static_cast<std::size_t>(l)].select(0, fp.slot).narrow(1, 0, fp.length + s.tokens);
+    // The latent layout's one key head [c_KV ‖ RoPE(k_pe)], met by the query carried into the latent.
+    if (fp.cache->latent) return {mla_absorbed_queries(c, w, last.unsqueeze(0)).squeeze(0), keys};
+    return {last, keys};
   }
   if (s.paged != nullptr) return {};
   const LayerKV keys = sequence_keys(b.model, s, content, l);

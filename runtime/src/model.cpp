@@ -128,8 +128,10 @@ at::Tensor Model::embed(const std::vector<int64_t>& tokens) const {
 namespace {
 
 // An MLA model's form on the CPU under MlaForm::kAuto (forward_sequence.cpp mla_form_absorbed): absorbed over a
-// contiguous or gathered past where mla_absorbed_cheaper says so, naive over a decode cache's.
-std::string mla_cpu_forms(const MlaConfig& mla, int64_t queries) {
+// contiguous or gathered past where mla_absorbed_cheaper says so; over a decode cache's, absorbed over its latent
+// rows, or naive over expanded ones with dynamic-NTK RoPE (decode_cache.h).
+std::string mla_cpu_forms(const ModelConfig& c, int64_t queries) {
+  const MlaConfig& mla = c.mla;
   const int64_t past = detail::mla_absorbed_min_past(mla, queries);
   const std::string n = std::to_string(queries) + (queries == 1 ? " query" : " queries");
   const std::string forms =
@@ -137,7 +139,9 @@ std::string mla_cpu_forms(const MlaConfig& mla, int64_t queries) {
           ? "; MLA: the naive form (the absorbed one takes more multiply-adds for " + n + " over any past)"
           : "; MLA: the absorbed form over a past of " + std::to_string(past) + "+ tokens (mla_absorbed_cheaper for " +
                 n + ": decode steps and short queries), else the naive form";
-  return forms + "; a decode cache's past: the naive form";
+  return forms + (c.rope.scaling == RopeScaling::kDynamicNtk
+                      ? "; a decode cache's past: the naive form (expanded rows: dynamic-NTK RoPE)"
+                      : "; a decode cache's past: the absorbed form over its latent rows");
 }
 
 }  // namespace
@@ -155,7 +159,7 @@ std::string Model::attention_path(int64_t queries, bool paged) const {
   if (queries >= 2 && queries <= ops::kPastAttentionMaxQueries && ops::past_attention_available(device_, dtype_))
     dense_path = "cuBLAS GEMM attention on CUDA (float32 scores and softmax)";
   const std::string mla =
-      config_.attention() == AttentionKind::kMla && device_.is_cpu() ? mla_cpu_forms(config_.mla, queries) : "";
+      config_.attention() == AttentionKind::kMla && device_.is_cpu() ? mla_cpu_forms(config_, queries) : "";
   if (!paged) return "contiguous past: " + dense_path + mla;
   if (gap.empty()) return "paged CUDA kernel (pages read in place, fused relocation + patch rows)";
   return "gathered past + " + dense_path + " (fallback: " + gap + ")" + mla;

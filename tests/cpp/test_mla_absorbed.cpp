@@ -240,8 +240,20 @@ TEST_CASE("MLA absorbed: a form that does not run is refused naming options.mla_
   const auto m = generated(variant("q low-rank"));
   DecodeCache cache(*m);
   const PastKV past = cache.past(cache.open(nullptr));
-  CHECK_THROWS_WITH(forward(*m, {1, 2}, {}, &past, MlaForm::kAbsorbed),
-                    Contains("options.mla_form = absorbed") && Contains("decode cache"));
-  // The cache's slot holds expanded keys: kAuto and kNaive attend over them as before.
+  // On the CPU the cache's slot holds the latent (decode_cache.h): kAuto and kAbsorbed attend over it, kNaive
+  // is refused.
+  CHECK_THROWS_WITH(forward(*m, {1, 2}, {}, &past, MlaForm::kNaive),
+                    Contains("options.mla_form = naive") && Contains("decode cache"));
   CHECK_NOTHROW(forward(*m, {1, 2}, {}, &past, MlaForm::kAuto));
+  CHECK_NOTHROW(forward(*m, {3}, {}, &past, MlaForm::kAbsorbed));
+  // With dynamic-NTK RoPE its slots hold expanded keys: kAbsorbed is refused there.
+  ModelConfig dyn = variant("q low-rank");
+  dyn.rope.scaling = RopeScaling::kDynamicNtk;
+  dyn.rope.factor = 2.0;
+  const auto d = generated(dyn);
+  DecodeCache expanded(*d);
+  const PastKV slot = expanded.past(expanded.open(nullptr));
+  CHECK_THROWS_WITH(forward(*d, {1, 2}, {}, &slot, MlaForm::kAbsorbed),
+                    Contains("options.mla_form = absorbed") && Contains("decode cache") && Contains("dynamic-NTK"));
+  CHECK_NOTHROW(forward(*d, {1, 2}, {}, &slot, MlaForm::kNaive));
 }

@@ -161,12 +161,12 @@ TEST_CASE("forward over a paged past == forward over the same past gathered and 
     CHECK(rel_error(got.content[0].k, want.content[0].k) < 1e-5);
     CHECK(m->attention_path(1, true).find("fallback: the model runs on CPU") != std::string::npos);
     // Heads of up to 32 attend through the CPU kernel, wider ones through the blocked products. An MLA model
-    // says its form too: a decode step over a past of 1+ tokens absorbed (mla_absorbed_cheaper), naive over a
-    // decode cache.
+    // says its form too: a decode step over a past of 1+ tokens absorbed (mla_absorbed_cheaper), and over a
+    // decode cache's latent rows.
     const bool mla = m->config().attention() == rt::AttentionKind::kMla;
     const std::string forms = mla ? "; MLA: the absorbed form over a past of 1+ tokens (mla_absorbed_cheaper for "
                                     "1 query: decode steps and short queries), else the naive form; a decode "
-                                    "cache's past: the naive form"
+                                    "cache's past: the absorbed form over its latent rows"
                                   : "";
     CHECK(m->attention_path(1, false) ==
           (m->config().head_dim <= 32

@@ -5,6 +5,16 @@
 //   values[l]  [slots, H_a, capacity, d_v]   MLA: H_a = num_heads, k = [k_nope ‖ k_pe], both expanded from
 //                                            the latent once, when the row is written)
 //
+// except MLA on the CPU (latent()), which keeps the latent itself, r_kv + d_rope numbers a token and layer
+// (DeepSeek-V2-Lite: 576 instead of the expanded 16 · (192 + 128) = 5120):
+//
+//   keys[l]    [slots, 1, capacity, r_kv + d_rope]   [c_KV ‖ RoPE(k_pe)] (no values: the value is c_KV)
+//
+// and attends in the absorbed form (MlaForm::kAbsorbed, model.h): each query carried into the latent
+// ([q_nope·W_UK ‖ q_pe] per head), multi-query attention over the one key head with c_KV as its value, and
+// W_UV applied to the attended latent. MLA with dynamic-NTK RoPE (keys rotated when read) and MLA on CUDA keep
+// the expanded rows and the naive form.
+//
 // A forward over a slot (PastKV::cache, model.h) reads it in place and appends its input's rows to it, so a
 // decode step costs its new rows, not a gather, rotation and copy of the whole past; and the sequences of one
 // forward_batch that share a cache and a query count attend in one batched product over the buffers (rows
@@ -76,6 +86,11 @@ class DecodeCache {
   std::vector<LayerKV> kept(int64_t slot, int64_t from, int64_t count) const;
   int64_t open_slots() const;
   int64_t bytes() const;  // the buffers' size
+  // Bytes one token's rows take in the main buffers, over every layer (keys and values; not its position, 8
+  // bytes a position row, nor kept content): latent() MLA (r_kv + d_rope) · layers · the dtype's size.
+  int64_t row_bytes() const;
+  // Whether the cache holds an MLA model's rows in the latent layout (above).
+  bool latent() const;
 
  private:
   friend struct detail::DecodeCacheState;

@@ -80,9 +80,12 @@ enum class LogitsMode { kNone, kLast, kAll };
 //               but the latent itself (cost per query, not per key)
 //   kAuto       kAbsorbed on the CPU where it takes fewer multiply-adds (mla_absorbed_cheaper in
 //               attention_mla.cpp: few queries against many keys, a decode step or a short query after a
-//               long past), else kNaive. A decode cache's past (which holds expanded keys) and CUDA take kNaive.
-// kNaive and kAbsorbed compute the same attention up to float32 rounding. Asking for kAbsorbed where it does not
-// run (a model that is not MLA, CUDA, a decode cache's past) is an error, as is kNaive on a model that is not MLA.
+//               long past), else kNaive. CUDA takes kNaive. A decode cache's past takes its layout's form
+//               (decode_cache.h): kAbsorbed over latent rows (the CPU), kNaive over expanded ones (CUDA,
+//               dynamic-NTK RoPE).
+// kNaive and kAbsorbed compute the same attention up to float32 rounding. Asking for a form where it does not
+// run is an error naming options.mla_form: kAbsorbed on CUDA or over a decode cache's expanded rows, kNaive over
+// its latent rows, either on a model that is not MLA.
 enum class MlaForm { kAuto, kNaive, kAbsorbed };
 
 struct ForwardOptions {

@@ -1,0 +1,191 @@
+// DecodeCache's latent layout for MLA on the CPU (decode_cache.h): a slot holds [c_KV ‖ RoPE(k_pe)] per token
+// and layer, r_kv + d_rope numbers (binding-mla: 80, where the expanded rows took 4 · (32 + 16) = 192), and
+// its forwards attend in the absorbed form. Checked on the bundled binding-mla model against Model::forward
+// over a contiguous past in the naive form (the reference): 32 greedy decode steps of a prompt, then a fork
+// decoded beside its parent in one forward_batch for 16 more, give logits within the float32 bound
+// (float_tolerance.h) and the same tokens; key_attention, kept content and a slot opened from a paged past
+// agree too; the cache's bytes are the latent size per token and layer; a form the slots cannot take is
+// refused naming options.mla_form; dynamic-NTK RoPE keeps the expanded rows.
+//
+// Checked by breaking the runtime: with the expanded layout (DecodeCacheState::latent false, as before) the
+// byte checks fail (3072 bytes a token over the 4 layers, not 1280; 61600 bytes for a slot of 20 rows, not
+// 25760); with k_pe stored unrotated the logits move by 0.33 to 4.9 and the greedy tokens part; with a fork
+// copying one row fewer the branch's logits move by 0.26.
+#include "orbit_catch.h"
+
+#include <ATen/ATen.h>
+
+#include <set>
+
+#include "forward_batch_cases.h"
+#include "orbit/common/error.h"
+#include "orbit/runtime/decode_cache.h"
+#include "orbit/runtime/generator.h"
+#include "orbit/runtime/loader.h"
+#include "orbit/runtime/paged_past.h"
+#include "test_helpers.h"
+
+using namespace orbit::runtime;
+using Catch::Matchers::Contains;
+using orbit::test::case_tokens;
+using orbit::test::contiguous_past;
+using orbit::test::max_abs_diff;
+
+namespace {
+
+std::unique_ptr<Model> binding_mla() { return load_model(std::string(ORBIT_MODELS_DIR) + "/binding-mla"); }
+
+// A sequence decoded twice: through a cache slot, and over a contiguous past grown by its rows (the reference).
+struct Twin {
+  PastKV plain;
+  int64_t slot = -1;
+  int64_t token = 0;  // the next input token: both paths' greedy pick of the last step
+};
+
+void grow(PastKV& past, const ForwardResult& r, int64_t position) {
+  for (std::size_t l = 0; l < past.layers.size(); ++l) {
+    past.layers[l] = {at::cat({past.layers[l].k, r.content[l].k}), at::cat({past.layers[l].v, r.content[l].v})};
+  }
+  past.positions = at::cat({past.positions, at::tensor({position}, at::kLong)});
+}
+
+// One greedy step of every twin: through the cache in one forward_batch, and alone over its plain past in the
+// naive form. Returns the largest logit difference.
+double step(const Model& m, DecodeCache& cache, std::vector<Twin>& twins) {
+  std::vector<ForwardInput> inputs(twins.size());
+  std::vector<PastKV> slots(twins.size());
+  ForwardOptions cached;
+  cached.return_content = false;
+  std::vector<SequenceForward> batch;
+  for (std::size_t i = 0; i < twins.size(); ++i) {
+    inputs[i].tokens = {twins[i].token};
+    inputs[i].positions = at::tensor({twins[i].plain.length()}, at::kLong);
+    slots[i] = cache.past(twins[i].slot);
+    batch.push_back({&inputs[i], &slots[i], &cached});
+  }
+  const std::vector<ForwardResult> got = m.forward_batch(batch);
+  ForwardOptions naive;
+  naive.mla_form = MlaForm::kNaive;
+  double worst = 0;
+  for (std::size_t i = 0; i < twins.size(); ++i) {
+    Twin& t = twins[i];
+    const ForwardResult want = m.forward(inputs[i], &t.plain, naive);
+    const double diff = max_abs_diff(got[i].logits, want.logits);
+    const auto bound = orbit::test::float32_bound(m, t.plain.length() + 1);
+    CHECK(diff <= bound(orbit::test::largest(want.logits), "logits"));
+    worst = std::max(worst, diff);
+    const int64_t picked = want.logits[-1].argmax().item<int64_t>();
+    REQUIRE(got[i].logits[-1].argmax().item<int64_t>() == picked);  // the same greedy token
+    grow(t.plain, want, t.plain.length());
+    REQUIRE(cache.length(t.slot) == t.plain.length());
+    t.token = picked;
+  }
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("decode cache MLA: a slot holds the latent, r_kv + d_rope numbers a token and layer", "[decode_cache][mla]") {
+  const auto m = binding_mla();
+  const ModelConfig& c = m->config();
+  DecodeCache cache(*m);
+  CHECK(cache.latent());
+  const int64_t latent = c.mla.kv_lora_rank + c.mla.qk_rope_head_dim;  // 64 + 16
+  const int64_t row = c.num_layers * latent * 4;                       // float32, every layer
+  CHECK(cache.row_bytes() == row);
+  const auto past = contiguous_past(*m, case_tokens(*m, 20, 1));
+  const int64_t slot = cache.open(past.get());
+  // One slot of 20 rows: the latent rows of every layer and the positions, nothing else.
+  CHECK(cache.bytes() == 20 * row + 20 * 8);
+  // A decode step doubles the rows (20 -> 40) in the same layout.
+  const PastKV p = cache.past(slot);
+  ForwardInput in;
+  in.tokens = {5};
+  m->forward(in, &p);
+  CHECK(cache.bytes() == 40 * row + 40 * 8);
+  // Dynamic-NTK RoPE (keys rotated when read) keeps the expanded rows: per head [k_nope ‖ k_pe] and v.
+  ModelConfig dyn = c;
+  dyn.rope.scaling = RopeScaling::kDynamicNtk;
+  dyn.rope.factor = 2.0;
+  ModelWeights w = m->weights();
+  const Model dynamic(dyn, std::move(w), "binding-mla, dynamic NTK");
+  DecodeCache expanded(dynamic);
+  CHECK(!expanded.latent());
+  CHECK(expanded.row_bytes() ==
+        c.num_layers * c.num_heads * (c.mla.qk_nope_head_dim + c.mla.qk_rope_head_dim + c.mla.v_head_dim) * 4);
+}
+
+TEST_CASE("decode cache MLA: 32 greedy steps and a fork decode as the forward's naive form", "[decode_cache][mla]") {
+  const auto m = binding_mla();
+  DecodeCache cache(*m);
+  std::vector<Twin> twins(1);
+  twins[0].plain = *contiguous_past(*m, case_tokens(*m, 12, 2));
+  twins[0].slot = cache.open(&twins[0].plain);
+  twins[0].token = 7;
+  double worst = 0;
+  std::vector<int64_t> tokens;
+  for (int s = 0; s < 32; ++s) {
+    worst = std::max(worst, step(*m, cache, twins));
+    tokens.push_back(twins[0].token);
+  }
+  CHECK(std::set<int64_t>(tokens.begin(), tokens.end()).size() > 3);  // the steps see different pasts
+  // A branch of the 44 rows, given another token, decoded beside its parent in one forward_batch.
+  Twin branch = twins[0];
+  branch.slot = cache.fork(twins[0].slot);
+  branch.token = (twins[0].token + 1) % m->config().vocab_size;
+  twins.push_back(branch);
+  for (int s = 0; s < 16; ++s) worst = std::max(worst, step(*m, cache, twins));
+  // The parent closed, the branch decodes on in a slot above a free one.
+  cache.close(twins[0].slot);
+  twins.erase(twins.begin());
+  for (int s = 0; s < 4; ++s) worst = std::max(worst, step(*m, cache, twins));
+  WARN("binding-mla latent decode cache: largest logit difference " << worst << " over 52 steps");
+}
+
+TEST_CASE("decode cache MLA: key_attention, kept content and a paged past read the latent rows",
+          "[decode_cache][mla]") {
+  const auto m = binding_mla();
+  DecodeCache cache(*m);
+  // A slot opened from a paged past (gathered, patched), keeping what its forwards append.
+  orbit::test::PagedScenario paged = orbit::test::make_paged_scenario(*m, 21, 13, 5, 8, 11);
+  const PastKV plain = make_paged_past(paged.paged, paged.positions);
+  const int64_t slot = cache.open(&plain, true);
+  ForwardInput in;
+  in.tokens = case_tokens(*m, 3, 4);
+  in.positions = at::arange(paged.query_start, paged.query_start + 3, at::kLong);
+  ForwardOptions o;
+  o.logits = LogitsMode::kAll;
+  o.key_attention = true;
+  const PastKV p = cache.past(slot);
+  const ForwardResult got = m->forward(in, &p, o);
+  o.mla_form = MlaForm::kNaive;
+  const ForwardResult want = m->forward(in, &plain, o);
+  const auto bound = orbit::test::float32_bound(*m, plain.length() + 3);
+  CHECK(max_abs_diff(got.logits, want.logits) <= bound(orbit::test::largest(want.logits), "logits"));
+  REQUIRE(got.key_attention.defined());
+  CHECK(max_abs_diff(got.key_attention, want.key_attention) <= bound(1.0, "key attention"));
+  // The kept rows are the content the forward returned (content form, whatever the layout).
+  REQUIRE(cache.kept_rows(slot) == 3);
+  const std::vector<LayerKV> kept = cache.kept(slot, 0, 3);
+  for (std::size_t l = 0; l < kept.size(); ++l) {
+    CHECK(at::equal(kept[l].k, got.content[l].k));
+    CHECK(at::equal(kept[l].v, got.content[l].v));
+  }
+}
+
+TEST_CASE("decode cache MLA: the latent rows take the absorbed form; naive is refused by name", "[decode_cache][mla]") {
+  const auto m = binding_mla();
+  DecodeCache cache(*m);
+  const auto past = contiguous_past(*m, case_tokens(*m, 6, 3));
+  const PastKV p = cache.past(cache.open(past.get()));
+  ForwardInput in;
+  in.tokens = {9};
+  ForwardOptions o;
+  o.mla_form = MlaForm::kNaive;
+  CHECK_THROWS_WITH(m->forward(in, &p, o),
+                    Contains("options.mla_form = naive") && Contains("decode cache") && Contains("latent"));
+  CHECK(cache.length(p.cache_slot) == 6);  // refused before any row was written
+  o.mla_form = MlaForm::kAbsorbed;
+  CHECK_NOTHROW(m->forward(in, &p, o));
+  CHECK(cache.length(p.cache_slot) == 7);
+}
