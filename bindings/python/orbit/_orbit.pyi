@@ -842,7 +842,8 @@ def generate_many(requests: Sequence[Union[tuple[Window, Tokens], tuple[Window, 
     without decoding. close() of a request's window stops that request the same way; Engine.close() every
     request. Called on the main thread, it runs signal handlers while it decodes (at most 100 ms apart): one that
     raises (Ctrl-C's KeyboardInterrupt) stops every request at its next token and is raised here, the answers
-    dropped; a call on one of its windows from a handler raises OrbitError instead of waiting for itself."""
+    dropped; a call on one of its windows, or closing the engine, from a handler raises OrbitError instead of
+    waiting for itself."""
 
 class CancelToken:
     """Stops a decode from any thread: pass it as cancel= to Window.generate, Window.generate_n or
@@ -1207,9 +1208,9 @@ class Window:
         at its next token with stop_reason 'cancelled' (read without the GIL, no tokenizer needed). A token
         cancelled before the call returns a cancelled Generation at once (no tokens, nothing forwarded). close()
         of this window from another thread stops the run the same way. On the main thread the decode runs signal
-        handlers while it runs (at most 100 ms apart; a handler must not use this window either): one that
-        raises (Ctrl-C's KeyboardInterrupt) stops the run at its next token and is raised here, the answer
-        dropped (generate_n and generate_many the same).
+        handlers while it runs (at most 100 ms apart): one that raises (Ctrl-C's KeyboardInterrupt) stops the run
+        at its next token and is raised here, the answer dropped (generate_n and generate_many the same). As
+        on_text, a handler must not use this window nor close the engine (OrbitError, raised here).
 
         constraint_trigger_block: (open, close), e.g. ("<think>", "</think>"): a reasoning model's block at the
         answer's start, free text the constraint (tools, response_format) does not apply in. open "" means the
