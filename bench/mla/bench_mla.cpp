@@ -11,8 +11,9 @@
 // Each case times Model::forward of R tokens over that past: the two forms alternate, each going first in
 // turn, --reps times; reported are the fastest and the median per form, naive / absorbed of the medians, and
 // the largest |difference| of their logits. Beside them, the same forward over a decode cache's slot holding
-// that past (DecodeCache: keys and values expanded once when the slot is opened, naive attention over them;
-// a fork of one opened slot before each timed call, not timed): cache / absorbed of the medians.
+// that past (DecodeCache: on the CPU the latent rows, absorbed; a fork of one opened slot before each timed
+// call, not timed): cache / absorbed of the medians, and the cache's bytes per token and layer with the slot
+// open (DecodeCache::bytes() / (S · layers), its positions' 8 bytes a token included).
 //
 //   bench_mla [--keys 1024,4096,16384] [--queries 1,16] [--layers 2] [--vocab 8192] [--reps 5] [--threads 1]
 //             [--json PATH]
@@ -100,6 +101,8 @@ double timed_cached(const rt::Model& m, const rt::ForwardInput& in, rt::DecodeCa
 
 nlohmann::json run_case(const rt::Model& m, const rt::PastKV& past, rt::DecodeCache& cache, int64_t base, int64_t R,
                         int reps) {
+  const double cache_bytes =
+      static_cast<double>(cache.bytes()) / static_cast<double>(cache.length(base) * m.config().num_layers);
   const int64_t S = past.positions.size(0);
   rt::ForwardInput in;
   for (int64_t r = 0; r < R; ++r) in.tokens.push_back(1 + (r * 37) % (m.config().vocab_size - 1));
@@ -127,8 +130,9 @@ nlohmann::json run_case(const rt::Model& m, const rt::PastKV& past, rt::DecodeCa
   }
   const double mn = median(tn), ma = median(ta), mc = median(tc);
   const double fn = *std::min_element(tn.begin(), tn.end()), fa = *std::min_element(ta.begin(), ta.end());
-  std::printf("%6lld %4lld %11.2f %11.2f %11.2f %11.2f %11.2f %8.2fx %8.2fx %8.2fx %10.1e\n", static_cast<long long>(S),
-              static_cast<long long>(R), fn, mn, fa, ma, mc, mn / ma, fn / fa, mc / ma, diff);
+  std::printf("%6lld %4lld %11.2f %11.2f %11.2f %11.2f %11.2f %8.2fx %8.2fx %8.2fx %10.1e %11.0f\n",
+              static_cast<long long>(S), static_cast<long long>(R), fn, mn, fa, ma, mc, mn / ma, fn / fa, mc / ma, diff,
+              cache_bytes);
   std::fflush(stdout);
   return {{"keys", S},
           {"queries", R},
@@ -140,7 +144,8 @@ nlohmann::json run_case(const rt::Model& m, const rt::PastKV& past, rt::DecodeCa
           {"naive_over_absorbed_median", mn / ma},
           {"naive_over_absorbed_fastest", fn / fa},
           {"decode_cache_over_absorbed_median", mc / ma},
-          {"max_abs_logit_diff", diff}};
+          {"max_abs_logit_diff", diff},
+          {"decode_cache_bytes_per_token_layer", cache_bytes}};
 }
 
 Options parse(int argc, char** argv) {
@@ -181,8 +186,8 @@ int main(int argc, char** argv) {
     const auto m = lite_model(o);
     std::printf("bench_mla: %lld layers, vocab %lld, %d threads, %d reps (ms per forward)\n",
                 static_cast<long long>(o.layers), static_cast<long long>(o.vocab), o.threads, o.reps);
-    std::printf("%6s %4s %11s %11s %11s %11s %11s %9s %9s %9s %10s\n", "S", "R", "naive min", "naive med", "absorb min",
-                "absorb med", "cache med", "med n/a", "min n/a", "med c/a", "max |diff|");
+    std::printf("%6s %4s %11s %11s %11s %11s %11s %9s %9s %9s %10s %11s\n", "S", "R", "naive min", "naive med",
+                "absorb min", "absorb med", "cache med", "med n/a", "min n/a", "med c/a", "max |diff|", "cache B/t·l");
     nlohmann::json rows = nlohmann::json::array();
     for (const int64_t S : o.keys) {
       const rt::PastKV past = random_past(*m, S);
