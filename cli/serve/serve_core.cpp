@@ -95,7 +95,7 @@ MetricGauges ServeCore::gauges() {
   const StoreWrites responses = responses_.writes();
   const std::vector<std::pair<std::string, PendingStats>> pending = {{"chat_completions", chat_completions_.pending()},
                                                                      {"responses", responses_.pending()}};
-  g.more = context_.auditor.render_metrics() + context_.decoder.render_metrics() +
+  g.more = context_.auditor.render_metrics() + context_.decoder.render_metrics() + idle_.render_metrics() +
            render_memory_metrics(context_.engine->stats()) +
            render_store_metrics("chat_completions", "Chat completions", chat.items, chat.commits) +
            render_store_metrics("responses", "Responses", responses.items, responses.commits) +

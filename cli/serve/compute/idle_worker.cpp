@@ -76,7 +76,14 @@ void IdleWorker::trim_heap() {
   used_ = false;
 #if defined(__GLIBC__)
   malloc_trim(0);
+  ++trims_;
 #endif
+}
+
+std::string IdleWorker::render_metrics() const {
+  return "# HELP orbit_heap_trims_total Heap trims (malloc_trim) done once the server was quiet or the longest "
+         "interval passed.\n# TYPE orbit_heap_trims_total counter\norbit_heap_trims_total " +
+         std::to_string(trims_.load()) + "\n";
 }
 
 bool IdleWorker::slice() {

@@ -27,6 +27,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "serve/compute/heap_trim.h"
@@ -48,6 +49,9 @@ class IdleWorker {
   // slices run. The deterministic flush for tests and benchmarks.
   int64_t run_now();
   void stop();  // ends the thread after its slice; idempotent
+  // orbit_heap_trims_total: the heap trims done (malloc_trim, when heap_trim.h's schedule says), a Prometheus
+  // counter; the schedule's trace, which tests read.
+  std::string render_metrics() const;
 
  private:
   void loop();
@@ -66,6 +70,7 @@ class IdleWorker {
   bool woken_ = false;                      // notify() since the worker last waited (under wake_mutex_)
   std::atomic<bool> used_{false};           // requests or idle work since the last trim
   std::atomic<int64_t> last_active_ns_{0};  // the last request or idle work (steady_clock, since its epoch)
+  std::atomic<int64_t> trims_{0};           // heap trims done
   HeapTrimSchedule trim_schedule_{HeapTrimSchedule::Clock::now()};  // the worker's thread only
   std::thread thread_;
 };
