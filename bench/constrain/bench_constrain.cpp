@@ -43,7 +43,7 @@
 //
 //   bench_constrain [--steps 200] [--reps 5] [--vocab 128000] [--hidden 2048] [--synthetic-steps 150]
 //                   [--threads N] [--models DIR] [--json PATH] [--models-only] [--budget-only] [--open-tag]
-//                   [--key-growth [--keys 200]]
+//                   [--key-growth [--keys 200] [--cases a,b]]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -394,8 +394,9 @@ int key_growth_rows(const orbit::cli::Args& args) {
   const int64_t keys = args.get_int("--keys", 200, 2), reps = args.get_int("--reps", 3, 1);
   std::printf("ms per step (allowed + accept) at the member of each key, the fastest of %lld runs\n",
               static_cast<long long>(reps));
+  const auto cases = orbit::bench::key_growth_cases(args.get_or("--cases", ""));
   orbit::bench::bench_key_growth("synthetic", synthetic_vocabulary(args.get_int("--vocab", 128000, 300), 42), keys,
-                                 reps);
+                                 reps, cases);
   return 0;
 }
 
@@ -404,12 +405,12 @@ int key_growth_rows(const orbit::cli::Args& args) {
 int main(int argc, char** argv) {
   orbit::cli::ArgSpec spec;
   spec.options = {"--steps",   "--reps",   "--vocab", "--hidden", "--synthetic-steps",
-                  "--threads", "--models", "--json",  "--keys"};
+                  "--threads", "--models", "--json",  "--keys",   "--cases"};
   spec.flags = {"--models-only", "--budget-only", "--open-tag", "--key-growth"};
   spec.usage =
       "bench_constrain [--steps 200] [--reps 5] [--vocab 128000] [--hidden 2048] [--synthetic-steps 150]\n"
       "                [--threads N] [--models DIR] [--json PATH] [--models-only] [--budget-only] [--open-tag]\n"
-      "                [--key-growth [--keys 200]]\n"
+      "                [--key-growth [--keys 200] [--cases a,b]]\n"
       "  a constrained decode step against an unconstrained one: the bundled models' generate, and a synthetic\n"
       "  vocabulary with the LM head standing in for the forward";
   try {

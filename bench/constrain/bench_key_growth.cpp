@@ -8,6 +8,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "orbit/common/error.h"
+
 namespace orbit::bench {
 
 namespace {
@@ -25,12 +27,28 @@ std::vector<std::string> random_keys(int64_t n) {
   return out;
 }
 
-// The schema of a case: keys by a pattern, plain string keys, or every key declared.
+// The cases, in the order they run.
+const std::vector<std::string>& case_names() {
+  static const std::vector<std::string> names{"pattern", "loop", "string", "enum", "bounded", "declared"};
+  return names;
+}
+
+// The schema of a case: keys by a pattern (of 40 letters, or of any number), plain string keys, keys from an
+// enum of twice the object's names, plain string keys under minProperties and maxProperties, or every key
+// declared.
 std::string schema_of(const std::string& name, const std::vector<std::string>& keys) {
-  if (name == "pattern") {
-    return R"({"type": "object", "propertyNames": {"pattern": "^[a-z]{40}$"}, "additionalProperties": {"type": "integer"}})";
+  const std::string values = R"(, "additionalProperties": {"type": "integer"}})";
+  if (name == "pattern") return R"({"type": "object", "propertyNames": {"pattern": "^[a-z]{40}$"})" + values;
+  if (name == "loop") return R"({"type": "object", "propertyNames": {"pattern": "^[a-z]+$"})" + values;
+  if (name == "string") return R"({"type": "object")" + values;
+  if (name == "bounded") {
+    return R"({"type": "object", "minProperties": 2, "maxProperties": )" + std::to_string(keys.size() + 10) + values;
   }
-  if (name == "string") return R"({"type": "object", "additionalProperties": {"type": "integer"}})";
+  if (name == "enum") {
+    std::string names;
+    for (const std::string& k : keys) names += (names.empty() ? "\"" : ", \"") + k + "\", \"" + k + "x\"";
+    return R"({"type": "object", "propertyNames": {"enum": [)" + names + "]}" + values;
+  }
   std::string props;
   for (const std::string& k : keys) props += (props.empty() ? "\"" : ", \"") + k + R"(": {"type": "integer"})";
   return R"({"type": "object", "properties": {)" + props + R"(}, "additionalProperties": false})";
@@ -80,8 +98,22 @@ std::vector<double> run_once(const std::shared_ptr<const Constraint>& constraint
 
 }  // namespace
 
+std::vector<std::string> key_growth_cases(const std::string& list) {
+  if (list.empty()) return case_names();
+  std::vector<std::string> out;
+  for (std::size_t from = 0; from <= list.size();) {
+    const std::size_t comma = std::min(list.find(',', from), list.size());
+    const std::string name = list.substr(from, comma - from);
+    ORBIT_CHECK(std::find(case_names().begin(), case_names().end(), name) != case_names().end(),
+                "--cases: unknown case '" << name << "' (pattern, loop, string, enum, bounded, declared)");
+    out.push_back(name);
+    from = comma + 1;
+  }
+  return out;
+}
+
 void bench_key_growth(const std::string& setting, const std::shared_ptr<const TokenVocabulary>& vocabulary,
-                      int64_t keys, int64_t reps) {
+                      int64_t keys, int64_t reps, const std::vector<std::string>& cases) {
   const std::vector<std::string> names = random_keys(keys);
   std::unordered_map<std::string, int64_t> ids;
   for (int64_t id = vocabulary->size(); id-- > 0;) {
@@ -89,7 +121,7 @@ void bench_key_growth(const std::string& setting, const std::shared_ptr<const To
   }
   const std::vector<std::size_t> at{0, std::min<std::size_t>(50, names.size() - 1),
                                     std::min<std::size_t>(100, names.size() - 1), names.size() - 1};
-  for (const char* name : {"pattern", "string", "declared"}) {
+  for (const std::string& name : cases) {
     const auto constraint = Constraint::json_schema(schema_of(name, names));
     for (const int64_t remaining : {int64_t{-1}, int64_t{1} << 20}) {
       std::vector<double> best(names.size(), 1e300);
@@ -98,7 +130,7 @@ void bench_key_growth(const std::string& setting, const std::shared_ptr<const To
         if (ms.empty()) return;
         for (std::size_t i = 0; i < ms.size(); ++i) best[i] = std::min(best[i], ms[i]);
       }
-      std::printf("%-10s %-9s %-7s", setting.c_str(), name, remaining < 0 ? "none" : "far");
+      std::printf("%-10s %-9s %-7s", setting.c_str(), name.c_str(), remaining < 0 ? "none" : "far");
       for (const std::size_t i : at) std::printf("  key %3zu %8.4f", i, best[i]);
       std::printf("  last/first %6.2f\n", best.back() / best.front());
     }

@@ -2,13 +2,16 @@
 // per-object state, sdk/src/constrain/key_log.h). One object of --keys members whose keys are 40 random
 // letters, decoded token by token (the longest vocabulary token of the text that the mask allows); each step
 // is TokenConstraint::allowed (no budget, or a budget far past the answer: the key log's slack is computed but
-// never binds) and accept. Cases: a map whose keys are ^[a-z]{40}$ (propertyNames), a map of plain string
-// keys, and an object that declares all its keys (the flat baseline).
+// never binds) and accept. Cases (--cases, comma-separated; all by default): a map whose keys are ^[a-z]{40}$
+// (pattern) or ^[a-z]+$ (loop) by propertyNames, a map of plain string keys (string), of keys from an enum of
+// twice the object's names (enum), of plain string keys under minProperties 2 and maxProperties --keys + 10
+// (bounded), and an object that declares all its keys (declared: the flat baseline).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "orbit/constraint.h"
 
@@ -17,6 +20,8 @@ namespace orbit::bench {
 // Prints, per case and budget, the mean milliseconds per step over the steps of the members at keys 0, 50,
 // 100 and the last (the fastest of `reps` runs for each), and the last over the first.
 void bench_key_growth(const std::string& setting, const std::shared_ptr<const TokenVocabulary>& vocabulary,
-                      int64_t keys, int64_t reps);
+                      int64_t keys, int64_t reps, const std::vector<std::string>& cases);
+// The cases a --cases list names (all for an empty one); orbit::Error naming --cases for an unknown one.
+std::vector<std::string> key_growth_cases(const std::string& list);
 
 }  // namespace orbit::bench

@@ -141,6 +141,43 @@ TEST_CASE("an open object's extra keys and keys from a pattern or an enum are no
   CHECK(listed.allowed().allows(id_of(*vocab, "x")));
 }
 
+TEST_CASE("an enum's or a looping pattern's completions are counted against the keys that begin with the key so far",
+          "[constraint]") {
+  const auto vocab = TokenVocabulary::from_bytes(vocabulary());
+  const int64_t eos = vocab->size() - 1;
+  const auto a = id_of(*vocab, "a"), ab = id_of(*vocab, "ab"), c = id_of(*vocab, "c");
+  // Three names begin with "a": two taken leave one after a new key's 'a', three leave none (many other keys
+  // are taken, so it is the keys that begin with '"a' that count).
+  const auto names = schema(R"({"propertyNames": {"enum": ["ab", "ac", "ad", "b", "c", "d", "e", "f"]},
+      "additionalProperties": true})");
+  TokenConstraint two(names, vocab, {{eos}});
+  two.accept_text(R"({"b": 1, "d": 1, "e": 1, "ab": 1, "ac": 1, ")");
+  CHECK(two.allowed().allows(a));
+  CHECK_FALSE(two.allowed().allows(ab));
+  TokenConstraint three(names, vocab, {{eos}});
+  three.accept_text(R"({"b": 1, "d": 1, "ab": 1, "ac": 1, "ad": 1, ")");
+  CHECK_FALSE(three.allowed().allows(a));
+  CHECK_FALSE(three.allowed().allows(ab));
+  CHECK(three.allowed().allows(c));
+  CHECK_THROWS(three.accept(a));
+  // ^(ab*|c)$ within 3 characters: after 'a' the loop on 'b' leaves "a", "ab" and "abb", all taken.
+  const auto loop = schema(R"({"propertyNames": {"pattern": "^(ab*|c)$", "maxLength": 3}, "additionalProperties":
+      true})");
+  TokenConstraint spent(loop, vocab, {{eos}});
+  spent.accept_text(R"({"a": 1, "ab": 1, "abb": 1, ")");
+  CHECK_FALSE(spent.allowed().allows(a));
+  CHECK_FALSE(spent.allowed().allows(ab));
+  CHECK(spent.allowed().allows(c));
+  CHECK_THROWS(spent.accept(a));
+  TokenConstraint left(loop, vocab, {{eos}});
+  left.accept_text(R"({"a": 1, "abb": 1, ")");
+  CHECK(left.allowed().allows(a));
+  CHECK(left.allowed().allows(ab));
+  left.accept(a);
+  CHECK_FALSE(left.allowed().allows(id_of(*vocab, "\"")));
+  CHECK(left.allowed().allows(id_of(*vocab, "b")));
+}
+
 TEST_CASE("alternatives of one object that close the same key at the same byte do not repeat it", "[constraint]") {
   // Under anyOf both objects read {"a": each as its own key; neither is the other's repeat. The map of at
   // least 3 members goes on where the few-keys object cannot ("ab" is none of its keys).
@@ -578,6 +615,32 @@ TEST_CASE("a token whose one quote closes a key is refused exactly where that ke
     CHECK_FALSE(m.allows(id_of(*vocab, "\"a")));
     CHECK(m.allows(id_of(*vocab, "\"")));
   }
+  // Inside a key of a pattern, a looping pattern or names, a token of one quote is asked only where it begins
+  // with a logged key's rest: it closes that key again, or is refused before its quote where every key left
+  // after its first bytes is taken ("ab" and "aa" under ^(ab|aa|b)$).
+  for (const char* names : {R"("pattern": "^(ab|aa|b|ba)$")", R"("enum": ["ab", "aa", "b", "ba"])",
+                            R"("pattern": "^[ab]+$")", R"("pattern": "^[ab]*$", "maxLength": 2)"}) {
+    INFO("propertyNames " << names);
+    const auto shaped = schema(std::string(R"({"propertyNames": {)") + names + "}}");
+    m = at(shaped, R"({"ab": 1, "a)");
+    CHECK_FALSE(m.allows(id_of(*vocab, "b\": ")));  // closes "ab" again
+    CHECK_FALSE(m.allows(id_of(*vocab, "b\"")));
+    CHECK(m.allows(id_of(*vocab, "a\":")));  // "aa" is new
+    m = at(shaped, R"({"ab": 1, ")");
+    CHECK_FALSE(m.allows(id_of(*vocab, "ab\":")));  // the whole key in one token
+    CHECK(m.allows(id_of(*vocab, "ba\":")));
+    m = at(shaped, R"({"aa": 1, "ab": 2, ")");
+    CHECK_FALSE(m.allows(id_of(*vocab, "ab\":")));
+    CHECK(m.allows(id_of(*vocab, "b\": ")));
+    CHECK(m.allows(id_of(*vocab, "ba\":")));
+    if (std::string(names).find('+') == std::string::npos && std::string(names).find('*') == std::string::npos) {
+      CHECK_FALSE(m.allows(id_of(*vocab, "aa\": ")));  // refused at its first 'a': "aa" and "ab" are taken
+      CHECK_FALSE(m.allows(id_of(*vocab, "a")));
+    } else {
+      CHECK(m.allows(id_of(*vocab, "a")));  // "aab", "aaa" (or "a" within 2 characters) are left
+      CHECK_FALSE(m.allows(id_of(*vocab, "aa\": ")));
+    }
+  }
 }
 
 TEST_CASE("masks of tokens that close a key with their one quote agree with the key log's walk", "[constraint]") {
@@ -591,7 +654,10 @@ TEST_CASE("masks of tokens that close a key with their one quote agree with the 
           "propertyNames": {"enum": ["a", "b"]}, "additionalProperties": {"type": "integer"}, "minProperties": 2}}})",
       R"({"anyOf": [{"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 2},
           {"type": "object", "additionalProperties": {"type": "string"}}]})",
-      R"({"propertyNames": {"pattern": "^[ab]{2,4}$"}, "additionalProperties": {"type": "integer"}})"};
+      R"({"propertyNames": {"pattern": "^[ab]{2,4}$"}, "additionalProperties": {"type": "integer"}})",
+      R"({"propertyNames": {"enum": ["a", "aa", "ab", "aab", "aba", "b", "ba"]}, "additionalProperties": {"type":
+          "integer"}})",
+      R"({"propertyNames": {"pattern": "^(ab*|ba*)$", "maxLength": 3}, "additionalProperties": {"type": "integer"}})"};
   const auto vocab = one_quote_vocabulary();
   const int64_t eos = vocab->size() - 1;
   std::mt19937_64 rng(5);

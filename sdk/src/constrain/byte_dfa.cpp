@@ -417,7 +417,43 @@ std::vector<int64_t> texts_by_bytes(const ByteDfa& a, int64_t max_chars, int64_t
   return out;
 }
 
+namespace {
+
+// a.loop_chars: a search backwards from the states with a one-character loop, each at its fewest characters
+// to an accepting state, an edge into a char_end state costing one character (a 0-1 breadth-first search).
+void count_loops(ByteDfa& a) {
+  const std::size_t n = a.size();
+  std::vector<std::vector<int32_t>> into(n);       // per state: the states with an edge into it
+  std::vector<std::vector<std::size_t>> at_chars;  // the states reached at each distance, to settle
+  const auto reach = [&](std::size_t q, int64_t d) {
+    if (a.loop_chars[q] != ByteDfa::kUnbounded && a.loop_chars[q] <= d) return;
+    a.loop_chars[q] = d;
+    if (at_chars.size() <= static_cast<std::size_t>(d)) at_chars.resize(static_cast<std::size_t>(d) + 1);
+    at_chars[static_cast<std::size_t>(d)].push_back(q);
+  };
+  a.loop_chars.assign(n, ByteDfa::kUnbounded);
+  for (std::size_t q = 0; q < n; ++q) {
+    for (const ByteDfa::Edge& e : a.edges[q]) {
+      const auto to = static_cast<std::size_t>(e.to);
+      into[to].push_back(static_cast<int32_t>(q));
+      if (to == q && a.char_end[q] != 0) reach(q, a.min_chars[q]);
+    }
+  }
+  std::vector<uint8_t> settled(n, 0);
+  for (std::size_t d = 0; d < at_chars.size(); ++d) {
+    for (std::size_t i = 0; i < at_chars[d].size(); ++i) {  // grows as edges of no character reach more states
+      const std::size_t v = at_chars[d][i];
+      if (settled[v] != 0 || a.loop_chars[v] != static_cast<int64_t>(d)) continue;
+      settled[v] = 1;
+      for (const int32_t u : into[v]) reach(static_cast<std::size_t>(u), static_cast<int64_t>(d) + a.char_end[v]);
+    }
+  }
+}
+
+}  // namespace
+
 void count_ahead(ByteDfa& a) {
+  count_loops(a);
   const std::size_t n = a.size();
   a.texts_ahead.assign(n, 0);
   a.chars_ahead.assign(n, 0);

@@ -80,13 +80,18 @@ struct ByteDfa {
   static constexpr int64_t kUnbounded = -1;
   std::vector<int64_t> texts_ahead;
   std::vector<int64_t> chars_ahead;
+  // Per state, the fewest characters of a completion that passes a state with a one-character loop (an edge
+  // to itself into a char_end state), or kUnbounded where none is reachable: with R characters left, the
+  // state then has at least R - loop_chars + 1 completions (one per turn of the loop, each a character
+  // longer). Filled by count_ahead() too.
+  std::vector<int64_t> loop_chars;
 
   std::size_t size() const { return accepting.size(); }
   // The state after `byte`, or -1.
   int32_t next(int32_t state, uint8_t byte) const;
 };
 
-// Fills a.texts_ahead and a.chars_ahead.
+// Fills a.texts_ahead, a.chars_ahead and a.loop_chars.
 void count_ahead(ByteDfa& a);
 
 // Over this many states a construction throws (the schema keyword is too complex to constrain).

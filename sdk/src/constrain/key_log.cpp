@@ -19,6 +19,19 @@ std::string canonical(const std::string& quoted) {
   return own ? quoted : json_quote(nlohmann::json::parse(quoted).get<std::string>());
 }
 
+int64_t completions_at_least(const Node& key, const Frame& f) {
+  if (key.kind == NodeKind::kLiteralSet) {
+    return static_cast<int64_t>(key.trie.nodes[static_cast<std::size_t>(f.a)].values_below.size());
+  }
+  if (key.kind != NodeKind::kDfa) return 0;
+  const auto q = static_cast<std::size_t>(f.a);
+  const int64_t left = key.max_count - static_cast<int64_t>(f.b);  // characters
+  const ByteDfa& d = *key.dfa;
+  if (d.texts_ahead[q] != ByteDfa::kUnbounded) return d.chars_ahead[q] <= left ? d.texts_ahead[q] : 0;
+  if (d.loop_chars[q] == ByteDfa::kUnbounded || d.loop_chars[q] > left) return 0;
+  return std::min(ByteDfa::kTextsCap, left - d.loop_chars[q] + 1);
+}
+
 int key_byte(const Node& key, Frame& f, uint8_t c) {
   if (key.kind == NodeKind::kDfa || key.kind == NodeKind::kString) {
     const nodes::Step s = key.kind == NodeKind::kDfa ? nodes::dfa_byte(key, f, c) : nodes::string_byte(key, f, c);
@@ -79,6 +92,11 @@ const Node* KeyLog::key_node(const Node& object) const {
 }
 bool KeyLog::fresh_ahead(const Node& key, const Frame& f, std::string& prefix, const Taken& taken) const {
   if (!taken.any_begins(prefix)) return true;  // the grammar's completion
+  // More completions than keys that begin with the bytes so far: one is fresh.
+  const int64_t ahead = key_log::completions_at_least(key, f);
+  if (ahead > 0 && taken.count_begins(prefix, static_cast<std::size_t>(ahead)) < static_cast<std::size_t>(ahead)) {
+    return true;
+  }
   const auto fresh_after = [&](int b) {
     Frame next = f;
     const int r = key_byte(key, next, static_cast<uint8_t>(b));
@@ -88,18 +106,7 @@ bool KeyLog::fresh_ahead(const Node& key, const Frame& f, std::string& prefix, c
     prefix.pop_back();
     return fresh;
   };
-  if (key.kind == NodeKind::kDfa) {  // only the bytes of the state's edges: key_byte refuses every other
-    for (const ByteDfa::Edge& e : key.dfa->edges[static_cast<std::size_t>(f.a)]) {
-      for (int b = e.lo; b <= e.hi; ++b) {
-        if (fresh_after(b)) return true;
-      }
-    }
-    return false;
-  }
-  for (int b = 0; b < 256; ++b) {
-    if (fresh_after(b)) return true;
-  }
-  return false;
+  return key_log::any_key_byte(key, f, fresh_after);
 }
 
 bool KeyLog::keeps(Frame* f, std::size_t n, uint32_t at, std::string_view text, std::string_view walked,

@@ -15,8 +15,9 @@
 // each open object has (they are no longer free), and where a key is being written, it is one of the keys the
 // object still needs: completing it to one of the shortest free keys, or to its own shortest free completion
 // beside the shortest others, whichever is fewer. The shortest free completion is searched byte by byte among
-// those that can still close in the length tried (extra_for_fresh): exact up to 256 bytes past the grammar's
-// and 65,536 bytes tried, a lower bound past that (a key language no test or schema of ours comes near).
+// those that can still close in the length tried (extra_for_fresh; only the bytes the key may take: a
+// pattern's state's edges, an enum's trie node's children): exact up to 256 bytes past the grammar's and
+// 65,536 bytes tried, a lower bound past that (a key language no test or schema of ours comes near).
 //
 // An object is named by the offset of its '{' in the text (Frame::start), which a walk writes into the frames
 // of the objects that open during it. Thread-safety: a value (copies share each object's keys, read only, until
@@ -62,6 +63,8 @@ class KeyLog {
     bool empty() const { return (log == nullptr || log->all.empty()) && more.empty(); }
     bool contains(const std::string& k) const;
     bool any_begins(const std::string& prefix) const;  // a key (of any node's) begins with `prefix`
+    // How many keys (of any node's) begin with `prefix`, counted up to `limit`: at least those of `key`'s.
+    std::size_t count_begins(const std::string& prefix, std::size_t limit) const;
   };
 
   // `from`, the state after `text`, after `bytes`, into `out`: the matcher's step with the two refusals above
@@ -158,7 +161,8 @@ class KeyLog {
   // Tokens (ids into `trie`'s vocabulary) that a walk from `state` may refuse where the grammar allows them:
   // those that can close a free key (they hold enough '"'; returned, a list of `trie`'s), and, inside a key
   // that could become one the object has, those that write a prefix of its rest (appended to `out`; under a
-  // pattern, only those long enough to reach a state with no more completions than the object has keys), and
+  // pattern or an enum, only those long enough to reach a point with no more completions than the object has
+  // keys that begin with the key's bytes there: key_log::completions_at_least), and
   // where the grammar has an object with few keys that no stack holds yet, those that may open one and a key
   // in it (VocabTrie::braced_quotes, appended to `out`). `all` is set instead when every token must be asked
   // (a key near its maxLength that may repeat one). No other token is refused or drops a stack.
@@ -166,13 +170,16 @@ class KeyLog {
                                        std::vector<int32_t>& out, bool& all) const;
 
   // Where a walk from `state` can refuse a token that holds one '"' after printable ASCII and no '\\' (one
-  // VocabTrie::quoted_apart leaves out) only at that quote, by closing a plain key (kString) its object has
-  // logged: some key is logged (else suspects() lists tokens of three quotes or more only), no object of a
-  // stack has few keys (a ',' or an opening quote may be refused; an object the token opens is one only
-  // where it holds a '{' before its quote, which suspects() lists apart) or a key node that refuses inside a
-  // key (a pattern's, or a string's that a token can fill to its maxLength), and the key being written, if
-  // any, is printable ASCII without a '\\' so far. Then `objects` are the objects of the stacks inside a free
-  // key and `prefix` that key's bytes from its opening quote; the token's bytes up to its quote close it, as
+  // VocabTrie::quoted_apart leaves out) only inside a key the token is in at its start, or by closing it with
+  // its quote as a key its object has logged: some key is logged (else suspects() lists tokens of three
+  // quotes or more only), no object of a stack has few keys (a ',' or an opening quote may be refused; an
+  // object the token opens is one only where it holds a '{' before its quote, which suspects() lists apart),
+  // a stack outside a key has no object whose key node refuses inside a key (a pattern's or an enum's, or a
+  // string's that a token can fill to its maxLength: the token's quote may open one), a stack inside a free
+  // key writes a plain string key that a token cannot fill to its maxLength, a pattern's or an enum's (the
+  // quote closes it; no key opens after it), and the key being written, if any, is printable ASCII without
+  // a '\\' so far. Then `objects` are the objects of the stacks inside a free key and `prefix` that key's
+  // bytes from its opening quote; the token's bytes up to its quote write it on, as
   // json_quote() writes it. `applies` false: every suspect is walked.
   struct OneQuote {
     bool applies = false;
@@ -181,7 +188,10 @@ class KeyLog {
   };
   OneQuote one_quote(const StateSet& state, std::string_view text, int64_t max_token_bytes) const;
   // Where `q` applies, the tokens VocabTrie::quoted_apart leaves out that may be refused: those that begin
-  // with the rest of a key an object of `q` has logged, its closing quote included (appended to `out`).
+  // with the rest of a key an object of `q` has logged, its closing quote included (appended to `out`). Inside
+  // a pattern's or an enum's key a walk refuses a byte only where the key's completions are all taken; the
+  // key that the grammar lets the token close with its quote is then one of them, so the token begins with
+  // its rest too.
   void one_quote_suspects(const OneQuote& q, const VocabTrie& trie, std::vector<int32_t>& out) const;
 
  private:

@@ -40,6 +40,11 @@ bool KeyLog::Taken::any_begins(const std::string& prefix) const {
   return (log != nullptr && begins(log->all)) || begins(more);
 }
 
+std::size_t KeyLog::Taken::count_begins(const std::string& prefix, std::size_t limit) const {
+  const std::size_t logged = log != nullptr ? key_log::count_begins(log->all, prefix, limit) : 0;
+  return logged + key_log::count_begins(more, prefix, limit - logged);
+}
+
 KeyLog::Taken KeyLog::taken(uint32_t object, const Closed& closed, const Node* key) const {
   Taken out;
   out.key = key;

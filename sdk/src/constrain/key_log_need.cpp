@@ -22,17 +22,21 @@ namespace {
 int64_t fresh_in(const Matcher& m, const Node& key, const Frame& f, std::string& prefix, int64_t left,
                  const KeyLog::Taken& taken, int64_t want, int64_t& work) {
   int64_t found = 0;
-  for (int b = 0; b < 256 && left > 0 && found < want; ++b) {
-    if (--work < 0) return want;
+  bool spent = false;
+  // Only the bytes key_byte may take (key_log::any_key_byte): each costs one of `work`.
+  key_log::any_key_byte(key, f, [&](int b) {
+    if (left <= 0 || found >= want) return true;
+    if (--work < 0) return spent = true;
     Frame next = f;
     const int r = key_byte(key, next, static_cast<uint8_t>(b));
-    if (r < 0 || (r == 1) != (left == 1) || (r == 0 && m.remaining(next) > left - 1)) continue;
+    if (r < 0 || (r == 1) != (left == 1) || (r == 0 && m.remaining(next) > left - 1)) return false;
     prefix.push_back(static_cast<char>(b));
     found += r == 1 ? (taken.contains(canonical(prefix)) ? 0 : 1)
                     : fresh_in(m, key, next, prefix, left - 1, taken, want - found, work);
     prefix.pop_back();
-  }
-  return found;
+    return false;
+  });
+  return spent ? want : found;
 }
 
 // The lengths in bytes of the `want` shortest completions of the key frame `f` that are none of `taken`, less

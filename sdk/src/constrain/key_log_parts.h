@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -44,8 +45,49 @@ struct Joined {
 // ASCII without a '\\' or a control byte is its own: json_quote() escapes only those.
 std::string canonical(const std::string& quoted);
 
+// A lower bound on how many texts complete the key frame `f` of `key` (kDfa or kLiteralSet) within its
+// maxLength: a literal set's words below the frame's trie node (one spelling each), a pattern's texts ahead
+// of a state with no cycle ahead (where they fit the maxLength) or, past a one-character loop, one per
+// character left beyond ByteDfa::loop_chars; 0 where neither tells (capped at ByteDfa::kTextsCap).
+int64_t completions_at_least(const Node& key, const Frame& f);
+
+// How many of `keys` begin with `prefix`, counted up to `limit`.
+inline std::size_t count_begins(const std::set<std::string>& keys, const std::string& prefix, std::size_t limit) {
+  std::size_t n = 0;
+  for (auto it = keys.lower_bound(prefix); n < limit && it != keys.end() && it->compare(0, prefix.size(), prefix) == 0;
+       ++it) {
+    ++n;
+  }
+  return n;
+}
+
 // One byte of a key (kString, kDfa or kLiteralSet): -1 refused, 0 the key goes on (`f` updated), 1 it is whole.
 int key_byte(const Node& key, Frame& f, uint8_t c);
+
+// Calls f(b), ascending, for each byte b that key_byte may take at the key frame `top` of `key`: a pattern's
+// state's edges, a literal set's trie node's children, every byte for another key; until f returns true.
+// Returns whether it did. (key_byte refuses every other byte.)
+template <typename F>
+bool any_key_byte(const Node& key, const Frame& top, F f) {
+  if (key.kind == NodeKind::kDfa) {
+    for (const ByteDfa::Edge& e : key.dfa->edges[static_cast<std::size_t>(top.a)]) {
+      for (int b = e.lo; b <= e.hi; ++b) {
+        if (f(b)) return true;
+      }
+    }
+    return false;
+  }
+  if (key.kind == NodeKind::kLiteralSet) {
+    for (const auto& [b, child] : key.trie.nodes[static_cast<std::size_t>(top.a)].children) {
+      if (f(static_cast<int>(b))) return true;
+    }
+    return false;
+  }
+  for (int b = 0; b < 256; ++b) {
+    if (f(b)) return true;
+  }
+  return false;
+}
 
 // Whether the key node `key` writes `quoted` (json_quote()'s spelling). The log holds an object's keys by its
 // '{', so alternatives that read the same object share them, and a key one reads as free may be a declared

@@ -10,25 +10,28 @@
 namespace orbit::constrain {
 
 using key_log::has_few_keys;
+using key_log::is_object;
 using key_log::Joined;
 
 namespace {
 
-// The tokens that write a prefix of `rest`, the rest of a logged key, from the key frame `top`, that a walk
-// may refuse (appended to `out`). A byte is refused only where every completion of the key so far is taken:
-// where the pattern's state after it has more completions, all within the key's maxLength, than the object
-// has keys (`taken`), it is not. So the tokens no longer than the bytes of the rest such states follow are
-// left out.
-void rest_suspects(const Node& key, const Frame& top, std::string_view rest, std::size_t taken, const VocabTrie& trie,
+// The tokens that write a prefix of the rest of the logged key `logged` past the bytes written of the key frame
+// `top` (`written`, from its opening quote), that a walk may refuse (appended to `out`). A byte is refused only
+// where every completion of the key so far is taken: where the key (kDfa or kLiteralSet) has more completions
+// after it than the object has keys that begin with its bytes (`keys`; `in_range` of them begin with
+// `written`), it is not. So the tokens no longer than the bytes of the rest such bytes follow are left out.
+void rest_suspects(const Node& key, const Frame& top, const std::string& written, const std::string& logged,
+                   const std::set<std::string>& keys, std::size_t in_range, const VocabTrie& trie,
                    std::vector<int32_t>& out) {
+  const std::string_view rest = std::string_view(logged).substr(written.size());
   std::size_t sure = 0;
   Frame f = top;
-  while (key.kind == NodeKind::kDfa && sure < rest.size() && static_cast<int64_t>(sure) < trie.max_token_bytes() &&
+  while (sure < rest.size() && static_cast<int64_t>(sure) < trie.max_token_bytes() &&
          key_log::key_byte(key, f, static_cast<uint8_t>(rest[sure])) == 0) {
-    const auto q = static_cast<std::size_t>(f.a);
-    const int64_t texts = key.dfa->texts_ahead[q];
-    if (texts == ByteDfa::kUnbounded || static_cast<int64_t>(f.b) + key.dfa->chars_ahead[q] > key.max_count ||
-        texts <= static_cast<int64_t>(taken)) {
+    const auto ahead = static_cast<std::size_t>(std::max<int64_t>(0, key_log::completions_at_least(key, f)));
+    // Counted among the keys that begin with the bytes so far only where those that begin with `written` are
+    // not already fewer.
+    if (ahead <= in_range && key_log::count_begins(keys, logged.substr(0, written.size() + sure + 1), ahead) >= ahead) {
       break;
     }
     ++sure;
@@ -103,8 +106,9 @@ const std::vector<int32_t>& KeyLog::suspects(const StateSet& state, std::string_
       continue;
     }
     const std::string prefix = joined.span(joined.opening_quote(text.size() - 1), text.size() - 1);
+    const std::size_t in_range = key_log::count_begins(keys, prefix, keys.size());
     for (auto it = keys.lower_bound(prefix); it != keys.end() && it->compare(0, prefix.size(), prefix) == 0; ++it) {
-      rest_suspects(*key, f[n - 1], std::string_view(*it).substr(prefix.size()), keys.size(), trie, out);
+      rest_suspects(*key, f[n - 1], prefix, *it, keys, in_range, trie, out);
     }
   }
   // An object the token opens may have few keys: its first key's opening quote may be refused (an extra key
@@ -117,24 +121,31 @@ const std::vector<int32_t>& KeyLog::suspects(const StateSet& state, std::string_
 
 KeyLog::OneQuote KeyLog::one_quote(const StateSet& state, std::string_view text, int64_t max_token_bytes) const {
   if (keys_.empty()) return {};  // suspects() lists only tokens of three quotes or more
+  // A key the token's quote opens is one of the stack's objects' (or a fresh one's, which has none logged):
+  // a byte inside it may be refused unless its key node is a plain string longer than a token.
+  const auto opens_refusable = [&](const Frame* f, std::size_t n) {
+    return std::any_of(f, f + n, [&](const Frame& frame) {
+      const Node& node = g_.at(static_cast<int32_t>(frame.node));
+      const Node* key = is_object(node) ? key_node(node) : nullptr;
+      return key != nullptr && (key->kind != NodeKind::kString || key->max_count <= max_token_bytes);
+    });
+  };
   OneQuote q;
   for (std::size_t s = 0; s < state.size(); ++s) {
     const std::size_t n = state.length(s);
     const Frame* f = state.begin(s);
-    for (std::size_t j = 0; j < n; ++j) {  // a key the token opens is one of these objects' (or a fresh one's)
-      const Node& node = g_.at(static_cast<int32_t>(f[j].node));
-      if (has_few_keys(node)) return {};
-      if (!is_object(node)) continue;
-      const Node* key = key_node(node);
-      if (key != nullptr && (key->kind != NodeKind::kString || key->max_count <= max_token_bytes)) return {};
+    for (std::size_t j = 0; j < n; ++j) {
+      if (has_few_keys(g_.at(static_cast<int32_t>(f[j].node)))) return {};  // a ',' may be refused
     }
-    if (n < 2 || f[n - 2].start == kNoStart) continue;
-    const Node* key = free_key(f[n - 2]);
-    if (key != &g_.at(static_cast<int32_t>(f[n - 1].node))) continue;
-    if (key->kind != NodeKind::kString || static_cast<int64_t>(f[n - 1].a) + max_token_bytes >= key->max_count ||
-        text.empty()) {
+    const Node* key = n >= 2 && f[n - 2].start != kNoStart ? free_key(f[n - 2]) : nullptr;
+    if (key == nullptr || key != &g_.at(static_cast<int32_t>(f[n - 1].node)) || text.empty()) {
+      if (opens_refusable(f, n)) return {};  // the token's quote may open a key here
+      continue;
+    }
+    // Inside a key the token's quote closes it: no key opens after it in this stack, whatever its objects.
+    if (key->kind == NodeKind::kString && static_cast<int64_t>(f[n - 1].a) + max_token_bytes >= key->max_count)
       return {};
-    }
+    if (key->kind != NodeKind::kString && key->kind != NodeKind::kDfa && key->kind != NodeKind::kLiteralSet) return {};
     q.objects.push_back(f[n - 2].start);
   }
   if (!q.objects.empty()) {
@@ -156,7 +167,10 @@ void KeyLog::one_quote_suspects(const OneQuote& q, const VocabTrie& trie, std::v
     if (it == keys_.end()) continue;
     const std::set<std::string>& keys = it->second->all;
     for (auto k = keys.lower_bound(q.prefix); k != keys.end() && k->compare(0, q.prefix.size(), q.prefix) == 0; ++k) {
-      // Its rest, closing quote and all; no token is longer than the vocabulary's longest.
+      // Its rest, closing quote and all; no token is longer than the vocabulary's longest. A walk refuses a
+      // token of one quote inside a pattern's or an enum's key only where the key's completions are all
+      // taken: the key the grammar lets the token close with its quote is then one of them, so the token
+      // begins with a logged key's rest as well.
       if (static_cast<int64_t>(k->size() - q.prefix.size()) > trie.max_token_bytes()) continue;
       trie.extensions_of(std::string_view(*k).substr(q.prefix.size()), out);
     }

@@ -38,7 +38,7 @@ std::size_t held(const std::vector<bool>& v) { return (v.capacity() + 7) / 8; }
 
 std::size_t dfa_bytes(const ByteDfa& d) {
   std::size_t n = sizeof(ByteDfa) + held(d.edges) + held(d.accepting) + held(d.char_end) + held(d.min_bytes) +
-                  held(d.min_chars) + held(d.texts_ahead) + held(d.chars_ahead);
+                  held(d.min_chars) + held(d.texts_ahead) + held(d.chars_ahead) + held(d.loop_chars);
   for (const auto& edges : d.edges) n += held(edges);
   return n;
 }
@@ -392,8 +392,8 @@ std::vector<int64_t> TokenConstraint::repeats(const TokenMask& mask, bool* drops
     for_each_set(mask.bits, ask);
     return out;
   }
-  // A token with one '"' after printable ASCII and no '\\' is refused, where one_quote() applies, only by
-  // closing a logged key: walked only where it begins with the rest of one.
+  // A token with one '"' after printable ASCII and no '\\' is refused, where one_quote() applies, only inside
+  // the key it begins in or by closing it as a logged key: walked only where it begins with the rest of one.
   const constrain::KeyLog::OneQuote one = keys().one_quote(now, matcher_.text(), trie.max_token_bytes());
   if (one.applies) keys().one_quote_suspects(one, trie, prefixes);
   for (const int32_t id : one.applies ? trie.quoted_apart() : quoted) {
