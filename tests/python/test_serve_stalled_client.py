@@ -118,7 +118,7 @@ def test_a_stream_nobody_reads_is_dropped_after_the_stall_timeout(start_serve, s
 
 
 def test_an_answer_over_the_log_probability_limit_is_refused_naming_its_parameters(start_serve, stories260k_path):
-    server = start_serve(stories260k_path, "--max-answer-logprobs", "10000")
+    server = start_serve(stories260k_path, "--max-answer-logprobs", "4000")
     body = {"model": MODEL_NAME, "n": 4, "max_tokens": 200, "logprobs": True, "top_logprobs": 20,
             "messages": [{"role": "user", "content": "Hi."}]}
     with pytest.raises(urllib.error.HTTPError) as refused:
@@ -126,10 +126,18 @@ def test_an_answer_over_the_log_probability_limit_is_refused_naming_its_paramete
     assert refused.value.code == 400
     error = json.loads(refused.value.read().decode())["error"]
     assert error["code"] == "answer_too_large" and error["param"] == "max_tokens"
-    assert "n (4) x max_tokens (200) x (1 + top_logprobs 20) = 16800" in error["message"]
-    assert "--max-answer-logprobs" in error["message"] and "10000" in error["message"]
-    answer = server.call("/v1/chat/completions", {**body, "max_tokens": 100})  # 8400 entries: served
+    assert "max_tokens (200) x n (4) x (1 + top_logprobs 20) = 16800" in error["message"]
+    assert "(4000, --max-answer-logprobs); lower max_tokens, n or top_logprobs" in error["message"]
+    answer = server.call("/v1/chat/completions", {**body, "max_tokens": 40})  # 3360 entries: served
     assert len(answer["choices"]) == 4 and len(answer["choices"][0]["logprobs"]["content"]) >= 1
+    # The Responses API names its own field.
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        server.call("/v1/responses", {"model": MODEL_NAME, "input": "Hi.", "max_output_tokens": 200,
+                                      "top_logprobs": 20, "include": ["message.output_text.logprobs"]})
+    assert refused.value.code == 400
+    error = json.loads(refused.value.read().decode())["error"]
+    assert error["param"] == "max_output_tokens", error
+    assert error["message"].startswith("max_output_tokens (200) x (1 + top_logprobs 20) = 4200 "), error
 
 
 @pytest.mark.parametrize("argument, value, says", [

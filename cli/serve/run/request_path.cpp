@@ -182,13 +182,15 @@ std::optional<ApiError> RequestPath::check_logprobs(int64_t prompt_tokens, const
   const int64_t entries = n * tokens * (1 + sampling.top_logprobs);
   const int64_t most = context_.options.limits.max_answer_logprobs;
   if (entries <= most) return std::nullopt;
+  // Starts with the field's name, which the Responses API's errors rename (responses_errors.h).
   return api_error(400,
-                   "n (" + std::to_string(n) + ") x max_tokens (" + std::to_string(tokens) +
-                       (sampling.max_tokens ? "" : ", the server's default") + ") x (1 + top_logprobs " +
+                   "max_tokens (" + std::to_string(tokens) + (sampling.max_tokens ? "" : ", the server's default") +
+                       ")" + (n > 1 ? " x n (" + std::to_string(n) + ")" : "") + " x (1 + top_logprobs " +
                        std::to_string(sampling.top_logprobs) + ") = " + std::to_string(entries) +
                        " log-probability entries, more than this server holds for one answer (" + std::to_string(most) +
-                       ", --max-answer-logprobs); lower n, max_tokens or top_logprobs",
-                   "invalid_request_error", "answer_too_large", sampling.max_tokens ? "max_tokens" : "n");
+                       ", --max-answer-logprobs); lower " + (n > 1 ? "max_tokens, n" : "max_tokens") +
+                       " or top_logprobs",
+                   "invalid_request_error", "answer_too_large", "max_tokens");
 }
 
 // plan_sync threw: the template refused the list, or its rendering is past the model's positions. The
