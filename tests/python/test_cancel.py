@@ -189,6 +189,30 @@ def test_a_token_cancelled_before_the_call_answers_at_once(orbit, story):
         window.generate(query, cancel=1.0)
 
 
+@pytest.mark.parametrize("bad, message", [
+    ({"temperature": float("nan")}, "generate: temperature = nan must be a finite number >= 0"),
+    ({"top_p": 2.0}, r"generate: top_p = 2 must be in \(0, 1\]"),
+    ({"top_logprobs": 3}, "generate: top_logprobs = 3 needs logprobs = true"),
+    ({"query": [600]}, r"generate: query token 0 = 600 is outside the vocabulary \[0, 512\)"),
+    ({"query": []}, "generate: empty query"),
+])
+def test_a_token_cancelled_before_the_call_still_refuses_bad_arguments(orbit, story, bad, message):
+    # A cancelled token answered before the arguments were checked: temperature=nan, a query token outside the
+    # vocabulary or top_p=2 gave a cancelled Generation, and the same call raised only once its token was not
+    # cancelled. Each now raises as generate() does, from generate, generate_n and generate_many.
+    window, query, _ = story
+    token = orbit.CancelToken()
+    token.cancel()
+    options = dict(bad)
+    q = options.pop("query", query)
+    calls = [lambda: window.generate(q, cancel=token, **options),
+             lambda: window.generate_n(q, 2, cancel=token, **options),
+             lambda: orbit.generate_many([(window, q, options)], cancel=token)]
+    for call in calls:
+        with pytest.raises(orbit.OrbitError, match=message):
+            call()
+
+
 def test_leaving_a_stream_stops_the_decode_at_its_next_token(orbit, story, monkeypatch):
     # A stop string that the answer spells from its second piece on, ending in text it never writes: every
     # piece after the first is held back (it may still become the stop string) until the answer leaves it,

@@ -1206,7 +1206,8 @@ class Window:
 
         cancel: an orbit.CancelToken (else TypeError naming `cancel`); its cancel(), from any thread, ends the run
         at its next token with stop_reason 'cancelled' (read without the GIL, no tokenizer needed). A token
-        cancelled before the call returns a cancelled Generation at once (no tokens, nothing forwarded). close()
+        cancelled before the call returns a cancelled Generation at once (no tokens, nothing forwarded), its
+        arguments checked as for a run (a bad one raises all the same, orbit::check_generate in C++). close()
         of this window from another thread stops the run the same way. On the main thread the decode runs signal
         handlers while it runs (at most 100 ms apart): one that raises (Ctrl-C's KeyboardInterrupt) stops the run
         at its next token and is raised here, the answer dropped (generate_n and generate_many the same). As

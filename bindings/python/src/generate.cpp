@@ -245,7 +245,12 @@ std::vector<orbit::Generation> decode_uncancelled(const std::vector<PyWindow*>& 
   std::vector<orbit::GenerateRequest> batch;
   std::vector<std::size_t> place;  // request index of each batch entry
   for (std::size_t i = 0; i < windows.size(); ++i) {
-    if (args[i].cancelled_before()) continue;
+    if (args[i].cancelled_before()) {
+      // Answered without decoding, its arguments refused as generate() would refuse them.
+      const orbit::Engine& engine = *windows[i]->engine;
+      orbit::check_generate(args[i].query, args[i].options, engine.model_info().vocab_size, engine.has_tokenizer());
+      continue;
+    }
     batch.push_back({&*windows[i]->window, args[i].query, args[i].options});
     place.push_back(i);
   }

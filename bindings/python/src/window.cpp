@@ -70,11 +70,16 @@ bool holds_chunk(const Window& w, const std::string& key) {
 
 // Whether a decode is answered without running because a token of its cancel= was cancelled before the call.
 // The window must be open and free for this thread, as for the call itself (OrbitError otherwise); it is not
-// locked, so the answer comes at once even while another thread's call holds the window.
+// locked, so the answer comes at once even while another thread's call holds the window. Its arguments are
+// checked as generate() checks them (orbit::check_generate) all the same.
 bool cancelled_before(const PyWindow& w, const GenerateArgs& a, const char* what) {
   w.check_not_held(what);
   w.check_open();
-  return a.cancelled_before();
+  if (!a.cancelled_before()) return false;
+  // Answered without decoding, but what generate() refuses is refused still (a query token outside the
+  // vocabulary, top_p = 2, ...): a bad argument does not wait for a call whose token is not cancelled.
+  orbit::check_generate(a.query, a.options, w.engine->model_info().vocab_size, w.engine->has_tokenizer());
+  return true;
 }
 
 InstanceId before_arg(py::handle obj) { return obj.is_none() ? 0 : to_instance(obj, "before"); }

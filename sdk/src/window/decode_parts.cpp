@@ -6,13 +6,17 @@
 #include <optional>
 
 #include "orbit/common/error.h"
+#include "window/sampler.h"
 #include "window/window_ops.h"
 
 namespace orbit::detail {
 
 void check_query(const WindowState& s, const std::vector<int64_t>& query, const char* what) {
+  check_query_tokens(query, s.core->config().vocab_size, what);
+}
+
+void check_query_tokens(const std::vector<int64_t>& query, int64_t vocab, const char* what) {
   ORBIT_CHECK(!query.empty(), what << ": empty query (give at least one token)");
-  const int64_t vocab = s.core->config().vocab_size;
   for (std::size_t i = 0; i < query.size(); ++i) {
     ORBIT_CHECK(query[i] >= 0 && query[i] < vocab, what << ": query token " << i << " = " << query[i]
                                                         << " is outside the vocabulary [0, " << vocab << ")");
@@ -91,3 +95,14 @@ void keep_read_for_reuse(const WindowState& state, const std::vector<int64_t>& q
 }
 
 }  // namespace orbit::detail
+
+namespace orbit {
+
+void check_generate(const std::vector<int64_t>& query, const GenerateOptions& options, int64_t vocab,
+                    bool has_tokenizer) {
+  detail::check_query_tokens(query, vocab, "generate");
+  detail::Sampler::check_options(options, vocab);
+  detail::check_tokenizer_needs(options, has_tokenizer);
+}
+
+}  // namespace orbit

@@ -14,6 +14,8 @@ namespace orbit::detail {
 
 // Throws orbit::Error (`what` first) for an empty query or a token outside the vocabulary.
 void check_query(const WindowState& s, const std::vector<int64_t>& query, const char* what);
+// The same against a vocabulary of `vocab` tokens.
+void check_query_tokens(const std::vector<int64_t>& query, int64_t vocab, const char* what);
 
 // Appends the KV of tokens just run (content at `positions`) to `past` (new tensors: a past shared with
 // another sequence is not changed).

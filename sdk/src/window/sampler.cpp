@@ -323,17 +323,21 @@ SamplerStep Sampler::take_open_or_answer(int64_t token, TriggerWatch next, const
   return take(token, std::nullopt, logits);
 }
 
+void check_tokenizer_needs(const GenerateOptions& options, bool has_tokenizer) {
+  ORBIT_CHECK(options.constraint == nullptr || has_tokenizer,
+              "generate: a constraint needs the engine's tokenizer (this model has none)");
+  ORBIT_CHECK(options.stop.empty() || has_tokenizer,
+              "generate: stop strings need the engine's tokenizer (this model has none)");
+  ORBIT_CHECK(!options.on_text || has_tokenizer,
+              "generate: on_text needs the engine's tokenizer (this model has none)");
+}
+
 Sampler make_sampler(const EngineCore& core, const GenerateOptions& options, const std::vector<int64_t>& query) {
   const int64_t vocab = core.config().vocab_size;
   Sampler::check_options(options, vocab);
   SamplerSetup setup;
   setup.vocab = vocab;
-  ORBIT_CHECK(options.constraint == nullptr || core.has_tokenizer(),
-              "generate: a constraint needs the engine's tokenizer (this model has none)");
-  ORBIT_CHECK(options.stop.empty() || core.has_tokenizer(),
-              "generate: stop strings need the engine's tokenizer (this model has none)");
-  ORBIT_CHECK(!options.on_text || core.has_tokenizer(),
-              "generate: on_text needs the engine's tokenizer (this model has none)");
+  check_tokenizer_needs(options, core.has_tokenizer());
   const bool need_vocabulary = options.constraint != nullptr || options.logprobs;
   if (need_vocabulary && core.has_tokenizer()) {
     setup.vocabulary = constrain::tokenizer_vocabulary(core.tokenizer(), vocab);

@@ -138,4 +138,7 @@ class Sampler {
 // first; throws orbit::Error for a constraint on a model without a tokenizer.
 Sampler make_sampler(const EngineCore& core, const GenerateOptions& options, const std::vector<int64_t>& query);
 
+// Throws orbit::Error for stop strings, a constraint or on_text asked of a model without a tokenizer.
+void check_tokenizer_needs(const GenerateOptions& options, bool has_tokenizer);
+
 }  // namespace orbit::detail
