@@ -112,6 +112,19 @@ double FidelityModel::predict(Loss kind, double feature, double share, double se
   return scale_ * coefficient(kind) * f * s * sensitivity_factor(sensitivity);
 }
 
+FidelityModel FidelityModel::blend(const FidelityModel& from, const FidelityModel& to, double weight) {
+  ORBIT_CHECK(std::isfinite(weight) && weight >= 0 && weight <= 1,
+              "FidelityModel::blend: weight must be in [0, 1], got " << weight);
+  const auto mix = [weight](double a, double b) { return std::pow(a, 1 - weight) * std::pow(b, weight); };
+  FidelityModel m;
+  for (std::size_t k = 0; k < m.coef_.size(); ++k) {
+    m.coef_[k] = mix(from.coef_[k], to.coef_[k]);
+    m.fitted_[k] = to.fitted_[k];
+  }
+  m.reference_sensitivity_ = mix(from.reference_sensitivity_, to.reference_sensitivity_);
+  return m;
+}
+
 FidelityModel FidelityModel::scaled(double scale) const {
   ORBIT_CHECK(std::isfinite(scale) && scale > 0, "FidelityModel::scaled: scale must be finite and > 0, got " << scale);
   FidelityModel m = *this;

@@ -418,6 +418,27 @@ TEST_CASE("fidelity model: least squares per kind, the truncation stand-in, bad 
   CHECK_THROWS_WITH(FidelityModel::fit({}, std::nan("")), Contains("reference_sensitivity"));
 }
 
+TEST_CASE("fidelity model: a blend moves coefficients and reference sensitivity in log space", "[planner][cpu]") {
+  const FidelityModel defaults;
+  const FidelityModel fit = FidelityModel::fit({{Loss::kKeep, 1.0, 0.04}, {Loss::kBlind, 1.0, 0.0274 / 4}}, 0.08);
+  const FidelityModel half = FidelityModel::blend(defaults, fit, 0.5);
+  CHECK(half.coefficient(Loss::kKeep) == Approx(std::sqrt(defaults.coefficient(Loss::kKeep) * 0.04)));
+  CHECK(half.coefficient(Loss::kBlind) == Approx(0.0274 / 2));
+  CHECK(half.reference_sensitivity() == Approx(std::sqrt(defaults.reference_sensitivity() * 0.08)));
+  CHECK(half.fitted(Loss::kKeep));
+  CHECK_FALSE(half.fitted(Loss::kStale));
+  CHECK(half.coefficient(Loss::kStale) == Approx(defaults.coefficient(Loss::kStale)));
+  CHECK(half.scale() == 1.0);
+  for (const double w : {0.0, 1.0}) {
+    const FidelityModel& end = w == 0 ? defaults : fit;
+    const FidelityModel b = FidelityModel::blend(defaults, fit, w);
+    CHECK(b.coefficient(Loss::kKeep) == Approx(end.coefficient(Loss::kKeep)));
+    CHECK(b.reference_sensitivity() == Approx(end.reference_sensitivity()));
+  }
+  CHECK_THROWS_WITH(FidelityModel::blend(defaults, fit, 1.5), Contains("weight must be in [0, 1], got 1.5"));
+  CHECK_THROWS_WITH(FidelityModel::blend(defaults, fit, std::nan("")), Contains("weight"));
+}
+
 // ---- antecedent changes under a reorder ---------------------------------------------------------------
 
 namespace {

@@ -316,8 +316,9 @@ class Engine {
   // cost fields stay empty). Nothing is timed and the samples are seeded, so two engines of one model fit
   // the same model and plan the same: what a replay comparing policies or models needs. The defaults are
   // this fit on the bundled stories260K; another model's KV moves by another share under the same change
-  // of context (its reference sensitivity: 7.2e-2 on tinystories-656k against 7.9e-3), so its
-  // predictions are off by that ratio until fitted.
+  // of context (the fit's reference sensitivity: 7.2e-2 on tinystories-656k against 7.9e-3). Both
+  // calibrations take the model halfway from the defaults toward the fit, in log space
+  // (planner::kCalibrationWeight).
   CalibrationReport calibrate_fidelity();
   // The fidelity model plans use now (its coefficients, each marked fitted or default), one line.
   std::string fidelity_model_description() const;

@@ -182,7 +182,10 @@ bool EngineCore::note_fidelity_check(double measured_kl, double predicted_kl, do
 CalibrationReport EngineCore::calibrate_fidelity() {
   const auto start = Clock::now();
   const FidelityCalibration deficits = measure_fidelity_samples(*this, 3);
-  const planner::FidelityModel fidelity = planner::FidelityModel::fit(deficits.samples, deficits.reference_sensitivity);
+  // Halfway from the defaults toward the fit in log space (planner::kCalibrationWeight says why).
+  const planner::FidelityModel fidelity = planner::FidelityModel::blend(
+      planner::FidelityModel(), planner::FidelityModel::fit(deficits.samples, deficits.reference_sensitivity),
+      planner::kCalibrationWeight);
   CalibrationReport report;
   report.fidelity_samples = static_cast<int64_t>(deficits.samples.size());
   report.fidelity_model = fidelity.describe();

@@ -113,6 +113,16 @@ inline constexpr double kReadThrough = 0.3;
 std::vector<double> add_read_through(const std::vector<double>& weights, const std::vector<int64_t>& lengths,
                                      const std::vector<bool>& fresh, double factor = kReadThrough);
 
+// How far Engine::calibrate moves the fidelity model from the defaults (the bundled stories260K's fit) toward
+// its fit on the engine's own model, in log space (FidelityModel::blend): halfway. The calibration's windows
+// (two to four short pieces of sampled text) carry a model's scale, not the traces' structure, and neither
+// end predicts another model's agent traces as the defaults predict stories260K's (median measured /
+// predicted KL on the probed steps 0.06-0.12 there). Chosen on tinystories-656k's development traces (the 7
+// converted real runs and generated seeds 601-602; bench/fidelity/README.md): the defaults held the 3e-3
+// budget on every probed step at 0.885x / 0.866x the radix cache's critical tokens, the full fit on 594 of
+// 602 and 557 of 587, halfway on every step at 0.819x / 0.723x, three quarters on 599 of 602.
+inline constexpr double kCalibrationWeight = 0.5;
+
 inline constexpr double kSensitivityExponent = 0.4;  // g(r) below the reference sensitivity
 inline constexpr double kMinSensitivityFactor = 0.125;
 inline constexpr double kMaxSensitivityFactor = 64.0;
@@ -136,6 +146,11 @@ class FidelityModel {
   // (> 0; <= 0 keeps the default). Throws orbit::Error naming the sample index on a negative or
   // non-finite field.
   static FidelityModel fit(const std::vector<FidelitySample>& samples, double reference_sensitivity = 0);
+
+  // `from` moved toward `to` by `weight` in log space: every coefficient and the reference sensitivity
+  // become from^(1 − weight) · to^weight; a kind counts as fitted where `to` fitted it; scale 1. Throws
+  // orbit::Error naming `weight` unless it is in [0, 1].
+  static FidelityModel blend(const FidelityModel& from, const FidelityModel& to, double weight);
 
   double coefficient(Loss kind) const { return coef_[static_cast<std::size_t>(kind)]; }
   bool fitted(Loss kind) const { return fitted_[static_cast<std::size_t>(kind)]; }
