@@ -137,3 +137,56 @@ TEST_CASE("Qwen3's two agents taking turns read their other-text prefixes and cu
     }
   }
 }
+
+namespace {
+
+// Mistral Nemo's agent list: a system prompt and `rounds` rounds of a user turn, (with `tools`) an answer calling
+// the tool and its result (call ids of nine characters, as the template demands), and an answer.
+Messages nemo_list(std::mt19937_64& rng, std::size_t rounds, bool tools) {
+  Messages out = {runtime_msg("system", "You are Ada. " + sentence(rng, 4))};
+  for (std::size_t r = 0; r < rounds; ++r) {
+    out.push_back(runtime_msg("user", sentence(rng, 6) + " What happened next?"));
+    if (tools) {
+      std::string id = std::to_string(r);
+      id = "call" + std::string(5 - id.size(), '0') + id;
+      out.push_back(runtime_msg("assistant", ""));
+      out.back().tool_calls.push_back({id, "lookup", "{\"query\": \"" + sentence(rng, 2) + "\"}"});
+      out.push_back(runtime_msg("tool", sentence(rng, 12)));
+      out.back().tool_call_id = id;
+    }
+    out.push_back(runtime_msg("assistant", sentence(rng, 8)));
+  }
+  return out;
+}
+
+}  // namespace
+
+// Mistral Nemo renders the system prompt only in the last message, where that is a user turn, and the tools before
+// the last user turn: a list that ends otherwise renders as before under a new system prompt, and each prefix that
+// ends with a user turn carries the new prompt there, past where it parts from the rendering (the tools, or that
+// turn's start), so its text is longer or shorter than the spans give, and where it parts is as they give. The
+// check compared the longest such prefix's length too and rendered every prefix (all but a few heads with a tool).
+TEST_CASE("Mistral Nemo's list that ends past its last user turn reads its prefixes under a new system prompt",
+          "[sync_memo]") {
+  const runtime::ChatTemplate t(template_source("mistral-nemo-instruct-2407"), "nemo", "<s>", "</s>");
+  std::mt19937_64 rng(13);
+  for (const bool tools : {false, true}) {
+    for (const bool answer_last : {false, true}) {
+      runtime::ChatRenderOptions o;
+      if (tools) o.tools_json = kLookupTool;
+      orbit::detail::clear_cuts_memo();
+      Messages list = nemo_list(rng, tools ? 15 : 30, tools);  // 61 messages
+      if (!answer_last) list.pop_back();                       // a tool's result last (with a tool)
+      REQUIRE(cuts_both(t, o, list));
+      for (int request = 0; request < 3; ++request) {
+        list.front().content += " Step " + std::to_string(request) + ": " + sentence(rng, request + 1);
+        INFO((tools ? "tools, " : "") << (answer_last ? "answer last" : "") << ", request " << request);
+        const std::optional<ListCuts> cuts = cuts_both(t, o, list);
+        REQUIRE(cuts);
+        // The new system prompt's prefix (and a longer one), and the check's renders.
+        CHECK(cuts->renders <= 6);
+        CHECK(cuts->spans + cuts->renders >= static_cast<int64_t>(list.size()) - 1);
+      }
+    }
+  }
+}

@@ -63,15 +63,16 @@
 // with an answer past the anchor and before the next query part, while those ending with a user turn, and the
 // whole renderings (a query follows), do not; the shortest read ending with an answer is one of them (Qwen3's
 // state is undone by the first query after the anchor, so the prefixes that part are the first of each role's).
-// Other text read is checked apart: its longest is rendered, and its shortest on until one renders as read (Qwen3
-// shows an answer's reasoning only after a user turn, which T may lack before the anchor where K had one: those
-// render as a prefix of T), that one to the longest kept; where the longest differs (a template that moves a
-// message before the anchor into the last user turn), each is rendered. What no check sees: a template whose
-// rendering of a shorter list depends on the list's length, or on a message before the anchor (the first, say), in
-// a way the whole renderings do not show, at lengths the check does not render (a line only where there are exactly
-// 30 messages, or only where the system prompt says so and the last message is a user's, past the shortest read
-// that ends with one); for it, the boundaries may differ from rendering every prefix (the tokens never do: they are
-// the whole rendering's, sync.h step 3).
+// Other text read is checked apart, on what step 2 reads of it (its kind and where it parts from T; a length that
+// differs past there, as a new system prompt in Mistral Nemo's last user turn gives, is no difference): its longest is
+// rendered, and its shortest on until one renders as read (Qwen3 shows an answer's reasoning only after a user turn,
+// which T may lack before the anchor where K had one: those render as a prefix of T), that one to the longest kept;
+// where the longest differs (a template that moves a message before the anchor into the last user turn), each is
+// rendered. What no check sees: a template whose rendering of a shorter list depends on the list's length, or on a
+// message before the anchor (the first, say), in a way the whole renderings do not show, at lengths the check does not
+// render (a line only where there are exactly 30 messages, or only where the system prompt says so and the last message
+// is a user's, past the shortest read that ends with one); for it, the boundaries may differ from rendering every
+// prefix (the tokens never do: they are the whole rendering's, sync.h step 3).
 
 #pragma once
 
@@ -101,8 +102,9 @@ struct PrefixRender {
     kOther,    // some other text
   };
   Kind kind = Kind::kOther;
-  // kPrefix, kOther: the text's length in bytes (kOther read from the spans: as they give it; step 2 reads only
-  // the kind and `agrees` of other text, and the spans' check compares the length too)
+  // kPrefix, kOther: the text's length in bytes (kOther read from the spans: as they give it, which a template
+  // that writes a message before the anchor past where the text parts, as Mistral Nemo the system prompt, makes
+  // longer or shorter; step 2 reads only the kind and `agrees` of other text, and so does the spans' check)
   std::size_t length = 0;
   std::size_t agrees = 0;  // kOther: how many bytes the text starts with alike with the whole rendering
 };

@@ -152,8 +152,14 @@ PrefixRender prefix_render(const runtime::ChatTemplate& tmpl, const runtime::Pre
   return {agrees == prefix.size() ? Kind::kPrefix : Kind::kOther, prefix.size(), agrees};
 }
 
+// Whether `a` and `b` say the same of a prefix: the same kind, and the same length of a prefix of the text or
+// the same agreement of other text. Step 2 reads nothing else of other text (sync_memo.h: it is other text again
+// where it parts from the rendering before the two renderings part), so its length is not compared: Mistral Nemo
+// carries the system prompt, a message before the anchor, into a prefix's last user turn, past where the prefix
+// parts from the rendering, and a new system prompt makes that text longer or shorter than the spans give.
 bool same(const PrefixRender& a, const PrefixRender& b) {
-  return a.kind == b.kind && a.length == b.length && (a.kind != PrefixRender::Kind::kOther || a.agrees == b.agrees);
+  if (a.kind != b.kind) return false;
+  return a.kind == PrefixRender::Kind::kOther ? a.agrees == b.agrees : a.length == b.length;
 }
 
 // The check of other text read from the spans (the prefixes `at`, shortest first, read into `out`): the longest
