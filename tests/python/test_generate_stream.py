@@ -269,16 +269,55 @@ def test_an_exception_in_the_loop_cancels_the_stream(story):
     assert window.generate(query, max_tokens=60).text == plain.text
 
 
-def test_stream_raises_generate_errors_when_it_starts(orbit, story):
+def test_stream_raises_generate_errors_when_it_is_made(orbit, story):
     _, window, query = story
-    s = window.stream(query, stop="")
     with pytest.raises(ValueError, match="stop"):
-        next(iter(s))
-    assert s.generation is None
+        window.stream(query, stop="")
     with pytest.raises(TypeError, match="on_text"):
         window.stream(query, on_text=print)
     with pytest.raises(orbit.OrbitError, match="temperature"):
-        list(window.stream(query, temperature=-1.0))
+        window.stream(query, temperature=-1.0)
+
+
+# Arguments generate() refuses with its own error naming the argument: stream() raises the same when it is made.
+BAD_ARGUMENTS = [
+    ((None,), {}),  # no query
+    (([600],), {}),  # a token outside stories260K's 512
+    (([],), {}),
+    ((" She",), {"seed": -1}),
+    ((" She",), {"seed": 2**64}),
+    ((" She",), {"seed": "1"}),
+    ((" She",), {"top_p": 2.0}),
+    ((" She",), {"max_tokens": True}),
+    ((" She",), {"stop": [""]}),
+    ((" She",), {"logit_bias": {9999: 1.0}}),
+    ((" She",), {"top_logprobs": 3}),  # without logprobs
+    ((" She",), {"tool_choice": "required"}),  # without tools
+    ((" She",), {"constraint_trigger_block": ("<think>", "</think>")}),  # without a constraint
+]
+
+
+@pytest.mark.parametrize("args, kwargs", BAD_ARGUMENTS, ids=lambda v: repr(v))
+def test_stream_refuses_what_generate_refuses_when_it_is_made(orbit, story, args, kwargs):
+    # Not at the first piece: the call making the stream raises generate()'s own error (type and text).
+    _, window, _ = story
+    with pytest.raises(Exception) as generated:
+        window.generate(*args, **kwargs)
+    assert isinstance(generated.value, (TypeError, ValueError, orbit.OrbitError))
+    with pytest.raises(type(generated.value)) as made:
+        window.stream(*args, **kwargs)
+    assert str(made.value) == str(generated.value)
+
+
+def test_stream_names_an_argument_generate_takes_in_another_type_or_not_at_all(orbit, story):
+    # generate() refuses these through pybind11 ("incompatible function arguments"); stream() names them.
+    _, window, query = story
+    with pytest.raises(TypeError, match=r"^stream: generate\(\) has no argument 'foo'$"):
+        window.stream(query, foo=1)
+    with pytest.raises(TypeError, match="^generate: temperature: expected float, got str$"):
+        window.stream(query, temperature="hot")
+    s = window.stream(query, max_tokens=3, seed=5, stop=["zz"])  # good arguments still stream
+    assert "".join(s) == window.generate(query, max_tokens=3, seed=5, stop=["zz"]).text
 
 
 def test_bad_stop_values_name_stop(orbit, story):

@@ -25,7 +25,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Generator, Iterator, Optional
 
-from ._orbit import CancelToken, _StreamRoom
+from ._orbit import CancelToken, _check_stream_arguments, _StreamRoom
 
 if TYPE_CHECKING:
     from ._orbit import Generation, Tokens, Window
@@ -38,24 +38,25 @@ class GenerationStream:
     """The text of one answer as it is decoded: Window.stream(query, **generate() keyword arguments).
 
     Iterate it (once) for the pieces, str, each final when it comes (whole characters no stop string can take back);
-    they join to the answer's text. The decode starts at the first piece asked for, on a worker thread; errors
-    generate() raises (bad arguments included) are raised there. Once the loop ends, `generation` is the Generation
-    (stop_reason and the rest, tool_calls and json with tools or a response_format). Leaving the loop early --
-    break, an exception in its body, close() -- cancels the decode through a CancelToken: it stops at its next token
-    (stop_reason 'cancelled', the Generation holding what was decoded) and the loop's exit waits for that, so the
-    window is usable right after. window.close() or engine.close() in the loop's body (or on another thread) stops
-    the decode at its next token too, waking it at once if it waits for the loop (the loop then ends with what was
-    queued). Any other call on the window from the loop's body -- add_turn, generate, fork, evict, reading
-    instances, a second stream of it, orbit.generate_many with it -- raises OrbitError at once naming the call, from
-    the first piece to the loop's end: the decode holds the window until it returns, so the call could only wait for
-    the whole answer; make it after the loop (break first to stop the decode early), or use another window (a fork()
-    made before the loop). An iterator taken by hand counts as the loop until it is finished, closed or dropped.
-    Other threads' calls wait for the decode. A cancel= given is the parent of the stream's token: cancelling it
-    stops the stream as well. The decode runs at most 8 pieces ahead of the loop; one that takes no piece for a
-    second lets it run on to its end. An iterator taken by hand (it = iter(s); next(it)) and left unfinished is
-    cancelled when it is dropped, or by close() (`with window.stream(...) as s:` closes at the end). With tools the
-    pieces are the raw answer, call markup included (e.g. "<tool_call>{...}</tool_call>"); the calls are read from
-    the whole text into generation.tool_calls.
+    they join to the answer's text. Its arguments are checked when it is made: what generate() refuses for them (a
+    bad query, seed=-1, an unknown keyword...) raises here, naming the argument, as generate() raises it. The decode
+    starts at the first piece asked for, on a worker thread; errors it meets are raised there. Once the loop ends,
+    `generation` is the Generation (stop_reason and the rest, tool_calls and json with tools or a response_format).
+    Leaving the loop early -- break, an exception in its body, close() -- cancels the decode through a CancelToken:
+    it stops at its next token (stop_reason 'cancelled', the Generation holding what was decoded) and the loop's
+    exit waits for that, so the window is usable right after. window.close() or engine.close() in the loop's body
+    (or on another thread) stops the decode at its next token too, waking it at once if it waits for the loop (the
+    loop then ends with what was queued). Any other call on the window from the loop's body -- add_turn, generate,
+    fork, evict, reading instances, a second stream of it, orbit.generate_many with it -- raises OrbitError at once
+    naming the call, from the first piece to the loop's end: the decode holds the window until it returns, so the
+    call could only wait for the whole answer; make it after the loop (break first to stop the decode early), or use
+    another window (a fork() made before the loop). An iterator taken by hand counts as the loop until it is
+    finished, closed or dropped. Other threads' calls wait for the decode. A cancel= given is the parent of the
+    stream's token: cancelling it stops the stream as well. The decode runs at most 8 pieces ahead of the loop; one
+    that takes no piece for a second lets it run on to its end. An iterator taken by hand (it = iter(s); next(it))
+    and left unfinished is cancelled when it is dropped, or by close() (`with window.stream(...) as s:` closes at
+    the end). With tools the pieces are the raw answer, call markup included (e.g. "<tool_call>{...}</tool_call>");
+    the calls are read from the whole text into generation.tool_calls.
     """
 
     def __init__(self, window: "Window", query: "Tokens", kwargs: dict[str, Any]) -> None:
@@ -64,6 +65,8 @@ class GenerationStream:
         parent = kwargs.pop("cancel", None)
         if parent is not None and not isinstance(parent, CancelToken):
             raise TypeError(f"stream: cancel must be an orbit.CancelToken or None, got {type(parent).__name__}")
+        # Refused here, as generate() refuses them, rather than at the first piece.
+        _check_stream_arguments(window, query, kwargs)
         self._window = window
         self._query = query
         self._kwargs = kwargs
@@ -161,7 +164,8 @@ class GenerationStream:
 
 
 def stream(self: "Window", query: "Tokens", **kwargs: Any) -> GenerationStream:
-    """The answer's text piece by piece (a GenerationStream); takes generate()'s keyword arguments but on_text.
-    Leaving the loop early cancels the decode and leaves the window usable; `.generation` is the Generation. A
-    call on the window from the loop's body raises OrbitError at once (close() stops the stream instead)."""
+    """The answer's text piece by piece (a GenerationStream); takes generate()'s keyword arguments but on_text,
+    checked here (what generate() refuses raises at this call, naming the argument). Leaving the loop early
+    cancels the decode and leaves the window usable; `.generation` is the Generation. A call on the window from
+    the loop's body raises OrbitError at once (close() stops the stream instead)."""
     return GenerationStream(self, query, kwargs)

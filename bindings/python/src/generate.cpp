@@ -183,7 +183,7 @@ void set_trigger_block(GenerateArgs& a, const py::object& block, const std::stri
   a.options.constraint_trigger_block = std::move(b);
 }
 
-GenerateArgs generate_args(PyWindow& w, const py::object& query, const py::dict& kwargs, const std::string& what) {
+void check_generate_keywords(const py::dict& kwargs, const std::string& what) {
   static const std::set<std::string> known = {"max_tokens",
                                               "temperature",
                                               "top_p",
@@ -208,6 +208,10 @@ GenerateArgs generate_args(PyWindow& w, const py::object& query, const py::dict&
     }
     if (known.count(name) == 0) throw py::type_error(what + ": generate() has no argument '" + name + "'");
   }
+}
+
+GenerateArgs generate_args(PyWindow& w, const py::object& query, const py::dict& kwargs, const std::string& what) {
+  check_generate_keywords(kwargs, what);
   auto get = [&](const char* name, py::object fallback) -> py::object {
     return kwargs.contains(name) ? py::reinterpret_borrow<py::object>(kwargs[name]) : fallback;
   };
@@ -264,6 +268,19 @@ std::vector<orbit::Generation> decode_uncancelled(const std::vector<PyWindow*>& 
 }  // namespace
 
 void init_generate(py::module_& m) {
+  m.def(
+      "_check_stream_arguments",
+      [](PyWindow& w, const py::object& query, const py::dict& kwargs) {
+        check_generate_keywords(kwargs, "stream");
+        GenerateArgs a = generate_args(w, query, kwargs, "generate");
+        a.options.on_text = [](const std::string&) { return true; };  // the stream's own: needs a tokenizer
+        const orbit::Engine& engine = *w.engine;
+        orbit::check_generate(a.query, a.options, engine.model_info().vocab_size, engine.has_tokenizer());
+      },
+      py::arg("window"), py::arg("query"), py::arg("kwargs"),
+      "Window.stream's arguments (generate()'s keyword arguments but on_text and cancel) checked as generate()\n"
+      "checks them, nothing decoded: raises what generate() would raise for them, naming the argument; an\n"
+      "unknown keyword raises TypeError 'stream: generate() has no argument ...'.");
   m.def(
       "generate_many",
       [](const py::object& request_list, const py::object& cancel) {

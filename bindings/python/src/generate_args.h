@@ -60,6 +60,10 @@ GenerateArgs generate_args(PyWindow& w, const py::object& query, int64_t max_tok
 // too). Raises TypeError / ValueError naming the argument, prefixed with `what`.
 void set_trigger_block(GenerateArgs& a, const py::object& block, const std::string& what);
 
+// Holding the GIL: raises TypeError, prefixed with `what`, for a key of `kwargs` generate() does not take, and
+// for on_text (one callback cannot stream several answers).
+void check_generate_keywords(const py::dict& kwargs, const std::string& what);
+
 // The same from a dict of those keyword arguments (every key optional, with generate()'s defaults); a key
 // generate() does not take raises TypeError naming it, prefixed with `what`, and so does on_text (one
 // callback cannot stream several answers).
