@@ -117,6 +117,51 @@ def test_a_window_outliving_its_engine_object(orbit, stories260k_path):
     assert w.logits([4]).shape == (512,)
 
 
+def test_with_on_a_closed_window_or_engine_raises_naming_it(orbit, stories260k_path):
+    # As `with f:` on a closed file raises: the block does not run on something closed.
+    entered = []
+    e = orbit.Engine(stories260k_path, pool_bytes=POOL, page_size=PAGE)
+    w = e.new_window()
+    w.close()
+    with pytest.raises(orbit.OrbitError, match=rf"^with window: window {w.id} is closed"):
+        with w:
+            entered.append(w)
+    orphan = e.new_window()
+    e.close()
+    with pytest.raises(orbit.OrbitError, match=rf"^with window: window {orphan.id}'s engine is closed$"):
+        with orphan:
+            entered.append(orphan)
+    with pytest.raises(orbit.OrbitError, match="^with engine: the engine is closed"):
+        with e:
+            entered.append(e)
+    assert entered == []
+    with orbit.Engine(stories260k_path, pool_bytes=POOL, page_size=PAGE) as open_engine:  # open ones enter
+        with open_engine.new_window() as open_window:
+            assert not open_window.closed
+
+
+def test_a_chunk_ref_is_valid_while_an_engine_holds_it(orbit, stories260k_path):
+    # Content no other engine of this process holds (random tokens of a seed used nowhere else).
+    rng = random.Random(20261201)
+    e = orbit.Engine(stories260k_path, pool_bytes=POOL, page_size=PAGE)
+    ref = e.add_tokens(random_tokens(rng, 37))
+    w = e.new_window()
+    w.admit(ref)
+    placed = w.instances[0].chunk  # a copy read back from the window
+    assert ref.valid and placed.valid and placed == ref
+    e.close()
+    assert not ref.valid and not placed.valid
+    # Forgotten by an engine keeping one idle chunk: not valid until it is added again.
+    with orbit.Engine(stories260k_path, pool_bytes=POOL, page_size=PAGE, max_idle_chunks=1) as small:
+        tokens = random_tokens(rng, 21)
+        first = small.add_tokens(tokens)
+        assert first.valid
+        for _ in range(3):
+            small.add_tokens(random_tokens(rng, 21))
+        assert not first.valid
+        assert small.add_tokens(tokens) == first and first.valid
+
+
 def test_docstrings_reach_help(orbit):
     assert "plan_admit" in (orbit.Window.__doc__ or "")
     assert "Raises" in inspect.getdoc(orbit.Window.apply)

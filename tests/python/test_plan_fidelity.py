@@ -1,8 +1,12 @@
 """Fidelity-budgeted plans from Python: each step's predicted KL, and the chunk sensitivity it was scaled by
 once a patch has measured it.
 
+Engine.calibrate_fidelity fits the fidelity model alone (plans' predicted_kl move, their estimated_seconds do not),
+the same on two engines; Engine.calibrate fits both models.
+
 Needs the built module: ORBIT_PYTHON_PATH=<build>/bindings/python (see conftest.py).
 """
+import pytest
 
 PAGE = 4
 POOL = 8 << 20
@@ -89,3 +93,46 @@ def test_a_kept_instance_the_last_query_looked_at_is_priced_by_that_look(orbit, 
         fork = w.fork()  # a fork keeps what the window learned
         assert [i.attention for i in fork.instances] == shares
         fork.close()
+
+
+def evict_plan(e):
+    """A window of three chunks under a budget that keeps every survivor, and the plan evicting its second:
+    its steps carry the fidelity model's predicted KL and the cost model's estimated seconds."""
+    w = e.new_window()
+    w.admit(e.add_text("You are a helper who reads stories and answers questions about them."))
+    second = w.admit(e.add_text("Tom saw a big red ball in the park. He ran to get it.")).added[0]
+    w.admit(e.add_text("Once upon a time, there was a little cat. The cat liked to play with a ball in the sun."))
+    w.policy = "patch:16:kl=1"
+    return lambda: w.plan_evict(second)
+
+
+def test_calibrate_fidelity_fits_the_fidelity_model_alone(orbit, stories260k_path):
+    with orbit.Engine(stories260k_path, pool_bytes=POOL, page_size=PAGE, background="deferred") as e:
+        plan = evict_plan(e)
+        before = plan()
+        assert before.predicted_kl > 0
+        report = e.calibrate_fidelity()
+        assert isinstance(report, orbit.CalibrationReport)
+        assert report.fidelity_samples >= 7 and report.fidelity_model and "(default)" not in report.fidelity_model
+        assert report.samples == 0 and report.cost_model == ""  # nothing timed
+        after = plan()
+        assert after.predicted_kl != before.predicted_kl  # the fidelity model moved ...
+        assert after.estimated_seconds == before.estimated_seconds  # ... the cost model did not
+        assert [s.estimated_seconds for s in after] == [s.estimated_seconds for s in before]
+    # Seeded, nothing timed: another engine of the model fits the same model.
+    with orbit.Engine(stories260k_path, pool_bytes=POOL, page_size=PAGE, background="deferred") as other:
+        assert other.calibrate_fidelity().fidelity_model == report.fidelity_model
+    with pytest.raises(orbit.OrbitError, match="closed"):
+        other.calibrate_fidelity()
+
+
+def test_calibrate_fits_the_cost_model_too(orbit, stories260k_path):
+    with orbit.Engine(stories260k_path, pool_bytes=POOL, page_size=PAGE, background="deferred") as e:
+        plan = evict_plan(e)
+        before = plan()
+        report = e.calibrate()
+        assert report.samples > 0 and report.cost_model and report.seconds > 0
+        assert report.fidelity_samples >= 7 and "(default)" not in report.fidelity_model
+        after = plan()
+        assert after.estimated_seconds != before.estimated_seconds
+        assert after.predicted_kl != before.predicted_kl

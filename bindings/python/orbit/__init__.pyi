@@ -7,6 +7,7 @@ from ._orbit import (
     BlobEncoding as BlobEncoding,
     CancelToken as CancelToken,
     CapacityError as CapacityError,
+    CalibrationReport as CalibrationReport,
     ChunkKind as ChunkKind,
     ChunkRef as ChunkRef,
     DisposabilityReport as DisposabilityReport,

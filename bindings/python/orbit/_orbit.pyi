@@ -591,6 +591,24 @@ class ModelInfo:
     def tokenizer(self) -> str:
         """The tokenizer file in use ('' = none: text calls raise OrbitError)."""
 
+class CalibrationReport:
+    """What Engine.calibrate / calibrate_fidelity measured and fitted."""
+    @property
+    def samples(self) -> int:
+        """Timings the cost model was fitted on (0: calibrate_fidelity, the cost model left as it was)."""
+    @property
+    def seconds(self) -> float: ...
+    @property
+    def cost_model(self) -> str:
+        """The fitted cost coefficients, one line ('' when the cost model was left as it was)."""
+    @property
+    def remote_bytes_per_s(self) -> float: ...
+    @property
+    def fidelity_samples(self) -> int: ...
+    @property
+    def fidelity_model(self) -> str:
+        """The fidelity model plans use now, one line."""
+
 class EngineOptions:
     """The options an Engine was opened with."""
     @property
@@ -860,6 +878,8 @@ class CancelToken:
     @property
     def cancelled(self) -> bool:
         """True once cancel() was called on it or on an ancestor."""
+def _check_stream_arguments(window: "Window", query: Tokens, kwargs: dict) -> None:
+    """Internal to Window.stream: its arguments checked as generate() checks them, nothing decoded."""
 class _StreamRoom:
     """Internal to Window.stream and orbit.aio: the gate a stream's decode waits at for its reader; cancelling its
     token (or an ancestor), closing its window or closing its engine stops it, waking a take() at once."""
@@ -935,7 +955,8 @@ class Engine:
         A keyword not listed here, or a value of another type than the one above (a float for an int, bytes for a
         str, an int past the field's range; for a bool anything but True, False or a numpy bool: None, 0/1, a
         str), raises TypeError naming the keyword ("Engine: embedding_cache: expected bool, got float")."""
-    def __enter__(self) -> "Engine": ...
+    def __enter__(self) -> "Engine":
+        """The engine; OrbitError ("with engine: the engine is closed ...") once it is closed."""
     def __exit__(self, *args: object) -> bool: ...
     def close(self) -> None:
         """Flushes and closes the store and frees the pool, once the calls in flight on other threads returned.
@@ -962,6 +983,16 @@ class Engine:
         counts: the store is closed and has nothing to report)."""
     def run_background(self, max_seconds: float = 1e30) -> int:
         """Runs queued background work here until none is left or max_seconds passed; returns the jobs run."""
+    def calibrate(self) -> CalibrationReport:
+        """Fits the planner's cost model on this machine (timed forwards, relocation, patches, tier reads) and its
+        fidelity model (deficits measured as next-token KL against a re-prefill): plans' estimated_seconds and
+        predicted_kl follow. About a second on the bundled model. OrbitError for a closed engine."""
+    def calibrate_fidelity(self) -> CalibrationReport:
+        """Fits only the fidelity model, as calibrate() does (plans' predicted_kl, `:kl=X` budgets), and leaves the
+        cost model as it is: estimated_seconds do not change, the report's samples is 0 and cost_model ''.
+        Nothing is timed and the samples are seeded: two engines of one model fit the same model. Both
+        calibrations move the model halfway from the defaults (stories260K's fit) toward this model's fit, in log
+        space. OrbitError for a closed engine."""
     def add_tokens(self, tokens: Union[Tokens, str], *, label: str = "", pin: bool = False) -> ChunkRef: ...
     # Text (llama2.c tokenizer beside the model). A str wherever token ids go is tokenized without BOS.
     # Hugging Face models have no tokenizer here: use your own (e.g. transformers.AutoTokenizer) and pass ids.
@@ -1038,7 +1069,8 @@ class Window:
     @property
     def closed(self) -> bool:
         """True once close() was called (a lock-free read, safe while another thread closes it)."""
-    def __enter__(self) -> "Window": ...
+    def __enter__(self) -> "Window":
+        """The window; OrbitError ("with window: window N is closed ...") when it or its engine is closed."""
     def __exit__(self, *args: object) -> bool: ...
     @property
     def engine(self) -> Engine: ...
@@ -1233,7 +1265,8 @@ class Window:
         The decode holds the window until the loop ends: a call on it from the loop's body (add_turn, generate,
         fork, instances, another stream, orbit.generate_many with it) raises OrbitError at once naming the call;
         make it after the loop. close() in the loop stops the stream instead; repr(window) there answers
-        'Window(id=N, streaming)'.
+        'Window(id=N, streaming)'. The arguments are checked here, as generate() checks them: a bad one (a query
+        of None, seed=-1, top_p=2, an unknown keyword...) raises at this call, naming it, not at the first piece.
         """
     def generate_n(self, query: Tokens, n: SupportsIndex, **kwargs) -> list[Generation]:
         """n answers to one query decoded together through n - 1 copy-on-write forks (one query forward, answer i

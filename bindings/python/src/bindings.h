@@ -36,6 +36,10 @@ struct OrbitWarningTag {};
 // queued for the next delivery).
 void flush_warnings();
 
+// Whether an open Engine of this process, opened from Python, has a chunk with this key registered
+// (engine.cpp): ChunkRef.valid. False for an empty key. Needs the GIL (released while the engines answer).
+bool chunk_registered(const std::string& key);
+
 // Raises CapacityError / RefusedError / OrbitError for a non-ok Status (module.cpp).
 [[noreturn]] void raise_status(int code, const std::string& reason);
 

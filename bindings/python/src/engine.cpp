@@ -2,8 +2,12 @@
 // released while the model loads, chunks are hashed or encoded, and the store closes.
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <memory>
+#include <mutex>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "bindings.h"
 #include "convert.h"
@@ -48,6 +52,26 @@ struct EngineKeeper {
   void operator()(Engine*) { engine.reset(); }
 };
 
+// Every Engine opened from Python, weakly: ChunkRef.valid asks the open ones whether they hold a key.
+struct OpenedEngines {
+  std::mutex mutex;
+  std::vector<std::weak_ptr<Engine>> engines;
+};
+
+OpenedEngines& opened_engines() {
+  static OpenedEngines* opened = new OpenedEngines;  // never destroyed: read until the interpreter exits
+  return *opened;
+}
+
+void remember_engine(const std::shared_ptr<Engine>& engine) {
+  OpenedEngines& o = opened_engines();
+  const std::lock_guard<std::mutex> lock(o.mutex);
+  o.engines.erase(
+      std::remove_if(o.engines.begin(), o.engines.end(), [](const std::weak_ptr<Engine>& e) { return e.expired(); }),
+      o.engines.end());
+  o.engines.push_back(engine);
+}
+
 // Engine(model, **keywords): the keywords read and checked into EngineOptions (engine_args.h), the engine
 // opened without the GIL, the remote tier pinged.
 std::shared_ptr<Engine> open_engine(const py::object& model, const py::kwargs& kwargs) {
@@ -63,8 +87,10 @@ std::shared_ptr<Engine> open_engine(const py::object& model, const py::kwargs& k
   std::string fields = "model=" + std::string(py::repr(fsdecode(py::bytes(o.model))));
   if (!o.store_dir.empty()) fields += ", store_dir=" + std::string(py::repr(fsdecode(py::bytes(o.store_dir))));
   Engine* raw = engine.get();
-  return std::shared_ptr<Engine>(raw,
-                                 EngineKeeper{std::move(engine), std::make_shared<EngineDecodes>(), std::move(fields)});
+  std::shared_ptr<Engine> kept(raw,
+                               EngineKeeper{std::move(engine), std::make_shared<EngineDecodes>(), std::move(fields)});
+  remember_engine(kept);
+  return kept;
 }
 
 ChunkOptions chunk_options(const std::string& label, bool pin) {
@@ -72,6 +98,12 @@ ChunkOptions chunk_options(const std::string& label, bool pin) {
   o.label = label;
   o.pin = pin;
   return o;
+}
+
+// Whether close() was called (from any thread; reads no lock): Engine.closed.
+bool engine_closed(const std::shared_ptr<Engine>& e) {
+  const std::shared_ptr<EngineDecodes> decodes = engine_decodes(e);
+  return (decodes && decodes->closing().is_set()) || e->closed();
 }
 
 // Engine.close() and __exit__: stops the decodes on the engine's windows at their next token and waits for
@@ -95,6 +127,31 @@ void close_engine(const std::shared_ptr<Engine>& e) {
 std::shared_ptr<EngineDecodes> engine_decodes(const std::shared_ptr<Engine>& engine) {
   const EngineKeeper* keeper = std::get_deleter<EngineKeeper>(engine);
   return keeper != nullptr ? keeper->decodes : nullptr;
+}
+
+bool chunk_registered(const std::string& key) {
+  if (key.empty()) return false;
+  std::vector<std::shared_ptr<Engine>> open;
+  {
+    OpenedEngines& o = opened_engines();
+    const std::lock_guard<std::mutex> lock(o.mutex);
+    for (const std::weak_ptr<Engine>& weak : o.engines) {
+      std::shared_ptr<Engine> e = weak.lock();
+      if (e && !engine_closed(e)) open.push_back(std::move(e));
+    }
+  }
+  py::gil_scoped_release release;
+  bool found = false;
+  for (const std::shared_ptr<Engine>& e : open) {
+    try {
+      e->chunk(key);  // orbit::Error when it does not hold the key, or closed meanwhile
+      found = true;
+      break;
+    } catch (const orbit::Error&) {
+    }
+  }
+  open.clear();  // without the GIL: the last reference (dropped meanwhile by Python) closes its engine here
+  return found;
 }
 
 // A chunk argument: a ChunkRef, or a chunk key (str) this engine knows.
@@ -170,10 +227,42 @@ void def_engine_open(py::class_<Engine, std::shared_ptr<Engine>>& c) {
   c.def(py::init(&open_engine), py::arg("model"), doc.c_str());
 }
 
+// Engine: calibrate and calibrate_fidelity (the GIL released while they run).
+void def_calibration(py::class_<Engine, std::shared_ptr<Engine>>& c) {
+  c.def(
+      "calibrate",
+      [](Engine& e) {
+        py::gil_scoped_release release;
+        return e.calibrate();
+      },
+      "Fits the planner's cost model on this machine (times forwards, key relocation, patch forming and\n"
+      "applying, tier reads; with a remote tier a probe read from the server) and its fidelity model (deficits\n"
+      "measured on this model as the next-token KL against a re-prefill): plans then carry calibrated\n"
+      "estimated_seconds and predicted_kl. About a second on the bundled model, longer on large ones. Returns a\n"
+      "CalibrationReport. OrbitError for a closed engine.");
+  c.def(
+      "calibrate_fidelity",
+      [](Engine& e) {
+        py::gil_scoped_release release;
+        return e.calibrate_fidelity();
+      },
+      "Fits only the fidelity model, as calibrate() does (plans' predicted_kl, the `:kl=X` budgets), and leaves\n"
+      "the cost model as it is: estimated_seconds do not change, and the report's samples is 0 and cost_model\n"
+      "''. Nothing is timed and the samples are seeded, so two engines of one model fit the same model and plan\n"
+      "the same (what a replay comparing policies or models needs). Both calibrations move the model halfway\n"
+      "from the defaults (fitted on stories260K) toward this model's fit, in log space. Returns a\n"
+      "CalibrationReport. OrbitError for a closed engine.");
+}
+
 // Engine: the context manager, close and the engine's state.
 void def_engine_life(py::class_<Engine, std::shared_ptr<Engine>>& c) {
   c.def(
-      "__enter__", [](std::shared_ptr<Engine> e) { return e; }, "Returns the engine.");
+      "__enter__",
+      [](std::shared_ptr<Engine> e) {
+        ORBIT_CHECK(!engine_closed(e), "with engine: the engine is closed (close() was called); open a new Engine");
+        return e;
+      },
+      "Returns the engine; OrbitError when it is closed.");
   c.def(
       "__exit__",
       [](const std::shared_ptr<Engine>& e, py::args) {
@@ -193,11 +282,7 @@ void def_engine_life(py::class_<Engine, std::shared_ptr<Engine>>& c) {
         "Called from inside a call of this engine on the same thread (generate's on_text) it raises OrbitError\n"
         "instead of waiting for that call, which waits for it, and stops nothing.");
   c.def_property_readonly(
-      "closed",
-      [](const std::shared_ptr<Engine>& e) {
-        const std::shared_ptr<EngineDecodes> decodes = engine_decodes(e);
-        return (decodes && decodes->closing().is_set()) || e->closed();
-      },
+      "closed", [](const std::shared_ptr<Engine>& e) { return engine_closed(e); },
       "True once close() was called (from any thread; it reads no lock): close() may still be stopping the\n"
       "decodes and closing the store.");
   c.def_property_readonly(
@@ -221,6 +306,7 @@ void def_engine_life(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       "the number of jobs run here. Call it in idle time under background='deferred' (until then their\n"
       "patches are not stored: stats.background_pending counts them); under 'thread' it waits for the queue\n"
       "to drain. The GIL is released meanwhile. OrbitError for a negative max_seconds or a closed engine.");
+  def_calibration(c);
 }
 
 // Engine: the tokenizer.

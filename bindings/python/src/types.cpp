@@ -158,7 +158,11 @@ void def_chunk_ref(py::module_& m) {
       .def_readonly("length", &ChunkRef::length, "Tokens.")
       .def_readonly("extent", &ChunkRef::extent, "Positions it spans in a window (= length for text).")
       .def_readonly("label", &ChunkRef::label, "The caller's name for it (may be empty).")
-      .def_property_readonly("valid", &ChunkRef::valid, "False only for a default (empty) reference.")
+      .def_property_readonly(
+          "valid", [](const ChunkRef& c) { return chunk_registered(c.key); },
+          "True while an open engine holds the chunk: the engine that made it (or another of this process that\n"
+          "registered the same content: references compare by key). False once that engine is closed, once\n"
+          "the engine forgot the chunk (EngineOptions.max_idle_chunks: add it again), and for an empty reference.")
       .def(
           "__len__", [](const ChunkRef& c) { return c.length; }, "Tokens.")
       .def(

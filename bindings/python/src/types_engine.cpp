@@ -153,6 +153,24 @@ void def_engine_state(py::module_& m) {
           << ", background_pending=" << s.background_pending << ")";
         return o.str();
       });
+  py::class_<CalibrationReport>(m, "CalibrationReport",
+                                "What Engine.calibrate / calibrate_fidelity measured and fitted.")
+      .def_readonly("samples", &CalibrationReport::samples, "Timings the cost model was fitted on (0: not fitted).")
+      .def_readonly("seconds", &CalibrationReport::seconds, "Wall time of the calibration.")
+      .def_readonly("cost_model", &CalibrationReport::cost_model,
+                    "The fitted cost coefficients, one line ('' when the cost model was left as it was).")
+      .def_readonly("remote_bytes_per_s", &CalibrationReport::remote_bytes_per_s,
+                    "The remote tier's read rate the cost model now uses (0: no remote tier, or it was down).")
+      .def_readonly("fidelity_samples", &CalibrationReport::fidelity_samples,
+                    "Deficits the fidelity model was fitted on.")
+      .def_readonly("fidelity_model", &CalibrationReport::fidelity_model,
+                    "The fidelity model now used (Engine.fidelity_model()), one line.")
+      .def("__repr__", [](const CalibrationReport& r) {
+        std::ostringstream o;
+        o << "CalibrationReport(samples=" << r.samples << ", fidelity_samples=" << r.fidelity_samples
+          << ", seconds=" << r.seconds << ")";
+        return o.str();
+      });
 }
 
 // ConstraintCacheOptions(max_entries=, max_bytes=): Python's ints checked before they become size_t.

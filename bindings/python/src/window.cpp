@@ -138,7 +138,15 @@ void def_lifetime(py::class_<PyWindow>& c) {
       "True once close() was called (from any thread: it reads no lock). A call in progress then stops at its\n"
       "next token when it decodes, else finishes, before the window is destroyed.");
   c.def(
-      "__enter__", [](py::object self) { return self; }, "Returns the window.");
+      "__enter__",
+      [](py::object self) {
+        const PyWindow& w = self.cast<const PyWindow&>();
+        ORBIT_CHECK(!w.closing.is_set(), "with window: window " << w.id << " is closed (close() was called)");
+        const bool engine_closing = (w.decodes && w.decodes->closing().is_set()) || w.engine->closed();
+        ORBIT_CHECK(!engine_closing, "with window: window " << w.id << "'s engine is closed");
+        return self;
+      },
+      "Returns the window; OrbitError when it or its engine is closed.");
   c.def(
       "__exit__",
       [](PyWindow& w, py::args) {
