@@ -30,6 +30,7 @@ from ._orbit import (
     OrbitError as OrbitError,
     parse_tool_calls as parse_tool_calls,
     generate_many as generate_many,
+    set_signal_interval as set_signal_interval,
     PatchMatch as PatchMatch,
     Plan as Plan,
     PlanStep as PlanStep,

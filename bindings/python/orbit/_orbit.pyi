@@ -863,6 +863,13 @@ def generate_many(requests: Sequence[Union[tuple[Window, Tokens], tuple[Window, 
     dropped; a call on one of its windows, or closing the engine, from a handler raises OrbitError instead of
     waiting for itself."""
 
+def set_signal_interval(seconds: float) -> float:
+    """How often a long call on Python's main thread (a decode, a window operation such as sync, add_turn,
+    logits or idle) takes the GIL to run pending signal handlers, so Ctrl-C stops it: at most every `seconds`
+    (default 0.1; 0: at every token or interruption point). Returns the previous value. TypeError for a
+    non-number, ValueError outside [0, 3600]."""
+    ...
+
 class CancelToken:
     """Stops a decode from any thread: pass it as cancel= to Window.generate, Window.generate_n or
     orbit.generate_many (per request in its options, or for the whole call) and call cancel(). The decode reads

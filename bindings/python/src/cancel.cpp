@@ -1,6 +1,8 @@
 // orbit.CancelToken: a flag another thread sets to stop a decode at its next token (cancel.h).
 #include "cancel.h"
 
+#include <atomic>
+#include <cmath>
 #include <string>
 #include <utility>
 
@@ -28,11 +30,19 @@ void CancelWatch::arm(orbit::GenerateOptions& options) const {
   };
 }
 
+namespace {
+std::atomic<int64_t> poll_interval_ns{std::chrono::nanoseconds(SignalPoll::kInterval).count()};
+}  // namespace
+
+std::chrono::nanoseconds SignalPoll::interval() { return std::chrono::nanoseconds(poll_interval_ns.load()); }
+
+void SignalPoll::set_interval(std::chrono::nanoseconds interval) { poll_interval_ns.store(interval.count()); }
+
 bool SignalPoll::raised() {
   if (error_) return true;
   const auto now = std::chrono::steady_clock::now();
   if (now < next_) return false;
-  next_ = now + kInterval;
+  next_ = now + interval();
   py::gil_scoped_acquire gil;
   if (PyErr_CheckSignals() == 0) return false;
   error_ = std::make_exception_ptr(py::error_already_set());
@@ -64,6 +74,26 @@ orbit::Generation cancelled_generation() {
 }
 
 void init_cancel(py::module_& m) {
+  m.def(
+      "set_signal_interval",
+      [](const py::object& seconds_arg) {
+        if (PyBool_Check(seconds_arg.ptr()) ||
+            (!py::isinstance<py::int_>(seconds_arg) && !py::isinstance<py::float_>(seconds_arg))) {
+          throw py::type_error("set_signal_interval: seconds must be a number, got " + type_name(seconds_arg));
+        }
+        const double seconds = seconds_arg.cast<double>();
+        if (!std::isfinite(seconds) || seconds < 0 || seconds > 3600) {
+          throw py::value_error("set_signal_interval: seconds = " + py::repr(seconds_arg).cast<std::string>() +
+                                " must be in [0, 3600]");
+        }
+        const double previous = std::chrono::duration<double>(SignalPoll::interval()).count();
+        SignalPoll::set_interval(std::chrono::nanoseconds(static_cast<int64_t>(seconds * 1e9)));
+        return previous;
+      },
+      py::arg("seconds"),
+      "How often a long call on Python's main thread (a decode, a window operation such as sync, add_turn,\n"
+      "logits or idle) takes the GIL to run pending signal handlers, so Ctrl-C stops it: at most every\n"
+      "`seconds` (default 0.1; 0: at every token or interruption point). Returns the previous value.");
   py::class_<CancelToken, std::shared_ptr<CancelToken>>(
       m, "CancelToken",
       "Stops a decode from any thread: pass it as cancel= to Window.generate, Window.generate_n or\n"

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,29 +38,40 @@ struct CancelToken {
   }
 };
 
-// Signals delivered during a decode that runs without the GIL on Python's main thread. Python runs a signal's
-// handler (SIGINT's raises KeyboardInterrupt) only when the main thread runs Python code, so a decode without an
-// on_text callback would otherwise take Ctrl-C only after its whole answer (generate_n: after every branch).
-// poll() takes the GIL and calls PyErr_CheckSignals at most every kInterval; a handler that raises ends the
-// decode, its exception kept for rethrow() once the decode has stopped. A handler that does not raise runs
-// during the decode, which goes on. Not thread-safe: every poll() of one SignalPoll is on the decode's thread.
+// Signals delivered during a call that runs without the GIL on Python's main thread: a decode (at each token)
+// or a window operation (PyWindow::run: at each interruption point, orbit/interrupt.h). Python runs a signal's
+// handler (SIGINT's raises KeyboardInterrupt) only when the main thread runs Python code, so such a call would
+// otherwise take Ctrl-C only after its whole work (generate_n: after every branch; sync: after every message).
+// raised() takes the GIL and calls PyErr_CheckSignals at most every interval() (kInterval unless
+// orbit.set_signal_interval changed it); a handler that raises ends the call, its exception kept for rethrow()
+// once the call has stopped. A handler that does not raise runs during the call, which goes on. Not
+// thread-safe: every raised() of one SignalPoll is on the call's thread.
 class SignalPoll {
  public:
   static constexpr std::chrono::milliseconds kInterval{100};
+  // The least time between two polls of one call (and from its start to its first poll); any thread.
+  static std::chrono::nanoseconds interval();
+  static void set_interval(std::chrono::nanoseconds interval);
 
-  // Without the GIL, on the decode's thread: true once a handler raised (then at every later call too).
+  // Without the GIL, on the call's thread: true once a handler raised (then at every later call too).
   bool raised();
   // Holding the GIL: raises the handler's exception, if one raised (once).
   void rethrow();
 
  private:
-  std::chrono::steady_clock::time_point next_ = std::chrono::steady_clock::now() + kInterval;
+  std::chrono::steady_clock::time_point next_ = std::chrono::steady_clock::now() + interval();
   std::exception_ptr error_;
 };
 
 // Holding the GIL: a SignalPoll when the calling thread is Python's main thread (where handlers run), else
 // null (a decode on another thread leaves signals to the main thread).
 std::shared_ptr<SignalPoll> main_thread_signal_poll();
+
+// The check an orbit::InterruptScope runs for `signals` (null: none): SignalPoll::raised, without the GIL.
+inline std::function<bool()> signal_check(SignalPoll* signals) {
+  if (signals == nullptr) return nullptr;
+  return [signals] { return signals->raised(); };
+}
 
 // What one decode stops for: any of its tokens cancelled, its window being closed or its engine being closed
 // (nullptr: not watched), or a signal handler raising (`signals`, null: not polled). The flags outlive the

@@ -25,9 +25,11 @@
 #include <utility>
 #include <vector>
 
+#include "cancel.h"
 #include "decodes.h"
 #include "orbit/common/error.h"
 #include "orbit/engine.h"
+#include "orbit/interrupt.h"
 #include "stream_readers.h"
 #include "wake.h"
 
@@ -58,15 +60,25 @@ struct PyWindow {
   // Runs f(orbit::Window&) with the GIL released and the window locked. f must not touch Python objects
   // (a callback it calls takes the GIL itself). `what` names the call in errors
   // ("Window.add_turn").
+  // On Python's main thread the call also delivers pending signals at its interruption points
+  // (orbit/interrupt.h; SignalPoll, cancel.h): a handler that raises (Ctrl-C's KeyboardInterrupt) stops the
+  // call there, the window left as before the plan being applied, and the call raises the handler's exception.
   template <typename F>
   auto run(const char* what, F&& f) -> decltype(f(std::declval<orbit::Window&>())) {
     check_not_held(what);
     check_not_streamed(what);
-    py::gil_scoped_release release;
-    std::lock_guard<std::mutex> lock(*mutex);
-    const Hold hold(*this);
-    check_open();
-    return f(*window);
+    const std::shared_ptr<SignalPoll> signals = main_thread_signal_poll();
+    try {
+      py::gil_scoped_release release;
+      std::lock_guard<std::mutex> lock(*mutex);
+      const Hold hold(*this);
+      check_open();
+      const orbit::InterruptScope interrupt(signal_check(signals.get()));
+      return f(*window);
+    } catch (const orbit::Interrupted&) {
+      if (signals != nullptr) signals->rethrow();  // the GIL is held again here
+      throw;
+    }
   }
 
   // Sets `closing` (a decode on the window stops at its next token), waits for the call in progress, then

@@ -9,6 +9,7 @@
 #include "apply/actions.h"
 #include "apply/engine_apply_env.h"
 #include "orbit/common/error.h"
+#include "orbit/interrupt.h"
 #include "window/window_ops.h"
 
 // apply_plan() in named parts, in the order it runs them:
@@ -16,7 +17,9 @@
 //   check_limits      the plan's own refusal, then the window's limits re-checked on the plan's steps
 //   apply_steps       per step, in window order: the entry's identity (start_entry), its KV from the
 //                     step's action (run_action), then its pages kept (keep_pages) or fresh (form_pages),
-//                     appended to the build (append_entry); nothing in the window changes
+//                     appended to the build (append_entry); nothing in the window changes. Before each
+//                     served step, an interruption point (orbit/interrupt.h): Interrupted thrown there
+//                     leaves the window as it was, the build's pages released with it
 //   commit            the one block that writes the window: the graph, the evicted set, the entries and
 //                     the version, together and only once every step fit
 //   account           the window's and the engine's counters, the prefix-cache yardstick
@@ -235,6 +238,7 @@ Status apply_steps(const WindowState& state, const Plan& plan, const EntryIndex&
       built.evicted.push_back(s.instance);
       continue;
     }
+    interruption_point(operation_name(plan.op));
     const auto it = index.find(s.instance);
     const Entry* old = it != index.end() ? &state.entries[static_cast<std::size_t>(it->second)] : nullptr;
     Entry e = start_entry(core, s, old);

@@ -1,0 +1,48 @@
+// Stopping a long SDK call from the thread that runs it: an InterruptScope installs a check that the window's
+// operations call between units of work, and a check that answers true ends the call by throwing Interrupted.
+//
+// Where the checks are (interruption points): before each instance a plan serves (Window::apply and every call
+// built on it: add_turn, admit, sync, flush, heal, idle's heals and preparations, logits' deferred repairs). A
+// unit is one instance: a forward, a read, a patch; a single instance's forward is not split. Nothing is
+// committed when one throws: the window is unchanged (apply builds in fresh pages and writes the window only
+// after the last step), as for a plan refused for capacity. What the steps before the point stored (KV kept for
+// exact reuse, queued background forms) stays stored and is keyed by content, so a later call reuses it. An
+// operation that applies several plans (a sync that evicts then reorders) keeps the plans applied before the
+// point, as it does when a later plan is refused.
+#pragma once
+
+#include <functional>
+#include <stdexcept>
+#include <string>
+
+namespace orbit {
+
+// Thrown at an interruption point when the calling thread's InterruptScope check answered true. Not an
+// orbit::Error (no bad input, no broken contract): code that catches orbit::Error lets it through.
+class Interrupted : public std::runtime_error {
+ public:
+  explicit Interrupted(const std::string& where) : std::runtime_error(where + ": interrupted") {}
+};
+
+// While alive, the interruption points on the thread that made it call `stop` (on that thread, with whatever
+// locks the operation holds: `stop` must not call into the SDK) and throw Interrupted when it returns true.
+// Scopes nest: the innermost one is checked. A null `stop` installs no check (an inner scope then hides an
+// outer one's). Not copyable or movable; destroyed on the thread that made it.
+class InterruptScope {
+ public:
+  explicit InterruptScope(std::function<bool()> stop);
+  ~InterruptScope();
+  InterruptScope(const InterruptScope&) = delete;
+  InterruptScope& operator=(const InterruptScope&) = delete;
+
+ private:
+  std::function<bool()> stop_;
+  InterruptScope* outer_;
+  friend void interruption_point(const char* where);
+};
+
+// An interruption point: throws Interrupted ("<where>: interrupted") when the calling thread's innermost
+// InterruptScope has a check and it returns true; otherwise (and without a scope) returns at once.
+void interruption_point(const char* where);
+
+}  // namespace orbit
