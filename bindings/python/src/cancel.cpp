@@ -38,12 +38,26 @@ std::chrono::nanoseconds SignalPoll::interval() { return std::chrono::nanosecond
 
 void SignalPoll::set_interval(std::chrono::nanoseconds interval) { poll_interval_ns.store(interval.count()); }
 
+namespace {
+// Holding the GIL: whether the calling thread is Python's main thread (where signal handlers run).
+bool on_main_thread() {
+  const py::object ident = py::module_::import("threading").attr("main_thread")().attr("ident");
+  return !ident.is_none() && ident.cast<unsigned long>() == PyThread_get_thread_ident();
+}
+}  // namespace
+
 bool SignalPoll::raised() {
   if (error_) return true;
+  if (off_) return false;
   const auto now = std::chrono::steady_clock::now();
   if (now < next_) return false;
   next_ = now + interval();
   py::gil_scoped_acquire gil;
+  if (check_thread_) {
+    check_thread_ = false;
+    off_ = !on_main_thread();
+    if (off_) return false;
+  }
   if (PyErr_CheckSignals() == 0) return false;
   error_ = std::make_exception_ptr(py::error_already_set());
   return true;
@@ -54,9 +68,7 @@ void SignalPoll::rethrow() {
 }
 
 std::shared_ptr<SignalPoll> main_thread_signal_poll() {
-  const py::object ident = py::module_::import("threading").attr("main_thread")().attr("ident");
-  if (ident.is_none() || ident.cast<unsigned long>() != PyThread_get_thread_ident()) return nullptr;
-  return std::make_shared<SignalPoll>();
+  return on_main_thread() ? std::make_shared<SignalPoll>() : nullptr;
 }
 
 std::shared_ptr<const CancelToken> to_cancel_token(const py::handle& obj, const std::string& what) {

@@ -9,7 +9,6 @@
 
 #include <chrono>
 #include <exception>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,6 +52,14 @@ class SignalPoll {
   static std::chrono::nanoseconds interval();
   static void set_interval(std::chrono::nanoseconds interval);
 
+  // A poll for a call that may run on any thread: its first due raised() finds (under the GIL) whether the
+  // call runs on Python's main thread, and polls only there. A call shorter than interval() never asks.
+  static SignalPoll main_thread_only() {
+    SignalPoll p;
+    p.check_thread_ = true;
+    return p;
+  }
+
   // Without the GIL, on the call's thread: true once a handler raised (then at every later call too).
   bool raised();
   // Holding the GIL: raises the handler's exception, if one raised (once).
@@ -61,17 +68,13 @@ class SignalPoll {
  private:
   std::chrono::steady_clock::time_point next_ = std::chrono::steady_clock::now() + interval();
   std::exception_ptr error_;
+  bool check_thread_ = false;  // main_thread_only: the thread is not checked yet
+  bool off_ = false;           // main_thread_only on another thread: never polls
 };
 
 // Holding the GIL: a SignalPoll when the calling thread is Python's main thread (where handlers run), else
 // null (a decode on another thread leaves signals to the main thread).
 std::shared_ptr<SignalPoll> main_thread_signal_poll();
-
-// The check an orbit::InterruptScope runs for `signals` (null: none): SignalPoll::raised, without the GIL.
-inline std::function<bool()> signal_check(SignalPoll* signals) {
-  if (signals == nullptr) return nullptr;
-  return [signals] { return signals->raised(); };
-}
 
 // What one decode stops for: any of its tokens cancelled, its window being closed or its engine being closed
 // (nullptr: not watched), or a signal handler raising (`signals`, null: not polled). The flags outlive the

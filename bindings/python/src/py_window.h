@@ -67,16 +67,16 @@ struct PyWindow {
   auto run(const char* what, F&& f) -> decltype(f(std::declval<orbit::Window&>())) {
     check_not_held(what);
     check_not_streamed(what);
-    const std::shared_ptr<SignalPoll> signals = main_thread_signal_poll();
+    SignalPoll signals = SignalPoll::main_thread_only();  // a short call never takes the GIL to ask
     try {
       py::gil_scoped_release release;
       std::lock_guard<std::mutex> lock(*mutex);
       const Hold hold(*this);
       check_open();
-      const orbit::InterruptScope interrupt(signal_check(signals.get()));
+      const orbit::InterruptScope interrupt([&signals] { return signals.raised(); });
       return f(*window);
     } catch (const orbit::Interrupted&) {
-      if (signals != nullptr) signals->rethrow();  // the GIL is held again here
+      signals.rethrow();  // the GIL is held again here
       throw;
     }
   }
