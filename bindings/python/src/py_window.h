@@ -155,5 +155,7 @@ orbit::WindowPolicy to_policy(py::handle obj, const char* what);
 
 // Makes the Python holder for a window of `engine` (window.cpp).
 py::object wrap_window(std::shared_ptr<orbit::Engine> engine, orbit::Window window);
+// Defines Window.generate and Window.generate_n on the class (window_generate.cpp).
+void def_window_generate(py::class_<PyWindow>& c);
 
 }  // namespace orbit_py
