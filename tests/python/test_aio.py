@@ -397,11 +397,7 @@ def test_errors_are_the_sync_apis(orbit, engine, story):
     async def main():
         w = aio.AsyncWindow(window)
         got = [await acaught(w.generate(query, **o)) for o in bad]
-        streamed = []
-        for o in bad:
-            s = w.stream(query, **o)
-            streamed.append(await acaught(s.__aiter__().__anext__()))
-            assert s.generation is None
+        streamed = [caught(lambda o=o: w.stream(query, **o)) for o in bad]  # at the call, not the first piece
         got_closed = await acaught(aio.AsyncWindow(closed).generate(query))
         got_many = await acaught(aio.generate_many([(w, query), (query, query)]))
         got_sync = await acaught(w.sync([{"role": "user", "content": "hi"}], extra=3))
@@ -543,3 +539,65 @@ def test_the_stub_lists_every_public_name_and_member(orbit):
         assert members <= listed, f"aio.{name}: {members - listed} missing from aio.pyi"
         for member in members:
             assert (getattr(getattr(aio, name), member).__doc__ or "").strip(), f"aio.{name}.{member} has no docstring"
+
+
+# Arguments generate() refuses (test_generate_stream.BAD_ARGUMENTS in part, and keywords generate() takes in
+# another type or not at all): AsyncWindow.stream raises at the call what Window.stream raises at its call.
+STREAM_REFUSALS = [
+    ((None,), {}),
+    (([600],), {}),  # a token outside stories260K's 512
+    ((" She",), {"seed": -1}),
+    ((" She",), {"top_p": 2.0}),
+    ((" She",), {"max_tokens": True}),
+    ((" She",), {"stop": [""]}),
+    ((" She",), {"top_logprobs": 3}),  # without logprobs
+    ((" She",), {"tool_choice": "required"}),  # without tools
+    ((" She",), {"constraint_trigger_block": ("<think>", "</think>")}),  # without a constraint
+    ((" She",), {"foo": 1}),
+    ((" She",), {"temperature": "hot"}),
+    ((" She",), {"cancel": 5}),
+]
+
+
+@pytest.mark.parametrize("args, kwargs", STREAM_REFUSALS, ids=lambda v: repr(v))
+def test_stream_refuses_bad_arguments_at_the_call_as_window_stream_does(orbit, story, args, kwargs):
+    from orbit import aio
+
+    window, _, _ = story
+    expected = caught(lambda: window.stream(*args, **kwargs))
+    assert expected[0] in (TypeError, ValueError, orbit.OrbitError)
+
+    async def main():
+        w = aio.AsyncWindow(window)
+        made = caught(lambda: w.stream(*args, **kwargs))  # no await: nothing ran on the loop yet
+        good = w.stream(" She", max_tokens=3)  # good arguments still stream, and the window answers
+        return made, "".join([piece async for piece in good]), good.generation
+
+    made, text, generation = asyncio.run(main())
+    assert made == expected
+    assert text == generation.text and len(generation.tokens) == 3
+
+
+def test_async_with_on_a_closed_window_raises_naming_it(orbit, engine):
+    from orbit import aio
+
+    closed = engine.new_window()
+    closed.close()
+    with pytest.raises(orbit.OrbitError) as sync_with:
+        with closed:
+            pass
+
+    async def enter(window):
+        async with aio.AsyncWindow(window):
+            raise AssertionError("the block ran")
+
+    with pytest.raises(orbit.OrbitError) as async_with:
+        asyncio.run(enter(closed))
+    assert str(async_with.value) == f"async {sync_with.value}"
+    assert str(async_with.value).startswith(f"async with window: window {closed.id} is closed")
+
+    other = orbit.Engine(engine.options.model, pool_bytes=8 << 20)  # a window whose engine is closed
+    orphan = other.new_window()
+    other.close()
+    with pytest.raises(orbit.OrbitError, match=rf"^async with window: window {orphan.id}'s engine is closed"):
+        asyncio.run(enter(orphan))

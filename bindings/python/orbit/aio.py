@@ -59,7 +59,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional, TypeVar
 
 from . import _stream
-from ._orbit import CancelToken, OrbitError, Window, _StreamRoom
+from ._orbit import CancelToken, OrbitError, Window, _check_stream_arguments, _StreamRoom
 from ._orbit import generate_many as _generate_many
 
 if TYPE_CHECKING:
@@ -216,7 +216,12 @@ class AsyncWindow:
         return f"AsyncWindow({self._window!r})"
 
     async def __aenter__(self) -> "AsyncWindow":
-        """The AsyncWindow itself; leaving the block closes the window (close())."""
+        """The AsyncWindow itself; leaving the block closes the window (close()). OrbitError naming the window when
+        it or its engine is closed, as `with window:` raises it ("async with window: window 3 is closed ...")."""
+        try:
+            self._window.__enter__()  # checks only: takes no lock, changes nothing
+        except OrbitError as e:
+            raise OrbitError(f"async {e}") from None
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -285,7 +290,9 @@ class AsyncWindow:
 
     def stream(self, query: Any, **kwargs: Any) -> "AsyncGenerationStream":
         """The answer's text piece by piece: an AsyncGenerationStream (`async for piece in w.stream(...)`),
-        taking generate()'s keyword arguments but on_text."""
+        taking generate()'s keyword arguments but on_text. Its arguments are checked here, as Window.stream checks
+        them: what generate() refuses for them (a bad query, seed=-1, an unknown keyword...) raises at this call
+        with generate()'s own error, not at the first piece."""
         return AsyncGenerationStream(self._window, query, kwargs)
 
 
@@ -324,7 +331,8 @@ class AsyncGenerationStream:
     `async for piece in stream` (once) gives the pieces, as Window.stream's (GenerationStream) do: str, whole
     characters, joining to the answer's text. The decode starts at the first piece asked for, once the window's
     lock is ours, on a thread of the event loop's default executor (Window.generate with an on_text that hands
-    each piece to the event loop); generate()'s errors are raised there. Once the `async for` ends,
+    each piece to the event loop). Its arguments are checked when it is made (AsyncWindow.stream raises what
+    generate() raises for them); errors the decode meets are raised at the piece. Once the `async for` ends,
     `generation` is the Generation. The decode runs at most 8 pieces ahead of the reader; one that takes no
     piece for a second lets it run on to its end. Closing the window or its engine (Window.close(),
     Engine.close(), from any thread) stops the decode at its next token, at once if it waits for the reader.
@@ -345,6 +353,11 @@ class AsyncGenerationStream:
     def __init__(self, window: Window, query: Any, kwargs: dict[str, Any]) -> None:
         if "on_text" in kwargs:
             raise TypeError("stream: on_text is the stream's own; iterate the stream for the pieces")
+        parent = kwargs.get("cancel")
+        if parent is not None and not isinstance(parent, CancelToken):
+            raise TypeError(f"stream: cancel must be an orbit.CancelToken or None, got {type(parent).__name__}")
+        # Refused here, as generate() refuses them (and Window.stream does), rather than at the first piece.
+        _check_stream_arguments(window, query, {k: v for k, v in kwargs.items() if k != "cancel"})
         self._window = window
         self._query = query
         self._kwargs = kwargs

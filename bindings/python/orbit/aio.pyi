@@ -18,7 +18,9 @@ class AsyncWindow:
     def __init__(self, window: Window) -> None: ...
     @property
     def window(self) -> Window: ...
-    async def __aenter__(self) -> "AsyncWindow": ...
+    async def __aenter__(self) -> "AsyncWindow":
+        """The AsyncWindow; OrbitError ("async with window: window N is closed ...") when it or its engine is
+        closed, as `with window:` raises it."""
     async def __aexit__(self, *exc: object) -> None: ...
     async def call(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
         """fn(window, *args, **kwargs) off the loop, in the window's turn."""
@@ -72,7 +74,7 @@ class AsyncWindow:
     async def close(self) -> None: ...
     def stream(self, query: Union[Tokens, str], **kwargs: Any) -> "AsyncGenerationStream":
         """`async for piece in w.stream(prompt, max_tokens=200, stop=["\\n\\n"])`; generate()'s arguments but
-        on_text."""
+        on_text, checked here: what generate() refuses raises at this call, as Window.stream does."""
 
 class AsyncGenerationStream:
     """The text of one answer as it is decoded; `generation` once the loop ended (or after aclose()). From the
