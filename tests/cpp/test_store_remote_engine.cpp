@@ -114,6 +114,7 @@ TEST_CASE("Engine::calibrate measures the remote tier's read rate before any rem
   o.model = test::stories_path();
   o.pool_bytes = int64_t{8} << 20;
   o.remote = server.url();
+  o.stored_calibration = false;  // the probe is then all calibrate writes to the server (see DBSIZE below)
   auto engine = Engine::open(o);
   CHECK(engine->stats().store.remote.hits == 0);
   const CalibrationReport report = engine->calibrate();
@@ -126,4 +127,28 @@ TEST_CASE("Engine::calibrate measures the remote tier's read rate before any rem
   // Without a remote tier, nothing is measured.
   o.remote.clear();
   CHECK(Engine::open(o)->calibrate().remote_bytes_per_s == 0);
+}
+
+TEST_CASE("an engine fits its fidelity model from the calibration another engine left on the remote tier",
+          "[store][remote][model][calibrate]") {
+  test::TempDir dir;
+  test::RedisServer server(dir / "redis");
+  EngineOptions o;
+  o.model = test::stories_path();
+  o.pool_bytes = int64_t{8} << 20;
+  o.remote = server.url();  // no store_dir: the remote is the only store they share
+  std::string description;
+  {
+    auto first = Engine::open(o);
+    const CalibrationReport report = first->calibrate_fidelity();
+    CHECK(report.stored);
+    description = first->fidelity_model_description();
+    first->close();  // sends the queued remote writes
+  }
+  auto second = Engine::open(o);
+  // Read from the server and accepted by the engine's check of remote values (an engine value of kind other).
+  CHECK(second->fidelity_calibration() == "store");
+  CHECK(second->fidelity_model_description() == description);
+  CHECK(second->stats().store.remote.hits == 1);
+  CHECK(second->stats().store.remote.corrupt == 0);
 }

@@ -22,7 +22,8 @@
 // (window.h). An Engine lives as long as its last shared_ptr or Window; close() releases the store early:
 // it waits for the operations in flight on other threads (Engine or Window calls) to finish, and every
 // call that starts after it throws orbit::Error "engine is closed" (options() and the tokenizer's calls
-// included), except stats(), closed(), observe_fidelity() and constraint_cache().
+// included), except stats(), closed(), observe_fidelity(), constraint_cache(), fidelity_model_description() and
+// fidelity_calibration().
 #pragma once
 
 #include <cstdint>
@@ -127,6 +128,18 @@ struct EngineOptions {
   std::string tokenizer;
   // Bounds of the engine's cache of compiled constraints (Engine::constraint_cache): 64 entries, 256 MiB.
   ConstraintCacheOptions constraint_cache;
+  // Keep the fidelity calibration in the store (docs/ARCHITECTURE.md §10). With a store_dir or a remote tier,
+  // calibrate() and calibrate_fidelity() write the deficits they measured there (one small entry of kind
+  // "other", keyed by the model fingerprint, which covers the dtype, and the measurement's version), and
+  // open() fits the fidelity model from the entry it finds, as calibrate_fidelity() would, without measuring:
+  // every engine of this model on this store plans as calibrated (Engine::fidelity_calibration() says
+  // "store"). Nothing is stored for a memory-only engine. The entry is an ordinary one: a disk budget may
+  // evict it, and the next engine then starts from the defaults. An entry that does not decode (other
+  // tensors, a loss kind it does not know, a negative or non-finite value) is ignored with a warning on
+  // stderr naming its key, and the defaults stay; the cost model (machine timings) is never stored.
+  // false: neither read nor written (an engine that must start from the defaults, e.g. a replay comparing
+  // uncalibrated policies on a shared store).
+  bool stored_calibration = true;
 };
 
 struct ModelInfo {
@@ -204,6 +217,10 @@ struct CalibrationReport {
   double remote_bytes_per_s = 0;
   int64_t fidelity_samples = 0;
   std::string fidelity_model;  // the fitted fidelity coefficients (KL per unit of loss), one line
+  // The measured deficits were written to the store (EngineOptions::stored_calibration) for the engines that
+  // open this model on it later. false without a store_dir or remote tier, with stored_calibration off, or
+  // when the store refused the write (a full disk: the fit still applies to this engine).
+  bool stored = false;
 };
 
 class Engine {
@@ -322,6 +339,10 @@ class Engine {
   CalibrationReport calibrate_fidelity();
   // The fidelity model plans use now (its coefficients, each marked fitted or default), one line.
   std::string fidelity_model_description() const;
+  // Where that model comes from: "default" (never calibrated), "store" (fitted at open() from a stored
+  // calibration, EngineOptions::stored_calibration) or "calibrated" (calibrate() or calibrate_fidelity() ran
+  // on this engine). Answers after close() too.
+  std::string fidelity_calibration() const;
 
   // Runs queued background work (canonical encodes and patch forming) on the calling thread until none
   // is left or `max_seconds` passed, then waits for the worker's job in flight (kThread). Returns the

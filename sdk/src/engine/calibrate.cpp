@@ -11,6 +11,7 @@
 
 #include "engine/calibrate_fidelity.h"
 #include "engine/engine_core.h"
+#include "engine/stored_calibration.h"
 #include "orbit/common/error.h"
 
 namespace orbit::detail {
@@ -179,22 +180,58 @@ bool EngineCore::note_fidelity_check(double measured_kl, double predicted_kl, do
   return counted;
 }
 
+planner::FidelityModel calibrated_fidelity_model(const FidelityCalibration& deficits) {
+  // Halfway from the defaults toward the fit in log space (planner::kCalibrationWeight says why).
+  return planner::FidelityModel::blend(planner::FidelityModel(),
+                                       planner::FidelityModel::fit(deficits.samples, deficits.reference_sensitivity),
+                                       planner::kCalibrationWeight);
+}
+
+// Whether the engine keeps its calibration in a store that outlives it (EngineOptions::stored_calibration):
+// a memory-only store would hold it for this engine alone.
+static bool keeps_calibration(const EngineOptions& o) {
+  return o.stored_calibration && (!o.store_dir.empty() || !o.remote.empty());
+}
+
 CalibrationReport EngineCore::calibrate_fidelity() {
   const auto start = Clock::now();
-  const FidelityCalibration deficits = measure_fidelity_samples(*this, 3);
-  // Halfway from the defaults toward the fit in log space (planner::kCalibrationWeight says why).
-  const planner::FidelityModel fidelity = planner::FidelityModel::blend(
-      planner::FidelityModel(), planner::FidelityModel::fit(deficits.samples, deficits.reference_sensitivity),
-      planner::kCalibrationWeight);
+  const FidelityCalibration deficits = measure_fidelity_samples(*this, kFidelityCalibrationSeeds);
+  const planner::FidelityModel fidelity = calibrated_fidelity_model(deficits);
   CalibrationReport report;
   report.fidelity_samples = static_cast<int64_t>(deficits.samples.size());
   report.fidelity_model = fidelity.describe();
   {
     std::lock_guard<std::mutex> lock(mu_);
     fidelity_model_ = fidelity;
+    fidelity_origin_ = "calibrated";
   }
+  if (keeps_calibration(options_)) report.stored = save_fidelity_calibration(kv().store(), fingerprint(), deficits);
   report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return report;
+}
+
+bool EngineCore::load_stored_calibration() {
+  if (!keeps_calibration(options_)) return false;
+  const std::optional<FidelityCalibration> stored = load_fidelity_calibration(kv().store(), fingerprint());
+  if (!stored) return false;
+  // A value that decodes may still be one fit() refuses (a sample it finds wrong): the defaults stay then.
+  planner::FidelityModel fidelity;
+  try {
+    fidelity = calibrated_fidelity_model(*stored);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "orbit: warning: ignoring the store's entry %s: %s; the fidelity model keeps its defaults\n",
+                 fidelity_calibration_key(fingerprint()).c_str(), e.what());
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  fidelity_model_ = fidelity;
+  fidelity_origin_ = "store";
+  return true;
+}
+
+std::string EngineCore::fidelity_calibration() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return fidelity_origin_;
 }
 
 CalibrationReport EngineCore::calibrate() {

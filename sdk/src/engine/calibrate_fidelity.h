@@ -17,7 +17,17 @@ struct FidelityCalibration {
   double reference_sensitivity = 0;
 };
 
+// The seeds calibrate() and calibrate_fidelity() measure over.
+inline constexpr int kFidelityCalibrationSeeds = 3;
+// The measurement's version, part of the stored calibration's key (stored_calibration.h): bump it with any
+// change to what measure_fidelity_samples measures, so that engines stop fitting deficits measured the old way.
+inline constexpr int kFidelityMeasureVersion = 1;
+
 // Chunks sampled from the model over `seeds` seeds; the model's forward only.
 FidelityCalibration measure_fidelity_samples(const EngineCore& core, int seeds);
+
+// The fidelity model calibrate_fidelity() makes of `deficits`: their fit, taken halfway from the defaults
+// in log space (planner::kCalibrationWeight says why).
+planner::FidelityModel calibrated_fidelity_model(const FidelityCalibration& deficits);
 
 }  // namespace orbit::detail

@@ -22,6 +22,10 @@ Engine::~Engine() = default;
 
 std::shared_ptr<Engine> Engine::open(const EngineOptions& options) {
   auto core = std::make_shared<detail::EngineCore>(options);
+  {
+    const detail::OpHold hold(*core);
+    (void)core->load_stored_calibration();  // EngineOptions::stored_calibration
+  }
   return std::shared_ptr<Engine>(new Engine(std::move(core)));
 }
 
@@ -72,6 +76,7 @@ Window Engine::new_window(const WindowOptions& options) {
 }
 
 std::string Engine::fidelity_model_description() const { return core_->fidelity_model().describe(); }
+std::string Engine::fidelity_calibration() const { return core_->fidelity_calibration(); }
 
 CalibrationReport Engine::calibrate() {
   const detail::OpHold hold(*core_);

@@ -98,6 +98,12 @@ class EngineCore {
   bool note_fidelity_check(double measured_kl, double predicted_kl, double forward_tokens);
   CalibrationReport calibrate();
   CalibrationReport calibrate_fidelity();  // the fidelity model only (Engine::calibrate_fidelity)
+  // EngineOptions::stored_calibration: fits the fidelity model from the calibration the store holds for this
+  // model, if any (stored_calibration.h); called once by Engine::open, inside an operation. Returns whether
+  // it found one.
+  bool load_stored_calibration();
+  // Engine::fidelity_calibration(): "default", "store" or "calibrated".
+  std::string fidelity_calibration() const;
 
   // ---- ids ----
   uint64_t next_instance_id() { return next_instance_.fetch_add(1) + 1; }
@@ -126,6 +132,7 @@ class EngineCore {
   mutable std::mutex mu_;  // the models below
   planner::CostModel cost_model_;
   planner::FidelityModel fidelity_model_;
+  std::string fidelity_origin_ = "default";  // fidelity_calibration()
   FidelityChecks fidelity_checks_;
 
   std::atomic<uint64_t> next_instance_{0};
