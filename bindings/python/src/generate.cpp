@@ -11,6 +11,8 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "bindings.h"
 #include "convert.h"
@@ -265,6 +267,98 @@ std::vector<orbit::Generation> decode_uncancelled(const std::vector<PyWindow*>& 
   return out;
 }
 
+// generate_many's requests: a sequence (not a str) of at most orbit::kMaxGenerateMany requests, refused
+// before any request is read: each becomes a sequence of one batch (its arguments, sampler and KV slot), all
+// made before the first step.
+py::sequence request_sequence(const py::object& request_list) {
+  if (!py::isinstance<py::sequence>(request_list) || py::isinstance<py::str>(request_list)) {
+    throw py::type_error("generate_many: requests must be a list of (window, query[, options]), got " +
+                         type_name(request_list));
+  }
+  const py::sequence requests = request_list.cast<py::sequence>();
+  ORBIT_CHECK(requests.size() <= static_cast<std::size_t>(orbit::kMaxGenerateMany),
+              "generate_many: requests: " << requests.size() << " requests, more than the " << orbit::kMaxGenerateMany
+                                          << " one call takes (each is a sequence of one batch, added before "
+                                             "it decodes); split them into several calls");
+  return requests;
+}
+
+// One of generate_many's requests, named `what`: (window, query) or (window, query, {generate() keyword
+// arguments}). Returns its window, checked free for the call, and its arguments, not armed (the caller adds
+// the batch's cancel token and signal poll first).
+std::pair<PyWindow*, GenerateArgs> read_request(const py::object& item, const std::string& what) {
+  if (!py::isinstance<py::tuple>(item) && !py::isinstance<py::list>(item)) {
+    throw py::type_error(what + " must be (window, query) or (window, query, options), got " +
+                         py::repr(item).cast<std::string>());
+  }
+  const py::sequence parts = item.cast<py::sequence>();
+  if (parts.size() != 2 && parts.size() != 3) {
+    throw py::type_error(what + " must be (window, query) or (window, query, options)");
+  }
+  if (!py::isinstance<PyWindow>(parts[0])) {
+    throw py::type_error(what + "[0] must be a Window, got " + type_name(parts[0]));
+  }
+  PyWindow* w = parts[0].cast<PyWindow*>();
+  w->check_not_held("orbit.generate_many");      // generate's on_text batching its own window would wait for itself
+  w->check_not_streamed("orbit.generate_many");  // a stream's decode holding it would wait for this loop
+  py::dict options;
+  if (parts.size() == 3 && !parts[2].is_none()) {
+    if (!py::isinstance<py::dict>(parts[2])) throw py::type_error(what + ": options must be a dict");
+    options = parts[2].cast<py::dict>();
+  }
+  return {w, generate_args(*w, parts[1], options, what)};
+}
+
+// Holding the GIL: releases it and, every distinct window locked in one order (no deadlock with another
+// call) for the whole batch, decodes the requests (decode_uncancelled).
+std::vector<orbit::Generation> decode_locked(const std::vector<PyWindow*>& windows,
+                                             const std::vector<GenerateArgs>& args) {
+  py::gil_scoped_release release;
+  std::vector<PyWindow*> order = windows;
+  std::sort(order.begin(), order.end());
+  order.erase(std::unique(order.begin(), order.end()), order.end());
+  std::vector<std::unique_lock<std::mutex>> locks;
+  std::list<PyWindow::Hold> holds;  // released before the locks
+  for (PyWindow* w : order) {
+    locks.emplace_back(*w->mutex);
+    holds.emplace_back(*w);
+    w->check_open();
+  }
+  return decode_uncancelled(windows, args);
+}
+
+// orbit.generate_many: the requests read and checked, decoded together, their Generations in request order.
+py::list run_generate_many(const py::object& request_list, const py::object& cancel) {
+  const std::shared_ptr<const CancelToken> all = to_cancel_token(cancel, "generate_many: cancel");
+  const py::sequence requests = request_sequence(request_list);
+  std::vector<PyWindow*> windows;
+  std::vector<GenerateArgs> args;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    auto [w, a] = read_request(requests[i], "generate_many: requests[" + std::to_string(i) + "]");
+    windows.push_back(w);
+    args.push_back(std::move(a));
+    if (all) args.back().cancel.tokens.push_back(all);
+    // One poll for the batch: the requests step together, so one GIL take per interval serves them all.
+    if (i > 0) args.back().cancel.signals = args.front().cancel.signals;
+    args.back().arm();
+  }
+  // Each engine's close() waits for the call (and refuses it once begun: OrbitError "engine is closed").
+  std::vector<DecodeScope> decoding;
+  std::set<EngineDecodes*> engines;
+  for (PyWindow* w : windows) {
+    if (engines.insert(w->decodes.get()).second) decoding.emplace_back(w->decodes.get());
+  }
+  std::vector<orbit::Generation> out = decode_locked(windows, args);
+  if (!args.empty()) args.front().rethrow_raised();  // the batch's signal poll: Ctrl-C stopped every request
+  py::list result;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    py::object g = py::cast(std::move(out[i]));
+    read_answer(args[i].answer, g);
+    result.append(g);
+  }
+  return result;
+}
+
 }  // namespace
 
 void init_generate(py::module_& m) {
@@ -281,102 +375,23 @@ void init_generate(py::module_& m) {
       "Window.stream's arguments (generate()'s keyword arguments but on_text and cancel) checked as generate()\n"
       "checks them, nothing decoded: raises what generate() would raise for them, naming the argument; an\n"
       "unknown keyword raises TypeError 'stream: generate() has no argument ...'.");
-  m.def(
-      "generate_many",
-      [](const py::object& request_list, const py::object& cancel) {
-        const std::shared_ptr<const CancelToken> all = to_cancel_token(cancel, "generate_many: cancel");
-        // Each request: (window, query) or (window, query, {generate() keyword arguments}).
-        if (!py::isinstance<py::sequence>(request_list) || py::isinstance<py::str>(request_list)) {
-          throw py::type_error("generate_many: requests must be a list of (window, query[, options]), got " +
-                               type_name(request_list));
-        }
-        const py::sequence requests = request_list.cast<py::sequence>();
-        // Refused before any request is read: each becomes a sequence of one batch (its arguments, sampler and
-        // KV slot), all made before the first step.
-        ORBIT_CHECK(requests.size() <= static_cast<std::size_t>(orbit::kMaxGenerateMany),
-                    "generate_many: requests: " << requests.size() << " requests, more than the "
-                                                << orbit::kMaxGenerateMany
-                                                << " one call takes (each is a sequence of one batch, added before "
-                                                   "it decodes); split them into several calls");
-        std::vector<PyWindow*> windows;
-        std::vector<GenerateArgs> args;
-        for (std::size_t i = 0; i < requests.size(); ++i) {
-          const std::string what = "generate_many: requests[" + std::to_string(i) + "]";
-          const py::object item = requests[i];
-          if (!py::isinstance<py::tuple>(item) && !py::isinstance<py::list>(item)) {
-            throw py::type_error(what + " must be (window, query) or (window, query, options), got " +
-                                 py::repr(item).cast<std::string>());
-          }
-          const py::sequence parts = item.cast<py::sequence>();
-          if (parts.size() != 2 && parts.size() != 3) {
-            throw py::type_error(what + " must be (window, query) or (window, query, options)");
-          }
-          if (!py::isinstance<PyWindow>(parts[0])) {
-            throw py::type_error(what + "[0] must be a Window, got " + type_name(parts[0]));
-          }
-          PyWindow* w = parts[0].cast<PyWindow*>();
-          w->check_not_held("orbit.generate_many");  // generate's on_text batching its own window would wait for itself
-          w->check_not_streamed("orbit.generate_many");  // a stream's decode holding it would wait for this loop
-          py::dict options;
-          if (parts.size() == 3 && !parts[2].is_none()) {
-            if (!py::isinstance<py::dict>(parts[2])) throw py::type_error(what + ": options must be a dict");
-            options = parts[2].cast<py::dict>();
-          }
-          windows.push_back(w);
-          args.push_back(generate_args(*w, parts[1], options, what));
-          if (all) args.back().cancel.tokens.push_back(all);
-          // One poll for the batch: the requests step together, so one GIL take per interval serves them all.
-          if (i > 0) args.back().cancel.signals = args.front().cancel.signals;
-          args.back().arm();
-        }
-        // Each engine's close() waits for the call (and refuses it once begun: OrbitError "engine is closed").
-        std::vector<DecodeScope> decoding;
-        std::set<EngineDecodes*> engines;
-        for (PyWindow* w : windows) {
-          if (engines.insert(w->decodes.get()).second) decoding.emplace_back(w->decodes.get());
-        }
-        std::vector<orbit::Generation> out;
-        {
-          py::gil_scoped_release release;
-          // Every distinct window locked, in one order (no deadlock with another call), for the whole batch.
-          std::vector<PyWindow*> order = windows;
-          std::sort(order.begin(), order.end());
-          order.erase(std::unique(order.begin(), order.end()), order.end());
-          std::vector<std::unique_lock<std::mutex>> locks;
-          std::list<PyWindow::Hold> holds;  // released before the locks
-          for (PyWindow* w : order) {
-            locks.emplace_back(*w->mutex);
-            holds.emplace_back(*w);
-            w->check_open();
-          }
-          out = decode_uncancelled(windows, args);
-        }
-        if (!args.empty()) args.front().rethrow_raised();  // the batch's signal poll: Ctrl-C stopped every request
-        py::list result;
-        for (std::size_t i = 0; i < out.size(); ++i) {
-          py::object g = py::cast(std::move(out[i]));
-          read_answer(args[i].answer, g);
-          result.append(g);
-        }
-        return result;
-      },
-      py::arg("requests"), py::kw_only(), py::arg("cancel") = py::none(),
-      "Decodes several windows together, one model forward per step over every sequence still running, each\n"
-      "exactly as Window.generate would decode it alone. requests: a list of (window, query) or (window, query,\n"
-      "options) where options is a dict of generate()'s keyword arguments (max_tokens, temperature, seed, tools,\n"
-      "logprobs, ...). Windows holding the same KV (a window given twice, or its forks) are read once, and the\n"
-      "same query after them forwarded once. Returns the Generations in request order. At most 1024 requests\n"
-      "(orbit::kMaxGenerateMany, Window.generate_n's limit: every request is a sequence of one batch, set up\n"
-      "before it decodes): OrbitError 'generate_many: requests: ...' beyond, before any is read. The windows of\n"
-      "one call belong to one engine; each is locked for the call (OrbitError for a window this thread is inside\n"
-      "a call of: its own on_text, or the body of a Window.stream loop on it).\n"
-      "cancel (an orbit.CancelToken) stops every request at its next token when cancelled from another thread\n"
-      "(stop_reason 'cancelled'); a request's options may hold a cancel= of its own, which stops that request\n"
-      "alone. A request whose token is cancelled before the call answers a cancelled Generation at once (no\n"
-      "tokens, nothing forwarded), the others decoding. close() of a request's window stops that request;\n"
-      "Engine.close() stops every request. On the main thread signal handlers run while it decodes (at most\n"
-      "100 ms apart): one that raises (Ctrl-C's KeyboardInterrupt) stops every request at its next token and is\n"
-      "raised here.");
+  m.def("generate_many", &run_generate_many, py::arg("requests"), py::kw_only(), py::arg("cancel") = py::none(),
+        "Decodes several windows together, one model forward per step over every sequence still running, each\n"
+        "exactly as Window.generate would decode it alone. requests: a list of (window, query) or (window, query,\n"
+        "options) where options is a dict of generate()'s keyword arguments (max_tokens, temperature, seed, tools,\n"
+        "logprobs, ...). Windows holding the same KV (a window given twice, or its forks) are read once, and the\n"
+        "same query after them forwarded once. Returns the Generations in request order. At most 1024 requests\n"
+        "(orbit::kMaxGenerateMany, Window.generate_n's limit: every request is a sequence of one batch, set up\n"
+        "before it decodes): OrbitError 'generate_many: requests: ...' beyond, before any is read. The windows of\n"
+        "one call belong to one engine; each is locked for the call (OrbitError for a window this thread is inside\n"
+        "a call of: its own on_text, or the body of a Window.stream loop on it).\n"
+        "cancel (an orbit.CancelToken) stops every request at its next token when cancelled from another thread\n"
+        "(stop_reason 'cancelled'); a request's options may hold a cancel= of its own, which stops that request\n"
+        "alone. A request whose token is cancelled before the call answers a cancelled Generation at once (no\n"
+        "tokens, nothing forwarded), the others decoding. close() of a request's window stops that request;\n"
+        "Engine.close() stops every request. On the main thread signal handlers run while it decodes (at most\n"
+        "100 ms apart): one that raises (Ctrl-C's KeyboardInterrupt) stops every request at its next token and is\n"
+        "raised here.");
 }
 
 }  // namespace orbit_py
