@@ -183,22 +183,30 @@ EncodedBlob encode_blob(const std::string& key, const std::string& model_fingerp
   return blob;
 }
 
-Result<DecodedBlob> decode_blob(const at::Tensor& bytes, const std::string& expected_checksum,
-                                const std::string& origin) {
-  ORBIT_CHECK(bytes.scalar_type() == at::kByte && bytes.dim() == 1 && bytes.is_contiguous(),
-              "decode_blob: expects a contiguous uint8 [size] buffer");
-  const std::size_t size = static_cast<std::size_t>(bytes.numel());
-  const uint8_t* data = bytes.data_ptr<uint8_t>();
+namespace {
+
+// A blob's frame, checked: its trailer, its header record's place and the start of its payloads.
+struct BlobFrame {
+  std::size_t body = 0;         // bytes before the trailer
+  std::size_t record_size = 0;  // the header record, from byte 16
+  std::size_t data_start = 0;   // the first payload, kAlign-aligned
+  std::string checksum;         // SHA-256 of the body, hex
+};
+
+// The blob's size, trailer checksum (and the index's, when `expected_checksum` is not empty), magic, version and
+// the bounds of its header record and data section; the first that fails returns its corrupt() status.
+Result<BlobFrame> check_frame(const uint8_t* data, std::size_t size, const std::string& expected_checksum,
+                              const std::string& origin) {
   if (size < 16 + kBlobTrailerBytes) return corrupt(origin, "truncated (" + std::to_string(size) + " bytes)");
-  const std::size_t body = size - kBlobTrailerBytes;
-  DecodedBlob out;
-  out.checksum = Sha256().update(data, body).hex_digest();
-  const std::string trailer(reinterpret_cast<const char*>(data + body), kBlobTrailerBytes);
-  if (trailer != out.checksum)
+  BlobFrame frame;
+  frame.body = size - kBlobTrailerBytes;
+  frame.checksum = Sha256().update(data, frame.body).hex_digest();
+  const std::string trailer(reinterpret_cast<const char*>(data + frame.body), kBlobTrailerBytes);
+  if (trailer != frame.checksum)
     return corrupt(origin, "checksum mismatch (trailer " + trailer.substr(0, 16) + "..., contents " +
-                               out.checksum.substr(0, 16) + "...)");
-  if (!expected_checksum.empty() && expected_checksum != out.checksum) {
-    return corrupt(origin, "checksum " + out.checksum.substr(0, 16) + "... differs from the index's " +
+                               frame.checksum.substr(0, 16) + "...)");
+  if (!expected_checksum.empty() && expected_checksum != frame.checksum) {
+    return corrupt(origin, "checksum " + frame.checksum.substr(0, 16) + "... differs from the index's " +
                                expected_checksum.substr(0, 16) + "...");
   }
   if (std::memcmp(data, kMagic, sizeof kMagic) != 0) return corrupt(origin, "bad magic");
@@ -206,11 +214,76 @@ Result<DecodedBlob> decode_blob(const at::Tensor& bytes, const std::string& expe
   std::memcpy(&version, data + 8, 4);
   std::memcpy(&record_size, data + 12, 4);
   if (version != kBlobFormatVersion) return corrupt(origin, "unknown format version " + std::to_string(version));
-  if (record_size > body - 16) return corrupt(origin, "header record past the end");
-  const std::size_t data_start = padded(16 + record_size);
-  if (data_start > body) return corrupt(origin, "data section past the end");
+  if (record_size > frame.body - 16) return corrupt(origin, "header record past the end");
+  frame.record_size = record_size;
+  frame.data_start = padded(16 + record_size);
+  if (frame.data_start > frame.body) return corrupt(origin, "data section past the end");
+  return frame;
+}
 
-  Cursor c(data + 16, record_size);
+// The tensor record at `c` and its payload in `bytes`: a view of it (raw) or its rows dequantized (int8). A
+// record the cursor runs out inside leaves `c` failed and returns an empty NamedTensor (the caller reports the
+// header record malformed); a record that reads but does not fit returns its corrupt() status.
+Result<NamedTensor> read_tensor(Cursor& c, const at::Tensor& bytes, const BlobFrame& frame, const std::string& origin) {
+  NamedTensor t;
+  t.name = c.get_str();
+  const auto code = c.get<uint8_t>();
+  const auto codec = c.get<uint8_t>();
+  const auto ndim = c.get<uint8_t>();
+  c.get<uint8_t>();
+  if (c.failed()) return NamedTensor{};
+  if (code >= kNumDtypes || codec > kCodecInt8Rows || ndim > kMaxBlobDims) {
+    return corrupt(origin, "tensor '" + t.name + "': bad dtype, codec or rank");
+  }
+  std::vector<int64_t> shape(ndim);
+  uint64_t numel = 1;
+  for (auto& d : shape) {
+    d = c.get<int64_t>();
+    if (d < 0 || (d > 0 && numel > std::numeric_limits<uint64_t>::max() / 16 / static_cast<uint64_t>(d))) {
+      return corrupt(origin, "tensor '" + t.name + "': bad shape");
+    }
+    numel *= static_cast<uint64_t>(d);
+  }
+  const uint64_t offset = c.get<uint64_t>();
+  const uint64_t nbytes = c.get<uint64_t>();
+  if (c.failed()) return NamedTensor{};
+  const std::size_t body = frame.body;
+  const std::size_t data_start = frame.data_start;
+  const at::ScalarType dtype = kDtypes[code];
+  const uint64_t rows = numel == 0 ? 0 : numel / static_cast<uint64_t>(ndim == 0 ? 1 : shape.back());
+  const uint64_t qbytes = numel + (4 - numel % 4) % 4;
+  const uint64_t want = codec == kCodecRaw ? numel * c10::elementSize(dtype) : qbytes + 4 * rows;
+  if (nbytes != want || offset % kAlign != 0 || offset > body - data_start || nbytes > body - data_start - offset) {
+    return corrupt(origin, "tensor '" + t.name + "': payload size or offset out of range");
+  }
+  const int64_t begin = static_cast<int64_t>(data_start + offset);
+  if (numel == 0) {
+    t.tensor = at::empty(shape, at::TensorOptions().dtype(dtype));
+  } else if (codec == kCodecRaw) {
+    t.tensor = bytes.narrow(0, begin, static_cast<int64_t>(nbytes)).view(dtype).view(shape);
+  } else {
+    const at::Tensor q = bytes.narrow(0, begin, static_cast<int64_t>(numel)).view(at::kChar);
+    const at::Tensor s =
+        bytes.narrow(0, begin + static_cast<int64_t>(qbytes), static_cast<int64_t>(4 * rows)).view(at::kFloat);
+    t.tensor = (q.to(at::kFloat).view({static_cast<int64_t>(rows), -1}) * s.view({-1, 1})).view(shape).to(dtype);
+  }
+  return t;
+}
+
+}  // namespace
+
+Result<DecodedBlob> decode_blob(const at::Tensor& bytes, const std::string& expected_checksum,
+                                const std::string& origin) {
+  ORBIT_CHECK(bytes.scalar_type() == at::kByte && bytes.dim() == 1 && bytes.is_contiguous(),
+              "decode_blob: expects a contiguous uint8 [size] buffer");
+  const uint8_t* data = bytes.data_ptr<uint8_t>();
+  Result<BlobFrame> checked = check_frame(data, static_cast<std::size_t>(bytes.numel()), expected_checksum, origin);
+  if (!checked) return checked.status();
+  const BlobFrame& frame = checked.value();
+  DecodedBlob out;
+  out.checksum = frame.checksum;
+
+  Cursor c(data + 16, frame.record_size);
   const auto kind = c.get<uint8_t>();
   const auto encoding = c.get<uint8_t>();
   c.get<uint16_t>();
@@ -229,47 +302,10 @@ Result<DecodedBlob> decode_blob(const at::Tensor& bytes, const std::string& expe
   std::vector<NamedTensor> tensors;
   const uint32_t num_tensors = c.get<uint32_t>();
   for (uint32_t i = 0; i < num_tensors && !c.failed(); ++i) {
-    NamedTensor t;
-    t.name = c.get_str();
-    const auto code = c.get<uint8_t>();
-    const auto codec = c.get<uint8_t>();
-    const auto ndim = c.get<uint8_t>();
-    c.get<uint8_t>();
+    Result<NamedTensor> t = read_tensor(c, bytes, frame, origin);
+    if (!t) return t.status();
     if (c.failed()) break;
-    if (code >= kNumDtypes || codec > kCodecInt8Rows || ndim > kMaxBlobDims) {
-      return corrupt(origin, "tensor '" + t.name + "': bad dtype, codec or rank");
-    }
-    std::vector<int64_t> shape(ndim);
-    uint64_t numel = 1;
-    for (auto& d : shape) {
-      d = c.get<int64_t>();
-      if (d < 0 || (d > 0 && numel > std::numeric_limits<uint64_t>::max() / 16 / static_cast<uint64_t>(d))) {
-        return corrupt(origin, "tensor '" + t.name + "': bad shape");
-      }
-      numel *= static_cast<uint64_t>(d);
-    }
-    const uint64_t offset = c.get<uint64_t>();
-    const uint64_t nbytes = c.get<uint64_t>();
-    if (c.failed()) break;
-    const at::ScalarType dtype = kDtypes[code];
-    const uint64_t rows = numel == 0 ? 0 : numel / static_cast<uint64_t>(ndim == 0 ? 1 : shape.back());
-    const uint64_t qbytes = numel + (4 - numel % 4) % 4;
-    const uint64_t want = codec == kCodecRaw ? numel * c10::elementSize(dtype) : qbytes + 4 * rows;
-    if (nbytes != want || offset % kAlign != 0 || offset > body - data_start || nbytes > body - data_start - offset) {
-      return corrupt(origin, "tensor '" + t.name + "': payload size or offset out of range");
-    }
-    const int64_t begin = static_cast<int64_t>(data_start + offset);
-    if (numel == 0) {
-      t.tensor = at::empty(shape, at::TensorOptions().dtype(dtype));
-    } else if (codec == kCodecRaw) {
-      t.tensor = bytes.narrow(0, begin, static_cast<int64_t>(nbytes)).view(dtype).view(shape);
-    } else {
-      const at::Tensor q = bytes.narrow(0, begin, static_cast<int64_t>(numel)).view(at::kChar);
-      const at::Tensor s =
-          bytes.narrow(0, begin + static_cast<int64_t>(qbytes), static_cast<int64_t>(4 * rows)).view(at::kFloat);
-      t.tensor = (q.to(at::kFloat).view({static_cast<int64_t>(rows), -1}) * s.view({-1, 1})).view(shape).to(dtype);
-    }
-    tensors.push_back(std::move(t));
+    tensors.push_back(std::move(t).value());
   }
   if (c.failed() || !c.at_end()) return corrupt(origin, "malformed header record");
   try {
