@@ -157,9 +157,9 @@ std::unique_ptr<SqliteIndex> reindex_if_inconsistent(const std::string& root, st
   return open_for_repair(root, report);
 }
 
-}  // namespace
-
-RepairReport repair_store(const std::string& dir) {
+// The store directory `dir` as an absolute path without a trailing '/', checked to hold a blobs/ directory
+// that is not a symlink.
+std::string repair_root(const std::string& dir) {
   ORBIT_CHECK(!dir.empty(), "store repair: the store directory is empty (give --store DIR)");
   std::error_code ec;
   std::string root = fs::absolute(dir, ec).lexically_normal().string();
@@ -168,49 +168,65 @@ RepairReport repair_store(const std::string& dir) {
   ORBIT_CHECK(fs::is_directory(root + "/blobs", ec), "store " << root << ": no blobs/ directory: nothing to repair");
   const Result<std::string> blobs = store::resolve_blobs_root(root);  // a symlinked blobs/ is refused
   ORBIT_CHECK(blobs.is_ok(), blobs.status().reason());
-  const store::ExclusiveStoreLock lock(root, "repair");
+  return root;
+}
 
-  RepairReport report;
-  // The newest verified blob of every key (symlinks are not followed: only files inside blobs/ count).
+// What the blobs under root/blobs hold: the newest verified blob of every key, and the model fingerprints
+// of all of them.
+struct BlobScan {
   std::map<std::string, Found> best;
   std::set<std::string> fingerprints;
+};
+
+// Reads every *.blob file under root/blobs (symlinks are not followed: only files inside blobs/ count),
+// counting them and the ones rejected in `report`.
+BlobScan find_verified_blobs(const std::string& root, RepairReport* report) {
+  BlobScan scan;
+  std::error_code ec;
   for (auto it = fs::recursive_directory_iterator(root + "/blobs", ec); it != fs::recursive_directory_iterator();
        it.increment(ec)) {
     const fs::directory_entry& entry = *it;
     // A directory in a blob's place: its row goes below; what it holds is nobody's blob.
     if (entry.is_directory() && entry.path().extension() == ".blob") it.disable_recursion_pending();
     if (entry.is_symlink() || !entry.is_regular_file() || entry.path().extension() != ".blob") continue;
-    ++report.blobs_scanned;
-    std::optional<Found> f = inspect_blob(root, entry.path(), &report.notes);
+    ++report->blobs_scanned;
+    std::optional<Found> f = inspect_blob(root, entry.path(), &report->notes);
     if (!f) {
-      ++report.blobs_rejected;
+      ++report->blobs_rejected;
       continue;
     }
-    fingerprints.insert(f->fingerprint);
-    auto newest = best.find(f->row.key);
-    if (newest == best.end() || newest->second.mtime < f->mtime) best[f->row.key] = std::move(*f);
+    scan.fingerprints.insert(f->fingerprint);
+    auto newest = scan.best.find(f->row.key);
+    if (newest == scan.best.end() || newest->second.mtime < f->mtime) scan.best[f->row.key] = std::move(*f);
   }
+  return scan;
+}
 
-  const std::string damage = index_damage(root + "/index.sqlite");
-  if (!damage.empty()) set_damaged_index_aside(root, damage, &report);
-  std::unique_ptr<SqliteIndex> opened = reindex_if_inconsistent(root, open_for_repair(root, &report), &report);
-  SqliteIndex& index = *opened;
+// The store's model fingerprint: the index's, or, when the index lost it, the one fingerprint its blobs
+// share, written back (report->meta_restored). Throws when the blobs name several models, or none verifies
+// while the index still has rows.
+std::string restore_fingerprint(SqliteIndex& index, const std::string& root, const BlobScan& scan,
+                                RepairReport* report) {
   std::string fingerprint = index.meta("model_fingerprint").value_or("");
-  if (fingerprint.empty()) {
-    ORBIT_CHECK(fingerprints.size() <= 1, "store " << root << ": its blobs belong to " << fingerprints.size()
-                                                   << " model fingerprints; cannot tell which one the store is for");
-    ORBIT_CHECK(!fingerprints.empty() || index.count_rows() == 0,
-                "store " << root << ": no blob verifies, so the model fingerprint cannot be restored");
-    if (!fingerprints.empty()) {
-      fingerprint = *fingerprints.begin();
-      Result<std::string> set = index.set_meta_if_absent("model_fingerprint", fingerprint);
-      ORBIT_CHECK(set.is_ok(), "store " << root << ": " << set.status().reason());
-      report.meta_restored = true;
-    }
+  if (!fingerprint.empty()) return fingerprint;
+  const std::set<std::string>& fingerprints = scan.fingerprints;
+  ORBIT_CHECK(fingerprints.size() <= 1, "store " << root << ": its blobs belong to " << fingerprints.size()
+                                                 << " model fingerprints; cannot tell which one the store is for");
+  ORBIT_CHECK(!fingerprints.empty() || index.count_rows() == 0,
+              "store " << root << ": no blob verifies, so the model fingerprint cannot be restored");
+  if (!fingerprints.empty()) {
+    fingerprint = *fingerprints.begin();
+    Result<std::string> set = index.set_meta_if_absent("model_fingerprint", fingerprint);
+    ORBIT_CHECK(set.is_ok(), "store " << root << ": " << set.status().reason());
+    report->meta_restored = true;
   }
-  report.model_fingerprint = fingerprint;
+  return fingerprint;
+}
 
-  // Rows whose blob is missing, corrupt, outside the store or of another model go.
+// Erases the rows whose blob is missing, corrupt, outside the store or of another model (report->rows_dropped,
+// a note each). Returns the keys of the rows kept.
+std::set<std::string> drop_bad_rows(SqliteIndex& index, const std::string& root, const BlobScan& scan,
+                                    const std::string& fingerprint, RepairReport* report) {
   const std::string confined_root = fs::canonical(root + "/blobs").string();
   std::set<std::string> good;
   for (const DiskRow& r : index.rows()) {
@@ -219,8 +235,8 @@ RepairReport repair_store(const std::string& dir) {
     if (!path) {
       why = path.status().reason();
     } else {
-      auto it = best.find(r.key);
-      if (it != best.end() && it->second.row.blob == r.blob && row_matches(it->second, r, fingerprint)) {
+      auto it = scan.best.find(r.key);
+      if (it != scan.best.end() && it->second.row.blob == r.blob && row_matches(it->second, r, fingerprint)) {
         good.insert(r.key);
         continue;
       }
@@ -235,21 +251,46 @@ RepairReport repair_store(const std::string& dir) {
     std::string ignored;
     Status erased = index.erase(r.key, &ignored);
     ORBIT_CHECK(erased.is_ok(), "store " << root << ": " << erased.reason());
-    ++report.rows_dropped;
-    report.notes.push_back("dropped row " + r.key + ": " + why);
+    ++report->rows_dropped;
+    report->notes.push_back("dropped row " + r.key + ": " + why);
   }
-  for (auto& [key, f] : best) {
+  return good;
+}
+
+// Writes a row for every key's newest blob the index did not keep (report->rows_restored); a blob of another
+// model than `fingerprint` is rejected instead.
+void restore_rows(SqliteIndex& index, const std::string& root, const BlobScan& scan, const std::set<std::string>& good,
+                  const std::string& fingerprint, RepairReport* report) {
+  for (const auto& [key, f] : scan.best) {
     if (good.count(key)) continue;
     if (f.fingerprint != fingerprint) {
-      ++report.blobs_rejected;
-      report.notes.push_back(root + "/" + f.row.blob + ": blob of model " + f.fingerprint + ", not " + fingerprint);
+      ++report->blobs_rejected;
+      report->notes.push_back(root + "/" + f.row.blob + ": blob of model " + f.fingerprint + ", not " + fingerprint);
       continue;
     }
     std::string replaced;
     Status s = index.upsert(f.row, &replaced);
     ORBIT_CHECK(s.is_ok(), "store " << root << ": " << s.reason());
-    ++report.rows_restored;
+    ++report->rows_restored;
   }
+}
+
+}  // namespace
+
+RepairReport repair_store(const std::string& dir) {
+  const std::string root = repair_root(dir);
+  const store::ExclusiveStoreLock lock(root, "repair");
+
+  RepairReport report;
+  const BlobScan scan = find_verified_blobs(root, &report);
+  const std::string damage = index_damage(root + "/index.sqlite");
+  if (!damage.empty()) set_damaged_index_aside(root, damage, &report);
+  std::unique_ptr<SqliteIndex> opened = reindex_if_inconsistent(root, open_for_repair(root, &report), &report);
+  SqliteIndex& index = *opened;
+  const std::string fingerprint = restore_fingerprint(index, root, scan, &report);
+  report.model_fingerprint = fingerprint;
+  const std::set<std::string> good = drop_bad_rows(index, root, scan, fingerprint, &report);
+  restore_rows(index, root, scan, good, fingerprint, &report);
   for (std::string& note : report.notes) note = store::shown(note);  // a damaged row's key may hold any bytes
   return report;
 }
