@@ -173,11 +173,9 @@ void def_chunk_ref(py::module_& m) {
       .def("__repr__", &chunk_repr);
 }
 
-// PlanStep and Plan.
-void def_plans(py::module_& m) {
+// PlanStep: one step of a plan.
+void def_plan_step(py::module_& m) {
   using namespace orbit;
-
-  // ---- plans ----------------------------------------------------------------------------------------
   py::class_<PlanStep>(m, "PlanStep", "What one plan step does to one instance (read-only; see orbit/plan.h).")
       .def_readonly("action", &PlanStep::action, "StepAction.")
       .def_readonly("instance", &PlanStep::instance, "Instance id.")
@@ -224,7 +222,11 @@ void def_plans(py::module_& m) {
         o << ")";
         return o.str();
       });
+}
 
+// Plan: what an operation would do, its steps and totals.
+void def_plan(py::module_& m) {
+  using namespace orbit;
   py::class_<Plan>(m, "Plan",
                    "What an operation would do (Window.plan_*), made without changing the window. Pass it to\n"
                    "Window.apply() while the window is unchanged (a plan of an older version raises OrbitError).\n"
@@ -268,6 +270,12 @@ void def_plans(py::module_& m) {
           << ", window_tokens_after=" << p.window_tokens_after << ", exact=" << (p.exact ? "True" : "False") << ")";
         return o.str();
       });
+}
+
+// PlanStep and Plan, PlanStep first so that the signatures of Plan name it.
+void def_plans(py::module_& m) {
+  def_plan_step(m);
+  def_plan(m);
 }
 
 // ApplyReport and IdleReport.
@@ -405,10 +413,9 @@ void def_window_state(py::module_& m) {
       });
 }
 
-void def_reading_results(py::module_& m) {
+// What Window.generate returns: TokenLogprob, StepLogprobs (its logprobs) and Generation.
+void def_generation(py::module_& m) {
   using namespace orbit;
-
-  // ---- reading results ------------------------------------------------------------------------------
   py::class_<TokenLogprob>(m, "TokenLogprob", "One token's log probability at a step (Window.generate(logprobs=True)).")
       .def_readonly("token", &TokenLogprob::token, "The token id.")
       .def_readonly("logprob", &TokenLogprob::logprob,
@@ -459,7 +466,12 @@ void def_reading_results(py::module_& m) {
       .def("__repr__", [](const Generation& g) {
         return "Generation(tokens=" + join(g.tokens) + ", stop_reason=" + quoted(g.stop_reason) + ")";
       });
+}
 
+// What the window's fidelity reads return: InstanceLoss (Window.loss_by_instance) and DisposabilityReport
+// (Window.disposable).
+void def_loss_reports(py::module_& m) {
+  using namespace orbit;
   py::class_<InstanceLoss>(m, "InstanceLoss",
                            "One instance's own share of a window's fidelity loss (Window.loss_by_instance()).")
       .def_readonly("instance", &InstanceLoss::instance, "The instance.")
@@ -497,6 +509,12 @@ void def_reading_results(py::module_& m) {
           << ", kl_first=" << r.kl_first << ")";
         return o.str();
       });
+}
+
+// The results of reading a window: generations and fidelity reports.
+void def_reading_results(py::module_& m) {
+  def_generation(m);
+  def_loss_reports(m);
 }
 
 }  // namespace
