@@ -2,7 +2,7 @@
 # tests/python/test_bindings.py checks that every public name and member is listed here.
 import enum
 import os
-from typing import Callable, Iterator, Optional, Sequence, SupportsIndex, Union
+from typing import Callable, Iterator, Literal, Optional, Sequence, SupportsIndex, Union
 
 import numpy
 import numpy.typing
@@ -608,6 +608,10 @@ class CalibrationReport:
     @property
     def fidelity_model(self) -> str:
         """The fidelity model plans use now, one line."""
+    @property
+    def stored(self) -> bool:
+        """True when the deficits were written to the store for engines opening this model on it later (False
+        without a store_dir or remote, with stored_calibration=False, or when the store refused the write)."""
 
 class EngineOptions:
     """The options an Engine was opened with."""
@@ -645,6 +649,9 @@ class EngineOptions:
     def device_tier_bytes(self) -> int: ...
     @property
     def embedding_cache(self) -> bool: ...
+    @property
+    def stored_calibration(self) -> bool:
+        """The fidelity calibration read from and written to the store."""
     @property
     def max_idle_chunks(self) -> int:
         """Chunks kept registered beyond those in use (0 = all, for the engine's life)."""
@@ -935,6 +942,7 @@ class Engine:
         max_idle_chunks: SupportsIndex = 0,
         constraint_cache: Optional[ConstraintCacheOptions] = None,
         tokenizer: Union[str, os.PathLike, None] = None,
+        stored_calibration: bool = True,
     ) -> None:
         """disk_budget_bytes > 0 needs store_dir; remote_ttl_seconds > 0 and remote_secret need remote (OrbitError
         otherwise). remote_secret: the remote tier's shared secret ('' = ORBIT_REMOTE_SECRET, else none: values are
@@ -958,6 +966,10 @@ class Engine:
         directory holding one); None = the model directory's tokenizer.json, else tok<vocab>.bin / tokenizer.bin
         beside a llama2.c model, if any (model_info.tokenizer names the one in use). A missing or unreadable file
         raises OrbitError naming EngineOptions::tokenizer and the path.
+        stored_calibration: with a store_dir or remote, calibrate() / calibrate_fidelity() write the deficits they
+        measured to the store, and an engine opening this model (same fingerprint, so same dtype) on that store
+        fits its fidelity model from them without measuring (fidelity_calibration() says 'store'). An entry that
+        does not decode is ignored with a warning on stderr and the defaults kept. False: neither read nor written.
         background given as a BackgroundMode that is not one of its members (BackgroundMode(7)) raises ValueError.
         A keyword not listed here, or a value of another type than the one above (a float for an int, bytes for a
         str, an int past the field's range; for a bool anything but True, False or a numpy bool: None, 0/1, a
@@ -999,7 +1011,16 @@ class Engine:
         cost model as it is: estimated_seconds do not change, the report's samples is 0 and cost_model ''.
         Nothing is timed and the samples are seeded: two engines of one model fit the same model. Both
         calibrations move the model halfway from the defaults (stories260K's fit) toward this model's fit, in log
-        space. OrbitError for a closed engine."""
+        space. With a store_dir or remote (and stored_calibration) the deficits are kept in the store
+        (report.stored). OrbitError for a closed engine."""
+    def fidelity_model_description(self) -> str:
+        """The fidelity model plans predict with now, one line: each loss kind's coefficient (KL per unit of loss)
+        marked fitted or default, the reference sensitivity s_ref, and ', correction xF' once the self-checks
+        scaled it (stats.fidelity_correction). Answers after close() too."""
+    def fidelity_calibration(self) -> Literal["default", "store", "calibrated"]:
+        """Where that model comes from: 'default' (never calibrated), 'store' (fitted at open from the calibration
+        the store holds for this model) or 'calibrated' (calibrate() / calibrate_fidelity() ran on this engine).
+        Answers after close() too."""
     def add_tokens(self, tokens: Union[Tokens, str], *, label: str = "", pin: bool = False) -> ChunkRef: ...
     # Text (llama2.c tokenizer beside the model). A str wherever token ids go is tokenized without BOS.
     # Hugging Face models have no tokenizer here: use your own (e.g. transformers.AutoTokenizer) and pass ids.

@@ -213,6 +213,10 @@ const char* const kEngineInitDoc =
     "EngineOptions::tokenizer and the path.\n"
     "A keyword Engine does not take, or a value of another type than the signature's, raises TypeError naming\n"
     "the keyword; a bool keyword takes True, False or a numpy bool only (not None, 0/1 or a str).\n"
+    "stored_calibration: with a store_dir or remote, calibrate() / calibrate_fidelity() write the deficits they\n"
+    "measured to the store, and an engine opening this model on it fits its fidelity model from them without\n"
+    "measuring (fidelity_calibration() says 'store'; an entry that does not decode is ignored with a warning on\n"
+    "stderr, the defaults kept); False: neither read nor written.\n"
     "Raises OrbitError naming the file or option at fault (CUDA asked for where there is none included).";
 
 // Engine: opening: the constructor.
@@ -254,6 +258,14 @@ void def_calibration(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       "CalibrationReport. OrbitError for a closed engine.");
 }
 
+  c.def("fidelity_model_description", &Engine::fidelity_model_description,
+        "The fidelity model plans predict with now, one line: each loss kind's coefficient (KL per unit of\n"
+        "loss) marked fitted or default, the reference sensitivity s_ref, and ', correction xF' once the\n"
+        "self-checks scaled it (stats.fidelity_correction). Answers after close() too.");
+  c.def("fidelity_calibration", &Engine::fidelity_calibration,
+        "Where that model comes from: 'default' (never calibrated), 'store' (fitted at open from the calibration\n"
+        "the store holds for this model: the stored_calibration keyword) or 'calibrated' (calibrate() or\n"
+        "calibrate_fidelity() ran on this engine). Answers after close() too.");
 // Engine: the context manager, close and the engine's state.
 void def_engine_life(py::class_<Engine, std::shared_ptr<Engine>>& c) {
   c.def(

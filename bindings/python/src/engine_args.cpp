@@ -22,7 +22,7 @@ struct Field {
 };
 
 // In the signature's order.
-const std::array<Field, 20> kFields = {{
+const std::array<Field, 21> kFields = {{
     {"store_dir", &EngineArgs::store_dir},
     {"pool_bytes", &EngineArgs::pool_bytes},
     {"page_size", &EngineArgs::page_size},
@@ -43,6 +43,7 @@ const std::array<Field, 20> kFields = {{
     {"max_idle_chunks", &EngineArgs::max_idle_chunks},
     {"constraint_cache", &EngineArgs::constraint_cache},
     {"tokenizer", &EngineArgs::tokenizer},
+    {"stored_calibration", &EngineArgs::stored_calibration},
 }};
 
 // The name pybind11 gives a C++ parameter type in signatures.
@@ -168,6 +169,7 @@ orbit::EngineOptions engine_options(const py::object& model, const EngineArgs& a
   o.background = background_arg(a.background);
   o.shared_canonicals = a.shared_canonicals;
   o.max_idle_chunks = a.max_idle_chunks;
+  o.stored_calibration = a.stored_calibration;
   if (!a.constraint_cache.is_none()) o.constraint_cache = constraint_cache_arg(a.constraint_cache);
   return o;
 }

@@ -37,6 +37,7 @@ struct EngineArgs {
   int64_t max_idle_chunks = 0;
   py::object constraint_cache = py::none();
   py::object tokenizer = py::none();
+  bool stored_calibration = true;
 };
 
 // Reads Engine(...)'s keywords into EngineArgs, converting each value as pybind11 converts an argument of its

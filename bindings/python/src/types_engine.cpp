@@ -164,7 +164,11 @@ void def_engine_state(py::module_& m) {
       .def_readonly("fidelity_samples", &CalibrationReport::fidelity_samples,
                     "Deficits the fidelity model was fitted on.")
       .def_readonly("fidelity_model", &CalibrationReport::fidelity_model,
-                    "The fidelity model now used (Engine.fidelity_model()), one line.")
+                    "The fidelity model now used (Engine.fidelity_model_description()), one line.")
+      .def_readonly("stored", &CalibrationReport::stored,
+                    "True when the measured deficits were written to the store (Engine's stored_calibration) for\n"
+                    "engines opening this model on it later; False without a store_dir or remote, with\n"
+                    "stored_calibration=False, or when the store refused the write.")
       .def("__repr__", [](const CalibrationReport& r) {
         std::ostringstream o;
         o << "CalibrationReport(samples=" << r.samples << ", fidelity_samples=" << r.fidelity_samples
@@ -250,6 +254,8 @@ void def_model_and_options(py::module_& m) {
       .def_readonly("cold_tier", &EngineOptions::cold_tier, "How canonicals go to disk ('exact', 'int8').")
       .def_readonly("device_tier_bytes", &EngineOptions::device_tier_bytes, "Device tier bytes (0 = none).")
       .def_readonly("embedding_cache", &EngineOptions::embedding_cache, "Media embeddings kept for find_media().")
+      .def_readonly("stored_calibration", &EngineOptions::stored_calibration,
+                    "The fidelity calibration read from and written to the store.")
       .def_readonly("max_idle_chunks", &EngineOptions::max_idle_chunks,
                     "Chunks kept registered beyond those in use (0 = all, for the engine's life).")
       .def_readonly("background", &EngineOptions::background,

@@ -1,0 +1,52 @@
+"""The fidelity calibration kept in the store, and the fidelity model's description, on the bundled stories260K.
+
+Engine(store_dir=D).calibrate_fidelity() writes the deficits it measured to D (report.stored), and an engine
+opened later on D fits its fidelity model from them without measuring (fidelity_calibration() == 'store', the
+same description); stored_calibration=False neither reads nor writes; a memory-only engine stores nothing.
+fidelity_model_description() says the model plans use, marked default or fitted, also after close()."""
+import re
+
+import pytest
+
+DEFAULT_DESCRIPTION = re.compile(r"^keep \S+ \(default\), blind \S+ \(default\), .* s_ref \S+$")
+
+
+def open_engine(orbit, stories260k_path, store_dir=None, **kwargs):
+    return orbit.Engine(str(stories260k_path), pool_bytes=8 << 20,
+                        store_dir=None if store_dir is None else str(store_dir), **kwargs)
+
+
+def test_the_description_names_the_model_plans_use_and_answers_after_close(orbit, stories260k_path):
+    engine = open_engine(orbit, stories260k_path)
+    before = engine.fidelity_model_description()
+    assert DEFAULT_DESCRIPTION.match(before), before
+    assert "(fitted)" not in before and engine.fidelity_calibration() == "default"
+    report = engine.calibrate_fidelity()
+    after = engine.fidelity_model_description()
+    assert after == report.fidelity_model and after != before
+    assert after.count("(fitted)") >= 5, after  # every kind the calibration measures
+    assert engine.fidelity_calibration() == "calibrated"
+    assert not report.stored  # memory only: nothing outlives the engine
+    engine.close()
+    assert engine.fidelity_model_description() == after and engine.fidelity_calibration() == "calibrated"
+
+
+def test_a_stored_calibration_is_read_by_the_next_engine_on_the_store(orbit, stories260k_path, tmp_path):
+    store = tmp_path / "store"
+    with open_engine(orbit, stories260k_path, store) as first:
+        assert first.options.stored_calibration
+        report = first.calibrate_fidelity()
+        assert report.stored
+    with open_engine(orbit, stories260k_path, store) as second:
+        assert second.fidelity_calibration() == "store"
+        assert second.fidelity_model_description() == report.fidelity_model
+    with open_engine(orbit, stories260k_path, store, stored_calibration=False) as off:
+        assert not off.options.stored_calibration
+        assert off.fidelity_calibration() == "default"
+        assert DEFAULT_DESCRIPTION.match(off.fidelity_model_description())
+        assert not off.calibrate_fidelity().stored  # nor written
+
+
+def test_stored_calibration_takes_a_bool_only(orbit, stories260k_path):
+    with pytest.raises(TypeError, match="^Engine: stored_calibration: expected bool, got int"):
+        open_engine(orbit, stories260k_path, stored_calibration=0)
