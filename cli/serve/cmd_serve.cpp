@@ -150,6 +150,13 @@ const char* kServeUsage =
 // The most --threads: each is a thread started at once (a value past what the system can start is a
 // clean error from HttpFront, but one past int would wrap).
 constexpr int64_t kMaxThreads = 4096;
+    "  --calibrate-fidelity  fit the fidelity model (what :kl= budgets plan with) on this model before listening,\n"
+    "                        unless the store holds this model's calibration (then it is read from there):\n"
+    "                        seeded, nothing timed, a few seconds on small models; progress on stderr. With\n"
+    "                        --store or --remote the measurement is written there, so later starts (and\n"
+    "                        every engine of this model on that store) read it instead of measuring again\n"
+    "  --no-stored-calibration  neither read a calibration from the store nor write one: start from the\n"
+    "                        defaults (or, with --calibrate-fidelity, measure at every start)\n"
 
 // The server's signal thread: SIGTERM / SIGINT start the drain, and a second one during the drain ends it at
 // once. Returns whether a second one did.
@@ -250,6 +257,7 @@ serve::ServeOptions serve_options(const Args& args) {
   }
   o.tool_call_format = args.get_or("--tool-call-format", "");
   if (!o.tool_call_format.empty()) (void)parse_tool_call_format(o.tool_call_format, "serve: --tool-call-format");
+  o.stored_calibration = !args.flag("--no-stored-calibration");
   const std::string reasoning = args.get_or("--reasoning-parser", "none");
   const std::optional<serve::ReasoningFormat> format = serve::reasoning_format_named(reasoning);
   ORBIT_CHECK(format.has_value(), "serve: argument '--reasoning-parser' must be one of "
@@ -279,6 +287,28 @@ void announce_cors(const serve::CorsPolicy& cors) {
   std::string who = cors.any() ? "any web page (*)" : "pages from";
   for (std::size_t i = 0; i < cors.origins().size(); ++i) who += (i ? ", " : " ") + cors.origins()[i];
   std::fprintf(stderr, "orbit serve: --allow-origin: %s may call this server from a browser (CORS)\n", who.c_str());
+}
+
+// The fidelity model the server plans with, on stderr: read from the store, or (--calibrate-fidelity, when
+// the store held none) measured now, with a line before the measurement and one after it.
+void prepare_fidelity_model(Engine& engine, const serve::ServeOptions& options, bool calibrate) {
+  const std::string where = !options.store_dir.empty() ? "--store " + options.store_dir : "--remote";
+  if (engine.fidelity_calibration() == "store") {
+    std::fprintf(stderr, "orbit serve: fidelity model read from the calibration in %s: %s\n", where.c_str(),
+                 engine.fidelity_model_description().c_str());
+    return;
+  }
+  if (!calibrate) return;
+  std::fprintf(stderr, "orbit serve: calibrating the fidelity model on %s (seeded, nothing timed)...\n",
+               options.model.c_str());
+  std::fflush(stderr);
+  const CalibrationReport report = engine.calibrate_fidelity();
+  const std::string kept = report.stored                                         ? "stored in " + where
+                           : !options.stored_calibration                         ? "not stored: --no-stored-calibration"
+                           : options.store_dir.empty() && options.remote.empty() ? "not stored: no --store or --remote"
+                                                                                 : "not stored: the store refused it";
+  std::fprintf(stderr, "orbit serve: fidelity model calibrated in %.1f s from %lld deficits (%s): %s\n", report.seconds,
+               static_cast<long long>(report.fidelity_samples), kept.c_str(), report.fidelity_model.c_str());
 }
 
 // The keys /v1/* requires (api_keys.h): --api-key and --api-key-file, else ORBIT_API_KEY; none: open.
@@ -319,7 +349,7 @@ int run_serve(int argc, char** argv, int first) {
                 "--device",
                 "--dtype",
                 "--device-tier-mb"},
-               {"--no-anticipate"},
+               {"--no-anticipate", "--calibrate-fidelity", "--no-stored-calibration"},
                kServeUsage};
   spec.options.insert({"--header-seconds", "--body-seconds", "--keep-alive-seconds", "--allow-origin", "--api-key",
                        "--api-key-file", "--max-unsent-kb", "--stall-seconds", "--max-answer-logprobs"});
@@ -369,6 +399,7 @@ int run_serve(int argc, char** argv, int first) {
   std::printf("orbit serve: model '%s' (%lld-token context, %s, %s), listening on http://%s:%d\n",
               core.model_name().c_str(), static_cast<long long>(core.context_tokens()), core.device().c_str(),
               core.dtype().c_str(), http_options.host.c_str(), port);
+  prepare_fidelity_model(core.engine(), options, args.flag("--calibrate-fidelity"));
   std::fflush(stdout);
   bool drain_cut = false;
   // A signal may already be pending (the line above told a client the server listens): the signal thread

@@ -29,6 +29,7 @@ ServeContext::ServeContext(const ServeOptions& o) : options(o), auditor(AuditOpt
   eo.device_tier_bytes = o.device_tier_bytes;
   eo.host_budget_bytes = o.host_budget_bytes;
   eo.max_idle_chunks = o.max_idle_chunks;
+  eo.stored_calibration = o.stored_calibration;
   eo.background = BackgroundMode::kDeferred;  // run by the idle worker, only while no request waits
   policy = o.policy.empty() ? WindowPolicy{} : parse_policy(o.policy);
   engine = Engine::open(eo);
