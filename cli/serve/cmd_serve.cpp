@@ -144,12 +144,6 @@ const char* kServeUsage =
     "                        against a re-prefill (default 0.1; 0 = none): /metrics and GET /v1/sessions/ID\n"
     "                        report the measured KL, and a session whose measured loss passes its budget is\n"
     "                        served exactly until it is back within it (usage.orbit.exact)\n"
-    "  --no-anticipate       do not prefill a session's answer in idle time as its next request will send it\n"
-    "                        back (usage.orbit.idle_forward_tokens reports what that costs)\n";
-
-// The most --threads: each is a thread started at once (a value past what the system can start is a
-// clean error from HttpFront, but one past int would wrap).
-constexpr int64_t kMaxThreads = 4096;
     "  --calibrate-fidelity  fit the fidelity model (what :kl= budgets plan with) on this model before listening,\n"
     "                        unless the store holds this model's calibration (then it is read from there):\n"
     "                        seeded, nothing timed, a few seconds on small models; progress on stderr. With\n"
@@ -157,6 +151,12 @@ constexpr int64_t kMaxThreads = 4096;
     "                        every engine of this model on that store) read it instead of measuring again\n"
     "  --no-stored-calibration  neither read a calibration from the store nor write one: start from the\n"
     "                        defaults (or, with --calibrate-fidelity, measure at every start)\n"
+    "  --no-anticipate       do not prefill a session's answer in idle time as its next request will send it\n"
+    "                        back (usage.orbit.idle_forward_tokens reports what that costs)\n";
+
+// The most --threads: each is a thread started at once (a value past what the system can start is a
+// clean error from HttpFront, but one past int would wrap).
+constexpr int64_t kMaxThreads = 4096;
 
 // The server's signal thread: SIGTERM / SIGINT start the drain, and a second one during the drain ends it at
 // once. Returns whether a second one did.
@@ -249,6 +249,7 @@ serve::ServeOptions serve_options(const Args& args) {
   o.max_unsent_bytes = size_argument(args, "--max-unsent-kb", 4096, 1, 10);
   o.limits.max_answer_logprobs = args.get_int("--max-answer-logprobs", int64_t{1} << 20, 1);
   o.anticipate = !args.flag("--no-anticipate");
+  o.stored_calibration = !args.flag("--no-stored-calibration");
   o.audit_rate = args.get_double("--audit", 0.1);
   ORBIT_CHECK(o.audit_rate >= 0 && o.audit_rate <= 1, "serve: argument '--audit' must be a fraction in [0, 1]");
   if (const auto file = args.get("--chat-template")) {
@@ -257,7 +258,6 @@ serve::ServeOptions serve_options(const Args& args) {
   }
   o.tool_call_format = args.get_or("--tool-call-format", "");
   if (!o.tool_call_format.empty()) (void)parse_tool_call_format(o.tool_call_format, "serve: --tool-call-format");
-  o.stored_calibration = !args.flag("--no-stored-calibration");
   const std::string reasoning = args.get_or("--reasoning-parser", "none");
   const std::optional<serve::ReasoningFormat> format = serve::reasoning_format_named(reasoning);
   ORBIT_CHECK(format.has_value(), "serve: argument '--reasoning-parser' must be one of "
@@ -281,14 +281,6 @@ void warn_if_remote_unreachable(const std::string& url) {
                ping.url.c_str(), ping.status.reason().c_str());
 }
 
-// Says on stderr which pages in a browser may read the answers (--allow-origin), nothing when none may.
-void announce_cors(const serve::CorsPolicy& cors) {
-  if (!cors.enabled()) return;
-  std::string who = cors.any() ? "any web page (*)" : "pages from";
-  for (std::size_t i = 0; i < cors.origins().size(); ++i) who += (i ? ", " : " ") + cors.origins()[i];
-  std::fprintf(stderr, "orbit serve: --allow-origin: %s may call this server from a browser (CORS)\n", who.c_str());
-}
-
 // The fidelity model the server plans with, on stderr: read from the store, or (--calibrate-fidelity, when
 // the store held none) measured now, with a line before the measurement and one after it.
 void prepare_fidelity_model(Engine& engine, const serve::ServeOptions& options, bool calibrate) {
@@ -309,6 +301,14 @@ void prepare_fidelity_model(Engine& engine, const serve::ServeOptions& options, 
                                                                                  : "not stored: the store refused it";
   std::fprintf(stderr, "orbit serve: fidelity model calibrated in %.1f s from %lld deficits (%s): %s\n", report.seconds,
                static_cast<long long>(report.fidelity_samples), kept.c_str(), report.fidelity_model.c_str());
+}
+
+// Says on stderr which pages in a browser may read the answers (--allow-origin), nothing when none may.
+void announce_cors(const serve::CorsPolicy& cors) {
+  if (!cors.enabled()) return;
+  std::string who = cors.any() ? "any web page (*)" : "pages from";
+  for (std::size_t i = 0; i < cors.origins().size(); ++i) who += (i ? ", " : " ") + cors.origins()[i];
+  std::fprintf(stderr, "orbit serve: --allow-origin: %s may call this server from a browser (CORS)\n", who.c_str());
 }
 
 // The keys /v1/* requires (api_keys.h): --api-key and --api-key-file, else ORBIT_API_KEY; none: open.
@@ -386,6 +386,7 @@ int run_serve(int argc, char** argv, int first) {
 
   const serve::ServeOptions options = serve_options(args);
   serve::ServeCore core(options);
+  prepare_fidelity_model(core.engine(), options, args.flag("--calibrate-fidelity"));
   const serve::StoreShare share(options.store_dir);  // announces other servers on the same store
   std::fputs(share.notice(options.store_dir).c_str(), stderr);
   warn_if_remote_unreachable(options.remote);
@@ -399,7 +400,6 @@ int run_serve(int argc, char** argv, int first) {
   std::printf("orbit serve: model '%s' (%lld-token context, %s, %s), listening on http://%s:%d\n",
               core.model_name().c_str(), static_cast<long long>(core.context_tokens()), core.device().c_str(),
               core.dtype().c_str(), http_options.host.c_str(), port);
-  prepare_fidelity_model(core.engine(), options, args.flag("--calibrate-fidelity"));
   std::fflush(stdout);
   bool drain_cut = false;
   // A signal may already be pending (the line above told a client the server listens): the signal thread
