@@ -211,12 +211,12 @@ const char* const kEngineInitDoc =
     "else tok<vocab>.bin / tokenizer.bin beside a llama2.c model, if any (model_info.tokenizer names the one in\n"
     "use). Its ids must fit the model's vocabulary; a missing or unreadable file raises OrbitError naming\n"
     "EngineOptions::tokenizer and the path.\n"
-    "A keyword Engine does not take, or a value of another type than the signature's, raises TypeError naming\n"
-    "the keyword; a bool keyword takes True, False or a numpy bool only (not None, 0/1 or a str).\n"
     "stored_calibration: with a store_dir or remote, calibrate() / calibrate_fidelity() write the deficits they\n"
     "measured to the store, and an engine opening this model on it fits its fidelity model from them without\n"
     "measuring (fidelity_calibration() says 'store'; an entry that does not decode is ignored with a warning on\n"
     "stderr, the defaults kept); False: neither read nor written.\n"
+    "A keyword Engine does not take, or a value of another type than the signature's, raises TypeError naming\n"
+    "the keyword; a bool keyword takes True, False or a numpy bool only (not None, 0/1 or a str).\n"
     "Raises OrbitError naming the file or option at fault (CUDA asked for where there is none included).";
 
 // Engine: opening: the constructor.
@@ -256,8 +256,6 @@ void def_calibration(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       "the same (what a replay comparing policies or models needs). Both calibrations move the model halfway\n"
       "from the defaults (fitted on stories260K) toward this model's fit, in log space. Returns a\n"
       "CalibrationReport. OrbitError for a closed engine.");
-}
-
   c.def("fidelity_model_description", &Engine::fidelity_model_description,
         "The fidelity model plans predict with now, one line: each loss kind's coefficient (KL per unit of\n"
         "loss) marked fitted or default, the reference sensitivity s_ref, and ', correction xF' once the\n"
@@ -266,6 +264,8 @@ void def_calibration(py::class_<Engine, std::shared_ptr<Engine>>& c) {
         "Where that model comes from: 'default' (never calibrated), 'store' (fitted at open from the calibration\n"
         "the store holds for this model: the stored_calibration keyword) or 'calibrated' (calibrate() or\n"
         "calibrate_fidelity() ran on this engine). Answers after close() too.");
+}
+
 // Engine: the context manager, close and the engine's state.
 void def_engine_life(py::class_<Engine, std::shared_ptr<Engine>>& c) {
   c.def(
