@@ -1,21 +1,14 @@
-// The chunk store's API and bookkeeping; its budgets, eviction and demotion are in chunk_store_tiers.cpp.
+// The chunk store's API and bookkeeping; put and its stages are in chunk_store_put.cpp, its budgets, eviction
+// and demotion in chunk_store_tiers.cpp.
 #include "orbit/store/chunk_store.h"
 
 #include <algorithm>
 
+#include "chunk_store_args.h"
 #include "orbit/common/error.h"
 #include "orbit/common/warn.h"
 
 namespace orbit::store {
-
-namespace {
-
-void check_key(const std::string& key, const char* what) {
-  ORBIT_CHECK(is_store_key(key),
-              "ChunkStore::" << what << ": '" << key << "' is not a store key (64 lowercase hex characters)");
-}
-
-}  // namespace
 
 ChunkStore::ChunkStore(ChunkStoreOptions options) : options_(std::move(options)) {
   ORBIT_CHECK(!options_.model_fingerprint.empty(), "ChunkStore: options.model_fingerprint is empty");
@@ -179,147 +172,8 @@ void ChunkStore::forget_if_gone(const std::string& key) {
 
 // ---- the API -----------------------------------------------------------------------------------------
 
-Status ChunkStore::put(const std::string& key, const ValuePtr& value, const PutOptions& options) {
-  Status s = put_local(key, value, options);
-  if (s && remote_) remote_->put(key, value);  // after the local copy: a failed remote write loses nothing
-  return s;
-}
-
-Status ChunkStore::put_local(const std::string& key, const ValuePtr& value, const PutOptions& options) {
-  check_key(key, "put");
-  ORBIT_CHECK(value != nullptr, "ChunkStore::put: null value for key " << key);
-  if (!options.replace) {
-    if (std::optional<Status> stored = put_existing(key, value, options)) return *stored;
-  }
-  PendingPut pending;
-  if (std::optional<Status> ended = prepare_put(key, *value, options, &pending)) return *ended;
-  std::lock_guard<std::mutex> lock(mu_);
-  const Meta m = put_meta(key, *value, options);
-  if (std::optional<Status> ended = commit_put(key, m, options, pending)) return *ended;
-  return place_put(key, value, options, pending);
-}
-
-std::optional<Status> ChunkStore::put_existing(const std::string& key, const ValuePtr& value,
-                                               const PutOptions& options) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Meta* m = known(key);
-  // Held in memory only because an earlier disk write failed: write it through now (go on with the put).
-  const bool not_durable =
-      m && disk_ && options_.write_through && options.tier != StoreTier::kDisk && disk_->locate(key) == nullptr;
-  if (!m || not_durable) return std::nullopt;
-  touch(key, *m);  // content-addressed: the same key already holds this content
-  if (options.pin && !m->pinned) {
-    Status pinned = disk_ ? disk_->set_pinned(key, true) : Status::ok();
-    if (!pinned) return pinned;
-    set_pinned(key, *m, true);
-  }
-  const bool in_memory = (device_ && device_->contains(key)) || host_->contains(key);
-  if (!in_memory && options.tier != StoreTier::kDisk) (void)place_in_memory(options.tier, key, value);
-  return Status::ok();
-}
-
-std::optional<Status> ChunkStore::prepare_put(const std::string& key, const StoredValue& value,
-                                              const PutOptions& options, PendingPut* pending) {
-  const bool durable = disk_ && options_.write_through && options.tier != StoreTier::kDisk;
-  pending->disk_only = options.tier == StoreTier::kDisk;
-  if (pending->disk_only && !disk_) {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++refusals_;
-    return Status::refused("ChunkStore::put: PutOptions::tier is disk but the store has no directory");
-  }
-  if (!durable && !pending->disk_only) return std::nullopt;
-  Result<PreparedBlob> blob = disk_->prepare(key, value);  // outside the lock: encode, write, fsync
-  if (blob) {
-    pending->prepared = blob.value();
-    return std::nullopt;
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  disk_failed(blob.status());
-  if (pending->disk_only) return blob.status();
-  pending->disk_error = blob.status();  // kept in memory by place_put
-  return std::nullopt;
-}
-
-ChunkStore::Meta ChunkStore::put_meta(const std::string& key, const StoredValue& value, const PutOptions& options) {
-  Meta m;
-  m.kind = value.kind;
-  m.pinned = options.pin;
-  m.recompute_cost = options.recompute_cost;
-  m.expected_reuse = options.expected_reuse;
-  m.last_access = ++clock_;
-  if (auto old = meta_.find(key); old != meta_.end()) {  // a replacement keeps the pin and the hit count
-    m.pinned = m.pinned || old->second.pinned;
-    m.hits = old->second.hits;
-  }
-  return m;
-}
-
-std::optional<Status> ChunkStore::commit_put(const std::string& key, const Meta& m, const PutOptions& options,
-                                             PendingPut& pending) {
-  if (pending.prepared) {
-    Status room = make_room(*disk_, pending.prepared->blob_bytes - disk_->charged(key), key);
-    if (!room) {
-      disk_->discard(*pending.prepared);
-      ++refusals_;
-      return room;
-    }
-    Status committed = disk_->commit(*pending.prepared, row_attrs(m), options.replace);
-    if (!committed) {
-      disk_failed(committed);
-      if (pending.disk_only) {
-        forget_if_gone(key);
-        return committed;
-      }
-      pending.disk_error = committed;
-      pending.prepared.reset();
-    } else {
-      memory_only_.erase(key);
-      if (m.pinned) (void)disk_->set_pinned(key, true);
-    }
-  }
-  // A replaced value leaves every tier (a disk copy too, unless the new value was just committed there).
-  if (!pending.prepared && disk_ && disk_->contains(key)) {
-    Status erased = disk_->erase(key);
-    if (!erased) return erased;
-  }
-  if (device_) device_->remove(key);
-  host_->remove(key);
-  set_meta(key, m);
-  return std::nullopt;
-}
-
-Status ChunkStore::place_put(const std::string& key, const ValuePtr& value, const PutOptions& options,
-                             PendingPut& pending) {
-  if (pending.disk_only || place_in_memory(options.tier, key, value)) {
-    if (!pending.disk_error.is_ok()) {
-      memory_only_.insert(key);  // written back by disk_recovered() once the disk takes writes again
-    } else if (pending.prepared && disk_degraded_) {
-      (void)disk_recovered();
-    }
-    return Status::ok();
-  }
-  if (pending.prepared) {  // durable on disk; no memory tier could hold a copy
-    if (disk_degraded_) (void)disk_recovered();
-    return Status::ok();
-  }
-  if (disk_ && pending.disk_error.is_ok()) {
-    Status s = write_to_disk_locked(key, value);
-    if (s && disk_degraded_) (void)disk_recovered();
-    if (s) return s;
-    forget_if_gone(key);
-    ++refusals_;
-    return s;
-  }
-  drop_meta(key);
-  ++refusals_;
-  if (!pending.disk_error.is_ok()) return pending.disk_error;  // neither the disk nor memory could keep it
-  return Status::out_of_capacity("ChunkStore::put: no tier can admit " + std::to_string(value->bytes()) +
-                                 " bytes for key " + key + " (host budget " + std::to_string(host_->budget_bytes()) +
-                                 ", no disk tier)");
-}
-
 Result<ValuePtr> ChunkStore::get(const std::string& key, const GetOptions& options) {
-  check_key(key, "get");
+  check_chunk_store_key(key, "get");
   Status local_miss = Status::not_found("ChunkStore: no entry " + key);
   for (int attempt = 0; attempt < 4; ++attempt) {
     DiskRow row;
@@ -439,7 +293,7 @@ std::optional<StoreTier> ChunkStore::residence(const std::string& key) const {
 }
 
 Status ChunkStore::erase(const std::string& key) {
-  check_key(key, "erase");
+  check_chunk_store_key(key, "erase");
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (meta_.count(key)) {
@@ -464,7 +318,7 @@ Status ChunkStore::erase(const std::string& key) {
 }
 
 Status ChunkStore::pin(const std::string& key) {
-  check_key(key, "pin");
+  check_chunk_store_key(key, "pin");
   std::lock_guard<std::mutex> lock(mu_);
   auto it = meta_.find(key);
   if (it == meta_.end()) return Status::not_found("ChunkStore::pin: no entry " + key);
@@ -477,7 +331,7 @@ Status ChunkStore::pin(const std::string& key) {
 }
 
 Status ChunkStore::unpin(const std::string& key) {
-  check_key(key, "unpin");
+  check_chunk_store_key(key, "unpin");
   std::lock_guard<std::mutex> lock(mu_);
   auto it = meta_.find(key);
   if (it == meta_.end()) return Status::not_found("ChunkStore::unpin: no entry " + key);
@@ -490,7 +344,7 @@ Status ChunkStore::unpin(const std::string& key) {
 }
 
 Result<DeviceLease> ChunkStore::lease_device(const std::string& key) {
-  check_key(key, "lease_device");
+  check_chunk_store_key(key, "lease_device");
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!device_) return Status::refused("ChunkStore::lease_device: the store has no device tier");
