@@ -105,6 +105,12 @@ const char* kServeUsage =
     "  --stall-seconds N     a client that takes none of its answer for N s is dropped as one that left: its\n"
     "                        request is cancelled and its decode freed (default 60, 1 to 86400);\n"
     "                        /metrics: orbit_stalled_clients_total\n"
+    "  --min-drain-rate N    bytes a second a client must take of its answer while the server waits on it,\n"
+    "                        over every --stall-seconds of that waiting, else it is dropped as stalled too\n"
+    "                        (default 1024, 8 kbit/s, below GPRS; 0 = off; at most 1073741824):\n"
+    "                        a client that reads a little before each --stall-seconds runs out is not kept\n"
+    "                        forever. Time the server does not wait (a client that keeps up) is not\n"
+    "                        measured; /metrics: orbit_stalled_clients_total, orbit_slow_clients_total\n"
     "  --max-answer-logprobs N  log-probability entries one request may ask for, n x max_tokens x\n"
     "                        (1 + top_logprobs) (default 1048576, at least 1; each is held until the answer\n"
     "                        ends, about 50 bytes in memory); past it the request is refused (400)\n"
@@ -157,6 +163,8 @@ const char* kServeUsage =
 // The most --threads: each is a thread started at once (a value past what the system can start is a
 // clean error from HttpFront, but one past int would wrap).
 constexpr int64_t kMaxThreads = 4096;
+// --min-drain-rate's most, bytes a second (DrainRate's arithmetic holds up to it over a day's window).
+constexpr int64_t kMaxDrainRate = int64_t{1} << 30;
 
 // The server's signal thread: SIGTERM / SIGINT start the drain, and a second one during the drain ends it at
 // once. Returns whether a second one did.
@@ -352,7 +360,8 @@ int run_serve(int argc, char** argv, int first) {
                {"--no-anticipate", "--calibrate-fidelity", "--no-stored-calibration"},
                kServeUsage};
   spec.options.insert({"--header-seconds", "--body-seconds", "--keep-alive-seconds", "--allow-origin", "--api-key",
-                       "--api-key-file", "--max-unsent-kb", "--stall-seconds", "--max-answer-logprobs"});
+                       "--api-key-file", "--max-unsent-kb", "--stall-seconds", "--max-answer-logprobs",
+                       "--min-drain-rate"});
   const Args args("serve", spec, argc, argv, first);
   serve::HttpOptions http_options;
   http_options.host = args.get_or("--host", "127.0.0.1");
@@ -367,6 +376,10 @@ int run_serve(int argc, char** argv, int first) {
   http_options.body_seconds = static_cast<int>(args.get_int("--body-seconds", 60, 1));
   http_options.keep_alive_seconds = static_cast<int>(args.get_int("--keep-alive-seconds", 120, 1));
   http_options.stall_seconds = static_cast<int>(args.get_int("--stall-seconds", 60, 1));
+  http_options.min_drain_rate = args.get_int("--min-drain-rate", 1024, 0);
+  ORBIT_CHECK(http_options.min_drain_rate <= kMaxDrainRate,
+              "serve: argument '--min-drain-rate' must be <= " << kMaxDrainRate << " (1 GiB/s), got "
+                                                               << http_options.min_drain_rate);
   for (const char* name :
        {"--header-seconds", "--body-seconds", "--keep-alive-seconds", "--drain-seconds", "--stall-seconds"}) {
     ORBIT_CHECK(args.get_int(name, 0) <= 86400, "serve: argument '" << name << "' must be <= 86400 (a day)");

@@ -143,9 +143,10 @@ void ServeMetrics::count_cancelled() {
   ++cancelled_;
 }
 
-void ServeMetrics::count_stalled() {
+void ServeMetrics::count_stalled(bool slow) {
   std::lock_guard<std::mutex> lock(mutex_);
   ++stalled_;
+  slow_clients_ += slow ? 1 : 0;
 }
 
 std::string render_memory_metrics(const EngineStats& stats) {
@@ -220,8 +221,12 @@ std::string ServeMetrics::render(const MetricGauges& gauges) const {
   counter("orbit_idle_forward_tokens_total", "Tokens forwarded in idle time for prompts yet to come.",
           number(idle_forward_tokens_));
   counter("orbit_cancelled_total", "Requests cancelled because the client went away.", std::to_string(cancelled_));
-  counter("orbit_stalled_clients_total", "Answers given up because their client took none of them for --stall-seconds.",
+  counter("orbit_stalled_clients_total",
+          "Answers given up because their client took none of them for --stall-seconds, or less than "
+          "--min-drain-rate over that long spent waiting for it.",
           std::to_string(stalled_));
+  counter("orbit_slow_clients_total", "Answers given up because their client took less than --min-drain-rate.",
+          std::to_string(slow_clients_));
   out << "# HELP orbit_store_write_failures_total Answers given whose write to the store they asked for failed.\n"
       << "# TYPE orbit_store_write_failures_total counter\n";
   for (const auto& [store, n] : store_write_failures_) {

@@ -17,7 +17,10 @@
 //                                               prefilled as sessions send them back)
 //   orbit_cancelled_total                       requests ended by a client that went away
 //   orbit_stalled_clients_total                 answers given up because their client took none of them for
-//                                               --stall-seconds (its request ends as cancelled: counted above)
+//                                               --stall-seconds, or less than --min-drain-rate over that long
+//                                               spent waiting for it (its request ends as cancelled: counted
+//                                               above)
+//   orbit_slow_clients_total                    of those, the ones given up for --min-drain-rate
 //   orbit_requests_in_flight{endpoint}          model-endpoint requests (chat, completions, responses) from
 //                                               arrival until their answer ended, whatever ended it (gauge;
 //                                               the count SIGTERM's drain waits for: request_count.h)
@@ -135,7 +138,8 @@ class ServeMetrics {
   void count_wait(double seconds);
   void count_tokens(int64_t prompt, int64_t completion, double forward, int64_t radix);
   void count_cancelled();
-  void count_stalled();  // HttpFront gave up an answer its client did not read (FrontHooks::stalled)
+  // HttpFront gave up an answer its client did not read, or read too slowly (`slow`; FrontHooks::stalled).
+  void count_stalled(bool slow);
   void count_idle_forward(double tokens);
   // An answer given whose write to `store` ("chat_completions", "responses") failed.
   void count_store_write_failure(const std::string& store);
@@ -156,6 +160,7 @@ class ServeMetrics {
   int64_t radix_tokens_ = 0;
   int64_t cancelled_ = 0;
   int64_t stalled_ = 0;
+  int64_t slow_clients_ = 0;
   std::map<std::string, int64_t> in_flight_ = {{"chat", 0}, {"completions", 0}, {"responses", 0}};
   double idle_forward_tokens_ = 0;
   std::map<std::string, int64_t> store_write_failures_ = {{"chat_completions", 0}, {"responses", 0}};

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "orbit_catch.h"
+#include "serve/http/drain_rate.h"
 #include "serve/http/http_front.h"
 
 namespace sv = orbit::serve;
@@ -214,4 +215,44 @@ TEST_CASE("a listening socket that fails ends serve() with false", "[serve][cpu]
   REQUIRE(served.has_value());
   CHECK_FALSE(*served);
   front->stop_connections();
+}
+
+// DrainRate (drain_rate.h), the policy behind --min-drain-rate, fed waiting and bytes by hand: no socket, no
+// clock.
+TEST_CASE("a client that takes less than the drain rate over a window of waiting is judged slow", "[serve][cpu]") {
+  constexpr int64_t kWindow = 2'000'000;  // us: a 2 s stall limit
+  constexpr int64_t kSlice = 100'000;     // us: HttpFront::kStallCheckMs
+  constexpr int64_t kDay = int64_t{86'400} * 1'000'000;
+  SECTION("judged only at the end of a window of waiting, on what it took since the window began") {
+    sv::DrainRate rate(1000);                       // bytes a second: 2000 per 2 s window
+    CHECK(rate.waited(0, 5'000, kWindow));          // the first wait starts the window at 5000 taken
+    CHECK(rate.waited(1'999'999, 5'100, kWindow));  // 100 bytes in 1.999 s of waiting: not judged yet
+    CHECK_FALSE(rate.waited(1, 6'999, kWindow));    // the window ends with 1999 bytes taken: slow
+  }
+  SECTION("a client at the rate passes window after window; bytes taken between waits count") {
+    sv::DrainRate rate(1000);
+    int64_t taken = 0;
+    CHECK(rate.waited(0, taken, kWindow));
+    for (int window = 0; window < 5; ++window) {
+      for (int slice = 0; slice < 20; ++slice) CHECK(rate.waited(kSlice, taken += 100, kWindow));
+    }
+    // Nothing taken while it waits, all of it while the server was busy elsewhere (between writes): enough.
+    CHECK(rate.waited(kWindow / 2, taken, kWindow));
+    taken += 2000;
+    CHECK(rate.waited(kWindow / 2, taken, kWindow));
+    // The next window starts from there: a trickle of 10 bytes every 100 ms is not enough.
+    for (int slice = 0; slice < 19; ++slice) CHECK(rate.waited(kSlice, taken += 10, kWindow));
+    CHECK_FALSE(rate.waited(kSlice, taken += 10, kWindow));
+  }
+  SECTION("rate 0 never judges") {
+    sv::DrainRate rate(0);
+    CHECK(rate.waited(0, 0, kWindow));
+    CHECK(rate.waited(kDay, 0, kWindow));
+  }
+  SECTION("the largest rate over a day's window does not overflow") {
+    sv::DrainRate rate(int64_t{1} << 30);
+    CHECK(rate.waited(0, 0, kDay));
+    CHECK_FALSE(rate.waited(kDay, (int64_t{1} << 30) * 86'400 - 1, kDay));
+    CHECK(rate.waited(kDay, 2 * (int64_t{1} << 30) * 86'400, kDay));
+  }
 }

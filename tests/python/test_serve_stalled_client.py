@@ -2,7 +2,9 @@
 its unsent output passes --max-unsent-kb its sequences are held, no forward for them while other requests
 decode, and once it has taken nothing for --stall-seconds it is dropped as a client that left (its request
 cancelled, its decode freed, orbit_stalled_clients_total). Before, the whole answer was decoded and queued in
-the server's memory for a client that would never read it. A request whose log probabilities would pass
+the server's memory for a client that would never read it. A client that reads, but less than
+--min-drain-rate while the server waits on it, is dropped too (orbit_slow_clients_total). A request whose log
+probabilities would pass
 --max-answer-logprobs is refused before it runs. Every server is started here on 127.0.0.1 (any free port)
 and stopped; every socket is closed."""
 import contextlib
@@ -117,6 +119,77 @@ def test_a_stream_nobody_reads_is_dropped_after_the_stall_timeout(start_serve, s
         {"role": "user", "content": "Hi."}]})["usage"]["completion_tokens"] >= 1
 
 
+class Trickle:
+    """A socket that sent a streamed request and reads its answer a little at a time: at most STEP bytes, then
+    a pause, so it never reads faster than STEP / PAUSE_S bytes a second (slower on a loaded machine), yet the
+    server's writes to it make progress again and again. Its advertised segment size is small (TCP_MAXSEG), so
+    the server's send buffer stays small and the little it reads frees room there often."""
+    STEP, PAUSE_S = 4096, 0.05  # at most 80 KiB/s
+
+    def __init__(self, server, body):  # the server closes the connection after the answer
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, 536)
+        self.sock.connect((server.host, server.port))
+        raw = json.dumps(body).encode()
+        self.sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                          b"Content-Type: application/json\r\nContent-Length: " + str(len(raw)).encode() + b"\r\n\r\n" + raw)
+        self.received = b""
+
+    def read(self, limit):
+        """Reads until the server closes the connection or `limit` bytes came; returns whether it closed."""
+        self.sock.settimeout(DEADLINE_S)  # a hang guard: the server writes or closes
+        while len(self.received) < limit:
+            try:
+                piece = self.sock.recv(self.STEP)
+            except ConnectionResetError:
+                return True
+            if not piece:
+                return True
+            self.received += piece
+            time.sleep(self.PAUSE_S)
+        return False
+
+    def close(self):
+        self.sock.close()
+
+
+def test_a_client_that_trickles_its_reads_below_the_drain_rate_is_dropped(start_serve, stories260k_path):
+    # A window of 2 s spent waiting must bring 2 MiB: this client takes at most 80 KiB/s. Its reads keep the
+    # stall limit from firing (each write waits far less than 2 s), so before --min-drain-rate it was kept
+    # until the whole answer (about 25 MB) had gone out at its pace.
+    server = start_serve(stories260k_path, "--max-unsent-kb", "64", "--stall-seconds", "2",
+                         "--min-drain-rate", str(1 << 20))
+    client = Trickle(server, stream_body())
+    try:
+        closed = client.read(limit=4 << 20)
+        assert closed, f"read {len(client.received)} bytes without being dropped"
+    finally:
+        client.close()
+    assert client.received.startswith(b"HTTP/1.1 200"), client.received[:200]
+    assert b"data: [DONE]" not in client.received
+    wait_for("the slow client counted and its request cancelled",
+             lambda: metric(server, "orbit_cancelled_total") == 1 and metric(server, "orbit_decode_running") == 0)
+    # Dropped for its rate, not for a write that made no progress for the stall limit.
+    assert metric(server, "orbit_stalled_clients_total") == 1
+    assert metric(server, "orbit_slow_clients_total") == 1
+    assert metric(server, "orbit_decode_tokens_total") < WHOLE / 2
+
+
+def test_a_slow_client_above_the_default_drain_rate_reads_its_whole_answer(start_serve, stories260k_path):
+    # The same trickling reader, at up to 80 KiB/s, against the default rate (1 KiB/s): served to its end.
+    server = start_serve(stories260k_path, "--max-unsent-kb", "64", "--stall-seconds", "2")
+    client = Trickle(server, stream_body(n=2, max_tokens=200))
+    try:
+        closed = client.read(limit=64 << 20)
+    finally:
+        client.close()
+    assert closed and b"data: [DONE]" in client.received, client.received[-300:]
+    assert client.received.count(b'"finish_reason":"length"') == 2
+    assert metric(server, "orbit_stalled_clients_total") == 0
+    assert metric(server, "orbit_slow_clients_total") == 0
+
+
 def test_an_answer_over_the_log_probability_limit_is_refused_naming_its_parameters(start_serve, stories260k_path):
     server = start_serve(stories260k_path, "--max-answer-logprobs", "4000")
     body = {"model": MODEL_NAME, "n": 4, "max_tokens": 200, "logprobs": True, "top_logprobs": 20,
@@ -144,6 +217,8 @@ def test_an_answer_over_the_log_probability_limit_is_refused_naming_its_paramete
     ("--max-unsent-kb", "0", "argument '--max-unsent-kb' must be >= 1, got 0"),
     ("--stall-seconds", "0", "argument '--stall-seconds' must be >= 1, got 0"),
     ("--stall-seconds", "86401", "argument '--stall-seconds' must be <= 86400"),
+    ("--min-drain-rate", "-1", "argument '--min-drain-rate' must be >= 0, got -1"),
+    ("--min-drain-rate", "1073741825", "argument '--min-drain-rate' must be <= 1073741824 (1 GiB/s), got 1073741825"),
     ("--max-answer-logprobs", "0", "argument '--max-answer-logprobs' must be >= 1, got 0"),
 ])
 def test_bad_bounds_stop_the_start_naming_the_option(orbit_cli, stories260k_path, argument, value, says):

@@ -24,7 +24,8 @@
 // Connections past max_connections: the longest idle one is closed; with none idle the new one gets 503.
 // A worker's write waits for room at most write_seconds; once limit_stalled_writes(grace) was called (the
 // server drains), at most `grace` as well, checked every kStallCheckMs while a write waits: a client that
-// stopped reading then holds its worker, and the server's exit, for at most that grace.
+// stopped reading then holds its worker, and the server's exit, for at most that grace. A client that reads,
+// but less than min_drain_rate over a window of that limit spent waiting for it, fails the write as well.
 //
 // Listening: cpp-httplib's bind_to_port / bind_to_any_port bind the socket; serve() hands it to the reception
 // thread, which accepts there (non-blocking, in the poll that reads the connections), and waits until
@@ -65,6 +66,10 @@ struct FrontOptions {
   // A worker's write that makes no progress this long fails (the connection closes): a client that stopped
   // reading is dropped as one that left (`orbit serve --stall-seconds`).
   int write_seconds = 60;
+  // Bytes per second a client must take while a write waits for room, over every window of waiting as long
+  // as the stall limit (drain_rate.h), else the write fails as stalled: a client that trickles its reads is
+  // dropped too (`orbit serve --min-drain-rate`). 0: not checked.
+  int64_t min_drain_rate = 1024;
   std::size_t max_connections = 0;  // 0: half the process's descriptor limit
   RequestLimits limits;
 };
@@ -80,8 +85,8 @@ struct FrontHooks {
   // Origin header ("" when it has none or its head was not read): the CORS fields (cors.h). Null: none.
   std::function<std::vector<std::pair<std::string, std::string>>(const std::string& origin)> answer_fields;
   // An answer a worker gave up writing because its client took nothing for write_seconds (or the stall limit
-  // of limit_stalled_writes). Null: not told.
-  std::function<void()> stalled;
+  // of limit_stalled_writes), `slow` false, or less than min_drain_rate, `slow` true. Null: not told.
+  std::function<void(bool slow)> stalled;
 };
 
 struct FrontConnection;

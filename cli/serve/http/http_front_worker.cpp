@@ -3,13 +3,18 @@
 // socket.
 #include <netdb.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#ifdef __linux__
+#include <linux/sockios.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 
+#include "serve/http/drain_rate.h"
 #include "serve/http/http_front.h"
 #include "serve/http/http_front_connection.h"
 
@@ -19,15 +24,17 @@ namespace {
 
 // The request as bytes in memory (its rewritten head, then its body), and the connection's socket for the
 // answer. Reads never wait; a write waits up to write_seconds for room (less once the stall limit, in ms, is
-// set: HttpFront::limit_stalled_writes), then fails.
+// set: HttpFront::limit_stalled_writes), then fails; it also fails once the client took less than
+// min_drain_rate over a window of that limit spent waiting (drain_rate.h).
 class RequestStream final : public httplib::Stream {
  public:
-  RequestStream(int fd, const ReadRequest& request, int write_seconds, const std::atomic<int64_t>& stall_ms)
+  RequestStream(int fd, const ReadRequest& request, const FrontOptions& options, const std::atomic<int64_t>& stall_ms)
       : fd_(fd),
         head_(request.head),
         body_(request.body),
-        write_ms_(int64_t{write_seconds} * 1000),
-        stall_ms_(stall_ms) {}
+        write_ms_(int64_t{options.write_seconds} * 1000),
+        stall_ms_(stall_ms),
+        drain_(options.min_drain_rate) {}
 
   bool is_readable() const override { return at_ < head_.size() + body_.size(); }
   bool is_writable() const override { return wait_writable(); }
@@ -52,6 +59,7 @@ class RequestStream final : public httplib::Stream {
       const ssize_t n = ::send(fd_, ptr + sent, size - sent, MSG_NOSIGNAL);
       if (n > 0) {
         sent += static_cast<std::size_t>(n);
+        sent_total_ += n;
       } else if (n < 0 && errno == EINTR) {
         continue;
       } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -67,24 +75,57 @@ class RequestStream final : public httplib::Stream {
   void get_local_ip_and_port(std::string& ip, int& port) const override { address(::getsockname, ip, port); }
   socket_t socket() const override { return fd_; }
   bool failed() const { return failed_; }
-  // A write failed because the client took nothing for the limit (not a reset or a closed connection).
+  // A write failed because the client took nothing for the limit, or too little (not a reset or a closed
+  // connection).
   bool stalled() const { return stalled_; }
+  // Of those, one failed because the client took less than min_drain_rate.
+  bool slow() const { return slow_; }
 
  private:
+  using Clock = std::chrono::steady_clock;
+  static int64_t ms_between(Clock::time_point from, Clock::time_point to) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(to - from).count();
+  }
+  static int64_t us_between(Clock::time_point from, Clock::time_point to) {
+    return std::chrono::duration_cast<std::chrono::microseconds>(to - from).count();
+  }
+
+  // The bytes of this answer the client has taken: those sent less those its side has not acknowledged yet
+  // (SIOCOUTQ, Linux; elsewhere those sent). Bytes of an earlier answer still in flight count as taken as
+  // they are acknowledged; DrainRate reads only differences.
+  int64_t taken() const {
+    int unacknowledged = 0;
+#ifdef __linux__
+    if (::ioctl(fd_, SIOCOUTQ, &unacknowledged) != 0) unacknowledged = 0;
+#endif
+    return sent_total_ - unacknowledged;
+  }
+
   // Waits for room in slices of kStallCheckMs, so that a stall limit set meanwhile applies to this wait too.
+  // All of the wait is counted in drain_, slice by slice and up to the room it found.
   bool wait_writable() const {
-    const auto start = std::chrono::steady_clock::now();
+    const auto start = Clock::now();
+    auto last = start;
+    // The waiting since `last`, counted: false (failed as slow) once the client took too little.
+    const auto count_waiting = [&](int64_t limit_ms) {
+      if (drain_.rate() <= 0) return true;  // off: not even the kernel asked
+      const auto now = Clock::now();
+      const bool enough = drain_.waited(us_between(last, now), taken(), limit_ms * 1000);
+      last = now;
+      if (!enough) slow_ = stalled_ = true;
+      return enough;
+    };
     while (true) {
       const int64_t stall = stall_ms_.load();
       const int64_t limit = stall >= 0 ? std::min(write_ms_, stall) : write_ms_;
-      const int64_t waited =
-          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+      const int64_t waited = ms_between(start, Clock::now());
       if (waited >= limit) return !(stalled_ = true);
+      if (!count_waiting(limit)) return false;
       pollfd p{fd_, POLLOUT, 0};
       const int slice = static_cast<int>(std::min<int64_t>(limit - waited, HttpFront::kStallCheckMs));
       const int r = ::poll(&p, 1, slice);
       if (r < 0 && errno != EINTR) return false;
-      if (r > 0) return (p.revents & (POLLERR | POLLHUP | POLLNVAL)) == 0;
+      if (r > 0) return (p.revents & (POLLERR | POLLHUP | POLLNVAL)) == 0 && count_waiting(limit);
     }
   }
 
@@ -110,7 +151,10 @@ class RequestStream final : public httplib::Stream {
   const std::atomic<int64_t>& stall_ms_;
   std::size_t at_ = 0;
   bool failed_ = false;
+  int64_t sent_total_ = 0;  // bytes send() took, this answer's
+  mutable DrainRate drain_;
   mutable bool stalled_ = false;
+  mutable bool slow_ = false;
 };
 
 }  // namespace
@@ -179,10 +223,10 @@ bool HttpFront::answer(FrontConnection& c) {
     std::lock_guard<std::mutex> lock(mu_);
     stopping = stopping_;
   }
-  RequestStream stream(c.fd, request, options_.write_seconds, stall_ms_);
+  RequestStream stream(c.fd, request, options_, stall_ms_);
   bool closed = false;
   const bool ok = process_request(stream, !request.keep_alive || stopping, closed, nullptr);
-  if (stream.stalled() && hooks_.stalled) hooks_.stalled();
+  if (stream.stalled() && hooks_.stalled) hooks_.stalled(stream.slow());
   return ok && !closed && !stream.failed() && request.keep_alive && !stopping;
 }
 

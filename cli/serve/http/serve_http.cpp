@@ -355,6 +355,7 @@ HttpServer::HttpServer(ServeCore& core, const HttpOptions& options) : core_(core
   front.body_seconds = options.body_seconds;
   front.keep_alive_seconds = options.keep_alive_seconds;
   front.write_seconds = options.stall_seconds;
+  front.min_drain_rate = options.min_drain_rate;
   front.limits.max_body_bytes = core.options().limits.max_body_bytes;
   FrontHooks hooks;
   hooks.health = [this] {
@@ -369,7 +370,7 @@ HttpServer::HttpServer(ServeCore& core, const HttpOptions& options) : core_(core
     return error_body(api_error(status, message, status >= 500 ? "server_error" : "invalid_request_error"));
   };
   hooks.answer_fields = [this](const std::string& origin) { return options_.cors.answer_fields(origin); };
-  hooks.stalled = [this] { core_.metrics().count_stalled(); };
+  hooks.stalled = [this](bool slow) { core_.metrics().count_stalled(slow); };
   server_ = std::make_unique<HttpFront>(front, hooks);
   // cpp-httplib's default sets SO_REUSEPORT, with which a second server binds a port the first listens on and
   // the kernel splits connections (and so sessions) between them; SO_REUSEADDR alone still allows a restart

@@ -54,6 +54,10 @@ struct HttpOptions {
   // A write to a client that takes none of its answer this long fails, and the request ends as one whose
   // client left (`--stall-seconds`; FrontOptions::write_seconds); counted in orbit_stalled_clients_total.
   int stall_seconds = 60;
+  // So does a write to a client that takes less than this many bytes a second over stall_seconds spent
+  // waiting for it (`--min-drain-rate`; FrontOptions::min_drain_rate, drain_rate.h; 0: off); counted in
+  // orbit_stalled_clients_total and orbit_slow_clients_total.
+  int64_t min_drain_rate = 1024;
   int header_seconds = 10;       // a request's head must arrive within this of its first byte (else 408)
   int body_seconds = 60;         // its body within this of its head (else 408)
   int keep_alive_seconds = 120;  // an idle connection is closed after this; announced in Keep-Alive: timeout=N
