@@ -94,19 +94,24 @@
 
 namespace orbit::detail {
 
-// What rendering a list's first i messages gave, against the rendering of the whole list.
+// What rendering a list's first i messages gave, against the rendering of the whole list: all step 2 reads of
+// it, and all the memo keeps. Other text is kept by where it parts from the whole rendering alone: step 2 cuts
+// only at heads, and reads other text again only by where it parts (the header's argument), so its length (which a
+// template that writes a message before the anchor past that point, as Mistral Nemo the system prompt in the last
+// user turn, changes with that message) is not kept. The memo lives in memory only (no stored format).
 struct PrefixRender {
   enum class Kind : uint8_t {
     kRefused,  // the template threw (orbit::Error) on the shorter list
     kPrefix,   // its text is the whole rendering's first `length` bytes
-    kOther,    // some other text
+    kOther,    // some other text: it starts with `agrees` bytes alike with the whole rendering, and parts there
   };
   Kind kind = Kind::kOther;
-  // kPrefix, kOther: the text's length in bytes (kOther read from the spans: as they give it, which a template
-  // that writes a message before the anchor past where the text parts, as Mistral Nemo the system prompt, makes
-  // longer or shorter; step 2 reads only the kind and `agrees` of other text, and so does the spans' check)
-  std::size_t length = 0;
-  std::size_t agrees = 0;  // kOther: how many bytes the text starts with alike with the whole rendering
+  std::size_t length = 0;  // kPrefix: the text's length in bytes; 0 otherwise
+  std::size_t agrees = 0;  // kOther: how many bytes the text starts with alike with the whole rendering; 0 otherwise
+
+  static PrefixRender refused() { return {Kind::kRefused, 0, 0}; }
+  static PrefixRender prefix(std::size_t length) { return {Kind::kPrefix, length, 0}; }
+  static PrefixRender other(std::size_t agrees) { return {Kind::kOther, 0, agrees}; }
 };
 
 // The renderings of one list of n messages.

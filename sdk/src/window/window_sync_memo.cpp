@@ -47,7 +47,7 @@ struct KnownRenders {
 
 // What K's first i messages rendered to (0 < i <= K's messages); K itself is its own prefix.
 PrefixRender render_of(const ListRenders& k, std::size_t i) {
-  if (i == k.messages.size()) return {PrefixRender::Kind::kPrefix, k.text.size()};
+  if (i == k.messages.size()) return PrefixRender::prefix(k.text.size());
   return k.prefixes[i - 1];
 }
 
@@ -74,7 +74,7 @@ class Spans {
       spent_ = true;
       return std::nullopt;
     }
-    return PrefixRender{PrefixRender::Kind::kPrefix, p_ + was.length - q_, p_ + was.length - q_};
+    return PrefixRender::prefix(p_ + was.length - q_);
   }
   // K's prefix rendered as other text R, agreeing with K on `agrees` bytes: by the same assumption, this list's
   // renders as text[0, p) and R[q, |R|), and where R parts from K before the bytes K and this list agree on
@@ -82,7 +82,7 @@ class Spans {
   std::optional<PrefixRender> read_other(const PrefixRender& was) {
     // Else rendered, and the anchor reads on after it (the prefixes of the text it reads are those it read alone).
     if (was.agrees < q_ || was.agrees - q_ >= bytes_) return std::nullopt;
-    return PrefixRender{PrefixRender::Kind::kOther, p_ + was.length - q_, p_ + was.agrees - q_};
+    return PrefixRender::other(p_ + was.agrees - q_);
   }
   // How many anchors were set so far: the reads of one anchor are those read while it stays the same.
   std::size_t anchors() const { return anchors_; }
@@ -130,13 +130,13 @@ PrefixRender prefix_render(const runtime::ChatTemplate& tmpl, const runtime::Pre
   if (known.renders != nullptr && i <= known.count) {
     const ListRenders& k = *known.renders;
     if (i == known.count) {
-      if (k.text.size() <= known.common) return {Kind::kPrefix, k.text.size(), k.text.size()};
-      return {Kind::kOther, k.text.size(), known.common};
+      if (k.text.size() <= known.common) return PrefixRender::prefix(k.text.size());
+      return PrefixRender::other(known.common);
     }
     const PrefixRender& was = k.prefixes[i - 1];
     if (was.kind == Kind::kRefused) return was;
     if (was.kind == Kind::kPrefix && was.length <= known.common) return was;
-    if (was.kind == Kind::kPrefix) return {Kind::kOther, was.length, known.common};
+    if (was.kind == Kind::kPrefix) return PrefixRender::other(known.common);
     // Other text R that agrees with K on its first `agrees` bytes: where K and T agree past them, R and T part
     // there as R and K do (R[agrees] != K[agrees] = T[agrees]), so R is again other text, agreeing as far.
     if (was.agrees < known.common) return was;
@@ -146,20 +146,18 @@ PrefixRender prefix_render(const runtime::ChatTemplate& tmpl, const runtime::Pre
   try {
     prefix = tmpl.render_prefix(chat, i, false, &reads);
   } catch (const Error&) {  // the template refuses the shorter list (it wants a user turn last, say)
-    return {Kind::kRefused, 0, 0};
+    return PrefixRender::refused();
   }
   const std::size_t agrees = common_prefix(text, prefix);
-  return {agrees == prefix.size() ? Kind::kPrefix : Kind::kOther, prefix.size(), agrees};
+  return agrees == prefix.size() ? PrefixRender::prefix(agrees) : PrefixRender::other(agrees);
 }
 
 // Whether `a` and `b` say the same of a prefix: the same kind, and the same length of a prefix of the text or
-// the same agreement of other text. Step 2 reads nothing else of other text (sync_memo.h: it is other text again
-// where it parts from the rendering before the two renderings part), so its length is not compared: Mistral Nemo
-// carries the system prompt, a message before the anchor, into a prefix's last user turn, past where the prefix
-// parts from the rendering, and a new system prompt makes that text longer or shorter than the spans give.
+// the same agreement of other text (all a PrefixRender holds: step 2 reads nothing else of other text, so a text
+// that parts where read but is longer or shorter past there, as Mistral Nemo's prefix carrying a new system prompt
+// in its last user turn, is read right).
 bool same(const PrefixRender& a, const PrefixRender& b) {
-  if (a.kind != b.kind) return false;
-  return a.kind == PrefixRender::Kind::kOther ? a.agrees == b.agrees : a.length == b.length;
+  return a.kind == b.kind && a.length == b.length && a.agrees == b.agrees;
 }
 
 // The check of other text read from the spans (the prefixes `at`, shortest first, read into `out`): the longest
