@@ -3,8 +3,8 @@ its unsent output passes --max-unsent-kb its sequences are held, no forward for 
 decode, and once it has taken nothing for --stall-seconds it is dropped as a client that left (its request
 cancelled, its decode freed, orbit_stalled_clients_total). Before, the whole answer was decoded and queued in
 the server's memory for a client that would never read it. A client that reads, but less than
---min-drain-rate while the server waits on it, is dropped too (orbit_slow_clients_total). A request whose log
-probabilities would pass
+--min-drain-rate while the server waits on it, is dropped too (orbit_slow_clients_total). While every
+sequence in the batch is held, idle work runs. A request whose log probabilities would pass
 --max-answer-logprobs is refused before it runs. Every server is started here on 127.0.0.1 (any free port)
 and stopped; every socket is closed."""
 import contextlib
@@ -95,6 +95,30 @@ def test_a_stream_nobody_reads_is_held_while_another_request_decodes(start_serve
              lambda: metric(server, "orbit_cancelled_total") == 1 and metric(server, "orbit_decode_running") == 0
              and metric(server, 'orbit_requests_in_flight{endpoint="chat"}') == 0)
     assert metric(server, "orbit_decode_held") == 0
+
+
+def test_idle_work_runs_while_a_stream_nobody_reads_is_held(start_serve, stories260k_path):
+    # A held sequence takes no forward, so while only held sequences are in the batch the idle worker may use
+    # the gate: here it prefills a session's anticipated answer (orbit_idle_forward_tokens_total). Before, the
+    # batch held idle work off as long as it had any sequence, held or not, so this waited for the stalled
+    # client to leave (--stall-seconds 3600 here: never within the test).
+    server = start_serve(stories260k_path, "--max-unsent-kb", "64", "--stall-seconds", "3600")
+    with stalled_stream(server):
+        wait_until_held(server)
+        assert metric(server, "orbit_idle_forward_tokens_total") == 0
+        answer = server.call("/v1/chat/completions", {
+            "model": MODEL_NAME, "max_tokens": 8, "temperature": 0,
+            "messages": [{"role": "user", "content": "Hello there."}]}, session="while-held")
+        assert answer["usage"]["completion_tokens"] >= 1
+        wait_for("the session's answer prefilled in idle time while the stream is held",
+                 lambda: metric(server, "orbit_idle_forward_tokens_total") > 0)
+        # Still held, and its client still there: the idle work ran beside it, not after it.
+        assert metric(server, "orbit_decode_held") == N
+        assert metric(server, "orbit_stalled_clients_total") == 0
+        assert metric(server, "orbit_cancelled_total") == 0
+        assert server.call("/v1/sessions/while-held")["savings"]["idle_forward_tokens"] > 0
+    wait_for("the left stream's request cancelled and its decode freed",
+             lambda: metric(server, "orbit_cancelled_total") == 1 and metric(server, "orbit_decode_running") == 0)
 
 
 def test_a_stream_nobody_reads_is_dropped_after_the_stall_timeout(start_serve, stories260k_path):

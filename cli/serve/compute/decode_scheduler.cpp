@@ -211,6 +211,13 @@ void DecodeScheduler::apply_holds() {
   holds_ += new_holds;
 }
 
+// A held sequence takes no forward until its client reads, so a batch of held sequences alone (and no job
+// waiting to join) gives the gate's idle work its turn; the next step holds it off again (loop()). The step
+// that follows a client's read waits at most for the idle slice under way, as a request that arrives does.
+void DecodeScheduler::release_idle_if_held_only() {
+  if (holding_idle_ && !steppable() && !has_pending()) context_.gate.hold_idle(holding_idle_ = false);
+}
+
 bool DecodeScheduler::has_pending() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return !pending_.empty();
@@ -239,7 +246,10 @@ void DecodeScheduler::loop() {
     joining.erase(std::remove_if(joining.begin(), joining.end(), [](const auto& j) { return j->cancelled(); }),
                   joining.end());
     apply_holds();  // a sequence whose client has not taken its output takes no forward (OutputBacklog)
-    if (joining.empty() && !steppable()) continue;
+    if (joining.empty() && !steppable()) {
+      release_idle_if_held_only();
+      continue;
+    }
     if (!context_.enter_gate(kLane, [this] { return context_.closing.load() || stopping_.load(); })) {
       drop_all(joining);  // closed or stopping: nothing may touch the windows any more
       continue;
@@ -255,6 +265,7 @@ void DecodeScheduler::loop() {
     // After the gate and idle work are free: a run that returns finds the server idle.
     for (Outcome& o : ended) o.job->finish(std::move(o.generation), std::move(o.error));
     apply_holds();  // before the wait: the sequences it will not wake for are held (and counted) now
+    release_idle_if_held_only();
   }
   drop_all(joining);
   std::lock_guard<std::mutex> lock(mutex_);

@@ -17,7 +17,8 @@
 //
 // Fairness: within the batch every sequence gets one token per step; between the batch and the sessions'
 // syncs (their own lanes) the gate rotates, so a sync waits at most one batch step. Idle work waits while
-// sequences run (FairGate::hold_idle), between steps too. Cancellation: a job's
+// sequences run (FairGate::hold_idle), between steps too, but not while every running sequence is held for
+// its client and none waits to join: such a batch forwards nothing until a client reads. Cancellation: a job's
 // `cancel` ends its sequence at its next token (its GenerateOptions::on_token returns false), or before it
 // joins. Close: once the gate is closed the scheduler cannot enter it again; every sequence and every job
 // still queued ends as "cancelled" without touching its window again (the windows stay their owners').
@@ -199,8 +200,9 @@ class DecodeScheduler {
   std::vector<Outcome> run_step(std::vector<std::shared_ptr<DecodeJob>>& joining);  // holding the gate
   void count_step(const DecodeStep& step);
   bool has_pending() const;
-  bool steppable() const;  // under mutex_: a running sequence not to be held
-  void apply_holds();      // holds and releases the running sequences as their jobs want
+  bool steppable() const;            // under mutex_: a running sequence not to be held
+  void apply_holds();                // holds and releases the running sequences as their jobs want
+  void release_idle_if_held_only();  // lets idle work go while every running sequence is held, none joining
 
   ServeContext& context_;
   StepSignal signal_;
@@ -217,7 +219,8 @@ class DecodeScheduler {
     bool held = false;  // held in batch_ (DecodeBatch::hold)
   };
   std::vector<Running> running_;
-  bool holding_idle_ = false;  // the gate's idle work held off while sequences run (FairGate::hold_idle)
+  // The gate's idle work held off while sequences run, not all held, or wait to join (FairGate::hold_idle).
+  bool holding_idle_ = false;
   // Metrics, under mutex_.
   int64_t steps_ = 0;
   int64_t tokens_ = 0;

@@ -10,8 +10,8 @@
 //
 // Idle work (the engine's background jobs, windows' heals and prepared recalls) takes the gate only
 // through try_enter_idle(), which succeeds only when nobody waits and nobody holds idle work off (the decode
-// batch does while it has sequences running, between its steps too), so it never delays a request by more
-// than the slice it is running.
+// batch does while it has sequences to step, between its steps too, but not while all of them are held for
+// clients that have not read), so it never delays a request by more than the slice it is running.
 //
 // Thread-safety: every member may be called from any thread. A thread must not enter twice.
 #pragma once
