@@ -11,6 +11,7 @@
 
 #include "orbit/common/error.h"
 #include "orbit/store/blob_format.h"
+#include "sqlite_stmt.h"
 
 namespace orbit::store {
 
@@ -61,45 +62,6 @@ const char* kColumns =
     "key, kind, encoding, blob, blob_bytes, value_bytes, checksum, pinned, corrupt, hits, last_access, "
     "recompute_cost, expected_reuse";
 
-// A prepared statement, finalized on destruction.
-class Stmt {
- public:
-  Stmt(sqlite3* db, const char* sql, const std::string& origin) {
-    const int rc = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
-    ORBIT_CHECK(rc == SQLITE_OK, origin << ": cannot prepare '" << sql << "': " << sqlite3_errmsg(db));
-  }
-  ~Stmt() { sqlite3_finalize(stmt_); }
-  Stmt(const Stmt&) = delete;
-  Stmt& operator=(const Stmt&) = delete;
-  Stmt& bind(int i, int64_t v) {
-    sqlite3_bind_int64(stmt_, i, v);
-    return *this;
-  }
-  Stmt& bind(int i, double v) {
-    sqlite3_bind_double(stmt_, i, v);
-    return *this;
-  }
-  Stmt& bind(int i, const std::string& v) {
-    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-    return *this;
-  }
-  int step() { return sqlite3_step(stmt_); }
-  void reset() {
-    sqlite3_reset(stmt_);
-    sqlite3_clear_bindings(stmt_);
-  }
-  int64_t i64(int c) const { return sqlite3_column_int64(stmt_, c); }
-  double f64(int c) const { return sqlite3_column_double(stmt_, c); }
-  std::string text(int c) const {
-    const unsigned char* p = sqlite3_column_text(stmt_, c);
-    return p ? std::string(reinterpret_cast<const char*>(p), static_cast<size_t>(sqlite3_column_bytes(stmt_, c)))
-             : std::string();
-  }
-
- private:
-  sqlite3_stmt* stmt_ = nullptr;
-};
-
 DiskRow read_row(const Stmt& s) {
   DiskRow r;
   r.key = s.text(0);
@@ -117,20 +79,6 @@ DiskRow read_row(const Stmt& s) {
   r.expected_reuse = s.f64(12);
   return r;
 }
-
-// Rolls back an open transaction unless committed.
-class Transaction {
- public:
-  explicit Transaction(sqlite3* db) : db_(db) {}
-  ~Transaction() {
-    if (!done_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-  }
-  void committed() { done_ = true; }
-
- private:
-  sqlite3* db_;
-  bool done_ = false;
-};
 
 // How long opening waits out other processes that open or write the same index at the same moment.
 constexpr std::chrono::seconds kOpenRetryWindow{30};
@@ -527,104 +475,5 @@ Status SqliteIndex::update_access(const std::vector<AccessUpdate>& updates) {
   if (commit) tx.committed();
   return commit;
 }
-
-// ---- leases ----------------------------------------------------------------------------------------
-
-Status SqliteIndex::acquire_lease(const std::string& key, const std::string& owner, LeaseKind kind, int64_t expires) {
-  Stmt s(db_, "INSERT OR REPLACE INTO leases(key, owner, kind, expires) VALUES(?1, ?2, ?3, ?4)", path_);
-  s.bind(1, key).bind(2, owner).bind(3, static_cast<int64_t>(kind)).bind(4, expires);
-  const int rc = s.step();
-  return rc == SQLITE_DONE ? Status::ok() : failure(rc, "taking a lease");
-}
-
-Status SqliteIndex::release_lease(const std::string& key, const std::string& owner, LeaseKind kind) {
-  Stmt s(db_, "DELETE FROM leases WHERE key = ?1 AND owner = ?2 AND kind = ?3", path_);
-  s.bind(1, key).bind(2, owner).bind(3, static_cast<int64_t>(kind));
-  const int rc = s.step();
-  return rc == SQLITE_DONE ? Status::ok() : failure(rc, "releasing a lease");
-}
-
-Status SqliteIndex::renew_leases(const std::string& owner, int64_t expires, int64_t now) {
-  Status begin = exec_status("BEGIN IMMEDIATE", "beginning a lease renewal");
-  if (!begin) return begin;
-  Transaction tx(db_);
-  {
-    Stmt s(db_, "UPDATE leases SET expires = ?2 WHERE owner = ?1", path_);
-    s.bind(1, owner).bind(2, expires);
-    const int rc = s.step();
-    if (rc != SQLITE_DONE) return failure(rc, "renewing leases");
-  }
-  {
-    Stmt s(db_, "DELETE FROM leases WHERE expires <= ?1", path_);
-    s.bind(1, now);
-    const int rc = s.step();
-    if (rc != SQLITE_DONE) return failure(rc, "dropping expired leases");
-  }
-  Status commit = exec_status("COMMIT", "committing a lease renewal");
-  if (commit) tx.committed();
-  return commit;
-}
-
-Status SqliteIndex::release_all(const std::string& owner) {
-  Stmt s(db_, "DELETE FROM leases WHERE owner = ?1", path_);
-  s.bind(1, owner);
-  const int rc = s.step();
-  return rc == SQLITE_DONE ? Status::ok() : failure(rc, "releasing leases");
-}
-
-Result<bool> SqliteIndex::erase_unleased(const std::string& key, int64_t now, std::string* blob) {
-  blob->clear();
-  Status begin = exec_status("BEGIN IMMEDIATE", "beginning an eviction");
-  if (!begin) return begin;
-  Transaction tx(db_);
-  {
-    Stmt held(db_, "SELECT 1 FROM leases WHERE key = ?1 AND expires > ?2 LIMIT 1", path_);
-    held.bind(1, key).bind(2, now);
-    const int rc = held.step();
-    if (rc == SQLITE_ROW) return false;  // pinned or being read by a live process
-    if (rc != SQLITE_DONE) return failure(rc, "reading leases");
-  }
-  {
-    Stmt old(db_, "SELECT blob FROM entries WHERE key = ?1", path_);
-    old.bind(1, key);
-    const int rc = old.step();
-    if (rc == SQLITE_DONE) return false;
-    if (rc != SQLITE_ROW) return failure(rc, "reading the row");
-    *blob = old.text(0);
-  }
-  Stmt s(db_, "DELETE FROM entries WHERE key = ?1", path_);
-  s.bind(1, key);
-  const int rc = s.step();
-  if (rc != SQLITE_DONE) {
-    blob->clear();
-    return failure(rc, "deleting a row");
-  }
-  Status commit = exec_status("COMMIT", "committing an eviction");
-  if (!commit) {
-    blob->clear();
-    return commit;
-  }
-  tx.committed();
-  return true;
-}
-
-std::set<std::string> SqliteIndex::live_pins(int64_t now) const {
-  std::set<std::string> out;
-  sqlite3_stmt* raw = nullptr;
-  if (sqlite3_prepare_v2(db_, "SELECT DISTINCT key FROM leases WHERE kind = 0 AND expires > ?1", -1, &raw, nullptr) !=
-      SQLITE_OK) {
-    sqlite3_finalize(raw);
-    return out;  // no lease table (an index written before leases existed, opened read-only)
-  }
-  sqlite3_bind_int64(raw, 1, now);
-  while (sqlite3_step(raw) == SQLITE_ROW) {
-    const unsigned char* p = sqlite3_column_text(raw, 0);
-    if (p) out.insert(reinterpret_cast<const char*>(p));
-  }
-  sqlite3_finalize(raw);
-  return out;
-}
-
-void SqliteIndex::relax_durability() { exec_or_throw("PRAGMA synchronous=NORMAL"); }
 
 }  // namespace orbit::store
