@@ -39,17 +39,18 @@
 // 3. --open-tag: a Sampler step where a reasoning model may still open its block before a constrained
 //    answer (bench_open_tag.h) against the plain constrained step, over both vocabularies; nothing else runs.
 // 4. --key-growth: a step's cost at the 1st, 51st, 101st and last of --keys members of one object
-//    (bench_key_growth.h), over the synthetic vocabulary; nothing else runs.
+//    (bench_key_growth.h), over the synthetic vocabulary or --tokenizer's; nothing else runs.
 //
 //   bench_constrain [--steps 200] [--reps 5] [--vocab 128000] [--hidden 2048] [--synthetic-steps 150]
 //                   [--threads N] [--models DIR] [--json PATH] [--models-only] [--budget-only] [--open-tag]
-//                   [--key-growth [--keys 200] [--cases a,b]]
+//                   [--key-growth [--keys 200] [--cases a,b] [--values integer|string] [--tokenizer PATH]]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <random>
@@ -395,8 +396,16 @@ int key_growth_rows(const orbit::cli::Args& args) {
   std::printf("ms per step (allowed + accept) at the member of each key, the fastest of %lld runs\n",
               static_cast<long long>(reps));
   const auto cases = orbit::bench::key_growth_cases(args.get_or("--cases", ""));
-  orbit::bench::bench_key_growth("synthetic", synthetic_vocabulary(args.get_int("--vocab", 128000, 300), 42), keys,
-                                 reps, cases);
+  const std::string values = args.get_or("--values", "integer"), path = args.get_or("--tokenizer", "");
+  if (path.empty()) {
+    orbit::bench::bench_key_growth("synthetic", synthetic_vocabulary(args.get_int("--vocab", 128000, 300), 42), keys,
+                                   reps, cases, values);
+    return 0;
+  }
+  const auto tokenizer = rt::load_tokenizer(path);
+  const std::string name = std::filesystem::path(path).parent_path().filename().string();
+  orbit::bench::bench_key_growth(name, constrain::tokenizer_vocabulary(*tokenizer, tokenizer->vocab_size()), keys, reps,
+                                 cases, values);
   return 0;
 }
 
@@ -404,13 +413,13 @@ int key_growth_rows(const orbit::cli::Args& args) {
 
 int main(int argc, char** argv) {
   orbit::cli::ArgSpec spec;
-  spec.options = {"--steps",   "--reps",   "--vocab", "--hidden", "--synthetic-steps",
-                  "--threads", "--models", "--json",  "--keys",   "--cases"};
+  spec.options = {"--steps",  "--reps", "--vocab", "--hidden", "--synthetic-steps", "--threads",
+                  "--models", "--json", "--keys",  "--cases",  "--values",          "--tokenizer"};
   spec.flags = {"--models-only", "--budget-only", "--open-tag", "--key-growth"};
   spec.usage =
       "bench_constrain [--steps 200] [--reps 5] [--vocab 128000] [--hidden 2048] [--synthetic-steps 150]\n"
       "                [--threads N] [--models DIR] [--json PATH] [--models-only] [--budget-only] [--open-tag]\n"
-      "                [--key-growth [--keys 200] [--cases a,b]]\n"
+      "                [--key-growth [--keys 200] [--cases a,b] [--values integer|string] [--tokenizer PATH]]\n"
       "  a constrained decode step against an unconstrained one: the bundled models' generate, and a synthetic\n"
       "  vocabulary with the LM head standing in for the forward";
   try {

@@ -36,8 +36,8 @@ const std::vector<std::string>& case_names() {
 // The schema of a case: keys by a pattern (of 40 letters, or of any number), plain string keys, keys from an
 // enum of twice the object's names, plain string keys under minProperties and maxProperties, or every key
 // declared.
-std::string schema_of(const std::string& name, const std::vector<std::string>& keys) {
-  const std::string values = R"(, "additionalProperties": {"type": "integer"}})";
+std::string schema_of(const std::string& name, const std::vector<std::string>& keys, const std::string& value_type) {
+  const std::string values = R"(, "additionalProperties": {"type": ")" + value_type + "\"}}";
   if (name == "pattern") return R"({"type": "object", "propertyNames": {"pattern": "^[a-z]{40}$"})" + values;
   if (name == "loop") return R"({"type": "object", "propertyNames": {"pattern": "^[a-z]+$"})" + values;
   if (name == "string") return R"({"type": "object")" + values;
@@ -50,7 +50,8 @@ std::string schema_of(const std::string& name, const std::vector<std::string>& k
     return R"({"type": "object", "propertyNames": {"enum": [)" + names + "]}" + values;
   }
   std::string props;
-  for (const std::string& k : keys) props += (props.empty() ? "\"" : ", \"") + k + R"(": {"type": "integer"})";
+  for (const std::string& k : keys)
+    props += (props.empty() ? "\"" : ", \"") + k + R"(": {"type": ")" + value_type + "\"}";
   return R"({"type": "object", "properties": {)" + props + R"(}, "additionalProperties": false})";
 }
 
@@ -58,11 +59,11 @@ std::string schema_of(const std::string& name, const std::vector<std::string>& k
 std::vector<double> run_once(const std::shared_ptr<const Constraint>& constraint,
                              const std::shared_ptr<const TokenVocabulary>& vocabulary,
                              const std::unordered_map<std::string, int64_t>& ids, const std::vector<std::string>& keys,
-                             int64_t remaining) {
+                             const std::string& value, int64_t remaining) {
   std::string text = "{";
   std::vector<std::size_t> ends;  // the offset past each member
   for (std::size_t i = 0; i < keys.size(); ++i) {
-    text += (i == 0 ? "\"" : ", \"") + keys[i] + "\": 1";
+    text += (i == 0 ? "\"" : ", \"") + keys[i] + "\": " + value;
     ends.push_back(text.size() + 1);
   }
   text += "}";
@@ -113,7 +114,10 @@ std::vector<std::string> key_growth_cases(const std::string& list) {
 }
 
 void bench_key_growth(const std::string& setting, const std::shared_ptr<const TokenVocabulary>& vocabulary,
-                      int64_t keys, int64_t reps, const std::vector<std::string>& cases) {
+                      int64_t keys, int64_t reps, const std::vector<std::string>& cases, const std::string& values) {
+  ORBIT_CHECK(values == "integer" || values == "string", "--values: '" << values << "' is neither integer nor string");
+  // A string value of words and the punctuation around quotes, so that tokens holding a '"' are allowed.
+  const std::string value = values == "integer" ? "1" : R"("it said, \"see the dog.\" and ran")";
   const std::vector<std::string> names = random_keys(keys);
   std::unordered_map<std::string, int64_t> ids;
   for (int64_t id = vocabulary->size(); id-- > 0;) {
@@ -122,15 +126,16 @@ void bench_key_growth(const std::string& setting, const std::shared_ptr<const To
   const std::vector<std::size_t> at{0, std::min<std::size_t>(50, names.size() - 1),
                                     std::min<std::size_t>(100, names.size() - 1), names.size() - 1};
   for (const std::string& name : cases) {
-    const auto constraint = Constraint::json_schema(schema_of(name, names));
+    const auto constraint = Constraint::json_schema(schema_of(name, names, values));
     for (const int64_t remaining : {int64_t{-1}, int64_t{1} << 20}) {
       std::vector<double> best(names.size(), 1e300);
       for (int64_t r = 0; r < reps; ++r) {
-        const std::vector<double> ms = run_once(constraint, vocabulary, ids, names, remaining);
+        const std::vector<double> ms = run_once(constraint, vocabulary, ids, names, value, remaining);
         if (ms.empty()) return;
         for (std::size_t i = 0; i < ms.size(); ++i) best[i] = std::min(best[i], ms[i]);
       }
-      std::printf("%-10s %-9s %-7s", setting.c_str(), name.c_str(), remaining < 0 ? "none" : "far");
+      std::printf("%-10s %-7s %-9s %-7s", setting.c_str(), values.c_str(), name.c_str(),
+                  remaining < 0 ? "none" : "far");
       for (const std::size_t i : at) std::printf("  key %3zu %8.4f", i, best[i]);
       std::printf("  last/first %6.2f\n", best.back() / best.front());
     }

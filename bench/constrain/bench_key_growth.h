@@ -5,7 +5,9 @@
 // never binds) and accept. Cases (--cases, comma-separated; all by default): a map whose keys are ^[a-z]{40}$
 // (pattern) or ^[a-z]+$ (loop) by propertyNames, a map of plain string keys (string), of keys from an enum of
 // twice the object's names (enum), of plain string keys under minProperties 2 and maxProperties --keys + 10
-// (bounded), and an object that declares all its keys (declared: the flat baseline).
+// (bounded), and an object that declares all its keys (declared: the flat baseline). Values are integers, or
+// with --values string a sentence with escaped quotes (so that tokens holding a '"' are allowed in it). Over
+// the synthetic vocabulary, or with --tokenizer a tokenizer.json's.
 #pragma once
 
 #include <cstdint>
@@ -18,9 +20,10 @@
 namespace orbit::bench {
 
 // Prints, per case and budget, the mean milliseconds per step over the steps of the members at keys 0, 50,
-// 100 and the last (the fastest of `reps` runs for each), and the last over the first.
+// 100 and the last (the fastest of `reps` runs for each), and the last over the first. `values`: "integer" or
+// "string" (orbit::Error naming --values for another).
 void bench_key_growth(const std::string& setting, const std::shared_ptr<const TokenVocabulary>& vocabulary,
-                      int64_t keys, int64_t reps, const std::vector<std::string>& cases);
+                      int64_t keys, int64_t reps, const std::vector<std::string>& cases, const std::string& values);
 // The cases a --cases list names (all for an empty one); orbit::Error naming --cases for an unknown one.
 std::vector<std::string> key_growth_cases(const std::string& list);
 
