@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -310,4 +311,108 @@ TEST_CASE("masks over real vocabularies agree with the matcher under random obje
   const auto [first, last] = diff_seeds();
   const char* spread_env = std::getenv("ORBIT_KEYS_DIFF_BYTES");  // walks' budgets: 20 bytes + up to this many
   run_diff(first, last, spread_env != nullptr ? std::max(1ULL, std::stoull(spread_env)) : 120);
+}
+
+namespace {
+
+// A vocabulary rich in the tokens the key log settles without a walk where a token's quote may open a key of a
+// pattern or an enum (KeyLog::one_quote's outside objects, KeyLog::tail_refusable): one '"' between what may
+// come before a key and the start of keys the schemas below log, and those it walks apart (two quotes, a '\\',
+// a byte past ASCII after the quote). Every printable byte is a token too; the last id, none, is the end.
+std::shared_ptr<const TokenVocabulary> quote_rich_vocabulary(int64_t& eos) {
+  TokenBytes v;
+  std::set<std::string> seen;
+  const auto add = [&](const std::string& s) {
+    if (seen.insert(s).second) v.text.emplace_back(s);
+  };
+  for (int c = 0x20; c < 0x7F; ++c) add(std::string(1, static_cast<char>(c)));
+  for (const char* b : {"\xC3", "\xA9", "\xC3\xA9"}) add(b);
+  const std::vector<std::string> before{"", ",", ", ", "{", "}, ", "1", "x", ": ", "\xC3\xA9", "[", "[{"};
+  const std::vector<std::string> after{"",
+                                       "a",
+                                       "b",
+                                       "ab",
+                                       "ba",
+                                       "aa",
+                                       "abc",
+                                       "abb",
+                                       "bab",
+                                       "th",
+                                       "te",
+                                       "the",
+                                       "x",
+                                       "x y",
+                                       "\xC3\xA9",
+                                       "\xC3\xA9"
+                                       "a",
+                                       ":",
+                                       ": ",
+                                       "a,",
+                                       "ab:",
+                                       "a}",
+                                       "\\u0061",
+                                       "a\\u0062",
+                                       "\\\"",
+                                       "\xC3"};
+  for (const std::string& b : before) {
+    for (const std::string& a : after) add(b + "\"" + a);
+  }
+  for (const char* k : {"a", "ab", "b", "ba", "abc", "the", "x"}) {
+    for (const char* end : {"\"", "\":", "\": ", "\",", "\"}", "\": \""}) add(std::string("\"") + k + end);
+  }
+  for (const char* s : {"\",\"", "\":\"", "\", \"", "\"\"", "\\\"", "\\\\", "\"}, {\""}) add(s);
+  eos = static_cast<int64_t>(v.text.size());
+  v.text.emplace_back(std::nullopt);
+  return TokenVocabulary::from_bytes(std::move(v));
+}
+
+}  // namespace
+
+// The masks where a token's quote opens a key of a pattern or an enum that the object has logged keys of (a
+// string value's closing quote then a ',' and the next key, or a ',' then a key) against each token tried on
+// the matcher: a token is kept without a walk only where the bytes after its quote cannot be refused. Built
+// with KeyLog::tail_refusable reading one byte less of the tail, it fails at the first schema (a token keeps
+// the rest of a logged key the walk refuses).
+TEST_CASE("masks agree with the matcher where a token's quote opens a pattern's or an enum's key", "[constraint]") {
+  int64_t eos = 0;
+  const auto vocab = quote_rich_vocabulary(eos);
+  const std::string str = R"({"type": "string", "maxLength": 3})";
+  const std::vector<std::string> schemas{
+      R"({"type": "object", "propertyNames": {"pattern": "^[ab]{1,3}$"}, "additionalProperties": )" + str + "}",
+      R"({"type": "object", "propertyNames": {"enum": ["a", "ab", "abc", "b", "ba", "the"]},
+          "additionalProperties": )" +
+          str + "}",
+      R"({"type": "object", "propertyNames": {"pattern": "^(ab|ba|a|b)$"}, "additionalProperties":
+          {"type": "object", "propertyNames": {"pattern": "^a[ab]?$"}, "additionalProperties": )" +
+          str + "}}",
+      R"({"type": "array", "items": {"type": "object", "propertyNames": {"pattern": "^th?e?$"},
+          "additionalProperties": )" +
+          str + R"(}, "maxItems": 3})",
+      R"({"anyOf": [{"type": "object", "propertyNames": {"pattern": "^a[ab]?$"}, "additionalProperties": )" + str +
+          R"(}, {"type": "object", "propertyNames": {"enum": ["a", "ab", "ba"]}, "additionalProperties":
+          {"type": "integer"}}]})",
+      R"({"type": "object", "propertyNames": {"pattern": "^[ab]*$"}, "maxProperties": 6, "additionalProperties": )" +
+          str + "}",
+      R"({"type": "object", "properties": {"x": )" + str + R"(}, "propertyNames": {"pattern": "^(x|ab|abc)$"},
+          "additionalProperties": {"type": "object", "propertyNames": {"enum": ["a", "b", "ab"]}}})",
+  };
+  int64_t steps = 0;
+  for (std::size_t i = 0; i < schemas.size(); ++i) {
+    INFO("schema " << schemas[i]);
+    const TokenConstraint start(schema(schemas[i]), vocab, {{eos}});
+    std::mt19937_64 rng(100 + i);
+    for (int run = 0; run < 12; ++run)
+      diff_walk(start, *vocab, eos, 20 + static_cast<int64_t>(rng() % 200), rng, steps);
+  }
+  for (uint64_t seed = 1; seed <= 12; ++seed) {  // the driver's schemas over this vocabulary
+    KeySchemaGen gen(seed);
+    std::string text = gen.root().dump();
+    for (int retry = 0; retry < 20 && !compiles(text); ++retry) text = gen.root().dump();
+    if (!compiles(text)) continue;
+    INFO("seed " << seed << " schema " << text);
+    const TokenConstraint start(schema(text), vocab, {{eos}});
+    std::mt19937_64 rng(seed);
+    for (int run = 0; run < 4; ++run) diff_walk(start, *vocab, eos, 20 + static_cast<int64_t>(rng() % 200), rng, steps);
+  }
+  WARN(steps << " steps over " << vocab->size() << " tokens");
 }

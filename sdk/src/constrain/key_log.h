@@ -170,21 +170,30 @@ class KeyLog {
                                        std::vector<int32_t>& out, bool& all) const;
 
   // Where a walk from `state` can refuse a token that holds one '"' after printable ASCII and no '\\' (one
-  // VocabTrie::quoted_apart leaves out) only inside a key the token is in at its start, or by closing it with
-  // its quote as a key its object has logged: some key is logged (else suspects() lists tokens of three
-  // quotes or more only), no object of a stack has few keys (a ',' or an opening quote may be refused; an
-  // object the token opens is one only where it holds a '{' before its quote, which suspects() lists apart),
-  // a stack outside a key has no object whose key node refuses inside a key (a pattern's or an enum's, or a
-  // string's that a token can fill to its maxLength: the token's quote may open one), a stack inside a free
-  // key writes a plain string key that a token cannot fill to its maxLength, a pattern's or an enum's (the
-  // quote closes it; no key opens after it), and the key being written, if any, is printable ASCII without
-  // a '\\' so far. Then `objects` are the objects of the stacks inside a free key and `prefix` that key's
-  // bytes from its opening quote; the token's bytes up to its quote write it on, as
-  // json_quote() writes it. `applies` false: every suspect is walked.
+  // VocabTrie::quoted_apart leaves out) only inside a key the token is in at its start, by closing it with its
+  // quote as a key its object has logged, or inside a pattern's or an enum's key that its quote opens: some key
+  // is logged (else suspects() lists tokens of three quotes or more only), no object of a stack has few keys (a
+  // ',' or an opening quote may be refused; an object the token opens is one only where it holds a '{' before
+  // its quote, which suspects() lists apart), a stack outside a key has no object whose key node is a plain
+  // string that a token can fill to its maxLength (the token's quote may open one), a stack inside a free key
+  // writes a plain string key that a token cannot fill to its maxLength, a pattern's or an enum's (the quote
+  // closes it; no key opens after it), and the key being written, if any, is printable ASCII without a '\\'
+  // so far. Then `objects` are the objects of the stacks inside a free key and `prefix` that key's bytes from
+  // its opening quote; the token's bytes up to its quote write it on, as json_quote() writes it. `outside`
+  // are the objects with logged keys that stacks outside a key hold whose key node is a pattern or an enum,
+  // each with its key's frame after the opening quote, where that quote is not refused (a fresh key can follow
+  // it: else `applies` is false). A token whose quote opens a key in an object the stack does not hold opens it
+  // in one the token itself opens, which has no key logged. `applies` false: every suspect is walked.
+  struct Outside {
+    uint32_t object = 0;
+    const Node* key = nullptr;
+    Frame at_quote;
+  };
   struct OneQuote {
     bool applies = false;
     std::string prefix;
     std::vector<uint32_t> objects;
+    std::vector<Outside> outside;
   };
   OneQuote one_quote(const StateSet& state, std::string_view text, int64_t max_token_bytes) const;
   // Where `q` applies, the tokens VocabTrie::quoted_apart leaves out that may be refused: those that begin
@@ -193,6 +202,11 @@ class KeyLog {
   // key that the grammar lets the token close with its quote is then one of them, so the token begins with
   // its rest too.
   void one_quote_suspects(const OneQuote& q, const VocabTrie& trie, std::vector<int32_t>& out) const;
+  // Where `q` applies, whether a walk may refuse a token of VocabTrie::quoted_tails whose bytes after its quote
+  // are `tail`, in a key its quote opens in an object of `q.outside`: the key's bytes so far begin a key the
+  // object has logged and have no completion that is not one (the walk's own test, on those bytes alone). A
+  // token for which this is false is refused by no walk (given `q`); one for which it is true is walked.
+  bool tail_refusable(const OneQuote& q, std::string_view tail) const;
 
  private:
   // The stack [f, f + n) after the byte at offset `at` of text + walked: stamps its objects; false when it

@@ -121,16 +121,28 @@ const std::vector<int32_t>& KeyLog::suspects(const StateSet& state, std::string_
 
 KeyLog::OneQuote KeyLog::one_quote(const StateSet& state, std::string_view text, int64_t max_token_bytes) const {
   if (keys_.empty()) return {};  // suspects() lists only tokens of three quotes or more
-  // A key the token's quote opens is one of the stack's objects' (or a fresh one's, which has none logged):
-  // a byte inside it may be refused unless its key node is a plain string longer than a token.
-  const auto opens_refusable = [&](const Frame* f, std::size_t n) {
-    return std::any_of(f, f + n, [&](const Frame& frame) {
-      const Node& node = g_.at(static_cast<int32_t>(frame.node));
-      const Node* key = is_object(node) ? key_node(node) : nullptr;
-      return key != nullptr && (key->kind != NodeKind::kString || key->max_count <= max_token_bytes);
-    });
-  };
   OneQuote q;
+  // A key the token's quote opens is one of the stack's objects' (or a fresh one's, which has none logged): a
+  // byte inside it may be refused where its key node is a pattern or an enum (the object is then listed
+  // outside, false where its key's opening quote itself may be refused) or a plain string a token can fill.
+  const auto opens_outside = [&](const Frame* f, std::size_t n) {
+    for (std::size_t j = 0; j < n; ++j) {
+      const Node& node = g_.at(static_cast<int32_t>(f[j].node));
+      const Node* key = is_object(node) ? key_node(node) : nullptr;
+      if (key == nullptr || (key->kind == NodeKind::kString && key->max_count > max_token_bytes)) continue;
+      if (key->kind != NodeKind::kDfa && key->kind != NodeKind::kLiteralSet) return false;
+      if (f[j].start == kNoStart || keys_.count(f[j].start) == 0) continue;  // no key logged: none refused
+      const bool listed = std::any_of(q.outside.begin(), q.outside.end(),
+                                      [&](const Outside& o) { return o.object == f[j].start && o.key == key; });
+      if (listed) continue;
+      Outside o{f[j].start, key, Frame{}};
+      std::string prefix = "\"";
+      if (key_log::key_byte(*key, o.at_quote, '"') != 0 || !fresh_ahead(*key, o.at_quote, prefix, taken(o.object, {})))
+        return false;
+      q.outside.push_back(o);
+    }
+    return true;
+  };
   for (std::size_t s = 0; s < state.size(); ++s) {
     const std::size_t n = state.length(s);
     const Frame* f = state.begin(s);
@@ -139,7 +151,7 @@ KeyLog::OneQuote KeyLog::one_quote(const StateSet& state, std::string_view text,
     }
     const Node* key = n >= 2 && f[n - 2].start != kNoStart ? free_key(f[n - 2]) : nullptr;
     if (key == nullptr || key != &g_.at(static_cast<int32_t>(f[n - 1].node)) || text.empty()) {
-      if (opens_refusable(f, n)) return {};  // the token's quote may open a key here
+      if (!opens_outside(f, n)) return {};  // the token's quote may open a key here
       continue;
     }
     // Inside a key the token's quote closes it: no key opens after it in this stack, whatever its objects.
@@ -159,6 +171,25 @@ KeyLog::OneQuote KeyLog::one_quote(const StateSet& state, std::string_view text,
   }
   q.applies = true;
   return q;
+}
+
+bool KeyLog::tail_refusable(const OneQuote& q, std::string_view tail) const {
+  for (const Outside& o : q.outside) {
+    const Taken logged = taken(o.object, {});
+    Frame f = o.at_quote;
+    std::string prefix = "\"";
+    // keeps() after each byte of the key: refused only where a logged key begins with the bytes so far and
+    // none of their completions is fresh.
+    for (const char c : tail) {
+      const int r = key_log::key_byte(*o.key, f, static_cast<uint8_t>(c));
+      if (r < 0) break;        // the key refuses the byte: the grammar drops this stack
+      if (r > 0) return true;  // a whole key without its quote: not one of ours; walked
+      prefix.push_back(c);
+      if (!logged.any_begins(prefix)) break;  // nor any longer bytes
+      if (!fresh_ahead(*o.key, f, prefix, logged)) return true;
+    }
+  }
+  return false;
 }
 
 void KeyLog::one_quote_suspects(const OneQuote& q, const VocabTrie& trie, std::vector<int32_t>& out) const {

@@ -393,10 +393,20 @@ std::vector<int64_t> TokenConstraint::repeats(const TokenMask& mask, bool* drops
     return out;
   }
   // A token with one '"' after printable ASCII and no '\\' is refused, where one_quote() applies, only inside
-  // the key it begins in or by closing it as a logged key: walked only where it begins with the rest of one.
+  // the key it begins in or by closing it as a logged key: walked only where it begins with the rest of one;
+  // or inside a pattern's or an enum's key its quote opens: walked only where its bytes after the quote may be
+  // refused there (tail_refusable), or are not all printable ASCII (tails_apart).
   const constrain::KeyLog::OneQuote one = keys().one_quote(now, matcher_.text(), trie.max_token_bytes());
   if (one.applies) keys().one_quote_suspects(one, trie, prefixes);
-  for (const int32_t id : one.applies ? trie.quoted_apart() : quoted) {
+  const bool outside = one.applies && !one.outside.empty();
+  if (outside) {
+    for (const int32_t id : trie.quoted_tails()) {
+      if (!mask.allows(id)) continue;
+      const std::string& bytes = *vocabulary_->bytes(id);
+      if (keys().tail_refusable(one, std::string_view(bytes).substr(bytes.find('"') + 1))) prefixes.push_back(id);
+    }
+  }
+  for (const int32_t id : !one.applies ? quoted : outside ? trie.tails_apart() : trie.quoted_apart()) {
     if (mask.allows(id)) ask(id);
   }
   std::sort(prefixes.begin(), prefixes.end());  // a token writes the start of many keys' rest: walked once

@@ -106,13 +106,19 @@ VocabTrie::VocabTrie(const std::vector<std::optional<std::string>>& bytes)
     const bool comma = bytes[i]->find(',') != std::string::npos;
     const std::size_t quote = bytes[i]->find('"');
     const bool backslash = bytes[i]->find('\\') != std::string::npos;
-    const bool plain_one =
-        quotes == 1 && !backslash &&
-        std::all_of(bytes[i]->begin(), bytes[i]->begin() + static_cast<std::ptrdiff_t>(quote), [](char c) {
-          return static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x80;
-        });
+    const auto printable = [](char c) {
+      return static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x80;
+    };
+    const auto at_quote = bytes[i]->begin() + static_cast<std::ptrdiff_t>(quote);
+    const bool plain_one = quotes == 1 && !backslash && std::all_of(bytes[i]->begin(), at_quote, printable);
     if (backslash) backslashes_.push_back(static_cast<int32_t>(i));
     if (quotes > 0 && !plain_one) quoted_apart_.push_back(static_cast<int32_t>(i));
+    if (plain_one && quote + 1 < bytes[i]->size()) {  // bytes after its quote
+      (std::all_of(at_quote + 1, bytes[i]->end(), printable) ? quoted_tails_ : tails_apart_)
+          .push_back(static_cast<int32_t>(i));
+    } else if (quotes > 0 && !plain_one) {
+      tails_apart_.push_back(static_cast<int32_t>(i));
+    }
     const std::size_t brace = bytes[i]->find('{');
     if (brace != std::string::npos && bytes[i]->find('"', brace) != std::string::npos) {
       braced_quotes_.push_back(static_cast<int32_t>(i));

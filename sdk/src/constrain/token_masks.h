@@ -74,6 +74,13 @@ class VocabTrie {
   // outside [0x20, 0x80) before the '"' (ids ascending). Those left out write a key's text, up to their one
   // quote, as json_quote() does (KeyLog::one_quote).
   const std::vector<int32_t>& quoted_apart() const { return quoted_apart_; }
+  // Where a token's quote may open a key (KeyLog::one_quote's outside objects), its bytes after the quote write
+  // that key: quoted_tails() are the tokens of one '"', printable ASCII throughout without a '\\', with bytes
+  // after the quote (each writes its key as json_quote() does); tails_apart() those quoted_apart() lists and
+  // those of one '"' with a byte outside [0x20, 0x80) after it (ids ascending). A token of one '"' as its last
+  // byte is in neither.
+  const std::vector<int32_t>& quoted_tails() const { return quoted_tails_; }
+  const std::vector<int32_t>& tails_apart() const { return tails_apart_; }
   // The bytes of token `id` (0 for one not in the trie); `id` in [0, vocab_size()).
   int64_t length(int32_t id) const { return lengths_[static_cast<std::size_t>(id)]; }
 
@@ -94,6 +101,8 @@ class VocabTrie {
   std::vector<int32_t> backslashes_;
   std::vector<int32_t> braced_quotes_;
   std::vector<int32_t> quoted_apart_;
+  std::vector<int32_t> quoted_tails_;
+  std::vector<int32_t> tails_apart_;
 };
 
 // One state's mask. `need` is the fewest bytes that complete the text from the state the mask was computed
