@@ -60,10 +60,15 @@ TEST_CASE("serve: the parser refuses what OpenAI refuses, naming the field", "[s
   CHECK(chat_error(R"({"model":"m","messages":[{"role":"user","content":"x"}],"stream":"yes"})").second == "stream");
   const std::string streamed = R"({"model":"m","messages":[{"role":"user","content":"x"}],"stream":true,)";
   CHECK(chat_error(streamed + R"("stream_options":{"include_usage":true,"include_obfuscation":false}})").first == 200);
-  // include_obfuscation true asks for a random "obfuscation" field in each delta chunk, which this server never
-  // writes: refused naming it, not answered with a stream that lacks it.
-  CHECK(chat_error(streamed + R"("stream_options":{"include_obfuscation":true}})").second ==
-        "stream_options.include_obfuscation");
+  // include_obfuscation pads each chunk with a random "obfuscation" field (stream_obfuscation.h): on unless
+  // false, as OpenAI has it.
+  const sv::ServeLimits limits;
+  CHECK(sv::parse_chat_request(streamed + R"("stream_options":{"include_obfuscation":true}})", limits)
+            .value->sampling.include_obfuscation);
+  CHECK_FALSE(sv::parse_chat_request(streamed + R"("stream_options":{"include_obfuscation":false}})", limits)
+                  .value->sampling.include_obfuscation);
+  CHECK(sv::parse_chat_request(streamed + R"("stream_options":{"include_usage":true}})", limits)
+            .value->sampling.include_obfuscation);
   CHECK(chat_error(streamed + R"("stream_options":{"include_obfuscation":"no"}})").second ==
         "stream_options.include_obfuscation");
   CHECK(chat_error(streamed + R"("stream_options":{"include_usage":1}})").second == "stream_options.include_usage");

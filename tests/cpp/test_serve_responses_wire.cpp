@@ -4,6 +4,7 @@
 // resent history continues, and a long chain released without recursion.
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "orbit_catch.h"
@@ -384,4 +385,68 @@ TEST_CASE("responses: calls streamed as they are written close the message, then
   CHECK(bare_events[2].second["output_index"] == 0);
   CHECK(bare_events[2].second["item"]["type"] == "function_call");
   CHECK(bare_events.back().second["response"]["output"] == sv::response_body(head, &calls_only)["output"]);
+}
+
+// Stream obfuscation (stream_obfuscation.h): a padded event is its JSON with one more member, "obfuscation", of
+// random [A-Za-z0-9] characters, and its size a multiple of the block; an event off is as it was.
+TEST_CASE("stream obfuscation pads each event to a multiple of the block with random characters", "[serve][cpu]") {
+  sv::StreamObfuscation off;
+  CHECK(off.pad("data: {\"a\":1}\n\n") == "data: {\"a\":1}\n\n");
+  sv::StreamObfuscation on(true);
+  std::set<std::size_t> lengths;
+  std::set<std::string> paddings;
+  for (std::size_t size = 0; size < 80; ++size) {
+    const json body = {{"choices", {{{"delta", {{"content", std::string(size, 'x')}}}}}}, {"id", "c"}};
+    const std::string bare = sv::sse(body);
+    const std::string event = on.pad(bare);
+    CHECK(event.size() % sv::StreamObfuscation::kBlock == 0);
+    CHECK(event.size() > bare.size());
+    CHECK(event.size() <= bare.size() + std::string(",\"obfuscation\":\"\"").size() + sv::StreamObfuscation::kBlock);
+    REQUIRE(event.rfind("data: ", 0) == 0);
+    REQUIRE(event.substr(event.size() - 2) == "\n\n");
+    json data = json::parse(event.substr(6));
+    const std::string padding = data["obfuscation"].get<std::string>();
+    CHECK_FALSE(padding.empty());
+    CHECK(padding.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789") ==
+          std::string::npos);
+    data.erase("obfuscation");
+    CHECK(data == body);  // nothing else changed
+    lengths.insert(padding.size());
+    paddings.insert(padding);
+  }
+  CHECK(lengths.size() == sv::StreamObfuscation::kBlock);  // every length from 1 to the block, as sizes vary
+  CHECK(paddings.size() == 80);                            // random characters, not a fixed filler
+}
+
+TEST_CASE("responses: an obfuscated stream pads its delta events only", "[serve][responses][cpu]") {
+  sv::ResponseHead head;
+  head.id = "resp_ob";
+  head.model = "m";
+  sv::ResponseEvents stream(head, sv::StreamObfuscation(true));
+  std::string text = stream.start();
+  text += stream.text("Once");
+  text += stream.text(" upon a time");
+  sv::RunResult r;
+  r.text = "Once upon a time";
+  r.finish_reason = "stop";
+  text += stream.finish(r);
+  int deltas = 0;
+  for (const auto& [type, data] : parse_events(text)) {
+    const bool delta = type.size() > 6 && type.substr(type.size() - 6) == ".delta";
+    CHECK(data.contains("obfuscation") == delta);
+    deltas += delta ? 1 : 0;
+  }
+  CHECK(deltas == 2);
+  // Each delta event, as framed, is a multiple of the block.
+  std::size_t at = 0;
+  while ((at = text.find("event: response.output_text.delta\n", at)) != std::string::npos) {
+    const std::size_t end = text.find("\n\n", at) + 2;
+    CHECK((end - at) % sv::StreamObfuscation::kBlock == 0);
+    at = end;
+  }
+  // Off (the default of ResponseEvents; a request's include_obfuscation false): no field anywhere.
+  sv::ResponseEvents plain(head);
+  std::string plain_text = plain.start();
+  plain_text += plain.text("Once");
+  CHECK(parse_events(plain_text).back().second.contains("obfuscation") == false);
 }

@@ -26,6 +26,7 @@
 #include "serve/stored/store_write.h"
 #include "serve/wire/chunk_text.h"
 #include "serve/wire/serve_wire.h"
+#include "serve/wire/stream_obfuscation.h"
 
 namespace orbit::serve {
 
@@ -113,11 +114,14 @@ struct Job {
   std::vector<bool> sent;            // per choice: a chunk of it went out (its first carries the role)
   std::optional<StoreWrite> stored;  // the write of an answer with store true (keep_if_stored)
   int64_t ended = 0;                 // streamed chat: the choices whose end was handed on
-  std::string last_tail;  // streamed chat: the closing chunks of the last choice to end, for the stream's tail
-  StreamExtras extras;    // streamed chat: what each choice's next chunk carries besides its text
-  ChunkText chunks;       // streamed: its text chunks' events, the fields they share rendered once
+  std::string last_tail;          // streamed chat: the closing chunks of the last choice to end, for the stream's tail
+  StreamExtras extras;            // streamed chat: what each choice's next chunk carries besides its text
+  ChunkText chunks;               // streamed: its text chunks' events, the fields they share rendered once
+  StreamObfuscation obfuscation;  // streamed: pads every chunk (stream_options.include_obfuscation)
 
   const SamplingRequest& sampling() const { return chat ? chat->sampling : completion->sampling; }
+  // A chunk's event, padded when the stream is obfuscated (error events and [DONE] are not chunks).
+  std::string chunk(const json& body) { return obfuscation.pad(sse(body)); }
   // Whether the next chunk of `choice` is its first; from then on it is not.
   bool opens(int64_t choice) {
     if (sent.size() <= static_cast<std::size_t>(choice)) sent.resize(static_cast<std::size_t>(choice) + 1, false);
@@ -206,12 +210,12 @@ std::string choice_tail(Job& job, const RunResult& r, int64_t index) {
   if (r.tool_stream_mismatch) return sse(json::parse(error_body(tool_stream_error(*r.tool_stream_mismatch, index))));
   std::string tail;
   if (!r.unstreamed.empty()) {
-    tail += sse(chat_chunk(job.ids, r.unstreamed, job.opens(index), "", index, job.extras.take(index)));
+    tail += job.chunk(chat_chunk(job.ids, r.unstreamed, job.opens(index), "", index, job.extras.take(index)));
   }
   for (const ToolCallDelta& d : r.unstreamed_calls) {
-    tail += sse(tool_call_chunk(job.ids, d, job.opens(index), index, job.extras.take(index)));
+    tail += job.chunk(tool_call_chunk(job.ids, d, job.opens(index), index, job.extras.take(index)));
   }
-  return tail + sse(chat_chunk(job.ids, "", job.opens(index), r.finish_reason, index, job.extras.take(index)));
+  return tail + job.chunk(chat_chunk(job.ids, "", job.opens(index), r.finish_reason, index, job.extras.take(index)));
 }
 
 // A streamed chat choice that ended: its closing chunks go out now, while the others run, but the last
@@ -235,15 +239,15 @@ std::string stream_tail(Job& job, const RunOutcome& out) {
   } else if (job.chat) {
     tail += job.last_tail;
   } else {
-    tail += sse(text_completion(job.ids, "", out.result->finish_reason, nullptr));
+    tail += job.chunk(text_completion(job.ids, "", out.result->finish_reason, nullptr));
   }
   // Usage goes in one chunk only, the last one, when stream_options.include_usage asks for it (as OpenAI
   // streams it): clients that add up every chunk's usage would count it twice otherwise.
   if (out.result && job.sampling().include_usage) {
     const json usage = job.chat ? out.result->usage.to_json() : text_completion_usage(out.result->usage);
-    tail += sse(usage_chunk(job.ids, job.chat ? "chat.completion.chunk" : "text_completion", usage));
+    tail += job.chunk(usage_chunk(job.ids, job.chat ? "chat.completion.chunk" : "text_completion", usage));
   }
-  if (job.stored && !job.stored->ok) tail += sse(store_failed_chunk(job.ids, *job.stored));
+  if (job.stored && !job.stored->ok) tail += job.chunk(store_failed_chunk(job.ids, *job.stored));
   return tail + "data: [DONE]\n\n";
 }
 
@@ -281,12 +285,14 @@ std::optional<ApiError> prepare(ServeCore& core, const httplib::Request& req, Jo
 void stream_job(ServeCore& core, Job& job, httplib::DataSink& sink) {
   job.chunks = ChunkText(job.ids, job.chat ? "chat.completion.chunk" : "text_completion");
   auto on_text = [&](int64_t choice, const std::string& delta) {
-    const std::string event = job.chat ? job.chunks.chat_text(delta, job.opens(choice), choice, job.extras.take(choice))
-                                       : job.chunks.completion_text(delta);
+    const std::string event =
+        job.obfuscation.pad(job.chat ? job.chunks.chat_text(delta, job.opens(choice), choice, job.extras.take(choice))
+                                     : job.chunks.completion_text(delta));
     return sink.write(event.data(), event.size());
   };
   auto on_call = [&](int64_t choice, const ToolCallDelta& d) {
-    const std::string event = sse(tool_call_chunk(job.ids, d, job.opens(choice), choice, job.extras.take(choice)));
+    const std::string event =
+        job.chunk(tool_call_chunk(job.ids, d, job.opens(choice), choice, job.extras.take(choice)));
     return sink.write(event.data(), event.size());
   };
   auto on_end = [&](int64_t choice, const RunResult& r) { return end_choice(job, sink, choice, r); };
@@ -315,6 +321,7 @@ void HttpServer::generate(const std::string& endpoint, const httplib::Request& r
   job->ids = {(job->chat ? "chatcmpl-" : "cmpl-") + id_tag_ + "-" + std::to_string(++next_id_),
               static_cast<int64_t>(std::time(nullptr)), core_.model_name()};
   job->ids.usage_null = job->sampling().stream && job->sampling().include_usage;
+  job->obfuscation = StreamObfuscation(job->sampling().stream && job->sampling().include_obfuscation);
   job->watch = std::make_shared<PeerWatch>(req.local_port, req.remote_port);
   if (!job->sampling().stream) {
     const RunOutcome out = run_job(core_, *job, JobStream{[](int64_t, const std::string&) { return true; }});

@@ -409,8 +409,8 @@ void refuse_unsupported(const ojson& body) {
   }
   if (const ojson* v = field(body, "prompt_cache_options")) need_object(*v, "prompt_cache_options");
   if (const ojson* v = field(body, "stream_options")) {
-    // As chat's: only beside stream true, and include_obfuscation is its one option (true refused: this
-    // server obfuscates no stream).
+    // As chat's: only beside stream true, and include_obfuscation is its one option (copy_sampling hands it
+    // to chat's, which reads it).
     need_object(*v, "stream_options");
     const ojson* stream = field(body, "stream");
     if (stream == nullptr || *stream != true) invalid_field("stream_options", "only allowed when stream is true");
@@ -418,7 +418,6 @@ void refuse_unsupported(const ojson& body) {
     if (const ojson* o = field(*v, "include_obfuscation"); o != nullptr && !o->is_boolean()) {
       invalid_field("stream_options.include_obfuscation", std::string("expected a boolean, got ") + json_type_name(*o));
     }
-    if (const ojson* o = field(*v, "include_obfuscation"); o != nullptr && *o == true) refuse_obfuscation();
   }
   refuse_unknown_fields(body,
                         "model input instructions previous_response_id store tools tool_choice parallel_tool_calls "
@@ -450,6 +449,9 @@ void copy_sampling(const ojson& body, ojson& chat) {
   for (const char* name : {"temperature", "top_p", "seed", "stream", "user", "presence_penalty", "frequency_penalty",
                            "logit_bias", "top_logprobs"}) {
     if (const ojson* v = field(body, name)) chat[name] = *v;
+  }
+  if (const ojson* v = field(body, "stream_options")) {
+    if (const ojson* o = field(*v, "include_obfuscation")) chat["stream_options"] = {{"include_obfuscation", *o}};
   }
   // Chat refuses parallel_tool_calls without tools, as OpenAI's chat does; a response has the setting whether or
   // not it has tools (it is repeated in the response), so without tools it is checked here and only repeated.

@@ -33,7 +33,8 @@
 //   presence_penalty, frequency_penalty and logit_bias (as chat takes and honours them); top_logprobs (0..20)
 //   and include ["message.output_text.logprobs"]: either (top_logprobs above 0) asks for the answer's log
 //   probabilities, written in output_text.logprobs and in each output_text.delta event;
-//   stream (bool); stream_options ({include_obfuscation?: false}: no stream is obfuscated); text ({format: {type:
+//   stream (bool); stream_options ({include_obfuscation?: bool}, default true: each ".delta" event padded by a
+//   random "obfuscation" field, stream_obfuscation.h); text ({format: {type:
 //   "text"} | {type: "json_object"} | {type: "json_schema", name?, schema, strict?, description?},
 //   verbosity?: "medium"}); user (any string: names a session as in chat); metadata (at most 16 string
 //   values, keys up to 64 bytes, values up to 512: stored and echoed); prompt_cache_key,
@@ -41,7 +42,7 @@
 // Refused rather than ignored (400 naming the field, code "unsupported_parameter"): background true,
 // reasoning with an effort other than "none" (or a summary), truncation other than "disabled", any include
 // item but message.output_text.logprobs (no reasoning, no hosted tools), conversation, prompt,
-// max_tool_calls, service_tier other than "auto" or "default", stream_options.include_obfuscation true,
+// max_tool_calls, service_tier other than "auto" or "default",
 // context_management, text.verbosity other than "medium", and the samplers chat refuses (top_k, min_p, top_a,
 // typical_p, repetition_penalty, mirostat). Chat's own fields are refused naming what to use instead (code
 // "unknown_parameter"): max_tokens and max_completion_tokens (max_output_tokens), messages (input),

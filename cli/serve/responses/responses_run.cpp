@@ -251,7 +251,7 @@ ResponseOutcome run_response(ServeCore& core, ResponseCall& call, const RunSink&
   std::optional<ResponseEvents> stream;
   RunSink run_sink = sink;
   if (events) {
-    stream.emplace(call.head);
+    stream.emplace(call.head, StreamObfuscation(call.request.chat.sampling.include_obfuscation));
     if (core.options().test_fault == "stream_start") {  // ServeOptions::test_fault: tests only
       throw std::runtime_error(
           "fault injected before response.created (ORBIT_SERVE_TEST_FAULT=stream_start, for tests only)");

@@ -1,6 +1,7 @@
 #include "serve/responses/responses_wire.h"
 
 #include <ctime>
+#include <string_view>
 
 #include "serve/wire/serve_wire.h"
 
@@ -126,7 +127,12 @@ json response_body(const ResponseHead& head, const RunResult* result) {
 
 std::string ResponseEvents::event(json body) {
   body["sequence_number"] = sequence_++;
-  return "event: " + body["type"].get<std::string>() + "\ndata: " + dump(body) + "\n\n";
+  const std::string type = body["type"].get<std::string>();
+  std::string framed = "event: " + type + "\ndata: " + dump(body) + "\n\n";
+  const std::string_view delta = ".delta";
+  const bool is_delta =
+      type.size() > delta.size() && type.compare(type.size() - delta.size(), delta.size(), delta) == 0;
+  return is_delta ? obfuscation_.pad(std::move(framed)) : framed;
 }
 
 std::string ResponseEvents::start() {

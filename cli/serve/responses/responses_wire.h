@@ -53,6 +53,7 @@
 #include "serve/serve_types.h"
 #include "serve/stored/store_write.h"
 #include "serve/wire/serve_api.h"
+#include "serve/wire/stream_obfuscation.h"
 
 namespace orbit::serve {
 
@@ -82,7 +83,9 @@ std::string stream_error_event(const ApiError& error);
 // The events of one streamed response, numbered in order. Not thread-safe: one per stream.
 class ResponseEvents {
  public:
-  explicit ResponseEvents(ResponseHead head) : head_(std::move(head)) {}
+  // `obfuscation`: pads every ".delta" event (stream_options.include_obfuscation); off by default.
+  explicit ResponseEvents(ResponseHead head, StreamObfuscation obfuscation = StreamObfuscation())
+      : head_(std::move(head)), obfuscation_(std::move(obfuscation)) {}
 
   std::string start();  // response.created, response.in_progress
   // A piece of the reasoning (RunSink::on_reasoning): opens the reasoning item at the first, then its delta.
@@ -102,7 +105,7 @@ class ResponseEvents {
   int64_t events() const { return sequence_; }  // events written so far
 
  private:
-  std::string event(nlohmann::json body);  // numbered and framed
+  std::string event(nlohmann::json body);  // numbered and framed; a ".delta" event padded when obfuscated
   std::string open_message();
   // The reasoning item's closing events (its text as streamed), `status` the item's.
   std::string close_reasoning(const std::string& status);
@@ -114,6 +117,7 @@ class ResponseEvents {
   std::size_t call_index(std::size_t call) const { return message_index() + (message_open_ ? 1 : 0) + call; }
 
   ResponseHead head_;
+  StreamObfuscation obfuscation_;
   int64_t sequence_ = 0;
   bool reasoning_open_ = false;  // the reasoning item was added (it is output 0)
   bool reasoning_closed_ = false;

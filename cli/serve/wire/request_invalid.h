@@ -70,15 +70,6 @@ inline std::string name_problem(const std::string& name, const char* what) {
                                  "unsupported_parameter", param)};
 }
 
-// stream_options.include_obfuscation true, on chat and on responses: OpenAI then adds an "obfuscation" field of
-// random characters to each streamed delta event (padding payload sizes against side channels). This server
-// streams no such field, so it refuses the ask (false, or leaving it out, is served) rather than answer a
-// stream without the padding the client asked for.
-[[noreturn]] inline void refuse_obfuscation() {
-  unsupported("stream_options.include_obfuscation",
-              "stream obfuscation (an \"obfuscation\" field padding each delta event; send false or leave it out)");
-}
-
 // The names of `names`, a list separated by single spaces ("model messages stop").
 inline std::vector<std::string_view> split_names(std::string_view names) {
   std::vector<std::string_view> out;

@@ -275,16 +275,15 @@ SamplingRequest parse_sampling(const json& body, const ServeLimits& limits) {
   }
   if (const json* v = field("stream")) s.stream = need_bool(*v, "stream");
   if (const json* v = field("stream_options")) {
-    // As OpenAI: only beside stream true; other keys are refused by name. include_obfuscation false is what
-    // this server streams (no chunk carries OpenAI's random "obfuscation" padding); true asks for that
-    // padding, which is refused rather than answered without it.
+    // As OpenAI: only beside stream true; other keys are refused by name. include_obfuscation (on unless
+    // false, as OpenAI has it) pads each chunk with a random "obfuscation" field (stream_obfuscation.h).
     if (!v->is_object()) invalid_field("stream_options", std::string("expected an object, got ") + json_type_name(*v));
     if (!s.stream) invalid_field("stream_options", "only allowed when stream is true");
     for (const auto& [key, value] : v->items()) {
       if (key == "include_usage") {
         s.include_usage = need_bool(value, "stream_options.include_usage");
       } else if (key == "include_obfuscation") {
-        if (need_bool(value, "stream_options.include_obfuscation")) refuse_obfuscation();
+        s.include_obfuscation = need_bool(value, "stream_options.include_obfuscation");
       } else {
         invalid_field("stream_options." + key, "unknown option (include_usage and include_obfuscation are served)");
       }

@@ -9,8 +9,8 @@
 //                max_completion_tokens (integer >= 1), temperature [0, 2], top_p (0, 1], seed (integer),
 //                stop (string or array of at most 4 strings), n (1..ServeLimits::max_choices; streamed, each
 //                choice's chunks carry its index), stream (bool),
-//                stream_options.include_usage (bool), stream_options.include_obfuscation (false; true is
-//                refused, code unsupported_parameter: no stream is obfuscated), user (any string), tools (array of
+//                stream_options.include_usage (bool), stream_options.include_obfuscation (bool, default true:
+//                every chunk padded by an "obfuscation" field), user (any string), tools (array of
 //                {"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}, names unique and
 //                1 to 64 letters, digits, _ and - (OpenAI's rule; other bytes reach the template and the call parser),
 //                other keys refused, handed to the template; the server refuses parameters outside the schema subset of
@@ -133,6 +133,9 @@ struct SamplingRequest {
   std::vector<std::string> stop;  // generation ends before the first of these in the text
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage: a last chunk with usage before [DONE]
+  // stream_options.include_obfuscation: each streamed chunk carries a random "obfuscation" field that pads it
+  // to a multiple of 32 bytes (stream_obfuscation.h). On unless false, as in OpenAI's API.
+  bool include_obfuscation = true;
   double presence_penalty = 0;
   double frequency_penalty = 0;
   std::map<int64_t, double> logit_bias;  // token id -> bias
