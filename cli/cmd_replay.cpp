@@ -239,20 +239,8 @@ void print_ratios(const ReplayReport& r) {
   }
 }
 
-}  // namespace
-
-int run_replay(int argc, char** argv, int first) {
-  std::string trace_path;
-  if (first < argc && argv[first][0] != '-') trace_path = argv[first++];
-  const Args args(
-      "replay",
-      ArgSpec{{"--model", "--policy", "--json", "--patch-capacity", "--repeat", "--page-size", "--trace",
-               "--yardstick-tokens", "--device", "--dtype", "--host-budget", "--eviction", "--device-tier"},
-              {"--explain", "--attribute", "--no-fidelity", "--quiet", "--calibrate", "--calibrate-fidelity"},
-              kReplayUsage},
-      argc, argv, first);
-  ORBIT_CHECK(trace_path.empty() || !args.has("--trace"), "replay: the trace is given twice (TRACE and --trace)");
-  if (trace_path.empty()) trace_path = args.required("--trace");
+// The replay's options from its arguments (the trace aside), each checked in turn: a bad one throws naming it.
+ReplayOptions replay_options(const Args& args) {
   ReplayOptions o;
   o.engine.model = args.required("--model");
   o.engine.page_size = args.get_int("--page-size", 16, 1);
@@ -293,21 +281,43 @@ int run_replay(int argc, char** argv, int first) {
   ORBIT_CHECK(repeat == 1 || !o.calibrate,
               "replay: argument '--repeat' > 1 cannot be combined with --calibrate (calibration fits the cost model "
               "from measured times, so each round could plan differently)");
+  return o;
+}
+
+// Progress on stderr, called before each step: on a terminal one line rewritten in place, else a line at a
+// policy's first step and every 50th.
+decltype(ReplayOptions::progress) replay_progress() {
+  const bool tty = ::isatty(STDERR_FILENO) != 0;
+  return [tty](std::size_t p, std::size_t np, std::size_t s, std::size_t ns, const std::string& name) {
+    if (tty) {
+      std::fprintf(stderr, "\rreplay: policy %zu/%zu %-24s step %zu/%zu   ", p + 1, np, name.c_str(), s + 1, ns);
+      if (p + 1 == np && s + 1 == ns) std::fprintf(stderr, "\n");
+    } else if (s == 0 || (s + 1) % 50 == 0) {
+      std::fprintf(stderr, "replay: policy %zu/%zu %s step %zu/%zu\n", p + 1, np, name.c_str(), s + 1, ns);
+    }
+  };
+}
+
+}  // namespace
+
+int run_replay(int argc, char** argv, int first) {
+  std::string trace_path;
+  if (first < argc && argv[first][0] != '-') trace_path = argv[first++];
+  const Args args(
+      "replay",
+      ArgSpec{{"--model", "--policy", "--json", "--patch-capacity", "--repeat", "--page-size", "--trace",
+               "--yardstick-tokens", "--device", "--dtype", "--host-budget", "--eviction", "--device-tier"},
+              {"--explain", "--attribute", "--no-fidelity", "--quiet", "--calibrate", "--calibrate-fidelity"},
+              kReplayUsage},
+      argc, argv, first);
+  ORBIT_CHECK(trace_path.empty() || !args.has("--trace"), "replay: the trace is given twice (TRACE and --trace)");
+  if (trace_path.empty()) trace_path = args.required("--trace");
+  ReplayOptions o = replay_options(args);
   const std::optional<std::string> json_out = args.get("--json");
   // Refused now rather than after a replay of minutes; written atomically once the report exists.
   if (json_out && *json_out != "-") check_output_target(*json_out, kJsonReport);
   const bool quiet = args.flag("--quiet");
-  const bool tty = ::isatty(STDERR_FILENO) != 0;
-  if (!quiet) {
-    o.progress = [tty](std::size_t p, std::size_t np, std::size_t s, std::size_t ns, const std::string& name) {
-      if (tty) {
-        std::fprintf(stderr, "\rreplay: policy %zu/%zu %-24s step %zu/%zu   ", p + 1, np, name.c_str(), s + 1, ns);
-        if (p + 1 == np && s + 1 == ns) std::fprintf(stderr, "\n");
-      } else if (s == 0 || (s + 1) % 50 == 0) {
-        std::fprintf(stderr, "replay: policy %zu/%zu %s step %zu/%zu\n", p + 1, np, name.c_str(), s + 1, ns);
-      }
-    };
-  }
+  if (!quiet) o.progress = replay_progress();
 
   const Trace trace = load_trace(trace_path);
   const ReplayReport report = replay(trace, o);
