@@ -201,8 +201,10 @@ def test_a_client_that_trickles_its_reads_below_the_drain_rate_is_dropped(start_
 
 
 def test_a_slow_client_above_the_default_drain_rate_reads_its_whole_answer(start_serve, stories260k_path):
-    # The same trickling reader, at up to 80 KiB/s, against the default rate (1 KiB/s): served to its end.
-    server = start_serve(stories260k_path, "--max-unsent-kb", "64", "--stall-seconds", "2")
+    # The same trickling reader, at up to 80 KiB/s, against the default rate (1 KiB/s): served to its end. The
+    # stall limit is 10 s here, so that a loaded machine that slows this reader many times over still leaves
+    # each write progress within it.
+    server = start_serve(stories260k_path, "--max-unsent-kb", "64", "--stall-seconds", "10")
     client = Trickle(server, stream_body(n=2, max_tokens=200))
     try:
         closed = client.read(limit=64 << 20)
