@@ -3,6 +3,9 @@
 #include "constrain/key_log.h"
 
 #include <algorithm>
+#include <iterator>
+#include <set>
+#include <string>
 
 #include "constrain/key_log_parts.h"
 #include "constrain/token_masks.h"
@@ -15,30 +18,42 @@ using key_log::Joined;
 
 namespace {
 
-// The tokens that write a prefix of the rest of the logged key `logged` past the bytes written of the key frame
-// `top` (`written`, from its opening quote), that a walk may refuse (appended to `out`). A byte is refused only
-// where every completion of the key so far is taken: where the key (kDfa or kLiteralSet) has more completions
-// after it than the object has keys that begin with its bytes (`keys`; `in_range` of them begin with
-// `written`), it is not. So the tokens no longer than the bytes of the rest such bytes follow are left out.
-void rest_suspects(const Node& key, const Frame& top, const std::string& written, const std::string& logged,
+// How many of `keys` begin with the first `length` bytes of `*it` (one of them), counted up to `limit` (at
+// least 1): those around it in sorted order, read outwards until one differs there.
+std::size_t count_around(const std::set<std::string>& keys, std::set<std::string>::const_iterator it,
+                         std::size_t length, std::size_t limit) {
+  std::size_t n = 1;
+  for (auto l = it; n < limit && l != keys.begin();) {
+    if ((--l)->compare(0, length, *it, 0, length) != 0) break;
+    ++n;
+  }
+  for (auto r = std::next(it); n < limit && r != keys.end() && r->compare(0, length, *it, 0, length) == 0; ++r) ++n;
+  return n;
+}
+
+// The tokens that write a prefix of the rest of the logged key `*it` past the bytes written of the key frame
+// `top` (`written` of them, from its opening quote), that a walk may refuse (appended to `out`). A byte is
+// refused only where every completion of the key so far is taken: where the key (kDfa or kLiteralSet) has more
+// completions after it than the object has keys that begin with its bytes (`keys`; `in_range` of them begin
+// with the bytes written), it is not. So the tokens no longer than the bytes of the rest such bytes follow are
+// left out; those bytes are read only as far as the longest token that writes a prefix of the rest.
+void rest_suspects(const Node& key, const Frame& top, std::size_t written, std::set<std::string>::const_iterator it,
                    const std::set<std::string>& keys, std::size_t in_range, const VocabTrie& trie,
                    std::vector<int32_t>& out) {
-  const std::string_view rest = std::string_view(logged).substr(written.size());
+  const std::string_view rest = std::string_view(*it).substr(written);
+  const std::size_t from = out.size();
+  trie.prefixes_of(rest, out);  // shortest first
+  if (out.size() == from) return;
+  const auto longest = static_cast<std::size_t>(trie.length(out.back()));
   std::size_t sure = 0;
   Frame f = top;
-  while (sure < rest.size() && static_cast<int64_t>(sure) < trie.max_token_bytes() &&
-         key_log::key_byte(key, f, static_cast<uint8_t>(rest[sure])) == 0) {
+  while (sure < longest && key_log::key_byte(key, f, static_cast<uint8_t>(rest[sure])) == 0) {
     const auto ahead = static_cast<std::size_t>(std::max<int64_t>(0, key_log::completions_at_least(key, f)));
-    // Counted among the keys that begin with the bytes so far only where those that begin with `written` are
-    // not already fewer.
-    if (ahead <= in_range && key_log::count_begins(keys, logged.substr(0, written.size() + sure + 1), ahead) >= ahead) {
-      break;
-    }
+    // Counted among the keys that begin with the bytes so far only where those that begin with the bytes
+    // written are not already fewer.
+    if (ahead <= in_range && count_around(keys, it, written + sure + 1, ahead) >= ahead) break;
     ++sure;
   }
-  if (static_cast<int64_t>(sure) >= trie.max_token_bytes()) return;
-  const std::size_t from = out.size();
-  trie.prefixes_of(rest, out);
   out.erase(std::remove_if(out.begin() + static_cast<std::ptrdiff_t>(from), out.end(),
                            [&](int32_t id) { return trie.length(id) <= static_cast<int64_t>(sure); }),
             out.end());
@@ -108,7 +123,7 @@ const std::vector<int32_t>& KeyLog::suspects(const StateSet& state, std::string_
     const std::string prefix = joined.span(joined.opening_quote(text.size() - 1), text.size() - 1);
     const std::size_t in_range = key_log::count_begins(keys, prefix, keys.size());
     for (auto it = keys.lower_bound(prefix); it != keys.end() && it->compare(0, prefix.size(), prefix) == 0; ++it) {
-      rest_suspects(*key, f[n - 1], prefix, *it, keys, in_range, trie, out);
+      rest_suspects(*key, f[n - 1], prefix.size(), it, keys, in_range, trie, out);
     }
   }
   // An object the token opens may have few keys: its first key's opening quote may be refused (an extra key

@@ -96,6 +96,10 @@ VocabTrie::VocabTrie(const std::vector<std::optional<std::string>>& bytes)
     }
   }
   all_ = PreorderTrie::of(bytes, std::move(ids));
+  root_children_.assign(256, 0);
+  for (std::size_t child = 1; child < all_.byte.size(); child = static_cast<std::size_t>(all_.end[child])) {
+    root_children_[all_.byte[child]] = static_cast<int32_t>(child);  // the root's children, each subtree skipped
+  }
   not_plain_ = PreorderTrie::of(bytes, std::move(not_plain));
   quoted_.resize(2 * kMaxQuotes);
   lengths_.assign(bytes.size(), 0);
@@ -132,6 +136,7 @@ VocabTrie::VocabTrie(const std::vector<std::optional<std::string>>& bytes)
 }
 
 std::size_t VocabTrie::child_of(std::size_t node, char c) const {
+  if (node == 0) return static_cast<std::size_t>(root_children_[static_cast<uint8_t>(c)]);
   // A node's children follow it, each child's subtree ending where its next begins.
   std::size_t child = node + 1;
   const auto end = static_cast<std::size_t>(all_.end[node]);

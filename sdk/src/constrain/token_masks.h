@@ -86,7 +86,8 @@ class VocabTrie {
 
  private:
   friend class MaskCache;
-  // The child of trie node `node` on byte `c`, or 0 (the root, no node's child) where it has none.
+  // The child of trie node `node` on byte `c`, or 0 (the root, no node's child) where it has none. The root's
+  // children are looked up in root_children_; a deeper node's by reading its children in order.
   std::size_t child_of(std::size_t node, char c) const;
 
   int64_t vocab_size_ = 0;
@@ -94,8 +95,9 @@ class VocabTrie {
   PreorderTrie not_plain_;
   std::vector<uint64_t> plain_bits_;
   int64_t plain_count_ = 0;
-  std::vector<uint8_t> plain_chars_;  // per id: the characters of a plain token (0: not plain)
-  std::vector<uint16_t> lengths_;     // per id: its bytes (0: not in the trie)
+  std::vector<uint8_t> plain_chars_;    // per id: the characters of a plain token (0: not plain)
+  std::vector<uint16_t> lengths_;       // per id: its bytes (0: not in the trie)
+  std::vector<int32_t> root_children_;  // per byte: the root's child on it in all_ (0: none)
   // [2 (k - 1) + commas]: the tokens with at least k '"' bytes, and with `commas` those with a ',' besides
   std::vector<std::vector<int32_t>> quoted_;
   std::vector<int32_t> backslashes_;
