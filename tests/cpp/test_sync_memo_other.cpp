@@ -190,3 +190,38 @@ TEST_CASE("Mistral Nemo's list that ends past its last user turn reads its prefi
     }
   }
 }
+
+// The same with the oldest rounds trimmed as well. With a tool, every prefix of the latest list K before its last
+// user turn writes the tools before its own last user turn, so none is a head of K's rendering, and the spans
+// found no place in K to anchor this list's first message on: every prefix was rendered (60 of 61 here). The anchor
+// now takes the place in K where this list's rendering past its first message starts again.
+TEST_CASE("Mistral Nemo's list with a new system prompt and its oldest rounds trimmed reads its prefixes",
+          "[sync_memo]") {
+  const runtime::ChatTemplate t(template_source("mistral-nemo-instruct-2407"), "nemo", "<s>", "</s>");
+  std::mt19937_64 rng(17);
+  for (const bool tools : {false, true}) {
+    for (const int last : {0, 1, 2}) {  // the last round's answer dropped (a tool's result or a user turn last),
+                                        // kept, or a user turn added
+      runtime::ChatRenderOptions o;
+      if (tools) o.tools_json = kLookupTool;
+      orbit::detail::clear_cuts_memo();
+      const std::size_t round_size = tools ? 4 : 2;
+      Messages list = nemo_list(rng, tools ? 15 : 30, tools);  // 61 messages
+      if (last == 0) list.pop_back();
+      if (last == 2) list.push_back(runtime_msg("user", sentence(rng, 6)));
+      REQUIRE(cuts_both(t, o, list));
+      for (int request = 0; request < 3; ++request) {
+        list.front().content += " Step " + std::to_string(request) + ": " + sentence(rng, request + 1);
+        list.erase(list.begin() + 1, list.begin() + 1 + static_cast<std::ptrdiff_t>(round_size));
+        INFO((tools ? "tools, " : "") << "last " << last << ", request " << request << ", " << list.size()
+                                      << " messages");
+        const std::optional<ListCuts> cuts = cuts_both(t, o, list);
+        REQUIRE(cuts);
+        // The first message's prefix, the prefixes past the bytes the two renderings agree on (a user turn last
+        // carries the system prompt), and the check's renders.
+        CHECK(cuts->renders <= 8);
+        CHECK(cuts->spans + cuts->renders >= static_cast<int64_t>(list.size()) - 1);
+      }
+    }
+  }
+}

@@ -55,14 +55,21 @@
 // against K's, under the same assumption; a template that shows the first message again further on (the system prompt
 // repeated or counted in every turn) shows it in both whole renderings, so b stops there, and one that moves it into
 // the last user turn renders each prefix that ends with a user turn otherwise in K as well, so those are rendered.
-// Last, the longest prefix of T read is rendered as well, and per anchor the shortest read that ends with each role
-// (a user turn, an answer, a tool's result); where any differs, every prefix is rendered as without the spans. A
-// template may render the messages after the anchor otherwise for what precedes it in a way the whole renderings
-// hide: Qwen3 shows an answer's reasoning (and an empty <think> block for the last message) only after a query, a
-// user turn that is no <tool_response>, so where T has a query before the anchor and K none, the prefixes that end
-// with an answer past the anchor and before the next query part, while those ending with a user turn, and the
-// whole renderings (a query follows), do not; the shortest read ending with an answer is one of them (Qwen3's
-// state is undone by the first query after the anchor, so the prefixes that part are the first of each role's).
+// Where K rendered its first k messages as a head of K at no place k of T's message t, the anchor takes the place
+// whose run goes furthest and, for q, the place in K where T[p, ..) starts again (of the first places of its first
+// bytes in K, the one K agrees with furthest): the assumption then also takes K[0, q) for what K's first k messages
+// are inside K's rendering, which no render of K showed. Mistral Nemo with a tool needs it: every prefix writes the
+// tools before its own last user turn, so none of K's prefixes before its last user turn is a head of K, and a list
+// trimmed at its start (its first message anchoring alone) met no place to anchor on, rendering every prefix.
+// Last, the longest prefix of T read is rendered as well, and per anchor the shortest read that ends with each role (a
+// user turn, an answer, a tool's result); where any differs, every prefix is rendered as without the spans (none twice:
+// those rendered already are read from the first pass). A template may render the messages after the anchor otherwise
+// for what precedes it in a way the whole renderings hide: Qwen3 shows an answer's reasoning (and an empty <think>
+// block for the last message) only after a query, a user turn that is no <tool_response>, so where T has a query before
+// the anchor and K none, the prefixes that end with an answer past the anchor and before the next query part, while
+// those ending with a user turn, and the whole renderings (a query follows), do not; the shortest read ending with an
+// answer is one of them (Qwen3's state is undone by the first query after the anchor, so the prefixes that part are the
+// first of each role's).
 // Other text read is checked apart, on what step 2 reads of it (its kind and where it parts from T; a length that
 // differs past there, as a new system prompt in Mistral Nemo's last user turn gives, is no difference): its longest is
 // rendered, and its shortest on until one renders as read (Qwen3 shows an answer's reasoning only after a user turn,

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string_view>
 #include <tuple>
+#include <utility>
 
 #include "orbit/common/error.h"
 #include "window/sync_latest.h"
@@ -36,6 +37,9 @@ constexpr std::size_t kMaxEntryClockReads = 64;
 // How many places in the latest list an anchor tries for its next message (a message may repeat there): the one
 // whose run of equal messages goes furthest is kept.
 constexpr std::size_t kAnchorPlaces = 8;
+// How many bytes of the text past an anchor's prefix are looked up in the latest list, where K's first k messages
+// rendered otherwise (Spans::at_in_latest): its places are then compared in full.
+constexpr std::size_t kFindBytes = 64;
 
 // The renders of an earlier list whose first `count` messages are this list's (CutsMemo), and the
 // length of the common prefix of its rendering and this one's.
@@ -53,7 +57,8 @@ PrefixRender render_of(const ListRenders& k, std::size_t i) {
 
 // The spans of the latest list with this list's first message (K; the header's trimmed lists), and the
 // anchor step 2 reads them from: this list's first t messages rendered as text[0, p), its messages from t on
-// K's from k on for `run` messages, K's first k rendered as K[0, q), and text[p, p + bytes) = K[q, q + bytes).
+// K's from k on for `run` messages, K's first k rendered as K[0, q) (or, where K rendered them otherwise, text[p, ..)
+// found again at q: rendered()), and text[p, p + bytes) = K[q, q + bytes).
 class Spans {
  public:
   Spans(std::shared_ptr<const ListRenders> latest, const std::vector<Sha256::Digest>& messages, const std::string& text)
@@ -86,21 +91,27 @@ class Spans {
   }
   // How many anchors were set so far: the reads of one anchor are those read while it stays the same.
   std::size_t anchors() const { return anchors_; }
-  // Prefix i, rendered as `r`: an anchor there, unless the present one reads on past i.
+  // Prefix i, rendered as `r`: an anchor there, unless the present one reads on past i. The anchor is a place
+  // in K where K's message k is this list's message i and K's first k messages rendered as a head of K (the
+  // place whose run goes furthest); where there is none, a place of message i whose first k messages K rendered
+  // otherwise, as a template that writes something before each prefix's own last user turn renders every prefix
+  // of K before its last user turn (Mistral Nemo with tools), anchored where text[p, ..) starts again in K
+  // (at_in_latest): the spans' argument then takes K[0, q) for the text K's first k messages are inside K's whole
+  // rendering, which no render of K showed; the check is the same (sync_memo.h).
   void rendered(std::size_t i, const PrefixRender& r) {
     if (k_ == nullptr || r.kind != PrefixRender::Kind::kPrefix || i >= messages_.size()) return;
     if (anchored_ && !spent_ && i > t_) return;
     anchored_ = false;
-    std::size_t best_run = 0, best_k = 0, tried = 0;
-    const std::vector<Sha256::Digest>& km = k_->messages;
-    for (std::size_t k = 1; k < km.size() && tried < kAnchorPlaces; ++k) {
-      if (km[k] != messages_[i] || render_of(*k_, k).kind != PrefixRender::Kind::kPrefix) continue;
-      ++tried;
-      std::size_t run = 0;
-      while (k + run < km.size() && i + run < messages_.size() && km[k + run] == messages_[i + run]) ++run;
-      if (run > best_run) std::tie(best_run, best_k) = std::make_pair(run, k);
+    auto [best_k, best_run] = longest_run(i, true);
+    std::size_t q = 0;
+    if (best_run > 0) {
+      q = render_of(*k_, best_k).length;
+    } else {
+      std::tie(best_k, best_run) = longest_run(i, false);
+      const std::optional<std::size_t> at = best_run > 0 ? at_in_latest(r.length) : std::nullopt;
+      if (!at) return;
+      q = *at;
     }
-    if (best_run == 0) return;
     anchored_ = true;
     spent_ = false;
     ++anchors_;
@@ -108,11 +119,43 @@ class Spans {
     k_at_ = best_k;
     run_ = best_run;
     p_ = r.length;
-    q_ = render_of(*k_, best_k).length;
+    q_ = q;
     bytes_ = common_prefix(std::string_view(text_).substr(p_), std::string_view(k_->text).substr(q_));
   }
 
  private:
+  // Of the first kAnchorPlaces places k in K whose message k is this list's message i (those whose first k
+  // messages K rendered as a head of it alone, where `heads`), the one whose run of equal messages goes furthest:
+  // {k, run}; run 0: none.
+  std::pair<std::size_t, std::size_t> longest_run(std::size_t i, bool heads) const {
+    std::size_t best_run = 0, best_k = 0, tried = 0;
+    const std::vector<Sha256::Digest>& km = k_->messages;
+    for (std::size_t k = 1; k < km.size() && tried < kAnchorPlaces; ++k) {
+      if (km[k] != messages_[i] || (heads && render_of(*k_, k).kind != PrefixRender::Kind::kPrefix)) continue;
+      ++tried;
+      std::size_t run = 0;
+      while (k + run < km.size() && i + run < messages_.size() && km[k + run] == messages_[i + run]) ++run;
+      if (run > best_run) std::tie(best_run, best_k) = std::make_pair(run, k);
+    }
+    return {best_k, best_run};
+  }
+  // Where text[p, ..) starts again in K: of the first kAnchorPlaces places of its first kFindBytes bytes in K, the
+  // one K agrees with it furthest from; nullopt where it has none (or text ends at p).
+  std::optional<std::size_t> at_in_latest(std::size_t p) const {
+    const std::string_view rest = std::string_view(text_).substr(p);
+    const std::string_view find = rest.substr(0, std::min(rest.size(), kFindBytes));
+    const std::string_view k(k_->text);
+    std::optional<std::size_t> best;
+    std::size_t best_bytes = 0;
+    std::size_t at = find.empty() ? std::string_view::npos : k.find(find);
+    for (std::size_t tried = 0; at != std::string_view::npos && tried < kAnchorPlaces; ++tried) {
+      const std::size_t bytes = common_prefix(rest, k.substr(at));
+      if (bytes > best_bytes) std::tie(best, best_bytes) = std::make_pair(at, bytes);
+      at = k.find(find, at + 1);
+    }
+    return best;
+  }
+
   std::shared_ptr<const ListRenders> k_;  // null: no latest list
   const std::vector<Sha256::Digest>& messages_;
   const std::string& text_;
@@ -223,20 +266,44 @@ class HeadChecks {
   int64_t count_ = 0;
 };
 
+// What rendering each prefix of a list gives (prefix_render), each asked at most once per list: the spans' pass,
+// its check and the pass without the spans where the check fails read the same answers, so a list whose check
+// fails renders no prefix twice (at most every prefix, as without the spans). Every answer is what rendering gives
+// (a read of `known` is exact: sync_memo.h), whatever asked for it.
+class PrefixAnswers {
+ public:
+  PrefixAnswers(const runtime::ChatTemplate& tmpl, const runtime::PreparedChat& chat, const std::string& text,
+                runtime::ClockReads& reads)
+      : tmpl_(tmpl), chat_(chat), text_(text), reads_(reads), seen_(chat.size()) {}
+  // Prefix i (0 < i < the list's messages): read from `known` where it tells, else rendered.
+  PrefixRender at(std::size_t i, const KnownRenders& known) {
+    std::optional<PrefixRender>& r = seen_[i];
+    if (!r) r = prefix_render(tmpl_, chat_, i, text_, known, reads_);
+    return *r;
+  }
+  std::size_t messages() const { return seen_.size(); }  // the list's
+
+ private:
+  const runtime::ChatTemplate& tmpl_;
+  const runtime::PreparedChat& chat_;
+  const std::string& text_;
+  runtime::ClockReads& reads_;
+  std::vector<std::optional<PrefixRender>> seen_;  // [i]: prefix i's answer, once asked
+};
+
 // What each prefix of the list renders to (renders.prefixes), from `known`, the spans of `latest` (null: none),
-// or rendering; false when the check of the spans' prefixes of the text (HeadChecks) failed, and nothing is set
-// but the strftime_now calls of the prefixes rendered, added to renders.clock. Other text read from the spans is
-// checked apart (check_other_reads), so a template that renders it otherwise in this list (Mistral Nemo carries
-// the system prompt, a message before the anchor, into the last user turn) costs only what it cost when other
-// text was always rendered.
-bool read_prefixes(const runtime::ChatTemplate& tmpl, const runtime::PreparedChat& chat, const std::string& text,
-                   const KnownRenders& known, std::shared_ptr<const ListRenders> latest, const ListKeys& keys,
-                   ListRenders& renders) {
+// or rendering (`answers`, which adds the strftime_now calls of the prefixes rendered to renders.clock); false when
+// the check of the spans' prefixes of the text (HeadChecks) failed, and nothing is set. Other text read from the
+// spans is checked apart (check_other_reads), so a template that renders it otherwise in this list (Mistral Nemo
+// carries the system prompt, a message before the anchor, into the last user turn) costs only what it cost when
+// other text was always rendered.
+bool read_prefixes(PrefixAnswers& answers, const std::string& text, const KnownRenders& known,
+                   std::shared_ptr<const ListRenders> latest, const ListKeys& keys, ListRenders& renders) {
   Spans spans(std::move(latest), keys.messages, text);
   std::vector<PrefixRender> out;
   HeadChecks heads(keys.roles);
   std::vector<std::size_t> other_reads;  // the prefixes read as other text, shortest first
-  for (std::size_t i = 1; i < chat.size(); ++i) {
+  for (std::size_t i = 1; i < answers.messages(); ++i) {
     std::optional<PrefixRender> r;
     if (i > known.count) r = spans.read(i);
     if (r && r->kind == PrefixRender::Kind::kOther) {
@@ -244,12 +311,12 @@ bool read_prefixes(const runtime::ChatTemplate& tmpl, const runtime::PreparedCha
     } else if (r) {
       heads.read(i, spans.anchors());
     } else {
-      r = prefix_render(tmpl, chat, i, text, known, renders.clock);
+      r = answers.at(i, known);
       if (i >= known.count) spans.rendered(i, *r);
     }
     out.push_back(*r);
   }
-  const auto render = [&](std::size_t i) { return prefix_render(tmpl, chat, i, text, KnownRenders{}, renders.clock); };
+  const auto render = [&](std::size_t i) { return answers.at(i, KnownRenders{}); };
   if (!heads.hold(render, out)) return false;
   prefix_spans.fetch_add(heads.count(), std::memory_order_relaxed);
   const std::size_t kept = check_other_reads(other_reads, render, out);
@@ -316,8 +383,9 @@ std::vector<TextCut> text_cuts(const runtime::ChatTemplate& tmpl, const runtime:
       if (latest != nullptr) chose->latest = chosen.key.key;
     }
   }
-  if (!read_prefixes(tmpl, chat, text, known, latest, keys, *renders)) {
-    read_prefixes(tmpl, chat, text, known, nullptr, keys, *renders);
+  PrefixAnswers answers(tmpl, chat, text, renders->clock);
+  if (!read_prefixes(answers, text, known, latest, keys, *renders)) {
+    read_prefixes(answers, text, known, nullptr, keys, *renders);
   }
   std::vector<TextCut> cuts = cuts_of(renders->prefixes, text, merged);
   if (memo && renders->clock.size() <= kMaxEntryClockReads) {
