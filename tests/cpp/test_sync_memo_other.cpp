@@ -193,8 +193,8 @@ TEST_CASE("Mistral Nemo's list that ends past its last user turn reads its prefi
 
 // The same with the oldest rounds trimmed as well. With a tool, every prefix of the latest list K before its last
 // user turn writes the tools before its own last user turn, so none is a head of K's rendering, and the spans
-// found no place in K to anchor this list's first message on: every prefix was rendered (60 of 61 here). The anchor
-// now takes the place in K where this list's rendering past its first message starts again.
+// found no place in K to anchor this list's first message on: every prefix was rendered (48-57 a list here). The
+// anchor now takes the place in K where this list's rendering past its first message starts again.
 TEST_CASE("Mistral Nemo's list with a new system prompt and its oldest rounds trimmed reads its prefixes",
           "[sync_memo]") {
   const runtime::ChatTemplate t(template_source("mistral-nemo-instruct-2407"), "nemo", "<s>", "</s>");

@@ -75,11 +75,28 @@
 // rendered, and its shortest on until one renders as read (Qwen3 shows an answer's reasoning only after a user turn,
 // which T may lack before the anchor where K had one: those render as a prefix of T), that one to the longest kept;
 // where the longest differs (a template that moves a message before the anchor into the last user turn), each is
-// rendered. What no check sees: a template whose rendering of a shorter list depends on the list's length, or on a
-// message before the anchor (the first, say), in a way the whole renderings do not show, at lengths the check does not
-// render (a line only where there are exactly 30 messages, or only where the system prompt says so and the last message
-// is a user's, past the shortest read that ends with one); for it, the boundaries may differ from rendering every
-// prefix (the tokens never do: they are the whole rendering's, sync.h step 3).
+// rendered.
+//
+// What the spans' check guarantees, and what it does not. Reads of the lists this one starts with (the first half
+// above) are exact for every template: the argument rests only on a rendering being a function of its inputs and
+// its clock reads. Reads from the spans rest on the assumption instead, and the check tests it on a few prefixes; it
+// proves nothing about the others. Precisely: (1) the tokens are the whole rendering's, whatever step 2 reads
+// (sync.h step 3 cuts them), so a plan never feeds the model other text than rendering every prefix would; (2) the
+// boundaries are those of rendering every prefix wherever the assumption holds for each prefix read, and wherever
+// it fails only in ways the prefixes the check renders show (the longest head read, per anchor the shortest head
+// read of each role, the longest other text read, and other text read from the shortest on until one renders as
+// read); (3) else a prefix read may be wrong, which takes a template that renders a prefix past the anchor
+// otherwise for something neither the two whole renderings (the bytes they agree on) nor those prefixes show:
+// the number of messages (a line at exactly 30 messages, at a length the check does not render), or a message
+// before the anchor together with one after it (a line after the third answer past a system prompt that asks for
+// it, where the third is not the first of its role), or, past an anchor placed by text, a K whose rendering repeats
+// T's text past p where K's messages are not T's. A wrong read costs a boundary: a message cut from the one before
+// where rendering every prefix merges them, or merged where it cuts, and so the units and what the window reuses of
+// them, never the tokens. A proof would need to know what in the messages each render reads (the list's length, a
+// message by its place from the end, a flag set by an earlier message): the interpreter does not track that. A
+// fallback keyed on the source (no loop.index, loop.first or loop.last, |length, messages[i]) would keep the spans
+// for the built-in plain template alone (a concatenation of one text per message, for which the assumption holds):
+// every template in tests/data/templates reads one of them, if only to check that roles alternate.
 
 #pragma once
 
