@@ -1,8 +1,12 @@
-// Interruption points (orbit/interrupt.h): an InterruptScope's check runs before each instance a plan serves,
-// and one that answers true throws orbit::Interrupted there with nothing of the plan committed; the window then
-// answers as one never interrupted.
+// Interruption points (orbit/interrupt.h): an InterruptScope's check runs before each instance a plan serves
+// and before each layer of the forwards that serve it (and in run_background, before each job and each layer
+// of its forwards); one that answers true throws orbit::Interrupted there with nothing of the plan committed
+// (no job lost); the window then answers as one never interrupted. Every check here stops by count, not clock.
 #include "orbit_catch.h"
 
+#include <algorithm>
+#include <cmath>
+#include <functional>
 #include <random>
 
 #include "orbit/engine.h"
@@ -27,9 +31,13 @@ Window deferred_window(Engine& engine, const std::vector<ChunkRef>& chunks) {
 
 }  // namespace
 
+// The engines here run background jobs inline (at the end of the apply that queued them, with the scope hidden):
+// a worker thread's canonical encodes would otherwise decide, by timing, whether a plan that read a canonical
+// finds it stored or encodes it (a forward, with its own points).
+
 TEST_CASE("an interruption point stops a plan before an instance and commits nothing", "[window][interrupt]") {
   std::mt19937_64 rng(7);
-  auto engine = test::open_stories_small_pages();
+  auto engine = test::open_stories_small_pages(BackgroundMode::kInline);
   std::vector<ChunkRef> chunks;
   for (int i = 0; i < 6; ++i) chunks.push_back(engine->add_tokens(random_tokens(rng, 10)));
   const std::vector<int64_t> query = random_tokens(rng, 3);
@@ -39,14 +47,27 @@ TEST_CASE("an interruption point stops a plan before an instance and commits not
 
   Window w = deferred_window(*engine, chunks);
   const uint64_t version = w.version();
-  const int64_t served = w.plan_flush().steps.size();
+  const Plan flush = w.plan_flush();
+  const int64_t served = flush.steps.size();
   REQUIRE(served == 5);
+  // One point before each repair, then one before each layer of its forward (the repair at the front reads its
+  // canonical: no forward).
+  const int layers = static_cast<int>(engine->model_info().num_layers);
+  std::vector<int> first_point;  // each repair's point before it, counted from 1
+  int points = 0;
+  for (const PlanStep& s : flush.steps) {
+    REQUIRE(!s.encode_canonical);
+    first_point.push_back(points + 1);
+    points += 1 + (s.forward_tokens > 0 ? layers : 0);
+  }
+  REQUIRE(points > served);
+  const int before_third = first_point[2];
   int checks = 0;
   {
-    const InterruptScope scope([&] { return ++checks == 3; });
-    CHECK_THROWS_AS(w.logits(query), Interrupted);
+    const InterruptScope scope([&] { return ++checks == before_third; });
+    CHECK_THROWS_WITH(w.logits(query), "flush: interrupted");
   }
-  CHECK(checks == 3);  // stopped before the third of the five repairs
+  CHECK(checks == before_third);  // stopped before the third of the five repairs
   CHECK(w.version() == version);
   for (std::size_t i = 0; i < w.instances().size(); ++i) CHECK(w.instances()[i].deferred);
 
@@ -60,7 +81,7 @@ TEST_CASE("an interruption point stops a plan before an instance and commits not
     const Logits got = w.logits(query);
     CHECK(got.values == want.values);
   }
-  CHECK(checks == served);
+  CHECK(checks == points);
   CHECK(w.version() == version + 1);
 }
 
@@ -77,4 +98,158 @@ TEST_CASE("interrupt scopes nest: the innermost is checked, a null check hides a
   }
   CHECK_THROWS_AS(interruption_point("sync"), Interrupted);
   CHECK(outer_checks == 2);
+}
+
+namespace {
+
+// A check that counts its calls and answers true at call `stop_at` (0: never): interruption by count, not clock.
+struct CountedStop {
+  int calls = 0;
+  int stop_at = 0;
+  std::function<bool()> check() {
+    return [this] { return ++calls == stop_at; };
+  }
+};
+
+double max_gap(const Logits& a, const Logits& b) {
+  REQUIRE(a.values.size() == b.values.size());
+  double gap = 0;
+  for (std::size_t i = 0; i < a.values.size(); ++i) gap = std::max(gap, std::abs(double{a.values[i]} - b.values[i]));
+  return gap;
+}
+
+}  // namespace
+
+TEST_CASE("a long turn's forward stops between two layers and commits nothing", "[window][interrupt]") {
+  std::mt19937_64 rng(11);
+  const std::vector<int64_t> turn = random_tokens(rng, 300);
+  const std::vector<int64_t> query = random_tokens(rng, 3);
+
+  // One instance, one forward: an interruption point before the instance and one before each layer.
+  auto counted = test::open_stories_small_pages(BackgroundMode::kInline);
+  const int layers = static_cast<int>(counted->model_info().num_layers);
+  REQUIRE(layers >= 3);
+  Window want = counted->new_window();
+  CountedStop never;
+  {
+    const InterruptScope scope(never.check());
+    want.add_turn(turn);
+  }
+  CHECK(never.calls == 1 + layers);
+
+  // Stopped before the middle layer (a fresh engine: nothing stored for exact reuse).
+  auto engine = test::open_stories_small_pages(BackgroundMode::kInline);
+  Window w = engine->new_window();
+  const uint64_t version = w.version();
+  const int64_t free_pages = engine->stats().pool_free_pages;
+  CountedStop mid;
+  mid.stop_at = 1 + 1 + layers / 2;  // the point before the instance, then layers 0 .. layers/2 - 1 ran
+  {
+    const InterruptScope scope(mid.check());
+    CHECK_THROWS_WITH(w.add_turn(turn), "turn: interrupted");
+  }
+  CHECK(mid.calls == mid.stop_at);  // no point after the one that answered true
+  CHECK(w.version() == version);
+  CHECK(w.instances().empty());
+  CHECK(w.tokens() == 0);
+  CHECK(engine->stats().pool_free_pages == free_pages);  // the build's pages went back
+  CHECK(engine->stats().forward_tokens == 0);            // nothing counted: nothing of it happened
+
+  // The same call later runs whole, as on an engine never interrupted.
+  w.add_turn(turn);
+  CHECK(w.tokens() == want.tokens());
+  CHECK(max_gap(w.logits(query), want.logits(query)) <= 1e-6);
+}
+
+TEST_CASE("a deferred repair's forward stops between two layers", "[window][interrupt]") {
+  // logits() runs the repairs an earlier edit deferred: each is a forward, now with a point per layer too.
+  std::mt19937_64 rng(12);
+  auto engine = test::open_stories_small_pages(BackgroundMode::kInline);
+  const int layers = static_cast<int>(engine->model_info().num_layers);
+  std::vector<ChunkRef> chunks;
+  for (int i = 0; i < 6; ++i) chunks.push_back(engine->add_tokens(random_tokens(rng, 40)));
+  const std::vector<int64_t> query = random_tokens(rng, 3);
+
+  Window w = deferred_window(*engine, chunks);  // the first window to run these repairs: nothing to reuse
+  const uint64_t version = w.version();
+  const std::size_t repairs = w.plan_flush().steps.size();
+  REQUIRE(repairs == 5);
+  // The third point: before the first repair, then inside the first forward, the first repair's (a canonical
+  // read that must encode) or the second's (a re-prefill); an instance point only without layer points.
+  CountedStop inside;
+  inside.stop_at = 3;
+  {
+    const InterruptScope scope(inside.check());
+    CHECK_THROWS_WITH(w.logits(query), "flush: interrupted");
+  }
+  CHECK(inside.calls == inside.stop_at);
+  CHECK(w.version() == version);
+  for (const auto& instance : w.instances()) CHECK(instance.deferred);
+
+  // Run whole later: a point before each repair and one before each layer of each forward, at least the
+  // four re-prefills' layers.
+  CountedStop never;
+  Logits got;
+  {
+    const InterruptScope scope(never.check());
+    got = w.logits(query);
+  }
+  CHECK(never.calls >= static_cast<int>(repairs) + 4 * layers);
+  CHECK(w.version() == version + 1);
+  CHECK(max_gap(got, deferred_window(*engine, chunks).logits(query)) <= 1e-6);
+}
+
+TEST_CASE("run_background stops before a job or inside its forward, and loses no job", "[background][interrupt]") {
+  std::mt19937_64 rng(13);
+  auto engine = test::open_stories_small_pages(BackgroundMode::kDeferred);
+  const int layers = static_cast<int>(engine->model_info().num_layers);
+  std::vector<ChunkRef> chunks;
+  for (int i = 0; i < 2; ++i) chunks.push_back(engine->add_tokens(random_tokens(rng, 60)));
+  WindowOptions o;
+  o.policy = parse_policy("patch:full:noreuse");
+  Window a = engine->new_window(o);
+  a.admit(chunks[0]);
+  a.admit(chunks[1]);  // queues one job: the canonical encode of chunks[1] (a forward), then its patch
+  REQUIRE(engine->stats().background_pending == 1);
+
+  // Before the job: nothing taken.
+  CountedStop before;
+  before.stop_at = 1;
+  {
+    const InterruptScope scope(before.check());
+    CHECK_THROWS_WITH(engine->run_background(), "run_background: interrupted");
+  }
+  CHECK(engine->stats().background_pending == 1);
+
+  // Inside the job's forward, before its layer 1: the job goes back to the queue, not counted as failed.
+  CountedStop inside;
+  inside.stop_at = 1 + 2;
+  {
+    const InterruptScope scope(inside.check());
+    CHECK_THROWS_WITH(engine->run_background(), "run_background: interrupted");
+  }
+  CHECK(inside.calls == inside.stop_at);
+  EngineStats st = engine->stats();
+  CHECK(st.background_pending == 1);
+  CHECK(st.background_failed == 0);
+  CHECK(st.patches_formed == 0);
+
+  // A later call runs it whole: one point before the job, one per layer of its encode.
+  CountedStop never;
+  {
+    const InterruptScope scope(never.check());
+    CHECK(engine->run_background() == 1);
+  }
+  CHECK(never.calls == 1 + layers);
+  st = engine->stats();
+  CHECK(st.background_pending == 0);
+  CHECK(st.background_failed == 0);
+  CHECK(st.patches_formed == 1);
+  // Its patch serves the next window with no forward, as a job never interrupted would.
+  Window b = engine->new_window(o);
+  b.admit(chunks[0]);
+  const Plan plan = b.plan_admit(chunks[1]);
+  REQUIRE(plan.steps.size() == 2);
+  CHECK(plan.steps[1].action == StepAction::kApplyPatch);
+  CHECK(plan.forward_tokens == 0);
 }

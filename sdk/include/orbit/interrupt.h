@@ -1,14 +1,29 @@
 // Stopping a long SDK call from the thread that runs it: an InterruptScope installs a check that the window's
 // operations call between units of work, and a check that answers true ends the call by throwing Interrupted.
 //
-// Where the checks are (interruption points): before each instance a plan serves (Window::apply and every call
-// built on it: add_turn, admit, sync, flush, heal, idle's heals and preparations, logits' deferred repairs). A
-// unit is one instance: a forward, a read, a patch; a single instance's forward is not split. Nothing is
-// committed when one throws: the window is unchanged (apply builds in fresh pages and writes the window only
-// after the last step), as for a plan refused for capacity. What the steps before the point stored (KV kept for
-// exact reuse, queued background forms) stays stored and is keyed by content, so a later call reuses it. An
-// operation that applies several plans (a sync that evicts then reorders) keeps the plans applied before the
-// point, as it does when a later plan is refused.
+// Where the checks are (interruption points):
+//   - before each instance a plan serves: Window::apply and every call built on it (add_turn, admit, sync,
+//     flush, heal, idle's heals and preparations, and the repairs earlier edits deferred that a read runs
+//     first: logits, generate, generate_n, generate_many);
+//   - before each layer of the forwards that serve an instance (its prefill in context, the rest after a
+//     reused head, a token-selective recompute and CacheBlend's probe, a chunk's canonical encode, Engine::
+//     precompute's too), so one long instance (a document of thousands of tokens) stops within one layer;
+//   - in Engine::run_background: before each job it takes, and before each layer of a job's forward (the
+//     canonical encode, a live turn's sensitivity); a plan that reads a patch still queued runs that job on
+//     the spot, with the same points.
+// Not points: a decode's token steps (GenerateOptions::on_token stops those) and its query's forward; a
+// patch's SVD; a store write (one value is written whole: stopping inside it could only drop the value, and
+// the points before and after it bound it); the jobs BackgroundMode::kInline runs after apply has committed
+// and those Engine close drains (both run with the scope hidden); the background worker thread (no scope).
+//
+// Nothing is committed when one throws: the window is unchanged (apply builds in fresh pages and writes the
+// window only after the last step; a forward stopped between layers returns nothing), as for a plan refused
+// for capacity. What the steps before the point stored (KV kept for exact reuse, queued background forms, a
+// canonical encoded whole) stays stored and is keyed by content, so a later call reuses it. An operation that
+// applies several plans (a sync that evicts then reorders) keeps the plans applied before the point, as it
+// does when a later plan is refused. run_background loses no job: one not taken stays queued, and one stopped
+// inside its forward goes back to the front of the queue to run whole later. The Interrupted names the
+// operation ("sync: interrupted", "run_background: interrupted").
 #pragma once
 
 #include <functional>

@@ -18,8 +18,9 @@
 //   apply_steps       per step, in window order: the entry's identity (start_entry), its KV from the
 //                     step's action (run_action), then its pages kept (keep_pages) or fresh (form_pages),
 //                     appended to the build (append_entry); nothing in the window changes. Before each
-//                     served step, an interruption point (orbit/interrupt.h): Interrupted thrown there
-//                     leaves the window as it was, the build's pages released with it
+//                     served step, and before each layer of its forwards, an interruption point
+//                     (orbit/interrupt.h): Interrupted thrown there leaves the window as it was, the build's
+//                     pages released with it
 //   commit            the one block that writes the window: the graph, the evicted set, the entries and
 //                     the version, together and only once every step fit
 //   account           the window's and the engine's counters, the prefix-cache yardstick
@@ -127,6 +128,16 @@ ApplyOutput run_action(Built& built, const PlanStep& s, const Entry& e, const En
   ApplyOutput out;
   apply_action(in, s, out);
   return out;
+}
+
+// run_action, stopped inside a forward (an interruption point between two layers, engine/interruptible.h):
+// the Interrupted passed on names the plan's operation, as the point before each instance does.
+ApplyOutput run_action_named(Built& built, const PlanStep& s, const Entry& e, const Entry* old, Operation op) {
+  try {
+    return run_action(built, s, e, old);
+  } catch (const Interrupted&) {
+    throw Interrupted(operation_name(op));
+  }
 }
 
 // Exact reuse: the KV of a step that forwarded its instance in context, stored under the key of the
@@ -242,7 +253,7 @@ Status apply_steps(const WindowState& state, const Plan& plan, const EntryIndex&
     const auto it = index.find(s.instance);
     const Entry* old = it != index.end() ? &state.entries[static_cast<std::size_t>(it->second)] : nullptr;
     Entry e = start_entry(core, s, old);
-    ApplyOutput out = run_action(built, s, e, old);
+    ApplyOutput out = run_action_named(built, s, e, old, plan.op);
     tally.add(out);
     keep_for_reuse(core, s, e, out, built.window.chain, built.window.content);
     if (out.keep_pages) {
@@ -403,7 +414,11 @@ Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan, bool backgr
 
   commit(state, plan, index, built, tally.report);
   account(state, plan, background, ctx, tally, start);
-  core.jobs().after_apply();
+  {
+    // Committed: nothing may throw Interrupted now (the window changed), so kInline's jobs run whole.
+    const InterruptScope committed(nullptr);
+    core.jobs().after_apply();
+  }
   return std::move(tally.report);
 }
 

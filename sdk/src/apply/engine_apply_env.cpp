@@ -7,6 +7,7 @@
 
 #include "engine/engine_core.h"
 #include "engine/engine_plan_env.h"
+#include "engine/interruptible.h"
 #include "orbit/common/error.h"
 #include "orbit/runtime/repair.h"
 #include "window/window_ops.h"
@@ -84,10 +85,12 @@ std::vector<std::string> WindowBuild::context_keys() const {
 
 namespace {
 
+// The serving forwards' options: no logits, and an interruption point before each layer (interruptible.h),
+// so one long instance stops part-way; the build, not the window, holds what it computed.
 runtime::ForwardOptions no_logits() {
   runtime::ForwardOptions fo;
   fo.logits = runtime::LogitsMode::kNone;
-  return fo;
+  return interruptible(fo);
 }
 
 // Appends rows of KV (content at `positions`) to a past.
@@ -189,9 +192,10 @@ Kv EngineApplyEnv::recompute(const ApplyTarget& target, const Kv& canonical, int
   const runtime::ForwardInput input = input_of(target);
   const runtime::PastKV past = build_.past();
   const runtime::Content& c = content_of(canonical);
-  const at::Tensor idx = selective ? runtime::cacheblend_select(core_.model(), input, past, c, count, probe_tokens)
-                                   : at::arange(count, at::kLong);
-  return make_kv(runtime::recompute_tokens(core_.model(), input, past, c, idx));
+  const at::Tensor idx =
+      selective ? runtime::cacheblend_select(core_.model(), input, past, c, count, probe_tokens, layer_interruption())
+                : at::arange(count, at::kLong);
+  return make_kv(runtime::recompute_tokens(core_.model(), input, past, c, idx, layer_interruption()));
 }
 
 void EngineApplyEnv::queue_form(FormJob f) {

@@ -3,6 +3,8 @@
 #include <chrono>
 #include <exception>
 
+#include "orbit/interrupt.h"
+
 namespace orbit::detail {
 
 BackgroundQueue::BackgroundQueue(BackgroundMode mode) : mode_(mode) {}
@@ -11,9 +13,12 @@ BackgroundQueue::~BackgroundQueue() { stop(); }
 
 void BackgroundQueue::run_one(Job& job, bool critical) {
   // A job that cannot complete (a store refusal, the engine closing) forms nothing; nothing committed
-  // depends on it. It is counted, and the last reason kept, for stats().
+  // depends on it. It is counted, and the last reason kept, for stats(). An interrupted one is no failure:
+  // its caller puts it back (put_back) and passes the Interrupted on.
   try {
     job.run(critical);
+  } catch (const Interrupted&) {
+    throw;
   } catch (const std::exception& e) {
     std::lock_guard<std::mutex> lock(mu_);
     ++failed_;
@@ -70,11 +75,29 @@ void BackgroundQueue::await(const std::string& key) {
       running_keys_.insert(k);
     }
   }
-  run_one(*mine, true);
+  try {
+    run_one(*mine, true);
+  } catch (const Interrupted&) {
+    put_back(mine);  // the read that awaited it stops; the job stays queued, as before
+    throw;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& k : mine->keys) running_keys_.erase(running_keys_.find(k));
   }
+  done_cv_.notify_all();
+}
+
+void BackgroundQueue::put_back(const std::shared_ptr<Job>& job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& k : job->keys) running_keys_.erase(running_keys_.find(k));
+    if (!stopping_) {
+      for (const auto& k : job->keys) queued_keys_.insert(k);
+      jobs_.push_front(job);
+    }
+  }
+  cv_.notify_one();
   done_cv_.notify_all();
 }
 
@@ -86,9 +109,19 @@ int64_t BackgroundQueue::run(double max_seconds, int64_t max_jobs) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (jobs_.empty() || stopping_ || ran >= max_jobs) break;
+    }
+    interruption_point("run_background");  // before a job is taken: it stays queued
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (jobs_.empty() || stopping_) break;
       job = take_front_locked();
     }
-    run_taken(*job);
+    try {
+      run_taken(*job);
+    } catch (const Interrupted&) {
+      put_back(job);  // stopped inside its forward: queued again, at the front, to run whole later
+      throw Interrupted("run_background");
+    }
     ++ran;
     if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >= max_seconds) break;
   }

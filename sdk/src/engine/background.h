@@ -13,6 +13,13 @@
 // Thread-safety: every member may be called from any thread. stop() cancels queued jobs (nothing was
 // committed for them: they are simply not formed), lets a running job finish, and joins the worker;
 // later queue() calls run nothing. Jobs must not call back into this queue.
+//
+// Interruption (orbit/interrupt.h): run() has an interruption point before it takes each job, and a job's
+// forwards have one before each layer (engine/interruptible.h) wherever it runs under an InterruptScope (run()
+// and await() on the caller's thread; the worker thread has none). Nothing is lost when one throws: a job not
+// taken stays queued, and a job stopped inside its forward is put back at the front of the queue, its keys
+// queued again, to run whole later (what it stored before the point, a canonical, is keyed by content and
+// found then). A job's own throw of Interrupted is therefore never counted as a failure.
 #pragma once
 
 #include <condition_variable>
@@ -43,12 +50,14 @@ class BackgroundQueue {
   BackgroundMode mode() const { return mode_; }
   void queue(Job job);
   bool pending(const std::string& key) const;  // queued or running
-  // A job writing `key` is queued: run it here; running: wait for it. Returns at once otherwise.
+  // A job writing `key` is queued: run it here; running: wait for it. Returns at once otherwise. A job run
+  // here and interrupted inside its forward is put back and the Interrupted passed on.
   void await(const std::string& key);
   // Runs queued jobs on this thread until none is left or `max_seconds` passed (the job in hand
   // finishes); then, in kThread mode, waits for the worker's job in flight. Returns the jobs run here.
   // At most `max_jobs` jobs are taken (close() drains only what was queued when it began, so operations
-  // still queuing on other threads cannot keep it running).
+  // still queuing on other threads cannot keep it running). Throws Interrupted("run_background: interrupted")
+  // at an interruption point (above): the jobs run before it stay done, the rest stay queued.
   int64_t run(double max_seconds, int64_t max_jobs = INT64_MAX);
   int64_t queued() const;
   // Jobs that threw (their patch is simply not stored), and the last one's message.
@@ -61,7 +70,11 @@ class BackgroundQueue {
   // Pops the front job and marks its keys running. Call with mu_ held and jobs_ not empty.
   std::shared_ptr<Job> take_front_locked();
   // Runs a job taken by take_front_locked() off the critical path, then clears its keys and wakes waiters.
+  // An Interrupted from the job passes through with its keys still running (the caller puts it back).
   void run_taken(Job& job);
+  // A taken job that was interrupted: its keys leave the running set and, unless stop() began, it goes back
+  // to the front of the queue, its keys queued again. Takes mu_.
+  void put_back(const std::shared_ptr<Job>& job);
 
   const BackgroundMode mode_;
   mutable std::mutex mu_;

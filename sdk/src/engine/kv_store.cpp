@@ -6,6 +6,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include "engine/engine_core.h"
+#include "engine/interruptible.h"
 #include "orbit/common/error.h"
 #include "orbit/store/codec.h"
 
@@ -121,6 +122,7 @@ runtime::Content KvStore::encode_canonical(const ChunkRecord& chunk, int64_t* he
   c10::InferenceMode guard;
   runtime::ForwardOptions fo;
   fo.logits = runtime::LogitsMode::kNone;
+  fo = interruptible(fo);  // a long chunk's encode stops between layers; canonical() then stores nothing
   runtime::Content head = leading_rows_at_front(chunk, head_bytes);
   const int64_t k = head.empty() ? 0 : head.front().k.size(0), n = chunk.ref.length;
   *forwarded = n - k;

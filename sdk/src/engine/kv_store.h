@@ -40,7 +40,8 @@ class KvStore {
   // under the empty chain (another canonical, or a forward at the front of a window: the same rows a
   // forward behind nothing computes) and forwards only the rest; *forwarded = the tokens forwarded (0 for a
   // store hit), *bytes_read = what the read moved (the stored canonical, or the loaded leading rows).
-  // Every canonical it stores or reads is indexed there in turn (token chunks only).
+  // Every canonical it stores or reads is indexed there in turn (token chunks only). The encode's forward
+  // has an interruption point before each layer (orbit/interrupt.h): Interrupted thrown there stores nothing.
   runtime::Content canonical(const ChunkRecord& chunk, bool* encoded = nullptr, int64_t* bytes_read = nullptr,
                              int64_t* forwarded = nullptr);
   bool contains(const std::string& store_key) const;

@@ -8,13 +8,17 @@
 #include <chrono>
 
 #include "engine/engine_core.h"
+#include "engine/interruptible.h"
 
 namespace orbit::detail {
 
 PatchJobs::PatchJobs(EngineCore& core, BackgroundMode mode)
     : core_(core), queue_(std::make_unique<BackgroundQueue>(mode)) {}
 
-void PatchJobs::finish() { (void)queue_->run(1e30, queue_->queued()); }
+void PatchJobs::finish() {
+  const InterruptScope closing(nullptr);  // close() drains the queue whole: no interruption point stops it
+  (void)queue_->run(1e30, queue_->queued());
+}
 
 void PatchJobs::stop() { queue_->stop(); }
 
@@ -49,6 +53,7 @@ void PatchJobs::run_turn_sensitivity(const TurnSensitivityJob& job, bool critica
   c10::InferenceMode guard;
   runtime::ForwardOptions fo;
   fo.logits = runtime::LogitsMode::kNone;
+  fo = interruptible(fo);  // BackgroundQueue puts the job back when it throws
   const runtime::Content alone =
       core_.model().forward(core_.registry().input_for_tokens(job.tokens, 0), nullptr, fo).content;
   const double s = runtime::deficit_share(runtime::deficit(job.conditioned, alone), job.conditioned);

@@ -46,7 +46,8 @@ class PatchJobs {
   BackgroundQueue& queue() { return *queue_; }
   // Called at the end of every apply(): runs the queued jobs under BackgroundMode::kInline.
   void after_apply();
-  // Runs what is queued now, on this thread (close() does, before it refuses new operations).
+  // Runs what is queued now, on this thread (close() does, before it refuses new operations), with the
+  // calling thread's InterruptScope hidden: no interruption point stops it.
   void finish();
   // Cancels what is queued and joins the worker (close(), once no operation is in flight; the destructor).
   void stop();

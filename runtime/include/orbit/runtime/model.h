@@ -110,6 +110,10 @@ struct ForwardOptions {
   // l), on the thread that runs the forward. A caller that brings the past in layer by layer (a recall
   // from host or disk on a copy stream) makes the compute stream wait there for layer l's copy only, so
   // the copies of later layers overlap the compute of earlier ones. Empty: not called.
+  // It may throw (the SDK's interruption points, orbit/interrupt.h, stop a long forward here between two
+  // layers): the forward then ends with that exception and returns nothing. The past is only read (a
+  // contiguous or paged past is unchanged); a decode cache's slot keeps its length, the rows this forward
+  // wrote past it not part of it.
   std::function<void(int64_t layer)> before_layer;
 
   // Fill ForwardResult::key_attention: where the last computed token looks. A planner reads it to learn
