@@ -153,8 +153,8 @@ const char* kServeUsage =
     "  --calibrate-fidelity  fit the fidelity model (what :kl= budgets plan with) on this model before listening,\n"
     "                        unless the store holds this model's calibration (then it is read from there):\n"
     "                        seeded, nothing timed, a few seconds on small models; progress on stderr. With\n"
-    "                        --store or --remote the measurement is written there, so later starts (and\n"
-    "                        every engine of this model on that store) read it instead of measuring again\n"
+    "                        --store the measurement is written there (not to --remote), so later starts\n"
+    "                        (and every engine of this model on that store) read it instead of measuring\n"
     "  --no-stored-calibration  neither read a calibration from the store nor write one: start from the\n"
     "                        defaults (or, with --calibrate-fidelity, measure at every start)\n"
     "  --no-anticipate       do not prefill a session's answer in idle time as its next request will send it\n"
@@ -292,7 +292,7 @@ void warn_if_remote_unreachable(const std::string& url) {
 // The fidelity model the server plans with, on stderr: read from the store, or (--calibrate-fidelity, when
 // the store held none) measured now, with a line before the measurement and one after it.
 void prepare_fidelity_model(Engine& engine, const serve::ServeOptions& options, bool calibrate) {
-  const std::string where = !options.store_dir.empty() ? "--store " + options.store_dir : "--remote";
+  const std::string where = "--store " + options.store_dir;
   if (engine.fidelity_calibration() == "store") {
     std::fprintf(stderr, "orbit serve: fidelity model read from the calibration in %s: %s\n", where.c_str(),
                  engine.fidelity_model_description().c_str());
@@ -303,10 +303,10 @@ void prepare_fidelity_model(Engine& engine, const serve::ServeOptions& options, 
                options.model.c_str());
   std::fflush(stderr);
   const CalibrationReport report = engine.calibrate_fidelity();
-  const std::string kept = report.stored                                         ? "stored in " + where
-                           : !options.stored_calibration                         ? "not stored: --no-stored-calibration"
-                           : options.store_dir.empty() && options.remote.empty() ? "not stored: no --store or --remote"
-                                                                                 : "not stored: the store refused it";
+  const std::string kept = report.stored                 ? "stored in " + where
+                           : !options.stored_calibration ? "not stored: --no-stored-calibration"
+                           : options.store_dir.empty()   ? "not stored: no --store"
+                                                         : "not stored: the store refused it";
   std::fprintf(stderr, "orbit serve: fidelity model calibrated in %.1f s from %lld deficits (%s): %s\n", report.seconds,
                static_cast<long long>(report.fidelity_samples), kept.c_str(), report.fidelity_model.c_str());
 }

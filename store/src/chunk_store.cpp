@@ -251,7 +251,7 @@ Result<ValuePtr> ChunkStore::get(const std::string& key, const GetOptions& optio
     }
     return loaded;
   }
-  if (remote_) {
+  if (remote_ && options.remote) {
     Result<ValuePtr> remote = get_remote(key, options);
     if (remote) return remote;
   }

@@ -12,7 +12,8 @@ namespace orbit::store {
 
 Status ChunkStore::put(const std::string& key, const ValuePtr& value, const PutOptions& options) {
   Status s = put_local(key, value, options);
-  if (s && remote_) remote_->put(key, value);  // after the local copy: a failed remote write loses nothing
+  if (s && remote_ && options.remote)
+    remote_->put(key, value);  // after the local copy: a failed remote write loses nothing
   return s;
 }
 

@@ -114,7 +114,6 @@ TEST_CASE("Engine::calibrate measures the remote tier's read rate before any rem
   o.model = test::stories_path();
   o.pool_bytes = int64_t{8} << 20;
   o.remote = server.url();
-  o.stored_calibration = false;  // the probe is then all calibrate writes to the server (see DBSIZE below)
   auto engine = Engine::open(o);
   CHECK(engine->stats().store.remote.hits == 0);
   const CalibrationReport report = engine->calibrate();
@@ -129,26 +128,30 @@ TEST_CASE("Engine::calibrate measures the remote tier's read rate before any rem
   CHECK(Engine::open(o)->calibrate().remote_bytes_per_s == 0);
 }
 
-TEST_CASE("an engine fits its fidelity model from the calibration another engine left on the remote tier",
+TEST_CASE("the stored fidelity calibration stays off the remote tier: written to disk only, never asked for",
           "[store][remote][model][calibrate]") {
   test::TempDir dir;
   test::RedisServer server(dir / "redis");
   EngineOptions o;
   o.model = test::stories_path();
   o.pool_bytes = int64_t{8} << 20;
-  o.remote = server.url();  // no store_dir: the remote is the only store they share
+  o.store_dir = dir / "store";
+  o.remote = server.url();
   std::string description;
   {
     auto first = Engine::open(o);
-    const CalibrationReport report = first->calibrate_fidelity();
-    CHECK(report.stored);
+    CHECK(first->calibrate_fidelity().stored);
     description = first->fidelity_model_description();
-    first->close();  // sends the queued remote writes
+    first->close();  // sends whatever remote writes were queued
   }
+  CHECK(std::stoll(test::redis_cli(server.port(), "DBSIZE")) == 0);
   auto second = Engine::open(o);
-  // Read from the server and accepted by the engine's check of remote values (an engine value of kind other).
-  CHECK(second->fidelity_calibration() == "store");
+  CHECK(second->fidelity_calibration() == "store");  // from the disk
   CHECK(second->fidelity_model_description() == description);
-  CHECK(second->stats().store.remote.hits == 1);
-  CHECK(second->stats().store.remote.corrupt == 0);
+  const RemoteStats remote = second->stats().store.remote;
+  CHECK(remote.hits + remote.misses + remote.errors == 0);  // the open never asked the remote
+  // Without a store directory nothing is kept, the remote tier notwithstanding.
+  o.store_dir.clear();
+  CHECK_FALSE(Engine::open(o)->calibrate_fidelity().stored);
+  CHECK(std::stoll(test::redis_cli(server.port(), "DBSIZE")) == 0);
 }

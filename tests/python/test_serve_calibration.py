@@ -36,6 +36,6 @@ def test_serve_calibrates_at_start_once_per_store(start_serve, stories260k_path,
 def test_serve_without_a_store_calibrates_at_every_start_and_says_so(start_serve, stories260k_path):
     server = start_serve(stories260k_path, "--calibrate-fidelity")
     lines = serve_lines(server)
-    assert len(lines) == 2 and "(not stored: no --store or --remote)" in lines[1], server.output()
+    assert len(lines) == 2 and "(not stored: no --store)" in lines[1], server.output()
     plain = start_serve(stories260k_path)
     assert serve_lines(plain) == []  # no flag, no store: nothing said, nothing measured

@@ -611,7 +611,7 @@ class CalibrationReport:
     @property
     def stored(self) -> bool:
         """True when the deficits were written to the store for engines opening this model on it later (False
-        without a store_dir or remote, with stored_calibration=False, or when the store refused the write)."""
+        without a store_dir, with stored_calibration=False, or when the store refused the write)."""
 
 class EngineOptions:
     """The options an Engine was opened with."""
@@ -966,8 +966,8 @@ class Engine:
         directory holding one); None = the model directory's tokenizer.json, else tok<vocab>.bin / tokenizer.bin
         beside a llama2.c model, if any (model_info.tokenizer names the one in use). A missing or unreadable file
         raises OrbitError naming EngineOptions::tokenizer and the path.
-        stored_calibration: with a store_dir or remote, calibrate() / calibrate_fidelity() write the deficits they
-        measured to the store, and an engine opening this model (same fingerprint, so same dtype) on that store
+        stored_calibration: with a store_dir, calibrate() / calibrate_fidelity() write the deficits they measured
+        there (never to the remote tier), and an engine opening this model (same fingerprint, so same dtype) on it
         fits its fidelity model from them without measuring (fidelity_calibration() says 'store'). An entry that
         does not decode is ignored with a warning on stderr and the defaults kept. False: neither read nor written.
         background given as a BackgroundMode that is not one of its members (BackgroundMode(7)) raises ValueError.
@@ -1011,7 +1011,7 @@ class Engine:
         cost model as it is: estimated_seconds do not change, the report's samples is 0 and cost_model ''.
         Nothing is timed and the samples are seeded: two engines of one model fit the same model. Both
         calibrations move the model halfway from the defaults (stories260K's fit) toward this model's fit, in log
-        space. With a store_dir or remote (and stored_calibration) the deficits are kept in the store
+        space. With a store_dir (and stored_calibration) the deficits are kept in the store
         (report.stored). OrbitError for a closed engine."""
     def fidelity_model_description(self) -> str:
         """The fidelity model plans predict with now, one line: each loss kind's coefficient (KL per unit of loss)

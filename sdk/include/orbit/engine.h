@@ -128,12 +128,13 @@ struct EngineOptions {
   std::string tokenizer;
   // Bounds of the engine's cache of compiled constraints (Engine::constraint_cache): 64 entries, 256 MiB.
   ConstraintCacheOptions constraint_cache;
-  // Keep the fidelity calibration in the store (docs/ARCHITECTURE.md §10). With a store_dir or a remote tier,
-  // calibrate() and calibrate_fidelity() write the deficits they measured there (one small entry of kind
-  // "other", keyed by the model fingerprint, which covers the dtype, and the measurement's version), and
-  // open() fits the fidelity model from the entry it finds, as calibrate_fidelity() would, without measuring:
-  // every engine of this model on this store plans as calibrated (Engine::fidelity_calibration() says
-  // "store"). Nothing is stored for a memory-only engine. The entry is an ordinary one: a disk budget may
+  // Keep the fidelity calibration in the store (docs/ARCHITECTURE.md §10). With a store_dir, calibrate() and
+  // calibrate_fidelity() write the deficits they measured there (one small entry of kind "other", keyed by the
+  // model fingerprint, which covers the dtype, and the measurement's version), and open() fits the fidelity
+  // model from the entry it finds, as calibrate_fidelity() would, without measuring: every engine of this
+  // model on this store directory plans as calibrated (Engine::fidelity_calibration() says "store"). Nothing
+  // is stored for an engine without a store_dir, and the remote tier is never written or asked for it (an
+  // open would wait for a remote that does not answer). The entry is an ordinary one: a disk budget may
   // evict it, and the next engine then starts from the defaults. An entry that does not decode (other
   // tensors, a loss kind it does not know, a negative or non-finite value) is ignored with a warning on
   // stderr naming its key, and the defaults stay; the cost model (machine timings) is never stored.
@@ -218,7 +219,7 @@ struct CalibrationReport {
   int64_t fidelity_samples = 0;
   std::string fidelity_model;  // the fitted fidelity coefficients (KL per unit of loss), one line
   // The measured deficits were written to the store (EngineOptions::stored_calibration) for the engines that
-  // open this model on it later. false without a store_dir or remote tier, with stored_calibration off, or
+  // open this model on it later. false without a store_dir, with stored_calibration off, or
   // when the store refused the write (a full disk: the fit still applies to this engine).
   bool stored = false;
 };

@@ -187,11 +187,9 @@ planner::FidelityModel calibrated_fidelity_model(const FidelityCalibration& defi
                                        planner::kCalibrationWeight);
 }
 
-// Whether the engine keeps its calibration in a store that outlives it (EngineOptions::stored_calibration):
-// a memory-only store would hold it for this engine alone.
-static bool keeps_calibration(const EngineOptions& o) {
-  return o.stored_calibration && (!o.store_dir.empty() || !o.remote.empty());
-}
+// Whether the engine keeps its calibration in a store that outlives it (EngineOptions::stored_calibration): its
+// directory (a memory-only store would hold it for this engine alone; the remote tier is never used for it).
+static bool keeps_calibration(const EngineOptions& o) { return o.stored_calibration && !o.store_dir.empty(); }
 
 CalibrationReport EngineCore::calibrate_fidelity() {
   const auto start = Clock::now();

@@ -9,7 +9,6 @@
 //               length n; per layer and kind at most one factor pair "….u" [n, m], "….vt" [m, D] with
 //               1 <= m <= min(n, D) (D the content width), nothing else
 //   embedding   "embeddings" [n, hidden] (+ "grid" int64 [n, dims]), length = n
-//   other       only the fidelity calibration (stored_calibration.h: decode_fidelity_calibration), this model's
 //
 // Every floating tensor is float32 (embeddings: any floating dtype) and finite. Any other kind, tensor
 // name, dtype, shape or attribute is refused with a reason naming it.

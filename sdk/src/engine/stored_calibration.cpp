@@ -118,13 +118,16 @@ bool save_fidelity_calibration(store::ChunkStore& store, const std::string& fing
   store::PutOptions po;
   po.replace = true;           // a new measurement (another device's rounding) replaces the old one
   po.recompute_cost = 1000.0;  // seconds of forwards to measure again: kept before a chunk's KV
+  po.remote = false;           // stored_calibration.h says why
   return store.put(fidelity_calibration_key(fingerprint), fidelity_calibration_value(calibration, fingerprint), po)
       .is_ok();
 }
 
 std::optional<FidelityCalibration> load_fidelity_calibration(store::ChunkStore& store, const std::string& fingerprint) {
   const std::string key = fidelity_calibration_key(fingerprint);
-  Result<store::ValuePtr> hit = store.get(key);
+  store::GetOptions go;
+  go.remote = false;  // stored_calibration.h says why
+  Result<store::ValuePtr> hit = store.get(key, go);
   if (!hit.is_ok()) return std::nullopt;
   Result<FidelityCalibration> decoded = decode_fidelity_calibration(*hit.value(), fingerprint);
   if (!decoded.is_ok()) {

@@ -1,7 +1,9 @@
 // The fidelity calibration kept in the chunk store (EngineOptions::stored_calibration): the deficits
-// measure_fidelity_samples measured (calibrate_fidelity.h), stored as one small value so that an engine
-// opening the same model on the same store (its disk directory or its remote tier) fits its fidelity model
-// from them without measuring. The deficits are stored, not the fitted model: a later fit or blend
+// measure_fidelity_samples measured (calibrate_fidelity.h), stored as one small value in the local tiers
+// (the disk directory), so that an engine opening the same model on the same store directory fits its
+// fidelity model from them without measuring. Never written to or read from the remote tier: an engine's
+// open would otherwise wait for a remote that does not answer, and warn of it before the caller's own check
+// (orbit::ping_remote) could. The deficits are stored, not the fitted model: a later fit or blend
 // (planner::FidelityModel::fit, kCalibrationWeight) applies to them as it would to a fresh measurement.
 //
 //   key     SHA-256 over the tag "orbit/fidelity-calibration", kFidelityMeasureVersion,
@@ -38,12 +40,13 @@ bool is_fidelity_calibration(const store::StoredValue& value);
 Result<FidelityCalibration> decode_fidelity_calibration(const store::StoredValue& value,
                                                         const std::string& fingerprint);
 
-// Writes `calibration` under the model's key, replacing what is there. Returns whether the store took it.
+// Writes `calibration` under the model's key in the local tiers, replacing what is there. Returns whether the
+// store took it.
 bool save_fidelity_calibration(store::ChunkStore& store, const std::string& fingerprint,
                                const FidelityCalibration& calibration);
 
-// The calibration stored for the model; nullopt when none is (a miss), or when the value there does not
-// decode: then a warning naming the key and the reason is printed on stderr and the caller keeps its defaults.
+// The calibration stored for the model in the local tiers; nullopt when none is (a miss), or when the value there does
+// not decode: then a warning naming the key and the reason is printed on stderr and the caller keeps its defaults.
 std::optional<FidelityCalibration> load_fidelity_calibration(store::ChunkStore& store, const std::string& fingerprint);
 
 }  // namespace orbit::detail

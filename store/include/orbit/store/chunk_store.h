@@ -88,10 +88,12 @@ struct PutOptions {
   bool replace = false;               // overwrite a stored value of the same key (else the put is a no-op)
   double recompute_cost = 1.0;        // for cost-aware eviction (e.g. forward tokens to rebuild it)
   double expected_reuse = 1.0;
+  bool remote = true;  // false: kept in the local tiers only, never written to the remote tier
 };
 
 struct GetOptions {
   bool promote = true;  // copy a disk hit into host memory when the host budget can make room
+  bool remote = true;   // false: the local tiers only (the remote tier is not asked; a local miss is a miss)
 };
 
 // A blob that failed verification on read: served as a miss and recorded here.
