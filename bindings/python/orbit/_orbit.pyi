@@ -867,14 +867,15 @@ def generate_many(requests: Sequence[Union[tuple[Window, Tokens], tuple[Window, 
     without decoding. close() of a request's window stops that request the same way; Engine.close() every
     request. Called on the main thread, it runs signal handlers while it decodes (at most 100 ms apart): one that
     raises (Ctrl-C's KeyboardInterrupt) stops every request at its next token and is raised here, the answers
-    dropped; a call on one of its windows, or closing the engine, from a handler raises OrbitError instead of
-    waiting for itself."""
+    dropped (in the repairs its windows deferred, which run first, it stops them before an instance or between two
+    layers of its forward, the window as before them); a call on one of its windows, or closing the engine, from a
+    handler raises OrbitError instead of waiting for itself."""
 
 def set_signal_interval(seconds: float) -> float:
     """How often a long call on Python's main thread (a decode, a window operation such as sync, add_turn,
-    logits or idle) takes the GIL to run pending signal handlers, so Ctrl-C stops it: at most every `seconds`
-    (default 0.1; 0: at every token or interruption point). Returns the previous value. TypeError for a
-    non-number, ValueError outside [0, 3600]."""
+    logits or idle, Engine.run_background) takes the GIL to run pending signal handlers, so Ctrl-C stops it: at
+    most every `seconds` (default 0.1; 0: at every token or interruption point). Returns the previous value.
+    TypeError for a non-number, ValueError outside [0, 3600]."""
     ...
 
 class CancelToken:
@@ -1001,7 +1002,9 @@ class Engine:
         be read once the engine is closed: the counters as close() left them, and `store` empty (no tiers, zero
         counts: the store is closed and has nothing to report)."""
     def run_background(self, max_seconds: float = 1e30) -> int:
-        """Runs queued background work here until none is left or max_seconds passed; returns the jobs run."""
+        """Runs queued background work here until none is left or max_seconds passed; returns the jobs run. On the
+        main thread Ctrl-C stops it before a job or inside a job's forward (KeyboardInterrupt), no job lost: the
+        rest stay queued."""
     def calibrate(self) -> CalibrationReport:
         """Fits the planner's cost model on this machine (timed forwards, relocation, patches, tier reads) and its
         fidelity model (deficits measured as next-token KL against a re-prefill): plans' estimated_seconds and

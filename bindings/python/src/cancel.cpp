@@ -104,8 +104,9 @@ void init_cancel(py::module_& m) {
       },
       py::arg("seconds"),
       "How often a long call on Python's main thread (a decode, a window operation such as sync, add_turn,\n"
-      "logits or idle) takes the GIL to run pending signal handlers, so Ctrl-C stops it: at most every\n"
-      "`seconds` (default 0.1; 0: at every token or interruption point). Returns the previous value.");
+      "logits or idle, Engine.run_background) takes the GIL to run pending signal handlers, so Ctrl-C stops it:\n"
+      "at most every `seconds` (default 0.1; 0: at every token or interruption point). Returns the previous\n"
+      "value.");
   py::class_<CancelToken, std::shared_ptr<CancelToken>>(
       m, "CancelToken",
       "Stops a decode from any thread: pass it as cancel= to Window.generate, Window.generate_n or\n"

@@ -10,10 +10,12 @@
 #include <vector>
 
 #include "bindings.h"
+#include "cancel.h"
 #include "convert.h"
 #include "decodes.h"
 #include "engine_args.h"
 #include "orbit/common/error.h"
+#include "orbit/interrupt.h"
 #include "orbit/store.h"
 #include "py_window.h"
 
@@ -308,8 +310,17 @@ void def_engine_life(py::class_<Engine, std::shared_ptr<Engine>>& c) {
   c.def(
       "run_background",
       [](Engine& e, double max_seconds) {
-        py::gil_scoped_release release;
-        return e.run_background(max_seconds);
+        // On the main thread signals are delivered at its interruption points (before each job, before each
+        // layer of a job's forward: orbit/interrupt.h), as in a window call (PyWindow::run).
+        SignalPoll signals = SignalPoll::main_thread_only();
+        try {
+          py::gil_scoped_release release;
+          const orbit::InterruptScope interrupt([&signals] { return signals.raised(); });
+          return e.run_background(max_seconds);
+        } catch (const orbit::Interrupted&) {
+          signals.rethrow();  // the GIL is held again here
+          throw;
+        }
       },
       py::arg("max_seconds") = 1e30,
       "Runs queued background work (canonical encodes and patch forming of first sights) on this thread, one\n"
@@ -317,7 +328,11 @@ void def_engine_life(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       "with max_seconds=0), then waits for the worker's job in flight ('thread' mode). Returns\n"
       "the number of jobs run here. Call it in idle time under background='deferred' (until then their\n"
       "patches are not stored: stats.background_pending counts them); under 'thread' it waits for the queue\n"
-      "to drain. The GIL is released meanwhile. OrbitError for a negative max_seconds or a closed engine.");
+      "to drain. The GIL is released meanwhile. OrbitError for a negative max_seconds or a closed engine.\n"
+      "On the main thread signal handlers run while it works (at most 100 ms apart, orbit.set_signal_interval):\n"
+      "one that raises (Ctrl-C's KeyboardInterrupt) stops it before the next job or inside a job's forward\n"
+      "(between two layers) and is raised here; nothing is lost: the jobs not run, and the one stopped, stay\n"
+      "queued (stats.background_pending) for a later call.");
   def_calibration(c);
 }
 

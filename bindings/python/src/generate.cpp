@@ -18,6 +18,7 @@
 #include "convert.h"
 #include "generate_args.h"
 #include "orbit/decode_batch.h"
+#include "orbit/interrupt.h"
 
 namespace orbit_py {
 
@@ -310,9 +311,13 @@ std::pair<PyWindow*, GenerateArgs> read_request(const py::object& item, const st
 }
 
 // Holding the GIL: releases it and, every distinct window locked in one order (no deadlock with another
-// call) for the whole batch, decodes the requests (decode_uncancelled).
+// call) for the whole batch, decodes the requests (decode_uncancelled). On the main thread the batch's signal
+// poll is also the check of an InterruptScope (orbit/interrupt.h), as in PyWindow::run: the repairs the windows
+// deferred, which the decode runs first, stop at their interruption points (orbit::Interrupted, the handler's
+// exception kept in the poll).
 std::vector<orbit::Generation> decode_locked(const std::vector<PyWindow*>& windows,
                                              const std::vector<GenerateArgs>& args) {
+  const std::shared_ptr<SignalPoll> poll = args.empty() ? nullptr : args.front().cancel.signals;
   py::gil_scoped_release release;
   std::vector<PyWindow*> order = windows;
   std::sort(order.begin(), order.end());
@@ -324,6 +329,7 @@ std::vector<orbit::Generation> decode_locked(const std::vector<PyWindow*>& windo
     holds.emplace_back(*w);
     w->check_open();
   }
+  const orbit::InterruptScope interrupt(poll ? std::function<bool()>([&poll] { return poll->raised(); }) : nullptr);
   return decode_uncancelled(windows, args);
 }
 
@@ -348,7 +354,15 @@ py::list run_generate_many(const py::object& request_list, const py::object& can
   for (PyWindow* w : windows) {
     if (engines.insert(w->decodes.get()).second) decoding.emplace_back(w->decodes.get());
   }
-  std::vector<orbit::Generation> out = decode_locked(windows, args);
+  std::vector<orbit::Generation> out;
+  try {
+    out = decode_locked(windows, args);
+  } catch (...) {
+    // A signal handler's exception first (an Interrupted from a deferred repair, or a decode's error after
+    // Ctrl-C stopped it): KeyboardInterrupt is what the caller asked for.
+    if (!args.empty()) args.front().rethrow_raised();
+    throw;
+  }
   if (!args.empty()) args.front().rethrow_raised();  // the batch's signal poll: Ctrl-C stopped every request
   py::list result;
   for (std::size_t i = 0; i < out.size(); ++i) {
@@ -391,7 +405,8 @@ void init_generate(py::module_& m) {
         "tokens, nothing forwarded), the others decoding. close() of a request's window stops that request;\n"
         "Engine.close() stops every request. On the main thread signal handlers run while it decodes (at most\n"
         "100 ms apart): one that raises (Ctrl-C's KeyboardInterrupt) stops every request at its next token and is\n"
-        "raised here.");
+        "raised here; while it first runs the repairs its windows deferred, it stops them before an instance or\n"
+        "between two layers of its forward, the window as before them.");
 }
 
 }  // namespace orbit_py

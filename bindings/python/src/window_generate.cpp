@@ -131,10 +131,15 @@ void def_generate_n(py::class_<PyWindow>& c) {
         const int64_t n = n_arg.get("generate_n: n");
         const GenerateArgs a = generate_args(w, query, kwargs, "generate_n");
         const DecodeScope decoding(w.decodes.get());  // Engine.close() waits for it (refuses it once begun)
-        std::vector<orbit::Generation> gs =
-            n >= 1 && cancelled_before(w, a, "Window.generate_n")
-                ? std::vector<orbit::Generation>(static_cast<std::size_t>(n), cancelled_generation())
-                : w.run("Window.generate_n", [&](Window& x) { return x.generate_n(a.query, n, a.options); });
+        std::vector<orbit::Generation> gs;
+        try {
+          gs = n >= 1 && cancelled_before(w, a, "Window.generate_n")
+                   ? std::vector<orbit::Generation>(static_cast<std::size_t>(n), cancelled_generation())
+                   : w.run("Window.generate_n", [&](Window& x) { return x.generate_n(a.query, n, a.options); });
+        } catch (...) {
+          a.rethrow_raised();  // a signal handler's exception first: the decode's error may have followed it
+          throw;
+        }
         a.rethrow_raised();  // a signal handler raised (Ctrl-C): every branch stopped at its next token
         py::list out;
         for (orbit::Generation& g : gs) {
