@@ -1,0 +1,180 @@
+#include "serve/wire/chat_parse.h"
+
+#include <set>
+
+#include "serve/wire/call_arguments.h"
+#include "serve/wire/request_invalid.h"
+
+namespace orbit::serve::chat_wire {
+
+using nlohmann::json;
+
+namespace {
+
+// The text of a message's content: a string, null, or text parts; an assistant's may also hold OpenAI's
+// refusal parts ({"type": "refusal", "refusal": text}), which are what it said, so they are read as its text.
+std::string content_text(const json& v, const std::string& param, bool assistant) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_null()) return "";
+  if (!v.is_array())
+    invalid_field(param, std::string("expected a string, null or an array of parts, got ") + json_type_name(v));
+  std::string text;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const std::string p = param + "[" + std::to_string(i) + "]";
+    const json& part = v[i];
+    if (!part.is_object()) invalid_field(p, std::string("expected an object, got ") + json_type_name(part));
+    const auto type = part.find("type");
+    if (type == part.end()) invalid_field(p + ".type", "missing");
+    const std::string kind = need_string(*type, p + ".type");
+    const bool refusal = assistant && kind == "refusal";
+    if (kind != "text" && !refusal) {
+      invalid_field(p + ".type", "only text parts are accepted" + std::string(assistant ? " (and refusal parts)" : "") +
+                                     " (got '" + kind + "')");
+    }
+    // A part's keys: OpenAI's, and prompt_cache_breakpoint, a cache hint @openai/agents puts on text parts
+    // (taken and unused, as the body's prompt_cache_key is). Another key is refused by name.
+    refuse_unknown_fields(part, refusal ? "type refusal" : "type text prompt_cache_breakpoint",
+                          refusal ? "a refusal part" : "a text part", p + ".");
+    if (const auto hint = part.find("prompt_cache_breakpoint"); hint != part.end() && !hint->is_object()) {
+      invalid_field(p + ".prompt_cache_breakpoint", std::string("expected an object, got ") + json_type_name(*hint));
+    }
+    const char* key = refusal ? "refusal" : "text";
+    const auto t = part.find(key);
+    if (t == part.end()) invalid_field(p + "." + key, "missing");
+    text += need_string(*t, p + "." + key);
+  }
+  return text;
+}
+
+// A tool call's keys: OpenAI's (id, type, function {name, arguments}) and what clients echo back from an
+// answer: index (a streamed call's place, kept by @langchain/openai's merged chunks and sent back with a call it
+// could not parse) and function.parsed_arguments (the openai SDK's parse helpers and runTools add it). Both are
+// the client's own copies of what it was answered, so they are taken and unused; another key is refused by name.
+ChatToolCall parse_tool_call(const json& v, const std::string& param) {
+  if (!v.is_object()) invalid_field(param, std::string("expected an object, got ") + json_type_name(v));
+  refuse_unknown_fields(v, "id type function index", "a tool call", param + ".");
+  if (v.contains("index") && !v["index"].is_null()) need_int(v["index"], param + ".index");
+  ChatToolCall call;
+  // Its id is what the tool message with its result names (tool_call_id), and templates render both.
+  const auto id = v.find("id");
+  if (id == v.end() || id->is_null()) invalid_field(param + ".id", "missing (the tool message of its result names it)");
+  call.id = need_string(*id, param + ".id");
+  if (call.id.empty()) invalid_field(param + ".id", "empty");
+  if (v.contains("type") && need_string(v["type"], param + ".type") != "function") {
+    invalid_field(param + ".type", "only 'function' tool calls are accepted");
+  }
+  const auto fn = v.find("function");
+  if (fn == v.end() || !fn->is_object()) invalid_field(param + ".function", "missing or not an object");
+  refuse_unknown_fields(*fn, "name arguments parsed_arguments", "a tool call's function", param + ".function.");
+  const auto name = fn->find("name");
+  if (name == fn->end()) invalid_field(param + ".function.name", "missing");
+  call.name = need_string(*name, param + ".function.name");
+  // Only a tool's name can be called, so a call in the history is held to the tools' rule; but "" is taken,
+  // as this server answers a forced call max_tokens cut before its name began (name and arguments "").
+  if (const std::string bad = name_problem(call.name, "a tool name"); !bad.empty() && !call.name.empty()) {
+    invalid_field(param + ".function.name", bad);
+  }
+  if (fn->contains("arguments")) {
+    // Templates see JSON arguments parsed (so JSON nested past the input bound is refused here), and other
+    // text (a call max_tokens cut, as this server and OpenAI answer one) as a string (runtime::ChatToolCall).
+    call.arguments = need_string((*fn)["arguments"], param + ".function.arguments");
+    check_call_arguments(call.arguments, param + ".function.arguments");
+  }
+  return call;
+}
+
+// A message's keys, per role: OpenAI's (role, content, name; an assistant's refusal, audio, tool_calls and
+// function_call; a tool's tool_call_id) and those the node clients in tests/node add (@langchain/openai: a
+// tool message's name; @ai-sdk/openai-compatible: an assistant's reasoning_content; @openai/agents: an
+// assistant's reasoning; the openai SDK's parse helpers and runTools: an assistant's parsed, the client's own
+// parse of the content it was answered, taken and unused). Any other is refused by name. The chat template is
+// given role, content, reasoning_content, name, tool_call_id and tool_calls, so a key it would not see is
+// refused unless null rather than dropped: audio (an earlier audio answer's id) and function_call (the
+// deprecated call form; send tool_calls).
+void refuse_unknown_message_fields(const json& v, const std::string& role, const std::string& param) {
+  const bool assistant = role == "assistant";
+  const char* known = assistant        ? "role content name refusal audio tool_calls function_call reasoning_content "
+                                         "reasoning parsed"
+                      : role == "tool" ? "role content tool_call_id name"
+                                       : "role content name";
+  refuse_unknown_fields(v, known, "a" + std::string(assistant ? "n " : " ") + role + " message", param + ".");
+  if (!assistant) return;
+  for (const char* name : {"audio", "function_call"}) {
+    const auto it = v.find(name);
+    if (it == v.end() || it->is_null()) continue;
+    invalid_field(param + "." + name, std::string("not accepted: the chat template would not see it (") +
+                                          (name[0] == 'f' ? "send the call as tool_calls" : "leave it out or null") +
+                                          ")");
+  }
+}
+
+// An assistant's reasoning, the thinking an earlier turn wrote before its answer, given to the template as
+// message.reasoning_content (which reasoning models' templates render): reasoning_content as
+// @ai-sdk/openai-compatible and other OpenAI-compatible clients send it, or reasoning, the string @openai/agents
+// sends (a reasoning item's text); both given, they must agree. Null or absent: none.
+std::optional<std::string> parse_reasoning(const json& v, const std::string& param) {
+  std::optional<std::string> out;
+  for (const char* name : {"reasoning_content", "reasoning"}) {
+    const auto it = v.find(name);
+    if (it == v.end() || it->is_null()) continue;
+    std::string text = need_string(*it, param + "." + name);
+    if (out && *out != text) {
+      invalid_field(param + ".reasoning",
+                    "differs from reasoning_content: give one of them (or the same text in both)");
+    }
+    out = std::move(text);
+  }
+  return out;
+}
+
+// A tool message's tool_call_id: required and not empty, as OpenAI has it (the template renders it beside the
+// result, and it is all that ties the result to its call). Which call it names is not checked: an agent
+// that trims its context drops old call messages and keeps their results (serve_api.h).
+std::string parse_tool_call_id(const json& v, const std::string& param) {
+  const auto id = v.find("tool_call_id");
+  if (id == v.end() || id->is_null()) {
+    invalid_field(param + ".tool_call_id", "missing (a tool message answers the assistant's call of that id)");
+  }
+  std::string out = need_string(*id, param + ".tool_call_id");
+  if (out.empty()) invalid_field(param + ".tool_call_id", "empty");
+  return out;
+}
+
+}  // namespace
+
+ChatMessage parse_message(const json& v, const std::string& param) {
+  static const std::set<std::string> kRoles = {"system", "developer", "user", "assistant", "tool"};
+  if (!v.is_object()) invalid_field(param, std::string("expected an object, got ") + json_type_name(v));
+  ChatMessage m;
+  const auto role = v.find("role");
+  if (role == v.end()) invalid_field(param + ".role", "missing");
+  m.role = need_string(*role, param + ".role");
+  if (!kRoles.count(m.role)) {
+    invalid_field(param + ".role",
+                  "unknown role '" + m.role + "' (expected system, developer, user, assistant or tool)");
+  }
+  refuse_unknown_message_fields(v, m.role, param);
+  if (m.role == "developer") m.role = "system";  // OpenAI's newer name for the system prompt
+  const auto content = v.find("content");
+  if (content == v.end() && m.role != "assistant") invalid_field(param + ".content", "missing");
+  if (content != v.end()) m.content = content_text(*content, param + ".content", m.role == "assistant");
+  if (v.contains("refusal") && !v["refusal"].is_null()) m.content += need_string(v["refusal"], param + ".refusal");
+  if (m.role == "assistant") m.reasoning_content = parse_reasoning(v, param);
+  if (v.contains("name") && !v["name"].is_null()) {
+    m.name = need_string(v["name"], param + ".name");
+    if (const std::string bad = name_problem(*m.name, "a message name"); !bad.empty())
+      invalid_field(param + ".name", bad);
+  }
+  if (m.role == "tool") m.tool_call_id = parse_tool_call_id(v, param);
+  if (v.contains("tool_calls") && !v["tool_calls"].is_null()) {
+    const json& calls = v["tool_calls"];
+    if (!calls.is_array())
+      invalid_field(param + ".tool_calls", std::string("expected an array, got ") + json_type_name(calls));
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      m.tool_calls.push_back(parse_tool_call(calls[i], param + ".tool_calls[" + std::to_string(i) + "]"));
+    }
+  }
+  return m;
+}
+
+}  // namespace orbit::serve::chat_wire

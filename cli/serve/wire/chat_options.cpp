@@ -1,0 +1,109 @@
+#include "serve/wire/chat_parse.h"
+
+#include <algorithm>
+
+#include "serve/wire/request_invalid.h"
+
+namespace orbit::serve::chat_wire {
+
+using nlohmann::json;
+
+// tools: each {"type": "function", "function": {"name": ..., ...}}; their names, in order, each once. (Their
+// parameters are checked as schemas by the server: answer_constraint.h.)
+std::vector<std::string> parse_tools(const json& tools) {
+  if (!tools.is_array()) invalid_field("tools", std::string("expected an array, got ") + json_type_name(tools));
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < tools.size(); ++i) {
+    const std::string p = "tools[" + std::to_string(i) + "]";
+    const json& t = tools[i];
+    if (!t.is_object()) invalid_field(p, std::string("expected an object, got ") + json_type_name(t));
+    if (t.contains("type") && need_string(t["type"], p + ".type") != "function") {
+      invalid_field(p + ".type", "only 'function' tools are accepted");
+    }
+    const auto fn = t.find("function");
+    if (fn == t.end() || !fn->is_object()) invalid_field(p + ".function", "missing or not an object");
+    // A key out of place (a misspelt "parameters") would give the model a tool whose arguments go unchecked.
+    refuse_unknown_fields(t, "type function", p, p + ".");
+    refuse_unknown_fields(*fn, "name description parameters strict", p + ".function", p + ".function.");
+    const auto name = fn->find("name");
+    if (name == fn->end()) invalid_field(p + ".function.name", "missing");
+    names.push_back(need_string(*name, p + ".function.name"));
+    if (names.back().empty()) invalid_field(p + ".function.name", "empty");
+    if (const std::string bad = name_problem(names.back(), "a tool name"); !bad.empty()) {
+      invalid_field(p + ".function.name", bad);
+    }
+    const auto first = std::find(names.begin(), names.end(), names.back());
+    if (first + 1 != names.end()) {
+      invalid_field(p + ".function.name", "'" + names.back() + "' is also the name of tools[" +
+                                              std::to_string(first - names.begin()) + "] (tool names must be unique)");
+    }
+    if (fn->contains("parameters") && !(*fn)["parameters"].is_object()) {
+      invalid_field(p + ".function.parameters",
+                    std::string("expected an object, got ") + json_type_name((*fn)["parameters"]));
+    }
+  }
+  return names;
+}
+
+ToolChoice parse_tool_choice(const json& v, const std::vector<std::string>& tools) {
+  ToolChoice c;
+  if (v.is_string()) {
+    c.mode = v.get<std::string>();
+    if (c.mode != "none" && c.mode != "auto" && c.mode != "required") {
+      invalid_field("tool_choice", "'" + c.mode + "' is not one of none, auto, required (or a named function)");
+    }
+  } else if (v.is_object()) {
+    if (v.contains("type") && need_string(v["type"], "tool_choice.type") != "function") {
+      invalid_field("tool_choice.type", "only 'function' is accepted");
+    }
+    const auto fn = v.find("function");
+    if (fn == v.end() || !fn->is_object()) invalid_field("tool_choice.function", "missing or not an object");
+    refuse_unknown_fields(v, "type function", "tool_choice", "tool_choice.");
+    refuse_unknown_fields(*fn, "name", "tool_choice.function", "tool_choice.function.");
+    const auto name = fn->find("name");
+    if (name == fn->end()) invalid_field("tool_choice.function.name", "missing");
+    c.mode = "function";
+    c.function = need_string(*name, "tool_choice.function.name");
+    if (std::find(tools.begin(), tools.end(), c.function) == tools.end()) {
+      invalid_field("tool_choice.function.name", "'" + c.function + "' is not one of the request's tools");
+    }
+  } else {
+    invalid_field("tool_choice", std::string("expected a string or an object, got ") + json_type_name(v));
+  }
+  if ((c.mode == "required" || c.mode == "function") && tools.empty()) {
+    invalid_field("tool_choice", "'" + c.mode + "' needs tools, and the request has none");
+  }
+  return c;
+}
+
+ResponseFormat parse_response_format(const json& v) {
+  if (!v.is_object()) invalid_field("response_format", std::string("expected an object, got ") + json_type_name(v));
+  // A key elsewhere than OpenAI puts it ({"type": "json_object", "schema": ...}) would leave its schema unenforced.
+  refuse_unknown_fields(v, "type json_schema", "response_format", "response_format.");
+  ResponseFormat f;
+  const auto type = v.find("type");
+  if (type == v.end()) invalid_field("response_format.type", "missing");
+  f.type = need_string(*type, "response_format.type");
+  if (f.type != "json_schema" && v.contains("json_schema")) {
+    invalid_field("response_format.json_schema", "given with type '" + f.type + "': a schema needs type json_schema");
+  }
+  if (f.type == "json_schema") {
+    const auto js = v.find("json_schema");
+    if (js == v.end() || !js->is_object()) invalid_field("response_format.json_schema", "missing or not an object");
+    refuse_unknown_fields(*js, "name schema strict description", "response_format.json_schema",
+                          "response_format.json_schema.");
+    if (js->contains("name")) f.name = need_string((*js)["name"], "response_format.json_schema.name");
+    if (js->contains("strict") && !(*js)["strict"].is_null()) {
+      f.strict = need_bool((*js)["strict"], "response_format.json_schema.strict");
+    }
+    const auto schema = js->find("schema");
+    if (schema == js->end() || !schema->is_object())
+      invalid_field("response_format.json_schema.schema", "missing or not an object");
+    f.schema_json = schema->dump();
+  } else if (f.type != "text" && f.type != "json_object") {
+    invalid_field("response_format.type", "'" + f.type + "' is not one of text, json_object, json_schema");
+  }
+  return f;
+}
+
+}  // namespace orbit::serve::chat_wire

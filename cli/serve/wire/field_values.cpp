@@ -1,0 +1,50 @@
+#include "serve/wire/chat_parse.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <sstream>
+
+#include "serve/wire/request_invalid.h"
+
+namespace orbit::serve::chat_wire {
+
+using nlohmann::json;
+
+std::string need_string(const json& v, const std::string& param) {
+  if (!v.is_string()) invalid_field(param, std::string("expected a string, got ") + json_type_name(v));
+  return v.get<std::string>();
+}
+
+double need_number(const json& v, const std::string& param, double lo, double hi, bool lo_open) {
+  if (!v.is_number()) invalid_field(param, std::string("expected a number, got ") + json_type_name(v));
+  const double x = v.get<double>();
+  if (!std::isfinite(x) || x > hi || x < lo || (lo_open && x == lo)) {
+    std::ostringstream range;
+    range << (lo_open ? "(" : "[") << lo << ", " << hi << "]";
+    invalid_field(param, "must be in " + range.str() + ", got " + v.dump());
+  }
+  return x;
+}
+
+bool need_bool(const json& v, const std::string& param) {
+  if (!v.is_boolean()) invalid_field(param, std::string("expected a boolean, got ") + json_type_name(v));
+  return v.get<bool>();
+}
+
+int64_t need_int(const json& v, const std::string& param) {
+  if (v.is_number_unsigned()) {
+    if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      invalid_field(param, "too large");
+    return static_cast<int64_t>(v.get<uint64_t>());
+  }
+  // A whole number past 64 bits (18446744073709551616) is read as a float: say so rather than "a number".
+  if (v.is_number_float() && std::isfinite(v.get<double>()) && std::abs(v.get<double>()) >= 9.2e18 &&
+      v.get<double>() == std::floor(v.get<double>())) {
+    invalid_field(param, "too large (" + v.dump() + " is outside the 64-bit integers)");
+  }
+  if (!v.is_number_integer()) invalid_field(param, std::string("expected an integer, got ") + json_type_name(v));
+  return v.get<int64_t>();
+}
+
+}  // namespace orbit::serve::chat_wire

@@ -1,0 +1,146 @@
+#include "serve/wire/chat_parse.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <optional>
+
+#include "serve/wire/request_invalid.h"
+
+namespace orbit::serve::chat_wire {
+
+using nlohmann::json;
+
+namespace {
+
+std::vector<std::string> parse_stop(const json& v, const ServeLimits& limits) {
+  if (v.is_null()) return {};
+  if (v.is_string()) {
+    if (v.get<std::string>().empty()) invalid_field("stop", "must not be empty");
+    return {v.get<std::string>()};
+  }
+  if (!v.is_array())
+    invalid_field("stop", std::string("expected a string or an array of strings, got ") + json_type_name(v));
+  if (v.size() > limits.max_stop_strings) {
+    invalid_field("stop", "at most " + std::to_string(limits.max_stop_strings) + " sequences are accepted");
+  }
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    out.push_back(need_string(v[i], "stop[" + std::to_string(i) + "]"));
+    if (out.back().empty()) invalid_field("stop[" + std::to_string(i) + "]", "must not be empty");
+  }
+  return out;
+}
+
+// max_completion_tokens, or the older max_tokens; both given, they must agree (neither is ignored).
+std::optional<int64_t> parse_max_tokens(const json& body) {
+  std::optional<int64_t> out;
+  for (const char* name : {"max_completion_tokens", "max_tokens"}) {
+    const auto it = body.find(name);
+    if (it == body.end() || it->is_null()) continue;
+    const int64_t n = need_int(*it, name);
+    if (n < 1) invalid_field(name, "must be >= 1, got " + std::to_string(n));
+    if (out && *out != n) {
+      invalid_field(name, std::to_string(n) + " differs from max_completion_tokens = " + std::to_string(*out) +
+                              ": give one of them (or the same value in both)");
+    }
+    out = n;
+  }
+  return out;
+}
+
+// logit_bias: {"<token id>": bias}, ids as decimal strings (OpenAI's JSON), biases in [-100, 100].
+std::map<int64_t, double> parse_logit_bias(const json& v, const ServeLimits& limits) {
+  if (!v.is_object()) invalid_field("logit_bias", std::string("expected an object, got ") + json_type_name(v));
+  std::map<int64_t, double> out;
+  for (const auto& [key, value] : v.items()) {
+    const bool digits = !key.empty() && key.size() <= 18 &&
+                        std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits) invalid_field("logit_bias", "key '" + key + "' is not a token id (a decimal integer)");
+    const int64_t token = std::stoll(key);
+    if (limits.vocab_size > 0 && token >= limits.vocab_size) {
+      invalid_field("logit_bias", "token " + key + " is outside the model's vocabulary [0, " +
+                                      std::to_string(limits.vocab_size) + ")");
+    }
+    if (!value.is_number() || !std::isfinite(value.get<double>()) || std::abs(value.get<double>()) > 100) {
+      invalid_field("logit_bias", "the bias of token " + key + " must be a number in [-100, 100], got " + value.dump());
+    }
+    out[token] = value.get<double>();
+  }
+  return out;
+}
+
+}  // namespace
+
+SamplingRequest parse_sampling(const json& body, const ServeLimits& limits) {
+  SamplingRequest s;
+  s.max_tokens = parse_max_tokens(body);
+  auto field = [&](const char* name) -> const json* {
+    const auto it = body.find(name);
+    return it == body.end() || it->is_null() ? nullptr : &*it;
+  };
+  if (const json* v = field("temperature")) s.temperature = need_number(*v, "temperature", 0, 2, false);
+  if (const json* v = field("top_p")) s.top_p = need_number(*v, "top_p", 0, 1, true);
+  if (const json* v = field("seed")) s.seed = static_cast<uint64_t>(need_int(*v, "seed"));
+  if (const json* v = field("stop")) s.stop = parse_stop(*v, limits);
+  if (const json* v = field("n")) {
+    s.n = need_int(*v, "n");
+    if (s.n < 1 || s.n > limits.max_choices) {
+      invalid_field("n", "must be in [1, " + std::to_string(limits.max_choices) + "], got " + v->dump());
+    }
+  }
+  if (const json* v = field("stream")) s.stream = need_bool(*v, "stream");
+  if (const json* v = field("stream_options")) {
+    // As OpenAI: only beside stream true; other keys are refused by name. include_obfuscation (on unless
+    // false, as OpenAI has it) pads each chunk with a random "obfuscation" field (stream_obfuscation.h).
+    if (!v->is_object()) invalid_field("stream_options", std::string("expected an object, got ") + json_type_name(*v));
+    if (!s.stream) invalid_field("stream_options", "only allowed when stream is true");
+    for (const auto& [key, value] : v->items()) {
+      if (key == "include_usage") {
+        s.include_usage = need_bool(value, "stream_options.include_usage");
+      } else if (key == "include_obfuscation") {
+        s.include_obfuscation = need_bool(value, "stream_options.include_obfuscation");
+      } else {
+        invalid_field("stream_options." + key, "unknown option (include_usage and include_obfuscation are served)");
+      }
+    }
+  }
+  return s;
+}
+
+// OpenAI's logit processors, shared by both endpoints.
+void parse_processors(const json& body, const ServeLimits& limits, SamplingRequest& s) {
+  const auto field = [&](const char* name) -> const json* {
+    const auto it = body.find(name);
+    return it == body.end() || it->is_null() ? nullptr : &*it;
+  };
+  if (const json* v = field("presence_penalty")) s.presence_penalty = need_number(*v, "presence_penalty", -2, 2, false);
+  if (const json* v = field("frequency_penalty"))
+    s.frequency_penalty = need_number(*v, "frequency_penalty", -2, 2, false);
+  if (const json* v = field("logit_bias")) s.logit_bias = parse_logit_bias(*v, limits);
+}
+
+// Chat's logprobs (bool) and top_logprobs (0..20, needs logprobs true); with `legacy` (/v1/completions, whose
+// logprobs is an integer of top tokens) any logprobs is refused, and so is top_logprobs, which it lacks.
+void parse_logprobs(const json& body, SamplingRequest& s, bool legacy) {
+  const auto field = [&](const char* name) -> const json* {
+    const auto it = body.find(name);
+    return it == body.end() || it->is_null() ? nullptr : &*it;
+  };
+  if (legacy) {
+    if (const json* v = field("logprobs"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
+      unsupported("logprobs", "logprobs on /v1/completions (/v1/chat/completions serves them: logprobs: true)");
+    }
+    if (field("top_logprobs") != nullptr) unsupported("top_logprobs", "top_logprobs on /v1/completions");
+    return;
+  }
+  if (const json* v = field("logprobs")) s.logprobs = need_bool(*v, "logprobs");
+  if (const json* v = field("top_logprobs")) {
+    const int64_t k = need_int(*v, "top_logprobs");
+    if (k < 0 || k > 20) invalid_field("top_logprobs", "must be in [0, 20], got " + v->dump());
+    if (k > 0 && !s.logprobs) invalid_field("top_logprobs", "needs logprobs: true");
+    s.top_logprobs = static_cast<int32_t>(k);
+  }
+}
+
+}  // namespace orbit::serve::chat_wire
