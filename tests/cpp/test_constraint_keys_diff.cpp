@@ -361,6 +361,11 @@ std::shared_ptr<const TokenVocabulary> quote_rich_vocabulary(int64_t& eos) {
     for (const char* end : {"\"", "\":", "\": ", "\",", "\"}", "\": \""}) add(std::string("\"") + k + end);
   }
   for (const char* s : {"\",\"", "\":\"", "\", \"", "\"\"", "\\\"", "\\\\", "\"}, {\""}) add(s);
+  // Escaped quotes that stay in a string, and those a '\\' does not escape, which end it (and may write a key).
+  for (const char* s : {"x\\\"", "\\\":", "\\\",", " \\\"", "\\\\\"", "\\\\\\\"", "a\\\"b\"", "\\\\\", \"a\"",
+                        "\\\\\",\"ab\":", "\\\\\", \"b\": \"", "\\\"\\\"", "\\u0022", "\\\\\\\", \"a\""}) {
+    add(s);
+  }
   eos = static_cast<int64_t>(v.text.size());
   v.text.emplace_back(std::nullopt);
   return TokenVocabulary::from_bytes(std::move(v));
@@ -372,7 +377,11 @@ std::shared_ptr<const TokenVocabulary> quote_rich_vocabulary(int64_t& eos) {
 // string value's closing quote then a ',' and the next key, or a ',' then a key) against each token tried on
 // the matcher: a token is kept without a walk only where the bytes after its quote cannot be refused. Built
 // with KeyLog::tail_refusable reading one byte less of the tail, it fails at the first schema (a token keeps
-// the rest of a logged key the walk refuses).
+// the rest of a logged key the walk refuses). Inside strings' bodies, a token whose quotes are all escaped is
+// not walked (KeyLog::in_string_bodies, VocabTrie::quotes_escaped): the texts below and the plain-key schemas
+// write such tokens and those a '\\' does not escape, which close a logged key. It fails where
+// quotes_escaped reads a '\\' after a '\\' as a new escape (`\\"` kept after `"\\a`), and where
+// in_string_bodies takes a stack mid-escape for one in a string's body (`\"` kept after `"a\`).
 TEST_CASE("masks agree with the matcher where a token's quote opens a pattern's or an enum's key", "[constraint]") {
   int64_t eos = 0;
   const auto vocab = quote_rich_vocabulary(eos);
@@ -393,10 +402,25 @@ TEST_CASE("masks agree with the matcher where a token's quote opens a pattern's 
           {"type": "integer"}}]})",
       R"({"type": "object", "propertyNames": {"pattern": "^[ab]*$"}, "maxProperties": 6, "additionalProperties": )" +
           str + "}",
+      R"({"type": "object", "additionalProperties": {"type": "string"}})",
+      R"({"type": "object", "propertyNames": {"maxLength": 2}, "additionalProperties": {"type": "string"}})",
+      R"({"type": "array", "items": {"type": "object", "additionalProperties": {"type": "string"}}})",
       R"({"type": "object", "properties": {"x": )" + str + R"(}, "propertyNames": {"pattern": "^(x|ab|abc)$"},
           "additionalProperties": {"type": "object", "propertyNames": {"enum": ["a", "b", "ab"]}}})",
   };
   int64_t steps = 0;
+  // Every prefix of texts whose keys hold escapes, at each byte (mid-escape included): a token that a '\\'
+  // before its quote does not escape (`\\"` after `"\\a`, `\"` after `"\\a\`) closes the logged key `\a\`.
+  for (const std::string text : {R"({"a\\": "x\"", "b\"": "y\\", "a\\)", R"({"\\a\\": {"\"": "\\\""}, "\\a\\)"}) {
+    const auto plain = schema(R"({"type": "object", "additionalProperties": {"anyOf": [{"type": "string"},
+                                 {"type": "object", "additionalProperties": {"type": "string"}}]}})");
+    for (std::size_t n = 1; n <= text.size(); ++n, ++steps) {
+      INFO("text " << text.substr(0, n));
+      TokenConstraint tc(plain, vocab, {{eos}});
+      tc.accept_text(text.substr(0, n));
+      constraint_property::check_mask_brute_force(tc, *vocab, eos, 1000);
+    }
+  }
   for (std::size_t i = 0; i < schemas.size(); ++i) {
     INFO("schema " << schemas[i]);
     const TokenConstraint start(schema(schemas[i]), vocab, {{eos}});

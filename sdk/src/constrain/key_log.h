@@ -207,6 +207,12 @@ class KeyLog {
   // object has logged and have no completion that is not one (the walk's own test, on those bytes alone). A
   // token for which this is false is refused by no walk (given `q`); one for which it is true is walked.
   bool tail_refusable(const OneQuote& q, std::string_view tail) const;
+  // Whether every stack of `state` is in the body of a string (not mid-escape nor mid-character): a value's,
+  // or a free key's whose key node is a plain string that no token of at most `max_token_bytes` bytes fills to
+  // its maxLength. A token that writes no quote ending the string (VocabTrie::quotes_escaped) then leaves every
+  // stack in its string: it closes no key and opens none, moves no object, and a plain key's bytes below its
+  // maxLength are never refused, so no walk refuses it.
+  bool in_string_bodies(const StateSet& state, int64_t max_token_bytes) const;
 
  private:
   // The stack [f, f + n) after the byte at offset `at` of text + walked: stamps its objects; false when it

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "constrain/key_log_parts.h"
+#include "constrain/matcher_nodes.h"
 #include "constrain/token_masks.h"
 
 namespace orbit::constrain {
@@ -221,6 +222,19 @@ void KeyLog::one_quote_suspects(const OneQuote& q, const VocabTrie& trie, std::v
       trie.extensions_of(std::string_view(*k).substr(q.prefix.size()), out);
     }
   }
+}
+
+bool KeyLog::in_string_bodies(const StateSet& state, int64_t max_token_bytes) const {
+  for (std::size_t s = 0; s < state.size(); ++s) {
+    const std::size_t n = state.length(s);
+    const Frame* f = state.begin(s);
+    if (n == 0) return false;
+    const Node& top = g_.at(static_cast<int32_t>(f[n - 1].node));
+    if (top.kind != NodeKind::kString || f[n - 1].phase != nodes::kStrBody) return false;
+    const bool key = n >= 2 && free_key(f[n - 2]) == &top;
+    if (key && static_cast<int64_t>(f[n - 1].a) + max_token_bytes >= top.max_count) return false;
+  }
+  return !state.empty();
 }
 
 }  // namespace orbit::constrain

@@ -406,8 +406,10 @@ std::vector<int64_t> TokenConstraint::repeats(const TokenMask& mask, bool* drops
       if (keys().tail_refusable(one, std::string_view(bytes).substr(bytes.find('"') + 1))) prefixes.push_back(id);
     }
   }
+  // Inside strings' bodies a token whose quotes are all escaped stays in them: no walk refuses it.
+  const bool bodies = keys().in_string_bodies(now, trie.max_token_bytes());
   for (const int32_t id : !one.applies ? quoted : outside ? trie.tails_apart() : trie.quoted_apart()) {
-    if (mask.allows(id)) ask(id);
+    if (mask.allows(id) && !(bodies && trie.quotes_escaped(id))) ask(id);
   }
   std::sort(prefixes.begin(), prefixes.end());  // a token writes the start of many keys' rest: walked once
   prefixes.erase(std::unique(prefixes.begin(), prefixes.end()), prefixes.end());

@@ -76,6 +76,22 @@ int64_t plain_string_chars(const std::string& s) {
   return chars;
 }
 
+// Whether `s` holds a '"' and, read from a JSON string's body, each '"' of it follows a '\\' that escapes it.
+bool quotes_escaped_in(const std::string& s) {
+  bool escaped = false, quote = false;
+  for (const char c : s) {
+    if (escaped) {
+      escaped = false;
+      quote = quote || c == '"';
+    } else if (c == '\\') {
+      escaped = true;
+    } else if (c == '"') {
+      return false;  // it ends the string
+    }
+  }
+  return quote;
+}
+
 }  // namespace
 
 VocabTrie::VocabTrie(const std::vector<std::optional<std::string>>& bytes)
@@ -103,6 +119,7 @@ VocabTrie::VocabTrie(const std::vector<std::optional<std::string>>& bytes)
   not_plain_ = PreorderTrie::of(bytes, std::move(not_plain));
   quoted_.resize(2 * kMaxQuotes);
   lengths_.assign(bytes.size(), 0);
+  quotes_escaped_.assign(bytes.size(), 0);
   for (std::size_t i = 0; i < bytes.size(); ++i) {
     if (!bytes[i].has_value() || bytes[i]->empty()) continue;
     lengths_[i] = static_cast<uint16_t>(bytes[i]->size());  // PreorderTrie::of checked it fits
@@ -116,6 +133,7 @@ VocabTrie::VocabTrie(const std::vector<std::optional<std::string>>& bytes)
     const auto at_quote = bytes[i]->begin() + static_cast<std::ptrdiff_t>(quote);
     const bool plain_one = quotes == 1 && !backslash && std::all_of(bytes[i]->begin(), at_quote, printable);
     if (backslash) backslashes_.push_back(static_cast<int32_t>(i));
+    quotes_escaped_[i] = backslash && quotes > 0 && quotes_escaped_in(*bytes[i]) ? 1 : 0;
     if (quotes > 0 && !plain_one) quoted_apart_.push_back(static_cast<int32_t>(i));
     if (plain_one && quote + 1 < bytes[i]->size()) {  // bytes after its quote
       (std::all_of(at_quote + 1, bytes[i]->end(), printable) ? quoted_tails_ : tails_apart_)

@@ -80,6 +80,9 @@ class VocabTrie {
   // those of one '"' with a byte outside [0x20, 0x80) after it (ids ascending). A token of one '"' as its last
   // byte is in neither.
   const std::vector<int32_t>& quoted_tails() const { return quoted_tails_; }
+  // Whether token `id` holds a '"' and, read from a JSON string's body (not mid-escape), escapes each of them
+  // with a '\\' (`\"`, `x\":`): it writes no quote that ends the string.
+  bool quotes_escaped(int32_t id) const { return quotes_escaped_[static_cast<std::size_t>(id)] != 0; }
   const std::vector<int32_t>& tails_apart() const { return tails_apart_; }
   // The bytes of token `id` (0 for one not in the trie); `id` in [0, vocab_size()).
   int64_t length(int32_t id) const { return lengths_[static_cast<std::size_t>(id)]; }
@@ -105,6 +108,7 @@ class VocabTrie {
   std::vector<int32_t> quoted_apart_;
   std::vector<int32_t> quoted_tails_;
   std::vector<int32_t> tails_apart_;
+  std::vector<uint8_t> quotes_escaped_;  // per id: quotes_escaped()
 };
 
 // One state's mask. `need` is the fewest bytes that complete the text from the state the mask was computed
