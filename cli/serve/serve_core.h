@@ -1,5 +1,5 @@
 // The engine side of `orbit serve`, apart from HTTP: one Engine, its sessions (each a Window), the fair
-// gate that runs one forward at a time, and the metrics. ServeCore is the facade serve_http.cpp and
+// gate that runs one forward at a time, and the metrics. ServeCore is the facade HttpServer (serve_http.h) and
 // cmd_serve.cpp use; the work is done by parts with one job each, sharing a ServeContext
 // (serve_context.h: the engine, options, gate, metrics):
 //

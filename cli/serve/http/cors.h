@@ -1,6 +1,6 @@
 // Cross-origin access for pages in a browser (the Fetch standard's CORS protocol): which origins' pages may
 // read `orbit serve`'s answers (`--allow-origin`), and the header fields that tell a browser so. No HTTP
-// library here: serve_http.cpp and the front (http_front.h) write the fields this policy gives.
+// library here: serve_routes.cpp and the front (http_front.h) write the fields this policy gives.
 //
 // Off (the default, CorsPolicy{}): no answer carries a CORS field, so no web page can read the server's
 // answers (a page on any site could otherwise drive a server on 127.0.0.1), and OPTIONS is a 405 as any

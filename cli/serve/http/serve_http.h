@@ -22,6 +22,8 @@
 // vLLM's and llama.cpp's health routes do.
 // Connections are read by HttpFront (http_front.h) under header and body deadlines, without holding a
 // worker; GET /health is answered apart from the workers, so it answers while every worker is busy.
+// HttpServer is written in three files: serve_http.cpp (binding, listening, the drain), serve_routes.cpp (the
+// routes, methods, CORS preflights and API keys) and serve_generate.cpp (generate: the two model endpoints).
 #pragma once
 
 #include <atomic>

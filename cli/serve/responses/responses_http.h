@@ -1,4 +1,4 @@
-// POST /v1/responses over HTTP (cpp-httplib): the route serve_http.cpp registers. The request is prepared
+// POST /v1/responses over HTTP (cpp-httplib): the route serve_routes.cpp registers. The request is prepared
 // in the handler (a refusal is a plain JSON error with its status) and run whole, or inside the stream
 // (text/event-stream, the events of responses_wire.h). A session is named by the header X-Orbit-Session,
 // else the body's `user`, else the response chain (responses_run.h). Counted in the metrics under the

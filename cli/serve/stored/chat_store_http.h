@@ -1,4 +1,4 @@
-// OpenAI's stored chat completions over HTTP (cpp-httplib): the routes serve_http.cpp registers under
+// OpenAI's stored chat completions over HTTP (cpp-httplib): the routes serve_routes.cpp registers under
 // /v1/chat/completions besides POST (chat_store_wire.h has what each answers and refuses; ServeCore's
 // chat_completions() keeps them).
 #pragma once
