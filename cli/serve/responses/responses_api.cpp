@@ -338,11 +338,12 @@ ojson chat_response_format(const ojson& text) {
   return {{"type", "json_schema"}, {"json_schema", std::move(js)}};
 }
 
-// What this server cannot honour, refused unless neutral.
 // The include item that asks for the answer's log probabilities.
 constexpr const char* kIncludeLogprobs = "message.output_text.logprobs";
 
-void refuse_unsupported(const ojson& body) {
+// The modes and features this server does not have (background, reasoning, includes other than logprobs,
+// conversations, prompt templates, max_tool_calls), refused unless neutral; truncation checked.
+void refuse_unserved_modes(const ojson& body) {
   if (const ojson* v = field(body, "background"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
     unsupported("background", "background mode");
   }
@@ -371,6 +372,11 @@ void refuse_unsupported(const ojson& body) {
   for (const char* name : {"conversation", "prompt", "max_tool_calls"}) {
     if (field(body, name) != nullptr) unsupported(name, name);
   }
+}
+
+// Fields that chat takes and this API does not: the samplers chat refuses, and chat's own names for what
+// this API names otherwise.
+void refuse_chat_fields(const ojson& body) {
   // The samplers chat refuses (serve_api.cpp): the chat body written below would not carry them, so they
   // would go unnoticed.
   for (const char* name : {"top_k", "min_p", "top_a", "typical_p", "repetition_penalty", "mirostat"}) {
@@ -398,6 +404,11 @@ void refuse_unsupported(const ojson& body) {
                                      "invalid_request_error", "unknown_parameter", name)};
     }
   }
+}
+
+// Fields taken when neutral or as hints: service_tier, context_management, the cache and safety hints, and
+// stream_options.
+void check_hints(const ojson& body) {
   if (const ojson* v = field(body, "service_tier"); v != nullptr && *v != "auto" && *v != "default") {
     unsupported("service_tier", "a service tier other than auto or default");
   }
@@ -419,6 +430,13 @@ void refuse_unsupported(const ojson& body) {
       invalid_field("stream_options.include_obfuscation", std::string("expected a boolean, got ") + json_type_name(*o));
     }
   }
+}
+
+// What this server cannot honour, refused unless neutral, and any field this API does not have.
+void refuse_unsupported(const ojson& body) {
+  refuse_unserved_modes(body);
+  refuse_chat_fields(body);
+  check_hints(body);
   refuse_unknown_fields(body,
                         "model input instructions previous_response_id store tools tool_choice parallel_tool_calls "
                         "max_output_tokens temperature top_p seed presence_penalty frequency_penalty logit_bias "

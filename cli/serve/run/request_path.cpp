@@ -145,6 +145,31 @@ RunSink tool_call_sink(const RunSink& sink, const ChatRequest& request, ToolCall
   return out;
 }
 
+// What the session keeps of a chat run (SessionTable::record): its usage, whether it answered, and, for an
+// anonymous session or one that anticipates an answered request, the list the next request most likely
+// sends (the messages and the answer as the client will send it back), kept to match anonymous requests and
+// to anticipate.
+RunRecord chat_record(const ChatRequest& request, const SyncOptions& options, const RunResult& r,
+                      const std::string& session, bool anticipate) {
+  RunRecord record;
+  record.usage = r.usage;
+  record.answered = r.finish_reason != "cancelled" &&
+                    (!r.text.empty() || !r.tool_calls.empty() || (r.reasoning && !r.reasoning->empty()));
+  record.options = options;
+  if (session.empty() || (anticipate && record.answered)) {
+    record.next = request.messages;
+    if (record.answered) {
+      ChatMessage answer;
+      answer.role = "assistant";
+      answer.content = r.text;
+      answer.tool_calls = r.tool_calls;  // as the client will send them back
+      if (r.reasoning && !r.reasoning->empty()) answer.reasoning_content = *r.reasoning;
+      record.next.push_back(std::move(answer));
+    }
+  }
+  return record;
+}
+
 }  // namespace
 
 std::optional<ApiError> RequestPath::check_model(const std::string& model) const {
@@ -363,44 +388,54 @@ RunOutcome RequestPath::run(RunTicket& ticket, const RunSink& sink) {
   return out;
 }
 
-RunOutcome RequestPath::run_chat(RunTicket::Prepared& p, const RunSink& sink) {
-  const ChatRequest& request = *p.chat;
+// What the sync under the gate leaves for the decode.
+struct RequestPath::ChatSync {
+  SyncReport report;
+  double predicted_kl = 0;  // of the repairs the sync deferred, run at once (0 when healed)
+  ServingMode mode;         // sessions_.serving: exact (healed) and audited or not
+};
+
+// Under the gate: the window synced to the messages by the plan prepare made, the deferred repairs run, and
+// the session healed or queued for an audit as it is served. False: the client left before its turn.
+bool RequestPath::sync_chat(RunTicket::Prepared& p, const RunSink& sink, ChatSync& out) {
   Session& s = p.slot.session();
   Window& window = p.slot.window();
-  const WindowStats before = window.stats();
-  SyncReport report;
-  double predicted_kl = 0;
-  ServingMode mode;
-  {
-    GateTurn turn(context_, s.lane, sink.cancelled);
-    if (!turn.enter()) return cancelled_before_decode();
-    context_.compute.run([&] {
-      report = window.sync(request.messages, p.plan);  // the plan prepare made: no second rendering
-      predicted_kl = run_deferred_repairs(window);
-      mode = sessions_.serving(s);
-      if (mode.exact) {
-        window.heal();  // an audit found this session's loss past its budget: read as a re-prefill would be
-        predicted_kl = 0;
-      }
-      if (mode.audit) queue_audit(p.slot.shared_session(), mode.request, report.generation_prompt, predicted_kl);
-    });
-  }
-  // With tools, each choice's answer is read for calls: content streams up to where a call may start, and the
-  // calls are read out as the choice ends.
-  // Under a reasoning parser the reasoning is split off first: calls and content are read after it.
+  GateTurn turn(context_, s.lane, sink.cancelled);
+  if (!turn.enter()) return false;
+  context_.compute.run([&] {
+    out.report = window.sync(p.chat->messages, p.plan);  // the plan prepare made: no second rendering
+    out.predicted_kl = run_deferred_repairs(window);
+    out.mode = sessions_.serving(s);
+    if (out.mode.exact) {
+      window.heal();  // an audit found this session's loss past its budget: read as a re-prefill would be
+      out.predicted_kl = 0;
+    }
+    if (out.mode.audit) {
+      queue_audit(p.slot.shared_session(), out.mode.request, out.report.generation_prompt, out.predicted_kl);
+    }
+  });
+  return true;
+}
+
+// The chat answer decoded after `generation_prompt` on the synced window. With tools, each choice's answer is
+// read for calls: content streams up to where a call may start, and the calls are read out as the choice
+// ends. Under a reasoning parser the reasoning is split off first: calls and content are read after it.
+RunResult RequestPath::decode_chat(RunTicket::Prepared& p, const std::vector<int64_t>& generation_prompt,
+                                   const RunSink& sink) {
+  const ChatRequest& request = *p.chat;
   std::vector<ToolCallStream> calls;
   RunSink out_sink =
       request.reads_tool_calls() ? tool_call_sink(sink, request, context_.tool_format, p.calls_whole, calls) : sink;
   std::optional<ReasoningRun> reasoning;
   if (context_.options.reasoning != ReasoningFormat::kNone) {
-    const int64_t previous = report.generation_prompt.back();
+    const int64_t previous = generation_prompt.back();
     reasoning.emplace(p.in_reasoning, request.sampling.n,
                       [this, previous](const std::vector<int64_t>& tokens, std::size_t bytes) {
                         return tokens_writing(*context_.engine, tokens, bytes, previous);
                       });
     out_sink = reasoning->wrap(sink, out_sink);
   }
-  DecodeRequest decoding{&report.generation_prompt, &request.sampling, p.constraint, p.trigger, p.trigger_block};
+  DecodeRequest decoding{&generation_prompt, &request.sampling, p.constraint, p.trigger, p.trigger_block};
   if (!calls.empty() || reasoning) {
     decoding.read_choice = [this, &calls, &reasoning](int64_t choice, RunResult& r) {
       const bool past_reasoning = !reasoning || reasoning->finish(choice, r);
@@ -415,43 +450,35 @@ RunOutcome RequestPath::run_chat(RunTicket::Prepared& p, const RunSink& sink) {
       }
     };
   }
-  RunResult r = decode(context_, window, decoding, out_sink);
+  RunResult r = decode(context_, p.slot.window(), decoding, out_sink);
   if (reasoning) {  // every choice's
     int64_t all = r.usage.reasoning_tokens.value_or(0);
     for (const RunResult& extra : r.extra_choices) all += extra.usage.reasoning_tokens.value_or(0);
     r.usage.reasoning_tokens = all;
   }
+  return r;
+}
+
+RunOutcome RequestPath::run_chat(RunTicket::Prepared& p, const RunSink& sink) {
+  Session& s = p.slot.session();
+  Window& window = p.slot.window();
+  const WindowStats before = window.stats();
+  ChatSync synced;
+  if (!sync_chat(p, sink, synced)) return cancelled_before_decode();
+  RunResult r = decode_chat(p, synced.report.generation_prompt, sink);
   const WindowStats after = window.stats();
   RunUsage& u = r.usage;
-  u.prompt_tokens = prompt_tokens(report.plan);
+  u.prompt_tokens = prompt_tokens(synced.report.plan);
   u.forward_tokens =
       after.critical_forward_tokens - before.critical_forward_tokens + static_cast<double>(r.prompt_forward_tokens);
   u.radix_cache_tokens = radix_delta(before, after);
-  u.predicted_kl = predicted_kl;
+  u.predicted_kl = synced.predicted_kl;
   u.idle_forward_tokens = sessions_.take_idle_forward_tokens(s);
-  u.plan = plan_brief(report.plan);
+  u.plan = plan_brief(synced.report.plan);
   u.session = s.id;
-  u.audit = sessions_.take_audit(s, mode.request);
-  if (mode.exact) u.exact = "audit";
-
-  RunRecord record;
-  record.usage = u;
-  record.answered = r.finish_reason != "cancelled" &&
-                    (!r.text.empty() || !r.tool_calls.empty() || (r.reasoning && !r.reasoning->empty()));
-  record.options = p.options;
-  // The list the next request most likely sends: kept to match anonymous requests, and to anticipate.
-  if (s.id.empty() || (context_.options.anticipate && record.answered)) {
-    record.next = request.messages;
-    if (record.answered) {
-      ChatMessage answer;
-      answer.role = "assistant";
-      answer.content = r.text;
-      answer.tool_calls = r.tool_calls;  // as the client will send them back
-      if (r.reasoning && !r.reasoning->empty()) answer.reasoning_content = *r.reasoning;
-      record.next.push_back(std::move(answer));
-    }
-  }
-  sessions_.record(s, std::move(record));
+  u.audit = sessions_.take_audit(s, synced.mode.request);
+  if (synced.mode.exact) u.exact = "audit";
+  sessions_.record(s, chat_record(*p.chat, p.options, r, s.id, context_.options.anticipate));
   RunOutcome out;
   out.result = std::move(r);
   return out;

@@ -1,6 +1,6 @@
 // The request path of `orbit serve`: a request checked and planned (prepare_*), then run (run). The two
 // halves are apart so that every check, the ones that need the model included, answers before the first
-// byte of a streamed response: serve_http.cpp prepares in its handler (a refusal is a plain JSON error)
+// byte of a streamed response: serve_generate.cpp prepares in its handler (a refusal is a plain JSON error)
 // and runs inside the stream.
 //
 // A chat request, rendered once:
@@ -84,7 +84,11 @@ class RequestPath {
   std::optional<ApiError> check_logprobs(int64_t prompt_tokens, const SamplingRequest& sampling) const;
   ApiError plan_refusal(const ChatRequest& request, const ChatOptions& chat, const std::string& why) const;
   std::optional<ApiError> read_reasoning(const ChatRequest& request, RunTicket::Prepared& p);
+  // A chat request's run: sync_chat under the gate, decode_chat, then its usage and the session's record.
   RunOutcome run_chat(RunTicket::Prepared& p, const RunSink& sink);
+  struct ChatSync;
+  bool sync_chat(RunTicket::Prepared& p, const RunSink& sink, ChatSync& out);
+  RunResult decode_chat(RunTicket::Prepared& p, const std::vector<int64_t>& generation_prompt, const RunSink& sink);
   RunOutcome run_completion(RunTicket::Prepared& p, const RunSink& sink);
   void queue_audit(std::shared_ptr<Session> s, int64_t request, const std::vector<int64_t>& query, double predicted_kl);
   void report_mismatch(const ToolStreamMismatch& m, int64_t choice);
