@@ -326,9 +326,8 @@ serve::ApiKeys api_keys(const Args& args) {
   return serve::ApiKeys::from(args.get("--api-key"), args.get("--api-key-file"), env);
 }
 
-}  // namespace
-
-int run_serve(int argc, char** argv, int first) {
+// The options `orbit serve` takes: those with a value, then the flags.
+ArgSpec serve_arg_spec() {
   ArgSpec spec{{"--model",
                 "--host",
                 "--port",
@@ -362,7 +361,12 @@ int run_serve(int argc, char** argv, int first) {
   spec.options.insert({"--header-seconds", "--body-seconds", "--keep-alive-seconds", "--allow-origin", "--api-key",
                        "--api-key-file", "--max-unsent-kb", "--stall-seconds", "--max-answer-logprobs",
                        "--min-drain-rate"});
-  const Args args("serve", spec, argc, argv, first);
+  return spec;
+}
+
+// The listener's options (address, threads, timeouts, CORS, API keys); throws orbit::Error naming the first
+// argument out of range, an --allow-origin it cannot parse or an --api-key-file it cannot read.
+serve::HttpOptions parse_http_options(const Args& args) {
   serve::HttpOptions http_options;
   http_options.host = args.get_or("--host", "127.0.0.1");
   const int64_t port_arg = args.get_int("--port", 8000, 0);
@@ -386,7 +390,12 @@ int run_serve(int argc, char** argv, int first) {
   }
   if (const auto origins = args.get("--allow-origin")) http_options.cors = serve::CorsPolicy::parse(*origins);
   http_options.api_keys = api_keys(args);
-  // Every thread started from here on blocks SIGTERM and SIGINT; the signal thread takes them.
+  return http_options;
+}
+
+// Blocks SIGTERM and SIGINT in this thread, so every thread started from here on blocks them and the signal
+// thread (wait_for_signal) takes them; returns that set. SIGPIPE and SIGXFSZ are ignored.
+sigset_t block_stop_signals() {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
@@ -396,11 +405,13 @@ int run_serve(int argc, char** argv, int first) {
   // A write past the file-size limit (RLIMIT_FSIZE, `ulimit -f`) fails with EFBIG, as on a full disk, and is
   // handled as one (a store write refused or reported), instead of killing the server.
   std::signal(SIGXFSZ, SIG_IGN);
+  return signals;
+}
 
-  const serve::ServeOptions options = serve_options(args);
-  serve::ServeCore core(options);
-  prepare_fidelity_model(core.engine(), options, args.flag("--calibrate-fidelity"));
-  const serve::StoreShare share(options.store_dir);  // announces other servers on the same store
+// The notices before listening, on stderr: other servers on the same store (share), an unreachable
+// --remote, the CORS origins and the API keys' count and source.
+void announce_start(const serve::StoreShare& share, const serve::ServeOptions& options,
+                    const serve::HttpOptions& http_options) {
   std::fputs(share.notice(options.store_dir).c_str(), stderr);
   warn_if_remote_unreachable(options.remote);
   announce_cors(http_options.cors);
@@ -408,6 +419,12 @@ int run_serve(int argc, char** argv, int first) {
     std::fprintf(stderr, "orbit serve: /v1/* requires an API key (%zu key(s), from %s)\n", http_options.api_keys.size(),
                  http_options.api_keys.source().c_str());
   }
+}
+
+// Binds, prints the 'listening on' line on stdout, serves until SIGTERM / SIGINT (taken by a signal thread,
+// which drains) or until the listener fails, and returns the exit status: 0 after a full drain, 1 when the
+// listener failed or a second signal cut the drain short.
+int serve_until_stopped(serve::ServeCore& core, const serve::HttpOptions& http_options, const sigset_t& signals) {
   serve::HttpServer http(core, http_options);
   const int port = http.bind();
   std::printf("orbit serve: model '%s' (%lld-token context, %s, %s), listening on http://%s:%d\n",
@@ -426,6 +443,22 @@ int run_serve(int argc, char** argv, int first) {
   signal_thread.join();
   std::fprintf(stderr, drain_cut ? "orbit serve: stopped before the drain ended\n" : "orbit serve: stopped\n");
   return ok && !drain_cut ? 0 : 1;
+}
+
+}  // namespace
+
+// The listener's options are checked first, so a command line with faults in both is refused naming the
+// listener's; the signals are blocked before the engine starts threads (ServeCore).
+int run_serve(int argc, char** argv, int first) {
+  const Args args("serve", serve_arg_spec(), argc, argv, first);
+  const serve::HttpOptions http_options = parse_http_options(args);
+  const sigset_t signals = block_stop_signals();
+  const serve::ServeOptions options = serve_options(args);
+  serve::ServeCore core(options);
+  prepare_fidelity_model(core.engine(), options, args.flag("--calibrate-fidelity"));
+  const serve::StoreShare share(options.store_dir);  // announces other servers on the same store, until exit
+  announce_start(share, options, http_options);
+  return serve_until_stopped(core, http_options, signals);
 }
 
 }  // namespace orbit::cli
