@@ -81,7 +81,7 @@ TEST_CASE("an interruption point stops a plan before an instance and commits not
     const Logits got = w.logits(query);
     CHECK(got.values == want.values);
   }
-  CHECK(checks == points);
+  CHECK(checks == points + layers);  // then the query's forward: one point before each layer
   CHECK(w.version() == version + 1);
 }
 
@@ -252,4 +252,90 @@ TEST_CASE("run_background stops before a job or inside its forward, and loses no
   REQUIRE(plan.steps.size() == 2);
   CHECK(plan.steps[1].action == StepAction::kApplyPatch);
   CHECK(plan.forward_tokens == 0);
+}
+
+namespace {
+
+// What a read must leave as it was when it is interrupted: the window's state and what it and the engine count.
+struct ReadSnapshot {
+  uint64_t version;
+  int64_t tokens;
+  std::size_t instances;
+  int64_t free_pages;
+  double window_forward_tokens;
+  double engine_forward_tokens;
+};
+
+ReadSnapshot snapshot(const Engine& engine, const Window& w) {
+  return {w.version(),
+          w.tokens(),
+          w.instances().size(),
+          engine.stats().pool_free_pages,
+          w.stats().forward_tokens,
+          engine.stats().forward_tokens};
+}
+
+void check_unchanged(const ReadSnapshot& before, const ReadSnapshot& now) {
+  CHECK(now.version == before.version);
+  CHECK(now.tokens == before.tokens);
+  CHECK(now.instances == before.instances);
+  CHECK(now.free_pages == before.free_pages);
+  CHECK(now.window_forward_tokens == before.window_forward_tokens);
+  CHECK(now.engine_forward_tokens == before.engine_forward_tokens);
+}
+
+}  // namespace
+
+TEST_CASE("a long query's forward in logits and generate stops between two layers", "[window][interrupt]") {
+  // The query's forward (its tokens after the window's) has a point before each layer; a decode step's does not.
+  std::mt19937_64 rng(13);
+  const std::vector<int64_t> turn = random_tokens(rng, 20);
+  const std::vector<int64_t> query = random_tokens(rng, 300);
+  GenerateOptions go;
+  go.max_tokens = 4;
+
+  auto reference = test::open_stories_small_pages(BackgroundMode::kInline);
+  const int layers = static_cast<int>(reference->model_info().num_layers);
+  REQUIRE(layers >= 3);
+  Window want = reference->new_window();
+  want.add_turn(turn);
+  const Logits want_logits = want.logits(query);
+  const Generation want_answer = want.generate(query, go);
+
+  auto engine = test::open_stories_small_pages(BackgroundMode::kInline);
+  Window w = engine->new_window();
+  w.add_turn(turn);
+  const ReadSnapshot before = snapshot(*engine, w);
+
+  // logits: no repairs deferred, so the only points are the query forward's, one per layer.
+  CountedStop mid;
+  mid.stop_at = 1 + layers / 2;  // layers 0 .. layers/2 - 1 ran
+  {
+    const InterruptScope scope(mid.check());
+    CHECK_THROWS_WITH(w.logits(query), "forward: interrupted");
+  }
+  CHECK(mid.calls == mid.stop_at);
+  check_unchanged(before, snapshot(*engine, w));
+
+  // generate: stopped the same way inside the query's forward, before any token.
+  CountedStop gen_mid;
+  gen_mid.stop_at = 1 + layers / 2;
+  {
+    const InterruptScope scope(gen_mid.check());
+    CHECK_THROWS_WITH(w.generate(query, go), "forward: interrupted");
+  }
+  CHECK(gen_mid.calls == gen_mid.stop_at);
+  check_unchanged(before, snapshot(*engine, w));
+
+  // Later calls run whole, as on an engine never interrupted; the decode's four steps add no points.
+  CHECK(max_gap(w.logits(query), want_logits) <= 1e-6);
+  CountedStop never;
+  Generation got;
+  {
+    const InterruptScope scope(never.check());
+    got = w.generate(query, go);
+  }
+  CHECK(never.calls == layers);
+  CHECK(got.tokens == want_answer.tokens);
+  CHECK(got.prompt_forward_tokens == want_answer.prompt_forward_tokens);
 }

@@ -10,20 +10,29 @@
 //     precompute's too), so one long instance (a document of thousands of tokens) stops within one layer;
 //   - in Engine::run_background: before each job it takes, and before each layer of a job's forward (the
 //     canonical encode, a live turn's sensitivity); a plan that reads a patch still queued runs that job on
-//     the spot, with the same points.
-// Not points: a decode's token steps (GenerateOptions::on_token stops those) and its query's forward; a
-// patch's SVD; a store write (one value is written whole: stopping inside it could only drop the value, and
-// the points before and after it bound it); the jobs BackgroundMode::kInline runs after apply has committed
-// and those Engine close drains (both run with the scope hidden); the background worker thread (no scope).
+//     the spot, with the same points;
+//   - before each layer of a read's query forward (the query's tokens after the window: Window::logits, and
+//     the first forward of generate, generate_n, generate_many and a DecodeBatch's sequence), so a query of
+//     thousands of tokens stops within one layer.
+// Not points: a decode's token steps (GenerateOptions::on_token stops those); a patch's SVD; a store write
+// (one value is written whole: stopping inside it could only drop the value, and the points before and after
+// it bound it); the jobs BackgroundMode::kInline runs after apply has committed and those Engine close drains
+// (both run with the scope hidden); idle's carry of the tentative tail (its forward runs after the heal that
+// moved the window's KV has committed: a throw there would leave the heal done and its report lost); the
+// background worker thread (no scope).
 //
 // Nothing is committed when one throws: the window is unchanged (apply builds in fresh pages and writes the
 // window only after the last step; a forward stopped between layers returns nothing), as for a plan refused
-// for capacity. What the steps before the point stored (KV kept for exact reuse, queued background forms, a
-// canonical encoded whole) stays stored and is keyed by content, so a later call reuses it. An operation that
-// applies several plans (a sync that evicts then reorders) keeps the plans applied before the point, as it
-// does when a later plan is refused. run_background loses no job: one not taken stays queued, and one stopped
-// inside its forward goes back to the front of the queue to run whole later. The Interrupted names the
-// operation ("sync: interrupted", "run_background: interrupted").
+// for capacity. A read's query forward stopped between layers keeps nothing of the read (no attention
+// recorded, no tentative tail, no KV stored for exact reuse); a DecodeBatch step that throws drops the
+// batch's sequences, as on any error; generate's prefix-cache yardstick charge for the window
+// (WindowStats::prefix_cache_tokens), made before the forward, stays. What the steps before the point stored
+// (KV kept for exact reuse, queued background forms, a canonical encoded whole) stays stored and is keyed by
+// content, so a later call reuses it. An operation that applies several plans (a sync that evicts then
+// reorders) keeps the plans applied before the point, as it does when a later plan is refused. run_background
+// loses no job: one not taken stays queued, and one stopped inside its forward goes back to the front of the
+// queue to run whole later. The Interrupted names the operation ("sync: interrupted", "run_background:
+// interrupted"; a read's query forward: "forward: interrupted").
 #pragma once
 
 #include <functional>

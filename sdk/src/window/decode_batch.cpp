@@ -15,6 +15,7 @@
 #include <string>
 #include <tuple>
 
+#include "engine/interruptible.h"
 #include "orbit/common/error.h"
 #include "orbit/runtime/decode_cache.h"
 #include "orbit/text_stream.h"
@@ -386,6 +387,11 @@ void DecodeBatchState::forward(DecodeStep& out) {
   fo.logits = runtime::LogitsMode::kLast;
   first.logits = runtime::LogitsMode::kLast;
   first.key_attention = true;  // the query's forward: where it looks (record_attention)
+  // The query's forward (thousands of tokens, a long question) stops between two layers under an
+  // InterruptScope (engine/interruptible.h); a decode step's one token does not (on_token stops those). It
+  // throws before anything of this step is kept: step() drops the batch's sequences and slots, and the
+  // windows are as they were (record_attention, advance and keep_tail only run after the forward returns).
+  first = interruptible(first);
   std::vector<runtime::PastKV> pasts;
   pasts.reserve(inputs.size());
   std::vector<runtime::SequenceForward> batch;

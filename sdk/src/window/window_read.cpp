@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/interruptible.h"
 #include "orbit/common/error.h"
 #include "orbit/runtime/fidelity.h"
 #include "window/decode_parts.h"
@@ -34,14 +35,17 @@ Logits to_logits(const at::Tensor& t) {
   return out;
 }
 
-// Logits of `tokens` after `past` (which ends at position `start`).
+// Logits of `tokens` after `past` (which ends at position `start`). With `stoppable`, an interruption
+// point before each layer (engine/interruptible.h): a stopped forward returns nothing, and nothing here is
+// written, so the caller's window is as it was.
 at::Tensor run(const detail::EngineCore& core, const runtime::PastKV& past, int64_t start,
-               const std::vector<int64_t>& tokens, bool all_rows) {
+               const std::vector<int64_t>& tokens, bool all_rows, bool stoppable = false) {
   c10::InferenceMode guard;
   runtime::ForwardInput in = core.registry().input_for_tokens(tokens, start);
   runtime::ForwardOptions fo;
   fo.logits = all_rows ? runtime::LogitsMode::kAll : runtime::LogitsMode::kLast;
   fo.return_content = false;
+  if (stoppable) fo = detail::interruptible(fo);
   return core.model().forward(in, past.length() > 0 ? &past : nullptr, fo).logits;
 }
 
@@ -123,7 +127,7 @@ Logits Window::logits(const std::vector<int64_t>& query, bool all_rows) const {
   detail::run_deferred(*state_, "logits");
   int64_t start = 0;
   const runtime::PastKV past = detail::read_past(*state_->core, all_entries(*state_), &start);
-  return to_logits(run(*state_->core, past, start, query, all_rows));
+  return to_logits(run(*state_->core, past, start, query, all_rows, true));  // the query's forward stops between layers
 }
 
 namespace {
