@@ -1,6 +1,6 @@
 // What the request parsers throw inside themselves when a field's check fails: serve_api.cpp's (chat and
-// completions) and responses_api.cpp's (Responses). Each catches RequestInvalid at its entry point and returns
-// the error; it never leaves a parser.
+// completions) and responses_api.cpp's, with responses_refusals.cpp's (Responses). Each catches RequestInvalid
+// at its entry point and returns the error; it never leaves a parser.
 #pragma once
 
 #include <algorithm>
