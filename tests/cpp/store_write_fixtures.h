@@ -20,8 +20,11 @@
 #include "serve/responses/responses_disk.h"
 #include "serve/responses/responses_store.h"
 #include "serve/stored/chat_store.h"
+#include "stderr_capture.h"
 
 namespace store_fixtures {
+
+using orbit::test::StderrCapture;  // stderr_capture.h: what this process writes to stderr
 
 // An answer's padding too large for what a limit of wal_bytes() + kRoom leaves of the log (a new journal still
 // takes it), and that room, in which small writes fit.
@@ -62,41 +65,6 @@ class FileSizeLimit {
  private:
   rlimit saved_{};
   sighandler_t old_handler_ = SIG_DFL;
-};
-
-// What this process writes to stderr (fd 2) while it lives, read by text().
-class StderrCapture {
- public:
-  StderrCapture() : file_(std::tmpfile()), saved_(::dup(2)) {
-    REQUIRE(file_ != nullptr);
-    std::fflush(stderr);
-    REQUIRE(::dup2(::fileno(file_), 2) == 2);
-  }
-  ~StderrCapture() {
-    restore();
-    std::fclose(file_);
-  }
-  StderrCapture(const StderrCapture&) = delete;
-  StderrCapture& operator=(const StderrCapture&) = delete;
-  std::string text() {
-    restore();
-    std::string out;
-    std::rewind(file_);
-    for (int c = std::fgetc(file_); c != EOF; c = std::fgetc(file_)) out.push_back(static_cast<char>(c));
-    std::fputs(out.c_str(), stderr);  // still shown in the test's log
-    return out;
-  }
-
- private:
-  void restore() {
-    if (saved_ < 0) return;
-    std::fflush(stderr);
-    ::dup2(saved_, 2);
-    ::close(saved_);
-    saved_ = -1;
-  }
-  std::FILE* file_;
-  int saved_;
 };
 
 inline orbit::serve::StoredCompletion completion(const std::string& id, std::size_t body_bytes = 0) {

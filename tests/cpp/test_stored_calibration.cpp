@@ -14,6 +14,7 @@
 #include "orbit/engine.h"
 #include "orbit/policy.h"
 #include "orbit/store/chunk_store.h"
+#include "stderr_capture.h"
 #include "test_helpers.h"
 
 using Catch::Matchers::Contains;
@@ -38,41 +39,6 @@ double blind_prediction(Engine& engine) {
   w.admit(engine.add_tokens({1, 403, 407, 261, 378, 410, 44, 33}));
   return w.plan_admit(engine.add_tokens({22, 11, 10, 403, 412, 261, 44, 378})).predicted_kl;
 }
-
-// What this process writes to stderr (fd 2) while it lives.
-class StderrCapture {
- public:
-  StderrCapture() : file_(std::tmpfile()), saved_(::dup(2)) {
-    REQUIRE(file_ != nullptr);
-    std::fflush(stderr);
-    REQUIRE(::dup2(::fileno(file_), 2) == 2);
-  }
-  ~StderrCapture() {
-    restore();
-    std::fclose(file_);
-  }
-  StderrCapture(const StderrCapture&) = delete;
-  StderrCapture& operator=(const StderrCapture&) = delete;
-  std::string text() {
-    restore();
-    std::string out;
-    std::rewind(file_);
-    for (int c = std::fgetc(file_); c != EOF; c = std::fgetc(file_)) out.push_back(static_cast<char>(c));
-    std::fputs(out.c_str(), stderr);  // still shown in the test's log
-    return out;
-  }
-
- private:
-  void restore() {
-    if (saved_ < 0) return;
-    std::fflush(stderr);
-    ::dup2(saved_, 2);
-    ::close(saved_);
-    saved_ = -1;
-  }
-  std::FILE* file_;
-  int saved_;
-};
 
 orbit::detail::FidelityCalibration some_deficits() {
   orbit::detail::FidelityCalibration c;
@@ -143,7 +109,7 @@ TEST_CASE("a stored calibration that does not decode is ignored with a warning n
     store::PutOptions po;
     REQUIRE(s.put(key, orbit::detail::fidelity_calibration_value(bad, fingerprint), po).is_ok());
   }
-  StderrCapture err;
+  test::StderrCapture err;
   auto engine = open_on(dir / "store");
   CHECK(engine->fidelity_calibration() == "default");
   const std::string warned = err.text();
