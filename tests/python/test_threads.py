@@ -503,3 +503,102 @@ def test_ctrl_c_stops_generate_many_in_its_deferred_repairs(orbit, stories260k_p
     outcome, inside, deferred, left = result.stdout.split()[:4]
     assert outcome == "INTERRUPTED" and inside == "True", result.stdout
     assert int(deferred) >= 10 and left == deferred, result.stdout
+
+
+CTRL_C_INSIDE_A_QUERY_FORWARD = """
+    import os, signal
+    import numpy as np
+    # Poll at every interruption point. The window holds one 20-token turn and nothing deferred, so a read has
+    # no point before its query's forward: the only points are before each layer of that forward (and, for
+    # generate, the decode's signal polls at its tokens, after the forward).
+    assert orbit.set_signal_interval(0) == 0.1
+    rng = random.Random(6)
+    turn = [rng.randrange(1, 512) for _ in range(20)]
+    def new_window(e):
+        w = e.new_window()
+        w.add_turn(turn)
+        return w
+    e = orbit.Engine(M)
+    w = new_window(e)
+    before = (w.tokens, [i.id for i in w.instances])
+    calls = {
+        "logits": lambda q: w.logits(q),
+        "generate": lambda q: w.generate(q, max_tokens=4),
+    }
+    inside, busy = [], [False]
+    def handler(signum, frame):
+        # Raises at the first delivery inside the call (the window is in a call on this thread); a delivery
+        # outside it, or nested in this handler, returns.
+        if busy[0]:
+            return
+        busy[0] = True
+        try:
+            w.tokens
+            return  # outside the call
+        except orbit.OrbitError as err:
+            inside.append("in a call on this thread" in str(err))
+        finally:
+            busy[0] = False
+        if True in inside:
+            raise KeyboardInterrupt
+    signal.signal(signal.SIGINT, handler)
+    stop = threading.Event()
+    def send_sigint():
+        while not stop.is_set():
+            os.kill(os.getpid(), signal.SIGINT)
+            stop.wait(0.0005)
+    # Each attempt reads after a new 480-token query (nothing stored to reuse: one long forward) while SIGINT
+    # keeps coming; it stops once an attempt was interrupted inside that forward. For generate that is an
+    # attempt after which the same query forwards all its tokens again: one interrupted at a token (the
+    # signal came after the forward) kept the query's KV for exact reuse, and the loop goes on.
+    outcome, at_tokens = "FINISHED", 0
+    for attempt in range(200):
+        q = [rng.randrange(1, 512) for _ in range(480)]
+        inside.clear()
+        sender = threading.Thread(target=send_sigint, daemon=True)
+        stop.clear()
+        sender.start()
+        try:
+            calls[CALL](q)
+            interrupted = False
+        except KeyboardInterrupt:
+            interrupted = True
+        stop.set()
+        sender.join()
+        time.sleep(0.001)  # a signal still pending is handled here, outside the call
+        assert (w.tokens, [i.id for i in w.instances]) == before
+        if interrupted and CALL == "generate":
+            again = w.generate(q, max_tokens=4)  # no signal comes now: runs whole
+            if again.prompt_forward_tokens != len(q):
+                at_tokens += 1
+                continue
+        if interrupted:
+            outcome = "INTERRUPTED"
+            break
+    print(outcome, attempt + 1, at_tokens, w.tokens == before[0], len(w.instances))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    # The window answers as one on a fresh engine: the read interrupted left nothing behind.
+    ref = new_window(orbit.Engine(M))
+    gap = float(np.abs(w.logits(q) - ref.logits(q)).max())
+    assert gap <= 1e-5, gap
+    g, rg = w.generate(q, max_tokens=6), ref.generate(q, max_tokens=6)
+    assert g.tokens == rg.tokens, (g.tokens, rg.tokens)
+    if CALL == "logits":
+        assert g.prompt_forward_tokens == rg.prompt_forward_tokens == len(q)
+    print("DONE")
+"""
+
+
+@pytest.mark.parametrize("call", ["logits", "generate"])
+def test_ctrl_c_stops_a_long_query_forward_between_layers(orbit, stories260k_path, call):
+    # A read's query forward (Window.logits, generate's first forward: the query's 480 tokens after the
+    # window) was one unit: Ctrl-C during it surfaced only after the whole forward (logits: after the call,
+    # which had no point inside it and always finished; generate: at the decode's first token, the query's KV
+    # then kept for exact reuse). It now has an interruption point before each layer: a handler raising at its
+    # first delivery inside the call stops the forward there, the window unchanged (tokens, instances), nothing
+    # of the read kept (the same query forwards all its tokens again), and later reads answer as a fresh
+    # window's.
+    result = run_child(orbit, stories260k_path, f"CALL = {call!r}\n" + textwrap.dedent(CTRL_C_INSIDE_A_QUERY_FORWARD))
+    check_ok(result)
+    words = result.stdout.split()
+    assert words[0] == "INTERRUPTED" and words[3:5] == ["True", "1"], result.stdout + result.stderr
