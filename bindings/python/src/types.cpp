@@ -390,7 +390,9 @@ void def_window_state(py::module_& m) {
       .def_readonly("device_bytes", &WindowStats::device_bytes, "KV bytes held (shared pages counted in each holder).")
       .def_readonly("shared_pages", &WindowStats::shared_pages, "Pages shared with another window (forks).")
       .def_readonly("evicted", &WindowStats::evicted, "Chunk instances evicted and recallable.")
-      .def_readonly("forward_tokens", &WindowStats::forward_tokens, "Token-forwards over applied operations.")
+      .def_readonly("forward_tokens", &WindowStats::forward_tokens,
+                    "Token-forwards over applied operations (the reads' query forwards not included: "
+                    "Generation.prompt_forward_tokens counts generate's).")
       .def_readonly("critical_forward_tokens", &WindowStats::critical_forward_tokens,
                     "Of forward_tokens: those on the critical path (heals and idle-time preparation excluded).")
       .def_readonly("prefix_cache_tokens", &WindowStats::prefix_cache_tokens,

@@ -112,7 +112,9 @@ void def_engine_state(py::module_& m) {
       .def_readonly("patches_formed", &EngineStats::patches_formed, "Patches formed.")
       .def_readonly("patch_hits", &EngineStats::patch_hits, "Stored patches reused.")
       .def_readonly("forward_tokens", &EngineStats::forward_tokens,
-                    "Token-forwards over all windows' operations and background work (critical + background).")
+                    "Token-forwards over all windows' operations and background work (critical + background). Not in "
+                    "it: the reads' query forwards (logits, generate, disposable; Generation.prompt_forward_tokens "
+                    "counts generate's), which radix_cache_tokens counts: add them before comparing.")
       .def_readonly("critical_forward_tokens", &EngineStats::critical_forward_tokens,
                     "Of forward_tokens: those on the critical path (inside apply()).")
       .def_readonly("background_forward_tokens", &EngineStats::background_forward_tokens,

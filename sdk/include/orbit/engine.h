@@ -179,7 +179,10 @@ struct EngineStats {
   int64_t canonicals_encoded = 0;  // forwards of chunks alone
   int64_t patches_formed = 0;
   int64_t patch_hits = 0;
-  double forward_tokens = 0;             // Σ over all windows' operations and background work
+  // Σ over all windows' operations and background work. Not in it: the reads' query forwards (logits, generate,
+  // disposable; generate reports its own as Generation::prompt_forward_tokens), which radix_cache_tokens counts
+  // for generate and disposable: add them before comparing.
+  double forward_tokens = 0;
   double critical_forward_tokens = 0;    // of which on the critical path (inside apply())
   double background_forward_tokens = 0;  // of which in the background (canonical encodes, Window::heal)
   // Of the background: the fidelity self-checks' probe forwards (Window::idle, IdleReport::measured_kl).

@@ -282,7 +282,7 @@ struct WindowStats {
   int64_t device_bytes = 0;   // KV pages held (shared pages counted in every window holding them)
   int64_t shared_pages = 0;   // pages shared with another window (forks)
   int64_t evicted = 0;        // chunk instances evicted and recallable (the 1,024 most recent at most)
-  double forward_tokens = 0;  // Σ over applied operations
+  double forward_tokens = 0;  // Σ over applied operations (reads' query forwards not in it)
   // Of which on the critical path: what the agent waited for (heals and idle-time preparation excluded).
   double critical_forward_tokens = 0;
   // What a prefix cache (vLLM's, SGLang's: KV reused only behind a prefix computed before) would have
