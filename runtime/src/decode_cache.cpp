@@ -12,6 +12,7 @@
 #include "orbit/common/error.h"
 #include "orbit/runtime/paged_past.h"
 #include "orbit/runtime/rope.h"
+#include "rope_table.h"
 
 namespace orbit::runtime {
 
@@ -175,6 +176,17 @@ std::pair<at::Tensor, at::Tensor> DecodeCacheState::attention_rows(int64_t l, co
   return {tables != nullptr ? rotate(c.rope, content.k, *tables) : content.k, content.v};
 }
 
+ops::RopeTables open_tables(const Model& m, const at::Tensor& positions, int64_t n, RopeTableCache* table) {
+  const ModelConfig& c = m.config();
+  const at::ScalarType dtype = ops::rope_table_dtype(m.dtype());
+  if (table != nullptr && m.device().is_cpu()) {
+    if (const auto run = position_run(positions)) {
+      if (auto rows = table->gather(c.rope, {*run}, dtype, n)) return *std::move(rows);
+    }
+  }
+  return ops::rope_tables(rope_angles(c.rope, positions.to(m.device()), n), dtype, m.device());
+}
+
 }  // namespace detail
 
 DecodeCache::DecodeCache(const Model& model) : state_(std::make_unique<detail::DecodeCacheState>()) {
@@ -234,10 +246,7 @@ int64_t DecodeCache::open(const PastKV* past, bool keep_content) {
   const at::Tensor positions = detail::token_major(gathered.positions, c.position_rows(), m.device());
   s.positions.select(0, slot).narrow(0, 0, n).copy_(positions);
   ops::RopeTables tables;
-  if (!s.rotate_at_read) {
-    tables = ops::rope_tables(rope_angles(c.rope, gathered.positions.to(m.device()), n),
-                              ops::rope_table_dtype(m.dtype()), m.device());
-  }
+  if (!s.rotate_at_read) tables = detail::open_tables(m, gathered.positions, n, m.rope_table_.get());
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const auto [k, v] =
         s.attention_rows(l, gathered.layers[static_cast<std::size_t>(l)], s.rotate_at_read ? nullptr : &tables);

@@ -76,6 +76,12 @@ struct DecodeCacheState {
 
 class RopeTableCache;  // rope_table.h
 
+// The key tables of a past of n rows that DecodeCache::open writes into a slot rotated (every scaling but
+// dynamic NTK, whose keys are rotated when read), at window length n: `positions` ([n], or a grid [rows, n])
+// gathered from the model's table (rope_table.h; bit for bit the computed ones) on the CPU where they are a
+// 1-D int64 contiguous tensor and the table applies, else computed (rope_angles). table may be null.
+ops::RopeTables open_tables(const Model& m, const at::Tensor& positions, int64_t n, RopeTableCache* table);
+
 // Dynamic NTK's read tables (keys rotated when read; cached_attention.cpp): cos/sin of rows [0, keys) of the
 // slots [lo, lo + windows.size()) of `s`, slot lo + i at RoPE window length windows[i] (-1: a slot not read,
 // turned by zero angles), [windows.size() · keys, rotary_dim/2]. table_read_tables gathers them from the

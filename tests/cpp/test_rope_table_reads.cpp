@@ -113,3 +113,54 @@ TEST_CASE("dynamic NTK's read tables from the rope table are the computed ones b
   CHECK(same_bits(rt_detail::read_tables(*m, s, 1, 20, {13, 26}, &table),
                   rt_detail::read_tables(*m, s, 1, 20, {13, 26}, nullptr)));
 }
+
+namespace {
+
+bool same_tensor_bits(const at::Tensor& a, const at::Tensor& b) {
+  const at::Tensor x = a.contiguous(), y = b.contiguous();
+  return x.sizes() == y.sizes() && x.scalar_type() == y.scalar_type() &&
+         std::memcmp(x.data_ptr(), y.data_ptr(), static_cast<std::size_t>(x.nbytes())) == 0;
+}
+
+// A slot opened from a past of 30 tokens relocated out of order (positions 79, 78, ..., 65, then 20..34):
+// open_tables with and without the table, and the rows DecodeCache::open wrote (from the model's table) against
+// the layout's rows rotated by the computed tables, bit for bit, every layer.
+void check_open(const Model& m, const std::string& name) {
+  INFO(name);
+  const ModelConfig& c = m.config();
+  const auto past = orbit::test::contiguous_past(m, case_tokens(m, 30, 4));
+  past->positions = at::cat({at::arange(79, 64, -1, at::kLong), at::arange(20, 35, at::kLong)});
+  const int64_t n = 30;
+  rt_detail::RopeTableCache table;
+  const ops::RopeTables computed = rt_detail::open_tables(m, past->positions, n, nullptr);
+  REQUIRE(computed.cos.size(0) == n);
+  CHECK(same_bits(rt_detail::open_tables(m, past->positions, n, &table), computed));
+  CHECK(table.capacity() >= 80);  // read from the table
+  DecodeCache cache(m);
+  cache.open(nullptr);  // the past goes to slot 1
+  const int64_t slot = cache.open(past.get());
+  rt_detail::DecodeCacheState& s = rt_detail::DecodeCacheState::of(cache);
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    INFO("layer " << l);
+    const auto [k, v] = s.attention_rows(l, past->layers[static_cast<std::size_t>(l)], &computed);
+    CHECK(same_tensor_bits(s.keys[static_cast<std::size_t>(l)].select(0, slot).narrow(1, 0, n), k.permute({1, 0, 2})));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a decode cache's opened keys rotated by the rope table are the computed ones bit for bit",
+          "[rope][table][decode_cache]") {
+  check_open(*load_model(orbit::test::stories_path()), "stories260K");
+  // MLA's latent layout on the CPU: [c_KV ‖ RoPE(k_pe)].
+  check_open(*load_model(std::string(ORBIT_MODELS_DIR) + "/binding-mla"), "binding-mla");
+  ModelConfig linear = generator_preset("tiny-llama");
+  linear.rope.scaling = RopeScaling::kLinear;
+  linear.rope.factor = 4.0;
+  GeneratorOptions o;
+  o.config = linear;
+  o.seed = 5;
+  static orbit::test::TempDir dir;
+  generate_model(o, (dir.path() / "linear").string());
+  check_open(*load_model((dir.path() / "linear").string()), "tiny-llama linear x4");
+}

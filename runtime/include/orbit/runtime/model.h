@@ -238,6 +238,8 @@ class Model {
   c10::ScalarType dtype_ = c10::kFloat;
   // RoPE cos/sin per position for the CPU forward's queries, grown as positions are seen (shared by copies).
   std::shared_ptr<detail::RopeTableCache> rope_table_;
+
+  friend class DecodeCache;  // DecodeCache::open reads rope_table_ for the keys it rotates
 };
 
 // Checks `positions` (int64 [T], or [3, T] for an M-RoPE config) against the model limit, every
