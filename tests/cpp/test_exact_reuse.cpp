@@ -236,6 +236,50 @@ TEST_CASE("windows and the engine count what a radix cache would forward for the
   CHECK(b.stats().critical_forward_tokens == 0);  // orbit: every instance of b served from what a computed
 }
 
+TEST_CASE("the reads' query forwards are counted apart from forward_tokens, window and engine alike",
+          "[window][yardstick]") {
+  auto engine = open_stories_small_pages();
+  std::mt19937_64 rng(36);
+  const ChunkRef doc = engine->add_tokens(random_tokens(rng, 20));
+  const std::vector<int64_t> system = random_tokens(rng, 5), query = random_tokens(rng, 3);
+  GenerateOptions g;
+  g.max_tokens = 4;
+  Window a = engine->new_window(with("default"));
+  a.add_turn(system);
+  const InstanceId d = a.admit(doc).added.front();
+  const WindowStats applied = a.stats();
+  CHECK(applied.query_forward_tokens == 0);
+  CHECK(applied.logits_forward_tokens == 0);
+
+  const Generation first = a.generate(query, g);
+  REQUIRE(first.prompt_forward_tokens == 3);  // nothing computed behind this window holds the query yet
+  CHECK(a.stats().query_forward_tokens == Approx(3));
+  (void)a.logits(query, true);
+  CHECK(a.stats().logits_forward_tokens == Approx(3));
+  // The query was not appended: disposable reads the window as it was, its two greedy decodes each forward it.
+  (void)a.disposable(d, query, 2);
+  CHECK(a.stats().query_forward_tokens == Approx(3 + 2 * 3));
+  CHECK(a.stats().logits_forward_tokens == Approx(3));
+  // The reads forwarded no operation's tokens: forward_tokens is the operations' alone.
+  CHECK(a.stats().forward_tokens == applied.forward_tokens);
+  CHECK(a.stats().critical_forward_tokens == applied.critical_forward_tokens);
+
+  // A repeated generate over the same window forwards only the query's last token (exact reuse), and says so.
+  const Generation again = a.generate(query, g);
+  REQUIRE(again.prompt_forward_tokens == 1);
+  CHECK(a.stats().query_forward_tokens == Approx(3 + 6 + 1));
+
+  // The engine sums its windows' reads; another window's count is its own.
+  Window b = engine->new_window(with("default"));
+  b.add_turn(system);
+  (void)b.logits(query);
+  CHECK(b.stats().logits_forward_tokens == Approx(3));
+  CHECK(b.stats().query_forward_tokens == 0);
+  const EngineStats e = engine->stats();
+  CHECK(e.query_forward_tokens == Approx(a.stats().query_forward_tokens));
+  CHECK(e.logits_forward_tokens == Approx(a.stats().logits_forward_tokens + b.stats().logits_forward_tokens));
+}
+
 namespace {
 
 // One random edit of a window (the kinds an agent makes): append a turn, trim the oldest chunk, remove one
@@ -302,7 +346,10 @@ TEST_CASE("over random edits and returns, no policy forwards more than a radix c
       std::vector<std::vector<InstanceId>> orders;
       Window* current = &w;
       std::optional<Window> branch;
-      double orbit_before = engine->stats().critical_forward_tokens, radix_before = engine->stats().radix_cache_tokens;
+      // orbit's side: the operations' critical-path forwards and the reads' query forwards, the tokens the
+      // radix cache's side counts (EngineStats::radix_cache_tokens).
+      const auto orbit_side = [&](const EngineStats& s) { return s.critical_forward_tokens + s.query_forward_tokens; };
+      double orbit_before = orbit_side(engine->stats()), radix_before = engine->stats().radix_cache_tokens;
       double orbit_total = 0, radix_total = 0;
       for (int step = 0; step < 24; ++step) {
         if (step % 8 == 4) {  // fork: the branch edits on, the parent resumes at the next fork point
@@ -318,8 +365,8 @@ TEST_CASE("over random edits and returns, no policy forwards more than a radix c
         const Generation answer = current->generate(query, g);
         (void)answer;
         const EngineStats s = engine->stats();
-        const double orbit = s.critical_forward_tokens - orbit_before, radix = s.radix_cache_tokens - radix_before;
-        orbit_before = s.critical_forward_tokens;
+        const double orbit = orbit_side(s) - orbit_before, radix = s.radix_cache_tokens - radix_before;
+        orbit_before = orbit_side(s);
         radix_before = s.radix_cache_tokens;
         orbit_total += orbit;
         radix_total += radix;

@@ -532,3 +532,34 @@ def test_misuse_raises_orbit_errors_with_the_cpp_message(orbit, engine, stories2
             call()
     repr(w)
     assert engine.stats.chunks >= 2
+
+
+def test_reads_query_forwards_are_counted_apart_and_compare_with_the_radix_yardstick(orbit, stories260k_path):
+    """generate's prompt forward and disposable's two query forwards are query_forward_tokens, logits()'s are
+    logits_forward_tokens, on the window and the engine; forward_tokens stays the operations' alone, and
+    critical_forward_tokens + query_forward_tokens is the side radix_cache_tokens compares with."""
+    with orbit.Engine(str(stories260k_path), pool_bytes=32 << 20) as engine:
+        rng = random.Random(41)
+        (doc,) = make_chunks(engine, rng, 1)
+        w = engine.new_window(policy="default")
+        w.add_turn(random_tokens(rng, 5))
+        d = w.admit(doc).added[0]
+        applied = w.stats
+        assert (applied.query_forward_tokens, applied.logits_forward_tokens) == (0, 0)
+        query = random_tokens(rng, 4)
+        g = w.generate(query, max_tokens=3)
+        assert g.prompt_forward_tokens == 4
+        # The first read, everything new: the radix cache forwards the whole prompt (turn, chunk, query), and
+        # orbit the turn and the chunk in context, then the query: the same tokens on both sides.
+        first = w.stats
+        assert first.radix_cache_tokens == 5 + len(doc) + 4
+        assert first.critical_forward_tokens + first.query_forward_tokens == first.radix_cache_tokens
+        w.logits(query, all_rows=True)
+        w.disposable(d, query, answer_tokens=2)
+        s = w.stats
+        assert s.query_forward_tokens == 4 + 2 * 4 and s.logits_forward_tokens == 4
+        assert (s.forward_tokens, s.critical_forward_tokens) == (applied.forward_tokens,
+                                                                 applied.critical_forward_tokens)
+        assert "query_forward_tokens=12" in repr(s) and "logits_forward_tokens=4" in repr(s)
+        e = engine.stats
+        assert e.query_forward_tokens == 12 and e.logits_forward_tokens == 4

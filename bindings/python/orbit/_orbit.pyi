@@ -358,11 +358,18 @@ class WindowStats:
     def critical_forward_tokens(self) -> float:
         """Of forward_tokens: those on the critical path (heals and idle-time preparation excluded)."""
     @property
+    def query_forward_tokens(self) -> float:
+        """Query tokens this window's generate and disposable calls forwarded (not in forward_tokens)."""
+    @property
+    def logits_forward_tokens(self) -> float:
+        """Query tokens this window's logits() calls forwarded (not in forward_tokens)."""
+    @property
     def prefix_cache_tokens(self) -> float:
         """What a prefix cache would have forwarded for the same operations: the saving's denominator."""
     @property
     def radix_cache_tokens(self) -> float:
-        """What a radix cache would forward for this window's generate and disposable calls."""
+        """What a radix cache would forward for this window's generate and disposable calls: compare with
+        critical_forward_tokens + query_forward_tokens."""
     @property
     def operations(self) -> int: ...
 
@@ -484,7 +491,7 @@ class EngineStats:
     def patch_hits(self) -> int: ...
     @property
     def forward_tokens(self) -> float:
-        """Critical-path plus background token-forwards."""
+        """Critical-path plus background token-forwards of the windows' operations (reads' queries apart)."""
     @property
     def critical_forward_tokens(self) -> float:
         """Token-forwards inside apply() (what the next token waits for)."""
@@ -492,11 +499,18 @@ class EngineStats:
     def background_forward_tokens(self) -> float:
         """Token-forwards of background jobs (canonical encodes)."""
     @property
+    def query_forward_tokens(self) -> float:
+        """Query tokens the windows' generate and disposable calls forwarded (not in forward_tokens)."""
+    @property
+    def logits_forward_tokens(self) -> float:
+        """Query tokens the windows' logits() calls forwarded (not in forward_tokens)."""
+    @property
     def prefix_cache_tokens(self) -> float:
         """What a prefix cache would have forwarded on the critical path for the same window operations."""
     @property
     def radix_cache_tokens(self) -> float:
-        """What a radix cache would have forwarded for every window's generate and disposable calls."""
+        """What a radix cache would have forwarded for every window's generate and disposable calls: compare
+        with critical_forward_tokens + query_forward_tokens."""
     @property
     def critical_seconds(self) -> float:
         """Wall time inside apply()."""

@@ -391,17 +391,24 @@ void def_window_state(py::module_& m) {
       .def_readonly("shared_pages", &WindowStats::shared_pages, "Pages shared with another window (forks).")
       .def_readonly("evicted", &WindowStats::evicted, "Chunk instances evicted and recallable.")
       .def_readonly("forward_tokens", &WindowStats::forward_tokens,
-                    "Token-forwards over applied operations (the reads' query forwards not included: "
-                    "Generation.prompt_forward_tokens counts generate's).")
+                    "Token-forwards over applied operations (the reads' query forwards are apart: "
+                    "query_forward_tokens, logits_forward_tokens).")
       .def_readonly("critical_forward_tokens", &WindowStats::critical_forward_tokens,
                     "Of forward_tokens: those on the critical path (heals and idle-time preparation excluded).")
+      .def_readonly("query_forward_tokens", &WindowStats::query_forward_tokens,
+                    "Query tokens forwarded by this window's generate (Generation.prompt_forward_tokens) and "
+                    "disposable (the query twice) calls, on the critical path, not in forward_tokens. "
+                    "critical_forward_tokens + query_forward_tokens is what compares with radix_cache_tokens.")
+      .def_readonly("logits_forward_tokens", &WindowStats::logits_forward_tokens,
+                    "Query tokens forwarded by this window's logits() calls, on the critical path, not in "
+                    "forward_tokens (radix_cache_tokens does not count logits() calls).")
       .def_readonly("prefix_cache_tokens", &WindowStats::prefix_cache_tokens,
                     "What a prefix cache would have forwarded for the same operations (KV reused only behind a "
                     "prefix computed before): divide critical_forward_tokens by it for the saving.")
       .def_readonly("radix_cache_tokens", &WindowStats::radix_cache_tokens,
                     "What SGLang's radix cache (token granular, holding every call's window, query and generated "
                     "tokens in the engine's KV memory) would forward for this window's generate and disposable "
-                    "calls: the strongest yardstick.")
+                    "calls: the strongest yardstick. Compare with critical_forward_tokens + query_forward_tokens.")
       .def_readonly("operations", &WindowStats::operations, "Applied operations.")
       .def("__repr__", [](const WindowStats& s) {
         std::ostringstream o;
@@ -409,8 +416,9 @@ void def_window_state(py::module_& m) {
           << ", turns=" << s.turns << ", tokens=" << s.tokens << ", device_bytes=" << s.device_bytes
           << ", shared_pages=" << s.shared_pages << ", evicted=" << s.evicted << ", forward_tokens=" << s.forward_tokens
           << ", critical_forward_tokens=" << s.critical_forward_tokens
-          << ", prefix_cache_tokens=" << s.prefix_cache_tokens << ", radix_cache_tokens=" << s.radix_cache_tokens
-          << ", operations=" << s.operations << ")";
+          << ", query_forward_tokens=" << s.query_forward_tokens
+          << ", logits_forward_tokens=" << s.logits_forward_tokens << ", prefix_cache_tokens=" << s.prefix_cache_tokens
+          << ", radix_cache_tokens=" << s.radix_cache_tokens << ", operations=" << s.operations << ")";
         return o.str();
       });
 }

@@ -112,13 +112,21 @@ void def_engine_state(py::module_& m) {
       .def_readonly("patches_formed", &EngineStats::patches_formed, "Patches formed.")
       .def_readonly("patch_hits", &EngineStats::patch_hits, "Stored patches reused.")
       .def_readonly("forward_tokens", &EngineStats::forward_tokens,
-                    "Token-forwards over all windows' operations and background work (critical + background). Not in "
-                    "it: the reads' query forwards (logits, generate, disposable; Generation.prompt_forward_tokens "
-                    "counts generate's), which radix_cache_tokens counts: add them before comparing.")
+                    "Token-forwards over all windows' operations and background work (critical + background). The "
+                    "reads' query forwards are apart: every forward but the decode steps and the measurements "
+                    "(reference_logits, loss_by_instance) is forward_tokens + query_forward_tokens + "
+                    "logits_forward_tokens.")
       .def_readonly("critical_forward_tokens", &EngineStats::critical_forward_tokens,
                     "Of forward_tokens: those on the critical path (inside apply()).")
       .def_readonly("background_forward_tokens", &EngineStats::background_forward_tokens,
                     "Of forward_tokens: those run by background jobs (canonical encodes).")
+      .def_readonly("query_forward_tokens", &EngineStats::query_forward_tokens,
+                    "Query tokens forwarded by every window's generate (Generation.prompt_forward_tokens) and "
+                    "disposable (the query twice) calls, on the critical path, not in forward_tokens: "
+                    "critical_forward_tokens + query_forward_tokens is what compares with radix_cache_tokens.")
+      .def_readonly("logits_forward_tokens", &EngineStats::logits_forward_tokens,
+                    "Query tokens forwarded by every window's logits() calls, on the critical path, not in "
+                    "forward_tokens (radix_cache_tokens does not count logits() calls).")
       .def_readonly("check_forward_tokens", &EngineStats::check_forward_tokens,
                     "Of background_forward_tokens: the fidelity self-checks' probe forwards (Window.idle).")
       .def_readonly("fidelity_correction", &EngineStats::fidelity_correction,
@@ -129,7 +137,8 @@ void def_engine_state(py::module_& m) {
                     "What a prefix cache would have forwarded on the critical path for the same window operations "
                     "(summed over windows): compare with critical_forward_tokens.")
       .def_readonly("radix_cache_tokens", &EngineStats::radix_cache_tokens,
-                    "What a radix cache would have forwarded for every window's generate and disposable calls.")
+                    "What a radix cache would have forwarded for every window's generate and disposable calls: "
+                    "compare with critical_forward_tokens + query_forward_tokens.")
       .def_readonly("critical_seconds", &EngineStats::critical_seconds,
                     "Wall time inside apply() (the critical path; background work run inline excluded).")
       .def_readonly("background_seconds", &EngineStats::background_seconds,

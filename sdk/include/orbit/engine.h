@@ -179,14 +179,26 @@ struct EngineStats {
   int64_t canonicals_encoded = 0;  // forwards of chunks alone
   int64_t patches_formed = 0;
   int64_t patch_hits = 0;
-  // Σ over all windows' operations and background work. Not in it: the reads' query forwards (logits, generate,
-  // disposable; generate reports its own as Generation::prompt_forward_tokens), which radix_cache_tokens counts
-  // for generate and disposable: add them before comparing.
+  // Token-forwards, summed over windows. forward_tokens: all windows' operations (the plans apply() serves)
+  // and background work; the reads' query forwards are apart from it, in the two counters below. Every forward
+  // the engine ran is forward_tokens + query_forward_tokens + logits_forward_tokens, but for the decode
+  // steps (one per generated token, Generation::tokens) and the measurements (reference_logits,
+  // loss_by_instance). Against radix_cache_tokens, which counts the prompts of the model calls that decode
+  // (window and query), compare critical_forward_tokens + query_forward_tokens: the same reads' tokens on
+  // both sides (`orbit replay`'s StepResult::critical_forward_tokens and serve's usage.orbit.forward_tokens
+  // are that sum, per step and per request).
   double forward_tokens = 0;
-  double critical_forward_tokens = 0;    // of which on the critical path (inside apply())
-  double background_forward_tokens = 0;  // of which in the background (canonical encodes, Window::heal)
+  double critical_forward_tokens = 0;    // of forward_tokens: on the critical path (inside apply())
+  double background_forward_tokens = 0;  // of forward_tokens: in the background (canonical encodes, Window::heal)
   // Of the background: the fidelity self-checks' probe forwards (Window::idle, IdleReport::measured_kl).
   double check_forward_tokens = 0;
+  // The query forwards of the model calls that decode, on the critical path: generate's (generate_n's,
+  // generate_many's, a DecodeBatch's) prompt forward, Generation::prompt_forward_tokens; disposable's query,
+  // twice (its two greedy decodes each forward it whole). Counted when the call returns its answer.
+  double query_forward_tokens = 0;
+  // Window::logits()'s query forwards (the query's tokens), on the critical path; radix_cache_tokens does not
+  // count logits() calls.
+  double logits_forward_tokens = 0;
   // The self-checks' correction of the fidelity model: every prediction plans make is multiplied by it
   // (planner::FidelityCorrection: the largest measured / predicted of the last 8 checks, in [1, 64]).
   // 1 until a check finds the model predicting too little.
@@ -195,7 +207,8 @@ struct EngineStats {
   // What a prefix cache would have forwarded on the critical path for the same window operations, summed
   // over windows (WindowStats::prefix_cache_tokens): compare with critical_forward_tokens.
   double prefix_cache_tokens = 0;
-  // What a radix cache would have forwarded for every window's model calls (WindowStats::radix_cache_tokens).
+  // What a radix cache would have forwarded for every window's model calls that decode
+  // (WindowStats::radix_cache_tokens): compare with critical_forward_tokens + query_forward_tokens.
   double radix_cache_tokens = 0;
   double critical_seconds = 0;     // wall time inside apply() (the critical path; inline background work and
                                    // Window::heal excluded)

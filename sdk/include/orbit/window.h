@@ -279,12 +279,20 @@ struct WindowStats {
   int64_t chunk_instances = 0;
   int64_t turns = 0;
   int64_t tokens = 0;
-  int64_t device_bytes = 0;   // KV pages held (shared pages counted in every window holding them)
-  int64_t shared_pages = 0;   // pages shared with another window (forks)
-  int64_t evicted = 0;        // chunk instances evicted and recallable (the 1,024 most recent at most)
-  double forward_tokens = 0;  // Σ over applied operations (reads' query forwards not in it)
+  int64_t device_bytes = 0;  // KV pages held (shared pages counted in every window holding them)
+  int64_t shared_pages = 0;  // pages shared with another window (forks)
+  int64_t evicted = 0;       // chunk instances evicted and recallable (the 1,024 most recent at most)
+  // Σ over applied operations (the plans apply() serves, heals and idle-time preparation included). The reads'
+  // query forwards are apart from it: query_forward_tokens and logits_forward_tokens below.
+  double forward_tokens = 0;
   // Of which on the critical path: what the agent waited for (heals and idle-time preparation excluded).
   double critical_forward_tokens = 0;
+  // The query forwards of this window's model calls that decode (generate's prompt forward,
+  // Generation::prompt_forward_tokens; disposable's query twice) and of its logits() calls, on the critical
+  // path, as EngineStats counts them. critical_forward_tokens + query_forward_tokens is what the agent's
+  // reads cost orbit: compare it with radix_cache_tokens below (logits() calls are in neither).
+  double query_forward_tokens = 0;
+  double logits_forward_tokens = 0;
   // What a prefix cache (vLLM's, SGLang's: KV reused only behind a prefix computed before) would have
   // forwarded for the same operations, counted where this window's reads would run it: at every operation
   // that leaves no repair deferred, the tokens from its first instance whose prefix the engine has not
@@ -296,7 +304,8 @@ struct WindowStats {
   // every call's window, query and generated tokens in the KV memory the engine's pool has, would forward
   // for this window's model calls that decode (generate, disposable; logits() probes are not counted): the
   // prompt tokens after the longest prefix it holds, the query's included. Engine-wide like the cache it
-  // models, so one window's calls warm it for another's.
+  // models, so one window's calls warm it for another's. Compare with critical_forward_tokens +
+  // query_forward_tokens.
   double radix_cache_tokens = 0;
   int64_t operations = 0;
 };

@@ -422,14 +422,24 @@ Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan, bool backgr
   return std::move(tally.report);
 }
 
-void charge_radix_cache(WindowState& state, const std::vector<int64_t>& query, const std::vector<int64_t>& generated) {
+void charge_radix_cache(WindowState& state, const std::vector<int64_t>& query, const std::vector<int64_t>& generated,
+                        int64_t query_forwarded) {
   std::vector<int64_t> tokens = state.token_ids();
   tokens.insert(tokens.end(), query.begin(), query.end());
   const std::size_t prompt = tokens.size();
   tokens.insert(tokens.end(), generated.begin(), generated.end());
   Counters charged;
   charged.radix_cache_tokens = static_cast<double>(state.core->usage().radix_read(tokens, prompt));
+  charged.query_forward_tokens = static_cast<double>(query_forwarded);
   state.radix_cache_tokens += charged.radix_cache_tokens;
+  state.query_forward_tokens += charged.query_forward_tokens;
+  state.core->usage().count(charged);
+}
+
+void charge_logits_read(WindowState& state, int64_t tokens) {
+  Counters charged;
+  charged.logits_forward_tokens = static_cast<double>(tokens);
+  state.logits_forward_tokens += charged.logits_forward_tokens;
   state.core->usage().count(charged);
 }
 

@@ -126,6 +126,8 @@ EngineStats Engine::stats() const {
   s.forward_tokens = c.forward_tokens;
   s.critical_forward_tokens = c.forward_tokens - c.background_forward_tokens;
   s.background_forward_tokens = c.background_forward_tokens;
+  s.query_forward_tokens = c.query_forward_tokens;
+  s.logits_forward_tokens = c.logits_forward_tokens;
   const detail::EngineCore::FidelityChecks checks = core_->fidelity_checks();
   s.check_forward_tokens = checks.forward_tokens;
   s.fidelity_correction = checks.correction.factor();

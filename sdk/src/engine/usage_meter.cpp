@@ -11,6 +11,8 @@ void UsageMeter::count(const Counters& d) {
   counters_.patch_hits += d.patch_hits;
   counters_.forward_tokens += d.forward_tokens;
   counters_.background_forward_tokens += d.background_forward_tokens;
+  counters_.query_forward_tokens += d.query_forward_tokens;
+  counters_.logits_forward_tokens += d.logits_forward_tokens;
   counters_.critical_seconds += d.critical_seconds;
   counters_.background_seconds += d.background_seconds;
   counters_.background_jobs += d.background_jobs;

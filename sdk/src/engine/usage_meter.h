@@ -25,7 +25,12 @@ struct Counters {
   double forward_tokens = 0;             // every token-forward (critical and background)
   double critical_forward_tokens = 0;    // reported by apply (informational; not summed into the above)
   double background_forward_tokens = 0;  // of forward_tokens: run by background jobs
-  double critical_seconds = 0;           // wall time of apply() calls
+  // Not in forward_tokens: the reads' query forwards, on the critical path. Those of the model calls that decode
+  // (generate's prompt forward, Generation::prompt_forward_tokens; disposable's two greedy decodes' queries), the
+  // calls radix_cache_tokens counts; and Window::logits()'s queries, which it does not count.
+  double query_forward_tokens = 0;
+  double logits_forward_tokens = 0;
+  double critical_seconds = 0;  // wall time of apply() calls
   double background_seconds = 0;
   int64_t background_jobs = 0;
   int64_t media_found = 0;  // find_media answered from a registration or the embedding cache

@@ -336,7 +336,7 @@ void DecodeBatchState::finish(DecodeStep& out) {
     DecodeSequence& s = *ending[j];
     keep_for_reuse(s, last_of[j] != std::string::npos);
     keep_tail(*s.window, s.query, s.g.tokens);  // the window's tentative tail (window_ops.h)
-    charge_radix_cache(*s.window, s.query, s.g.tokens);
+    charge_radix_cache(*s.window, s.query, s.g.tokens, s.g.prompt_forward_tokens);
     const std::string last_piece = finish_text(s);
     if (s.options.on_text && !last_piece.empty()) s.options.on_text(last_piece);  // the run is over: not read
     s.g.seconds = std::chrono::duration<double>(Clock::now() - s.t0).count();

@@ -144,6 +144,8 @@ WindowStats Window::stats() const {
   s.critical_forward_tokens = state_->critical_forward_tokens;
   s.prefix_cache_tokens = state_->prefix_cache_tokens;
   s.radix_cache_tokens = state_->radix_cache_tokens;
+  s.query_forward_tokens = state_->query_forward_tokens;
+  s.logits_forward_tokens = state_->logits_forward_tokens;
   s.operations = state_->operations;
   return s;
 }

@@ -37,10 +37,15 @@ Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan, bool backgr
 // and returned. apply_plan counts it after every critical-path operation but an edit (passing the
 // prefixes it hashed on the way: `prefixes`, in window order); generate, before the model call.
 double charge_prefix_cache(WindowState& state, const std::vector<planner::PrefixSpan>* prefixes = nullptr);
-// A model call that decodes on the window (generate, disposable) through the engine's radix yardstick
-// (EngineCore::radix_read): the window's token ids, the query, then what was generated. Adds the prompt
-// tokens it forwards to WindowState::radix_cache_tokens and the engine's counters.
-void charge_radix_cache(WindowState& state, const std::vector<int64_t>& query, const std::vector<int64_t>& generated);
+// A model call that decodes on the window (generate, disposable), once it answered: both sides of the radix
+// comparison. Through the engine's radix yardstick (EngineCore::radix_read): the window's token ids, the query,
+// then what was generated; the prompt tokens it forwards go to WindowState::radix_cache_tokens. And the query
+// tokens the call forwarded (`query_forwarded`) to WindowState::query_forward_tokens. Both to the engine's
+// counters, in one count.
+void charge_radix_cache(WindowState& state, const std::vector<int64_t>& query, const std::vector<int64_t>& generated,
+                        int64_t query_forwarded);
+// A Window::logits() call's query forward (`tokens`), to WindowState::logits_forward_tokens and the engine's.
+void charge_logits_read(WindowState& state, int64_t tokens);
 // The instances `plan` serves again (any action but a keep).
 inline int64_t served_again(const Plan& plan) {
   int64_t n = 0;

@@ -127,7 +127,10 @@ Logits Window::logits(const std::vector<int64_t>& query, bool all_rows) const {
   detail::run_deferred(*state_, "logits");
   int64_t start = 0;
   const runtime::PastKV past = detail::read_past(*state_->core, all_entries(*state_), &start);
-  return to_logits(run(*state_->core, past, start, query, all_rows, true));  // the query's forward stops between layers
+  // The query's forward stops between layers; one stopped counts nothing.
+  const Logits out = to_logits(run(*state_->core, past, start, query, all_rows, true));
+  detail::charge_logits_read(*state_, static_cast<int64_t>(query.size()));
+  return out;
 }
 
 namespace {
@@ -294,7 +297,8 @@ DisposabilityReport Window::disposable(InstanceId instance, const std::vector<in
   r.answer = greedy(core, with, start, query, answer_tokens, &first_with);
   r.answer_without = greedy(core, without, start, query, answer_tokens, &first_without);
   r.disposable = r.answer == r.answer_without;
-  detail::charge_radix_cache(*state_, query, r.answer);
+  // Both greedy decodes (with and without the conditioning) forwarded the whole query first.
+  detail::charge_radix_cache(*state_, query, r.answer, 2 * static_cast<int64_t>(query.size()));
   r.kl_first = runtime::mean_kl(first_with, first_without);
   return r;
 }

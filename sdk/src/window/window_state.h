@@ -66,6 +66,8 @@ struct WindowState {
   double critical_forward_tokens = 0;  // of which on the critical path (not heals, not idle-time preparation)
   double prefix_cache_tokens = 0;      // what a prefix cache would have forwarded for the same reads
   double radix_cache_tokens = 0;       // what a radix cache would have forwarded for the same model calls
+  double query_forward_tokens = 0;     // the decoding reads' query forwards (WindowStats::query_forward_tokens)
+  double logits_forward_tokens = 0;    // logits()'s query forwards
   int64_t operations = 0;
   int64_t reorders = 0;               // reorders applied (Window::idle prepares moves only for a window that reorders)
   int64_t unchecked_idles = 0;        // idle calls since the last self-check that found the window below heal_min_kl
