@@ -176,80 +176,12 @@ Result<ValuePtr> ChunkStore::get(const std::string& key, const GetOptions& optio
   check_chunk_store_key(key, "get");
   Status local_miss = Status::not_found("ChunkStore: no entry " + key);
   for (int attempt = 0; attempt < 4; ++attempt) {
-    DiskRow row;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      Meta* m = known(key);
-      if (m == nullptr) break;
-      touch(key, *m);
-      ++m->hits;
-      for (StoreTier id : {StoreTier::kDevice, StoreTier::kHost}) {
-        Tier* t = tier(id);
-        if (t == nullptr || !t->contains(key)) continue;
-        Result<ValuePtr> v = t->read(key);
-        if (v) ++counters(id).hits;
-        return v;
-      }
-      const DiskRow* located = disk_ ? disk_->locate(key) : nullptr;
-      if (located == nullptr) {  // evicted meanwhile (here or by another process)
-        forget_if_gone(key);
-        continue;
-      }
-      row = *located;
-    }
-    // A read lease keeps another process's eviction away from the row while its blob is read.
-    const bool leased = disk_->acquire_read(key);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      const DiskRow* current = disk_->refresh(key);
-      if (current == nullptr) {
-        if (leased) disk_->release_read(key);
-        forget_if_gone(key);
-        continue;
-      }
-      row = *current;
-    }
-    Result<ValuePtr> loaded = disk_->load(row);  // outside the lock: read, checksum, decode
-    if (leased) disk_->release_read(key);
-    std::lock_guard<std::mutex> lock(mu_);
-    const DiskRow* current = disk_->refresh(key);
-    if (!loaded) {
-      if (current == nullptr || current->blob != row.blob) {  // removed or rewritten meanwhile: look again
-        forget_if_gone(key);
-        continue;
-      }
-      if (loaded.status().code() == StatusCode::kRefused) {
-        // The read failed, not the blob (e.g. out of file descriptors): a miss now, the entry stays for
-        // this and every other process. Only a missing file or a failed verification marks it corrupt.
-        local_miss = Status::not_found("ChunkStore: entry " + key + " could not be read now (" +
-                                       loaded.status().reason() + "); it is kept");
-        if (options_.warn_disk_errors && unreadable_warned_.insert(row.blob).second) {
-          orbit::warn("store " + options_.dir + ": " + loaded.status().reason() + "; the entry " + key +
-                      " is kept and recomputed while it cannot be read (`orbit store verify` lists what it cannot "
-                      "read)");
-        }
-        break;
-      }
-      faults_.push_back({key, disk_->absolute(row.blob), loaded.status().reason()});
-      ++corrupt_reads_;
-      if (options_.warn_disk_errors) {
-        orbit::warn(
-            "store " + options_.dir + ": " + loaded.status().reason() +
-            "; the entry is marked corrupt and recomputed when needed (`orbit store verify` checks every blob)");
-      }
-      disk_->mark_corrupt(row);
-      forget_if_gone(key);
-      local_miss = loaded.status();
+    LocalGet step = get_local(key, options);
+    if (step.next == LocalGet::kFound) return std::move(*step.result);
+    if (step.next == LocalGet::kMiss) {
+      if (step.result) local_miss = step.result->status();
       break;
     }
-    ++counters(StoreTier::kDisk).hits;
-    const bool still_same = current && current->blob == row.blob;
-    const bool in_memory = (device_ && device_->contains(key)) || host_->contains(key);
-    if (options.promote && still_same && !in_memory && meta_.count(key) &&
-        make_room(*host_, host_->charge(*loaded.value()), key).is_ok() && host_->insert(key, loaded.value())) {
-      ++counters(StoreTier::kHost).promotions;
-    }
-    return loaded;
   }
   if (remote_ && options.remote) {
     Result<ValuePtr> remote = get_remote(key, options);
@@ -258,6 +190,92 @@ Result<ValuePtr> ChunkStore::get(const std::string& key, const GetOptions& optio
   std::lock_guard<std::mutex> lock(mu_);
   ++misses_;
   return local_miss;
+}
+
+ChunkStore::LocalGet ChunkStore::get_local(const std::string& key, const GetOptions& options) {
+  DiskRow row;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    LocalGet memory = get_from_memory(key, &row);
+    if (memory.next != LocalGet::kOnDisk) return memory;
+  }
+  // A read lease keeps another process's eviction away from the row while its blob is read.
+  const bool leased = disk_->acquire_read(key);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const DiskRow* current = disk_->refresh(key);
+    if (current == nullptr) {
+      if (leased) disk_->release_read(key);
+      forget_if_gone(key);
+      return {LocalGet::kRetry, std::nullopt};
+    }
+    row = *current;
+  }
+  Result<ValuePtr> loaded = disk_->load(row);  // outside the lock: read, checksum, decode
+  if (leased) disk_->release_read(key);
+  std::lock_guard<std::mutex> lock(mu_);
+  const DiskRow* current = disk_->refresh(key);
+  if (!loaded) return disk_read_failed(key, row, current, loaded.status());
+  ++counters(StoreTier::kDisk).hits;
+  if (options.promote && current && current->blob == row.blob) promote_disk_hit(key, loaded.value());
+  return {LocalGet::kFound, std::move(loaded)};
+}
+
+ChunkStore::LocalGet ChunkStore::get_from_memory(const std::string& key, DiskRow* row) {
+  Meta* m = known(key);
+  if (m == nullptr) return {LocalGet::kMiss, std::nullopt};
+  touch(key, *m);
+  ++m->hits;
+  for (StoreTier id : {StoreTier::kDevice, StoreTier::kHost}) {
+    Tier* t = tier(id);
+    if (t == nullptr || !t->contains(key)) continue;
+    Result<ValuePtr> v = t->read(key);
+    if (v) ++counters(id).hits;
+    return {LocalGet::kFound, std::move(v)};
+  }
+  const DiskRow* located = disk_ ? disk_->locate(key) : nullptr;
+  if (located == nullptr) {  // evicted meanwhile (here or by another process)
+    forget_if_gone(key);
+    return {LocalGet::kRetry, std::nullopt};
+  }
+  *row = *located;
+  return {LocalGet::kOnDisk, std::nullopt};
+}
+
+ChunkStore::LocalGet ChunkStore::disk_read_failed(const std::string& key, const DiskRow& row, const DiskRow* current,
+                                                  const Status& failure) {
+  if (current == nullptr || current->blob != row.blob) {  // removed or rewritten meanwhile: look again
+    forget_if_gone(key);
+    return {LocalGet::kRetry, std::nullopt};
+  }
+  if (failure.code() == StatusCode::kRefused) {
+    // The read failed, not the blob (e.g. out of file descriptors): a miss now, the entry stays for
+    // this and every other process. Only a missing file or a failed verification marks it corrupt.
+    if (options_.warn_disk_errors && unreadable_warned_.insert(row.blob).second) {
+      orbit::warn("store " + options_.dir + ": " + failure.reason() + "; the entry " + key +
+                  " is kept and recomputed while it cannot be read (`orbit store verify` lists what it cannot "
+                  "read)");
+    }
+    return {LocalGet::kMiss, Status::not_found("ChunkStore: entry " + key + " could not be read now (" +
+                                               failure.reason() + "); it is kept")};
+  }
+  faults_.push_back({key, disk_->absolute(row.blob), failure.reason()});
+  ++corrupt_reads_;
+  if (options_.warn_disk_errors) {
+    orbit::warn("store " + options_.dir + ": " + failure.reason() +
+                "; the entry is marked corrupt and recomputed when needed (`orbit store verify` checks every blob)");
+  }
+  disk_->mark_corrupt(row);
+  forget_if_gone(key);
+  return {LocalGet::kMiss, failure};
+}
+
+void ChunkStore::promote_disk_hit(const std::string& key, const ValuePtr& value) {
+  const bool in_memory = (device_ && device_->contains(key)) || host_->contains(key);
+  if (!in_memory && meta_.count(key) && make_room(*host_, host_->charge(*value), key).is_ok() &&
+      host_->insert(key, value)) {
+    ++counters(StoreTier::kHost).promotions;
+  }
 }
 
 Result<ValuePtr> ChunkStore::get_remote(const std::string& key, const GetOptions& options) {

@@ -235,6 +235,24 @@ class ChunkStore {
   // Brings a value read from the remote into the local tiers (host, and disk when there is one).
   void promote_remote(const std::string& key, const ValuePtr& value);
   Result<ValuePtr> get_remote(const std::string& key, const GetOptions& options);  // without mu_
+  // One of get()'s looks at the local tiers, and what get() does next: return `result` (kFound: a memory
+  // tier's or the disk's read, failed or not), stop looking locally (kMiss: `result` holds why where the
+  // entry is known but cannot be read, else it is simply absent), or look again (kRetry: the entry moved
+  // meanwhile). kOnDisk only from get_from_memory: the entry is on disk only, its row to be read.
+  struct LocalGet {
+    enum Next { kFound, kMiss, kRetry, kOnDisk } next = kMiss;
+    std::optional<Result<ValuePtr>> result;
+  };
+  // Without mu_: the memory tiers, then the disk row under a read lease (its blob read outside mu_).
+  LocalGet get_local(const std::string& key, const GetOptions& options);
+  // Touches a known entry and reads it from a memory tier; kOnDisk with *row its disk row otherwise.
+  LocalGet get_from_memory(const std::string& key, DiskRow* row);
+  // A disk read of `row` failed with `failure`; `current` is the key's row now. Moved or rewritten: kRetry. A
+  // refused read (the system, not the blob): kMiss, the entry kept, warned once per blob. Else the blob is
+  // recorded as a fault and marked corrupt: kMiss with `failure`.
+  LocalGet disk_read_failed(const std::string& key, const DiskRow& row, const DiskRow* current, const Status& failure);
+  // A disk hit still current: a copy in host memory when no memory tier holds one and room can be made.
+  void promote_disk_hit(const std::string& key, const ValuePtr& value);
   // Mirrors disk rows other processes added or evicted into meta_ (before disk budget decisions).
   void sync_disk();
   bool place_in_memory(StoreTier highest, const std::string& key, const ValuePtr& value);
