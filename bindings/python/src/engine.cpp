@@ -365,7 +365,7 @@ void def_engine_text(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       py::arg("token"), "The vocabulary entry of one id as stored (e.g. ' the', '<0x0A>').");
 }
 
-// Engine: registering and finding chunks.
+// Engine: registering text and token chunks, and finding chunks by key.
 void def_engine_chunks(py::class_<Engine, std::shared_ptr<Engine>>& c) {
   c.def(
       "add_text",
@@ -394,6 +394,14 @@ void def_engine_chunks(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       "Idempotent: the same tokens give the same key. Nothing is computed until a window needs its canonical.\n"
       "label names it in plans and errors; pin keeps its canonical resident in the store. Raises OrbitError for\n"
       "an empty chunk or ids outside the vocabulary, TypeError for non-integer input.");
+  c.def(
+      "chunk", [](const Engine& e, const py::str& key) { return e.chunk(utf8_arg(key, "chunk: key")); }, py::arg("key"),
+      "The registered chunk with this key. Raises OrbitError when this engine does not know it.");
+  c.def_property_readonly("chunks", &Engine::chunks, "list[ChunkRef] of every registered chunk.");
+}
+
+// Engine: registering media chunks by their embeddings, and finding them again by their digest.
+void def_engine_media(py::class_<Engine, std::shared_ptr<Engine>>& c) {
   c.def(
       "add_embeddings",
       [](Engine& e, const py::object& embeddings, const py::object& grid, const py::str& digest_arg,
@@ -448,10 +456,6 @@ void def_engine_chunks(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       "    ref = engine.find_media(digest, grid=grid)\n"
       "    if ref is None:\n"
       "        ref = engine.add_embeddings(encode(pixels), grid=grid, media_digest=digest)\n");
-  c.def(
-      "chunk", [](const Engine& e, const py::str& key) { return e.chunk(utf8_arg(key, "chunk: key")); }, py::arg("key"),
-      "The registered chunk with this key. Raises OrbitError when this engine does not know it.");
-  c.def_property_readonly("chunks", &Engine::chunks, "list[ChunkRef] of every registered chunk.");
 }
 
 // Engine: precompute, new_window and __repr__.
@@ -506,6 +510,7 @@ void init_engine(py::module_& m) {
   def_engine_life(c);
   def_engine_text(c);
   def_engine_chunks(c);
+  def_engine_media(c);
   def_engine_windows(c);
 }
 

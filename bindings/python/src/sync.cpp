@@ -307,8 +307,8 @@ void def_chat(py::class_<Engine, std::shared_ptr<Engine>>& engine, const char* n
 
 namespace {
 
-// SyncAction, SyncUnit, SyncPlan and SyncReport.
-void def_sync_types(py::module_& m) {
+// SyncAction: the enum, its str() and .label.
+void def_sync_action(py::module_& m) {
   py::enum_<SyncAction> action(m, "SyncAction", "What Window.sync does with one unit of the rendered messages.");
   action.value("keep", SyncAction::kKeep, "An instance holds it already (kept in place, or moved by the reorder).")
       .value("admit", SyncAction::kAdmit, "A new chunk admitted.")
@@ -322,7 +322,10 @@ void def_sync_types(py::module_& m) {
   action.def_property_readonly(
       "label", [](SyncAction a) { return std::string(orbit::sync_action_name(a)); },
       "The C++ name (as SyncPlan.describe() prints it), e.g. 'recall'.");
+}
 
+// SyncUnit: one unit of the rendered messages.
+void def_sync_unit(py::module_& m) {
   py::class_<SyncUnit>(m, "SyncUnit",
                        "One unit of the rendering: messages [first_message, end_message) and their tokens (read-only).")
       .def_readonly("first_message", &SyncUnit::first_message, "Index of its first message.")
@@ -350,7 +353,10 @@ void def_sync_types(py::module_& m) {
           << ", tokens=" << u.tokens.size() << ", instance=" << u.instance << ")";
         return o.str();
       });
+}
 
+// SyncPlan and SyncReport: what sync will do, and what it did.
+void def_sync_plan_and_report(py::module_& m) {
   py::class_<SyncPlan>(m, "SyncPlan", "What Window.sync will do (Window.plan_sync), or did (SyncReport.plan).")
       .def_readonly("units", &SyncPlan::units, "list[SyncUnit]: the window after sync, in order.")
       .def_readonly("evict", &SyncPlan::evict, "Instance ids evicted, in window order.")
@@ -392,6 +398,13 @@ void def_sync_types(py::module_& m) {
           << ", units=" << r.plan.units.size() << ", tokens=" << r.plan.tokens.size() << ")";
         return o.str();
       });
+}
+
+// SyncAction, SyncUnit, SyncPlan and SyncReport.
+void def_sync_types(py::module_& m) {
+  def_sync_action(m);
+  def_sync_unit(m);
+  def_sync_plan_and_report(m);
 }
 
 // the chat methods on Engine and Window.

@@ -88,12 +88,14 @@ void def_store_stats(py::module_& m) {
       });
 }
 
-// EngineStats.
-void def_engine_state(py::module_& m) {
-  using namespace orbit;
+namespace {
 
-  py::class_<EngineStats>(m, "EngineStats", "An engine's counters (Engine.stats).")
-      .def_readonly("chunks", &EngineStats::chunks, "Chunks registered.")
+using EngineStatsClass = py::class_<orbit::EngineStats>;
+
+// EngineStats: chunks, windows and the KV pool.
+void def_engine_pool_stats(EngineStatsClass& c) {
+  using orbit::EngineStats;
+  c.def_readonly("chunks", &EngineStats::chunks, "Chunks registered.")
       .def_readonly("windows", &EngineStats::windows, "Windows alive.")
       .def_readonly("pool_pages", &EngineStats::pool_pages, "KV pool pages.")
       .def_readonly("pool_free_pages", &EngineStats::pool_free_pages, "Free KV pool pages.")
@@ -107,8 +109,14 @@ void def_engine_state(py::module_& m) {
       .def_readonly("pool_patches", &EngineStats::pool_patches,
                     "Distinct patch factors those placements carry (added as they are read).")
       .def_readonly("pool_patch_bytes", &EngineStats::pool_patch_bytes,
-                    "Bytes of those patch factors (host memory, not pool pages).")
-      .def_readonly("canonicals_encoded", &EngineStats::canonicals_encoded, "Forwards of chunks alone.")
+                    "Bytes of those patch factors (host memory, not pool pages).");
+}
+
+// EngineStats: the forwards run (canonicals, patches, token-forwards by path), the fidelity self-checks, what
+// the caches compared with would have forwarded, and the critical path's wall time.
+void def_engine_forward_stats(EngineStatsClass& c) {
+  using orbit::EngineStats;
+  c.def_readonly("canonicals_encoded", &EngineStats::canonicals_encoded, "Forwards of chunks alone.")
       .def_readonly("patches_formed", &EngineStats::patches_formed, "Patches formed.")
       .def_readonly("patch_hits", &EngineStats::patch_hits, "Stored patches reused.")
       .def_readonly("forward_tokens", &EngineStats::forward_tokens,
@@ -140,9 +148,14 @@ void def_engine_state(py::module_& m) {
                     "What a radix cache would have forwarded for every window's generate and disposable calls: "
                     "compare with critical_forward_tokens + query_forward_tokens.")
       .def_readonly("critical_seconds", &EngineStats::critical_seconds,
-                    "Wall time inside apply() (the critical path; background work run inline excluded).")
-      .def_readonly("background_seconds", &EngineStats::background_seconds,
-                    "Wall time of background jobs (canonical encode + SVD + store).")
+                    "Wall time inside apply() (the critical path; background work run inline excluded).");
+}
+
+// EngineStats: background work, media lookups, the constraint cache and the store, and __repr__.
+void def_engine_work_stats(EngineStatsClass& c) {
+  using orbit::EngineStats;
+  c.def_readonly("background_seconds", &EngineStats::background_seconds,
+                 "Wall time of background jobs (canonical encode + SVD + store).")
       .def_readonly("background_jobs", &EngineStats::background_jobs, "Background jobs completed.")
       .def_readonly("background_pending", &EngineStats::background_pending, "Background jobs queued, not started.")
       .def_readonly("background_failed", &EngineStats::background_failed,
@@ -164,6 +177,11 @@ void def_engine_state(py::module_& m) {
           << ", background_pending=" << s.background_pending << ")";
         return o.str();
       });
+}
+
+// CalibrationReport.
+void def_calibration_report(py::module_& m) {
+  using orbit::CalibrationReport;
   py::class_<CalibrationReport>(m, "CalibrationReport",
                                 "What Engine.calibrate / calibrate_fidelity measured and fitted.")
       .def_readonly("samples", &CalibrationReport::samples, "Timings the cost model was fitted on (0: not fitted).")
@@ -186,6 +204,17 @@ void def_engine_state(py::module_& m) {
           << ", seconds=" << r.seconds << ")";
         return o.str();
       });
+}
+
+}  // namespace
+
+// EngineStats and CalibrationReport.
+void def_engine_state(py::module_& m) {
+  EngineStatsClass stats(m, "EngineStats", "An engine's counters (Engine.stats).");
+  def_engine_pool_stats(stats);
+  def_engine_forward_stats(stats);
+  def_engine_work_stats(stats);
+  def_calibration_report(m);
 }
 
 // ConstraintCacheOptions(max_entries=, max_bytes=): Python's ints checked before they become size_t.

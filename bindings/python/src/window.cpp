@@ -279,9 +279,17 @@ void def_planning(py::class_<PyWindow>& c) {
       "again in context, turns prefilled again; every instance is kept when the window is exact.");
 }
 
-// Window: apply and the operations planned and applied in one call.
+// The docstring of an operation planned and applied in one call; `plan_call` is the plan it applies, e.g.
+// "plan_evict(instance)".
+std::string one_call_doc(const char* plan_call) {
+  return std::string("apply(") + plan_call +
+         ") in one call: returns the ApplyReport;\n"
+         "raises CapacityError / RefusedError (window unchanged) when it cannot be applied, OrbitError for bad\n"
+         "arguments.";
+}
+
+// Window: apply, and in one call the operations that add or remove an instance (admit, add_turn, evict).
 void def_apply(py::class_<PyWindow>& c) {
-  // ---- apply ----
   c.def(
       "apply",
       [](PyWindow& w, const Plan& plan) { return plan_and_apply(w, "Window.apply", [&](Window&) { return plan; }); },
@@ -297,29 +305,26 @@ void def_apply(py::class_<PyWindow>& c) {
         return plan_and_apply(w, "Window.admit", [&](Window& x) { return x.plan_admit(ref, b); });
       },
       py::arg("chunk"), py::kw_only(), py::arg("before") = py::none(),
-      "apply(plan_admit(chunk, before=before)) in one call: returns the ApplyReport;\n"
-      "raises CapacityError / RefusedError (window unchanged) when it cannot be applied, OrbitError for bad\n"
-      "arguments.");
+      one_call_doc("plan_admit(chunk, before=before)").c_str());
   c.def(
       "add_turn",
       [](PyWindow& w, const py::object& tokens) {
         const auto t = tokens_or_text(w, tokens, "add_turn: tokens");
         return plan_and_apply(w, "Window.add_turn", [&](Window& x) { return x.plan_add_turn(t); });
       },
-      py::arg("tokens"),
-      "apply(plan_add_turn(tokens)) in one call: returns the ApplyReport;\n"
-      "raises CapacityError / RefusedError (window unchanged) when it cannot be applied, OrbitError for bad\n"
-      "arguments.");
+      py::arg("tokens"), one_call_doc("plan_add_turn(tokens)").c_str());
   c.def(
       "evict",
       [](PyWindow& w, const py::object& instance) {
         const InstanceId i = to_instance(instance, "evict: instance");
         return plan_and_apply(w, "Window.evict", [&](Window& x) { return x.plan_evict(i); });
       },
-      py::arg("instance"),
-      "apply(plan_evict(instance)) in one call: returns the ApplyReport;\n"
-      "raises CapacityError / RefusedError (window unchanged) when it cannot be applied, OrbitError for bad\n"
-      "arguments.");
+      py::arg("instance"), one_call_doc("plan_evict(instance)").c_str());
+}
+
+// Window: in one call the operations that move what the window holds (slide, recall, reorder, place,
+// recondition).
+void def_apply_moves(py::class_<PyWindow>& c) {
   c.def(
       "slide",
       [](PyWindow& w, const IntArg& chunks_arg) {
@@ -328,10 +333,7 @@ void def_apply(py::class_<PyWindow>& c) {
           return w.run("Window.slide", [](Window& x) { return x.slide(0); });  // no operation: the version stays
         return plan_and_apply(w, "Window.slide", [&](Window& x) { return x.plan_slide(chunks); });
       },
-      py::arg("chunks") = 1,
-      "apply(plan_slide(chunks)) in one call: returns the ApplyReport;\n"
-      "raises CapacityError / RefusedError (window unchanged) when it cannot be applied, OrbitError for bad\n"
-      "arguments.");
+      py::arg("chunks") = 1, one_call_doc("plan_slide(chunks)").c_str());
   c.def(
       "recall",
       [](PyWindow& w, const py::object& chunk, const py::object& before) {
@@ -340,32 +342,23 @@ void def_apply(py::class_<PyWindow>& c) {
         return plan_and_apply(w, "Window.recall", [&](Window& x) { return x.plan_recall(ref, b); });
       },
       py::arg("chunk"), py::kw_only(), py::arg("before") = py::none(),
-      "apply(plan_recall(chunk, before=before)) in one call: returns the ApplyReport;\n"
-      "raises CapacityError / RefusedError (window unchanged) when it cannot be applied, OrbitError for bad\n"
-      "arguments.");
+      one_call_doc("plan_recall(chunk, before=before)").c_str());
   c.def(
       "reorder",
       [](PyWindow& w, const py::object& order) {
         const auto o = to_instances(order, "reorder: order");
         return plan_and_apply(w, "Window.reorder", [&](Window& x) { return x.plan_reorder(o); });
       },
-      py::arg("order"),
-      "apply(plan_reorder(order)) in one call: returns the ApplyReport;\n"
-      "raises CapacityError / RefusedError (window unchanged) when it cannot be applied, OrbitError for bad\n"
-      "arguments.");
+      py::arg("order"), one_call_doc("plan_reorder(order)").c_str());
   c.def(
       "place", [](PyWindow& w) { return plan_and_apply(w, "Window.place", [](Window& x) { return x.plan_place(); }); },
-      "apply(plan_place()) in one call: returns the ApplyReport;\n"
-      "raises CapacityError / RefusedError (window unchanged) when it cannot be applied, OrbitError for bad\n"
-      "arguments.");
+      one_call_doc("plan_place()").c_str());
   c.def(
       "recondition",
       [](PyWindow& w) {
         return plan_and_apply(w, "Window.recondition", [](Window& x) { return x.plan_recondition(); });
       },
-      "apply(plan_recondition()) in one call: returns the ApplyReport;\n"
-      "raises CapacityError / RefusedError (window unchanged) when it cannot be applied, OrbitError for bad\n"
-      "arguments.");
+      one_call_doc("plan_recondition()").c_str());
 }
 
 // Window: flush, heal, the idle-time preparations and fork.
@@ -560,6 +553,7 @@ void init_window(py::module_& m) {
   def_state(c);
   def_planning(c);
   def_apply(c);
+  def_apply_moves(c);
   def_repairs(c);
   def_window_generate(c);
   def_reading(c);
