@@ -285,6 +285,7 @@ Patch form_patch(const Model& model, const Content& delta, const PatchOptions& o
   patch.v.resize(static_cast<std::size_t>(c.num_layers));
   const int64_t dk = c.content_k_shape().width(), dv = c.content_v_shape().width();
   for (int64_t l = options.first_layer; l < c.num_layers; ++l) {
+    if (options.before_layer) options.before_layer(l);
     const auto i = static_cast<std::size_t>(l);
     PatchOptions layer_options = options;
     layer_options.seed = mix_seed(options.seed, 2 * static_cast<uint64_t>(l));

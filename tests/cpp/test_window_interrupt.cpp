@@ -234,7 +234,21 @@ TEST_CASE("run_background stops before a job or inside its forward, and loses no
   CHECK(st.background_failed == 0);
   CHECK(st.patches_formed == 0);
 
-  // A later call runs it whole: one point before the job, one per layer of its encode.
+  // Inside the patch's SVD, before layer 1's factorization (after the point before the job, the encode's layers
+  // and layer 0's): the job goes back again; the canonical it encoded whole stays stored.
+  CountedStop svd;
+  svd.stop_at = 1 + layers + 2;
+  {
+    const InterruptScope scope(svd.check());
+    CHECK_THROWS_WITH(engine->run_background(), "run_background: interrupted");
+  }
+  CHECK(svd.calls == svd.stop_at);
+  st = engine->stats();
+  CHECK(st.background_pending == 1);
+  CHECK(st.background_failed == 0);
+  CHECK(st.patches_formed == 0);
+
+  // A later call runs it whole: one point before the job, one per layer of its SVD (the canonical is stored).
   CountedStop never;
   {
     const InterruptScope scope(never.check());
@@ -264,6 +278,9 @@ struct ReadSnapshot {
   int64_t free_pages;
   double window_forward_tokens;
   double engine_forward_tokens;
+  double window_query_tokens;  // the reads' query forwards, logits' included, and the radix yardstick's count
+  double engine_query_tokens;
+  double radix_tokens;
 };
 
 ReadSnapshot snapshot(const Engine& engine, const Window& w) {
@@ -272,7 +289,10 @@ ReadSnapshot snapshot(const Engine& engine, const Window& w) {
           w.instances().size(),
           engine.stats().pool_free_pages,
           w.stats().forward_tokens,
-          engine.stats().forward_tokens};
+          engine.stats().forward_tokens,
+          w.stats().query_forward_tokens + w.stats().logits_forward_tokens,
+          engine.stats().query_forward_tokens + engine.stats().logits_forward_tokens,
+          engine.stats().radix_cache_tokens};
 }
 
 void check_unchanged(const ReadSnapshot& before, const ReadSnapshot& now) {
@@ -282,6 +302,9 @@ void check_unchanged(const ReadSnapshot& before, const ReadSnapshot& now) {
   CHECK(now.free_pages == before.free_pages);
   CHECK(now.window_forward_tokens == before.window_forward_tokens);
   CHECK(now.engine_forward_tokens == before.engine_forward_tokens);
+  CHECK(now.window_query_tokens == before.window_query_tokens);
+  CHECK(now.engine_query_tokens == before.engine_query_tokens);
+  CHECK(now.radix_tokens == before.radix_tokens);
 }
 
 }  // namespace
@@ -338,4 +361,101 @@ TEST_CASE("a long query's forward in logits and generate stops between two layer
   CHECK(never.calls == layers);
   CHECK(got.tokens == want_answer.tokens);
   CHECK(got.prompt_forward_tokens == want_answer.prompt_forward_tokens);
+}
+
+TEST_CASE("disposable's greedy decodes stop between two layers", "[window][interrupt]") {
+  // Each forward of its two greedy decodes (the query's, then each answer token's) has a point before each layer.
+  std::mt19937_64 rng(14);
+  auto engine = test::open_stories_small_pages(BackgroundMode::kInline);
+  const int layers = static_cast<int>(engine->model_info().num_layers);
+  REQUIRE(layers >= 3);
+  std::vector<ChunkRef> chunks;
+  for (int i = 0; i < 2; ++i) chunks.push_back(engine->add_tokens(random_tokens(rng, 30)));
+  const std::vector<int64_t> query = random_tokens(rng, 40);
+  const int64_t answer_tokens = 3;
+  WindowOptions o;
+  o.policy = parse_policy("patch:4");
+  Window w = engine->new_window(o);
+  w.admit(chunks[0]);
+  const InstanceId target = w.admit(chunks[1]).added.front();
+  const DisposabilityReport want = w.disposable(target, query, answer_tokens);  // every canonical stored now
+  const ReadSnapshot before = snapshot(*engine, w);
+
+  // Inside the second decode's query forward: the first decode's forwards ran whole, then half its layers.
+  CountedStop mid;
+  mid.stop_at = static_cast<int>(answer_tokens) * layers + 1 + layers / 2;
+  {
+    const InterruptScope scope(mid.check());
+    CHECK_THROWS_WITH(w.disposable(target, query, answer_tokens), "forward: interrupted");
+  }
+  CHECK(mid.calls == mid.stop_at);
+  check_unchanged(before, snapshot(*engine, w));
+
+  // Run whole later: a point before each layer of each of the 2 x answer_tokens forwards, and the same report.
+  CountedStop never;
+  DisposabilityReport got;
+  {
+    const InterruptScope scope(never.check());
+    got = w.disposable(target, query, answer_tokens);
+  }
+  CHECK(never.calls == 2 * static_cast<int>(answer_tokens) * layers);
+  CHECK(got.answer == want.answer);
+  CHECK(got.answer_without == want.answer_without);
+  CHECK(got.kl_first == want.kl_first);
+  CHECK(w.stats().query_forward_tokens == Approx(before.window_query_tokens + 2.0 * query.size()));
+}
+
+TEST_CASE("loss_by_instance's reference forward and its per-instance reads stop between two layers",
+          "[window][interrupt]") {
+  std::mt19937_64 rng(15);
+  auto engine = test::open_stories_small_pages(BackgroundMode::kInline);
+  const int layers = static_cast<int>(engine->model_info().num_layers);
+  REQUIRE(layers >= 3);
+  std::vector<ChunkRef> chunks;
+  for (int i = 0; i < 3; ++i) chunks.push_back(engine->add_tokens(random_tokens(rng, 30)));
+  const std::vector<int64_t> query = random_tokens(rng, 5);
+  WindowOptions o;
+  o.policy = parse_policy("blind");  // the chunks after the first are relocated canonicals: approximate
+  Window w = engine->new_window(o);
+  for (const ChunkRef& c : chunks) w.admit(c);
+  const std::vector<InstanceLoss> want = w.loss_by_instance(query);
+  REQUIRE(want.size() == 2);  // each approximate instance: a read of its own after the reference forward
+  const ReadSnapshot before = snapshot(*engine, w);
+
+  // Counted whole: the reference forward's layers, then each approximate instance's read.
+  CountedStop never;
+  {
+    const InterruptScope scope(never.check());
+    (void)w.loss_by_instance(query);
+  }
+  CHECK(never.calls == layers * (1 + static_cast<int>(want.size())));
+
+  // Inside the reference forward (the window re-prefilled), then inside the last instance's read.
+  for (const int stop_at : {1 + layers / 2, never.calls - 1}) {
+    INFO("stop at point " << stop_at);
+    CountedStop stop;
+    stop.stop_at = stop_at;
+    {
+      const InterruptScope scope(stop.check());
+      CHECK_THROWS_WITH(w.loss_by_instance(query), "forward: interrupted");
+    }
+    CHECK(stop.calls == stop_at);
+    check_unchanged(before, snapshot(*engine, w));
+  }
+  // reference_logits shares the reference forward.
+  CountedStop ref;
+  ref.stop_at = 2;
+  {
+    const InterruptScope scope(ref.check());
+    CHECK_THROWS_WITH(w.reference_logits(query), "forward: interrupted");
+  }
+  CHECK(ref.calls == 2);
+
+  const std::vector<InstanceLoss> got = w.loss_by_instance(query);
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    CHECK(got[i].instance == want[i].instance);
+    CHECK(got[i].measured_kl == want[i].measured_kl);
+    CHECK(got[i].kv_change == want[i].kv_change);
+  }
 }

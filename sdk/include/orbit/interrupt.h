@@ -9,12 +9,15 @@
 //     reused head, a token-selective recompute and CacheBlend's probe, a chunk's canonical encode, Engine::
 //     precompute's too), so one long instance (a document of thousands of tokens) stops within one layer;
 //   - in Engine::run_background: before each job it takes, and before each layer of a job's forward (the
-//     canonical encode, a live turn's sensitivity); a plan that reads a patch still queued runs that job on
-//     the spot, with the same points;
+//     canonical encode, a live turn's sensitivity) and of its patch's SVD (one factorization per layer); a
+//     plan that reads a patch still queued runs that job on the spot, with the same points;
 //   - before each layer of a read's query forward (the query's tokens after the window: Window::logits, and
 //     the first forward of generate, generate_n, generate_many and a DecodeBatch's sequence), so a query of
-//     thousands of tokens stops within one layer.
-// Not points: a decode's token steps (GenerateOptions::on_token stops those); a patch's SVD; a store write
+//     thousands of tokens stops within one layer;
+//   - before each layer of the measuring reads' forwards: disposable's two greedy decodes (each step's),
+//     reference_logits' and loss_by_instance's re-prefill of the whole window, and loss_by_instance's read of
+//     each instance; one stopped returns nothing (the window as it was, nothing counted).
+// Not points: a decode's token steps (GenerateOptions::on_token stops those); a store write
 // (one value is written whole: stopping inside it could only drop the value, and the points before and after
 // it bound it); the jobs BackgroundMode::kInline runs after apply has committed and those Engine close drains
 // (both run with the scope hidden); idle's carry of the tentative tail (its forward runs after the heal that

@@ -86,6 +86,7 @@ void PatchJobs::run_patch_job(const PatchJob& job, bool critical) {
   po.rank_k = job.form.rank_k;
   po.rank_v = job.form.rank_v;
   if (job.form.deep_only) po.first_layer = runtime::choose_first_layer(delta, job.form.deep_energy);
+  po.before_layer = layer_interruption("patch");  // the SVD stops between layers; the job then goes back whole
   runtime::Patch patch = runtime::form_patch(core_.model(), delta, po);
   patch.sensitivity = runtime::deficit_share(delta, job.conditioned);
   core_.kv().put_patch(job.chunk->ref.key, job.form.store_keys, patch);

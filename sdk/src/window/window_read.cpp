@@ -1,5 +1,9 @@
 // Reading a window: logits, the disposability test and the re-prefill reference (generation is a
-// DecodeBatch of one: decode_batch.cpp). Nothing here changes the window or the store.
+// DecodeBatch of one: decode_batch.cpp). Nothing here changes the window or the store. The forwards of the
+// calls a caller makes (logits' query, disposable's greedy decodes, the reference forward of reference_logits
+// and loss_by_instance and loss_by_instance's per-instance reads) have an interruption point before each layer
+// (engine/interruptible.h): one stopped there returns nothing, and the call throws before it counts or
+// returns anything, the window as it was (the repairs run_deferred committed before the read stay).
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
@@ -50,7 +54,7 @@ at::Tensor run(const detail::EngineCore& core, const runtime::PastKV& past, int6
 }
 
 // Greedy decode of `steps` tokens after `query`, over `past` ending at `start`. first_logits receives
-// the distribution of the first answer token.
+// the distribution of the first answer token. Every forward (the query's, each step's) stops between layers.
 std::vector<int64_t> greedy(const detail::EngineCore& core, runtime::PastKV past, int64_t start,
                             const std::vector<int64_t>& query, int64_t steps, at::Tensor* first_logits) {
   c10::InferenceMode guard;
@@ -61,6 +65,7 @@ std::vector<int64_t> greedy(const detail::EngineCore& core, runtime::PastKV past
     runtime::ForwardInput in = core.registry().input_for_tokens(input, pos);
     runtime::ForwardOptions fo;
     fo.logits = runtime::LogitsMode::kLast;
+    fo = detail::interruptible(fo);
     runtime::ForwardResult r = core.model().forward(in, past.length() > 0 ? &past : nullptr, fo);
     if (i == 0 && first_logits != nullptr) *first_logits = r.logits;
     const int64_t next = r.logits.argmax(-1).item<int64_t>();
@@ -137,7 +142,8 @@ namespace {
 
 // One forward of the whole window (every instance's own tokens or embeddings at its positions) and the
 // query after it: the re-prefill every fidelity measure compares against. The logits of the query's rows
-// ([q, vocab]); with `content`, also the KV of every row (the window's first, the query's last).
+// ([q, vocab]); with `content`, also the KV of every row (the window's first, the query's last). Stops between
+// layers (an interruption point before each).
 runtime::ForwardResult reference_forward(const WindowState& state, const std::vector<int64_t>& query, bool content) {
   const detail::EngineCore& core = *state.core;
   std::vector<at::Tensor> embeds, positions;
@@ -161,6 +167,7 @@ runtime::ForwardResult reference_forward(const WindowState& state, const std::ve
   runtime::ForwardOptions fo;
   fo.logits = runtime::LogitsMode::kAll;
   fo.return_content = content;
+  fo = detail::interruptible(fo);
   runtime::ForwardResult r = core.model().forward(in, nullptr, fo);
   const int64_t q = static_cast<int64_t>(query.size());
   r.logits = r.logits.narrow(0, r.logits.size(0) - q, q);
@@ -232,7 +239,7 @@ std::vector<InstanceLoss> Window::loss_by_instance(const std::vector<int64_t>& q
       loss.match = e.match;
       loss.context_changed = e.formed_on != contexts[i];
       loss.kv_change = change;
-      loss.measured_kl = runtime::mean_kl(ref.logits, run(core, mixed, start, query, true));
+      loss.measured_kl = runtime::mean_kl(ref.logits, run(core, mixed, start, query, true, true));
       loss.predicted_kl = e.predicted_kl;
       out.push_back(std::move(loss));
     }

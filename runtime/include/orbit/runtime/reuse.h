@@ -24,6 +24,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,10 @@ struct PatchOptions {
   int64_t oversample = 8;        // randomized SVD: extra probe columns (capped at min(n, D))
   int64_t power_iterations = 2;  // randomized SVD: subspace iterations, QR-re-orthonormalised
   uint64_t seed = 0;             // randomized SVD: form_patch derives one seed per (layer, tensor)
+  // form_patch calls it with l = first_layer, first_layer + 1, ... before it factorizes layer l, on the calling
+  // thread. It may throw (the SDK's interruption points, orbit/interrupt.h, stop a long patch's SVD between two
+  // layers): form_patch then ends with that exception and returns nothing. Empty: not called.
+  std::function<void(int64_t layer)> before_layer;
 };
 
 // One (layer, tensor) factor pair. Empty (undefined u) means "no patch here".
