@@ -317,19 +317,16 @@ def test_ctrl_c_stops_a_sync_between_instances(orbit, models_dir, raises):
         assert words[0] == "FINISHED" and words[1] == words[2], result.stdout
 
 
-CTRL_C_INSIDE_ONE_FORWARD = """
+# The prelude of the scripts that send SIGINT again and again during one call and count the deliveries inside
+# it. The script defines `w`, the window the call runs on (the handler reads it: inside a call on this thread
+# that raises), and raises_now(inside), which says from the deliveries counted so far whether the handler
+# raises KeyboardInterrupt; interrupted_by_sigints(call) runs the call under the signals.
+SIGINTS_DURING_A_CALL = """
     import os, signal
-    import numpy as np
-    # Poll at every interruption point: before the turn's one instance and before each layer of its forward.
-    assert orbit.set_signal_interval(0) == 0.1
-    e = orbit.Engine(M)
-    rng = random.Random(3)
     inside, busy = [], [False]
     def handler(signum, frame):
-        # Counts the deliveries inside the call (the window is in a call on this thread), and raises at the
-        # second: a call with one instance and no point inside its forward has a single point, so only points
-        # inside the forward give a second delivery. A delivery nested in this handler (a signal sent while it
-        # runs) is not counted.
+        # Counts the deliveries inside the call; a delivery outside it, or nested in this handler (a signal sent
+        # while it runs), is not counted and returns.
         if busy[0]:
             return
         busy[0] = True
@@ -340,7 +337,7 @@ CTRL_C_INSIDE_ONE_FORWARD = """
             inside.append("in a call on this thread" in str(err))
         finally:
             busy[0] = False
-        if inside.count(True) == 2:
+        if raises_now(inside):
             raise KeyboardInterrupt
     signal.signal(signal.SIGINT, handler)
     stop = threading.Event()
@@ -348,24 +345,48 @@ CTRL_C_INSIDE_ONE_FORWARD = """
         while not stop.is_set():
             os.kill(os.getpid(), signal.SIGINT)
             stop.wait(0.0005)
+    def interrupted_by_sigints(call):
+        # Runs call() while a thread keeps sending SIGINT (its deliveries counted afresh); True when it raised
+        # KeyboardInterrupt.
+        inside.clear()
+        sender = threading.Thread(target=send_sigint, daemon=True)
+        stop.clear()
+        sender.start()
+        try:
+            call()
+            interrupted = False
+        except KeyboardInterrupt:
+            interrupted = True
+        stop.set()
+        sender.join()
+        time.sleep(0.001)  # a signal still pending is handled here, outside the call
+        return interrupted
+"""
+
+
+def with_sigints(script):
+    """`script` after the SIGINTS_DURING_A_CALL prelude, both dedented."""
+    return textwrap.dedent(SIGINTS_DURING_A_CALL) + textwrap.dedent(script)
+
+
+CTRL_C_INSIDE_ONE_FORWARD = """
+    import numpy as np
+    # Poll at every interruption point: before the turn's one instance and before each layer of its forward.
+    assert orbit.set_signal_interval(0) == 0.1
+    e = orbit.Engine(M)
+    rng = random.Random(3)
+    def raises_now(inside):
+        # At the second delivery inside the call: a call with one instance and no point inside its forward has a
+        # single point, so only points inside the forward give a second delivery.
+        return inside.count(True) == 2
     # Each attempt adds one new long turn (one instance, one forward: new tokens, nothing stored to reuse) to a
     # new window while SIGINT keeps coming; it stops once an attempt was interrupted.
     outcome = "FINISHED"
     for attempt in range(200):
         turn = [rng.randrange(1, 512) for _ in range(480)]
         w = e.new_window()
-        inside.clear()
-        sender = threading.Thread(target=send_sigint, daemon=True)
-        stop.clear()
-        sender.start()
-        try:
-            w.add_turn(turn)
-        except KeyboardInterrupt:
+        if interrupted_by_sigints(lambda: w.add_turn(turn)):
             outcome = "INTERRUPTED"
-        stop.set()
-        sender.join()
-        time.sleep(0.001)  # a signal still pending is handled here, outside the call
-        if outcome == "INTERRUPTED":
             break
     # Interrupted inside the forward: nothing of the turn committed.
     print(outcome, attempt + 1, w.tokens, len(w.instances))
@@ -387,7 +408,7 @@ def test_ctrl_c_stops_one_long_forward_between_layers(orbit, stories260k_path):
     # whole forward. Its forward now has an interruption point before each layer: a handler that raises at its
     # second delivery inside the call stops it there (the old module polled once per instance, so the second
     # delivery came after the call, which always finished), and nothing is committed.
-    result = run_child(orbit, stories260k_path, CTRL_C_INSIDE_ONE_FORWARD)
+    result = run_child(orbit, stories260k_path, with_sigints(CTRL_C_INSIDE_ONE_FORWARD))
     check_ok(result)
     words = result.stdout.split()
     assert words[0] == "INTERRUPTED" and words[2:4] == ["0", "0"], result.stdout + result.stderr
@@ -506,7 +527,6 @@ def test_ctrl_c_stops_generate_many_in_its_deferred_repairs(orbit, stories260k_p
 
 
 CTRL_C_INSIDE_A_QUERY_FORWARD = """
-    import os, signal
     import numpy as np
     # Poll at every interruption point. The window holds one 20-token turn and nothing deferred, so a read has
     # no point before its query's forward: the only points are before each layer of that forward (and, for
@@ -525,28 +545,8 @@ CTRL_C_INSIDE_A_QUERY_FORWARD = """
         "logits": lambda q: w.logits(q),
         "generate": lambda q: w.generate(q, max_tokens=4),
     }
-    inside, busy = [], [False]
-    def handler(signum, frame):
-        # Raises at the first delivery inside the call (the window is in a call on this thread); a delivery
-        # outside it, or nested in this handler, returns.
-        if busy[0]:
-            return
-        busy[0] = True
-        try:
-            w.tokens
-            return  # outside the call
-        except orbit.OrbitError as err:
-            inside.append("in a call on this thread" in str(err))
-        finally:
-            busy[0] = False
-        if True in inside:
-            raise KeyboardInterrupt
-    signal.signal(signal.SIGINT, handler)
-    stop = threading.Event()
-    def send_sigint():
-        while not stop.is_set():
-            os.kill(os.getpid(), signal.SIGINT)
-            stop.wait(0.0005)
+    def raises_now(inside):
+        return True in inside  # at the first delivery inside the call
     # Each attempt reads after a new 480-token query (nothing stored to reuse: one long forward) while SIGINT
     # keeps coming; it stops once an attempt was interrupted inside that forward. For generate that is an
     # attempt after which the same query forwards all its tokens again: one interrupted at a token (the
@@ -554,18 +554,7 @@ CTRL_C_INSIDE_A_QUERY_FORWARD = """
     outcome, at_tokens = "FINISHED", 0
     for attempt in range(200):
         q = [rng.randrange(1, 512) for _ in range(480)]
-        inside.clear()
-        sender = threading.Thread(target=send_sigint, daemon=True)
-        stop.clear()
-        sender.start()
-        try:
-            calls[CALL](q)
-            interrupted = False
-        except KeyboardInterrupt:
-            interrupted = True
-        stop.set()
-        sender.join()
-        time.sleep(0.001)  # a signal still pending is handled here, outside the call
+        interrupted = interrupted_by_sigints(lambda: calls[CALL](q))
         assert (w.tokens, [i.id for i in w.instances]) == before
         if interrupted and CALL == "generate":
             again = w.generate(q, max_tokens=4)  # no signal comes now: runs whole
@@ -598,7 +587,7 @@ def test_ctrl_c_stops_a_long_query_forward_between_layers(orbit, stories260k_pat
     # first delivery inside the call stops the forward there, the window unchanged (tokens, instances), nothing
     # of the read kept (the same query forwards all its tokens again), and later reads answer as a fresh
     # window's.
-    result = run_child(orbit, stories260k_path, f"CALL = {call!r}\n" + textwrap.dedent(CTRL_C_INSIDE_A_QUERY_FORWARD))
+    result = run_child(orbit, stories260k_path, f"CALL = {call!r}\n" + with_sigints(CTRL_C_INSIDE_A_QUERY_FORWARD))
     check_ok(result)
     words = result.stdout.split()
     assert words[0] == "INTERRUPTED" and words[3:5] == ["True", "1"], result.stdout + result.stderr
