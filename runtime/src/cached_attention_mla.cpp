@@ -8,7 +8,9 @@
 //   out    = W_UV_h · lat_h                             [R, H·d_v]             (all members at once)
 //
 // Two matrix products per member, each reading the slot's rows once for every head (the cached-attention
-// kernel, one query row at a time, would read them once per head: 16 times for DeepSeek-V2-Lite).
+// kernel, one query row at a time, would read them once per head: 16 times for DeepSeek-V2-Lite). Under
+// dynamic-NTK RoPE the rows hold k_pe before rotation ([c_KV ‖ k_pe]: its angles change with the window's
+// length): each member's S rows are copied with k_pe rotated at its window (the group's read tables) first.
 #include <ATen/ATen.h>
 
 #include <limits>
@@ -40,6 +42,16 @@ void member_latent(const ModelConfig& c, const at::Tensor& q_abs, const at::Tens
   at::mm_out(lat, p, keys.narrow(1, 0, c.mla.kv_lora_rank));
 }
 
+// Dynamic NTK: member j's first S rows [S, r_kv + d_rope] of its slot `rows` with k_pe rotated by its slot's
+// rows of the group's read tables (make_cached_group: rows [0, keys) of each slot at its member's window).
+at::Tensor rotated_rows(const ModelConfig& c, const CachedGroup& g, const at::Tensor& rows, std::size_t j, int64_t S) {
+  const int64_t r = c.mla.kv_lora_rank, first = (g.slots[j] - g.lo) * g.keys;
+  const ops::RopeTables t{g.read_tables.cos.narrow(0, first, S), g.read_tables.sin.narrow(0, first, S)};
+  const at::Tensor held = rows.narrow(0, 0, S);
+  const at::Tensor pe = rotate(c.rope, held.narrow(1, r, c.mla.qk_rope_head_dim).unsqueeze(1), t).squeeze(1);
+  return at::cat({held.narrow(1, 0, r), pe}, 1);
+}
+
 }  // namespace
 
 void cached_latent_attention(const BatchPass& b, int64_t l, const CachedGroup& g, const at::Tensor& q,
@@ -61,8 +73,9 @@ void cached_latent_attention(const BatchPass& b, int64_t l, const CachedGroup& g
   at::Tensor lat = at::empty({rows * H, c.mla.kv_lora_rank}, q.options());
   for (int64_t j = 0; j < B; ++j) {
     const auto J = static_cast<std::size_t>(j);
-    member_latent(c, q_abs.narrow(0, j * R * H, R * H), keys.select(0, g.slots[J]).select(0, 0), g.lengths[J], R,
-                  lat.narrow(0, j * R * H, R * H));
+    const at::Tensor held = keys.select(0, g.slots[J]).select(0, 0);
+    const at::Tensor rows = g.cache->rotate_at_read ? rotated_rows(c, g, held, J, g.lengths[J] + R) : held;
+    member_latent(c, q_abs.narrow(0, j * R * H, R * H), rows, g.lengths[J], R, lat.narrow(0, j * R * H, R * H));
   }
   const at::Tensor o = mla_absorbed_output(c, w, lat.view({rows, H * c.mla.kv_lora_rank}));
   if (g.in_order && rows == out.size(0)) {

@@ -163,11 +163,17 @@ std::pair<at::Tensor, at::Tensor> DecodeCacheState::attention_rows(int64_t l, co
                                                                    const ops::RopeTables* tables) const {
   const ModelConfig& c = model->config();
   if (latent) {
-    // [c_KV ‖ RoPE(k_pe)]: the absorbed form's one key head (keys stored rotated: tables is never null here).
+    // [c_KV ‖ RoPE(k_pe)]: the absorbed form's one key head; [c_KV ‖ k_pe] under dynamic NTK (tables null:
+    // k_pe rotated when read, cached_attention_mla.cpp).
     const int64_t M = content.v.size(0);
     at::Tensor k = at::empty({M, 1, dk}, content.v.options());
     k.narrow(2, 0, c.mla.kv_lora_rank).copy_(content.v);
-    rotate_into(c.rope, k.narrow(2, c.mla.kv_lora_rank, c.mla.qk_rope_head_dim), content.k, *tables);
+    const at::Tensor pe = k.narrow(2, c.mla.kv_lora_rank, c.mla.qk_rope_head_dim);
+    if (tables != nullptr) {
+      rotate_into(c.rope, pe, content.k, *tables);
+    } else {
+      pe.copy_(content.k);
+    }
     return {k, at::Tensor()};
   }
   if (c.attention() == AttentionKind::kMla) {
@@ -194,8 +200,9 @@ DecodeCache::DecodeCache(const Model& model) : state_(std::make_unique<detail::D
   const ModelConfig& c = model.config();
   s.model = &model;
   s.rotate_at_read = c.rope.scaling == RopeScaling::kDynamicNtk;
-  // The latent layout on the CPU, where the absorbed form reads the rows in place (keys stored rotated).
-  s.latent = c.attention() == AttentionKind::kMla && !s.rotate_at_read && model.device().is_cpu();
+  // The latent layout on the CPU, where the absorbed form reads the rows in place (k_pe stored rotated, or
+  // under dynamic NTK rotated when read).
+  s.latent = c.attention() == AttentionKind::kMla && model.device().is_cpu();
   if (s.latent) {
     s.heads = 1;
     s.dk = c.mla.kv_lora_rank + c.mla.qk_rope_head_dim;

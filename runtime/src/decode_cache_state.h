@@ -19,8 +19,9 @@ struct DecodeCacheState {
   const Model* model = nullptr;
   bool rotate_at_read = false;  // dynamic-NTK RoPE: keys stored before rotation, rotated when read
   // MLA in the latent layout (decode_cache.h): keys[l] holds [c_KV ‖ RoPE(k_pe)] per token (heads 1, dk
-  // r_kv + d_rope), values[l] stays undefined (the value is the key's first r_kv), and the members attend in
-  // the absorbed form (cached_attention_mla.cpp). Else MLA's rows are expanded per head.
+  // r_kv + d_rope; with rotate_at_read [c_KV ‖ k_pe], k_pe rotated when read), values[l] stays undefined (the
+  // value is the key's first r_kv), and the members attend in the absorbed form (cached_attention_mla.cpp).
+  // Else (off the CPU) MLA's rows are expanded per head.
   bool latent = false;
   int64_t heads = 0;                     // H_a: heads of the attention-form rows
   int64_t dk = 0, dv = 0;                // their widths (latent: dv 0)
@@ -69,7 +70,8 @@ struct DecodeCacheState {
   int64_t kept_rows(int64_t slot) const;
   // Layer l's rows in attention form, [M, heads, dk] and [M, heads, dv], of M tokens whose content (model.h)
   // is `content`: keys rotated by `tables` (null: not rotated, rotate_at_read), MLA's expanded from the latent;
-  // in the latent layout [M, 1, r_kv + d_rope] = [c_KV ‖ RoPE(k_pe)] and no values (undefined).
+  // in the latent layout [M, 1, r_kv + d_rope] = [c_KV ‖ RoPE(k_pe)] (null tables: [c_KV ‖ k_pe]) and no
+  // values (undefined).
   std::pair<at::Tensor, at::Tensor> attention_rows(int64_t l, const LayerKV& content,
                                                    const ops::RopeTables* tables) const;
 };

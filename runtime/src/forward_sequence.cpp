@@ -310,8 +310,7 @@ bool mla_form_absorbed(const Model& m, const ForwardOptions& options, const Forw
     ORBIT_CHECK(options.mla_form != MlaForm::kAbsorbed || fp.cache->latent,
                 "forward: options.mla_form = absorbed over this decode cache's past is not supported (its slots hold "
                 "expanded keys: "
-                    << (m.device().is_cpu() ? "dynamic-NTK RoPE" : device_name(m.device()))
-                    << "); give a contiguous or paged past, or use kAuto or kNaive");
+                    << device_name(m.device()) << "); give a contiguous or paged past, or use kAuto or kNaive");
     return fp.cache->latent;
   }
   if (options.mla_form == MlaForm::kAbsorbed) {

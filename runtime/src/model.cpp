@@ -129,7 +129,7 @@ namespace {
 
 // An MLA model's form on the CPU under MlaForm::kAuto (forward_sequence.cpp mla_form_absorbed): absorbed over a
 // contiguous or gathered past where mla_absorbed_cheaper says so; over a decode cache's, absorbed over its latent
-// rows, or naive over expanded ones with dynamic-NTK RoPE (decode_cache.h).
+// rows (k_pe rotated when read with dynamic-NTK RoPE, decode_cache.h).
 std::string mla_cpu_forms(const ModelConfig& c, int64_t queries) {
   const MlaConfig& mla = c.mla;
   const int64_t past = detail::mla_absorbed_min_past(mla, queries);
@@ -140,7 +140,8 @@ std::string mla_cpu_forms(const ModelConfig& c, int64_t queries) {
           : "; MLA: the absorbed form over a past of " + std::to_string(past) + "+ tokens (mla_absorbed_cheaper for " +
                 n + ": decode steps and short queries), else the naive form";
   return forms + (c.rope.scaling == RopeScaling::kDynamicNtk
-                      ? "; a decode cache's past: the naive form (expanded rows: dynamic-NTK RoPE)"
+                      ? "; a decode cache's past: the absorbed form over its latent rows (k_pe rotated when read: "
+                        "dynamic-NTK RoPE)"
                       : "; a decode cache's past: the absorbed form over its latent rows");
 }
 

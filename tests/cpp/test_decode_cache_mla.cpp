@@ -5,13 +5,17 @@
 // decoded beside its parent in one forward_batch for 16 more, give logits within the float32 bound
 // (float_tolerance.h) and the same tokens; key_attention, kept content and a slot opened from a paged past
 // agree too; the cache's bytes are the latent size per token and layer; a form the slots cannot take is
-// refused naming options.mla_form; dynamic-NTK RoPE keeps the expanded rows.
+// refused naming options.mla_form. With dynamic-NTK RoPE (binding-mla anchored at 24 tokens, decoded past
+// it) the slots keep the latent too, k_pe stored before rotation and rotated when read, and decode as the
+// naive form over a contiguous past does (the oracle), a fork and a 3-token query after a paged past included.
 //
 // Checked by breaking the runtime: with the expanded layout (DecodeCacheState::latent false, as before) the
 // byte checks fail (3072 bytes a token over the 4 layers, not 1280; 61600 bytes for a slot of 20 rows, not
 // 25760); with k_pe stored unrotated the logits move by 0.33 to 4.9 and the greedy tokens part; with a fork
 // copying one row fewer the branch's logits move by 0.26; without the mask of later rows (R > 1) the 3-token
-// query after the paged past moves by 0.46.
+// query after the paged past moves by 0.46. Under dynamic NTK, with the read rotation skipped (the latent
+// rows' k_pe attended unrotated) the logits move by 0.33 to 4.9 and the greedy tokens part; with the expanded
+// rows (as before) the test case's latent() check fails.
 #include "orbit_catch.h"
 
 #include <ATen/ATen.h>
@@ -35,6 +39,18 @@ using orbit::test::max_abs_diff;
 namespace {
 
 std::unique_ptr<Model> binding_mla() { return load_model(std::string(ORBIT_MODELS_DIR) + "/binding-mla"); }
+
+// binding-mla with dynamic-NTK RoPE anchored at 24 tokens: a decode passes it, so k_pe's angles change with
+// every step's window past it.
+std::unique_ptr<Model> dynamic_mla() {
+  const auto m = binding_mla();
+  ModelConfig dyn = m->config();
+  dyn.rope.scaling = RopeScaling::kDynamicNtk;
+  dyn.rope.factor = 2.0;
+  dyn.max_position_embeddings = dyn.rope.max_position_embeddings = 24;
+  ModelWeights w = m->weights();
+  return std::make_unique<Model>(dyn, std::move(w), "binding-mla, dynamic NTK at 24");
+}
 
 // A sequence decoded twice: through a cache slot, and over a contiguous past grown by its rows (the reference).
 struct Twin {
@@ -104,16 +120,11 @@ TEST_CASE("decode cache MLA: a slot holds the latent, r_kv + d_rope numbers a to
   in.tokens = {5};
   m->forward(in, &p);
   CHECK(cache.bytes() == 40 * row + 40 * 8);
-  // Dynamic-NTK RoPE (keys rotated when read) keeps the expanded rows: per head [k_nope ‖ k_pe] and v.
-  ModelConfig dyn = c;
-  dyn.rope.scaling = RopeScaling::kDynamicNtk;
-  dyn.rope.factor = 2.0;
-  ModelWeights w = m->weights();
-  const Model dynamic(dyn, std::move(w), "binding-mla, dynamic NTK");
-  DecodeCache expanded(dynamic);
-  CHECK(!expanded.latent());
-  CHECK(expanded.row_bytes() ==
-        c.num_layers * c.num_heads * (c.mla.qk_nope_head_dim + c.mla.qk_rope_head_dim + c.mla.v_head_dim) * 4);
+  // Dynamic-NTK RoPE (k_pe rotated when read) keeps the latent rows too: [c_KV ‖ k_pe].
+  const auto dynamic = dynamic_mla();
+  DecodeCache rotated_at_read(*dynamic);
+  CHECK(rotated_at_read.latent());
+  CHECK(rotated_at_read.row_bytes() == row);
 }
 
 TEST_CASE("decode cache MLA: 32 greedy steps and a fork decode as the forward's naive form", "[decode_cache][mla]") {
@@ -189,4 +200,48 @@ TEST_CASE("decode cache MLA: the latent rows take the absorbed form; naive is re
   o.mla_form = MlaForm::kAbsorbed;
   CHECK_NOTHROW(m->forward(in, &p, o));
   CHECK(cache.length(p.cache_slot) == 7);
+}
+
+TEST_CASE("decode cache MLA: with dynamic-NTK RoPE the latent rows decode as the forward's naive form",
+          "[decode_cache][mla]") {
+  const auto m = dynamic_mla();
+  DecodeCache cache(*m);
+  REQUIRE(cache.latent());
+  std::vector<Twin> twins(1);
+  twins[0].plain = *contiguous_past(*m, case_tokens(*m, 12, 2));
+  twins[0].slot = cache.open(&twins[0].plain);
+  twins[0].token = 7;
+  double worst = 0;
+  std::vector<int64_t> tokens;
+  // Windows 13 to 44: below the anchor (24), at it and past it.
+  for (int s = 0; s < 32; ++s) {
+    worst = std::max(worst, step(*m, cache, twins));
+    tokens.push_back(twins[0].token);
+  }
+  CHECK(std::set<int64_t>(tokens.begin(), tokens.end()).size() > 3);
+  // A fork decoded beside its parent (the same windows, other rows), then alone in a slot above a free one.
+  Twin branch = twins[0];
+  branch.slot = cache.fork(twins[0].slot);
+  branch.token = (twins[0].token + 1) % m->config().vocab_size;
+  twins.push_back(branch);
+  for (int s = 0; s < 8; ++s) worst = std::max(worst, step(*m, cache, twins));
+  cache.close(twins[0].slot);
+  twins.erase(twins.begin());
+  for (int s = 0; s < 4; ++s) worst = std::max(worst, step(*m, cache, twins));
+  // A slot opened from a paged past (gathered, patched, 21 + 13 rows: past the anchor), then 3 tokens at once
+  // (R > 1: later rows masked), every logit.
+  orbit::test::PagedScenario paged = orbit::test::make_paged_scenario(*m, 21, 13, 5, 8, 11);
+  const PastKV plain = make_paged_past(paged.paged, paged.positions);
+  const PastKV p = cache.past(cache.open(&plain));
+  ForwardInput in;
+  in.tokens = case_tokens(*m, 3, 4);
+  in.positions = at::arange(paged.query_start, paged.query_start + 3, at::kLong);
+  ForwardOptions o;
+  o.logits = LogitsMode::kAll;
+  const ForwardResult got = m->forward(in, &p, o);
+  o.mla_form = MlaForm::kNaive;
+  const ForwardResult want = m->forward(in, &plain, o);
+  const auto bound = orbit::test::float32_bound(*m, plain.length() + 3);
+  CHECK(max_abs_diff(got.logits, want.logits) <= bound(orbit::test::largest(want.logits), "logits"));
+  WARN("binding-mla dynamic NTK latent decode cache: largest logit difference " << worst << " over 44 steps");
 }

@@ -246,14 +246,14 @@ TEST_CASE("MLA absorbed: a form that does not run is refused naming options.mla_
                     Contains("options.mla_form = naive") && Contains("decode cache"));
   CHECK_NOTHROW(forward(*m, {1, 2}, {}, &past, MlaForm::kAuto));
   CHECK_NOTHROW(forward(*m, {3}, {}, &past, MlaForm::kAbsorbed));
-  // With dynamic-NTK RoPE its slots hold expanded keys: kAbsorbed is refused there.
+  // With dynamic-NTK RoPE its slots hold the latent too (k_pe rotated when read): the same forms.
   ModelConfig dyn = variant("q low-rank");
   dyn.rope.scaling = RopeScaling::kDynamicNtk;
   dyn.rope.factor = 2.0;
   const auto d = generated(dyn);
-  DecodeCache expanded(*d);
-  const PastKV slot = expanded.past(expanded.open(nullptr));
-  CHECK_THROWS_WITH(forward(*d, {1, 2}, {}, &slot, MlaForm::kAbsorbed),
-                    Contains("options.mla_form = absorbed") && Contains("decode cache") && Contains("dynamic-NTK"));
-  CHECK_NOTHROW(forward(*d, {1, 2}, {}, &slot, MlaForm::kNaive));
+  DecodeCache rotated_at_read(*d);
+  const PastKV slot = rotated_at_read.past(rotated_at_read.open(nullptr));
+  CHECK_THROWS_WITH(forward(*d, {1, 2}, {}, &slot, MlaForm::kNaive),
+                    Contains("options.mla_form = naive") && Contains("decode cache") && Contains("latent"));
+  CHECK_NOTHROW(forward(*d, {1, 2}, {}, &slot, MlaForm::kAbsorbed));
 }

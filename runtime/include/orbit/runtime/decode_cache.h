@@ -12,8 +12,9 @@
 //
 // and attends in the absorbed form (MlaForm::kAbsorbed, model.h): each query carried into the latent
 // ([q_nope·W_UK ‖ q_pe] per head), multi-query attention over the one key head with c_KV as its value, and
-// W_UV applied to the attended latent. MLA with dynamic-NTK RoPE (keys rotated when read) and MLA on CUDA keep
-// the expanded rows and the naive form.
+// W_UV applied to the attended latent. With dynamic-NTK RoPE (keys rotated when read) the rows hold
+// [c_KV ‖ k_pe], k_pe rotated at every forward at the window's length. MLA on CUDA keeps the expanded rows and
+// the naive form.
 //
 // A forward over a slot (PastKV::cache, model.h) reads it in place and appends its input's rows to it, so a
 // decode step costs its new rows, not a gather, rotation and copy of the whole past; and the sequences of one
