@@ -591,3 +591,50 @@ def test_ctrl_c_stops_a_long_query_forward_between_layers(orbit, stories260k_pat
     check_ok(result)
     words = result.stdout.split()
     assert words[0] == "INTERRUPTED" and words[3:5] == ["True", "1"], result.stdout + result.stderr
+
+
+CTRL_C_INSIDE_A_MEASURING_READ = """
+    # Poll at every interruption point: the measuring reads' only points are before each layer of their forwards.
+    assert orbit.set_signal_interval(0) == 0.1
+    e = orbit.Engine(M)
+    rng = random.Random(4)
+    def raises_now(inside):
+        return inside.count(True) == 1
+    docs = [e.add_tokens([rng.randrange(1, 512) for _ in range(120)]) for _ in range(2)]
+    w = e.new_window(policy="blind")
+    for d in docs:
+        w.admit(d)
+    target = w.instances[1].id
+    query = [rng.randrange(1, 512) for _ in range(200)]
+    reads = {"disposable": lambda: w.disposable(target, query, answer_tokens=4),
+             "loss_by_instance": lambda: w.loss_by_instance(query)}
+    want = {name: read() for name, read in reads.items()}
+    for name, read in reads.items():
+        before = (w.version, w.tokens, w.stats.query_forward_tokens, e.stats.radix_cache_tokens)
+        outcome = "FINISHED"
+        for attempt in range(200):
+            if interrupted_by_sigints(read):
+                outcome = "INTERRUPTED"
+                break
+            before = (w.version, w.tokens, w.stats.query_forward_tokens, e.stats.radix_cache_tokens)
+        after = (w.version, w.tokens, w.stats.query_forward_tokens, e.stats.radix_cache_tokens)
+        # Interrupted inside a forward: nothing counted, the window as it was.
+        print(name, outcome, after == before)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    got = w.disposable(target, query, answer_tokens=4)
+    assert (got.answer, got.answer_without) == (want["disposable"].answer, want["disposable"].answer_without)
+    assert [l.measured_kl for l in w.loss_by_instance(query)] == [l.measured_kl for l in want["loss_by_instance"]]
+    print("DONE")
+"""
+
+
+def test_ctrl_c_stops_disposable_and_loss_by_instance_between_layers(orbit, stories260k_path):
+    # disposable's greedy decodes and loss_by_instance's reference forward and per-instance reads had no
+    # interruption point: Ctrl-C surfaced only after the whole call (the old module always prints FINISHED). Each
+    # forward now has a point before each layer: the first delivery inside the call stops it, nothing counted.
+    result = run_child(orbit, stories260k_path, with_sigints(CTRL_C_INSIDE_A_MEASURING_READ))
+    check_ok(result)
+    lines = [line.split() for line in result.stdout.splitlines() if line.split()[:1] in (["disposable"],
+                                                                                       ["loss_by_instance"])]
+    assert lines == [["disposable", "INTERRUPTED", "True"], ["loss_by_instance", "INTERRUPTED", "True"]], (
+        result.stdout + result.stderr)
