@@ -18,7 +18,9 @@
 // batch have: sequence i's past is --prompt + i·N tokens (members at different turns).
 // Each figure is generated tokens per second of wall time, the fastest of --reps runs (the two sides
 // interleaved, each going first in turn), for every K in --batch (default 1,4,8,16), on the bundled
-// stories260K and TinyStories-656K, or on --model DIR alone (any architecture). Prints a table and writes
+// stories260K, TinyStories-656K and binding-mla (the MLA model test_decode_cache_mla decodes: DeepSeek-V2
+// attention, on the CPU a DecodeCache's latent rows read in the absorbed form), or on --model DIR alone (any
+// architecture). Prints a table and writes
 // JSON. --side together (or apart) runs one side alone, for a profiler (perf record / perf stat) to see that
 // side only; the other's figure is then 0.
 // --clock cpu times each run by the process's CPU time instead of wall time: on a machine other work keeps
@@ -71,8 +73,8 @@ struct Options {
   std::vector<std::string> sections{"plain", "cached", "prefill", "windows", "forks"};
   std::string side = "both";  // both, together or apart: which sides run
   bool cpu_clock = false;     // --clock cpu: runs timed by the process's CPU time
-  std::string only;           // one model's name, or "" for both
-  std::string model;          // --model: one model directory instead of the bundled two, or ""
+  std::string only;           // one bundled model's name, or "" for all three
+  std::string model;          // --model: one model directory instead of the bundled three, or ""
   std::string models = ORBIT_MODELS_DIR;
   std::string json = "bench_batch.json";
 
@@ -122,10 +124,10 @@ Options parse(int argc, char** argv) {
        "  --sections S,.. which comparisons run (default all five)\n"
        "  --side SIDE     both (default), or together or apart alone (to profile one side; the other reads 0)\n"
        "  --clock C       wall (default) or cpu: each run timed by the process's CPU time (loaded machines)\n"
-       "  --only MODEL    stories260K or tinystories-656k alone\n"
+       "  --only MODEL    stories260K, tinystories-656k or binding-mla (MLA) alone\n"
        "  --model DIR     this model alone instead (a directory or .bin of any architecture, e.g. an MLA\n"
        "                  model from orbit make-model); named by its file name\n"
-       "  --models DIR    where stories260K/ and tinystories-656k/ are\n"
+       "  --models DIR    where stories260K/, tinystories-656k/ and binding-mla/ are\n"
        "  --json PATH     where the JSON goes (default bench_batch.json)\n"},
       argc, argv, 1);
   Options o;
@@ -147,8 +149,9 @@ Options parse(int argc, char** argv) {
     throw std::invalid_argument("--clock: unknown clock '" + clock + "' (wall or cpu)");
   o.cpu_clock = clock == "cpu";
   o.only = a.get_or("--only", o.only);
-  if (!o.only.empty() && o.only != "stories260K" && o.only != "tinystories-656k") {
-    throw std::invalid_argument("--only: unknown model '" + o.only + "' (stories260K or tinystories-656k)");
+  if (!o.only.empty() && o.only != "stories260K" && o.only != "tinystories-656k" && o.only != "binding-mla") {
+    throw std::invalid_argument("--only: unknown model '" + o.only +
+                                "' (stories260K, tinystories-656k or binding-mla)");
   }
   o.model = a.get_or("--model", o.model);
   if (!o.model.empty() && !o.only.empty()) throw std::invalid_argument("--model and --only: give one of them");
@@ -361,13 +364,18 @@ Row bench_windows(Engine& engine, const std::string& name, int64_t K, const Opti
   g.max_tokens = o.tokens;
   std::vector<GenerateRequest> requests;
   for (int64_t i = 0; i < K; ++i) requests.push_back({&windows[static_cast<std::size_t>(i)], queries[i], g});
-  for (const GenerateRequest& r : requests) r.window->generate(r.query, r.options);  // warm: the same reads
+  // Warm: the same reads. Greedy, so every run generates what this one did: the tokens counted, which are
+  // fewer than K · --tokens where an answer stops early (a stop token, or the model's position limit).
+  int64_t generated = 0;
+  for (const GenerateRequest& r : requests) {
+    generated += static_cast<int64_t>(r.window->generate(r.query, r.options).tokens.size());
+  }
   auto together = [&] { generate_many(requests); };
   auto apart = [&] {
     for (const GenerateRequest& r : requests) r.window->generate(r.query, r.options);
   };
   const auto [t, a] = fastest(o, together, apart);
-  const double n = static_cast<double>(K * o.tokens);
+  const double n = static_cast<double>(generated);
   return {name, "windows", K, n / t, n / a};
 }
 
@@ -418,7 +426,8 @@ int main(int argc, char** argv) try {
                    {"ratio", r.ratio()}});
   };
   std::vector<std::pair<std::string, std::string>> models{{"stories260K", o.models + "/stories260K/stories260K.bin"},
-                                                          {"tinystories-656k", o.models + "/tinystories-656k"}};
+                                                          {"tinystories-656k", o.models + "/tinystories-656k"},
+                                                          {"binding-mla", o.models + "/binding-mla"}};
   if (!o.model.empty()) models = {{std::filesystem::path(o.model).lexically_normal().filename().string(), o.model}};
   for (const auto& [name, path] : models) {
     if (!o.only.empty() && name != o.only) continue;
