@@ -19,6 +19,7 @@ replaced by the exact one) beside the planner's prediction for it. It prints:
 
     OMP_NUM_THREADS=1 /usr/bin/python3 bench/fidelity/tool_loop_losses.py                 # default, seeds 0-3
     OMP_NUM_THREADS=1 /usr/bin/python3 bench/fidelity/tool_loop_losses.py --seeds 4,5 --policy patch:16:kl=0.003:heal:prep=1:move=8:check
+    OMP_NUM_THREADS=1 /usr/bin/python3 bench/fidelity/tool_loop_losses.py --seeds 900 --model models/tinystories-656k
 
 Not a test: a measurement. Numbers are KLs (deterministic on one machine), about 10 s per seed.
 """
@@ -37,7 +38,7 @@ import tool_loop  # noqa: E402  (finds a build tree's orbit package itself)
 BUDGET = tool_loop.KL_BUDGET
 
 
-def collect(policy, seeds):
+def collect(policy, seeds, model):
     rows, per_seed = [], []
     for seed in seeds:
         def on_step(step, window, query, report, messages, seed=seed):
@@ -48,7 +49,7 @@ def collect(policy, seeds):
                                  exact=loss.kv_change <= 1e-3))
         # the loop as it ran before it prepared its next list (Window.prepare_sync): every trim is kept or
         # recomputed as the policy decides, which is what this measures
-        r = tool_loop.run(policy=policy, seed=seed, on_step=on_step, anticipate=False)
+        r = tool_loop.run(model=model, policy=policy, seed=seed, on_step=on_step, anticipate=False)
         per_seed.append((seed, sum(k <= BUDGET for k in r.kl), len(r.kl), float(np.mean(r.kl)),
                          r.forward_tokens / max(r.prefix_tokens, 1)))
     return rows, per_seed
@@ -101,9 +102,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--policy", default="default")
     ap.add_argument("--seeds", default="0,1,2,3")
+    ap.add_argument("--model", default=str(tool_loop.DEFAULT_MODEL),
+                    help="model (.bin or HF directory); default: the bundled stories260K")
     a = ap.parse_args()
-    rows, per_seed = collect(a.policy, [int(s) for s in a.seeds.split(",")])
-    print(f"policy {a.policy}, budget {BUDGET}")
+    rows, per_seed = collect(a.policy, [int(s) for s in a.seeds.split(",")], a.model)
+    print(f"policy {a.policy}, budget {BUDGET}, model {a.model}")
     for seed, within, steps, mean, ratio in per_seed:
         print(f"  seed {seed}: {within}/{steps} steps within the budget, mean KL {mean:.2e}, "
               f"forward tokens {ratio:.2f}x the prefix cache's")
