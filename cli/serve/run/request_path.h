@@ -1,7 +1,8 @@
 // The request path of `orbit serve`: a request checked and planned (prepare_*), then run (run). The two
 // halves are apart so that every check, the ones that need the model included, answers before the first
 // byte of a streamed response: serve_generate.cpp prepares in its handler (a refusal is a plain JSON error)
-// and runs inside the stream.
+// and runs inside the stream. request_path.cpp prepares, request_run.cpp runs; request_ticket.h is what a
+// ticket holds between them.
 //
 // A chat request, rendered once:
 //   prepare  the model and the server (404, 503); its window (session_table.h); Window::plan_sync of the

@@ -1,0 +1,324 @@
+// RequestPath's second half: a prepared request run (request_path.h): a chat request's sync under the gate,
+// its decode with the tool-call and reasoning sinks, its usage and the session's record; a completion's admit
+// and decode.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <utility>
+
+#include "orbit/common/error.h"
+#include "serve/run/decode.h"
+#include "serve/run/reasoning_sink.h"
+#include "serve/run/request_path.h"
+#include "serve/run/request_ticket.h"
+#include "serve/run/tool_stream.h"
+
+namespace orbit::serve {
+
+namespace {
+
+std::string plan_brief(const SyncPlan& plan) {
+  std::string out;
+  auto add = [&](const char* what, int64_t n) {
+    if (n == 0) return;
+    if (!out.empty()) out += ", ";
+    out += std::string(what) + " " + std::to_string(n);
+  };
+  add("keep", plan.count(SyncAction::kKeep));
+  add("admit", plan.count(SyncAction::kAdmit));
+  add("recall", plan.count(SyncAction::kRecall));
+  add("turn", plan.count(SyncAction::kTurn));
+  add("evict", static_cast<int64_t>(plan.evict.size()));
+  if (plan.reorder) out += out.empty() ? "reorder" : ", reorder";
+  return out.empty() ? "nothing" : out;
+}
+
+// The repairs the sync deferred, run now in this quantum (the read would run them first), planned once.
+// Returns that plan's predicted KL, which the window then carries (a keep plan's when none wait).
+double run_deferred_repairs(Window& window) {
+  const Plan plan = window.plan_flush();
+  const std::vector<InstanceInfo> instances = window.instances();
+  const bool waiting =
+      std::any_of(instances.begin(), instances.end(), [](const InstanceInfo& i) { return i.deferred; });
+  if (waiting) {  // else applying the keep plan would be an operation of its own
+    const Result<ApplyReport> applied = window.apply(plan);
+    ORBIT_CHECK(applied.is_ok(), "serve: the repairs the sync deferred could not run: " << applied.status().reason());
+  }
+  return plan.predicted_kl;
+}
+
+// The engine's radix yardstick for what a window read between two of its stats (serve_core.h).
+int64_t radix_delta(const WindowStats& before, const WindowStats& after) {
+  return std::llround(after.radix_cache_tokens - before.radix_cache_tokens);
+}
+
+// How many of `tokens` write the first `bytes` bytes of their text (read after `previous`, as decode reads
+// them): the fewest whose text reaches that far, found by halving (a prefix's text grows with it).
+int64_t tokens_writing(const Engine& engine, const std::vector<int64_t>& tokens, std::size_t bytes, int64_t previous) {
+  std::size_t lo = 0, hi = tokens.size();
+  while (lo < hi) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    const std::vector<int64_t> prefix(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(mid));
+    if (engine.detokenize(prefix, previous).size() >= bytes) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return static_cast<int64_t>(lo);
+}
+
+RunOutcome cancelled_before_decode() {
+  RunOutcome out;
+  out.result = RunResult{};
+  out.result->finish_reason = "cancelled";
+  return out;
+}
+
+// What choice `choice`'s ToolCallStream let out of `delta`, to `sink`: the content (to on_text, or with n > 1
+// on_choice_text), then each piece of a call; false: the client left.
+bool pass_on(ToolCallStream& calls, const RunSink& sink, int64_t choice, const std::string& delta) {
+  const ToolStreamOut now = calls.push(delta);
+  if (!now.content.empty() &&
+      !(sink.on_choice_text ? sink.on_choice_text(choice, now.content) : sink.on_text(now.content))) {
+    return false;
+  }
+  for (const ToolCallDelta& d : now.calls) {
+    if (!sink.on_tool_call(choice, d)) return false;
+  }
+  return true;
+}
+
+// `sink` with each choice's text read for tool calls on its way (one ToolCallStream per choice, in `calls`,
+// which must outlive the returned sink): content goes on only up to where a call may start; the calls go to
+// sink.on_tool_call as they are written where `calls_whole` (AnswerConstraint::calls_whole) and the sink takes
+// them, else whole at the choice's end (RunResult::unstreamed_calls).
+RunSink tool_call_sink(const RunSink& sink, const ChatRequest& request, ToolCallFormat format, bool calls_whole,
+                       std::vector<ToolCallStream>& calls) {
+  const bool forced = request.tool_choice.mode == "required" || request.tool_choice.mode == "function";
+  const bool progressive = calls_whole && sink.on_tool_call != nullptr;
+  calls.assign(static_cast<std::size_t>(std::max<int64_t>(1, request.sampling.n)),
+               ToolCallStream(format, forced, progressive, !request.parallel_tool_calls));
+  RunSink out = sink;
+  if (sink.on_text) {
+    out.on_text = [&calls, sink](const std::string& delta) { return pass_on(calls[0], sink, 0, delta); };
+  }
+  if (sink.on_choice_text) {
+    out.on_choice_text = [&calls, sink](int64_t choice, const std::string& delta) {
+      return pass_on(calls[static_cast<std::size_t>(choice)], sink, choice, delta);
+    };
+  }
+  return out;
+}
+
+// What the session keeps of a chat run (SessionTable::record): its usage, whether it answered, and, for an
+// anonymous session or one that anticipates an answered request, the list the next request most likely
+// sends (the messages and the answer as the client will send it back), kept to match anonymous requests and
+// to anticipate.
+RunRecord chat_record(const ChatRequest& request, const SyncOptions& options, const RunResult& r,
+                      const std::string& session, bool anticipate) {
+  RunRecord record;
+  record.usage = r.usage;
+  record.answered = r.finish_reason != "cancelled" &&
+                    (!r.text.empty() || !r.tool_calls.empty() || (r.reasoning && !r.reasoning->empty()));
+  record.options = options;
+  if (session.empty() || (anticipate && record.answered)) {
+    record.next = request.messages;
+    if (record.answered) {
+      ChatMessage answer;
+      answer.role = "assistant";
+      answer.content = r.text;
+      answer.tool_calls = r.tool_calls;  // as the client will send them back
+      if (r.reasoning && !r.reasoning->empty()) answer.reasoning_content = *r.reasoning;
+      record.next.push_back(std::move(answer));
+    }
+  }
+  return record;
+}
+
+}  // namespace
+
+RunOutcome RequestPath::run(RunTicket& ticket, const RunSink& sink) {
+  RunOutcome out;
+  if (!ticket.ok()) {
+    out.error = ticket.error();
+    return out;
+  }
+  try {
+    out = ticket.prepared_->chat ? run_chat(*ticket.prepared_, sink) : run_completion(*ticket.prepared_, sink);
+  } catch (const Error& e) {
+    out = RunOutcome{};
+    if (context_.closing) {
+      // The server's close ended the engine under this run (a second signal ends the drain at once): the
+      // answer was cut by the shutdown, which is what the client is told, not an engine failure.
+      out.error = api_error(503,
+                            std::string("the server shut down before this answer was complete (") + e.what() +
+                                "); send the request again",
+                            "server_error", "server_shutdown");
+    } else {
+      out.error = api_error(500, std::string("the engine failed: ") + e.what(), "server_error", "engine_error");
+    }
+  }
+  ticket.prepared_.reset();  // the window back to its session
+  ticket.error_ = api_error(500, "serve: this request has run already", "server_error");
+  const bool cut = out.result && out.result->finish_reason == "cancelled";
+  if (cut && context_.closing && !(sink.cancelled && sink.cancelled())) {
+    // The server closed under a client that is still there: the answer is incomplete, and saying so is an
+    // error, never an answer that looks whole.
+    const int64_t made = out.result->usage.completion_tokens;
+    out = RunOutcome{};
+    out.error = api_error(503,
+                          "the server shut down before this answer was complete (" + std::to_string(made) +
+                              " token(s) generated); send the request again",
+                          "server_error", "server_shutdown");
+  } else if (cut) {
+    context_.metrics.count_cancelled();
+  }
+  return out;
+}
+
+// What the sync under the gate leaves for the decode.
+struct RequestPath::ChatSync {
+  SyncReport report;
+  double predicted_kl = 0;  // of the repairs the sync deferred, run at once (0 when healed)
+  ServingMode mode;         // sessions_.serving: exact (healed) and audited or not
+};
+
+// Under the gate: the window synced to the messages by the plan prepare made, the deferred repairs run, and
+// the session healed or queued for an audit as it is served. False: the client left before its turn.
+bool RequestPath::sync_chat(RunTicket::Prepared& p, const RunSink& sink, ChatSync& out) {
+  Session& s = p.slot.session();
+  Window& window = p.slot.window();
+  GateTurn turn(context_, s.lane, sink.cancelled);
+  if (!turn.enter()) return false;
+  context_.compute.run([&] {
+    out.report = window.sync(p.chat->messages, p.plan);  // the plan prepare made: no second rendering
+    out.predicted_kl = run_deferred_repairs(window);
+    out.mode = sessions_.serving(s);
+    if (out.mode.exact) {
+      window.heal();  // an audit found this session's loss past its budget: read as a re-prefill would be
+      out.predicted_kl = 0;
+    }
+    if (out.mode.audit) {
+      queue_audit(p.slot.shared_session(), out.mode.request, out.report.generation_prompt, out.predicted_kl);
+    }
+  });
+  return true;
+}
+
+// The chat answer decoded after `generation_prompt` on the synced window. With tools, each choice's answer is
+// read for calls: content streams up to where a call may start, and the calls are read out as the choice
+// ends. Under a reasoning parser the reasoning is split off first: calls and content are read after it.
+RunResult RequestPath::decode_chat(RunTicket::Prepared& p, const std::vector<int64_t>& generation_prompt,
+                                   const RunSink& sink) {
+  const ChatRequest& request = *p.chat;
+  std::vector<ToolCallStream> calls;
+  RunSink out_sink =
+      request.reads_tool_calls() ? tool_call_sink(sink, request, context_.tool_format, p.calls_whole, calls) : sink;
+  std::optional<ReasoningRun> reasoning;
+  if (context_.options.reasoning != ReasoningFormat::kNone) {
+    const int64_t previous = generation_prompt.back();
+    reasoning.emplace(p.in_reasoning, request.sampling.n,
+                      [this, previous](const std::vector<int64_t>& tokens, std::size_t bytes) {
+                        return tokens_writing(*context_.engine, tokens, bytes, previous);
+                      });
+    out_sink = reasoning->wrap(sink, out_sink);
+  }
+  DecodeRequest decoding{&generation_prompt, &request.sampling, p.constraint, p.trigger, p.trigger_block};
+  if (!calls.empty() || reasoning) {
+    decoding.read_choice = [this, &calls, &reasoning](int64_t choice, RunResult& r) {
+      const bool past_reasoning = !reasoning || reasoning->finish(choice, r);
+      if (calls.empty() || !past_reasoning) return;
+      calls[static_cast<std::size_t>(choice)].finish(r);
+      if (r.tool_stream_mismatch) report_mismatch(*r.tool_stream_mismatch, choice);
+      if (r.tool_calls_dropped > 0) {  // parallel_tool_calls false over a free answer: said, not silent
+        std::fprintf(stderr,
+                     "orbit serve: choice %lld wrote %zu tool calls; parallel_tool_calls is false, so only the first "
+                     "is answered\n",
+                     static_cast<long long>(choice), r.tool_calls_dropped + 1);
+      }
+    };
+  }
+  RunResult r = decode(context_, p.slot.window(), decoding, out_sink);
+  if (reasoning) {  // every choice's
+    int64_t all = r.usage.reasoning_tokens.value_or(0);
+    for (const RunResult& extra : r.extra_choices) all += extra.usage.reasoning_tokens.value_or(0);
+    r.usage.reasoning_tokens = all;
+  }
+  return r;
+}
+
+RunOutcome RequestPath::run_chat(RunTicket::Prepared& p, const RunSink& sink) {
+  Session& s = p.slot.session();
+  Window& window = p.slot.window();
+  const WindowStats before = window.stats();
+  ChatSync synced;
+  if (!sync_chat(p, sink, synced)) return cancelled_before_decode();
+  RunResult r = decode_chat(p, synced.report.generation_prompt, sink);
+  const WindowStats after = window.stats();
+  RunUsage& u = r.usage;
+  u.prompt_tokens = prompt_tokens(synced.report.plan);
+  u.forward_tokens =
+      after.critical_forward_tokens - before.critical_forward_tokens + static_cast<double>(r.prompt_forward_tokens);
+  u.radix_cache_tokens = radix_delta(before, after);
+  u.predicted_kl = synced.predicted_kl;
+  u.idle_forward_tokens = sessions_.take_idle_forward_tokens(s);
+  u.plan = plan_brief(synced.report.plan);
+  u.session = s.id;
+  u.audit = sessions_.take_audit(s, synced.mode.request);
+  if (synced.mode.exact) u.exact = "audit";
+  sessions_.record(s, chat_record(*p.chat, p.options, r, s.id, context_.options.anticipate));
+  RunOutcome out;
+  out.result = std::move(r);
+  return out;
+}
+
+// A streamed call its answer does not hold as it went out: counted in /metrics and logged with both texts.
+void RequestPath::report_mismatch(const ToolStreamMismatch& m, int64_t choice) {
+  context_.metrics.count_tool_stream_mismatch(m.what);
+  const ApiError e = tool_stream_error(m, choice);
+  std::fprintf(stderr, "orbit serve: %s (streamed name '%s', arguments %s; the answer's name '%s', arguments %s)\n",
+               e.message.c_str(), m.name.c_str(), m.streamed.c_str(), m.answered_name.c_str(), m.answered.c_str());
+}
+
+// The window as the answer reads it, forked for an audit in idle time (audit.h). Holding the gate.
+void RequestPath::queue_audit(std::shared_ptr<Session> s, int64_t request, const std::vector<int64_t>& query,
+                              double predicted_kl) {
+  AuditCase c;
+  c.fork.emplace(s->window->fork());
+  c.session = std::move(s);
+  c.request = request;
+  c.query = query;
+  c.predicted_kl = predicted_kl;
+  c.budget = context_.policy.kl_budget > 0 ? context_.policy.kl_budget : kDefaultKlBudget;
+  context_.auditor.submit(std::move(c));
+}
+
+RunOutcome RequestPath::run_completion(RunTicket::Prepared& p, const RunSink& sink) {
+  const std::vector<int64_t>& tokens = p.tokens;
+  const std::string lane = "~completion:" + std::to_string(++lanes_);
+  Window window = context_.new_window();
+  const WindowStats before = window.stats();
+  const std::vector<int64_t> prefix(tokens.begin(), tokens.end() - 1);
+  if (!prefix.empty()) {
+    // The prompt but its last token as one chunk: an identical prompt is served from the store. Registered
+    // once the turn is ours, right before the admit (a chunk no window holds may be forgotten meanwhile,
+    // ServeOptions::max_idle_chunks).
+    GateTurn turn(context_, lane, sink.cancelled);
+    if (!turn.enter()) return cancelled_before_decode();
+    context_.compute.run([&] { window.admit(context_.engine->add_tokens(prefix, ChunkOptions{})); });
+  }
+  const std::vector<int64_t> query{tokens.back()};
+  RunResult r = decode(context_, window, DecodeRequest{&query, &p.completion->sampling}, sink);
+  const WindowStats after = window.stats();
+  r.usage.prompt_tokens = static_cast<int64_t>(tokens.size());
+  r.usage.forward_tokens =
+      after.critical_forward_tokens - before.critical_forward_tokens + static_cast<double>(r.prompt_forward_tokens);
+  r.usage.radix_cache_tokens = radix_delta(before, after);
+  r.usage.plan = prefix.empty() ? "query only" : "prompt as one chunk";
+  RunOutcome out;
+  out.result = std::move(r);
+  return out;
+}
+
+}  // namespace orbit::serve

@@ -1,0 +1,35 @@
+// What RequestPath's two halves share of a prepared request (request_path.cpp prepares it, request_run.cpp
+// runs it). Private to the request path.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "serve/run/request_path.h"
+
+namespace orbit::serve {
+
+// What run() needs of a prepared request: a chat request's window, options and plan, or a completion
+// request's tokens.
+struct RunTicket::Prepared {
+  const ChatRequest* chat = nullptr;  // set for a chat request
+  WindowSlot slot;
+  SyncOptions options;
+  SyncPlan plan;  // Window::plan_sync(chat->messages, options) of slot's window at its current version
+  std::shared_ptr<const Constraint> constraint;  // what the answer must match; null: free text
+  std::string trigger;                           // non-empty: the constraint applies from this text on
+  TriggerBlock trigger_block;                    // where the trigger does not count (decode.h's DecodeRequest)
+  bool calls_whole = false;                      // AnswerConstraint::calls_whole
+  bool in_reasoning = false;  // under a reasoning parser, the answer begins inside the reasoning (reasoning.h)
+  const CompletionRequest* completion = nullptr;  // set for a completion request
+  std::vector<int64_t> tokens;                    // its prompt, tokenized with BOS (non-empty)
+};
+
+// The prompt a chat request reads: the rendering's tokens and the generation prompt after them.
+inline int64_t prompt_tokens(const SyncPlan& plan) {
+  return static_cast<int64_t>(plan.tokens.size() + plan.generation_prompt.size());
+}
+
+}  // namespace orbit::serve
