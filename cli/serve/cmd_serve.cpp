@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -19,6 +20,7 @@
 #include "orbit/common/error.h"
 #include "orbit/policy.h"
 #include "orbit/store.h"
+#include "orbit/store/redis_client.h"
 #include "orbit/tool_calls.h"
 #include "serve/http/serve_http.h"
 #include "serve/run/reasoning.h"
@@ -151,10 +153,11 @@ const char* kServeUsage =
     "                        report the measured KL, and a session whose measured loss passes its budget is\n"
     "                        served exactly until it is back within it (usage.orbit.exact)\n"
     "  --calibrate-fidelity  fit the fidelity model (what :kl= budgets plan with) on this model before listening,\n"
-    "                        unless the store holds this model's calibration (then it is read from there):\n"
-    "                        seeded, nothing timed, a few seconds on small models; progress on stderr. With\n"
-    "                        --store the measurement is written there (not to --remote), so later starts\n"
-    "                        (and every engine of this model on that store) read it instead of measuring\n"
+    "                        unless the store holds this model's calibration (then it is read from there: --store\n"
+    "                        first, else --remote): seeded, nothing timed, a few seconds on small models; each\n"
+    "                        seed's progress on stderr. With --store or --remote the measurement is written\n"
+    "                        there (to both when both are given), so later starts, and every engine of this\n"
+    "                        model on that store directory or remote server, read it instead of measuring\n"
     "  --no-stored-calibration  neither read a calibration from the store nor write one: start from the\n"
     "                        defaults (or, with --calibrate-fidelity, measure at every start)\n"
     "  --no-anticipate       do not prefill a session's answer in idle time as its next request will send it\n"
@@ -289,10 +292,34 @@ void warn_if_remote_unreachable(const std::string& url) {
                ping.url.c_str(), ping.status.reason().c_str());
 }
 
-// The fidelity model the server plans with, on stderr: read from the store, or (--calibrate-fidelity, when
-// the store held none) measured now, with a line before the measurement and one after it.
+// Where a stored calibration is read from and written to (EngineOptions::stored_calibration), for messages.
+std::string calibration_store(const serve::ServeOptions& options) {
+  std::string where;
+  if (!options.store_dir.empty()) where = "--store " + options.store_dir;
+  if (!options.remote.empty())
+    where += (where.empty() ? "--remote " : " or --remote ") + store::redact_redis_url(options.remote);
+  return where;
+}
+
+// calibrate_fidelity's progress on stderr, after each seed: on a terminal one line rewritten in place, else a
+// line per seed (as replay's progress).
+CalibrationProgress calibration_progress() {
+  const bool tty = ::isatty(STDERR_FILENO) != 0;
+  const auto start = std::chrono::steady_clock::now();
+  return [tty, start](int64_t done, int64_t seeds) {
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::fprintf(stderr, "%sorbit serve: fidelity calibration: seed %lld/%lld measured (%.1f s)%s", tty ? "\r" : "",
+                 static_cast<long long>(done), static_cast<long long>(seeds), seconds,
+                 !tty || done == seeds ? "\n" : "");
+    std::fflush(stderr);
+  };
+}
+
+// The fidelity model the server plans with, on stderr: read from the store (its directory, else the remote
+// tier: asked here, after the start check of the remote), or (--calibrate-fidelity, when the store held
+// none) measured now, with a line before the measurement, one per seed and one after it.
 void prepare_fidelity_model(Engine& engine, const serve::ServeOptions& options, bool calibrate) {
-  const std::string where = "--store " + options.store_dir;
+  const std::string where = calibration_store(options);
   if (engine.fidelity_calibration() == "store") {
     std::fprintf(stderr, "orbit serve: fidelity model read from the calibration in %s: %s\n", where.c_str(),
                  engine.fidelity_model_description().c_str());
@@ -302,10 +329,10 @@ void prepare_fidelity_model(Engine& engine, const serve::ServeOptions& options, 
   std::fprintf(stderr, "orbit serve: calibrating the fidelity model on %s (seeded, nothing timed)...\n",
                options.model.c_str());
   std::fflush(stderr);
-  const CalibrationReport report = engine.calibrate_fidelity();
+  const CalibrationReport report = engine.calibrate_fidelity(calibration_progress());
   const std::string kept = report.stored                 ? "stored in " + where
                            : !options.stored_calibration ? "not stored: --no-stored-calibration"
-                           : options.store_dir.empty()   ? "not stored: no --store"
+                           : where.empty()               ? "not stored: no --store or --remote"
                                                          : "not stored: the store refused it";
   std::fprintf(stderr, "orbit serve: fidelity model calibrated in %.1f s from %lld deficits (%s): %s\n", report.seconds,
                static_cast<long long>(report.fidelity_samples), kept.c_str(), report.fidelity_model.c_str());
@@ -408,12 +435,11 @@ sigset_t block_stop_signals() {
   return signals;
 }
 
-// The notices before listening, on stderr: other servers on the same store (share), an unreachable
-// --remote, the CORS origins and the API keys' count and source.
+// The notices before listening, on stderr: other servers on the same store (share), the CORS origins and the
+// API keys' count and source. (An unreachable --remote is said before, by run_serve.)
 void announce_start(const serve::StoreShare& share, const serve::ServeOptions& options,
                     const serve::HttpOptions& http_options) {
   std::fputs(share.notice(options.store_dir).c_str(), stderr);
-  warn_if_remote_unreachable(options.remote);
   announce_cors(http_options.cors);
   if (http_options.api_keys.enabled()) {
     std::fprintf(stderr, "orbit serve: /v1/* requires an API key (%zu key(s), from %s)\n", http_options.api_keys.size(),
@@ -455,6 +481,9 @@ int run_serve(int argc, char** argv, int first) {
   const sigset_t signals = block_stop_signals();
   const serve::ServeOptions options = serve_options(args);
   serve::ServeCore core(options);
+  // The remote's start check comes before the fidelity model, which may ask the remote for a stored
+  // calibration: the tier then does not warn again of a cause the check said.
+  warn_if_remote_unreachable(options.remote);
   prepare_fidelity_model(core.engine(), options, args.flag("--calibrate-fidelity"));
   const serve::StoreShare share(options.store_dir);  // announces other servers on the same store, until exit
   announce_start(share, options, http_options);

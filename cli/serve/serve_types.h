@@ -23,8 +23,9 @@ struct ServeOptions {
   std::string store_dir;   // "" = memory only
   std::string remote;      // a remote tier URL, or ""
   std::string policy;      // a WindowPolicy spec for every window; "" = the default policy
-  // EngineOptions::stored_calibration: the engine fits its fidelity model from the calibration store_dir holds
-  // for the model, and a calibration run (`orbit serve --calibrate-fidelity`) is written there.
+  // EngineOptions::stored_calibration: the engine fits its fidelity model from the calibration store_dir (else
+  // the remote) holds for the model, and a calibration run (`orbit serve --calibrate-fidelity`) is written to
+  // both.
   bool stored_calibration = true;
   int64_t pool_bytes = int64_t{256} << 20;
   // Where the model runs and in what dtype (EngineOptions::device, ::dtype): "cpu", "cuda" or "cuda:N";

@@ -1,6 +1,7 @@
 // The remote tier as engines use it (test_store_remote.cpp's executable): two engine processes sharing
-// canonicals through Redis, the remote read rate measured with a probe and priced by the planner, and
-// Engine::calibrate measuring it before any remote hit.
+// canonicals through Redis, the remote read rate measured with a probe and priced by the planner,
+// Engine::calibrate measuring it before any remote hit, and the fidelity calibration shared through Redis by
+// engines with store directories of their own (a refused entry ignored with a warning).
 #include "orbit_catch.h"  // ATen, then <catch2/catch.hpp>: keeps Catch's CHECK (see that header)
 
 #include <atomic>
@@ -8,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "engine/stored_calibration.h"
 #include "orbit/common/error.h"
 #include "orbit/engine.h"
 #include "orbit/planner/cost_model.h"
@@ -15,6 +17,7 @@
 #include "orbit/store/chunk_store.h"
 #include "orbit/store/redis_backend.h"
 #include "redis_test_server.h"
+#include "stderr_capture.h"
 #include "test_child.h"
 #include "test_helpers.h"
 #include "test_store_remote.h"
@@ -114,6 +117,7 @@ TEST_CASE("Engine::calibrate measures the remote tier's read rate before any rem
   o.model = test::stories_path();
   o.pool_bytes = int64_t{8} << 20;
   o.remote = server.url();
+  o.stored_calibration = false;  // the probe is then all calibrate() writes to the server
   auto engine = Engine::open(o);
   CHECK(engine->stats().store.remote.hits == 0);
   const CalibrationReport report = engine->calibrate();
@@ -128,30 +132,96 @@ TEST_CASE("Engine::calibrate measures the remote tier's read rate before any rem
   CHECK(Engine::open(o)->calibrate().remote_bytes_per_s == 0);
 }
 
-TEST_CASE("the stored fidelity calibration stays off the remote tier: written to disk only, never asked for",
-          "[store][remote][model][calibrate]") {
-  test::TempDir dir;
-  test::RedisServer server(dir / "redis");
+namespace {
+
+EngineOptions calibration_engine(const std::string& store_dir, const std::string& remote) {
   EngineOptions o;
   o.model = test::stories_path();
   o.pool_bytes = int64_t{8} << 20;
-  o.store_dir = dir / "store";
-  o.remote = server.url();
+  o.store_dir = store_dir;
+  o.remote = remote;
+  return o;
+}
+
+// The remote tier's reads so far: hits, misses (a refused value included) and errors.
+int64_t remote_reads(Engine& engine) {
+  const RemoteStats remote = engine.stats().store.remote;
+  return remote.hits + remote.misses + remote.errors;
+}
+
+}  // namespace
+
+TEST_CASE("two engines with their own store directories share the fidelity calibration through redis",
+          "[store][remote][model][calibrate]") {
+  test::TempDir dir;
+  test::RedisServer server(dir / "redis");
   std::string description;
   {
-    auto first = Engine::open(o);
+    auto first = Engine::open(calibration_engine(dir / "a", server.url()));
+    CHECK(first->fidelity_calibration() == "default");  // nothing on the server yet
     CHECK(first->calibrate_fidelity().stored);
     description = first->fidelity_model_description();
-    first->close();  // sends whatever remote writes were queued
+    first->close();  // sends the queued remote write
   }
-  CHECK(std::stoll(test::redis_cli(server.port(), "DBSIZE")) == 0);
-  auto second = Engine::open(o);
-  CHECK(second->fidelity_calibration() == "store");  // from the disk
-  CHECK(second->fidelity_model_description() == description);
-  const RemoteStats remote = second->stats().store.remote;
-  CHECK(remote.hits + remote.misses + remote.errors == 0);  // the open never asked the remote
-  // Without a store directory nothing is kept, the remote tier notwithstanding.
-  o.store_dir.clear();
-  CHECK_FALSE(Engine::open(o)->calibrate_fidelity().stored);
-  CHECK(std::stoll(test::redis_cli(server.port(), "DBSIZE")) == 0);
+  const std::string fingerprint = Engine::open(calibration_engine("", ""))->model_info().fingerprint;
+  const std::string key = orbit::detail::fidelity_calibration_key(fingerprint);
+  CHECK(std::stoll(test::redis_cli(server.port(), "EXISTS '" + RedisBackend::manifest_key(key) + "'")) == 1);
+  {
+    // Another machine: its own (empty) store directory, the same Redis. The open asks the remote nothing;
+    // the first question does, and the answer is the first engine's calibration: nothing measured here.
+    auto second = Engine::open(calibration_engine(dir / "b", server.url()));
+    CHECK(remote_reads(*second) == 0);
+    CHECK(second->fidelity_calibration() == "store");
+    CHECK(second->fidelity_model_description() == description);
+    CHECK(second->stats().store.remote.hits == 1);
+    second->close();
+  }
+  {
+    // The remote hit was copied into b: the next engine there reads it from disk, the remote not asked.
+    auto third = Engine::open(calibration_engine(dir / "b", server.url()));
+    CHECK(third->fidelity_calibration() == "store");
+    CHECK(third->fidelity_model_description() == description);
+    CHECK(remote_reads(*third) == 0);
+  }
+  // A memory-only engine on the remote alone reads it too, at its first plan.
+  auto remote_only = Engine::open(calibration_engine("", server.url()));
+  Window w = remote_only->new_window();
+  w.admit(remote_only->add_tokens({1, 403, 407, 261, 378, 410, 44, 33}));
+  CHECK(remote_only->stats().store.remote.hits >= 1);
+  CHECK(remote_only->fidelity_calibration() == "store");
+  // Off: neither asked nor written.
+  EngineOptions off = calibration_engine(dir / "c", server.url());
+  off.stored_calibration = false;
+  auto unkept = Engine::open(off);
+  CHECK(unkept->fidelity_calibration() == "default");
+  CHECK(remote_reads(*unkept) == 0);
+}
+
+TEST_CASE("a calibration the remote tier refuses is ignored with a warning naming its key",
+          "[store][remote][model][calibrate]") {
+  test::TempDir dir;
+  test::RedisServer server(dir / "redis");
+  const std::string fingerprint = Engine::open(calibration_engine("", ""))->model_info().fingerprint;
+  const std::string key = orbit::detail::fidelity_calibration_key(fingerprint);
+  orbit::detail::FidelityCalibration bad;
+  bad.reference_sensitivity = 0.01;
+  bad.samples = {{planner::Loss::kKeep, 0.25, 1e-3}, {planner::Loss::kBlind, -0.5, 2.5e-2}};  // a negative feature
+  {
+    ChunkStoreOptions so = test::remote_store_options(server.url());
+    so.model_fingerprint = fingerprint;
+    ChunkStore s(so);
+    REQUIRE(s.put(key, orbit::detail::fidelity_calibration_value(bad, fingerprint)).is_ok());
+    REQUIRE(s.drain_remote(std::chrono::seconds(10)));
+  }
+  REQUIRE(std::stoll(test::redis_cli(server.port(), "EXISTS '" + RedisBackend::manifest_key(key) + "'")) == 1);
+  auto engine = Engine::open(calibration_engine(dir / "store", server.url()));
+  test::StderrCapture err;
+  CHECK(engine->fidelity_calibration() == "default");
+  CHECK_THAT(err.text(), Contains("ignoring the remote tier's entry " + key));
+  CHECK(engine->stats().store.remote.corrupt == 1);
+  // Removed from the server, so that a calibration replaces it.
+  CHECK(std::stoll(test::redis_cli(server.port(), "EXISTS '" + RedisBackend::manifest_key(key) + "'")) == 0);
+  CHECK(engine->calibrate_fidelity().stored);
+  engine->close();
+  CHECK(Engine::open(calibration_engine(dir / "other", server.url()))->fidelity_calibration() == "store");
 }

@@ -1,13 +1,17 @@
 // The fidelity calibration kept in the store (EngineOptions::stored_calibration, engine/stored_calibration.h):
 // an engine opening the bundled model on a store another engine calibrated on plans with that calibration
 // without measuring; off, or without a store, nothing is read or written; an entry that does not decode is
-// ignored with a warning and the defaults stay; the value round-trips and its decoder refuses what it must.
+// ignored with a warning and the defaults stay; the value round-trips and its decoder refuses what it must;
+// calibrate_fidelity's progress callback sees each seed and may stop it. (The remote tier's copy:
+// test_store_remote_engine.cpp.)
 #include "orbit_catch.h"  // ATen, then <catch2/catch.hpp>: keeps Catch's CHECK (see that header)
 
 #include <unistd.h>
 
 #include <cstdio>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/stored_calibration.h"
@@ -119,6 +123,32 @@ TEST_CASE("a stored calibration that does not decode is ignored with a warning n
   CHECK(engine->calibrate_fidelity().stored);
   engine->close();
   CHECK(open_on(dir / "store")->fidelity_calibration() == "store");
+}
+
+TEST_CASE("calibrate_fidelity reports each seed to its progress callback, which may stop it",
+          "[calibrate][store][model]") {
+  test::TempDir dir;
+  auto engine = open_on(dir / "store");
+  std::vector<std::pair<int64_t, int64_t>> seen;
+  const CalibrationReport report =
+      engine->calibrate_fidelity([&](int64_t done, int64_t seeds) { seen.emplace_back(done, seeds); });
+  REQUIRE(!seen.empty());
+  const int64_t seeds = seen.back().second;
+  CHECK(seeds >= 1);
+  CHECK(seen.size() == static_cast<std::size_t>(seeds));
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    CHECK(seen[i].first == static_cast<int64_t>(i) + 1);
+    CHECK(seen[i].second == seeds);
+  }
+  CHECK(report.stored);
+  engine->close();
+  // A callback that throws stops the calibration: nothing fitted, nothing stored.
+  auto other = open_on(dir / "other");
+  CHECK_THROWS_WITH(other->calibrate_fidelity([](int64_t, int64_t) { throw std::runtime_error("stop here"); }),
+                    Contains("stop here"));
+  CHECK(other->fidelity_calibration() == "default");
+  other->close();
+  CHECK(open_on(dir / "other")->fidelity_calibration() == "default");
 }
 
 TEST_CASE("the stored calibration's value round-trips and its decoder refuses what does not fit",

@@ -3,7 +3,8 @@
 Engine(store_dir=D).calibrate_fidelity() writes the deficits it measured to D (report.stored), and an engine
 opened later on D fits its fidelity model from them without measuring (fidelity_calibration() == 'store', the
 same description); stored_calibration=False neither reads nor writes; a memory-only engine stores nothing.
-fidelity_model_description() says the model plans use, marked default or fitted, also after close()."""
+fidelity_model_description() says the model plans use, marked default or fitted, also after close().
+calibrate_fidelity(progress=f) calls f(seeds_done, seeds) after each seed; what f raises stops it."""
 import re
 
 import pytest
@@ -50,3 +51,24 @@ def test_a_stored_calibration_is_read_by_the_next_engine_on_the_store(orbit, sto
 def test_stored_calibration_takes_a_bool_only(orbit, stories260k_path):
     with pytest.raises(TypeError, match="^Engine: stored_calibration: expected bool, got int"):
         open_engine(orbit, stories260k_path, stored_calibration=0)
+
+
+def test_calibrate_fidelity_reports_each_seed_and_a_raising_callback_stops_it(orbit, stories260k_path, tmp_path):
+    seen = []
+    with open_engine(orbit, stories260k_path, tmp_path / "a") as engine:
+        report = engine.calibrate_fidelity(progress=lambda done, seeds: seen.append((done, seeds)))
+        assert report.stored and engine.fidelity_calibration() == "calibrated"
+    seeds = seen[-1][1] if seen else 0
+    assert seeds >= 1 and seen == [(i + 1, seeds) for i in range(seeds)], seen
+
+    def stop(done, seeds):
+        raise RuntimeError(f"stop at seed {done}/{seeds}")
+
+    with open_engine(orbit, stories260k_path, tmp_path / "b") as engine:
+        with pytest.raises(RuntimeError, match=f"^stop at seed 1/{seeds}$"):
+            engine.calibrate_fidelity(progress=stop)
+        assert engine.fidelity_calibration() == "default"  # nothing fitted
+    with open_engine(orbit, stories260k_path, tmp_path / "b") as engine:
+        assert engine.fidelity_calibration() == "default"  # nor stored
+        with pytest.raises(TypeError, match="progress: expected a callable or None"):
+            engine.calibrate_fidelity(progress=3)

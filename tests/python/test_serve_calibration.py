@@ -1,12 +1,18 @@
 """`orbit serve --calibrate-fidelity` on the bundled stories260K: it calibrates the fidelity model before listening
-(a line on stderr before and one after) unless its store holds a calibration, which a later start reads (and says
-so, with or without the flag); --no-stored-calibration measures at every start; without --store it says nothing is
-kept. Servers are started on 127.0.0.1 by conftest's start_serve and always stopped."""
+(a line on stderr before, one per seed measured, one after) unless its store holds a calibration, which a later start
+reads (and says so, with or without the flag); --no-stored-calibration measures at every start; without --store or
+--remote it says nothing is kept; two servers with store directories of their own sharing one Redis calibrate once.
+Servers (and redis-server) are started on 127.0.0.1 by conftest's fixtures and always stopped."""
 import re
 
 
 def serve_lines(server):
     return [line for line in server.output().splitlines() if "fidelity model" in line]
+
+
+def progress_lines(server):
+    """The per-seed progress lines (stderr is not a terminal here: one line per seed)."""
+    return [line for line in server.output().splitlines() if line.startswith("orbit serve: fidelity calibration:")]
 
 
 def test_serve_calibrates_at_start_once_per_store(start_serve, stories260k_path, tmp_path):
@@ -18,6 +24,13 @@ def test_serve_calibrates_at_start_once_per_store(start_serve, stories260k_path,
     calibrated = re.match(r"^orbit serve: fidelity model calibrated in [\d.]+ s from (\d+) deficits "
                           rf"\(stored in --store {re.escape(str(store))}\): (keep .*)$", lines[1])
     assert calibrated and int(calibrated.group(1)) > 0, lines[1]
+    progress = progress_lines(first)
+    seeds = len(progress)
+    assert seeds >= 1, first.output()
+    for i, line in enumerate(progress):
+        assert re.match(rf"^orbit serve: fidelity calibration: seed {i + 1}/{seeds} measured \([\d.]+ s\)$", line), line
+    output = first.output()  # between the line before the measurement and the one after
+    assert output.index(lines[0]) < output.index(progress[0]) and output.index(progress[-1]) < output.index(lines[1])
     first.stop()
 
     # The next start reads it, with or without the flag, and measures nothing.
@@ -25,6 +38,7 @@ def test_serve_calibrates_at_start_once_per_store(start_serve, stories260k_path,
         again = start_serve(stories260k_path, "--store", str(store), *args)
         assert serve_lines(again) == [
             f"orbit serve: fidelity model read from the calibration in --store {store}: {calibrated.group(2)}"]
+        assert progress_lines(again) == []
         again.stop()
 
     # Without the store's copy it measures again, and says why it keeps nothing.
@@ -36,6 +50,29 @@ def test_serve_calibrates_at_start_once_per_store(start_serve, stories260k_path,
 def test_serve_without_a_store_calibrates_at_every_start_and_says_so(start_serve, stories260k_path):
     server = start_serve(stories260k_path, "--calibrate-fidelity")
     lines = serve_lines(server)
-    assert len(lines) == 2 and "(not stored: no --store)" in lines[1], server.output()
+    assert len(lines) == 2 and "(not stored: no --store or --remote)" in lines[1], server.output()
     plain = start_serve(stories260k_path)
     assert serve_lines(plain) == []  # no flag, no store: nothing said, nothing measured
+
+
+def test_two_servers_with_their_own_stores_share_the_calibration_through_redis(start_serve, stories260k_path,
+                                                                              tmp_path, redis_port):
+    url = f"redis://:right@127.0.0.1:{redis_port}"
+    shown = f"redis://:***@127.0.0.1:{redis_port}"
+    first_store, second_store = tmp_path / "a", tmp_path / "b"
+    first = start_serve(stories260k_path, "--store", str(first_store), "--remote", url, "--calibrate-fidelity")
+    lines = serve_lines(first)
+    assert len(lines) == 2, first.output()
+    calibrated = re.match(rf"^orbit serve: fidelity model calibrated in [\d.]+ s from \d+ deficits \(stored in "
+                          rf"--store {re.escape(str(first_store))} or --remote {re.escape(shown)}\): (keep .*)$",
+                          lines[1])
+    assert calibrated, lines[1]
+    first.stop()  # its remote write sent before it exits
+
+    # Another machine: an empty store directory of its own, the same Redis. It measures nothing.
+    second = start_serve(stories260k_path, "--store", str(second_store), "--remote", url, "--calibrate-fidelity")
+    assert serve_lines(second) == [
+        f"orbit serve: fidelity model read from the calibration in --store {second_store} or --remote {shown}: "
+        f"{calibrated.group(1)}"], second.output()
+    assert progress_lines(second) == []
+    assert ":right@" not in second.output()  # the password never printed

@@ -625,7 +625,7 @@ class CalibrationReport:
     @property
     def stored(self) -> bool:
         """True when the deficits were written to the store for engines opening this model on it later (False
-        without a store_dir, with stored_calibration=False, or when the store refused the write)."""
+        without a store_dir or remote, with stored_calibration=False, or when the store refused the write)."""
 
 class EngineOptions:
     """The options an Engine was opened with."""
@@ -981,10 +981,12 @@ class Engine:
         directory holding one); None = the model directory's tokenizer.json, else tok<vocab>.bin / tokenizer.bin
         beside a llama2.c model, if any (model_info.tokenizer names the one in use). A missing or unreadable file
         raises OrbitError naming EngineOptions::tokenizer and the path.
-        stored_calibration: with a store_dir, calibrate() / calibrate_fidelity() write the deficits they measured
-        there (never to the remote tier), and an engine opening this model (same fingerprint, so same dtype) on it
-        fits its fidelity model from them without measuring (fidelity_calibration() says 'store'). An entry that
-        does not decode is ignored with a warning on stderr and the defaults kept. False: neither read nor written.
+        stored_calibration: with a store_dir or remote, calibrate() / calibrate_fidelity() write the deficits they
+        measured there (to both when both are given), and an engine opening this model (same fingerprint, so same
+        dtype) on that store directory or remote fits its fidelity model from them without measuring
+        (fidelity_calibration() says 'store'): the directory's is read at open, the remote's (when the directory
+        holds none) at the first plan or fidelity question, never at open. An entry that does not decode is
+        ignored with a warning on stderr naming its key and the defaults kept. False: neither read nor written.
         background given as a BackgroundMode that is not one of its members (BackgroundMode(7)) raises ValueError.
         A keyword not listed here, or a value of another type than the one above (a float for an int, bytes for a
         str, an int past the field's range; for a bool anything but True, False or a numpy bool: None, 0/1, a
@@ -1023,21 +1025,26 @@ class Engine:
         """Fits the planner's cost model on this machine (timed forwards, relocation, patches, tier reads) and its
         fidelity model (deficits measured as next-token KL against a re-prefill): plans' estimated_seconds and
         predicted_kl follow. About a second on the bundled model. OrbitError for a closed engine."""
-    def calibrate_fidelity(self) -> CalibrationReport:
+    def calibrate_fidelity(
+        self, *, progress: Optional[Callable[[int, int], object]] = None
+    ) -> CalibrationReport:
         """Fits only the fidelity model, as calibrate() does (plans' predicted_kl, `:kl=X` budgets), and leaves the
         cost model as it is: estimated_seconds do not change, the report's samples is 0 and cost_model ''.
         Nothing is timed and the samples are seeded: two engines of one model fit the same model. Both
         calibrations move the model halfway from the defaults (stories260K's fit) toward this model's fit, in log
-        space. With a store_dir (and stored_calibration) the deficits are kept in the store
-        (report.stored). OrbitError for a closed engine."""
+        space. With a store_dir or remote (and stored_calibration) the deficits are kept in the store
+        (report.stored). progress(seeds_done, seeds) is called after each seed is measured (the GIL held for it;
+        an exception it raises, or Ctrl-C, stops the calibration, nothing fitted or stored, and propagates).
+        OrbitError for a closed engine."""
     def fidelity_model_description(self) -> str:
         """The fidelity model plans predict with now, one line: each loss kind's coefficient (KL per unit of loss)
         marked fitted or default, the reference sensitivity s_ref, and ', correction xF' once the self-checks
         scaled it (stats.fidelity_correction). Answers after close() too."""
     def fidelity_calibration(self) -> Literal["default", "store", "calibrated"]:
-        """Where that model comes from: 'default' (never calibrated), 'store' (fitted at open from the calibration
-        the store holds for this model) or 'calibrated' (calibrate() / calibrate_fidelity() ran on this engine).
-        Answers after close() too."""
+        """Where that model comes from: 'default' (never calibrated), 'store' (fitted from the calibration the
+        store holds for this model: the store directory's at open, else the remote's, asked once by the first plan
+        or call of this or fidelity_model_description()) or 'calibrated' (calibrate() / calibrate_fidelity() ran
+        on this engine). Answers after close() too."""
     def add_tokens(self, tokens: Union[Tokens, str], *, label: str = "", pin: bool = False) -> ChunkRef: ...
     # Text (llama2.c tokenizer beside the model). A str wherever token ids go is tokenized without BOS.
     # Hugging Face models have no tokenizer here: use your own (e.g. transformers.AutoTokenizer) and pass ids.

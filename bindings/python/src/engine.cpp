@@ -213,10 +213,12 @@ const char* const kEngineInitDoc =
     "else tok<vocab>.bin / tokenizer.bin beside a llama2.c model, if any (model_info.tokenizer names the one in\n"
     "use). Its ids must fit the model's vocabulary; a missing or unreadable file raises OrbitError naming\n"
     "EngineOptions::tokenizer and the path.\n"
-    "stored_calibration: with a store_dir, calibrate() / calibrate_fidelity() write the deficits they measured\n"
-    "there (never to the remote), and an engine opening this model on it fits its fidelity model from them without\n"
-    "measuring (fidelity_calibration() says 'store'; an entry that does not decode is ignored with a warning on\n"
-    "stderr, the defaults kept); False: neither read nor written.\n"
+    "stored_calibration: with a store_dir or remote, calibrate() / calibrate_fidelity() write the deficits they\n"
+    "measured there (to both when both are given), and an engine opening this model on that store directory or\n"
+    "remote fits its fidelity model from them without measuring (fidelity_calibration() says 'store'): the\n"
+    "directory's is read at open, the remote's (when the directory holds none) at the first plan or fidelity\n"
+    "question, never at open; an entry that does not decode is ignored with a warning on stderr naming its key,\n"
+    "the defaults kept; False: neither read nor written.\n"
     "A keyword Engine does not take, or a value of another type than the signature's, raises TypeError naming\n"
     "the keyword; a bool keyword takes True, False or a numpy bool only (not None, 0/1 or a str).\n"
     "Raises OrbitError naming the file or option at fault (CUDA asked for where there is none included).";
@@ -248,24 +250,41 @@ void def_calibration(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       "CalibrationReport. OrbitError for a closed engine.");
   c.def(
       "calibrate_fidelity",
-      [](Engine& e) {
+      [](Engine& e, const py::object& progress) {
+        if (!progress.is_none() && !PyCallable_Check(progress.ptr())) {
+          throw py::type_error("calibrate_fidelity: progress: expected a callable or None");
+        }
+        orbit::CalibrationProgress report_seed;
+        if (!progress.is_none()) {
+          // After each seed, with the GIL: pending signals first (Ctrl-C raises KeyboardInterrupt between
+          // seeds), then the caller's callback; what either raises stops the calibration and propagates.
+          report_seed = [progress](int64_t done, int64_t seeds) {
+            py::gil_scoped_acquire gil;
+            if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+            progress(done, seeds);
+          };
+        }
         py::gil_scoped_release release;
-        return e.calibrate_fidelity();
+        return e.calibrate_fidelity(report_seed);
       },
+      py::kw_only(), py::arg("progress") = py::none(),
       "Fits only the fidelity model, as calibrate() does (plans' predicted_kl, the `:kl=X` budgets), and leaves\n"
       "the cost model as it is: estimated_seconds do not change, and the report's samples is 0 and cost_model\n"
       "''. Nothing is timed and the samples are seeded, so two engines of one model fit the same model and plan\n"
       "the same (what a replay comparing policies or models needs). Both calibrations move the model halfway\n"
-      "from the defaults (fitted on stories260K) toward this model's fit, in log space. Returns a\n"
-      "CalibrationReport. OrbitError for a closed engine.");
-  c.def("fidelity_model_description", &Engine::fidelity_model_description,
+      "from the defaults (fitted on stories260K) toward this model's fit, in log space. progress(seeds_done,\n"
+      "seeds) is called after each seed is measured (the GIL held for it; an exception it raises, or Ctrl-C,\n"
+      "stops the calibration, nothing fitted or stored, and propagates). Returns a CalibrationReport. OrbitError\n"
+      "for a closed engine.");
+  c.def("fidelity_model_description", &Engine::fidelity_model_description, py::call_guard<py::gil_scoped_release>(),
         "The fidelity model plans predict with now, one line: each loss kind's coefficient (KL per unit of\n"
         "loss) marked fitted or default, the reference sensitivity s_ref, and ', correction xF' once the\n"
         "self-checks scaled it (stats.fidelity_correction). Answers after close() too.");
-  c.def("fidelity_calibration", &Engine::fidelity_calibration,
-        "Where that model comes from: 'default' (never calibrated), 'store' (fitted at open from the calibration\n"
-        "the store holds for this model: the stored_calibration keyword) or 'calibrated' (calibrate() or\n"
-        "calibrate_fidelity() ran on this engine). Answers after close() too.");
+  c.def("fidelity_calibration", &Engine::fidelity_calibration, py::call_guard<py::gil_scoped_release>(),
+        "Where that model comes from: 'default' (never calibrated), 'store' (fitted from the calibration the\n"
+        "store holds for this model, the stored_calibration keyword: the store directory's at open, else the\n"
+        "remote's, asked once by the first plan or call of this or fidelity_model_description()) or 'calibrated'\n"
+        "(calibrate() or calibrate_fidelity() ran on this engine). Answers after close() too.");
 }
 
 // Engine: the context manager, close and the engine's state.

@@ -196,7 +196,7 @@ void def_calibration_report(py::module_& m) {
                     "The fidelity model now used (Engine.fidelity_model_description()), one line.")
       .def_readonly("stored", &CalibrationReport::stored,
                     "True when the measured deficits were written to the store (Engine's stored_calibration) for\n"
-                    "engines opening this model on it later; False without a store_dir, with\n"
+                    "engines opening this model on it later; False without a store_dir or remote, with\n"
                     "stored_calibration=False, or when the store refused the write.")
       .def("__repr__", [](const CalibrationReport& r) {
         std::ostringstream o;

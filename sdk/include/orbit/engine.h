@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -128,16 +129,22 @@ struct EngineOptions {
   std::string tokenizer;
   // Bounds of the engine's cache of compiled constraints (Engine::constraint_cache): 64 entries, 256 MiB.
   ConstraintCacheOptions constraint_cache;
-  // Keep the fidelity calibration in the store (docs/ARCHITECTURE.md §10). With a store_dir, calibrate() and
-  // calibrate_fidelity() write the deficits they measured there (one small entry of kind "other", keyed by the
-  // model fingerprint, which covers the dtype, and the measurement's version), and open() fits the fidelity
-  // model from the entry it finds, as calibrate_fidelity() would, without measuring: every engine of this
-  // model on this store directory plans as calibrated (Engine::fidelity_calibration() says "store"). Nothing
-  // is stored for an engine without a store_dir, and the remote tier is never written or asked for it (an
-  // open would wait for a remote that does not answer). The entry is an ordinary one: a disk budget may
-  // evict it, and the next engine then starts from the defaults. An entry that does not decode (other
-  // tensors, a loss kind it does not know, a negative or non-finite value) is ignored with a warning on
-  // stderr naming its key, and the defaults stay; the cost model (machine timings) is never stored.
+  // Keep the fidelity calibration in the store (docs/ARCHITECTURE.md §10). With a store_dir or a remote,
+  // calibrate() and calibrate_fidelity() write the deficits they measured there (one small entry of kind
+  // "other", keyed by the model fingerprint, which covers the dtype, the measurement's version and its seed
+  // count): in the store directory, and queued for the remote tier when there is one. An engine of this
+  // model then fits its fidelity model from the entry it finds, as calibrate_fidelity() would, without
+  // measuring (Engine::fidelity_calibration() says "store"): open() reads the store directory's; when that
+  // holds none, the remote tier is asked once, at the first plan, fidelity_model_description() or
+  // fidelity_calibration() call, never at open() (an open must not wait for a remote that does not answer,
+  // nor warn of it before the caller's own check, orbit::ping_remote, could). The store directory's entry
+  // wins when both hold one; a remote hit is copied into the store directory. A remote that is down then
+  // leaves the defaults for this engine's life (it is not asked again). Nothing is kept for a memory-only
+  // engine without a remote. The entry is an ordinary one: a disk budget or a remote TTL may evict it, and
+  // the next engine then starts from the defaults. An entry that does not decode (other tensors, a loss kind
+  // it does not know, a negative or non-finite value, another model or version; on the remote, anything its
+  // value checks refuse) is ignored with a warning on stderr naming its key, and the defaults stay; the cost
+  // model (machine timings) is never stored.
   // false: neither read nor written (an engine that must start from the defaults, e.g. a replay comparing
   // uncalibrated policies on a shared store).
   bool stored_calibration = true;
@@ -224,6 +231,9 @@ struct EngineStats {
   StoreStats store;
 };
 
+// Engine::calibrate_fidelity's progress: called after each seed with the seeds measured and all of them.
+using CalibrationProgress = std::function<void(int64_t seeds_done, int64_t seeds)>;
+
 // What calibrate() measured: the planner's cost model fitted on this machine.
 struct CalibrationReport {
   int64_t samples = 0;
@@ -235,8 +245,9 @@ struct CalibrationReport {
   int64_t fidelity_samples = 0;
   std::string fidelity_model;  // the fitted fidelity coefficients (KL per unit of loss), one line
   // The measured deficits were written to the store (EngineOptions::stored_calibration) for the engines that
-  // open this model on it later. false without a store_dir, with stored_calibration off, or
-  // when the store refused the write (a full disk: the fit still applies to this engine).
+  // open this model on it later (the remote tier's copy is queued: sent in the background, not waited for).
+  // false without a store_dir or remote, with stored_calibration off, or when the store refused the write (a
+  // full disk: the fit still applies to this engine).
   bool stored = false;
 };
 
@@ -353,12 +364,17 @@ class Engine {
   // of context (the fit's reference sensitivity: 7.2e-2 on tinystories-656k against 7.9e-3). Both
   // calibrations take the model halfway from the defaults toward the fit, in log space
   // (planner::kCalibrationWeight).
-  CalibrationReport calibrate_fidelity();
+  //
+  // `progress` (when set) is called on the calling thread after each seed's deficits are measured, with the
+  // seeds measured so far and all of them (the measurement's seed count); an exception it throws stops the
+  // calibration and propagates, nothing fitted or stored.
+  CalibrationReport calibrate_fidelity(const CalibrationProgress& progress = {});
   // The fidelity model plans use now (its coefficients, each marked fitted or default), one line.
   std::string fidelity_model_description() const;
-  // Where that model comes from: "default" (never calibrated), "store" (fitted at open() from a stored
-  // calibration, EngineOptions::stored_calibration) or "calibrated" (calibrate() or calibrate_fidelity() ran
-  // on this engine). Answers after close() too.
+  // Where that model comes from: "default" (never calibrated), "store" (fitted from a stored calibration,
+  // EngineOptions::stored_calibration: the store directory's at open(), else the remote tier's, asked by the
+  // first call of this, fidelity_model_description() or a plan) or "calibrated" (calibrate() or
+  // calibrate_fidelity() ran on this engine). Answers after close() too (without asking the remote).
   std::string fidelity_calibration() const;
 
   // Runs queued background work (canonical encodes and patch forming) on the calling thread until none

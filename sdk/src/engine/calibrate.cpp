@@ -161,6 +161,7 @@ planner::CostModel EngineCore::cost_model() const {
 
 // The model as fitted (or the defaults), scaled by what the self-checks measured: every plan sees it so.
 planner::FidelityModel EngineCore::fidelity_model() const {
+  read_remote_calibration();  // EngineOptions::stored_calibration: before the first plan
   std::lock_guard<std::mutex> lock(mu_);
   return fidelity_model_.scaled(fidelity_checks_.correction.factor());
 }
@@ -188,12 +189,15 @@ planner::FidelityModel calibrated_fidelity_model(const FidelityCalibration& defi
 }
 
 // Whether the engine keeps its calibration in a store that outlives it (EngineOptions::stored_calibration): its
-// directory (a memory-only store would hold it for this engine alone; the remote tier is never used for it).
-static bool keeps_calibration(const EngineOptions& o) { return o.stored_calibration && !o.store_dir.empty(); }
+// directory or the remote tier (a memory-only store would hold it for this engine alone).
+static bool keeps_calibration(const EngineOptions& o) {
+  return o.stored_calibration && (!o.store_dir.empty() || !o.remote.empty());
+}
 
-CalibrationReport EngineCore::calibrate_fidelity() {
+CalibrationReport EngineCore::calibrate_fidelity(const CalibrationProgress& progress) {
   const auto start = Clock::now();
-  const FidelityCalibration deficits = measure_fidelity_samples(*this, kFidelityCalibrationSeeds);
+  std::call_once(remote_calibration_once_, [] {});  // a measurement replaces what the remote would have given
+  const FidelityCalibration deficits = measure_fidelity_samples(*this, kFidelityCalibrationSeeds, progress);
   const planner::FidelityModel fidelity = calibrated_fidelity_model(deficits);
   CalibrationReport report;
   report.fidelity_samples = static_cast<int64_t>(deficits.samples.size());
@@ -203,19 +207,19 @@ CalibrationReport EngineCore::calibrate_fidelity() {
     fidelity_model_ = fidelity;
     fidelity_origin_ = "calibrated";
   }
-  if (keeps_calibration(options_)) report.stored = save_fidelity_calibration(kv().store(), fingerprint(), deficits);
+  if (keeps_calibration(options_)) {
+    report.stored = save_fidelity_calibration(kv().store(), fingerprint(), deficits, /*remote=*/true);
+  }
   report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return report;
 }
 
-bool EngineCore::load_stored_calibration() {
-  if (!keeps_calibration(options_)) return false;
-  const std::optional<FidelityCalibration> stored = load_fidelity_calibration(kv().store(), fingerprint());
-  if (!stored) return false;
-  // A value that decodes may still be one fit() refuses (a sample it finds wrong): the defaults stay then.
+// Fits the fidelity model from `stored` and marks it as the store's; false (the defaults kept, a warning on
+// stderr naming the key) when the fit refuses it: a value that decodes may still hold a sample fit() finds wrong.
+bool EngineCore::apply_stored_calibration(const FidelityCalibration& stored) const {
   planner::FidelityModel fidelity;
   try {
-    fidelity = calibrated_fidelity_model(*stored);
+    fidelity = calibrated_fidelity_model(stored);
   } catch (const Error& e) {
     std::fprintf(stderr, "orbit: warning: ignoring the store's entry %s: %s; the fidelity model keeps its defaults\n",
                  fidelity_calibration_key(fingerprint()).c_str(), e.what());
@@ -225,6 +229,34 @@ bool EngineCore::load_stored_calibration() {
   fidelity_model_ = fidelity;
   fidelity_origin_ = "store";
   return true;
+}
+
+bool EngineCore::load_stored_calibration() {
+  if (!keeps_calibration(options_)) return false;
+  const std::optional<FidelityCalibration> stored = load_fidelity_calibration(kv().store(), fingerprint());
+  if (stored && apply_stored_calibration(*stored)) return true;
+  // Not found (or refused) in the store directory: the remote tier's, later (stored_calibration.h says why).
+  remote_calibration_pending_ = !stored && kv_->store().has_remote();
+  return false;
+}
+
+void EngineCore::read_remote_calibration() const {
+  if (!remote_calibration_pending_) return;
+  std::call_once(remote_calibration_once_, [this] {
+    const std::optional<FidelityCalibration> stored = load_remote_fidelity_calibration(kv_->store(), fingerprint());
+    if (stored) (void)apply_stored_calibration(*stored);
+  });
+}
+
+void EngineCore::read_remote_calibration_if_open() const {
+  if (!remote_calibration_pending_ || life_.closed()) return;
+  try {
+    const OpHold hold(*this);
+    read_remote_calibration();
+  } catch (const Error&) {
+    if (!life_.closed()) throw;
+    // Closed meanwhile (the hold refused): the store is gone, and the answer is what the engine had.
+  }
 }
 
 std::string EngineCore::fidelity_calibration() const {

@@ -300,7 +300,8 @@ FidelityCalibration scale_features(const std::vector<Raw>& out) {
 
 }  // namespace
 
-FidelityCalibration measure_fidelity_samples(const EngineCore& core, int seeds) {
+FidelityCalibration measure_fidelity_samples(const EngineCore& core, int seeds,
+                                             const std::function<void(int64_t, int64_t)>& progress) {
   c10::InferenceMode guard;
   const runtime::ModelConfig& c = core.config();
   const int64_t limit = c.max_position_embeddings > 0 ? c.max_position_embeddings : 4096;
@@ -317,6 +318,7 @@ FidelityCalibration measure_fidelity_samples(const EngineCore& core, int seeds) 
     arms.keep(out);
     arms.orbit_and_stale(out);
     arms.stale_after_recall(out);
+    if (progress) progress(seed + 1, seeds);
   }
   return scale_features(out);
 }

@@ -1,6 +1,8 @@
 // The fidelity calibration's measurements (calibrate_fidelity.cpp), fitted by EngineCore::calibrate.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "orbit/planner/fidelity_model.h"
@@ -23,8 +25,11 @@ inline constexpr int kFidelityCalibrationSeeds = 3;
 // change to what measure_fidelity_samples measures, so that engines stop fitting deficits measured the old way.
 inline constexpr int kFidelityMeasureVersion = 1;
 
-// Chunks sampled from the model over `seeds` seeds; the model's forward only.
-FidelityCalibration measure_fidelity_samples(const EngineCore& core, int seeds);
+// Chunks sampled from the model over `seeds` seeds; the model's forward only. `progress` (when set) is
+// called after each seed's deficits are measured, with the seeds done and `seeds`; what it throws stops
+// the measurement and propagates.
+FidelityCalibration measure_fidelity_samples(const EngineCore& core, int seeds,
+                                             const std::function<void(int64_t, int64_t)>& progress = {});
 
 // The fidelity model calibrate_fidelity() makes of `deficits`: their fit, taken halfway from the defaults
 // in log space (planner::kCalibrationWeight says why).

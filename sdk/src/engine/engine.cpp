@@ -75,17 +75,25 @@ Window Engine::new_window(const WindowOptions& options) {
   return Window(std::move(state));
 }
 
-std::string Engine::fidelity_model_description() const { return core_->fidelity_model().describe(); }
-std::string Engine::fidelity_calibration() const { return core_->fidelity_calibration(); }
+// Both answer after close() too: the remote tier's stored calibration is asked (once, when the store
+// directory held none: EngineOptions::stored_calibration) only while the engine is open.
+std::string Engine::fidelity_model_description() const {
+  core_->read_remote_calibration_if_open();
+  return core_->fidelity_model().describe();
+}
+std::string Engine::fidelity_calibration() const {
+  core_->read_remote_calibration_if_open();
+  return core_->fidelity_calibration();
+}
 
 CalibrationReport Engine::calibrate() {
   const detail::OpHold hold(*core_);
   return core_->calibrate();
 }
 
-CalibrationReport Engine::calibrate_fidelity() {
+CalibrationReport Engine::calibrate_fidelity(const CalibrationProgress& progress) {
   const detail::OpHold hold(*core_);
-  return core_->calibrate_fidelity();
+  return core_->calibrate_fidelity(progress);
 }
 
 int64_t Engine::run_background(double max_seconds) {

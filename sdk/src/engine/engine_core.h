@@ -46,6 +46,8 @@ class ChatTemplate;
 
 namespace orbit::detail {
 
+struct FidelityCalibration;  // calibrate_fidelity.h
+
 class EngineCore {
  public:
   explicit EngineCore(const EngineOptions& options);
@@ -97,11 +99,21 @@ class EngineCore {
   // Returns whether the correction counted it (FidelityCorrection::observe).
   bool note_fidelity_check(double measured_kl, double predicted_kl, double forward_tokens);
   CalibrationReport calibrate();
-  CalibrationReport calibrate_fidelity();  // the fidelity model only (Engine::calibrate_fidelity)
-  // EngineOptions::stored_calibration: fits the fidelity model from the calibration the store holds for this
-  // model, if any (stored_calibration.h); called once by Engine::open, inside an operation. Returns whether
-  // it found one.
+  // The fidelity model only (Engine::calibrate_fidelity). Cancels the remote read below if still pending.
+  CalibrationReport calibrate_fidelity(const CalibrationProgress& progress = {});
+  // EngineOptions::stored_calibration: fits the fidelity model from the calibration the local tiers hold for
+  // this model, if any (stored_calibration.h); called once by Engine::open, inside an operation, before any
+  // other thread sees the engine. Returns whether it found one. When it did not and the engine has a remote
+  // tier, the remote's is left to read_remote_calibration (never asked at open: stored_calibration.h).
   bool load_stored_calibration();
+  // The remote tier's stored calibration, asked once (the first caller reads, later ones wait for it, then
+  // return at once): fidelity_model() calls it, so the first plan sees the result, and every plan after it
+  // the same model. Nothing to do unless load_stored_calibration left it pending. The caller holds an
+  // operation (the store is open).
+  void read_remote_calibration() const;
+  // read_remote_calibration under an operation of its own, skipped once the engine is closed (Engine's
+  // fidelity_calibration() and fidelity_model_description() answer after close()).
+  void read_remote_calibration_if_open() const;
   // Engine::fidelity_calibration(): "default", "store" or "calibrated".
   std::string fidelity_calibration() const;
 
@@ -115,6 +127,9 @@ class EngineCore {
   void close();
 
  private:
+  // Fits the fidelity model from a stored calibration (load_stored_calibration, read_remote_calibration).
+  bool apply_stored_calibration(const FidelityCalibration& stored) const;
+
   EngineOptions options_;
   std::unique_ptr<runtime::Model> model_;
   std::unique_ptr<runtime::Tokenizer> tokenizer_;  // null when the model has none
@@ -131,8 +146,13 @@ class EngineCore {
 
   mutable std::mutex mu_;  // the models below
   planner::CostModel cost_model_;
-  planner::FidelityModel fidelity_model_;
-  std::string fidelity_origin_ = "default";  // fidelity_calibration()
+  // mutable: read_remote_calibration fills them in from const callers (fidelity_model()), once.
+  mutable planner::FidelityModel fidelity_model_;
+  mutable std::string fidelity_origin_ = "default";  // fidelity_calibration()
+  // The remote calibration read (read_remote_calibration): pending set at open, before any other thread sees
+  // the engine; the once flag taken by that read, or by calibrate_fidelity() to cancel it.
+  bool remote_calibration_pending_ = false;
+  mutable std::once_flag remote_calibration_once_;
   FidelityChecks fidelity_checks_;
 
   std::atomic<uint64_t> next_instance_{0};

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <vector>
 
+#include "engine/stored_calibration.h"
 #include "orbit/common/error.h"
 #include "orbit/store/codec.h"
 #include "orbit/store/device_tier.h"
@@ -150,6 +151,10 @@ Status check_remote_value(const RemoteValueExpectations& expect, const std::stri
     case EntryKind::kCanonical: return check_canonical(expect, chunk, value);
     case EntryKind::kPatch: return check_patch(expect, value);
     case EntryKind::kEmbedding: return check_embedding(expect, value);
+    case EntryKind::kOther:
+      // The one value of kind other an engine writes: its fidelity calibration (stored_calibration.h).
+      if (is_fidelity_calibration(value)) return decode_fidelity_calibration(value, expect.fingerprint).status();
+      break;
     default: break;
   }
   return refuse(value, "the engine stores no such values");

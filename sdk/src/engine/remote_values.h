@@ -9,6 +9,9 @@
 //               length n; per layer and kind at most one factor pair "….u" [n, m], "….vt" [m, D] with
 //               1 <= m <= min(n, D) (D the content width), nothing else
 //   embedding   "embeddings" [n, hidden] (+ "grid" int64 [n, dims]), length = n
+//   other       the fidelity calibration only (attr content = "fidelity-calibration"), as
+//               decode_fidelity_calibration (stored_calibration.h) reads it: this model's fingerprint and
+//               the measurement's version
 //
 // Every floating tensor is float32 (embeddings: any floating dtype) and finite. Any other kind, tensor
 // name, dtype, shape or attribute is refused with a reason naming it.

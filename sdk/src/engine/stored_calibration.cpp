@@ -114,28 +114,59 @@ Result<FidelityCalibration> decode_fidelity_calibration(const store::StoredValue
 }
 
 bool save_fidelity_calibration(store::ChunkStore& store, const std::string& fingerprint,
-                               const FidelityCalibration& calibration) {
+                               const FidelityCalibration& calibration, bool remote) {
   store::PutOptions po;
   po.replace = true;           // a new measurement (another device's rounding) replaces the old one
   po.recompute_cost = 1000.0;  // seconds of forwards to measure again: kept before a chunk's KV
-  po.remote = false;           // stored_calibration.h says why
+  po.remote = remote;
   return store.put(fidelity_calibration_key(fingerprint), fidelity_calibration_value(calibration, fingerprint), po)
       .is_ok();
 }
 
-std::optional<FidelityCalibration> load_fidelity_calibration(store::ChunkStore& store, const std::string& fingerprint) {
-  const std::string key = fidelity_calibration_key(fingerprint);
-  store::GetOptions go;
-  go.remote = false;  // stored_calibration.h says why
-  Result<store::ValuePtr> hit = store.get(key, go);
-  if (!hit.is_ok()) return std::nullopt;
-  Result<FidelityCalibration> decoded = decode_fidelity_calibration(*hit.value(), fingerprint);
+namespace {
+
+// `value` decoded, or nullopt after a warning on stderr naming `key` and why it does not decode.
+std::optional<FidelityCalibration> decoded_or_warned(const store::StoredValue& value, const std::string& fingerprint,
+                                                     const std::string& key) {
+  Result<FidelityCalibration> decoded = decode_fidelity_calibration(value, fingerprint);
   if (!decoded.is_ok()) {
     std::fprintf(stderr, "orbit: warning: ignoring the store's entry %s: %s; the fidelity model keeps its defaults\n",
                  key.c_str(), decoded.status().reason().c_str());
     return std::nullopt;
   }
   return std::move(decoded).value();
+}
+
+}  // namespace
+
+std::optional<FidelityCalibration> load_fidelity_calibration(store::ChunkStore& store, const std::string& fingerprint) {
+  const std::string key = fidelity_calibration_key(fingerprint);
+  store::GetOptions go;
+  go.remote = false;  // the local tiers only: Engine::open asks no remote (stored_calibration.h)
+  Result<store::ValuePtr> hit = store.get(key, go);
+  if (!hit.is_ok()) return std::nullopt;
+  return decoded_or_warned(*hit.value(), fingerprint, key);
+}
+
+std::optional<FidelityCalibration> load_remote_fidelity_calibration(store::ChunkStore& store,
+                                                                    const std::string& fingerprint) {
+  if (!store.has_remote()) return std::nullopt;
+  const std::string key = fidelity_calibration_key(fingerprint);
+  // Whether an entry is there before the read: the store serves one the remote tier refuses as a plain
+  // miss (and removes it from the server), so this is how the refusal shows.
+  const bool held = store.contains(key);
+  Result<store::ValuePtr> hit = store.get(key);  // local tiers first, then the remote (copied into the local ones)
+  if (!hit.is_ok()) {
+    if (held) {
+      std::fprintf(stderr,
+                   "orbit: warning: ignoring the remote tier's entry %s: refused on read (corrupt, or not this "
+                   "model's fidelity calibration of version %d; removed from the server); the fidelity model keeps "
+                   "its defaults\n",
+                   key.c_str(), kFidelityMeasureVersion);
+    }
+    return std::nullopt;
+  }
+  return decoded_or_warned(*hit.value(), fingerprint, key);
 }
 
 }  // namespace orbit::detail

@@ -1,10 +1,15 @@
 // The fidelity calibration kept in the chunk store (EngineOptions::stored_calibration): the deficits
-// measure_fidelity_samples measured (calibrate_fidelity.h), stored as one small value in the local tiers
-// (the disk directory), so that an engine opening the same model on the same store directory fits its
-// fidelity model from them without measuring. Never written to or read from the remote tier: an engine's
-// open would otherwise wait for a remote that does not answer, and warn of it before the caller's own check
-// (orbit::ping_remote) could. The deficits are stored, not the fitted model: a later fit or blend
-// (planner::FidelityModel::fit, kCalibrationWeight) applies to them as it would to a fresh measurement.
+// measure_fidelity_samples measured (calibrate_fidelity.h), stored as one small value, so that an engine
+// opening the same model on the same store directory, or on the same remote tier, fits its fidelity model
+// from them without measuring. Written to the local tiers (the disk directory) and, with a remote tier,
+// queued for it too. Read in two steps (EngineCore::load_stored_calibration, read_remote_calibration): at
+// Engine::open from the local tiers only, and from the remote tier only when they miss, once, at the first
+// plan or fidelity question, never at open: an open would otherwise wait for a remote that does not answer,
+// and warn of it before the caller's own start check (orbit::ping_remote) could. The local entry wins when
+// both exist; a remote hit is copied into the local tiers (the store promotes it). The remote tier checks
+// the value before returning it (remote_values.h: decode_fidelity_calibration). The deficits are stored, not
+// the fitted model: a later fit or blend (planner::FidelityModel::fit, kCalibrationWeight) applies to them
+// as it would to a fresh measurement.
 //
 //   key     SHA-256 over the tag "orbit/fidelity-calibration", kFidelityMeasureVersion,
 //           kFidelityCalibrationSeeds and the model fingerprint (which covers the dtype)
@@ -12,7 +17,7 @@
 //           attrs "content" = "fidelity-calibration", "fingerprint" (the model's), "reference_sensitivity"
 //           (%.17g, finite and > 0), "version" (kFidelityMeasureVersion)
 //
-// Thread-safety: pure functions, except save and load, which use the store (thread-safe) and stderr.
+// Thread-safety: pure functions, except save and the loads, which use the store (thread-safe) and stderr.
 #pragma once
 
 #include <optional>
@@ -40,13 +45,22 @@ bool is_fidelity_calibration(const store::StoredValue& value);
 Result<FidelityCalibration> decode_fidelity_calibration(const store::StoredValue& value,
                                                         const std::string& fingerprint);
 
-// Writes `calibration` under the model's key in the local tiers, replacing what is there. Returns whether the
-// store took it.
+// Writes `calibration` under the model's key in the local tiers, replacing what is there, and, when
+// `remote`, queues it for the remote tier (a store without one ignores that). Returns whether the local
+// tiers took it.
 bool save_fidelity_calibration(store::ChunkStore& store, const std::string& fingerprint,
-                               const FidelityCalibration& calibration);
+                               const FidelityCalibration& calibration, bool remote);
 
 // The calibration stored for the model in the local tiers; nullopt when none is (a miss), or when the value there does
 // not decode: then a warning naming the key and the reason is printed on stderr and the caller keeps its defaults.
 std::optional<FidelityCalibration> load_fidelity_calibration(store::ChunkStore& store, const std::string& fingerprint);
+
+// The calibration stored for the model, asking the remote tier when the local tiers miss (a remote hit is
+// then copied into them). nullopt without a remote tier, on a miss, while the remote is down, or when the
+// server held an entry under the key that the remote tier refused (corrupt, another key or model inside,
+// not a calibration of this model and version: removed from the server, counted in its stats' corrupt):
+// then a warning naming the key is printed on stderr and the caller keeps its defaults.
+std::optional<FidelityCalibration> load_remote_fidelity_calibration(store::ChunkStore& store,
+                                                                    const std::string& fingerprint);
 
 }  // namespace orbit::detail
