@@ -361,9 +361,20 @@ std::shared_ptr<const TokenVocabulary> quote_rich_vocabulary(int64_t& eos) {
     for (const char* end : {"\"", "\":", "\": ", "\",", "\"}", "\": \""}) add(std::string("\"") + k + end);
   }
   for (const char* s : {"\",\"", "\":\"", "\", \"", "\"\"", "\\\"", "\\\\", "\"}, {\""}) add(s);
+  // Tokens that, read from a string value's body, end it and open a string with a later quote (`","ab`), one
+  // that also closes there (`","a"`, which may repeat a key), or holds an escape; bytes past ASCII before or
+  // after a quote (`\xC3\xA9"`, `"\xC3\xA9`, written as bytes).
+  for (const char* close : {"\"", "x\"", "\xC3\xA9\"", "\\\\\"", "\\\"x\""}) {
+    for (const char* between : {",", ", ", "}, ", "},{", "}]"}) {
+      for (const char* key : {"", "a", "ab", "abc", "b", "the", "\xC3\xA9", "\xC3", "a\"", "ab\":", "\\u0061", "a\\"}) {
+        add(std::string(close) + between + "\"" + key);
+      }
+    }
+  }
   // Escaped quotes that stay in a string, and those a '\\' does not escape, which end it (and may write a key).
   for (const char* s : {"x\\\"", "\\\":", "\\\",", " \\\"", "\\\\\"", "\\\\\\\"", "a\\\"b\"", "\\\\\", \"a\"",
-                        "\\\\\",\"ab\":", "\\\\\", \"b\": \"", "\\\"\\\"", "\\u0022", "\\\\\\\", \"a\""}) {
+                        "\\\\\",\"ab\":", "\\\\\", \"b\": \"", "\\\"\\\"", "\\u0022", "\\\\\\\", \"a\"", "\\u0061\":\"",
+                        "b\\u0061\": \""}) {
     add(s);
   }
   eos = static_cast<int64_t>(v.text.size());
@@ -382,10 +393,23 @@ std::shared_ptr<const TokenVocabulary> quote_rich_vocabulary(int64_t& eos) {
 // write such tokens and those a '\\' does not escape, which close a logged key. It fails where
 // quotes_escaped reads a '\\' after a '\\' as a new escape (`\\"` kept after `"\\a`), and where
 // in_string_bodies takes a stack mid-escape for one in a string's body (`\"` kept after `"a\`).
+// In a string value's body, tokens of two quotes or more are walked only where the string they open may be
+// refused (VocabTrie::body_openers, tail_refusable), and a token of one quote with bytes past ASCII after it
+// is judged by tail_refusable (VocabTrie::quoted_tails): the vocabulary's `","ab`, `\xC3\xA9","a"` kinds, the
+// keys past ASCII and the texts whose values end with such tokens check them. It fails where the body's
+// tails are never walked, where a string the token opens and closes is not walked, where a stack inside a
+// key is read as one in a value's body (`\u0061":"` kept after a logged "a"), and where a tail past ASCII is
+// never walked.
 TEST_CASE("masks agree with the matcher where a token's quote opens a pattern's or an enum's key", "[constraint]") {
   int64_t eos = 0;
   const auto vocab = quote_rich_vocabulary(eos);
   const std::string str = R"({"type": "string", "maxLength": 3})";
+  // Keys past ASCII, under an enum and a pattern.
+  const std::string utf8_enum =
+      R"({"type": "object", "propertyNames": {"enum": ["a", "ab", "\u00e9", "\u00e9a", "the"]},
+                                    "additionalProperties": {"type": "string"}})";
+  const std::string utf8_pattern = R"({"type": "object", "propertyNames": {"pattern": "^(\u00e9|\u00e9a|ab|a)$"},
+                                       "additionalProperties": {"anyOf": [{"type": "string"}, {"type": "integer"}]}})";
   const std::vector<std::string> schemas{
       R"({"type": "object", "propertyNames": {"pattern": "^[ab]{1,3}$"}, "additionalProperties": )" + str + "}",
       R"({"type": "object", "propertyNames": {"enum": ["a", "ab", "abc", "b", "ba", "the"]},
@@ -402,6 +426,8 @@ TEST_CASE("masks agree with the matcher where a token's quote opens a pattern's 
           {"type": "integer"}}]})",
       R"({"type": "object", "propertyNames": {"pattern": "^[ab]*$"}, "maxProperties": 6, "additionalProperties": )" +
           str + "}",
+      utf8_enum,
+      utf8_pattern,
       R"({"type": "object", "additionalProperties": {"type": "string"}})",
       R"({"type": "object", "propertyNames": {"maxLength": 2}, "additionalProperties": {"type": "string"}})",
       R"({"type": "array", "items": {"type": "object", "additionalProperties": {"type": "string"}}})",
@@ -409,9 +435,26 @@ TEST_CASE("masks agree with the matcher where a token's quote opens a pattern's 
           "additionalProperties": {"type": "object", "propertyNames": {"enum": ["a", "b", "ab"]}}})",
   };
   int64_t steps = 0;
+  // Every prefix of texts whose values end with tokens of two quotes or more, under keys past ASCII: at each
+  // byte of a value, a token that ends it and begins the next key may write the start of a logged one.
+  for (const std::string& s : {utf8_enum, utf8_pattern}) {
+    const std::string e = "\xC3\xA9";  // U+00E9
+    for (const std::string& text :
+         {"{\"" + e + "\": \"x\\\"\", \"a\": \"\\\\\", \"ab\": \"" + e + "\", \"" + e + "a\": \"w",
+          "{\"ab\": \"" + e + "\",\"a\":\"x\",\"" + e + "a\": \"y\"}"}) {
+      for (std::size_t n = 1; n <= text.size(); ++n, ++steps) {
+        INFO("schema " << s << " text " << text.substr(0, n));
+        TokenConstraint tc(schema(s), vocab, {{eos}});
+        tc.accept_text(text.substr(0, n));
+        constraint_property::check_mask_brute_force(tc, *vocab, eos, 1000);
+      }
+    }
+  }
   // Every prefix of texts whose keys hold escapes, at each byte (mid-escape included): a token that a '\\'
-  // before its quote does not escape (`\\"` after `"\\a`, `\"` after `"\\a\`) closes the logged key `\a\`.
-  for (const std::string text : {R"({"a\\": "x\"", "b\"": "y\\", "a\\)", R"({"\\a\\": {"\"": "\\\""}, "\\a\\)"}) {
+  // before its quote does not escape (`\\"` after `"\\a`, `\"` after `"\\a\`) closes the logged key `\a\`. The
+  // last text writes a logged plain key again, where a token of two quotes (`":"`) closes it with its first.
+  for (const std::string text : {R"({"a\\": "x\"", "b\"": "y\\", "a\\)", R"({"\\a\\": {"\"": "\\\""}, "\\a\\)",
+                                 R"({"ab": "x\"", "b": {"a": "", "a)"}) {
     const auto plain = schema(R"({"type": "object", "additionalProperties": {"anyOf": [{"type": "string"},
                                  {"type": "object", "additionalProperties": {"type": "string"}}]}})");
     for (std::size_t n = 1; n <= text.size(); ++n, ++steps) {

@@ -203,9 +203,11 @@ class KeyLog {
   // its rest too.
   void one_quote_suspects(const OneQuote& q, const VocabTrie& trie, std::vector<int32_t>& out) const;
   // Where `q` applies, whether a walk may refuse a token of VocabTrie::quoted_tails whose bytes after its quote
-  // are `tail`, in a key its quote opens in an object of `q.outside`: the key's bytes so far begin a key the
-  // object has logged and have no completion that is not one (the walk's own test, on those bytes alone). A
-  // token for which this is false is refused by no walk (given `q`); one for which it is true is walked.
+  // are `tail` (or of VocabTrie::body_openers, read from a string value's body: its bytes after the quote that
+  // opens a string), in a key that quote opens in an object of `q.outside`: the key's bytes so far begin a key
+  // the object has logged and have no completion that is not one (the walk's own test, on those bytes alone;
+  // bytes past ASCII are compared as written, as json_quote() leaves them). A token for which this is false is
+  // refused by no walk (given `q`); one for which it is true is walked.
   bool tail_refusable(const OneQuote& q, std::string_view tail) const;
   // Whether every stack of `state` is in the body of a string (not mid-escape nor mid-character): a value's,
   // or a free key's whose key node is a plain string that no token of at most `max_token_bytes` bytes fills to

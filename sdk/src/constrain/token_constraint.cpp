@@ -368,6 +368,29 @@ struct Budget {
   }
 };
 
+// Where every stack is in a string value's body (`one` applies with no stack in a key: KeyLog::one_quote,
+// KeyLog::in_string_bodies), the tokens `mask` allows that a walk may refuse, appended to `out`. A token's
+// bytes are read from the body: up to its first unescaped '"' they stay in the value, which no walk refuses a
+// byte of, and that quote ends it; bytes outside a string are refused only at a ',' of an object with few keys
+// (no stack holds one, and one the token opens is among suspects()' braced quotes); a later '"' opens a
+// string, a key or a value, whose opening quote one_quote() found free. Its bytes are refused only inside a
+// key of an object `one.outside` lists (tail_refusable; an object not listed has plain keys no token fills,
+// or is one the token opens, with no key logged), so only the tokens whose string's bytes may be refused there
+// are listed, and those whose string closes or holds a '\\' (VocabTrie::body_openers).
+void value_body_suspects(const TokenMask& mask, const constrain::KeyLog::OneQuote& one, const constrain::KeyLog& keys,
+                         const constrain::VocabTrie& trie, const TokenVocabulary& vocabulary,
+                         std::vector<int32_t>& out) {
+  for (const auto& [id, tail] : trie.body_openers()) {
+    if (!mask.allows(id)) continue;
+    if (tail == constrain::VocabTrie::kOpenedWalk) {
+      out.push_back(id);
+    } else if (!one.outside.empty()) {
+      const std::string& bytes = *vocabulary.bytes(id);
+      if (keys.tail_refusable(one, std::string_view(bytes).substr(static_cast<std::size_t>(tail)))) out.push_back(id);
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<int64_t> TokenConstraint::repeats(const TokenMask& mask, bool* drops) const {
@@ -399,17 +422,21 @@ std::vector<int64_t> TokenConstraint::repeats(const TokenMask& mask, bool* drops
   const constrain::KeyLog::OneQuote one = keys().one_quote(now, matcher_.text(), trie.max_token_bytes());
   if (one.applies) keys().one_quote_suspects(one, trie, prefixes);
   const bool outside = one.applies && !one.outside.empty();
-  if (outside) {
-    for (const int32_t id : trie.quoted_tails()) {
-      if (!mask.allows(id)) continue;
-      const std::string& bytes = *vocabulary_->bytes(id);
-      if (keys().tail_refusable(one, std::string_view(bytes).substr(bytes.find('"') + 1))) prefixes.push_back(id);
-    }
-  }
-  // Inside strings' bodies a token whose quotes are all escaped stays in them: no walk refuses it.
   const bool bodies = keys().in_string_bodies(now, trie.max_token_bytes());
-  for (const int32_t id : !one.applies ? quoted : outside ? trie.tails_apart() : trie.quoted_apart()) {
-    if (mask.allows(id) && !(bodies && trie.quotes_escaped(id))) ask(id);
+  if (one.applies && one.objects.empty() && bodies) {
+    value_body_suspects(mask, one, keys(), trie, *vocabulary_, prefixes);
+  } else {
+    if (outside) {
+      for (const int32_t id : trie.quoted_tails()) {
+        if (!mask.allows(id)) continue;
+        const std::string& bytes = *vocabulary_->bytes(id);
+        if (keys().tail_refusable(one, std::string_view(bytes).substr(bytes.find('"') + 1))) prefixes.push_back(id);
+      }
+    }
+    // Inside strings' bodies a token whose quotes are all escaped stays in them: no walk refuses it.
+    for (const int32_t id : !one.applies ? quoted : outside ? trie.tails_apart() : trie.quoted_apart()) {
+      if (mask.allows(id) && !(bodies && trie.quotes_escaped(id))) ask(id);
+    }
   }
   std::sort(prefixes.begin(), prefixes.end());  // a token writes the start of many keys' rest: walked once
   prefixes.erase(std::unique(prefixes.begin(), prefixes.end()), prefixes.end());

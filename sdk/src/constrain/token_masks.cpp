@@ -92,6 +92,32 @@ bool quotes_escaped_in(const std::string& s) {
   return quote;
 }
 
+// Read from a JSON string's body (not mid-escape): the offset past the '"' with which `s` opens a string after
+// ending the one it begins in; -1 (VocabTrie::kOpenedWalk) where that string closes in `s` or holds a '\\';
+// -2 where `s` opens none.
+int32_t body_opening(const std::string& s) {
+  bool in_string = true, escaped = false;
+  int32_t opened = -2;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (!in_string) {
+      if (c == '"') {
+        in_string = true;
+        opened = static_cast<int32_t>(i + 1);
+      }
+    } else if (escaped) {
+      escaped = false;
+    } else if (c == '\\') {
+      if (opened >= 0) return -1;  // an escape spells the key otherwise: walked
+      escaped = true;
+    } else if (c == '"') {
+      if (opened >= 0) return -1;  // the string it opened closes: a key may repeat
+      in_string = false;
+    }
+  }
+  return opened;
+}
+
 }  // namespace
 
 VocabTrie::VocabTrie(const std::vector<std::optional<std::string>>& bytes)
@@ -136,11 +162,14 @@ VocabTrie::VocabTrie(const std::vector<std::optional<std::string>>& bytes)
     quotes_escaped_[i] = backslash && quotes > 0 && quotes_escaped_in(*bytes[i]) ? 1 : 0;
     if (quotes > 0 && !plain_one) quoted_apart_.push_back(static_cast<int32_t>(i));
     if (plain_one && quote + 1 < bytes[i]->size()) {  // bytes after its quote
-      (std::all_of(at_quote + 1, bytes[i]->end(), printable) ? quoted_tails_ : tails_apart_)
+      const auto no_control = [](char c) { return static_cast<unsigned char>(c) >= 0x20; };
+      (std::all_of(at_quote + 1, bytes[i]->end(), no_control) ? quoted_tails_ : tails_apart_)
           .push_back(static_cast<int32_t>(i));
     } else if (quotes > 0 && !plain_one) {
       tails_apart_.push_back(static_cast<int32_t>(i));
     }
+    const int32_t opened = quotes > 1 ? body_opening(*bytes[i]) : -2;
+    if (opened != -2) body_openers_.emplace_back(static_cast<int32_t>(i), opened);
     const std::size_t brace = bytes[i]->find('{');
     if (brace != std::string::npos && bytes[i]->find('"', brace) != std::string::npos) {
       braced_quotes_.push_back(static_cast<int32_t>(i));

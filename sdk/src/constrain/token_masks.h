@@ -75,11 +75,18 @@ class VocabTrie {
   // quote, as json_quote() does (KeyLog::one_quote).
   const std::vector<int32_t>& quoted_apart() const { return quoted_apart_; }
   // Where a token's quote may open a key (KeyLog::one_quote's outside objects), its bytes after the quote write
-  // that key: quoted_tails() are the tokens of one '"', printable ASCII throughout without a '\\', with bytes
-  // after the quote (each writes its key as json_quote() does); tails_apart() those quoted_apart() lists and
-  // those of one '"' with a byte outside [0x20, 0x80) after it (ids ascending). A token of one '"' as its last
-  // byte is in neither.
+  // that key: quoted_tails() are the tokens of one '"' after printable ASCII, without a '\\', with bytes after
+  // the quote, none of them a control byte (below 0x20): each writes its key as json_quote() does, which
+  // leaves bytes from 0x80 up as they are; tails_apart() those quoted_apart() lists and those of one '"' with
+  // a control byte after it (ids ascending). A token of one '"' as its last byte is in neither.
   const std::vector<int32_t>& quoted_tails() const { return quoted_tails_; }
+  // The tokens that, read from a JSON string's body (not mid-escape), end that string with a '"' and open
+  // another with a later '"' (`","`, `.","`, `"},{"`), each with the offset of the bytes after the quote that
+  // opens it (its tail: `","` 3), or kOpenedWalk where the string it opens also closes within the token or
+  // holds a '\\' (`":"x"`, `","\\`): ids ascending. A token that opens no string from a body (one that
+  // ends it with its only '"', `…"`, `\\"`, or escapes every quote) is not listed.
+  static constexpr int32_t kOpenedWalk = -1;
+  const std::vector<std::pair<int32_t, int32_t>>& body_openers() const { return body_openers_; }
   // Whether token `id` holds a '"' and, read from a JSON string's body (not mid-escape), escapes each of them
   // with a '\\' (`\"`, `x\":`): it writes no quote that ends the string.
   bool quotes_escaped(int32_t id) const { return quotes_escaped_[static_cast<std::size_t>(id)] != 0; }
@@ -108,7 +115,8 @@ class VocabTrie {
   std::vector<int32_t> quoted_apart_;
   std::vector<int32_t> quoted_tails_;
   std::vector<int32_t> tails_apart_;
-  std::vector<uint8_t> quotes_escaped_;  // per id: quotes_escaped()
+  std::vector<std::pair<int32_t, int32_t>> body_openers_;  // (id, its tail's offset or kOpenedWalk)
+  std::vector<uint8_t> quotes_escaped_;                    // per id: quotes_escaped()
 };
 
 // One state's mask. `need` is the fewest bytes that complete the text from the state the mask was computed
