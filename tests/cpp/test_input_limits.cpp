@@ -7,8 +7,14 @@
 #include <thread>
 #include <vector>
 
+#include <ATen/ATen.h>
+
 #include "orbit/engine.h"
+#include "orbit/runtime/generator.h"
+#include "orbit/runtime/loader.h"
+#include "orbit/runtime/model.h"
 #include "orbit/trace.h"
+#include "orbit/window.h"
 #include "orbit_catch.h"
 #include "test_helpers.h"
 
@@ -49,7 +55,102 @@ orbit::ReplayOptions replay_options() {
   return r;
 }
 
+// tiny-llama with max_position_embeddings 40 at `path`: under dynamic-NTK RoPE (factor 2) when `dynamic`, 40 the
+// anchor the scaling starts at; else unscaled, 40 its limit.
+void anchored_model(const std::string& path, bool dynamic) {
+  orbit::runtime::GeneratorOptions g;
+  g.config = orbit::runtime::generator_preset("tiny-llama");
+  g.config.max_position_embeddings = g.config.rope.max_position_embeddings = 40;
+  if (dynamic) {
+    g.config.rope.scaling = orbit::runtime::RopeScaling::kDynamicNtk;
+    g.config.rope.factor = 2.0;
+  }
+  g.seed = 5;
+  orbit::runtime::generate_model(g, path);
+}
+
+std::shared_ptr<Engine> open_model(const std::string& path) {
+  EngineOptions o;
+  o.model = path;
+  o.page_size = 4;
+  o.threads = 1;
+  return Engine::open(o);
+}
+
+// The runtime's logits after `tokens[0..n-1]` at positions 0..n-1: the last token forwarded over the KV of the
+// others as one contiguous past (no window, no pages, no SDK).
+at::Tensor oracle_logits(const orbit::runtime::Model& m, const std::vector<int64_t>& tokens) {
+  namespace rt = orbit::runtime;
+  rt::ForwardInput head;
+  head.tokens.assign(tokens.begin(), tokens.end() - 1);
+  rt::ForwardOptions content_only;
+  content_only.logits = rt::LogitsMode::kNone;
+  rt::PastKV past;
+  past.layers = m.forward(head, nullptr, content_only).content;
+  past.positions = at::arange(static_cast<int64_t>(head.tokens.size()), at::kLong);
+  rt::ForwardInput last;
+  last.tokens = {tokens.back()};
+  return m.forward(last, &past).logits.reshape({-1});
+}
+
+std::vector<int64_t> tokens_from(int64_t first, int64_t n) {
+  std::vector<int64_t> t;
+  for (int64_t i = 0; i < n; ++i) t.push_back(3 + (first + 7 * i) % 200);
+  return t;
+}
+
 }  // namespace
+
+TEST_CASE("under dynamic-NTK RoPE a window decodes past the anchor to max_position_embeddings x factor",
+          "[limits][model][rope]") {
+  orbit::test::TempDir dir;
+  const std::string path = (dir.path() / "dynamic-40x2").string();
+  anchored_model(path, true);
+  auto engine = open_model(path);
+  CHECK(engine->model_info().max_positions == 80);
+  const auto model = orbit::runtime::load_model(path);
+  orbit::Window w = engine->new_window();
+  const std::vector<int64_t> turn = tokens_from(1, 30), query = tokens_from(2, 3);
+  w.add_turn(turn);
+  orbit::GenerateOptions g;
+  g.max_tokens = 100;
+  const orbit::Generation answer = w.generate(query, g);
+  // Positions 30..32 hold the query; the answer's forwards run through position 79, the last the limit allows.
+  CHECK(answer.stop_reason == "position_limit");
+  REQUIRE(answer.tokens.size() == 48);
+  // Each greedy token is the runtime's argmax over the same tokens at the same positions (to float rounding:
+  // its logit within 1e-4 of the top one), past the anchor of 40 as before it.
+  std::vector<int64_t> seq = turn;
+  seq.insert(seq.end(), query.begin(), query.end());
+  for (std::size_t i = 0; i < answer.tokens.size(); ++i) {
+    INFO("answer token " << i << " at position " << seq.size());
+    const at::Tensor logits = oracle_logits(*model, seq);
+    CHECK(logits[answer.tokens[i]].item<float>() >= logits.max().item<float>() - 1e-4F);
+    seq.push_back(answer.tokens[i]);
+  }
+  // A chunk past the limit is refused naming where the limit comes from; one at the limit encodes.
+  CHECK_THROWS_WITH(engine->add_tokens(tokens_from(3, 81)),
+                    Contains("add_tokens: 81 tokens exceed the model's 80 positions "
+                             "(max_position_embeddings * rope_scaling.factor)"));
+  CHECK_NOTHROW(engine->precompute(engine->add_tokens(tokens_from(4, 80))));
+}
+
+TEST_CASE("an unscaled model's windows stop at max_position_embeddings as before", "[limits][model][rope]") {
+  orbit::test::TempDir dir;
+  const std::string path = (dir.path() / "plain-40").string();
+  anchored_model(path, false);
+  auto engine = open_model(path);
+  CHECK(engine->model_info().max_positions == 40);
+  orbit::Window w = engine->new_window();
+  w.add_turn(tokens_from(1, 30));
+  orbit::GenerateOptions g;
+  g.max_tokens = 100;
+  const orbit::Generation answer = w.generate(tokens_from(2, 3), g);
+  CHECK(answer.stop_reason == "position_limit");
+  CHECK(answer.tokens.size() == 8);  // forwards at positions 30..39
+  CHECK_THROWS_WITH(engine->add_tokens(tokens_from(3, 41)),
+                    Contains("add_tokens: 41 tokens exceed the model's 40 positions (max_position_embeddings)"));
+}
 
 TEST_CASE("Engine threads beyond this machine's cores are refused, naming the option", "[limits][model]") {
   EngineOptions o = stories_options();

@@ -156,7 +156,7 @@ struct ModelInfo {
   std::string fingerprint;
   int64_t num_layers = 0;
   int64_t vocab_size = 0;
-  int64_t max_positions = 0;
+  int64_t max_positions = 0;  // positions a window may hold: max_position_embeddings (x rope factor: dynamic NTK)
   int64_t position_rows = 1;  // 3 for M-RoPE models (chunks may carry (t, h, w) grids)
   int64_t hidden_size = 0;
   int64_t kv_bytes_per_token = 0;  // content channel, all layers, float32 (the store's form)

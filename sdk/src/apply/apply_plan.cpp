@@ -82,9 +82,8 @@ Status check_limits(const WindowState& state, const Plan& plan) {
     if (s.action != StepAction::kEvict) extent += s.chunk.extent;
   }
   bool capacity = false;
-  const std::string refusal =
-      limit_refusal(plan.op, extent, plan.device_bytes_after, state.core->config().max_position_embeddings,
-                    state.options.max_bytes, &capacity);
+  const std::string refusal = limit_refusal(plan.op, extent, plan.device_bytes_after, state.core->max_positions(),
+                                            state.options.max_bytes, &capacity);
   if (!refusal.empty()) return capacity ? Status::out_of_capacity(refusal) : Status::refused(refusal);
   return Status::ok();
 }

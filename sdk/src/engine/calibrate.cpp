@@ -268,7 +268,7 @@ CalibrationReport EngineCore::calibrate() {
   const auto start = Clock::now();
   const runtime::ModelConfig& c = model().config();
   c10::InferenceMode guard;
-  const int64_t limit = c.max_position_embeddings > 0 ? c.max_position_embeddings : 4096;
+  const int64_t limit = window_position_limit(c) > 0 ? window_position_limit(c) : 4096;
   CostTiming timing(*this, std::min<int64_t>(128, limit / 2));
   const runtime::PastKV ctx = time_forwards(timing);
   const TimedChunk chunk = time_patches(timing, ctx);

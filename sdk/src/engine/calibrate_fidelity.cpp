@@ -304,7 +304,7 @@ FidelityCalibration measure_fidelity_samples(const EngineCore& core, int seeds,
                                              const std::function<void(int64_t, int64_t)>& progress) {
   c10::InferenceMode guard;
   const runtime::ModelConfig& c = core.config();
-  const int64_t limit = c.max_position_embeddings > 0 ? c.max_position_embeddings : 4096;
+  const int64_t limit = window_position_limit(c) > 0 ? window_position_limit(c) : 4096;
   Lengths n;
   n.a = std::min<int64_t>(24, limit / 8);
   n.b = std::min<int64_t>(32, limit / 8);

@@ -27,13 +27,9 @@ void ChunkRegistry::fill_embeddings(ChunkRecord& rec, const at::Tensor& emb, con
 
 void ChunkRegistry::check_extent(int64_t extent, const char* what, const char* unit) const {
   const runtime::ModelConfig& c = core_.config();
-  if (c.rope.scaling == runtime::RopeScaling::kDynamicNtk) {
-    ORBIT_CHECK(extent <= (int64_t{1} << 31), what << ": " << extent << " " << unit << " is too large (at most 2^31)");
-    return;
-  }
-  ORBIT_CHECK(extent <= c.max_position_embeddings, what << ": " << extent << " " << unit << " exceed the model's "
-                                                        << c.max_position_embeddings
-                                                        << " positions (max_position_embeddings)");
+  const int64_t limit = window_position_limit(c);
+  ORBIT_CHECK(extent <= limit, what << ": " << extent << " " << unit << " exceed the model's " << limit
+                                    << " positions (" << window_position_limit_source(c) << ")");
 }
 
 ChunkRef ChunkRegistry::add_tokens(const std::vector<int64_t>& tokens, const ChunkOptions& options) {

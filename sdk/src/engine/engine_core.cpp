@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -166,6 +167,22 @@ const runtime::ChatTemplate* EngineCore::chat_template() const {
   return chat_template_.get();
 }
 
+int64_t window_position_limit(const runtime::ModelConfig& config) {
+  const runtime::RopeConfig& r = config.rope;
+  if (r.scaling != runtime::RopeScaling::kDynamicNtk) return config.max_position_embeddings;
+  const int64_t anchor =
+      r.original_max_position_embeddings > 0 ? r.original_max_position_embeddings : r.max_position_embeddings;
+  // The anchor as rope.cpp reads it (positive: validated for 'dynamic'); factor >= 1 and finite (rope.cpp validates
+  // it); capped at 2^31 positions so the product stays exact.
+  const double scaled = std::min(static_cast<double>(anchor) * r.factor, static_cast<double>(int64_t{1} << 31));
+  return std::max(config.max_position_embeddings, static_cast<int64_t>(std::floor(scaled)));
+}
+
+const char* window_position_limit_source(const runtime::ModelConfig& config) {
+  return config.rope.scaling == runtime::RopeScaling::kDynamicNtk ? "max_position_embeddings * rope_scaling.factor"
+                                                                  : "max_position_embeddings";
+}
+
 ModelInfo EngineCore::model_info() const {
   const runtime::Model& m = model();
   const runtime::ModelConfig& c = m.config();
@@ -175,7 +192,7 @@ ModelInfo EngineCore::model_info() const {
   info.fingerprint = m.fingerprint();
   info.num_layers = c.num_layers;
   info.vocab_size = c.vocab_size;
-  info.max_positions = c.max_position_embeddings;
+  info.max_positions = max_positions();
   info.position_rows = c.position_rows();
   info.hidden_size = c.hidden_size;
   int64_t w = 0;

@@ -48,6 +48,18 @@ namespace orbit::detail {
 
 struct FidelityCalibration;  // calibrate_fidelity.h
 
+// The positions a window on a model with `config` may hold (exclusive). max_position_embeddings, except under
+// dynamic-NTK RoPE (Hugging Face's "dynamic"), whose max_position_embeddings (or
+// rope_scaling.original_max_position_embeddings) is the anchor the scaling starts at: the runtime grows theta
+// with the window's length past it and sets no limit of its own (no position table caps it), as transformers'
+// _compute_dynamic_ntk_parameters does, so the limit is where the config says the scaling reaches:
+// floor(anchor * rope_scaling.factor) (transformers documents rope_scaling.factor x as handling x times the
+// original length), at least max_position_embeddings.
+int64_t window_position_limit(const runtime::ModelConfig& config);
+// What window_position_limit read, for refusals: "max_position_embeddings", or
+// "max_position_embeddings * rope_scaling.factor" under dynamic-NTK RoPE.
+const char* window_position_limit_source(const runtime::ModelConfig& config);
+
 class EngineCore {
  public:
   explicit EngineCore(const EngineOptions& options);
@@ -60,6 +72,9 @@ class EngineCore {
   const runtime::ModelConfig& config() const { return model().config(); }
   const std::string& fingerprint() const { return model().fingerprint(); }
   ModelInfo model_info() const;
+  // The positions a window may hold (exclusive limit; window_position_limit of the model's config): every
+  // SDK check of a window's, chunk's or text's extent against the model reads this, not the config field.
+  int64_t max_positions() const { return window_position_limit(config()); }
   // The tokenizer (EngineOptions::tokenizer or the one beside the model); throws orbit::Error saying the
   // model has none. Immutable after open: safe from any thread.
   const runtime::Tokenizer& tokenizer() const;

@@ -12,7 +12,7 @@ ModelLimits model_limits(const EngineCore& core) {
   m.k_width = c.content_k_shape().width();
   m.v_width = c.content_v_shape().width();
   m.kv_bytes_per_token = core.model_info().kv_bytes_per_token;
-  m.max_positions = c.max_position_embeddings;
+  m.max_positions = core.max_positions();
   return m;
 }
 

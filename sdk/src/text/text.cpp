@@ -40,7 +40,7 @@ namespace {
 void check_fits(const detail::EngineCore& core, std::string_view text, const char* what) {
   const runtime::Tokenizer& tokenizer = core.tokenizer();
   detail::check_text_fits(
-      text, core.config().max_position_embeddings, [&] { return tokenizer.longest_piece_bytes(); }, what);
+      text, core.max_positions(), [&] { return tokenizer.longest_piece_bytes(); }, what);
 }
 
 }  // namespace

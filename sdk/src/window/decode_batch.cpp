@@ -182,7 +182,7 @@ uint64_t DecodeBatchState::add(WindowState& w, const std::vector<int64_t>& query
 
 // Sequences that end without a forward: max_tokens reached (or 0), finished before any token, no room.
 void DecodeBatchState::mark_endings_before_forward() {
-  const int64_t limit = core->config().max_position_embeddings;
+  const int64_t limit = core->max_positions();
   for (auto& s : running) {
     if (s->held) continue;
     if (s->steps >= s->options.max_tokens || s->done_before) {
@@ -196,7 +196,7 @@ void DecodeBatchState::mark_endings_before_forward() {
 
 // One iteration of Window::generate's loop after its forward: the token, the past, the stop checks.
 void DecodeBatchState::advance(DecodeSequence& s, const at::Tensor& logits, bool shared) {
-  const int64_t limit = core->config().max_position_embeddings;
+  const int64_t limit = core->max_positions();
   const int64_t width = static_cast<int64_t>(s.input.size());
   if (s.steps == 0) s.g.prompt_forward_tokens = shared ? 0 : width;
   // Tokens the run may still emit after this one: max_tokens, and the positions left for their forwards.

@@ -77,7 +77,7 @@ void reuse_query_head(const WindowState& state, const std::vector<int64_t>& quer
 
 bool keep_needs_last(const WindowState& state, const std::vector<int64_t>& answer, bool query_run, int64_t end) {
   if (!state.options.policy.reuse_computed || !query_run || answer.empty()) return false;
-  const int64_t limit = state.core->config().max_position_embeddings;
+  const int64_t limit = state.core->max_positions();
   return !(limit > 0 && end + 1 > limit);
 }
 

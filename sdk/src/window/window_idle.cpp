@@ -178,7 +178,7 @@ std::vector<int64_t> self_check_probe(const WindowState& s) {
   }
   int64_t extent = 0;
   for (const Entry& e : s.entries) extent += e.extent;
-  if (extent + static_cast<int64_t>(reversed.size()) > s.core->config().max_position_embeddings) return {};
+  if (extent + static_cast<int64_t>(reversed.size()) > s.core->max_positions()) return {};
   return {reversed.rbegin(), reversed.rend()};
 }
 

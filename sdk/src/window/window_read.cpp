@@ -80,7 +80,7 @@ std::vector<int64_t> greedy(const detail::EngineCore& core, runtime::PastKV past
 // disposable's greedy decodes feed the query and all but the last answer token after the window's positions:
 // refused up front, naming answer_tokens, where they run past the model's positions.
 void check_answer_room(const detail::WindowState& state, const std::vector<int64_t>& query, int64_t answer_tokens) {
-  const int64_t limit = state.core->config().max_position_embeddings;
+  const int64_t limit = state.core->max_positions();
   if (limit <= 0) return;
   int64_t extent = 0;
   for (const Entry& e : state.entries) extent += e.extent;

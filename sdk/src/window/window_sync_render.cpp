@@ -198,7 +198,7 @@ std::atomic<int64_t> prefix_encodes{0};      // detail::prefix_encodes_so_far
 std::string_view fitting(const detail::EngineCore& core, std::string_view text, const char* caller) {
   const runtime::Tokenizer& t = core.tokenizer();
   detail::check_text_fits(
-      text, core.config().max_position_embeddings, [&] { return t.longest_piece_bytes(); },
+      text, core.max_positions(), [&] { return t.longest_piece_bytes(); },
       std::string(caller) + ": the rendered messages");
   return text;
 }
@@ -492,7 +492,7 @@ Rendering render_units(const EngineCore& core, const std::vector<ChatMessage>& m
   // Refused here, after the one whole render and before step 2 renders the list's prefixes (one per message,
   // quadratic in the list's length), so a list far past the positions costs one render, not seconds.
   detail::check_text_fits(
-      text, core.config().max_position_embeddings, [&] { return tok.longest_piece_bytes(); },
+      text, core.max_positions(), [&] { return tok.longest_piece_bytes(); },
       std::string(caller) + ": the rendered messages");
   Encoder encode{tok, by_token_bytes(tok) && detail::encodes_incrementally(tok), nullptr, nullptr, nullptr};
   detail::ListKeys keys;
@@ -519,10 +519,10 @@ Rendering render_units(const EngineCore& core, const std::vector<ChatMessage>& m
   add_segment(encode, text, cuts, std::move(tail), out);
   if (encode.incremental) detail::put_encodings(keys, tok, encode.made);
   set_end_messages(n, out.spans);
-  const int64_t positions = core.config().max_position_embeddings;
+  const int64_t positions = core.max_positions();
   ORBIT_CHECK(positions <= 0 || static_cast<int64_t>(out.tokens.size()) <= positions,
               caller << ": the rendered messages are " << out.tokens.size() << " tokens, more than the model's "
-                     << core.config().max_position_embeddings << " positions");
+                     << positions << " positions");
   if (prompt) {
     out.generation_prompt = std::move(*prompt);
   } else {

@@ -68,7 +68,7 @@ double carry_tail(WindowState& state, const KvState& before) {
   for (const Entry& e : state.entries) entries.push_back(&e);
   int64_t start = 0;
   const runtime::PastKV past = read_past(core, entries, &start);
-  const int64_t limit = core.config().max_position_embeddings;
+  const int64_t limit = core.max_positions();
   if (!state.options.policy.reuse_computed || (limit > 0 && start + n > limit)) {
     state.tail.reset();
     return 0;
