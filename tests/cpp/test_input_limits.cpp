@@ -152,6 +152,28 @@ TEST_CASE("an unscaled model's windows stop at max_position_embeddings as before
                     Contains("add_tokens: 41 tokens exceed the model's 40 positions (max_position_embeddings)"));
 }
 
+TEST_CASE("a plan past the window position limit names where the limit comes from, as chunk refusals do",
+          "[limits][model][rope]") {
+  orbit::test::TempDir dir;
+  for (const bool dynamic : {true, false}) {
+    INFO((dynamic ? "dynamic-NTK x2" : "unscaled"));
+    const std::string path = (dir.path() / (dynamic ? "dynamic-40x2" : "plain-40")).string();
+    anchored_model(path, dynamic);
+    auto engine = open_model(path);
+    orbit::Window w = engine->new_window();
+    w.add_turn(tokens_from(1, 30));
+    // 30 + 60 positions: past 80 (dynamic) and 40 (unscaled); the plan says so and apply refuses it alike.
+    const std::string why = dynamic ? "turn refused: the window would span 90 positions, past the model's "
+                                      "limit of 80 from max_position_embeddings * rope_scaling.factor"
+                                    : "turn refused: the window would span 90 positions, past the model's "
+                                      "limit of 40 from max_position_embeddings";
+    const orbit::Plan p = w.plan_add_turn(tokens_from(2, 60));
+    CHECK_THAT(p.refusal, Contains(why));
+    CHECK_THROWS_WITH(w.add_turn(tokens_from(2, 60)), Contains(why));
+    CHECK(w.stats().tokens == 30);
+  }
+}
+
 TEST_CASE("Engine threads beyond this machine's cores are refused, naming the option", "[limits][model]") {
   EngineOptions o = stories_options();
   o.threads = 1000000;

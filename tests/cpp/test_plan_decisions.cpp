@@ -413,9 +413,16 @@ TEST_CASE("plans that apply would refuse say so, with nothing to run", "[plan][d
   SECTION("past the model's positions") {
     env.model.max_positions = 16;
     const Plan p = plan_layout(w.snapshot(), keep_all(w, Operation::kAdmit, {&b}), env);
-    CHECK(p.refusal.find("past the model's limit of 16") != std::string::npos);
+    CHECK(p.refusal.find("past the model's limit of 16 (evict or slide first)") != std::string::npos);
     CHECK_FALSE(p.refused_capacity);
     CHECK(p.forward_tokens == 0);
+  }
+  SECTION("past the model's positions, naming where the limit comes from") {
+    env.model.max_positions = 16;
+    env.model.max_positions_source = "max_position_embeddings * rope_scaling.factor";
+    const Plan p = plan_layout(w.snapshot(), keep_all(w, Operation::kAdmit, {&b}), env);
+    CHECK(p.refusal.find("past the model's limit of 16 from max_position_embeddings * rope_scaling.factor "
+                         "(evict or slide first)") != std::string::npos);
   }
   SECTION("over the window's byte budget") {
     w.options.max_bytes = 4 * 4 * 256;  // four pages; the plan needs five

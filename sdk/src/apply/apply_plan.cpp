@@ -82,8 +82,9 @@ Status check_limits(const WindowState& state, const Plan& plan) {
     if (s.action != StepAction::kEvict) extent += s.chunk.extent;
   }
   bool capacity = false;
-  const std::string refusal = limit_refusal(plan.op, extent, plan.device_bytes_after, state.core->max_positions(),
-                                            state.options.max_bytes, &capacity);
+  const std::string refusal =
+      limit_refusal(plan.op, extent, plan.device_bytes_after, state.core->max_positions(),
+                    window_position_limit_source(state.core->config()), state.options.max_bytes, &capacity);
   if (!refusal.empty()) return capacity ? Status::out_of_capacity(refusal) : Status::refused(refusal);
   return Status::ok();
 }

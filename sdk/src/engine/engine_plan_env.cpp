@@ -13,6 +13,7 @@ ModelLimits model_limits(const EngineCore& core) {
   m.v_width = c.content_v_shape().width();
   m.kv_bytes_per_token = core.model_info().kv_bytes_per_token;
   m.max_positions = core.max_positions();
+  m.max_positions_source = window_position_limit_source(c);
   return m;
 }
 

@@ -45,8 +45,9 @@ Plan LayoutPlanner::run() {
   measure_context_changes();
   plan_.window_tokens_after = total_tokens_;
   plan_.device_bytes_after = pages_ * window_.page_bytes;
-  plan_.refusal = limit_refusal(layout_.op, extent_, plan_.device_bytes_after, env_.limits().max_positions,
-                                window_.options->max_bytes, &plan_.refused_capacity);
+  const ModelLimits& model = env_.limits();
+  plan_.refusal = limit_refusal(layout_.op, extent_, plan_.device_bytes_after, model.max_positions,
+                                model.max_positions_source, window_.options->max_bytes, &plan_.refused_capacity);
 
   choose_actions();
   if (budgeted_) optimize_budget();

@@ -44,13 +44,15 @@ PatchKeys patch_keys(const ModelLimits& model, const WindowPolicy& policy, const
   return keys_from(model, policy, chunk, signer.exact(), signer.orbit());
 }
 
-std::string limit_refusal(Operation op, int64_t extent, int64_t device_bytes, int64_t max_positions, int64_t max_bytes,
-                          bool* capacity) {
+std::string limit_refusal(Operation op, int64_t extent, int64_t device_bytes, int64_t max_positions,
+                          const char* max_positions_source, int64_t max_bytes, bool* capacity) {
   *capacity = false;
   std::ostringstream why;
   if (max_positions > 0 && extent > max_positions) {
     why << operation_name(op) << " refused: the window would span " << extent
-        << " positions, past the model's limit of " << max_positions << " (evict or slide first)";
+        << " positions, past the model's limit of " << max_positions;
+    if (max_positions_source != nullptr) why << " from " << max_positions_source;
+    why << " (evict or slide first)";
     return why.str();
   }
   if (max_bytes > 0 && device_bytes > max_bytes) {

@@ -28,6 +28,8 @@ struct ModelLimits {
   int64_t v_width = 0;             // ... and of V
   int64_t kv_bytes_per_token = 0;  // KV bytes one token holds in the pool
   int64_t max_positions = 0;       // the model's position limit; 0: none
+  // Where max_positions comes from, for refusals (window_position_limit_source: a static string); null: unsaid.
+  const char* max_positions_source = nullptr;
 };
 
 // What the catalog knows of one stored patch: formed full-rank over an exact context, and its residual
@@ -106,9 +108,10 @@ PatchKeys patch_keys(const ModelLimits& model, const WindowPolicy& policy, const
                      const ContextSigner& signer);
 
 // The refusal apply() gives a result spanning `extent` positions and holding `device_bytes` (empty: it fits):
-// past the model's position limit, or (*capacity = true) over the window's max_bytes.
-std::string limit_refusal(Operation op, int64_t extent, int64_t device_bytes, int64_t max_positions, int64_t max_bytes,
-                          bool* capacity);
+// past the model's position limit (naming `max_positions_source` where non-null, as ModelLimits does), or
+// (*capacity = true) over the window's max_bytes.
+std::string limit_refusal(Operation op, int64_t extent, int64_t device_bytes, int64_t max_positions,
+                          const char* max_positions_source, int64_t max_bytes, bool* capacity);
 
 // Plans one operation: per instance of `layout`, the serving action that makes its KV (layout_planner.h).
 Plan plan_layout(const WindowSnapshot& window, const Layout& layout, const PlanEnv& env);
