@@ -377,6 +377,11 @@ std::shared_ptr<const TokenVocabulary> quote_rich_vocabulary(int64_t& eos) {
                         "b\\u0061\": \""}) {
     add(s);
   }
+  // From inside a key: a value after its quote, then a key after the value or after the object's end.
+  for (const char* s : {"\": \"\", \"a\"", "b\": \"\", \"a", "\":1}, \"a\"", "b\": 1}, \"ab", "\": \"x\"}",
+                        "\xC3\xA9\":\"", "\": \"\\\"\", \"a\"", "\":\"\\\"\"}, \"a\""}) {
+    add(s);
+  }
   eos = static_cast<int64_t>(v.text.size());
   v.text.emplace_back(std::nullopt);
   return TokenVocabulary::from_bytes(std::move(v));
@@ -448,6 +453,24 @@ TEST_CASE("masks agree with the matcher where a token's quote opens a pattern's 
         tc.accept_text(text.substr(0, n));
         constraint_property::check_mask_brute_force(tc, *vocab, eos, 1000);
       }
+    }
+  }
+  // Every prefix of texts that write a key in an object beside or inside one with a key logged: a token that
+  // ends the key may write a value and, past it or past the object's end, that logged key again
+  // (`": "", "a"`, `":1}, "a"`).
+  const std::vector<std::pair<std::string, std::string>> beside{
+      {R"({"type": "object", "additionalProperties": {"anyOf": [{"type": "string"},
+          {"type": "object", "additionalProperties": {"type": "string"}}]}})",
+       R"({"a": "x", "b": {"a": "", "b)"},
+      {R"({"type": "object", "additionalProperties": {"anyOf": [{"type": "integer"},
+          {"type": "object", "additionalProperties": {"type": "integer"}}]}})",
+       R"({"a": 1, "b": {"c)"}};
+  for (const auto& [s, text] : beside) {
+    for (std::size_t n = 1; n <= text.size(); ++n, ++steps) {
+      INFO("schema " << s << " text " << text.substr(0, n));
+      TokenConstraint tc(schema(s), vocab, {{eos}});
+      tc.accept_text(text.substr(0, n));
+      constraint_property::check_mask_brute_force(tc, *vocab, eos, 1000);
     }
   }
   // Every prefix of texts whose keys hold escapes, at each byte (mid-escape included): a token that a '\\'

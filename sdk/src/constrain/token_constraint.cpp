@@ -433,9 +433,13 @@ std::vector<int64_t> TokenConstraint::repeats(const TokenMask& mask, bool* drops
         if (keys().tail_refusable(one, std::string_view(bytes).substr(bytes.find('"') + 1))) prefixes.push_back(id);
       }
     }
-    // Inside strings' bodies a token whose quotes are all escaped stays in them: no walk refuses it.
+    // Inside strings' bodies a token whose quotes are all escaped stays in them: no walk refuses it. Inside a key
+    // (printable so far, one_quote), a token whose first quote ends it after bytes that write it as json_quote()
+    // does and opens no string after but a value (closes_only) is refused, if at all, at that quote or before
+    // it, where it begins with the rest of a logged key: one_quote_suspects() lists it.
+    const bool in_key = one.applies && !one.objects.empty();
     for (const int32_t id : !one.applies ? quoted : outside ? trie.tails_apart() : trie.quoted_apart()) {
-      if (mask.allows(id) && !(bodies && trie.quotes_escaped(id))) ask(id);
+      if (mask.allows(id) && !(bodies && trie.quotes_escaped(id)) && !(in_key && trie.closes_only(id))) ask(id);
     }
   }
   std::sort(prefixes.begin(), prefixes.end());  // a token writes the start of many keys' rest: walked once

@@ -118,6 +118,38 @@ int32_t body_opening(const std::string& s) {
   return opened;
 }
 
+// VocabTrie::closes_only of `s`.
+bool closes_only_from_body(const std::string& s) {
+  const std::size_t q1 = s.find('"');
+  if (q1 == std::string::npos) return false;
+  const bool plain = std::all_of(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(q1),
+                                 [](char c) { return c != '\\' && static_cast<unsigned char>(c) >= 0x20; });
+  if (!plain) return false;
+  const std::size_t q2 = s.find('"', q1 + 1);
+  if (q2 == std::string::npos) return true;
+  std::size_t colons = 0;
+  for (std::size_t i = q1 + 1; i < q2; ++i) {
+    const char c = s[i];
+    if (c == ':') {
+      ++colons;
+    } else if (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
+      return false;
+    }
+  }
+  if (colons != 1) return false;  // the second quote opens no value
+  bool escaped = false;
+  for (std::size_t i = q2 + 1; i < s.size(); ++i) {  // the value's body, to its closing quote
+    if (escaped) {
+      escaped = false;
+    } else if (s[i] == '\\') {
+      escaped = true;
+    } else if (s[i] == '"') {
+      return s.find('"', i + 1) == std::string::npos;  // no string after the value
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 VocabTrie::VocabTrie(const std::vector<std::optional<std::string>>& bytes)
@@ -146,6 +178,7 @@ VocabTrie::VocabTrie(const std::vector<std::optional<std::string>>& bytes)
   quoted_.resize(2 * kMaxQuotes);
   lengths_.assign(bytes.size(), 0);
   quotes_escaped_.assign(bytes.size(), 0);
+  closes_only_.assign(bytes.size(), 0);
   for (std::size_t i = 0; i < bytes.size(); ++i) {
     if (!bytes[i].has_value() || bytes[i]->empty()) continue;
     lengths_[i] = static_cast<uint16_t>(bytes[i]->size());  // PreorderTrie::of checked it fits
@@ -160,6 +193,7 @@ VocabTrie::VocabTrie(const std::vector<std::optional<std::string>>& bytes)
     const bool plain_one = quotes == 1 && !backslash && std::all_of(bytes[i]->begin(), at_quote, printable);
     if (backslash) backslashes_.push_back(static_cast<int32_t>(i));
     quotes_escaped_[i] = backslash && quotes > 0 && quotes_escaped_in(*bytes[i]) ? 1 : 0;
+    closes_only_[i] = quotes > 0 && closes_only_from_body(*bytes[i]) ? 1 : 0;
     if (quotes > 0 && !plain_one) quoted_apart_.push_back(static_cast<int32_t>(i));
     if (plain_one && quote + 1 < bytes[i]->size()) {  // bytes after its quote
       const auto no_control = [](char c) { return static_cast<unsigned char>(c) >= 0x20; };

@@ -87,6 +87,11 @@ class VocabTrie {
   // ends it with its only '"', `…"`, `\\"`, or escapes every quote) is not listed.
   static constexpr int32_t kOpenedWalk = -1;
   const std::vector<std::pair<int32_t, int32_t>>& body_openers() const { return body_openers_; }
+  // Whether token `id`, read from a JSON string's body (not mid-escape), ends that string with its first '"'
+  // after bytes with no '\\' and no control byte, and opens no other string but, right after a ':' (and
+  // whitespace), a value that it may close and not go past: `…"`, `":"`, `": "x"}`; not `"}, "a`,
+  // `":"","`. Inside a key its first quote is then the only one that may be refused (KeyLog::one_quote).
+  bool closes_only(int32_t id) const { return closes_only_[static_cast<std::size_t>(id)] != 0; }
   // Whether token `id` holds a '"' and, read from a JSON string's body (not mid-escape), escapes each of them
   // with a '\\' (`\"`, `x\":`): it writes no quote that ends the string.
   bool quotes_escaped(int32_t id) const { return quotes_escaped_[static_cast<std::size_t>(id)] != 0; }
@@ -116,6 +121,7 @@ class VocabTrie {
   std::vector<int32_t> quoted_tails_;
   std::vector<int32_t> tails_apart_;
   std::vector<std::pair<int32_t, int32_t>> body_openers_;  // (id, its tail's offset or kOpenedWalk)
+  std::vector<uint8_t> closes_only_;                       // per id: closes_only()
   std::vector<uint8_t> quotes_escaped_;                    // per id: quotes_escaped()
 };
 
