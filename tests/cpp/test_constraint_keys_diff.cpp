@@ -404,7 +404,11 @@ std::shared_ptr<const TokenVocabulary> quote_rich_vocabulary(int64_t& eos) {
 // keys past ASCII and the texts whose values end with such tokens check them. It fails where the body's
 // tails are never walked, where a string the token opens and closes is not walked, where a stack inside a
 // key is read as one in a value's body (`\u0061":"` kept after a logged "a"), and where a tail past ASCII is
-// never walked.
+// never walked. Inside a key, a token whose first quote ends it and that writes no string after but the value
+// after its ':' is not walked (VocabTrie::closes_only): the tokens that end a key and write a value and then a
+// key (`": "", "a"`, `":1}, "a"`) and the texts that write a key beside or inside an object with a key logged
+// check it. It fails where any byte may come between its two quotes, where a quote may follow the value,
+// where a '\\' may come before its first quote, and where closes_only is taken outside a key.
 TEST_CASE("masks agree with the matcher where a token's quote opens a pattern's or an enum's key", "[constraint]") {
   int64_t eos = 0;
   const auto vocab = quote_rich_vocabulary(eos);
