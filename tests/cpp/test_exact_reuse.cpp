@@ -257,12 +257,15 @@ TEST_CASE("the reads' query forwards are counted apart from forward_tokens, wind
   (void)a.logits(query, true);
   CHECK(a.stats().logits_forward_tokens == Approx(3));
   // The query was not appended: disposable reads the window as it was, its two greedy decodes each forward it.
+  const int64_t encoded_before = engine->stats().canonicals_encoded;
   (void)a.disposable(d, query, 2);
   CHECK(a.stats().query_forward_tokens == Approx(3 + 2 * 3));
   CHECK(a.stats().logits_forward_tokens == Approx(3));
-  // The reads forwarded no operation's tokens: forward_tokens is the operations' alone.
-  CHECK(a.stats().forward_tokens == applied.forward_tokens);
-  CHECK(a.stats().critical_forward_tokens == applied.critical_forward_tokens);
+  // The reads forwarded no operation's tokens: forward_tokens is the operations' alone, but for the doc's
+  // canonical disposable encodes to fall back to when none is stored (20 tokens, counted as the engine does).
+  const double encoded = 20.0 * static_cast<double>(engine->stats().canonicals_encoded - encoded_before);
+  CHECK(a.stats().forward_tokens == Approx(applied.forward_tokens + encoded));
+  CHECK(a.stats().critical_forward_tokens == Approx(applied.critical_forward_tokens + encoded));
 
   // A repeated generate over the same window forwards only the query's last token (exact reuse), and says so.
   const Generation again = a.generate(query, g);
@@ -278,6 +281,34 @@ TEST_CASE("the reads' query forwards are counted apart from forward_tokens, wind
   const EngineStats e = engine->stats();
   CHECK(e.query_forward_tokens == Approx(a.stats().query_forward_tokens));
   CHECK(e.logits_forward_tokens == Approx(a.stats().logits_forward_tokens + b.stats().logits_forward_tokens));
+}
+
+TEST_CASE("a canonical disposable encodes counts on the critical path of its window as of the engine",
+          "[window][yardstick]") {
+  // Under the prefix preset the window's doc is forwarded in context and its canonical is never encoded, so
+  // disposable has to encode it to fall back to: the agent waits for that forward, window and engine alike.
+  auto engine = open_stories_small_pages();
+  std::mt19937_64 rng(37);
+  const ChunkRef doc = engine->add_tokens(random_tokens(rng, 20));
+  const std::vector<int64_t> system = random_tokens(rng, 5), query = random_tokens(rng, 3);
+  Window a = engine->new_window(with("prefix"));
+  a.add_turn(system);
+  const InstanceId d = a.admit(doc).added.front();
+  const WindowStats w0 = a.stats();
+  const EngineStats e0 = engine->stats();
+  (void)a.disposable(d, query, 2);
+  const WindowStats w1 = a.stats();
+  const EngineStats e1 = engine->stats();
+  REQUIRE(e1.canonicals_encoded == e0.canonicals_encoded + 1);
+  CHECK(e1.critical_forward_tokens - e0.critical_forward_tokens == Approx(20));
+  CHECK(w1.critical_forward_tokens - w0.critical_forward_tokens == Approx(20));
+  CHECK(w1.forward_tokens - w0.forward_tokens == Approx(20));
+  CHECK(w1.query_forward_tokens - w0.query_forward_tokens == Approx(2 * 3));  // apart, as before
+  // Stored now: a second call encodes nothing and forwards only its query.
+  (void)a.disposable(d, query, 2);
+  CHECK(engine->stats().canonicals_encoded == e1.canonicals_encoded);
+  CHECK(a.stats().critical_forward_tokens == Approx(w1.critical_forward_tokens));
+  CHECK(engine->stats().critical_forward_tokens == Approx(e1.critical_forward_tokens));
 }
 
 namespace {

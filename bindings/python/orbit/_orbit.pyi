@@ -356,7 +356,8 @@ class WindowStats:
     def forward_tokens(self) -> float: ...
     @property
     def critical_forward_tokens(self) -> float:
-        """Of forward_tokens: those on the critical path (heals and idle-time preparation excluded)."""
+        """Of forward_tokens: those on the critical path (heals and idle-time preparation excluded; the
+        canonical disposable encodes when none is stored included, as in EngineStats)."""
     @property
     def query_forward_tokens(self) -> float:
         """Query tokens this window's generate and disposable calls forwarded (not in forward_tokens)."""
@@ -494,7 +495,8 @@ class EngineStats:
         """Critical-path plus background token-forwards of the windows' operations (reads' queries apart)."""
     @property
     def critical_forward_tokens(self) -> float:
-        """Token-forwards inside apply() (what the next token waits for)."""
+        """Token-forwards inside apply() and the canonicals encoded on the caller's thread (precompute's,
+        disposable's when none is stored): what the next token waits for."""
     @property
     def background_forward_tokens(self) -> float:
         """Token-forwards of background jobs (canonical encodes)."""

@@ -391,10 +391,11 @@ void def_window_state(py::module_& m) {
       .def_readonly("shared_pages", &WindowStats::shared_pages, "Pages shared with another window (forks).")
       .def_readonly("evicted", &WindowStats::evicted, "Chunk instances evicted and recallable.")
       .def_readonly("forward_tokens", &WindowStats::forward_tokens,
-                    "Token-forwards over applied operations (the reads' query forwards are apart: "
-                    "query_forward_tokens, logits_forward_tokens).")
+                    "Token-forwards over applied operations, and the canonical disposable encodes when none is "
+                    "stored (the reads' query forwards are apart: query_forward_tokens, logits_forward_tokens).")
       .def_readonly("critical_forward_tokens", &WindowStats::critical_forward_tokens,
-                    "Of forward_tokens: those on the critical path (heals and idle-time preparation excluded).")
+                    "Of forward_tokens: those on the critical path (heals and idle-time preparation excluded; "
+                    "disposable's canonical encode included, as in EngineStats).")
       .def_readonly("query_forward_tokens", &WindowStats::query_forward_tokens,
                     "Query tokens forwarded by this window's generate (Generation.prompt_forward_tokens) and "
                     "disposable (the query twice) calls, on the critical path, not in forward_tokens. "

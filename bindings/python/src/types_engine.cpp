@@ -125,7 +125,8 @@ void def_engine_forward_stats(EngineStatsClass& c) {
                     "(reference_logits, loss_by_instance) is forward_tokens + query_forward_tokens + "
                     "logits_forward_tokens.")
       .def_readonly("critical_forward_tokens", &EngineStats::critical_forward_tokens,
-                    "Of forward_tokens: those on the critical path (inside apply()).")
+                    "Of forward_tokens: those on the critical path (inside apply(), and the canonicals encoded "
+                    "on the caller's thread: precompute's, disposable's when none is stored).")
       .def_readonly("background_forward_tokens", &EngineStats::background_forward_tokens,
                     "Of forward_tokens: those run by background jobs (canonical encodes).")
       .def_readonly("query_forward_tokens", &EngineStats::query_forward_tokens,

@@ -195,7 +195,9 @@ struct EngineStats {
   // both sides (`orbit replay`'s StepResult::critical_forward_tokens and serve's usage.orbit.forward_tokens
   // are that sum, per step and per request).
   double forward_tokens = 0;
-  double critical_forward_tokens = 0;    // of forward_tokens: on the critical path (inside apply())
+  // Of forward_tokens: on the critical path (inside apply(), and the canonicals encoded on the caller's thread:
+  // precompute's, and disposable's when its instance's canonical is not stored, which that window counts too).
+  double critical_forward_tokens = 0;
   double background_forward_tokens = 0;  // of forward_tokens: in the background (canonical encodes, Window::heal)
   // Of the background: the fidelity self-checks' probe forwards (Window::idle, IdleReport::measured_kl).
   double check_forward_tokens = 0;

@@ -282,10 +282,12 @@ struct WindowStats {
   int64_t device_bytes = 0;  // KV pages held (shared pages counted in every window holding them)
   int64_t shared_pages = 0;  // pages shared with another window (forks)
   int64_t evicted = 0;       // chunk instances evicted and recallable (the 1,024 most recent at most)
-  // Σ over applied operations (the plans apply() serves, heals and idle-time preparation included). The reads'
-  // query forwards are apart from it: query_forward_tokens and logits_forward_tokens below.
+  // Σ over applied operations (the plans apply() serves, heals and idle-time preparation included), and the
+  // canonical disposable() encodes when its instance's is not stored (EngineStats counts that encode too). The
+  // reads' query forwards are apart from it: query_forward_tokens and logits_forward_tokens below.
   double forward_tokens = 0;
-  // Of which on the critical path: what the agent waited for (heals and idle-time preparation excluded).
+  // Of which on the critical path: what the agent waited for (heals and idle-time preparation excluded;
+  // disposable's canonical encode included, as in EngineStats::critical_forward_tokens).
   double critical_forward_tokens = 0;
   // The query forwards of this window's model calls that decode (generate's prompt forward,
   // Generation::prompt_forward_tokens; disposable's query twice) and of its logits() calls, on the critical

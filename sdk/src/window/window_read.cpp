@@ -285,7 +285,12 @@ DisposabilityReport Window::disposable(InstanceId instance, const std::vector<in
   const runtime::PastKV with = detail::gather_past(core, all_entries(*state_), &start);
   // The same past with the target's rows replaced by its canonical (the conditioning switched off).
   runtime::PastKV without = with;
-  const runtime::Content canonical = core.kv().canonical(*target.chunk);
+  // A canonical not stored yet is encoded here: the caller waits for that forward, so it counts on this
+  // window's critical path as KvStore::canonical counts it on the engine's.
+  int64_t encoded_tokens = 0;
+  const runtime::Content canonical = core.kv().canonical(*target.chunk, nullptr, nullptr, &encoded_tokens);
+  state_->forward_tokens += static_cast<double>(encoded_tokens);
+  state_->critical_forward_tokens += static_cast<double>(encoded_tokens);
   int64_t offset = 0;
   for (const Entry& e : state_->entries) {
     if (e.id == instance) break;
