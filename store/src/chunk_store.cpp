@@ -174,6 +174,7 @@ void ChunkStore::forget_if_gone(const std::string& key) {
 
 Result<ValuePtr> ChunkStore::get(const std::string& key, const GetOptions& options) {
   check_chunk_store_key(key, "get");
+  if (options.remote_refusal != nullptr) options.remote_refusal->clear();
   Status local_miss = Status::not_found("ChunkStore: no entry " + key);
   for (int attempt = 0; attempt < 4; ++attempt) {
     LocalGet step = get_local(key, options);
@@ -279,8 +280,12 @@ void ChunkStore::promote_disk_hit(const std::string& key, const ValuePtr& value)
 }
 
 Result<ValuePtr> ChunkStore::get_remote(const std::string& key, const GetOptions& options) {
-  Result<ValuePtr> r = remote_->get(key);  // bounded by the remote's timeouts; never throws for faults
-  if (!r) return r;
+  bool refused = false;
+  Result<ValuePtr> r = remote_->get(key, &refused);  // bounded by the remote's timeouts; never throws for faults
+  if (!r) {
+    if (refused && options.remote_refusal != nullptr) *options.remote_refusal = r.status().reason();
+    return r;
+  }
   if (options.promote) {
     PutOptions po;
     po.recompute_cost = static_cast<double>(r.value()->bytes());

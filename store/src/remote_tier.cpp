@@ -165,7 +165,8 @@ void RemoteTier::succeeded() {
   stats_.available = true;
 }
 
-Result<ValuePtr> RemoteTier::get(const std::string& key) {
+Result<ValuePtr> RemoteTier::get(const std::string& key, bool* refused) {
+  if (refused != nullptr) *refused = false;
   if (!available()) {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.skipped;
@@ -194,6 +195,7 @@ Result<ValuePtr> RemoteTier::get(const std::string& key) {
     ++stats_.corrupt;
     ++stats_.misses;
     if (!removed) ++stats_.errors;
+    if (refused != nullptr) *refused = true;
     return Status::not_found(reason);
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();

@@ -101,7 +101,16 @@ TEST_CASE("a corrupted or truncated remote value is detected, never used, and re
   const std::string p3 = RedisBackend::part_key(remote_key(3), 0);
   test::redis_cli(server.port(), "DEL '" + p3 + "'");
   ChunkStore reader(test::remote_store_options(server.url()));
-  for (int64_t i = 1; i <= 3; ++i) CHECK_FALSE(reader.get(remote_key(i)).is_ok());
+  // Each miss says why through GetOptions::remote_refusal, naming the key; a plain miss leaves it empty.
+  std::string refusal = "stale";
+  GetOptions go;
+  go.remote_refusal = &refusal;
+  CHECK_FALSE(reader.get(remote_key(4), go).is_ok());  // never written
+  CHECK(refusal.empty());
+  for (int64_t i = 1; i <= 3; ++i) {
+    CHECK_FALSE(reader.get(remote_key(i), go).is_ok());
+    CHECK_THAT(refusal, Contains(remote_key(i)));
+  }
   const RemoteStats rs = reader.stats().remote;
   CHECK(rs.corrupt == 3);
   CHECK(rs.hits == 0);

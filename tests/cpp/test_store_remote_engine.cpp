@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -197,7 +198,30 @@ TEST_CASE("two engines with their own store directories share the fidelity calib
   CHECK(remote_reads(*unkept) == 0);
 }
 
-TEST_CASE("a calibration the remote tier refuses is ignored with a warning naming its key",
+namespace {
+
+// `value` put on the server under `key` by a store of `fingerprint`'s, past the engine's validator.
+void put_on_server(const test::RedisServer& server, const std::string& fingerprint, const std::string& key,
+                   const store::ValuePtr& value) {
+  ChunkStoreOptions so = test::remote_store_options(server.url());
+  so.model_fingerprint = fingerprint;
+  ChunkStore s(so);
+  REQUIRE(s.put(key, value).is_ok());
+  REQUIRE(s.drain_remote(std::chrono::seconds(10)));
+}
+
+// The calibration value of `calibration`, its version attribute replaced (a calibration of another measure).
+store::ValuePtr with_version(const orbit::detail::FidelityCalibration& calibration, const std::string& fingerprint,
+                             const std::string& version) {
+  const store::ValuePtr v = orbit::detail::fidelity_calibration_value(calibration, fingerprint);
+  std::map<std::string, std::string> attrs = v->attrs;
+  attrs["version"] = version;
+  return store::make_value(v->kind, v->tensors, attrs);
+}
+
+}  // namespace
+
+TEST_CASE("a calibration the remote tier refuses is ignored with a warning naming its key and why",
           "[store][remote][model][calibrate]") {
   test::TempDir dir;
   test::RedisServer server(dir / "redis");
@@ -206,22 +230,29 @@ TEST_CASE("a calibration the remote tier refuses is ignored with a warning namin
   orbit::detail::FidelityCalibration bad;
   bad.reference_sensitivity = 0.01;
   bad.samples = {{planner::Loss::kKeep, 0.25, 1e-3}, {planner::Loss::kBlind, -0.5, 2.5e-2}};  // a negative feature
-  {
-    ChunkStoreOptions so = test::remote_store_options(server.url());
-    so.model_fingerprint = fingerprint;
-    ChunkStore s(so);
-    REQUIRE(s.put(key, orbit::detail::fidelity_calibration_value(bad, fingerprint)).is_ok());
-    REQUIRE(s.drain_remote(std::chrono::seconds(10)));
-  }
+  put_on_server(server, fingerprint, key, orbit::detail::fidelity_calibration_value(bad, fingerprint));
   REQUIRE(std::stoll(test::redis_cli(server.port(), "EXISTS '" + RedisBackend::manifest_key(key) + "'")) == 1);
   auto engine = Engine::open(calibration_engine(dir / "store", server.url()));
-  test::StderrCapture err;
-  CHECK(engine->fidelity_calibration() == "default");
-  CHECK_THAT(err.text(), Contains("ignoring the remote tier's entry " + key));
+  {
+    test::StderrCapture err;
+    CHECK(engine->fidelity_calibration() == "default");
+    CHECK_THAT(err.text(), Contains("ignoring the remote tier's entry " + key));
+    CHECK_THAT(err.text(), Contains("sample 1 has a negative or non-finite feature or KL"));
+  }
   CHECK(engine->stats().store.remote.corrupt == 1);
   // Removed from the server, so that a calibration replaces it.
   CHECK(std::stoll(test::redis_cli(server.port(), "EXISTS '" + RedisBackend::manifest_key(key) + "'")) == 0);
   CHECK(engine->calibrate_fidelity().stored);
   engine->close();
   CHECK(Engine::open(calibration_engine(dir / "other", server.url()))->fidelity_calibration() == "store");
+
+  // A calibration of another measure's version under the key: the warning says so, not "corrupt".
+  orbit::detail::FidelityCalibration good = bad;
+  good.samples[1].feature = 0.5;
+  put_on_server(server, fingerprint, key, with_version(good, fingerprint, "999"));
+  auto next = Engine::open(calibration_engine(dir / "third", server.url()));
+  test::StderrCapture err;
+  CHECK(next->fidelity_calibration() == "default");
+  CHECK_THAT(err.text(), Contains("ignoring the remote tier's entry " + key));
+  CHECK_THAT(err.text(), Contains("version is not " + std::to_string(orbit::detail::kFidelityMeasureVersion)));
 }

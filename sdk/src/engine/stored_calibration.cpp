@@ -152,17 +152,18 @@ std::optional<FidelityCalibration> load_remote_fidelity_calibration(store::Chunk
                                                                     const std::string& fingerprint) {
   if (!store.has_remote()) return std::nullopt;
   const std::string key = fidelity_calibration_key(fingerprint);
-  // Whether an entry is there before the read: the store serves one the remote tier refuses as a plain
-  // miss (and removes it from the server), so this is how the refusal shows.
-  const bool held = store.contains(key);
-  Result<store::ValuePtr> hit = store.get(key);  // local tiers first, then the remote (copied into the local ones)
+  // The store serves a value the remote tier refuses (corrupt, another model's or version's calibration) as a
+  // miss, removing it from the server; remote_refusal says why.
+  std::string refusal;
+  store::GetOptions go;
+  go.remote_refusal = &refusal;
+  Result<store::ValuePtr> hit = store.get(key, go);  // local tiers first, then the remote (copied into the local ones)
   if (!hit.is_ok()) {
-    if (held) {
+    if (!refusal.empty()) {
       std::fprintf(stderr,
-                   "orbit: warning: ignoring the remote tier's entry %s: refused on read (corrupt, or not this "
-                   "model's fidelity calibration of version %d; removed from the server); the fidelity model keeps "
-                   "its defaults\n",
-                   key.c_str(), kFidelityMeasureVersion);
+                   "orbit: warning: ignoring the remote tier's entry %s: %s (removed from the server); the fidelity "
+                   "model keeps its defaults\n",
+                   key.c_str(), refusal.c_str());
     }
     return std::nullopt;
   }

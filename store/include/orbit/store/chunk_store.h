@@ -94,6 +94,10 @@ struct PutOptions {
 struct GetOptions {
   bool promote = true;  // copy a disk hit into host memory when the host budget can make room
   bool remote = true;   // false: the local tiers only (the remote tier is not asked; a local miss is a miss)
+  // Non-null: set to the remote tier's reason when get() missed because the remote held a value for the key
+  // and refused it (corrupt, another model's, or refused by RemoteOptions::validate; removed from the
+  // server), else cleared. A refusal is still a miss: this only says why, without asking the remote twice.
+  std::string* remote_refusal = nullptr;
 };
 
 // A blob that failed verification on read: served as a miss and recorded here.

@@ -90,7 +90,8 @@ class RemoteTier {
   RemoteTier& operator=(const RemoteTier&) = delete;
 
   // The verified value, or not_found (a miss, a corrupt value, or the remote down: the reason says which).
-  Result<ValuePtr> get(const std::string& key);
+  // *refused (when non-null) is true only for a value the remote held and this tier refused (then removed).
+  Result<ValuePtr> get(const std::string& key, bool* refused = nullptr);
   // Whether the remote holds `key` (false when it is down).
   bool contains(const std::string& key);
   // Queues `value` for writing under `key` (returns at once).
