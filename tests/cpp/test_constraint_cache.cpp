@@ -203,3 +203,31 @@ TEST_CASE("constraint cache: lookups from several threads share one entry", "[co
   CHECK(s.misses >= 2);
   CHECK(cache.json_schema(kObject) == got[0]);
 }
+
+// A mask that allows a few tokens of a large vocabulary is held as their ids, not as a bitset of the vocabulary:
+// a schema of many declared keys has one mask per state inside a key, and at a bitset each (8 KB here, 16 KB at
+// 128k tokens) they overflowed the cache's 64 MiB, which then started over on every decode of that schema. Fails
+// where each mask costs its bitset (memory_bytes grows by at least 8 KB a mask).
+TEST_CASE("constraint cache: a mask of a few tokens costs far less than a bitset of the vocabulary",
+          "[constraint_cache]") {
+  TokenBytes tb;
+  for (int b = 0; b < 256; ++b) tb.text.emplace_back(std::string(1, static_cast<char>(b)));
+  for (int i = 256; i < 65536; ++i) tb.text.emplace_back("\x01" + std::to_string(i));  // never allowed in a key
+  const auto vocab = TokenVocabulary::from_bytes(tb);
+  const std::string a(20, 'a'), b(20, 'b');
+  const auto c = Constraint::json_schema(R"({"type":"object","properties":{")" + a + R"(":{"type":"integer"},")" + b +
+                                         R"(":{"type":"integer"}},"additionalProperties":false})");
+  const std::size_t before = c->memory_bytes();
+  const std::vector<TokenMask> masks = masks_along(c, *vocab, "{\"" + a.substr(0, 10));
+  const std::size_t per_mask = (c->memory_bytes() - before) / masks.size();
+  CHECK(per_mask < 65536 / 8 / 4);
+  // Each mask is still the whole vocabulary's bitset, and inside the key allows just its next letter.
+  for (std::size_t i = 0; i < masks.size(); ++i) CHECK(masks[i].bits.size() == 65536 / 64);
+  for (std::size_t i = 3; i < masks.size(); ++i) {
+    CHECK(masks[i].count() == 1);
+    CHECK(masks[i].allows('a'));
+  }
+  CHECK(masks[2].count() == 2);  // after {" the first letter of either key
+  CHECK(masks[2].allows('a'));
+  CHECK(masks[2].allows('b'));
+}

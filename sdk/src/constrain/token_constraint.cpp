@@ -217,7 +217,7 @@ TokenMask ConstraintMatcher::mask(const TokenVocabulary& vocabulary) const {
   const auto cache = parts_of(constraint_).cache_for(vocabulary, Access::trie(vocabulary));
   const auto entry = cache->get(state_->set);
   TokenMask m;
-  m.bits = entry->bits;
+  entry->copy_bits(m.bits);
   m.complete = entry->complete;
   return m;
 }
@@ -512,7 +512,7 @@ TokenMask TokenConstraint::allowed(int64_t remaining) const {
   }
   TokenMask mask;
   mask.complete = entry.complete;
-  mask.bits = entry.bits;
+  entry.copy_bits(mask.bits);
   for (int64_t id : apart_ids) set_bit(mask.bits, id, false);
   for (const auto& [need, id] : apart) set_bit(mask.bits, id, true);
   for (int64_t e : options_.end_tokens) set_bit(mask.bits, e, false);

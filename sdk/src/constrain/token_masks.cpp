@@ -259,6 +259,26 @@ int64_t MaskEntry::delta(int32_t id) const {
   return it != differs.end() && it->second == id ? it->first : 0;
 }
 
+void MaskEntry::copy_bits(std::vector<uint64_t>& out) const {
+  if (dense.size() == words) {
+    out = dense;
+    return;
+  }
+  out.assign(words, 0);
+  for (const int32_t t : ids) out[static_cast<std::size_t>(t) / 64] |= uint64_t{1} << (t % 64);
+}
+
+void MaskEntry::compact() {
+  if (dense.size() != words || static_cast<std::size_t>(allowed) * sizeof(int32_t) >= words * sizeof(uint64_t)) return;
+  ids.reserve(static_cast<std::size_t>(allowed));
+  for (std::size_t w = 0; w < dense.size(); ++w) {
+    for (uint64_t b = dense[w]; b != 0; b &= b - 1) {
+      ids.push_back(static_cast<int32_t>(w * 64 + static_cast<std::size_t>(__builtin_ctzll(b))));
+    }
+  }
+  std::vector<uint64_t>().swap(dense);  // its capacity too: the entry may be kept
+}
+
 std::size_t MaskCache::KeyHash::operator()(const std::vector<uint32_t>& k) const noexcept {
   uint64_t h = 1469598103934665603ull;
   for (uint32_t w : k) {
@@ -278,7 +298,8 @@ std::size_t MaskCache::entry_bytes(const std::vector<uint32_t>& key, const MaskE
       sizeof(std::vector<uint32_t>) + sizeof(std::shared_ptr<const MaskEntry>) + 3 * sizeof(void*);
   constexpr std::size_t kControlBlock = 2 * sizeof(void*);  // make_shared's counts beside the entry
   return kNode + kControlBlock + sizeof(MaskEntry) + key.capacity() * sizeof(uint32_t) +
-         e.bits.capacity() * sizeof(uint64_t) + e.differs.capacity() * sizeof(e.differs[0]);
+         e.dense.capacity() * sizeof(uint64_t) + e.ids.capacity() * sizeof(int32_t) +
+         e.differs.capacity() * sizeof(e.differs[0]);
 }
 
 std::size_t MaskCache::bytes() const {
@@ -290,7 +311,7 @@ namespace {
 
 // Counts one more allowed token `t` with `need` bytes left after it.
 void allow(MaskEntry& e, int32_t t, int64_t need) {
-  e.bits[static_cast<std::size_t>(t) / 64] |= uint64_t{1} << (t % 64);
+  e.dense[static_cast<std::size_t>(t) / 64] |= uint64_t{1} << (t % 64);
   ++e.allowed;
   const int64_t delta = need - e.need;
   e.min_delta = std::min(e.min_delta, delta);
@@ -329,12 +350,13 @@ MaskEntry MaskCache::compute(const StateSet& state) const {
   MaskEntry e;
   e.complete = matcher_.can_end(state);
   e.need = matcher_.min_bytes(state);
-  e.bits.assign(static_cast<std::size_t>((trie_.vocab_size() + 63) / 64), 0);
+  e.words = static_cast<std::size_t>((trie_.vocab_size() + 63) / 64);
+  e.dense.assign(e.words, 0);
   const int64_t room = matcher_.string_room(state);
   if (room >= 0) {
     // Inside a string: the plain tokens whose characters fit, then a walk of the others.
     if (room >= trie_.max_token_bytes() && trie_.plain_count_ > 0) {
-      e.bits = trie_.plain_bits_;
+      e.dense = trie_.plain_bits_;
       e.allowed = trie_.plain_count_;
       e.min_delta = std::min<int64_t>(e.min_delta, 0);
       e.max_delta = std::max<int64_t>(e.max_delta, 0);
@@ -349,6 +371,7 @@ MaskEntry MaskCache::compute(const StateSet& state) const {
     walk(trie_.all_, state, e);
   }
   std::sort(e.differs.begin(), e.differs.end(), [](const auto& x, const auto& y) { return x.second < y.second; });
+  e.compact();
   return e;
 }
 

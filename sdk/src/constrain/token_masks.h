@@ -133,9 +133,16 @@ class VocabTrie {
 // minLength: each token shortens what is left by its own length) the list is dropped (differs_complete
 // false) and a budget check asks the matcher per token. min_delta and max_delta bound the change. An entry's
 // differs are sorted by token (MaskCache::compute sorts them), so delta() finds one in O(log n).
+//
+// The allowed tokens are held as a bitset of the vocabulary (dense), or, where fewer bytes hold them, as their
+// ids ascending (ids; dense then empty): a state inside a declared key allows a handful of 128k tokens, and a
+// 16 KB bitset for each such state made a schema of 200 declared 40-letter keys need ~75 MB of masks, past
+// MaskCache's bound, so that a second decode of it found none cached. copy_bits writes either as a bitset.
 struct MaskEntry {
   static constexpr std::size_t kMaxDiffers = 4096;
-  std::vector<uint64_t> bits;
+  std::vector<uint64_t> dense;  // the bitset while computing; left empty where ids holds the mask
+  std::vector<int32_t> ids;
+  std::size_t words = 0;  // the bitset's 64-bit words: (vocabulary size + 63) / 64
   int64_t allowed = 0;
   bool complete = false;
   int64_t need = 0;
@@ -147,11 +154,17 @@ struct MaskEntry {
   // The change in the fewest bytes left after allowed token `id`: its entry in `differs`, else 0. Only where
   // differs_complete.
   int64_t delta(int32_t id) const;
+  // Replaces `out` with the allowed tokens as a bitset of `words` words.
+  void copy_bits(std::vector<uint64_t>& out) const;
+  // Keeps the allowed tokens as ids where that takes fewer bytes than the bitset (MaskCache::compute's last step).
+  void compact();
 };
 
 // The masks of one grammar over one vocabulary. Thread-safe: lookups lock; a miss computes outside the lock
 // (two threads may both compute it; the first insert wins). Holds at most max_bytes, counted by
-// entry_bytes (every mask's key, bits and differs list, and the map's node), then starts over.
+// entry_bytes (every mask's key, bits or ids and differs list, and the map's node), then starts over: a
+// decode that cycles through more masks than that (the same schema decoded again) then finds none of them.
+// At the default 64 MiB that is ~4,000 dense masks of a 128k vocabulary, or far more sparse ones.
 class MaskCache {
  public:
   MaskCache(const Grammar& grammar, const VocabTrie& trie, std::size_t max_bytes = kDefaultMaxBytes);
