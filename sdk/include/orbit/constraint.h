@@ -215,8 +215,8 @@ class Constraint {
   // A line for logs: what it was built from and its size ("json_schema (14 nodes)").
   std::string describe() const;
   // The bytes it holds now: its grammar and the token masks cached in it (at most 64 MiB per vocabulary, every
-  // mask's bits or ids, key and list of tokens that change the bytes left counted; then that cache starts over),
-  // estimated from its containers' capacities. It grows as masks are computed. Thread-safe.
+  // mask's bits or ids, key and list of tokens that change the bytes left counted; when full, a quarter of it is
+  // freed), estimated from its containers' capacities. It grows as masks are computed. Thread-safe.
   std::size_t memory_bytes() const;
 
   ~Constraint();

@@ -395,12 +395,24 @@ std::shared_ptr<const MaskEntry> MaskCache::get(const StateSet& state) const {
   ++misses_;
   const auto found = entries_.find(key);
   if (found != entries_.end()) return found->second;  // another thread's copy came first
-  if (bytes_ + cost > max_bytes_) {                   // full: start over
-    entries_.clear();
-    bytes_ = 0;
-  }
+  if (bytes_ + cost > max_bytes_) make_room(cost);
   bytes_ += cost;
   return entries_.emplace(std::move(key), std::move(entry)).first->second;
+}
+
+void MaskCache::make_room(std::size_t cost) const {
+  const std::size_t target = max_bytes_ - max_bytes_ / 4;
+  // The lowest key hashes go first: a fixed order unrelated to when a mask was computed or read.
+  std::vector<std::pair<std::size_t, const std::vector<uint32_t>*>> order;
+  order.reserve(entries_.size());
+  for (const auto& [key, entry] : entries_) order.emplace_back(KeyHash{}(key), &key);
+  std::sort(order.begin(), order.end());
+  for (const auto& [hash, key] : order) {
+    if (bytes_ + cost <= target) break;
+    const auto it = entries_.find(*key);
+    bytes_ -= entry_bytes(it->first, *it->second);
+    entries_.erase(it);
+  }
 }
 
 std::size_t MaskCache::hits() const {

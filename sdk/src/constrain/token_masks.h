@@ -162,9 +162,12 @@ struct MaskEntry {
 
 // The masks of one grammar over one vocabulary. Thread-safe: lookups lock; a miss computes outside the lock
 // (two threads may both compute it; the first insert wins). Holds at most max_bytes, counted by
-// entry_bytes (every mask's key, bits or ids and differs list, and the map's node), then starts over: a
-// decode that cycles through more masks than that (the same schema decoded again) then finds none of them.
-// At the default 64 MiB that is ~4,000 dense masks of a 128k vocabulary, or far more sparse ones.
+// entry_bytes (every mask's key, bits or ids and differs list, and the map's node). When a new mask would
+// pass that, a quarter of max_bytes is freed by dropping the masks whose keys hash lowest (make_room): the
+// masks kept are a fixed set, unrelated to when each was computed or read, so a decode that cycles through
+// more masks than fit (the same schema decoded again) finds that set each time, where emptying the cache or
+// dropping the least recently used would leave it none. At the default 64 MiB that is ~4,000 dense masks of a
+// 128k vocabulary, or far more sparse ones.
 class MaskCache {
  public:
   MaskCache(const Grammar& grammar, const VocabTrie& trie, std::size_t max_bytes = kDefaultMaxBytes);
@@ -198,6 +201,8 @@ class MaskCache {
   mutable std::size_t bytes_ = 0;  // Σ entry_bytes over entries_
   mutable std::unordered_map<std::vector<uint32_t>, std::shared_ptr<const MaskEntry>, KeyHash> entries_;
   mutable std::size_t hits_ = 0, misses_ = 0;
+  // Drops entries until `cost` more bytes leave at least a quarter of max_bytes free. Holds mutex_.
+  void make_room(std::size_t cost) const;
 };
 
 }  // namespace orbit::constrain
