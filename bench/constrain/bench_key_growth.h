@@ -2,12 +2,12 @@
 // per-object state, sdk/src/constrain/key_log.h). One object of --keys members whose keys are 40 random
 // letters, decoded token by token (the longest vocabulary token of the text that the mask allows); each step
 // is TokenConstraint::allowed (no budget, or a budget far past the answer: the key log's slack is computed but
-// never binds) and accept. Cases (--cases, comma-separated; all by default): a map whose keys are ^[a-z]{40}$
-// (pattern) or ^[a-z]+$ (loop) by propertyNames, a map of plain string keys (string), of keys from an enum of
-// twice the object's names (enum), of plain string keys under minProperties 2 and maxProperties --keys + 10
-// (bounded), and an object that declares all its keys (declared: the flat baseline). Values are integers, or
-// with --values string a sentence with escaped quotes (so that tokens holding a '"' are allowed in it). Over
-// the synthetic vocabulary, or with --tokenizer a tokenizer.json's.
+// never binds) and accept, which alone are timed (not the bench's search for the token to take). Cases (--cases,
+// comma-separated; all by default): a map whose keys are ^[a-z]{40}$ (pattern) or ^[a-z]+$ (loop) by propertyNames, a
+// map of plain string keys (string), of keys from an enum of twice the object's names (enum), of plain string keys
+// under minProperties 2 and maxProperties --keys + 10 (bounded), and an object that declares all its keys (declared:
+// the flat baseline). Values are integers, or with --values string a sentence with escaped quotes (so that tokens
+// holding a '"' are allowed in it). Over the synthetic vocabulary, or with --tokenizer a tokenizer.json's.
 #pragma once
 
 #include <cstdint>
