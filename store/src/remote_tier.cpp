@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <iterator>
 #include <mutex>
 #include <set>
 
@@ -122,13 +123,40 @@ RemoteTier::RemoteTier(RemoteOptions options, std::string model_fingerprint, std
 RemoteTier::~RemoteTier() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-    stats_.writes_dropped += static_cast<int64_t>(queue_.size());
-    queue_.clear();
-    queued_bytes_ = 0;
+    stop_ = true;  // the write in flight (the queue's front) finishes and is counted by the writer
   }
   cv_.notify_all();
   writer_.join();
+  int64_t writes = 0, removals = 0, bytes = 0;
+  std::string last_error;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Pending& p : queue_) {
+      ++(p.value ? writes : removals);
+      bytes += p.bytes;
+    }
+    stats_.writes_dropped += writes;
+    last_error = stats_.last_error;
+    queue_.clear();
+    queued_bytes_ = 0;
+  }
+  if (options_.warn && writes + removals > 0) warn_undelivered(writes, bytes, removals, last_error);
+}
+
+void RemoteTier::warn_undelivered(int64_t writes, int64_t bytes, int64_t removals,
+                                  const std::string& last_error) const {
+  std::string what;
+  if (writes > 0) {
+    what = std::to_string(writes) + " queued write" + (writes == 1 ? "" : "s") + " (" + std::to_string(bytes) +
+           " bytes) not delivered (the local tiers keep those entries; the remote lacks them)";
+  }
+  if (removals > 0) {
+    what += std::string(what.empty() ? "" : " and ") + std::to_string(removals) + " queued removal" +
+            (removals == 1 ? "" : "s") + " not done (the remote still holds those entries)";
+  }
+  orbit::warn("remote tier " + backend_->describe() + " closed with " + what +
+              (last_error.empty() || was_reported(backend_->describe(), last_error) ? std::string()
+                                                                                    : "; last error: " + last_error));
 }
 
 bool RemoteTier::available() {
@@ -257,9 +285,16 @@ void RemoteTier::put(const std::string& key, const ValuePtr& value) {
   Pending p{key, value, value->bytes()};
   queued_bytes_ += p.bytes;
   queue_.push_back(std::move(p));
-  while (queued_bytes_ > options_.max_queued_bytes && queue_.size() > 1) {
-    queued_bytes_ -= queue_.front().bytes;
-    queue_.pop_front();
+  // Over the bound, the oldest queued writes go, but never the newest, nor the one in flight (the front while
+  // in_flight_: it may be delivered, and the writer counts it), nor a removal (it holds no bytes).
+  for (auto it = queue_.begin() + (in_flight_ ? 1 : 0);
+       queued_bytes_ > options_.max_queued_bytes && it != queue_.end() && std::next(it) != queue_.end();) {
+    if (!it->value) {
+      ++it;
+      continue;
+    }
+    queued_bytes_ -= it->bytes;
+    it = queue_.erase(it);
     ++stats_.writes_dropped;
   }
   stats_.queued = static_cast<int64_t>(queue_.size());

@@ -4,12 +4,16 @@
 #include "orbit_catch.h"  // ATen, then <catch2/catch.hpp>: keeps Catch's CHECK (see that header)
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <random>
 #include <set>
 #include <thread>
 
 #include "orbit/common/error.h"
+#include "orbit/common/warn.h"
 #include "orbit/store.h"
+#include "orbit/store/backend.h"
 #include "orbit/store/chunk_store.h"
 #include "orbit/store/redis_backend.h"
 #include "redis_test_server.h"
@@ -183,4 +187,134 @@ TEST_CASE("kill -9 of the server and of a writer at random points loses nothing 
   WARN("remote kill test: " << rounds << " rounds, " << server_kills << " server kills, " << writer_kills
                             << " writer kills, " << committed.size() << " committed entries intact");
   CHECK(committed.size() >= 40);
+}
+
+namespace {
+
+// Collects orbit's warnings while it lives (instead of stderr).
+class WarningLog {
+ public:
+  WarningLog() {
+    previous_ = set_warning_sink([this](std::string m) {
+      std::lock_guard<std::mutex> lock(mu_);
+      messages_.push_back(std::move(m));
+    });
+  }
+  ~WarningLog() { set_warning_sink(previous_); }
+  std::vector<std::string> messages() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return messages_;
+  }
+
+ private:
+  WarningSink previous_;
+  std::mutex mu_;
+  std::vector<std::string> messages_;
+};
+
+}  // namespace
+
+TEST_CASE("writes queued for a killed server are named when the store closes; an empty restart loses nothing local",
+          "[store][remote]") {
+  test::TempDir dir;
+  test::RedisServer server(dir / "redis", {}, /*durable=*/false);  // a restart comes back empty
+  ChunkStoreOptions o = test::remote_store_options(server.url(), dir / "s");
+  o.remote.warn = true;
+  o.remote.secret = "s";  // no warning about unauthenticated reads
+  WarningLog log;
+  {
+    ChunkStore store(o);
+    REQUIRE(store.put(remote_key(1), test::store_test_value(1)).is_ok());
+    REQUIRE(store.drain_remote(std::chrono::milliseconds(10000)));
+    REQUIRE(store.stats().remote.writes == 1);
+    server.kill();  // mid-stream: what is queued now never reaches it
+    for (int64_t i = 2; i <= 4; ++i) REQUIRE(store.put(remote_key(i), test::store_test_value(i)).is_ok());
+    wait_until([&] { return store.stats().remote.write_failures > 0; });
+    REQUIRE(store.stats().remote.write_failures > 0);  // the writer met the dead server
+    CHECK(store.stats().remote.queued == 3);
+    CHECK(store.stats().remote.writes == 1);
+  }  // closed while the server is down: the three writes are dropped, and said so
+  std::vector<std::string> undelivered;
+  for (const std::string& m : log.messages()) {
+    if (m.find("not delivered") != std::string::npos) undelivered.push_back(m);
+  }
+  REQUIRE(undelivered.size() == 1);
+  CHECK_THAT(undelivered[0], Contains(server.endpoint()) && Contains("closed with 3 queued writes") &&
+                                 Contains("the local tiers keep those entries"));
+
+  server.start();  // empty: no persistence
+  REQUIRE(test::redis_cli(server.port(), "DBSIZE").find("0") != std::string::npos);
+  ChunkStore reopened(o);
+  for (int64_t i = 1; i <= 4; ++i) {
+    INFO("entry " << i);
+    GetOptions local_only;
+    local_only.remote = false;
+    Result<ValuePtr> v = reopened.get(remote_key(i), local_only);
+    REQUIRE(v.is_ok());  // the local store kept every entry, delivered or not
+    CHECK(values_equal(*v.value(), *test::store_test_value(i)));
+  }
+  CHECK(reopened.stats().remote.hits == 0);
+  CHECK(list_store(dir / "s").size() == 4);
+}
+
+namespace {
+
+// A backend whose puts wait until release() (a slow link holding one write in flight), over a MemoryBackend.
+class HeldBackend final : public BlobBackend {
+ public:
+  std::string describe() const override { return "held-memory"; }
+  BackendRead get(const std::string& key) override { return inner_.get(key); }
+  Status put(const std::string& key, const std::string& bytes) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++entered_;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return released_; });
+    puts_.push_back(key);
+    return inner_.put(key, bytes);
+  }
+  Status remove(const std::string& key) override { return inner_.remove(key); }
+  Result<bool> exists(const std::string& key) override { return inner_.exists(key); }
+  // Waits until a put is in the backend (the writer's write in flight); false after 60 s.
+  bool wait_entered() {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(60), [&] { return entered_ > 0; });
+  }
+  void release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+  std::vector<std::string> puts() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return puts_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int entered_ = 0;
+  bool released_ = false;
+  std::vector<std::string> puts_;
+  MemoryBackend inner_;
+};
+
+}  // namespace
+
+TEST_CASE("a queue over its byte bound drops the oldest queued write, never the one in flight", "[store][remote]") {
+  auto backend = std::make_shared<HeldBackend>();
+  ChunkStoreOptions o = test::remote_store_options("");
+  o.remote_backend = backend;
+  o.remote.max_queued_bytes = 1;  // every put beyond the newest is over the bound
+  ChunkStore store(o);
+  REQUIRE(store.put(remote_key(1), test::store_test_value(1)).is_ok());
+  REQUIRE(backend->wait_entered());  // value 1 is in flight, held by the backend
+  REQUIRE(store.put(remote_key(2), test::store_test_value(2)).is_ok());
+  REQUIRE(store.put(remote_key(3), test::store_test_value(3)).is_ok());  // 2 is dropped: queued, not in flight
+  backend->release();
+  REQUIRE(store.drain_remote(std::chrono::milliseconds(60000)));
+  const RemoteStats rs = store.stats().remote;
+  // Each put counted once: written (1 and 3) or dropped (2), never both.
+  CHECK(rs.writes == 2);
+  CHECK(rs.writes_dropped == 1);
+  CHECK(backend->puts() == std::vector<std::string>{remote_key(1), remote_key(3)});
 }

@@ -17,8 +17,8 @@
 // of this process found and its caller reported; stats() counts every failure.
 //
 // Writes run on one background thread (bounded by max_queued_bytes: beyond it the oldest queued write is
-// dropped and counted). drain() waits for the queue (tests, benchmarks, a clean close).
-// Thread-safety: every member is safe to call from any thread.
+// dropped and counted, never the write in flight: a write is counted once, as written or as dropped). drain() waits for
+// the queue (tests, benchmarks, a clean close). Thread-safety: every member is safe to call from any thread.
 #pragma once
 
 #include <atomic>
@@ -85,7 +85,10 @@ class RemoteTier {
  public:
   // `backend` null: a RedisBackend for options.url. Throws orbit::Error on a malformed URL or option.
   RemoteTier(RemoteOptions options, std::string model_fingerprint, std::shared_ptr<BlobBackend> backend = nullptr);
-  ~RemoteTier();  // stops the writer; queued writes not yet sent are dropped (they stay local)
+  // Stops the writer after the write in flight; queued writes and removals not yet sent are dropped (the
+  // entries stay in the local tiers), counted in writes_dropped, and, when options.warn, named in one warning
+  // (how many, their bytes, the last error) so that a close never drops them unreported.
+  ~RemoteTier();
   RemoteTier(const RemoteTier&) = delete;
   RemoteTier& operator=(const RemoteTier&) = delete;
 
@@ -115,6 +118,8 @@ class RemoteTier {
   // `reason` set when any of that fails.
   ValuePtr verified_value(const std::string& key, const std::string& bytes, std::string* reason) const;
   void failed(const std::string& reason);
+  // The one warning of a close that left queued writes (blob bytes `bytes`) or removals unsent.
+  void warn_undelivered(int64_t writes, int64_t bytes, int64_t removals, const std::string& last_error) const;
   void succeeded();
   void writer_loop();
 
