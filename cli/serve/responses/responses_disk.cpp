@@ -55,7 +55,8 @@ using Statement = SqlStatement;
 std::string messages_to_json(const std::vector<ChatMessage>& messages) {
   nlohmann::json list = nlohmann::json::array();
   for (const ChatMessage& m : messages) list.push_back(response_rows::message_json(m));
-  return list.dump();
+  // Replaced, not thrown: a row that cannot be written would fail the answer after its run.
+  return list.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::vector<ChatMessage> messages_from_json(const std::string& text, const std::string& what) {

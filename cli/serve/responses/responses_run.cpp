@@ -119,13 +119,19 @@ ApiError name_overflow(ServeCore& core, const ResponseCall& call, ApiError error
   return error;
 }
 
-// The answer as the assistant message a client sends back.
+// The answer as the assistant message a client sends back: its text as the body wrote it (a token cut
+// inside a character, or a byte token, left bytes that are not UTF-8; the body has U+FFFD there), so the
+// stored conversation is what the client read, and a store writing it as JSON takes it.
 ChatMessage answer_message(const RunResult& r) {
   ChatMessage answer;
   answer.role = "assistant";
-  answer.content = r.text;
+  answer.content = as_written(r.text);
   answer.tool_calls = r.tool_calls;
-  if (r.reasoning && !r.reasoning->empty()) answer.reasoning_content = *r.reasoning;  // as its reasoning item
+  for (ChatToolCall& call : answer.tool_calls) {
+    call.name = as_written(call.name);
+    call.arguments = as_written(call.arguments);
+  }
+  if (r.reasoning && !r.reasoning->empty()) answer.reasoning_content = as_written(*r.reasoning);
   return answer;
 }
 

@@ -244,8 +244,8 @@ std::string ResponseStore::journal_payload(const Pending& p) {
     links.push_back(response_keys::journal_row(**link, entry != by_id_.end() ? entry->second.key : std::string()));
   }
   // `links` moved in: an initializer list copies an lvalue, every link's body and messages with it.
-  return nlohmann::json{{"response", response_keys::journal_row(*p.response, p.key)}, {"links", std::move(links)}}
-      .dump();
+  return nlohmann::json{{"response", response_keys::journal_row(*p.response, p.key)}, {"links", std::move(links)}}.dump(
+      -1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::shared_ptr<StoredResponse> ResponseStore::from_journal(const JournalEntry& e, Rebuilt& built, std::string& key) {

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <map>
 
+#include "orbit/common/utf8.h"
+
 namespace orbit::serve {
 
 using nlohmann::json;
@@ -183,6 +185,11 @@ json text_completion_usage(const RunUsage& usage) {
 }
 
 std::string dump(const json& body) { return body.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string as_written(const std::string& text) {
+  if (is_valid_utf8(text)) return text;
+  return json::parse(dump(json(text))).get<std::string>();
+}
 
 std::string sse(const json& body) { return "data: " + dump(body) + "\n\n"; }
 

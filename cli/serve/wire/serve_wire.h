@@ -83,5 +83,9 @@ class StreamExtras {
 std::string sse(const nlohmann::json& body);
 // JSON text with invalid UTF-8 replaced (generated text may split a character at max_tokens).
 std::string dump(const nlohmann::json& body);
+// `text` as dump() writes it in a body: itself when it is valid UTF-8, else with each invalid sequence
+// replaced by U+FFFD exactly as dump() replaces it. What the server keeps of an answer (a stored response's
+// conversation) is this, so it is what the client read and sends back, and it can be written as JSON.
+std::string as_written(const std::string& text);
 
 }  // namespace orbit::serve
