@@ -452,7 +452,7 @@ TEST_CASE("responses: a chain runs in one window and forwards only what is new",
   CHECK(sv::count_input_tokens(core, sampled.dump()).error.param == "temperature");
   json unknown = count_body;
   unknown["previous_response_id"] = "resp_never";
-  CHECK(sv::count_input_tokens(core, unknown.dump()).error.status == 404);
+  CHECK(sv::count_input_tokens(core, unknown.dump()).error.status == 400);
   // An output of a call neither the chain nor the input made is refused once the chain is joined.
   json orphan = count_body;
   orphan["input"] = json::array({{{"type", "function_call_output"}, {"call_id", "c9"}, {"output", "9"}}});
@@ -523,7 +523,7 @@ TEST_CASE("responses: store false, a header's session, refusals by the Responses
   CHECK(unstored.body["store"] == false);
   const Answer orphan = respond(core, request("More.", {{"previous_response_id", unstored.body["id"]}}));
   REQUIRE(orphan.error);
-  CHECK(orphan.error->status == 404);
+  CHECK(orphan.error->status == 400);
   CHECK(orphan.error->code == "previous_response_not_found");
   CHECK(orphan.error->param == "previous_response_id");
 

@@ -129,8 +129,8 @@ async function openaiClient(base, modelId) {
   const fourth = await client.responses.create({ ...request, input: "The end.", previous_response_id: third.id });
   check(fourth.usage.input_tokens > third.usage.input_tokens, "delete: the chain through it stays whole");
   const unstored = await client.responses.create({ ...request, input: "A cat sat.", store: false });
-  check(await status(client.responses.create({ ...request, input: "x", previous_response_id: unstored.id })) === 404,
-        "store false: not chainable (404)");
+  check(await status(client.responses.create({ ...request, input: "x", previous_response_id: unstored.id })) === 400,
+        "store false: not chainable (400, as OpenAI)");
   check(await status(client.responses.create({ ...request, input: "x", reasoning: { effort: "high" } })) === 400,
         "reasoning effort: refused (400)");
 }

@@ -73,3 +73,21 @@ def test_a_response_whose_bytes_are_not_utf8_is_stored_as_the_client_read_it(sta
     assert (status, json.loads(text)) == (200, first)
     status, text = request(server, "POST", "/v1/responses", invalid_answer(last["id"]))
     assert status == 200, text
+
+
+def test_a_previous_response_id_that_names_nothing_is_a_400_as_openai_answers_it(start_serve, stories260k_path):
+    # OpenAI answers 400 invalid_request_error previous_response_not_found (the openai clients raise
+    # BadRequestError); this server answered 404 (NotFoundError), which agents' recovery code does not expect.
+    server = start_serve(stories260k_path)
+    status, text = request(server, "POST", "/v1/responses", {"model": MODEL_NAME, "input": "x", "store": False,
+                                                             "max_output_tokens": 2})
+    assert status == 200, text
+    for previous in ("resp_never", json.loads(text)["id"]):  # never stored; stored with store false
+        for stream in (False, True):  # refused before a stream's first byte
+            status, text = request(server, "POST", "/v1/responses", {"model": MODEL_NAME, "input": "x",
+                                                                     "previous_response_id": previous,
+                                                                     "stream": stream})
+            error = json.loads(text)["error"]
+            assert (status, error["type"], error["code"], error["param"]) == (
+                400, "invalid_request_error", "previous_response_not_found", "previous_response_id"), text
+            assert previous in error["message"]

@@ -52,7 +52,7 @@ def test_stored_responses_survive_a_restart_and_can_be_read_and_deleted(start_se
     assert request(server, "DELETE", "/v1/responses/" + second["id"])[0] == 404
     status, refused = request(server, "POST", "/v1/responses", {"model": MODEL_NAME, "input": "x",
                                                                   "previous_response_id": second["id"]})
-    assert status == 404 and refused["error"]["code"] == "previous_response_not_found"
+    assert status == 400 and refused["error"]["code"] == "previous_response_not_found"
     fourth = respond(server, "The end", third["id"])
     assert fourth["usage"]["input_tokens"] > third["usage"]["input_tokens"] + third["usage"]["output_tokens"]
 

@@ -33,7 +33,9 @@ std::optional<ApiError> join_previous(ServeCore& core, ResponseCall& call) {
   if (id.empty()) return std::nullopt;
   call.previous = core.responses().get(id);
   if (!call.previous) {
-    return api_error(404,
+    // 400, as OpenAI answers it (the openai clients' BadRequestError): the request names something that is
+    // not there, where a 404 says the endpoint's own resource is missing.
+    return api_error(400,
                      "previous_response_id: no stored response '" + id +
                          "' (never stored, stored with "
                          "store false, or dropped from the store)",

@@ -3,13 +3,13 @@
 // (responses_wire.h) and stored (responses_store.h).
 //
 // The conversation: the instructions (a system message), then the stored conversation of
-// previous_response_id (404 previous_response_not_found for an id never stored, stored with store false,
-// or dropped from the store), then the request's input. With truncation "auto", a conversation whose prompt
-// would leave less than the answer's room in the context loses its oldest items (after the leading system
-// and developer messages, never the last one, and a tool result whose call was dropped goes with it) until
-// it fits: the room is max_output_tokens when given, else the server's default max_tokens, at most a quarter
-// of the context. The window then evicts what was dropped and keeps the rest in place. What the input held
-// is stored whole all the same, so a later request chained to this one starts from all of it.
+// previous_response_id (400 previous_response_not_found, as OpenAI answers it, for an id never stored, stored with
+// store false, or dropped from the store), then the request's input. With truncation "auto", a conversation whose
+// prompt would leave less than the answer's room in the context loses its oldest items (after the leading system and
+// developer messages, never the last one, and a tool result whose call was dropped goes with it) until it fits: the
+// room is max_output_tokens when given, else the server's default max_tokens, at most a quarter of the context. The
+// window then evicts what was dropped and keeps the rest in place. What the input held is stored whole all the same, so
+// a later request chained to this one starts from all of it.
 //
 // The window (the session the chat request runs in), first that applies:
 //   1. the header X-Orbit-Session, else the request's `user` (session_for_user), as for chat;
