@@ -292,7 +292,7 @@ void warn_if_remote_unreachable(const std::string& url) {
                ping.url.c_str(), ping.status.reason().c_str());
 }
 
-// Where a stored calibration is read from and written to (EngineOptions::stored_calibration), for messages.
+// Where a stored calibration is written to (EngineOptions::stored_calibration), for messages.
 std::string calibration_store(const serve::ServeOptions& options) {
   std::string where;
   if (!options.store_dir.empty()) where = "--store " + options.store_dir;
@@ -316,14 +316,30 @@ CalibrationProgress calibration_progress() {
 }
 
 // The fidelity model the server plans with, on stderr: read from the store (its directory, else the remote
-// tier: asked here, after the start check of the remote), or (--calibrate-fidelity, when the store held
-// none) measured now, with a line before the measurement, one per seed and one after it.
+// tier), or (--calibrate-fidelity, when the store held none) measured now, with a line before the
+// measurement, one per seed and one after it. The remote is asked here, with or without --calibrate-fidelity,
+// so that the model the first request plans with is known and said before listening; after the remote's
+// start check, so that a remote down is named once, and bounded by the remote tier's timeouts. A remote that
+// does not answer then is said, and asked again at a later request (Engine::fidelity_calibration()).
 void prepare_fidelity_model(Engine& engine, const serve::ServeOptions& options, bool calibrate) {
   const std::string where = calibration_store(options);
-  if (engine.fidelity_calibration() == "store") {
-    std::fprintf(stderr, "orbit serve: fidelity model read from the calibration in %s: %s\n", where.c_str(),
+  const auto start = std::chrono::steady_clock::now();
+  const std::string origin = engine.fidelity_calibration();
+  if (origin == "store" || origin == "remote") {
+    const std::string from = origin == "store" ? "in --store " + options.store_dir
+                                               : "on --remote " + store::redact_redis_url(options.remote);
+    std::fprintf(stderr, "orbit serve: fidelity model read from the calibration %s: %s\n", from.c_str(),
                  engine.fidelity_model_description().c_str());
     return;
+  }
+  if (!options.remote.empty() && options.stored_calibration && !engine.stats().store.remote.available) {
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::fprintf(stderr,
+                 "orbit serve: --remote %s did not answer the read of a stored fidelity calibration (%.1f s, bounded "
+                 "by the remote tier's timeouts); %s\n",
+                 store::redact_redis_url(options.remote).c_str(), seconds,
+                 calibrate ? "calibrating here instead"
+                           : "planning with the default fidelity model until a later request reads one from it");
   }
   if (!calibrate) return;
   std::fprintf(stderr, "orbit serve: calibrating the fidelity model on %s (seeded, nothing timed)...\n",

@@ -175,6 +175,7 @@ void ChunkStore::forget_if_gone(const std::string& key) {
 Result<ValuePtr> ChunkStore::get(const std::string& key, const GetOptions& options) {
   check_chunk_store_key(key, "get");
   if (options.remote_refusal != nullptr) options.remote_refusal->clear();
+  if (options.remote_unavailable != nullptr) *options.remote_unavailable = false;
   Status local_miss = Status::not_found("ChunkStore: no entry " + key);
   for (int attempt = 0; attempt < 4; ++attempt) {
     LocalGet step = get_local(key, options);
@@ -281,7 +282,8 @@ void ChunkStore::promote_disk_hit(const std::string& key, const ValuePtr& value)
 
 Result<ValuePtr> ChunkStore::get_remote(const std::string& key, const GetOptions& options) {
   bool refused = false;
-  Result<ValuePtr> r = remote_->get(key, &refused);  // bounded by the remote's timeouts; never throws for faults
+  // Bounded by the remote's timeouts; never throws for faults.
+  Result<ValuePtr> r = remote_->get(key, &refused, options.remote_unavailable);
   if (!r) {
     if (refused && options.remote_refusal != nullptr) *options.remote_refusal = r.status().reason();
     return r;

@@ -193,9 +193,11 @@ void RemoteTier::succeeded() {
   stats_.available = true;
 }
 
-Result<ValuePtr> RemoteTier::get(const std::string& key, bool* refused) {
+Result<ValuePtr> RemoteTier::get(const std::string& key, bool* refused, bool* unavailable) {
   if (refused != nullptr) *refused = false;
+  if (unavailable != nullptr) *unavailable = false;
   if (!available()) {
+    if (unavailable != nullptr) *unavailable = true;
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.skipped;
     ++stats_.misses;
@@ -205,6 +207,7 @@ Result<ValuePtr> RemoteTier::get(const std::string& key, bool* refused) {
   BackendRead r = backend_->get(key);
   if (r.outcome == BackendRead::Outcome::kUnavailable) {
     failed(r.reason);
+    if (unavailable != nullptr) *unavailable = true;
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.misses;
     return Status::not_found(r.reason);

@@ -8,7 +8,9 @@
 #include <chrono>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "engine/stored_calibration.h"
 #include "orbit/common/error.h"
@@ -172,7 +174,7 @@ TEST_CASE("two engines with their own store directories share the fidelity calib
     // the first question does, and the answer is the first engine's calibration: nothing measured here.
     auto second = Engine::open(calibration_engine(dir / "b", server.url()));
     CHECK(remote_reads(*second) == 0);
-    CHECK(second->fidelity_calibration() == "store");
+    CHECK(second->fidelity_calibration() == "remote");
     CHECK(second->fidelity_model_description() == description);
     CHECK(second->stats().store.remote.hits == 1);
     second->close();
@@ -189,7 +191,7 @@ TEST_CASE("two engines with their own store directories share the fidelity calib
   Window w = remote_only->new_window();
   w.admit(remote_only->add_tokens({1, 403, 407, 261, 378, 410, 44, 33}));
   CHECK(remote_only->stats().store.remote.hits >= 1);
-  CHECK(remote_only->fidelity_calibration() == "store");
+  CHECK(remote_only->fidelity_calibration() == "remote");
   // Off: neither asked nor written.
   EngineOptions off = calibration_engine(dir / "c", server.url());
   off.stored_calibration = false;
@@ -221,7 +223,18 @@ store::ValuePtr with_version(const orbit::detail::FidelityCalibration& calibrati
 
 }  // namespace
 
-TEST_CASE("a calibration the remote tier refuses is ignored with a warning naming its key and why",
+namespace {
+
+// How many times `needle` occurs in `text`.
+std::size_t occurrences(const std::string& text, const std::string& needle) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + needle.size())) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("a calibration the remote tier refuses is ignored with a warning naming its key once, and why",
           "[store][remote][model][calibrate]") {
   test::TempDir dir;
   test::RedisServer server(dir / "redis");
@@ -236,7 +249,8 @@ TEST_CASE("a calibration the remote tier refuses is ignored with a warning namin
   {
     test::StderrCapture err;
     CHECK(engine->fidelity_calibration() == "default");
-    CHECK_THAT(err.text(), Contains("ignoring the remote tier's entry " + key));
+    CHECK_THAT(err.text(), Contains("ignoring the remote tier's fidelity calibration: "));
+    CHECK(occurrences(err.text(), key) == 1);  // the remote tier's reason names it; the warning adds no second
     CHECK_THAT(err.text(), Contains("sample 1 has a negative or non-finite feature or KL"));
   }
   CHECK(engine->stats().store.remote.corrupt == 1);
@@ -244,7 +258,7 @@ TEST_CASE("a calibration the remote tier refuses is ignored with a warning namin
   CHECK(std::stoll(test::redis_cli(server.port(), "EXISTS '" + RedisBackend::manifest_key(key) + "'")) == 0);
   CHECK(engine->calibrate_fidelity().stored);
   engine->close();
-  CHECK(Engine::open(calibration_engine(dir / "other", server.url()))->fidelity_calibration() == "store");
+  CHECK(Engine::open(calibration_engine(dir / "other", server.url()))->fidelity_calibration() == "remote");
 
   // A calibration of another measure's version under the key: the warning says so, not "corrupt".
   orbit::detail::FidelityCalibration good = bad;
@@ -253,6 +267,56 @@ TEST_CASE("a calibration the remote tier refuses is ignored with a warning namin
   auto next = Engine::open(calibration_engine(dir / "third", server.url()));
   test::StderrCapture err;
   CHECK(next->fidelity_calibration() == "default");
-  CHECK_THAT(err.text(), Contains("ignoring the remote tier's entry " + key));
+  CHECK_THAT(err.text(), Contains("ignoring the remote tier's fidelity calibration: "));
+  CHECK(occurrences(err.text(), key) == 1);
   CHECK_THAT(err.text(), Contains("version is not " + std::to_string(orbit::detail::kFidelityMeasureVersion)));
+}
+
+TEST_CASE("a stored calibration the remote did not answer for is read at a later plan; a clean miss is final",
+          "[store][remote][model][calibrate]") {
+  test::TempDir dir;
+  test::RedisServer server(dir / "redis");
+  // Asked while the server holds nothing: a clean miss, final: the entry written after it is not read.
+  auto missed = Engine::open(calibration_engine(dir / "missed", server.url()));
+  CHECK(missed->fidelity_calibration() == "default");
+  const int64_t missed_reads = remote_reads(*missed);
+  CHECK(missed_reads == 1);
+  std::string description;
+  {
+    auto first = Engine::open(calibration_engine(dir / "a", server.url()));
+    REQUIRE(first->calibrate_fidelity().stored);
+    description = first->fidelity_model_description();
+    first->close();  // sends the queued remote write
+  }
+  CHECK(missed->fidelity_calibration() == "default");
+  CHECK(remote_reads(*missed) == missed_reads);  // not asked again
+  CHECK(missed->fidelity_model_description() != description);
+
+  // Asked while the server is down: the defaults for now, asked again later (the old engine kept them).
+  server.kill();  // its append-only file keeps the entry for the restart below
+  auto engine = Engine::open(calibration_engine(dir / "b", server.url()));
+  {
+    test::StderrCapture err;  // the tier's outage warning
+    CHECK(engine->fidelity_calibration() == "default");
+  }
+  CHECK(engine->stats().store.remote.errors >= 1);
+  server.start();
+  // Plans on several threads while the main thread asks: whichever call comes after the tier's
+  // retry_after_ms reads the entry; the others go on with the model they have.
+  std::atomic<bool> read{false};
+  std::vector<std::thread> planners;
+  for (int t = 0; t < 3; ++t) {
+    planners.emplace_back([&engine, &read, t] {
+      Window w = engine->new_window();
+      for (int64_t i = 0; !read.load(); ++i) {
+        w.admit(engine->add_tokens({1, 403 + t, 407, 261, 378, 410, 44, 33 + (i % 50)}));
+        if (w.tokens() > 64) w.slide(1);
+      }
+    });
+  }
+  test::wait_until([&] { return engine->fidelity_calibration() == "remote"; }, 60000);
+  read = true;
+  for (std::thread& p : planners) p.join();
+  CHECK(engine->fidelity_calibration() == "remote");
+  CHECK(engine->fidelity_model_description() == description);
 }

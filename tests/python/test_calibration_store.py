@@ -2,12 +2,16 @@
 
 Engine(store_dir=D).calibrate_fidelity() writes the deficits it measured to D (report.stored), and an engine
 opened later on D fits its fidelity model from them without measuring (fidelity_calibration() == 'store', the
-same description); stored_calibration=False neither reads nor writes; a memory-only engine stores nothing.
+same description); stored_calibration=False neither reads nor writes; a memory-only engine stores nothing. Through
+a remote (Redis, started on 127.0.0.1 by conftest's redis_server and always stopped) another store directory reads it
+('remote'), also when the remote was down at the first question: it is asked again later.
 fidelity_model_description() says the model plans use, marked default or fitted, also after close().
 calibrate_fidelity(progress=f) calls f(seeds_done, seeds) after each seed; what f raises stops it."""
 import re
+import time
 
 import pytest
+from conftest import free_port, redis_server
 
 DEFAULT_DESCRIPTION = re.compile(r"^keep \S+ \(default\), blind \S+ \(default\), .* s_ref \S+$")
 
@@ -72,3 +76,26 @@ def test_calibrate_fidelity_reports_each_seed_and_a_raising_callback_stops_it(or
         assert engine.fidelity_calibration() == "default"  # nor stored
         with pytest.raises(TypeError, match="progress: expected a callable or None"):
             engine.calibrate_fidelity(progress=3)
+
+
+def test_a_remote_down_at_the_first_question_is_asked_again_and_its_calibration_says_remote(orbit, stories260k_path,
+                                                                                           tmp_path):
+    port = free_port()
+    url = f"redis://:right@127.0.0.1:{port}"
+    with pytest.warns(orbit.RemoteUnreachableWarning, match="unreachable at open"):  # nothing listens there yet
+        waiting = open_engine(orbit, stories260k_path, tmp_path / "b", remote=url)
+    assert waiting.fidelity_calibration() == "default"  # the remote does not answer: the defaults, for now
+    with redis_server(port, tmp_path):
+        with open_engine(orbit, stories260k_path, tmp_path / "a", remote=url) as first:
+            report = first.calibrate_fidelity()
+            assert report.stored
+        # Asked again once the remote tier's retry interval (1 s) has passed: the entry the first engine wrote.
+        deadline = time.monotonic() + 60
+        while waiting.fidelity_calibration() != "remote" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert waiting.fidelity_calibration() == "remote"
+        assert waiting.fidelity_model_description() == report.fidelity_model
+        waiting.close()
+        # Copied into b's directory: the next engine there reads it at open, from the store.
+        with open_engine(orbit, stories260k_path, tmp_path / "b", remote=url) as again:
+            assert again.fidelity_calibration() == "store"

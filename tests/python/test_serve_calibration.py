@@ -1,9 +1,12 @@
 """`orbit serve --calibrate-fidelity` on the bundled stories260K: it calibrates the fidelity model before listening
 (a line on stderr before, one per seed measured, one after) unless its store holds a calibration, which a later start
 reads (and says so, with or without the flag); --no-stored-calibration measures at every start; without --store or
---remote it says nothing is kept; two servers with store directories of their own sharing one Redis calibrate once.
+--remote it says nothing is kept; two servers with store directories of their own sharing one Redis calibrate once; a
+remote that does not answer at start is said to have left the default fidelity model.
 Servers (and redis-server) are started on 127.0.0.1 by conftest's fixtures and always stopped."""
 import re
+
+from conftest import free_port
 
 
 def serve_lines(server):
@@ -72,7 +75,15 @@ def test_two_servers_with_their_own_stores_share_the_calibration_through_redis(s
     # Another machine: an empty store directory of its own, the same Redis. It measures nothing.
     second = start_serve(stories260k_path, "--store", str(second_store), "--remote", url, "--calibrate-fidelity")
     assert serve_lines(second) == [
-        f"orbit serve: fidelity model read from the calibration in --store {second_store} or --remote {shown}: "
+        f"orbit serve: fidelity model read from the calibration on --remote {shown}: "
         f"{calibrated.group(1)}"], second.output()
     assert progress_lines(second) == []
     assert ":right@" not in second.output()  # the password never printed
+
+
+def test_serve_says_a_remote_down_at_start_left_the_default_fidelity_model(start_serve, stories260k_path, tmp_path):
+    url = f"redis://127.0.0.1:{free_port()}"  # nothing listens there
+    server = start_serve(stories260k_path, "--store", str(tmp_path / "s"), "--remote", url)
+    assert re.search(rf"^orbit serve: --remote {re.escape(url)} did not answer the read of a stored fidelity "
+                     r"calibration \([\d.]+ s, bounded by the remote tier's timeouts\); planning with the default "
+                     r"fidelity model until a later request reads one from it$", server.output(), re.M), server.output()

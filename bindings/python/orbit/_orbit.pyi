@@ -832,6 +832,7 @@ class WindowPolicy:
         prepare_lists: SupportsIndex = ...,
         read_through: float = ...,
         attention_weight: float = ...,
+        content_weight: float = ...,
     ) -> None: ...
     on_miss: MissAction
     survivors: SurvivorAction
@@ -858,6 +859,7 @@ class WindowPolicy:
     prepare_lists: int
     read_through: float
     attention_weight: float
+    content_weight: float
     @property
     def name(self) -> str: ...
     def replace(self, **options: object) -> "WindowPolicy": ...
@@ -986,9 +988,10 @@ class Engine:
         stored_calibration: with a store_dir or remote, calibrate() / calibrate_fidelity() write the deficits they
         measured there (to both when both are given), and an engine opening this model (same fingerprint, so same
         dtype) on that store directory or remote fits its fidelity model from them without measuring
-        (fidelity_calibration() says 'store'): the directory's is read at open, the remote's (when the directory
-        holds none) at the first plan or fidelity question, never at open. An entry that does not decode is
-        ignored with a warning on stderr naming its key and the defaults kept. False: neither read nor written.
+        (fidelity_calibration() says 'store', or 'remote' for the remote's): the directory's is read at open, the
+        remote's (when the directory holds none) at the first plan or fidelity question, never at open, and again
+        at a later one while the remote does not answer. An entry that does not decode is ignored with a warning
+        on stderr naming its key and the defaults kept. False: neither read nor written.
         background given as a BackgroundMode that is not one of its members (BackgroundMode(7)) raises ValueError.
         A keyword not listed here, or a value of another type than the one above (a float for an int, bytes for a
         str, an int past the field's range; for a bool anything but True, False or a numpy bool: None, 0/1, a
@@ -1042,11 +1045,12 @@ class Engine:
         """The fidelity model plans predict with now, one line: each loss kind's coefficient (KL per unit of loss)
         marked fitted or default, the reference sensitivity s_ref, and ', correction xF' once the self-checks
         scaled it (stats.fidelity_correction). Answers after close() too."""
-    def fidelity_calibration(self) -> Literal["default", "store", "calibrated"]:
-        """Where that model comes from: 'default' (never calibrated), 'store' (fitted from the calibration the
-        store holds for this model: the store directory's at open, else the remote's, asked once by the first plan
-        or call of this or fidelity_model_description()) or 'calibrated' (calibrate() / calibrate_fidelity() ran
-        on this engine). Answers after close() too."""
+    def fidelity_calibration(self) -> Literal["default", "store", "remote", "calibrated"]:
+        """Where that model comes from: 'default' (never calibrated, or no stored calibration read yet), 'store'
+        (fitted from the calibration the store directory holds for this model), 'remote' (fitted from the remote's,
+        asked by the first plan or call of this or fidelity_model_description() when the directory holds none;
+        again at a later one while the remote does not answer) or 'calibrated' (calibrate() / calibrate_fidelity()
+        ran on this engine). Answers after close() too."""
     def add_tokens(self, tokens: Union[Tokens, str], *, label: str = "", pin: bool = False) -> ChunkRef: ...
     # Text (llama2.c tokenizer beside the model). A str wherever token ids go is tokenized without BOS.
     # Hugging Face models have no tokenizer here: use your own (e.g. transformers.AutoTokenizer) and pass ids.

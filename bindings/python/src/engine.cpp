@@ -215,10 +215,11 @@ const char* const kEngineInitDoc =
     "EngineOptions::tokenizer and the path.\n"
     "stored_calibration: with a store_dir or remote, calibrate() / calibrate_fidelity() write the deficits they\n"
     "measured there (to both when both are given), and an engine opening this model on that store directory or\n"
-    "remote fits its fidelity model from them without measuring (fidelity_calibration() says 'store'): the\n"
-    "directory's is read at open, the remote's (when the directory holds none) at the first plan or fidelity\n"
-    "question, never at open; an entry that does not decode is ignored with a warning on stderr naming its key,\n"
-    "the defaults kept; False: neither read nor written.\n"
+    "remote fits its fidelity model from them without measuring (fidelity_calibration() says 'store', or\n"
+    "'remote' for the remote's): the directory's is read at open, the remote's (when the directory holds none)\n"
+    "at the first plan or fidelity question, never at open, and again at a later one while the remote does not\n"
+    "answer; an entry that does not decode is ignored with a warning on stderr naming its key, the defaults\n"
+    "kept; False: neither read nor written.\n"
     "A keyword Engine does not take, or a value of another type than the signature's, raises TypeError naming\n"
     "the keyword; a bool keyword takes True, False or a numpy bool only (not None, 0/1 or a str).\n"
     "Raises OrbitError naming the file or option at fault (CUDA asked for where there is none included).";
@@ -281,10 +282,12 @@ void def_calibration(py::class_<Engine, std::shared_ptr<Engine>>& c) {
         "loss) marked fitted or default, the reference sensitivity s_ref, and ', correction xF' once the\n"
         "self-checks scaled it (stats.fidelity_correction). Answers after close() too.");
   c.def("fidelity_calibration", &Engine::fidelity_calibration, py::call_guard<py::gil_scoped_release>(),
-        "Where that model comes from: 'default' (never calibrated), 'store' (fitted from the calibration the\n"
-        "store holds for this model, the stored_calibration keyword: the store directory's at open, else the\n"
-        "remote's, asked once by the first plan or call of this or fidelity_model_description()) or 'calibrated'\n"
-        "(calibrate() or calibrate_fidelity() ran on this engine). Answers after close() too.");
+        "Where that model comes from: 'default' (never calibrated, or no stored calibration read yet), 'store'\n"
+        "(fitted from the calibration the store directory holds for this model, the stored_calibration keyword),\n"
+        "'remote' (fitted from the remote's, asked by the first plan or call of this or\n"
+        "fidelity_model_description() when the directory holds none; again at a later one while the remote does\n"
+        "not answer) or 'calibrated' (calibrate() or calibrate_fidelity() ran on this engine). Answers after\n"
+        "close() too.");
 }
 
 // Engine: the context manager, close and the engine's state.

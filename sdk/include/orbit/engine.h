@@ -134,16 +134,18 @@ struct EngineOptions {
   // "other", keyed by the model fingerprint, which covers the dtype, the measurement's version and its seed
   // count): in the store directory, and queued for the remote tier when there is one. An engine of this
   // model then fits its fidelity model from the entry it finds, as calibrate_fidelity() would, without
-  // measuring (Engine::fidelity_calibration() says "store"): open() reads the store directory's; when that
-  // holds none, the remote tier is asked once, at the first plan, fidelity_model_description() or
-  // fidelity_calibration() call, never at open() (an open must not wait for a remote that does not answer,
-  // nor warn of it before the caller's own check, orbit::ping_remote, could). The store directory's entry
-  // wins when both hold one; a remote hit is copied into the store directory. A remote that is down then
-  // leaves the defaults for this engine's life (it is not asked again). Nothing is kept for a memory-only
-  // engine without a remote. The entry is an ordinary one: a disk budget or a remote TTL may evict it, and
+  // measuring (Engine::fidelity_calibration() says "store", or "remote" for the remote tier's): open() reads
+  // the store directory's; when that holds none, the remote tier is asked at the first plan,
+  // fidelity_model_description() or fidelity_calibration() call, never at open() (an open must not wait for
+  // a remote that does not answer, nor warn of it before the caller's own check, orbit::ping_remote, could).
+  // The store directory's entry wins when both hold one; a remote hit is copied into the store directory.
+  // The remote's answer is final (a miss is not asked again); a remote that does not answer leaves the
+  // defaults until a later plan or question asks again, at most once per the remote tier's retry interval
+  // (the tier answers a miss at once while it is down). Nothing is kept for a memory-only engine without a
+  // remote. The entry is an ordinary one: a disk budget or a remote TTL may evict it, and
   // the next engine then starts from the defaults. An entry that does not decode (other tensors, a loss kind
   // it does not know, a negative or non-finite value, another model or version; on the remote, anything its
-  // value checks refuse) is ignored with a warning on stderr naming its key, and the defaults stay; the cost
+  // value checks refuse) is ignored with a warning on stderr naming its key once, and the defaults stay; the cost
   // model (machine timings) is never stored.
   // false: neither read nor written (an engine that must start from the defaults, e.g. a replay comparing
   // uncalibrated policies on a shared store).
@@ -373,10 +375,12 @@ class Engine {
   CalibrationReport calibrate_fidelity(const CalibrationProgress& progress = {});
   // The fidelity model plans use now (its coefficients, each marked fitted or default), one line.
   std::string fidelity_model_description() const;
-  // Where that model comes from: "default" (never calibrated), "store" (fitted from a stored calibration,
-  // EngineOptions::stored_calibration: the store directory's at open(), else the remote tier's, asked by the
-  // first call of this, fidelity_model_description() or a plan) or "calibrated" (calibrate() or
-  // calibrate_fidelity() ran on this engine). Answers after close() too (without asking the remote).
+  // Where that model comes from: "default" (never calibrated, or no stored calibration read yet), "store"
+  // (fitted from the calibration the store directory holds, EngineOptions::stored_calibration), "remote"
+  // (fitted from the remote tier's, asked by a call of this, fidelity_model_description() or a plan when the
+  // store directory holds none; again at a later one while the remote does not answer) or "calibrated"
+  // (calibrate() or calibrate_fidelity() ran on this engine). Answers after close() too (without asking the
+  // remote).
   std::string fidelity_calibration() const;
 
   // Runs queued background work (canonical encodes and patch forming) on the calling thread until none

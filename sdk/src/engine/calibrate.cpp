@@ -7,7 +7,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <random>
+#include <string>
 
 #include "engine/calibrate_fidelity.h"
 #include "engine/engine_core.h"
@@ -196,7 +198,11 @@ static bool keeps_calibration(const EngineOptions& o) {
 
 CalibrationReport EngineCore::calibrate_fidelity(const CalibrationProgress& progress) {
   const auto start = Clock::now();
-  std::call_once(remote_calibration_once_, [] {});  // a measurement replaces what the remote would have given
+  {
+    // A measurement replaces what the remote would have given: a read in flight finishes first, none follows.
+    std::lock_guard<std::mutex> lock(remote_calibration_mu_);
+    if (remote_calibration_.load() != RemoteCalibration::kNone) remote_calibration_.store(RemoteCalibration::kDone);
+  }
   const FidelityCalibration deficits = measure_fidelity_samples(*this, kFidelityCalibrationSeeds, progress);
   const planner::FidelityModel fidelity = calibrated_fidelity_model(deficits);
   CalibrationReport report;
@@ -214,42 +220,55 @@ CalibrationReport EngineCore::calibrate_fidelity(const CalibrationProgress& prog
   return report;
 }
 
-// Fits the fidelity model from `stored` and marks it as the store's; false (the defaults kept, a warning on
-// stderr naming the key) when the fit refuses it: a value that decodes may still hold a sample fit() finds wrong.
-bool EngineCore::apply_stored_calibration(const FidelityCalibration& stored) const {
+// Fits the fidelity model from `stored` and marks it as `origin`'s ("store" or "remote"); false (the defaults
+// kept, a warning on stderr naming the key) when the fit refuses it: a value that decodes may still hold a
+// sample fit() finds wrong.
+bool EngineCore::apply_stored_calibration(const FidelityCalibration& stored, const char* origin) const {
   planner::FidelityModel fidelity;
   try {
     fidelity = calibrated_fidelity_model(stored);
   } catch (const Error& e) {
-    std::fprintf(stderr, "orbit: warning: ignoring the store's entry %s: %s; the fidelity model keeps its defaults\n",
+    std::fprintf(stderr, "orbit: warning: ignoring the %s's entry %s: %s; the fidelity model keeps its defaults\n",
+                 std::string(origin) == "remote" ? "remote tier" : "store",
                  fidelity_calibration_key(fingerprint()).c_str(), e.what());
     return false;
   }
   std::lock_guard<std::mutex> lock(mu_);
   fidelity_model_ = fidelity;
-  fidelity_origin_ = "store";
+  fidelity_origin_ = origin;
   return true;
 }
 
 bool EngineCore::load_stored_calibration() {
   if (!keeps_calibration(options_)) return false;
   const std::optional<FidelityCalibration> stored = load_fidelity_calibration(kv().store(), fingerprint());
-  if (stored && apply_stored_calibration(*stored)) return true;
+  if (stored && apply_stored_calibration(*stored, "store")) return true;
   // Not found (or refused) in the store directory: the remote tier's, later (stored_calibration.h says why).
-  remote_calibration_pending_ = !stored && kv_->store().has_remote();
+  if (!stored && kv_->store().has_remote()) remote_calibration_.store(RemoteCalibration::kPending);
   return false;
 }
 
 void EngineCore::read_remote_calibration() const {
-  if (!remote_calibration_pending_) return;
-  std::call_once(remote_calibration_once_, [this] {
-    const std::optional<FidelityCalibration> stored = load_remote_fidelity_calibration(kv_->store(), fingerprint());
-    if (stored) (void)apply_stored_calibration(*stored);
-  });
+  const RemoteCalibration seen = remote_calibration_.load();
+  if (seen != RemoteCalibration::kPending && seen != RemoteCalibration::kRetry) return;
+  // The first read is waited for (the first plan sees its answer); a retry is made by one caller while the
+  // others plan on with the model they have, rather than queue behind a remote that was down.
+  std::unique_lock<std::mutex> lock(remote_calibration_mu_, std::defer_lock);
+  if (seen == RemoteCalibration::kPending) {
+    lock.lock();
+  } else if (!lock.try_lock()) {
+    return;
+  }
+  // Read only if no other caller read (or calibrate_fidelity() cancelled) while this one waited.
+  if (remote_calibration_.load() != seen) return;
+  const RemoteCalibrationRead read = load_remote_fidelity_calibration(kv_->store(), fingerprint());
+  if (read.calibration) (void)apply_stored_calibration(*read.calibration, read.from_remote ? "remote" : "store");
+  remote_calibration_.store(read.unavailable ? RemoteCalibration::kRetry : RemoteCalibration::kDone);
 }
 
 void EngineCore::read_remote_calibration_if_open() const {
-  if (!remote_calibration_pending_ || life_.closed()) return;
+  const RemoteCalibration state = remote_calibration_.load();
+  if ((state != RemoteCalibration::kPending && state != RemoteCalibration::kRetry) || life_.closed()) return;
   try {
     const OpHold hold(*this);
     read_remote_calibration();

@@ -15,7 +15,9 @@
 //   models     the cost and fidelity models (fitted by calibrate()) and the self-checks' correction
 //
 // Locking: each part locks on its own, inside its methods, and none holds its lock while calling out; mu_
-// guards only the cost and fidelity models. No two locks are ever held together.
+// guards only the cost and fidelity models. No two locks are ever held together, except
+// remote_calibration_mu_, held across the remote calibration read (which takes the store's locks and mu_);
+// nothing takes it while holding another.
 //
 // close() finishes the queued background work (what the store exists to keep), refuses new operations,
 // waits for those in flight, then stops the background worker and flushes and destroys the store.
@@ -121,15 +123,18 @@ class EngineCore {
   // other thread sees the engine. Returns whether it found one. When it did not and the engine has a remote
   // tier, the remote's is left to read_remote_calibration (never asked at open: stored_calibration.h).
   bool load_stored_calibration();
-  // The remote tier's stored calibration, asked once (the first caller reads, later ones wait for it, then
-  // return at once): fidelity_model() calls it, so the first plan sees the result, and every plan after it
-  // the same model. Nothing to do unless load_stored_calibration left it pending. The caller holds an
-  // operation (the store is open).
+  // The remote tier's stored calibration: fidelity_model() calls it, so the first plan sees the result.
+  // Nothing to do unless load_stored_calibration left it pending. The first read: the first caller reads,
+  // callers meanwhile wait for it. Its answer is final when the remote answered (a hit, a miss, a refused
+  // entry); when it did not (down), a later call reads again: one caller, while the others go on with the
+  // model they have. The remote tier's own backoff (RemoteOptions::retry_after_ms: reads answered as a miss
+  // at once while it is down) keeps those retries from costing a plan a connection attempt each. The
+  // caller holds an operation (the store is open).
   void read_remote_calibration() const;
   // read_remote_calibration under an operation of its own, skipped once the engine is closed (Engine's
   // fidelity_calibration() and fidelity_model_description() answer after close()).
   void read_remote_calibration_if_open() const;
-  // Engine::fidelity_calibration(): "default", "store" or "calibrated".
+  // Engine::fidelity_calibration(): "default", "store", "remote" or "calibrated".
   std::string fidelity_calibration() const;
 
   // ---- ids ----
@@ -142,8 +147,9 @@ class EngineCore {
   void close();
 
  private:
-  // Fits the fidelity model from a stored calibration (load_stored_calibration, read_remote_calibration).
-  bool apply_stored_calibration(const FidelityCalibration& stored) const;
+  // Fits the fidelity model from a stored calibration (load_stored_calibration, read_remote_calibration);
+  // `origin` is what fidelity_calibration() then says: "store" or "remote".
+  bool apply_stored_calibration(const FidelityCalibration& stored, const char* origin) const;
 
   EngineOptions options_;
   std::unique_ptr<runtime::Model> model_;
@@ -164,10 +170,12 @@ class EngineCore {
   // mutable: read_remote_calibration fills them in from const callers (fidelity_model()), once.
   mutable planner::FidelityModel fidelity_model_;
   mutable std::string fidelity_origin_ = "default";  // fidelity_calibration()
-  // The remote calibration read (read_remote_calibration): pending set at open, before any other thread sees
-  // the engine; the once flag taken by that read, or by calibrate_fidelity() to cancel it.
-  bool remote_calibration_pending_ = false;
-  mutable std::once_flag remote_calibration_once_;
+  // The remote calibration read (read_remote_calibration): kPending set at open, before any other thread
+  // sees the engine; kRetry after a read the remote did not answer; kDone after one it answered, or once
+  // calibrate_fidelity() cancelled it. Changed only under remote_calibration_mu_ (after open), read without.
+  enum class RemoteCalibration { kNone, kPending, kRetry, kDone };
+  mutable std::atomic<RemoteCalibration> remote_calibration_{RemoteCalibration::kNone};
+  mutable std::mutex remote_calibration_mu_;  // one read at a time (see Locking above)
   FidelityChecks fidelity_checks_;
 
   std::atomic<uint64_t> next_instance_{0};

@@ -148,26 +148,37 @@ std::optional<FidelityCalibration> load_fidelity_calibration(store::ChunkStore& 
   return decoded_or_warned(*hit.value(), fingerprint, key);
 }
 
-std::optional<FidelityCalibration> load_remote_fidelity_calibration(store::ChunkStore& store,
-                                                                    const std::string& fingerprint) {
-  if (!store.has_remote()) return std::nullopt;
+RemoteCalibrationRead load_remote_fidelity_calibration(store::ChunkStore& store, const std::string& fingerprint) {
+  RemoteCalibrationRead read;
+  if (!store.has_remote()) return read;
   const std::string key = fidelity_calibration_key(fingerprint);
+  // The local tiers first, on their own: an entry there (another process wrote it to the store directory
+  // since open) is the store's, not the remote's; the get below would serve it without saying where it was.
+  store::GetOptions local;
+  local.remote = false;
+  if (Result<store::ValuePtr> there = store.get(key, local); there.is_ok()) {
+    read.calibration = decoded_or_warned(*there.value(), fingerprint, key);
+    return read;
+  }
   // The store serves a value the remote tier refuses (corrupt, another model's or version's calibration) as a
-  // miss, removing it from the server; remote_refusal says why.
+  // miss, removing it from the server; remote_refusal says why, naming the key.
   std::string refusal;
   store::GetOptions go;
   go.remote_refusal = &refusal;
-  Result<store::ValuePtr> hit = store.get(key, go);  // local tiers first, then the remote (copied into the local ones)
+  go.remote_unavailable = &read.unavailable;
+  Result<store::ValuePtr> hit = store.get(key, go);  // the remote (a hit is copied into the local tiers)
   if (!hit.is_ok()) {
     if (!refusal.empty()) {
       std::fprintf(stderr,
-                   "orbit: warning: ignoring the remote tier's entry %s: %s (removed from the server); the fidelity "
-                   "model keeps its defaults\n",
-                   key.c_str(), refusal.c_str());
+                   "orbit: warning: ignoring the remote tier's fidelity calibration: %s (removed from the server); "
+                   "the fidelity model keeps its defaults\n",
+                   refusal.c_str());
     }
-    return std::nullopt;
+    return read;
   }
-  return decoded_or_warned(*hit.value(), fingerprint, key);
+  read.calibration = decoded_or_warned(*hit.value(), fingerprint, key);
+  read.from_remote = read.calibration.has_value();
+  return read;
 }
 
 }  // namespace orbit::detail

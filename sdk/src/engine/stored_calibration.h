@@ -3,9 +3,10 @@
 // opening the same model on the same store directory, or on the same remote tier, fits its fidelity model
 // from them without measuring. Written to the local tiers (the disk directory) and, with a remote tier,
 // queued for it too. Read in two steps (EngineCore::load_stored_calibration, read_remote_calibration): at
-// Engine::open from the local tiers only, and from the remote tier only when they miss, once, at the first
-// plan or fidelity question, never at open: an open would otherwise wait for a remote that does not answer,
-// and warn of it before the caller's own start check (orbit::ping_remote) could. The local entry wins when
+// Engine::open from the local tiers only, and from the remote tier only when they miss, at the first plan or
+// fidelity question (again at a later one while the remote does not answer), never at open: an open would
+// otherwise wait for a remote that does not answer, and warn of it before the caller's own start check
+// (orbit::ping_remote) could. The local entry wins when
 // both exist; a remote hit is copied into the local tiers (the store promotes it). The remote tier checks
 // the value before returning it (remote_values.h: decode_fidelity_calibration). The deficits are stored, not
 // the fitted model: a later fit or blend (planner::FidelityModel::fit, kCalibrationWeight) applies to them
@@ -55,12 +56,21 @@ bool save_fidelity_calibration(store::ChunkStore& store, const std::string& fing
 // not decode: then a warning naming the key and the reason is printed on stderr and the caller keeps its defaults.
 std::optional<FidelityCalibration> load_fidelity_calibration(store::ChunkStore& store, const std::string& fingerprint);
 
+// What load_remote_fidelity_calibration found.
+struct RemoteCalibrationRead {
+  std::optional<FidelityCalibration> calibration;  // nullopt: none found (or refused)
+  bool from_remote = false;  // the calibration came from the remote tier (else a local tier held it)
+  // The remote tier did not answer (down: within its retry_after_ms, or the call failed): a later read may
+  // find one. false on a hit and on a clean miss (the remote answered: no entry, or one it refused).
+  bool unavailable = false;
+};
+
 // The calibration stored for the model, asking the remote tier when the local tiers miss (a remote hit is
-// then copied into them). nullopt without a remote tier, on a miss, while the remote is down, or when the
-// server held an entry under the key that the remote tier refused (corrupt, another key or model inside,
-// not a calibration of this model and version: removed from the server, counted in its stats' corrupt):
-// then a warning naming the key is printed on stderr and the caller keeps its defaults.
-std::optional<FidelityCalibration> load_remote_fidelity_calibration(store::ChunkStore& store,
-                                                                    const std::string& fingerprint);
+// then copied into them). None without a remote tier, on a miss, while the remote is down (unavailable
+// set), or when the server held an entry under the key that the remote tier refused (corrupt, another key
+// or model inside, not a calibration of this model and version: removed from the server, counted in its
+// stats' corrupt): then a warning giving the remote tier's reason (which names the key) is printed on stderr
+// and the caller keeps its defaults.
+RemoteCalibrationRead load_remote_fidelity_calibration(store::ChunkStore& store, const std::string& fingerprint);
 
 }  // namespace orbit::detail

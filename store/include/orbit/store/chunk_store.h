@@ -98,6 +98,10 @@ struct GetOptions {
   // and refused it (corrupt, another model's, or refused by RemoteOptions::validate; removed from the
   // server), else cleared. A refusal is still a miss: this only says why, without asking the remote twice.
   std::string* remote_refusal = nullptr;
+  // Non-null: set to true when get() missed and the remote tier was asked but did not answer (down, skipped
+  // within its retry_after_ms, or the call failed: RemoteTier::get's unavailable), else false. A miss with
+  // this false is final for now: the remote answered that it holds no usable value.
+  bool* remote_unavailable = nullptr;
 };
 
 // A blob that failed verification on read: served as a miss and recorded here.
