@@ -91,3 +91,18 @@ def test_a_previous_response_id_that_names_nothing_is_a_400_as_openai_answers_it
             assert (status, error["type"], error["code"], error["param"]) == (
                 400, "invalid_request_error", "previous_response_not_found", "previous_response_id"), text
             assert previous in error["message"]
+
+
+def test_responses_tools_of_the_wrong_type_are_refused_naming_the_field(start_serve, stories260k_path):
+    # An empty object passed the check for "no tools" (an empty JSON value) and was served as none.
+    server = start_serve(stories260k_path)
+    for tools in ({}, {"type": "function"}, "read", 1):
+        status, text = request(server, "POST", "/v1/responses", {"model": MODEL_NAME, "input": "x", "tools": tools,
+                                                                 "max_output_tokens": 2})
+        assert status == 400, (tools, text)
+        error = json.loads(text)["error"]
+        assert (error["type"], error["param"]) == ("invalid_request_error", "tools"), text
+        assert "expected an array" in error["message"], text
+    status, text = request(server, "POST", "/v1/responses", {"model": MODEL_NAME, "input": "x", "tools": [],
+                                                             "max_output_tokens": 2})
+    assert status == 200, text

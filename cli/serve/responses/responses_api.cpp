@@ -406,7 +406,10 @@ ResponsesRequest responses_request(std::string_view text, const ServeLimits& lim
   const ojson* input = field(body, "input");
   if (input == nullptr) invalid_field("input", "missing");
   add_input(*input, limits, chat["messages"], r);
-  if (const ojson* v = field(body, "tools"); v != nullptr && !v->empty()) chat["tools"] = chat_tools(*v);
+  // An empty array is no tools; anything else is read as tools (`{}` is refused there, not taken for none).
+  if (const ojson* v = field(body, "tools"); v != nullptr && !(v->is_array() && v->empty())) {
+    chat["tools"] = chat_tools(*v);
+  }
   if (const ojson* v = field(body, "tool_choice")) {
     chat["tool_choice"] = chat_tool_choice(*v, chat.contains("tools") ? chat["tools"] : ojson::array());
   }
