@@ -108,16 +108,51 @@ std::string unique_nonce() {
   return text;
 }
 
+namespace {
+
+// Creates `temp` (O_EXCL) and takes its writer's flock, held until the fd closes (after the rename): how
+// remove_dead_temps() tells a live write from a dead one's leftover. A temp that a sweep unlinked between
+// this open and the flock (it took the flock first) is created again. -1 with errno set on failure.
+int create_locked_temp(const std::string& temp) {
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    Fd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+    if (fd.get() < 0) return -1;
+    int locked = 0;
+    while ((locked = ::flock(fd.get(), LOCK_EX)) != 0 && errno == EINTR) {
+    }
+    if (locked != 0) {
+      const int error = errno;
+      ::unlink(temp.c_str());
+      errno = error;
+      return -1;
+    }
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) {
+      const int error = errno;
+      ::unlink(temp.c_str());
+      errno = error;
+      return -1;
+    }
+    if (st.st_nlink > 0) return fd.release();
+    // swept meanwhile: the name is free again, make it anew
+  }
+  errno = EAGAIN;
+  return -1;
+}
+
+}  // namespace
+
 Status write_blob_file(const std::string& final_path, const EncodedBlob& blob, const IoHooks& hooks,
                        BlobWriteResult* result) {
   const std::filesystem::path target(final_path);
   const std::string dir = target.parent_path().string();
   const std::string temp = (target.parent_path() / ("." + target.filename().string() + ".tmp")).string();
-  Fd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  // The fd (and its flock) stays open until the temp is renamed, so a sweep never takes it for a dead one.
+  Fd fd(create_locked_temp(temp));
   if (fd.get() < 0) return io_failure("disk tier: cannot create", temp, errno);
   auto fail = [&](const char* what, int error) {
-    ::close(fd.release());
     ::unlink(temp.c_str());
+    ::close(fd.release());
     return io_failure(what, temp, error);
   };
   Sha256 hash;
@@ -132,15 +167,11 @@ Status write_blob_file(const std::string& final_path, const EncodedBlob& blob, c
   error = write_all(hooks, fd.get(), checksum.data(), checksum.size());
   if (error != 0) return fail("disk tier: cannot write", error);
   if (do_fsync(hooks, fd.get()) != 0) return fail("disk tier: cannot fsync", errno);
+  if (::rename(temp.c_str(), final_path.c_str()) != 0) return fail("disk tier: cannot rename into", errno);
   if (::close(fd.release()) != 0) {
     const int e = errno;
-    ::unlink(temp.c_str());
-    return io_failure("disk tier: cannot close", temp, e);
-  }
-  if (::rename(temp.c_str(), final_path.c_str()) != 0) {
-    const int e = errno;
-    ::unlink(temp.c_str());
-    return io_failure("disk tier: cannot rename into", final_path, e);
+    ::unlink(final_path.c_str());
+    return io_failure("disk tier: cannot close", final_path, e);
   }
   if ((error = fsync_directory(hooks, dir)) != 0) {
     // The blob is complete but its name may not survive a power loss: undo, so no row ever names it.
@@ -150,6 +181,30 @@ Status write_blob_file(const std::string& final_path, const EncodedBlob& blob, c
   result->checksum = checksum;
   result->bytes = blob.size();
   return Status::ok();
+}
+
+int64_t remove_dead_temps(const std::string& blobs_dir) {
+  int64_t removed = 0;
+  std::error_code ec;
+  for (const auto& shard : std::filesystem::directory_iterator(blobs_dir, ec)) {
+    std::error_code shard_error;
+    // Only the two-hex-digit shards blob writes use; a directory in a blob's place is never looked into.
+    const std::string shard_name = shard.path().filename().string();
+    if (shard_name.size() != 2 || !shard.is_directory(shard_error) || shard.is_symlink(shard_error)) continue;
+    for (const auto& entry : std::filesystem::directory_iterator(shard.path(), shard_error)) {
+      const std::string name = entry.path().filename().string();
+      const bool temp = name.size() > 10 && name[0] == '.' && name.compare(name.size() - 9, 9, ".blob.tmp") == 0;
+      if (!temp) continue;
+      // O_NOFOLLOW | O_NONBLOCK: a symlink or a FIFO under that name is not a temp of ours and is left alone.
+      Fd fd(::open(entry.path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+      struct stat st {};
+      if (fd.get() < 0 || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) continue;  // its writer lives
+      // Ours now: its writer died (or has not taken the flock yet: create_locked_temp makes it again).
+      if (::unlink(entry.path().c_str()) == 0) ++removed;
+    }
+  }
+  return removed;
 }
 
 namespace {

@@ -85,6 +85,9 @@ DiskTier::DiskTier(const DiskTierOptions& options) : options_(options) {
     ORBIT_FAIL("store " << options_.dir << " is being collected or repaired by another process (" << lock_path << ": "
                         << errno_text(error) << "); try again when `orbit store gc|repair` is done");
   }
+  // A write killed inside its blob left a temp file: none of a dead writer outlives this open (a live one is
+  // locked and kept), so crashes do not pile them up until `orbit store gc`.
+  (void)remove_dead_temps(options_.dir + "/blobs");
   char host[256] = {0};
   ::gethostname(host, sizeof host - 1);
   owner_ = std::to_string(::getpid()) + "@" + host + "/" + unique_nonce();

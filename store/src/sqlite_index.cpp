@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <random>
 #include <set>
@@ -11,6 +12,7 @@
 
 #include "orbit/common/error.h"
 #include "orbit/store/blob_format.h"
+#include "orbit/store/blob_io.h"
 #include "sqlite_stmt.h"
 
 namespace orbit::store {
@@ -281,12 +283,28 @@ void SqliteIndex::exec_retrying_or_throw(const char* sql) const {
 }
 
 Status SqliteIndex::failure(int code, const char* what) const {
-  const std::string reason = "store index " + path_ + ": " + what + ": " + sqlite3_errmsg(db_);
-  if ((code & 0xff) == SQLITE_FULL) return Status::out_of_capacity(reason);
+  const int call_errno = errno;  // the callers come straight from the failed SQLite call
+  std::string reason = "store index " + path_ + ": " + what + ": " + sqlite3_errmsg(db_);
+  // SQLite says "disk I/O error" for any failed read or write of its files, and sqlite3_system_errno() is 0 for a
+  // failed write to the WAL (SQLite 3.40); the errno that write left says which: a file-size limit, a full disk
+  // or quota, a read-only file system, a device error. Only those: another errno may be a benign failed call.
+  const int primary = code & 0xff;
+  int os_error = 0;
+  if (primary == SQLITE_IOERR || primary == SQLITE_FULL || primary == SQLITE_CANTOPEN) {
+    os_error = sqlite3_system_errno(db_);
+    const bool write_errno =
+        call_errno == ENOSPC || call_errno == EDQUOT || call_errno == EFBIG || call_errno == EROFS || call_errno == EIO;
+    if (os_error == 0 && write_errno) os_error = call_errno;
+  }
+  if (os_error != 0) reason += " (" + errno_text(os_error) + ")";
+  if (primary == SQLITE_FULL || os_error == ENOSPC || os_error == EDQUOT || os_error == EFBIG) {
+    return Status::out_of_capacity(reason);
+  }
   return Status::refused(reason);
 }
 
 Status SqliteIndex::exec_status(const char* sql, const char* what) {
+  errno = 0;  // failure() reads what the failed write left
   const int rc = sqlite3_exec(db_, sql, nullptr, nullptr, nullptr);
   return rc == SQLITE_OK ? Status::ok() : failure(rc, what);
 }

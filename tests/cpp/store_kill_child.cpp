@@ -2,9 +2,14 @@
 //
 //   store_kill_child write DIR FIRST COUNT   puts values FIRST..FIRST+COUNT-1 (test_store_values.h) and
 //                                            prints "i\n" (flushed) after each put returned ok
-//   store_kill_child fsize DIR FIRST LIMIT   same, under RLIMIT_FSIZE = LIMIT bytes with SIGXFSZ ignored,
+//   store_kill_child fsize DIR FIRST LIMIT [small]
+//                                            same, under RLIMIT_FSIZE = LIMIT bytes with SIGXFSZ ignored,
 //                                            printing "i ok" per put until one fails ("i <status>") or
-//                                            degrades the disk ("i degraded <warning>")
+//                                            degrades the disk ("i degraded <warning>"); small: only the
+//                                            values under 128 KiB (every i not a multiple of 5), so that the
+//                                            index's WAL reaches the limit before a blob does
+//   store_kill_child stall DIR I             puts value I, stopping inside its blob write: after the first
+//                                            write to the temp file it prints "in blob" and waits to be killed
 //   store_kill_child key FINGERPRINT T,T,... prints chunk_key_tokens(FINGERPRINT, tokens)
 //   store_kill_child hold DIR I LEASE_MS     puts value I, pins it (a lease of LEASE_MS ms), prints
 //                                            "pinned", and keeps the store open until stdin closes
@@ -96,6 +101,20 @@ int rwrite(const std::string& dir, const std::string& url, int64_t first, int64_
   return 0;
 }
 
+int stall(const std::string& dir, int64_t i) {
+  orbit::store::ChunkStoreOptions o = options(dir);
+  o.io_hooks.write = [](int fd, const void* data, std::size_t size) -> ssize_t {
+    const ssize_t n = ::write(fd, data, size);
+    std::printf("in blob\n");
+    std::fflush(stdout);
+    for (;;) ::pause();  // until killed
+    return n;
+  };
+  orbit::store::ChunkStore store(o);
+  (void)store.put(orbit::test::store_test_key(i), orbit::test::store_test_value(i));
+  return 1;  // never reached
+}
+
 int race(const std::string& dir, int64_t rounds, int64_t i) {
   char line[64];
   for (int64_t r = 0; r < rounds; ++r) {
@@ -115,7 +134,7 @@ int race(const std::string& dir, int64_t rounds, int64_t i) {
   return 0;
 }
 
-int fsize(const std::string& dir, int64_t first, int64_t limit) {
+int fsize(const std::string& dir, int64_t first, int64_t limit, bool small) {
   ::signal(SIGXFSZ, SIG_IGN);
   orbit::store::ChunkStore store(options(dir));
   struct rlimit rl {};
@@ -123,6 +142,7 @@ int fsize(const std::string& dir, int64_t first, int64_t limit) {
   rl.rlim_cur = static_cast<rlim_t>(limit);
   if (setrlimit(RLIMIT_FSIZE, &rl) != 0) return 2;
   for (int64_t i = first;; ++i) {
+    if (small && i % 5 == 0) continue;  // store_test_value's large ones
     const orbit::Status s = store.put(orbit::test::store_test_key(i), orbit::test::store_test_value(i));
     const orbit::StoreStats stats = store.stats();
     if (s && stats.disk_degraded) {
@@ -175,7 +195,10 @@ int main(int argc, char** argv) {
   try {
     const std::string mode = argc > 1 ? argv[1] : "";
     if (mode == "write" && argc == 5) return write(argv[2], std::atoll(argv[3]), std::atoll(argv[4]));
-    if (mode == "fsize" && argc == 5) return fsize(argv[2], std::atoll(argv[3]), std::atoll(argv[4]));
+    if (mode == "fsize" && (argc == 5 || (argc == 6 && std::strcmp(argv[5], "small") == 0))) {
+      return fsize(argv[2], std::atoll(argv[3]), std::atoll(argv[4]), argc == 6);
+    }
+    if (mode == "stall" && argc == 4) return stall(argv[2], std::atoll(argv[3]));
     if (mode == "hold" && argc == 5) return hold(argv[2], std::atoll(argv[3]), std::atoll(argv[4]));
     if (mode == "rwrite" && argc == 6) return rwrite(argv[2], argv[3], std::atoll(argv[4]), std::atoll(argv[5]));
     if (mode == "race" && argc == 5) return race(argv[2], std::atoll(argv[3]), std::atoll(argv[4]));
@@ -187,7 +210,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     std::fprintf(stderr,
-                 "usage: store_kill_child write|fsize DIR FIRST N  |  key FINGERPRINT T,T,...  |  hold DIR I LEASE_MS"
+                 "usage: store_kill_child write DIR FIRST N  |  fsize DIR FIRST LIMIT [small]  |  stall DIR I  |  key "
+                 "FINGERPRINT "
+                 "T,T,...  |  hold DIR I LEASE_MS"
                  "  |  rwrite DIR URL FIRST N  |  race DIR ROUNDS I  |  fork-server\n");
     return 2;
   } catch (const orbit::Error& e) {

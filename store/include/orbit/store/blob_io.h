@@ -32,11 +32,19 @@ struct BlobWriteResult {
   uint64_t bytes = 0;    // file size
 };
 
-// Writes `blob` to `final_path` (its directory must exist). On failure removes the temp file and returns
-// out_of_capacity (ENOSPC, EDQUOT, EFBIG: the disk is full or a size limit was hit) or refused (any
-// other errno, e.g. EACCES, EROFS, EIO), with a reason naming the path and the error.
+// Writes `blob` to `final_path` (its directory must exist) through a temp file beside it (".NAME.tmp"),
+// fsync'd and renamed into place; the writer holds an flock on the temp from its creation until after the
+// rename. On failure removes the temp file and returns out_of_capacity (ENOSPC, EDQUOT, EFBIG: the disk is
+// full or a size limit was hit) or refused (any other errno, e.g. EACCES, EROFS, EIO), with a reason naming
+// the path and the error.
 Status write_blob_file(const std::string& final_path, const EncodedBlob& blob, const IoHooks& hooks,
                        BlobWriteResult* result);
+
+// Unlinks the temp files write_blob_file left in the shards of `blobs_dir` (a store's DIR/blobs) whose writer
+// is gone (killed mid-write: no process holds its flock), and returns how many. Safe while other processes
+// write: a live writer's temp is locked and kept. Regular files named like its temps only; failures are
+// skipped (a read-only store keeps its leftovers for `orbit store gc`).
+int64_t remove_dead_temps(const std::string& blobs_dir);
 
 // Reads a whole file into a uint8 [size] CPU tensor. not_found naming the path when it is missing (or
 // shrank while read) or is a FIFO, socket or device (in a blob's place: opened without blocking, never

@@ -82,7 +82,9 @@ class SqliteIndex {
   std::vector<DiskRow> rows() const;
   std::optional<DiskRow> row(const std::string& key) const;
 
-  // Writes return refused / out_of_capacity (SQLITE_FULL) naming the index on failure; nothing changes then.
+  // Writes return refused / out_of_capacity (SQLITE_FULL, or a write the system refused with ENOSPC, EDQUOT or
+  // EFBIG) naming the index, with the system's error after SQLite's ("disk I/O error (File too large)"), on
+  // failure; nothing changes then.
   Status set_meta(const std::string& name, const std::string& value);
   // Records `value` unless the meta row exists; returns the value the index holds afterwards.
   Result<std::string> set_meta_if_absent(const std::string& name, const std::string& value);
