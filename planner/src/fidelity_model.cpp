@@ -57,6 +57,62 @@ std::vector<double> add_read_through(const std::vector<double>& weights, const s
   return out;
 }
 
+namespace {
+
+// A token bigram as one 64-bit unit (ids are vocabulary indices, far below 2^32).
+uint64_t bigram(int64_t a, int64_t b) noexcept {
+  return (static_cast<uint64_t>(a) << 32) ^ static_cast<uint64_t>(b) ^ (static_cast<uint64_t>(b) >> 32);
+}
+
+// Calls f(index into `units`) for each bigram of ids[0, end) found in the sorted `units`.
+template <typename F>
+void for_each_unit(const std::vector<int64_t>& ids, std::size_t end, const std::vector<uint64_t>& units, F&& f) {
+  for (std::size_t k = 1; k < end; ++k) {
+    const uint64_t u = bigram(ids[k - 1], ids[k]);
+    const auto it = std::lower_bound(units.begin(), units.end(), u);
+    if (it != units.end() && *it == u) f(static_cast<std::size_t>(it - units.begin()));
+  }
+}
+
+}  // namespace
+
+std::vector<double> content_shares(const std::vector<const std::vector<int64_t>*>& tokens,
+                                   const std::vector<int64_t>& lengths, int64_t reader_tokens) {
+  ORBIT_CHECK(lengths.size() == tokens.size(),
+              "content_shares: tokens and lengths differ in size (" << tokens.size() << ", " << lengths.size() << ")");
+  ORBIT_CHECK(reader_tokens >= 0, "content_shares: reader_tokens must be >= 0, got " << reader_tokens);
+  const std::size_t n = tokens.size();
+  std::vector<double> out(n, 0.0);
+  // before[i]: how many of instance i's ids precede the reader (the reader takes each instance's last ones).
+  std::vector<std::size_t> before(n);
+  std::vector<uint64_t> units;
+  int64_t need = reader_tokens;
+  for (std::size_t i = n; i-- > 0;) {
+    const std::size_t size = tokens[i] != nullptr ? tokens[i]->size() : 0;
+    const int64_t take = std::min(std::max<int64_t>(lengths[i], 0), std::max<int64_t>(need, 0));
+    need -= take;
+    const std::size_t in_reader = std::min(size, static_cast<std::size_t>(take));
+    before[i] = size - in_reader;
+    const std::vector<int64_t>* ids = tokens[i];
+    for (std::size_t k = std::max<std::size_t>(before[i], 1); k < size; ++k) {
+      units.push_back(bigram((*ids)[k - 1], (*ids)[k]));
+    }
+  }
+  std::sort(units.begin(), units.end());
+  units.erase(std::unique(units.begin(), units.end()), units.end());
+  if (units.empty()) return out;
+  std::vector<double> occ(units.size(), 0.0);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (tokens[i] != nullptr) for_each_unit(*tokens[i], before[i], units, [&](std::size_t u) { occ[u] += 1; });
+  }
+  const double per_unit = 1.0 / static_cast<double>(units.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    if (tokens[i] == nullptr) continue;
+    for_each_unit(*tokens[i], before[i], units, [&](std::size_t u) { out[i] += per_unit / (occ[u] * occ[u]); });
+  }
+  return out;
+}
+
 double keep_change(double delta_tokens, double gap_tokens) noexcept {
   if (delta_tokens <= 0) return 0.0;
   return std::pow(std::min(1.0, delta_tokens / (delta_tokens + std::max(gap_tokens, 0.0))), kKeepChangeExponent);

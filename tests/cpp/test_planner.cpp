@@ -513,6 +513,35 @@ TEST_CASE("read-through: a fresh instance passes its weight to what precedes it,
   CHECK_THROWS_WITH(add_read_through(w, {1, 2}, {false, false, false, true}), Contains("differ in size"));
 }
 
+TEST_CASE("content_shares: the tail's bigrams point at their earlier occurrences, a rare one most",
+          "[planner][fidelity]") {
+  // Reader: the last 4 positions, all of instance 3 ([7 8 9 5]: bigrams 7-8, 8-9, 9-5).
+  const std::vector<int64_t> a = {7, 8, 1, 2, 3, 4};  // 7-8 once before the reader
+  const std::vector<int64_t> b = {9, 5, 1, 2, 9, 5};  // 9-5 twice (and 1-2, which the reader lacks)
+  const std::vector<int64_t> c = {1, 2, 3, 4};        // nothing the reader reads
+  const std::vector<int64_t> tail = {7, 8, 9, 5};
+  const std::vector<const std::vector<int64_t>*> tokens = {&a, &b, &c, &tail};
+  const std::vector<int64_t> lengths = {6, 6, 4, 4};
+  const std::vector<double> s = content_shares(tokens, lengths, 4);
+  REQUIRE(s.size() == 4);
+  // 3 distinct reader bigrams: 7-8 seen once (a gets 1/3), 9-5 twice (b gets 2 · (1/3) / 2² = 1/6), 8-9 never.
+  CHECK(s[0] == Approx(1.0 / 3));
+  CHECK(s[1] == Approx(1.0 / 6));
+  CHECK(s[2] == 0.0);
+  CHECK(s[3] == 0.0);  // the reader is not read by itself
+  // A reader of 6 positions takes c's last 2 too: its bigrams 2-3 and 3-4 join the reader, its 1-2 stays before.
+  const std::vector<double> wide = content_shares(tokens, lengths, 6);
+  CHECK(wide[2] == 0.0);
+  CHECK(wide[0] > 0);  // 3-4 occurs in a once before the reader
+  // No reader, no token ids, or nothing repeated: no shares; an instance without ids is skipped.
+  CHECK(content_shares(tokens, lengths, 0) == std::vector<double>(4, 0.0));
+  const std::vector<double> none = content_shares({&a, nullptr, &tail}, {6, 3, 4}, 4);
+  CHECK(none[0] == Approx(1.0 / 3));
+  CHECK(none[1] == 0.0);
+  CHECK_THROWS_WITH(content_shares(tokens, {1, 2}), Contains("differ in size"));
+  CHECK_THROWS_WITH(content_shares(tokens, lengths, -1), Contains("reader_tokens must be >= 0"));
+}
+
 TEST_CASE("antecedent_changes: moving one instance to the end inserts everything it passed, removes it from them",
           "[planner][antecedents]") {
   // Old order A(10) B(20) C(30) D(40); A moves last: B C D A.

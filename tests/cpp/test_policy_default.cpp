@@ -71,6 +71,16 @@ TEST_CASE("the default policy is a budgeted patch policy; presets carry no budge
   CHECK(parse_policy(parse_policy("patch:16:kl=0.003:attend=4").name()).attention_weight == 4);
   CHECK_THROWS_WITH(parse_policy("patch:16:kl=0.003:attend=-1"), Catch::Contains("attend (the weight"));
   CHECK_THROWS_WITH(parse_policy("patch:16:attend=x"), Catch::Contains("attend 'x' is not a number"));
+  // :match=F, the weight of the window tail's content matches on a kept instance (off by default).
+  CHECK(d.content_weight == 0.0);
+  CHECK(parse_policy("patch:16:kl=0.003:match=2").content_weight == 2);
+  CHECK(parse_policy("patch:16:kl=0.003:match=2").name() == "patch:16:kl=0.003:match=2");
+  CHECK(parse_policy(parse_policy("throughput:match=0.5").name()).content_weight == 0.5);
+  CHECK_THROWS_WITH(parse_policy("patch:16:kl=0.003:match=-1"), Catch::Contains("match (the weight"));
+  CHECK_THROWS_WITH(parse_policy("patch:16:match=x"), Catch::Contains("match 'x' is not a number"));
+  WindowPolicy bad;
+  bad.content_weight = -1;
+  CHECK_THROWS_WITH(validate_policy(bad), Catch::Contains("content_weight = -1 must be in [0, 1e6]"));
   // throughput weighs kept instances as the default does, and says so in its name when it differs.
   CHECK(parse_policy("throughput:attend=0:kl=0.01").name() == "throughput:kl=0.01:attend=0");
   CHECK(parse_policy("throughput:through=0.5").read_through == 0.5);

@@ -95,6 +95,30 @@ def test_a_kept_instance_the_last_query_looked_at_is_priced_by_that_look(orbit, 
         fork.close()
 
 
+def test_a_kept_instance_the_tail_repeats_is_priced_by_content(orbit, stories260k_path):
+    # The recency weight prices a short text far from the end at next to nothing; with content_weight > 0 its
+    # share of the content matches of the window's last tokens (a name and a phrase the last chunk repeats)
+    # is a floor under it. attention_weight is off, so no generate's attention enters.
+    with orbit.Engine(stories260k_path, pool_bytes=POOL, page_size=PAGE, background="deferred") as e:
+        w = e.new_window(policy=orbit.Policy("default").replace(attention_weight=0))
+        w.admit(e.add_text("You are a helper who reads stories and answers questions about them."))
+        x = w.admit(e.add_text("Tom saw a big red ball in the park.")).added[0]
+        key = e.add_text("The zebra Quixby hid the golden key under the old mill.")
+        w.admit(key)
+        for i in range(6):
+            w.admit(e.add_text(f"Story {i}: once upon a time there was a little dog who liked to run and play."))
+        w.admit(e.add_text("Where did the zebra Quixby hide the golden key?"))
+
+        def kept_key():
+            (s,) = [s for s in w.plan_evict(x) if s.chunk == key and s.action == orbit.StepAction.keep]
+            return s.predicted_kl
+
+        by_recency = kept_key()
+        w.policy = orbit.Policy("default").replace(attention_weight=0, content_weight=1)
+        by_content = kept_key()
+        assert by_content > by_recency * 10
+
+
 def evict_plan(e):
     """A window of three chunks under a budget that keeps every survivor, and the plan evicting its second:
     its steps carry the fidelity model's predicted KL and the cost model's estimated seconds."""

@@ -27,6 +27,12 @@ def test_policy_spec_and_keyword_arguments(orbit):
     assert d.replace(attention_weight=3).name.endswith(":attend=3")
     with pytest.raises(ValueError, match="attention_weight"):
         d.replace(attention_weight=-1)
+    # the content matches of the window's last tokens as a floor under a kept instance's weight (off by default)
+    assert d.content_weight == 0.0 and d.replace(content_weight=1) != d
+    assert orbit.Policy("patch:16:kl=0.003:match=2").content_weight == 2
+    assert d.replace(content_weight=2).name.endswith(":match=2")
+    with pytest.raises(ValueError, match="content_weight"):
+        d.replace(content_weight=-1)
     full = orbit.Policy("patch:full:exact")
     assert full.rank_k == -1 and full.survivors == orbit.SurvivorAction.recondition
     q = orbit.Policy("patch:8", survivors="recondition", stale=orbit.StalePatch.accept, max_divergence=0.5)

@@ -128,6 +128,8 @@ const std::map<std::string, Setter>& setters() {
       {"read_through", [](WindowPolicy& p, py::handle v) { p.read_through = number(v, "read_through", 0, 1, false); }},
       {"attention_weight",
        [](WindowPolicy& p, py::handle v) { p.attention_weight = number(v, "attention_weight", 0, 1e6, false); }},
+      {"content_weight",
+       [](WindowPolicy& p, py::handle v) { p.content_weight = number(v, "content_weight", 0, 1e6, false); }},
       {"first_k", [](WindowPolicy& p, py::handle v) { p.first_k = count(v, "first_k", 1); }},
   };
   return table;
@@ -243,6 +245,12 @@ void def_policy_fields(py::class_<WindowPolicy>& c) {
         "Under a kl_budget, a kept instance weighs at least this many times the share of the last generate's\n"
         "attention it received (InstanceInfo.attention), wherever it sits in the window; 0 = recency alone.\n"
         "In [0, 1e6]; 1 in the default policy (spec modifier ':attend=F').");
+  field(c, "content_weight", &WindowPolicy::content_weight,
+        "Under a kl_budget, a kept instance weighs at least this many times its share of the content matches of\n"
+        "the window's last 32 tokens (each token bigram there that occurred earlier points at its earlier\n"
+        "occurrences, a rare one most), wherever it sits: what the next read refers back to by content, which\n"
+        "the last query's attention misses when that query did not read it. In [0, 1e6]; 0 (off) in the\n"
+        "default policy (spec modifier ':match=F').");
 }
 
 // Policy's name, replace, copies and __repr__.
@@ -273,7 +281,7 @@ void def_policy_methods(py::class_<WindowPolicy>& c) {
                a.heal_min_kl == b.heal_min_kl && a.prepare_recalls == b.prepare_recalls &&
                a.prepare_moves == b.prepare_moves && a.prepare_lists == b.prepare_lists &&
                a.self_check == b.self_check && a.read_through == b.read_through &&
-               a.attention_weight == b.attention_weight;
+               a.attention_weight == b.attention_weight && a.content_weight == b.content_weight;
       },
       py::is_operator());
   c.def("__repr__", [](const WindowPolicy& p) {

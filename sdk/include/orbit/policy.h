@@ -18,8 +18,8 @@
 //   throughput[:kl=X]  for servers, where background compute is not free: the default's KL budget and exact
 //                   reuse, but a miss is one prefill in context (no canonical encoded, no patch formed in the
 //                   background; stored ones are still used) and idle time does nothing; its total forward
-//                   tokens are its critical ones (bench/REPORT-radix.md's frontier); :through=F and :attend=F
-//                   weigh kept instances as for patch (below)
+//                   tokens are its critical ones (bench/REPORT-radix.md's frontier); :through=F, :attend=F and
+//                   :match=F weigh kept instances as for patch (below)
 //   reprefill       the ceiling: every instance whose context changed is prefilled again in context;
 //                   nothing is reused except a chunk's canonical at position 0 of an empty context
 //   prefix          the executing radix-cache baseline: every instance whose context changed is prefilled
@@ -42,6 +42,8 @@
 // instances counts toward their predicted loss (WindowPolicy::read_through).
 // `:attend=F` (patch presets; 1 in `default`): under a budget, a kept instance weighs at least F
 // times the share of the last query's attention it received (WindowPolicy::attention_weight).
+// `:match=F` (patch presets; 0, off, in `default`): under a budget, a kept instance weighs at least F times
+// its share of the content matches of the window's last tokens (WindowPolicy::content_weight).
 // `:check` (patch presets; off in `default`; needs `:heal`): idle-time heals measure the loss the window
 // carried and the engine scales its fidelity model by what they find (WindowPolicy::self_check).
 // Modifiers appended to patch presets: `:deep` (patch only layers ≥ ℓ₀ chosen from the deficit's energy),
@@ -191,6 +193,13 @@ struct WindowPolicy {
   // is near it; an agent's question that refers back to a tool result far up the window reads that result,
   // and its loss there was under-predicted 1000-fold. 0 = recency alone.
   double attention_weight = 1.0;
+  // What the window's tail reads by content (the `:match=F` modifier; 0, off, in the default policy): a kept
+  // instance's weight in the fidelity model (as attention_weight's) is at least F times its share of the
+  // window's last tokens' content matches (planner::content_shares: each token bigram of the last 32
+  // positions that occurred earlier points at its earlier occurrences, a rare one most). The last query's
+  // attention misses a far-back instance the next read refers to when the last query did not read it.
+  // In [0, 1e6]; 0 = off.
+  double content_weight = 0.0;
   double recompute_ratio = 0.15;  // kTokenRecompute
   int64_t first_k = 16;           // kFirstK
 
@@ -214,10 +223,10 @@ struct WindowPolicy {
 //   expected_reuse   cost_aware
 // Every other field is read under every strategy: rank_k, rank_v and deep_only shape the patches a
 // window forms, and every window forms some (Window::prepare_recalls and prepare_moves under any policy,
-// heal() under any but prefix and throughput, which prefill); read_through and attention_weight weigh the
-// predicted KL of every plan (InstanceInfo::predicted_kl, what heal_min_kl compares); use_orbit_patches
+// heal() under any but prefix and throughput, which prefill); read_through, attention_weight and content_weight weigh
+// the predicted KL of every plan (InstanceInfo::predicted_kl, what heal_min_kl compares); use_orbit_patches
 // is read by place() under any policy. parse_policy, Python's Policy() and replace(),
-// Engine::new_window and Window::set_policy call it.
+// Engine::new_window and Window::set_policy call it. It also refuses a content_weight outside [0, 1e6], naming it.
 void validate_policy(const WindowPolicy& policy);
 
 // Parses a preset spec (see the list at the top). Throws orbit::Error quoting the spec and listing the

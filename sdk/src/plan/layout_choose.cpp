@@ -154,6 +154,7 @@ void LayoutPlanner::choose_actions() {
     }
     tokens_before += info_[i].length;
   }
+  if (policy_.content_weight > 0) add_content_weights();
   // Fresh KV (a new turn at the tail) is computed over the kept instances' approximate KV: they are read
   // through it too (planner::add_read_through, WindowPolicy::read_through).
   if (policy_.read_through > 0) {
@@ -169,6 +170,27 @@ void LayoutPlanner::choose_actions() {
   // (key, version) with a fresh marker per re-served slot.
   uint64_t ctx_hash = 0, marker = 0;
   for (std::size_t i = 0; i < n; ++i) choose_for_slot(i, &ctx_hash, &marker);
+}
+
+void LayoutPlanner::add_content_weights() {
+  const std::size_t n = info_.size();
+  std::vector<const std::vector<int64_t>*> tokens(n, nullptr);
+  std::vector<int64_t> lengths(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const SlotInfo& si = info_[i];
+    lengths[i] = si.length;
+    if (si.is_turn) {
+      tokens[i] = si.turn_tokens;
+    } else if (si.chunk != nullptr && si.chunk->ref.kind == ChunkKind::kTokens) {
+      tokens[i] = &si.chunk->tokens;
+    }
+  }
+  const std::vector<double> share = planner::content_shares(tokens, lengths);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (info_[i].old != nullptr && share[i] > 0) {
+      weights_[i] = std::max(weights_[i], std::min(1.0, policy_.content_weight * share[i]));
+    }
+  }
 }
 
 void LayoutPlanner::choose_for_slot(std::size_t i, uint64_t* ctx_hash, uint64_t* marker) {

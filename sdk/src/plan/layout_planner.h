@@ -88,6 +88,9 @@ class LayoutPlanner {
   void measure_context_changes();
   std::vector<planner::AntecedentChange> moved_antecedents() const;
   void choose_actions();
+  // What the window's tail reads by content (WindowPolicy::content_weight, planner::content_shares): a floor
+  // under each kept instance's weight.
+  void add_content_weights();
   void choose_for_slot(std::size_t i, uint64_t* ctx_hash, uint64_t* marker);
   PlanStep choose_unbudgeted(std::size_t i, const PlanInput& in, bool same, bool forced, const std::string* changed);
   void optimize_budget();

@@ -82,12 +82,15 @@ std::string policy_spec_help() {
          "                                      :attend=F (>= 0, default 1): under a budget, a kept\n"
          "                                      instance weighs at least F times the share of the last query's\n"
          "                                      attention it received;\n"
+         "                                      :match=F (>= 0, default 0, off): under a budget, a kept\n"
+         "                                      instance weighs at least F times its share of the content\n"
+         "                                      matches (token bigrams) of the window's last 32 tokens;\n"
          "                                      :check makes idle-time heals measure the loss the window carried\n"
          "                                      and scale the fidelity model by the largest recent miss (off in\n"
          "                                      default; needs :heal)\n"
          "  throughput[:kl=X]                   the default's budget without background work (servers): a miss\n"
          "                                      is prefilled (no patch formed), no idle-time work; takes\n"
-         "                                      :through=F and :attend=F as patch does\n"
+         "                                      :through=F, :attend=F and :match=F as patch does\n"
          "  reprefill                           prefill every instance whose context changed; reuse nothing\n"
          "  prefix                              radix cache: reuse KV (chunks, turns, answers) only behind the\n"
          "                                      identical sequence\n"
@@ -136,8 +139,8 @@ bool parse_idle_modifier(const std::string& spec, const std::string& part, Windo
   return true;
 }
 
-// How the fidelity model weighs kept instances (`patch` and `throughput`): :through=F and :attend=F. False when
-// `part` is neither.
+// How the fidelity model weighs kept instances (`patch` and `throughput`): :through=F, :attend=F and :match=F.
+// False when `part` is none of them.
 bool parse_weight_modifier(const std::string& spec, const std::string& part, WindowPolicy& p) {
   if (part.rfind("through=", 0) == 0) {
     p.read_through = parse_number(spec, part.substr(8), "through");
@@ -154,6 +157,13 @@ bool parse_weight_modifier(const std::string& spec, const std::string& part, Win
     }
     return true;
   }
+  if (part.rfind("match=", 0) == 0) {
+    p.content_weight = parse_number(spec, part.substr(6), "match");
+    if (!(p.content_weight >= 0 && p.content_weight <= 1e6)) {
+      bad_spec(spec, "match (the weight of the window tail's content matches on a kept instance) must be in [0, 1e6]");
+    }
+    return true;
+  }
   return false;
 }
 
@@ -162,6 +172,7 @@ std::string weight_modifiers(const WindowPolicy& p) {
   std::ostringstream s;
   if (p.read_through != WindowPolicy{}.read_through) s << ":through=" << p.read_through;
   if (p.attention_weight != WindowPolicy{}.attention_weight) s << ":attend=" << p.attention_weight;
+  if (p.content_weight != WindowPolicy{}.content_weight) s << ":match=" << p.content_weight;
   return s.str();
 }
 
@@ -255,7 +266,8 @@ WindowPolicy throughput_preset(const std::string& spec, const std::vector<std::s
   p.prepare_lists = 0;
   for (std::size_t i = 1; i < parts.size(); ++i) {
     if (parse_weight_modifier(spec, parts[i], p)) continue;
-    if (parts[i].rfind("kl=", 0) != 0) bad_spec(spec, "'throughput' takes only :kl=X, :through=F and :attend=F");
+    if (parts[i].rfind("kl=", 0) != 0)
+      bad_spec(spec, "'throughput' takes only :kl=X, :through=F, :attend=F and :match=F");
     p.kl_budget = parse_number(spec, parts[i].substr(3), "kl budget");
     if (!(p.kl_budget > 0 && std::isfinite(p.kl_budget))) bad_spec(spec, "kl budget must be a positive number");
   }
@@ -321,6 +333,9 @@ std::optional<Unread> unread_field(const WindowPolicy& p) {
 }  // namespace
 
 void validate_policy(const WindowPolicy& policy) {
+  ORBIT_CHECK(policy.content_weight >= 0 && policy.content_weight <= 1e6,
+              "WindowPolicy: content_weight = " << policy.content_weight << " must be in [0, 1e6] (policy '"
+                                                << policy.name() << "')");
   const std::optional<Unread> u = unread_field(policy);
   if (!u) return;
   ORBIT_FAIL("WindowPolicy: " << u->field << " = " << u->value << " has no effect with strategy '" << policy.name()

@@ -113,6 +113,22 @@ inline constexpr double kReadThrough = 0.3;
 std::vector<double> add_read_through(const std::vector<double>& weights, const std::vector<int64_t>& lengths,
                                      const std::vector<bool>& fresh, double factor = kReadThrough);
 
+// What the window's tail reads by content (WindowPolicy::content_weight): a causal LM's next token reads
+// far-back text that repeats what it has just read (a name, a tool call, a quoted page) whatever its
+// distance, which the recency weight misses and the last query's attention (WindowPolicy::attention_weight)
+// sees only if that query read it too. The reader is the window's last `reader_tokens` positions; its units
+// are token bigrams (consecutive ids within one instance). Each distinct reader bigram u that also occurs
+// before the reader attends to those occurrences evenly, with mass 1 / occ(u) (a bigram seen once before is
+// a pointer; a common one carries little), normalised by the number of distinct reader bigrams:
+//   share_i = (1 / |R|) · Σ_{u in R} occ_i(u) / occ(u)²      (Σ_i share_i ≤ 1)
+// occ counts only positions before the reader, so the reader's own instances get 0 for their last tokens.
+// `tokens` has one entry per instance in window order (null: no token ids, e.g. input embeddings, which
+// neither read nor are read here); `lengths` their positions (an instance's ids are its last positions when
+// the two differ). Throws orbit::Error naming the argument when the sizes differ or reader_tokens < 0.
+inline constexpr int64_t kContentReaderTokens = 32;
+std::vector<double> content_shares(const std::vector<const std::vector<int64_t>*>& tokens,
+                                   const std::vector<int64_t>& lengths, int64_t reader_tokens = kContentReaderTokens);
+
 // How far Engine::calibrate moves the fidelity model from the defaults (the bundled stories260K's fit) toward
 // its fit on the engine's own model, in log space (FidelityModel::blend): halfway. The calibration's windows
 // (two to four short pieces of sampled text) carry a model's scale, not the traces' structure, and neither
