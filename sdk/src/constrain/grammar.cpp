@@ -34,6 +34,11 @@ ByteTrie ByteTrie::of(const std::vector<std::string>& strings) {
     ORBIT_CHECK(t.nodes[static_cast<std::size_t>(at)].value < 0, "constraint: the string set repeats a string");
     t.nodes[static_cast<std::size_t>(at)].value = static_cast<int32_t>(i);
   }
+  for (Node& n : t.nodes) {
+    for (const int32_t v : n.values_below)
+      n.lengths_below.push_back(static_cast<int32_t>(strings[static_cast<std::size_t>(v)].size()));
+    std::sort(n.lengths_below.begin(), n.lengths_below.end());
+  }
   // Children are made after their parents: one backward pass finds the shortest way to an end.
   for (std::size_t i = t.nodes.size(); i-- > 0;) {
     Node& n = t.nodes[i];

@@ -57,6 +57,7 @@ struct ByteTrie {
     int32_t depth = 0;
     int32_t min_remaining = 0;  // fewest bytes from here to the end of a string
     std::vector<int32_t> values_below;
+    std::vector<int32_t> lengths_below;  // the byte lengths of the strings through the node, ascending
   };
   std::vector<Node> nodes;
 

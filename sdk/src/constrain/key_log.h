@@ -50,9 +50,27 @@ class KeyLog {
   // '{' share its keys), the sorted lengths of those the node writes (which writes() tells: a key one node
   // reads as free may be a declared name of another). add() keeps both as keys close, so a step never re-reads
   // an object's keys; copies of the log share them until one adds a key.
+  //
+  // Per literal-set key node among those (an enum's names), `words` holds, per node of its trie, the byte
+  // lengths, ascending, of the logged keys that are its words and pass through that node: a key being written
+  // then counts its fresh completions of a length (need(): extra_for_fresh) as the trie node's words of that
+  // length less the logged ones, without reading the keys.
+  // How many logged words pass through each (trie node, byte length): open addressing in one array, so that
+  // an object's index is one allocation to copy or free however many keys it holds.
+  class WordLengths {
+   public:
+    void add(int32_t node, int32_t length);
+    int64_t count(int32_t node, int32_t length) const;
+
+   private:
+    std::size_t find(uint64_t key) const;              // its slot, or the empty one where it would go
+    std::vector<std::pair<uint64_t, int64_t>> slots_;  // (key + 1, count); key + 1 == 0: empty
+    std::size_t used_ = 0;
+  };
   struct Keys {
     std::set<std::string> all;
     std::vector<std::pair<const Node*, std::vector<int64_t>>> lengths;
+    std::vector<std::pair<const Node*, WordLengths>> words;
   };
   // The free keys of `object` at a byte of a walk: the log's and those `closed` adds past them (those `key`
   // writes, where given), without copying the log's.
@@ -244,6 +262,8 @@ class KeyLog {
   const std::vector<int64_t>& log_lengths(const Taken& taken, const Node& key, std::vector<int64_t>& scratch) const;
   // Where `keys` has no lengths for `key`: those of its keys that `key` writes, sorted, counted from scratch.
   static std::vector<int64_t> lengths_from_scratch(const Keys& keys, const Node& key);
+  // Adds the logged key `quoted` to the word lengths of the literal set `key` where it is one of its words.
+  static void index_word(const Node& key, const std::string& quoted, WordLengths& words);
   // The node that writes an object's free keys: a map's key, an open object's extra key; null for another.
   const Node* key_node(const Node& object) const;
   // Whether the key frame `f` (`prefix` its bytes so far, which are json_quote()'s spelling) has a completion

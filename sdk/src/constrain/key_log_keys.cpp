@@ -89,6 +89,52 @@ std::size_t KeyLog::key_count(uint32_t object, const Closed& closed, const Node&
   return log_lengths(t, key, scratch).size() + t.more.size();
 }
 
+std::size_t KeyLog::WordLengths::find(uint64_t key) const {
+  const std::size_t mask = slots_.size() - 1;  // a power of two
+  uint64_t h = key;                            // splitmix64's finalizer: every bit of the key reaches the low bits
+  h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  h = (h ^ (h >> 27)) * 0x94D049BB133111EBULL;
+  h ^= h >> 31;
+  for (std::size_t i = static_cast<std::size_t>(h) & mask;; i = (i + 1) & mask) {
+    if (slots_[i].first == key + 1 || slots_[i].first == 0) return i;
+  }
+}
+
+void KeyLog::WordLengths::add(int32_t node, int32_t length) {
+  if ((used_ + 1) * 2 > slots_.size()) {  // at most half full
+    std::vector<std::pair<uint64_t, int64_t>> old(std::max<std::size_t>(64, slots_.size() * 2));
+    old.swap(slots_);
+    for (const auto& [k, n] : old) {
+      if (k != 0) slots_[find(k - 1)] = {k, n};
+    }
+  }
+  const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(node)) << 32) | static_cast<uint32_t>(length);
+  std::pair<uint64_t, int64_t>& slot = slots_[find(key)];
+  if (slot.first == 0) {
+    slot.first = key + 1;
+    ++used_;
+  }
+  ++slot.second;
+}
+
+int64_t KeyLog::WordLengths::count(int32_t node, int32_t length) const {
+  if (slots_.empty()) return 0;
+  const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(node)) << 32) | static_cast<uint32_t>(length);
+  return slots_[find(key)].second;
+}
+
+void KeyLog::index_word(const Node& key, const std::string& quoted, WordLengths& words) {
+  int32_t at = 0;
+  for (std::size_t i = 0; i < quoted.size() && at >= 0; ++i) at = key.trie.child(at, static_cast<uint8_t>(quoted[i]));
+  if (at < 0 || key.trie.nodes[static_cast<std::size_t>(at)].value < 0) return;  // not one of its words
+  const auto length = static_cast<int32_t>(quoted.size());
+  at = 0;
+  for (const char c : quoted) {
+    at = key.trie.child(at, static_cast<uint8_t>(c));
+    words.add(at, length);
+  }
+}
+
 KeyLog::Keys& KeyLog::own(uint32_t object) {
   std::shared_ptr<Keys>& keys = keys_[object];
   if (keys == nullptr) {
@@ -112,6 +158,7 @@ void KeyLog::add(const Closed& closed, const StateSet& now) {
     for (auto& [node, lengths] : keys.lengths) {
       if (writes(*node, key)) lengths.insert(std::upper_bound(lengths.begin(), lengths.end(), length), length);
     }
+    for (auto& [node, words] : keys.words) index_word(*node, key, words);
   }
   // Forget the objects no stack holds open; give each that has keys the lengths of the key nodes reading it.
   std::set<uint32_t> open;
@@ -124,7 +171,11 @@ void KeyLog::add(const Closed& closed, const StateSet& now) {
       if (key == nullptr) continue;
       const auto& known = it->second->lengths;
       if (std::none_of(known.begin(), known.end(), [&](const auto& l) { return l.first == key; })) {
-        own(f.start).lengths.emplace_back(key, lengths_from_scratch(*it->second, *key));
+        Keys& keys = own(f.start);
+        keys.lengths.emplace_back(key, lengths_from_scratch(keys, *key));
+        if (key->kind != NodeKind::kLiteralSet) continue;
+        keys.words.emplace_back(key, WordLengths{});
+        for (const std::string& k : keys.all) index_word(*key, k, keys.words.back().second);
       }
     }
   }

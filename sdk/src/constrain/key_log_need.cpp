@@ -39,18 +39,50 @@ int64_t fresh_in(const Matcher& m, const Node& key, const Frame& f, std::string&
   return spent ? want : found;
 }
 
+// Where `key` is a literal set whose words `taken`'s log indexes (KeyLog::Keys::words), or no key is logged, how
+// many completions of exactly `left` more bytes the key frame `f` (`prefix` its bytes so far) has that are none of
+// `taken`, counted up to `want`, as fresh_in() counts them: the words through its trie node of that length, less
+// those the log has there and those `taken` adds past it. A word is spelled as dump() writes it, as json_quote()
+// writes a logged key, so it is taken exactly where it is one of them. -1 where the log does not index them.
+int64_t fresh_words(const Node& key, const Frame& f, const std::string& prefix, int64_t left,
+                    const KeyLog::Taken& taken, int64_t want) {
+  if (key.kind != NodeKind::kLiteralSet) return -1;
+  const KeyLog::WordLengths* logged = nullptr;
+  if (taken.log != nullptr && !taken.log->all.empty()) {
+    for (const auto& [node, words] : taken.log->words) {
+      if (node == &key) logged = &words;
+    }
+    if (logged == nullptr) return -1;
+  }
+  if (left <= 0) return 0;
+  const auto length = static_cast<int32_t>(prefix.size() + static_cast<std::size_t>(left));
+  const auto count = [&](const std::vector<int32_t>& lengths) {
+    const auto [lo, hi] = std::equal_range(lengths.begin(), lengths.end(), length);
+    return static_cast<int64_t>(hi - lo);
+  };
+  int64_t fresh = count(key.trie.nodes[static_cast<std::size_t>(f.a)].lengths_below);
+  if (logged != nullptr) fresh -= logged->count(static_cast<int32_t>(f.a), length);
+  for (const std::string& k : taken.more) {  // those of `key`'s (taken() keeps only them), none of the log's
+    if (static_cast<int32_t>(k.size()) == length && k.compare(0, prefix.size(), prefix) == 0) --fresh;
+  }
+  return std::min(want, fresh);
+}
+
 // The lengths in bytes of the `want` shortest completions of the key frame `f` that are none of `taken`, less
 // `fewest` (the grammar's shortest), shortest first. Exact up to kMaxKeyExtra more bytes (grammar.h), or until `work`
 // runs out (then a lower bound). Only the bytes that can still close the key in the length tried are tried, so the
 // search walks the completions that spell a taken key and a few dead ends: a key whose short completions are
-// taken ("a" with "a" taken under ^(a|abcdefgh)$: 7 more) costs what it costs, not a cap.
+// taken ("a" with "a" taken under ^(a|abcdefgh)$: 7 more) costs what it costs, not a cap. An enum's names the log
+// indexes are counted by fresh_words instead, which reads no key (exact, where the search may run out of `work`).
 std::vector<int64_t> extra_for_fresh(const Matcher& m, const Node& key, const Frame& f, std::string prefix,
                                      int64_t fewest, const KeyLog::Taken& taken, int64_t want) {
   int64_t work = 1 << 16;
   std::vector<int64_t> out;
   int64_t extra = 0;
   for (; extra < kMaxKeyExtra && static_cast<int64_t>(out.size()) < want; ++extra) {
-    const int64_t n = fresh_in(m, key, f, prefix, fewest + extra, taken, want - static_cast<int64_t>(out.size()), work);
+    const int64_t left = fewest + extra, wanted = want - static_cast<int64_t>(out.size());
+    int64_t n = fresh_words(key, f, prefix, left, taken, wanted);
+    if (n < 0) n = fresh_in(m, key, f, prefix, left, taken, wanted, work);
     out.insert(out.end(), static_cast<std::size_t>(n), extra);
   }
   out.resize(static_cast<std::size_t>(want), extra);  // none within kMaxKeyExtra: at least that many more

@@ -47,7 +47,7 @@ std::size_t node_bytes(const Node& node) {
   std::size_t n = node.literal.capacity() + held(node.trie.nodes) + held(node.children) + held(node.required) +
                   held(node.key_bytes) + held(node.next_required) + held(node.required_left) + held(node.rest) +
                   held(node.after_comma);
-  for (const ByteTrie::Node& t : node.trie.nodes) n += held(t.children) + held(t.values_below);
+  for (const ByteTrie::Node& t : node.trie.nodes) n += held(t.children) + held(t.values_below) + held(t.lengths_below);
   if (node.dfa) n += dfa_bytes(*node.dfa);
   return n;
 }
