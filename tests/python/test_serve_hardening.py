@@ -1,8 +1,12 @@
-"""Hostile and demanding requests to `orbit serve` on stories260K that once failed: an answer whose bytes are not
-UTF-8 on the Responses API with a store, and a previous_response_id that names nothing. Every server is
-started here on 127.0.0.1 (any free port) and stopped."""
+"""Hostile and demanding requests to `orbit serve` on stories260K: an answer whose bytes are not UTF-8 on the
+Responses API with a store, a previous_response_id that names nothing, fields of the wrong type (which once
+failed), and clients that leave in the middle of their answers, many times over. Every server is started here
+on 127.0.0.1 (any free port) and stopped."""
 import http.client
 import json
+import os
+import socket
+import time
 
 MODEL_NAME = "stories260K.bin"
 # stories260K's tokenizer has a token per byte (<0x00> is id 3): 229 is the byte 0xE2, the first of a
@@ -106,3 +110,76 @@ def test_responses_tools_of_the_wrong_type_are_refused_naming_the_field(start_se
     status, text = request(server, "POST", "/v1/responses", {"model": MODEL_NAME, "input": "x", "tools": [],
                                                              "max_output_tokens": 2})
     assert status == 200, text
+
+
+def test_chat_tool_fields_of_the_wrong_type_are_refused_naming_them(start_serve, stories260k_path):
+    # A function's description and strict were taken whatever their type (a number, an object reached the
+    # chat template; strict "yes" read as nothing), where the Responses API refused them.
+    server = start_serve(stories260k_path)
+
+    def ask(**function):
+        tool = {"type": "function", "function": {"name": "read", "parameters": {"type": "object"}, **function}}
+        return request(server, "POST", "/v1/chat/completions", {"model": MODEL_NAME, "max_tokens": 2, "tools": [tool],
+                                                                 "messages": [{"role": "user", "content": "x"}]})
+    for field, value, expected in (("description", 7, "a string"), ("description", {"text": "d"}, "a string"),
+                                   ("strict", "yes", "a boolean"), ("strict", 1, "a boolean")):
+        status, text = ask(**{field: value})
+        assert status == 400, (field, value, text)
+        error = json.loads(text)["error"]
+        assert (error["type"], error["param"]) == ("invalid_request_error", "tools[0].function." + field), text
+        assert "expected " + expected in error["message"], text
+    for function in ({"description": "Reads a page.", "strict": False}, {"description": None, "strict": None}):
+        status, text = ask(**function)
+        assert status == 200, (function, text)
+
+
+def open_descriptors(server):
+    return len(os.listdir(f"/proc/{server.process.pid}/fd"))
+
+
+def busy(server):
+    """{endpoint: n} of orbit_requests_in_flight, with the decode's running sequences (orbit_decode_running)."""
+    status, text = request(server, "GET", "/metrics")
+    assert status == 200
+    prefix = 'orbit_requests_in_flight{endpoint="'
+    out = {line[len(prefix):].split('"')[0]: int(line.split()[-1]) for line in text.splitlines()
+           if line.startswith(prefix)}
+    out["decoding"] = sum(int(line.split()[-1]) for line in text.splitlines()
+                          if line.startswith("orbit_decode_running "))
+    return out
+
+
+def leave_midway(server, path, body, stream):
+    """Sends a long request and leaves: after the stream's first bytes, or at once for a whole answer (its run
+    has started or is about to: either way it must end and free what it holds); half of them with a reset."""
+    data = json.dumps(body).encode()
+    client = socket.create_connection((server.host, server.port))
+    client.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    if stream:
+        assert client.recv(64).startswith(b"HTTP/1.1 200")
+    if body.get("seed", 0) % 2:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    client.close()
+
+
+def test_clients_that_leave_midway_many_times_leave_no_descriptor_or_request_behind(start_serve, stories260k_path):
+    server = start_serve(stories260k_path)
+    assert request(server, "GET", "/v1/models")[0] == 200
+    descriptors = open_descriptors(server)
+    story = [{"role": "user", "content": "Once upon a time"}]
+    for seed in range(40):
+        for path, body in (("/v1/chat/completions", {"messages": story, "max_tokens": 400}),
+                           ("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 400}),
+                           ("/v1/responses", {"input": "Once upon a time", "max_output_tokens": 400})):
+            for stream in (False, True):
+                leave_midway(server, path, {"model": MODEL_NAME, "seed": seed, "stream": stream, **body}, stream)
+    deadline = time.monotonic() + 120  # not a timing claim: how long a loaded machine may take to wind down
+    idle = {"chat": 0, "completions": 0, "responses": 0, "decoding": 0}
+    while time.monotonic() < deadline and (busy(server) != idle or open_descriptors(server) > descriptors):
+        time.sleep(0.1)
+    assert busy(server) == idle
+    assert open_descriptors(server) <= descriptors
+    status, text = request(server, "POST", "/v1/chat/completions", {"model": MODEL_NAME, "messages": story,
+                                                                     "max_tokens": 4})
+    assert status == 200 and json.loads(text)["choices"][0]["finish_reason"] == "length", text

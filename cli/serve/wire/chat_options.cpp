@@ -37,6 +37,11 @@ std::vector<std::string> parse_tools(const json& tools) {
       invalid_field(p + ".function.name", "'" + names.back() + "' is also the name of tools[" +
                                               std::to_string(first - names.begin()) + "] (tool names must be unique)");
     }
+    // Read by the template as written: a description that is not text, or a strict that is not a boolean,
+    // would reach the prompt or be taken for a setting it is not (null is the field left out).
+    if (const auto d = fn->find("description"); d != fn->end() && !d->is_null())
+      need_string(*d, p + ".function.description");
+    if (const auto st = fn->find("strict"); st != fn->end() && !st->is_null()) need_bool(*st, p + ".function.strict");
     if (fn->contains("parameters") && !(*fn)["parameters"].is_object()) {
       invalid_field(p + ".function.parameters",
                     std::string("expected an object, got ") + json_type_name((*fn)["parameters"]));
