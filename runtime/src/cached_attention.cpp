@@ -383,6 +383,19 @@ void cached_attention(const BatchPass& b, int64_t l, const CachedGroup& g, const
   }
 }
 
+at::Tensor read_rotated_keys(const ModelConfig& c, const CachedGroup& g, int64_t l, std::size_t j, int64_t S) {
+  const DecodeCacheState& s = *g.cache;
+  const at::Tensor held = s.keys[static_cast<std::size_t>(l)].select(0, g.slots[j]).narrow(1, 0, S);  // [H_a, S, d]
+  // The slot's rows of the read tables (make_cached_group: rows [0, keys) of each slot at its member's window).
+  const int64_t first = (g.slots[j] - g.lo) * g.keys;
+  const ops::RopeTables t{g.read_tables.cos.narrow(0, first, S), g.read_tables.sin.narrow(0, first, S)};
+  // The part RoPE turns: the whole key, MLA's k_pe after q_nope's width (expanded) or after c_KV (latent).
+  const bool mla = c.attention() == AttentionKind::kMla;
+  const int64_t from = s.latent ? c.mla.kv_lora_rank : mla ? c.mla.qk_nope_head_dim : 0, d = held.size(2);
+  const at::Tensor rotated = rotate(c.rope, held.narrow(2, from, d - from).transpose(0, 1), t).transpose(0, 1);
+  return from == 0 ? rotated : at::cat({held.narrow(2, 0, from), rotated}, 2);
+}
+
 void finish_cached(const BatchPass& b) {
   for (const CachedGroup& g : b.cached) {
     for (std::size_t j = 0; j < g.slots.size(); ++j) {

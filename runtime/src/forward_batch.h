@@ -111,5 +111,10 @@ void cached_attention(const BatchPass& b, int64_t l, const CachedGroup& g, const
 void cached_latent_attention(const BatchPass& b, int64_t l, const CachedGroup& g, const at::Tensor& q, at::Tensor& out);
 // After every layer ran: the members' slots hold their new rows.
 void finish_cached(const BatchPass& b);
+// A cache whose keys are rotated when read (rotate_at_read: dynamic-NTK RoPE), once layer l's new rows are in
+// the slots: member j's first S rows of layer l's keys in attention form, rotated at its window by the group's
+// read tables, the keys its attention read: [H_a, S, d_k] (MLA expanded: k_pe's part rotated), in the latent
+// layout [1, S, r_kv + d_rope] = [c_KV ‖ RoPE(k_pe)]. key_attention.cpp reads them.
+at::Tensor read_rotated_keys(const ModelConfig& c, const CachedGroup& g, int64_t l, std::size_t j, int64_t S);
 
 }  // namespace orbit::runtime::detail

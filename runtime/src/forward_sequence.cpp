@@ -200,7 +200,8 @@ ForwardPast::ForwardPast(const Model& m, const PastKV* given, int64_t T, const F
     return;
   }
   if (given != nullptr && given->paged) {
-    if (paged_kernel_gap(c, m.device(), T, options.recompute.defined()).empty()) {
+    // key_attention reads the past's keys in attention form, which the kernel never makes: gathered then.
+    if (paged_kernel_gap(c, m.device(), T, options.recompute.defined()).empty() && !options.key_attention) {
       paged = given;
     } else {
       // Gathering reads every layer now, so every layer's wait comes first.

@@ -46,7 +46,8 @@ int64_t input_length(const Model& m, const ForwardInput& input);
 at::Tensor input_positions(const ModelConfig& c, const at::Tensor& given, int64_t past_len, int64_t T);
 
 // The past one forward of T input tokens attends over. A paged past is read in place by the paged kernel
-// where it applies; otherwise it is gathered here. Not copyable: `past` may point at `gathered`.
+// where it applies and options.key_attention is not asked (its weights need the keys in attention form, which
+// the kernel never makes); otherwise it is gathered here. Not copyable: `past` may point at `gathered`.
 struct ForwardPast {
   ForwardPast(const Model& m, const PastKV* given, int64_t T, const ForwardOptions& options);
   ForwardPast(const ForwardPast&) = delete;

@@ -4,32 +4,47 @@
 #include <ATen/ATen.h>
 
 #include "attention.h"
+#include "orbit/common/error.h"
 
 namespace orbit::runtime::detail {
 
 namespace {
 
 // The last computed token's query [H, d_k] and sequence s's keys at layer l [H_a, S, d_k] in attention form
-// (rotated; MLA's expanded, or in the absorbed form and a decode cache's latent layout the query carried into
-// the latent and the one key head [c_KV ‖ RoPE(k_pe)]: the same scores), S = its past and input tokens; keys undefined
-// where they are not at hand (key_attention.h).
+// (rotated, a decode cache's rotated when read by its group's read tables under dynamic NTK; MLA's expanded, or
+// in the absorbed form and a decode cache's latent layout the query carried into the latent and the one key head
+// [c_KV ‖ RoPE(k_pe)]: the same scores), S = its past and input tokens; keys undefined where they are not at hand
+// (key_attention.h).
 struct LastQueryKeys {
   at::Tensor query, keys;
 };
+
+// A cached sequence's keys in a cache whose keys are rotated when read (dynamic NTK): its slot's rows rotated
+// by its cached group's read tables, as its attention read them.
+at::Tensor cached_member_keys(const BatchPass& b, const SequencePass& s, int64_t l) {
+  for (const CachedGroup& g : b.cached) {
+    if (g.cache != s.past->cache) continue;
+    for (std::size_t j = 0; j < g.members.size(); ++j) {
+      if (&b.seqs[g.members[j]] == &s) return read_rotated_keys(b.model.config(), g, l, j, s.past->length + s.tokens);
+    }
+  }
+  throw Error("forward: key_attention found no cached group of a sequence over a decode cache's slot", __FILE__,
+              __LINE__);
+}
 
 LastQueryKeys attention_keys(const BatchPass& b, const SequencePass& s, const LayerWeights& w, const LayerKV& content,
                              const at::Tensor& last, int64_t l) {
   const ModelConfig& c = b.model.config();
   const ForwardPast& fp = *s.past;
   if (fp.cache != nullptr) {
-    if (fp.cache->rotate_at_read) return {};
     const at::Tensor keys =
-        fp.cache->keys[static_cast<std::size_t>(l)].select(0, fp.slot).narrow(1, 0, fp.length + s.tokens);
+        fp.cache->rotate_at_read
+            ? cached_member_keys(b, s, l)
+            : fp.cache->keys[static_cast<std::size_t>(l)].select(0, fp.slot).narrow(1, 0, fp.length + s.tokens);
     // The latent layout's one key head [c_KV ‖ RoPE(k_pe)], met by the query carried into the latent.
     if (fp.cache->latent) return {mla_absorbed_queries(c, w, last.unsqueeze(0)).squeeze(0), keys};
     return {last, keys};
   }
-  if (s.paged != nullptr) return {};
   const LayerKV keys = sequence_keys(b.model, s, content, l);
   if (c.attention() == AttentionKind::kMla && s.mla_absorbed) {
     const MlaAbsorbed a = mla_absorb(c, w, last.unsqueeze(0), keys, s.rope.key);

@@ -1,9 +1,10 @@
 // Internal to the runtime: ForwardOptions::key_attention (model.h), the attention the last computed token of a
 // sequence puts on each of its keys, averaged over heads and layers. It is computed beside the attention
 // proper (one query row against the keys, in float32), so every path of forward_batch.cpp gives the same
-// figure, except the two whose keys never exist in attention form on the host side of the forward: a paged
-// past read in place by the CUDA kernel, and a decode cache whose keys are rotated when read (dynamic-NTK
-// RoPE). There ForwardResult::key_attention stays undefined.
+// figure. A decode cache whose keys are rotated when read (dynamic-NTK RoPE) gives its slot's rows rotated by
+// the cached group's read tables, the keys its attention read (read_rotated_keys, forward_batch.h). A paged
+// past is never read in place when key_attention is asked (ForwardPast gathers it, as where the paged CUDA
+// kernel cannot run), so every path has its keys in attention form.
 #pragma once
 
 #include <cstdint>

@@ -3,7 +3,8 @@
 // every sequence its own forward's logits and content: float32 within the float32 bound, bfloat16 within
 // 2 % of the largest value (both sides round the same activations to bfloat16; a batch only changes the
 // GEMMs' blocking); sequences over a DecodeCache's slots decode as over plain pasts; and key_attention
-// equals the CPU's from a contiguous past and from a slot. Exits 77 (skipped) without a
+// equals the CPU's from a contiguous past and from a slot, and a paged past gives it too (gathered for it
+// instead of read in place by the paged kernel). Exits 77 (skipped) without a
 // CUDA device (catch_main_gpu.cpp).
 #include "orbit_catch.h"
 
@@ -11,6 +12,7 @@
 #include "orbit/runtime/decode_cache.h"
 #include "orbit/runtime/device.h"
 #include "orbit/runtime/loader.h"
+#include "orbit/runtime/paged_past.h"
 
 using namespace orbit::runtime;
 
@@ -116,5 +118,25 @@ TEST_CASE("key_attention on CUDA: the CPU's weights from a past and from a decod
     REQUIRE(from_cache.defined());
     CHECK(orbit::test::max_abs_diff(from_cache, want) < 1e-4);
     cache.close(slot);
+  }
+}
+
+TEST_CASE("key_attention on CUDA: a paged past is gathered for it, not read in place by the paged kernel") {
+  for (const std::string& name : orbit::test::device_test_models()) {
+    INFO(name);
+    const auto gpu = load_model(orbit::test::device_test_model_dir(name), cuda(at::kFloat));
+    orbit::test::PagedScenario paged = orbit::test::make_paged_scenario(*gpu, 21, 13, 5, 8, 11);
+    const PastKV past = make_paged_past(paged.paged, paged.positions);
+    ForwardInput in;
+    in.tokens = paged.query;
+    in.positions = at::arange(paged.query_start, paged.query_start + 3, at::kLong);
+    ForwardOptions o;
+    o.key_attention = true;
+    const at::Tensor got = gpu->forward(in, &past, o).key_attention;
+    REQUIRE(got.defined());
+    REQUIRE(got.size(0) == past.length() + 3);
+    // The same past gathered and patched by hand, read as a contiguous past.
+    const PastKV gathered = materialize_past(gpu->config(), past, gpu->device(), gpu->dtype());
+    CHECK(orbit::test::max_abs_diff(got, gpu->forward(in, &gathered, o).key_attention) < 1e-5);
   }
 }

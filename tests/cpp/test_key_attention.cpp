@@ -2,11 +2,19 @@
 // and layers. Layer 0 against the formula computed here from the weights and the forward's own content; all
 // layers alike whether the keys come from no past, a contiguous past, a partial recompute or a decode cache's
 // slot, for every attention family (GQA, M-RoPE, MLA); and the weights of a batch's sequences are each their own.
+// Under dynamic-NTK RoPE a decode cache keeps its keys unrotated and rotates them when read: two slots of one
+// cached group (GQA's rows through the ATen path, MLA's latent rows) decoding across the anchor give a whole
+// prefill's weights at every step (they were undefined before).
 #include "orbit_catch.h"
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "forward_batch_cases.h"
 #include "orbit/runtime/decode_cache.h"
@@ -121,4 +129,73 @@ TEST_CASE("key_attention: each sequence of a batch gets its own weights, and non
   CHECK_FALSE(both[1].key_attention.defined());
   const std::vector<ForwardResult> two = m->forward_batch({{&ia, nullptr, &asked}, {&ib, nullptr, &asked}});
   CHECK(orbit::test::max_abs_diff(two[1].key_attention, run(*m, b, nullptr).key_attention) < 1e-5);
+}
+
+namespace {
+
+// A copy of the model at `path` with dynamic-NTK RoPE anchored at 24 tokens (factor 2): a decode past it turns
+// its keys at angles that change with every step's window, so a decode cache keeps them unrotated and rotates
+// them when read.
+std::unique_ptr<Model> dynamic_copy(const std::string& path) {
+  const auto m = load_model(path);
+  ModelConfig dyn = m->config();
+  dyn.rope.scaling = RopeScaling::kDynamicNtk;
+  dyn.rope.factor = 2.0;
+  dyn.max_position_embeddings = dyn.rope.max_position_embeddings = 24;
+  ModelWeights w = m->weights();
+  return std::make_unique<Model>(dyn, std::move(w), path + ", dynamic NTK at 24");
+}
+
+}  // namespace
+
+TEST_CASE("key_attention: a dynamic-NTK decode cache's slots give the weights of their keys rotated when read") {
+  // stories260K (GQA, its rows through the ATen path) and binding-mla (the latent layout: [c_KV ‖ k_pe], k_pe
+  // rotated when read).
+  for (const std::string& path : {orbit::test::stories_path(), std::string(ORBIT_MODELS_DIR) + "/binding-mla"}) {
+    INFO(path);
+    const auto m = dynamic_copy(path);
+    const auto bound = orbit::test::float32_bound(*m, 40);
+    DecodeCache cache(*m);
+    // Two slots of one cached group, 16 and 10 tokens long, after a free slot: their windows differ (so do
+    // their read tables) and their rows sit at slots 1 and 2 of the group's tables. The reference decodes each
+    // over a contiguous past grown by its own content (a decode's earlier rows were computed at their own
+    // windows: a whole prefill past the anchor would compute them at the last one).
+    const int64_t free_slot = cache.open(nullptr);
+    const std::vector<std::vector<int64_t>> tokens{orbit::test::case_tokens(*m, 40, 5),
+                                                   orbit::test::case_tokens(*m, 34, 6)};
+    std::vector<PastKV> plain{*orbit::test::contiguous_past(*m, {tokens[0].begin(), tokens[0].begin() + 16}),
+                              *orbit::test::contiguous_past(*m, {tokens[1].begin(), tokens[1].begin() + 10})};
+    const std::vector<int64_t> slots{cache.open(&plain[0]), cache.open(&plain[1])};
+    cache.close(free_slot);
+    ForwardOptions o;
+    o.key_attention = true;
+    double worst = 0;
+    // Windows 17..40 and 11..34: below the anchor, at it and past it.
+    for (int64_t step = 0; step < 24; ++step) {
+      INFO("step " << step);
+      std::vector<ForwardInput> inputs(2);
+      std::vector<PastKV> pasts(2);
+      std::vector<SequenceForward> batch;
+      for (std::size_t i = 0; i < 2; ++i) {
+        inputs[i].tokens = {tokens[i][static_cast<std::size_t>(plain[i].length())]};
+        pasts[i] = cache.past(slots[i]);
+        batch.push_back({&inputs[i], &pasts[i], &o});
+      }
+      const std::vector<ForwardResult> got = m->forward_batch(batch);
+      for (std::size_t i = 0; i < 2; ++i) {
+        const ForwardResult want = m->forward(inputs[i], &plain[i], o);
+        REQUIRE(got[i].key_attention.defined());
+        REQUIRE(got[i].key_attention.sizes() == want.key_attention.sizes());
+        const double diff = orbit::test::max_abs_diff(got[i].key_attention, want.key_attention);
+        CHECK(diff <= bound(1.0, "key attention"));
+        worst = std::max(worst, diff);
+        for (std::size_t l = 0; l < plain[i].layers.size(); ++l) {
+          LayerKV& layer = plain[i].layers[l];
+          layer = {at::cat({layer.k, want.content[l].k}), at::cat({layer.v, want.content[l].v})};
+        }
+        plain[i].positions = at::arange(plain[i].length() + 1, at::kLong);
+      }
+    }
+    WARN(path << ": largest key_attention difference " << worst << " over 24 steps of two slots");
+  }
 }

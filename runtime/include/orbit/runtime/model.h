@@ -118,7 +118,9 @@ struct ForwardOptions {
 
   // Fill ForwardResult::key_attention: where the last computed token looks. A planner reads it to learn
   // which earlier content the next query depends on (a kept turn far back that a question refers to).
-  // Costs one query row against the keys per layer (and, outside a decode cache, rotating the keys again).
+  // Costs one query row against the keys per layer (and, outside a decode cache or in one whose keys are
+  // rotated when read, rotating the keys again); a paged past is then gathered instead of read in place by
+  // the CUDA kernel.
   bool key_attention = false;
 
   // MLA only: the naive or the absorbed form of its attention (MlaForm above). kAuto for any model.
@@ -131,8 +133,8 @@ struct ForwardResult {
   std::vector<LayerKV> content;  // per layer run, when return_content; model's device and dtype
   // With options.key_attention: float32 [K] on the host, the softmax weight the last computed token puts on
   // each key it sees (past tokens, then input tokens up to itself), averaged over heads and layers; sums
-  // to 1. Undefined where the keys are never materialised in attention form: a paged past read in place by
-  // the CUDA kernel, and a decode cache of a dynamic-NTK model (keys rotated when read).
+  // to 1. Every past gives it: a decode cache of a dynamic-NTK model from its slot's keys rotated as its
+  // attention read them, a paged past gathered (not read in place by the CUDA kernel) when it is asked.
   at::Tensor key_attention;
 };
 
