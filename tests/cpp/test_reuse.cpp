@@ -1,6 +1,9 @@
 // The reuse operator (reuse.h): exact relocation, the deficit and its truncated factorisation (exact and
 // randomized SVD), patches measured by next-token KL on model-sampled text, the orbit / deep-only /
-// shared-basis variants, and the errors a misuse meets.
+// shared-basis variants, and the errors a misuse meets. Under dynamic-NTK RoPE, a chunk encoded once and reused
+// at positions past the anchor gives a re-prefill's logits over a contiguous past and a decode cache's slot:
+// with the past's keys (or the slot's read tables) rotated at the anchor's angles instead of the window's the
+// logits move by 1.0 to 5.1 (checked by breaking key_rope and make_cached_group's read windows).
 #include "orbit_catch.h"
 
 #include <ATen/ATen.h>
@@ -10,8 +13,13 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "forward_batch_cases.h"
 #include "orbit/common/error.h"
+#include "orbit/runtime/decode_cache.h"
 #include "orbit/runtime/generator.h"
 #include "orbit/runtime/loader.h"
 #include "orbit/runtime/reuse.h"
@@ -604,4 +612,63 @@ TEST_CASE("misuse is refused with the argument named", "[reuse][cpu][model][erro
   both.tokens = {1, 2};
   both.embeddings = at::zeros({2, 64});
   CHECK_THROWS_WITH(canonical(m, both), Contains("exactly one of tokens and embeddings"));
+}
+
+TEST_CASE("dynamic NTK: a chunk encoded once and reused past the anchor gives a re-prefill's logits",
+          "[reuse][cpu][model]") {
+  // A chunk B of n tokens encoded once, its content reused (relocated: rotated as the forward reads it) at
+  // positions P.. past the anchor L = original_max_position_embeddings = 16, behind it a query Q of q tokens;
+  // the reference is one forward of B and Q at the same positions (the re-prefill). Dynamic NTK's angles
+  // depend on the window's length n + q > L (theta grows past L), and B's content past layer 0 on the angles
+  // its own tokens attended at: B is encoded at that window length (options.rope_window_len), so that its
+  // content is the re-prefill's (RoPE turns every token of B alike: only offsets count) and the logits differ
+  // by float32 rounding only. Read over a contiguous past and over a decode cache's slot (keys kept unrotated,
+  // rotated when read by its read tables), for a GQA model and the latent layout of an MLA one.
+  for (const std::string& path : {orbit::test::stories_path(), std::string(ORBIT_MODELS_DIR) + "/binding-mla"}) {
+    INFO(path);
+    const auto base = load_model(path);
+    ModelConfig dyn = base->config();
+    dyn.rope.scaling = RopeScaling::kDynamicNtk;
+    dyn.rope.factor = 4.0;
+    dyn.rope.original_max_position_embeddings = 16;
+    ModelWeights weights = base->weights();
+    const Model m(dyn, std::move(weights), path + ", dynamic NTK at 16");
+    const int64_t n = 12, q = 6;
+    const std::vector<int64_t> chunk = random_tokens(n, dyn.vocab_size, 21),
+                               query = random_tokens(q, dyn.vocab_size, 22);
+    ForwardInput encode;
+    encode.tokens = chunk;  // positions 0..n-1
+    ForwardOptions once;
+    once.logits = LogitsMode::kNone;
+    once.rope_window_len = n + q;
+    const Content content = m.forward(encode, nullptr, once).content;
+    const auto bound = orbit::test::float32_bound(m, n + q);
+    DecodeCache cache(m);
+    for (const int64_t p : {int64_t{17}, int64_t{40}}) {
+      INFO("chunk at " << p);
+      ForwardInput whole;
+      whole.tokens = chunk;
+      whole.tokens.insert(whole.tokens.end(), query.begin(), query.end());
+      whole.positions = at::arange(p, p + n + q, at::kLong);
+      ForwardOptions all;
+      all.logits = LogitsMode::kAll;
+      all.return_content = false;
+      const at::Tensor want = m.forward(whole, nullptr, all).logits.narrow(0, n, q);
+      PastKV past;
+      past.layers = content;
+      past.positions = at::arange(p, p + n, at::kLong);
+      ForwardInput in;
+      in.tokens = query;
+      in.positions = at::arange(p + n, p + n + q, at::kLong);
+      const at::Tensor plain = m.forward(in, &past, all).logits;
+      CHECK(max_abs_diff(plain, want) <= bound(orbit::test::largest(want), "logits"));
+      const int64_t slot = cache.open(&past);
+      const PastKV cached = cache.past(slot);
+      const at::Tensor from_slot = m.forward(in, &cached, all).logits;
+      CHECK(max_abs_diff(from_slot, want) <= bound(orbit::test::largest(want), "logits"));
+      cache.close(slot);
+      WARN(path << ", chunk at " << p << ": largest logit difference " << max_abs_diff(plain, want)
+                << " (contiguous past), " << max_abs_diff(from_slot, want) << " (decode cache's slot)");
+    }
+  }
 }
