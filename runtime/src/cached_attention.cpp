@@ -243,7 +243,8 @@ CachedGroup make_cached_group(const BatchPass& b, DecodeCacheState* cache, std::
   // The CPU writes the new rows in place (write_new_rows).
   if (!m.device().is_cpu()) g.write_index = long_tensor(write_rows(g, cache->heads, cache->capacity), m.device());
   place_kept(g);
-  if (!g.kernel) index_for_aten(b, g);
+  // The ATen path's indices and mask; the latent layout's members read their own slots (cached_attention_mla.cpp).
+  if (!g.kernel && !cache->latent) index_for_aten(b, g);
   g.in_order = true;
   for (std::size_t j = 0; j < g.first_rows.size() && g.in_order; ++j) {
     g.in_order = g.first_rows[j] == g.first_rows.front() + static_cast<int64_t>(j) * R;

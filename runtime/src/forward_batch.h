@@ -71,7 +71,9 @@ struct CachedGroup {
   // Per member: the row of kept_k[l] viewed [slots·kept_capacity, heads, dim] that its first new row goes
   // to, or -1 where its slot keeps no content (DecodeCache::open's keep_content). Empty: no member keeps.
   std::vector<int64_t> kept_at;
-  // ATen path only (below): the slots [lo, lo + count) attended together, padded to S keys.
+  // The slots [lo, lo + count) the group reads, S rows at most each (every path). rows, member_index,
+  // in_slot_order and hidden are the ATen path's (below, padded to S keys), built only where it runs: not for
+  // the CPU kernel or the latent layout, whose members each read their own slot's rows.
   at::Tensor rows;              // int64 [B·R]: their rows in the batch (undefined: every row, in order)
   int64_t queries = 0;          // R
   int64_t lo = 0, count = 0;    // the slots attended
