@@ -1,6 +1,6 @@
-// Helpers the Window::sync tests share (test_sync.cpp, test_sync_parts.cpp): the bundled TinyStories-656K
-// engine, the chat templates the tests pass, messages, the check that a window is its rendering, the window's
-// prefix spans, random sentences.
+// Helpers the Window::sync tests share (test_sync.cpp, test_sync_parts.cpp, test_sync_rerender.cpp): the bundled
+// TinyStories-656K engine, the chat templates the tests pass, messages, the check that a window is its rendering
+// (or given tokens), the window's prefix spans, random sentences.
 #pragma once
 
 #include <cstdint>
@@ -54,10 +54,8 @@ inline ChatMessage msg(const std::string& role, const std::string& content) {
   return m;
 }
 
-// (a): the window's instances, in order, are the tokens of the rendering.
-inline void require_window_is_rendering(Engine& engine, const Window& w, const std::vector<ChatMessage>& messages,
-                                        const SyncOptions& o) {
-  const std::vector<int64_t> expected = engine.tokenize_chat(messages, false, o.chat);
+// The window's instances, in order, are `expected`.
+inline void require_window_is_tokens(Engine& engine, const Window& w, const std::vector<int64_t>& expected) {
   int64_t pos = 0;
   for (const InstanceInfo& i : w.instances()) {
     REQUIRE(i.position == pos);
@@ -71,6 +69,12 @@ inline void require_window_is_rendering(Engine& engine, const Window& w, const s
     pos += i.length;
   }
   REQUIRE(pos == static_cast<int64_t>(expected.size()));
+}
+
+// (a): the window's instances, in order, are the tokens of the rendering.
+inline void require_window_is_rendering(Engine& engine, const Window& w, const std::vector<ChatMessage>& messages,
+                                        const SyncOptions& o) {
+  require_window_is_tokens(engine, w, engine.tokenize_chat(messages, false, o.chat));
 }
 
 // A prefix cache that keeps only the last sequence read (one conversation's KV, as a server slot keeps

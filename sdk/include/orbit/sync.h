@@ -23,7 +23,12 @@
 //      where that rendering is a prefix of the full one, its end is the boundary of message i. Templates
 //      that render a message differently depending on what follows it (Mistral moves the system prompt
 //      into the last user turn; a template that treats the last message apart) give no boundary there,
-//      and the messages on both sides form one unit. The list is converted for the template once
+//      and the messages on both sides form one unit. Where a turn renders otherwise once later messages
+//      arrive (Qwen3 hides an answer's reasoning once a query follows it), steps 2 and 3 read an earlier
+//      list's cuts and tokens only as far as its rendering and the new one agree byte for byte:
+//      tests/cpp/test_sync_rerender.cpp syncs Qwen3's and Mistral Nemo's templates step by step and checks
+//      the window against @huggingface/jinja's rendering of each whole list, and its units against
+//      rendering every prefix. The list is converted for the template once
 //      (runtime::ChatTemplate::prepare: messages, tools and extra variables), not once per prefix, and what
 //      each prefix rendered to is kept (process-wide, bounded: at most 64 MiB of renderings, least recently
 //      used dropped first) for the lists that follow: a list that starts with an earlier list's messages,
