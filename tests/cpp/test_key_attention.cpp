@@ -3,8 +3,12 @@
 // layers alike whether the keys come from no past, a contiguous past, a partial recompute or a decode cache's
 // slot, for every attention family (GQA, M-RoPE, MLA); and the weights of a batch's sequences are each their own.
 // Under dynamic-NTK RoPE a decode cache keeps its keys unrotated and rotates them when read: two slots of one
-// cached group (GQA's rows through the ATen path, MLA's latent rows) decoding across the anchor give a whole
-// prefill's weights at every step (they were undefined before).
+// cached group (GQA's rows through the ATen path, MLA's latent rows) decoding across the anchor give at every
+// step the weights of Model::forward over a contiguous past grown by its own content (they were undefined
+// before).
+// Checked by breaking the runtime: with the slots' rows read unrotated the weights move by 0.017 to 0.33 (96 of
+// 288 assertions fail); with every member reading the group's first slot's read tables, by 2.9e-4 to 0.080
+// (32 fail).
 #include "orbit_catch.h"
 
 #include <ATen/ATen.h>
