@@ -1,15 +1,19 @@
 // Engine lifetime under threads (engine.h: every Engine member is safe from any thread, close() releases
 // the store early and later calls throw): close() racing window operations on other threads, concurrent
 // close() calls, close() from a generate callback (refused, not waited for), and every operation refused
-// after close. Labelled `thread`: the TSan stage runs it.
+// after close; the stored calibration's remote read retried from several threads while the remote is down.
+// Labelled `thread`: the TSan stage runs it.
 #include <atomic>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "orbit/common/error.h"
 #include "orbit/engine.h"
 #include "orbit_catch.h"
+#include "redis_test_server.h"
+#include "stderr_capture.h"
 #include "test_helpers.h"
 
 namespace {
@@ -152,4 +156,58 @@ TEST_CASE("every engine and window operation after close() throws 'engine is clo
   // stats() still answers (counters; the store's part is empty), and close() is idempotent.
   CHECK(engine->stats().chunks == 1);
   engine->close();
+}
+
+namespace {
+
+// The remote tier's reads so far: hits, misses (skipped while down included) and failed calls.
+int64_t remote_reads(const Engine& engine) {
+  const orbit::RemoteStats remote = engine.stats().store.remote;
+  return remote.hits + remote.misses + remote.errors;
+}
+
+}  // namespace
+
+TEST_CASE("a stored calibration read the remote did not answer is asked again, from many threads at once",
+          "[engine][thread][calibrate]") {
+  orbit::test::TempDir dir;
+  EngineOptions o;
+  o.model = orbit::test::stories_path();
+  o.store_dir = dir / "store";
+  o.pool_bytes = int64_t{8} << 20;
+  o.remote = "redis://127.0.0.1:" + std::to_string(orbit::test::free_port());  // nothing listens there
+  orbit::test::StderrCapture err;  // the tier's warnings (outage, writes not delivered at close)
+  auto engine = Engine::open(o);
+  CHECK(engine->fidelity_calibration() == "default");
+  const int64_t first = remote_reads(*engine);
+  REQUIRE(first >= 1);
+  // Not answered: each later question reads again (the tier answers at once while it backs off), where the
+  // engine used to keep the defaults for its life without asking.
+  for (int i = 0; i < 5; ++i) CHECK(engine->fidelity_calibration() == "default");
+  CHECK(remote_reads(*engine) >= first + 5);
+  // Questions and plans on several threads retry at once; a calibration on another ends the retries.
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (uint64_t t = 0; t < 3; ++t) {
+    threads.emplace_back([&engine, &failures, t] {
+      std::mt19937_64 rng(t);
+      try {
+        orbit::Window w = engine->new_window();
+        for (int i = 0; i < 20; ++i) {
+          (void)engine->fidelity_calibration();
+          w.admit(engine->add_tokens(random_tokens(rng, 12)));
+          if (w.tokens() > 200) w.slide(1);
+        }
+      } catch (const orbit::Error&) {
+        ++failures;
+      }
+    });
+  }
+  threads.emplace_back([&engine] { (void)engine->calibrate_fidelity(); });
+  for (std::thread& t : threads) t.join();
+  CHECK(failures == 0);
+  CHECK(engine->fidelity_calibration() == "calibrated");
+  const int64_t after = remote_reads(*engine);
+  for (int i = 0; i < 5; ++i) CHECK(engine->fidelity_calibration() == "calibrated");
+  CHECK(remote_reads(*engine) == after);  // the calibration ended the retries
 }
