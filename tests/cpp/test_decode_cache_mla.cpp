@@ -100,6 +100,68 @@ double step(const Model& m, DecodeCache& cache, std::vector<Twin>& twins) {
   return worst;
 }
 
+// One sequence of 12 prompt rows (case_tokens seed 2) twinned: in a slot of `cache` and as a contiguous past,
+// token 7 next.
+std::vector<Twin> prompt_twins(const Model& m, DecodeCache& cache) {
+  std::vector<Twin> twins(1);
+  twins[0].plain = *contiguous_past(m, case_tokens(m, 12, 2));
+  twins[0].slot = cache.open(&twins[0].plain);
+  twins[0].token = 7;
+  return twins;
+}
+
+// `steps` greedy steps of every twin (step); the first twin's picks appended to `picked`. Returns the largest
+// logit difference.
+double decode(const Model& m, DecodeCache& cache, std::vector<Twin>& twins, int steps,
+              std::vector<int64_t>* picked = nullptr) {
+  double worst = 0;
+  for (int s = 0; s < steps; ++s) {
+    worst = std::max(worst, step(m, cache, twins));
+    if (picked != nullptr) picked->push_back(twins[0].token);
+  }
+  return worst;
+}
+
+// The first twin forked given another token and decoded beside its parent for `beside` steps, then alone (the
+// parent closed: its slot free below the branch's) for `alone`. Returns the largest logit difference.
+double fork_and_close(const Model& m, DecodeCache& cache, std::vector<Twin>& twins, int beside, int alone) {
+  Twin branch = twins[0];
+  branch.slot = cache.fork(twins[0].slot);
+  branch.token = (twins[0].token + 1) % m.config().vocab_size;
+  twins.push_back(branch);
+  double worst = decode(m, cache, twins, beside);
+  cache.close(twins[0].slot);
+  twins.erase(twins.begin());
+  return std::max(worst, decode(m, cache, twins, alone));
+}
+
+// A 3-token query, every logit, after a paged past (gathered, patched; 21 + 13 rows) through a slot of `cache`
+// opened from it (keeping its rows where `keep`), and in the naive form over the paged past itself.
+struct PagedQuery {
+  int64_t slot = -1;
+  ForwardResult got, want;
+  int64_t keys = 0;  // the query's keys: the past's rows and its own
+};
+
+PagedQuery paged_query(const Model& m, DecodeCache& cache, bool keep, bool key_attention) {
+  orbit::test::PagedScenario paged = orbit::test::make_paged_scenario(m, 21, 13, 5, 8, 11);
+  const PastKV plain = make_paged_past(paged.paged, paged.positions);
+  PagedQuery q;
+  q.slot = cache.open(&plain, keep);
+  ForwardInput in;
+  in.tokens = case_tokens(m, 3, 4);
+  in.positions = at::arange(paged.query_start, paged.query_start + 3, at::kLong);
+  ForwardOptions o;
+  o.logits = LogitsMode::kAll;
+  o.key_attention = key_attention;
+  const PastKV p = cache.past(q.slot);
+  q.got = m.forward(in, &p, o);
+  o.mla_form = MlaForm::kNaive;
+  q.want = m.forward(in, &plain, o);
+  q.keys = plain.length() + 3;
+  return q;
+}
+
 }  // namespace
 
 TEST_CASE("decode cache MLA: a slot holds the latent, r_kv + d_rope numbers a token and layer", "[decode_cache][mla]") {
@@ -130,27 +192,13 @@ TEST_CASE("decode cache MLA: a slot holds the latent, r_kv + d_rope numbers a to
 TEST_CASE("decode cache MLA: 32 greedy steps and a fork decode as the forward's naive form", "[decode_cache][mla]") {
   const auto m = binding_mla();
   DecodeCache cache(*m);
-  std::vector<Twin> twins(1);
-  twins[0].plain = *contiguous_past(*m, case_tokens(*m, 12, 2));
-  twins[0].slot = cache.open(&twins[0].plain);
-  twins[0].token = 7;
-  double worst = 0;
+  std::vector<Twin> twins = prompt_twins(*m, cache);
   std::vector<int64_t> tokens;
-  for (int s = 0; s < 32; ++s) {
-    worst = std::max(worst, step(*m, cache, twins));
-    tokens.push_back(twins[0].token);
-  }
+  double worst = decode(*m, cache, twins, 32, &tokens);
   CHECK(std::set<int64_t>(tokens.begin(), tokens.end()).size() > 3);  // the steps see different pasts
-  // A branch of the 44 rows, given another token, decoded beside its parent in one forward_batch.
-  Twin branch = twins[0];
-  branch.slot = cache.fork(twins[0].slot);
-  branch.token = (twins[0].token + 1) % m->config().vocab_size;
-  twins.push_back(branch);
-  for (int s = 0; s < 16; ++s) worst = std::max(worst, step(*m, cache, twins));
-  // The parent closed, the branch decodes on in a slot above a free one.
-  cache.close(twins[0].slot);
-  twins.erase(twins.begin());
-  for (int s = 0; s < 4; ++s) worst = std::max(worst, step(*m, cache, twins));
+  // A branch of the 44 rows, given another token, decoded beside its parent in one forward_batch for 16 steps;
+  // then the parent closed, the branch decodes on in a slot above a free one.
+  worst = std::max(worst, fork_and_close(*m, cache, twins, 16, 4));
   WARN("binding-mla latent decode cache: largest logit difference " << worst << " over 52 steps");
 }
 
@@ -159,29 +207,17 @@ TEST_CASE("decode cache MLA: key_attention, kept content and a paged past read t
   const auto m = binding_mla();
   DecodeCache cache(*m);
   // A slot opened from a paged past (gathered, patched), keeping what its forwards append.
-  orbit::test::PagedScenario paged = orbit::test::make_paged_scenario(*m, 21, 13, 5, 8, 11);
-  const PastKV plain = make_paged_past(paged.paged, paged.positions);
-  const int64_t slot = cache.open(&plain, true);
-  ForwardInput in;
-  in.tokens = case_tokens(*m, 3, 4);
-  in.positions = at::arange(paged.query_start, paged.query_start + 3, at::kLong);
-  ForwardOptions o;
-  o.logits = LogitsMode::kAll;
-  o.key_attention = true;
-  const PastKV p = cache.past(slot);
-  const ForwardResult got = m->forward(in, &p, o);
-  o.mla_form = MlaForm::kNaive;
-  const ForwardResult want = m->forward(in, &plain, o);
-  const auto bound = orbit::test::float32_bound(*m, plain.length() + 3);
-  CHECK(max_abs_diff(got.logits, want.logits) <= bound(orbit::test::largest(want.logits), "logits"));
-  REQUIRE(got.key_attention.defined());
-  CHECK(max_abs_diff(got.key_attention, want.key_attention) <= bound(1.0, "key attention"));
+  const PagedQuery q = paged_query(*m, cache, true, true);
+  const auto bound = orbit::test::float32_bound(*m, q.keys);
+  CHECK(max_abs_diff(q.got.logits, q.want.logits) <= bound(orbit::test::largest(q.want.logits), "logits"));
+  REQUIRE(q.got.key_attention.defined());
+  CHECK(max_abs_diff(q.got.key_attention, q.want.key_attention) <= bound(1.0, "key attention"));
   // The kept rows are the content the forward returned (content form, whatever the layout).
-  REQUIRE(cache.kept_rows(slot) == 3);
-  const std::vector<LayerKV> kept = cache.kept(slot, 0, 3);
+  REQUIRE(cache.kept_rows(q.slot) == 3);
+  const std::vector<LayerKV> kept = cache.kept(q.slot, 0, 3);
   for (std::size_t l = 0; l < kept.size(); ++l) {
-    CHECK(at::equal(kept[l].k, got.content[l].k));
-    CHECK(at::equal(kept[l].v, got.content[l].v));
+    CHECK(at::equal(kept[l].k, q.got.content[l].k));
+    CHECK(at::equal(kept[l].v, q.got.content[l].v));
   }
 }
 
@@ -207,41 +243,17 @@ TEST_CASE("decode cache MLA: with dynamic-NTK RoPE the latent rows decode as the
   const auto m = dynamic_mla();
   DecodeCache cache(*m);
   REQUIRE(cache.latent());
-  std::vector<Twin> twins(1);
-  twins[0].plain = *contiguous_past(*m, case_tokens(*m, 12, 2));
-  twins[0].slot = cache.open(&twins[0].plain);
-  twins[0].token = 7;
-  double worst = 0;
+  std::vector<Twin> twins = prompt_twins(*m, cache);
   std::vector<int64_t> tokens;
   // Windows 13 to 44: below the anchor (24), at it and past it.
-  for (int s = 0; s < 32; ++s) {
-    worst = std::max(worst, step(*m, cache, twins));
-    tokens.push_back(twins[0].token);
-  }
+  double worst = decode(*m, cache, twins, 32, &tokens);
   CHECK(std::set<int64_t>(tokens.begin(), tokens.end()).size() > 3);
   // A fork decoded beside its parent (the same windows, other rows), then alone in a slot above a free one.
-  Twin branch = twins[0];
-  branch.slot = cache.fork(twins[0].slot);
-  branch.token = (twins[0].token + 1) % m->config().vocab_size;
-  twins.push_back(branch);
-  for (int s = 0; s < 8; ++s) worst = std::max(worst, step(*m, cache, twins));
-  cache.close(twins[0].slot);
-  twins.erase(twins.begin());
-  for (int s = 0; s < 4; ++s) worst = std::max(worst, step(*m, cache, twins));
+  worst = std::max(worst, fork_and_close(*m, cache, twins, 8, 4));
   // A slot opened from a paged past (gathered, patched, 21 + 13 rows: past the anchor), then 3 tokens at once
   // (R > 1: later rows masked), every logit.
-  orbit::test::PagedScenario paged = orbit::test::make_paged_scenario(*m, 21, 13, 5, 8, 11);
-  const PastKV plain = make_paged_past(paged.paged, paged.positions);
-  const PastKV p = cache.past(cache.open(&plain));
-  ForwardInput in;
-  in.tokens = case_tokens(*m, 3, 4);
-  in.positions = at::arange(paged.query_start, paged.query_start + 3, at::kLong);
-  ForwardOptions o;
-  o.logits = LogitsMode::kAll;
-  const ForwardResult got = m->forward(in, &p, o);
-  o.mla_form = MlaForm::kNaive;
-  const ForwardResult want = m->forward(in, &plain, o);
-  const auto bound = orbit::test::float32_bound(*m, plain.length() + 3);
-  CHECK(max_abs_diff(got.logits, want.logits) <= bound(orbit::test::largest(want.logits), "logits"));
+  const PagedQuery q = paged_query(*m, cache, false, false);
+  const auto bound = orbit::test::float32_bound(*m, q.keys);
+  CHECK(max_abs_diff(q.got.logits, q.want.logits) <= bound(orbit::test::largest(q.want.logits), "logits"));
   WARN("binding-mla dynamic NTK latent decode cache: largest logit difference " << worst << " over 44 steps");
 }

@@ -25,6 +25,33 @@ WindowOptions with(const std::string& spec) {
   return o;
 }
 
+GenerateOptions at_most(int64_t tokens) {
+  GenerateOptions g;
+  g.max_tokens = tokens;
+  return g;
+}
+
+// What the yardstick cases read: an engine, a 20-token document, a 5-token system turn and a 3-token query,
+// drawn in that order from rng(seed).
+struct Yardstick {
+  std::shared_ptr<Engine> engine = open_stories_small_pages();
+  std::mt19937_64 rng;
+  ChunkRef doc;
+  std::vector<int64_t> system, query;
+
+  explicit Yardstick(uint64_t seed)
+      : rng(seed),
+        doc(engine->add_tokens(random_tokens(rng, 20))),
+        system(random_tokens(rng, 5)),
+        query(random_tokens(rng, 3)) {}
+  // A new window under the policy `spec` holding the system turn.
+  Window with_system(const std::string& spec) {
+    Window w = engine->new_window(with(spec));
+    w.add_turn(system);
+    return w;
+  }
+};
+
 }  // namespace
 
 TEST_CASE("a window read before is served again from what its forwards computed", "[window][reuse]") {
@@ -211,26 +238,21 @@ TEST_CASE("the reuse index stays within its token and chain bounds, dropping the
 
 TEST_CASE("windows and the engine count what a radix cache would forward for their model calls",
           "[window][yardstick]") {
-  auto engine = open_stories_small_pages();
-  std::mt19937_64 rng(35);
-  const ChunkRef doc = engine->add_tokens(random_tokens(rng, 20));
-  const std::vector<int64_t> system = random_tokens(rng, 5), query = random_tokens(rng, 3);
-  GenerateOptions g;
-  g.max_tokens = 4;
-  Window a = engine->new_window(with("default"));
-  a.add_turn(system);
-  a.admit(doc);
+  Yardstick y(35);
+  auto& engine = y.engine;
+  const GenerateOptions g = at_most(4);
+  Window a = y.with_system("default");
+  a.admit(y.doc);
   CHECK(a.stats().radix_cache_tokens == 0);  // no model call yet
-  const Generation first = a.generate(query, g);
+  const Generation first = a.generate(y.query, g);
   CHECK(a.stats().radix_cache_tokens == Approx(5 + 20 + 3));  // the whole prompt, the query included
   // The same call from another window: the radix cache holds that prompt (and its answer).
-  Window b = engine->new_window(with("default"));
-  b.add_turn(system);
-  b.admit(doc);
-  std::vector<int64_t> turn = query;
+  Window b = y.with_system("default");
+  b.admit(y.doc);
+  std::vector<int64_t> turn = y.query;
   turn.insert(turn.end(), first.tokens.begin(), first.tokens.end());
   b.add_turn(turn);
-  b.generate(query, g);
+  b.generate(y.query, g);
   CHECK(b.stats().radix_cache_tokens == Approx(3));  // only the new query after the held answer
   CHECK(engine->stats().radix_cache_tokens == Approx(a.stats().radix_cache_tokens + b.stats().radix_cache_tokens));
   CHECK(b.stats().critical_forward_tokens == 0);  // orbit: every instance of b served from what a computed
@@ -238,15 +260,12 @@ TEST_CASE("windows and the engine count what a radix cache would forward for the
 
 TEST_CASE("the reads' query forwards are counted apart from forward_tokens, window and engine alike",
           "[window][yardstick]") {
-  auto engine = open_stories_small_pages();
-  std::mt19937_64 rng(36);
-  const ChunkRef doc = engine->add_tokens(random_tokens(rng, 20));
-  const std::vector<int64_t> system = random_tokens(rng, 5), query = random_tokens(rng, 3);
-  GenerateOptions g;
-  g.max_tokens = 4;
-  Window a = engine->new_window(with("default"));
-  a.add_turn(system);
-  const InstanceId d = a.admit(doc).added.front();
+  Yardstick y(36);
+  auto& engine = y.engine;
+  const std::vector<int64_t>& query = y.query;
+  const GenerateOptions g = at_most(4);
+  Window a = y.with_system("default");
+  const InstanceId d = a.admit(y.doc).added.front();
   const WindowStats applied = a.stats();
   CHECK(applied.query_forward_tokens == 0);
   CHECK(applied.logits_forward_tokens == 0);
@@ -273,8 +292,7 @@ TEST_CASE("the reads' query forwards are counted apart from forward_tokens, wind
   CHECK(a.stats().query_forward_tokens == Approx(3 + 6 + 1));
 
   // The engine sums its windows' reads; another window's count is its own.
-  Window b = engine->new_window(with("default"));
-  b.add_turn(system);
+  Window b = y.with_system("default");
   (void)b.logits(query);
   CHECK(b.stats().logits_forward_tokens == Approx(3));
   CHECK(b.stats().query_forward_tokens == 0);
@@ -287,13 +305,11 @@ TEST_CASE("a canonical disposable encodes counts on the critical path of its win
           "[window][yardstick]") {
   // Under the prefix preset the window's doc is forwarded in context and its canonical is never encoded, so
   // disposable has to encode it to fall back to: the agent waits for that forward, window and engine alike.
-  auto engine = open_stories_small_pages();
-  std::mt19937_64 rng(37);
-  const ChunkRef doc = engine->add_tokens(random_tokens(rng, 20));
-  const std::vector<int64_t> system = random_tokens(rng, 5), query = random_tokens(rng, 3);
-  Window a = engine->new_window(with("prefix"));
-  a.add_turn(system);
-  const InstanceId d = a.admit(doc).added.front();
+  Yardstick y(37);
+  auto& engine = y.engine;
+  const std::vector<int64_t>& query = y.query;
+  Window a = y.with_system("prefix");
+  const InstanceId d = a.admit(y.doc).added.front();
   const WindowStats w0 = a.stats();
   const EngineStats e0 = engine->stats();
   (void)a.disposable(d, query, 2);

@@ -29,6 +29,49 @@ Window deferred_window(Engine& engine, const std::vector<ChunkRef>& chunks) {
   return w;
 }
 
+// `count` chunks of `tokens` random tokens each, drawn from `rng` in turn and registered with `engine`.
+std::vector<ChunkRef> random_chunks(Engine& engine, std::mt19937_64& rng, int count, int64_t tokens) {
+  std::vector<ChunkRef> chunks;
+  for (int i = 0; i < count; ++i) chunks.push_back(engine.add_tokens(random_tokens(rng, tokens)));
+  return chunks;
+}
+
+int layers_of(const Engine& engine) { return static_cast<int>(engine.model_info().num_layers); }
+
+// A check that counts its calls and answers true at call `stop_at` (0: never): interruption by count, not clock.
+struct CountedStop {
+  int calls = 0;
+  int stop_at = 0;
+  std::function<bool()> check() {
+    return [this] { return ++calls == stop_at; };
+  }
+};
+
+// `call` under a scope whose check answers true at its `stop_at`-th call: it must throw "<what>: interrupted".
+// Returns how many checks it made.
+int interrupted_at(int stop_at, const std::string& what, const std::function<void()>& call) {
+  CountedStop stop;
+  stop.stop_at = stop_at;
+  const InterruptScope scope(stop.check());
+  CHECK_THROWS_WITH(call(), what + ": interrupted");
+  return stop.calls;
+}
+
+// How many checks `call` made under a scope whose check never answers true.
+int checks_of(const std::function<void()>& call) {
+  CountedStop never;
+  const InterruptScope scope(never.check());
+  call();
+  return never.calls;
+}
+
+double max_gap(const Logits& a, const Logits& b) {
+  REQUIRE(a.values.size() == b.values.size());
+  double gap = 0;
+  for (std::size_t i = 0; i < a.values.size(); ++i) gap = std::max(gap, std::abs(double{a.values[i]} - b.values[i]));
+  return gap;
+}
+
 }  // namespace
 
 // The engines here run background jobs inline (at the end of the apply that queued them, with the scope hidden):
@@ -38,8 +81,7 @@ Window deferred_window(Engine& engine, const std::vector<ChunkRef>& chunks) {
 TEST_CASE("an interruption point stops a plan before an instance and commits nothing", "[window][interrupt]") {
   std::mt19937_64 rng(7);
   auto engine = test::open_stories_small_pages(BackgroundMode::kInline);
-  std::vector<ChunkRef> chunks;
-  for (int i = 0; i < 6; ++i) chunks.push_back(engine->add_tokens(random_tokens(rng, 10)));
+  const std::vector<ChunkRef> chunks = random_chunks(*engine, rng, 6, 10);
   const std::vector<int64_t> query = random_tokens(rng, 3);
 
   Window plain = deferred_window(*engine, chunks);
@@ -52,7 +94,7 @@ TEST_CASE("an interruption point stops a plan before an instance and commits not
   REQUIRE(served == 5);
   // One point before each repair, then one before each layer of its forward (the repair at the front reads its
   // canonical: no forward).
-  const int layers = static_cast<int>(engine->model_info().num_layers);
+  const int layers = layers_of(*engine);
   std::vector<int> first_point;  // each repair's point before it, counted from 1
   int points = 0;
   for (const PlanStep& s : flush.steps) {
@@ -62,26 +104,15 @@ TEST_CASE("an interruption point stops a plan before an instance and commits not
   }
   REQUIRE(points > served);
   const int before_third = first_point[2];
-  int checks = 0;
-  {
-    const InterruptScope scope([&] { return ++checks == before_third; });
-    CHECK_THROWS_WITH(w.logits(query), "flush: interrupted");
-  }
-  CHECK(checks == before_third);  // stopped before the third of the five repairs
+  // Stopped before the third of the five repairs.
+  CHECK(interrupted_at(before_third, "flush", [&] { (void)w.logits(query); }) == before_third);
   CHECK(w.version() == version);
   for (std::size_t i = 0; i < w.instances().size(); ++i) CHECK(w.instances()[i].deferred);
 
   // A scope whose check answers false, and no scope at all, change nothing: every instance is served.
-  checks = 0;
-  {
-    const InterruptScope scope([&] {
-      ++checks;
-      return false;
-    });
-    const Logits got = w.logits(query);
-    CHECK(got.values == want.values);
-  }
-  CHECK(checks == points + layers);  // then the query's forward: one point before each layer
+  Logits got;
+  CHECK(checks_of([&] { got = w.logits(query); }) == points + layers);  // then one before each layer of the query's
+  CHECK(got.values == want.values);
   CHECK(w.version() == version + 1);
 }
 
@@ -100,26 +131,6 @@ TEST_CASE("interrupt scopes nest: the innermost is checked, a null check hides a
   CHECK(outer_checks == 2);
 }
 
-namespace {
-
-// A check that counts its calls and answers true at call `stop_at` (0: never): interruption by count, not clock.
-struct CountedStop {
-  int calls = 0;
-  int stop_at = 0;
-  std::function<bool()> check() {
-    return [this] { return ++calls == stop_at; };
-  }
-};
-
-double max_gap(const Logits& a, const Logits& b) {
-  REQUIRE(a.values.size() == b.values.size());
-  double gap = 0;
-  for (std::size_t i = 0; i < a.values.size(); ++i) gap = std::max(gap, std::abs(double{a.values[i]} - b.values[i]));
-  return gap;
-}
-
-}  // namespace
-
 TEST_CASE("a long turn's forward stops between two layers and commits nothing", "[window][interrupt]") {
   std::mt19937_64 rng(11);
   const std::vector<int64_t> turn = random_tokens(rng, 300);
@@ -127,28 +138,18 @@ TEST_CASE("a long turn's forward stops between two layers and commits nothing", 
 
   // One instance, one forward: an interruption point before the instance and one before each layer.
   auto counted = test::open_stories_small_pages(BackgroundMode::kInline);
-  const int layers = static_cast<int>(counted->model_info().num_layers);
+  const int layers = layers_of(*counted);
   REQUIRE(layers >= 3);
   Window want = counted->new_window();
-  CountedStop never;
-  {
-    const InterruptScope scope(never.check());
-    want.add_turn(turn);
-  }
-  CHECK(never.calls == 1 + layers);
+  CHECK(checks_of([&] { want.add_turn(turn); }) == 1 + layers);
 
   // Stopped before the middle layer (a fresh engine: nothing stored for exact reuse).
   auto engine = test::open_stories_small_pages(BackgroundMode::kInline);
   Window w = engine->new_window();
   const uint64_t version = w.version();
   const int64_t free_pages = engine->stats().pool_free_pages;
-  CountedStop mid;
-  mid.stop_at = 1 + 1 + layers / 2;  // the point before the instance, then layers 0 .. layers/2 - 1 ran
-  {
-    const InterruptScope scope(mid.check());
-    CHECK_THROWS_WITH(w.add_turn(turn), "turn: interrupted");
-  }
-  CHECK(mid.calls == mid.stop_at);  // no point after the one that answered true
+  const int mid = 1 + 1 + layers / 2;  // the point before the instance, then layers 0 .. layers/2 - 1 ran
+  CHECK(interrupted_at(mid, "turn", [&] { w.add_turn(turn); }) == mid);  // no point after the one that answered true
   CHECK(w.version() == version);
   CHECK(w.instances().empty());
   CHECK(w.tokens() == 0);
@@ -165,9 +166,8 @@ TEST_CASE("a deferred repair's forward stops between two layers", "[window][inte
   // logits() runs the repairs an earlier edit deferred: each is a forward, now with a point per layer too.
   std::mt19937_64 rng(12);
   auto engine = test::open_stories_small_pages(BackgroundMode::kInline);
-  const int layers = static_cast<int>(engine->model_info().num_layers);
-  std::vector<ChunkRef> chunks;
-  for (int i = 0; i < 6; ++i) chunks.push_back(engine->add_tokens(random_tokens(rng, 40)));
+  const int layers = layers_of(*engine);
+  const std::vector<ChunkRef> chunks = random_chunks(*engine, rng, 6, 40);
   const std::vector<int64_t> query = random_tokens(rng, 3);
 
   Window w = deferred_window(*engine, chunks);  // the first window to run these repairs: nothing to reuse
@@ -176,25 +176,14 @@ TEST_CASE("a deferred repair's forward stops between two layers", "[window][inte
   REQUIRE(repairs == 5);
   // The third point: before the first repair, then inside the first forward, the first repair's (a canonical
   // read that must encode) or the second's (a re-prefill); an instance point only without layer points.
-  CountedStop inside;
-  inside.stop_at = 3;
-  {
-    const InterruptScope scope(inside.check());
-    CHECK_THROWS_WITH(w.logits(query), "flush: interrupted");
-  }
-  CHECK(inside.calls == inside.stop_at);
+  CHECK(interrupted_at(3, "flush", [&] { (void)w.logits(query); }) == 3);
   CHECK(w.version() == version);
   for (const auto& instance : w.instances()) CHECK(instance.deferred);
 
   // Run whole later: a point before each repair and one before each layer of each forward, at least the
   // four re-prefills' layers.
-  CountedStop never;
   Logits got;
-  {
-    const InterruptScope scope(never.check());
-    got = w.logits(query);
-  }
-  CHECK(never.calls >= static_cast<int>(repairs) + 4 * layers);
+  CHECK(checks_of([&] { got = w.logits(query); }) >= static_cast<int>(repairs) + 4 * layers);
   CHECK(w.version() == version + 1);
   CHECK(max_gap(got, deferred_window(*engine, chunks).logits(query)) <= 1e-6);
 }
@@ -202,9 +191,8 @@ TEST_CASE("a deferred repair's forward stops between two layers", "[window][inte
 TEST_CASE("run_background stops before a job or inside its forward, and loses no job", "[background][interrupt]") {
   std::mt19937_64 rng(13);
   auto engine = test::open_stories_small_pages(BackgroundMode::kDeferred);
-  const int layers = static_cast<int>(engine->model_info().num_layers);
-  std::vector<ChunkRef> chunks;
-  for (int i = 0; i < 2; ++i) chunks.push_back(engine->add_tokens(random_tokens(rng, 60)));
+  const int layers = layers_of(*engine);
+  const std::vector<ChunkRef> chunks = random_chunks(*engine, rng, 2, 60);
   WindowOptions o;
   o.policy = parse_policy("patch:full:noreuse");
   Window a = engine->new_window(o);
@@ -213,22 +201,12 @@ TEST_CASE("run_background stops before a job or inside its forward, and loses no
   REQUIRE(engine->stats().background_pending == 1);
 
   // Before the job: nothing taken.
-  CountedStop before;
-  before.stop_at = 1;
-  {
-    const InterruptScope scope(before.check());
-    CHECK_THROWS_WITH(engine->run_background(), "run_background: interrupted");
-  }
+  const auto run = [&] { engine->run_background(); };
+  interrupted_at(1, "run_background", run);
   CHECK(engine->stats().background_pending == 1);
 
   // Inside the job's forward, before its layer 1: the job goes back to the queue, not counted as failed.
-  CountedStop inside;
-  inside.stop_at = 1 + 2;
-  {
-    const InterruptScope scope(inside.check());
-    CHECK_THROWS_WITH(engine->run_background(), "run_background: interrupted");
-  }
-  CHECK(inside.calls == inside.stop_at);
+  CHECK(interrupted_at(1 + 2, "run_background", run) == 1 + 2);
   EngineStats st = engine->stats();
   CHECK(st.background_pending == 1);
   CHECK(st.background_failed == 0);
@@ -236,25 +214,14 @@ TEST_CASE("run_background stops before a job or inside its forward, and loses no
 
   // Inside the patch's SVD, before layer 1's factorization (after the point before the job, the encode's layers
   // and layer 0's): the job goes back again; the canonical it encoded whole stays stored.
-  CountedStop svd;
-  svd.stop_at = 1 + layers + 2;
-  {
-    const InterruptScope scope(svd.check());
-    CHECK_THROWS_WITH(engine->run_background(), "run_background: interrupted");
-  }
-  CHECK(svd.calls == svd.stop_at);
+  CHECK(interrupted_at(1 + layers + 2, "run_background", run) == 1 + layers + 2);
   st = engine->stats();
   CHECK(st.background_pending == 1);
   CHECK(st.background_failed == 0);
   CHECK(st.patches_formed == 0);
 
   // A later call runs it whole: one point before the job, one per layer of its SVD (the canonical is stored).
-  CountedStop never;
-  {
-    const InterruptScope scope(never.check());
-    CHECK(engine->run_background() == 1);
-  }
-  CHECK(never.calls == 1 + layers);
+  CHECK(checks_of([&] { CHECK(engine->run_background() == 1); }) == 1 + layers);
   st = engine->stats();
   CHECK(st.background_pending == 0);
   CHECK(st.background_failed == 0);
@@ -318,7 +285,7 @@ TEST_CASE("a long query's forward in logits and generate stops between two layer
   go.max_tokens = 4;
 
   auto reference = test::open_stories_small_pages(BackgroundMode::kInline);
-  const int layers = static_cast<int>(reference->model_info().num_layers);
+  const int layers = layers_of(*reference);
   REQUIRE(layers >= 3);
   Window want = reference->new_window();
   want.add_turn(turn);
@@ -331,34 +298,18 @@ TEST_CASE("a long query's forward in logits and generate stops between two layer
   const ReadSnapshot before = snapshot(*engine, w);
 
   // logits: no repairs deferred, so the only points are the query forward's, one per layer.
-  CountedStop mid;
-  mid.stop_at = 1 + layers / 2;  // layers 0 .. layers/2 - 1 ran
-  {
-    const InterruptScope scope(mid.check());
-    CHECK_THROWS_WITH(w.logits(query), "forward: interrupted");
-  }
-  CHECK(mid.calls == mid.stop_at);
+  const int mid = 1 + layers / 2;  // layers 0 .. layers/2 - 1 ran
+  CHECK(interrupted_at(mid, "forward", [&] { (void)w.logits(query); }) == mid);
   check_unchanged(before, snapshot(*engine, w));
 
   // generate: stopped the same way inside the query's forward, before any token.
-  CountedStop gen_mid;
-  gen_mid.stop_at = 1 + layers / 2;
-  {
-    const InterruptScope scope(gen_mid.check());
-    CHECK_THROWS_WITH(w.generate(query, go), "forward: interrupted");
-  }
-  CHECK(gen_mid.calls == gen_mid.stop_at);
+  CHECK(interrupted_at(mid, "forward", [&] { (void)w.generate(query, go); }) == mid);
   check_unchanged(before, snapshot(*engine, w));
 
   // Later calls run whole, as on an engine never interrupted; the decode's four steps add no points.
   CHECK(max_gap(w.logits(query), want_logits) <= 1e-6);
-  CountedStop never;
   Generation got;
-  {
-    const InterruptScope scope(never.check());
-    got = w.generate(query, go);
-  }
-  CHECK(never.calls == layers);
+  CHECK(checks_of([&] { got = w.generate(query, go); }) == layers);
   CHECK(got.tokens == want_answer.tokens);
   CHECK(got.prompt_forward_tokens == want_answer.prompt_forward_tokens);
 }
@@ -367,10 +318,9 @@ TEST_CASE("disposable's greedy decodes stop between two layers", "[window][inter
   // Each forward of its two greedy decodes (the query's, then each answer token's) has a point before each layer.
   std::mt19937_64 rng(14);
   auto engine = test::open_stories_small_pages(BackgroundMode::kInline);
-  const int layers = static_cast<int>(engine->model_info().num_layers);
+  const int layers = layers_of(*engine);
   REQUIRE(layers >= 3);
-  std::vector<ChunkRef> chunks;
-  for (int i = 0; i < 2; ++i) chunks.push_back(engine->add_tokens(random_tokens(rng, 30)));
+  const std::vector<ChunkRef> chunks = random_chunks(*engine, rng, 2, 30);
   const std::vector<int64_t> query = random_tokens(rng, 40);
   const int64_t answer_tokens = 3;
   WindowOptions o;
@@ -382,23 +332,14 @@ TEST_CASE("disposable's greedy decodes stop between two layers", "[window][inter
   const ReadSnapshot before = snapshot(*engine, w);
 
   // Inside the second decode's query forward: the first decode's forwards ran whole, then half its layers.
-  CountedStop mid;
-  mid.stop_at = static_cast<int>(answer_tokens) * layers + 1 + layers / 2;
-  {
-    const InterruptScope scope(mid.check());
-    CHECK_THROWS_WITH(w.disposable(target, query, answer_tokens), "forward: interrupted");
-  }
-  CHECK(mid.calls == mid.stop_at);
+  const int mid = static_cast<int>(answer_tokens) * layers + 1 + layers / 2;
+  CHECK(interrupted_at(mid, "forward", [&] { (void)w.disposable(target, query, answer_tokens); }) == mid);
   check_unchanged(before, snapshot(*engine, w));
 
   // Run whole later: a point before each layer of each of the 2 x answer_tokens forwards, and the same report.
-  CountedStop never;
   DisposabilityReport got;
-  {
-    const InterruptScope scope(never.check());
-    got = w.disposable(target, query, answer_tokens);
-  }
-  CHECK(never.calls == 2 * static_cast<int>(answer_tokens) * layers);
+  CHECK(checks_of([&] { got = w.disposable(target, query, answer_tokens); }) ==
+        2 * static_cast<int>(answer_tokens) * layers);
   CHECK(got.answer == want.answer);
   CHECK(got.answer_without == want.answer_without);
   CHECK(got.kl_first == want.kl_first);
@@ -409,10 +350,9 @@ TEST_CASE("loss_by_instance's reference forward and its per-instance reads stop 
           "[window][interrupt]") {
   std::mt19937_64 rng(15);
   auto engine = test::open_stories_small_pages(BackgroundMode::kInline);
-  const int layers = static_cast<int>(engine->model_info().num_layers);
+  const int layers = layers_of(*engine);
   REQUIRE(layers >= 3);
-  std::vector<ChunkRef> chunks;
-  for (int i = 0; i < 3; ++i) chunks.push_back(engine->add_tokens(random_tokens(rng, 30)));
+  const std::vector<ChunkRef> chunks = random_chunks(*engine, rng, 3, 30);
   const std::vector<int64_t> query = random_tokens(rng, 5);
   WindowOptions o;
   o.policy = parse_policy("blind");  // the chunks after the first are relocated canonicals: approximate
@@ -423,33 +363,17 @@ TEST_CASE("loss_by_instance's reference forward and its per-instance reads stop 
   const ReadSnapshot before = snapshot(*engine, w);
 
   // Counted whole: the reference forward's layers, then each approximate instance's read.
-  CountedStop never;
-  {
-    const InterruptScope scope(never.check());
-    (void)w.loss_by_instance(query);
-  }
-  CHECK(never.calls == layers * (1 + static_cast<int>(want.size())));
+  const int whole = checks_of([&] { (void)w.loss_by_instance(query); });
+  CHECK(whole == layers * (1 + static_cast<int>(want.size())));
 
   // Inside the reference forward (the window re-prefilled), then inside the last instance's read.
-  for (const int stop_at : {1 + layers / 2, never.calls - 1}) {
+  for (const int stop_at : {1 + layers / 2, whole - 1}) {
     INFO("stop at point " << stop_at);
-    CountedStop stop;
-    stop.stop_at = stop_at;
-    {
-      const InterruptScope scope(stop.check());
-      CHECK_THROWS_WITH(w.loss_by_instance(query), "forward: interrupted");
-    }
-    CHECK(stop.calls == stop_at);
+    CHECK(interrupted_at(stop_at, "forward", [&] { (void)w.loss_by_instance(query); }) == stop_at);
     check_unchanged(before, snapshot(*engine, w));
   }
   // reference_logits shares the reference forward.
-  CountedStop ref;
-  ref.stop_at = 2;
-  {
-    const InterruptScope scope(ref.check());
-    CHECK_THROWS_WITH(w.reference_logits(query), "forward: interrupted");
-  }
-  CHECK(ref.calls == 2);
+  CHECK(interrupted_at(2, "forward", [&] { (void)w.reference_logits(query); }) == 2);
 
   const std::vector<InstanceLoss> got = w.loss_by_instance(query);
   REQUIRE(got.size() == want.size());

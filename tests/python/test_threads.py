@@ -48,10 +48,23 @@ def check_ok(result):
     assert "DONE" in result.stdout, result.stdout + result.stderr
 
 
-def test_first_calls_from_two_threads_do_not_deadlock(orbit, stories260k_path):
+def run_ok(orbit, model, body):
+    """run_child(orbit, model, body), checked to have exited 0 after printing DONE (check_ok); its result."""
+    result = run_child(orbit, model, body)
+    check_ok(result)
+    return result
+
+
+@pytest.fixture
+def child(orbit, stories260k_path):
+    """run_ok on the bundled stories260K: child(body) is the checked result of running `body` in a child."""
+    return lambda body: run_ok(orbit, stories260k_path, body)
+
+
+def test_first_calls_from_two_threads_do_not_deadlock(child):
     # Several fresh interpreters: the deadlock needed both threads to reach numpy's first use together.
     for _ in range(5):
-        check_ok(run_child(orbit, stories260k_path, """
+        child("""
             e = orbit.Engine(M)
             ts = [threading.Thread(target=lambda: e.add_tokens([1, 2, 3])) for _ in range(2)]
             for t in ts: t.start()
@@ -61,15 +74,15 @@ def test_first_calls_from_two_threads_do_not_deadlock(orbit, stories260k_path):
             for t in ts: t.start()
             for t in ts: t.join()
             print("DONE")
-        """))
+        """)
 
 
-def test_close_racing_window_operations_raises_orbit_error(orbit, stories260k_path, tmp_path):
+def test_close_racing_window_operations_raises_orbit_error(child, tmp_path):
     # The reproduction: two threads register and admit chunks on their own windows (sliding past 400
     # tokens) while the main thread closes the engine. Every worker must end with OrbitError
     # "engine is closed"; the child must exit normally (a crash here was SIGSEGV in the store).
     for run in range(5):
-        result = run_child(orbit, stories260k_path, f"""
+        child(f"""
             e = orbit.Engine(M, store_dir={str(tmp_path / f"store{run}")!r})
             outcome = {{}}
             def work(name, seed):
@@ -91,16 +104,15 @@ def test_close_racing_window_operations_raises_orbit_error(orbit, stories260k_pa
             assert outcome == {{"a": "engine is closed", "b": "engine is closed"}}, outcome
             print("DONE")
         """)
-        check_ok(result)
 
 
-def test_calls_from_generate_callbacks_raise_or_run_never_wait_for_themselves(orbit, stories260k_path):
+def test_calls_from_generate_callbacks_raise_or_run_never_wait_for_themselves(child):
     # generate's on_text runs on the decoding thread, inside the window's call and the engine's operation: a
     # call that would wait for either (the engine's close, its own window, orbit.generate_many over it, which
     # waited forever) raises OrbitError naming why, raised by generate once the decode stopped; calls on other
     # windows and the engine run. A stream's loop runs on another thread than its decode: closing the engine
     # or the window there returns (the decode stops at its next token, 'cancelled', before the engine closes).
-    result = run_child(orbit, stories260k_path, """
+    child("""
         e = orbit.Engine(M, pool_bytes=16 << 20)
         def story():
             w = e.new_window()
@@ -137,7 +149,6 @@ def test_calls_from_generate_callbacks_raise_or_run_never_wait_for_themselves(or
         assert e.closed
         print("DONE")
     """)
-    check_ok(result)
 
 
 def test_window_refuses_reads_after_engine_close(orbit, stories260k_path):
@@ -153,7 +164,7 @@ def test_window_refuses_reads_after_engine_close(orbit, stories260k_path):
     assert e.stats.chunks == 1 and e.stats.windows == 1 and e.stats.store.tiers == [] and e.stats.store.misses == 0
 
 
-def test_ctrl_c_stops_replay_between_steps(orbit, stories260k_path):
+def test_ctrl_c_stops_replay_between_steps(child):
     # Without a progress callback the replay ran to the end (tens of seconds here) before the
     # KeyboardInterrupt surfaced; signals are now checked before every step. The child installs Python's
     # SIGINT handler itself: a suite started in the background by a non-interactive shell (`script &`, as
@@ -164,7 +175,7 @@ def test_ctrl_c_stops_replay_between_steps(orbit, stories260k_path):
     # The signal goes out once 3 steps have begun, not at a fixed time (a loaded machine can take longer than
     # any fixed delay to open the engines, and the signal then came before the first step), and the check is
     # that the replay stopped before its end, whatever the machine's speed.
-    result = run_child(orbit, stories260k_path, """
+    result = child("""
         import functools, io, os, signal
         signal.signal(signal.SIGINT, signal.default_int_handler)
         trace = orbit.make_trace("web", steps=40)
@@ -184,7 +195,6 @@ def test_ctrl_c_stops_replay_between_steps(orbit, stories260k_path):
         print(outcome, len(steps), policies * per_policy)
         print("DONE")
     """)
-    check_ok(result)
     words = result.stdout.split()
     assert words[0] == "INTERRUPTED", result.stdout
     begun, total = int(words[1]), int(words[2])
@@ -235,16 +245,14 @@ CTRL_C_DURING_DECODE = """
 
 @pytest.mark.parametrize("call", ["generate_n", "generate_many"])
 @pytest.mark.parametrize("raises", [True, False])
-def test_ctrl_c_stops_a_decode_at_its_next_token(orbit, stories260k_path, call, raises):
+def test_ctrl_c_stops_a_decode_at_its_next_token(child, call, raises):
     # A decode without on_text runs without the GIL; Python runs a signal's handler only when the main thread
     # runs Python code, so Ctrl-C used to surface after every branch's whole answer (27 s for generate_n of
     # 1024 x 511 tokens here), the answers then lost. The decode now delivers signals while it runs: the
     # handler runs inside the call (it sees its window busy on this thread), and one that raises
     # (KeyboardInterrupt) stops the decode at its next token and is raised by the call; one that does not
     # raise leaves the answers whole.
-    result = run_child(orbit, stories260k_path,
-                       f"CALL, RAISE = {call!r}, {raises!r}\n" + textwrap.dedent(CTRL_C_DURING_DECODE))
-    check_ok(result)
+    result = child(f"CALL, RAISE = {call!r}, {raises!r}\n" + textwrap.dedent(CTRL_C_DURING_DECODE))
     expected = "INTERRUPTED True" if raises else "FINISHED True ['max_tokens']"
     assert expected in result.stdout, result.stdout + result.stderr
 
@@ -307,9 +315,8 @@ def test_ctrl_c_stops_a_sync_between_instances(orbit, models_dir, raises):
     # prefill: all of it). On the main thread they now deliver signals at their interruption points (before
     # each instance a plan serves): a handler that raises stops the sync there, nothing committed, and the
     # sync raises it; one that does not raise runs inside the sync, which completes.
-    result = run_child(orbit, models_dir / "tinystories-656k",
-                       f"RAISE = {raises!r}\n" + textwrap.dedent(CTRL_C_DURING_SYNC))
-    check_ok(result)
+    result = run_ok(orbit, models_dir / "tinystories-656k",
+                    f"RAISE = {raises!r}\n" + textwrap.dedent(CTRL_C_DURING_SYNC))
     words = result.stdout.split()
     if raises:
         assert words[:2] == ["INTERRUPTED", "0"] and words[3] == "0", result.stdout
@@ -317,12 +324,27 @@ def test_ctrl_c_stops_a_sync_between_instances(orbit, models_dir, raises):
         assert words[0] == "FINISHED" and words[1] == words[2], result.stdout
 
 
-# The prelude of the scripts that send SIGINT again and again during one call and count the deliveries inside
-# it. The script defines `w`, the window the call runs on (the handler reads it: inside a call on this thread
-# that raises), and raises_now(inside), which says from the deliveries counted so far whether the handler
-# raises KeyboardInterrupt; interrupted_by_sigints(call) runs the call under the signals.
+# A script's sender of SIGINT again and again: send_sigint() sends one every 0.5 ms until `stop` is set.
+SEND_SIGINTS = """
+    import os, signal
+    stop = threading.Event()
+    def send_sigint():
+        while not stop.is_set():
+            os.kill(os.getpid(), signal.SIGINT)
+            stop.wait(0.0005)
+"""
+
+
+# The prelude (after SEND_SIGINTS) of the scripts that send SIGINT again and again during one call and count the
+# deliveries inside it. Every interruption point polls for signals; `e` is an engine on M and `rng` a
+# random.Random(SEED). The script defines `w`, the window the call runs on (the handler reads it: inside a call on
+# this thread that raises), and raises_now(inside), which says from the deliveries counted so far whether the
+# handler raises KeyboardInterrupt; interrupted_by_sigints(call) runs the call under the signals.
 SIGINTS_DURING_A_CALL = """
     import os, signal
+    assert orbit.set_signal_interval(0) == 0.1
+    e = orbit.Engine(M)
+    rng = random.Random(SEED)
     inside, busy = [], [False]
     def handler(signum, frame):
         # Counts the deliveries inside the call; a delivery outside it, or nested in this handler (a signal sent
@@ -340,11 +362,6 @@ SIGINTS_DURING_A_CALL = """
         if raises_now(inside):
             raise KeyboardInterrupt
     signal.signal(signal.SIGINT, handler)
-    stop = threading.Event()
-    def send_sigint():
-        while not stop.is_set():
-            os.kill(os.getpid(), signal.SIGINT)
-            stop.wait(0.0005)
     def interrupted_by_sigints(call):
         # Runs call() while a thread keeps sending SIGINT (its deliveries counted afresh); True when it raised
         # KeyboardInterrupt.
@@ -364,17 +381,15 @@ SIGINTS_DURING_A_CALL = """
 """
 
 
-def with_sigints(script):
-    """`script` after the SIGINTS_DURING_A_CALL prelude, both dedented."""
-    return textwrap.dedent(SIGINTS_DURING_A_CALL) + textwrap.dedent(script)
+def with_sigints(script, seed):
+    """`script` after SEND_SIGINTS and the SIGINTS_DURING_A_CALL prelude (its rng seeded with `seed`), dedented."""
+    return (f"SEED = {seed!r}\n" + textwrap.dedent(SEND_SIGINTS) + textwrap.dedent(SIGINTS_DURING_A_CALL) +
+            textwrap.dedent(script))
 
 
 CTRL_C_INSIDE_ONE_FORWARD = """
     import numpy as np
-    # Poll at every interruption point: before the turn's one instance and before each layer of its forward.
-    assert orbit.set_signal_interval(0) == 0.1
-    e = orbit.Engine(M)
-    rng = random.Random(3)
+    # The interruption points (every one polls): before the turn's one instance and before each layer of its forward.
     def raises_now(inside):
         # At the second delivery inside the call: a call with one instance and no point inside its forward has a
         # single point, so only points inside the forward give a second delivery.
@@ -403,13 +418,12 @@ CTRL_C_INSIDE_ONE_FORWARD = """
 """
 
 
-def test_ctrl_c_stops_one_long_forward_between_layers(orbit, stories260k_path):
+def test_ctrl_c_stops_one_long_forward_between_layers(child):
     # One long instance (a turn of 480 tokens) was one unit: Ctrl-C during its forward surfaced only after the
     # whole forward. Its forward now has an interruption point before each layer: a handler that raises at its
     # second delivery inside the call stops it there (the old module polled once per instance, so the second
     # delivery came after the call, which always finished), and nothing is committed.
-    result = run_child(orbit, stories260k_path, with_sigints(CTRL_C_INSIDE_ONE_FORWARD))
-    check_ok(result)
+    result = child(with_sigints(CTRL_C_INSIDE_ONE_FORWARD, seed=3))
     words = result.stdout.split()
     assert words[0] == "INTERRUPTED" and words[2:4] == ["0", "0"], result.stdout + result.stderr
 
@@ -451,12 +465,11 @@ CTRL_C_DURING_RUN_BACKGROUND = """
 """
 
 
-def test_ctrl_c_stops_run_background_between_jobs_and_loses_none(orbit, stories260k_path):
+def test_ctrl_c_stops_run_background_between_jobs_and_loses_none(child):
     # run_background ran every queued job before a KeyboardInterrupt surfaced. It now delivers signals before
     # each job and before each layer of a job's forward: sent once 3 jobs ran, SIGINT stops it with jobs still
     # queued (the old module ran them all: none pending), and a later call runs them all, none failed.
-    result = run_child(orbit, stories260k_path, CTRL_C_DURING_RUN_BACKGROUND)
-    check_ok(result)
+    result = child(CTRL_C_DURING_RUN_BACKGROUND)
     outcome, total, ran, pending, failed = result.stdout.split()[:5]
     assert outcome == "INTERRUPTED" and int(total) > 20, result.stdout
     assert 3 <= int(ran) < int(total) and int(pending) > 0 and failed == "0", result.stdout
@@ -487,12 +500,7 @@ CTRL_C_DURING_DEFERRED_REPAIRS = """
             inside.append("in a call on this thread" in str(err))
             raise KeyboardInterrupt
     signal.signal(signal.SIGINT, handler)
-    stop = threading.Event()
-    def send_sigint():
-        # From before the call until it returns: the first poll inside it finds a signal pending.
-        while not stop.is_set():
-            os.kill(os.getpid(), signal.SIGINT)
-            stop.wait(0.0005)
+    # SIGINT from before the call until it returns (SEND_SIGINTS): the first poll inside it finds a signal pending.
     sender = threading.Thread(target=send_sigint, daemon=True)
     sender.start()
     time.sleep(0.01)
@@ -514,13 +522,12 @@ CTRL_C_DURING_DEFERRED_REPAIRS = """
 """
 
 
-def test_ctrl_c_stops_generate_many_in_its_deferred_repairs(orbit, stories260k_path):
+def test_ctrl_c_stops_generate_many_in_its_deferred_repairs(child):
     # orbit.generate_many installed no InterruptScope: the repairs its windows deferred ran whole before its
     # decode took Ctrl-C. It now polls there too (before each instance, between layers), and the
     # KeyboardInterrupt, not the C++ Interrupted, is what it raises; every repair stays deferred (the old module
     # raised only after running them all: none left).
-    result = run_child(orbit, stories260k_path, CTRL_C_DURING_DEFERRED_REPAIRS)
-    check_ok(result)
+    result = child(textwrap.dedent(SEND_SIGINTS) + textwrap.dedent(CTRL_C_DURING_DEFERRED_REPAIRS))
     outcome, inside, deferred, left = result.stdout.split()[:4]
     assert outcome == "INTERRUPTED" and inside == "True", result.stdout
     assert int(deferred) >= 10 and left == deferred, result.stdout
@@ -528,17 +535,14 @@ def test_ctrl_c_stops_generate_many_in_its_deferred_repairs(orbit, stories260k_p
 
 CTRL_C_INSIDE_A_QUERY_FORWARD = """
     import numpy as np
-    # Poll at every interruption point. The window holds one 20-token turn and nothing deferred, so a read has
-    # no point before its query's forward: the only points are before each layer of that forward (and, for
+    # Every interruption point polls. The window holds one 20-token turn and nothing deferred, so a read has no
+    # point before its query's forward: the only points are before each layer of that forward (and, for
     # generate, the decode's signal polls at its tokens, after the forward).
-    assert orbit.set_signal_interval(0) == 0.1
-    rng = random.Random(6)
     turn = [rng.randrange(1, 512) for _ in range(20)]
     def new_window(e):
         w = e.new_window()
         w.add_turn(turn)
         return w
-    e = orbit.Engine(M)
     w = new_window(e)
     before = (w.tokens, [i.id for i in w.instances])
     calls = {
@@ -579,7 +583,7 @@ CTRL_C_INSIDE_A_QUERY_FORWARD = """
 
 
 @pytest.mark.parametrize("call", ["logits", "generate"])
-def test_ctrl_c_stops_a_long_query_forward_between_layers(orbit, stories260k_path, call):
+def test_ctrl_c_stops_a_long_query_forward_between_layers(child, call):
     # A read's query forward (Window.logits, generate's first forward: the query's 480 tokens after the
     # window) was one unit: Ctrl-C during it surfaced only after the whole forward (logits: after the call,
     # which had no point inside it and always finished; generate: at the decode's first token, the query's KV
@@ -587,17 +591,13 @@ def test_ctrl_c_stops_a_long_query_forward_between_layers(orbit, stories260k_pat
     # first delivery inside the call stops the forward there, the window unchanged (tokens, instances), nothing
     # of the read kept (the same query forwards all its tokens again), and later reads answer as a fresh
     # window's.
-    result = run_child(orbit, stories260k_path, f"CALL = {call!r}\n" + with_sigints(CTRL_C_INSIDE_A_QUERY_FORWARD))
-    check_ok(result)
+    result = child(f"CALL = {call!r}\n" + with_sigints(CTRL_C_INSIDE_A_QUERY_FORWARD, seed=6))
     words = result.stdout.split()
     assert words[0] == "INTERRUPTED" and words[3:5] == ["True", "1"], result.stdout + result.stderr
 
 
 CTRL_C_INSIDE_A_MEASURING_READ = """
-    # Poll at every interruption point: the measuring reads' only points are before each layer of their forwards.
-    assert orbit.set_signal_interval(0) == 0.1
-    e = orbit.Engine(M)
-    rng = random.Random(4)
+    # Every interruption point polls: the measuring reads' only points are before each layer of their forwards.
     def raises_now(inside):
         return inside.count(True) == 1
     docs = [e.add_tokens([rng.randrange(1, 512) for _ in range(120)]) for _ in range(2)]
@@ -628,12 +628,11 @@ CTRL_C_INSIDE_A_MEASURING_READ = """
 """
 
 
-def test_ctrl_c_stops_disposable_and_loss_by_instance_between_layers(orbit, stories260k_path):
+def test_ctrl_c_stops_disposable_and_loss_by_instance_between_layers(child):
     # disposable's greedy decodes and loss_by_instance's reference forward and per-instance reads had no
     # interruption point: Ctrl-C surfaced only after the whole call (the old module always prints FINISHED). Each
     # forward now has a point before each layer: the first delivery inside the call stops it, nothing counted.
-    result = run_child(orbit, stories260k_path, with_sigints(CTRL_C_INSIDE_A_MEASURING_READ))
-    check_ok(result)
+    result = child(with_sigints(CTRL_C_INSIDE_A_MEASURING_READ, seed=4))
     lines = [line.split() for line in result.stdout.splitlines() if line.split()[:1] in (["disposable"],
                                                                                        ["loss_by_instance"])]
     assert lines == [["disposable", "INTERRUPTED", "True"], ["loss_by_instance", "INTERRUPTED", "True"]], (
