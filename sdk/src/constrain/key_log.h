@@ -67,10 +67,21 @@ class KeyLog {
     std::vector<std::pair<uint64_t, int64_t>> slots_;  // (key + 1, count); key + 1 == 0: empty
     std::size_t used_ = 0;
   };
+  //
+  // Per pattern's or enum's key node, `saturated` holds the prefixes of logged keys (from the opening quote) at
+  // which the node has no more completions than the object has keys that begin with them
+  // (key_log::completions_at_least): the only points inside such a key where a walk may refuse a byte. They
+  // change only as keys close, so suspects() looks up those past the key's bytes instead of reading every key
+  // that begins with them. `indexed` false: some prefix's completions are not bounded (0), every key is read.
+  struct Saturated {
+    std::set<std::string> prefixes;
+    bool indexed = true;
+  };
   struct Keys {
     std::set<std::string> all;
     std::vector<std::pair<const Node*, std::vector<int64_t>>> lengths;
     std::vector<std::pair<const Node*, WordLengths>> words;
+    std::vector<std::pair<const Node*, Saturated>> saturated;
   };
   // The free keys of `object` at a byte of a walk: the log's and those `closed` adds past them (those `key`
   // writes, where given), without copying the log's.
@@ -264,6 +275,10 @@ class KeyLog {
   static std::vector<int64_t> lengths_from_scratch(const Keys& keys, const Node& key);
   // Adds the logged key `quoted` to the word lengths of the literal set `key` where it is one of its words.
   static void index_word(const Node& key, const std::string& quoted, WordLengths& words);
+  // Adds the prefixes of the logged key `quoted` that `key` (kDfa or kLiteralSet) reaches and that `all` (the
+  // object's keys, `quoted` among them) saturates to `out`.
+  static void index_saturated(const Node& key, const std::string& quoted, const std::set<std::string>& all,
+                              Saturated& out);
   // The node that writes an object's free keys: a map's key, an open object's extra key; null for another.
   const Node* key_node(const Node& object) const;
   // Whether the key frame `f` (`prefix` its bytes so far, which are json_quote()'s spelling) has a completion

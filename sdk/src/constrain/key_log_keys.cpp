@@ -135,6 +135,25 @@ void KeyLog::index_word(const Node& key, const std::string& quoted, WordLengths&
   }
 }
 
+void KeyLog::index_saturated(const Node& key, const std::string& quoted, const std::set<std::string>& all,
+                             Saturated& out) {
+  Frame f;
+  if (!out.indexed || key_log::key_byte(key, f, '"') != 0) return;
+  for (std::size_t i = 1; i + 1 < quoted.size(); ++i) {  // its bytes after the opening quote, up to the closing one
+    if (key_log::key_byte(key, f, static_cast<uint8_t>(quoted[i])) != 0) return;  // refused, or whole
+    const int64_t ahead = key_log::completions_at_least(key, f);
+    if (ahead <= 0) {
+      out.indexed = false;  // a walk may refuse here with any number of keys: not indexed
+      out.prefixes.clear();
+      return;
+    }
+    if (ahead > static_cast<int64_t>(all.size())) continue;
+    const std::string prefix = quoted.substr(0, i + 1);
+    const auto limit = static_cast<std::size_t>(ahead);
+    if (key_log::count_begins(all, prefix, limit) >= limit) out.prefixes.insert(prefix);
+  }
+}
+
 KeyLog::Keys& KeyLog::own(uint32_t object) {
   std::shared_ptr<Keys>& keys = keys_[object];
   if (keys == nullptr) {
@@ -159,6 +178,7 @@ void KeyLog::add(const Closed& closed, const StateSet& now) {
       if (writes(*node, key)) lengths.insert(std::upper_bound(lengths.begin(), lengths.end(), length), length);
     }
     for (auto& [node, words] : keys.words) index_word(*node, key, words);
+    for (auto& [node, saturated] : keys.saturated) index_saturated(*node, key, keys.all, saturated);
   }
   // Forget the objects no stack holds open; give each that has keys the lengths of the key nodes reading it.
   std::set<uint32_t> open;
@@ -173,6 +193,9 @@ void KeyLog::add(const Closed& closed, const StateSet& now) {
       if (std::none_of(known.begin(), known.end(), [&](const auto& l) { return l.first == key; })) {
         Keys& keys = own(f.start);
         keys.lengths.emplace_back(key, lengths_from_scratch(keys, *key));
+        if (key->kind != NodeKind::kLiteralSet && key->kind != NodeKind::kDfa) continue;
+        keys.saturated.emplace_back(key, Saturated{});
+        for (const std::string& k : keys.all) index_saturated(*key, k, keys.all, keys.saturated.back().second);
         if (key->kind != NodeKind::kLiteralSet) continue;
         keys.words.emplace_back(key, WordLengths{});
         for (const std::string& k : keys.all) index_word(*key, k, keys.words.back().second);

@@ -60,6 +60,33 @@ void rest_suspects(const Node& key, const Frame& top, std::size_t written, std::
             out.end());
 }
 
+// What rest_suspects() lists for each logged key that begins with the key's bytes `written` (from its opening
+// quote), read from the object's saturated prefixes (KeyLog::Saturated) past them: the first such prefix on a
+// key's way is where rest_suspects() stops reading it, so the tokens that write a prefix of its rest reaching
+// that far are listed, and a key with none there lists none. A saturated prefix past the vocabulary's longest
+// token is reached by no token. (rest_suspects() lists the tokens that close the key with its quote as well;
+// those hold a '"', which suspects()' quoted tokens and, where they are not all walked, one_quote_suspects()
+// list.)
+void saturated_suspects(const std::set<std::string>& keys, const std::set<std::string>& saturated,
+                        const std::string& written, const VocabTrie& trie, std::vector<int32_t>& out) {
+  for (auto it = saturated.upper_bound(written);
+       it != saturated.end() && it->compare(0, written.size(), written) == 0;) {
+    const std::string& at = *it++;
+    const std::size_t reach = at.size() - written.size();
+    if (static_cast<int64_t>(reach) <= trie.max_token_bytes()) {
+      for (auto k = keys.lower_bound(at); k != keys.end() && k->compare(0, at.size(), at) == 0; ++k) {
+        const std::size_t from = out.size();
+        trie.prefixes_of(std::string_view(*k).substr(written.size()), out);
+        out.erase(std::remove_if(out.begin() + static_cast<std::ptrdiff_t>(from), out.end(),
+                                 [&](int32_t id) { return trie.length(id) < static_cast<int64_t>(reach); }),
+                  out.end());
+      }
+    }
+    // The saturated prefixes that begin with this one (next in order) lie on the ways of keys listed here.
+    while (it != saturated.end() && it->compare(0, at.size(), at) == 0) ++it;
+  }
+}
+
 }  // namespace
 
 int64_t KeyLog::most_over(const Slack& slack, std::string_view t) {
@@ -122,6 +149,12 @@ const std::vector<int32_t>& KeyLog::suspects(const StateSet& state, std::string_
       continue;
     }
     const std::string prefix = joined.span(joined.opening_quote(text.size() - 1), text.size() - 1);
+    const auto indexed = std::find_if(logged.log->saturated.begin(), logged.log->saturated.end(),
+                                      [&](const auto& s) { return s.first == key && s.second.indexed; });
+    if (indexed != logged.log->saturated.end()) {
+      saturated_suspects(keys, indexed->second.prefixes, prefix, trie, out);
+      continue;
+    }
     const std::size_t in_range = key_log::count_begins(keys, prefix, keys.size());
     for (auto it = keys.lower_bound(prefix); it != keys.end() && it->compare(0, prefix.size(), prefix) == 0; ++it) {
       rest_suspects(*key, f[n - 1], prefix.size(), it, keys, in_range, trie, out);
