@@ -4,9 +4,11 @@
 // tokens than the prefix cache, stays within the fidelity target, and the fidelity model's predictions
 // are within a stated factor of the measured KL; reorders and recalls under a budget never build a
 // dependency cycle.
+#include <cmath>
 #include "orbit_catch.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "orbit/engine.h"
@@ -80,12 +82,38 @@ TEST_CASE("the default policy is a budgeted patch policy; presets carry no budge
   CHECK_THROWS_WITH(parse_policy("patch:16:match=x"), Catch::Contains("match 'x' is not a number"));
   WindowPolicy bad;
   bad.content_weight = -1;
-  CHECK_THROWS_WITH(validate_policy(bad), Catch::Contains("content_weight = -1 must be in [0, 1e6]"));
+  CHECK_THROWS_WITH(validate_policy(bad), Catch::Contains("content_weight = -1 must be in [0, 1e+06]"));
   // throughput weighs kept instances as the default does, and says so in its name when it differs.
   CHECK(parse_policy("throughput:attend=0:kl=0.01").name() == "throughput:kl=0.01:attend=0");
   CHECK(parse_policy("throughput:through=0.5").read_through == 0.5);
   CHECK(parse_policy(parse_policy("throughput:through=0.5").name()).read_through == 0.5);
   CHECK_THROWS_WITH(parse_policy("throughput:heal"), Catch::Contains("'throughput' takes only :kl=X"));
+}
+
+TEST_CASE("a policy built field by field is held to the ranges the spec parser and Python use", "[policy]") {
+  const auto refused = [](auto set, const char* text) {
+    WindowPolicy p;
+    set(p);
+    CHECK_THROWS_WITH(validate_policy(p), Catch::Contains(text));
+  };
+  refused([](WindowPolicy& p) { p.kl_budget = -0.1; }, "kl_budget = -0.1 must be in [0, 1e+09]");
+  refused([](WindowPolicy& p) { p.kl_budget = std::nan(""); }, "kl_budget = nan");
+  refused([](WindowPolicy& p) { p.attention_weight = -1; }, "attention_weight = -1 must be in [0, 1e+06]");
+  refused([](WindowPolicy& p) { p.read_through = 1.5; }, "read_through = 1.5 must be in [0, 1]");
+  refused([](WindowPolicy& p) { p.recompute_ratio = 0; }, "recompute_ratio = 0 must be in (0, 1]");
+  refused([](WindowPolicy& p) { p.deep_energy = 0; }, "deep_energy = 0 must be in (0, 1]");
+  refused([](WindowPolicy& p) { p.max_divergence = 2; }, "max_divergence = 2 must be in [0, 1]");
+  refused([](WindowPolicy& p) { p.heal_min_kl = -1; }, "heal_min_kl = -1");
+  refused([](WindowPolicy& p) { p.rank_k = 0; }, "rank_k = 0 must be a positive int or -1");
+  refused([](WindowPolicy& p) { p.rank_v = -2; }, "rank_v = -2 must be a positive int or -1");
+  refused([](WindowPolicy& p) { p.prepare_lists = -1; }, "prepare_lists = -1 must be >= 0");
+  refused([](WindowPolicy& p) { p.first_k = 0; }, "first_k = 0 must be >= 1");
+  refused([](WindowPolicy& p) { p.expected_reuse = -1; }, "expected_reuse = -1");
+  // Every preset and the default pass.
+  for (const char* spec : {"default", "throughput", "patch:16", "patch:full", "reprefill", "prefix", "blind",
+                           "cacheblend:0.15", "firstk:16"}) {
+    CHECK_NOTHROW(validate_policy(parse_policy(spec)));
+  }
 }
 
 TEST_CASE("every preset defers repairs; ':eager' turns it off and round-trips", "[policy][defer]") {

@@ -332,10 +332,50 @@ std::optional<Unread> unread_field(const WindowPolicy& p) {
 
 }  // namespace
 
+namespace {
+
+// A number field outside [lo, hi] ((lo, hi] where lo_open), or not finite: refused naming the field, with the
+// range the Python setters and the spec parser use, so a policy built field by field in C++ is held to it too.
+void check_range(const WindowPolicy& p, const char* field, double x, double lo, double hi, bool lo_open = false) {
+  ORBIT_CHECK(std::isfinite(x) && x >= lo && x <= hi && !(lo_open && x == lo),
+              "WindowPolicy: " << field << " = " << x << " must be in " << (lo_open ? "(" : "[") << lo << ", " << hi
+                               << "] (policy '" << p.name() << "')");
+}
+
+void check_count(const WindowPolicy& p, const char* field, int64_t n, int64_t lo) {
+  ORBIT_CHECK(n >= lo,
+              "WindowPolicy: " << field << " = " << n << " must be >= " << lo << " (policy '" << p.name() << "')");
+}
+
+// A rank is a positive count, or -1 for every singular direction ("full").
+void check_rank(const WindowPolicy& p, const char* field, int64_t r) {
+  ORBIT_CHECK(r >= 1 || r == -1, "WindowPolicy: " << field << " = " << r
+                                                  << " must be a positive int or -1 (full rank) (policy '" << p.name()
+                                                  << "')");
+}
+
+void check_ranges(const WindowPolicy& p) {
+  check_range(p, "max_divergence", p.max_divergence, 0, 1);
+  check_rank(p, "rank_k", p.rank_k);
+  check_rank(p, "rank_v", p.rank_v);
+  check_range(p, "deep_energy", p.deep_energy, 0, 1, /*lo_open=*/true);
+  check_range(p, "expected_reuse", p.expected_reuse, 0, 1e9);
+  check_range(p, "kl_budget", p.kl_budget, 0, 1e9);
+  check_range(p, "heal_min_kl", p.heal_min_kl, 0, 1e9);
+  check_count(p, "prepare_recalls", p.prepare_recalls, 0);
+  check_count(p, "prepare_moves", p.prepare_moves, 0);
+  check_count(p, "prepare_lists", p.prepare_lists, 0);
+  check_range(p, "read_through", p.read_through, 0, 1);
+  check_range(p, "attention_weight", p.attention_weight, 0, 1e6);
+  check_range(p, "content_weight", p.content_weight, 0, 1e6);
+  check_range(p, "recompute_ratio", p.recompute_ratio, 0, 1, /*lo_open=*/true);
+  check_count(p, "first_k", p.first_k, 1);
+}
+
+}  // namespace
+
 void validate_policy(const WindowPolicy& policy) {
-  ORBIT_CHECK(policy.content_weight >= 0 && policy.content_weight <= 1e6,
-              "WindowPolicy: content_weight = " << policy.content_weight << " must be in [0, 1e6] (policy '"
-                                                << policy.name() << "')");
+  check_ranges(policy);
   const std::optional<Unread> u = unread_field(policy);
   if (!u) return;
   ORBIT_FAIL("WindowPolicy: " << u->field << " = " << u->value << " has no effect with strategy '" << policy.name()
