@@ -287,10 +287,17 @@ RepairReport repair_store(const std::string& dir) {
   if (!damage.empty()) set_damaged_index_aside(root, damage, &report);
   std::unique_ptr<SqliteIndex> opened = reindex_if_inconsistent(root, open_for_repair(root, &report), &report);
   SqliteIndex& index = *opened;
-  const std::string fingerprint = restore_fingerprint(index, root, scan, &report);
-  report.model_fingerprint = fingerprint;
-  const std::set<std::string> good = drop_bad_rows(index, root, scan, fingerprint, &report);
-  restore_rows(index, root, scan, good, fingerprint, &report);
+  // One transaction: a repair killed (or failed) part way leaves the index as it found it, never the
+  // fingerprint with part of the rows, which a store would open as whole and whose missing rows' blobs gc
+  // would then take for garbage.
+  const Status rebuilt = index.in_transaction([&] {
+    const std::string fingerprint = restore_fingerprint(index, root, scan, &report);
+    report.model_fingerprint = fingerprint;
+    const std::set<std::string> good = drop_bad_rows(index, root, scan, fingerprint, &report);
+    restore_rows(index, root, scan, good, fingerprint, &report);
+    return Status::ok();
+  });
+  ORBIT_CHECK(rebuilt.is_ok(), "store " << root << ": " << rebuilt.reason());
   for (std::string& note : report.notes) note = store::shown(note);  // a damaged row's key may hold any bytes
   return report;
 }

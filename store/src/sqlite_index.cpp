@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -303,6 +304,29 @@ Status SqliteIndex::failure(int code, const char* what) const {
   return Status::refused(reason);
 }
 
+Status SqliteIndex::begin_write(const char* what) {
+  return batch_ ? Status::ok() : exec_status("BEGIN IMMEDIATE", what);
+}
+
+Status SqliteIndex::commit_write(const char* what) { return batch_ ? Status::ok() : exec_status("COMMIT", what); }
+
+Status SqliteIndex::in_transaction(const std::function<Status()>& body) {
+  ORBIT_CHECK(!batch_, "store index " << path_ << ": in_transaction does not nest");
+  Status begin = exec_status("BEGIN IMMEDIATE", "beginning a transaction");
+  if (!begin) return begin;
+  Transaction tx(db_);  // rolls back on an error or an exception of `body`
+  struct Batch {
+    bool& open;
+    explicit Batch(bool& flag) : open(flag) { open = true; }
+    ~Batch() { open = false; }
+  } batch(batch_);
+  Status done = body();
+  if (!done) return done;
+  Status commit = exec_status("COMMIT", "committing a transaction");
+  if (commit) tx.committed();
+  return commit;
+}
+
 Status SqliteIndex::exec_status(const char* sql, const char* what) {
   errno = 0;  // failure() reads what the failed write left
   const int rc = sqlite3_exec(db_, sql, nullptr, nullptr, nullptr);
@@ -392,9 +416,10 @@ std::string SqliteIndex::reindex() {
 Status SqliteIndex::upsert(const DiskRow& r, std::string* replaced_blob, bool replace, std::optional<DiskRow>* kept) {
   replaced_blob->clear();
   if (kept) kept->reset();
-  Status begin = exec_status("BEGIN IMMEDIATE", "beginning a write");
+  Status begin = begin_write("beginning a write");
   if (!begin) return begin;
-  Transaction tx(db_);
+  std::optional<Transaction> tx;
+  if (!batch_) tx.emplace(db_);
   {
     const std::string sql = std::string("SELECT ") + kColumns + " FROM entries WHERE key = ?1";
     Stmt old(db_, sql.c_str(), path_);
@@ -423,21 +448,22 @@ Status SqliteIndex::upsert(const DiskRow& r, std::string* replaced_blob, bool re
     replaced_blob->clear();
     return failure(rc, "inserting a row");
   }
-  Status commit = exec_status("COMMIT", "committing a row");
+  Status commit = commit_write("committing a row");
   if (!commit) {
     replaced_blob->clear();
     return commit;
   }
-  tx.committed();
+  if (tx) tx->committed();
   if (*replaced_blob == r.blob) replaced_blob->clear();
   return Status::ok();
 }
 
 Status SqliteIndex::erase(const std::string& key, std::string* blob) {
   blob->clear();
-  Status begin = exec_status("BEGIN IMMEDIATE", "beginning a delete");
+  Status begin = begin_write("beginning a delete");
   if (!begin) return begin;
-  Transaction tx(db_);
+  std::optional<Transaction> tx;
+  if (!batch_) tx.emplace(db_);
   {
     Stmt old(db_, "SELECT blob FROM entries WHERE key = ?1", path_);
     old.bind(1, key);
@@ -454,12 +480,12 @@ Status SqliteIndex::erase(const std::string& key, std::string* blob) {
     blob->clear();
     return failure(rc, "deleting a row");
   }
-  Status commit = exec_status("COMMIT", "committing a delete");
+  Status commit = commit_write("committing a delete");
   if (!commit) {
     blob->clear();
     return commit;
   }
-  tx.committed();
+  if (tx) tx->committed();
   return Status::ok();
 }
 

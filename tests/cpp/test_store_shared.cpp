@@ -323,6 +323,48 @@ TEST_CASE("a deleted index or lost meta rows are refused, and orbit store repair
   CHECK(verify_store(d).clean());
 }
 
+// `orbit store repair` rebuilding a lost index, killed part way by SIGXFSZ (a file-size limit its index writes
+// pass: the shell's ulimit -f, in 512-byte blocks for /bin/sh), then `orbit store gc`: a repair that committed
+// the fingerprint and some rows left a store that opens as whole, whose other blobs gc took for garbage.
+TEST_CASE("a repair killed part way leaves nothing gc takes: a second repair restores every entry",
+          "[store][cpu][kill]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  std::vector<int64_t> ids;
+  {
+    ChunkStore store(disk_options(d));
+    for (int64_t i = 1; i <= 25; ++i) {
+      if (i % 5 == 0) continue;  // the small values: 20 entries of at most 100 KiB
+      REQUIRE(store.put(key(i), test::store_test_value(i)).is_ok());
+      ids.push_back(i);
+    }
+  }
+  for (const char* f : {"/index.sqlite", "/index.sqlite-wal", "/index.sqlite-shm"}) fs::remove(d + f);
+  // 120 blocks: killed inside the transaction of the rows (the old repair: after its first few per-row commits);
+  // 256: the repair completes (the old one was killed after half of its per-row commits).
+  const std::string blocks = GENERATE(as<std::string>{}, "120", "256");
+  INFO("ulimit -f " << blocks);
+  const test::CliRun killed =
+      test::run_command("ulimit -f " + blocks + "; exec " + std::string(ORBIT_CLI_PATH) + " store repair --store " + d);
+  INFO(killed.out);
+  const test::CliRun gc = test::cli("store gc --store " + d);  // refused, or removes nothing of the entries
+  INFO(gc.out);
+  const test::CliRun repair = test::cli("store repair --store " + d);
+  INFO(repair.out);
+  REQUIRE(repair.status == 0);
+  ChunkStore store(disk_options(d));
+  for (int64_t i : ids) {
+    INFO("entry " << i);
+    Result<ValuePtr> v = store.get(key(i));
+    REQUIRE(v.is_ok());
+    CHECK(values_equal(*v.value(), *test::store_test_value(i)));
+  }
+  const VerifyReport report = verify_store(d);
+  CHECK(report.clean());
+  CHECK(report.checked == static_cast<int64_t>(ids.size()));
+  CHECK(report.unreferenced_blobs == 0);
+}
+
 TEST_CASE("an index that lost its entries table or a column is refused, never collected; repair restores it",
           "[store][cpu]") {
   test::TempDir dir;

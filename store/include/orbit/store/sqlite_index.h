@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -95,6 +96,10 @@ class SqliteIndex {
                 std::optional<DiskRow>* kept = nullptr);
   // Deletes the row; `blob` receives its blob path ("" when there was no row).
   Status erase(const std::string& key, std::string* blob);
+  // Runs `body` inside one write transaction (BEGIN IMMEDIATE ... COMMIT) and commits when it returns ok:
+  // the upserts, erases and meta writes it makes through this index commit together or not at all (a kill
+  // before the COMMIT leaves none of them; its error or exception rolls them all back). Not nested.
+  Status in_transaction(const std::function<Status()>& body);
   // Flags the row corrupt if it still names `blob` (a rewrite in between is left alone).
   Status mark_corrupt(const std::string& key, const std::string& blob);
   Status set_pinned(const std::string& key, bool pinned);
@@ -142,9 +147,13 @@ class SqliteIndex {
   void exec_retrying_or_throw(const char* sql) const;
   Status exec_status(const char* sql, const char* what);
   Status failure(int code, const char* what) const;
+  // BEGIN IMMEDIATE, unless in_transaction's is open (then upsert and erase write inside it).
+  Status begin_write(const char* what);
+  Status commit_write(const char* what);
 
   std::string path_;
   sqlite3* db_ = nullptr;
+  bool batch_ = false;  // in_transaction's transaction is open
 };
 
 }  // namespace orbit::store
