@@ -524,3 +524,28 @@ TEST_CASE("masks agree with the matcher where a token's quote opens a pattern's 
   }
   WARN(steps << " steps over " << vocab->size() << " tokens");
 }
+
+// Inside an enum's key, a token of one quote that begins with a logged key's rest, closing quote and all, is
+// walked (KeyLog::one_quote_suspects); keys whose rest is longer than any token's bytes up to its last quote
+// (VocabTrie::quote_reach) are passed over, and every key of an object whose shortest key is past that. Here the
+// token of the farthest quote, `abc"`, is the one that repeats "abc" from its opening quote (where "abcd" is
+// still fresh, so no saturated prefix lists it): the masks at every prefix of the text against each token tried
+// on the matcher. It fails where the reach is taken one byte short,
+// and where the object's shortest key is not kept as keys close.
+TEST_CASE("a token whose quote is the farthest in the vocabulary closes a logged key again", "[constraint]") {
+  TokenBytes v;
+  for (int c = 0x20; c < 0x7F; ++c) v.text.emplace_back(std::string(1, static_cast<char>(c)));
+  for (const char* s : {"abc\"", "ab\"", "b\""}) v.text.emplace_back(s);
+  const auto eos = static_cast<int64_t>(v.text.size());
+  v.text.emplace_back(std::nullopt);
+  const auto vocab = TokenVocabulary::from_bytes(std::move(v));
+  const auto c = schema(R"({"type": "object", "propertyNames": {"enum": ["abc", "abcd", "ab", "b", "x"]},
+                            "additionalProperties": {"type": "integer"}})");
+  const std::string text = R"({"abc": 1, "b": 2, "ab": 3, "x)";
+  for (std::size_t n = 1; n <= text.size(); ++n) {
+    INFO("text " << text.substr(0, n));
+    TokenConstraint tc(c, vocab, {{eos}});
+    tc.accept_text(text.substr(0, n));
+    constraint_property::check_mask_brute_force(tc, *vocab, eos, 1000);
+  }
+}

@@ -82,6 +82,7 @@ class KeyLog {
     std::vector<std::pair<const Node*, std::vector<int64_t>>> lengths;
     std::vector<std::pair<const Node*, WordLengths>> words;
     std::vector<std::pair<const Node*, Saturated>> saturated;
+    std::size_t shortest = SIZE_MAX;  // the bytes of the shortest of `all`
   };
   // The free keys of `object` at a byte of a walk: the log's and those `closed` adds past them (those `key`
   // writes, where given), without copying the log's.

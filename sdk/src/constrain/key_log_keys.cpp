@@ -173,6 +173,7 @@ void KeyLog::add(const Closed& closed, const StateSet& now) {
     if (it != keys_.end() && it->second->all.count(key) != 0) continue;
     Keys& keys = own(object);
     keys.all.insert(key);
+    keys.shortest = std::min(keys.shortest, key.size());
     const auto length = static_cast<int64_t>(key.size());
     for (auto& [node, lengths] : keys.lengths) {
       if (writes(*node, key)) lengths.insert(std::upper_bound(lengths.begin(), lengths.end(), length), length);

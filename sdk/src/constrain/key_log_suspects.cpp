@@ -246,12 +246,15 @@ void KeyLog::one_quote_suspects(const OneQuote& q, const VocabTrie& trie, std::v
     const auto it = keys_.find(o);
     if (it == keys_.end()) continue;
     const std::set<std::string>& keys = it->second->all;
+    // A token that begins with a key's rest, closing quote and all, holds a '"' that many bytes in: no rest
+    // longer than the vocabulary's quote_reach() is one, and none is where the object's shortest key is past it.
+    const auto reach = static_cast<std::size_t>(trie.quote_reach());
+    if (it->second->shortest > q.prefix.size() + reach) continue;
     for (auto k = keys.lower_bound(q.prefix); k != keys.end() && k->compare(0, q.prefix.size(), q.prefix) == 0; ++k) {
-      // Its rest, closing quote and all; no token is longer than the vocabulary's longest. A walk refuses a
-      // token of one quote inside a pattern's or an enum's key only where the key's completions are all
-      // taken: the key the grammar lets the token close with its quote is then one of them, so the token
-      // begins with a logged key's rest as well.
-      if (static_cast<int64_t>(k->size() - q.prefix.size()) > trie.max_token_bytes()) continue;
+      // A walk refuses a token of one quote inside a pattern's or an enum's key only where the key's
+      // completions are all taken: the key the grammar lets the token close with its quote is then one of
+      // them, so the token begins with a logged key's rest as well.
+      if (k->size() - q.prefix.size() > reach) continue;
       trie.extensions_of(std::string_view(*k).substr(q.prefix.size()), out);
     }
   }

@@ -192,6 +192,7 @@ VocabTrie::VocabTrie(const std::vector<std::optional<std::string>>& bytes)
     const auto at_quote = bytes[i]->begin() + static_cast<std::ptrdiff_t>(quote);
     const bool plain_one = quotes == 1 && !backslash && std::all_of(bytes[i]->begin(), at_quote, printable);
     if (backslash) backslashes_.push_back(static_cast<int32_t>(i));
+    if (quotes > 0) quote_reach_ = std::max(quote_reach_, static_cast<int64_t>(bytes[i]->rfind('"') + 1));
     quotes_escaped_[i] = backslash && quotes > 0 && quotes_escaped_in(*bytes[i]) ? 1 : 0;
     closes_only_[i] = quotes > 0 && closes_only_from_body(*bytes[i]) ? 1 : 0;
     if (quotes > 0 && !plain_one) quoted_apart_.push_back(static_cast<int32_t>(i));

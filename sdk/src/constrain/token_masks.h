@@ -96,6 +96,9 @@ class VocabTrie {
   // with a '\\' (`\"`, `x\":`): it writes no quote that ends the string.
   bool quotes_escaped(int32_t id) const { return quotes_escaped_[static_cast<std::size_t>(id)] != 0; }
   const std::vector<int32_t>& tails_apart() const { return tails_apart_; }
+  // The most bytes a token writes up to and with its last '"' (0: no token holds one): a token that begins with
+  // bytes ending in a '"' is at least that long only where they are at most this many.
+  int64_t quote_reach() const { return quote_reach_; }
   // The bytes of token `id` (0 for one not in the trie); `id` in [0, vocab_size()).
   int64_t length(int32_t id) const { return lengths_[static_cast<std::size_t>(id)]; }
 
@@ -123,6 +126,7 @@ class VocabTrie {
   std::vector<std::pair<int32_t, int32_t>> body_openers_;  // (id, its tail's offset or kOpenedWalk)
   std::vector<uint8_t> closes_only_;                       // per id: closes_only()
   std::vector<uint8_t> quotes_escaped_;                    // per id: quotes_escaped()
+  int64_t quote_reach_ = 0;
 };
 
 // One state's mask. `need` is the fewest bytes that complete the text from the state the mask was computed
