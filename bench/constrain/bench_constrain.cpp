@@ -393,6 +393,13 @@ int open_tag_rows(const orbit::cli::Args& args) {
 // --key-growth: a decode step's cost as an object's keys pile up, over the synthetic vocabulary.
 int key_growth_rows(const orbit::cli::Args& args) {
   const int64_t keys = args.get_int("--keys", 200, 2), reps = args.get_int("--reps", 3, 1);
+  // The bench's objects take the default limits, whose free-form objects end at max_object_members: past it the
+  // decode would find no allowed token part way.
+  const int64_t most = orbit::ConstraintLimits{}.max_object_members;
+  if (keys > most) {
+    ORBIT_FAIL("bench_constrain: --keys " << keys << " is more than an object holds (at most " << most
+                                          << ", ConstraintLimits::max_object_members)");
+  }
   std::printf(
       "ms per step at the member of each key, the fastest of %lld runs; timed: TokenConstraint::allowed + "
       "accept, not the bench's search for the next token\n",
