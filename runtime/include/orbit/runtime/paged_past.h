@@ -10,9 +10,10 @@
 //
 // On CUDA with a GQA/MHA model (head_dim 64 or 128, H/H_kv <= 8, full rotary) and decode- or query-sized
 // inputs (R <= kPagedMaxQueries tokens), the forward runs orbit's paged-attention kernel
-// (kernels/cuda/paged_attention.cuh). Everything else (CPU, MLA, partial rotary, longer inputs) gathers
+// (kernels/cuda/paged_attention.cuh). Everything else (CPU, MLA, partial rotary, longer inputs), and a
+// forward that asks for ForwardOptions::key_attention (the kernel does not return its weights), gathers
 // and patches the rows first (materialize()) and runs the ordinary path; Model::attention_path() says
-// which one a forward takes.
+// which one a forward without key_attention takes.
 #pragma once
 
 #include <ATen/core/Tensor.h>
