@@ -119,6 +119,44 @@ def test_a_kept_instance_the_tail_repeats_is_priced_by_content(orbit, stories260
         assert by_content > by_recency * 10
 
 
+def test_a_read_that_looks_first_is_planned_by_its_own_attention(orbit, stories260k_path):
+    # With read_attention_weight > 0 a generate's first forward of its query re-plans the window with each kept
+    # instance weighing at least that many times the share of its attention it received: when the plan
+    # re-forms anything, the repairs run and the query is forwarded again (both counted in
+    # query_forward_tokens); when it re-forms nothing, that forward was the answer's and costs nothing more.
+    # generate_n looks once, with a forward of its own, before it forks. Without it the read serves the
+    # window as the edit left it.
+    def read(look, evict=True, n=1):
+        with orbit.Engine(stories260k_path, pool_bytes=POOL, page_size=PAGE, background="deferred") as e:
+            w = e.new_window(policy=orbit.Policy("default").replace(attention_weight=0, defer_repairs=False))
+            w.admit(e.add_text("You are a helper who reads stories and answers questions about them."))
+            x = w.admit(e.add_text("Tom saw a big red ball in the park.")).added[0]
+            w.admit(e.add_text("The zebra Quixby hid the golden key under the old mill."))
+            for i in range(6):
+                w.admit(e.add_text(f"Story {i}: once upon a time there was a little dog who liked to run and play."))
+            if evict:
+                w.evict(x)  # the survivors' KV is stale; the budget keeps them
+            w.policy = w.policy.replace(read_attention_weight=look)
+            stale = sum(i.context_changed for i in w.instances)
+            before = w.stats
+            q = e.tokenize("Where did the zebra Quixby hide the golden key?")
+            g = w.generate(q, max_tokens=1) if n == 1 else w.generate_n(q, n, max_tokens=1)[0]
+            after = w.stats
+            return (len(q), after.query_forward_tokens - before.query_forward_tokens, g.prompt_forward_tokens,
+                    after.critical_forward_tokens - before.critical_forward_tokens, stale,
+                    sum(i.context_changed for i in w.instances))
+
+    n, queries, prompt, repaired, stale, left = read(0)
+    assert stale > 0 and queries == prompt == n and repaired == 0 and left == stale  # nothing re-formed
+    n, queries, prompt, repaired, stale, left = read(1e6)
+    assert queries == prompt == 2 * n  # the look, then the answer's forward over the repaired window
+    assert repaired > 0 and left < stale  # the read's plan re-formed what its query looks at
+    n, queries, prompt, repaired, stale, left = read(1e6, evict=False)
+    assert stale == left == 0 and repaired == 0 and queries == prompt == n  # nothing to repair: the look is free
+    n, queries, prompt, repaired, stale, left = read(1e6, n=2)
+    assert prompt == 2 * n and repaired > 0 and left < stale  # generate_n's look, then its first answer's forward
+
+
 def evict_plan(e):
     """A window of three chunks under a budget that keeps every survivor, and the plan evicting its second:
     its steps carry the fidelity model's predicted KL and the cost model's estimated seconds."""

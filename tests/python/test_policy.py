@@ -33,6 +33,17 @@ def test_policy_spec_and_keyword_arguments(orbit):
     assert d.replace(content_weight=2).name.endswith(":match=2")
     with pytest.raises(ValueError, match="content_weight"):
         d.replace(content_weight=-1)
+    # the read's own attention, looked at before its plan (off by default; needs a budget)
+    assert d.read_attention_weight == 0.0 and d.replace(read_attention_weight=1) != d
+    assert orbit.Policy("patch:16:kl=0.003:look=2").read_attention_weight == 2
+    assert d.replace(read_attention_weight=2).name.endswith(":look=2")
+    assert orbit.Policy(orbit.Policy("throughput:look=0.5").name).read_attention_weight == 0.5
+    with pytest.raises(ValueError, match="read_attention_weight"):
+        d.replace(read_attention_weight=-1)
+    with pytest.raises(orbit.OrbitError, match="look"):
+        orbit.Policy("patch:16:kl=0.003:look=-1")
+    with pytest.raises(orbit.OrbitError, match="read_attention_weight = 1 has no effect"):
+        orbit.Policy("patch:16:look=1")
     full = orbit.Policy("patch:full:exact")
     assert full.rank_k == -1 and full.survivors == orbit.SurvivorAction.recondition
     q = orbit.Policy("patch:8", survivors="recondition", stale=orbit.StalePatch.accept, max_divergence=0.5)

@@ -308,7 +308,13 @@ def run(model: pathlib.Path | str = DEFAULT_MODEL, steps: int = 24, keep: int = 
         for step in range(steps):
             t0 = time.perf_counter()
             # 1. the model picks a tool (and its argument): one token sampled after the window
-            choice = ready(window).generate(query, max_tokens=1, temperature=1.0, seed=seed * 7919 + step).tokens[0]
+            before = ready(window).stats.critical_forward_tokens
+            choice = window.generate(query, max_tokens=1, temperature=1.0, seed=seed * 7919 + step).tokens[0]
+            # A read that looks first (Policy.read_attention_weight) may repair the window before its answer: the
+            # repairs, and the query's forward again after them (counted whole), are the window's (0 without it).
+            repaired = window.stats.critical_forward_tokens - before
+            if repaired > 0:
+                report.forward_tokens += repaired + len(query)
             # ... and the prefix cache makes the same call (it then holds the query and the answer, as a radix
             # cache does; its decode, like the window's, is not counted)
             shadow[id(window)].generate(query, max_tokens=1, temperature=1.0, seed=seed * 7919 + step)

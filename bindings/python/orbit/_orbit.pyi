@@ -833,6 +833,7 @@ class WindowPolicy:
         read_through: float = ...,
         attention_weight: float = ...,
         content_weight: float = ...,
+        read_attention_weight: float = ...,
     ) -> None: ...
     on_miss: MissAction
     survivors: SurvivorAction
@@ -860,6 +861,7 @@ class WindowPolicy:
     read_through: float
     attention_weight: float
     content_weight: float
+    read_attention_weight: float
     @property
     def name(self) -> str: ...
     def replace(self, **options: object) -> "WindowPolicy": ...

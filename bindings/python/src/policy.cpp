@@ -130,6 +130,10 @@ const std::map<std::string, Setter>& setters() {
        [](WindowPolicy& p, py::handle v) { p.attention_weight = number(v, "attention_weight", 0, 1e6, false); }},
       {"content_weight",
        [](WindowPolicy& p, py::handle v) { p.content_weight = number(v, "content_weight", 0, 1e6, false); }},
+      {"read_attention_weight",
+       [](WindowPolicy& p, py::handle v) {
+         p.read_attention_weight = number(v, "read_attention_weight", 0, 1e6, false);
+       }},
       {"first_k", [](WindowPolicy& p, py::handle v) { p.first_k = count(v, "first_k", 1); }},
   };
   return table;
@@ -251,6 +255,12 @@ void def_policy_fields(py::class_<WindowPolicy>& c) {
         "occurrences, a rare one most), wherever it sits: what the next read refers back to by content, which\n"
         "the last query's attention misses when that query did not read it. In [0, 1e6]; 0 (off) in the\n"
         "default policy (spec modifier ':match=F').");
+  field(c, "read_attention_weight", &WindowPolicy::read_attention_weight,
+        "Under a kl_budget, a generate's first forward of its query re-plans the window with every kept instance\n"
+        "weighing at least this many times that forward's attention share on it; when the plan repairs, the\n"
+        "repairs run and the query is forwarded again (both forwards count in prompt_forward_tokens and\n"
+        "query_forward_tokens), else the forward is the answer's. generate_n looks once before it forks. In\n"
+        "[0, 1e6]; 0 (off) in the default policy (spec modifier ':look=F'); above 0 it needs a kl_budget.");
 }
 
 // Policy's name, replace, copies and __repr__.
@@ -281,7 +291,8 @@ void def_policy_methods(py::class_<WindowPolicy>& c) {
                a.heal_min_kl == b.heal_min_kl && a.prepare_recalls == b.prepare_recalls &&
                a.prepare_moves == b.prepare_moves && a.prepare_lists == b.prepare_lists &&
                a.self_check == b.self_check && a.read_through == b.read_through &&
-               a.attention_weight == b.attention_weight && a.content_weight == b.content_weight;
+               a.attention_weight == b.attention_weight && a.content_weight == b.content_weight &&
+               a.read_attention_weight == b.read_attention_weight;
       },
       py::is_operator());
   c.def("__repr__", [](const WindowPolicy& p) {

@@ -464,7 +464,8 @@ void def_generation(py::module_& m) {
                     "'cancelled' (on_text returned False, or a stream left early); with a constraint also "
                     "'constraint_complete' or 'constraint_no_token'.")
       .def_readonly("prompt_forward_tokens", &Generation::prompt_forward_tokens,
-                    "Query tokens forwarded: all, or only the last when exact reuse held the others.")
+                    "Query tokens forwarded: all, or only the last when exact reuse held the others; under "
+                    "Policy.read_attention_weight, plus the query's look when the read's plan repaired the window.")
       .def_property_readonly(
           "text", [](const Generation& g) { return utf8_text(g.text); },
           "The tokens as text when the engine has a tokenizer, else ''; with stop_reason 'stop_string', up to the "

@@ -18,8 +18,8 @@
 //   throughput[:kl=X]  for servers, where background compute is not free: the default's KL budget and exact
 //                   reuse, but a miss is one prefill in context (no canonical encoded, no patch formed in the
 //                   background; stored ones are still used) and idle time does nothing; its total forward
-//                   tokens are its critical ones (bench/REPORT-radix.md's frontier); :through=F, :attend=F and
-//                   :match=F weigh kept instances as for patch (below)
+//                   tokens are its critical ones (bench/REPORT-radix.md's frontier); :through=F, :attend=F,
+//                   :match=F and :look=F weigh kept instances as for patch (below)
 //   reprefill       the ceiling: every instance whose context changed is prefilled again in context;
 //                   nothing is reused except a chunk's canonical at position 0 of an empty context
 //   prefix          the executing radix-cache baseline: every instance whose context changed is prefilled
@@ -44,6 +44,9 @@
 // times the share of the last query's attention it received (WindowPolicy::attention_weight).
 // `:match=F` (patch presets; 0, off, in `default`): under a budget, a kept instance weighs at least F times
 // its share of the content matches of the window's last tokens (WindowPolicy::content_weight).
+// `:look=F` (patch presets; 0, off, in `default`): under a budget, a generate's query forward re-plans the
+// window with each kept instance weighing at least F times that query's attention share on it, and is run
+// again when that plan repairs (WindowPolicy::read_attention_weight).
 // `:check` (patch presets; off in `default`; needs `:heal`): idle-time heals measure the loss the window
 // carried and the engine scales its fidelity model by what they find (WindowPolicy::self_check).
 // Modifiers appended to patch presets: `:deep` (patch only layers ≥ ℓ₀ chosen from the deficit's energy),
@@ -200,6 +203,15 @@ struct WindowPolicy {
   // attention misses a far-back instance the next read refers to when the last query did not read it.
   // In [0, 1e6]; 0 = off.
   double content_weight = 0.0;
+  // What the read itself looks at (the `:look=F` modifier; 0, off, in the default policy): a generate's first
+  // forward of its query (after the repairs earlier edits deferred; it returns key_attention) re-plans the
+  // window with each kept instance's weight at least F times that forward's attention share on it. When the
+  // plan re-serves nothing, that forward is the answer's, at no extra cost; when it repairs, the repairs run
+  // and the query is forwarded again over the repaired window, both forwards counted in the read's
+  // prompt_forward_tokens (so query_forward_tokens; the radix cache's side does not look). generate_n looks
+  // once before it forks, with a forward of its own. The last query's attention (attention_weight) misses a
+  // far-back instance the next query reads when the last one did not. In [0, 1e6]; 0 = off.
+  double read_attention_weight = 0.0;
   double recompute_ratio = 0.15;  // kTokenRecompute
   int64_t first_k = 16;           // kFirstK
 
@@ -221,12 +233,14 @@ struct WindowPolicy {
 //   prepare_lists    reuse_computed (a prepared list is read back by exact reuse)
 //   cost_aware       no kl_budget, and a miss that forms (kForm) or stored patches looked up
 //   expected_reuse   cost_aware
+//   read_attention_weight (above 0)  any policy with a kl_budget
 // Every other field is read under every strategy: rank_k, rank_v and deep_only shape the patches a
 // window forms, and every window forms some (Window::prepare_recalls and prepare_moves under any policy,
 // heal() under any but prefix and throughput, which prefill); read_through, attention_weight and content_weight weigh
 // the predicted KL of every plan (InstanceInfo::predicted_kl, what heal_min_kl compares); use_orbit_patches
 // is read by place() under any policy. parse_policy, Python's Policy() and replace(),
-// Engine::new_window and Window::set_policy call it. It also refuses a content_weight outside [0, 1e6], naming it.
+// Engine::new_window and Window::set_policy call it. It also refuses a content_weight or read_attention_weight
+// outside [0, 1e6], naming it.
 void validate_policy(const WindowPolicy& policy);
 
 // Parses a preset spec (see the list at the top). Throws orbit::Error quoting the spec and listing the

@@ -219,7 +219,8 @@ struct Generation {
                                 // stop_reason "stop_string", up to the stop string
   // Query tokens forwarded: all of them, or only the last when KV computed before behind the same window
   // held the others (exact reuse, WindowPolicy::reuse_computed; a repeated call costs one token); 0 when
-  // nothing was forwarded (max_tokens 0).
+  // nothing was forwarded (max_tokens 0). Under WindowPolicy::read_attention_weight, plus the query's forward
+  // that looked before a read's plan repaired the window (generate_n's look: for its first answer).
   int64_t prompt_forward_tokens = 0;
   // "stop_token", "stop_string" (GenerateOptions::stop; it wins over "stop_token" for a token that is both),
   // "max_tokens", "position_limit", "cancelled" (on_token or on_text returned false); with a constraint also

@@ -152,6 +152,11 @@ void LayoutPlanner::choose_actions() {
     if (old != nullptr && old->attention > 0 && policy_.attention_weight > 0) {
       weights_[i] = std::max(weights_[i], std::min(1.0, policy_.attention_weight * old->attention));
     }
+    // What the read being planned looks at (its own query forwarded over the window as it stands):
+    // WindowPolicy::read_attention_weight, set only in a read's plan (plan_read in window_ops.h).
+    if (old != nullptr && old->read_attention > 0 && policy_.read_attention_weight > 0) {
+      weights_[i] = std::max(weights_[i], std::min(1.0, policy_.read_attention_weight * old->read_attention));
+    }
     tokens_before += info_[i].length;
   }
   if (policy_.content_weight > 0) add_content_weights();

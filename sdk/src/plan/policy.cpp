@@ -85,12 +85,16 @@ std::string policy_spec_help() {
          "                                      :match=F (>= 0, default 0, off): under a budget, a kept\n"
          "                                      instance weighs at least F times its share of the content\n"
          "                                      matches (token bigrams) of the window's last 32 tokens;\n"
+         "                                      :look=F (>= 0, default 0, off): under a budget, a generate's\n"
+         "                                      query forward re-plans the window, a kept instance weighing at\n"
+         "                                      least F times that query's attention share on it; when the plan\n"
+         "                                      repairs, the query is forwarded again (both counted);\n"
          "                                      :check makes idle-time heals measure the loss the window carried\n"
          "                                      and scale the fidelity model by the largest recent miss (off in\n"
          "                                      default; needs :heal)\n"
          "  throughput[:kl=X]                   the default's budget without background work (servers): a miss\n"
          "                                      is prefilled (no patch formed), no idle-time work; takes\n"
-         "                                      :through=F, :attend=F and :match=F as patch does\n"
+         "                                      :through=F, :attend=F, :match=F and :look=F as patch does\n"
          "  reprefill                           prefill every instance whose context changed; reuse nothing\n"
          "  prefix                              radix cache: reuse KV (chunks, turns, answers) only behind the\n"
          "                                      identical sequence\n"
@@ -139,8 +143,8 @@ bool parse_idle_modifier(const std::string& spec, const std::string& part, Windo
   return true;
 }
 
-// How the fidelity model weighs kept instances (`patch` and `throughput`): :through=F, :attend=F and :match=F.
-// False when `part` is none of them.
+// How the fidelity model weighs kept instances (`patch` and `throughput`): :through=F, :attend=F, :match=F and
+// :look=F. False when `part` is none of them.
 bool parse_weight_modifier(const std::string& spec, const std::string& part, WindowPolicy& p) {
   if (part.rfind("through=", 0) == 0) {
     p.read_through = parse_number(spec, part.substr(8), "through");
@@ -164,6 +168,13 @@ bool parse_weight_modifier(const std::string& spec, const std::string& part, Win
     }
     return true;
   }
+  if (part.rfind("look=", 0) == 0) {
+    p.read_attention_weight = parse_number(spec, part.substr(5), "look");
+    if (!(p.read_attention_weight >= 0 && p.read_attention_weight <= 1e6)) {
+      bad_spec(spec, "look (the weight of the read's own attention on a kept instance) must be in [0, 1e6]");
+    }
+    return true;
+  }
   return false;
 }
 
@@ -173,6 +184,7 @@ std::string weight_modifiers(const WindowPolicy& p) {
   if (p.read_through != WindowPolicy{}.read_through) s << ":through=" << p.read_through;
   if (p.attention_weight != WindowPolicy{}.attention_weight) s << ":attend=" << p.attention_weight;
   if (p.content_weight != WindowPolicy{}.content_weight) s << ":match=" << p.content_weight;
+  if (p.read_attention_weight != WindowPolicy{}.read_attention_weight) s << ":look=" << p.read_attention_weight;
   return s.str();
 }
 
@@ -267,7 +279,7 @@ WindowPolicy throughput_preset(const std::string& spec, const std::vector<std::s
   for (std::size_t i = 1; i < parts.size(); ++i) {
     if (parse_weight_modifier(spec, parts[i], p)) continue;
     if (parts[i].rfind("kl=", 0) != 0)
-      bad_spec(spec, "'throughput' takes only :kl=X, :through=F, :attend=F and :match=F");
+      bad_spec(spec, "'throughput' takes only :kl=X, :through=F, :attend=F, :match=F and :look=F");
     p.kl_budget = parse_number(spec, parts[i].substr(3), "kl budget");
     if (!(p.kl_budget > 0 && std::isfinite(p.kl_budget))) bad_spec(spec, "kl budget must be a positive number");
   }
@@ -327,6 +339,10 @@ std::optional<Unread> unread_field(const WindowPolicy& p) {
   if (p.expected_reuse != d.expected_reuse && !p.cost_aware) {
     return Unread{"expected_reuse", value_text(p.expected_reuse), "cost_aware"};
   }
+  if (p.read_attention_weight > 0 && !budget) {
+    return Unread{"read_attention_weight", value_text(p.read_attention_weight),
+                  "any policy with a kl_budget (it weighs the read's plan under the budget)"};
+  }
   return std::nullopt;
 }
 
@@ -375,6 +391,10 @@ void check_ranges(const WindowPolicy& p) {
 }  // namespace
 
 void validate_policy(const WindowPolicy& policy) {
+  ORBIT_CHECK(std::isfinite(policy.read_attention_weight) && policy.read_attention_weight >= 0 &&
+                  policy.read_attention_weight <= 1e6,
+              "WindowPolicy: read_attention_weight = " << policy.read_attention_weight
+                                                       << " must be in [0, 1e6] (policy '" << policy.name() << "')");
   check_ranges(policy);
   const std::optional<Unread> u = unread_field(policy);
   if (!u) return;

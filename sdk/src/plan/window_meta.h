@@ -84,6 +84,9 @@ struct EntryMeta {
   // over heads and layers; runtime::ForwardOptions::key_attention), or -1 before a generate saw it. What the
   // next query reads, whatever the instance's distance: the planner weighs its losses by it (layout_choose).
   double attention = -1;
+  // The share of the attention the read being planned puts on it (WindowPolicy::read_attention_weight: the
+  // read's query forwarded over the window as it stands, before the read's plan), or -1 outside that plan.
+  double read_attention = -1;
   KvState state;  // what its KV is (kv_state.h): equal states, equal KV
 
   ChunkRef ref() const;

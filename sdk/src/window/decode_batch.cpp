@@ -44,18 +44,8 @@ namespace {
 // What the query's first forward looked at (ForwardResult::key_attention, the window's tokens first), summed
 // per instance into the window's entries: the planner's evidence of what the next query reads.
 void record_attention(WindowState& w, const at::Tensor& mass) {
-  if (!mass.defined()) return;
-  int64_t total = 0;
-  for (const Entry& e : w.entries) total += e.length;
-  if (mass.size(0) < total) return;
-  // One pass over the host copy (a tensor op per entry costs more than the sums on a long window).
-  const at::Tensor weights = mass.narrow(0, 0, total).to(at::kDouble).contiguous();
-  const double* row = weights.data_ptr<double>();
-  for (Entry& e : w.entries) {
-    double sum = 0;
-    for (int64_t t = 0; t < e.length; ++t) sum += *row++;
-    e.attention = sum;
-  }
+  const std::vector<double> shares = attention_by_entry(w, mass);
+  for (std::size_t i = 0; i < shares.size(); ++i) w.entries[i].attention = shares[i];
 }
 
 // The text of a sequence with stop strings or on_text, released as it becomes final: its tokens decoded after
@@ -112,6 +102,8 @@ struct DecodeSequence {
   std::vector<runtime::Content> head;
   bool keeps = false;  // its slot keeps content
   int64_t kept = 0, query_rows = 0;
+  int64_t looked = 0;        // query tokens the read's look forwarded before its answer's (plan_read, look_first)
+  bool look = false;         // its first forward is the read's look (WindowPolicy::read_attention_weight)
   bool done_before = false;  // finished before any token (e.g. a constraint to an empty literal)
   int64_t steps = 0;         // tokens chosen so far
   DecodeReadKey read;
@@ -139,6 +131,8 @@ struct DecodeBatchState {
   void advance(DecodeSequence& s, const at::Tensor& logits, bool shared);
   void keep_for_reuse(const DecodeSequence& s, bool last) const;
   void forward(DecodeStep& out);
+  bool sole_reader(const DecodeSequence& s) const;
+  bool look_first(DecodeSequence& s, const at::Tensor& attention);
   void finish(DecodeStep& out);
   std::string finish_text(DecodeSequence& s) const;
 };
@@ -146,7 +140,16 @@ struct DecodeBatchState {
 uint64_t DecodeBatchState::add(WindowState& w, const std::vector<int64_t>& query, const GenerateOptions& options) {
   check_query(w, query, "generate");
   Sampler sampler = make_sampler(*w.core, options, query);  // checks the options
-  run_deferred(w, "generate");                              // after the checks: a refused call changes nothing
+  // After the checks: a refused call changes nothing. The read's look (looks_before_read) is the sequence's
+  // first forward (look_first), unless generate_n looked before it forked (read_planned).
+  int64_t looked = w.read_planned;
+  const bool look = looked < 0 && looks_before_read(w);
+  if (looked >= 0) {
+    w.read_planned = -1;
+  } else {
+    looked = 0;
+    run_deferred(w, "generate");
+  }
   {
     // A model call: what a prefix cache would compute for it (an edit since the last forward, say).
     Counters charged;
@@ -173,6 +176,9 @@ uint64_t DecodeBatchState::add(WindowState& w, const std::vector<int64_t>& query
   s->past = it->second.past;  // shares the tensors; growing it makes new ones
   s->pos = it->second.start;
   s->input = query;
+  s->looked = looked;
+  s->look = look;
+  s->g.prompt_forward_tokens = looked;  // a sequence that ends before its first forward
   reuse_query_head(w, query, s->past, s->input, s->pos, s->head);
   s->done_before = s->sampler.finished();
   s->g.stop_reason = "max_tokens";
@@ -198,7 +204,7 @@ void DecodeBatchState::mark_endings_before_forward() {
 void DecodeBatchState::advance(DecodeSequence& s, const at::Tensor& logits, bool shared) {
   const int64_t limit = core->max_positions();
   const int64_t width = static_cast<int64_t>(s.input.size());
-  if (s.steps == 0) s.g.prompt_forward_tokens = shared ? 0 : width;
+  if (s.steps == 0) s.g.prompt_forward_tokens = (shared ? 0 : width) + s.looked;
   // Tokens the run may still emit after this one: max_tokens, and the positions left for their forwards.
   int64_t left = s.options.max_tokens - s.steps - 1;
   if (limit > 0) left = std::min(left, limit - s.pos - width);
@@ -346,6 +352,32 @@ void DecodeBatchState::finish(DecodeStep& out) {
   running.erase(std::remove_if(running.begin(), running.end(), [](const auto& s) { return s->ending; }), running.end());
 }
 
+// Whether `s` is the only running sequence on its window: a read's plan may then change the window under it.
+bool DecodeBatchState::sole_reader(const DecodeSequence& s) const {
+  int64_t on_window = 0;
+  for (const auto& r : running) on_window += r->window == s.window ? 1 : 0;
+  return on_window == 1;
+}
+
+// The read's look (WindowPolicy::read_attention_weight): `s`'s first forward's attention re-plans its window
+// (replan_for_read). When that plan changed the window, the forward was only the look: its slot is closed,
+// its tokens are counted with the read's (DecodeSequence::looked), and the query is read again after the
+// repaired window at the next step (true). Otherwise the forward is the answer's first, at no extra cost.
+bool DecodeBatchState::look_first(DecodeSequence& s, const at::Tensor& attention) {
+  if (!replan_for_read(*s.window, attention_by_entry(*s.window, attention), "generate")) return false;
+  s.looked += static_cast<int64_t>(s.input.size());
+  cache->close(s.slot);
+  s.slot = -1;
+  std::vector<const Entry*> entries;
+  for (const Entry& e : s.window->entries) entries.push_back(&e);
+  s.past = read_past(*core, entries, &s.pos);
+  s.input = s.query;
+  s.head.clear();
+  reuse_query_head(*s.window, s.query, s.past, s.input, s.pos, s.head);
+  s.read = read_key(*s.window);
+  return true;
+}
+
 // One forward: each running sequence's input after its slot (opened at its first forward), except that
 // sequences in their first step with the same read and query (a window and its forks asked the same) take
 // the first one's result and a copy of its slot.
@@ -415,6 +447,10 @@ void DecodeBatchState::forward(DecodeStep& out) {
       live[j]->slot = cache->fork(owners[i]->slot);  // the window and the query's rows, its own from here
       live[j]->keeps = owners[i]->keeps;
       live[j]->past = runtime::PastKV();
+    }
+    if (live[j]->steps == 0 && live[j]->look) {
+      live[j]->look = false;
+      if (!shared[j] && sole_reader(*live[j]) && look_first(*live[j], results[i].key_attention)) continue;
     }
     if (live[j]->steps == 0) record_attention(*live[j]->window, results[i].key_attention);
     advance(*live[j], rows[i], shared[j]);
@@ -508,11 +544,14 @@ std::vector<Generation> Window::generate_n(const std::vector<int64_t>& query, in
   ORBIT_CHECK(n <= kMaxGenerateN, "generate_n: n = " << n << " must be <= " << kMaxGenerateN
                                                      << " (each answer decodes on a fork of the window)");
   detail::check_query(*state_, query, "generate");
-  detail::make_sampler(*state_->core, options, query);  // checks the options before anything changes
-  detail::run_deferred(*state_, "generate");            // once, so the forks share the repaired KV
+  detail::make_sampler(*state_->core, options, query);                   // checks the options before anything changes
+  const int64_t looked = detail::plan_read(*state_, query, "generate");  // once: the forks share the repaired KV
   std::vector<Window> forks;
   forks.reserve(static_cast<std::size_t>(n - 1));
   for (int64_t i = 1; i < n; ++i) forks.push_back(fork());
+  // Each window's decode starts from the read planned above, not a probe of its own.
+  state_->read_planned = looked;  // counted once, for the first answer
+  for (Window& f : forks) f.state_->read_planned = 0;
   std::vector<GenerateRequest> requests{{this, query, options}};
   for (int64_t i = 1; i < n; ++i) {
     GenerateOptions branch = options;

@@ -62,6 +62,23 @@ Plan plan_flush(const WindowState& state);
 // Runs them when there are any (a read does, first); throws orbit::Error naming `what` when they cannot
 // run (the pool is full), leaving the window as it was.
 void run_deferred(WindowState& state, const char* what);
+// The read's own look (WindowPolicy::read_attention_weight). looks_before_read: the window's policy asks for
+// it (above 0, under a kl_budget) and the window holds something. replan_for_read: each entry's share of the
+// read's query attention (`shares`, attention_by_entry; may be empty) becomes its EntryMeta::read_attention
+// for one re-plan of the window as it is (a flush), applied when it serves anything again or repairs were
+// deferred (true: the window changed); the shares are cleared before the plan is applied (they weigh this
+// plan only); throws orbit::Error naming `what` when the repairs cannot run. A decode looks with its query's
+// own first forward (decode_batch.cpp) and forwards the query again only when the window changed.
+// plan_read (generate_n, before it forks): without the look it is run_deferred; with it, `query` is forwarded
+// over the window as it stands (key_attention; a forward of its own, its rows not kept) and the window
+// re-planned by replan_for_read. Returns the look's query tokens (0: none), which the caller counts with the
+// read's own (Generation::prompt_forward_tokens, so query_forward_tokens).
+bool looks_before_read(const WindowState& state);
+bool replan_for_read(WindowState& state, const std::vector<double>& shares, const char* what);
+int64_t plan_read(WindowState& state, const std::vector<int64_t>& query, const char* what);
+// Each entry's share of a forward's key attention (runtime::ForwardResult::key_attention, the window's tokens
+// first), in window order; empty when `mass` is undefined or shorter than the window.
+std::vector<double> attention_by_entry(const WindowState& state, const at::Tensor& mass);
 // The policy of idle-time preparation forks (Window::prepare_sync, learned drops): the executing radix
 // baseline's (`prefix`: every instance whose context changed is prefilled again, the KV of each forward
 // stored for exact reuse), repairing at once, so that what it computes is the exact KV of the prepared

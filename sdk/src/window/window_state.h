@@ -68,6 +68,10 @@ struct WindowState {
   double radix_cache_tokens = 0;       // what a radix cache would have forwarded for the same model calls
   double query_forward_tokens = 0;     // the decoding reads' query forwards (WindowStats::query_forward_tokens)
   double logits_forward_tokens = 0;    // logits()'s query forwards
+  // plan_read already ran for the read about to start (generate_n, before it forks the window): the query
+  // tokens its look forwarded, for the decode's own add to count (Generation::prompt_forward_tokens) instead
+  // of planning the read again; it resets this to -1.
+  int64_t read_planned = -1;
   int64_t operations = 0;
   int64_t reorders = 0;               // reorders applied (Window::idle prepares moves only for a window that reorders)
   int64_t unchecked_idles = 0;        // idle calls since the last self-check that found the window below heal_min_kl
