@@ -290,6 +290,9 @@ Status DiskTier::commit(const PreparedBlob& blob, const RowAttrs& attrs, bool re
   Status s = index_->upsert(row, &replaced, replace, &kept);
   if (!s) {
     discard(blob);
+    // Out of space: the WAL may be what is full (at a file-size limit). A checkpoint lets the next commit
+    // start it over, so a later put finds the disk again (ChunkStore's disk_degraded clears) without a reopen.
+    if (s.code() == StatusCode::kOutOfCapacity) (void)index_->checkpoint();
     return s;
   }
   if (kept) {  // another process committed this content first: use its row

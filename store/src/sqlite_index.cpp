@@ -304,6 +304,12 @@ Status SqliteIndex::failure(int code, const char* what) const {
   return Status::refused(reason);
 }
 
+bool SqliteIndex::checkpoint() {
+  int wal_frames = -1, copied = -1;
+  const int rc = sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, &wal_frames, &copied);
+  return rc == SQLITE_OK && wal_frames == copied;
+}
+
 Status SqliteIndex::begin_write(const char* what) {
   return batch_ ? Status::ok() : exec_status("BEGIN IMMEDIATE", what);
 }

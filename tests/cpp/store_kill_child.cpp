@@ -2,12 +2,15 @@
 //
 //   store_kill_child write DIR FIRST COUNT   puts values FIRST..FIRST+COUNT-1 (test_store_values.h) and
 //                                            prints "i\n" (flushed) after each put returned ok
-//   store_kill_child fsize DIR FIRST LIMIT [small]
+//   store_kill_child fsize DIR FIRST LIMIT [small [AFTER]]
 //                                            same, under RLIMIT_FSIZE = LIMIT bytes with SIGXFSZ ignored,
 //                                            printing "i ok" per put until one fails ("i <status>") or
 //                                            degrades the disk ("i degraded <warning>"); small: only the
 //                                            values under 128 KiB (every i not a multiple of 5), so that the
-//                                            index's WAL reaches the limit before a blob does
+//                                            index's WAL reaches the limit before a blob does; AFTER: after the
+//                                            degraded put, AFTER more puts under the same limit, each printed as
+//                                            "i ok" or "i degraded <warning>", then "memory-only N" (entries
+//                                            still not durable) and "flush <status>"
 //   store_kill_child stall DIR I             puts value I, stopping inside its blob write: after the first
 //                                            write to the temp file it prints "in blob" and waits to be killed
 //   store_kill_child key FINGERPRINT T,T,... prints chunk_key_tokens(FINGERPRINT, tokens)
@@ -134,7 +137,27 @@ int race(const std::string& dir, int64_t rounds, int64_t i) {
   return 0;
 }
 
-int fsize(const std::string& dir, int64_t first, int64_t limit, bool small) {
+// fsize's AFTER: puts `count` more values from `first` on a store whose disk degraded, then what is not durable.
+int fsize_after(orbit::store::ChunkStore& store, int64_t first, int64_t count, bool small) {
+  for (int64_t i = first, done = 0; done < count; ++i) {
+    if (small && i % 5 == 0) continue;
+    ++done;
+    const orbit::Status s = store.put(orbit::test::store_test_key(i), orbit::test::store_test_value(i));
+    const orbit::StoreStats stats = store.stats();
+    if (s && stats.disk_degraded) {
+      std::printf("%lld degraded %s\n", static_cast<long long>(i), stats.disk_warning.c_str());
+    } else {
+      std::printf("%lld %s\n", static_cast<long long>(i), s ? "ok" : s.to_string().c_str());
+    }
+  }
+  std::printf("memory-only %lld\n", static_cast<long long>(store.memory_only_entries()));
+  const orbit::Status flushed = store.flush();
+  std::printf("flush %s\n", flushed ? "ok" : flushed.to_string().c_str());
+  std::fflush(stdout);
+  return 0;
+}
+
+int fsize(const std::string& dir, int64_t first, int64_t limit, bool small, int64_t after) {
   ::signal(SIGXFSZ, SIG_IGN);
   orbit::store::ChunkStore store(options(dir));
   struct rlimit rl {};
@@ -148,7 +171,7 @@ int fsize(const std::string& dir, int64_t first, int64_t limit, bool small) {
     if (s && stats.disk_degraded) {
       std::printf("%lld degraded %s\n", static_cast<long long>(i), stats.disk_warning.c_str());
       std::fflush(stdout);
-      return 0;
+      return after > 0 ? fsize_after(store, i + 1, after, small) : 0;
     }
     std::printf("%lld %s\n", static_cast<long long>(i), s ? "ok" : s.to_string().c_str());
     std::fflush(stdout);
@@ -195,8 +218,8 @@ int main(int argc, char** argv) {
   try {
     const std::string mode = argc > 1 ? argv[1] : "";
     if (mode == "write" && argc == 5) return write(argv[2], std::atoll(argv[3]), std::atoll(argv[4]));
-    if (mode == "fsize" && (argc == 5 || (argc == 6 && std::strcmp(argv[5], "small") == 0))) {
-      return fsize(argv[2], std::atoll(argv[3]), std::atoll(argv[4]), argc == 6);
+    if (mode == "fsize" && (argc == 5 || (argc >= 6 && argc <= 7 && std::strcmp(argv[5], "small") == 0))) {
+      return fsize(argv[2], std::atoll(argv[3]), std::atoll(argv[4]), argc >= 6, argc == 7 ? std::atoll(argv[6]) : 0);
     }
     if (mode == "stall" && argc == 4) return stall(argv[2], std::atoll(argv[3]));
     if (mode == "hold" && argc == 5) return hold(argv[2], std::atoll(argv[3]), std::atoll(argv[4]));
@@ -209,11 +232,12 @@ int main(int argc, char** argv) {
       std::printf("%s\n", orbit::chunk_key_tokens(argv[2], tokens).c_str());
       return 0;
     }
-    std::fprintf(stderr,
-                 "usage: store_kill_child write DIR FIRST N  |  fsize DIR FIRST LIMIT [small]  |  stall DIR I  |  key "
-                 "FINGERPRINT "
-                 "T,T,...  |  hold DIR I LEASE_MS"
-                 "  |  rwrite DIR URL FIRST N  |  race DIR ROUNDS I  |  fork-server\n");
+    std::fprintf(
+        stderr,
+        "usage: store_kill_child write DIR FIRST N  |  fsize DIR FIRST LIMIT [small [AFTER]]  |  stall DIR I  |  key "
+        "FINGERPRINT "
+        "T,T,...  |  hold DIR I LEASE_MS"
+        "  |  rwrite DIR URL FIRST N  |  race DIR ROUNDS I  |  fork-server\n");
     return 2;
   } catch (const orbit::Error& e) {
     std::fprintf(stderr, "store_kill_child: %s\n", e.what());

@@ -393,11 +393,60 @@ TEST_CASE("an index write the file-size limit refuses names the index and the ca
     REQUIRE(v.is_ok());
     CHECK(values_equal(*v.value(), *test::store_test_value(i)));
   }
-  CHECK_FALSE(store.contains(key(refused)));  // never durable
+  // The refused put's value was kept in memory and written back by the close's flush: the failed commit's
+  // checkpoint let the WAL start over (before, it was never durable).
+  Result<ValuePtr> written_back = store.get(key(refused));
+  REQUIRE(written_back.is_ok());
+  CHECK(values_equal(*written_back.value(), *test::store_test_value(refused)));
   const VerifyReport report = verify_store(d);
   CHECK(report.clean());
   CHECK(report.temp_files == 0);
   CHECK(report.unreferenced_blobs == 0);  // the blob of the refused row was removed
+}
+
+// The same limit, and puts after the degraded one: SQLite checkpoints only after a commit, so a WAL at the limit
+// refused every later commit and the store stayed degraded until it was reopened (old: every later put
+// "degraded", 7 memory-only entries). The index now checkpoints after a write refused for want of space: the next
+// put commits, writes the memory-only entry back, and the store is durable again in the same process.
+TEST_CASE("a store whose index WAL hit the file-size limit takes writes again at the next put, without a reopen",
+          "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  std::vector<std::string> lines;
+  {
+    test::ChildProcess child(ORBIT_STORE_CHILD_PATH, {"fsize", d, "1", std::to_string(256 << 10), "small", "6"});
+    REQUIRE(child.started());
+    std::string line;
+    while (child.next_line(&line)) lines.push_back(line);
+    const int status = child.wait();
+    REQUIRE(WIFEXITED(status));
+    REQUIRE(WEXITSTATUS(status) == 0);
+  }
+  size_t degraded = 0;
+  while (degraded < lines.size() && lines[degraded].find(" degraded ") == std::string::npos) ++degraded;
+  REQUIRE(degraded < lines.size());
+  INFO(lines[degraded]);
+  CHECK_THAT(lines[degraded], Contains("committing a row") && Contains("File too large"));
+  REQUIRE(lines.size() == degraded + 6 + 3);  // the six later puts, memory-only, flush
+  std::vector<int64_t> stored;
+  for (size_t n = 0; n <= degraded + 6; ++n) stored.push_back(std::stoll(lines[n]));
+  // The next put commits (its failed predecessor's checkpoint let the WAL start over) and the store is no longer
+  // degraded; the last is checked, as a checkpoint a concurrent reader stopped is run again by the next refusal.
+  INFO(lines[degraded + 1]);
+  CHECK(lines[degraded + 6] == std::to_string(stored[degraded + 6]) + " ok");
+  CHECK(lines[degraded + 7] == "memory-only 0");  // the degraded put's value was written back
+  CHECK(lines[degraded + 8] == "flush ok");
+  ChunkStore store(disk_options(d));
+  store.verify_integrity(true);
+  for (int64_t i : stored) {
+    INFO("entry " << i);
+    Result<ValuePtr> v = store.get(key(i));
+    REQUIRE(v.is_ok());
+    CHECK(values_equal(*v.value(), *test::store_test_value(i)));
+  }
+  const VerifyReport report = verify_store(d);
+  CHECK(report.clean());
+  CHECK(report.unreferenced_blobs == 0);
 }
 
 // A kill inside a blob write leaves its temp file; the next open removes it, but never a live writer's (held

@@ -100,6 +100,13 @@ class SqliteIndex {
   // the upserts, erases and meta writes it makes through this index commit together or not at all (a kill
   // before the COMMIT leaves none of them; its error or exception rolls them all back). Not nested.
   Status in_transaction(const std::function<Status()>& body);
+  // Copies the WAL's committed frames into the index file without waiting for another connection (a passive
+  // checkpoint), so that the next write may start the WAL over from its beginning. SQLite checkpoints on its
+  // own only after a commit, so a WAL that reached a file-size limit (RLIMIT_FSIZE) refused every later commit
+  // until the last connection closed: what a write refused for want of space calls (DiskTier::commit). true
+  // when every committed frame is in the index file; false (nothing lost) when a reader or a write of the
+  // index file (a full disk) stopped it.
+  bool checkpoint();
   // Flags the row corrupt if it still names `blob` (a rewrite in between is left alone).
   Status mark_corrupt(const std::string& key, const std::string& blob);
   Status set_pinned(const std::string& key, bool pinned);
