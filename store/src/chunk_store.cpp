@@ -176,6 +176,10 @@ Result<ValuePtr> ChunkStore::get(const std::string& key, const GetOptions& optio
   check_chunk_store_key(key, "get");
   if (options.remote_refusal != nullptr) options.remote_refusal->clear();
   if (options.remote_unavailable != nullptr) *options.remote_unavailable = false;
+  if (options.internal) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++internal_reads_;  // instead of a hit or a miss
+  }
   Status local_miss = Status::not_found("ChunkStore: no entry " + key);
   for (int attempt = 0; attempt < 4; ++attempt) {
     LocalGet step = get_local(key, options);
@@ -190,7 +194,7 @@ Result<ValuePtr> ChunkStore::get(const std::string& key, const GetOptions& optio
     if (remote) return remote;
   }
   std::lock_guard<std::mutex> lock(mu_);
-  ++misses_;
+  if (!options.internal) ++misses_;
   return local_miss;
 }
 
@@ -198,7 +202,7 @@ ChunkStore::LocalGet ChunkStore::get_local(const std::string& key, const GetOpti
   DiskRow row;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    LocalGet memory = get_from_memory(key, &row);
+    LocalGet memory = get_from_memory(key, &row, options.internal);
     if (memory.next != LocalGet::kOnDisk) return memory;
   }
   // A read lease keeps another process's eviction away from the row while its blob is read.
@@ -218,12 +222,12 @@ ChunkStore::LocalGet ChunkStore::get_local(const std::string& key, const GetOpti
   std::lock_guard<std::mutex> lock(mu_);
   const DiskRow* current = disk_->refresh(key);
   if (!loaded) return disk_read_failed(key, row, current, loaded.status());
-  ++counters(StoreTier::kDisk).hits;
+  if (!options.internal) ++counters(StoreTier::kDisk).hits;
   if (options.promote && current && current->blob == row.blob) promote_disk_hit(key, loaded.value());
   return {LocalGet::kFound, std::move(loaded)};
 }
 
-ChunkStore::LocalGet ChunkStore::get_from_memory(const std::string& key, DiskRow* row) {
+ChunkStore::LocalGet ChunkStore::get_from_memory(const std::string& key, DiskRow* row, bool internal) {
   Meta* m = known(key);
   if (m == nullptr) return {LocalGet::kMiss, std::nullopt};
   touch(key, *m);
@@ -232,7 +236,7 @@ ChunkStore::LocalGet ChunkStore::get_from_memory(const std::string& key, DiskRow
     Tier* t = tier(id);
     if (t == nullptr || !t->contains(key)) continue;
     Result<ValuePtr> v = t->read(key);
-    if (v) ++counters(id).hits;
+    if (v && !internal) ++counters(id).hits;
     return {LocalGet::kFound, std::move(v)};
   }
   const DiskRow* located = disk_ ? disk_->locate(key) : nullptr;
@@ -283,7 +287,7 @@ void ChunkStore::promote_disk_hit(const std::string& key, const ValuePtr& value)
 Result<ValuePtr> ChunkStore::get_remote(const std::string& key, const GetOptions& options) {
   bool refused = false;
   // Bounded by the remote's timeouts; never throws for faults.
-  Result<ValuePtr> r = remote_->get(key, &refused, options.remote_unavailable);
+  Result<ValuePtr> r = remote_->get(key, &refused, options.remote_unavailable, options.internal);
   if (!r) {
     if (refused && options.remote_refusal != nullptr) *options.remote_refusal = r.status().reason();
     return r;
@@ -423,6 +427,7 @@ StoreStats ChunkStore::stats() const {
   s.canonical_encoding = options_.int8_cold_tier ? BlobEncoding::kInt8 : BlobEncoding::kExact;
   s.pinned_host = options_.pinned_host;
   s.misses = misses_;
+  s.internal_reads = internal_reads_;
   s.refusals = refusals_;
   s.corrupt_reads = corrupt_reads_;
   s.io_errors = io_errors_;

@@ -193,29 +193,35 @@ void RemoteTier::succeeded() {
   stats_.available = true;
 }
 
-Result<ValuePtr> RemoteTier::get(const std::string& key, bool* refused, bool* unavailable) {
+Result<ValuePtr> RemoteTier::get(const std::string& key, bool* refused, bool* unavailable, bool internal) {
   if (refused != nullptr) *refused = false;
   if (unavailable != nullptr) *unavailable = false;
+  // The user's reads count as hits and misses; the owner's own (internal) only here.
+  const int64_t user = internal ? 0 : 1;
+  if (internal) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.internal_reads;
+  }
   if (!available()) {
     if (unavailable != nullptr) *unavailable = true;
     std::lock_guard<std::mutex> lock(mu_);
-    ++stats_.skipped;
-    ++stats_.misses;
+    stats_.skipped += user;
+    stats_.misses += user;
     return Status::not_found("remote " + stats_.url + " is down (retrying later): " + stats_.last_error);
   }
   const auto start = Clock::now();
   BackendRead r = backend_->get(key);
   if (r.outcome == BackendRead::Outcome::kUnavailable) {
-    failed(r.reason);
+    failed(r.reason);  // an error either way
     if (unavailable != nullptr) *unavailable = true;
     std::lock_guard<std::mutex> lock(mu_);
-    ++stats_.misses;
+    stats_.misses += user;
     return Status::not_found(r.reason);
   }
   succeeded();
   if (r.outcome == BackendRead::Outcome::kMiss) {
     std::lock_guard<std::mutex> lock(mu_);
-    ++stats_.misses;
+    stats_.misses += user;
     return Status::not_found("remote " + stats_.url + ": no entry " + key);
   }
   std::string reason = r.reason;
@@ -224,16 +230,18 @@ Result<ValuePtr> RemoteTier::get(const std::string& key, bool* refused, bool* un
     Status removed = backend_->remove(key);
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.corrupt;
-    ++stats_.misses;
+    stats_.misses += user;
     if (!removed) ++stats_.errors;
     if (refused != nullptr) *refused = true;
     return Status::not_found(reason);
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   std::lock_guard<std::mutex> lock(mu_);
-  ++stats_.hits;
-  stats_.bytes_read += static_cast<int64_t>(r.bytes.size());
-  stats_.read_seconds += seconds;
+  if (!internal) {
+    ++stats_.hits;
+    stats_.bytes_read += static_cast<int64_t>(r.bytes.size());
+    stats_.read_seconds += seconds;
+  }
   return value;
 }
 

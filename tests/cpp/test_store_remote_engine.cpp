@@ -1,12 +1,14 @@
 // The remote tier as engines use it (test_store_remote.cpp's executable): two engine processes sharing
 // canonicals through Redis, the remote read rate measured with a probe and priced by the planner,
 // Engine::calibrate measuring it before any remote hit, and the fidelity calibration shared through Redis by
-// engines with store directories of their own (a refused entry ignored with a warning).
+// engines with store directories of their own (a refused entry ignored with a warning once; the engine's own
+// reads of it counted apart from the user's).
 #include "orbit_catch.h"  // ATen, then <catch2/catch.hpp>: keeps Catch's CHECK (see that header)
 
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -146,10 +148,11 @@ EngineOptions calibration_engine(const std::string& store_dir, const std::string
   return o;
 }
 
-// The remote tier's reads so far: hits, misses (a refused value included) and errors.
+// The remote tier's reads so far: hits, misses (a refused value included), errors, and the engine's own reads of
+// its stored calibration (internal_reads: not hits or misses).
 int64_t remote_reads(Engine& engine) {
   const RemoteStats remote = engine.stats().store.remote;
-  return remote.hits + remote.misses + remote.errors;
+  return remote.hits + remote.misses + remote.errors + remote.internal_reads;
 }
 
 }  // namespace
@@ -176,7 +179,8 @@ TEST_CASE("two engines with their own store directories share the fidelity calib
     CHECK(remote_reads(*second) == 0);
     CHECK(second->fidelity_calibration() == "remote");
     CHECK(second->fidelity_model_description() == description);
-    CHECK(second->stats().store.remote.hits == 1);
+    CHECK(second->stats().store.remote.internal_reads == 1);  // the engine's read, not its user's
+    CHECK(second->stats().store.remote.hits == 0);
     second->close();
   }
   {
@@ -190,7 +194,7 @@ TEST_CASE("two engines with their own store directories share the fidelity calib
   auto remote_only = Engine::open(calibration_engine("", server.url()));
   Window w = remote_only->new_window();
   w.admit(remote_only->add_tokens({1, 403, 407, 261, 378, 410, 44, 33}));
-  CHECK(remote_only->stats().store.remote.hits >= 1);
+  CHECK(remote_only->stats().store.remote.internal_reads >= 1);
   CHECK(remote_only->fidelity_calibration() == "remote");
   // Off: neither asked nor written.
   EngineOptions off = calibration_engine(dir / "c", server.url());
@@ -319,4 +323,70 @@ TEST_CASE("a stored calibration the remote did not answer for is read at a later
   for (std::thread& p : planners) p.join();
   CHECK(engine->fidelity_calibration() == "remote");
   CHECK(engine->fidelity_model_description() == description);
+}
+
+// While the remote is down the engine reads its stored calibration again at each plan or question; those reads
+// are its own, so they fill neither the store's misses nor the remote's misses and skipped (old: one store miss,
+// one remote miss and, within retry_after_ms, one skipped per question). The remote's failure itself still shows.
+TEST_CASE("an engine's calibration reads while the remote is down stay out of the user's hit and miss counters",
+          "[store][remote][model][calibrate]") {
+  test::TempDir dir;
+  test::RedisServer server(dir / "redis");
+  server.kill();  // down from the start
+  std::shared_ptr<Engine> engine;
+  {
+    test::StderrCapture err;  // the tier's outage warning
+    engine = Engine::open(calibration_engine(dir / "store", server.url()));
+    for (int i = 0; i < 20; ++i) CHECK(engine->fidelity_calibration() == "default");
+  }
+  const StoreStats down = engine->stats().store;
+  CHECK(down.remote.internal_reads == 20);  // each question read again: the remote did not answer
+  CHECK(down.remote.misses == 0);
+  CHECK(down.remote.skipped == 0);
+  CHECK(down.remote.hits == 0);
+  CHECK(down.misses == 0);
+  CHECK(down.internal_reads >= 20);
+  for (const TierStats& t : down.tiers) CHECK(t.hits == 0);
+  CHECK(down.remote.errors >= 1);  // the failed call is not hidden
+  CHECK(down.remote.outages >= 1);
+  CHECK_FALSE(down.remote.available);
+  CHECK_THAT(down.remote.last_error, Contains("127.0.0.1"));
+  // The user's own reads still count: a window's lookups miss on the store and on the (down) remote.
+  Window w = engine->new_window();
+  w.admit(engine->add_tokens({1, 403, 407, 261, 378, 410, 44, 33}));
+  const StoreStats after = engine->stats().store;
+  CHECK(after.misses >= 1);
+  CHECK(after.remote.misses >= 1);
+}
+
+// A local entry that does not decode is the store's answer: warned about at open, and not again at the first plan
+// (old: the plan's read found it before asking the remote and warned a second time).
+TEST_CASE("a stored calibration in the store directory that does not decode is warned about once, with a remote",
+          "[store][remote][model][calibrate]") {
+  test::TempDir dir;
+  test::RedisServer server(dir / "redis");
+  const std::string fingerprint = Engine::open(calibration_engine("", ""))->model_info().fingerprint;
+  const std::string key = orbit::detail::fidelity_calibration_key(fingerprint);
+  orbit::detail::FidelityCalibration bad;
+  bad.reference_sensitivity = 0.01;
+  bad.samples = {{planner::Loss::kKeep, 0.25, 1e-3}, {planner::Loss::kBlind, -0.5, 2.5e-2}};  // a negative feature
+  {
+    ChunkStoreOptions so;
+    so.model_fingerprint = fingerprint;
+    so.dir = dir / "store";
+    ChunkStore s(so);
+    PutOptions po;
+    po.remote = false;
+    REQUIRE(s.put(key, orbit::detail::fidelity_calibration_value(bad, fingerprint), po).is_ok());
+  }
+  test::StderrCapture err;
+  auto engine = Engine::open(calibration_engine(dir / "store", server.url()));
+  CHECK(engine->fidelity_calibration() == "default");
+  Window w = engine->new_window();
+  w.admit(engine->add_tokens({1, 403, 407, 261, 378, 410, 44, 33}));
+  CHECK(engine->fidelity_calibration() == "default");
+  const std::string text = err.text();
+  CHECK(occurrences(text, "ignoring the store's entry " + key) == 1);
+  CHECK_THAT(text, Contains("sample 1 has a negative or non-finite feature or KL"));
+  CHECK(engine->stats().store.remote.internal_reads == 0);  // the remote is not asked past the local entry
 }

@@ -241,10 +241,12 @@ bool EngineCore::apply_stored_calibration(const FidelityCalibration& stored, con
 
 bool EngineCore::load_stored_calibration() {
   if (!keeps_calibration(options_)) return false;
-  const std::optional<FidelityCalibration> stored = load_fidelity_calibration(kv().store(), fingerprint());
+  bool found = false;
+  const std::optional<FidelityCalibration> stored = load_fidelity_calibration(kv().store(), fingerprint(), &found);
   if (stored && apply_stored_calibration(*stored, "store")) return true;
-  // Not found (or refused) in the store directory: the remote tier's, later (stored_calibration.h says why).
-  if (!stored && kv_->store().has_remote()) remote_calibration_.store(RemoteCalibration::kPending);
+  // Not in the store directory: the remote tier's, later (stored_calibration.h says why). An entry there that was
+  // refused (and warned about) stays the answer: the later read would find it first and warn again.
+  if (!found && kv_->store().has_remote()) remote_calibration_.store(RemoteCalibration::kPending);
   return false;
 }
 

@@ -139,11 +139,14 @@ std::optional<FidelityCalibration> decoded_or_warned(const store::StoredValue& v
 
 }  // namespace
 
-std::optional<FidelityCalibration> load_fidelity_calibration(store::ChunkStore& store, const std::string& fingerprint) {
+std::optional<FidelityCalibration> load_fidelity_calibration(store::ChunkStore& store, const std::string& fingerprint,
+                                                             bool* found) {
   const std::string key = fidelity_calibration_key(fingerprint);
   store::GetOptions go;
-  go.remote = false;  // the local tiers only: Engine::open asks no remote (stored_calibration.h)
+  go.remote = false;   // the local tiers only: Engine::open asks no remote (stored_calibration.h)
+  go.internal = true;  // the engine's read, not its user's
   Result<store::ValuePtr> hit = store.get(key, go);
+  if (found != nullptr) *found = hit.is_ok();
   if (!hit.is_ok()) return std::nullopt;
   return decoded_or_warned(*hit.value(), fingerprint, key);
 }
@@ -156,6 +159,7 @@ RemoteCalibrationRead load_remote_fidelity_calibration(store::ChunkStore& store,
   // since open) is the store's, not the remote's; the get below would serve it without saying where it was.
   store::GetOptions local;
   local.remote = false;
+  local.internal = true;
   if (Result<store::ValuePtr> there = store.get(key, local); there.is_ok()) {
     read.calibration = decoded_or_warned(*there.value(), fingerprint, key);
     return read;
@@ -166,6 +170,7 @@ RemoteCalibrationRead load_remote_fidelity_calibration(store::ChunkStore& store,
   store::GetOptions go;
   go.remote_refusal = &refusal;
   go.remote_unavailable = &read.unavailable;
+  go.internal = true;  // however often a down remote makes the engine ask again, its user's counters stay its own
   Result<store::ValuePtr> hit = store.get(key, go);  // the remote (a hit is copied into the local tiers)
   if (!hit.is_ok()) {
     if (!refusal.empty()) {

@@ -18,6 +18,9 @@
 //           attrs "content" = "fidelity-calibration", "fingerprint" (the model's), "reference_sensitivity"
 //           (%.17g, finite and > 0), "version" (kFidelityMeasureVersion)
 //
+// Every read is GetOptions::internal: the engine's own, counted in StoreStats::internal_reads (and the remote's)
+// rather than in the user's hits and misses, however often a down remote makes the engine read again.
+//
 // Thread-safety: pure functions, except save and the loads, which use the store (thread-safe) and stderr.
 #pragma once
 
@@ -54,7 +57,10 @@ bool save_fidelity_calibration(store::ChunkStore& store, const std::string& fing
 
 // The calibration stored for the model in the local tiers; nullopt when none is (a miss), or when the value there does
 // not decode: then a warning naming the key and the reason is printed on stderr and the caller keeps its defaults.
-std::optional<FidelityCalibration> load_fidelity_calibration(store::ChunkStore& store, const std::string& fingerprint);
+// *found (when non-null) says whether the local tiers hold an entry under the key, decoded or not: one that does
+// not decode is the store's answer too (it would be found and warned about again before the remote is asked).
+std::optional<FidelityCalibration> load_fidelity_calibration(store::ChunkStore& store, const std::string& fingerprint,
+                                                             bool* found = nullptr);
 
 // What load_remote_fidelity_calibration found.
 struct RemoteCalibrationRead {

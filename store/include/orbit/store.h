@@ -155,13 +155,18 @@ struct RemoteStats {
   int64_t bytes_written = 0;
   double read_seconds = 0;  // wall time of the reads that hit (what a remote recall costs)
   std::string last_error;   // the latest failure, naming the server
+  // Reads made for the store's owner itself (GetOptions::internal: the engine's stored fidelity calibration,
+  // read again at later plans while the remote is down), answered or not. Not in hits, misses, skipped,
+  // bytes_read or read_seconds: those count the user's reads. A call that failed is still an error (and an
+  // outage), and a value refused is still corrupt: real faults of the remote are never hidden.
+  int64_t internal_reads = 0;
 };
 
 struct StoreStats {
   std::vector<TierStats> tiers;  // device, host, disk (disabled tiers included, enabled = false)
   BlobEncoding canonical_encoding = BlobEncoding::kExact;  // how the disk tier writes canonicals
   bool pinned_host = false;                                // host-tier values live in pinned (page-locked) memory
-  int64_t misses = 0;
+  int64_t misses = 0;         // get()s that found nothing (the owner's own reads excepted: internal_reads)
   int64_t refusals = 0;       // puts no tier could admit (backpressure)
   int64_t corrupt_reads = 0;  // blobs that failed their checksum on read (served as misses)
   int64_t io_errors = 0;      // puts that failed on disk (full, permission)
@@ -170,6 +175,9 @@ struct StoreStats {
   bool disk_degraded = false;
   std::string disk_warning;
   RemoteStats remote;
+  // get()s with GetOptions::internal (the engine's own: its stored fidelity calibration), hit or miss: not in
+  // misses nor in the tiers' hits (remote.internal_reads counts those that reached the remote tier).
+  int64_t internal_reads = 0;
 };
 
 // ---- offline inspection (the CLI) -------------------------------------------------------------------

@@ -102,6 +102,11 @@ struct GetOptions {
   // within its retry_after_ms, or the call failed: RemoteTier::get's unavailable), else false. A miss with
   // this false is final for now: the remote answered that it holds no usable value.
   bool* remote_unavailable = nullptr;
+  // The store's owner reads for itself, not for its user (the engine's stored fidelity calibration, read again
+  // at later plans while the remote is down): counted in StoreStats::internal_reads (and the remote's
+  // RemoteStats::internal_reads) instead of misses, the tiers' hits and the remote's hits, misses and skipped.
+  // A remote call that fails still counts as an error.
+  bool internal = false;
 };
 
 // A blob that failed verification on read: served as a miss and recorded here.
@@ -253,8 +258,9 @@ class ChunkStore {
   };
   // Without mu_: the memory tiers, then the disk row under a read lease (its blob read outside mu_).
   LocalGet get_local(const std::string& key, const GetOptions& options);
-  // Touches a known entry and reads it from a memory tier; kOnDisk with *row its disk row otherwise.
-  LocalGet get_from_memory(const std::string& key, DiskRow* row);
+  // Touches a known entry and reads it from a memory tier (a hit counted unless `internal`); kOnDisk with *row
+  // its disk row otherwise.
+  LocalGet get_from_memory(const std::string& key, DiskRow* row, bool internal);
   // A disk read of `row` failed with `failure`; `current` is the key's row now. Moved or rewritten: kRetry. A
   // refused read (the system, not the blob): kMiss, the entry kept, warned once per blob. Else the blob is
   // recorded as a fault and marked corrupt: kMiss with `failure`.
@@ -275,7 +281,7 @@ class ChunkStore {
   std::unordered_set<std::string> pinned_;  // the keys of meta_ whose entry is pinned
   uint64_t clock_ = 0;
   Counters counters_[3];
-  int64_t misses_ = 0, refusals_ = 0, corrupt_reads_ = 0, io_errors_ = 0;
+  int64_t misses_ = 0, internal_reads_ = 0, refusals_ = 0, corrupt_reads_ = 0, io_errors_ = 0;
   bool disk_degraded_ = false;
   std::string disk_warning_;
   // Keys put while the disk failed, held only in a memory tier until disk_recovered() writes them back.

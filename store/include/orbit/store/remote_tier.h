@@ -95,8 +95,11 @@ class RemoteTier {
   // The verified value, or not_found (a miss, a corrupt value, or the remote down: the reason says which).
   // *refused (when non-null) is true only for a value the remote held and this tier refused (then removed);
   // *unavailable (when non-null) only when the remote did not answer: down (skipped within retry_after_ms)
-  // or the call failed. Both false on a hit and on a plain miss (the remote answered: no entry).
-  Result<ValuePtr> get(const std::string& key, bool* refused = nullptr, bool* unavailable = nullptr);
+  // or the call failed. Both false on a hit and on a plain miss (the remote answered: no entry). `internal`: the
+  // owner's own read (GetOptions::internal): counted in internal_reads, not in hits, misses, skipped or
+  // bytes_read; a failed call still counts as an error, a refused value as corrupt.
+  Result<ValuePtr> get(const std::string& key, bool* refused = nullptr, bool* unavailable = nullptr,
+                       bool internal = false);
   // Whether the remote holds `key` (false when it is down).
   bool contains(const std::string& key);
   // Queues `value` for writing under `key` (returns at once).
