@@ -4,7 +4,8 @@
 // chunk that passes it, holding at most the limit), malformed framing is refused with its status, and
 // pipelined requests are read one after another; a head's lines may end in a bare LF, chunk lines may not; a
 // field sent empty is named in the rewritten head (orbit-empty-field), which cpp-httplib would drop; a '%' in a
-// header value goes on as "%25", which cpp-httplib's percent-decoding of header values turns back into '%'.
+// header value goes on as "%25", which cpp-httplib's percent-decoding of header values turns back into '%'; an
+// absolute-form target goes on in origin form.
 #include <string>
 
 #include "orbit_catch.h"
@@ -188,6 +189,26 @@ TEST_CASE("an unfinished head names its path once its request line arrived", "[s
   CHECK(r.state() == State::kHead);
   CHECK(r.path() == "/v1/chat/completions");
   CHECK(fed("POST /v1/chat/compl", false).path().empty());
+}
+
+TEST_CASE("an absolute-form target is read, and passed on, as its path and query", "[serve][cpu]") {
+  // RFC 9112 §3.2.2: a server MUST accept the absolute form (a proxy's); the library behind routes the target
+  // as sent, so the head it gets carries the origin form.
+  const std::string head = "POST HTTP://127.0.0.1:8080/v1/completions?x=1&y=http://a/b HTTP/1.1\r\nHost: a\r\n";
+  for (bool byte_at_a_time : {false, true}) {
+    sv::RequestReader r = fed(head + "Content-Length: 2\r\n\r\nok", byte_at_a_time);
+    REQUIRE(r.state() == State::kComplete);
+    CHECK(r.request().target == "/v1/completions?x=1&y=http://a/b");
+    CHECK(r.request().path == "/v1/completions");
+    CHECK(r.request().head == "POST /v1/completions?x=1&y=http://a/b HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\n");
+  }
+  CHECK(fed("GET https://user@example.com HTTP/1.1\r\n\r\n", false).request().head == "GET / HTTP/1.1\r\n\r\n");
+  CHECK(fed("GET http://a:1?q=1 HTTP/1.1\r\n\r\n", false).request().target == "/?q=1");
+  CHECK(fed("GET http://a:1/health HTTP/1.0\r\n\r\n", false).request().path == "/health");
+  CHECK(fed("POST http://a:1/v1/chat/completions?a=b HTTP/1.1\r\nHost:", false).path() == "/v1/chat/completions");
+  // Not an absolute form: passed on as sent (the routes answer 404).
+  CHECK(fed("GET http:/x HTTP/1.1\r\n\r\n", false).request().target == "http:/x");
+  CHECK(fed("GET ftp://a/x HTTP/1.1\r\n\r\n", false).request().target == "ftp://a/x");
 }
 
 TEST_CASE("a head whose lines end in a bare LF is read; chunk lines that do are refused at once", "[serve][cpu]") {

@@ -190,3 +190,25 @@ def test_clients_that_leave_midway_many_times_leave_no_descriptor_or_request_beh
     status, text = request(server, "POST", "/v1/chat/completions", {"model": MODEL_NAME, "messages": story,
                                                                      "max_tokens": 4})
     assert status == 200 and json.loads(text)["choices"][0]["finish_reason"] == "length", text
+
+
+def test_a_target_in_absolute_form_is_served_as_its_path_and_query(start_serve, stories260k_path, tmp_path):
+    # RFC 9112 §3.2.2: a server MUST accept the absolute form (a proxy's: "GET http://host:port/path?q"). It
+    # was routed as a path "http://..." and answered 404. The authority is not checked (the server answers
+    # any Host): any host, and the scheme in any case, reads as the path.
+    server = start_serve(stories260k_path, "--store", str(tmp_path / "store"))
+    origin = f"http://{server.host}:{server.port}"
+    status, text = request(server, "GET", origin + "/v1/models")
+    assert status == 200 and json.loads(text)["data"][0]["id"] == MODEL_NAME, text
+    assert request(server, "GET", "HTTP://elsewhere.example/v1/models?x=1")[0] == 200
+    # The query reaches the route: a limit it refuses names limit, one it takes lists.
+    status, text = request(server, "GET", origin + "/v1/chat/completions?limit=0")
+    assert status == 400 and json.loads(text)["error"]["param"] == "limit", text
+    status, text = request(server, "GET", origin + "/v1/chat/completions?limit=2&order=desc")
+    assert status == 200 and json.loads(text)["object"] == "list", text
+    status, text = request(server, "POST", origin + "/v1/chat/completions",
+                           {"model": MODEL_NAME, "messages": [{"role": "user", "content": "Once"}], "max_tokens": 2})
+    assert status == 200 and json.loads(text)["object"] == "chat.completion", text
+    # No path: "/" (no route there), as "GET / HTTP/1.1" is answered.
+    assert request(server, "GET", origin)[0] == request(server, "GET", "/")[0] == 404
+

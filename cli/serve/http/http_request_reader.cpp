@@ -38,6 +38,21 @@ std::string lower(std::string_view s) {
   return out;
 }
 
+// The origin form of a request target (RFC 9112 §3.2.2): an absolute-form target ("http://host:port/path?q",
+// as a proxy sends it; scheme compared case-insensitively) becomes its path and query, "/" where it has no
+// path ("http://host?q" is "/?q"); any other target is returned as it is. The authority is not checked: the
+// server has no notion of its own name (it answers any Host header), so it takes the path from any.
+std::string origin_form(std::string_view target) {
+  std::size_t authority = 0;
+  for (std::string_view scheme : {"http://", "https://"}) {
+    if (target.size() > scheme.size() && lower(target.substr(0, scheme.size())) == scheme) authority = scheme.size();
+  }
+  if (authority == 0) return std::string(target);
+  const std::size_t path = target.find_first_of("/?", authority);
+  if (path == std::string_view::npos) return "/";
+  return (target[path] == '/' ? "" : "/") + std::string(target.substr(path));
+}
+
 // Whether a comma-separated header value (Connection's) holds `token`, case-insensitively.
 bool has_token(std::string_view value, std::string_view token) {
   while (!value.empty()) {
@@ -174,7 +189,11 @@ bool RequestReader::read_head() {
     if (request_.path.empty()) {  // the path, for a refusal of the unfinished head to name
       const std::size_t eol = in_.find('\n', pos_);
       const std::size_t a = eol == std::string::npos ? eol : in_.find(' ', pos_);
-      if (a < eol) request_.path = in_.substr(a + 1, std::min(in_.find_first_of(" ?", a + 1), eol) - a - 1);
+      if (a < eol) {
+        const std::size_t b = std::min(in_.find(' ', a + 1), eol);
+        const std::string target = origin_form(std::string_view(in_).substr(a + 1, b - a - 1));
+        request_.path = target.substr(0, target.find('?'));
+      }
     }
     if (in_.size() - pos_ > limits_.max_head_bytes) {
       return refuse(431, "the request head (request line and headers) is over " +
@@ -217,10 +236,10 @@ bool RequestReader::parse_head(std::size_t end) {
                            "' is not implemented (this server answers GET, HEAD, POST, DELETE and OPTIONS)");
   }
   request_.method = std::string(method);
-  request_.target = std::string(target);
+  request_.target = origin_form(target);  // the library behind routes an absolute-form target as its path
   request_.path = request_.target.substr(0, request_.target.find('?'));
   request_.keep_alive = version == "HTTP/1.1";
-  request_.head = std::string(line) + "\r\n";
+  request_.head = request_.method + " " + request_.target + " " + std::string(version) + "\r\n";
   const std::size_t headers_begin = pos_ + line_end + 1;
   pos_ = end;
   return parse_headers(headers_begin, in_[end - 2] == '\r' ? end - 2 : end - 1);

@@ -29,6 +29,10 @@
 // itself is refused (400). Every '%' of a header value (and of a field name sent empty) goes to the library
 // as "%25": cpp-httplib 0.11 percent-decodes header values, and decodes that back, so a route reads each
 // value as it was sent ("X-Orbit-Session: ab%2Dcd" is that id, not "ab-cd").
+// A target in absolute form ("GET http://127.0.0.1:8080/v1/models?x=1 HTTP/1.1", as a proxy sends it), which
+// a server MUST accept (RFC 9112 §3.2.2), is read, and passed on in the head, in origin form ("/v1/models?x=1";
+// "/" where it has no path): the library behind would route the whole URI and find no route. Its authority is
+// not checked: the server has no notion of its own name and answers any Host.
 // Bytes past a complete request (a pipelined next one) are kept: next() starts reading them.
 // Thread-safety: none; one connection's reader is used by one thread at a time.
 #pragma once
@@ -52,7 +56,7 @@ struct RequestLimits {
 // A complete request.
 struct ReadRequest {
   std::string method;      // as sent ("GET", "POST", ...)
-  std::string target;      // as sent: the path and any query ("/health", "/v1/models?x=1")
+  std::string target;      // the path and any query, in origin form ("/health", "/v1/models?x=1")
   std::string path;        // the target up to '?'
   bool keep_alive = true;  // HTTP/1.1 without "Connection: close", or HTTP/1.0 with "Connection: keep-alive"
   std::string head;        // the rewritten head (see above), ending in "\r\n\r\n"
