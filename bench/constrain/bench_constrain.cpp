@@ -402,7 +402,8 @@ int key_growth_rows(const orbit::cli::Args& args) {
   }
   std::printf(
       "ms per step at the member of each key, the fastest of %lld runs; timed: TokenConstraint::allowed + "
-      "accept, not the bench's search for the next token\n",
+      "accept, not the bench's search for the next token; close: the step that closes the object alone (its '}', "
+      "counted in the last key's too)\n",
       static_cast<long long>(reps));
   const auto cases = orbit::bench::key_growth_cases(args.get_or("--cases", ""));
   const std::string values = args.get_or("--values", "integer"), path = args.get_or("--tokenizer", "");
