@@ -213,15 +213,76 @@ TEST_CASE("responses: a function_call_output must answer a function_call before 
   const sv::Parsed<sv::ResponsesRequest> chained = sv::parse_responses_request(
       R"({"model":"m","previous_response_id":"resp_x","input":[{"role":"user","content":"x"},)" + output + "]}");
   REQUIRE(chained.ok());
-  REQUIRE(chained.value->unmatched_outputs.size() == 1);
-  CHECK(chained.value->unmatched_outputs[0].item == 1);
+  REQUIRE(chained.value->call_items.size() == 1);
+  CHECK(chained.value->call_items[0].item == 1);
+  CHECK(chained.value->call_items[0].output);
   orbit::ChatMessage made{"assistant", ""};
   made.tool_calls.push_back({"c1", "f", "{}"});
-  CHECK_FALSE(sv::unmatched_output_error(chained.value->unmatched_outputs, {made}));
-  const std::optional<sv::ApiError> orphan = sv::unmatched_output_error(chained.value->unmatched_outputs, {});
+  CHECK_FALSE(sv::call_pairing_error(chained.value->call_items, {made}));
+  const std::optional<sv::ApiError> orphan = sv::call_pairing_error(chained.value->call_items, {});
   REQUIRE(orphan);
   CHECK(orphan->param == "input[1].call_id");
   CHECK(orphan->message.find("no tool call found for function call output with call_id 'c1'") != std::string::npos);
+}
+
+TEST_CASE("responses: every function call is answered exactly once", "[serve][responses]") {
+  const auto call = [](const std::string& id) {
+    return R"({"type":"function_call","call_id":")" + id + R"(","name":"f","arguments":"{}"})";
+  };
+  const auto output = [](const std::string& id) {
+    return R"({"type":"function_call_output","call_id":")" + id + R"(","output":"1"})";
+  };
+  const auto error_of = [](const std::string& items) {
+    return sv::parse_responses_request(R"({"model":"m","input":[)" + items + "]}").error;
+  };
+  CHECK(sv::parse_responses_request(R"({"model":"m","input":[)" + call("a") + "," + call("b") + "," + output("b") +
+                                    "," + output("a") + "]}")
+            .ok());
+  // A call of the input with no output: OpenAI's error, param "input".
+  sv::ApiError missing = error_of(call("a") + "," + call("b") + "," + output("a"));
+  CHECK(missing.status == 400);
+  CHECK(missing.message == "No tool output found for function call b.");
+  CHECK(missing.param == "input");
+  CHECK(missing.type == "invalid_request_error");
+  CHECK(missing.code.empty());
+  // A call answered twice: refused at the second output.
+  sv::ApiError twice = error_of(call("a") + "," + output("a") + R"(,{"role":"user","content":"x"},)" + output("a"));
+  CHECK(twice.status == 400);
+  CHECK(twice.param == "input[3].call_id");
+  CHECK(twice.message.rfind("Duplicate function_call_output for call_id 'a'. Each function_call must have exactly "
+                            "one matching function_call_output (input[3].call_id answers it again, after input[1])",
+                            0) == 0);
+
+  // A continuation: the previous conversation's unanswered calls must be answered in the input, the answered
+  // ones not again.
+  orbit::ChatMessage made{"assistant", ""};
+  made.tool_calls.push_back({"p1", "f", "{}"});
+  made.tool_calls.push_back({"p2", "f", "{}"});
+  orbit::ChatMessage answered{"tool", "1"};
+  answered.tool_call_id = "p1";
+  const auto chained = [&](const std::string& items) {
+    const sv::Parsed<sv::ResponsesRequest> r =
+        sv::parse_responses_request(R"({"model":"m","previous_response_id":"resp_x","input":[)" + items + "]}");
+    REQUIRE(r.ok());  // the parser leaves the check to the server, which has the conversation
+    return r.value->call_items;
+  };
+  CHECK_FALSE(sv::call_pairing_error(chained(output("p2")), {made, answered}));
+  CHECK_FALSE(sv::call_pairing_error(chained(output("p1") + "," + output("p2")), {made}));
+  const std::optional<sv::ApiError> unanswered =
+      sv::call_pairing_error(chained(R"({"role":"user","content":"x"})"), {made, answered});
+  REQUIRE(unanswered);
+  CHECK(unanswered->message == "No tool output found for function call p2.");
+  CHECK(unanswered->param == "input");
+  const std::optional<sv::ApiError> again =
+      sv::call_pairing_error(chained(output("p2") + "," + output("p1")), {made, answered});
+  REQUIRE(again);
+  CHECK(again->param == "input[1].call_id");
+  CHECK(again->message.find("after the previous response's conversation") != std::string::npos);
+  // Its own call too must be answered in the input.
+  const std::optional<sv::ApiError> own =
+      sv::call_pairing_error(chained(output("p2") + "," + call("c")), {made, answered});
+  REQUIRE(own);
+  CHECK(own->message == "No tool output found for function call c.");
 }
 
 TEST_CASE("responses: items become chat messages; tools, formats and settings carry over", "[serve][responses]") {

@@ -212,3 +212,46 @@ def test_a_target_in_absolute_form_is_served_as_its_path_and_query(start_serve, 
     # No path: "/" (no route there), as "GET / HTTP/1.1" is answered.
     assert request(server, "GET", origin)[0] == request(server, "GET", "/")[0] == 404
 
+
+def test_every_function_call_must_be_answered_exactly_once_as_openai_has_it(start_serve, stories260k_path):
+    # The Responses API took a continuation whose calls had no output in its input, and a call answered twice;
+    # OpenAI answers both with a 400 (the first with its "No tool output found for function call X.", param
+    # input). Each call is answered once here: 200.
+    server = start_serve(stories260k_path)
+    tools = [{"type": "function", "name": "search", "parameters": {
+        "type": "object", "properties": {"q": {"type": "string", "maxLength": 12}}, "required": ["q"]}}]
+    status, text = request(server, "POST", "/v1/responses", {
+        "model": MODEL_NAME, "input": "Find a story about a cat.", "tools": tools, "tool_choice": "required",
+        "max_output_tokens": 60})
+    assert status == 200, text
+    made = json.loads(text)
+    calls = [item["call_id"] for item in made["output"] if item["type"] == "function_call"]
+    assert calls, made["output"]
+    outputs = [{"type": "function_call_output", "call_id": c, "output": "a cat"} for c in calls]
+
+    def continued(items, previous=made["id"]):
+        status, text = request(server, "POST", "/v1/responses", {
+            "model": MODEL_NAME, "previous_response_id": previous, "input": items, "tools": tools,
+            "tool_choice": "none", "max_output_tokens": 2})
+        return status, json.loads(text)
+
+    status, body = continued([{"role": "user", "content": "And a dog?"}])
+    assert status == 400 and body["error"] == {
+        "message": f"No tool output found for function call {calls[0]}.", "type": "invalid_request_error",
+        "param": "input", "code": None}, body
+    status, body = continued(outputs + outputs[:1])
+    assert status == 400 and body["error"]["param"] == f"input[{len(calls)}].call_id", body
+    assert body["error"]["message"].startswith(f"Duplicate function_call_output for call_id '{calls[0]}'."), body
+    status, body = continued(outputs)
+    assert status == 200, body
+    # Answered in the previous response's conversation: not again.
+    status, body = continued([{"type": "function_call_output", "call_id": calls[0], "output": "again"}], body["id"])
+    assert status == 400 and "after the previous response's conversation" in body["error"]["message"], body
+
+    # Without a previous response: the input's own calls.
+    call = {"type": "function_call", "call_id": "c1", "name": "search", "arguments": '{"q": "cat"}'}
+    answer = {"type": "function_call_output", "call_id": "c1", "output": "a cat"}
+    for items, param in (([call], "input"), ([call, answer, answer], "input[2].call_id")):
+        status, text = request(server, "POST", "/v1/responses", {"model": MODEL_NAME, "input": items,
+                                                                 "tools": tools, "max_output_tokens": 2})
+        assert status == 400 and json.loads(text)["error"]["param"] == param, text

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <limits>
 #include <optional>
-#include <set>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -151,8 +150,8 @@ std::string reasoning_item(const ojson& item, const std::string& p) {
 // Each message's origin goes to `origins`, as it is read.
 class InputReader {
  public:
-  InputReader(ojson& messages, std::vector<MessageOrigin>& origins, std::vector<UnmatchedOutput>& unmatched)
-      : messages_(messages), origins_(origins), unmatched_(unmatched) {}
+  InputReader(ojson& messages, std::vector<MessageOrigin>& origins, std::vector<CallItem>& call_items)
+      : messages_(messages), origins_(origins), call_items_(call_items) {}
 
   void add(const ojson& item, const std::string& type, std::size_t i, const std::string& p) {
     if (type == "reasoning") {
@@ -170,14 +169,13 @@ class InputReader {
         origins_.push_back({MessageOrigin::From::calls, i, std::nullopt, {}});
         if (reasoning_) take_reasoning();
       }
-      calls_.insert(call["id"].get<std::string>());
+      call_items_.push_back({i, call["id"].get<std::string>(), false});
       messages_.back()["tool_calls"].push_back(std::move(call));
       origins_.back().calls.push_back(i);
     } else if (type == "function_call_output") {
       messages_.push_back(function_call_output_item(item, p));
       origins_.push_back({MessageOrigin::From::output, i, std::nullopt, {}});
-      const std::string call_id = messages_.back()["tool_call_id"].get<std::string>();
-      if (!calls_.count(call_id)) unmatched_.push_back({i, call_id});
+      call_items_.push_back({i, messages_.back()["tool_call_id"].get<std::string>(), true});
     } else {
       invalid_field(p + ".type", "'" + type +
                                      "' items are not supported (message, function_call, function_call_output and "
@@ -205,14 +203,13 @@ class InputReader {
 
   ojson& messages_;
   std::vector<MessageOrigin>& origins_;  // origins_[k]: where the k-th message read here came from
-  std::vector<UnmatchedOutput>& unmatched_;
-  std::set<std::string> calls_;  // the call_ids of the function_call items so far
+  std::vector<CallItem>& call_items_;    // the function_call and function_call_output items, in order
   std::optional<std::string> reasoning_;
   std::size_t reasoning_at_ = 0;
 };
 
 // `input` as chat messages, appended to `messages` (see the header for the mapping), and their origins to
-// r.origins; the outputs that answer no function_call item before them go to r.unmatched_outputs.
+// r.origins; the function_call and function_call_output items to r.call_items.
 void add_input(const ojson& input, const ServeLimits& limits, ojson& messages, ResponsesRequest& r) {
   if (input.is_string()) {
     messages.push_back({{"role", "user"}, {"content", input}});
@@ -225,7 +222,7 @@ void add_input(const ojson& input, const ServeLimits& limits, ojson& messages, R
   if (input.size() > limits.max_messages) {
     invalid_field("input", "at most " + std::to_string(limits.max_messages) + " items are accepted");
   }
-  InputReader reader(messages, r.origins, r.unmatched_outputs);
+  InputReader reader(messages, r.origins, r.call_items);
   for (std::size_t i = 0; i < input.size(); ++i) {
     const std::string p = "input[" + std::to_string(i) + "]";
     const ojson& item = need_object(input[i], p);
@@ -420,7 +417,7 @@ ResponsesRequest responses_request(std::string_view text, const ServeLimits& lim
     if (r.previous_response_id.empty()) invalid_field("previous_response_id", "empty");
   }
   if (r.previous_response_id.empty()) {
-    if (auto orphan = unmatched_output_error(r.unmatched_outputs, {})) throw Invalid{*orphan};
+    if (auto unpaired = call_pairing_error(r.call_items, {})) throw Invalid{*unpaired};
   }
   if (const ojson* v = field(body, "store")) {
     if (!v->is_boolean()) invalid_field("store", std::string("expected a boolean, got ") + json_type_name(*v));

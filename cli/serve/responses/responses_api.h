@@ -56,9 +56,10 @@
 // function_call item joins the assistant message right before it (its text, or the calls before it), else
 // (or after a reasoning item) starts one with empty content, so consecutive calls are one assistant message
 // with tool_calls; a reasoning item's text goes to the assistant message that follows it; a
-// function_call_output item a tool message (tool_call_id = call_id), whose call_id must be a function_call's
-// before it, in the input or the previous response's conversation (unmatched_output_error). Every violation is an
-// ApiError naming the field, e.g. "input[2].call_id: missing".
+// function_call_output item a tool message (tool_call_id = call_id). As OpenAI has it, each call, of the input
+// or left unanswered by the previous response's conversation, must be answered by exactly one
+// function_call_output after it (call_pairing_error). Every violation is an ApiError naming the field, e.g.
+// "input[2].call_id: missing".
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -84,9 +85,10 @@ struct ResponsesRequest {
   bool store = true;                   // keep the response, so that a later request may name it
   // truncation "auto": a conversation past the context loses its oldest items (responses_run.h).
   bool truncate = false;
-  // The outputs that must answer a call of previous_response_id's conversation (refused by the parser when
-  // there is none; by the server, unmatched_output_error, once it has joined that conversation).
-  std::vector<UnmatchedOutput> unmatched_outputs;
+  // The input's function_call and function_call_output items, in order: paired one to one by the parser when
+  // there is no previous_response_id; by the server, with that conversation's calls and answers, once it has
+  // joined it (call_pairing_error).
+  std::vector<CallItem> call_items;
   // What the response repeats of the request, defaults filled in: instructions, tools (as given), tool_choice,
   // parallel_tool_calls, temperature, top_p, max_output_tokens, store, metadata, text, truncation, user
   // (when given).

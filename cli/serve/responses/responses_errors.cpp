@@ -1,6 +1,7 @@
 #include "serve/responses/responses_errors.h"
 
 #include <charconv>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -10,20 +11,57 @@
 
 namespace orbit::serve {
 
-std::optional<ApiError> unmatched_output_error(const std::vector<UnmatchedOutput>& outputs,
-                                               const std::vector<ChatMessage>& earlier) {
-  std::set<std::string> calls;
+namespace {
+
+// The calls `earlier` made, in order, and the ones its tool messages answered.
+void earlier_calls(const std::vector<ChatMessage>& earlier, std::vector<std::string>& made,
+                   std::set<std::string>& answered) {
   for (const ChatMessage& m : earlier) {
-    for (const ChatToolCall& c : m.tool_calls) calls.insert(c.id);
+    for (const ChatToolCall& c : m.tool_calls) made.push_back(c.id);
+    if (m.tool_call_id) answered.insert(*m.tool_call_id);
   }
-  for (const UnmatchedOutput& o : outputs) {
-    if (calls.count(o.call_id)) continue;
+}
+
+}  // namespace
+
+std::optional<ApiError> call_pairing_error(const std::vector<CallItem>& items,
+                                           const std::vector<ChatMessage>& earlier) {
+  std::vector<std::string> made;  // in order: `earlier`'s, then the input's
+  std::set<std::string> answered;
+  earlier_calls(earlier, made, answered);
+  std::set<std::string> calls(made.begin(), made.end());
+  std::map<std::string, std::size_t> answered_at;  // a call answered in the input: the output's index
+  for (const CallItem& o : items) {
+    if (!o.output) {
+      made.push_back(o.call_id);
+      calls.insert(o.call_id);
+      continue;
+    }
     const std::string at = "input[" + std::to_string(o.item) + "].call_id";
-    return api_error(400,
-                     at + ": no tool call found for function call output with call_id '" + o.call_id +
-                         "' (no function_call item before it, in the input or the previous response's conversation, "
-                         "has that call_id)",
-                     "invalid_request_error", "", at);
+    if (!calls.count(o.call_id)) {
+      return api_error(400,
+                       at + ": no tool call found for function call output with call_id '" + o.call_id +
+                           "' (no function_call item before it, in the input or the previous response's "
+                           "conversation, has that call_id)",
+                       "invalid_request_error", "", at);
+    }
+    if (answered.count(o.call_id) || answered_at.count(o.call_id)) {
+      const auto first = answered_at.find(o.call_id);
+      return api_error(400,
+                       "Duplicate function_call_output for call_id '" + o.call_id +
+                           "'. Each function_call must have exactly one matching function_call_output (" + at +
+                           " answers it again, after " +
+                           (first != answered_at.end() ? "input[" + std::to_string(first->second) + "]"
+                                                       : std::string("the previous response's conversation")) +
+                           ")",
+                       "invalid_request_error", "", at);
+    }
+    answered_at.emplace(o.call_id, o.item);
+  }
+  for (const std::string& id : made) {
+    if (!answered.count(id) && !answered_at.count(id)) {
+      return api_error(400, "No tool output found for function call " + id + ".", "invalid_request_error", "", "input");
+    }
   }
   return std::nullopt;
 }

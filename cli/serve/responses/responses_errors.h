@@ -1,6 +1,6 @@
 // The Responses API's errors: a chat check's error renamed to the field of the request it was read from
-// (responses_error, by each chat message's MessageOrigin), and the function_call_output that answers no call
-// (unmatched_output_error). Functions of values: no sockets, no server state.
+// (responses_error, by each chat message's MessageOrigin), and a function call and its outputs not paired one
+// to one (call_pairing_error). Functions of values: no sockets, no server state.
 #pragma once
 
 #include <cstddef>
@@ -12,10 +12,11 @@
 
 namespace orbit::serve {
 
-// A function_call_output item whose call_id no function_call item before it in the input has.
-struct UnmatchedOutput {
+// A function_call or function_call_output item of the input, in the input's order.
+struct CallItem {
   std::size_t item = 0;  // its index in input
   std::string call_id;
+  bool output = false;  // a function_call_output; else a function_call
 };
 
 // Where one chat message of a request was read from, so that a chat check's field ("messages[i]...") is named
@@ -45,10 +46,18 @@ struct MessageOrigin {
 // is named "input".
 ApiError responses_error(ApiError error, const std::vector<MessageOrigin>& origins = {});
 
-// As OpenAI: a function_call_output must answer a function_call made before it, in the input or in `earlier`
-// (the previous response's conversation). The 400 naming the first of `outputs` that answers none (param
-// input[i].call_id), or nullopt.
-std::optional<ApiError> unmatched_output_error(const std::vector<UnmatchedOutput>& outputs,
-                                               const std::vector<ChatMessage>& earlier);
+// As OpenAI: every function call is answered by exactly one function_call_output after it. `items` are the
+// input's calls and outputs in order; `earlier` the previous response's conversation (its assistant messages'
+// tool_calls are calls made before the input, its tool messages answers already given). The 400 for the first
+// violation, or nullopt:
+//   an output whose call_id no call before it has (param input[i].call_id; "... no tool call found for
+//   function call output with call_id 'X' ...")
+//   an output of a call already answered, in the input or `earlier` (param input[i].call_id; "Duplicate
+//   function_call_output for call_id 'X'. Each function_call must have exactly one matching
+//   function_call_output", OpenAI's wording as clients quote it, with the items named)
+//   once every output is read, a call left unanswered, `earlier`'s first, then the input's in order (param
+//   input, "No tool output found for function call X.", OpenAI's error as it answers a continuation that
+//   leaves a call unanswered)
+std::optional<ApiError> call_pairing_error(const std::vector<CallItem>& items, const std::vector<ChatMessage>& earlier);
 
 }  // namespace orbit::serve

@@ -42,7 +42,7 @@ std::optional<ApiError> join_previous(ServeCore& core, ResponseCall& call) {
                      "invalid_request_error", "previous_response_not_found", "previous_response_id");
   }
   std::vector<ChatMessage> earlier = call.previous->conversation();
-  if (auto orphan = unmatched_output_error(call.request.unmatched_outputs, earlier)) return orphan;
+  if (auto unpaired = call_pairing_error(call.request.call_items, earlier)) return unpaired;
   messages.insert(messages.begin() + static_cast<std::ptrdiff_t>(call.input_begin), earlier.begin(), earlier.end());
   call.input_begin += earlier.size();
   return std::nullopt;
