@@ -5,6 +5,7 @@ on 127.0.0.1 (any free port) and stopped."""
 import http.client
 import json
 import os
+import re
 import socket
 import time
 
@@ -211,6 +212,62 @@ def test_a_target_in_absolute_form_is_served_as_its_path_and_query(start_serve, 
     assert status == 200 and json.loads(text)["object"] == "chat.completion", text
     # No path: "/" (no route there), as "GET / HTTP/1.1" is answered.
     assert request(server, "GET", origin)[0] == request(server, "GET", "/")[0] == 404
+
+
+def known_sessions(connection):
+    """orbit_sessions{state="known"}, read on a kept-alive connection."""
+    connection.request("GET", "/metrics")
+    response = connection.getresponse()
+    text = response.read().decode()
+    assert response.status == 200
+    return int(next(line.split()[-1] for line in text.splitlines()
+                    if line.startswith('orbit_sessions{state="known"}')))
+
+
+def leave_after_created(server, body):
+    """Streams a long response and leaves once its response.created event arrived: its id."""
+    data = json.dumps({**body, "stream": True}).encode()
+    client = socket.create_connection((server.host, server.port))
+    client.sendall(f"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    seen = b""
+    while not re.search(rb'"id": ?"(resp_\w+)"', seen):  # response.created's, the stream's first event
+        piece = client.recv(4096)
+        assert piece, seen
+        seen += piece
+    client.close()
+    return re.search(rb'"id": ?"(resp_\w+)"', seen).group(1).decode()
+
+
+def test_a_response_the_client_left_leaves_no_session_record_behind(start_serve, stories260k_path):
+    # A Responses request with store true runs in a session named by its response id, so a continuation finds
+    # its window. One the client left is not stored: nothing could name its session again, and each such
+    # record stayed known until max_known_sessions (4096) pushed out the oldest, a live session's among them.
+    # (Fails on the old code once any of these was cut: a response the model ended before its client left is
+    # stored, and keeps its session, so the count is of the stored ones.)
+    server = start_serve(stories260k_path)
+    metrics = http.client.HTTPConnection(server.host, server.port, timeout=120)
+    idle = {"chat": 0, "completions": 0, "responses": 0, "decoding": 0}
+    body = {"model": MODEL_NAME, "input": "Once upon a time", "max_output_tokens": 400}
+    ids = [leave_after_created(server, {**body, "seed": seed}) for seed in range(6)]
+    deadline = time.monotonic() + 120  # not a timing claim: how long a loaded machine may take to wind down
+    while time.monotonic() < deadline and busy(metrics) != idle:
+        time.sleep(0.1)
+    assert busy(metrics) == idle
+    stored = sum(request(server, "GET", "/v1/responses/" + i)[0] == 200 for i in ids)
+    assert known_sessions(metrics) == stored  # a job's session ends before it leaves the in-flight count
+
+    # A stored response keeps its session (a continuation runs in it); one with store false never had one.
+    status, text = request(server, "POST", "/v1/responses", {**body, "max_output_tokens": 2})
+    assert status == 200, text
+    first = json.loads(text)
+    assert known_sessions(metrics) == stored + 1
+    assert request(server, "POST", "/v1/responses", {**body, "max_output_tokens": 2, "store": False})[0] == 200
+    status, text = request(server, "POST", "/v1/responses", {**body, "max_output_tokens": 2,
+                                                             "previous_response_id": first["id"]})
+    assert status == 200, text
+    assert known_sessions(metrics) == stored + 1
+    metrics.close()
 
 
 def test_every_function_call_must_be_answered_exactly_once_as_openai_has_it(start_serve, stories260k_path):

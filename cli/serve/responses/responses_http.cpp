@@ -32,7 +32,12 @@ void reply_error(httplib::Response& res, const ApiError& e) {
 
 // One request, shared by the handler and its stream provider.
 struct ResponseJob {
-  ResponseJob(ServeMetrics& metrics, std::atomic<int64_t>& in_flight) : count(metrics, in_flight, kEndpoint) {}
+  ResponseJob(ServeCore& core, std::atomic<int64_t>& in_flight)
+      : core(core), count(core.metrics(), in_flight, kEndpoint) {}
+  ResponseJob(const ResponseJob&) = delete;
+  ResponseJob& operator=(const ResponseJob&) = delete;
+  ~ResponseJob() { finish_call(core, call); }  // a session made for a response never stored ends (responses_run.h)
+  ServeCore& core;
   RequestCount count;  // in flight until the job is gone; counted once in the metrics (request_count.h)
   const Clock::time_point t0 = count.t0;
   ResponseCall call;
@@ -98,7 +103,7 @@ void post_responses(const ResponsesRoute& route, const httplib::Request& req, ht
   ServeCore& core = route.core;
   // Counted once and out of flight when the last reference goes (RequestCount), whatever ends it: a 500 when
   // an exception escapes this handler (the server's exception handler answers it) or the stream.
-  auto job = std::make_shared<responses_route::ResponseJob>(core.metrics(), route.in_flight);
+  auto job = std::make_shared<responses_route::ResponseJob>(core, route.in_flight);
   auto fail = [&](const ApiError& e) {
     responses_route::reply_error(res, e);
     job->count.refused(e.status);  // refused before it ran: not timed

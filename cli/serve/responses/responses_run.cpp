@@ -247,12 +247,21 @@ ResponseOutcome run_and_finish(ServeCore& core, ResponseCall& call, const RunSin
     out.last_events = stream->failed(tool_stream_error(*r.tool_stream_mismatch, 0));
     return out;
   }
-  if (call.request.store) out.stored = response_flow::store(core, call, r, out.body);
+  if (call.request.store) {
+    out.stored = response_flow::store(core, call, r, out.body);
+    call.store_tried = true;
+  }
   if (stream) out.last_events = stream->finish(r, out.stored ? &*out.stored : nullptr);
   return out;
 }
 
 }  // namespace response_flow
+
+void finish_call(ServeCore& core, ResponseCall& call) {
+  call.ticket = RunTicket();  // released (run() has released a ticket that ran)
+  if (call.store_tried || call.session.empty() || call.session != call.head.id) return;
+  core.end_session(call.session);  // kUnknown: never made (refused before it had a window)
+}
 
 ResponseOutcome run_response(ServeCore& core, ResponseCall& call, const RunSink& sink,
                              const std::function<bool(const std::string&)>& events) {

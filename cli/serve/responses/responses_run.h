@@ -56,7 +56,15 @@ struct ResponseCall {
   std::optional<std::vector<ChatMessage>> whole_input;
   std::string session;  // the window it runs in ("" = anonymous)
   RunTicket ticket;
+  bool store_tried = false;  // its answer went to the store (taken, or held for a retry)
 };
+
+// Once the call is over (run, refused, or never run): releases its ticket and, where the call's session was
+// made for this response alone (named by its id: store true, no X-Orbit-Session, user or previous response)
+// and no answer went to the store (the client left, the run failed), ends that session. Nothing can name it
+// again (the id names no stored response), and its record would stay known until max_known_sessions pushed
+// it out: a record for every cancelled response, each taking the place of a session a client still uses.
+void finish_call(ServeCore& core, ResponseCall& call);
 
 // Parses `body`, joins the conversation, names the window and prepares the run. `header_session` is the
 // X-Orbit-Session header's value (already checked), or null. Returns the error to answer with, before any
