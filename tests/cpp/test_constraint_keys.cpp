@@ -5,14 +5,17 @@
 // masks over real tokenizers' vocabularies). Links orbit_constrain and Catch only.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "constrain/byte_dfa.h"
 #include "constrain/grammar.h"
+#include "constrain/key_set.h"
 #include "constrain/regex.h"
 #include "constraint_property_util.h"
 #include "error_text.h"
@@ -680,4 +683,43 @@ TEST_CASE("masks of tokens that close a key with their one quote agree with the 
       if (tc.matcher().complete()) CHECK(orbit::test::repeated_key(tc.matcher().text()) == "");
     }
   }
+}
+
+// The key log's sorted set of keys (constrain/key_set.h) against std::set<std::string>: the same strings in the
+// same order (bytes past ASCII after the others, as std::string orders them), the same bounds and counts, through
+// blocks it grows and in a copy (which holds its strings in a block of its own) after the original is gone.
+TEST_CASE("the key log's key set orders and finds its strings as std::set does", "[constraint]") {
+  std::mt19937_64 rng(5);
+  const std::string alphabet = std::string("\"ab~") + "\x7F\x80\xC3\xFF";
+  const auto random_text = [&](std::size_t most) {
+    std::string s;
+    for (std::size_t n = rng() % (most + 1); n > 0; --n) s.push_back(alphabet[rng() % alphabet.size()]);
+    return s;
+  };
+  for (int run = 0; run < 20; ++run) {
+    std::set<std::string> want;
+    auto keys = std::make_unique<constrain::KeySet>();
+    for (int i = 0; i < 300; ++i) {
+      const std::string s = random_text(i % 7 == 0 ? 600 : 6);  // some past a first block's bytes
+      CHECK(keys->insert(s) == want.insert(s).second);
+    }
+    const constrain::KeySet copy = *keys;
+    keys.reset();  // the copy's views are into its own bytes
+    REQUIRE(copy.size() == want.size());
+    CHECK(std::equal(copy.begin(), copy.end(), want.begin(), want.end()));
+    for (int probe = 0; probe < 200; ++probe) {
+      const std::string p = random_text(5);
+      CHECK(copy.count(p) == want.count(p));
+      CHECK(copy.lower_bound(p) - copy.begin() == std::distance(want.begin(), want.lower_bound(p)));
+      CHECK(copy.upper_bound(p) - copy.begin() == std::distance(want.begin(), want.upper_bound(p)));
+    }
+  }
+  constrain::KeySet keys;
+  CHECK(keys.insert(""));
+  CHECK_FALSE(keys.insert(""));
+  CHECK(keys.count("") == 1);
+  keys.clear();
+  CHECK(keys.empty());
+  CHECK(keys.insert("\"a\""));
+  CHECK(*keys.begin() == "\"a\"");
 }

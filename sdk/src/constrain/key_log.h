@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "constrain/key_set.h"
 #include "constrain/matcher.h"
 
 namespace orbit::constrain {
@@ -49,7 +50,8 @@ class KeyLog {
   // An object's free keys, json_quote()d, and per key node that reads the object (alternatives that read one
   // '{' share its keys), the sorted lengths of those the node writes (which writes() tells: a key one node
   // reads as free may be a declared name of another). add() keeps both as keys close, so a step never re-reads
-  // an object's keys; copies of the log share them until one adds a key.
+  // an object's keys; copies of the log share them until one adds a key. The keys (and saturated prefixes,
+  // below) are a KeySet (key_set.h): an object that closes frees a few blocks, not two allocations a key.
   //
   // Per literal-set key node among those (an enum's names), `words` holds, per node of its trie, the byte
   // lengths, ascending, of the logged keys that are its words and pass through that node: a key being written
@@ -74,11 +76,11 @@ class KeyLog {
   // change only as keys close, so suspects() looks up those past the key's bytes instead of reading every key
   // that begins with them. `indexed` false: some prefix's completions are not bounded (0), every key is read.
   struct Saturated {
-    std::set<std::string> prefixes;
+    KeySet prefixes;
     bool indexed = true;
   };
   struct Keys {
-    std::set<std::string> all;
+    KeySet all;
     std::vector<std::pair<const Node*, std::vector<int64_t>>> lengths;
     std::vector<std::pair<const Node*, WordLengths>> words;
     std::vector<std::pair<const Node*, Saturated>> saturated;
@@ -275,11 +277,10 @@ class KeyLog {
   // Where `keys` has no lengths for `key`: those of its keys that `key` writes, sorted, counted from scratch.
   static std::vector<int64_t> lengths_from_scratch(const Keys& keys, const Node& key);
   // Adds the logged key `quoted` to the word lengths of the literal set `key` where it is one of its words.
-  static void index_word(const Node& key, const std::string& quoted, WordLengths& words);
+  static void index_word(const Node& key, std::string_view quoted, WordLengths& words);
   // Adds the prefixes of the logged key `quoted` that `key` (kDfa or kLiteralSet) reaches and that `all` (the
   // object's keys, `quoted` among them) saturates to `out`.
-  static void index_saturated(const Node& key, const std::string& quoted, const std::set<std::string>& all,
-                              Saturated& out);
+  static void index_saturated(const Node& key, std::string_view quoted, const KeySet& all, Saturated& out);
   // The node that writes an object's free keys: a map's key, an open object's extra key; null for another.
   const Node* key_node(const Node& object) const;
   // Whether the key frame `f` (`prefix` its bytes so far, which are json_quote()'s spelling) has a completion

@@ -9,7 +9,64 @@
 
 namespace orbit::constrain {
 
-bool key_log::writes(const Node& key, const std::string& quoted) {
+KeySet::KeySet(const KeySet& other) {
+  std::size_t bytes = 0;
+  for (const std::string_view s : other.sorted_) bytes += s.size();
+  sorted_.reserve(other.sorted_.size());
+  if (bytes > 0) {
+    blocks_.push_back(std::make_unique<char[]>(bytes));  // one block: the strings in order
+    last_size_ = bytes;
+    left_ = bytes;
+  }
+  for (const std::string_view s : other.sorted_) sorted_.push_back(store(s));
+}
+
+KeySet& KeySet::operator=(const KeySet& other) {
+  if (this != &other) *this = KeySet(other);
+  return *this;
+}
+
+std::string_view KeySet::store(std::string_view s) {
+  if (s.empty()) return {};
+  if (left_ < s.size()) {
+    last_size_ = std::max<std::size_t>({256, 2 * last_size_, s.size()});
+    blocks_.push_back(std::make_unique<char[]>(last_size_));
+    left_ = last_size_;
+  }
+  char* at = blocks_.back().get() + (last_size_ - left_);
+  std::copy(s.begin(), s.end(), at);
+  left_ -= s.size();
+  return {at, s.size()};
+}
+
+bool KeySet::insert(std::string_view s) {
+  const auto it = std::lower_bound(sorted_.begin(), sorted_.end(), s);
+  if (it != sorted_.end() && *it == s) return false;
+  const std::ptrdiff_t at = it - sorted_.begin();
+  const std::string_view kept = store(s);
+  sorted_.insert(sorted_.begin() + at, kept);
+  return true;
+}
+
+std::size_t KeySet::count(std::string_view s) const {
+  return std::binary_search(sorted_.begin(), sorted_.end(), s) ? 1 : 0;
+}
+
+KeySet::const_iterator KeySet::lower_bound(std::string_view s) const {
+  return std::lower_bound(sorted_.begin(), sorted_.end(), s);
+}
+
+KeySet::const_iterator KeySet::upper_bound(std::string_view s) const {
+  return std::upper_bound(sorted_.begin(), sorted_.end(), s);
+}
+
+void KeySet::clear() {
+  sorted_.clear();
+  blocks_.clear();
+  left_ = last_size_ = 0;
+}
+
+bool key_log::writes(const Node& key, std::string_view quoted) {
   if (key.kind == NodeKind::kLiteralSet) {
     int32_t at = 0;
     for (std::size_t i = 0; i < quoted.size() && at >= 0; ++i) at = key.trie.child(at, static_cast<uint8_t>(quoted[i]));
@@ -33,7 +90,7 @@ bool KeyLog::Taken::contains(const std::string& k) const {
 }
 
 bool KeyLog::Taken::any_begins(const std::string& prefix) const {
-  const auto begins = [&](const std::set<std::string>& keys) {
+  const auto begins = [&](const auto& keys) {
     const auto it = keys.lower_bound(prefix);
     return it != keys.end() && it->compare(0, prefix.size(), prefix) == 0;
   };
@@ -65,7 +122,7 @@ bool KeyLog::has_key(uint32_t object, const std::string& key, const Closed& clos
 
 std::vector<int64_t> KeyLog::lengths_from_scratch(const Keys& keys, const Node& key) {
   std::vector<int64_t> out;
-  for (const std::string& k : keys.all) {
+  for (const std::string_view k : keys.all) {
     if (writes(key, k)) out.push_back(static_cast<int64_t>(k.size()));
   }
   std::sort(out.begin(), out.end());
@@ -123,7 +180,7 @@ int64_t KeyLog::WordLengths::count(int32_t node, int32_t length) const {
   return slots_[find(key)].second;
 }
 
-void KeyLog::index_word(const Node& key, const std::string& quoted, WordLengths& words) {
+void KeyLog::index_word(const Node& key, std::string_view quoted, WordLengths& words) {
   int32_t at = 0;
   for (std::size_t i = 0; i < quoted.size() && at >= 0; ++i) at = key.trie.child(at, static_cast<uint8_t>(quoted[i]));
   if (at < 0 || key.trie.nodes[static_cast<std::size_t>(at)].value < 0) return;  // not one of its words
@@ -135,8 +192,7 @@ void KeyLog::index_word(const Node& key, const std::string& quoted, WordLengths&
   }
 }
 
-void KeyLog::index_saturated(const Node& key, const std::string& quoted, const std::set<std::string>& all,
-                             Saturated& out) {
+void KeyLog::index_saturated(const Node& key, std::string_view quoted, const KeySet& all, Saturated& out) {
   Frame f;
   if (!out.indexed || key_log::key_byte(key, f, '"') != 0) return;
   for (std::size_t i = 1; i + 1 < quoted.size(); ++i) {  // its bytes after the opening quote, up to the closing one
@@ -148,7 +204,7 @@ void KeyLog::index_saturated(const Node& key, const std::string& quoted, const s
       return;
     }
     if (ahead > static_cast<int64_t>(all.size())) continue;
-    const std::string prefix = quoted.substr(0, i + 1);
+    const std::string_view prefix = quoted.substr(0, i + 1);
     const auto limit = static_cast<std::size_t>(ahead);
     if (key_log::count_begins(all, prefix, limit) >= limit) out.prefixes.insert(prefix);
   }
@@ -196,10 +252,10 @@ void KeyLog::add(const Closed& closed, const StateSet& now) {
         keys.lengths.emplace_back(key, lengths_from_scratch(keys, *key));
         if (key->kind != NodeKind::kLiteralSet && key->kind != NodeKind::kDfa) continue;
         keys.saturated.emplace_back(key, Saturated{});
-        for (const std::string& k : keys.all) index_saturated(*key, k, keys.all, keys.saturated.back().second);
+        for (const std::string_view k : keys.all) index_saturated(*key, k, keys.all, keys.saturated.back().second);
         if (key->kind != NodeKind::kLiteralSet) continue;
         keys.words.emplace_back(key, WordLengths{});
-        for (const std::string& k : keys.all) index_word(*key, k, keys.words.back().second);
+        for (const std::string_view k : keys.all) index_word(*key, k, keys.words.back().second);
       }
     }
   }

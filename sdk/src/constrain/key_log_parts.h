@@ -52,8 +52,10 @@ std::string canonical(const std::string& quoted);
 // character left beyond ByteDfa::loop_chars; 0 where neither tells (capped at ByteDfa::kTextsCap).
 int64_t completions_at_least(const Node& key, const Frame& f);
 
-// How many of `keys` (json_quote()d: each begins with its '"') begin with `prefix`, counted up to `limit`.
-inline std::size_t count_begins(const std::set<std::string>& keys, const std::string& prefix, std::size_t limit) {
+// How many of `keys` (json_quote()d: each begins with its '"'; a KeySet or a std::set<std::string>) begin with
+// `prefix` (of the type they look up: std::string for a std::set<std::string>), counted up to `limit`.
+template <typename Keys, typename Prefix>
+std::size_t count_begins(const Keys& keys, const Prefix& prefix, std::size_t limit) {
   if (prefix == "\"") return std::min(limit, keys.size());  // every key: not read one by one
   std::size_t n = 0;
   for (auto it = keys.lower_bound(prefix); n < limit && it != keys.end() && it->compare(0, prefix.size(), prefix) == 0;
@@ -95,6 +97,6 @@ bool any_key_byte(const Node& key, const Frame& top, F f) {
 // '{', so alternatives that read the same object share them, and a key one reads as free may be a declared
 // name in another, where its extra keys spell no such key: counted there, it would take the place of a key
 // the object may still write.
-bool writes(const Node& key, const std::string& quoted);
+bool writes(const Node& key, std::string_view quoted);
 
 }  // namespace orbit::constrain::key_log

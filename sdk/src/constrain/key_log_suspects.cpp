@@ -21,8 +21,7 @@ namespace {
 
 // How many of `keys` begin with the first `length` bytes of `*it` (one of them), counted up to `limit` (at
 // least 1): those around it in sorted order, read outwards until one differs there.
-std::size_t count_around(const std::set<std::string>& keys, std::set<std::string>::const_iterator it,
-                         std::size_t length, std::size_t limit) {
+std::size_t count_around(const KeySet& keys, KeySet::const_iterator it, std::size_t length, std::size_t limit) {
   std::size_t n = 1;
   for (auto l = it; n < limit && l != keys.begin();) {
     if ((--l)->compare(0, length, *it, 0, length) != 0) break;
@@ -38,10 +37,9 @@ std::size_t count_around(const std::set<std::string>& keys, std::set<std::string
 // completions after it than the object has keys that begin with its bytes (`keys`; `in_range` of them begin
 // with the bytes written), it is not. So the tokens no longer than the bytes of the rest such bytes follow are
 // left out; those bytes are read only as far as the longest token that writes a prefix of the rest.
-void rest_suspects(const Node& key, const Frame& top, std::size_t written, std::set<std::string>::const_iterator it,
-                   const std::set<std::string>& keys, std::size_t in_range, const VocabTrie& trie,
-                   std::vector<int32_t>& out) {
-  const std::string_view rest = std::string_view(*it).substr(written);
+void rest_suspects(const Node& key, const Frame& top, std::size_t written, KeySet::const_iterator it,
+                   const KeySet& keys, std::size_t in_range, const VocabTrie& trie, std::vector<int32_t>& out) {
+  const std::string_view rest = it->substr(written);
   const std::size_t from = out.size();
   trie.prefixes_of(rest, out);  // shortest first
   if (out.size() == from) return;
@@ -67,16 +65,16 @@ void rest_suspects(const Node& key, const Frame& top, std::size_t written, std::
 // token is reached by no token. (rest_suspects() lists the tokens that close the key with its quote as well;
 // those hold a '"', which suspects()' quoted tokens and, where they are not all walked, one_quote_suspects()
 // list.)
-void saturated_suspects(const std::set<std::string>& keys, const std::set<std::string>& saturated,
-                        const std::string& written, const VocabTrie& trie, std::vector<int32_t>& out) {
+void saturated_suspects(const KeySet& keys, const KeySet& saturated, const std::string& written, const VocabTrie& trie,
+                        std::vector<int32_t>& out) {
   for (auto it = saturated.upper_bound(written);
        it != saturated.end() && it->compare(0, written.size(), written) == 0;) {
-    const std::string& at = *it++;
+    const std::string_view at = *it++;
     const std::size_t reach = at.size() - written.size();
     if (static_cast<int64_t>(reach) <= trie.max_token_bytes()) {
       for (auto k = keys.lower_bound(at); k != keys.end() && k->compare(0, at.size(), at) == 0; ++k) {
         const std::size_t from = out.size();
-        trie.prefixes_of(std::string_view(*k).substr(written.size()), out);
+        trie.prefixes_of(k->substr(written.size()), out);
         out.erase(std::remove_if(out.begin() + static_cast<std::ptrdiff_t>(from), out.end(),
                                  [&](int32_t id) { return trie.length(id) < static_cast<int64_t>(reach); }),
                   out.end());
@@ -115,12 +113,12 @@ bool KeyLog::budget_suspects(const StateSet& state, std::string_view text, const
     if (free_key(f[n - 2]) != &g_.at(static_cast<int32_t>(f[n - 1].node))) continue;
     const Taken logged = taken(f[n - 2].start, {});
     if (logged.empty()) continue;
-    const std::set<std::string>& keys = logged.log->all;  // a walk's keys are none of them here
+    const KeySet& keys = logged.log->all;  // a walk's keys are none of them here
     const std::string prefix = joined.span(joined.opening_quote(text.size() - 1), text.size() - 1);
     if (prefix.find('\\') != std::string::npos) return true;
     escapes = true;
     for (auto it = keys.lower_bound(prefix); it != keys.end() && it->compare(0, prefix.size(), prefix) == 0; ++it) {
-      trie.prefixes_of(std::string_view(*it).substr(prefix.size()), out);
+      trie.prefixes_of(it->substr(prefix.size()), out);
     }
   }
   if (escapes) out.insert(out.end(), trie.backslashes().begin(), trie.backslashes().end());
@@ -143,7 +141,7 @@ const std::vector<int32_t>& KeyLog::suspects(const StateSet& state, std::string_
     in_key = true;
     const Taken logged = taken(f[n - 2].start, {});
     if (logged.empty() || text.empty()) continue;
-    const std::set<std::string>& keys = logged.log->all;
+    const KeySet& keys = logged.log->all;
     if (key->kind == NodeKind::kString) {
       all = all || static_cast<int64_t>(f[n - 1].a) + trie.max_token_bytes() >= key->max_count;
       continue;
@@ -245,7 +243,7 @@ void KeyLog::one_quote_suspects(const OneQuote& q, const VocabTrie& trie, std::v
   for (const uint32_t o : q.objects) {
     const auto it = keys_.find(o);
     if (it == keys_.end()) continue;
-    const std::set<std::string>& keys = it->second->all;
+    const KeySet& keys = it->second->all;
     // A token that begins with a key's rest, closing quote and all, holds a '"' that many bytes in: no rest
     // longer than the vocabulary's quote_reach() is one, and none is where the object's shortest key is past it.
     const auto reach = static_cast<std::size_t>(trie.quote_reach());
@@ -255,7 +253,7 @@ void KeyLog::one_quote_suspects(const OneQuote& q, const VocabTrie& trie, std::v
       // completions are all taken: the key the grammar lets the token close with its quote is then one of
       // them, so the token begins with a logged key's rest as well.
       if (k->size() - q.prefix.size() > reach) continue;
-      trie.extensions_of(std::string_view(*k).substr(q.prefix.size()), out);
+      trie.extensions_of(k->substr(q.prefix.size()), out);
     }
   }
 }
