@@ -95,6 +95,10 @@ def test_a_remote_down_at_the_first_question_is_asked_again_and_its_calibration_
             time.sleep(0.1)
         assert waiting.fidelity_calibration() == "remote"
         assert waiting.fidelity_model_description() == report.fidelity_model
+        # The engine's own reads, down and up, are counted apart from the user's lookups.
+        store = waiting.stats.store
+        assert store.internal_reads >= 2 and store.remote.internal_reads >= 2
+        assert store.misses == 0 and store.remote.misses == 0 and store.remote.skipped == 0
         waiting.close()
         # Copied into b's directory: the next engine there reads it at open, from the store.
         with open_engine(orbit, stories260k_path, tmp_path / "b", remote=url) as again:

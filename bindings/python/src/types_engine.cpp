@@ -50,6 +50,8 @@ void def_store_stats(py::module_& m) {
       .def_readonly("errors", &RemoteStats::errors, "Calls that failed (unreachable, timed out, rejected).")
       .def_readonly("outages", &RemoteStats::outages, "Times the remote went down.")
       .def_readonly("skipped", &RemoteStats::skipped, "Reads answered as a miss at once while down.")
+      .def_readonly("internal_reads", &RemoteStats::internal_reads,
+                    "The engine's own reads (its stored fidelity calibration), kept out of hits, misses and skipped.")
       .def_readonly("writes", &RemoteStats::writes, "Values written.")
       .def_readonly("write_failures", &RemoteStats::write_failures, "Failed write attempts (the local copy stays).")
       .def_readonly("writes_dropped", &RemoteStats::writes_dropped, "Queued writes dropped.")
@@ -72,7 +74,9 @@ void def_store_stats(py::module_& m) {
       .def_readonly("canonical_encoding", &StoreStats::canonical_encoding,
                     "BlobEncoding the disk tier writes canonicals in (EngineOptions.cold_tier).")
       .def_readonly("pinned_host", &StoreStats::pinned_host, "Host-tier values live in pinned memory (CUDA engines).")
-      .def_readonly("misses", &StoreStats::misses, "Lookups no tier served.")
+      .def_readonly("misses", &StoreStats::misses, "Lookups no tier served (the engine's own reads excepted).")
+      .def_readonly("internal_reads", &StoreStats::internal_reads,
+                    "The engine's own reads (its stored fidelity calibration), kept out of misses and the tiers' hits.")
       .def_readonly("refusals", &StoreStats::refusals, "Puts no tier could admit.")
       .def_readonly("corrupt_reads", &StoreStats::corrupt_reads, "Blobs that failed their checksum.")
       .def_readonly("io_errors", &StoreStats::io_errors, "Puts that failed on disk.")
