@@ -99,6 +99,7 @@ TEST_CASE("a policy built field by field is held to the ranges the spec parser a
   refused([](WindowPolicy& p) { p.kl_budget = -0.1; }, "kl_budget = -0.1 must be in [0, 1e+09]");
   refused([](WindowPolicy& p) { p.kl_budget = std::nan(""); }, "kl_budget = nan");
   refused([](WindowPolicy& p) { p.attention_weight = -1; }, "attention_weight = -1 must be in [0, 1e+06]");
+  refused([](WindowPolicy& p) { p.read_attention_weight = std::nan(""); }, "read_attention_weight = nan");
   refused([](WindowPolicy& p) { p.read_through = 1.5; }, "read_through = 1.5 must be in [0, 1]");
   refused([](WindowPolicy& p) { p.recompute_ratio = 0; }, "recompute_ratio = 0 must be in (0, 1]");
   refused([](WindowPolicy& p) { p.deep_energy = 0; }, "deep_energy = 0 must be in (0, 1]");

@@ -239,8 +239,9 @@ struct WindowPolicy {
 // heal() under any but prefix and throughput, which prefill); read_through, attention_weight and content_weight weigh
 // the predicted KL of every plan (InstanceInfo::predicted_kl, what heal_min_kl compares); use_orbit_patches
 // is read by place() under any policy. parse_policy, Python's Policy() and replace(),
-// Engine::new_window and Window::set_policy call it. It also refuses a content_weight or read_attention_weight
-// outside [0, 1e6], naming it.
+// Engine::new_window and Window::set_policy call it. It also refuses a number field outside the range the spec
+// parser and Python's setters use (kl_budget >= 0, read_through in [0, 1], a rank positive or -1 for full, NaN
+// anywhere, ...), naming the field.
 void validate_policy(const WindowPolicy& policy);
 
 // Parses a preset spec (see the list at the top). Throws orbit::Error quoting the spec and listing the

@@ -384,6 +384,7 @@ void check_ranges(const WindowPolicy& p) {
   check_range(p, "read_through", p.read_through, 0, 1);
   check_range(p, "attention_weight", p.attention_weight, 0, 1e6);
   check_range(p, "content_weight", p.content_weight, 0, 1e6);
+  check_range(p, "read_attention_weight", p.read_attention_weight, 0, 1e6);
   check_range(p, "recompute_ratio", p.recompute_ratio, 0, 1, /*lo_open=*/true);
   check_count(p, "first_k", p.first_k, 1);
 }
@@ -391,10 +392,6 @@ void check_ranges(const WindowPolicy& p) {
 }  // namespace
 
 void validate_policy(const WindowPolicy& policy) {
-  ORBIT_CHECK(std::isfinite(policy.read_attention_weight) && policy.read_attention_weight >= 0 &&
-                  policy.read_attention_weight <= 1e6,
-              "WindowPolicy: read_attention_weight = " << policy.read_attention_weight
-                                                       << " must be in [0, 1e6] (policy '" << policy.name() << "')");
   check_ranges(policy);
   const std::optional<Unread> u = unread_field(policy);
   if (!u) return;
