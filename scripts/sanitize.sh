@@ -26,7 +26,7 @@ case "$mode" in
     # mapped in `targets` below).
     tests=(test_common test_rope test_kv_pool test_safetensors test_planner test_dependency_graph
            test_model test_window test_window_defer test_plan_actions test_apply_decisions test_engine_tiers test_engine_threads
-           test_store_tiers test_store_faults test_store_threads)
+           test_store_tiers test_store_faults test_store_crashes test_store_threads)
     ;;
   thread)
     build="${ORBIT_TSAN_BUILD:-$ORBIT_ROOT/build-tsan}"
@@ -63,7 +63,8 @@ fi
 targets=()
 for t in "${tests[@]}"; do
   case "$t" in
-    test_store_threads | test_store_faults_slow) targets+=(test_store_faults) ;;
+    test_store_threads) targets+=(test_store_faults) ;;
+    test_store_faults_slow) targets+=(test_store_crashes) ;;
     *) targets+=("$t") ;;
   esac
 done

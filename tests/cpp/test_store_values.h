@@ -27,6 +27,16 @@ inline store::ValuePtr store_test_value(int64_t i) {
   return store::make_value(EntryKind::kCanonical, {{"layer.0.k", k}, {"layer.0.v", v}}, {{"index", std::to_string(i)}});
 }
 
+// A disk tier on `dir` with a 4 MiB host tier: the store of the fault and crash tests (test_store_faults.cpp,
+// test_store_crashes.cpp).
+inline store::ChunkStoreOptions disk_options(const std::string& dir) {
+  store::ChunkStoreOptions o;
+  o.dir = dir;
+  o.model_fingerprint = kStoreTestFingerprint;
+  o.host_budget_bytes = 4 << 20;
+  return o;
+}
+
 // A store with a remote tier at `url` (and a disk tier when `dir` is not empty), with short timeouts and
 // parts of 64 KiB, so values of a few hundred KiB span several parts.
 inline store::ChunkStoreOptions remote_store_options(const std::string& url, const std::string& dir = "") {
