@@ -15,34 +15,37 @@
 #include "orbit/store/chunk_store.h"
 #include "test_child.h"
 #include "test_helpers.h"
+#include "test_store_checks.h"
 #include "test_store_values.h"
 
 using Catch::Matchers::Contains;
 using namespace orbit;
 using namespace orbit::store;
+using namespace test::store_test_names;  // key(i), disk_options(dir) (test_store_values.h)
 
 namespace {
 
-using test::disk_options;  // a disk tier on dir, host tier 4 MiB (test_store_values.h)
-
-std::string key(int64_t i) { return test::store_test_key(i); }
+// Runs store_kill_child with `args` to its end; REQUIREs that it started and exited with status 0; returns the
+// lines it wrote.
+std::vector<std::string> child_lines(const std::vector<std::string>& args) {
+  test::ChildProcess child(ORBIT_STORE_CHILD_PATH, args);
+  REQUIRE(child.started());
+  std::vector<std::string> lines;
+  std::string line;
+  while (child.next_line(&line)) lines.push_back(line);
+  const int status = child.wait();
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  return lines;
+}
 
 }  // namespace
 
 TEST_CASE("a real file-size limit (RLIMIT_FSIZE) in a child fails one put and corrupts nothing", "[store][cpu]") {
   test::TempDir dir;
   const std::string d = dir.path().string();
-  std::vector<std::string> lines;
-  {
-    // 1.5 MiB: value 5 (2 MiB) cannot be written.
-    test::ChildProcess child(ORBIT_STORE_CHILD_PATH, {"fsize", d, "1", std::to_string(3 << 19)});
-    REQUIRE(child.started());
-    std::string line;
-    while (child.next_line(&line)) lines.push_back(line);
-    const int status = child.wait();
-    REQUIRE(WIFEXITED(status));
-    REQUIRE(WEXITSTATUS(status) == 0);
-  }
+  // 1.5 MiB: value 5 (2 MiB) cannot be written.
+  const std::vector<std::string> lines = child_lines({"fsize", d, "1", std::to_string(3 << 19)});
   REQUIRE(lines.size() == 5);
   for (int i = 0; i < 4; ++i) CHECK(lines[static_cast<size_t>(i)] == std::to_string(i + 1) + " ok");
   // The put itself succeeds (kept in memory); the store reports the degraded disk with path and reason.
@@ -62,16 +65,7 @@ TEST_CASE("an index write the file-size limit refuses names the index and the ca
           "[store][cpu]") {
   test::TempDir dir;
   const std::string d = dir.path().string();
-  std::vector<std::string> lines;
-  {
-    test::ChildProcess child(ORBIT_STORE_CHILD_PATH, {"fsize", d, "1", std::to_string(256 << 10), "small"});
-    REQUIRE(child.started());
-    std::string line;
-    while (child.next_line(&line)) lines.push_back(line);
-    const int status = child.wait();
-    REQUIRE(WIFEXITED(status));
-    REQUIRE(WEXITSTATUS(status) == 0);
-  }
+  const std::vector<std::string> lines = child_lines({"fsize", d, "1", std::to_string(256 << 10), "small"});
   REQUIRE(lines.size() >= 2);
   std::vector<int64_t> committed;
   for (size_t n = 0; n + 1 < lines.size(); ++n) {
@@ -84,22 +78,11 @@ TEST_CASE("an index write the file-size limit refuses names the index and the ca
   const std::string& last = lines.back();
   CHECK_THAT(last, Contains(" degraded ") && Contains(d + "/index.sqlite") && Contains("committing a row") &&
                        Contains("File too large"));
-  const int64_t refused = std::stoll(last);
-  ChunkStore store(disk_options(d));
-  store.verify_integrity(true);
-  for (int64_t i : committed) {
-    INFO("entry " << i);
-    Result<ValuePtr> v = store.get(key(i));
-    REQUIRE(v.is_ok());
-    CHECK(values_equal(*v.value(), *test::store_test_value(i)));
-  }
   // The refused put's value was kept in memory and written back by the close's flush: the failed commit's
-  // checkpoint let the WAL start over (before, it was never durable).
-  Result<ValuePtr> written_back = store.get(key(refused));
-  REQUIRE(written_back.is_ok());
-  CHECK(values_equal(*written_back.value(), *test::store_test_value(refused)));
-  const VerifyReport report = verify_store(d);
-  CHECK(report.clean());
+  // checkpoint let the WAL start over (before, it was never durable). It reads back after the committed ones.
+  std::vector<int64_t> stored = committed;
+  stored.push_back(std::stoll(last));
+  const VerifyReport report = test::reopen_and_verify(d, stored);
   CHECK(report.temp_files == 0);
   CHECK(report.unreferenced_blobs == 0);  // the blob of the refused row was removed
 }
@@ -112,16 +95,7 @@ TEST_CASE("a store whose index WAL hit the file-size limit takes writes again at
           "[store][cpu]") {
   test::TempDir dir;
   const std::string d = dir.path().string();
-  std::vector<std::string> lines;
-  {
-    test::ChildProcess child(ORBIT_STORE_CHILD_PATH, {"fsize", d, "1", std::to_string(256 << 10), "small", "6"});
-    REQUIRE(child.started());
-    std::string line;
-    while (child.next_line(&line)) lines.push_back(line);
-    const int status = child.wait();
-    REQUIRE(WIFEXITED(status));
-    REQUIRE(WEXITSTATUS(status) == 0);
-  }
+  const std::vector<std::string> lines = child_lines({"fsize", d, "1", std::to_string(256 << 10), "small", "6"});
   size_t degraded = 0;
   while (degraded < lines.size() && lines[degraded].find(" degraded ") == std::string::npos) ++degraded;
   REQUIRE(degraded < lines.size());
@@ -136,16 +110,7 @@ TEST_CASE("a store whose index WAL hit the file-size limit takes writes again at
   CHECK(lines[degraded + 6] == std::to_string(stored[degraded + 6]) + " ok");
   CHECK(lines[degraded + 7] == "memory-only 0");  // the degraded put's value was written back
   CHECK(lines[degraded + 8] == "flush ok");
-  ChunkStore store(disk_options(d));
-  store.verify_integrity(true);
-  for (int64_t i : stored) {
-    INFO("entry " << i);
-    Result<ValuePtr> v = store.get(key(i));
-    REQUIRE(v.is_ok());
-    CHECK(values_equal(*v.value(), *test::store_test_value(i)));
-  }
-  const VerifyReport report = verify_store(d);
-  CHECK(report.clean());
+  const VerifyReport report = test::reopen_and_verify(d, stored);
   CHECK(report.unreferenced_blobs == 0);
 }
 
@@ -155,10 +120,7 @@ TEST_CASE("the temp file of a writer killed inside its blob goes at the next ope
           "[store][cpu][kill]") {
   test::TempDir dir;
   const std::string d = dir.path().string();
-  {
-    ChunkStore store(disk_options(d));
-    for (int64_t i = 1; i <= 3; ++i) REQUIRE(store.put(key(i), test::store_test_value(i)).is_ok());
-  }
+  test::write_entries(d, 3);
   std::string line;
   test::ChildProcess live(ORBIT_STORE_CHILD_PATH, {"stall", d, "4"});  // stopped inside its blob write
   REQUIRE(live.next_line(&line));

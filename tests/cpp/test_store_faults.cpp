@@ -23,18 +23,16 @@
 #include "orbit/store/blob_io.h"
 #include "orbit/store/chunk_store.h"
 #include "test_helpers.h"
+#include "test_store_checks.h"
 #include "test_store_values.h"
 
 using Catch::Matchers::Contains;
 using namespace orbit;
 using namespace orbit::store;
+using namespace test::store_test_names;  // key(i), disk_options(dir) (test_store_values.h)
 namespace fs = std::filesystem;
 
 namespace {
-
-using test::disk_options;  // a disk tier on dir, host tier 4 MiB (test_store_values.h)
-
-std::string key(int64_t i) { return test::store_test_key(i); }
 
 std::string blob_path(const std::string& dir, int64_t i) {
   for (const StoreEntryInfo& e : list_store(dir)) {
@@ -386,11 +384,7 @@ TEST_CASE("many threads storing and loading overlapping keys see whole values on
 TEST_CASE("verify tells a blob it could not read from a bad one", "[store][cpu]") {
   test::TempDir dir;
   const std::string d = dir.path().string();
-  {
-    ChunkStore store(disk_options(d));
-    REQUIRE(store.put(key(1), test::store_test_value(1), PutOptions{StoreTier::kDisk}).is_ok());
-    REQUIRE(store.put(key(2), test::store_test_value(2), PutOptions{StoreTier::kDisk}).is_ok());
-  }
+  test::write_entries(d, 2, PutOptions{StoreTier::kDisk});
   std::map<std::string, std::string> blobs;
   for (const StoreEntryInfo& e : list_store(d)) blobs[e.key] = e.blob_path;
   REQUIRE(blobs.size() == 2);
@@ -423,12 +417,7 @@ TEST_CASE("repair drops the row of a directory in a blob's place, leaves the dir
           "[store][cpu]") {
   test::TempDir dir;
   const std::string d = dir.path().string();
-  {
-    ChunkStore store(disk_options(d));
-    for (int64_t i = 1; i <= 8; ++i) {
-      REQUIRE(store.put(key(i), test::store_test_value(i), PutOptions{StoreTier::kDisk}).is_ok());
-    }
-  }
+  test::write_entries(d, 8, PutOptions{StoreTier::kDisk});
   const std::string folder = blob_path(d, 5);
   fs::remove(folder);
   fs::create_directory(folder);
@@ -463,12 +452,7 @@ TEST_CASE("a socket in a blob's place is damage: verify calls it bad, a read a m
           "[store][cpu]") {
   test::TempDir dir;
   const std::string d = dir.path().string();
-  {
-    ChunkStore store(disk_options(d));
-    for (int64_t i = 1; i <= 3; ++i) {
-      REQUIRE(store.put(key(i), test::store_test_value(i), PutOptions{StoreTier::kDisk}).is_ok());
-    }
-  }
+  test::write_entries(d, 3, PutOptions{StoreTier::kDisk});
   // open() refuses a socket with ENXIO (it used to be taken for a failed read: verify UNREADABLE, repair
   // stopped). Bound at a short path (sun_path holds 108 bytes), then moved into the blob's place.
   const std::string blob = blob_path(d, 2), bound = d + "/s";

@@ -22,23 +22,16 @@
 #include "orbit/store/sqlite_index.h"
 #include "test_child.h"
 #include "test_helpers.h"
+#include "test_store_checks.h"
 #include "test_store_values.h"
 
 using Catch::Matchers::Contains;
 using namespace orbit;
 using namespace orbit::store;
+using namespace test::store_test_names;  // key(i), disk_options(dir) (test_store_values.h)
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string key(int64_t i) { return test::store_test_key(i); }
-
-ChunkStoreOptions disk_options(const std::string& dir) {
-  ChunkStoreOptions o;
-  o.dir = dir;
-  o.model_fingerprint = test::kStoreTestFingerprint;
-  return o;
-}
 
 // Rewrites the index row of `k` to name `blob` (what a hostile or broken index would hold).
 void point_row_at(const std::string& dir, const std::string& k, const std::string& blob) {
@@ -242,10 +235,7 @@ TEST_CASE("a blob path that leaves DIR/blobs is never read or deleted", "[store]
   std::ofstream(victim) << "not the store's";
   const std::string outside = (dir.path() / "outside").string();
   fs::create_directories(outside);
-  {
-    ChunkStore store(disk_options(d));
-    for (int64_t i = 1; i <= 3; ++i) REQUIRE(store.put(key(i), test::store_test_value(i)).is_ok());
-  }
+  test::write_entries(d, 3);
   point_row_at(d, key(1), "../victim.txt");
   point_row_at(d, key(2), victim);  // absolute
   fs::create_directory_symlink(outside, d + "/blobs/zz");
@@ -277,10 +267,7 @@ TEST_CASE("a blob directory that is a symlink out of DIR/blobs receives no write
   const std::string d = (dir.path() / "store").string();
   const std::string outside = (dir.path() / "outside").string();
   fs::create_directories(outside);
-  {
-    ChunkStore store(disk_options(d));
-    REQUIRE(store.put(key(1), test::store_test_value(1)).is_ok());
-  }
+  test::write_entries(d, 1);
   // Blobs live in DIR/blobs/<first two characters of the key>/: make the next entry's directory a symlink.
   int64_t i = 2;
   while (fs::exists(d + "/blobs/" + key(i).substr(0, 2))) ++i;
@@ -297,10 +284,7 @@ TEST_CASE("a blob directory that is a symlink out of DIR/blobs receives no write
 TEST_CASE("a deleted index or lost meta rows are refused, and orbit store repair rebuilds them", "[store][cpu]") {
   test::TempDir dir;
   const std::string d = dir.path().string();
-  {
-    ChunkStore store(disk_options(d));
-    for (int64_t i = 1; i <= 4; ++i) REQUIRE(store.put(key(i), test::store_test_value(i)).is_ok());
-  }
+  test::write_entries(d, 4);
   SECTION("meta rows deleted: another model does not adopt the store") {
     delete_meta_rows(d + "/index.sqlite");
     ChunkStoreOptions other = disk_options(d);
@@ -352,15 +336,7 @@ TEST_CASE("a repair killed part way leaves nothing gc takes: a second repair res
   const test::CliRun repair = test::cli("store repair --store " + d);
   INFO(repair.out);
   REQUIRE(repair.status == 0);
-  ChunkStore store(disk_options(d));
-  for (int64_t i : ids) {
-    INFO("entry " << i);
-    Result<ValuePtr> v = store.get(key(i));
-    REQUIRE(v.is_ok());
-    CHECK(values_equal(*v.value(), *test::store_test_value(i)));
-  }
-  const VerifyReport report = verify_store(d);
-  CHECK(report.clean());
+  const VerifyReport report = test::reopen_and_verify(d, ids);
   CHECK(report.checked == static_cast<int64_t>(ids.size()));
   CHECK(report.unreferenced_blobs == 0);
 }
@@ -369,10 +345,7 @@ TEST_CASE("an index that lost its entries table or a column is refused, never co
           "[store][cpu]") {
   test::TempDir dir;
   const std::string d = dir.path().string(), index = d + "/index.sqlite";
-  {
-    ChunkStore store(disk_options(d));
-    for (int64_t i = 1; i <= 6; ++i) REQUIRE(store.put(key(i), test::store_test_value(i)).is_ok());
-  }
+  test::write_entries(d, 6);
   REQUIRE(count_blobs(d) == 6);
   SECTION("entries dropped") { alter_index(index, "DROP TABLE entries"); }
   SECTION("entries and leases dropped") { alter_index(index, "DROP TABLE entries; DROP TABLE leases"); }
@@ -407,10 +380,7 @@ TEST_CASE("an index that lost its entries table or a column is refused, never co
 TEST_CASE("an index without the leases table (a store from before leases) opens and gets one", "[store][cpu]") {
   test::TempDir dir;
   const std::string d = dir.path().string();
-  {
-    ChunkStore store(disk_options(d));
-    for (int64_t i = 1; i <= 3; ++i) REQUIRE(store.put(key(i), test::store_test_value(i)).is_ok());
-  }
+  test::write_entries(d, 3);
   alter_index(d + "/index.sqlite", "DROP TABLE leases");
   CHECK(list_store(d).size() == 3);
   CHECK(gc_store(d).removed_blobs == 0);
@@ -428,10 +398,7 @@ TEST_CASE("orbit store with an empty --store, and on a read-only store", "[store
 
   test::TempDir dir;
   const std::string d = dir.path().string();
-  {
-    ChunkStore store(disk_options(d));
-    for (int64_t i = 1; i <= 3; ++i) REQUIRE(store.put(key(i), test::store_test_value(i)).is_ok());
-  }
+  test::write_entries(d, 3);
   REQUIRE(test::run_command("chmod -R a-w " + d).status == 0);
   // As root, file modes do not stop writes: run the CLI as an unprivileged user instead.
   const std::string as = ::geteuid() == 0 ? "setpriv --reuid=65534 --regid=65534 --clear-groups " : "";
@@ -449,10 +416,7 @@ TEST_CASE("index rows with a non-UTF-8 key or a kind or encoding the blob contra
           "[store][cpu]") {
   test::TempDir dir;
   const std::string d = dir.path().string();
-  {
-    ChunkStore store(disk_options(d));
-    for (int64_t i = 1; i <= 4; ++i) REQUIRE(store.put(key(i), test::store_test_value(i)).is_ok());
-  }
+  test::write_entries(d, 4);
   const std::string idx = d + "/index.sqlite";
   const std::string k1 = key(1);
   alter_index(idx,
@@ -499,10 +463,7 @@ TEST_CASE("index rows with a non-UTF-8 key or a kind or encoding the blob contra
 TEST_CASE("an index whose entries table is damaged past its schema is refused with the way to repair", "[store][cpu]") {
   test::TempDir dir;
   const std::string d = dir.path().string();
-  {
-    ChunkStore store(disk_options(d));
-    for (int64_t i = 1; i <= 3; ++i) REQUIRE(store.put(key(i), test::store_test_value(i)).is_ok());
-  }
+  test::write_entries(d, 3);
   const std::string idx = d + "/index.sqlite";
   int64_t root = 0, page_size = 0;
   {
@@ -539,10 +500,7 @@ TEST_CASE("gc keeps the blob of a row whose path was damaged, for repair; blobs 
           "[store][cpu]") {
   test::TempDir dir;
   const std::string d = dir.path().string();
-  {
-    ChunkStore store(disk_options(d));
-    for (int64_t i = 1; i <= 3; ++i) REQUIRE(store.put(key(i), test::store_test_value(i)).is_ok());
-  }
+  test::write_entries(d, 3);
   std::string own;  // key(1)'s blob
   for (const StoreEntryInfo& e : list_store(d)) own = e.key == key(1) ? e.blob_path : own;
   REQUIRE_FALSE(own.empty());
@@ -568,10 +526,7 @@ TEST_CASE("index rows whose value_bytes or blob_bytes the blob contradicts are r
           "[store][cpu]") {
   test::TempDir dir;
   const std::string d = dir.path().string();
-  {
-    ChunkStore store(disk_options(d));
-    for (int64_t i = 1; i <= 4; ++i) REQUIRE(store.put(key(i), test::store_test_value(i)).is_ok());
-  }
+  test::write_entries(d, 4);
   const int64_t in_memory = summarize_store(d).value_bytes;
   REQUIRE(in_memory > 0);
   const std::string idx = d + "/index.sqlite";

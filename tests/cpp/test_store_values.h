@@ -27,8 +27,9 @@ inline store::ValuePtr store_test_value(int64_t i) {
   return store::make_value(EntryKind::kCanonical, {{"layer.0.k", k}, {"layer.0.v", v}}, {{"index", std::to_string(i)}});
 }
 
-// A disk tier on `dir` with a 4 MiB host tier: the store of the fault and crash tests (test_store_faults.cpp,
-// test_store_crashes.cpp).
+// A disk tier on `dir` with a 4 MiB host tier: the disk store of the store tests (test_store.cpp,
+// test_store_shared.cpp, test_store_faults.cpp, test_store_crashes.cpp, test_store_index_damage.cpp) and of
+// test_store_checks.h. A test that needs another budget sets it on the copy it gets.
 inline store::ChunkStoreOptions disk_options(const std::string& dir) {
   store::ChunkStoreOptions o;
   o.dir = dir;
@@ -36,6 +37,13 @@ inline store::ChunkStoreOptions disk_options(const std::string& dir) {
   o.host_budget_bytes = 4 << 20;
   return o;
 }
+
+// The short names of the store tests' files, taken with `using namespace test::store_test_names;`: key(i) for
+// store_test_key(i), and disk_options(dir).
+namespace store_test_names {
+inline std::string key(int64_t i) { return store_test_key(i); }
+using orbit::test::disk_options;
+}  // namespace store_test_names
 
 // A store with a remote tier at `url` (and a disk tier when `dir` is not empty), with short timeouts and
 // parts of 64 KiB, so values of a few hundred KiB span several parts.
