@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "orbit_catch.h"
 #include "serve/responses/responses_items.h"
@@ -394,7 +396,8 @@ TEST_CASE("stream obfuscation pads each event to a multiple of the block with ra
   CHECK(off.pad("data: {\"a\":1}\n\n") == "data: {\"a\":1}\n\n");
   sv::StreamObfuscation on(true);
   std::set<std::size_t> lengths;
-  std::set<std::string> paddings;
+  std::vector<std::string> long_paddings;  // of at least 8 characters
+  std::set<char> characters;
   for (std::size_t size = 0; size < 80; ++size) {
     const json body = {{"choices", {{{"delta", {{"content", std::string(size, 'x')}}}}}}, {"id", "c"}};
     const std::string bare = sv::sse(body);
@@ -412,10 +415,17 @@ TEST_CASE("stream obfuscation pads each event to a multiple of the block with ra
     data.erase("obfuscation");
     CHECK(data == body);  // nothing else changed
     lengths.insert(padding.size());
-    paddings.insert(padding);
+    if (padding.size() >= 8) long_paddings.push_back(padding);
+    characters.insert(padding.begin(), padding.end());
   }
   CHECK(lengths.size() == sv::StreamObfuscation::kBlock);  // every length from 1 to the block, as sizes vary
-  CHECK(paddings.size() == 80);                            // random characters, not a fixed filler
+  // Random characters, not a fixed filler: no two paddings of 8 or more characters match (each length comes
+  // two or three times; a repeat by chance is one in 62^8), and the ~1,300 characters drawn use most of the
+  // alphabet. (All 80 paddings distinct was asserted before: the two or three of one character matched by
+  // chance, 2 runs in 300.)
+  CHECK(long_paddings.size() >= 60);
+  CHECK(std::set<std::string>(long_paddings.begin(), long_paddings.end()).size() == long_paddings.size());
+  CHECK(characters.size() >= 50);
 }
 
 TEST_CASE("responses: an obfuscated stream pads its delta events only", "[serve][responses][cpu]") {
