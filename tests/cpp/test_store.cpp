@@ -15,24 +15,19 @@
 #include "orbit/store/blob_format.h"
 #include "orbit/store/chunk_store.h"
 #include "test_helpers.h"
+#include "test_store_checks.h"
 #include "test_store_values.h"
 
 using Catch::Matchers::Contains;
 using orbit::Error;
 using namespace orbit;
 using namespace orbit::store;
+using namespace test::store_test_names;  // key(i), disk_options(dir) (test_store_values.h)
 
 namespace {
 
 using Run = orbit::test::CliRun;
 const auto run = orbit::test::run_command;
-
-ChunkStoreOptions disk_options(const std::string& dir) {
-  ChunkStoreOptions o;
-  o.dir = dir;
-  o.model_fingerprint = test::kStoreTestFingerprint;
-  return o;
-}
 
 }  // namespace
 
@@ -340,10 +335,7 @@ TEST_CASE("an empty, truncated or garbage index beside blobs is refused, and orb
   test::TempDir dir;
   const std::string d = dir.path().string();
   const std::string index = d + "/index.sqlite";
-  {
-    ChunkStore store(disk_options(d));
-    for (int64_t i = 1; i <= 12; ++i) REQUIRE(store.put(test::store_test_key(i), test::store_test_value(i)).is_ok());
-  }
+  test::write_entries(d, 12);
   for (const char* f : {"-wal", "-shm"}) fs::remove(index + f);
   REQUIRE(fs::file_size(index) > 4096);
   SECTION("empty") { fs::resize_file(index, 0); }

@@ -14,28 +14,22 @@
 #include "orbit/store.h"
 #include "orbit/store/chunk_store.h"
 #include "test_helpers.h"
+#include "test_store_checks.h"
 #include "test_store_values.h"
 
 using Catch::Matchers::Contains;
 using namespace orbit;
 using namespace orbit::store;
+using namespace test::store_test_names;  // key(i), disk_options(dir) (test_store_values.h)
 namespace fs = std::filesystem;
 
 namespace {
 
 constexpr int64_t kEntries = 300;
 
-std::string key(int64_t i) { return test::store_test_key(i); }
-
 // A store of kEntries entries whose index holds every row in index.sqlite itself (WAL checkpointed).
 void make_store(const std::string& d) {
-  {
-    ChunkStoreOptions o;
-    o.dir = d;
-    o.model_fingerprint = test::kStoreTestFingerprint;
-    ChunkStore store(o);
-    for (int64_t i = 1; i <= kEntries; ++i) REQUIRE(store.put(key(i), test::store_test_value(i)).is_ok());
-  }
+  test::write_entries(d, kEntries);
   sqlite3* db = nullptr;
   REQUIRE(sqlite3_open((d + "/index.sqlite").c_str(), &db) == SQLITE_OK);
   const int rc = sqlite3_exec(db, "PRAGMA wal_checkpoint(TRUNCATE)", nullptr, nullptr, nullptr);
@@ -195,10 +189,7 @@ TEST_CASE("gc keeps a good blob whose row's key and path a tool rewrote, frees w
   // a blob of another store of the same model) is a true orphan and goes.
   test::TempDir other_dir;
   {
-    ChunkStoreOptions o;
-    o.dir = other_dir.path().string();
-    o.model_fingerprint = test::kStoreTestFingerprint;
-    ChunkStore store(o);
+    ChunkStore store(disk_options(other_dir.path().string()));
     REQUIRE(store.put(key(kEntries + 1), test::store_test_value(kEntries + 1)).is_ok());
   }
   const std::string from = blob_of(other_dir.path().string(), key(kEntries + 1));

@@ -148,6 +148,26 @@ EngineOptions calibration_engine(const std::string& store_dir, const std::string
   return o;
 }
 
+// The stories model's fingerprint (from an engine with neither a store nor a remote) and the store key of its
+// fidelity calibration.
+struct CalibrationKey {
+  std::string fingerprint;
+  std::string key;
+};
+
+CalibrationKey calibration_key() {
+  const std::string fingerprint = Engine::open(calibration_engine("", ""))->model_info().fingerprint;
+  return {fingerprint, orbit::detail::fidelity_calibration_key(fingerprint)};
+}
+
+// A calibration that encodes but that decoding refuses: sample 1 has a negative feature.
+orbit::detail::FidelityCalibration negative_feature_calibration() {
+  orbit::detail::FidelityCalibration bad;
+  bad.reference_sensitivity = 0.01;
+  bad.samples = {{planner::Loss::kKeep, 0.25, 1e-3}, {planner::Loss::kBlind, -0.5, 2.5e-2}};
+  return bad;
+}
+
 // The remote tier's reads so far: hits, misses (a refused value included), errors, and the engine's own reads of
 // its stored calibration (internal_reads: not hits or misses).
 int64_t remote_reads(Engine& engine) {
@@ -169,8 +189,7 @@ TEST_CASE("two engines with their own store directories share the fidelity calib
     description = first->fidelity_model_description();
     first->close();  // sends the queued remote write
   }
-  const std::string fingerprint = Engine::open(calibration_engine("", ""))->model_info().fingerprint;
-  const std::string key = orbit::detail::fidelity_calibration_key(fingerprint);
+  const std::string key = calibration_key().key;
   CHECK(std::stoll(test::redis_cli(server.port(), "EXISTS '" + RedisBackend::manifest_key(key) + "'")) == 1);
   {
     // Another machine: its own (empty) store directory, the same Redis. The open asks the remote nothing;
@@ -242,11 +261,8 @@ TEST_CASE("a calibration the remote tier refuses is ignored with a warning namin
           "[store][remote][model][calibrate]") {
   test::TempDir dir;
   test::RedisServer server(dir / "redis");
-  const std::string fingerprint = Engine::open(calibration_engine("", ""))->model_info().fingerprint;
-  const std::string key = orbit::detail::fidelity_calibration_key(fingerprint);
-  orbit::detail::FidelityCalibration bad;
-  bad.reference_sensitivity = 0.01;
-  bad.samples = {{planner::Loss::kKeep, 0.25, 1e-3}, {planner::Loss::kBlind, -0.5, 2.5e-2}};  // a negative feature
+  const auto [fingerprint, key] = calibration_key();
+  const orbit::detail::FidelityCalibration bad = negative_feature_calibration();
   put_on_server(server, fingerprint, key, orbit::detail::fidelity_calibration_value(bad, fingerprint));
   REQUIRE(std::stoll(test::redis_cli(server.port(), "EXISTS '" + RedisBackend::manifest_key(key) + "'")) == 1);
   auto engine = Engine::open(calibration_engine(dir / "store", server.url()));
@@ -365,11 +381,8 @@ TEST_CASE("a stored calibration in the store directory that does not decode is w
           "[store][remote][model][calibrate]") {
   test::TempDir dir;
   test::RedisServer server(dir / "redis");
-  const std::string fingerprint = Engine::open(calibration_engine("", ""))->model_info().fingerprint;
-  const std::string key = orbit::detail::fidelity_calibration_key(fingerprint);
-  orbit::detail::FidelityCalibration bad;
-  bad.reference_sensitivity = 0.01;
-  bad.samples = {{planner::Loss::kKeep, 0.25, 1e-3}, {planner::Loss::kBlind, -0.5, 2.5e-2}};  // a negative feature
+  const auto [fingerprint, key] = calibration_key();
+  const orbit::detail::FidelityCalibration bad = negative_feature_calibration();
   {
     ChunkStoreOptions so;
     so.model_fingerprint = fingerprint;

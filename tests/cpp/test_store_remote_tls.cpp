@@ -16,13 +16,8 @@
 using Catch::Matchers::Contains;
 using namespace orbit;
 using namespace orbit::store;
+using namespace test::store_test_names;  // key(i), disk_options(dir) (test_store_values.h)
 namespace fs = std::filesystem;
-
-namespace {
-
-std::string key(int64_t i) { return test::store_test_key(i); }
-
-}  // namespace
 
 namespace {
 

@@ -23,6 +23,7 @@
 using Catch::Matchers::Contains;
 using namespace orbit;
 using namespace orbit::store;
+using namespace test::store_test_names;  // key(i), disk_options(dir) (test_store_values.h)
 namespace rt = orbit::runtime;
 
 namespace {
@@ -30,8 +31,6 @@ namespace {
 ValuePtr blob_of(int64_t i, int64_t floats) {
   return make_value(EntryKind::kOther, {{"x", at::full({floats}, static_cast<double>(i), at::kFloat)}});
 }
-
-std::string key(int64_t i) { return test::store_test_key(i); }
 
 bool content_equal(const rt::Content& a, const rt::Content& b) {
   if (a.size() != b.size()) return false;
