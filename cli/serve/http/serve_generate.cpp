@@ -295,6 +295,8 @@ void HttpServer::generate(const std::string& endpoint, const httplib::Request& r
   job->obfuscation = StreamObfuscation(job->sampling().stream && job->sampling().include_obfuscation);
   job->watch = std::make_shared<PeerWatch>(req.local_port, req.remote_port);
   if (!job->sampling().stream) {
+    // A client that half-closed after its request is asked with a 100 Continue before the head (peer_watch.h).
+    if (req.version == "HTTP/1.1") job->watch->probe_with_continue();
     const RunOutcome out = run_job(core_, *job, JobStream{[](int64_t, const std::string&) { return true; }});
     keep_if_stored(core_, *job, out);
     if (out.result) {
@@ -309,6 +311,9 @@ void HttpServer::generate(const std::string& endpoint, const httplib::Request& r
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream", [this, job, what = req.method + " " + req.path](std::size_t, httplib::DataSink& sink) {
+        // A client that half-closed after its request is asked with a comment event (peer_watch.h).
+        job->watch->probe_with_comment(
+            [&sink](const std::string& bytes) { return sink.write(bytes.data(), bytes.size()); });
         try {
           stream_job(core_, *job, sink);
         } catch (...) {  // the head (200) went out: the stream ends with the error
@@ -317,6 +322,7 @@ void HttpServer::generate(const std::string& endpoint, const httplib::Request& r
               sse(json::parse(error_body(internal_error(what, std::current_exception())))) + "data: [DONE]\n\n";
           sink.write(tail.data(), tail.size());
         }
+        job->watch->no_probe();
         sink.done();
         return true;
       });

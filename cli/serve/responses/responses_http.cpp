@@ -117,6 +117,8 @@ void post_responses(const ResponsesRoute& route, const httplib::Request& req, ht
   if (auto bad = prepare_response(core, req.body, header ? &*header : nullptr, job->call)) return fail(*bad);
   job->watch = std::make_shared<PeerWatch>(req.local_port, req.remote_port);
   if (!job->call.request.chat.sampling.stream) {
+    // A client that half-closed after its request is asked with a 100 Continue before the head (peer_watch.h).
+    if (req.version == "HTTP/1.1") job->watch->probe_with_continue();
     const ResponseOutcome out = run_response(core, job->call, responses_route::job_sink(core, *job));
     if (out.run.result) {
       if (out.stored) {  // store_write.h
@@ -136,14 +138,18 @@ void post_responses(const ResponsesRoute& route, const httplib::Request& req, ht
         // An exception out of the run ends the stream with response.failed naming it (run_response): a 500.
         // One before response.created went out (run_response lets those through) ends it with an error event.
         std::optional<ResponseOutcome> ran;
+        // A client that half-closed after its request is asked with a comment event (peer_watch.h).
+        job->watch->probe_with_comment(write);
         try {
           ran = run_response(core, job->call, responses_route::job_sink(core, *job, true), write);
         } catch (...) {
+          job->watch->no_probe();
           job->count.failed();
           write(stream_error_event(internal_error("POST /v1/responses", std::current_exception())));
           sink.done();
           return true;
         }
+        job->watch->no_probe();
         const ResponseOutcome& out = *ran;
         // Counted before the last event goes out: a client that read the whole stream finds it in /metrics.
         job->count.ran(out.run);
