@@ -45,3 +45,34 @@ def test_chat_calls_refuse_a_tool_that_is_not_a_dict(orbit, small_engine, call):
 def test_sync_names_messages_that_are_not_a_list(orbit, small_engine, messages, kind):
     with pytest.raises(TypeError, match=rf"^messages: expected a list of message dicts, got a {kind}"):
         small_engine.new_window().sync(messages)
+
+
+@pytest.mark.parametrize("call", ["sync", "plan_sync", "render_chat", "tokenize_chat"])
+def test_chat_calls_refuse_a_tool_without_a_name(orbit, small_engine, call):
+    """A tool with no name was rendered into the prompt (an unnamed entry in the template's tool list) where
+    generate() refuses it: the chat calls check each tool as generate does."""
+    target = small_engine if call in ("render_chat", "tokenize_chat") else small_engine.new_window()
+    fn = getattr(target, call)
+    with pytest.raises(ValueError, match=rf"^{call}: tools\[0\]\.function\.name: expected a non-empty str"):
+        fn(MESSAGES, tools=[{"type": "function", "function": {"nam": "f"}}])
+    with pytest.raises(ValueError, match=rf"^{call}: tools\[1\]\.name: expected a non-empty str"):
+        fn(MESSAGES, tools=[{"name": "f"}, {"name": ""}])
+
+
+@pytest.mark.parametrize("call", ["sync", "render_chat"])
+def test_a_message_key_the_template_never_sees_is_refused(orbit, small_engine, call):
+    """A misspelt key ("contnet") was dropped and the message synced empty; now it is named. The keys an
+    openai client's message carries when dumped to a dict pass while they hold nothing."""
+    target = small_engine if call == "render_chat" else small_engine.new_window()
+    fn = getattr(target, call)
+    with pytest.raises(ValueError, match=r"^messages\[1\]\.contnet: unknown message key \(a message has role, "):
+        fn(MESSAGES + [{"role": "user", "contnet": "hi"}])
+    with pytest.raises(ValueError, match=r"^messages\[0\]\.function_call: taken only when None: .*tool_calls"):
+        fn([{"role": "assistant", "content": "", "function_call": {"name": "f", "arguments": "{}"}}])
+    with pytest.raises(ValueError, match=r"^messages\[0\]\.refusal: taken only when None"):
+        fn([{"role": "assistant", "content": "", "refusal": "no"}])
+    dumped = {"role": "assistant", "content": "hello", "refusal": None, "annotations": [], "audio": None,
+              "function_call": None, "tool_calls": None, "parsed": None}
+    plain = {"role": "assistant", "content": "hello"}
+    assert small_engine.render_chat(MESSAGES + [dumped]) == small_engine.render_chat(MESSAGES + [plain])
+    fn(MESSAGES + [dumped])

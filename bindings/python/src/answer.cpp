@@ -127,15 +127,17 @@ ToolChoice to_tool_choice(const py::object& tool_choice) {
   return {fn["name"].cast<std::string>(), true};
 }
 
+}  // namespace
+
 // Each entry of `tools` (a list) is a tool: a dict, OpenAI's {"type": "function", "function": {"name", ...}} or
 // the function itself, named by a non-empty str. Checked whatever tool_choice is: under "auto" a schema outside
 // the constraints' subset leaves the answer free, but an entry that is no tool at all is a mistake, never
 // rendered or decoded as if it were one.
 // Returns the tools' names, in order.
-std::vector<std::string> check_tool_entries(const py::list& tools) {
+std::vector<std::string> check_tool_entries(const py::list& tools, const std::string& caller) {
   std::vector<std::string> names;
   for (std::size_t i = 0; i < tools.size(); ++i) {
-    const std::string at = "generate: tools[" + std::to_string(i) + "]";
+    const std::string at = caller + ": tools[" + std::to_string(i) + "]";
     const py::handle tool = tools[i];
     if (!py::isinstance<py::dict>(tool)) {
       throw py::type_error(at + ": expected a tool dict ({'type': 'function', 'function': {'name': ...}}), got " +
@@ -154,6 +156,8 @@ std::vector<std::string> check_tool_entries(const py::list& tools) {
   }
   return names;
 }
+
+namespace {
 
 // A tool_choice naming a tool names one of `names`.
 void check_named_tool(const std::string& choice, const std::vector<std::string>& names) {
@@ -185,7 +189,7 @@ std::vector<std::string> read_tools(const py::object& tools, AnswerSpec& a) {
     if (!py::isinstance<py::list>(parsed)) {
       throw py::type_error("generate: tools must be a list of tool dicts (or its JSON text), got " + type_name(tools));
     }
-    names = check_tool_entries(parsed.cast<py::list>());
+    names = check_tool_entries(parsed.cast<py::list>(), "generate");
   }
   return names;
 }

@@ -21,6 +21,11 @@ struct AnswerSpec {
   bool read_json = false;    // response_format asks for JSON: the text is parsed
 };
 
+// Each entry of a tools list is a tool: a dict, OpenAI's {"type": "function", "function": {"name", ...}} or the
+// function itself, named by a non-empty str. Returns the names, in order; throws TypeError / ValueError naming
+// `caller: tools[i]...` (caller: "generate", "sync", ...).
+std::vector<std::string> check_tool_entries(const py::list& tools, const std::string& caller);
+
 // From generate()'s tools (list of OpenAI tools, or JSON text), tool_choice ("auto", "none", "required" or a
 // tool's name), response_format ("text", "json_object", a {'type': 'json_schema', 'json_schema': {'schema'}}
 // dict, or a schema dict) and tool_call_format (None: the engine's template's, Engine.tool_call_format()).

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "answer.h"
 #include "bindings.h"
 #include "convert.h"
 #include "enums.h"
@@ -128,6 +129,35 @@ std::vector<ChatToolCall> tool_calls_of(const py::dict& d, std::size_t i) {
   return out;
 }
 
+// A message dict's keys: the ones read into a ChatMessage, and those the openai client's message objects carry
+// when dumped to a dict (message.model_dump(), .to_dict(): an answer appended as it came), taken while they
+// hold nothing (None, an empty list) or, for `parsed`, the client's own parse of the content. Any other key,
+// a misspelt "contnet" or a value the template would never see, is refused naming it: dropping it silently
+// would sync a message other than the one given.
+void refuse_unknown_message_keys(const py::dict& d, std::size_t i) {
+  static const char* const kRead[] = {"role", "content", "name", "tool_call_id", "tool_calls", "reasoning_content"};
+  static const char* const kEmptyOnly[] = {"refusal", "audio", "function_call", "annotations"};
+  for (const auto& [key, value] : d) {
+    if (!py::isinstance<py::str>(key)) {
+      throw py::type_error(where(i, "") + ": keys must be str, got " +
+                           type_name(py::reinterpret_borrow<py::object>(key)));
+    }
+    const std::string k = key.cast<std::string>();
+    const auto is = [&k](const char* name) { return k == name; };
+    if (std::any_of(std::begin(kRead), std::end(kRead), is) || k == "parsed") continue;
+    if (std::any_of(std::begin(kEmptyOnly), std::end(kEmptyOnly), is)) {
+      const bool empty = value.is_none() ||
+                         ((py::isinstance<py::list>(value) || py::isinstance<py::tuple>(value)) && py::len(value) == 0);
+      if (empty) continue;
+      throw py::value_error(where(i, k.c_str()) + ": taken only when None: the chat template is not given it" +
+                            (k == "function_call" ? " (send the call in tool_calls)" : ""));
+    }
+    throw py::value_error(where(i, k.c_str()) +
+                          ": unknown message key (a message has role, content, name, tool_call_id, tool_calls and "
+                          "reasoning_content)");
+  }
+}
+
 std::vector<ChatMessage> to_messages(const py::object& messages) {
   if (py::isinstance<py::str>(messages) || py::isinstance<py::dict>(messages) ||
       !py::isinstance<py::iterable>(messages)) {
@@ -140,6 +170,7 @@ std::vector<ChatMessage> to_messages(const py::object& messages) {
       throw py::type_error(where(i, "") + ": expected a dict with 'role' and 'content', got a " + type_name(m));
     }
     const py::dict d = py::reinterpret_borrow<py::dict>(m);
+    refuse_unknown_message_keys(d, i);
     ChatMessage msg;
     const std::optional<std::string> role = str_field(d, "role", i);
     if (!role) throw py::value_error(where(i, "role") + " is missing");
@@ -215,6 +246,7 @@ ChatOptions chat_options(const py::object& chat_template, const py::object& tool
                              type_name(entries[i]));
       }
     }
+    check_tool_entries(entries, caller);  // each named, as generate() checks them: a nameless tool renders as none
   }
   if (!extra.is_none()) {
     o.extra_json = py::isinstance<py::str>(extra) ? json_argument(extra, caller, "extra", false)
@@ -243,7 +275,9 @@ const char* kMessagesDoc =
     "chunk parts), optionally 'name', 'tool_call_id', 'tool_calls' (OpenAI's form:\n"
     "[{'id', 'type': 'function', 'function': {'name', 'arguments': str or dict}}]) and 'reasoning_content' (a\n"
     "str: an earlier assistant turn's thinking, given to the template as message.reasoning_content, which\n"
-    "reasoning models' templates such as Qwen3's render). chat_template: a Jinja chat\n"
+    "reasoning models' templates such as Qwen3's render); any other key is a ValueError naming it, but for\n"
+    "those the openai client's message objects dump (refusal, audio, function_call, annotations: taken when None\n"
+    "or empty; parsed). chat_template: a Jinja chat\n"
     "template to use instead of the model's (None: the model's tokenizer_config.json, else the built-in plain\n"
     "one: 'role: content' lines); tools: a list of tool schemas (the template's `tools`); extra: a dict of\n"
     "further template variables (an empty str for any of the three is a ValueError: leave it None; tools and\n"
