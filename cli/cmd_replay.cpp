@@ -28,6 +28,7 @@
 #include "orbit/common/atomic_file.h"
 #include "orbit/common/error.h"
 #include "orbit/common/file_kind.h"
+#include "orbit/policy.h"
 #include "orbit/trace.h"
 
 namespace orbit::cli {
@@ -49,7 +50,7 @@ const char* kReplayUsage =
     "  TRACE / --trace FILE     the trace (positional or named, not both)\n"
     "  --model PATH             a llama2.c .bin or a Hugging Face directory (text traces need a tokenizer)\n"
     "  --policy SPECS           comma-separated policies, e.g. default,patch:16,patch:16:exact (default: 'default',\n"
-    "                           the default policy, patch:16 with a per-step KL budget; see orbit/policy.h)\n"
+    "                           the default policy, patch:16 with a per-step KL budget; every form below)\n"
     "  --json OUT|-             write the full report as JSON to OUT; '-' prints it instead of the table\n"
     "  --explain                print every step's plan (a read after deferred edits: the repairs it runs)\n"
     "  --attribute              after every probed step, measure each approximate instance's own KL (that\n"
@@ -71,6 +72,13 @@ const char* kReplayUsage =
     "                           (wall time is noisy; tokens and KL come from the first round; default 1;\n"
     "                           not with --calibrate)\n"
     "  --quiet                  no progress on stderr\n";
+
+// The usage, then the policy specs --policy takes (orbit/policy.h's policy_spec_help(), which `orbit serve
+// --help` points at for its own --policy), so the CLI alone says what a spec may be.
+std::string replay_usage() {
+  return std::string(kReplayUsage) + "policies (--policy; orbit serve's --policy takes the same):\n" +
+         policy_spec_help();
+}
 
 std::string ratio(double a, double b) {
   if (b == 0) return a == 0 ? "1.00x" : "n/a";
@@ -308,7 +316,7 @@ int run_replay(int argc, char** argv, int first) {
       ArgSpec{{"--model", "--policy", "--json", "--patch-capacity", "--repeat", "--page-size", "--trace",
                "--yardstick-tokens", "--device", "--dtype", "--host-budget", "--eviction", "--device-tier"},
               {"--explain", "--attribute", "--no-fidelity", "--quiet", "--calibrate", "--calibrate-fidelity"},
-              kReplayUsage},
+              replay_usage()},
       argc, argv, first);
   ORBIT_CHECK(trace_path.empty() || !args.has("--trace"), "replay: the trace is given twice (TRACE and --trace)");
   if (trace_path.empty()) trace_path = args.required("--trace");

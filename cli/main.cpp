@@ -48,11 +48,11 @@ const char* kUsage =
     "  store ls|stat|verify|gc|repair --store DIR [--remote URL] [--json] [--dry-run]\n"
     "      list a chunk store, totals (and a remote tier's), verify every checksum, remove unreferenced\n"
     "      blobs, rebuild a lost index (`orbit store --help`)\n"
-    "  version\n"
+    "  version (or --version)\n"
     "\n"
     "PATH is a llama2.c .bin file or a Hugging Face directory (config.json + *.safetensors).\n"
-    "--device D (info, logits, fidelity, replay): cpu (default), cuda or cuda:N; an error where there is no CUDA\n"
-    "device. --dtype T: float32 (default), bfloat16 or float16 (CUDA only); weights load straight into it.\n"
+    "--device D (info, logits, fidelity, replay, serve): cpu (default), cuda or cuda:N; an error where there is no\n"
+    "CUDA device. --dtype T: float32 (default), bfloat16 or float16 (CUDA only); weights load straight into it.\n"
     "Every command answers --help with its arguments.\n"
     "Threads: every core, unless OMP_NUM_THREADS is set.\n";
 
@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
     if (command == "tokenize") return orbit::cli::run_tokenize(argc, argv, 2);
     if (command == "generate") return orbit::cli::run_generate(argc, argv, 2);
     if (command == "serve") return orbit::cli::run_serve(argc, argv, 2);
-    if (command == "version") {
+    if (command == "version" || command == "--version") {  // --version: as most command-line tools take it
       if (argc > 2 && (!std::strcmp(argv[2], "--help") || !std::strcmp(argv[2], "-h"))) {
         std::puts("usage: orbit version\n  Prints orbit's version.\naccepted arguments: --help");
         return 0;

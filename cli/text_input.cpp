@@ -28,9 +28,10 @@ std::unique_ptr<runtime::Tokenizer> model_tokenizer(const Args& args, const std:
 int64_t model_vocab_size(const std::string& model_path) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (fs::is_directory(model_path, ec)) {
-    const fs::path config = fs::path(model_path) / "config.json";
-    ORBIT_CHECK(fs::exists(config, ec), runtime::no_hf_config_message(model_path));
+  const bool given_config = fs::path(model_path).filename() == "config.json";  // load_model reads it so
+  if (given_config || fs::is_directory(model_path, ec)) {
+    const fs::path config = given_config ? fs::path(model_path) : fs::path(model_path) / "config.json";
+    ORBIT_CHECK(given_config || fs::exists(config, ec), runtime::no_hf_config_message(model_path));
     check_regular_input(config.string(), "config.json (a Hugging Face model directory needs one)");
     std::ifstream in(config);
     ORBIT_CHECK(in.good(), config.string() << ": cannot open (a Hugging Face model directory needs config.json)");

@@ -47,7 +47,7 @@ const char* kServeUsage =
     "  --model PATH          a Hugging Face directory (with tokenizer.json) or a llama2.c .bin with its tokenizer\n"
     "  --host H              address to listen on (default 127.0.0.1)\n"
     "  --port N              port (default 8000; 0 = any free port)\n"
-    "  --policy SPEC         the windows' policy (default: orbit's default; see `orbit replay --help`)\n"
+    "  --policy SPEC         the windows' policy (default: orbit's default; `orbit replay --help` lists the specs)\n"
     "  --store DIR           a chunk store directory (default: memory only); the Responses API's stored\n"
     "                        responses are kept there too (DIR/serve-responses.sqlite), so a\n"
     "                        previous_response_id still names its conversation after a restart, and so are\n"

@@ -212,7 +212,21 @@ std::unique_ptr<Model> load_model(const std::string& path, const ComputeTarget& 
                                         "Hugging Face directory with config.json)");
   if (fs::is_directory(path)) return load_hf(path, target);
   check_regular_input(path, "the model (a llama2.c .bin file or a Hugging Face directory)");
-  if (fs::path(path).filename() == "config.json") return load_hf(fs::path(path).parent_path().string(), target);
+  const fs::path file(path);
+  if (file.filename() == "config.json")
+    return load_hf(file.has_parent_path() ? file.parent_path().string() : ".", target);
+  // A Hugging Face directory's other files are not models on their own. Read as a llama2.c header, its
+  // weights gave "header field 'hidden_dim' must be positive, got 0", naming nothing the user did wrong.
+  const std::string name = file.filename().string();
+  const std::string index = ".safetensors.index.json";
+  const bool weights =
+      file.extension() == ".safetensors" ||
+      (name.size() > index.size() && name.compare(name.size() - index.size(), index.size(), index) == 0);
+  ORBIT_CHECK(!weights && file.extension() != ".json",
+              path << ": " << (weights ? "a Hugging Face weights file is" : "a JSON file is")
+                   << " not a model on its own (expected a llama2.c .bin file or a Hugging Face directory with "
+                      "config.json): give the directory, "
+                   << (file.has_parent_path() ? file.parent_path().string() : "."));
   return load_llama2c(path, target);
 }
 

@@ -360,8 +360,10 @@ std::string find_tokenizer(const std::string& model_path, int64_t vocab_size) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path model(model_path);
-  if (fs::is_directory(model, ec)) {  // a Hugging Face model directory
-    const fs::path json = model / "tokenizer.json";
+  const bool config = model.filename() == "config.json";  // load_model reads its directory
+  if (config || fs::is_directory(model, ec)) {            // a Hugging Face model directory
+    const fs::path dir = !config ? model : model.has_parent_path() ? model.parent_path() : fs::path(".");
+    const fs::path json = dir / "tokenizer.json";
     return fs::is_regular_file(json, ec) ? json.string() : "";
   }
   if (!fs::is_regular_file(model, ec)) return "";

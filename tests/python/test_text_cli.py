@@ -160,3 +160,50 @@ def test_every_benchmark_answers_help(orbit_cli, bench):
     assert r.returncode == 0, r.stderr
     for name in BENCHMARKS[bench]:
         assert name in r.stdout, f"{bench} --help does not mention {name}"
+
+
+def test_replay_help_lists_the_policy_specs(orbit_cli):
+    # `orbit serve --help` sends its --policy reader to `orbit replay --help`, which named only a header
+    # (orbit/policy.h): the specs themselves are listed there now, as orbit.policy_help() gives them.
+    out = run(orbit_cli, "replay", "--help").stdout
+    specs = out.split("policies (--policy; orbit serve's --policy takes the same):\n", 1)[1]
+    for form in ("  default ", "  patch[:M]", "  throughput[:kl=X]", "  reprefill", "  prefix", "  blind"):
+        assert form in specs, f"orbit replay --help lists no {form.strip()!r} policy"
+    assert "`orbit replay --help` lists the specs" in run(orbit_cli, "serve", "--help").stdout
+
+
+@pytest.mark.parametrize("command", ["info", "serve", "replay"])
+def test_float16_on_the_cpu_names_the_dtype_argument(orbit_cli, repo_root, stories260k_path, command):
+    # The refusal named `dtype` (the engine option) where the user typed --dtype.
+    trace = [repo_root / "tests" / "data" / "traces" / "agent_rag.json"] if command == "replay" else []
+    r = run(orbit_cli, command, *trace, "--model", stories260k_path, "--dtype", "float16", check=False)
+    assert r.returncode == 1
+    assert f"orbit {command}: error: --dtype: float16 runs on CUDA only" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("name", ["binding-gqa/model.safetensors", "tinystories-656k/tokenizer.json"])
+def test_a_file_of_a_hugging_face_directory_names_the_directory(orbit_cli, models_dir, name):
+    # Read as a llama2.c header, the weights gave "header field 'hidden_dim' must be positive, got 0".
+    path = models_dir / name
+    r = run(orbit_cli, "info", "--model", path, check=False)
+    assert r.returncode == 1
+    assert f"{path}: " in r.stderr and "not a model on its own" in r.stderr, r.stderr
+    assert r.stderr.rstrip().endswith(f"give the directory, {path.parent}"), r.stderr
+
+
+def test_config_json_stands_for_its_directory_tokenizer_included(orbit, orbit_cli, models_dir):
+    # load_model took config.json for its directory, but the tokenizer was looked for as a llama2.c file's
+    # (tok<vocab>.bin beside it, the vocabulary read from the JSON's first bytes): text failed.
+    directory = models_dir / "tinystories-656k"
+    args = ["--prompt", "Lily had a dog", "--max-tokens", "8", "--json"]
+    by_config = run(orbit_cli, "generate", "--model", directory / "config.json", *args)
+    assert by_config.stdout == run(orbit_cli, "generate", "--model", directory, *args).stdout
+    with orbit.Engine(str(directory / "config.json")) as a, orbit.Engine(str(directory)) as b:
+        assert a.model_info.tokenizer == b.model_info.tokenizer
+        assert a.tokenize("Lily had a dog") == b.tokenize("Lily had a dog")
+
+
+def test_version_answers_as_a_flag_too(orbit_cli):
+    # `orbit --version` was "unknown command '--version'" (exit 2).
+    flag = run(orbit_cli, "--version")
+    assert flag.stdout == run(orbit_cli, "version").stdout and flag.stdout.startswith("orbit ")

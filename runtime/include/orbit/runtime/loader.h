@@ -16,7 +16,9 @@
 
 namespace orbit::runtime {
 
-// Loads `path`: a `.bin` file (llama2.c) or a directory holding config.json (Hugging Face).
+// Loads `path`: a `.bin` file (llama2.c), a directory holding config.json (Hugging Face), or that config.json.
+// Another file of such a directory (`.safetensors` weights, their index, a tokenizer's `.json`) is refused,
+// naming the directory to give instead.
 std::unique_ptr<Model> load_model(const std::string& path, const ComputeTarget& target = {});
 
 std::unique_ptr<Model> load_llama2c(const std::string& path, const ComputeTarget& target = {});

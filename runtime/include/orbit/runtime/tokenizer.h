@@ -162,8 +162,8 @@ class Tokenizer {
 std::unique_ptr<Tokenizer> load_llama2c_tokenizer(const std::string& path, int64_t expected_vocab = 0);
 
 // The tokenizer file that belongs to a model, or "" when there is none: for a llama2.c `.bin`, the file
-// `tok<vocab>.bin`, else `tokenizer.bin`, in the model's directory; for a Hugging Face model directory,
-// its `tokenizer.json`.
+// `tok<vocab>.bin`, else `tokenizer.bin`, in the model's directory; for a Hugging Face model directory (or
+// its config.json, which load_model takes for the directory), its `tokenizer.json`.
 std::string find_tokenizer(const std::string& model_path, int64_t vocab_size);
 
 // Reads a tokenizer of either format: a `.json` file or a directory holding tokenizer.json as Hugging
