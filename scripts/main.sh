@@ -29,7 +29,7 @@ cat <<MSG
   summary table  $OUT/video-agent.table.txt
   report (JSON)  $OUT/video-agent.report.json
   trace          $OUT/video-agent.trace.json   (orbit-trace/1: $ORBIT_BUILD/cli/orbit replay <trace> --model <model>)
-  chart          $OUT/video-agent.png          (forward tokens and ms per step vs. a prefix cache and no cache; KL and top-1)
+  chart          $OUT/video-agent.png          (forward tokens and ms per step vs. a radix cache and no cache; KL and top-1)
 Also: $PYTHON samples/web-agent/web_agent.py (out/web-agent/), $ORBIT_BUILD/samples/cpp/quickstart,
 and PYTHONPATH=$ORBIT_BUILD/bindings/python $PYTHON -c 'import orbit' for your own scripts.
 MSG
