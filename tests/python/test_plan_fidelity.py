@@ -157,6 +157,53 @@ def test_a_read_that_looks_first_is_planned_by_its_own_attention(orbit, stories2
     assert prompt == 2 * n and repaired > 0 and left < stale  # generate_n's look, then its first answer's forward
 
 
+def test_a_look_whose_plan_re_serves_only_the_kv_it_held_is_the_answers_forward(orbit, stories260k_path):
+    # A read's plan can re-serve a kept instance with the very KV it holds: here, at the last read, a stored
+    # patch formed on the instance's exact context, the one it was served from, priced anew below what its
+    # keep carried. Nothing the query's first forward read changed, so that forward is the answer's: the query
+    # is forwarded once (it was forwarded twice, with no repair, before). The edits are one found by a
+    # random search over edit sequences; every read's count is checked against what changed.
+    texts = {0: "You are a helper who reads stories and answers questions about them.",
+             1: "Tom saw a big red ball in the park. He ran to get it.",
+             2: "Once upon a time, there was a little cat. The cat liked to play with a ball in the sun.",
+             7: "Thought: I should look at the page again to find the answer.",
+             10: "Mia had a red kite. The wind took it high above the trees."}
+    ops = [("admit", 0, None), ("admit", 7, 1), ("read",), ("idle",), ("admit", 1, 1), ("read",), ("idle",),
+           ("evict", 1), ("recall", 1), ("turn",), ("admit", 10, 1), ("evict", 3), ("idle",), ("admit", 2, 1),
+           ("read",), ("evict", 2), ("admit", 1, 1), ("evict", 3), ("read",), ("read",), ("admit", 7, 3), ("read",)]
+    with orbit.Engine(stories260k_path, pool_bytes=POOL, page_size=PAGE, background="deferred") as e:
+        chunks = {k: e.add_text(t) for k, t in texts.items()}
+        w = e.new_window(policy=orbit.Policy("default").replace(read_attention_weight=1))
+        q = e.tokenize("Where did the cat play?")
+        reads = []
+        for op in ops:
+            if op[0] == "admit":
+                at = op[2] if op[2] is not None and op[2] < len(w.instances) else None
+                w.admit(chunks[op[1]], before=None if at is None else w.instances[at].id)
+            elif op[0] == "evict":
+                w.evict(w.instances[op[1]].id)
+            elif op[0] == "recall":
+                w.recall(chunks[op[1]])
+            elif op[0] == "turn":
+                w.add_turn(e.tokenize("Why", bos=False))
+            elif op[0] == "idle":
+                w.idle()
+                e.run_background()
+            else:
+                held = [(i.id, i.formed_by, i.patch_key, i.exact, i.match) for i in w.instances]
+                before = w.stats
+                g = w.generate(q, max_tokens=1)
+                after = w.stats
+                same = held == [(i.id, i.formed_by, i.patch_key, i.exact, i.match) for i in w.instances]
+                repaired = after.critical_forward_tokens - before.critical_forward_tokens
+                reads.append((after.query_forward_tokens - before.query_forward_tokens, g.prompt_forward_tokens,
+                              repaired, same))
+        for queries, prompt, repaired, same in reads:
+            assert queries == prompt and (queries <= len(q) or repaired > 0 or not same)
+        queries, prompt, repaired, same = reads[-1]
+        assert same and repaired == 0 and queries == len(q)
+
+
 def evict_plan(e):
     """A window of three chunks under a budget that keeps every survivor, and the plan evicting its second:
     its steps carry the fidelity model's predicted KL and the cost model's estimated seconds."""

@@ -360,9 +360,10 @@ bool DecodeBatchState::sole_reader(const DecodeSequence& s) const {
 }
 
 // The read's look (WindowPolicy::read_attention_weight): `s`'s first forward's attention re-plans its window
-// (replan_for_read). When that plan changed the window, the forward was only the look: its slot is closed,
-// its tokens are counted with the read's (DecodeSequence::looked), and the query is read again after the
-// repaired window at the next step (true). Otherwise the forward is the answer's first, at no extra cost.
+// (replan_for_read). When that plan changed the window's cached rows, the forward was only the look: its slot
+// is closed, its tokens are counted with the read's (DecodeSequence::looked), and the query is read again
+// after the repaired window at the next step (true). Otherwise (nothing re-served, or only the KV an instance
+// already held) the forward read what the answer reads: it is the answer's first, at no extra cost.
 bool DecodeBatchState::look_first(DecodeSequence& s, const at::Tensor& attention) {
   if (!replan_for_read(*s.window, attention_by_entry(*s.window, attention), "generate")) return false;
   s.looked += static_cast<int64_t>(s.input.size());

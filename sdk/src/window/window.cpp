@@ -7,6 +7,8 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "engine/engine_plan_env.h"
 #include "engine/interruptible.h"
@@ -527,6 +529,14 @@ std::vector<double> probe_read_attention(WindowState& state, const std::vector<i
   return attention_by_entry(state, r.key_attention);
 }
 
+// What the window's cached rows are: each entry's KV state (kv_state.h: equal states, equal KV) and length.
+std::vector<std::pair<KvState, int64_t>> cached_rows(const WindowState& state) {
+  std::vector<std::pair<KvState, int64_t>> rows;
+  rows.reserve(state.entries.size());
+  for (const Entry& e : state.entries) rows.emplace_back(e.state, e.length);
+  return rows;
+}
+
 }  // namespace
 
 bool looks_before_read(const WindowState& state) {
@@ -549,9 +559,12 @@ bool replan_for_read(WindowState& state, const std::vector<double>& shares, cons
   const Plan plan = plan_layout(state, l);
   for (Entry& e : state.entries) e.read_attention = -1;
   if (!deferred && served_again(plan) == 0) return false;
+  // A plan can re-serve an instance with the very KV it holds (a stored patch it was served from, priced
+  // anew below what its keep carried): applied, it leaves every row the query's forward read as it was.
+  const std::vector<std::pair<KvState, int64_t>> before = cached_rows(state);
   const Result<ApplyReport> r = apply_plan(state, plan);
   ORBIT_CHECK(r.is_ok(), what << ": the repairs the read's plan chose could not run: " << r.status().reason());
-  return true;
+  return cached_rows(state) != before;
 }
 
 int64_t plan_read(WindowState& state, const std::vector<int64_t>& query, const char* what) {

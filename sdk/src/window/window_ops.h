@@ -66,9 +66,11 @@ void run_deferred(WindowState& state, const char* what);
 // it (above 0, under a kl_budget) and the window holds something. replan_for_read: each entry's share of the
 // read's query attention (`shares`, attention_by_entry; may be empty) becomes its EntryMeta::read_attention
 // for one re-plan of the window as it is (a flush), applied when it serves anything again or repairs were
-// deferred (true: the window changed); the shares are cleared before the plan is applied (they weigh this
-// plan only); throws orbit::Error naming `what` when the repairs cannot run. A decode looks with its query's
-// own first forward (decode_batch.cpp) and forwards the query again only when the window changed.
+// deferred; true when the applied plan changed the window's cached rows (some entry's KV state or length:
+// a plan that re-serves an instance with the KV it holds changes none); the shares are cleared before the
+// plan is applied (they weigh this plan only); throws orbit::Error naming `what` when the repairs cannot
+// run. A decode looks with its query's own first forward (decode_batch.cpp) and forwards the query again
+// only when the rows it read changed.
 // plan_read (generate_n, before it forks): without the look it is run_deferred; with it, `query` is forwarded
 // over the window as it stands (key_attention; a forward of its own, its rows not kept) and the window
 // re-planned by replan_for_read. Returns the look's query tokens (0: none), which the caller counts with the
