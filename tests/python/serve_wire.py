@@ -1,5 +1,6 @@
-"""What the orbit serve tests share below ServeProcess: one request on a fresh connection, the request counts
-and gauges read from /metrics, and a client that stops reading its streams (to stall the server's writes)."""
+"""What the orbit serve tests share below ServeProcess: one request on a fresh connection (or its bytes, for a raw
+socket), the request counts and gauges read from /metrics, and a client that stops reading its streams (to stall
+the server's writes)."""
 import http.client
 import json
 import socket
@@ -18,6 +19,12 @@ def ask(server, method, path, body=None, raw=None):
         return response.status, response.read().decode()
     finally:
         connection.close()
+
+
+def post_bytes(path, data):
+    """The bytes of one HTTP/1.1 POST of `data` (JSON bytes) to `path`, for a raw socket to send."""
+    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n\r\n").encode() + data
 
 
 def request_counts(metrics_text):

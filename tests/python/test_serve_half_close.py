@@ -11,8 +11,8 @@ import socket
 import time
 
 import pytest
+from serve_wire import MODEL_NAME, post_bytes
 
-MODEL_NAME = "stories260K.bin"
 NO_END = {"1": -100, "2": -100}  # no BOS or EOS (both end an answer): it runs to its token limit
 DEADLINE_S = 180  # hang guard only: a loaded machine may be slow, nothing here is timed
 
@@ -35,8 +35,7 @@ def sent(server, endpoint, tokens, stream, ending):
     client = socket.create_connection((server.host, server.port))
     try:
         client.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
-        client.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                       f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+        client.sendall(post_bytes(path, data))
         if ending is None:
             client.close()
             yield None

@@ -9,22 +9,11 @@ import re
 import socket
 import time
 
-MODEL_NAME = "stories260K.bin"
+from serve_wire import MODEL_NAME, ask, post_bytes
+
 # stories260K's tokenizer has a token per byte (<0x00> is id 3): 229 is the byte 0xE2, the first of a
 # three-byte character, which the bias makes the model write over and over: no valid UTF-8 follows it.
 LEAD_BYTE_TOKEN = "229"
-
-
-def request(server, method, path, body=None):
-    """(status, body text) of one request on a fresh connection (a stream read to its end)."""
-    connection = http.client.HTTPConnection(server.host, server.port, timeout=120)
-    try:
-        data = None if body is None else json.dumps(body).encode()
-        connection.request(method, path, body=data, headers={"Content-Type": "application/json"} if data else {})
-        response = connection.getresponse()
-        return response.status, response.read().decode("utf-8")  # strict: the server writes only UTF-8
-    finally:
-        connection.close()
 
 
 def events(text):
@@ -50,22 +39,22 @@ def test_a_response_whose_bytes_are_not_utf8_is_stored_as_the_client_read_it(sta
     # write threw, the whole answer became a 500 and a stream's end response.failed.
     store = str(tmp_path / "store")
     server = start_serve(stories260k_path, "--store", store)
-    status, text = request(server, "POST", "/v1/responses", invalid_answer())
+    status, text = ask(server, "POST", "/v1/responses", invalid_answer())
     assert status == 200, text
     first = json.loads(text)
     said = first["output"][0]["content"][0]["text"]
     assert first["status"] == "incomplete" and "\ufffd" in said, said
-    assert request(server, "GET", "/v1/responses/" + first["id"]) == (200, text)
+    assert ask(server, "GET", "/v1/responses/" + first["id"]) == (200, text)
 
     # Chained to it: its conversation (the answer as the client read it) is read back from the store.
-    status, text = request(server, "POST", "/v1/responses", invalid_answer(first["id"]))
+    status, text = ask(server, "POST", "/v1/responses", invalid_answer(first["id"]))
     assert status == 200, text
     second = json.loads(text)
     assert second["usage"]["input_tokens"] > first["usage"]["input_tokens"] + first["usage"]["output_tokens"]
-    status, text = request(server, "GET", "/v1/responses/" + second["id"])
+    status, text = ask(server, "GET", "/v1/responses/" + second["id"])
     assert (status, json.loads(text)) == (200, second)
 
-    status, text = request(server, "POST", "/v1/responses", invalid_answer(second["id"], stream=True))
+    status, text = ask(server, "POST", "/v1/responses", invalid_answer(second["id"], stream=True))
     assert status == 200, text
     streamed = events(text)
     assert streamed[-1][0] == "response.incomplete", streamed[-1]
@@ -74,9 +63,9 @@ def test_a_response_whose_bytes_are_not_utf8_is_stored_as_the_client_read_it(sta
     server.stop()
 
     server = start_serve(stories260k_path, "--store", store)
-    status, text = request(server, "GET", "/v1/responses/" + first["id"])
+    status, text = ask(server, "GET", "/v1/responses/" + first["id"])
     assert (status, json.loads(text)) == (200, first)
-    status, text = request(server, "POST", "/v1/responses", invalid_answer(last["id"]))
+    status, text = ask(server, "POST", "/v1/responses", invalid_answer(last["id"]))
     assert status == 200, text
 
 
@@ -84,14 +73,14 @@ def test_a_previous_response_id_that_names_nothing_is_a_400_as_openai_answers_it
     # OpenAI answers 400 invalid_request_error previous_response_not_found (the openai clients raise
     # BadRequestError); this server answered 404 (NotFoundError), which agents' recovery code does not expect.
     server = start_serve(stories260k_path)
-    status, text = request(server, "POST", "/v1/responses", {"model": MODEL_NAME, "input": "x", "store": False,
-                                                             "max_output_tokens": 2})
+    status, text = ask(server, "POST", "/v1/responses", {"model": MODEL_NAME, "input": "x", "store": False,
+                                                         "max_output_tokens": 2})
     assert status == 200, text
     for previous in ("resp_never", json.loads(text)["id"]):  # never stored; stored with store false
         for stream in (False, True):  # refused before a stream's first byte
-            status, text = request(server, "POST", "/v1/responses", {"model": MODEL_NAME, "input": "x",
-                                                                     "previous_response_id": previous,
-                                                                     "stream": stream})
+            status, text = ask(server, "POST", "/v1/responses", {"model": MODEL_NAME, "input": "x",
+                                                                 "previous_response_id": previous,
+                                                                 "stream": stream})
             error = json.loads(text)["error"]
             assert (status, error["type"], error["code"], error["param"]) == (
                 400, "invalid_request_error", "previous_response_not_found", "previous_response_id"), text
@@ -102,14 +91,14 @@ def test_responses_tools_of_the_wrong_type_are_refused_naming_the_field(start_se
     # An empty object passed the check for "no tools" (an empty JSON value) and was served as none.
     server = start_serve(stories260k_path)
     for tools in ({}, {"type": "function"}, "read", 1):
-        status, text = request(server, "POST", "/v1/responses", {"model": MODEL_NAME, "input": "x", "tools": tools,
-                                                                 "max_output_tokens": 2})
+        status, text = ask(server, "POST", "/v1/responses", {"model": MODEL_NAME, "input": "x", "tools": tools,
+                                                             "max_output_tokens": 2})
         assert status == 400, (tools, text)
         error = json.loads(text)["error"]
         assert (error["type"], error["param"]) == ("invalid_request_error", "tools"), text
         assert "expected an array" in error["message"], text
-    status, text = request(server, "POST", "/v1/responses", {"model": MODEL_NAME, "input": "x", "tools": [],
-                                                             "max_output_tokens": 2})
+    status, text = ask(server, "POST", "/v1/responses", {"model": MODEL_NAME, "input": "x", "tools": [],
+                                                         "max_output_tokens": 2})
     assert status == 200, text
 
 
@@ -118,19 +107,19 @@ def test_chat_tool_fields_of_the_wrong_type_are_refused_naming_them(start_serve,
     # chat template; strict "yes" read as nothing), where the Responses API refused them.
     server = start_serve(stories260k_path)
 
-    def ask(**function):
+    def ask_with(**function):
         tool = {"type": "function", "function": {"name": "read", "parameters": {"type": "object"}, **function}}
-        return request(server, "POST", "/v1/chat/completions", {"model": MODEL_NAME, "max_tokens": 2, "tools": [tool],
-                                                                 "messages": [{"role": "user", "content": "x"}]})
+        return ask(server, "POST", "/v1/chat/completions", {"model": MODEL_NAME, "max_tokens": 2, "tools": [tool],
+                                                             "messages": [{"role": "user", "content": "x"}]})
     for field, value, expected in (("description", 7, "a string"), ("description", {"text": "d"}, "a string"),
                                    ("strict", "yes", "a boolean"), ("strict", 1, "a boolean")):
-        status, text = ask(**{field: value})
+        status, text = ask_with(**{field: value})
         assert status == 400, (field, value, text)
         error = json.loads(text)["error"]
         assert (error["type"], error["param"]) == ("invalid_request_error", "tools[0].function." + field), text
         assert "expected " + expected in error["message"], text
     for function in ({"description": "Reads a page.", "strict": False}, {"description": None, "strict": None}):
-        status, text = ask(**function)
+        status, text = ask_with(**function)
         assert status == 200, (function, text)
 
 
@@ -138,13 +127,20 @@ def open_descriptors(server):
     return len(os.listdir(f"/proc/{server.process.pid}/fd"))
 
 
-def busy(connection):
-    """{endpoint: n} of orbit_requests_in_flight, with the decode's running sequences (orbit_decode_running), read
-    on `connection`, a kept-alive connection (so that reading them opens no descriptor on the server)."""
+def metrics_on(connection):
+    """The /metrics text, read on `connection`, a kept-alive connection (so that reading it opens no descriptor
+    on the server)."""
     connection.request("GET", "/metrics")
     response = connection.getresponse()
     text = response.read().decode()
     assert response.status == 200
+    return text
+
+
+def busy(connection):
+    """{endpoint: n} of orbit_requests_in_flight, with the decode's running sequences (orbit_decode_running), read
+    on a kept-alive connection (metrics_on)."""
+    text = metrics_on(connection)
     prefix = 'orbit_requests_in_flight{endpoint="'
     out = {line[len(prefix):].split('"')[0]: int(line.split()[-1]) for line in text.splitlines()
            if line.startswith(prefix)}
@@ -158,8 +154,7 @@ def leave_midway(server, path, body, stream):
     has started or is about to: either way it must end and free what it holds); half of them with a reset."""
     data = json.dumps(body).encode()
     client = socket.create_connection((server.host, server.port))
-    client.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                   f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    client.sendall(post_bytes(path, data))
     if stream:
         assert client.recv(64).startswith(b"HTTP/1.1 200")
     if body.get("seed", 0) % 2:
@@ -188,8 +183,8 @@ def test_clients_that_leave_midway_many_times_leave_no_descriptor_or_request_beh
     assert state[0] == idle
     assert state[1] <= descriptors
     metrics.close()
-    status, text = request(server, "POST", "/v1/chat/completions", {"model": MODEL_NAME, "messages": story,
-                                                                     "max_tokens": 4})
+    status, text = ask(server, "POST", "/v1/chat/completions", {"model": MODEL_NAME, "messages": story,
+                                                                 "max_tokens": 4})
     assert status == 200 and json.loads(text)["choices"][0]["finish_reason"] == "length", text
 
 
@@ -199,28 +194,24 @@ def test_a_target_in_absolute_form_is_served_as_its_path_and_query(start_serve, 
     # any Host): any host, and the scheme in any case, reads as the path.
     server = start_serve(stories260k_path, "--store", str(tmp_path / "store"))
     origin = f"http://{server.host}:{server.port}"
-    status, text = request(server, "GET", origin + "/v1/models")
+    status, text = ask(server, "GET", origin + "/v1/models")
     assert status == 200 and json.loads(text)["data"][0]["id"] == MODEL_NAME, text
-    assert request(server, "GET", "HTTP://elsewhere.example/v1/models?x=1")[0] == 200
+    assert ask(server, "GET", "HTTP://elsewhere.example/v1/models?x=1")[0] == 200
     # The query reaches the route: a limit it refuses names limit, one it takes lists.
-    status, text = request(server, "GET", origin + "/v1/chat/completions?limit=0")
+    status, text = ask(server, "GET", origin + "/v1/chat/completions?limit=0")
     assert status == 400 and json.loads(text)["error"]["param"] == "limit", text
-    status, text = request(server, "GET", origin + "/v1/chat/completions?limit=2&order=desc")
+    status, text = ask(server, "GET", origin + "/v1/chat/completions?limit=2&order=desc")
     assert status == 200 and json.loads(text)["object"] == "list", text
-    status, text = request(server, "POST", origin + "/v1/chat/completions",
-                           {"model": MODEL_NAME, "messages": [{"role": "user", "content": "Once"}], "max_tokens": 2})
+    status, text = ask(server, "POST", origin + "/v1/chat/completions",
+                       {"model": MODEL_NAME, "messages": [{"role": "user", "content": "Once"}], "max_tokens": 2})
     assert status == 200 and json.loads(text)["object"] == "chat.completion", text
     # No path: "/" (no route there), as "GET / HTTP/1.1" is answered.
-    assert request(server, "GET", origin)[0] == request(server, "GET", "/")[0] == 404
+    assert ask(server, "GET", origin)[0] == ask(server, "GET", "/")[0] == 404
 
 
 def known_sessions(connection):
-    """orbit_sessions{state="known"}, read on a kept-alive connection."""
-    connection.request("GET", "/metrics")
-    response = connection.getresponse()
-    text = response.read().decode()
-    assert response.status == 200
-    return int(next(line.split()[-1] for line in text.splitlines()
+    """orbit_sessions{state="known"}, read on a kept-alive connection (metrics_on)."""
+    return int(next(line.split()[-1] for line in metrics_on(connection).splitlines()
                     if line.startswith('orbit_sessions{state="known"}')))
 
 
@@ -228,8 +219,7 @@ def leave_after_created(server, body):
     """Streams a long response and leaves once its response.created event arrived: its id."""
     data = json.dumps({**body, "stream": True}).encode()
     client = socket.create_connection((server.host, server.port))
-    client.sendall(f"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                   f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    client.sendall(post_bytes("/v1/responses", data))
     seen = b""
     while not re.search(rb'"id": ?"(resp_\w+)"', seen):  # response.created's, the stream's first event
         piece = client.recv(4096)
@@ -254,17 +244,17 @@ def test_a_response_the_client_left_leaves_no_session_record_behind(start_serve,
     while time.monotonic() < deadline and busy(metrics) != idle:
         time.sleep(0.1)
     assert busy(metrics) == idle
-    stored = sum(request(server, "GET", "/v1/responses/" + i)[0] == 200 for i in ids)
+    stored = sum(ask(server, "GET", "/v1/responses/" + i)[0] == 200 for i in ids)
     assert known_sessions(metrics) == stored  # a job's session ends before it leaves the in-flight count
 
     # A stored response keeps its session (a continuation runs in it); one with store false never had one.
-    status, text = request(server, "POST", "/v1/responses", {**body, "max_output_tokens": 2})
+    status, text = ask(server, "POST", "/v1/responses", {**body, "max_output_tokens": 2})
     assert status == 200, text
     first = json.loads(text)
     assert known_sessions(metrics) == stored + 1
-    assert request(server, "POST", "/v1/responses", {**body, "max_output_tokens": 2, "store": False})[0] == 200
-    status, text = request(server, "POST", "/v1/responses", {**body, "max_output_tokens": 2,
-                                                             "previous_response_id": first["id"]})
+    assert ask(server, "POST", "/v1/responses", {**body, "max_output_tokens": 2, "store": False})[0] == 200
+    status, text = ask(server, "POST", "/v1/responses", {**body, "max_output_tokens": 2,
+                                                         "previous_response_id": first["id"]})
     assert status == 200, text
     assert known_sessions(metrics) == stored + 1
     metrics.close()
@@ -277,7 +267,7 @@ def test_every_function_call_must_be_answered_exactly_once_as_openai_has_it(star
     server = start_serve(stories260k_path)
     tools = [{"type": "function", "name": "search", "parameters": {
         "type": "object", "properties": {"q": {"type": "string", "maxLength": 12}}, "required": ["q"]}}]
-    status, text = request(server, "POST", "/v1/responses", {
+    status, text = ask(server, "POST", "/v1/responses", {
         "model": MODEL_NAME, "input": "Find a story about a cat.", "tools": tools, "tool_choice": "required",
         "max_output_tokens": 60})
     assert status == 200, text
@@ -287,7 +277,7 @@ def test_every_function_call_must_be_answered_exactly_once_as_openai_has_it(star
     outputs = [{"type": "function_call_output", "call_id": c, "output": "a cat"} for c in calls]
 
     def continued(items, previous=made["id"]):
-        status, text = request(server, "POST", "/v1/responses", {
+        status, text = ask(server, "POST", "/v1/responses", {
             "model": MODEL_NAME, "previous_response_id": previous, "input": items, "tools": tools,
             "tool_choice": "none", "max_output_tokens": 2})
         return status, json.loads(text)
@@ -309,6 +299,6 @@ def test_every_function_call_must_be_answered_exactly_once_as_openai_has_it(star
     call = {"type": "function_call", "call_id": "c1", "name": "search", "arguments": '{"q": "cat"}'}
     answer = {"type": "function_call_output", "call_id": "c1", "output": "a cat"}
     for items, param in (([call], "input"), ([call, answer, answer], "input[2].call_id")):
-        status, text = request(server, "POST", "/v1/responses", {"model": MODEL_NAME, "input": items,
-                                                                 "tools": tools, "max_output_tokens": 2})
+        status, text = ask(server, "POST", "/v1/responses", {"model": MODEL_NAME, "input": items,
+                                                             "tools": tools, "max_output_tokens": 2})
         assert status == 400 and json.loads(text)["error"]["param"] == param, text

@@ -4,22 +4,15 @@ With --store they are kept in the store directory and survive a restart: GET /v1
 response as it was returned, and previous_response_id still names its whole conversation. DELETE forgets an
 id while a response that continued it keeps its conversation; --max-responses bounds what is kept (the least
 recently used are forgotten: 404). Every server is started here on 127.0.0.1 (any free port) and stopped."""
-import http.client
 import json
 
-MODEL_NAME = "stories260K.bin"
+from serve_wire import MODEL_NAME, ask
 
 
 def request(server, method, path, body=None):
-    """(status, parsed body) of one request."""
-    connection = http.client.HTTPConnection(server.host, server.port, timeout=120)
-    try:
-        data = None if body is None else json.dumps(body).encode()
-        connection.request(method, path, body=data, headers={"Content-Type": "application/json"} if data else {})
-        response = connection.getresponse()
-        return response.status, json.loads(response.read().decode())
-    finally:
-        connection.close()
+    """(status, parsed body) of one request on a fresh connection."""
+    status, text = ask(server, method, path, body)
+    return status, json.loads(text)
 
 
 def respond(server, text, previous=None):
