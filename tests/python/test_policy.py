@@ -44,6 +44,16 @@ def test_policy_spec_and_keyword_arguments(orbit):
         orbit.Policy("patch:16:kl=0.003:look=-1")
     with pytest.raises(orbit.OrbitError, match="read_attention_weight = 1 has no effect"):
         orbit.Policy("patch:16:look=1")
+    # the look re-serving only what it weighs above its own weight (off by default; needs the look)
+    only = orbit.Policy("patch:16:kl=0.003:look=1:lookonly")
+    assert not d.read_attention_raised_only and only.read_attention_raised_only and only != only.replace(
+        read_attention_raised_only=False)
+    assert only.name.endswith(":look=1:lookonly") and orbit.Policy(only.name) == only
+    assert d.replace(read_attention_weight=1, read_attention_raised_only=True).name.endswith(":lookonly")
+    with pytest.raises(orbit.OrbitError, match="read_attention_raised_only = true has no effect"):
+        orbit.Policy("patch:16:kl=0.003:lookonly")
+    with pytest.raises(ValueError, match="read_attention_raised_only"):
+        d.replace(read_attention_raised_only=True)
     full = orbit.Policy("patch:full:exact")
     assert full.rank_k == -1 and full.survivors == orbit.SurvivorAction.recondition
     q = orbit.Policy("patch:8", survivors="recondition", stale=orbit.StalePatch.accept, max_divergence=0.5)

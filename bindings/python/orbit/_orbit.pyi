@@ -838,6 +838,7 @@ class WindowPolicy:
         attention_weight: float = ...,
         content_weight: float = ...,
         read_attention_weight: float = ...,
+        read_attention_raised_only: bool = ...,
     ) -> None: ...
     on_miss: MissAction
     survivors: SurvivorAction
@@ -866,6 +867,7 @@ class WindowPolicy:
     attention_weight: float
     content_weight: float
     read_attention_weight: float
+    read_attention_raised_only: bool
     @property
     def name(self) -> str: ...
     def replace(self, **options: object) -> "WindowPolicy": ...

@@ -134,6 +134,8 @@ const std::map<std::string, Setter>& setters() {
        [](WindowPolicy& p, py::handle v) {
          p.read_attention_weight = number(v, "read_attention_weight", 0, 1e6, false);
        }},
+      {"read_attention_raised_only",
+       [](WindowPolicy& p, py::handle v) { p.read_attention_raised_only = boolean(v, "read_attention_raised_only"); }},
       {"first_k", [](WindowPolicy& p, py::handle v) { p.first_k = count(v, "first_k", 1); }},
   };
   return table;
@@ -261,6 +263,11 @@ void def_policy_fields(py::class_<WindowPolicy>& c) {
         "repairs run and the query is forwarded again (both forwards count in prompt_forward_tokens and\n"
         "query_forward_tokens), else the forward is the answer's. generate_n looks once before it forks. In\n"
         "[0, 1e6]; 0 (off) in the default policy (spec modifier ':look=F'); above 0 it needs a kl_budget.");
+  field(c, "read_attention_raised_only", &WindowPolicy::read_attention_raised_only,
+        "With read_attention_weight: the read's plan re-serves only the kept instances whose look weight\n"
+        "(read_attention_weight times the query's share on them) is above the weight they carry without it;\n"
+        "the others stay kept (a repair an earlier edit deferred still runs). False (off) in the default policy\n"
+        "(spec modifier ':lookonly'); true needs read_attention_weight above 0.");
 }
 
 // Policy's name, replace, copies and __repr__.
@@ -292,7 +299,8 @@ void def_policy_methods(py::class_<WindowPolicy>& c) {
                a.prepare_moves == b.prepare_moves && a.prepare_lists == b.prepare_lists &&
                a.self_check == b.self_check && a.read_through == b.read_through &&
                a.attention_weight == b.attention_weight && a.content_weight == b.content_weight &&
-               a.read_attention_weight == b.read_attention_weight;
+               a.read_attention_weight == b.read_attention_weight &&
+               a.read_attention_raised_only == b.read_attention_raised_only;
       },
       py::is_operator());
   c.def("__repr__", [](const WindowPolicy& p) {

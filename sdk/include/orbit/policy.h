@@ -47,6 +47,8 @@
 // `:look=F` (patch presets; 0, off, in `default`): under a budget, a generate's query forward re-plans the
 // window with each kept instance weighing at least F times that query's attention share on it, and is run
 // again when that plan repairs (WindowPolicy::read_attention_weight).
+// `:lookonly` (off in `default`; needs `:look=F`): that plan re-serves only the kept instances the look weighs
+// above their own weight (WindowPolicy::read_attention_raised_only).
 // `:check` (patch presets; off in `default`; needs `:heal`): idle-time heals measure the loss the window
 // carried and the engine scales its fidelity model by what they find (WindowPolicy::self_check).
 // Modifiers appended to patch presets: `:deep` (patch only layers ≥ ℓ₀ chosen from the deficit's energy),
@@ -212,6 +214,12 @@ struct WindowPolicy {
   // once before it forks, with a forward of its own. The last query's attention (attention_weight) misses a
   // far-back instance the next query reads when the last one did not. In [0, 1e6]; 0 = off.
   double read_attention_weight = 0.0;
+  // With read_attention_weight (the `:lookonly` modifier; off in the default policy): the read's plan may
+  // re-serve only the kept instances whose look weight (F times the query's share on them) is above the
+  // weight they carry without it (recency, or the last query's attention); every other kept instance stays
+  // kept, priced as before. The look then repairs what it found, not what the budget would have taken
+  // anyway. A repair an earlier edit deferred is not held back.
+  bool read_attention_raised_only = false;
   double recompute_ratio = 0.15;  // kTokenRecompute
   int64_t first_k = 16;           // kFirstK
 
@@ -234,6 +242,7 @@ struct WindowPolicy {
 //   cost_aware       no kl_budget, and a miss that forms (kForm) or stored patches looked up
 //   expected_reuse   cost_aware
 //   read_attention_weight (above 0)  any policy with a kl_budget
+//   read_attention_raised_only       read_attention_weight above 0
 // Every other field is read under every strategy: rank_k, rank_v and deep_only shape the patches a
 // window forms, and every window forms some (Window::prepare_recalls and prepare_moves under any policy,
 // heal() under any but prefix and throughput, which prefill); read_through, attention_weight and content_weight weigh

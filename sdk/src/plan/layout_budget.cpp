@@ -21,10 +21,11 @@ std::vector<planner::BudgetCandidate> priced(const std::vector<PlanStep>& candid
 }  // namespace
 
 // A kept instance that carries a loss and has not been enumerated: a bound on the KL removed per second
-// added that any other action could offer (ActionFloor: no lookups); 0 for every other slot.
+// added that any other action could offer (ActionFloor: no lookups); 0 for every other slot, and for one the
+// read's look leaves kept (look_pinned_), which the search then never enumerates.
 double LayoutPlanner::kept_loss_bound(std::size_t i, const PlanContext& none) const {
   const SlotInfo& si = info_[i];
-  if (si.candidates.size() != 1 || si.candidates.front().action != StepAction::kKeep ||
+  if (look_pinned_[i] != 0 || si.candidates.size() != 1 || si.candidates.front().action != StepAction::kKeep ||
       si.candidates.front().predicted_kl <= 0) {
     return 0;
   }

@@ -130,6 +130,7 @@ void LayoutPlanner::choose_actions() {
   const std::size_t n = layout_.slots.size();
   weights_.assign(n, 0.0);
   is_same_.assign(n, 0);
+  look_pinned_.assign(n, 0);
   whys_.assign(n, &kNoWhy);
   changed_now_ = "context changed" + (layout_.change_reason.empty() ? std::string() : ": " + layout_.change_reason);
   int64_t tokens_before = 0;
@@ -153,9 +154,12 @@ void LayoutPlanner::choose_actions() {
       weights_[i] = std::max(weights_[i], std::min(1.0, policy_.attention_weight * old->attention));
     }
     // What the read being planned looks at (its own query forwarded over the window as it stands):
-    // WindowPolicy::read_attention_weight, set only in a read's plan (plan_read in window_ops.h).
-    if (old != nullptr && old->read_attention > 0 && policy_.read_attention_weight > 0) {
-      weights_[i] = std::max(weights_[i], std::min(1.0, policy_.read_attention_weight * old->read_attention));
+    // WindowPolicy::read_attention_weight, set only in a read's plan (plan_read in window_ops.h). Under
+    // read_attention_raised_only, what the look does not weigh above its own weight stays as it is.
+    if (old != nullptr && old->read_attention >= 0 && policy_.read_attention_weight > 0) {
+      const double look = std::min(1.0, policy_.read_attention_weight * old->read_attention);
+      look_pinned_[i] = policy_.read_attention_raised_only && look <= weights_[i] && !old->deferred ? 1 : 0;
+      weights_[i] = std::max(weights_[i], look);
     }
     tokens_before += info_[i].length;
   }

@@ -142,6 +142,9 @@ class LayoutPlanner {
   PlanContext context_;
   std::vector<double> weights_;  // recency weight per slot
   std::vector<char> is_same_;    // the slot's old KV fits its context exactly (same keys and versions)
+  // WindowPolicy::read_attention_raised_only, in a read's plan: a kept slot whose look weight is not above
+  // its own weight (nor a deferred repair). The budget's search never re-serves it (kept_loss_bound 0).
+  std::vector<char> look_pinned_;
   std::vector<char> deferred_;
   // Why each slot is re-served or kept over a change: one of a few shared texts, so a slot holds a pointer.
   std::vector<const std::string*> whys_;

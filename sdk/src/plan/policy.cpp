@@ -89,12 +89,14 @@ std::string policy_spec_help() {
          "                                      query forward re-plans the window, a kept instance weighing at\n"
          "                                      least F times that query's attention share on it; when the plan\n"
          "                                      repairs, the query is forwarded again (both counted);\n"
+         "                                      :lookonly (with :look=F): that plan re-serves only the kept\n"
+         "                                      instances the look weighs above their own weight;\n"
          "                                      :check makes idle-time heals measure the loss the window carried\n"
          "                                      and scale the fidelity model by the largest recent miss (off in\n"
          "                                      default; needs :heal)\n"
          "  throughput[:kl=X]                   the default's budget without background work (servers): a miss\n"
          "                                      is prefilled (no patch formed), no idle-time work; takes\n"
-         "                                      :through=F, :attend=F, :match=F and :look=F as patch does\n"
+         "                                      :through=F, :attend=F, :match=F, :look=F and :lookonly\n"
          "  reprefill                           prefill every instance whose context changed; reuse nothing\n"
          "  prefix                              radix cache: reuse KV (chunks, turns, answers) only behind the\n"
          "                                      identical sequence\n"
@@ -143,8 +145,8 @@ bool parse_idle_modifier(const std::string& spec, const std::string& part, Windo
   return true;
 }
 
-// How the fidelity model weighs kept instances (`patch` and `throughput`): :through=F, :attend=F, :match=F and
-// :look=F. False when `part` is none of them.
+// How the fidelity model weighs kept instances (`patch` and `throughput`): :through=F, :attend=F, :match=F,
+// :look=F and :lookonly. False when `part` is none of them.
 bool parse_weight_modifier(const std::string& spec, const std::string& part, WindowPolicy& p) {
   if (part.rfind("through=", 0) == 0) {
     p.read_through = parse_number(spec, part.substr(8), "through");
@@ -175,6 +177,10 @@ bool parse_weight_modifier(const std::string& spec, const std::string& part, Win
     }
     return true;
   }
+  if (part == "lookonly") {
+    p.read_attention_raised_only = true;
+    return true;
+  }
   return false;
 }
 
@@ -185,6 +191,7 @@ std::string weight_modifiers(const WindowPolicy& p) {
   if (p.attention_weight != WindowPolicy{}.attention_weight) s << ":attend=" << p.attention_weight;
   if (p.content_weight != WindowPolicy{}.content_weight) s << ":match=" << p.content_weight;
   if (p.read_attention_weight != WindowPolicy{}.read_attention_weight) s << ":look=" << p.read_attention_weight;
+  if (p.read_attention_raised_only) s << ":lookonly";
   return s.str();
 }
 
@@ -279,7 +286,7 @@ WindowPolicy throughput_preset(const std::string& spec, const std::vector<std::s
   for (std::size_t i = 1; i < parts.size(); ++i) {
     if (parse_weight_modifier(spec, parts[i], p)) continue;
     if (parts[i].rfind("kl=", 0) != 0)
-      bad_spec(spec, "'throughput' takes only :kl=X, :through=F, :attend=F, :match=F and :look=F");
+      bad_spec(spec, "'throughput' takes only :kl=X, :through=F, :attend=F, :match=F, :look=F and :lookonly");
     p.kl_budget = parse_number(spec, parts[i].substr(3), "kl budget");
     if (!(p.kl_budget > 0 && std::isfinite(p.kl_budget))) bad_spec(spec, "kl budget must be a positive number");
   }
@@ -342,6 +349,9 @@ std::optional<Unread> unread_field(const WindowPolicy& p) {
   if (p.read_attention_weight > 0 && !budget) {
     return Unread{"read_attention_weight", value_text(p.read_attention_weight),
                   "any policy with a kl_budget (it weighs the read's plan under the budget)"};
+  }
+  if (p.read_attention_raised_only && !(p.read_attention_weight > 0)) {
+    return Unread{"read_attention_raised_only", "true", "read_attention_weight above 0 (the read's look)"};
   }
   return std::nullopt;
 }
