@@ -20,6 +20,8 @@
 // actions, and the chunk's deep-layer (>= 1) KV moves by 0.07..2.1 formed behind its context (0.5-8% of its
 // largest value) and 0.2..6.9 as a canonical at position 0; blind reuse loses up to 3.3x what it loses with the
 // canonical at N's base (9.8e-2 against 3.0e-2). formed@N is exact at every length.
+// The second measure case forms B at N − s: the loss grows about as s² (stories260K, factor 2, N = 128: s = 1,
+// 4, 8, 32 lose 3.8e-6, 6.5e-5, 2.9e-4, 7.2e-3), and B formed at the anchor and read at 4L 0.23 (means of seeds 1-3).
 #include "orbit_catch.h"
 
 #include <ATen/ATen.h>
@@ -288,6 +290,33 @@ TEST_CASE("measure: dynamic-NTK chunk content formed at a shorter window than it
               name.c_str(), factor, static_cast<long>(N), static_cast<unsigned long>(seed), formed.kl, at_n.kl,
               first.kl, path_gap.kl, formed.deep_kv, deep_largest(w.ref_chunk), first.deep_kv, path_gap.deep_kv, blind,
               blind_n, predicted);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("measure: the loss by how far short of the reading window a chunk was formed", "[.measure]") {
+  // B formed behind C's re-prefill content at rope_window_len N − short (its own end is N − q), read at N:
+  // what a pricing of the gap would have to predict. build/tests/test_reuse_dynamic "[.measure]".
+  for (const std::string& path : model_paths()) {
+    const auto base = load_model(path);
+    const std::string name = path.substr(path.rfind('/') + 1);
+    for (const double factor : {2.0, 8.0}) {
+      const auto dyn = dynamic_copy(*base, kAnchor, factor);
+      const Model& m = *dyn;
+      for (const int64_t N : {2 * kAnchor, 4 * kAnchor}) {
+        for (const int64_t shortfall : {int64_t{1}, int64_t{4}, kQuery, int64_t{32}, N - kAnchor}) {
+          double worst_kl = 0, sum_kl = 0, worst_kv = 0;
+          for (const uint64_t seed : {1u, 2u, 3u}) {
+            const Window w = make_window(*base, m, N, seed);
+            const Gap g = gap_behind_context(m, w, w.ref_context, encode(m, w.chunk, &w.ref_context, N - shortfall));
+            worst_kl = std::max(worst_kl, g.kl);
+            sum_kl += g.kl / 3;
+            worst_kv = std::max(worst_kv, g.deep_kv);
+          }
+          std::printf("%s factor %.0f N %3ld formed at %3ld | KL mean %.1e max %.1e | deep KV max %.2g\n", name.c_str(),
+                      factor, static_cast<long>(N), static_cast<long>(N - shortfall), sum_kl, worst_kl, worst_kv);
         }
       }
     }
