@@ -38,7 +38,8 @@ ChunkStore::ChunkStore(ChunkStoreOptions options) : options_(std::move(options))
     }
   }
   if (!options_.remote.url.empty() || options_.remote_backend) {
-    remote_ = std::make_unique<RemoteTier>(options_.remote, options_.model_fingerprint, options_.remote_backend);
+    remote_ = std::make_unique<RemoteTier>(options_.remote, options_.model_fingerprint, options_.remote_backend,
+                                           make_journal());
   }
 }
 
@@ -57,6 +58,7 @@ ChunkStore::~ChunkStore() {
     if (remote_ && remote_->stats().available) (void)remote_->drain(std::chrono::milliseconds(2000));
   } catch (...) {  // a destructor must not throw; the access times are an optimisation
   }
+  remote_.reset();  // its writer reads local copies through the journal: stopped while every tier still lives
 }
 
 Result<RemoteReadSample> ChunkStore::measure_remote_read(int64_t bytes) {

@@ -214,6 +214,32 @@ void DiskTier::release_read(const std::string& key) {
   (void)leases_->release_lease(key, owner_, SqliteIndex::LeaseKind::kRead);
 }
 
+Status DiskTier::record_remote_pending(const std::string& key, const std::string& remote) {
+  std::lock_guard<std::mutex> lock(lease_mu_);
+  return leases_->record_remote_pending(key, remote);
+}
+
+Status DiskTier::clear_remote_pending(const std::vector<std::string>& keys, const std::string& remote) {
+  std::lock_guard<std::mutex> lock(lease_mu_);
+  return leases_->clear_remote_pending(keys, remote);
+}
+
+int64_t DiskTier::last_remote_pending() {
+  std::lock_guard<std::mutex> lock(lease_mu_);
+  return leases_->last_remote_pending();
+}
+
+std::vector<std::pair<int64_t, std::string>> DiskTier::remote_pending(const std::string& remote, int64_t after,
+                                                                      int64_t through, int limit) {
+  std::lock_guard<std::mutex> lock(lease_mu_);
+  return leases_->remote_pending(remote, after, through, limit);
+}
+
+int64_t DiskTier::count_remote_pending(const std::string& remote, int64_t through) {
+  std::lock_guard<std::mutex> lock(lease_mu_);
+  return leases_->count_remote_pending(remote, through);
+}
+
 int64_t DiskTier::charge(const StoredValue& value) const {
   const BlobEncoding encoding =
       options_.int8_canonicals && value.kind == EntryKind::kCanonical ? BlobEncoding::kInt8 : BlobEncoding::kExact;

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <iterator>
@@ -93,8 +94,12 @@ RedisClientOptions client_options(const RemoteOptions& options) {
 
 }  // namespace
 
-RemoteTier::RemoteTier(RemoteOptions options, std::string model_fingerprint, std::shared_ptr<BlobBackend> backend)
-    : options_(std::move(options)), fingerprint_(std::move(model_fingerprint)), backend_(std::move(backend)) {
+RemoteTier::RemoteTier(RemoteOptions options, std::string model_fingerprint, std::shared_ptr<BlobBackend> backend,
+                       std::shared_ptr<RemoteJournal> journal)
+    : options_(std::move(options)),
+      fingerprint_(std::move(model_fingerprint)),
+      backend_(std::move(backend)),
+      journal_(std::move(journal)) {
   const std::string shown = redact_redis_url(options_.url);
   ORBIT_CHECK(options_.connect_timeout_ms > 0 && options_.command_timeout_ms > 0,
               "remote " << shown << ": timeouts must be > 0 ms");
@@ -117,6 +122,10 @@ RemoteTier::RemoteTier(RemoteOptions options, std::string model_fingerprint, std
   stats_.enabled = true;
   stats_.url = backend_->describe();
   stats_.available = true;
+  if (journal_) {  // what earlier runs left recorded, re-sent by the writer; later records are this run's own
+    resend_through_ = journal_->last();
+    resend_done_ = resend_through_ == 0;
+  }
   writer_ = std::thread([this] { writer_loop(); });
 }
 
@@ -127,32 +136,42 @@ RemoteTier::~RemoteTier() {
   }
   cv_.notify_all();
   writer_.join();
-  int64_t writes = 0, removals = 0, bytes = 0;
+  Undelivered left;
   std::string last_error;
+  // The writer is gone: its re-send state is read without the lock (stats() reads only stats_ under it).
+  const bool uncounted = journal_ && !resend_done_ && !resend_counted_;
+  const int64_t backlog = uncounted ? journal_->count(resend_through_) : 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     for (const Pending& p : queue_) {
-      ++(p.value ? writes : removals);
-      bytes += p.bytes;
+      ++(p.value ? left.writes : left.removals);
+      left.bytes += p.bytes;
     }
-    stats_.writes_dropped += writes;
+    stats_.writes_dropped += left.writes;
     last_error = stats_.last_error;
     queue_.clear();
     queued_bytes_ = 0;
+    if (resending()) left.backlog = uncounted ? backlog : stats_.resend_backlog;
+    if (journal_) settle_delivered(lock);  // the queue is empty: every acknowledged key's record goes
   }
-  if (options_.warn && writes + removals > 0) warn_undelivered(writes, bytes, removals, last_error);
+  if (options_.warn && left.writes + left.removals + left.backlog > 0) warn_undelivered(left, last_error);
 }
 
-void RemoteTier::warn_undelivered(int64_t writes, int64_t bytes, int64_t removals,
-                                  const std::string& last_error) const {
+void RemoteTier::warn_undelivered(const Undelivered& left, const std::string& last_error) const {
+  const auto plural = [](int64_t n, const char* noun) { return std::to_string(n) + " " + noun + (n == 1 ? "" : "s"); };
   std::string what;
-  if (writes > 0) {
-    what = std::to_string(writes) + " queued write" + (writes == 1 ? "" : "s") + " (" + std::to_string(bytes) +
-           " bytes) not delivered (the local tiers keep those entries; the remote lacks them)";
+  if (left.writes > 0) {
+    what = plural(left.writes, "queued write") + " (" + std::to_string(left.bytes) + " bytes) not delivered" +
+           (journal_ ? " (the local tiers keep those entries and the next open of this store re-sends them)"
+                     : " (the store has no directory: nothing re-sends them)");
   }
-  if (removals > 0) {
-    what += std::string(what.empty() ? "" : " and ") + std::to_string(removals) + " queued removal" +
-            (removals == 1 ? "" : "s") + " not done (the remote still holds those entries)";
+  if (left.removals > 0) {
+    what += std::string(what.empty() ? "" : " and ") + plural(left.removals, "queued removal") +
+            " not done (the remote still holds those entries)";
+  }
+  if (left.backlog > 0) {
+    what += std::string(what.empty() ? "" : " and ") + plural(left.backlog, "write") +
+            " of an earlier run not re-sent yet (the next open tries again)";
   }
   orbit::warn("remote tier " + backend_->describe() + " closed with " + what +
               (last_error.empty() || was_reported(backend_->describe(), last_error) ? std::string()
@@ -291,6 +310,7 @@ bool RemoteTier::contains(const std::string& key) {
 }
 
 void RemoteTier::put(const std::string& key, const ValuePtr& value) {
+  if (journal_) journal_->record(key);  // before it is queued: its record goes only once the remote has it
   std::lock_guard<std::mutex> lock(mu_);
   if (stop_) return;
   Pending p{key, value, value->bytes()};
@@ -385,52 +405,133 @@ Result<RemoteReadSample> RemoteTier::measure_read(int64_t bytes, int reps) {
 
 bool RemoteTier::drain(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  return cv_.wait_for(lock, timeout, [&] { return queue_.empty() && !in_flight_; });
+  return cv_.wait_for(lock, timeout, [&] { return queue_.empty() && !in_flight_ && !resending(); });
 }
 
 void RemoteTier::writer_loop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    cv_.wait(lock, [&] { return stop_ || !queue_.empty() || resending(); });
     if (stop_) return;
     if (down_ && Clock::now() < down_until_) {  // wait out the outage (or a stop), then try again
       cv_.wait_until(lock, down_until_, [&] { return stop_; });
       continue;
     }
-    Pending p = queue_.front();
-    in_flight_ = true;
-    lock.unlock();
-    std::string bytes;
-    Status s = Status::ok();
-    if (p.value) {
-      bytes = seal_remote_value(options_.secret, p.key,
-                                serialize(encode_blob(p.key, fingerprint_, *p.value, BlobEncoding::kExact)));
-      s = backend_->put(p.key, bytes);
+    if (!queue_.empty()) {
+      send_front(lock);  // the live writes first; an earlier run's records wait for an empty queue
     } else {
-      s = backend_->remove(p.key);
+      resend_step(lock);
     }
-    if (!s)
-      failed(s.reason());
-    else
-      succeeded();
-    lock.lock();
-    in_flight_ = false;
-    if (s && p.value) {
-      ++stats_.writes;
-      stats_.bytes_written += static_cast<int64_t>(bytes.size());
-    } else if (s) {
-      ++stats_.removals;
-    } else {
-      ++stats_.write_failures;
-    }
-    // Sent, or failed: a failed write stays at the front for the next attempt (unless dropped meanwhile).
-    if (s && !queue_.empty() && queue_.front().key == p.key && queue_.front().value == p.value) {
-      queued_bytes_ -= queue_.front().bytes;
-      queue_.pop_front();
-    }
-    stats_.queued = static_cast<int64_t>(queue_.size());
     cv_.notify_all();
   }
+}
+
+void RemoteTier::send_front(std::unique_lock<std::mutex>& lock) {
+  Pending p = queue_.front();
+  in_flight_ = true;
+  lock.unlock();
+  std::string bytes;
+  Status s = Status::ok();
+  if (p.value) {
+    bytes = seal_remote_value(options_.secret, p.key,
+                              serialize(encode_blob(p.key, fingerprint_, *p.value, BlobEncoding::kExact)));
+    s = backend_->put(p.key, bytes);
+  } else {
+    s = backend_->remove(p.key);
+  }
+  if (!s)
+    failed(s.reason());
+  else
+    succeeded();
+  lock.lock();
+  in_flight_ = false;
+  if (s && p.value) {
+    ++stats_.writes;
+    stats_.bytes_written += static_cast<int64_t>(bytes.size());
+  } else if (s) {
+    ++stats_.removals;
+  } else {
+    ++stats_.write_failures;
+  }
+  // Sent, or failed: a failed write stays at the front for the next attempt (unless dropped meanwhile).
+  if (s && !queue_.empty() && queue_.front().key == p.key && queue_.front().value == p.value) {
+    queued_bytes_ -= queue_.front().bytes;
+    queue_.pop_front();
+  }
+  stats_.queued = static_cast<int64_t>(queue_.size());
+  if (s && journal_) {  // written, or removed (nothing is left to re-send): the record goes
+    delivered_.push_back(p.key);
+    if (queue_.empty() || delivered_.size() >= 64) settle_delivered(lock);
+  }
+}
+
+void RemoteTier::resend_step(std::unique_lock<std::mutex>& lock) {
+  if (!resend_counted_) {  // on this thread, not at open: a long record is counted in the background
+    resend_counted_ = true;
+    lock.unlock();
+    const int64_t backlog = journal_->count(resend_through_);
+    lock.lock();
+    stats_.resend_backlog = backlog;
+  }
+  if (resend_batch_.empty()) {
+    const int64_t after = resend_after_;
+    lock.unlock();
+    const std::vector<std::pair<int64_t, std::string>> batch = journal_->recorded(after, resend_through_, 64);
+    lock.lock();
+    for (const auto& [seq, key] : batch) resend_batch_.push_back(key);
+    if (batch.empty()) {
+      resend_done_ = true;
+      stats_.resend_backlog = 0;
+    } else {
+      resend_after_ = batch.back().first;
+    }
+    return;
+  }
+  const std::string key = resend_batch_.front();
+  bool queued = false;  // a live write of the key is queued: it delivers the value and settles the record
+  for (const Pending& p : queue_) queued = queued || (p.value && p.key == key);
+  in_flight_ = true;
+  lock.unlock();
+  Status sent = Status::ok();
+  bool settle = false;
+  int64_t bytes = 0;
+  if (!queued) {
+    Result<ValuePtr> local = journal_->local_copy(key);
+    settle = local.is_ok() || local.status().code() == StatusCode::kNotFound;  // refused: kept for a later open
+    if (local) {
+      const std::string blob = seal_remote_value(
+          options_.secret, key, serialize(encode_blob(key, fingerprint_, *local.value(), BlobEncoding::kExact)));
+      bytes = static_cast<int64_t>(blob.size());
+      sent = backend_->put(key, blob);
+      if (!sent)
+        failed(sent.reason());
+      else
+        succeeded();
+    }
+  }
+  lock.lock();
+  in_flight_ = false;
+  if (!sent) {  // the key stays first in the batch: tried again after the outage
+    ++stats_.write_failures;
+    return;
+  }
+  resend_batch_.pop_front();
+  stats_.resend_backlog = std::max<int64_t>(0, stats_.resend_backlog - 1);
+  if (bytes > 0) ++stats_.resent;
+  if (settle) delivered_.push_back(key);
+  if (resend_batch_.empty() || delivered_.size() >= 64) settle_delivered(lock);
+}
+
+void RemoteTier::settle_delivered(std::unique_lock<std::mutex>& lock) {
+  if (delivered_.empty()) return;
+  std::set<std::string> keys(delivered_.begin(), delivered_.end());
+  delivered_.clear();
+  for (const Pending& p : queue_) {
+    if (p.value) keys.erase(p.key);  // written again since: that write settles it
+  }
+  lock.unlock();
+  journal_->settle(std::vector<std::string>(keys.begin(), keys.end()));
+  lock.lock();
 }
 
 RemoteStats RemoteTier::stats() const {

@@ -29,10 +29,12 @@ const char* kSchema =
     "  last_access INTEGER NOT NULL DEFAULT 0, recompute_cost REAL NOT NULL DEFAULT 1,"
     "  expected_reuse REAL NOT NULL DEFAULT 1);"
     "CREATE TABLE IF NOT EXISTS leases(key TEXT NOT NULL, owner TEXT NOT NULL, kind INTEGER NOT NULL,"
-    "  expires INTEGER NOT NULL, PRIMARY KEY(key, owner, kind));";
+    "  expires INTEGER NOT NULL, PRIMARY KEY(key, owner, kind));"
+    "CREATE TABLE IF NOT EXISTS remote_pending(seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL,"
+    "  remote TEXT NOT NULL, UNIQUE(key, remote));";
 
-// The tables and columns this build reads (kSchema makes them). leases may be absent: stores written
-// before leases existed get the table when opened for writing.
+// The tables and columns this build reads (kSchema makes them). leases and remote_pending may be absent:
+// stores written before they existed get them when opened for writing.
 struct TableSpec {
   const char* name;
   std::vector<const char*> columns;
@@ -43,6 +45,7 @@ const TableSpec kTables[] = {
      {"key", "kind", "encoding", "blob", "blob_bytes", "value_bytes", "checksum", "pinned", "corrupt", "hits",
       "last_access", "recompute_cost", "expected_reuse"}},
     {"leases", {"key", "owner", "kind", "expires"}},
+    {"remote_pending", {"seq", "key", "remote"}},
 };
 
 // A file name as an SQLite URI path (RFC 3986 percent-encoding of everything but unreserved and '/').

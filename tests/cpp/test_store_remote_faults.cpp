@@ -318,3 +318,89 @@ TEST_CASE("a queue over its byte bound drops the oldest queued write, never the 
   CHECK(rs.writes_dropped == 1);
   CHECK(backend->puts() == std::vector<std::string>{remote_key(1), remote_key(3)});
 }
+
+TEST_CASE("writes a close left queued for a down server are re-sent from the local copies by a later open",
+          "[store][remote]") {
+  test::TempDir dir;
+  test::RedisServer server(dir / "redis", {}, /*durable=*/false);
+  ChunkStoreOptions o = test::remote_store_options(server.url(), dir / "s");
+  o.remote.warn = true;
+  o.remote.secret = "s";  // no warning about unauthenticated reads
+  WarningLog log;
+  {
+    ChunkStore store(o);
+    REQUIRE(store.put(remote_key(1), test::store_test_value(1)).is_ok());
+    REQUIRE(store.drain_remote(std::chrono::milliseconds(10000)));
+    server.kill();
+    for (int64_t i = 2; i <= 4; ++i) REQUIRE(store.put(remote_key(i), test::store_test_value(i)).is_ok());
+    wait_until([&] { return store.stats().remote.write_failures > 0; });
+    REQUIRE(store.stats().remote.write_failures > 0);
+  }  // closed with three writes queued
+  std::vector<std::string> undelivered;
+  for (const std::string& m : log.messages()) {
+    if (m.find("not delivered") != std::string::npos) undelivered.push_back(m);
+  }
+  REQUIRE(undelivered.size() == 1);
+  CHECK_THAT(undelivered[0],
+             Contains("closed with 3 queued writes") && Contains("the next open of this store re-sends them"));
+  {  // opened while the server is still down: the open does not wait, and the records outlive this close too
+    ChunkStore down(o);
+    CHECK(down.stats().remote.resent == 0);
+  }
+  server.start();  // empty: only a re-send can put entries 2 to 4 there
+  ChunkStoreOptions quiet = o;
+  quiet.remote.warn = false;
+  {
+    ChunkStore reopened(quiet);
+    REQUIRE(reopened.drain_remote(std::chrono::milliseconds(30000)));
+    const RemoteStats rs = reopened.stats().remote;
+    CHECK(rs.resent == 3);
+    CHECK(rs.resend_backlog == 0);
+    CHECK(rs.writes == 0);  // re-sent writes are not this run's own
+  }
+  ChunkStoreOptions reader_options = test::remote_store_options(server.url());
+  reader_options.remote.secret = "s";
+  ChunkStore reader(reader_options);
+  for (int64_t i = 2; i <= 4; ++i) {
+    INFO("entry " << i);
+    Result<ValuePtr> v = reader.get(remote_key(i));
+    REQUIRE(v.is_ok());
+    CHECK(values_equal(*v.value(), *test::store_test_value(i)));
+  }
+  ChunkStore again(quiet);  // delivered: the records are gone, nothing is sent twice
+  REQUIRE(again.drain_remote(std::chrono::milliseconds(30000)));
+  CHECK(again.stats().remote.resent == 0);
+}
+
+TEST_CASE("writes a killed writer left queued for a down server are re-sent by the next open", "[store][remote]") {
+  test::TempDir dir;
+  test::RedisServer server(dir / "redis", {}, /*durable=*/false);
+  const std::string store_dir = dir / "s";
+  server.kill();  // the writer's puts commit locally, their remote writes wait in its queue
+  std::vector<int64_t> local;
+  {
+    test::ChildProcess writer(ORBIT_STORE_CHILD_PATH,
+                              std::vector<std::string>{"rwrite", store_dir, server.url(), "1", "1000"});
+    std::string line;
+    while (local.size() < 2 && writer.next_line(&line)) {
+      REQUIRE(line.back() == 'l');  // committed locally, not delivered
+      local.push_back(std::stoll(line));
+    }
+    REQUIRE(local.size() == 2);
+    writer.kill();  // SIGKILL: no close, no flush
+    (void)writer.wait();
+  }
+  server.start();
+  {
+    ChunkStore reopened(test::remote_store_options(server.url(), store_dir));
+    REQUIRE(reopened.drain_remote(std::chrono::milliseconds(30000)));
+    CHECK(reopened.stats().remote.resent >= 2);  // the entry in flight at the kill may be recorded too
+  }
+  ChunkStore reader(test::remote_store_options(server.url()));
+  for (int64_t i : local) {
+    INFO("entry " << i);
+    Result<ValuePtr> v = reader.get(remote_key(i));
+    REQUIRE(v.is_ok());
+    CHECK(values_equal(*v.value(), *test::store_test_value(i)));
+  }
+}

@@ -1,8 +1,10 @@
 """The remote tier from Python: engines sharing canonicals through a Redis server on a free 127.0.0.1 port
 (conftest's redis_port fixture: password 'right', always stopped after the test), and an unreachable remote that
 never stops an engine."""
+import time
+
 import pytest
-from conftest import free_port  # and the redis_port fixture
+from conftest import free_port, redis_server  # and the redis_port fixture
 
 PAGE = 4
 POOL = 8 << 20
@@ -46,6 +48,35 @@ def test_an_unreachable_remote_never_stops_the_engine(orbit, stories260k_path):
     assert not summary.reachable and "Connection refused" in summary.error
     with pytest.raises(orbit.OrbitError, match="unknown scheme"):
         orbit.Engine(stories260k_path, remote="http://127.0.0.1:1")
+
+
+def test_a_write_a_close_left_for_a_stopped_remote_is_resent_by_the_next_open(orbit, stories260k_path, tmp_path):
+    port = free_port()
+    url = _redis_url(port)
+    tokens = [5, 17, 42, 99, 100, 7, 8]
+
+    def engine():
+        return orbit.Engine(stories260k_path, store_dir=tmp_path / "s", remote=url, remote_secret="s",
+                            pool_bytes=POOL, page_size=PAGE)
+
+    (tmp_path / "first").mkdir()
+    (tmp_path / "second").mkdir()
+    with redis_server(port, tmp_path / "first"):
+        e = engine()  # opened while the server answers
+    # The server is gone (killed): the canonical's write waits in the queue, and the close says it is re-sent.
+    with pytest.warns(orbit.OrbitWarning, match="closed with 1 queued write .* next open of this store re-sends"), e:
+        e.precompute(e.add_tokens(tokens))
+        assert e.stats.canonicals_encoded == 1
+    with redis_server(port, tmp_path / "second"):  # back, and empty (no persistence)
+        assert orbit.store_remote_summary(url).entries == 0
+        with engine() as e:
+            for _ in range(3000):  # the re-send runs in the background: up to 60 s on a loaded machine
+                if e.stats.store.remote.resent == 1:
+                    break
+                time.sleep(0.02)
+            remote = e.stats.store.remote
+            assert remote.resent == 1 and remote.resend_backlog == 0 and remote.writes == 0
+        assert orbit.store_remote_summary(url).entries == 1  # sent from the local copy, not encoded again
 
 
 def test_engines_share_only_values_sealed_with_their_remote_secret(orbit, stories260k_path, tmp_path, redis_port):

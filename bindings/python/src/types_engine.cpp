@@ -55,6 +55,10 @@ void def_store_stats(py::module_& m) {
       .def_readonly("writes", &RemoteStats::writes, "Values written.")
       .def_readonly("write_failures", &RemoteStats::write_failures, "Failed write attempts (the local copy stays).")
       .def_readonly("writes_dropped", &RemoteStats::writes_dropped, "Queued writes dropped.")
+      .def_readonly("resent", &RemoteStats::resent,
+                    "Writes an earlier run of the store directory left undelivered, re-sent by this open.")
+      .def_readonly("resend_backlog", &RemoteStats::resend_backlog,
+                    "Such writes left to re-send (0 once done; the next open tries those a close left).")
       .def_readonly("queued", &RemoteStats::queued, "Writes (and removals) waiting now.")
       .def_readonly("removals", &RemoteStats::removals, "Entries removed from the server (erase).")
       .def_readonly("bytes_read", &RemoteStats::bytes_read, "Blob bytes of the hits.")

@@ -162,7 +162,8 @@ class ChunkStore {
   Status flush();
   // Entries held only in memory because their disk write failed (0 without a disk tier).
   int64_t memory_only_entries() const;
-  // Waits until queued remote writes are sent (or failed), at most `timeout`. true when none is left.
+  // Waits until queued remote writes are sent (or failed), and the writes an earlier run left undelivered are
+  // re-sent, at most `timeout`. true when none is left.
   bool drain_remote(std::chrono::milliseconds timeout);
   bool has_remote() const { return remote_ != nullptr; }
   // The remote tier's read rate, measured with a probe blob of `bytes` bytes (RemoteTier::measure_read):
@@ -245,6 +246,14 @@ class ChunkStore {
   void disk_failed(const Status& status);
   // The entry's Meta, created from the disk index when another process committed it. nullptr when absent.
   Meta* known(const std::string& key);
+  // The remote tier's journal (chunk_store_journal.cpp): its records in the disk index, and the local copies
+  // they re-send. Made only with a disk tier.
+  class Journal;
+  std::shared_ptr<RemoteJournal> make_journal();  // null without a disk tier
+  // The value a re-send of `key` sends: a memory tier's copy, or the disk's (read under a read lease), without
+  // touching the entry or counting a hit. not_found when no local tier holds a readable copy (a corrupt blob
+  // included); refused when the disk could not read it now. Takes mu_ itself.
+  Result<ValuePtr> local_copy(const std::string& key);
   // Brings a value read from the remote into the local tiers (host, and disk when there is one).
   void promote_remote(const std::string& key, const ValuePtr& value);
   Result<ValuePtr> get_remote(const std::string& key, const GetOptions& options);  // without mu_

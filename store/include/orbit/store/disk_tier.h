@@ -20,9 +20,9 @@
 // Every blob path read from the index is confined to DIR/blobs (resolve()): an absolute path, a '..'
 // component, or a symlink leading out is refused (the row is treated as corrupt) and never read or unlinked.
 //
-// Thread-safety: prepare(), discard(), load(), resolve(), acquire_read() and release_read() may run on
-// any thread concurrently with anything; every other member must be serialised by the owner (the
-// ChunkStore).
+// Thread-safety: prepare(), discard(), load(), resolve(), acquire_read(), release_read() and the
+// remote_pending calls may run on any thread concurrently with anything; every other member must be serialised by the
+// owner (the ChunkStore).
 #pragma once
 
 #include <atomic>
@@ -33,6 +33,8 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "orbit/store/blob_io.h"
 #include "orbit/store/sqlite_index.h"
@@ -111,6 +113,16 @@ class DiskTier final : public Tier {
   // A read lease on `key` for this owner (released by release_read); a failure only means no lease.
   bool acquire_read(const std::string& key);
   void release_read(const std::string& key);
+  // The index's record of remote writes not yet acknowledged (SqliteIndex's remote_pending), through the
+  // lease connection: its commits survive the process's death (a kill), not a power cut (a record lost there
+  // only means a write not re-sent; the remote is a cache).
+  Status record_remote_pending(const std::string& key, const std::string& remote);
+  Status clear_remote_pending(const std::vector<std::string>& keys, const std::string& remote);
+  int64_t last_remote_pending();
+  // Throw orbit::Error when the index cannot be read (as SqliteIndex's reads do).
+  std::vector<std::pair<int64_t, std::string>> remote_pending(const std::string& remote, int64_t after, int64_t through,
+                                                              int limit);
+  int64_t count_remote_pending(const std::string& remote, int64_t through);
 
   // ---- serialised by the owner ----------------------------------------------------------------------
   // Commits the row (replacing any row for the key, whose blob is then unlinked). With replace = false

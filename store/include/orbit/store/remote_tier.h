@@ -19,6 +19,14 @@
 // Writes run on one background thread (bounded by max_queued_bytes: beyond it the oldest queued write is
 // dropped and counted, never the write in flight: a write is counted once, as written or as dropped). drain() waits for
 // the queue (tests, benchmarks, a clean close). Thread-safety: every member is safe to call from any thread.
+//
+// With a RemoteJournal (ChunkStore gives one when it has a directory) no write is lost for good to a close, a
+// crash or the byte bound: each put is recorded in the journal before it is queued, and its record goes once the
+// remote acknowledged it. What an earlier run left recorded is re-sent from the local copy by the writer in the
+// background, after the live writes and one value at a time (stats: resent, resend_backlog):
+//
+//   put ──► journal.record(key) ──► queue ──► writer ──► backend ──ok──► journal.settle(key) (in batches)
+//   open ──► records up to journal.last() ──► writer, when the queue is empty ──► local_copy ──► backend
 #pragma once
 
 #include <atomic>
@@ -31,6 +39,8 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "orbit/common/status.h"
 #include "orbit/store.h"
@@ -48,6 +58,28 @@ using RemoteValidator = std::function<Status(const std::string& key, const Store
 
 // The longest remote TTL accepted (100 years): beyond it the milliseconds sent to Redis overflow.
 constexpr int64_t kMaxRemoteTtlSeconds = int64_t{3155760000};
+
+// The local record of writes the remote has not acknowledged (see above), kept by the tier's owner (ChunkStore:
+// its disk index's remote_pending table, for this remote's URL as shown). record() is called by the thread that
+// puts, the rest by the tier's constructor and writer thread, never under the tier's lock. Must not throw: a
+// failure only means a write re-sent twice or not at all (the local copy stays either way).
+class RemoteJournal {
+ public:
+  virtual ~RemoteJournal() = default;
+  // Records that a write of `key` is queued (a key recorded already keeps its record).
+  virtual void record(const std::string& key) = 0;
+  // The writes of `keys` reached the remote, or there is nothing to send for them: their records go.
+  virtual void settle(const std::vector<std::string>& keys) = 0;
+  // The newest record's sequence number (0: none): what an open re-sends goes up to it.
+  virtual int64_t last() = 0;
+  // How many records go up to `through`.
+  virtual int64_t count(int64_t through) = 0;
+  // Up to `limit` records with after < seq <= through, oldest first, as (seq, key); empty on a failure.
+  virtual std::vector<std::pair<int64_t, std::string>> recorded(int64_t after, int64_t through, int limit) = 0;
+  // The local copy of `key` to re-send: not_found when the local tiers hold none (its record goes), refused
+  // when it cannot be read now (its record stays for a later open).
+  virtual Result<ValuePtr> local_copy(const std::string& key) = 0;
+};
 
 struct RemoteOptions {
   // redis://[[user:]password@]host:port[/db] | redis-cluster://[[user:]password@]h:p,...; "" = none.
@@ -83,11 +115,15 @@ struct RemoteReadSample {
 
 class RemoteTier {
  public:
-  // `backend` null: a RedisBackend for options.url. Throws orbit::Error on a malformed URL or option.
-  RemoteTier(RemoteOptions options, std::string model_fingerprint, std::shared_ptr<BlobBackend> backend = nullptr);
-  // Stops the writer after the write in flight; queued writes and removals not yet sent are dropped (the
-  // entries stay in the local tiers), counted in writes_dropped, and, when options.warn, named in one warning
-  // (how many, their bytes, the last error) so that a close never drops them unreported.
+  // `backend` null: a RedisBackend for options.url. `journal` (optional, see above): its records made before
+  // are re-sent in the background (the constructor only reads the newest record's number; it never waits
+  // for the remote). Throws orbit::Error on a malformed URL or option.
+  RemoteTier(RemoteOptions options, std::string model_fingerprint, std::shared_ptr<BlobBackend> backend = nullptr,
+             std::shared_ptr<RemoteJournal> journal = nullptr);
+  // Stops the writer after the write in flight; queued writes and removals not yet sent are dropped from the
+  // queue (the entries stay in the local tiers; with a journal their records stay, so the next open re-sends the
+  // writes), counted in writes_dropped, and, when options.warn, named in one warning (how many, their bytes, the
+  // last error, and the records of an earlier run not re-sent yet) so that a close never drops them unreported.
   ~RemoteTier();
   RemoteTier(const RemoteTier&) = delete;
   RemoteTier& operator=(const RemoteTier&) = delete;
@@ -111,7 +147,8 @@ class RemoteTier {
   // under a key of its own, times `reps` reads of it (the best counts), and removes it. Not counted as
   // hits. refused when the remote is down or a call fails (counted as an error).
   Result<RemoteReadSample> measure_read(int64_t bytes, int reps = 3);
-  // Waits until the queue is empty and no write is in flight, or `timeout` passed. true when drained.
+  // Waits until the queue is empty, no write is in flight and the journal's earlier records are re-sent (or
+  // found to have no local copy), or `timeout` passed. true when drained.
   bool drain(std::chrono::milliseconds timeout);
 
   RemoteStats stats() const;
@@ -123,10 +160,22 @@ class RemoteTier {
   // `reason` set when any of that fails.
   ValuePtr verified_value(const std::string& key, const std::string& bytes, std::string* reason) const;
   void failed(const std::string& reason);
-  // The one warning of a close that left queued writes (blob bytes `bytes`) or removals unsent.
-  void warn_undelivered(int64_t writes, int64_t bytes, int64_t removals, const std::string& last_error) const;
+  // What a close left unsent: queued writes (blob bytes `bytes`) and removals, and journal records of an
+  // earlier run not re-sent yet (`backlog`).
+  struct Undelivered {
+    int64_t writes = 0, bytes = 0, removals = 0, backlog = 0;
+  };
+  // The one warning of a close that left something unsent.
+  void warn_undelivered(const Undelivered& left, const std::string& last_error) const;
   void succeeded();
   void writer_loop();
+  // The writer's steps, each entered and left with `lock` (on mu_) held. send_front: the queue's front.
+  void send_front(std::unique_lock<std::mutex>& lock);
+  // Re-sends the next journal record of an earlier run (fetching a batch of them first when none is buffered).
+  void resend_step(std::unique_lock<std::mutex>& lock);
+  // Hands the acknowledged keys to the journal, except those a write still queued will settle.
+  void settle_delivered(std::unique_lock<std::mutex>& lock);
+  bool resending() const { return journal_ && !resend_done_; }  // mu_ held
 
   struct Pending {
     std::string key;
@@ -148,6 +197,15 @@ class RemoteTier {
   bool down_ = false;
   bool warned_ = false;
   RemoteStats stats_;
+  // The journal (null: none), its records this open re-sends (seq in (resend_after_, resend_through_]), the
+  // batch of them read but not yet sent, and the keys acknowledged since the last settle.
+  std::shared_ptr<RemoteJournal> journal_;
+  int64_t resend_through_ = 0;
+  int64_t resend_after_ = 0;
+  bool resend_counted_ = false;
+  bool resend_done_ = true;
+  std::deque<std::string> resend_batch_;
+  std::vector<std::string> delivered_;
   std::thread writer_;
 };
 

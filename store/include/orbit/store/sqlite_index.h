@@ -5,6 +5,9 @@
 //           value_bytes, checksum, pinned, corrupt, hits, last_access, recompute_cost, expected_reuse)
 //   leases(key, owner, kind, expires)            a process's hold on an entry (pin or read), until
 //                                                `expires` (unix ms); renewed by the owner while it lives
+//   remote_pending(seq, key, remote)             a write queued for the remote tier `remote` (its URL as
+//                                                shown) not yet acknowledged: a later open re-sends it from
+//                                                the local copy (seq: the order recorded, never reused)
 //
 // A row is committed only after its blob is durable (blob_io.h), so every row names a complete blob.
 // Writes are single transactions (an upsert that replaces a row returns the old blob for deletion after
@@ -135,6 +138,19 @@ class SqliteIndex {
   Result<bool> erase_unleased(const std::string& key, int64_t now, std::string* blob);
   // Keys with a live pin lease (empty when the index has no lease table: an older store, read-only).
   std::set<std::string> live_pins(int64_t now) const;
+  // ---- remote writes not yet acknowledged (remote_pending; RemoteJournal, remote_tier.h) -----------------
+  // Records that `key`'s write to `remote` is pending; a key already recorded keeps its record (and seq).
+  Status record_remote_pending(const std::string& key, const std::string& remote);
+  // Drops the records of `keys` for `remote` (absent ones are skipped), in one transaction.
+  Status clear_remote_pending(const std::vector<std::string>& keys, const std::string& remote);
+  // The highest seq recorded (for any remote), 0 when none (or no remote_pending table: an older store).
+  int64_t last_remote_pending() const;
+  // Up to `limit` records of `remote` with after < seq <= through, in seq order, as (seq, key).
+  std::vector<std::pair<int64_t, std::string>> remote_pending(const std::string& remote, int64_t after, int64_t through,
+                                                              int limit) const;
+  // How many records of `remote` have seq <= through.
+  int64_t count_remote_pending(const std::string& remote, int64_t through) const;
+
   // synchronous=NORMAL for this connection: for lease bookkeeping only. Its commits are not synced (a
   // lease lost in a crash lapses anyway), but its checkpoints are: SQLite syncs the WAL before copying it
   // into the index file and the index file before the WAL may restart, as every connection to a WAL index

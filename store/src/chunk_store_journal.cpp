@@ -1,0 +1,82 @@
+// ChunkStore's remote journal (RemoteJournal, orbit/store/remote_tier.h): the remote writes not yet acknowledged,
+// recorded in the disk index (SqliteIndex's remote_pending, under this remote's URL as shown), and the local copies
+// an open re-sends them from.
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "orbit/common/error.h"
+#include "orbit/store/chunk_store.h"
+
+namespace orbit::store {
+
+// Every call is bounded by the index's busy timeout and never throws: a failure only means a write re-sent
+// twice or not at all, the local copy staying either way.
+class ChunkStore::Journal final : public RemoteJournal {
+ public:
+  Journal(ChunkStore& store, std::string remote) : store_(store), disk_(*store.disk_), remote_(std::move(remote)) {}
+
+  void record(const std::string& key) override { (void)disk_.record_remote_pending(key, remote_); }
+  void settle(const std::vector<std::string>& keys) override { (void)disk_.clear_remote_pending(keys, remote_); }
+  int64_t last() override {
+    try {
+      return disk_.last_remote_pending();
+    } catch (const std::exception&) {
+      return 0;
+    }
+  }
+  int64_t count(int64_t through) override {
+    try {
+      return disk_.count_remote_pending(remote_, through);
+    } catch (const std::exception&) {
+      return 0;
+    }
+  }
+  std::vector<std::pair<int64_t, std::string>> recorded(int64_t after, int64_t through, int limit) override {
+    try {
+      return disk_.remote_pending(remote_, after, through, limit);
+    } catch (const std::exception&) {
+      return {};  // the index cannot be read now: the records stay for a later open
+    }
+  }
+  Result<ValuePtr> local_copy(const std::string& key) override {
+    try {
+      return store_.local_copy(key);
+    } catch (const std::exception& e) {
+      return Status::refused(e.what());
+    }
+  }
+
+ private:
+  ChunkStore& store_;
+  DiskTier& disk_;
+  const std::string remote_;
+};
+
+std::shared_ptr<RemoteJournal> ChunkStore::make_journal() {
+  if (!disk_) return nullptr;  // nothing local outlives the store: nothing to re-send
+  const std::string remote =
+      options_.remote_backend ? options_.remote_backend->describe() : redact_redis_url(options_.remote.url);
+  return std::make_shared<Journal>(*this, remote);
+}
+
+Result<ValuePtr> ChunkStore::local_copy(const std::string& key) {
+  DiskRow row;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (StoreTier id : {StoreTier::kDevice, StoreTier::kHost}) {
+      Tier* t = tier(id);
+      if (t != nullptr && t->contains(key)) return t->read(key);
+    }
+    const DiskRow* found = disk_ ? disk_->find(key) : nullptr;
+    if (found == nullptr) return Status::not_found("ChunkStore: no local copy of " + key);
+    row = *found;
+  }
+  const bool leased = disk_->acquire_read(key);  // another process's eviction waits for the read
+  Result<ValuePtr> loaded = disk_->load(row);
+  if (leased) disk_->release_read(key);
+  return loaded;
+}
+
+}  // namespace orbit::store

@@ -1,0 +1,71 @@
+// SqliteIndex's record of remote writes not yet acknowledged (orbit/store/sqlite_index.h, remote_pending): what
+// a store's remote tier queued and has not delivered, so that an open after a close or a crash re-sends it.
+#include <sqlite3.h>
+
+#include <cerrno>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "orbit/store/sqlite_index.h"
+#include "sqlite_stmt.h"
+
+namespace orbit::store {
+
+Status SqliteIndex::record_remote_pending(const std::string& key, const std::string& remote) {
+  errno = 0;  // failure() reads what a failed write left
+  Stmt s(db_, "INSERT OR IGNORE INTO remote_pending(key, remote) VALUES(?1, ?2)", path_);
+  s.bind(1, key).bind(2, remote);
+  const int rc = s.step();
+  return rc == SQLITE_DONE ? Status::ok() : failure(rc, "recording a pending remote write");
+}
+
+Status SqliteIndex::clear_remote_pending(const std::vector<std::string>& keys, const std::string& remote) {
+  if (keys.empty()) return Status::ok();
+  Status begin = exec_status("BEGIN IMMEDIATE", "beginning to clear pending remote writes");
+  if (!begin) return begin;
+  Transaction tx(db_);
+  Stmt s(db_, "DELETE FROM remote_pending WHERE key = ?1 AND remote = ?2", path_);
+  for (const std::string& key : keys) {
+    s.bind(1, key).bind(2, remote);
+    const int rc = s.step();
+    if (rc != SQLITE_DONE) return failure(rc, "clearing a pending remote write");
+    s.reset();
+  }
+  Status commit = exec_status("COMMIT", "committing cleared pending remote writes");
+  if (commit) tx.committed();
+  return commit;
+}
+
+int64_t SqliteIndex::last_remote_pending() const {
+  sqlite3_stmt* raw = nullptr;
+  if (sqlite3_prepare_v2(db_, "SELECT coalesce(max(seq), 0) FROM remote_pending", -1, &raw, nullptr) != SQLITE_OK) {
+    sqlite3_finalize(raw);
+    return 0;  // no remote_pending table (an older store opened read-only)
+  }
+  const int64_t last = sqlite3_step(raw) == SQLITE_ROW ? sqlite3_column_int64(raw, 0) : 0;
+  sqlite3_finalize(raw);
+  return last;
+}
+
+std::vector<std::pair<int64_t, std::string>> SqliteIndex::remote_pending(const std::string& remote, int64_t after,
+                                                                         int64_t through, int limit) const {
+  Stmt s(db_, "SELECT seq, key FROM remote_pending WHERE remote = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq LIMIT ?4",
+         path_);
+  s.bind(1, remote).bind(2, after).bind(3, through).bind(4, static_cast<int64_t>(limit));
+  std::vector<std::pair<int64_t, std::string>> out;
+  int rc;
+  while ((rc = s.step()) == SQLITE_ROW) out.emplace_back(s.i64(0), s.text(1));
+  ORBIT_CHECK(rc == SQLITE_DONE, "store index " << path_ << ": reading pending remote writes: " << sqlite3_errmsg(db_));
+  return out;
+}
+
+int64_t SqliteIndex::count_remote_pending(const std::string& remote, int64_t through) const {
+  Stmt s(db_, "SELECT count(*) FROM remote_pending WHERE remote = ?1 AND seq <= ?2", path_);
+  s.bind(1, remote).bind(2, through);
+  const int rc = s.step();
+  ORBIT_CHECK(rc == SQLITE_ROW, "store index " << path_ << ": counting pending remote writes: " << sqlite3_errmsg(db_));
+  return s.i64(0);
+}
+
+}  // namespace orbit::store
