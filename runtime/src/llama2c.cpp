@@ -86,8 +86,13 @@ Header read_header(Reader& reader, const std::string& path) {
   Header h{};
   reader.read_raw(&h, sizeof h,
                   "header (7 int32: dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len)");
+  // A file that is no llama2.c checkpoint (a text file, a Hugging Face directory's weights) fails here on
+  // numbers that mean nothing: each message says how the file was read.
+  const char* const as_read =
+      " (the file read as a llama2.c checkpoint: 7 int32 sizes, then float32 weights; a "
+      "Hugging Face model is given as its directory)";
   auto positive = [&](int32_t value, const char* field) {
-    ORBIT_CHECK(value > 0, path << ": header field '" << field << "' must be positive, got " << value);
+    ORBIT_CHECK(value > 0, path << ": header field '" << field << "' must be positive, got " << value << as_read);
   };
   positive(h.dim, "dim");
   positive(h.hidden_dim, "hidden_dim");
@@ -96,13 +101,13 @@ Header read_header(Reader& reader, const std::string& path) {
   positive(h.n_kv_heads, "n_kv_heads");
   positive(h.seq_len, "seq_len");
   ORBIT_CHECK(h.vocab_size != 0 && h.vocab_size != std::numeric_limits<int32_t>::min(),
-              path << ": header field 'vocab_size' must be non-zero, got " << h.vocab_size);
-  ORBIT_CHECK(h.dim % h.n_heads == 0,
-              path << ": header field 'dim' (" << h.dim << ") is not divisible by n_heads (" << h.n_heads << ")");
-  ORBIT_CHECK(h.n_heads % h.n_kv_heads == 0,
-              path << ": header field 'n_kv_heads' (" << h.n_kv_heads << ") must divide n_heads (" << h.n_heads << ")");
+              path << ": header field 'vocab_size' must be non-zero, got " << h.vocab_size << as_read);
+  ORBIT_CHECK(h.dim % h.n_heads == 0, path << ": header field 'dim' (" << h.dim << ") is not divisible by n_heads ("
+                                           << h.n_heads << ")" << as_read);
+  ORBIT_CHECK(h.n_heads % h.n_kv_heads == 0, path << ": header field 'n_kv_heads' (" << h.n_kv_heads
+                                                  << ") must divide n_heads (" << h.n_heads << ")" << as_read);
   const int64_t head = h.dim / h.n_heads;
-  ORBIT_CHECK(head % 2 == 0, path << ": head size dim/n_heads = " << head << " must be even for RoPE");
+  ORBIT_CHECK(head % 2 == 0, path << ": head size dim/n_heads = " << head << " must be even for RoPE" << as_read);
   return h;
 }
 

@@ -207,3 +207,13 @@ def test_version_answers_as_a_flag_too(orbit_cli):
     # `orbit --version` was "unknown command '--version'" (exit 2).
     flag = run(orbit_cli, "--version")
     assert flag.stdout == run(orbit_cli, "version").stdout and flag.stdout.startswith("orbit ")
+
+
+@pytest.mark.parametrize("name", ["README.md", "models/stories260K/tok512.bin"])
+def test_a_file_that_is_no_checkpoint_says_how_it_was_read(orbit_cli, repo_root, name):
+    # A text file or a tokenizer given as the model failed on its "header" alone ("header field 'dim'
+    # (1919885347) is not divisible by n_heads (1763734633)"): the message now says how the file was read.
+    r = run(orbit_cli, "info", "--model", repo_root / name, check=False)
+    assert r.returncode == 1
+    assert f"{repo_root / name}: header field" in r.stderr, r.stderr
+    assert "(the file read as a llama2.c checkpoint: 7 int32 sizes, then float32 weights" in r.stderr, r.stderr
