@@ -9,6 +9,7 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "constraint_property_util.h"
@@ -372,4 +373,85 @@ TEST_CASE("keys of every length, some taken: the state's bound holds at every bu
     }
     CHECK(cut > 10);
   }
+}
+
+namespace {
+
+// Letters in tokens of 1 to 5 bytes, more than 4096 of them, so that inside a long pattern's key or a string below
+// its minLength the mask's entry lists only the tokens whose change in the fewest bytes left is other than minus
+// their bytes (MaskEntry::by_length; test_constraint_cache checks the entries): escapes, a two-byte character,
+// quoted pieces, digits. Every byte alone too; the last id writes none (the end token).
+std::shared_ptr<const TokenVocabulary> letters_vocabulary() {
+  TokenBytes b;
+  for (int c = 0; c < 256; ++c) b.text.emplace_back(std::string(1, static_cast<char>(c)));
+  for (char x = 'a'; x <= 'z'; ++x) {
+    for (char y = 'a'; y <= 'z'; ++y) b.text.emplace_back(std::string{x, y});
+  }
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 4200; ++i) {
+    std::string s(3 + rng() % 3, 'a');
+    for (char& c : s) c = static_cast<char>('a' + rng() % 26);
+    b.text.emplace_back(s);
+  }
+  for (const char* t : {"\\u0061", "\\u00", "\xC3\xA9", "\xC3\xA9t\xC3\xA9", "ab\"", "\":", "\":1", "\",\"", "\"}",
+                        "12", "345", ",\"", "\\\"", "\\n"}) {
+    b.text.emplace_back(t);
+  }
+  b.text.emplace_back(std::nullopt);
+  return TokenVocabulary::from_bytes(b);
+}
+
+// Seeds from ORBIT_BY_LENGTH_SEEDS ("A-B" or "A"; default 1-2).
+std::pair<uint64_t, uint64_t> by_length_seeds() {
+  const char* env = std::getenv("ORBIT_BY_LENGTH_SEEDS");
+  const std::string s = env != nullptr && *env != '\0' ? env : "1-2";
+  const auto dash = s.find('-');
+  if (dash == std::string::npos) return {std::stoull(s), std::stoull(s)};
+  return {std::stoull(s.substr(0, dash)), std::stoull(s.substr(dash + 1))};
+}
+
+}  // namespace
+
+// Random walks through long pattern keys and strings below their minLength, where the budget reads each token's
+// change in the fewest bytes off the entry's by_length list instead of walking it through the grammar: at every
+// step the budgeted mask at a random budget, and at every third step at every budget, against brute force (each
+// token's bytes advanced on a copy of the matcher). A seed sweep by hand:
+//   ORBIT_BY_LENGTH_SEEDS=1-50 build/tests/test_constraint_budgets "[by_length]"
+// With the by_length changes read one byte off (minus the bytes less one) it fails within the first key.
+TEST_CASE("long keys and strings below their minLength: budgeted masks read by length equal brute force",
+          "[constraint][property][by_length]") {
+  const auto vocab = letters_vocabulary();
+  const int64_t eos = vocab->size() - 1;
+  ConstraintLimits limits;
+  limits.whitespace = Whitespace::kNone;
+  const std::vector<std::string> schemas{
+      R"({"type":"object","propertyNames":{"pattern":"^[a-z]{40}$"},"maxProperties":2,
+          "additionalProperties":{"type":"integer"}})",
+      R"({"type":"object","propertyNames":{"pattern":"^[a-z]{6,30}$"},"maxProperties":2,
+          "additionalProperties":{"type":"string","minLength":24,"maxLength":30}})",
+      R"({"type":"array","items":{"type":"string","minLength":30,"maxLength":40},"maxItems":2})"};
+  const auto [first, last] = by_length_seeds();
+  int64_t skipped = 0, cut = 0;  // over every walk: the budgets at every step, those that dropped some token
+  for (uint64_t seed = first; seed <= last; ++seed) {
+    std::mt19937_64 rng(seed);
+    for (const std::string& schema : schemas) {
+      INFO("seed " << seed << " schema " << schema);
+      TokenConstraint tc(Constraint::json_schema(schema, limits), vocab, {.end_tokens = {eos}});
+      for (int step = 0; step < 100; ++step) {
+        INFO("after " << tc.matcher().text());
+        check_mask_brute_force(tc, *vocab, eos, static_cast<int64_t>(rng() % 90));
+        if (step % 3 == 0) check_every_budget(tc, *vocab, skipped, cut);
+        const TokenMask m = tc.allowed();
+        std::vector<int64_t> open, closing;  // a token that closes the object or the array one time in 16
+        for (int64_t id = 0; id < eos; ++id) {
+          if (m.allows(id)) (vocab->bytes(id)->find_first_of("}]") == std::string::npos ? open : closing).push_back(id);
+        }
+        const std::vector<int64_t>& from = open.empty() || (!closing.empty() && rng() % 16 == 0) ? closing : open;
+        if (from.empty()) break;  // complete
+        tc.accept(from[rng() % from.size()]);
+      }
+      CHECK(tc.matcher().complete());
+    }
+  }
+  CHECK(cut > 0);
 }

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "constrain/grammar.h"
@@ -301,4 +302,64 @@ TEST_CASE("mask cache: when full it frees part of its room, so a cycle through m
     if (pass > 0) later_hits += cache.hits() - hits;
   }
   CHECK(later_hits >= states.size() / 2);  // of 3 passes' 3 x states.size() reads
+}
+
+// Inside a key of ^[a-z]{40}$, or a string far below its minLength, each letter token shortens the fewest bytes left
+// by its bytes: over 4096 tokens change them, past the differs list's bound, where a budget walked each allowed token
+// through the grammar (~2 ms a step over GPT-2). The entry lists instead the tokens whose change is other than minus
+// their bytes (by_length): in the string a two-byte character (-1), an escape that writes one character in 6 bytes
+// (-1), one begun (+1), a '\\' (0). Each allowed token's change read off the entry is the matcher's own, and where
+// fewer than 4096 change them (the key's last letters) the plain list stays. Fails where the entry drops the list
+// past its bound (differs_complete false, by_length false).
+TEST_CASE("mask entry: where each token writes what is left, the list keeps the other changes", "[constraint_cache]") {
+  std::vector<std::optional<std::string>> bytes;
+  for (int x = 0; x < 256; ++x) bytes.emplace_back(std::string(1, static_cast<char>(x)));
+  for (char a = 'a'; a <= 'z'; ++a) {
+    for (char b = 'a'; b <= 'z'; ++b) {
+      for (char c = 'a'; c <= 'z'; c += 3) bytes.emplace_back(std::string{a, b, c});  // 26 * 26 * 9 = 6084
+    }
+  }
+  for (const char* t : {"\\u0061", "\\u00", "\xC3\xA9", "ab\"", "\":", "\""}) bytes.emplace_back(t);
+  const constrain::VocabTrie trie(bytes);
+  ConstraintLimits limits;
+  limits.whitespace = Whitespace::kNone;
+  // (schema, the text walked, the bytes of it before the first state checked)
+  const std::vector<std::tuple<std::string, std::string, std::size_t>> runs{
+      {R"({"type":"object","propertyNames":{"pattern":"^[a-z]{40}$"},"additionalProperties":{"type":"integer"}})",
+       "{\"" + std::string(39, 'q'), 3},
+      {R"({"type":"string","minLength":60})", "\"" + std::string(50, 'q'), 1}};
+  for (const auto& [schema, text, first] : runs) {
+    constrain::Grammar g;
+    g.root = constrain::add_json_schema(g, schema, limits, "schema");
+    g.finish();
+    constrain::Matcher m(g);
+    constrain::MaskCache cache(g, trie, std::numeric_limits<std::size_t>::max());
+    constrain::StateSet s, next;
+    m.start(s);
+    for (std::size_t i = 0; i < text.size(); ++i) {
+      REQUIRE(m.step(s, static_cast<uint8_t>(text[i]), next));
+      std::swap(s, next);
+      if (i + 1 < first) continue;
+      INFO("after " << text.substr(0, i + 1));
+      const auto e = cache.get(s);
+      REQUIRE(e->differs_complete);
+      const bool key = text[0] == '{';
+      const std::size_t letters_left = key ? 40 - (i - 1) : 60;
+      CHECK(e->by_length == (letters_left >= 3));  // 26 + 676 + 6084 letter tokens fit; with 2 left, 702
+      if (!key) CHECK(e->differs.size() >= 4);
+      std::vector<uint64_t> allowed;
+      e->copy_bits(allowed);
+      for (std::size_t id = 0; id < bytes.size(); ++id) {
+        if (((allowed[id / 64] >> (id % 64)) & 1) == 0) continue;
+        constrain::StateSet after = s;
+        for (const char c : *bytes[id]) {
+          REQUIRE(m.step(after, static_cast<uint8_t>(c), next));
+          std::swap(after, next);
+        }
+        const auto t = static_cast<int32_t>(id);
+        INFO("token " << *bytes[id]);
+        CHECK(m.min_bytes(after) == m.min_bytes(s) + e->delta(t, trie.length(t)));  // e->need: its key's first state's
+      }
+    }
+  }
 }

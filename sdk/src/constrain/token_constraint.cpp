@@ -264,18 +264,22 @@ struct Budget {
   // The grammar's fewest bytes after allowed token `id` (walked where the entry lists no changes); -1 where
   // the grammar refuses its bytes.
   int64_t grammar_after(int32_t id, StateSet& after) const {
-    if (entry.differs_complete) return need_now + entry.delta(id);
+    if (entry.differs_complete) return need_now + entry.delta(id, trie.length(id));
     const std::optional<std::string>& bytes = vocabulary.bytes(id);
     return bytes.has_value() && walk(m, now, *bytes, after) ? m.min_bytes(after) : -1;
   }
 
   // Every token `allowed` holds, by the slack formula (walked where it cannot tell), into `bits`. Tokens the
   // entry does not list leave the grammar's fewest bytes at need_now: all of them fit or none does, or (a
-  // floor, stacks of different slack) each is asked.
+  // floor, stacks of different slack) each is asked; with by_length at need_now less their bytes, each asked.
   void plain(const std::vector<uint64_t>& allowed, std::vector<uint64_t>& bits) const {
     StateSet after;
     if (!entry.differs_complete) {
       for_each_set(allowed, [&](int32_t id) { judge(grammar_after(id, after), id, bits); });
+      return;
+    }
+    if (entry.by_length) {
+      by_length(allowed, bits);
       return;
     }
     if (need_now + slack.add > remaining) {
@@ -286,6 +290,17 @@ struct Budget {
     for (const auto& [delta, id] : entry.differs) {
       if (has_bit(allowed, id)) judge(need_now + delta, id, bits);
     }
+  }
+
+  // plain() where the entry's differs are by_length: each allowed token's change read off the sorted list in
+  // one pass beside the ascending ids (entry.delta without its search), judged as grammar_after would.
+  void by_length(const std::vector<uint64_t>& allowed, std::vector<uint64_t>& bits) const {
+    auto listed = entry.differs.begin();
+    for_each_set(allowed, [&](int32_t id) {
+      while (listed != entry.differs.end() && listed->second < id) ++listed;
+      const bool found = listed != entry.differs.end() && listed->second == id;
+      judge(need_now + (found ? listed->first : entry.unlisted(trie.length(id))), id, bits);
+    });
   }
 
   // Allowed token `id`, one holding a '"' or ',' or (`listed`) one budget_suspects() names, into `bits`.

@@ -254,10 +254,10 @@ const std::vector<int32_t>& VocabTrie::quotes_or_commas(int quotes, bool commas)
   return quoted_[2 * static_cast<std::size_t>(std::clamp(quotes, 1, kMaxQuotes) - 1) + (commas ? 1 : 0)];
 }
 
-int64_t MaskEntry::delta(int32_t id) const {
+int64_t MaskEntry::delta(int32_t id, int64_t length) const {
   const auto it = std::lower_bound(differs.begin(), differs.end(), id,
                                    [](const std::pair<int64_t, int32_t>& d, int32_t t) { return d.second < t; });
-  return it != differs.end() && it->second == id ? it->first : 0;
+  return it != differs.end() && it->second == id ? it->first : unlisted(length);
 }
 
 void MaskEntry::copy_bits(std::vector<uint64_t>& out) const {
@@ -308,27 +308,41 @@ std::size_t MaskCache::bytes() const {
   return bytes_;
 }
 
+// What MaskCache::compute gathers beside an entry's differs: the allowed tokens whose change is other than minus
+// their bytes, as (change, token), while they are at most kMaxDiffers (complete), to stand for the differs where
+// those are more (MaskEntry::by_length).
+struct ByLengthDiffers {
+  std::vector<std::pair<int64_t, int32_t>> differs;
+  bool complete = true;
+};
+
 namespace {
 
-// Counts one more allowed token `t` with `need` bytes left after it.
-void allow(MaskEntry& e, int32_t t, int64_t need) {
+// Appends (delta, t) to `list` while it holds fewer than kMaxDiffers; past that empties it, `complete` false.
+void note(std::vector<std::pair<int64_t, int32_t>>& list, bool& complete, int64_t delta, int32_t t) {
+  if (!complete) return;
+  if (list.size() < MaskEntry::kMaxDiffers) {
+    list.emplace_back(delta, t);
+  } else {
+    std::vector<std::pair<int64_t, int32_t>>().swap(list);  // its capacity too: the entry is kept
+    complete = false;
+  }
+}
+
+// Counts one more allowed token `t` of `length` bytes with `need` bytes left after it.
+void allow(MaskEntry& e, ByLengthDiffers& by_length, int32_t t, int64_t length, int64_t need) {
   e.dense[static_cast<std::size_t>(t) / 64] |= uint64_t{1} << (t % 64);
   ++e.allowed;
   const int64_t delta = need - e.need;
   e.min_delta = std::min(e.min_delta, delta);
   e.max_delta = std::max(e.max_delta, delta);
-  if (delta == 0 || !e.differs_complete) return;
-  if (e.differs.size() < MaskEntry::kMaxDiffers) {
-    e.differs.emplace_back(delta, t);
-  } else {
-    std::vector<std::pair<int64_t, int32_t>>().swap(e.differs);  // its capacity too: the entry is kept
-    e.differs_complete = false;
-  }
+  if (delta != 0) note(e.differs, e.differs_complete, delta, t);
+  if (delta != -length) note(by_length.differs, by_length.complete, delta, t);
 }
 
 }  // namespace
 
-void MaskCache::walk(const PreorderTrie& trie, const StateSet& state, MaskEntry& e) const {
+void MaskCache::walk(const PreorderTrie& trie, const StateSet& state, MaskEntry& e, ByLengthDiffers& by_length) const {
   std::vector<StateSet> at(static_cast<std::size_t>(trie.max_len) + 1);
   at[0] = state;
   const std::size_t n = trie.byte.size();
@@ -341,7 +355,9 @@ void MaskCache::walk(const PreorderTrie& trie, const StateSet& state, MaskEntry&
     const int32_t first = trie.token_begin[i], last = trie.token_begin[i + 1];
     if (first < last) {
       const int64_t need = matcher_.min_bytes(at[d]);
-      for (int32_t k = first; k < last; ++k) allow(e, trie.tokens[static_cast<std::size_t>(k)], need);
+      for (int32_t k = first; k < last; ++k) {
+        allow(e, by_length, trie.tokens[static_cast<std::size_t>(k)], static_cast<int64_t>(d), need);
+      }
     }
     ++i;
   }
@@ -353,6 +369,7 @@ MaskEntry MaskCache::compute(const StateSet& state) const {
   e.need = matcher_.min_bytes(state);
   e.words = static_cast<std::size_t>((trie_.vocab_size() + 63) / 64);
   e.dense.assign(e.words, 0);
+  ByLengthDiffers by_length;
   const int64_t room = matcher_.string_room(state);
   if (room >= 0) {
     // Inside a string: the plain tokens whose characters fit, then a walk of the others.
@@ -361,15 +378,20 @@ MaskEntry MaskCache::compute(const StateSet& state) const {
       e.allowed = trie_.plain_count_;
       e.min_delta = std::min<int64_t>(e.min_delta, 0);
       e.max_delta = std::max<int64_t>(e.max_delta, 0);
+      by_length.complete = false;  // each of them changes the fewest bytes by 0, not minus its bytes: not listed
     } else {
       for (std::size_t t = 0; t < trie_.plain_chars_.size(); ++t) {
         const int64_t chars = trie_.plain_chars_[t];
-        if (chars > 0 && chars <= room) allow(e, static_cast<int32_t>(t), e.need);
+        if (chars > 0 && chars <= room) allow(e, by_length, static_cast<int32_t>(t), trie_.lengths_[t], e.need);
       }
     }
-    walk(trie_.not_plain_, state, e);
+    walk(trie_.not_plain_, state, e, by_length);
   } else {
-    walk(trie_.all_, state, e);
+    walk(trie_.all_, state, e, by_length);
+  }
+  if (!e.differs_complete && by_length.complete) {  // e.g. inside a key of ^[a-z]{40}$: each letter writes one
+    e.differs = std::move(by_length.differs);
+    e.differs_complete = e.by_length = true;
   }
   std::sort(e.differs.begin(), e.differs.end(), [](const auto& x, const auto& y) { return x.second < y.second; });
   e.compact();

@@ -134,9 +134,12 @@ class VocabTrie {
 // (matcher.h: key) even where `need` itself differs (a string far below its minLength): `differs` lists the
 // allowed tokens after which the fewest bytes left change by other than 0, as (change, token); every other
 // allowed token leaves them as they were. When more than kMaxDiffers tokens change it (a string below its
-// minLength: each token shortens what is left by its own length) the list is dropped (differs_complete
-// false) and a budget check asks the matcher per token. min_delta and max_delta bound the change. An entry's
-// differs are sorted by token (MaskCache::compute sorts them), so delta() finds one in O(log n).
+// minLength, a key of a pattern such as ^[a-z]{40}$: each token shortens what is left by its own length), the
+// list is kept instead of the tokens whose change is other than minus their bytes (`by_length`: every other
+// allowed token of n bytes changes them by -n), where those are at most kMaxDiffers; where they are more as
+// well, the list is dropped (differs_complete false) and a budget check asks the matcher per token. min_delta
+// and max_delta bound the change. An entry's differs are sorted by token (MaskCache::compute sorts them), so
+// delta() finds one in O(log n).
 //
 // The allowed tokens are held as a bitset of the vocabulary (dense), or, where fewer bytes hold them, as their
 // ids ascending (ids; dense then empty): a state inside a declared key allows a handful of 128k tokens, and a
@@ -152,17 +155,22 @@ struct MaskEntry {
   int64_t need = 0;
   std::vector<std::pair<int64_t, int32_t>> differs;
   bool differs_complete = true;
+  bool by_length = false;  // an allowed token `differs` does not list changes the fewest bytes by minus its bytes
   int64_t min_delta = std::numeric_limits<int64_t>::max();
   int64_t max_delta = std::numeric_limits<int64_t>::min();
 
-  // The change in the fewest bytes left after allowed token `id`: its entry in `differs`, else 0. Only where
-  // differs_complete.
-  int64_t delta(int32_t id) const;
+  // The change in the fewest bytes left after allowed token `id` of `length` bytes: its entry in `differs`, else
+  // 0, or with by_length -length. Only where differs_complete.
+  int64_t delta(int32_t id, int64_t length) const;
+  // The change after an allowed token of `length` bytes that `differs` does not list: 0, or with by_length -length.
+  int64_t unlisted(int64_t length) const { return by_length ? -length : 0; }
   // Replaces `out` with the allowed tokens as a bitset of `words` words.
   void copy_bits(std::vector<uint64_t>& out) const;
   // Keeps the allowed tokens as ids where that takes fewer bytes than the bitset (MaskCache::compute's last step).
   void compact();
 };
+
+struct ByLengthDiffers;
 
 // The masks of one grammar over one vocabulary. Thread-safe: lookups lock; a miss computes outside the lock
 // (two threads may both compute it; the first insert wins). Holds at most max_bytes, counted by
@@ -186,8 +194,8 @@ class MaskCache {
   static std::size_t entry_bytes(const std::vector<uint32_t>& key, const MaskEntry& entry);
 
  private:
-  // Walks `trie` from `state`, adding what it allows to `e`.
-  void walk(const PreorderTrie& trie, const StateSet& state, MaskEntry& e) const;
+  // Walks `trie` from `state`, adding what it allows to `e` and to `by_length` (token_masks.cpp).
+  void walk(const PreorderTrie& trie, const StateSet& state, MaskEntry& e, ByLengthDiffers& by_length) const;
 
  public:
   std::size_t hits() const;
