@@ -363,3 +363,61 @@ TEST_CASE("mask entry: where each token writes what is left, the list keeps the 
     }
   }
 }
+
+// A map's member count is keyed as a sentinel while the next horizon bytes cannot bring it near maxProperties (256
+// here, ConstraintLimits::max_object_members): a member takes at least 4 bytes, so over a vocabulary whose longest
+// token is 128 bytes (GPT-2's) the count is exact only from member 222 on. Counted as one member a byte, it was exact
+// from member 127 on, and each member's states were masks of their own: 40 new masks a member of a 3-letter key,
+// where here the members from the 10th to the 200th add none. Each state's cached mask (computed for the first
+// state of its key) is the state's own: the same tokens, and the same fewest bytes after each.
+TEST_CASE("mask cache: a map's member count is a sentinel while the vocabulary's longest token cannot reach its bound",
+          "[constraint_cache]") {
+  constrain::Grammar g;
+  g.root = constrain::add_json_schema(
+      g, R"({"type":"object","propertyNames":{"pattern":"^[a-z]{3}$"},"additionalProperties":{"type":"integer"}})",
+      ConstraintLimits{}, "schema");
+  g.finish();
+  std::vector<std::optional<std::string>> bytes;
+  for (int x = 0; x < 256; ++x) bytes.emplace_back(std::string(1, static_cast<char>(x)));
+  bytes.emplace_back(std::string(128, ' '));  // the horizon: 128 bytes
+  bytes.emplace_back("\", \"");
+  bytes.emplace_back("\": 1");
+  const constrain::VocabTrie trie(bytes);
+  REQUIRE(trie.max_token_bytes() == 128);
+  constrain::Matcher m(g);
+  constrain::MaskCache cache(g, trie, std::numeric_limits<std::size_t>::max());
+  std::string text = "{";
+  std::vector<std::size_t> member_end;
+  for (int i = 0; i < 250; ++i) {
+    const std::string key{static_cast<char>('a' + i / 26 % 26), static_cast<char>('a' + i % 26), 'q'};
+    text += (i == 0 ? "\"" : ", \"") + key + "\": 1";
+    member_end.push_back(text.size());
+  }
+  text += "}";
+  constrain::StateSet s, next;
+  m.start(s);
+  std::vector<std::size_t> misses_at;  // the cache's misses at each member's end
+  for (std::size_t i = 0, member = 0; i < text.size(); ++i) {
+    REQUIRE(m.step(s, static_cast<uint8_t>(text[i]), next));
+    std::swap(s, next);
+    const auto cached = cache.get(s);
+    const constrain::MaskEntry own = cache.compute(s);
+    std::vector<uint64_t> cached_bits, own_bits;
+    cached->copy_bits(cached_bits);
+    own.copy_bits(own_bits);
+    INFO("after " << text.substr(0, i + 1));
+    REQUIRE(cached_bits == own_bits);
+    REQUIRE(cached->complete == own.complete);
+    for (std::size_t id = 0; id < bytes.size(); ++id) {
+      if (((own_bits[id / 64] >> (id % 64)) & 1) == 0) continue;
+      const auto t = static_cast<int32_t>(id);
+      REQUIRE(cached->delta(t, trie.length(t)) == own.delta(t, trie.length(t)));
+    }
+    if (member < member_end.size() && i + 1 == member_end[member]) {
+      misses_at.push_back(cache.misses());
+      ++member;
+    }
+  }
+  CHECK(misses_at[200] == misses_at[10]);
+  CHECK(misses_at[249] > misses_at[200]);  // near 256 members the count is exact
+}

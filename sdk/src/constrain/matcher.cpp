@@ -344,6 +344,12 @@ void Matcher::key(const StateSet& s, int64_t horizon, std::vector<uint32_t>& out
         const auto c = static_cast<int64_t>(a);
         // Every comparison of the counter over the next `horizon` increments comes out the same.
         const bool far_from_max = c + horizon + 2 <= n.max_count;
+        // An object's members over the next `horizon` bytes: its count rises at a '"' (an extra key's opening
+        // quote, a declared key's closing one), and two such quotes are at least 4 bytes apart (`":0,"`: a ':', a
+        // value and a ',' between them), so at most (horizon + 3) / 4 times. Counted in bytes, a map of GPT-2's
+        // vocabulary (a 128-byte token) was keyed by its exact count from its 127th member on (of at most 256),
+        // each member's states new masks.
+        const int64_t members_ahead = (horizon + 3) / 4;
         const bool past_min = n.min_count == 0 || c >= n.min_count + horizon;
         const bool below_min = c + horizon + 1 < n.min_count;  // min_bytes then falls by what is written
         switch (n.kind) {
@@ -356,12 +362,12 @@ void Matcher::key(const StateSet& s, int64_t horizon, std::vector<uint32_t>& out
             if (far_from_max) a = kMid;
             break;
           case NodeKind::kAnyObject:  // members only grow: once at min_count they stay there
-            if (far_from_max && c >= n.min_count) a = kMid;
+            if (c + members_ahead + 2 <= n.max_count && c >= n.min_count) a = kMid;
             break;
           case NodeKind::kObject: {
             // A count at min_count whose every max_count check passes over the horizon, whatever is required.
             const int64_t had = members(n, a);
-            if (n.counted && had >= n.min_count && had + declared_count(n) + horizon + 2 <= n.max_count) {
+            if (n.counted && had >= n.min_count && had + declared_count(n) + members_ahead + 2 <= n.max_count) {
               a = kObjectMid | spent(n, a);
             }
             break;

@@ -103,7 +103,9 @@ class Matcher {
   int64_t string_room(const StateSet& s) const;
   // The state as words. With horizon H >= 0, a counter whose every comparison comes out the same for the
   // next H bytes (a string's length far from its bounds, say) is written as one sentinel: two states with
-  // equal keys then allow exactly the same tokens of at most H bytes, with the same fewest bytes after each.
+  // equal keys then allow exactly the same tokens of at most H bytes, with the same fewest bytes after each. An
+  // object's member count rises at most once every 4 bytes, so it is a sentinel while (H + 3) / 4 more members
+  // pass every check.
   void key(const StateSet& s, int64_t horizon, std::vector<uint32_t>& out) const;
 
  private:
