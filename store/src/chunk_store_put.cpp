@@ -60,6 +60,18 @@ std::optional<Status> ChunkStore::prepare_put(const std::string& key, const Stor
     return Status::refused("ChunkStore::put: PutOptions::tier is disk but the store has no directory");
   }
   if (!durable && !pending->disk_only) return std::nullopt;
+  {
+    // While the index refuses commits, a blob written now would only be discarded (and fill a full disk
+    // further): a small probe commit first, and no blob unless it passes.
+    std::lock_guard<std::mutex> lock(mu_);
+    Status index = disk_->probe_commit();
+    if (!index) {
+      disk_failed(index);
+      if (pending->disk_only) return index;
+      pending->disk_error = index;  // kept in memory by place_put
+      return std::nullopt;
+    }
+  }
   Result<PreparedBlob> blob = disk_->prepare(key, value);  // outside the lock: encode, write, fsync
   if (blob) {
     pending->prepared = blob.value();

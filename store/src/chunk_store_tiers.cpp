@@ -98,6 +98,11 @@ bool ChunkStore::place_below(StoreTier from, const std::string& key, const Value
 }
 
 Status ChunkStore::write_to_disk_locked(const std::string& key, const ValuePtr& value) {
+  Status index = disk_->probe_commit();  // no blob while the index refuses commits
+  if (!index) {
+    disk_failed(index);
+    return index;
+  }
   Result<PreparedBlob> blob = disk_->prepare(key, *value);
   if (!blob) {
     disk_failed(blob.status());
@@ -132,6 +137,8 @@ ValuePtr ChunkStore::memory_copy(const std::string& key) const {
 }
 
 Status ChunkStore::disk_recovered() {
+  Status index = disk_->probe_commit();  // an index that still refuses commits gets no blob written back
+  if (!index) return index;
   const std::vector<std::string> keys(memory_only_.begin(), memory_only_.end());
   for (const std::string& key : keys) {
     ValuePtr value = disk_->locate(key) == nullptr ? memory_copy(key) : nullptr;

@@ -314,6 +314,7 @@ Status DiskTier::commit(const PreparedBlob& blob, const RowAttrs& attrs, bool re
   std::string replaced;
   std::optional<DiskRow> kept;
   Status s = index_->upsert(row, &replaced, replace, &kept);
+  commit_refused_ = !s;
   if (!s) {
     discard(blob);
     // Out of space: the WAL may be what is full (at a file-size limit). A checkpoint lets the next commit
@@ -334,6 +335,14 @@ Status DiskTier::commit(const PreparedBlob& blob, const RowAttrs& attrs, bool re
   add_row(std::move(row));
   rows_[blob.key].pinned = attrs.pinned;
   return Status::ok();
+}
+
+Status DiskTier::probe_commit() {
+  if (!commit_refused_) return Status::ok();
+  Status s = index_->probe_commit();
+  if (s.code() == StatusCode::kOutOfCapacity) (void)index_->checkpoint();  // as commit(): the WAL may start over
+  commit_refused_ = !s;
+  return s;
 }
 
 Status DiskTier::insert(const std::string& key, const ValuePtr& value) {

@@ -498,6 +498,16 @@ Status SqliteIndex::erase(const std::string& key, std::string* blob) {
   return Status::ok();
 }
 
+Status SqliteIndex::probe_commit() {
+  errno = 0;  // failure() reads what a failed write left
+  Stmt s(db_,
+         "INSERT INTO meta(name, value) VALUES('commit_probe', '1') ON CONFLICT(name) DO UPDATE SET value = "
+         "CAST(CAST(value AS INTEGER) + 1 AS TEXT)",
+         path_);
+  const int rc = s.step();
+  return rc == SQLITE_DONE ? Status::ok() : failure(rc, "probing whether the index takes a commit");
+}
+
 Status SqliteIndex::mark_corrupt(const std::string& key, const std::string& blob) {
   Stmt s(db_, "UPDATE entries SET corrupt = 1 WHERE key = ?1 AND blob = ?2", path_);
   s.bind(1, key).bind(2, blob);

@@ -11,6 +11,13 @@
 //                                            degraded put, AFTER more puts under the same limit, each printed as
 //                                            "i ok" or "i degraded <warning>", then "memory-only N" (entries
 //                                            still not durable) and "flush <status>"
+//   store_kill_child stuck DIR AFTER         puts 30 small values, closes, reopens under RLIMIT_FSIZE = the
+//                                            index file's size (SIGXFSZ ignored), so the index cannot grow:
+//                                            puts values of at most 20 rows (blobs far below the limit) until
+//                                            one degrades the disk ("degraded <i>"; "never degraded" after 400),
+//                                            then AFTER more, each printed as "i degraded" or "i ok", then
+//                                            "blob-writes N" (write calls on blob files during those AFTER puts)
+//                                            and "memory-only N"
 //   store_kill_child stall DIR I             puts value I, stopping inside its blob write: after the first
 //                                            write to the temp file it prints "in blob" and waits to be killed
 //   store_kill_child key FINGERPRINT T,T,... prints chunk_key_tokens(FINGERPRINT, tokens)
@@ -30,15 +37,18 @@
 //                                            starting this program costs, for tests that kill hundreds of
 //                                            writers
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -179,6 +189,57 @@ int fsize(const std::string& dir, int64_t first, int64_t limit, bool small, int6
   }
 }
 
+// Whether store_test_value(i) has at most 20 rows (a blob of about 10 KiB at most).
+bool tiny(int64_t i) { return i % 5 != 0 && (i * 7919) % 200 < 20; }
+
+int stuck(const std::string& dir, int64_t after) {
+  ::signal(SIGXFSZ, SIG_IGN);
+  int64_t i = 1;
+  {
+    orbit::store::ChunkStore store(options(dir));
+    for (int n = 0; n < 30; ++i) {
+      if (!tiny(i)) continue;
+      ++n;
+      if (!store.put(orbit::test::store_test_key(i), orbit::test::store_test_value(i))) return 1;
+    }
+  }  // the last connection's close checkpoints the WAL into the index file
+  struct stat st {};
+  if (::stat((dir + "/index.sqlite").c_str(), &st) != 0) return 2;
+  auto writes = std::make_shared<std::atomic<int64_t>>(0);
+  orbit::store::ChunkStoreOptions o = options(dir);
+  o.warn_disk_errors = false;
+  o.io_hooks.write = [writes](int fd, const void* data, std::size_t size) -> ssize_t {
+    ++*writes;
+    return ::write(fd, data, size);
+  };
+  orbit::store::ChunkStore store(o);
+  struct rlimit rl {};
+  getrlimit(RLIMIT_FSIZE, &rl);
+  rl.rlim_cur = static_cast<rlim_t>(st.st_size);
+  if (setrlimit(RLIMIT_FSIZE, &rl) != 0) return 3;
+  const auto put = [&](int64_t k) {
+    (void)store.put(orbit::test::store_test_key(k), orbit::test::store_test_value(k));
+    return store.stats().disk_degraded;
+  };
+  bool degraded = false;
+  for (int n = 0; n < 400 && !degraded; ++i) {
+    if (!tiny(i)) continue;
+    ++n;
+    degraded = put(i);
+  }
+  std::printf(degraded ? "degraded %lld\n" : "never degraded\n", static_cast<long long>(i - 1));
+  *writes = 0;
+  for (int64_t done = 0; degraded && done < after; ++i) {
+    if (!tiny(i)) continue;
+    ++done;
+    std::printf("%lld %s\n", static_cast<long long>(i), put(i) ? "degraded" : "ok");
+  }
+  std::printf("blob-writes %lld\nmemory-only %lld\n", static_cast<long long>(writes->load()),
+              static_cast<long long>(store.memory_only_entries()));
+  std::fflush(stdout);
+  return 0;
+}
+
 // Nothing here has started a thread (no store is open in this process), so fork() is safe.
 int fork_server() {
   char line[4096];
@@ -221,6 +282,7 @@ int main(int argc, char** argv) {
     if (mode == "fsize" && (argc == 5 || (argc >= 6 && argc <= 7 && std::strcmp(argv[5], "small") == 0))) {
       return fsize(argv[2], std::atoll(argv[3]), std::atoll(argv[4]), argc >= 6, argc == 7 ? std::atoll(argv[6]) : 0);
     }
+    if (mode == "stuck" && argc == 4) return stuck(argv[2], std::atoll(argv[3]));
     if (mode == "stall" && argc == 4) return stall(argv[2], std::atoll(argv[3]));
     if (mode == "hold" && argc == 5) return hold(argv[2], std::atoll(argv[3]), std::atoll(argv[4]));
     if (mode == "rwrite" && argc == 6) return rwrite(argv[2], argv[3], std::atoll(argv[4]), std::atoll(argv[5]));

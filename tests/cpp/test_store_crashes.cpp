@@ -114,6 +114,29 @@ TEST_CASE("a store whose index WAL hit the file-size limit takes writes again at
   CHECK(report.unreferenced_blobs == 0);
 }
 
+// An index that cannot grow (RLIMIT_FSIZE at its size: the WAL fills and no checkpoint can copy it) refuses every
+// commit. Each put then wrote its whole blob before the commit failed and the blob was discarded (old: one or more
+// blob writes per put, filling a full disk further); now a put asks the index with a small probe commit first and
+// writes no blob while it refuses. The values stay in memory, not durable, as before.
+TEST_CASE("while the index refuses commits, a put writes no blob until a probe commit passes", "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  const std::vector<std::string> lines = child_lines({"stuck", d, "5"});
+  REQUIRE(lines.size() == 1 + 5 + 2);
+  REQUIRE_THAT(lines[0], Catch::Matchers::StartsWith("degraded "));
+  for (size_t n = 1; n <= 5; ++n) {
+    INFO(lines[n]);
+    CHECK_THAT(lines[n], Catch::Matchers::EndsWith(" degraded"));  // still refused: the index cannot grow
+  }
+  CHECK(lines[6] == "blob-writes 0");
+  CHECK(lines[7] == "memory-only 6");    // the degraded put's value and the five after it
+  ChunkStore reopened(disk_options(d));  // without the limit: the memory-only values were never durable
+  reopened.verify_integrity(true);
+  const VerifyReport report = verify_store(d);
+  CHECK(report.clean());
+  CHECK(report.unreferenced_blobs == 0);
+}
+
 // A kill inside a blob write leaves its temp file; the next open removes it, but never a live writer's (held
 // by its flock), so leftovers do not pile up across crashes until `orbit store gc`.
 TEST_CASE("the temp file of a writer killed inside its blob goes at the next open; a live writer's stays",

@@ -130,6 +130,11 @@ class DiskTier final : public Tier {
   // prepared blob is discarded and nothing changes.
   Status commit(const PreparedBlob& blob, const RowAttrs& attrs, bool replace = true);
   Status erase(const std::string& key);
+  // Whether the index takes a commit now: ok at once unless the last commit() was refused; after a refusal, one
+  // small write transaction (SqliteIndex::probe_commit, checkpointing after a refusal for want of space as
+  // commit() does), so that a store whose index refuses commits (a full disk, a file-size limit) does not write
+  // a whole blob per put only to discard it. ok clears the refusal.
+  Status probe_commit();
   // Eviction: deletes the row unless another process holds a lease on it. ok(false) when held.
   Result<bool> evict(const std::string& key);
   // nullptr when absent (corrupt rows are absent). locate() looks in the mirror only; find() also in
@@ -172,6 +177,7 @@ class DiskTier final : public Tier {
   std::thread beat_;
   std::unordered_map<std::string, DiskRow> rows_;  // non-corrupt rows, mirrored from the index
   int64_t used_ = 0;
+  bool commit_refused_ = false;  // the last commit() was refused by the index: probe_commit() asks it again
 };
 
 }  // namespace orbit::store
