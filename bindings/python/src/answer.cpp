@@ -159,14 +159,15 @@ std::vector<std::string> check_tool_entries(const py::list& tools, const std::st
 
 namespace {
 
-// A tool_choice naming a tool names one of `names`.
-void check_named_tool(const std::string& choice, const std::vector<std::string>& names) {
+// A tool_choice naming a tool names one of `names`. A string names a tool or a mode, so its error lists both.
+void check_named_tool(const std::string& choice, const std::vector<std::string>& names, bool from_string) {
   std::string listed;
   for (const std::string& n : names) {
     if (n == choice) return;
     listed += (listed.empty() ? "" : ", ") + n;
   }
-  ORBIT_CHECK(false, "generate: tool_choice: '" << choice << "' is not among the tools (" << listed << ")");
+  ORBIT_CHECK(false, "generate: tool_choice: '" << choice << "' is not among the tools (" << listed << ")"
+                                                << (from_string ? " nor one of 'auto', 'none', 'required'" : ""));
 }
 
 // generate's tools as JSON text (a.tools_json), checked to be an array of tool dicts; their names, in order.
@@ -207,7 +208,7 @@ AnswerSpec build_spec(const PyWindow& w, const py::object& tools, const py::obje
   const auto [choice, named] = to_tool_choice(tool_choice);
   ORBIT_CHECK(a.tools_json.empty() ? !named && (choice == "auto" || choice == "none") : true,
               "generate: tool_choice = '" << choice << "' needs tools");
-  if (named && !a.tools_json.empty()) check_named_tool(choice, names);
+  if (named && !a.tools_json.empty()) check_named_tool(choice, names, py::isinstance<py::str>(tool_choice));
   a.read_calls = !a.tools_json.empty() && (named || choice != "none");
   if (!a.tools_json.empty() && (named || (choice != "auto" && choice != "none"))) {
     const std::string only = named ? choice : "";
