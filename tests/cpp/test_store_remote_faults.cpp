@@ -212,32 +212,58 @@ class WarningLog {
   std::vector<std::string> messages_;
 };
 
+// A store on `dir` with its remote tier at `server`, whose warnings are on (for a WarningLog) and whose values
+// are authenticated (no warning about unauthenticated reads).
+ChunkStoreOptions warning_store_options(const test::RedisServer& server, const std::string& dir) {
+  ChunkStoreOptions o = test::remote_store_options(server.url(), dir);
+  o.remote.warn = true;
+  o.remote.secret = "s";
+  return o;
+}
+
+// What close_with_queued_writes saw.
+struct QueuedClose {
+  int64_t writes_before_kill = 0;        // remote writes delivered before the kill: entry 1's
+  RemoteStats at_close;                  // the remote tier's counters just before the close
+  std::vector<std::string> undelivered;  // the "not delivered" warnings `log` got
+};
+
+// On a store opened on `o`: puts entry 1 and waits until it is delivered, kills `server`, puts entries 2 to 4
+// (their remote writes queue) and waits until the writer has met the dead server; then closes the store with
+// those three writes queued. REQUIREs each put, the delivery and the writer's failure.
+QueuedClose close_with_queued_writes(const ChunkStoreOptions& o, test::RedisServer& server, WarningLog& log) {
+  QueuedClose closed;
+  {
+    ChunkStore store(o);
+    REQUIRE(store.put(remote_key(1), test::store_test_value(1)).is_ok());
+    REQUIRE(store.drain_remote(std::chrono::milliseconds(10000)));
+    closed.writes_before_kill = store.stats().remote.writes;
+    server.kill();  // mid-stream: what is queued now never reaches it
+    for (int64_t i = 2; i <= 4; ++i) REQUIRE(store.put(remote_key(i), test::store_test_value(i)).is_ok());
+    wait_until([&] { return store.stats().remote.write_failures > 0; });
+    closed.at_close = store.stats().remote;
+    REQUIRE(closed.at_close.write_failures > 0);  // the writer met the dead server
+  }
+  for (const std::string& m : log.messages()) {
+    if (m.find("not delivered") != std::string::npos) closed.undelivered.push_back(m);
+  }
+  return closed;
+}
+
 }  // namespace
 
 TEST_CASE("writes queued for a killed server are named when the store closes; an empty restart loses nothing local",
           "[store][remote]") {
   test::TempDir dir;
   test::RedisServer server(dir / "redis", {}, /*durable=*/false);  // a restart comes back empty
-  ChunkStoreOptions o = test::remote_store_options(server.url(), dir / "s");
-  o.remote.warn = true;
-  o.remote.secret = "s";  // no warning about unauthenticated reads
+  const ChunkStoreOptions o = warning_store_options(server, dir / "s");
   WarningLog log;
-  {
-    ChunkStore store(o);
-    REQUIRE(store.put(remote_key(1), test::store_test_value(1)).is_ok());
-    REQUIRE(store.drain_remote(std::chrono::milliseconds(10000)));
-    REQUIRE(store.stats().remote.writes == 1);
-    server.kill();  // mid-stream: what is queued now never reaches it
-    for (int64_t i = 2; i <= 4; ++i) REQUIRE(store.put(remote_key(i), test::store_test_value(i)).is_ok());
-    wait_until([&] { return store.stats().remote.write_failures > 0; });
-    REQUIRE(store.stats().remote.write_failures > 0);  // the writer met the dead server
-    CHECK(store.stats().remote.queued == 3);
-    CHECK(store.stats().remote.writes == 1);
-  }  // closed while the server is down: the three writes are dropped, and said so
-  std::vector<std::string> undelivered;
-  for (const std::string& m : log.messages()) {
-    if (m.find("not delivered") != std::string::npos) undelivered.push_back(m);
-  }
+  // Closed while the server is down: the three writes are dropped, and said so.
+  const QueuedClose closed = close_with_queued_writes(o, server, log);
+  REQUIRE(closed.writes_before_kill == 1);
+  CHECK(closed.at_close.queued == 3);
+  CHECK(closed.at_close.writes == 1);
+  const std::vector<std::string>& undelivered = closed.undelivered;
   REQUIRE(undelivered.size() == 1);
   CHECK_THAT(undelivered[0], Contains(server.endpoint()) && Contains("closed with 3 queued writes") &&
                                  Contains("the local tiers keep those entries"));
@@ -323,23 +349,9 @@ TEST_CASE("writes a close left queued for a down server are re-sent from the loc
           "[store][remote]") {
   test::TempDir dir;
   test::RedisServer server(dir / "redis", {}, /*durable=*/false);
-  ChunkStoreOptions o = test::remote_store_options(server.url(), dir / "s");
-  o.remote.warn = true;
-  o.remote.secret = "s";  // no warning about unauthenticated reads
+  ChunkStoreOptions o = warning_store_options(server, dir / "s");
   WarningLog log;
-  {
-    ChunkStore store(o);
-    REQUIRE(store.put(remote_key(1), test::store_test_value(1)).is_ok());
-    REQUIRE(store.drain_remote(std::chrono::milliseconds(10000)));
-    server.kill();
-    for (int64_t i = 2; i <= 4; ++i) REQUIRE(store.put(remote_key(i), test::store_test_value(i)).is_ok());
-    wait_until([&] { return store.stats().remote.write_failures > 0; });
-    REQUIRE(store.stats().remote.write_failures > 0);
-  }  // closed with three writes queued
-  std::vector<std::string> undelivered;
-  for (const std::string& m : log.messages()) {
-    if (m.find("not delivered") != std::string::npos) undelivered.push_back(m);
-  }
+  const std::vector<std::string> undelivered = close_with_queued_writes(o, server, log).undelivered;
   REQUIRE(undelivered.size() == 1);
   CHECK_THAT(undelivered[0],
              Contains("closed with 3 queued writes") && Contains("the next open of this store re-sends them"));
