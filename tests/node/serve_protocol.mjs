@@ -205,12 +205,18 @@ async function abort() {
   };
   // The model writes a token in well under a millisecond: where the whole answer went out before the abort
   // reached the server (all of max_tokens counted, none cancelled), the case runs once more.
+  // The run has ended once nothing is busy; the server counts it (cancelled, or its tokens) before it leaves the
+  // in-flight gauge, so from then on it is one or the other. Waited for, not for a fixed time: on a loaded machine
+  // the server may see the abort late. The deadline is a hang guard; past it the check below fails with the counts.
+  const ended = (now, before) =>
+    now.busy === 0 && (now.cancelled !== before.cancelled || now.completion - before.completion === MAX);
   const attempt = async (start) => {
     const before = await metrics();
     const controller = new AbortController();
     const read = await pieces(await start(controller), controller);
+    const deadline = Date.now() + 180_000;
     let now = await metrics();
-    for (let i = 0; i < 100 && (now.cancelled === before.cancelled || now.busy > 0); i++) {
+    while (!ended(now, before) && Date.now() < deadline) {
       await sleep(50);
       now = await metrics();
     }
