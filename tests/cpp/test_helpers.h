@@ -53,6 +53,17 @@ inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>
   return m;
 }
 
+// The largest |a − b| over the keys and values of layers from `from_layer` on (a chunk's content: one {k, v} per
+// layer).
+template <class Layers>
+double content_diff(const Layers& a, const Layers& b, std::size_t from_layer = 0) {
+  double worst = 0.0;
+  for (std::size_t l = from_layer; l < a.size(); ++l) {
+    worst = std::max({worst, max_abs_diff(a[l].k, b[l].k), max_abs_diff(a[l].v, b[l].v)});
+  }
+  return worst;
+}
+
 // n token ids drawn uniformly from [1, vocab).
 template <class Rng>
 std::vector<int64_t> random_tokens(Rng& rng, int64_t n, int64_t vocab = 512) {

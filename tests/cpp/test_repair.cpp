@@ -23,6 +23,7 @@
 
 using namespace orbit::runtime;
 using Catch::Matchers::Contains;
+using orbit::test::content_diff;
 using orbit::test::float32_kl_margin;
 using orbit::test::max_abs_diff;
 
@@ -93,14 +94,6 @@ orbit::test::Float32Shape shape_of(const ArmResult& r) {
                           p.context_length + p.chunk_length + static_cast<int64_t>(p.scenario.query.size())});
   s.logit_scale = std::max(r.query_logits.abs().max().item<double>(), p.exact_logits.abs().max().item<double>());
   return s;
-}
-
-double content_diff(const Content& a, const Content& b) {
-  double worst = 0;
-  for (std::size_t l = 0; l < a.size(); ++l) {
-    worst = std::max({worst, max_abs_diff(a[l].k, b[l].k), max_abs_diff(a[l].v, b[l].v)});
-  }
-  return worst;
 }
 
 double total_kv_error(const Fidelity& f) {

@@ -20,6 +20,7 @@
 #include "forward_batch_cases.h"
 #include "orbit/common/error.h"
 #include "orbit/runtime/decode_cache.h"
+#include "orbit/runtime/fidelity.h"
 #include "orbit/runtime/generator.h"
 #include "orbit/runtime/loader.h"
 #include "orbit/runtime/reuse.h"
@@ -28,6 +29,7 @@
 
 using namespace orbit::runtime;
 using Catch::Matchers::Contains;
+using orbit::test::content_diff;
 using orbit::test::max_abs_diff;
 
 namespace {
@@ -114,13 +116,6 @@ std::vector<int64_t> sample_text(const Model& m, int64_t n, uint64_t seed, doubl
   return tokens;
 }
 
-// Mean over rows of KL(softmax(p) ‖ softmax(q)), in float64.
-double mean_kl(const at::Tensor& p_logits, const at::Tensor& q_logits) {
-  const at::Tensor lp = at::log_softmax(p_logits.to(at::kDouble), -1);
-  const at::Tensor lq = at::log_softmax(q_logits.to(at::kDouble), -1);
-  return (lp.exp() * (lp - lq)).sum(-1).mean().item<double>();
-}
-
 // The window context · B · query with B's KV given (patched, blind or exact); logits for every query token.
 at::Tensor query_logits(const Model& m, const PastKV& context, const Content& b, const std::vector<int64_t>& query) {
   const int64_t start = context.length(), n = b[0].k.size(0);
@@ -171,14 +166,6 @@ PatchOptions ranks(int64_t rank, SvdMethod method = SvdMethod::kExact) {
   o.rank_k = o.rank_v = rank;
   o.method = method;
   return o;
-}
-
-double max_content_diff(const Content& a, const Content& b) {
-  double worst = 0.0;
-  for (std::size_t l = 0; l < a.size(); ++l) {
-    worst = std::max({worst, max_abs_diff(a[l].k, b[l].k), max_abs_diff(a[l].v, b[l].v)});
-  }
-  return worst;
 }
 
 }  // namespace
@@ -249,7 +236,7 @@ TEST_CASE("context assembly and the conditioned prefill equal one prefill of the
   CHECK(at::equal(assemble_context(m, {chunk_of(a)}, 100).positions, at::arange(100, 110, at::kLong)));
   const PastKV none = assemble_context(m, {});
   CHECK(none.length() == 0);
-  CHECK(max_content_diff(conditioned(m, chunk_of(c), none), canonical(m, chunk_of(c))) == 0.0);
+  CHECK(content_diff(conditioned(m, chunk_of(c), none), canonical(m, chunk_of(c))) == 0.0);
   CHECK(content_bytes(cond) == 2 * 5 * 9 * 32 * 4);
   CHECK(content_bytes(cond, 2) == 2 * 5 * 9 * 32 * 2);
 }
@@ -260,7 +247,7 @@ TEST_CASE("a full-rank patch reproduces KV(B|C); rank 0 is blind reuse", "[reuse
     const PastKV ctx = assemble_context(m, {chunk_of(random_tokens(nc, m.config().vocab_size, 6))});
     const Content cond = conditioned(m, chunk_of(random_tokens(nb, m.config().vocab_size, 5)), ctx);
     const Content delta = deficit(cond, canon);
-    const double blind_error = max_content_diff(cond, canon);
+    const double blind_error = content_diff(cond, canon);
     REQUIRE(blind_error > 1e-2);  // the context matters
     const int64_t full_k = std::min(nb, m.config().content_k_shape().width());
     const int64_t full_v = std::min(nb, m.config().content_v_shape().width());
@@ -272,11 +259,11 @@ TEST_CASE("a full-rank patch reproduces KV(B|C); rank 0 is blind reuse", "[reuse
       CHECK(patch.k[1].rank() == full_k);
       CHECK(patch.v[1].rank() == full_v);
       CHECK(patch.length == nb);
-      CHECK(max_content_diff(apply_patch(m, canon, patch), cond) < 1e-4 * std::max(1.0, blind_error));
+      CHECK(content_diff(apply_patch(m, canon, patch), cond) < 1e-4 * std::max(1.0, blind_error));
     }
     const Patch zero = form_patch(m, delta, ranks(0));
     CHECK(zero.bytes() == 0);
-    CHECK(max_content_diff(apply_patch(m, canon, zero), canon) == 0.0);
+    CHECK(content_diff(apply_patch(m, canon, zero), canon) == 0.0);
   };
   SECTION("stories260K, n_B < D") { check_model(stories(), 30, 20); }
   SECTION("tiny-llama, n_B > D") { check_model(*generated("tiny-llama"), 16, 40); }

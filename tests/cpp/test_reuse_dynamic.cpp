@@ -37,11 +37,13 @@
 #include "float_tolerance.h"
 #include "forward_batch_cases.h"
 #include "orbit/planner/fidelity_model.h"
+#include "orbit/runtime/fidelity.h"
 #include "orbit/runtime/loader.h"
 #include "orbit/runtime/reuse.h"
 #include "test_helpers.h"
 
 using namespace orbit::runtime;
+using orbit::test::content_diff;
 using orbit::test::max_abs_diff;
 
 namespace {
@@ -77,13 +79,6 @@ std::vector<int64_t> sample_text(const Model& m, int64_t n, uint64_t seed) {
     tokens.push_back(next);
   }
   return tokens;
-}
-
-// Mean over rows of KL(softmax(p) ‖ softmax(q)), in float64.
-double mean_kl(const at::Tensor& p_logits, const at::Tensor& q_logits) {
-  const at::Tensor lp = at::log_softmax(p_logits.to(at::kDouble), -1);
-  const at::Tensor lq = at::log_softmax(q_logits.to(at::kDouble), -1);
-  return (lp.exp() * (lp - lq)).sum(-1).mean().item<double>();
 }
 
 // Rows [start, start + n) of every layer.
@@ -133,13 +128,7 @@ at::Tensor query_logits(const Model& m, const Content& past, const std::vector<i
 }
 
 // The largest |a − b| over layers >= 1 (layer 0's content depends on the token alone), keys and values.
-double deep_diff(const Content& a, const Content& b) {
-  double worst = 0;
-  for (std::size_t l = 1; l < a.size(); ++l) {
-    worst = std::max({worst, max_abs_diff(a[l].k, b[l].k), max_abs_diff(a[l].v, b[l].v)});
-  }
-  return worst;
-}
+double deep_diff(const Content& a, const Content& b) { return content_diff(a, b, 1); }
 
 double deep_largest(const Content& a) {
   double s = 0;
