@@ -121,6 +121,15 @@ inline std::shared_ptr<const TokenVocabulary> made_up_vocabulary(uint64_t seed) 
   return TokenVocabulary::from_bytes(b);
 }
 
+// The id of the token whose bytes are `bytes`; a test failure when the vocabulary has none.
+inline int64_t id_of(const TokenVocabulary& v, const std::string& bytes) {
+  for (int64_t id = 0; id < v.size(); ++id) {
+    if (v.bytes(id) == bytes) return id;
+  }
+  FAIL("no token " << bytes);
+  return -1;
+}
+
 // The mask by brute force: every token's bytes tried on the matcher; with a budget of `remaining` tokens,
 // only those after which the shortest completion fits (unless none does).
 inline void check_mask_brute_force(const TokenConstraint& tc, const TokenVocabulary& vocab, int64_t eos,

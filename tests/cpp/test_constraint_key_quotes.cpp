@@ -23,13 +23,7 @@ std::shared_ptr<const Constraint> schema(const std::string& text, const Constrai
   return Constraint::json_schema(text, limits);
 }
 
-int64_t id_of(const TokenVocabulary& v, const std::string& bytes) {
-  for (int64_t id = 0; id < v.size(); ++id) {
-    if (v.bytes(id) == bytes) return id;
-  }
-  FAIL("no token " << bytes);
-  return -1;
-}
+using constraint_property::id_of;
 
 }  // namespace
 

@@ -43,13 +43,7 @@ TokenBytes vocabulary() {
   return v;
 }
 
-int64_t id_of(const TokenVocabulary& v, const std::string& bytes) {
-  for (int64_t id = 0; id < v.size(); ++id) {
-    if (v.bytes(id) == bytes) return id;
-  }
-  FAIL("no token " << bytes);
-  return -1;
-}
+using constraint_property::id_of;
 
 }  // namespace
 
