@@ -499,13 +499,20 @@ Status SqliteIndex::erase(const std::string& key, std::string* blob) {
 }
 
 Status SqliteIndex::probe_commit() {
-  errno = 0;  // failure() reads what a failed write left
-  Stmt s(db_,
-         "INSERT INTO meta(name, value) VALUES('commit_probe', '1') ON CONFLICT(name) DO UPDATE SET value = "
-         "CAST(CAST(value AS INTEGER) + 1 AS TEXT)",
-         path_);
-  const int rc = s.step();
-  return rc == SQLITE_DONE ? Status::ok() : failure(rc, "probing whether the index takes a commit");
+  const char* what = "probing whether the index takes a commit";
+  Status begin = exec_status("BEGIN IMMEDIATE", what);
+  if (!begin) return begin;
+  Transaction tx(db_);
+  // Written and deleted in one transaction: the meta page still goes to the WAL at the commit (the write the probe
+  // asks the index to take), and no row stays behind (a row an older build left, a count of probes, goes too).
+  Status wrote = exec_status(
+      "INSERT OR REPLACE INTO meta(name, value) VALUES('commit_probe', '1'); "
+      "DELETE FROM meta WHERE name = 'commit_probe'",
+      what);
+  if (!wrote) return wrote;
+  Status commit = exec_status("COMMIT", what);
+  if (commit) tx.committed();
+  return commit;
 }
 
 Status SqliteIndex::mark_corrupt(const std::string& key, const std::string& blob) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "orbit/store/chunk_store.h"
+#include "orbit/store/sqlite_index.h"
 #include "test_child.h"
 #include "test_helpers.h"
 #include "test_store_checks.h"
@@ -112,6 +113,19 @@ TEST_CASE("a store whose index WAL hit the file-size limit takes writes again at
   CHECK(lines[degraded + 8] == "flush ok");
   const VerifyReport report = test::reopen_and_verify(d, stored);
   CHECK(report.unreferenced_blobs == 0);
+  // The put after the degraded one asked the index with a probe commit (DiskTier::probe_commit), which passed:
+  // it left no row (an older build kept a count of probes in the meta row commit_probe).
+  CHECK_FALSE(SqliteIndex(d + "/index.sqlite", SqliteIndex::Mode::kReadOnly).meta("commit_probe").has_value());
+}
+
+TEST_CASE("a probe commit leaves no meta row, and takes away the one an older build left", "[store][cpu]") {
+  test::TempDir dir;
+  SqliteIndex index((dir.path() / "index.sqlite").string(), SqliteIndex::Mode::kReadWrite);
+  REQUIRE(index.probe_commit());
+  CHECK_FALSE(index.meta("commit_probe").has_value());
+  REQUIRE(index.set_meta("commit_probe", "41"));  // an older build's count of probes
+  REQUIRE(index.probe_commit());
+  CHECK_FALSE(index.meta("commit_probe").has_value());
 }
 
 // An index that cannot grow (RLIMIT_FSIZE at its size: the WAL fills and no checkpoint can copy it) refuses every

@@ -110,8 +110,9 @@ class SqliteIndex {
   // when every committed frame is in the index file; false (nothing lost) when a reader or a write of the
   // index file (a full disk) stopped it.
   bool checkpoint();
-  // One small write transaction (the meta row "commit_probe", a count of probes): whether the index takes a
-  // commit now, at the cost of a page rather than a blob. Fails as upsert does (out_of_capacity, refused).
+  // One small write transaction (the meta row "commit_probe" written and deleted again: no row stays, and one an
+  // older build left goes): whether the index takes a commit now, at the cost of a page rather than a blob.
+  // Fails as upsert does (out_of_capacity, refused).
   Status probe_commit();
   // Flags the row corrupt if it still names `blob` (a rewrite in between is left alone).
   Status mark_corrupt(const std::string& key, const std::string& blob);
