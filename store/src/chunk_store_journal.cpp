@@ -55,7 +55,7 @@ class ChunkStore::Journal final : public RemoteJournal {
 };
 
 std::shared_ptr<RemoteJournal> ChunkStore::make_journal() {
-  if (!disk_) return nullptr;  // nothing local outlives the store: nothing to re-send
+  if (!disk_ || !options_.remote_journal) return nullptr;  // without a directory nothing local outlives the store
   const std::string remote =
       options_.remote_backend ? options_.remote_backend->describe() : redact_redis_url(options_.remote.url);
   return std::make_shared<Journal>(*this, remote);

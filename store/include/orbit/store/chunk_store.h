@@ -72,6 +72,10 @@ struct ChunkStoreOptions {
   int64_t lease_ms = 30000;  // pins and reads in flight are leases for this long past the last renewal
   RemoteOptions remote;      // remote.url empty = no remote tier
   std::shared_ptr<BlobBackend> remote_backend;  // instead of remote.url (tests): the remote tier's backend
+  // With a directory and a remote: record each remote write in the index until the remote acknowledges it
+  // (RemoteJournal, remote_tier.h), so that the next open re-sends what a close or a kill left undelivered.
+  // false: no record (bench_journal's baseline); an undelivered write is then lost to the remote for good.
+  bool remote_journal = true;
   // Print a warning on stderr when a disk write fails (once, until one succeeds again) and for each blob a read
   // finds corrupt (it is then marked corrupt and served as a miss, so each warns once), and once for each blob
   // a read could not read (EACCES, EISDIR, EIO: no proof of damage; the entry is kept, each read a miss).
@@ -249,7 +253,7 @@ class ChunkStore {
   // The remote tier's journal (chunk_store_journal.cpp): its records in the disk index, and the local copies
   // they re-send. Made only with a disk tier.
   class Journal;
-  std::shared_ptr<RemoteJournal> make_journal();  // null without a disk tier
+  std::shared_ptr<RemoteJournal> make_journal();  // null without a disk tier or remote_journal
   // The value a re-send of `key` sends: a memory tier's copy, or the disk's (read under a read lease), without
   // touching the entry or counting a hit. not_found when no local tier holds a readable copy (a corrupt blob
   // included); refused when the disk could not read it now. Takes mu_ itself.
