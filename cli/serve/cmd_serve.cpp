@@ -152,6 +152,10 @@ const char* kServeUsage =
     "                        against a re-prefill (default 0.1; 0 = none): /metrics and GET /v1/sessions/ID\n"
     "                        report the measured KL, and a session whose measured loss passes its budget is\n"
     "                        served exactly until it is back within it (usage.orbit.exact)\n"
+    "  --audit-owed-after N  an audit idle time has not run by the Nth chat request after its own (requests\n"
+    "                        sent back to back leave none) is owed: that request runs it first, on its turn\n"
+    "                        (default 1; 0 = idle time only, the oldest dropped past 4 waiting); /metrics\n"
+    "                        counts them (orbit_audits_owed_total, orbit_audits_waiting)\n"
     "  --calibrate-fidelity  fit the fidelity model (what :kl= budgets plan with) on this model before listening,\n"
     "                        unless the store holds this model's calibration (then it is read from there: --store\n"
     "                        first, else --remote): seeded, nothing timed, a few seconds on small models; each\n"
@@ -263,6 +267,7 @@ serve::ServeOptions serve_options(const Args& args) {
   o.stored_calibration = !args.flag("--no-stored-calibration");
   o.audit_rate = args.get_double("--audit", 0.1);
   ORBIT_CHECK(o.audit_rate >= 0 && o.audit_rate <= 1, "serve: argument '--audit' must be a fraction in [0, 1]");
+  o.audit_owed_after = args.get_int("--audit-owed-after", 1, 0);
   if (const auto file = args.get("--chat-template")) {
     o.chat_template = read_template(*file);
     o.chat_template_origin = "--chat-template " + *file;
@@ -403,7 +408,7 @@ ArgSpec serve_arg_spec() {
                kServeUsage};
   spec.options.insert({"--header-seconds", "--body-seconds", "--keep-alive-seconds", "--allow-origin", "--api-key",
                        "--api-key-file", "--max-unsent-kb", "--stall-seconds", "--max-answer-logprobs",
-                       "--min-drain-rate"});
+                       "--min-drain-rate", "--audit-owed-after"});
   return spec;
 }
 

@@ -16,9 +16,16 @@ std::string default_model_name(const std::string& model) {
   return (p.has_filename() ? p.filename() : p.parent_path().filename()).string();
 }
 
+AuditOptions audit_options(const ServeOptions& o) {
+  AuditOptions a;
+  a.rate = o.audit_rate;
+  a.owed_after = o.audit_owed_after;
+  return a;
+}
+
 }  // namespace
 
-ServeContext::ServeContext(const ServeOptions& o) : options(o), auditor(AuditOptions{o.audit_rate}) {
+ServeContext::ServeContext(const ServeOptions& o) : options(o), auditor(audit_options(o)) {
   EngineOptions eo;
   eo.model = o.model;
   eo.store_dir = o.store_dir;

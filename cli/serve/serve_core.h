@@ -101,6 +101,10 @@ class ServeCore {
   // that asked) on this thread, until none is left or a request waits; returns the slices run. The idle
   // worker does the same on its own; this is the deterministic flush for tests and benchmarks.
   int64_t run_idle_work() { return idle_.run_now(); }
+  // Holds the idle worker off (true) or lets it go again (false); holds nest. As a decode batch does while it
+  // steps (FairGate::hold_idle): for tests and benchmarks of requests that leave the server no idle time, as
+  // requests sent back to back do. Requests are not held.
+  void hold_idle_work(bool hold) { context_.gate.hold_idle(hold); }
 
   // The responses kept for the Responses API's previous_response_id (responses_run.h).
   ResponseStore& responses() { return responses_; }

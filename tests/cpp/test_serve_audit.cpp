@@ -1,7 +1,8 @@
 // The fidelity audit of `orbit serve` (cli/serve/sessions/audit.h) below HTTP: which requests are sampled, the KL
 // of two logit rows, audits of a session that trims its history on TinyStories-656K (each audited read's
 // KL equals an independent re-measure of the same window; results reach the next usage, the session's
-// record and the metrics), and exact mode after a loss past budget.
+// record and the metrics), exact mode after a loss past budget, and audits owed by requests that leave no idle
+// time.
 #include <cmath>
 #include <vector>
 
@@ -36,6 +37,7 @@ struct Conversation {
   std::string session;
   std::vector<orbit::ChatMessage> all = {{"system", "You tell short stories about " + words(1, 12) + "."}};
   std::vector<sv::RunUsage> usages;
+  bool idle = true;  // idle time after each request (false: the next request follows at once)
 
   void step(int i, std::size_t keep) {
     all.push_back({"user", words(i + 2, 10 + i % 5)});
@@ -48,7 +50,7 @@ struct Conversation {
     REQUIRE(o.result.has_value());
     usages.push_back(o.result->usage);
     all.push_back({"assistant", o.result->text});
-    core.run_idle_work();  // the audit runs here, in idle time
+    if (idle) core.run_idle_work();  // the audit runs here, in idle time
   }
 };
 
@@ -65,6 +67,30 @@ TEST_CASE("serve audit: sampling, KL of logits, refusals", "[serve]") {
   CHECK_FALSE(none.due());
   CHECK_THROWS_WITH(sv::Auditor(sv::AuditOptions{1.5}), Catch::Contains("--audit"));
   CHECK_FALSE(none.run_one().has_value());
+
+  // Owed: still waiting when the owed_after-th request after its own starts (count_request counts starts).
+  for (const int64_t after : {1, 2}) {
+    sv::AuditOptions o{1};
+    o.owed_after = after;
+    sv::Auditor a(o);
+    a.count_request();
+    a.submit(sv::AuditCase{});
+    CHECK_FALSE(a.owed());
+    CHECK_FALSE(a.run_one(true).has_value());  // not owed: left waiting
+    for (int64_t n = 1; n < after; ++n) a.count_request();
+    CHECK_FALSE(a.owed());
+    a.count_request();
+    CHECK(a.owed());
+  }
+  sv::AuditOptions idle_only{1};
+  idle_only.owed_after = 0;
+  sv::Auditor never(idle_only);
+  never.submit(sv::AuditCase{});
+  for (int n = 0; n < 100; ++n) never.count_request();
+  CHECK_FALSE(never.owed());
+  sv::AuditOptions negative{1};
+  negative.owed_after = -1;
+  CHECK_THROWS_WITH(sv::Auditor(negative), Catch::Contains("--audit-owed-after"));
 
   const std::vector<float> p = {0, 1, 2}, q = {0, 1, 2}, r = {2, 1, 0};
   CHECK(sv::kl_of_logits(p.data(), q.data(), 3) == Approx(0).margin(1e-15));
@@ -126,6 +152,92 @@ TEST_CASE("serve audit: a loss past budget serves the session exactly, then chec
   CHECK(info["audit"]["violations"].get<int64_t>() >= 1);
   CHECK(info["audit"]["exact_requests"].get<int64_t>() >= 4);
   CHECK(core.metrics().render(core.gauges()).find("orbit_exact_requests_total") != std::string::npos);
+  core.close();
+}
+
+namespace {
+
+std::string metrics_of(sv::ServeCore& core) { return core.metrics().render(core.gauges()); }
+
+bool has_line(const std::string& metrics, const std::string& line) {
+  return metrics.find("\n" + line + "\n") != std::string::npos;
+}
+
+}  // namespace
+
+// Requests sent back to back leave the idle worker no time: held off here, as a decode batch holds it while it
+// steps, so no audit runs in idle time. Before audits could be owed, none of these was measured (4 waited, the
+// rest were dropped); now each request runs the audit of the one before on its turn and reports it.
+TEST_CASE("serve audit: with no idle time each audit is owed and run by the next request", "[serve][model]") {
+  sv::ServeOptions options;
+  options.model = kModel;
+  options.audit_rate = 1;
+  sv::ServeCore core(options);
+  core.hold_idle_work(true);
+  Conversation c{core, "busy"};
+  c.idle = false;
+  for (int i = 0; i < 8; ++i) c.step(i, 6);
+  for (std::size_t i = 1; i < c.usages.size(); ++i) {
+    INFO("request " << i + 1);
+    REQUIRE(c.usages[i].audit.has_value());
+    CHECK(c.usages[i].audit->request == static_cast<int64_t>(i));
+    CHECK(c.usages[i].audit->predicted_kl == c.usages[i - 1].predicted_kl);
+  }
+  const std::string metrics = metrics_of(core);
+  CHECK(has_line(metrics, "orbit_audits_total 7"));
+  CHECK(has_line(metrics, "orbit_audits_owed_total 7"));
+  CHECK(has_line(metrics, "orbit_audits_waiting 1"));  // the last request's, owed to the next one
+  CHECK(has_line(metrics, "orbit_audits_dropped_total 0"));
+  core.hold_idle_work(false);
+  core.close();
+}
+
+TEST_CASE("serve audit: --audit-owed-after 0 leaves audits to idle time, dropped past 4 waiting", "[serve][model]") {
+  sv::ServeOptions options;
+  options.model = kModel;
+  options.audit_rate = 1;
+  options.audit_owed_after = 0;
+  sv::ServeCore core(options);
+  core.hold_idle_work(true);
+  Conversation c{core, "idle-only"};
+  c.idle = false;
+  for (int i = 0; i < 6; ++i) c.step(i, 6);
+  for (const sv::RunUsage& u : c.usages) CHECK_FALSE(u.audit.has_value());
+  std::string metrics = metrics_of(core);
+  CHECK(has_line(metrics, "orbit_audits_total 0"));
+  CHECK(has_line(metrics, "orbit_audits_owed_total 0"));
+  CHECK(has_line(metrics, "orbit_audits_waiting 4"));
+  CHECK(has_line(metrics, "orbit_audits_dropped_total 2"));
+  core.hold_idle_work(false);
+  core.run_idle_work();  // idle time at last: the 4 waiting are measured
+  metrics = metrics_of(core);
+  CHECK(has_line(metrics, "orbit_audits_total 4"));
+  CHECK(has_line(metrics, "orbit_audits_waiting 0"));
+  core.close();
+}
+
+// An owed audit runs before the request's sync, so a loss past budget it finds in its own session serves that
+// very request exactly (with idle time, the request after the audit is).
+TEST_CASE("serve audit: an owed audit past budget serves the request that ran it exactly", "[serve][model]") {
+  sv::ServeOptions options;
+  options.model = kModel;
+  options.policy = "blind";  // reuses every turn as it is, relocated only: losses far past the budget
+  options.audit_rate = 1;
+  sv::ServeCore core(options);
+  core.hold_idle_work(true);
+  Conversation c{core, "blind-busy"};
+  c.idle = false;
+  std::size_t found = 0;  // the 0-based index of the request that ran the first audit past budget
+  for (int i = 0; i < 14 && found == 0; ++i) {
+    c.step(i, 4);
+    const sv::RunUsage& u = c.usages.back();
+    if (u.audit && !u.audit->within_budget()) found = c.usages.size() - 1;
+  }
+  REQUIRE(found > 0);
+  CHECK(c.usages[found].audit->request == static_cast<int64_t>(found));  // the request before it
+  CHECK(c.usages[found].exact == "audit");
+  CHECK(c.usages[found].predicted_kl == 0);
+  core.hold_idle_work(false);
   core.close();
 }
 

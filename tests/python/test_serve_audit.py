@@ -64,6 +64,56 @@ def test_audits_of_a_trimming_session_hold_the_budget(audited_server):
     assert "orbit_audit_predicted_kl_total" in metrics
 
 
+def metric(metrics, name):
+    m = re.search(rf"^{name} (\S+)$", metrics, re.M)
+    assert m, f"/metrics has no {name}:\n{metrics}"
+    return float(m.group(1))
+
+
+def test_every_sampled_audit_is_run_owed_dropped_or_waiting(audited_server):
+    """/metrics accounts for every sampled request's audit: run (in idle time, or owed and run on a later
+    request's turn: orbit_audits_owed_total), dropped, or waiting (orbit_audits_waiting). Requests are sent
+    back to back, so some audits may be owed; how many is a race, so only the sum is checked."""
+    server, session = audited_server, "back-to-back"
+    history = [{"role": "system", "content": "You tell short stories about " + words(3, 12) + "."}]
+    sampled = 0
+    for step in range(8):
+        history.append({"role": "user", "content": words(step + 5, 8 + step % 3)})
+        body = server.call("/v1/chat/completions", {"model": "tinystories-656k", "messages": history[:1] + history[-6:],
+                                                    "max_tokens": 4, "temperature": 0}, session)
+        sampled += 0 if body["usage"]["orbit"].get("exact") else 1
+        history.append({"role": "assistant", "content": body["choices"][0]["message"]["content"]})
+    metrics = server.call("/metrics")
+    audits, owed = metric(metrics, "orbit_audits_total"), metric(metrics, "orbit_audits_owed_total")
+    dropped, waiting = metric(metrics, "orbit_audits_dropped_total"), metric(metrics, "orbit_audits_waiting")
+    assert owed <= audits and dropped == 0, metrics  # at most one waits per request: none is dropped
+    # One may be running now (taken off the queue, not yet counted); it is counted once it ends.
+    assert sampled - 1 <= audits + waiting <= sampled, (sampled, metrics)
+    info = wait_for_audits(server, session, sampled)
+    assert info["audit"]["audits"] == sampled, info["audit"]
+    assert metric(server.call("/metrics"), "orbit_audits_waiting") == 0
+
+
+def test_audit_owed_after_0_leaves_audits_to_idle_time(start_serve, models_dir):
+    """`--audit-owed-after 0`: no audit is owed (the behaviour before owed audits); the option is reported by
+    the metrics it changes, not ignored."""
+    server = start_serve(models_dir / "tinystories-656k", "--audit", "1", "--audit-owed-after", "0")
+    messages = [{"role": "user", "content": words(2, 10)}]
+    for _ in range(3):
+        server.call("/v1/chat/completions", {"model": "tinystories-656k", "messages": messages, "max_tokens": 4,
+                                             "temperature": 0}, "idle-only")
+    info = wait_for_audits(server, "idle-only", 3)
+    assert info["audit"]["audits"] == 3, info["audit"]
+    assert metric(server.call("/metrics"), "orbit_audits_owed_total") == 0
+
+
+def test_audit_owed_after_negative_is_refused(orbit_cli, models_dir):
+    result = subprocess.run([str(orbit_cli), "serve", "--model", str(models_dir / "tinystories-656k"),
+                             "--port", "0", "--audit-owed-after", "-1"], capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "'--audit-owed-after' must be >= 0" in result.stderr + result.stdout
+
+
 def test_audit_rate_out_of_range_is_refused(orbit_cli, models_dir):
     result = subprocess.run([str(orbit_cli), "serve", "--model", str(models_dir / "tinystories-656k"),
                              "--port", "0", "--audit", "1.5"], capture_output=True, text=True, timeout=60)

@@ -93,7 +93,7 @@ bool IdleWorker::slice() {
   // count every entry of the store).
   if (context_.engine->run_background(0.02) > 0) return true;
   const std::shared_ptr<Session> target = sessions_.take_idle_target();
-  if (!target) return run_audit();
+  if (!target) return sessions_.audit_one(false);
   {
     std::unique_lock<std::mutex> run(target->run, std::try_to_lock);
     if (!run.owns_lock() || !target->window) return false;
@@ -102,15 +102,6 @@ bool IdleWorker::slice() {
     target->window->idle([this] { return context_.gate.waiting() > 0; });
   }
   sessions_.enforce_budget(false);  // a release meanwhile may have skipped this session's window
-  return true;
-}
-
-bool IdleWorker::run_audit() {
-  const auto done = context_.auditor.run_one();
-  if (!done) return false;
-  sessions_.record_audit(*done->first.session, done->second);
-  // What the model missed, every later plan of the engine corrects for (as Window::idle's self-checks do).
-  context_.engine->observe_fidelity(done->second.measured_kl, done->second.predicted_kl);
   return true;
 }
 

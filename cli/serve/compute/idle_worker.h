@@ -7,7 +7,8 @@
 //     prepared recalls and moves); then the session budget again, since a release meanwhile may have
 //     skipped this window;
 //   - when no session waits for idle work, one fidelity audit (audit.h): two reads of a sampled request's
-//     forked window, as served and re-prefilled.
+//     forked window, as served and re-prefilled. One that idle time does not reach in time is owed and run
+//     by a later request instead (AuditOptions::owed_after).
 // A release wakes the worker (notify), also one that comes while a slice runs (the next wait ends at once);
 // otherwise it looks again every 50 ms. stop() ends the wait at once.
 // Between slices, after requests or idle work, it hands the heap's free pages back to the system
@@ -57,7 +58,6 @@ class IdleWorker {
   void loop();
   bool slice();                          // one slice; false when there was nothing to do or a request waits
   void prefill_anticipated(Session& s);  // holding the gate and s.run
-  bool run_audit();                      // holding the gate; false when none waits
   void mark_active();                    // requests or idle work now
   void trim_heap();                      // malloc_trim when due (above)
 

@@ -184,14 +184,19 @@ struct RequestPath::ChatSync {
   ServingMode mode;         // sessions_.serving: exact (healed) and audited or not
 };
 
-// Under the gate: the window synced to the messages by the plan prepare made, the deferred repairs run, and
-// the session healed or queued for an audit as it is served. False: the client left before its turn.
+// Under the gate: an owed audit run (audit.h), the window synced to the messages by the plan prepare made, the
+// deferred repairs run, and the session healed or queued for an audit as it is served. False: the client left
+// before its turn.
 bool RequestPath::sync_chat(RunTicket::Prepared& p, const RunSink& sink, ChatSync& out) {
   Session& s = p.slot.session();
   Window& window = p.slot.window();
   GateTurn turn(context_, s.lane, sink.cancelled);
   if (!turn.enter()) return false;
   context_.compute.run([&] {
+    // An audit idle time did not reach (back-to-back requests leave none) is owed: it runs on this turn, so
+    // what was served is measured and a loss past budget found before this session's request is served.
+    context_.auditor.count_request();
+    sessions_.audit_one(true);
     out.report = window.sync(p.chat->messages, p.plan);  // the plan prepare made: no second rendering
     out.predicted_kl = run_deferred_repairs(window);
     out.mode = sessions_.serving(s);

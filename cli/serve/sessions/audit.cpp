@@ -47,6 +47,8 @@ Auditor::Auditor(AuditOptions options) : options_(options), buckets_(kKlBounds.s
   ORBIT_CHECK(options_.rate >= 0 && options_.rate <= 1,
               "serve: --audit must be a fraction in [0, 1] (got " << options_.rate << ")");
   ORBIT_CHECK(options_.max_pending >= 1, "serve: the audit queue needs room for one read");
+  ORBIT_CHECK(options_.owed_after >= 0,
+              "serve: --audit-owed-after must be 0 or more requests (got " << options_.owed_after << ")");
 }
 
 bool Auditor::due() {
@@ -58,8 +60,14 @@ bool Auditor::due() {
   return true;
 }
 
+void Auditor::count_request() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++requests_;
+}
+
 void Auditor::submit(AuditCase c) {
   std::lock_guard<std::mutex> lock(mutex_);
+  c.sequence = requests_;
   waiting_.push_back(std::move(c));
   while (static_cast<int64_t>(waiting_.size()) > options_.max_pending) {
     waiting_.pop_front();  // its fork closes here
@@ -72,11 +80,22 @@ bool Auditor::pending() const {
   return !waiting_.empty();
 }
 
-std::optional<std::pair<AuditCase, AuditResult>> Auditor::run_one() {
+bool Auditor::front_owed() const {
+  return options_.owed_after > 0 && !waiting_.empty() && requests_ - waiting_.front().sequence >= options_.owed_after;
+}
+
+bool Auditor::owed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return front_owed();
+}
+
+std::optional<std::pair<AuditCase, AuditResult>> Auditor::run_one(bool owed_only) {
   AuditCase c;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (waiting_.empty()) return std::nullopt;
+    if (owed_only && !front_owed()) return std::nullopt;
+    owed_ += owed_only ? 1 : 0;
     c = std::move(waiting_.front());
     waiting_.pop_front();
   }
@@ -116,6 +135,11 @@ std::string Auditor::render_metrics() const {
           static_cast<double>(audits_));
   counter("orbit_audits_dropped_total", "sampled requests not audited (no idle time before newer ones)",
           static_cast<double>(dropped_));
+  counter("orbit_audits_owed_total",
+          "audits that had no idle time by the --audit-owed-after-th request after theirs, run on its turn",
+          static_cast<double>(owed_));
+  out << "# HELP orbit_audits_waiting sampled requests whose audit waits for idle time or a later request\n"
+      << "# TYPE orbit_audits_waiting gauge\norbit_audits_waiting " << waiting_.size() << '\n';
   counter("orbit_audit_budget_violations_total", "audits whose measured KL exceeded the session's budget",
           static_cast<double>(violations_));
   counter("orbit_audit_top1_flips_total", "audits where the first answer token's argmax differed",

@@ -2,14 +2,23 @@
 // measured, not predicted.
 //
 // A sampled request's window is forked (copy-on-write, no forward) right before its decode: the fork holds
-// exactly the KV the answer was generated from. In idle time (never on a request's path) the idle worker
-// reads the generation prompt's logits twice on the fork: as served (Window::logits) and after a re-prefill
-// of the same messages (Window::reference_logits). Their KL (reference ‖ served, nats) and whether the
-// first answer token's argmax agrees are the audit; it also feeds the engine's fidelity correction
+// exactly the KV the answer was generated from. In idle time (or, when it is owed, on a later request's turn:
+// below) the generation prompt's logits are read twice on the fork: as served (Window::logits) and after a
+// re-prefill of the same messages (Window::reference_logits). Their KL (reference ‖ served, nats) and whether
+// the first answer token's argmax agrees are the audit; it also feeds the engine's fidelity correction
 // (Engine::observe_fidelity), so later plans predict more where the model predicted too little. The fork is
-// closed after; while it waits it keeps the
-// pages it shares with its window, so at most AuditOptions::max_pending audits wait (the oldest is dropped
-// past it, and counted).
+// closed after; while it waits it keeps the pages it shares with its window, so at most
+// AuditOptions::max_pending audits wait (the oldest is dropped past it, and counted).
+//
+// Owed audits: idle time may not come. A client that sends its next request as soon as it has read an
+// answer leaves the idle worker only the moments between an answer and the next request, which the session's
+// own idle work (its answer prefilled) takes first, so audits waited and were dropped: what those sessions
+// were served went unmeasured, and a loss past budget never put them in exact mode. So an audit still
+// waiting when the AuditOptions::owed_after-th chat request after its own starts is owed: that request runs
+// it on its own turn at the gate, before its sync (RequestPath::sync_chat, SessionTable::audit_one), which
+// costs it the audit's two reads (the fork's prompt, a re-prefill of its window). A violation found so
+// serves that request exactly already if it is of the same session. owed_after = 0 leaves audits to idle
+// time only (and to the drop).
 //
 // Safe by default: an audit whose measured KL exceeds the session's budget (the policy's kl_budget, else
 // kDefaultKlBudget) puts its session in exact mode: its next requests are healed before they are read
@@ -40,6 +49,9 @@ struct AuditOptions {
   double rate = 0;             // the fraction of chat requests audited, in [0, 1]; 0 = none
   int64_t max_pending = 4;     // audits waiting for idle time at most
   int64_t exact_requests = 4;  // a session's first exact-mode span after a violation (doubling, ≤ 64)
+  // An audit not run in idle time by the start of the owed_after-th chat request after its own is owed
+  // (above): that request runs it first. 0 = idle time only (`--audit-owed-after`).
+  int64_t owed_after = 1;
 };
 
 // A read waiting for its audit.
@@ -50,6 +62,7 @@ struct AuditCase {
   std::vector<int64_t> query;  // the generation prompt
   double predicted_kl = 0;
   double budget = 0;
+  int64_t sequence = 0;  // Auditor::count_request's count when it was submitted (set by submit)
 };
 
 class Auditor {
@@ -59,14 +72,23 @@ class Auditor {
   const AuditOptions& options() const { return options_; }
   // Whether the next chat request is audited: every 1/rate-th one (deterministic, so RATE 1 audits all).
   bool due();
+  // A chat request starts being served (its turn at the gate, before it runs an owed audit): what owed
+  // audits count.
+  void count_request();
   // Queues a case (dropping the oldest past max_pending).
   void submit(AuditCase c);
   bool pending() const;
+  // Whether the oldest waiting case is owed: count_request() counted owed_after requests since it was
+  // submitted (owed_after > 0).
+  bool owed() const;
   // Measures the oldest waiting case (two reads of its fork: the served prompt and a re-prefill), closes its
-  // fork and records the result in the metrics; nullopt when none waits. The caller holds the gate.
-  std::optional<std::pair<AuditCase, AuditResult>> run_one();
+  // fork and records the result in the metrics; nullopt when none waits, or with `owed_only` when the oldest
+  // is not owed (an owed one run is counted in orbit_audits_owed_total). The caller holds the gate.
+  std::optional<std::pair<AuditCase, AuditResult>> run_one(bool owed_only = false);
   // The audit's lines for /metrics (serve_metrics.h's format):
   //   orbit_audits_total, orbit_audits_dropped_total, orbit_audit_budget_violations_total,
+  //   orbit_audits_owed_total (audits idle time did not run, run on a later request's turn),
+  //   orbit_audits_waiting (gauge: audits waiting now),
   //   orbit_audit_top1_flips_total, orbit_audit_measured_kl (histogram, nats),
   //   orbit_audit_predicted_kl_total (Σ predicted; against orbit_audit_measured_kl_sum, how far the
   //   prediction is off), orbit_exact_requests_total (requests served exactly because an audit found a loss past
@@ -75,11 +97,14 @@ class Auditor {
   void count_exact_request();
 
  private:
+  bool front_owed() const;  // under mutex_: owed() without the lock
+
   AuditOptions options_;
   mutable std::mutex mutex_;
   double credit_ = 0;  // due(): rate accumulated per request
   std::deque<AuditCase> waiting_;
-  int64_t audits_ = 0, dropped_ = 0, violations_ = 0, flips_ = 0, exact_requests_ = 0;
+  int64_t requests_ = 0;  // count_request()
+  int64_t audits_ = 0, dropped_ = 0, owed_ = 0, violations_ = 0, flips_ = 0, exact_requests_ = 0;
   double predicted_sum_ = 0, measured_sum_ = 0;
   std::vector<int64_t> buckets_;  // per kKlBounds bucket, not cumulative (the last: +Inf)
 };

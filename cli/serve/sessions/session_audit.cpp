@@ -64,6 +64,15 @@ void SessionTable::record_audit(Session& s, const AuditResult& r) {
   a.recheck = false;
 }
 
+bool SessionTable::audit_one(bool owed_only) {
+  const auto done = context_.auditor.run_one(owed_only);
+  if (!done) return false;
+  record_audit(*done->first.session, done->second);
+  // What the model missed, every later plan of the engine corrects for (as Window::idle's self-checks do).
+  context_.engine->observe_fidelity(done->second.measured_kl, done->second.predicted_kl);
+  return true;
+}
+
 std::optional<AuditResult> SessionTable::take_audit(Session& s, int64_t request) {
   std::lock_guard<std::mutex> lock(mutex_);
   // The newest audit of a request before this one. Idle work may finish this request's own audit before its

@@ -206,6 +206,10 @@ class SessionTable {
   void record_audit(Session& s, const AuditResult& result);
   // The audit result not yet reported, once, if it is of a request before `request` (the one answering now).
   std::optional<AuditResult> take_audit(Session& s, int64_t request);
+  // Runs the oldest waiting audit (owed_only: only if it is owed, audit.h), records it (record_audit) and
+  // tells the engine what the model missed (Engine::observe_fidelity); false when none was run. Holding the
+  // gate, not mutex_.
+  bool audit_one(bool owed_only);
 
   // Sends the least recently used idle windows out of memory until the budget holds. wait = false skips a
   // window the idle worker holds (it calls this again when it lets go); true waits for it.
