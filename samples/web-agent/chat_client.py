@@ -77,6 +77,20 @@ class ChatClient:
             body["tool_choice"] = tool_choice
         return self._request("POST", "/v1/chat/completions", body)
 
+    def metric_values(self, names) -> dict[str, float]:
+        """GET /metrics (Prometheus text): the value of each unlabelled sample in `names`; a name the server
+        does not report is an error (an older server)."""
+        request = urllib.request.Request(self.base_url + "/metrics", method="GET")
+        with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            text = response.read().decode()
+        values = {}
+        for name in names:
+            m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
+            if not m:
+                raise ServerError(200, f"/metrics has no {name}")
+            values[name] = float(m.group(1))
+        return values
+
     def session_info(self) -> dict:
         """GET /v1/sessions/{session}: the session's window and its savings (forward vs radix tokens)."""
         return self._request("GET", f"/v1/sessions/{self.session}")
@@ -91,10 +105,12 @@ class OrbitServer:
     line, gives its URL, and stops it with SIGTERM (it drains, then exits) at the end."""
 
     def __init__(self, orbit_binary: str, model: str, policy: str | None = None, start_timeout: float = 120.0,
-                 chat_template: str | None = None):
+                 chat_template: str | None = None, audit: float | None = None):
         self.command = [str(orbit_binary), "serve", "--model", str(model), "--host", "127.0.0.1", "--port", "0"]
         if policy:
             self.command += ["--policy", policy]
+        if audit is not None:
+            self.command += ["--audit", str(audit)]
         if chat_template:
             self.command += ["--chat-template", str(chat_template)]
         self.start_timeout = start_timeout

@@ -28,7 +28,10 @@ every step POSTs the whole message list with `tools` and `tool_choice` to /v1/ch
 session (X-Orbit-Session); the server decodes the call under the tool's grammar and answers with
 message.tool_calls (finish_reason "tool_calls"); the tool runs and its page goes back as a tool message. At
 the end it prints orbit's forward tokens against the radix cache's, from each answer's usage.orbit and from
-GET /v1/sessions/{id}. The server must render with the sample's template (--serve starts it so):
+GET /v1/sessions/{id}, and the session's audits (served logits measured against a re-prefill). The client waits
+--think-ms (default 250) after each answer, the tool's run, which the server spends on the session's idle work;
+--think-ms 0 sends requests back to back, and then that work races them. The server must render with the
+sample's template (--serve starts it so):
 
     /usr/bin/python3 samples/web-agent/web_agent.py --serve                         # starts build/cli/orbit serve
     /usr/bin/python3 samples/web-agent/web_agent.py --server http://127.0.0.1:8000  # a server started with
@@ -139,10 +142,18 @@ def run(model=kit.DEFAULT_MODEL, *, steps: int = 32, policy: str = "default", ou
 
 # ---- served mode: the agent as an OpenAI client of `orbit serve` ------------------------------------------
 
-def run_served(url: str, *, steps: int = 32, seed: int = 0, out=None, session: str = "", quiet: bool = False) -> dict:
+# The client's think time after each answer, ms: the tool's run before the agent sends its next request. The
+# server spends it on the session's idle work (the answer prefilled as the next request sends it back, audits);
+# sent back to back (0), that work races the next request and the forward tokens vary run to run.
+THINK_MS = 250.0
+
+
+def run_served(url: str, *, steps: int = 32, seed: int = 0, out=None, session: str = "", quiet: bool = False,
+               think_ms: float = THINK_MS) -> dict:
     """The web agent against an OpenAI-compatible orbit server at `url` (rendering with chat_template.jinja):
-    one chat completion with tools per step, the whole message list each time. Prints a table per step and
-    orbit vs the radix cache; writes web-agent-served.report.json. Returns the report."""
+    one chat completion with tools per step, the whole message list each time, `think_ms` after each answer
+    (the tool's run; 0 sends the next request as soon as the answer is read). Prints a table per step, orbit
+    vs the radix cache and the session's audits; writes web-agent-served.report.json. Returns the report."""
     import json
 
     import chat_client
@@ -188,10 +199,13 @@ def run_served(url: str, *, steps: int = 32, seed: int = 0, out=None, session: s
                      "orbit": usage.get("orbit")})
         add_result(entries, calls, page, text)
         trim(entries, fits)
+        time.sleep(think_ms / 1e3)  # the tool runs (after the last call too: its idle work and audit finish)
         if progress:
             o = usage.get("orbit") or {}
             progress.update(1, f"{label}: fwd {o.get('forward_tokens', 0):.0f} radix {o.get('radix_cache_tokens', 0):.0f}")
     info = client.session_info()
+    counters = client.metric_values(("orbit_audits_total", "orbit_audits_owed_total", "orbit_audits_dropped_total",
+                                     "orbit_audits_waiting"))
     forward = sum((r["orbit"] or {}).get("forward_tokens", 0) for r in rows)
     radix = sum((r["orbit"] or {}).get("radix_cache_tokens", 0) for r in rows)
     idle = sum((r["orbit"] or {}).get("idle_forward_tokens", 0) for r in rows)
@@ -203,15 +217,25 @@ def run_served(url: str, *, steps: int = 32, seed: int = 0, out=None, session: s
         lines.append(f"{r['step']:>4}  {r['label']:<11} {r['messages']:>4} {r['prompt_tokens']:>6} "
                      f"{o.get('forward_tokens', 0):>7.0f} {o.get('radix_cache_tokens', 0):>6.0f} "
                      f"{1e3 * r['seconds']:>7.1f}  {o.get('plan', '')} | {kit.clip(describe_call(r['call']), 40)}")
-    savings = info["savings"]
+    savings, audit = info["savings"], info.get("audit") or {}
+    audits = audit.get("audits", 0)
     lines += ["-" * len(head),
+              f"client think time after each answer: {think_ms:.0f} ms (the tool's run; --think-ms 0 sends the "
+              f"next request at once)",
               f"forward tokens (usage.orbit, summed): orbit {forward:.0f} vs the radix cache {radix:.0f} "
               f"({forward / radix if radix else float('nan'):.2f}x); {idle:.0f} more in idle time",
+              f"served fidelity (GET /v1/sessions/{session}, audit): {audits} audits, mean measured KL "
+              f"{audit.get('measured_kl_sum', 0) / audits if audits else float('nan'):.2e}, max "
+              f"{audit.get('max_measured_kl', 0):.2e}, {audit.get('violations', 0)} past budget; server-wide "
+              f"(/metrics): {counters['orbit_audits_total']:.0f} audits, {counters['orbit_audits_owed_total']:.0f} "
+              f"owed (run on a request's turn), {counters['orbit_audits_dropped_total']:.0f} dropped, "
+              f"{counters['orbit_audits_waiting']:.0f} waiting",
               f"GET /v1/sessions/{session}: {info['requests']} requests, orbit {savings['forward_tokens']:.0f} vs "
               f"radix {savings['radix_cache_tokens']:.0f} (ratio {savings['ratio']:.2f}, saved "
               f"{savings['saved_tokens']:.0f})"]
     print("\n".join(lines))
-    report = {"url": url, "model": model, "session": session, "steps": rows, "session_info": info,
+    report = {"url": url, "model": model, "session": session, "think_ms": think_ms, "steps": rows,
+              "session_info": info, "audit_metrics": counters,
               "totals": {"forward_tokens": forward, "radix_cache_tokens": radix, "idle_forward_tokens": idle}}
     out.mkdir(parents=True, exist_ok=True)
     path = out / "web-agent-served.report.json"
@@ -231,19 +255,34 @@ def main(argv=None) -> int:
     ap.add_argument("--orbit", default=str(kit.REPO / "build" / "cli" / "orbit"),
                     help="the orbit executable --serve runs (default: build/cli/orbit)")
     ap.add_argument("--session", default="", help="the X-Orbit-Session of the served mode (default: a new one)")
+    ap.add_argument("--think-ms", type=float, default=None,
+                    help=f"served mode: ms the client waits after each answer before its next request, the tool's "
+                         f"run (default {THINK_MS:.0f}; 0 = back to back, when the server's idle work races the "
+                         f"next request)")
+    ap.add_argument("--audit", type=float, default=None,
+                    help="--serve: the server's --audit RATE (the fraction of requests whose served logits are "
+                         "measured against a re-prefill; the server's default 0.1)")
     args = ap.parse_args(argv)
     steps = 8 if args.short else args.steps
+    if not (args.server or args.serve) and (args.think_ms is not None or args.audit is not None):
+        ap.error("--think-ms and --audit apply to the served mode only (--serve or --server)")
+    if args.server and args.audit is not None:
+        ap.error("--audit is the server's option: start your server with it (--serve passes it)")
+    if args.think_ms is not None and args.think_ms < 0:
+        ap.error("--think-ms must be 0 or more")
+    think_ms = THINK_MS if args.think_ms is None else args.think_ms
     if args.server or args.serve:
         import chat_client
 
         if args.server:
-            run_served(args.server, steps=steps, seed=args.seed, out=args.out, session=args.session, quiet=args.quiet)
+            run_served(args.server, steps=steps, seed=args.seed, out=args.out, session=args.session, quiet=args.quiet,
+                       think_ms=think_ms)
             return 0
         try:
-            with chat_client.OrbitServer(args.orbit, args.model, policy=args.policy,
+            with chat_client.OrbitServer(args.orbit, args.model, policy=args.policy, audit=args.audit,
                                          chat_template=str(CHAT_TEMPLATE_FILE)) as server:
                 run_served(server.url, steps=steps, seed=args.seed, out=args.out, session=args.session,
-                           quiet=args.quiet)
+                           quiet=args.quiet, think_ms=think_ms)
         except chat_client.ServeUnavailable as e:
             sys.exit(f"error: {e}")
         return 0

@@ -305,3 +305,23 @@ def test_web_agent_drives_the_server_as_an_openai_client(served, repo_root, tmp_
     assert info["savings"]["radix_cache_tokens"] == pytest.approx(radix)
     assert forward < radix
     assert f"orbit {forward:.0f} vs the radix cache {radix:.0f}" in result.stdout
+    # The client thinks (the tool's run) 250 ms after each answer by default, and reports it and the audits.
+    assert report["think_ms"] == 250
+    assert "client think time after each answer: 250 ms" in result.stdout
+    assert set(report["audit_metrics"]) == {"orbit_audits_total", "orbit_audits_owed_total",
+                                            "orbit_audits_dropped_total", "orbit_audits_waiting"}
+    assert f"served fidelity (GET /v1/sessions/test-web-agent, audit): {info['audit']['audits']} audits" in result.stdout
+
+
+def test_web_agent_think_time_applies_to_the_served_mode_only(repo_root):
+    """--think-ms and --audit are the served mode's: without --serve or --server they are refused, not
+    ignored; --audit is refused with --server (it is the server's option)."""
+    script = str(repo_root / "samples/web-agent/web_agent.py")
+    for extra, says in ((["--think-ms", "0"], "--think-ms and --audit apply to the served mode only"),
+                        (["--audit", "1"], "--think-ms and --audit apply to the served mode only"),
+                        (["--server", "http://127.0.0.1:9", "--audit", "1"], "--audit is the server's option"),
+                        (["--serve", "--think-ms", "-1"], "--think-ms must be 0 or more")):
+        result = subprocess.run([sys.executable, script, "--short", "--quiet", *extra], capture_output=True, text=True,
+                                timeout=120)
+        assert result.returncode == 2, (extra, result.stdout, result.stderr)
+        assert says in result.stderr, (extra, result.stderr)
