@@ -168,6 +168,22 @@ double FidelityModel::predict(Loss kind, double feature, double share, double se
   return scale_ * coefficient(kind) * f * s * sensitivity_factor(sensitivity);
 }
 
+double FidelityModel::predict_shortfall(double feature, double share) const {
+  return scale_ * kShortfallCoefficient * std::max(feature, 0.0) * std::clamp(share, 0.0, 1.0);
+}
+
+double dynamic_ntk_scale(const DynamicNtk& rope, int64_t window) noexcept {
+  if (!rope.active() || window <= rope.anchor) return 1.0;
+  const double n = static_cast<double>(window) / static_cast<double>(rope.anchor);
+  return std::max(1.0, rope.factor * n - rope.factor + 1.0);
+}
+
+double shortfall_feature(const DynamicNtk& rope, int64_t formed_window, int64_t read_window) noexcept {
+  if (!rope.active() || formed_window <= 0 || read_window <= 0) return 0.0;
+  const double d = std::log(dynamic_ntk_scale(rope, read_window) / dynamic_ntk_scale(rope, formed_window));
+  return d * d;
+}
+
 FidelityModel FidelityModel::blend(const FidelityModel& from, const FidelityModel& to, double weight) {
   ORBIT_CHECK(std::isfinite(weight) && weight >= 0 && weight <= 1,
               "FidelityModel::blend: weight must be in [0, 1], got " << weight);

@@ -135,6 +135,47 @@ TEST_CASE("under dynamic-NTK RoPE a window decodes past the anchor to max_positi
   CHECK_NOTHROW(engine->precompute(engine->add_tokens(tokens_from(4, 80))));
 }
 
+// KL(p || q) of the softmaxes of two logit rows, in float64.
+double row_kl(const float* p_logits, const float* q_logits, int64_t vocab) {
+  const at::Tensor p = at::from_blob(const_cast<float*>(p_logits), {vocab}, at::kFloat).to(at::kDouble);
+  const at::Tensor q = at::from_blob(const_cast<float*>(q_logits), {vocab}, at::kFloat).to(at::kDouble);
+  const at::Tensor lp = at::log_softmax(p, 0), lq = at::log_softmax(q, 0);
+  return (lp.exp() * (lp - lq)).sum().item<double>();
+}
+
+TEST_CASE("under dynamic-NTK RoPE a window grown past the anchor is formed at its length", "[limits][model][rope]") {
+  // a (24 tokens, the first: its canonical, formed at 24) and b (12, formed at 36) within the anchor of 40; c's
+  // admit makes the window 60. Read there, a's and b's content carries the base of scale 1 where the window's is
+  // 2 (planner::shortfall_feature ln(2)² ≈ 0.48): predicted past the 3e-3 budget, the plan re-prefills them at
+  // the window's length (Plan::rope_window), and a read of the window then gives the re-prefill's logits within
+  // the budget. The old planner priced no shortfall and kept both, formed at their own ends: the checks on the
+  // plan are what fail there. This generated model (random weights) hardly feels the base: kept as formed, a
+  // 4-token query read 5.7e-10 against the re-prefill, re-formed 1.1e-10 (test_reuse_dynamic measures the loss
+  // on trained models).
+  orbit::test::TempDir dir;
+  const std::string path = (dir.path() / "dynamic-40x2").string();
+  anchored_model(path, true);
+  auto engine = open_model(path);
+  orbit::Window w = engine->new_window();
+  const orbit::ChunkRef a = engine->add_tokens(tokens_from(1, 24)), b = engine->add_tokens(tokens_from(2, 12)),
+                        c = engine->add_tokens(tokens_from(3, 24));
+  const orbit::InstanceId ia = w.admit(a).added.front(), ib = w.admit(b).added.front();
+  const orbit::Plan within = w.plan_admit(c);
+  CHECK(within.rope_window == 60);
+  for (const orbit::PlanStep& s : within.steps) {
+    INFO("instance " << s.instance << ": " << orbit::serve_action_name(s.how) << ", " << s.reason);
+    if (s.instance == ia || s.instance == ib) CHECK(s.how != orbit::ServeActionId::kKeep);
+    CHECK(s.shortfall_kl == 0);
+  }
+  CHECK(within.predicted_kl <= w.options().policy.kl_budget);
+  REQUIRE(w.apply(within).is_ok());
+  const std::vector<int64_t> query = tokens_from(4, 4);
+  const orbit::Logits got = w.logits(query), want = w.reference_logits(query);
+  const double kl = row_kl(want.last(), got.last(), got.vocab);
+  INFO("KL of the read at 64 against a re-prefill: " << kl);
+  CHECK(kl <= w.options().policy.kl_budget);
+}
+
 TEST_CASE("an unscaled model's windows stop at max_position_embeddings as before", "[limits][model][rope]") {
   orbit::test::TempDir dir;
   const std::string path = (dir.path() / "plain-40").string();

@@ -4,6 +4,7 @@
 // KV are in test_plan_actions, test_window and test_exact_reuse.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <map>
 #include <memory>
 #include <set>
@@ -477,4 +478,54 @@ TEST_CASE("planning asks the environment only about what may change its decision
   // b's context changes: its sensitivity is read, a's (first, unchanged) is not.
   (void)plan_layout(w.snapshot(), evict_first(w), env);
   CHECK(env.sensitivity_asks == std::vector<std::string>{b.ref.key});
+}
+
+TEST_CASE("dynamic NTK: a window grown past the anchor re-forms what was formed far short of it", "[plan][decisions]") {
+  // a (96 tokens, the window's first: its canonical, formed at its own length) and b (formed at 112) read in a
+  // window of 128 once c is admitted. Anchored at 64 with factor 2, a's content carries scale 2 where the window
+  // reads at 3: predicted 0.29 · ln(3/2)² · a's weight, about 2e-2 (planner::shortfall_feature), far past the
+  // 3e-3 budget; b, formed at 2.5, about 1e-3 plus what c reads through it. The plan forwards at the window's
+  // length (Plan::rope_window) and re-prefills a there; without dynamic NTK (the old planner, which priced no
+  // shortfall) every instance stays kept.
+  const ChunkRecord a = chunk("a", 96, 1), b = chunk("b", 16, 2), c = chunk("c", 16, 3);
+  TestWindow w("default");
+  w.add_exact(a);
+  w.add_exact(b);
+  w.entries[0]->formed_window = 96;
+  w.entries[1]->formed_window = 112;
+  FakeEnv unscaled;
+  const Plan plain = plan_layout(w.snapshot(), keep_all(w, Operation::kAdmit, {&c}), unscaled);
+  CHECK(plain.rope_window == 0);
+  CHECK(step_of(plain, 1).how == ServeActionId::kKeep);
+  CHECK(step_of(plain, 2).how == ServeActionId::kKeep);
+  CHECK(plain.predicted_kl == 0);
+
+  FakeEnv dynamic;
+  dynamic.model.dynamic_ntk = planner::DynamicNtk{64, 2.0};
+  const Plan p = plan_layout(w.snapshot(), keep_all(w, Operation::kAdmit, {&c}), dynamic);
+  CHECK(p.rope_window == 128);
+  const PlanStep& first = step_of(p, 1);
+  INFO("a: " << serve_action_name(first.how) << ", " << first.reason << "; plan predicts " << p.predicted_kl);
+  CHECK(first.how == ServeActionId::kPrefill);
+  CHECK(first.shortfall_kl == 0);
+  CHECK(first.forward_tokens == 96);
+  // b: kept with its shortfall priced, or re-formed at the window's length too.
+  const PlanStep& second = step_of(p, 2);
+  CHECK((second.how == ServeActionId::kKeep ? second.shortfall_kl > 0 : second.shortfall_kl == 0));
+  CHECK(p.predicted_kl <= w.options.policy.kl_budget);
+  // Kept as it was, a would have been predicted to lose (the keep's price, before the budget moved off it):
+  const double kept_a = 0.29 * std::pow(std::log(3.0 / 2.0), 2.0);  // · a's weight (at most 1)
+  CHECK(p.predicted_kl < kept_a);
+
+  // Within the anchor nothing changes: a window of 48 tokens forwards at each instance's own end.
+  TestWindow small("default");
+  const ChunkRecord d = chunk("d", 24, 4), e = chunk("e", 16, 5), f = chunk("f", 8, 6);
+  small.add_exact(d);
+  small.add_exact(e);
+  small.entries[0]->formed_window = 24;
+  small.entries[1]->formed_window = 40;
+  const Plan within = plan_layout(small.snapshot(), keep_all(small, Operation::kAdmit, {&f}), dynamic);
+  CHECK(within.rope_window == 0);
+  CHECK(within.predicted_kl == 0);
+  CHECK(step_of(within, 1).how == ServeActionId::kKeep);
 }

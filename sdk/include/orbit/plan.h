@@ -121,6 +121,10 @@ struct PlanStep {
                                  // carry kl_per_weight)
   double kl_per_weight = 0;      // of predicted_kl, the serving action's own loss per unit recency weight
                                  // (the instance carries it; later plans rescale it by its weight then)
+  double shortfall_kl = 0;       // of predicted_kl, dynamic-NTK RoPE's: content formed in a window of another
+                                 // length than the window after the plan (planner/fidelity_model.h
+                                 // shortfall_feature); 0 for every other model. Not in kl_per_weight: each
+                                 // plan prices it anew from the instance's formed window
   double drift_tokens = 0;       // kKeep: tokens removed or inserted before it since its KV was formed
   double context_change = 0;     // kKeep: the fidelity model's keep feature, accumulated since it was
                                  // formed (planner/fidelity_model.h keep_change; 1 after a reorder)
@@ -151,6 +155,10 @@ struct Plan {
   double estimated_seconds = 0;     // Σ steps
   int64_t device_bytes_after = 0;   // KV pages the window holds after apply (estimate: whole pages)
   int64_t window_tokens_after = 0;  // tokens in the window after apply
+  // Dynamic-NTK RoPE past its anchor: the window length this plan's forwards run at (runtime::ForwardOptions::
+  // rope_window_len; window_tokens_after), so that what it forms carries the base the window after it is read
+  // at, as a re-prefill's would; 0 (each forward at its own end) for every other model and window.
+  int64_t rope_window = 0;
   bool exact = false;               // every instance's KV equals a re-prefill of the window after apply
   std::vector<InstanceId> cascade;  // recall: dependents re-conditioned, in topological order
   // How reads of the window (logits, generate) attend over its KV on the engine's device: the paged

@@ -165,6 +165,7 @@ void keep_pages(EngineCore& core, const PlanStep& s, const Entry& old, Entry& e)
   e.is_turn = is_turn;
   e.drift_tokens = s.drift_tokens;
   e.predicted_kl = s.predicted_kl;
+  e.shortfall_kl = s.shortfall_kl;
   e.keep_change = s.context_change;
   e.deferred = s.deferred;
 }
@@ -190,6 +191,18 @@ std::unique_ptr<runtime::PagedSequence> make_pages(EngineCore& core, const Kv& k
   return core.pool().create(config, content_of(kv), placeholder, full);
 }
 
+// Dynamic-NTK RoPE: the window length whose base a served instance's content carries (EntryMeta::formed_window),
+// 0 for any other model. A canonical served alone, relocated or with tokens recomputed over it (first-k,
+// CacheBlend: most rows stay canonical) carries its own length. A forward in context, and KV forwarded behind
+// the same states (exact reuse, a stored conditioned KV; the chain starts at the rope window, kv_window_start),
+// the plan's rope window, or its end when there is none; a stored patch's conditioned rows the same (assumed:
+// the patch records no window). LayoutPlanner::formed_window says the same when it prices them.
+int64_t formed_window(const EngineCore& core, StepAction done, const PlanStep& s, int64_t extent, int64_t rope_window) {
+  if (core.config().rope.scaling != runtime::RopeScaling::kDynamicNtk) return 0;
+  if (done == StepAction::kCanonical || done == StepAction::kBlind || done == StepAction::kRecompute) return extent;
+  return rope_window > 0 ? rope_window : s.position + extent;
+}
+
 // A formed entry: a new content version formed on the context built so far, its KV in fresh pages or
 // placed on its chunk's shared canonical pages (make_pages).
 // Out of capacity when the shared pool cannot hold it (the window is untouched).
@@ -209,6 +222,8 @@ Status form_pages(const WindowState& state, Operation op, const PlanStep& s, con
   e.patch_key = !s.patch_key.empty() ? s.patch_key : (s.store_keys.empty() ? std::string() : s.store_keys.front());
   e.predicted_kl = s.predicted_kl;
   e.kl_per_weight = s.kl_per_weight;
+  e.formed_window = formed_window(core, out.done_as, s, e.extent, built.window.rope_window);
+  e.shortfall_kl = s.shortfall_kl;
   built.formed.push_back({e.id, out.conditioned, built.window.context_ids()});
   SharedPool::Usage full;
   e.kv = make_pages(core, out.content, e.length, &full);
@@ -404,6 +419,8 @@ Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan, bool backgr
   Tally tally;
   tally.report.op = plan.op;
   Built built(core);
+  built.window.rope_window = plan.rope_window;
+  built.window.chain = kv_window_start(plan.rope_window);
   built.window.entries.reserve(plan.steps.size());
   built.window.contents.reserve(plan.steps.size());
   built.window.starts.reserve(plan.steps.size());

@@ -156,9 +156,11 @@ void EngineApplyEnv::put_conditioned(const Kv& kv, const std::string& chunk_key,
 Kv EngineApplyEnv::forward(const ApplyTarget& target) {
   c10::InferenceMode guard;
   const runtime::ForwardInput input = input_of(target);
-  if (build_.entries.empty()) return make_kv(core_.model().forward(input, nullptr, no_logits()).content);
+  runtime::ForwardOptions fo = no_logits();
+  fo.rope_window_len = build_.rope_window;
+  if (build_.entries.empty()) return make_kv(core_.model().forward(input, nullptr, fo).content);
   const runtime::PastKV past = build_.past();
-  return make_kv(core_.model().forward(input, &past, no_logits()).content);
+  return make_kv(core_.model().forward(input, &past, fo).content);
 }
 
 Kv EngineApplyEnv::leading_rows(const Kv& kv, int64_t rows) {
@@ -177,8 +179,10 @@ Kv EngineApplyEnv::forward_rest(const ApplyTarget& target, const Kv& head_kv) {
   append_rows(past, head, core_.registry().positions_for(nullptr, k, target.position));
   const std::vector<int64_t>& tokens = *target.tokens();
   const std::vector<int64_t> rest(tokens.begin() + k, tokens.end());
+  runtime::ForwardOptions fo = no_logits();
+  fo.rope_window_len = build_.rope_window;
   const runtime::Content tail =
-      core_.model().forward(core_.registry().input_for_tokens(rest, target.position + k), &past, no_logits()).content;
+      core_.model().forward(core_.registry().input_for_tokens(rest, target.position + k), &past, fo).content;
   runtime::Content all(head.size());
   for (std::size_t l = 0; l < all.size(); ++l) {
     all[l] = {at::cat({head[l].k, tail[l].k}, 0), at::cat({head[l].v, tail[l].v}, 0)};

@@ -65,6 +65,8 @@ struct WindowBuild {
   int64_t next_position = 0;
   KvState chain;    // the KV-state chain over the entries built so far
   KvState content;  // their content chain
+  // Plan::rope_window: the window length every forward runs at (dynamic-NTK RoPE; 0: each forward's own end).
+  int64_t rope_window = 0;
 
   explicit WindowBuild(EngineCore& c) : core(c) {}
   ~WindowBuild();  // destroys the entries under the pool lock

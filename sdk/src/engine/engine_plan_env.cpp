@@ -14,6 +14,11 @@ ModelLimits model_limits(const EngineCore& core) {
   m.kv_bytes_per_token = core.model_info().kv_bytes_per_token;
   m.max_positions = core.max_positions();
   m.max_positions_source = window_position_limit_source(c);
+  if (c.rope.scaling == runtime::RopeScaling::kDynamicNtk) {
+    m.dynamic_ntk.anchor = c.rope.original_max_position_embeddings > 0 ? c.rope.original_max_position_embeddings
+                                                                       : c.rope.max_position_embeddings;
+    m.dynamic_ntk.factor = c.rope.factor;
+  }
   return m;
 }
 

@@ -309,18 +309,23 @@ class Prefill final : public ServeAction {
  public:
   ServeActionId id() const override { return ServeActionId::kPrefill; }
   StepAction category() const override { return StepAction::kReprefill; }
+  // Also the window's first chunk when the plan forwards at the window's length (dynamic-NTK RoPE past its
+  // anchor), where its canonical carries the base of its own length.
   std::optional<PlanStep> plan(const PlanInput& in) const override {
-    if (in.is_turn || in.context->empty()) return std::nullopt;
+    const bool first = in.context->empty();
+    if (in.is_turn || (first && in.rope_window <= 0)) return std::nullopt;
     PlanStep s = base_step(id(), category());
     s.forward_tokens = static_cast<double>(in.length);
     s.exact = true;
-    if (in.policy.store_conditioned) {
+    if (in.policy.store_conditioned && !first) {
       s.store_keys.push_back(keys_of(in).conditioned);
     }
-    s.reason = "prefill in context";
+    s.reason = first ? "prefill at the window's length (dynamic-NTK RoPE)" : "prefill in context";
     return s;
   }
-  ActionFloor floor(const PlanInput& in) const override { return forward_floor(in, !in.is_turn && in.position > 0); }
+  ActionFloor floor(const PlanInput& in) const override {
+    return forward_floor(in, !in.is_turn && (in.position > 0 || in.rope_window > 0));
+  }
 };
 
 // ---- blind ------------------------------------------------------------------------------------------

@@ -89,6 +89,11 @@ KvState kv_state_after(StepAction done, const std::string& key, const std::strin
   return kv_forward(key, chain);
 }
 
+KvState kv_window_start(int64_t rope_window) {
+  if (rope_window <= 0) return KvState{};
+  return kv_forward("orbit-rope-window/" + std::to_string(rope_window), KvState{});
+}
+
 std::string reuse_key(const std::string& key, const KvState& chain) {
   char words[40];
   std::snprintf(words, sizeof words, "%016llx%016llx", static_cast<unsigned long long>(chain.hi),

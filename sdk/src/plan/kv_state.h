@@ -37,6 +37,9 @@ struct KvState {
 };
 
 KvState kv_chain(const KvState& chain, const KvState& state);
+// Where a plan's chain starts: the empty chain, or (dynamic-NTK RoPE, Plan::rope_window > 0) a state naming
+// the window length its forwards run at, so that KV forwarded at one length is never reused as another's.
+KvState kv_window_start(int64_t rope_window);
 // The content chain: the same over content keys alone (what the instances are, not how their KV was made).
 KvState content_chain(const KvState& chain, const std::string& key);
 KvState kv_forward(const std::string& key, const KvState& chain);

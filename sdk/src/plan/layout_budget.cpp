@@ -33,7 +33,7 @@ double LayoutPlanner::kept_loss_bound(std::size_t i, const PlanContext& none) co
   const PlanInput in = input_for(i, &none);
   double bound = 0;
   for (const ServeAction* a : all_actions()) {
-    if (a->category() == StepAction::kKeep || !considered(*a, policy_)) continue;
+    if (a->category() == StepAction::kKeep || !considered(*a, policy_, i == 0 && plan_.rope_window > 0)) continue;
     const ActionFloor f = a->floor(in);
     if (!f.applicable || f.kl >= kept.predicted_kl) continue;
     bound = std::max(bound, planner::upgrade_gain(kept.predicted_kl, kept.estimated_seconds, f.kl, f.seconds));

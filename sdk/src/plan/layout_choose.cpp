@@ -71,9 +71,10 @@ PlanStep legacy_serve(const PlanInput& in, const std::string& reason) {
 
 }  // namespace
 
-bool considered(const ServeAction& a, const WindowPolicy& policy) {
+bool considered(const ServeAction& a, const WindowPolicy& policy, bool first_at_window) {
   const ServeActionId id = a.id();
   if (id == ServeActionId::kLoadConditioned || id == ServeActionId::kReuse) return false;
+  if (first_at_window && id == ServeActionId::kPrefill) return true;
   // A policy whose miss action is a plain prefill (throughput) forms no patch: prefill stands for form.
   const bool prefills = policy.on_miss == MissAction::kReprefill;
   return prefills ? id != ServeActionId::kForm : id != ServeActionId::kPrefill;
@@ -101,8 +102,9 @@ void LayoutPlanner::enumerate(std::size_t i, const PlanInput& in, const std::str
     // A forced slot is served again unless it was formed on this very context (recondition forces every
     // slot, and re-conditions only those whose context changed); heal's reform makes `same` false.
     if (keep && (si.old == nullptr || (sl.force && !same))) continue;
-    if (!keep && si.old != nullptr && same && si.old->predicted_kl == 0) continue;  // exact already
-    if (!considered(*a, policy_)) continue;
+    // Exact already; under dynamic-NTK RoPE only if it was also formed at the window's length.
+    if (!keep && si.old != nullptr && same && si.old->predicted_kl == 0 && !short_formed(i)) continue;
+    if (!considered(*a, policy_, i == 0 && plan_.rope_window > 0)) continue;
     std::optional<PlanStep> s = a->plan(in);
     if (!s) continue;
     s->estimated_seconds = estimate_seconds(in, *s);
@@ -116,6 +118,7 @@ void LayoutPlanner::enumerate(std::size_t i, const PlanInput& in, const std::str
                                   << f.applicable << ")");
     // The slot's why is prefixed in finalize, to the chosen candidate only (most are never shown).
     if (keep) s->reason = same ? (si.moved ? "relocated (rotation only)" : "unchanged") : "kept as-is";
+    add_shortfall(i, *s);
     si.candidates.push_back(std::move(*s));
   }
   si.prefix_why = !why.empty();
@@ -230,6 +233,7 @@ void LayoutPlanner::choose_for_slot(std::size_t i, uint64_t* ctx_hash, uint64_t*
     PlanStep s = *keep_.plan(in);
     s.estimated_seconds = estimate_seconds(in, s);
     s.reason = same ? (si.moved ? "relocated (rotation only)" : "unchanged") : join(whys_[i], "; kept as-is");
+    add_shortfall(i, s);
     si.candidates.push_back(std::move(s));
   } else {
     enumerate(i, in, *whys_[i]);
@@ -256,6 +260,7 @@ PlanStep LayoutPlanner::choose_unbudgeted(std::size_t i, const PlanInput& in, bo
     s = legacy_serve(served, si.old != nullptr ? *whys_[i] : layout_.slots[i].reason);
   }
   s.estimated_seconds = estimate_seconds(in, s);
+  add_shortfall(i, s);
   return s;
 }
 

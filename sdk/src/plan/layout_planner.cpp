@@ -44,6 +44,9 @@ Plan LayoutPlanner::run() {
   place_slots();
   measure_context_changes();
   plan_.window_tokens_after = total_tokens_;
+  // Dynamic-NTK RoPE past the anchor: what this plan forms is forwarded at the window's length after it.
+  const planner::DynamicNtk& rope = env_.limits().dynamic_ntk;
+  plan_.rope_window = rope.active() && total_tokens_ > rope.anchor ? total_tokens_ : 0;
   plan_.device_bytes_after = pages_ * window_.page_bytes;
   const ModelLimits& model = env_.limits();
   plan_.refusal = limit_refusal(layout_.op, extent_, plan_.device_bytes_after, model.max_positions,
@@ -223,7 +226,31 @@ PlanInput LayoutPlanner::input_for(std::size_t i, const PlanContext* ctx) const 
   in.reordered = si.old != nullptr && !si.keys_same && si.drift == 0;
   in.moved = si.moved;
   in.kv_per_token = kv_per_token_;
+  in.rope_window = plan_.rope_window;
   return in;
+}
+
+int64_t LayoutPlanner::formed_window(std::size_t i, StepAction a) const {
+  const SlotInfo& si = info_[i];
+  if (a == StepAction::kKeep) return si.old->formed_window;
+  // A canonical (alone at position 0, relocated, or with some tokens recomputed over it) carries its own
+  // length; what this plan forwards, or loads from KV forwarded behind the same states (whose chain starts at
+  // the window length, kv_window_start), the plan's rope window, else its end.
+  if (a == StepAction::kCanonical || a == StepAction::kBlind || a == StepAction::kRecompute) return si.extent;
+  return plan_.rope_window > 0 ? plan_.rope_window : si.position + si.extent;
+}
+
+bool LayoutPlanner::short_formed(std::size_t i) const {
+  const EntryMeta* old = info_[i].old;
+  return old != nullptr && planner::shortfall_feature(env_.limits().dynamic_ntk, old->formed_window, total_tokens_) > 0;
+}
+
+void LayoutPlanner::add_shortfall(std::size_t i, PlanStep& s) const {
+  const planner::DynamicNtk& rope = env_.limits().dynamic_ntk;
+  if (!rope.active() || s.action == StepAction::kEvict) return;
+  s.shortfall_kl = fidelity_.predict_shortfall(
+      planner::shortfall_feature(rope, formed_window(i, s.action), total_tokens_), weights_[i]);
+  s.predicted_kl += s.shortfall_kl;
 }
 
 void LayoutPlanner::defer_repairs() {
@@ -244,6 +271,7 @@ void LayoutPlanner::defer_repairs() {
     s.estimated_seconds = estimate_seconds(in, s);
     s.reason = (whys_[i]->empty() ? std::string("context changed") : *whys_[i]) +
                "; relocated, repair deferred to the next read (would be: " + serve_action_name(chosen.how) + ")";
+    add_shortfall(i, s);
     chosen = std::move(s);
     si.prefix_why = false;  // the reason above is complete
     deferred_[i] = 1;
@@ -298,6 +326,7 @@ void LayoutPlanner::offer_reuse(std::size_t i, const KvState& chain, const KvSta
     return;
   }
   r->estimated_seconds = estimate_seconds(in, *r);
+  add_shortfall(i, *r);
   r->reason += " (instead of " + std::string(serve_action_name(s.how)) + ")";
   if (keep) *spare -= window_.pages_for(si.length);
   s = std::move(*r);
@@ -337,7 +366,7 @@ void LayoutPlanner::finalize() {
   // KV state along the window (kv_state.h), so a step can be served from KV computed behind the same states.
   bool all_exact = true;
   uint64_t ctx_hash = 0;
-  KvState chain, content;
+  KvState chain = kv_window_start(plan_.rope_window), content;
   int64_t spare = policy_.reuse_computed ? spare_pages() : 0;
   for (std::size_t i = 0; i < info_.size(); ++i) {
     SlotInfo& si = info_[i];
@@ -357,8 +386,10 @@ void LayoutPlanner::finalize() {
       s.chunk = si.chunk->ref;
     }
     s.sensitivity = si.sensitivity;
-    s.kl_per_weight =
-        s.action == StepAction::kKeep ? si.old->kl_per_weight : (weights_[i] > 0 ? s.predicted_kl / weights_[i] : 0.0);
+    // The shortfall is priced anew at every plan from the formed window, never carried.
+    s.kl_per_weight = s.action == StepAction::kKeep
+                          ? si.old->kl_per_weight
+                          : (weights_[i] > 0 ? (s.predicted_kl - s.shortfall_kl) / weights_[i] : 0.0);
     if (s.action == StepAction::kKeep) {
       s.drift_tokens = si.drift;
       s.context_change = si.change;

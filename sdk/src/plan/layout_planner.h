@@ -71,7 +71,9 @@ struct PlanContext {
 // one a policy that prefills on a miss, throughput, takes instead of form), load-conditioned the
 // store_conditioned policy's own path (the fixed chain of a policy without a budget), and reuse is offered
 // by finalize, once the KV states before the instance are known.
-bool considered(const ServeAction& a, const WindowPolicy& policy);
+// `first_at_window`: the window's first instance in a plan with a rope window (Plan::rope_window): its canonical
+// carries the base of its own length, so a prefill at the window's length is considered whatever the policy.
+bool considered(const ServeAction& a, const WindowPolicy& policy, bool first_at_window = false);
 
 class LayoutPlanner {
  public:
@@ -117,6 +119,17 @@ class LayoutPlanner {
   // Every action that can serve slot i, cheapest first, into info_[i].candidates. Keep is left out when
   // the slot is new or a cascade forces it; other actions when it is exact already.
   void enumerate(std::size_t i, const PlanInput& in, const std::string& why);
+  // Dynamic-NTK RoPE (ModelLimits::dynamic_ntk): what serving slot i by `s` is predicted to lose because its
+  // content was formed in a window of another length than the window after the plan (planner::
+  // shortfall_feature): a kept instance's formed window (EntryMeta::formed_window), a forward's end, a
+  // canonical's own length. Sets s.shortfall_kl and adds it to s.predicted_kl; 0 for every other model.
+  void add_shortfall(std::size_t i, PlanStep& s) const;
+  // The window length slot i's content carries when served by an action of category `a` (apply_plan.cpp's
+  // formed_window says the same for what it serves).
+  int64_t formed_window(std::size_t i, StepAction a) const;
+  // Whether kept slot i's content was formed at a window length that prices a loss read at the window's length
+  // after the plan (always false but under dynamic-NTK RoPE).
+  bool short_formed(std::size_t i) const;
   // `why` + `suffix`, built once per plan for the texts many slots share.
   std::string join(const std::string* why, const char* suffix);
 

@@ -30,6 +30,9 @@ struct ModelLimits {
   int64_t max_positions = 0;       // the model's position limit; 0: none
   // Where max_positions comes from, for refusals (window_position_limit_source: a static string); null: unsaid.
   const char* max_positions_source = nullptr;
+  // Dynamic-NTK RoPE's anchor and factor (not active for any other model): the planner prices content read
+  // in a window of another length than it was formed in (planner::shortfall_feature).
+  planner::DynamicNtk dynamic_ntk;
 };
 
 // What the catalog knows of one stored patch: formed full-rank over an exact context, and its residual

@@ -69,6 +69,7 @@ struct PlanInput {
   bool reordered = false;                             // old: the same antecedents as formed on, in another order
   bool moved = false;                                 // old: its position changes
   int64_t kv_per_token = 0;
+  int64_t rope_window = 0;  // Plan::rope_window: the window length its forwards run at (0: each one's own end)
 
   // The patch keys of this instance behind its context (keys_of() in actions.cpp), computed once for all
   // the actions planned on this input; valid for the signer and context length they were computed on.

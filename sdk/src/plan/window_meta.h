@@ -76,6 +76,11 @@ struct EntryMeta {
   double predicted_kl = 0;         // the fidelity model's KL this instance carries (0 when exact)
   double keep_change = 0;          // the keep feature accumulated since formed (fidelity_model.h)
   double kl_per_weight = 0;        // of which its serving action's own loss, per unit recency weight
+  // Dynamic-NTK RoPE (ModelLimits::dynamic_ntk): the window length whose rotary base its content carries (the
+  // length the forward that made it ran at, a canonical's own length; apply's formed_window), and of predicted_kl what
+  // the last plan priced for reading it at another length (PlanStep::shortfall_kl). 0 for every other model.
+  int64_t formed_window = 0;
+  double shortfall_kl = 0;
   StepAction formed_by = StepAction::kKeep;
   PatchMatch match = PatchMatch::kNone;
   std::string patch_key;

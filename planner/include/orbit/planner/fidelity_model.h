@@ -129,6 +129,35 @@ inline constexpr int64_t kContentReaderTokens = 32;
 std::vector<double> content_shares(const std::vector<const std::vector<int64_t>*>& tokens,
                                    const std::vector<int64_t>& lengths, int64_t reader_tokens = kContentReaderTokens);
 
+// Dynamic-NTK RoPE's shortfall (docs/ARCHITECTURE.md §7, "The window position limit"). Under Hugging Face's
+// "dynamic" scaling the rotary base grows with the window's length n past the anchor L:
+// base(n) = base · scale(n)^(d/(d−2)), scale(n) = max(1, factor·n/L − factor + 1). Keys are rotated exactly
+// when read, but an instance's content past layer 0 came through attention at the base of the window it was
+// formed in (its `formed window`), so read in a window of another length it is not a re-prefill's. The loss,
+// measured by tests/cpp/test_reuse_dynamic ("[.measure]": a 16-token chunk formed at N − s behind its
+// context, read by an 8-token query at N), grows as the square of the change in log scale:
+//   feature = (ln scale(read window) − ln scale(formed window))²
+//   predicted KL = kShortfallCoefficient · feature · recency weight      (FidelityModel::predict_shortfall)
+// Fitted (geometric mean of measured / (feature · weight)) on stories260K's means over seeds 1-3, factors 2
+// and 8, N = 128 and 256, s = 1..32: measured / predicted 0.24-0.53 at factor 2 and 1.2-4.6 at factor 8
+// there. On seeds it was not fitted on (4 and 5, N = 128, s = 4, 8, 32; test_reuse_dynamic) it errs high,
+// 0.03-0.21 at factor 2 and 0.08-0.19 at factor 8: the loss varies by text about 20x at factor 8, and the
+// means of seeds 1-3 are one seed's. tinystories-656k (heads twice as wide, each frequency moves less) loses
+// 0.05-0.11 of the prediction (seeds 1-3) and 0.002-0.03 (seeds 4-5). Past s = 32 the square over-predicts
+// (a chunk formed at the anchor and read at 4x: 4-25x), where the loss is far past any budget either way.
+// Not calibrated per model (Engine::calibrate fits the other kinds only).
+struct DynamicNtk {
+  int64_t anchor = 0;  // L, tokens (0: the model has no dynamic-NTK RoPE)
+  double factor = 1.0;
+  bool active() const noexcept { return anchor > 0 && factor > 1.0; }
+};
+// scale(n) above; 1 when not active or n <= anchor.
+double dynamic_ntk_scale(const DynamicNtk& rope, int64_t window) noexcept;
+// The feature above; 0 when `rope` is not active or either window is <= 0 (unknown). Symmetric: content
+// formed in a longer window than it is read in is as far off.
+double shortfall_feature(const DynamicNtk& rope, int64_t formed_window, int64_t read_window) noexcept;
+inline constexpr double kShortfallCoefficient = 0.29;
+
 // How far Engine::calibrate moves the fidelity model from the defaults (the bundled stories260K's fit) toward
 // its fit on the engine's own model, in log space (FidelityModel::blend): halfway. The calibration's windows
 // (two to four short pieces of sampled text) carry a model's scale, not the traces' structure, and neither
@@ -177,6 +206,9 @@ class FidelityModel {
   // scale() · coefficient(kind) · feature · share · sensitivity_factor(sensitivity), with feature and share
   // clamped to [0, 1].
   double predict(Loss kind, double feature, double share, double sensitivity = -1) const;
+  // scale() · kShortfallCoefficient · feature · share (share clamped to [0, 1], feature to >= 0): dynamic-NTK
+  // content read in a window of another length than it was formed in (shortfall_feature above).
+  double predict_shortfall(double feature, double share) const;
   // The measured correction every prediction is multiplied by (1 = the model as fitted).
   double scale() const { return scale_; }
   // This model with scale() = `scale` (finite, > 0; throws orbit::Error otherwise).
