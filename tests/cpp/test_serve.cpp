@@ -208,10 +208,39 @@ TEST_CASE("serve: a response_format key out of place is refused, never left unen
   CHECK(refused(R"({"type":"json_schema","json_schema":{"name":"a","schema":{},"stirct":true}})") ==
         "response_format.json_schema.stirct");
   const sv::Parsed<sv::ChatRequest> full = sv::parse_chat_request(
-      head + R"({"type":"json_schema","json_schema":{"name":"a","description":"d","schema":{},"strict":true}}})");
+      head + R"({"type":"json_schema","json_schema":{"name":"a","description":null,"schema":{},"strict":true}}})");
   REQUIRE(full.ok());
+  CHECK(full.value->response_format.name == "a");
   CHECK(full.value->response_format.strict);
   CHECK(sv::parse_chat_request(head + R"({"type":"json_object"}})").ok());
+}
+
+TEST_CASE("serve: a json_schema response_format needs its name, and a description is refused", "[serve]") {
+  const std::string head = R"({"model":"m","messages":[{"role":"user","content":"hi"}],"response_format":)";
+  const auto refused = [&](const std::string& format) { return sv::parse_chat_request(head + format + "}").error; };
+  // Without a name OpenAI answers 400 naming it; this server took the format as if it had one.
+  const sv::ApiError missing = refused(R"({"type":"json_schema","json_schema":{"schema":{}}})");
+  CHECK(missing.status == 400);
+  CHECK(missing.param == "response_format.json_schema.name");
+  CHECK(missing.message == "response_format.json_schema.name: missing");
+  CHECK(missing.type == "invalid_request_error");
+  // OpenAI's rule for the name: 1 to 64 letters, digits, _ and -.
+  for (const char* bad : {R"("")", R"("a b")", R"("x</tool_call>")", R"(7)", R"(null)"}) {
+    INFO(bad);
+    CHECK(refused(R"({"type":"json_schema","json_schema":{"name":)" + std::string(bad) + R"(,"schema":{}}})").param ==
+          "response_format.json_schema.name");
+  }
+  CHECK(
+      refused(R"({"type":"json_schema","json_schema":{"name":")" + std::string(65, 'n') + R"(","schema":{}}})").param ==
+      "response_format.json_schema.name");
+  CHECK(sv::parse_chat_request(head + R"({"type":"json_schema","json_schema":{"name":")" + std::string(64, 'n') +
+                               R"(","schema":{}}}})")
+            .ok());
+  // The schema is enforced and never shown to the model: its description would change nothing.
+  const sv::ApiError described =
+      refused(R"({"type":"json_schema","json_schema":{"name":"a","description":"d","schema":{}}})");
+  CHECK(described.param == "response_format.json_schema.description");
+  CHECK(described.code == "unsupported_parameter");
 }
 
 TEST_CASE("serve: a tool's or tool_choice's key out of place is refused by name", "[serve]") {

@@ -119,6 +119,39 @@ TEST_CASE("serve constraints: auto stays free where the grammar cannot be had; f
   CHECK(mistral.for_request(request(kTools, "auto")).trigger == "[TOOL_CALLS]");
 }
 
+TEST_CASE("serve constraints: a strict tool is refused under auto where its calls would be left free",
+          "[serve][constraint]") {
+  // kLooseTools with function.strict true: its arguments were promised to follow the schema, and were free.
+  std::string strict_tools = kLooseTools;
+  strict_tools.insert(strict_tools.rfind("}}]"), R"(,"strict":true)");
+  sv::ConstraintCache cache(ToolCallFormat::kHermes, bytes_vocabulary(), 512);
+  const sv::AnswerConstraint loose = cache.for_request(request(strict_tools, "auto"));
+  REQUIRE(loose.error);
+  CHECK(loose.error->param == "tools[0].function.strict");
+  CHECK(loose.error->code == "unsupported_value");
+  CHECK(loose.error->message.find("'uniqueItems' is not supported") != std::string::npos);
+  // The same under auto with a JSON answer asked for (the calls' branch could not be had).
+  sv::ChatRequest with_answer = request(strict_tools, "auto");
+  with_answer.response_format.type = "json_object";
+  REQUIRE(cache.for_request(with_answer).error);
+  CHECK(cache.for_request(with_answer).error->param == "tools[0].function.strict");
+  // strict false, as before: free.
+  std::string lax_tools = kLooseTools;
+  lax_tools.insert(lax_tools.rfind("}}]"), R"(,"strict":false)");
+  CHECK_FALSE(cache.for_request(request(lax_tools, "auto")).error);
+  // A vocabulary that cannot write '{', and a format without a call mark: refused too, naming why.
+  std::string strict_ok = kTools;
+  strict_ok.insert(strict_ok.rfind("}}]"), R"(,"strict":true)");
+  CHECK(cache.for_request(request(strict_ok, "auto")).constraint != nullptr);
+  sv::ConstraintCache braceless(ToolCallFormat::kHermes, bytes_vocabulary("{"), 512);
+  REQUIRE(braceless.for_request(request(strict_ok, "auto")).error);
+  CHECK(braceless.for_request(request(strict_ok, "auto")).error->param == "tools[0].function.strict");
+  sv::ConstraintCache llama(ToolCallFormat::kLlama3, bytes_vocabulary(), 512);
+  const sv::AnswerConstraint markless = llama.for_request(request(strict_ok, "auto"));
+  REQUIRE(markless.error);
+  CHECK(markless.error->message.find("no mark a call starts with") != std::string::npos);
+}
+
 namespace {
 
 sv::ChatRequest schema_request(const std::string& schema) {

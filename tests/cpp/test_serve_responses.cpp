@@ -131,6 +131,31 @@ TEST_CASE("responses: the parser refuses what it cannot honour, naming the field
   CHECK(refused(body_with(R"("temperature":3)")) == "temperature");
   CHECK(refused(body_with(R"("store":"yes")")) == "store");
   CHECK(refused(body_with(R"("text":{"format":{"type":"json_schema"}})")) == "text.format.schema");
+  // name is required (OpenAI's 400), held to OpenAI's rule, and named at text.format, not at chat's field.
+  CHECK(refused(body_with(R"("text":{"format":{"type":"json_schema","schema":{}}})")) == "text.format.name");
+  CHECK(
+      sv::parse_responses_request(body_with(R"("text":{"format":{"type":"json_schema","schema":{}}})")).error.message ==
+      "text.format.name: missing");
+  CHECK(refused(body_with(R"("text":{"format":{"type":"json_schema","name":"a b","schema":{}}})")) ==
+        "text.format.name");
+  CHECK(refused(body_with(R"("text":{"format":{"type":"json_schema","name":"","schema":{}}})")) == "text.format.name");
+  CHECK(refused(body_with(R"("text":{"format":{"type":"json_schema","name":"a","schema":{}}})")).empty());
+  // A description would change nothing (the schema is never shown to the model): refused, not ignored.
+  const auto described =
+      sv::parse_responses_request(body_with(R"("text":{"format":{"type":"json_schema","name":"a","description":"d",)"
+                                            R"("schema":{}}})"));
+  CHECK(described.error.param == "text.format.description");
+  CHECK(described.error.code == "unsupported_parameter");
+  // json_schema's keys beside another type were dropped: the schema went unenforced.
+  for (const char* type : {"text", "json_object"}) {
+    INFO(type);
+    const auto parsed = sv::parse_responses_request(
+        body_with(R"("text":{"format":{"type":")" + std::string(type) + R"(","schema":{"type":"object"}}})"));
+    CHECK(parsed.error.param == "text.format.schema");
+    CHECK(parsed.error.code == "unknown_parameter");
+    CHECK(refused(body_with(R"("text":{"format":{"type":")" + std::string(type) + R"(","name":"a"}})")) ==
+          "text.format.name");
+  }
   CHECK(refused(body_with(R"("text":{"format":{"type":"xml"}})")) == "text.format.type");
   CHECK(refused(body_with(R"("metadata":{"k":1})")) == "metadata.k");
   // Unsupported values are refused, never ignored; neutral ones pass.
@@ -191,7 +216,7 @@ TEST_CASE("responses: the parser refuses what it cannot honour, naming the field
   CHECK_FALSE(obfuscated(R"("stream":true,"stream_options":{"include_obfuscation":false})"));
   CHECK(obfuscated(R"("stream":true)"));
   CHECK(refused(body_with(R"("prompt_cache_options":{},"safety_identifier":"u",)"
-                          R"("text":{"format":{"type":"json_schema","name":"n","description":"d","schema":{}}})"))
+                          R"("text":{"format":{"type":"json_schema","name":"n","schema":{}}})"))
             .empty());
   const sv::Parsed<sv::ResponsesRequest> big = sv::parse_responses_request(body_with(""), sv::ServeLimits{8});
   CHECK(big.error.status == 413);

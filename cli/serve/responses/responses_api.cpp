@@ -296,13 +296,25 @@ ojson chat_response_format(const ojson& text) {
   const ojson* type = field(*format, "type");
   if (type == nullptr) invalid_field("text.format.type", "missing");
   const std::string kind = need_string(*type, "text.format.type");
-  if (kind == "text" || kind == "json_object") return {{"type", kind}};
+  if (kind == "text" || kind == "json_object") {
+    // A schema (or its name, strict, description) beside another type would be dropped unenforced: the
+    // format is one of three shapes, as in OpenAI's API, and only json_schema's has them (chat refuses the same).
+    refuse_unknown_fields(*format, "type", "text.format of type " + kind, "text.format.");
+    return {{"type", kind}};
+  }
   if (kind != "json_schema")
     invalid_field("text.format.type", "'" + kind + "' is not one of text, json_object, json_schema");
   const ojson* schema = field(*format, "schema");
   if (schema == nullptr) invalid_field("text.format.schema", "missing");
   ojson js = {{"schema", need_object(*schema, "text.format.schema")}};
-  if (const ojson* name = field(*format, "name")) js["name"] = need_string(*name, "text.format.name");
+  // Checked here, not left to chat's parser, so that errors name text.format's fields (as chat does its own).
+  const std::string name = required_string(*format, "name", "text.format");
+  if (const std::string bad = name_problem(name, "a response format name"); !bad.empty())
+    invalid_field("text.format.name", bad);
+  js["name"] = name;
+  if (field(*format, "description") != nullptr) {
+    unsupported("text.format.description", "a response format's description (describe the answer in the input)");
+  }
   if (const ojson* strict = field(*format, "strict")) {
     if (!strict->is_boolean())
       invalid_field("text.format.strict", std::string("expected a boolean, got ") + json_type_name(*strict));

@@ -35,15 +35,18 @@
 //   probabilities, written in output_text.logprobs and in each output_text.delta event;
 //   stream (bool); stream_options ({include_obfuscation?: bool}, default true: each ".delta" event padded by a
 //   random "obfuscation" field, stream_obfuscation.h); text ({format: {type:
-//   "text"} | {type: "json_object"} | {type: "json_schema", name?, schema, strict?, description?},
-//   verbosity?: "medium"}); user (any string: names a session as in chat); metadata (at most 16 string
-//   values, keys up to 64 bytes, values up to 512: stored and echoed); prompt_cache_key,
-//   prompt_cache_retention and safety_identifier (hints, accepted as strings), prompt_cache_options (an object).
+//   "text"} | {type: "json_object"} | {type: "json_schema", name (required, as OpenAI has it: 1 to 64 letters,
+//   digits, _ and -), schema, strict?}, verbosity?: "medium"}; a format key of another type's shape, e.g. a schema
+//   beside type json_object, is refused naming it, code unknown_parameter); user (any string: names a session as in
+//   chat); metadata (at most 16 string values, keys up to 64 bytes, values up to 512: stored and echoed);
+//   prompt_cache_key, prompt_cache_retention and safety_identifier (hints, accepted as strings), prompt_cache_options
+//   (an object).
 // Refused rather than ignored (400 naming the field, code "unsupported_parameter"): background true,
 // reasoning with an effort other than "none" (or a summary), truncation other than "disabled", any include
 // item but message.output_text.logprobs (no reasoning, no hosted tools), conversation, prompt,
 // max_tool_calls, service_tier other than "auto" or "default",
-// context_management, text.verbosity other than "medium", and the samplers chat refuses (top_k, min_p, top_a,
+// context_management, text.verbosity other than "medium", text.format.description (the schema is enforced, never
+// shown to the model, so a description would change nothing), and the samplers chat refuses (top_k, min_p, top_a,
 // typical_p, repetition_penalty, mirostat). Chat's own fields are refused naming what to use instead (code
 // "unknown_parameter"): max_tokens and max_completion_tokens (max_output_tokens), messages (input),
 // response_format (text.format), logprobs (top_logprobs), functions and function_call (tools, tool_choice),

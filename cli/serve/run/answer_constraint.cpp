@@ -80,19 +80,49 @@ AnswerConstraint check_tool_schemas(const std::string& tools_json) {
   return out;
 }
 
+// The param of the first tool that asks for strict arguments (function.strict true),
+// "tools[i].function.strict"; "" when none does.
+std::string first_strict_tool(const std::string& tools_json) {
+  const nlohmann::json tools = nlohmann::json::parse(tools_json, nullptr, false);
+  if (!tools.is_array()) return "";  // the parser wrote it: not reached
+  for (std::size_t i = 0; i < tools.size(); ++i) {
+    const auto fn = tools[i].find("function");
+    if (fn == tools[i].end() || !fn->is_object()) continue;
+    const auto strict = fn->find("strict");
+    if (strict != fn->end() && strict->is_boolean() && strict->get<bool>())
+      return "tools[" + std::to_string(i) + "].function.strict";
+  }
+  return "";
+}
+
+// Under tool_choice auto, calls the tools' grammar cannot be had for (`why`) are left free: where no tool
+// asked for strict arguments that is all (nothing else was asked to be enforced), where one did its promise
+// cannot be kept, so the request is refused naming that tool's strict (400, code unsupported_value).
+AnswerConstraint free_calls(const ChatRequest& r, const std::string& why, AnswerConstraint free) {
+  const std::string strict = first_strict_tool(r.tools_json);
+  if (strict.empty()) return free;
+  AnswerConstraint out;
+  out.error = api_error(400,
+                        strict + ": strict arguments cannot be enforced under tool_choice auto here (" + why +
+                            "); give strict false, or force the call with tool_choice",
+                        "invalid_request_error", "unsupported_value", strict);
+  return out;
+}
+
 }  // namespace
 
 AnswerConstraint ConstraintCache::build_auto(const ChatRequest& r) const {
   AnswerConstraint out;
   out.trigger = tool_call_trigger(format_);
-  if (out.trigger.empty()) return {};
+  if (out.trigger.empty()) return free_calls(r, "this model's tool call format has no mark a call starts with", {});
   try {
     out.constraint =
         Constraint::tool_calls(r.tools_json, tool_call_options(format_, "", r.parallel_tool_calls ? 4 : 1));
-  } catch (const Error&) {
-    return {};  // schemas outside the subset: nothing was asked to be enforced, the answer stays free
+  } catch (const Error& e) {
+    return free_calls(r, e.what(), {});  // schemas outside the subset: the answer stays free
   }
-  if (!unwritable(out.constraint, *vocabulary_, max_answer_bytes_).empty()) return {};
+  if (const std::string why = unwritable(out.constraint, *vocabulary_, max_answer_bytes_); !why.empty())
+    return free_calls(r, why, {});
   out.calls_whole = true;
   return out;
 }
@@ -102,10 +132,11 @@ AnswerConstraint ConstraintCache::build_calls_or_answer(const ChatRequest& r, An
   std::shared_ptr<const Constraint> calls;
   try {
     calls = Constraint::tool_calls(r.tools_json, tool_call_options(format_, "", r.parallel_tool_calls ? 4 : 1));
-  } catch (const Error&) {
-    return answer;  // schemas outside the subset (accepted under auto): the JSON answer alone
+  } catch (const Error& e) {
+    return free_calls(r, e.what(), answer);  // schemas outside the subset (accepted under auto): the JSON answer alone
   }
-  if (!unwritable(calls, *vocabulary_, max_answer_bytes_).empty()) return answer;
+  if (const std::string why = unwritable(calls, *vocabulary_, max_answer_bytes_); !why.empty())
+    return free_calls(r, why, answer);
   answer.constraint = Constraint::choice({calls, answer.constraint});
   // Past the call mark only the calls' branch goes on; a format without one (Llama 3's bare objects) may be
   // writing the JSON answer where it looks like a call.

@@ -7,7 +7,9 @@
 //   tool_choice "auto" (tools)   free text until the model writes the format's call mark (tool_call_trigger:
 //                                "<tool_call>"), then calls valid under the tools' grammar: a call the model
 //                                starts is written whole (none when the format has no mark, the tools' schemas
-//                                are outside the subset, or the vocabulary cannot write them: then free)
+//                                are outside the subset, or the vocabulary cannot write them: then free,
+//                                unless a tool asks for strict arguments (function.strict true): then the
+//                                request is refused, 400 code unsupported_value naming tools[i].function.strict)
 //   tool_choice "auto" (tools)   calls (as under "required") or the JSON answer, from the first byte: an agent
 //   and a JSON response_format   with tools and a structured final answer (the Agents SDK's outputType) can
 //                                still call; the JSON answer alone where the tools' grammar cannot be had

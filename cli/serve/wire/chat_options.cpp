@@ -97,7 +97,19 @@ ResponseFormat parse_response_format(const json& v) {
     if (js == v.end() || !js->is_object()) invalid_field("response_format.json_schema", "missing or not an object");
     refuse_unknown_fields(*js, "name schema strict description", "response_format.json_schema",
                           "response_format.json_schema.");
-    if (js->contains("name")) f.name = need_string((*js)["name"], "response_format.json_schema.name");
+    // name is required, as OpenAI has it (a format without one is refused there too), and held to OpenAI's rule.
+    const auto name = js->find("name");
+    if (name == js->end()) invalid_field("response_format.json_schema.name", "missing");
+    f.name = need_string(*name, "response_format.json_schema.name");
+    if (const std::string bad = name_problem(f.name, "a response format name"); !bad.empty()) {
+      invalid_field("response_format.json_schema.name", bad);
+    }
+    // A description is the model's guide to the format in OpenAI's API; the schema is enforced here, never shown
+    // to the model, so a description would change nothing: refused rather than ignored (null is left out).
+    if (const auto d = js->find("description"); d != js->end() && !d->is_null()) {
+      unsupported("response_format.json_schema.description",
+                  "a response format's description (describe the answer in a message)");
+    }
     if (js->contains("strict") && !(*js)["strict"].is_null()) {
       f.strict = need_bool((*js)["strict"], "response_format.json_schema.strict");
     }

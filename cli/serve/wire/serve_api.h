@@ -11,16 +11,22 @@
 //                choice's chunks carry its index), stream (bool),
 //                stream_options.include_usage (bool), stream_options.include_obfuscation (bool, default true:
 //                every chunk padded by an "obfuscation" field), user (any string), tools (array of
-//                {"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}, names unique and
+//                {"type": "function", "function": {"name", "description"?, "parameters"?, "strict"? (true: calls
+//                always decoded under the tools' grammar; refused where tool_choice auto cannot have it,
+//                answer_constraint.h)}}, names unique and
 //                1 to 64 letters, digits, _ and - (OpenAI's rule; other bytes reach the template and the call parser),
 //                other keys refused, handed to the template; the server refuses parameters outside the schema subset of
 //                answer_constraint.h), tool_choice ("none", "auto", "required" or {"type": "function", "function":
 //                {"name"}} naming one of the tools), parallel_tool_calls (bool; only beside a non-empty tools, as
 //                OpenAI has it, else a 400 naming it; false: one call at most, decoded under the tools' grammar, or
 //                where none could be had the first call of the free answer, run/tool_stream.h), response_format
-//                ({"type": "text" | "json_object" | "json_schema", "json_schema": {"name", "schema", "strict"?,
-//                "description"?}}; any other key, or json_schema beside another type, is refused: it would leave a
-//                schema unenforced) presence_penalty, frequency_penalty [-2, 2]; logit_bias ({"<token id>": bias in
+//                ({"type": "text" | "json_object" | "json_schema", "json_schema": {"name", "schema", "strict"?}};
+//                name is required, 1 to 64 letters, digits, _ and - as OpenAI has it (else a 400 naming
+//                response_format.json_schema.name); the answer is decoded under the schema whatever strict says;
+//                any other key, or json_schema beside another type, is refused: it would leave a schema
+//                unenforced; a description (not null) is refused with code unsupported_parameter: the schema is
+//                enforced, never shown to the model, so it would change nothing) presence_penalty, frequency_penalty
+//                [-2, 2]; logit_bias ({"<token id>": bias in
 //                [-100, 100]}, ids below ServeLimits::vocab_size); logprobs (bool), top_logprobs (integer 0..20, with
 //                logprobs true): honoured as OpenAI defines them (GenerateOptions in orbit/window.h); store (bool: keep
 //                the completion for GET /v1/chat/completions/{id}, chat_store.h), metadata (at most 16 string pairs,
