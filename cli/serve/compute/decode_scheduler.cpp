@@ -236,15 +236,25 @@ void DecodeScheduler::drop_all(std::vector<std::shared_ptr<DecodeJob>>& joining)
   held_now_ = 0;
 }
 
+// Jobs whose client left before they joined end here. Each job's flag is read once: a request thread may cancel
+// at any moment, and a job taken out as cancelled but not finished (or finished but kept to join) leaves its
+// request waiting forever, or hands the batch a window its request already let go.
+void DecodeScheduler::end_cancelled(std::vector<std::shared_ptr<DecodeJob>>& joining) {
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < joining.size(); ++i) {
+    if (joining[i]->cancelled()) {
+      joining[i]->finish(std::nullopt);
+    } else if (kept++ != i) {
+      joining[kept - 1] = std::move(joining[i]);
+    }
+  }
+  joining.resize(kept);
+}
+
 void DecodeScheduler::loop() {
   std::vector<std::shared_ptr<DecodeJob>> joining;
   while (wait_for_work(joining)) {
-    // Jobs whose client left before they joined end here.
-    for (auto& job : joining) {
-      if (job->cancelled()) job->finish(std::nullopt);
-    }
-    joining.erase(std::remove_if(joining.begin(), joining.end(), [](const auto& j) { return j->cancelled(); }),
-                  joining.end());
+    end_cancelled(joining);
     apply_holds();  // a sequence whose client has not taken its output takes no forward (OutputBacklog)
     if (joining.empty() && !steppable()) {
       release_idle_if_held_only();

@@ -197,6 +197,7 @@ class DecodeScheduler {
     std::string error;
   };
   void drop_all(std::vector<std::shared_ptr<DecodeJob>>& joining);
+  void end_cancelled(std::vector<std::shared_ptr<DecodeJob>>& joining);  // finishes and takes out the cancelled
   std::vector<Outcome> run_step(std::vector<std::shared_ptr<DecodeJob>>& joining);  // holding the gate
   void count_step(const DecodeStep& step);
   bool has_pending() const;
