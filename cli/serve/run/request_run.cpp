@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <utility>
 
 #include "orbit/common/error.h"
@@ -193,10 +194,7 @@ bool RequestPath::sync_chat(RunTicket::Prepared& p, const RunSink& sink, ChatSyn
   GateTurn turn(context_, s.lane, sink.cancelled);
   if (!turn.enter()) return false;
   context_.compute.run([&] {
-    // An audit idle time did not reach (back-to-back requests leave none) is owed: it runs on this turn, so
-    // what was served is measured and a loss past budget found before this session's request is served.
-    context_.auditor.count_request();
-    sessions_.audit_one(true);
+    run_owed_audit();
     out.report = window.sync(p.chat->messages, p.plan);  // the plan prepare made: no second rendering
     out.predicted_kl = run_deferred_repairs(window);
     out.mode = sessions_.serving(s);
@@ -284,6 +282,19 @@ void RequestPath::report_mismatch(const ToolStreamMismatch& m, int64_t choice) {
   const ApiError e = tool_stream_error(m, choice);
   std::fprintf(stderr, "orbit serve: %s (streamed name '%s', arguments %s; the answer's name '%s', arguments %s)\n",
                e.message.c_str(), m.name.c_str(), m.streamed.c_str(), m.answered_name.c_str(), m.answered.c_str());
+}
+
+// An audit idle time did not reach (back-to-back requests leave none) is owed (audit.h): it runs on this
+// request's turn, so what was served is measured, and a loss past budget is found before this session's request
+// is served. Holding the gate. A failure (say the pool cannot hold the re-prefill) costs the audit, logged, not
+// the request.
+void RequestPath::run_owed_audit() {
+  context_.auditor.count_request();
+  try {
+    sessions_.audit_one(true);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "orbit serve: an owed audit failed (its request goes on): %s\n", e.what());
+  }
 }
 
 // The window as the answer reads it, forked for an audit in idle time (audit.h). Holding the gate.
