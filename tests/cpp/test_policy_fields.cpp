@@ -46,6 +46,9 @@ TEST_CASE("every preset and spec form validates, and so does its name", "[policy
       "patch:16:stale=0.3",
       "patch:16:kl=0.003:heal=0.01:prep=2:move=4:lists=2:through=0.5:attend=2:check",
       "patch:full:noreuse:heal:prep=1:move=8",
+      "patch:16:kl=0.003:heal:prep=1:move=8:lists=3:hinted=0",
+      "patch:16:lists=3:hinted=5",
+      "patch:16:move=2:hinted=1",
       "throughput",
       "throughput:kl=0.01:through=0.2:attend=0",
       "reprefill",
@@ -126,6 +129,21 @@ TEST_CASE("parse_policy refuses a modifier the preset does not read, naming the 
                     Catch::Contains("':lists=N' has no effect with ':noreuse'"));
   CHECK(parse_policy("patch:16:heal:check").self_check);
   CHECK(parse_policy("patch:16:noreuse:lists=0").prepare_lists == 0);
+  // :hinted=N skips learned lists and moves: without either it has nothing to skip.
+  CHECK_THROWS_WITH(parse_policy("patch:16:hinted=2"),
+                    Catch::Contains("':hinted=N' has no effect without ':lists=N' or ':move=N'"));
+  CHECK_THROWS_WITH(parse_policy("patch:16:lists=3:hinted=-1"), Catch::Contains("hinted (syncs in a row"));
+  CHECK_THROWS_WITH(parse_policy("patch:16:lists=3:hinted=1.5"), Catch::Contains("must be a non-negative integer"));
+  CHECK_THROWS_WITH(parse_policy("patch:16:lists=3:hinted=1:hinted=2"), Catch::Contains("'hinted' is given twice"));
+  CHECK(parse_policy("patch:16:lists=3:hinted=0").trust_hints == 0);
+  CHECK(parse_policy("patch:16:lists=3:hinted=0").name() == "patch:16:lists=3:hinted=0");
+  CHECK(parse_policy("default").trust_hints == 2);
+  CHECK(parse_policy("patch:16:move=8").trust_hints == 2);  // the default, not printed
+  CHECK(parse_policy("patch:16:move=8").name() == "patch:16:move=8");
+  CHECK_THAT(refusal(with("patch:16", [](WindowPolicy& p) { p.trust_hints = 3; })),
+             Catch::Contains("trust_hints = 3 has no effect"));
+  CHECK_THAT(refusal(with("patch:16", [](WindowPolicy& p) { p.trust_hints = -1; })),
+             Catch::Contains("trust_hints = -1 must be >= 0"));
 }
 
 TEST_CASE("new_window and set_policy refuse a policy with a field it never reads", "[policy][window]") {

@@ -2,6 +2,7 @@
 // fork, so that the sync after it serves what a trim from the front moved from exact KV (no forward, no error).
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <random>
 
 #include "orbit/common/error.h"
@@ -120,4 +121,94 @@ TEST_CASE("prepare_sync: a list it cannot render throws; deferred repairs or no 
   const IdleReport none = n.prepare_sync(trimmed, o);
   CHECK(none.prepare_forward_tokens == 0);
   CHECK(none.instances_prepared == 0);
+}
+
+namespace {
+
+// An agent that trims its oldest user and assistant messages at every step once past five messages, and
+// hints (prepare_sync) the list it will start its next sync with: the last list with that trim made.
+struct HintedLoop {
+  Window& w;
+  SyncOptions o = options();
+  std::vector<ChatMessage> history = {msg("system", "You tell short stories.")};
+  int k = 0;
+
+  // The list the next step starts with: the trim it will make, before its new messages.
+  std::vector<ChatMessage> next_start() const {
+    std::vector<ChatMessage> h = history;
+    if (h.size() + 2 > 5) h.erase(h.begin() + 1, h.begin() + 3);
+    return h;
+  }
+  // One step: idle time (what the window prepares by itself), then the hint `hint` (none: no hint), then
+  // the sync. Returns the idle call's report.
+  IdleReport step(const std::optional<std::vector<ChatMessage>>& hint) {
+    const IdleReport idle = w.idle();
+    if (hint) (void)w.prepare_sync(*hint, o);
+    history = next_start();
+    history.push_back(msg("user", "Tell me about dog number " + std::to_string(k) + "."));
+    history.push_back(msg("assistant", "The dog " + std::to_string(k) + " ran to the park."));
+    ++k;
+    const SyncReport r = w.sync(history, o);
+    (void)w.logits(r.generation_prompt);  // the agent reads: nothing stays deferred
+    return idle;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("idle skips learned lists once the agent's hints reached as far for trust_hints syncs in a row", "[sync]") {
+  std::shared_ptr<Engine> engine = open_engine();
+  Window w = engine->new_window();  // the default policy: lists=3, move=8, hinted=2
+  const int64_t trust = w.policy().trust_hints;
+  REQUIRE(trust == 2);
+  REQUIRE(w.policy().prepare_lists > 0);
+  HintedLoop loop{w};
+  for (int i = 0; i < 4; ++i) (void)loop.step(std::nullopt);  // no hint: the window learns the trim
+  // Without a hint, idle time prepares what it learned (the benefit a loop without hints keeps).
+  const IdleReport unhinted = loop.step(loop.next_start());
+  CHECK_FALSE(unhinted.hints_trusted);
+  CHECK(unhinted.lists_prepared > 0);
+  CHECK(unhinted.prepare_forward_tokens > 0);
+
+  // The rule: after `trust` syncs in a row whose hint reached as far as every learned list (here the hint is
+  // the learned trim itself), no idle call prepares a learned list. The syncs so far hold one hinted sync.
+  int64_t preparing_idles = 0;
+  double trusted_prepare_tokens = 0;
+  for (int i = 0; i < 6; ++i) {
+    const IdleReport r = loop.step(loop.next_start());
+    INFO("hinted step " << i);
+    CHECK(r.hints_trusted == (i + 1 >= trust));
+    if (r.lists_prepared + r.moves_prepared > 0) ++preparing_idles;
+    if (r.hints_trusted) trusted_prepare_tokens += r.prepare_forward_tokens;
+  }
+  CHECK(preparing_idles <= trust - 1);  // only while the streak was shorter than trust
+  CHECK(trusted_prepare_tokens == 0);   // no idle tokens spent preparing once trusted
+
+  // A sync with no hint ends the trust: the next idle call prepares the learned lists again.
+  (void)loop.step(std::nullopt);
+  const IdleReport after = loop.step(loop.next_start());
+  CHECK_FALSE(after.hints_trusted);
+  CHECK(after.lists_prepared > 0);
+
+  // So does a hint that a learned list reached further into the list than (here: only the system prompt).
+  for (int i = 0; i < 3; ++i) (void)loop.step(loop.next_start());
+  REQUIRE(loop.step(std::vector<ChatMessage>{loop.history.front()}).hints_trusted);
+  const IdleReport short_hint = loop.step(loop.next_start());
+  CHECK_FALSE(short_hint.hints_trusted);
+  CHECK(short_hint.lists_prepared > 0);
+}
+
+TEST_CASE("under :hinted=0 idle prepares learned lists whatever the hints", "[sync]") {
+  std::shared_ptr<Engine> engine = open_engine();
+  WindowOptions wo;
+  wo.policy = parse_policy("patch:16:kl=0.003:heal:prep=1:move=8:lists=3:hinted=0");
+  Window w = engine->new_window(wo);
+  HintedLoop loop{w};
+  for (int i = 0; i < 4; ++i) (void)loop.step(std::nullopt);
+  for (int i = 0; i < 6; ++i) {
+    const IdleReport r = loop.step(loop.next_start());
+    INFO("hinted step " << i);
+    CHECK_FALSE(r.hints_trusted);
+    CHECK(r.lists_prepared > 0);
+  }
 }

@@ -108,6 +108,7 @@ def test_window_policy_property(orbit, stories260k_path):
     (None, {"heal_when_idle": False, "heal_min_kl": 0.1}, "heal_min_kl = 0.1"),
     (None, {"heal_when_idle": False, "self_check": True}, "self_check = true"),
     ("patch:16:noreuse", {"prepare_lists": 2}, "prepare_lists = 2"),
+    ("patch:16", {"trust_hints": 3}, "trust_hints = 3"),
 ])
 def test_policy_fields_the_strategy_never_reads_are_refused(orbit, spec, options, field):
     p = orbit.Policy(spec)
@@ -138,6 +139,11 @@ def test_policy_fields_are_checked_on_the_whole_policy(orbit, stories260k_path):
     assert orbit.Policy("patch:16:deep", deep_energy=0.5).deep_energy == 0.5
     assert orbit.Policy("blind", first_k=16, rank=4).on_miss == orbit.MissAction.blind
     assert orbit.Policy(reuse_computed=False).prepare_lists == 3
+    # trust_hints (':hinted=N'): 2 unless given, printed when it differs, 0 never skips the learned lists
+    assert orbit.Policy().trust_hints == 2 and orbit.Policy("patch:16:lists=3:hinted=0").trust_hints == 0
+    assert orbit.Policy(trust_hints=0).name.endswith(":lists=3:hinted=0")
+    with pytest.raises(orbit.OrbitError, match="':hinted=N' has no effect without ':lists=N' or ':move=N'"):
+        orbit.Policy("patch:16:hinted=1")
     # replace() checks the policy it builds, not each step: switching strategy and its field together works
     firstk = orbit.Policy("blind").replace(first_k=4, on_miss="first_k")
     assert firstk.name == "firstk:4"

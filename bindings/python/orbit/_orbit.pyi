@@ -263,6 +263,10 @@ class IdleReport:
     @property
     def lists_prepared(self) -> int: ...
     @property
+    def hints_trusted(self) -> bool:
+        """Window.idle() prepared no learned lists or moves: the agent's own prepare_sync hints reached as far
+        as they would have for WindowPolicy.trust_hints syncs in a row."""
+    @property
     def stopped(self) -> bool: ...
     @property
     def instances_prepared(self) -> int: ...
@@ -807,7 +811,7 @@ class WindowPolicy:
     policy never reads (first_k without on_miss='first_k' or a kl_budget, recompute_ratio without
     'token_recompute' or a kl_budget, deep_energy without deep_only, stale='accept' without reuse_stored,
     max_divergence without stale='accept', heal_min_kl or self_check without heal_when_idle, prepare_lists
-    without reuse_computed); a window given the policy (new_window, Window.policy) checks it the same way.
+    without reuse_computed, trust_hints without prepare_moves or prepare_lists); a window given the policy (new_window, Window.policy) checks it the same way.
     on_miss, survivors and stale set to an enum built from an int that is none of its members (MissAction(7))
     raise ValueError naming the field, as an unknown name does."""
     def __init__(
@@ -838,6 +842,7 @@ class WindowPolicy:
         prepare_recalls: SupportsIndex = ...,
         prepare_moves: SupportsIndex = ...,
         prepare_lists: SupportsIndex = ...,
+        trust_hints: SupportsIndex = ...,
         read_through: float = ...,
         attention_weight: float = ...,
         content_weight: float = ...,
@@ -867,6 +872,7 @@ class WindowPolicy:
     prepare_recalls: int
     prepare_moves: int
     prepare_lists: int
+    trust_hints: int
     read_through: float
     attention_weight: float
     content_weight: float

@@ -125,6 +125,7 @@ const std::map<std::string, Setter>& setters() {
       {"prepare_recalls", [](WindowPolicy& p, py::handle v) { p.prepare_recalls = count(v, "prepare_recalls"); }},
       {"prepare_moves", [](WindowPolicy& p, py::handle v) { p.prepare_moves = count(v, "prepare_moves"); }},
       {"prepare_lists", [](WindowPolicy& p, py::handle v) { p.prepare_lists = count(v, "prepare_lists"); }},
+      {"trust_hints", [](WindowPolicy& p, py::handle v) { p.trust_hints = count(v, "trust_hints"); }},
       {"read_through", [](WindowPolicy& p, py::handle v) { p.read_through = number(v, "read_through", 0, 1, false); }},
       {"attention_weight",
        [](WindowPolicy& p, py::handle v) { p.attention_weight = number(v, "attention_weight", 0, 1e6, false); }},
@@ -242,6 +243,12 @@ void def_policy_fields(py::class_<WindowPolicy>& c) {
         "In a window synced to message lists, Window.idle() also prepares (as prepare_sync does with a hint) up\n"
         "to this many lists the next sync most likely starts with, learned from the messages earlier syncs\n"
         "dropped; 0 = off. 3 in the default policy (spec modifier ':lists=N').");
+  field(c, "trust_hints", &WindowPolicy::trust_hints,
+        "In a window synced to message lists, once this many syncs in a row found a list the agent prepared\n"
+        "itself (Window.prepare_sync) reaching as far into the synced list as every learned list (prepare_lists,\n"
+        "and the moves of prepare_moves) and the list before, Window.idle() prepares no learned lists or moves\n"
+        "until a sync finds otherwise (no hint, or a learned list that reached further); 0 = never skip. 2 in\n"
+        "every patch preset that prepares lists or moves (spec modifier ':hinted=N').");
   field(c, "read_through", &WindowPolicy::read_through,
         "Under a kl_budget, an instance forwarded now (a new turn at the tail) behind kept, approximate instances\n"
         "is computed over their error: it passes this share of its recency weight on to what precedes it (the\n"
@@ -297,7 +304,7 @@ void def_policy_methods(py::class_<WindowPolicy>& c) {
                a.defer_repairs == b.defer_repairs && a.heal_when_idle == b.heal_when_idle &&
                a.heal_min_kl == b.heal_min_kl && a.prepare_recalls == b.prepare_recalls &&
                a.prepare_moves == b.prepare_moves && a.prepare_lists == b.prepare_lists &&
-               a.self_check == b.self_check && a.read_through == b.read_through &&
+               a.trust_hints == b.trust_hints && a.self_check == b.self_check && a.read_through == b.read_through &&
                a.attention_weight == b.attention_weight && a.content_weight == b.content_weight &&
                a.read_attention_weight == b.read_attention_weight &&
                a.read_attention_raised_only == b.read_attention_raised_only;

@@ -329,6 +329,9 @@ void def_reports(py::module_& m) {
                     "Instances Window.prepare_sync forwarded (their KV stored for exact reuse).")
       .def_readonly("lists_prepared", &IdleReport::lists_prepared,
                     "Learned next lists Window.idle() prepared (WindowPolicy.prepare_lists).")
+      .def_readonly("hints_trusted", &IdleReport::hints_trusted,
+                    "Window.idle() prepared no learned lists or moves: the agent's own prepare_sync hints reached\n"
+                    "as far as they would have for WindowPolicy.trust_hints syncs in a row.")
       .def_readonly("prepare_forward_tokens", &IdleReport::prepare_forward_tokens,
                     "Token-forwards of the prepared recalls, moves and prepare_sync.")
       .def_readonly("forward_tokens", &IdleReport::forward_tokens, "heal + check + prepare.")

@@ -336,7 +336,10 @@ struct IdleReport {
   int64_t instances_prepared = 0;     // instances prepare_sync forwarded (their KV stored for exact reuse)
   int64_t lists_prepared = 0;         // learned next lists (or eviction sets) prepared (prepare_lists)
   double prepare_forward_tokens = 0;  // recalls, moves and prepare_sync
-  double forward_tokens = 0;          // heal + check + prepare
+  // The learned lists and moves of a window synced to lists were not prepared: the agent's own hints reached
+  // as far as they would have for WindowPolicy::trust_hints syncs in a row.
+  bool hints_trusted = false;
+  double forward_tokens = 0;  // heal + check + prepare
   double seconds = 0;
   bool stopped = false;  // Window::idle(stop) stopped before every preparation was made
 };
@@ -455,10 +458,11 @@ class Window {
   // policy().prepare_moves messages of the classes it moved, in the last list and in each of those): the
   // last list with the messages earlier syncs dropped (by role, content kind and age: the oldest turn, the
   // oldest screenshot) dropped again, the most frequent pattern of the last 8 syncs first (no hint needed;
-  // a wrong guess costs only idle time); in a window never synced, prepare_evictions of up to as many sets
-  // of instances, learned the same way from the instances that left between idle calls. Call it whenever
-  // the agent waits (a tool runs, the user types); orbit::replay calls it after every generate step.
-  // The heal checks the fidelity model on the way: the logits of a probe (the window's last 8 vocabulary
+  // a wrong guess costs only idle time; none while the agent's own prepare_sync hints left them nothing to
+  // add for policy().trust_hints syncs in a row, IdleReport::hints_trusted); in a window never synced,
+  // prepare_evictions of up to as many sets of instances, learned the same way from the instances that left between
+  // idle calls. Call it whenever the agent waits (a tool runs, the user types); orbit::replay calls it after every
+  // generate step. The heal checks the fidelity model on the way: the logits of a probe (the window's last 8 vocabulary
   // ids read again after it) before and after the heal; their KL is the loss the window carried, measured,
   // and the engine's correction (EngineStats::fidelity_correction) learns measured / predicted from it, so
   // later plans predict more where the model predicted too little. A window below heal_min_kl that is not

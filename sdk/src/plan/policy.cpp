@@ -76,6 +76,10 @@ std::string policy_spec_help() {
          "                                      prepares the N lists the next sync most likely starts with,\n"
          "                                      learned from the messages earlier syncs dropped (Window::idle;\n"
          "                                      not with :noreuse: exact reuse reads what it prepares);\n"
+         "                                      :hinted=N (with :lists or :move; default 2, 0 = off): once N\n"
+         "                                      syncs in a row found the agent's own prepare_sync list reaching\n"
+         "                                      as far as every learned list, idle time skips the learned lists\n"
+         "                                      and moves until a sync finds otherwise;\n"
          "                                      :through=F (0..1, default 0.3): under a budget, a fresh\n"
          "                                      instance computed behind kept, approximate ones passes F of its\n"
          "                                      weight on to them (their predicted loss counts it);\n"
@@ -118,7 +122,7 @@ int64_t parse_count(const std::string& spec, const std::string& text, const char
   return static_cast<int64_t>(n);
 }
 
-// heal, heal=X, prep=N, move=N, lists=N: what idle time does. False when `part` is none of them.
+// heal, heal=X, prep=N, move=N, lists=N, hinted=N: what idle time does. False when `part` is none of them.
 bool parse_idle_modifier(const std::string& spec, const std::string& part, WindowPolicy& p) {
   if (part == "heal") {
     p.heal_when_idle = true;
@@ -139,6 +143,12 @@ bool parse_idle_modifier(const std::string& spec, const std::string& part, Windo
     p.prepare_moves =
         parse_count(spec, part.substr(5), "move",
                     "move (moves to the last chunk prepared in idle time) must be a non-negative integer");
+  } else if (part.rfind("hinted=", 0) == 0) {
+    // hinted=N (WindowPolicy::trust_hints): after N syncs in a row that found the agent's own prepared list
+    // reaching as far as every learned one, idle time skips the learned lists and moves; 0 never skips.
+    p.trust_hints = parse_count(spec, part.substr(7), "hinted",
+                                "hinted (syncs in a row whose hint reached as far as the learned lists, before "
+                                "idle time skips them; 0 = never) must be a non-negative integer");
   } else {
     return false;
   }
@@ -338,6 +348,9 @@ std::optional<Unread> unread_field(const WindowPolicy& p) {
     return Unread{"prepare_lists", value_text(p.prepare_lists),
                   "reuse_computed (a prepared list is read by exact reuse)"};
   }
+  if (p.trust_hints != d.trust_hints && p.prepare_moves == 0 && !(p.prepare_lists > 0 && p.reuse_computed)) {
+    return Unread{"trust_hints", value_text(p.trust_hints), "prepare_lists or prepare_moves above 0 (what it skips)"};
+  }
   if (p.cost_aware && (budget || !(p.on_miss == MissAction::kForm || looks_up))) {
     return Unread{
         "cost_aware", "true",
@@ -391,6 +404,7 @@ void check_ranges(const WindowPolicy& p) {
   check_count(p, "prepare_recalls", p.prepare_recalls, 0);
   check_count(p, "prepare_moves", p.prepare_moves, 0);
   check_count(p, "prepare_lists", p.prepare_lists, 0);
+  check_count(p, "trust_hints", p.trust_hints, 0);
   check_range(p, "read_through", p.read_through, 0, 1);
   check_range(p, "attention_weight", p.attention_weight, 0, 1e6);
   check_range(p, "content_weight", p.content_weight, 0, 1e6);
@@ -451,6 +465,8 @@ WindowPolicy parse_spec(const std::string& spec) {
       bad_spec(spec, "':check' has no effect without ':heal' (the check rides on the idle-time heal)");
     if (p.prepare_lists > 0 && !p.reuse_computed)
       bad_spec(spec, "':lists=N' has no effect with ':noreuse' (a prepared list is read by exact reuse)");
+    if (seen.count("hinted") > 0 && p.prepare_lists == 0 && p.prepare_moves == 0)
+      bad_spec(spec, "':hinted=N' has no effect without ':lists=N' or ':move=N' (it skips their preparation)");
     return p;
   }
   if (baseline_preset(spec, parts, p)) return p;
@@ -493,6 +509,9 @@ std::string WindowPolicy::name() const {
       // Lists are prepared for exact reuse to read: without it (`:noreuse`) the count has no effect, and a
       // spec that gave both would be refused.
       if (prepare_lists > 0 && reuse_computed) s << ":lists=" << prepare_lists;
+      // Printed where it differs from the default and applies (what it skips is prepared).
+      if (trust_hints != WindowPolicy{}.trust_hints && (prepare_moves > 0 || (prepare_lists > 0 && reuse_computed)))
+        s << ":hinted=" << trust_hints;
       s << weight_modifiers(*this);
       if (self_check) s << ":check";
       return s.str();

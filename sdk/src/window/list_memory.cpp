@@ -111,6 +111,24 @@ std::vector<ChatMessage> move_to_end(const std::vector<ChatMessage>& list, std::
   return out;
 }
 
+std::size_t common_start(const std::vector<ChatMessage>& a, const std::vector<ChatMessage>& b) {
+  std::size_t n = 0;
+  while (n < a.size() && n < b.size() && same_message(a[n], b[n])) ++n;
+  return n;
+}
+
+void HintWatch::synced(const std::vector<ChatMessage>& list, const std::vector<std::vector<ChatMessage>>& learned,
+                       const std::vector<ChatMessage>* last) {
+  std::size_t hinted = 0;  // how far the best hint reached: served from its exact KV
+  for (const std::vector<ChatMessage>& h : hints_) hinted = std::max(hinted, common_start(h, list));
+  // What the window held already reaches as far as it did without any preparation.
+  const std::size_t held = std::max(hinted, last ? common_start(*last, list) : 0);
+  bool learned_further = false;
+  for (const std::vector<ChatMessage>& l : learned) learned_further = learned_further || common_start(l, list) > held;
+  streak_ = !hints_.empty() && !learned_further ? streak_ + 1 : 0;
+  hints_.clear();
+}
+
 void ListMemory::observe(const std::vector<ChatMessage>& list, const SyncOptions& options) {
   if (last_) {
     ListTransition t = transition_between(*last_, list);

@@ -85,12 +85,42 @@ class ListMemory {
   std::vector<std::vector<ChatMessage>> predict_moves(int64_t max, int64_t max_trims) const;
   const SyncOptions& options() const { return options_; }
   bool empty() const { return !last_.has_value(); }
+  // The last list observed; nullptr before the first.
+  const std::vector<ChatMessage>* last() const { return last_ ? &*last_ : nullptr; }
 
  private:
   std::optional<std::vector<ChatMessage>> last_;
   SyncOptions options_;
   DropHistory history_;
   std::deque<DropPattern> moves_;  // the moves of the last DropHistory::kHistory transitions, oldest first
+};
+
+// How many messages `a` and `b` share from their start (same_message): how far a sync to `b` reuses what a
+// sync or a preparation of `a` computed.
+std::size_t common_start(const std::vector<ChatMessage>& a, const std::vector<ChatMessage>& b);
+
+// Whether the agent's own hints leave the learned lists nothing to add (WindowPolicy::trust_hints): the lists
+// it prepared itself (Window::prepare_sync) since the last sync and, at each sync, whether one of them reached
+// as far into the synced list (common_start) as every list idle time learned to prepare and as the list before
+// it. A learned list that reaches no further than both saves the sync nothing. Message lists only.
+class HintWatch {
+ public:
+  // A list the agent prepared (Window::prepare_sync called by the agent, not by Window::idle).
+  void hinted(const std::vector<ChatMessage>& list) { hints_.push_back(list); }
+  bool has_hints() const { return !hints_.empty(); }
+  // At a sync to `list`, before the list memory learns it: `learned` are the lists Window::idle prepares from
+  // the memory as it is (ListMemory::predict, predict_moves: what it prepared, or would have, since the last
+  // sync), `last` the list the window was synced to before (nullptr: none). Counts the sync into streak() and
+  // forgets the hints.
+  void synced(const std::vector<ChatMessage>& list, const std::vector<std::vector<ChatMessage>>& learned,
+              const std::vector<ChatMessage>* last);
+  // Syncs in a row, the last one included, that found a hint reaching as far as every learned list and the
+  // list before; 0 after a sync with no hint or one that a learned list reached further into.
+  int64_t streak() const { return streak_; }
+
+ private:
+  std::vector<std::vector<ChatMessage>> hints_;  // since the last sync, in the order prepared
+  int64_t streak_ = 0;
 };
 
 // The same for a window edited instance by instance (admit, evict, turn: what `orbit replay` and agents

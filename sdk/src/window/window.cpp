@@ -453,6 +453,7 @@ Window Window::fork() const {
   Window child(detail::fork_state(*state_));
   child.state_->lists = state_->lists;  // a branch of the same agent: the same habits
   child.state_->seen = state_->seen;
+  child.state_->hints = state_->hints;                    // the hints prepared for the list the branch syncs to
   child.state_->tail = state_->tail;                      // the same KV states: its tail is the child's too
   child.state_->answers_return = state_->answers_return;  // what it learned of its agent's answers
   child.state_->answers_return_as_turns = state_->answers_return_as_turns;

@@ -222,9 +222,14 @@ void heal_and_check(Window& w, WindowState& s, IdleReport& out, bool check) {
 
 // The lists the window learned its next sync may start with (ListMemory::predict), each prepared as
 // prepare_sync prepares a hinted one. A list that cannot be rendered or placed is skipped.
-void prepare_learned_lists(Window& w, const WindowState& s, const std::vector<std::vector<ChatMessage>>& lists,
+void prepare_learned_lists(Window& w, WindowState& s, const std::vector<std::vector<ChatMessage>>& lists,
                            const std::function<bool()>& stop, IdleReport& out) {
   if (!s.options.policy.reuse_computed || s.lists.empty()) return;
+  s.preparing_learned = true;  // these lists are not the agent's hints (HintWatch)
+  const struct Reset {
+    WindowState& s;
+    ~Reset() { s.preparing_learned = false; }
+  } reset{s};
   for (const std::vector<ChatMessage>& list : lists) {
     if (stop && stop()) {
       out.stopped = true;
@@ -299,12 +304,16 @@ IdleReport Window::idle(const std::function<bool()>& stop) {
     out.moves_prepared = prepared.moves_prepared;
     out.prepare_forward_tokens += prepared.prepare_forward_tokens;
   }
-  if (policy.prepare_lists > 0 && synced) {
+  // The agent's own hints have reached as far as every learned list for trust_hints syncs in a row: the
+  // learned lists and moves would only repeat what its next hint prepares.
+  out.hints_trusted = synced && policy.trust_hints > 0 && state_->hints.streak() >= policy.trust_hints &&
+                      (policy.prepare_lists > 0 || policy.prepare_moves > 0);
+  if (policy.prepare_lists > 0 && synced && !out.hints_trusted) {
     prepare_learned_lists(*this, *state_, state_->lists.predict(policy.prepare_lists), stop, out);
-  } else if (policy.prepare_lists > 0) {
+  } else if (policy.prepare_lists > 0 && !synced) {
     prepare_learned_drops(*this, *state_, policy.prepare_lists, stop, out);
   }
-  if (policy.prepare_moves > 0 && synced && !out.stopped) {
+  if (policy.prepare_moves > 0 && synced && !out.stopped && !out.hints_trusted) {
     const int64_t before = out.lists_prepared;
     prepare_learned_lists(*this, *state_, state_->lists.predict_moves(policy.prepare_moves, policy.prepare_lists), stop,
                           out);

@@ -77,6 +77,8 @@ struct WindowState {
   int64_t unchecked_idles = 0;        // idle calls since the last self-check that found the window below heal_min_kl
   ListMemory lists;                   // the lists it was synced to, and how they lost messages (Window::idle)
   InstanceMemory seen;                // its instances at each Window::idle call, and which left between them
+  HintWatch hints;                    // the agent's own prepare_sync lists, and whether they made the learned ones idle
+  bool preparing_learned = false;     // Window::idle is preparing learned lists: prepare_sync's lists are not hints
   std::optional<TentativeTail> tail;  // set by generate, carried by a heal, settled by what is added next
   // Whether the last tail settled came back (its tokens started an instance the next addition made: the agent
   // sends its answers back, as chat clients do); a heal carries the tail only then. True until one did not.
