@@ -110,6 +110,18 @@ struct TestWindow {
     entries.push_back(std::move(e));
   }
 
+  // The last instance as a stored patch `patch` served it (exact_when_formed false), carrying `kl_per_weight`
+  // of loss; or, `formed` true, as a form behind an exact context that stored its KV's patch under `patch`.
+  void serve_last_from(const std::string& patch, double kl_per_weight, bool formed) {
+    EntryMeta& e = *entries.back();
+    e.exact_when_formed = formed;
+    e.formed_by = formed ? StepAction::kForm : StepAction::kApplyPatch;
+    e.match = formed ? PatchMatch::kNone : PatchMatch::kStale;
+    e.patch_key = patch;
+    e.kl_per_weight = kl_per_weight;
+    if (!formed) e.state = kv_patched(e.key, patch);
+  }
+
   KvState chain_upto(std::size_t n) const {
     KvState chain;
     for (std::size_t i = 0; i < n; ++i) chain = kv_chain(chain, entries[i]->state);
@@ -404,6 +416,71 @@ TEST_CASE("under a KL budget the planner takes the cheapest action that fits", "
   CHECK(tight.how == ServeActionId::kForm);
   CHECK(tight.exact);
   CHECK(tight.forward_tokens == 8);
+}
+
+// An instance whose KV is a stored patch (served from it, or a form that stored it) and whose context then
+// changed: re-serving that same patch gives the same KV, so it cannot be priced below the keep, and a plan
+// never takes it as a repair.
+TEST_CASE("a re-serve of the stored patch an instance holds is priced as its keep and repairs nothing",
+          "[plan][decisions][budget]") {
+  const ChunkRecord a = chunk("a", 12, 1), b = chunk("b", 8, 2), c = chunk("c", 10, 3);
+  FakeEnv env;
+  env.canonicals[c.ref.key] = StoreTier::kHost;
+  env.stored.insert("held-patch");
+  // The closest stored patch to c's context after the eviction is the one c holds, formed under a context
+  // near this one: its own stale price is far below what c's keep carries.
+  env.stale[c.ref.key] = StaleMatch{"held-patch", 0.02};
+  for (const bool formed : {false, true}) {
+    INFO((formed ? "formed, its exact patch stored" : "served from a stale patch"));
+    if (formed) env.facts["held-patch"] = PatchFacts{true, 0.0};  // full rank over an exact context
+    TestWindow w("patch:16:eager");
+    for (const ChunkRecord* x : {&a, &b, &c}) w.add_exact(*x);
+    w.serve_last_from("held-patch", formed ? 0.0 : 2e-4, formed);
+    const auto plan = [&](double budget, bool force) {
+      w.options.policy.kl_budget = budget;
+      Layout l = evict_first(w);
+      l.slots.back().force = force;
+      return plan_layout(w.snapshot(), l, env);
+    };
+    // What the keep is priced at: with no stored patch to find, and a budget nothing needs repairing for.
+    env.stale.clear();
+    const Plan no_patch = plan(1.0, false);
+    env.stale[c.ref.key] = StaleMatch{"held-patch", 0.02};
+    REQUIRE(step_of(no_patch, 3).how == ServeActionId::kKeep);
+    const double keep_kl = step_of(no_patch, 3).predicted_kl;
+    const double patch_kl = planner::FidelityModel{}.predict(planner::Loss::kStale, 0.02, 1.0, -1);
+    REQUIRE(patch_kl < keep_kl / 2);
+
+    // The held patch found: the same KV, so the same plan (a cheap upgrade below the budget would be taken).
+    const Plan loose = plan(1.0, false);
+    CHECK(step_of(loose, 3).how == ServeActionId::kKeep);
+    CHECK(loose.predicted_kl == Approx(no_patch.predicted_kl));
+
+    // Forced to be served again (keep is not a candidate): the held patch is the cheapest action, at the
+    // keep's price, not at its own lower one.
+    const Plan forced_plan = plan(1.0, true);
+    const PlanStep& forced = step_of(forced_plan, 3);
+    CHECK(forced.how == ServeActionId::kStoredPatch);
+    CHECK(forced.patch_key == "held-patch");
+    CHECK(forced.predicted_kl == Approx(keep_kl));
+
+    // A budget between the two prices: the held patch does not bring the plan under it, a real repair does.
+    const Plan tight = plan((patch_kl + keep_kl) / 2, false);
+    const PlanStep& repaired = step_of(tight, 3);
+    CHECK_FALSE((repaired.how == ServeActionId::kStoredPatch && repaired.patch_key == "held-patch"));
+    CHECK(repaired.how != ServeActionId::kKeep);
+    CHECK(tight.predicted_kl <= (patch_kl + keep_kl) / 2);
+
+    // Without a budget, a policy that re-serves survivors and accepts stale patches keeps it instead.
+    TestWindow exact("patch:16:exact:stale=0.5:eager");
+    for (const ChunkRecord* x : {&a, &b, &c}) exact.add_exact(*x);
+    exact.serve_last_from("held-patch", formed ? 0.0 : 2e-4, formed);
+    const Plan unbudgeted = plan_layout(exact.snapshot(), evict_first(exact), env);
+    CHECK(step_of(unbudgeted, 2).how == ServeActionId::kCanonical);  // now first
+    const PlanStep& survivor = step_of(unbudgeted, 3);
+    CHECK(survivor.how == ServeActionId::kKeep);
+    CHECK(survivor.reason.find("the KV it holds") != std::string::npos);
+  }
 }
 
 TEST_CASE("plans that apply would refuse say so, with nothing to run", "[plan][decisions][refusal]") {

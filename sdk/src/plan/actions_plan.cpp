@@ -97,6 +97,66 @@ double estimate_seconds(const PlanInput& in, const PlanStep& s) {
   return 0.0;
 }
 
+double kept_kl(const PlanInput& in) {
+  ORBIT_CHECK(in.old != nullptr, "internal error: a keep was priced for a new instance");
+  // Recomputed from the instance's current features (never accumulated from earlier plans): what its
+  // serving action left, and what the change of its context since then adds.
+  double kl = in.old->kl_per_weight * in.weight;
+  if (in.reordered) {
+    kl += in.fidelity.predict(planner::Loss::kOrbit, 1.0, in.weight, in.sensitivity);
+  } else if (in.context_change > 0) {
+    kl += in.fidelity.predict(planner::Loss::kKeep, in.context_change, in.weight, in.sensitivity);
+  }
+  // Formed with nothing before it, its KV is the canonical: wherever it sits now behind content, it is
+  // served blind, and loses at least what blind reuse is predicted to (the keep loss is calibrated on
+  // instances that keep part of what they were formed behind).
+  if (in.old->formed_on_tokens == 0 && in.position > 0) {
+    kl = std::max(kl, in.old->kl_per_weight * in.weight +
+                          in.fidelity.predict(planner::Loss::kBlind, 1.0, in.weight, in.sensitivity));
+  }
+  return kl;
+}
+
+HeldKv held_kv(const PlanInput& in, const PlanStep& s) {
+  if (in.old == nullptr) return HeldKv::kOther;
+  const std::string& key = in.old->key;
+  switch (s.action) {
+    case StepAction::kApplyPatch: {
+      if (in.old->state == kv_patched(key, s.patch_key)) return HeldKv::kSame;
+      // A form stores the patch of the KV it computed (under its exact key, EntryMeta::patch_key): the
+      // canonical plus that patch is this KV when the patch is full rank, and an approximation of it when not.
+      if (in.old->formed_by != StepAction::kForm || in.old->patch_key != s.patch_key) return HeldKv::kOther;
+      const std::optional<PatchFacts> facts = in.env.patch_facts(in.chunk->ref.key, s.patch_key);
+      return facts.has_value() && facts->exact ? HeldKv::kSame : HeldKv::kFromIt;
+    }
+    // The canonical relocated behind content (position > 0: the canonical action serves position 0 only).
+    case StepAction::kBlind: return in.old->state == kv_canonical(key) ? HeldKv::kSame : HeldKv::kOther;
+    default: return HeldKv::kOther;
+  }
+}
+
+namespace {
+
+// A re-serve of the KV the instance holds is priced as keeping it: the keep's figure carries the drift of its
+// context since it was served, and re-serving the same KV repairs none of it. A stored patch formed from
+// that KV serves it with the patch's truncation on top: at least as much. A blind re-serve of a canonical
+// is priced at least at blind's own loss too (Blind's floor).
+void price_held(const PlanInput& in, PlanStep& s) {
+  switch (held_kv(in, s)) {
+    case HeldKv::kSame:
+      s.predicted_kl = s.action == StepAction::kBlind ? std::max(s.predicted_kl, kept_kl(in)) : kept_kl(in);
+      s.reason += "; the KV it holds (priced as kept)";
+      return;
+    case HeldKv::kFromIt:
+      s.predicted_kl = std::max(s.predicted_kl, kept_kl(in));
+      s.reason += "; formed from the KV it holds (priced at least as kept)";
+      return;
+    case HeldKv::kOther: return;
+  }
+}
+
+}  // namespace
+
 namespace {
 
 // ---- keep -------------------------------------------------------------------------------------------
@@ -108,22 +168,7 @@ class Keep final : public ServeAction {
   std::optional<PlanStep> plan(const PlanInput& in) const override {
     if (in.old == nullptr) return std::nullopt;
     PlanStep s = base_step(id(), category());
-    // Recomputed from the instance's current features (never accumulated from earlier plans): what its
-    // serving action left, and what the change of its context since then adds.
-    s.predicted_kl = in.old->kl_per_weight * in.weight;
-    if (in.reordered) {
-      s.predicted_kl += in.fidelity.predict(planner::Loss::kOrbit, 1.0, in.weight, in.sensitivity);
-    } else if (in.context_change > 0) {
-      s.predicted_kl += in.fidelity.predict(planner::Loss::kKeep, in.context_change, in.weight, in.sensitivity);
-    }
-    // Formed with nothing before it, its KV is the canonical: wherever it sits now behind content, it is
-    // served blind, and loses at least what blind reuse is predicted to (the keep loss is calibrated on
-    // instances that keep part of what they were formed behind).
-    if (in.old->formed_on_tokens == 0 && in.position > 0) {
-      s.predicted_kl =
-          std::max(s.predicted_kl, in.old->kl_per_weight * in.weight +
-                                       in.fidelity.predict(planner::Loss::kBlind, 1.0, in.weight, in.sensitivity));
-    }
+    s.predicted_kl = kept_kl(in);
     return s;
   }
 };
@@ -214,6 +259,7 @@ class StoredPatch final : public ServeAction {
     } else {
       return std::nullopt;
     }
+    price_held(in, s);
     price_canonical(in, s);
     return s;
   }
@@ -340,6 +386,7 @@ class Blind final : public ServeAction {
     s.needs_canonical = true;
     s.predicted_kl = in.fidelity.predict(planner::Loss::kBlind, 1.0, in.weight, in.sensitivity);
     s.reason = "blind (canonical relocated)";
+    price_held(in, s);
     price_canonical(in, s);
     return s;
   }

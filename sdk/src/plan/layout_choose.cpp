@@ -96,6 +96,7 @@ void LayoutPlanner::enumerate(std::size_t i, const PlanInput& in, const std::str
   si.candidates.clear();
   si.candidates.reserve(all_actions().size());
   si.chosen = 0;
+  bool kept = false;  // keep is a candidate (all_actions() lists it first)
   for (const ServeAction* a : all_actions()) {
     const ServeActionId id = a->id();
     const bool keep = id == ServeActionId::kKeep;
@@ -107,6 +108,9 @@ void LayoutPlanner::enumerate(std::size_t i, const PlanInput& in, const std::str
     if (!considered(*a, policy_, i == 0 && plan_.rope_window > 0)) continue;
     std::optional<PlanStep> s = a->plan(in);
     if (!s) continue;
+    // A re-serve of the very KV it holds repairs nothing: where keep is a candidate, it is not one.
+    if (!keep && kept && held_kv(in, *s) == HeldKv::kSame) continue;
+    kept = kept || keep;
     s->estimated_seconds = estimate_seconds(in, *s);
     // The budget's search skips a slot on the strength of its actions' floors: a floor above a plan would
     // make it skip an upgrade a full enumeration takes, so every enumerated plan checks its own.
@@ -258,6 +262,12 @@ PlanStep LayoutPlanner::choose_unbudgeted(std::size_t i, const PlanInput& in, bo
     served.signer = &context_.signer;
     served.weights = &context_.weights;
     s = legacy_serve(served, si.old != nullptr ? *whys_[i] : layout_.slots[i].reason);
+    // The policy's chain found the very KV the instance holds (the stale patch it was served from, say): a
+    // re-serve that repairs nothing, unless the slot must be served again, is the keep it equals.
+    if (si.old != nullptr && !forced && held_kv(served, s) == HeldKv::kSame) {
+      s = *keep_.plan(in);
+      s.reason = join(changed, "; kept as-is: the stored KV found for it is the KV it holds");
+    }
   }
   s.estimated_seconds = estimate_seconds(in, s);
   add_shortfall(i, s);

@@ -12,7 +12,8 @@
 //                              no lookups (ActionFloor); lets an over-budget plan skip the survivors
 //                              no action could improve enough to matter
 //
-//   keep            the instance's KV as it is (rotation only); approximate when its context changed
+//   keep            the instance's KV as it is (rotation only); approximate when its context changed. Any
+//                   other action that would serve it the very KV it holds is priced as this (held_kv)
 //   canonical       nothing precedes the chunk: its canonical is exact
 //   stored-patch    canonical + a stored patch: exact key, orbit key, or a stale one (formed under another
 //                   context: the policy's `:stale=D`, or any under a KL budget, which prices its loss)
@@ -102,6 +103,23 @@ class ServeAction {
 // Every action, in the order a fidelity-budgeted plan considers them; one by id.
 const std::vector<const ServeAction*>& all_actions();
 const ServeAction& action(ServeActionId id);
+
+// What keeping the instance as it is is predicted to lose (the keep action's price): what its serving action
+// left, rescaled by its weight now, plus what the change of its context since then adds. in.old must be set.
+double kept_kl(const PlanInput& in);
+
+// Whether step `s` would serve the instance the KV it holds already (kv_state.h: equal states, equal KV):
+//   kSame    the same KV: the stored patch it was served from (exact, orbit or stale alike), the exact
+//            (full-rank) patch a form stored of the KV it computed, or its canonical again when it holds it
+//            (blind). Nothing is repaired; the keep gives the same KV for fewer seconds
+//   kFromIt  a truncated patch a form stored of the KV it holds: that KV with the truncation's loss on top
+//   kOther   anything else, and every new instance
+// Only actions whose result does not depend on the KV before it are recognised (a stored patch, blind);
+// a forward or a recompute is judged by the planner's context tests instead. StoredPatch and Blind price a
+// kSame step as the keep (Blind: at least its own loss) and a kFromIt one at least as the keep; a plan
+// never chooses a kSame step where it could keep (LayoutPlanner::enumerate, choose_unbudgeted).
+enum class HeldKv { kOther, kSame, kFromIt };
+HeldKv held_kv(const PlanInput& in, const PlanStep& s);
 
 // The canonical's residence and its read/encode cost into `s` (s.needs_canonical must be set).
 void price_canonical(const PlanInput& in, PlanStep& s);
