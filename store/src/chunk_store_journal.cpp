@@ -58,6 +58,7 @@ std::shared_ptr<RemoteJournal> ChunkStore::make_journal() {
   if (!disk_ || !options_.remote_journal) return nullptr;  // without a directory nothing local outlives the store
   const std::string remote =
       options_.remote_backend ? options_.remote_backend->describe() : redact_redis_url(options_.remote.url);
+  journal_remote_ = remote;
   return std::make_shared<Journal>(*this, remote);
 }
 

@@ -298,7 +298,8 @@ Result<ValuePtr> DiskTier::load(const DiskRow& row) const {
   return decoded.value().value;
 }
 
-Status DiskTier::commit(const PreparedBlob& blob, const RowAttrs& attrs, bool replace) {
+Status DiskTier::commit(const PreparedBlob& blob, const RowAttrs& attrs, bool replace,
+                        const std::string& remote_pending) {
   DiskRow row;
   row.key = blob.key;
   row.kind = blob.kind;
@@ -313,7 +314,12 @@ Status DiskTier::commit(const PreparedBlob& blob, const RowAttrs& attrs, bool re
   row.expected_reuse = attrs.expected_reuse;
   std::string replaced;
   std::optional<DiskRow> kept;
-  Status s = index_->upsert(row, &replaced, replace, &kept);
+  const auto upsert = [&] { return index_->upsert(row, &replaced, replace, &kept); };
+  // With a record: one transaction (a kept row writes nothing, its record still commits).
+  Status s = remote_pending.empty() ? upsert() : index_->in_transaction([&] {
+    Status up = upsert();
+    return up ? index_->record_remote_pending(blob.key, remote_pending) : up;
+  });
   commit_refused_ = !s;
   if (!s) {
     discard(blob);

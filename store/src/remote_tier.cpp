@@ -309,8 +309,8 @@ bool RemoteTier::contains(const std::string& key) {
   return r.value();
 }
 
-void RemoteTier::put(const std::string& key, const ValuePtr& value) {
-  if (journal_) journal_->record(key);  // before it is queued: its record goes only once the remote has it
+void RemoteTier::put(const std::string& key, const ValuePtr& value, bool recorded) {
+  if (journal_ && !recorded) journal_->record(key);  // before it is queued: its record goes once the remote has it
   std::lock_guard<std::mutex> lock(mu_);
   if (stop_) return;
   Pending p{key, value, value->bytes()};

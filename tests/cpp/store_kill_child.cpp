@@ -30,12 +30,15 @@
 //                                            (the start line of several such children), opens the store
 //                                            DIR/r and puts value I ("failed r: <status>" and exit 1 if
 //                                            that fails); prints "done" after the last round
-//   store_kill_child fork-server             reads commands ("write DIR FIRST COUNT") from stdin; each runs
-//                                            in a forked process that prints "pid P" and then what `write`
-//                                            prints; when that process ends, prints "exit STATUS" (the raw
-//                                            wait status). Forking skips the ~1 s of loading libtorch that
-//                                            starting this program costs, for tests that kill hundreds of
-//                                            writers
+//   store_kill_child fork-server             reads commands ("write DIR FIRST COUNT", "churn DIR URL FIRST
+//                                            COUNT", "gc DIR") from stdin; each runs in a forked process that
+//                                            prints "pid P" and then what the command prints; when that process
+//                                            ends, prints "exit STATUS" (the raw wait status). Forking skips the
+//                                            ~1 s of loading libtorch that starting this program costs, for
+//                                            tests that kill hundreds of writers. churn: as write, into a store
+//                                            with a remote tier at URL (its writes queued, not waited for) and
+//                                            a disk budget of 3 MiB, so that puts evict; gc: gc_store(DIR),
+//                                            then "gc done"
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -240,16 +243,49 @@ int stuck(const std::string& dir, int64_t after) {
   return 0;
 }
 
+// fork-server's churn: puts FIRST..FIRST+COUNT-1 with a remote tier and a disk budget that makes puts evict,
+// printing "i" after each put returned ok (its remote write queued, maybe not sent).
+int churn(const std::string& dir, const std::string& url, int64_t first, int64_t count) {
+  orbit::store::ChunkStoreOptions o = options(dir);
+  o.disk_budget_bytes = 3 << 20;  // a large value (2 MiB) and a few small ones
+  o.remote.url = url;
+  o.remote.part_bytes = 64 << 10;
+  o.remote.retry_after_ms = 50;
+  o.remote.warn = false;
+  orbit::store::ChunkStore store(o);
+  for (int64_t i = first; i < first + count; ++i) {
+    const orbit::Status s = store.put(orbit::test::store_test_key(i), orbit::test::store_test_value(i));
+    if (!s) {
+      std::fprintf(stderr, "put %lld failed: %s\n", static_cast<long long>(i), s.to_string().c_str());
+      return 1;
+    }
+    std::printf("%lld\n", static_cast<long long>(i));
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+// One fork-server command, in the forked process: its exit status.
+int fork_command(const std::string& line) {
+  char dir[4096], url[4096];
+  long long first = 0, count = 0;
+  if (std::sscanf(line.c_str(), "write %4095s %lld %lld", dir, &first, &count) == 3) return write(dir, first, count);
+  if (std::sscanf(line.c_str(), "churn %4095s %4095s %lld %lld", dir, url, &first, &count) == 4) {
+    return churn(dir, url, first, count);
+  }
+  if (std::sscanf(line.c_str(), "gc %4095s", dir) == 1) {
+    (void)orbit::gc_store(dir);
+    std::printf("gc done\n");
+    return 0;
+  }
+  std::fprintf(stderr, "store_kill_child fork-server: bad command: %s", line.c_str());
+  return 2;
+}
+
 // Nothing here has started a thread (no store is open in this process), so fork() is safe.
 int fork_server() {
   char line[4096];
   while (std::fgets(line, sizeof line, stdin)) {
-    char dir[4096];
-    long long first = 0, count = 0;
-    if (std::sscanf(line, "write %4095s %lld %lld", dir, &first, &count) != 3) {
-      std::fprintf(stderr, "store_kill_child fork-server: bad command: %s", line);
-      return 2;
-    }
     std::fflush(stdout);
     const pid_t pid = ::fork();
     if (pid < 0) return 5;
@@ -258,7 +294,7 @@ int fork_server() {
       std::fflush(stdout);
       int rc = 3;
       try {
-        rc = write(dir, first, count);
+        rc = fork_command(line);
       } catch (const orbit::Error& e) {
         std::fprintf(stderr, "store_kill_child: %s\n", e.what());
       }

@@ -224,13 +224,17 @@ class ChunkStore {
   // The value of a memory-only entry, or null when it left memory (then it is no longer tracked).
   ValuePtr memory_copy(const std::string& key) const;
   // put() without the remote write (also how a remote hit is promoted). Takes mu_ itself. Its stages:
-  // put_existing, prepare_put (without mu_), then under mu_ put_meta, commit_put and place_put.
-  Status put_local(const std::string& key, const ValuePtr& value, const PutOptions& options);
+  // put_existing, prepare_put (without mu_), then under mu_ put_meta, commit_put and place_put. Non-null
+  // `journaled`: the remote write follows, and with a journal it is recorded in the row's commit; *journaled
+  // says whether it was (false: no journal, or no row committed, as for a key already stored).
+  Status put_local(const std::string& key, const ValuePtr& value, const PutOptions& options, bool* journaled = nullptr);
   // A put's disk half, prepared outside mu_.
   struct PendingPut {
     bool disk_only = false;                // PutOptions::tier is kDisk
     std::optional<PreparedBlob> prepared;  // encoded, written and fsync'd; not yet committed
     Status disk_error;                     // the disk failed: the value is kept in memory only
+    std::string journal_remote;            // non-empty: record the remote write with the row (RemoteJournal)
+    bool journaled = false;                // the row committed with that record
   };
   // A put (not a replacement) of a key already stored: touches it, applies the pin, brings it back into
   // memory. nullopt when the key is unknown or held only in memory for want of a disk write (go on).
@@ -253,7 +257,8 @@ class ChunkStore {
   // The remote tier's journal (chunk_store_journal.cpp): its records in the disk index, and the local copies
   // they re-send. Made only with a disk tier.
   class Journal;
-  std::shared_ptr<RemoteJournal> make_journal();  // null without a disk tier or remote_journal
+  // null without a disk tier or remote_journal; sets journal_remote_.
+  std::shared_ptr<RemoteJournal> make_journal();
   // The value a re-send of `key` sends: a memory tier's copy, or the disk's (read under a read lease), without
   // touching the entry or counting a hit. not_found when no local tier holds a readable copy (a corrupt blob
   // included); refused when the disk could not read it now. Takes mu_ itself.
@@ -290,6 +295,7 @@ class ChunkStore {
   std::unique_ptr<MemoryTier> host_;
   std::unique_ptr<DiskTier> disk_;
   std::unique_ptr<RemoteTier> remote_;
+  std::string journal_remote_;  // the journal's name of the remote (its URL as shown); "" without a journal
   std::unordered_map<std::string, Meta> meta_;
   std::unordered_set<std::string> pinned_;  // the keys of meta_ whose entry is pinned
   uint64_t clock_ = 0;

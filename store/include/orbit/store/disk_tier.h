@@ -127,8 +127,12 @@ class DiskTier final : public Tier {
   // ---- serialised by the owner ----------------------------------------------------------------------
   // Commits the row (replacing any row for the key, whose blob is then unlinked). With replace = false
   // a live row another process committed first is kept, and the prepared blob discarded. On failure the
-  // prepared blob is discarded and nothing changes.
-  Status commit(const PreparedBlob& blob, const RowAttrs& attrs, bool replace = true);
+  // prepared blob is discarded and nothing changes. A non-empty `remote_pending` also records a pending write
+  // of the key to that remote (SqliteIndex::record_remote_pending) in the same transaction, kept row or not:
+  // the row and its record commit together (no kill between them leaves a row whose remote write is not
+  // recorded), and a put pays no commit of its own for the record.
+  Status commit(const PreparedBlob& blob, const RowAttrs& attrs, bool replace = true,
+                const std::string& remote_pending = "");
   Status erase(const std::string& key);
   // Whether the index takes a commit now: ok at once unless the last commit() was refused; after a refusal, one
   // small write transaction (SqliteIndex::probe_commit, checkpointing after a refusal for want of space as

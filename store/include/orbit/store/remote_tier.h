@@ -138,8 +138,9 @@ class RemoteTier {
                        bool internal = false);
   // Whether the remote holds `key` (false when it is down).
   bool contains(const std::string& key);
-  // Queues `value` for writing under `key` (returns at once).
-  void put(const std::string& key, const ValuePtr& value);
+  // Queues `value` for writing under `key` (returns at once). With a journal, records the write first, unless
+  // `recorded`: the owner recorded it already (ChunkStore, in its local commit's transaction).
+  void put(const std::string& key, const ValuePtr& value, bool recorded = false);
   // Queues the removal of `key` (returns at once): queued writes of `key` are dropped, one in flight
   // finishes first, then the entry is deleted; a failed removal stays queued like a failed write.
   void erase(const std::string& key);
