@@ -2,7 +2,9 @@
 # The C++ tests under sanitizers, each in its own build directory:
 #
 #   scripts/sanitize.sh address   ASan + UBSan (build-asan): the fast tests (label cpu, not slow) listed below
-#   scripts/sanitize.sh thread    TSan (build-tsan): the tests labelled `thread`
+#   scripts/sanitize.sh thread    TSan (build-tsan): the tests labelled `thread`, then one short end-to-end
+#                                 run of `orbit serve` built with TSan (scripts/tsan_serve.py: concurrent chat
+#                                 and responses requests, streams, clients that leave midway, stored answers)
 #
 # Only the libraries and the listed test executables are built (no CUDA, Python module, benchmarks,
 # samples). Without -Werror: the main build enforces warnings on the same sources, and GCC's flow-based
@@ -16,6 +18,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 mode="${1:-}"
+tools=OFF  # the orbit CLI and tools/train are configured (only `orbit` is built) in thread mode only
 case "$mode" in
   address)
     build="${ORBIT_ASAN_BUILD:-$ORBIT_ROOT/build-asan}"
@@ -32,6 +35,7 @@ case "$mode" in
     build="${ORBIT_TSAN_BUILD:-$ORBIT_ROOT/build-tsan}"
     sanitize="thread"
     tests=()  # filled from the `thread` label below
+    tools=ON  # the orbit CLI, for the serve run
     ;;
   *)
     echo "usage: scripts/sanitize.sh address|thread" >&2
@@ -51,7 +55,7 @@ generator=()
 cmake -S "$ORBIT_ROOT" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CXX_FLAGS_RELEASE="${ORBIT_SANITIZE_FLAGS:--O0 -g1}" -DCMAKE_UNITY_BUILD="$ORBIT_UNITY" \
   -DORBIT_SANITIZE="$sanitize" -DORBIT_WERROR=OFF -DORBIT_TESTS=ON \
-  -DORBIT_CUDA=OFF -DORBIT_PYTHON=OFF -DORBIT_BENCH=OFF -DORBIT_SAMPLES=OFF -DORBIT_TOOLS=OFF -DORBIT_INSTALL=OFF \
+  -DORBIT_CUDA=OFF -DORBIT_PYTHON=OFF -DORBIT_BENCH=OFF -DORBIT_SAMPLES=OFF -DORBIT_TOOLS="$tools" -DORBIT_INSTALL=OFF \
   >"$build/orbit-configure.log" 2>&1 || { cat "$build/orbit-configure.log" >&2; exit 1; }
 
 if [ "$mode" = thread ]; then
@@ -69,6 +73,7 @@ for t in "${tests[@]}"; do
   esac
 done
 mapfile -t targets < <(printf '%s\n' "${targets[@]}" | sort -u)
+if [ "$mode" = thread ]; then targets+=(orbit); fi
 
 step "Building ${#targets[@]} test executables with $ORBIT_JOBS jobs: ${targets[*]}"
 cmake --build "$build" -j "$ORBIT_JOBS" --target "${targets[@]}"
@@ -85,4 +90,12 @@ export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumen
 regex="^($(IFS='|'; echo "${tests[*]}"))\$"
 step "Running under $sanitize: ${tests[*]}"
 ctest --test-dir "$build" -R "$regex" --output-on-failure -j "$ORBIT_JOBS"
+if [ "$mode" = thread ]; then
+  # halt_on_error=0: one run prints every race (the server still exits with TSan's status 66 after any).
+  serve_start=$SECONDS
+  step "orbit serve under TSan: concurrent chat and responses requests, streams, clients that leave (scripts/tsan_serve.py)"
+  TSAN_OPTIONS="$TSAN_OPTIONS:halt_on_error=0" /usr/bin/python3 "$ORBIT_ROOT/scripts/tsan_serve.py" \
+    "$build/cli/orbit" "$ORBIT_ROOT/models/stories260K/stories260K.bin"
+  echo "serve run: $((SECONDS - serve_start)) s"
+fi
 step "Sanitizer stage passed ($sanitize)"
