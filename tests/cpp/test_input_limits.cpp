@@ -3,6 +3,10 @@
 // inputs that used to be accepted then break (a 1-D grid on a 1-D RoPE model) now work.
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -448,4 +452,73 @@ TEST_CASE("make-model refuses weights larger than this machine's memory without 
   CHECK(r.status == 1);
   CHECK_THAT(r.out, Contains("bytes of memory"));
   CHECK_THAT(r.out, !Contains("frame #"));
+}
+
+TEST_CASE("measure: the idle self-check on a dynamic-NTK window", "[.measure]") {
+  // tinystories-656k with dynamic-NTK RoPE anchored at 64 (factor 8); five text chunks admitted (past the
+  // anchor), the first evicted (the rest kept over a changed context, the deferred repairs flushed under the
+  // budget), then Window::idle heals and checks.
+  // Prints the check's measured KL against the window's prediction with and without what the heal leaves of the
+  // shortfall (heal_and_check), and against the prediction without any shortfall (the old model), and the
+  // engine's correction after. build/tests/test_input_limits "measure: the idle self-check on a dynamic-NTK window"
+  orbit::test::TempDir dir;
+  const std::filesystem::path src = std::string(ORBIT_MODELS_DIR) + "/tinystories-656k";
+  for (const auto& f : std::filesystem::directory_iterator(src)) {
+    std::filesystem::copy_file(f.path(), dir.path() / f.path().filename());
+  }
+  std::string config;
+  {
+    std::ifstream in(dir.path() / "config.json");
+    config.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const auto replace = [&](const std::string& a, const std::string& b) {
+    const std::size_t at = config.find(a);
+    REQUIRE(at != std::string::npos);
+    config.replace(at, a.size(), b);
+  };
+  replace("\"max_position_embeddings\": 512", "\"max_position_embeddings\": 64");
+  replace("\"rope_scaling\": null", "\"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 8.0}");
+  std::ofstream(dir.path() / "config.json") << config;
+  const std::vector<std::string> texts = {
+      "Once upon a time there was a little girl named Lily. She loved to play outside in the sun with her dog.",
+      "One day, Lily found a big red ball in the park. She wanted to show it to her friend Tom right away.",
+      "Tom was sad because he lost his toy car. Lily gave him the ball and they played together all day.",
+      "The sun went down and the sky turned orange. Lily and Tom said goodbye and walked home with a smile.",
+      "At home, Lily told her mom about the ball and the car. Her mom hugged her and said she was very kind."};
+  for (const uint64_t rotate : {0u, 1u, 2u}) {
+    EngineOptions o;
+    o.model = dir.path().string();
+    o.threads = 1;
+    auto engine = Engine::open(o);
+    orbit::WindowOptions wo;
+    wo.policy = orbit::parse_policy("default");
+    wo.policy.heal_when_idle = true;
+    wo.policy.self_check = true;
+    wo.policy.heal_min_kl = 0;  // heal whatever is not exact
+    orbit::Window w = engine->new_window(wo);
+    std::vector<orbit::InstanceId> ids;
+    for (std::size_t i = 0; i < texts.size(); ++i) {
+      ids.push_back(w.admit(engine->add_text(texts[(i + rotate) % texts.size()])).added.front());
+    }
+    w.evict(ids.front());
+    REQUIRE(w.apply(w.plan_flush()).is_ok());  // the evict's deferred repairs: a check needs none waiting
+    double predicted = 0, old_model = 0;
+    for (const orbit::PlanStep& s : w.plan_flush().steps) {
+      predicted += s.predicted_kl;
+      old_model += s.predicted_kl - s.shortfall_kl;
+    }
+    double left = 0, brought = 0;  // the heal's kept instances' shortfall, and its re-served ones'
+    for (const orbit::PlanStep& s : w.plan_heal().steps)
+      (s.action == orbit::StepAction::kKeep ? left : brought) += s.shortfall_kl;
+    const orbit::IdleReport r = w.idle();
+    std::printf(
+        "rotate %lu: window %ld tokens | checked %d healed %ld | measured %.2e | predicted %.2e (idle's %.2e), "
+        "heal keeps %.2e and brings %.2e shortfall: ratio %.2f (whole prediction: %.2f; no shortfall priced: %.2f) | "
+        "correction %.2f\n",
+        static_cast<unsigned long>(rotate), static_cast<long>(w.tokens()), r.checked ? 1 : 0,
+        static_cast<long>(r.healed_instances), r.measured_kl, predicted, r.predicted_kl, left, brought,
+        r.measured_kl / std::max(r.predicted_kl - left + brought, 1e-30),
+        r.measured_kl / std::max(r.predicted_kl, 1e-30), r.measured_kl / std::max(old_model, 1e-30),
+        engine->stats().fidelity_correction);
+  }
 }

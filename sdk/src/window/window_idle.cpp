@@ -213,11 +213,15 @@ void heal_and_check(Window& w, WindowState& s, IdleReport& out, bool check) {
   counted.background_forward_tokens = out.check_forward_tokens;
   s.core->usage().count(counted);
   s.forward_tokens += out.check_forward_tokens;
-  // Dynamic-NTK RoPE: what the heal leaves of the window's shortfall (the instances it keeps, formed at another
-  // length than the window's) is in the prediction but not in what the check measures (the heal's change).
-  double left = 0;
-  for (const PlanStep& step : plan.steps) left += step.shortfall_kl;
-  s.core->note_fidelity_check(out.measured_kl, std::max(out.predicted_kl - left, 0.0), out.check_forward_tokens);
+  // Dynamic-NTK RoPE: the check measures the heal's change. An instance it keeps carries the same shortfall in
+  // both windows (nothing to measure); one it serves again carries a new one in the healed window (a canonical
+  // at its own length, say), which the probe reads as a change.
+  double shortfall_change = 0;
+  for (const PlanStep& step : plan.steps) {
+    shortfall_change += step.action == StepAction::kKeep ? -step.shortfall_kl : step.shortfall_kl;
+  }
+  s.core->note_fidelity_check(out.measured_kl, std::max(out.predicted_kl + shortfall_change, 0.0),
+                              out.check_forward_tokens);
 }
 
 // The lists the window learned its next sync may start with (ListMemory::predict), each prepared as
