@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every test: install what is missing, build with tests and warnings as errors, run the C++ tests (CTest)
 # and the Python tests, install into a temporary prefix and build samples/cpp against it, then the sanitizer
-# stages: the fast C++ tests under ASan+UBSan and the thread tests under TSan (scripts/sanitize.sh, each in
+# stages: the fast C++ tests under ASan+UBSan, the thread tests and one orbit serve run under TSan (scripts/sanitize.sh, each in
 # its own build directory), and the fuzz stage: each libFuzzer target for a bounded time (scripts/fuzz.sh,
 # build-fuzz, clang).
 # Env: ORBIT_SANITIZERS=0 skips the sanitizer stages, ORBIT_FUZZ=0 the fuzz stage (ORBIT_FUZZ_SECONDS: per
