@@ -34,7 +34,9 @@
 // and variables (an alias in the memo), and one whose first message changed too (a system prompt rewritten at
 // every request) the latest encoded with the same second message, else the latest with the same tokenizer,
 // template and variables (more aliases, latest_keys): its segment shares with K the run that starts at its
-// second message, found as a trimmed list's is.
+// second message, found as a trimmed list's is. A list whose tools changed (any_variables_key: the latest with its
+// last messages under its template whatever the variables) shares the text before the tools block as a common
+// prefix and the messages after it as runs.
 #pragma once
 
 #include <cstddef>

@@ -11,7 +11,8 @@
 // at the start), so each list is also named by its last message and by a few anchors (anchor_messages), and a
 // list whose key is unknown looks up its own messages' anchors from its end. Each list found is scored by how
 // many of this list's messages it holds; the most wins, the earlier found among equals (first message, second
-// message, anchors from the end, template), so where the old order's list holds as many it is still chosen.
+// message, anchors from the end, template, then the same whatever the variables: offer_any_variables), so where the
+// old order's list holds as many it is still chosen, and a list under this list's tools before one under others.
 // Lists hold as many where they share nearly every message (agents whose messages are each other's), and then
 // either reads about as well: a tie-break by the longer run of this list's messages at a list's end changed
 // test_sync_memo_agents' such agents from 143 prefixes rendered of 704 to 144, so there is none.
@@ -122,6 +123,22 @@ class LatestChoice {
   std::size_t best_count_ = 0, best_covers_ = 0;
 };
 
+// The lists named whatever their variables (any_variables_key of this list's last kTailAnchorLookups messages,
+// latest first, then its template alone), offered to `choice` after every alias under its variables (which win
+// among equals), and only while the best list lacks some of this list's messages past the first: a list that
+// re-syncs or grows under the same tools looks none of them up.
+template <class Offer>
+void offer_any_variables(const LatestChoice& choice, const ListKeys& keys, const Offer& offer) {
+  const std::size_t n = keys.messages.size();
+  if (n < 2 || choice.settled(n - 1)) return;
+  const std::size_t before = choice.offered();
+  for (std::size_t j = n; j > 1 && j + kTailAnchorLookups > n; --j) {
+    if (choice.settled(j - 1) || choice.offered() >= before + kMaxAnchorLists) break;
+    offer(any_variables_key(keys, j - 1));
+  }
+  if (!choice.settled(n - 1)) offer(keys.template_only);
+}
+
 // The list a memo reads from: its key and value (null: none).
 template <class Value>
 struct LatestList {
@@ -130,9 +147,9 @@ struct LatestList {
 };
 
 // The list `memo` reads from for a list with keys `keys` (the header's choice; null: none named); the aliases are
-// latest_keys and anchor_key under `tokenizer` (MemoKey's). The lists offered are peeked at (ListMemo::peek_alias):
-// only the one chosen is marked used. `Value` keeps its list's message keys (`messages`).
-// Only lists `accept` takes are offered.
+// latest_keys, anchor_key and then offer_any_variables' under `tokenizer` (MemoKey's). The lists offered are peeked at
+// (ListMemo::peek_alias): only the one chosen is marked used. `Value` keeps its list's message keys (`messages`). Only
+// lists `accept` takes are offered.
 template <class Value, class Accept>
 LatestList<Value> latest_list(ListMemo<Value>& memo, const ListKeys& keys, uint64_t tokenizer, const Accept& accept) {
   const std::vector<Sha256::Digest>& named = latest_keys(keys);  // first message, second, template
@@ -151,6 +168,7 @@ LatestList<Value> latest_list(ListMemo<Value>& memo, const ListKeys& keys, uint6
     offer(anchor_key(keys, j));
   }
   offer(named.back());
+  offer_any_variables(choice, keys, offer);
   if (best.value != nullptr) (void)memo.get(best.key);  // now the most recently used
   return best;
 }

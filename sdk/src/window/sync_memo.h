@@ -338,11 +338,14 @@ struct ListKeys {
   std::vector<Sha256::Digest> lists;     // [m - 1]: the key of the list's first m messages
   std::vector<Sha256::Digest> messages;  // [i]: message i's own key (its fields alone)
   std::vector<std::string> roles;        // [i]: message i's role (the spans' check groups reads by it)
+  Sha256::Digest template_only{};        // the template's key alone: names lists whatever their variables
   bool empty() const { return lists.empty(); }
 
   mutable std::vector<Sha256::Digest> latest_cache;  // latest_keys; empty: not yet
   mutable std::vector<Sha256::Digest> anchor_cache;  // [i]: anchor_key(i) where anchor_known[i]
   mutable std::vector<char> anchor_known;
+  mutable std::vector<Sha256::Digest> any_variables_cache;  // [i]: any_variables_key(i) where any_variables_known[i]
+  mutable std::vector<char> any_variables_known;
 };
 
 // Step 2 (orbit/sync.h): where each message of `chat` starts in `text`, their rendering by `tmpl` without the
@@ -381,7 +384,27 @@ const std::vector<Sha256::Digest>& latest_keys(const ListKeys& keys);
 // agent appends) and any kept anchor further back.
 Sha256::Digest anchor_key(const ListKeys& keys, std::size_t i);
 
-// How many anchor keys (anchor_key) were hashed in this process (for tests: each at most once per sync).
+// What names a list as the latest with message `i` under its template whatever its variables (ListKeys::
+// template_only; the tools, extra_json). An agent that adds, removes or reorders its tools between two requests
+// (a handoff, tools bound per step) sends lists whose keys and aliases above all differ from its last list's, so
+// every prefix was rendered and every segment encoded whole again, though most of the rendering (the messages,
+// after a tools block or before it) is the last list's text. A list is named so by its last message
+// (any_variables_aliases), and a list whose key is unknown looks these up for its last messages after every alias
+// under its variables (latest_list, sync_latest.h): a list under its own variables holding as many of its
+// messages is read first. Reading a list under other variables is as exact as reading any list (step 2 checks
+// what it reads from the spans, step 3 compares texts): only how much is read depends on it.
+Sha256::Digest any_variables_key(const ListKeys& keys, std::size_t i);
+
+// The aliases a list is named by whatever its variables: its last message's any_variables_key and its template
+// alone (ListKeys::template_only); none for no messages.
+std::vector<Sha256::Digest> any_variables_aliases(const ListKeys& keys);
+
+// Every alias a memo names a list by (latest_keys, anchor_key of anchor_messages, any_variables_aliases): both memos
+// set the same (ListMemo::alias).
+std::vector<Sha256::Digest> list_aliases(const ListKeys& keys);
+
+// How many anchor keys (anchor_key, any_variables_key) were hashed in this process (for tests: each at most once
+// per sync).
 int64_t anchor_hashes_so_far();
 
 // Whether message key `m` is an anchor wherever it stands: about one message in 16 (a SHA-256's first byte under

@@ -187,8 +187,7 @@ void put_encodings(const ListKeys& keys, const runtime::Tokenizer& tok, std::sha
   made->messages = keys.messages;
   const MemoKey key{keys.lists.back(), tok.serial()};
   encode_memo().put(key, std::move(made));
-  for (const Sha256::Digest& latest : latest_keys(keys)) encode_memo().alias({latest, tok.serial()}, key);
-  for (const std::size_t i : anchor_messages(keys)) encode_memo().alias({anchor_key(keys, i), tok.serial()}, key);
+  for (const Sha256::Digest& alias : list_aliases(keys)) encode_memo().alias({alias, tok.serial()}, key);
 }
 
 std::shared_ptr<const ListEncodings> known_encodings(const ListKeys& keys, const runtime::Tokenizer& tok,

@@ -392,8 +392,7 @@ std::vector<TextCut> text_cuts(const runtime::ChatTemplate& tmpl, const runtime:
     renders->text = text;
     renders->messages = keys.messages;
     cuts_memo().put(keys.lists.back(), std::move(renders));
-    for (const Sha256::Digest& key : latest_keys(keys)) cuts_memo().alias(key, keys.lists.back());
-    for (const std::size_t i : anchor_messages(keys)) cuts_memo().alias(anchor_key(keys, i), keys.lists.back());
+    for (const Sha256::Digest& key : list_aliases(keys)) cuts_memo().alias(key, keys.lists.back());
   }
   return cuts;
 }
@@ -440,6 +439,10 @@ ListKeys list_keys(const runtime::ChatTemplate& tmpl, const runtime::ChatRenderO
   add_text(head, options.extra_json);
   ListKeys keys;
   keys.head = head.digest();
+  Sha256 template_only;
+  template_only.update("orbit sync template any variables v1");
+  add_text(template_only, tmpl.key());
+  keys.template_only = template_only.digest();
   Sha256::Digest key = keys.head;
   keys.lists.reserve(messages.size());
   keys.messages.reserve(messages.size());
@@ -485,6 +488,35 @@ Sha256::Digest anchor_key(const ListKeys& keys, std::size_t i) {
     keys.anchor_known[i] = 1;
   }
   return keys.anchor_cache[i];
+}
+
+Sha256::Digest any_variables_key(const ListKeys& keys, std::size_t i) {
+  if (keys.any_variables_known.size() != keys.messages.size()) {
+    keys.any_variables_known.assign(keys.messages.size(), 0);
+    keys.any_variables_cache.resize(keys.messages.size());
+  }
+  if (keys.any_variables_known[i] == 0) {
+    anchor_hashes.fetch_add(1, std::memory_order_relaxed);
+    Sha256 h;
+    h.update("orbit sync anchor any variables v1");
+    h.update(keys.template_only.data(), keys.template_only.size());
+    h.update(keys.messages[i].data(), keys.messages[i].size());
+    keys.any_variables_cache[i] = h.digest();
+    keys.any_variables_known[i] = 1;
+  }
+  return keys.any_variables_cache[i];
+}
+
+std::vector<Sha256::Digest> any_variables_aliases(const ListKeys& keys) {
+  if (keys.messages.empty()) return {};
+  return {any_variables_key(keys, keys.messages.size() - 1), keys.template_only};
+}
+
+std::vector<Sha256::Digest> list_aliases(const ListKeys& keys) {
+  std::vector<Sha256::Digest> out = latest_keys(keys);
+  for (const std::size_t i : anchor_messages(keys)) out.push_back(anchor_key(keys, i));
+  for (const Sha256::Digest& a : any_variables_aliases(keys)) out.push_back(a);
+  return out;
 }
 
 std::vector<std::size_t> anchor_messages(const ListKeys& keys) {
