@@ -479,3 +479,31 @@ TEST_CASE("serve batch: a job cancelled while the scheduler takes in its round s
   CHECK(lost == 0);
   CHECK(refused > 0);  // some rounds' jobs joined before their cancel (the pass was reached both ways)
 }
+
+// A sink that throws (a client's write failing in a way the front reports by an exception, say) ends the run
+// with that error, but only once its sequence has ended: the scheduler reads the request's window and its
+// choices until then, and the error unwinds both. Before, the error left at once while the sequence decoded on,
+// asked for the whole context, into a window its request had let go.
+TEST_CASE("serve batch: an error out of the sink leaves once the run's sequence ended", "[serve][batch]") {
+  sv::ServeCore core(options());
+  const sv::ChatRequest endless = unending_chat(core, kQuestions[0]);
+  sv::RunSink sink;
+  sink.on_text = [](const std::string&) -> bool { throw std::runtime_error("the sink failed"); };
+  std::string error;
+  {
+    sv::RunTicket ticket = core.prepare_chat(endless, "thrown");  // its session's window, until it goes
+    REQUIRE(ticket.ok());
+    try {
+      const sv::RunOutcome out = core.run(ticket, sink);
+      error = out.result ? "no error" : out.error.message;
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  CHECK(error.find("the sink failed") != std::string::npos);
+  CHECK(metric(core, "orbit_decode_running") == 0);
+  // The session's window serves its next request.
+  const sv::RunResult next = run(core, chat(core, kQuestions[1], 8), "thrown");
+  CHECK(next.finish_reason != "cancelled");
+  core.close();
+}

@@ -212,6 +212,18 @@ bool wait_for_choices(std::vector<Choice>& choices, const DecodeRequest& request
   return gone;
 }
 
+// Cancels every choice's job and waits until each has ended (the scheduler lets go of the window and the
+// choice only then), throwing nothing.
+void end_all(std::vector<Choice>& choices, DecodeScheduler& decoder) noexcept {
+  for (Choice& c : choices) c.job->cancel();
+  decoder.wake();
+  std::vector<DecodeEvent> dropped;
+  for (Choice& c : choices) {
+    while (!c.job->take(dropped, 50)) dropped.clear();
+    dropped.clear();
+  }
+}
+
 }  // namespace
 
 int64_t max_tokens_for(const ServeContext& context, int64_t prompt_tokens, const SamplingRequest& sampling) {
@@ -250,7 +262,14 @@ RunResult decode(ServeContext& context, Window& window, const DecodeRequest& req
     jobs.push_back(c.job);
   }
   context.decoder.submit(jobs);
-  const bool gone = wait_for_choices(choices, request, sink, context.decoder);
+  bool gone = false;
+  try {
+    gone = wait_for_choices(choices, request, sink, context.decoder);
+  } catch (...) {
+    // The jobs read the window and these choices until they end: the error leaves once every one has.
+    end_all(choices, context.decoder);
+    throw;
+  }
   for (const Choice& c : choices) {
     const std::string error = c.job->error();
     ORBIT_CHECK(error.empty(), "decode: " << error);
