@@ -126,7 +126,9 @@ async function schema() {
     const llm = new ChatOpenAI({ model: M, apiKey: "unused", configuration: { baseURL: `${base}/v1` }, temperature: 0,
                                  maxTokens: 150, maxRetries: 0, useResponsesApi });
     cases.push([`LangChain withStructuredOutput${useResponsesApi ? " (Responses API)" : ""}`,
-                () => llm.withStructuredOutput(SCHEMA, { method: "jsonSchema", strict: true, name: "pet" }).invoke("A pet.")]);
+                // A described schema: LangChain sends its description as the format's (taken; it changes nothing here).
+                () => llm.withStructuredOutput({ ...SCHEMA, description: "A pet from a story." },
+                                               { method: "jsonSchema", strict: true, name: "pet" }).invoke("A pet.")]);
   }
   const provider = createOpenAICompatible({ name: "orbit", baseURL: `${base}/v1`, apiKey: "unused",
                                             supportsStructuredOutputs: true, includeUsage: true });

@@ -312,8 +312,10 @@ ojson chat_response_format(const ojson& text) {
   if (const std::string bad = name_problem(name, "a response format name"); !bad.empty())
     invalid_field("text.format.name", bad);
   js["name"] = name;
-  if (field(*format, "description") != nullptr) {
-    unsupported("text.format.description", "a response format's description (describe the answer in the input)");
+  // A description (a string) is taken and changes nothing: the schema is not shown to the model either, the
+  // answer is held to it while it decodes (as chat's response_format).
+  if (const ojson* d = field(*format, "description"); d != nullptr && !d->is_string()) {
+    invalid_field("text.format.description", std::string("expected a string, got ") + json_type_name(*d));
   }
   if (const ojson* strict = field(*format, "strict")) {
     if (!strict->is_boolean())

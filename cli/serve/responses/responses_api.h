@@ -45,15 +45,15 @@
 // reasoning with an effort other than "none" (or a summary), truncation other than "disabled", any include
 // item but message.output_text.logprobs (no reasoning, no hosted tools), conversation, prompt,
 // max_tool_calls, service_tier other than "auto" or "default",
-// context_management, text.verbosity other than "medium", text.format.description (the schema is enforced, never
-// shown to the model, so a description would change nothing), and the samplers chat refuses (top_k, min_p, top_a,
+// context_management, text.verbosity other than "medium", and the samplers chat refuses (top_k, min_p, top_a,
 // typical_p, repetition_penalty, mirostat). Chat's own fields are refused naming what to use instead (code
 // "unknown_parameter"): max_tokens and max_completion_tokens (max_output_tokens), messages (input),
 // response_format (text.format), logprobs (top_logprobs), functions and function_call (tools, tool_choice),
 // stop and n (no equivalent). Any other field, at the top level or inside reasoning (effort, summary,
 // generate_summary), text, text.format (type, name, schema, strict, description) and stream_options
 // (include_obfuscation; only beside stream true), is refused as OpenAI refuses it (code "unknown_parameter", e.g.
-// "text.fromat: unrecognized request argument ..."), never ignored.
+// "text.fromat: unrecognized request argument ..."), never ignored. text.format.description (a string) is
+// taken and changes nothing: the schema is not shown to the model either, the answer is held to it.
 //
 // Items become chat messages in order: a message item one message (developer read as system); a
 // function_call item joins the assistant message right before it (its text, or the calls before it), else

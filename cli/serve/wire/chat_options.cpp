@@ -104,11 +104,11 @@ ResponseFormat parse_response_format(const json& v) {
     if (const std::string bad = name_problem(f.name, "a response format name"); !bad.empty()) {
       invalid_field("response_format.json_schema.name", bad);
     }
-    // A description is the model's guide to the format in OpenAI's API; the schema is enforced here, never shown
-    // to the model, so a description would change nothing: refused rather than ignored (null is left out).
+    // A description is the model's guide to the format in OpenAI's API. Here the schema itself is not shown to
+    // the model either: the answer is held to it while it decodes. So a description (a string, or null) is
+    // taken as the clients send it (LangChain sends a schema's) and changes nothing, as documented.
     if (const auto d = js->find("description"); d != js->end() && !d->is_null()) {
-      unsupported("response_format.json_schema.description",
-                  "a response format's description (describe the answer in a message)");
+      need_string(*d, "response_format.json_schema.description");
     }
     if (js->contains("strict") && !(*js)["strict"].is_null()) {
       f.strict = need_bool((*js)["strict"], "response_format.json_schema.strict");

@@ -24,8 +24,8 @@
 //                name is required, 1 to 64 letters, digits, _ and - as OpenAI has it (else a 400 naming
 //                response_format.json_schema.name); the answer is decoded under the schema whatever strict says;
 //                any other key, or json_schema beside another type, is refused: it would leave a schema
-//                unenforced; a description (not null) is refused with code unsupported_parameter: the schema is
-//                enforced, never shown to the model, so it would change nothing) presence_penalty, frequency_penalty
+//                unenforced; a description (a string) is taken and changes nothing: the schema is not shown to
+//                the model either, the answer is held to it) presence_penalty, frequency_penalty
 //                [-2, 2]; logit_bias ({"<token id>": bias in
 //                [-100, 100]}, ids below ServeLimits::vocab_size); logprobs (bool), top_logprobs (integer 0..20, with
 //                logprobs true): honoured as OpenAI defines them (GenerateOptions in orbit/window.h); store (bool: keep
