@@ -219,8 +219,10 @@ serve::ServeOptions serve_options(const Args& args) {
   // For tests only (ServeOptions::test_fault): makes every request's run throw. Not an option: no server
   // should run with it.
   if (const char* fault = std::getenv("ORBIT_SERVE_TEST_FAULT"); fault != nullptr && *fault != '\0') {
-    ORBIT_CHECK(std::string(fault) == "run" || std::string(fault) == "stream_start",
-                "serve: ORBIT_SERVE_TEST_FAULT=" << fault << " is not a fault tests inject (known: run, stream_start)");
+    const std::string f = fault;
+    ORBIT_CHECK(
+        f == "run" || f == "stream_start" || f == "audit",
+        "serve: ORBIT_SERVE_TEST_FAULT=" << f << " is not a fault tests inject (known: run, stream_start, audit)");
     o.test_fault = fault;
   }
   o.model_name = args.get_or("--name", "");

@@ -311,3 +311,25 @@ TEST_CASE("serve audit: a loss the model under-predicted raises the engine's fid
   }
   core.close();
 }
+
+// An audit whose reads throw (a pool that cannot hold the re-prefill, say; here the test fault) is counted in
+// orbit_audits_failed_total and logged; the request that ran it, owed, is answered all the same.
+TEST_CASE("serve audit: an owed audit that fails is counted and its request answered", "[serve][model]") {
+  sv::ServeOptions options;
+  options.model = kModel;
+  options.audit_rate = 1;
+  options.test_fault = "audit";
+  sv::ServeCore core(options);
+  core.hold_idle_work(true);
+  Conversation c{core, "failing"};
+  c.idle = false;
+  for (int i = 0; i < 3; ++i) c.step(i, 6);
+  for (const sv::RunUsage& u : c.usages) CHECK_FALSE(u.audit.has_value());
+  const std::string metrics = metrics_of(core);
+  CHECK(has_line(metrics, "orbit_audits_failed_total 2"));  // requests 2 and 3 ran the audits owed to them
+  CHECK(has_line(metrics, "orbit_audits_owed_total 2"));
+  CHECK(has_line(metrics, "orbit_audits_total 0"));
+  CHECK(has_line(metrics, "orbit_audits_waiting 1"));
+  core.hold_idle_work(false);
+  core.close();
+}

@@ -99,8 +99,16 @@ std::optional<std::pair<AuditCase, AuditResult>> Auditor::run_one(bool owed_only
     c = std::move(waiting_.front());
     waiting_.pop_front();
   }
-  const Logits served = c.fork->logits(c.query);
-  const Logits exact = c.fork->reference_logits(c.query);
+  Logits served, exact;
+  try {
+    if (options_.fail_reads) throw std::runtime_error("an audit's reads failed (fault injected for tests)");
+    served = c.fork->logits(c.query);
+    exact = c.fork->reference_logits(c.query);
+  } catch (...) {  // counted, then the caller's: an owed audit's request goes on (RequestPath::run_owed_audit)
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++failed_;
+    throw;
+  }
   c.fork.reset();  // its pages go back now
   AuditResult r;
   r.request = c.request;
@@ -138,6 +146,8 @@ std::string Auditor::render_metrics() const {
   counter("orbit_audits_owed_total",
           "audits that had no idle time by the --audit-owed-after-th request after theirs, run on its turn",
           static_cast<double>(owed_));
+  counter("orbit_audits_failed_total", "audits whose reads threw (logged; not measured, the request goes on)",
+          static_cast<double>(failed_));
   out << "# HELP orbit_audits_waiting sampled requests whose audit waits for idle time or a later request\n"
       << "# TYPE orbit_audits_waiting gauge\norbit_audits_waiting " << waiting_.size() << '\n';
   counter("orbit_audit_budget_violations_total", "audits whose measured KL exceeded the session's budget",

@@ -52,6 +52,7 @@ struct AuditOptions {
   // An audit not run in idle time by the start of the owed_after-th chat request after its own is owed
   // (above): that request runs it first. 0 = idle time only (`--audit-owed-after`).
   int64_t owed_after = 1;
+  bool fail_reads = false;  // tests only (ServeOptions::test_fault "audit"): every audit's reads throw
 };
 
 // A read waiting for its audit.
@@ -88,7 +89,8 @@ class Auditor {
   // The audit's lines for /metrics (serve_metrics.h's format):
   //   orbit_audits_total, orbit_audits_dropped_total, orbit_audit_budget_violations_total,
   //   orbit_audits_owed_total (audits idle time did not run, run on a later request's turn),
-  //   orbit_audits_waiting (gauge: audits waiting now),
+  //   orbit_audits_waiting (gauge: audits waiting now), orbit_audits_failed_total (reads that threw: logged,
+  //   not measured; in idle time or on the turn of the request that owed it, which goes on),
   //   orbit_audit_top1_flips_total, orbit_audit_measured_kl (histogram, nats),
   //   orbit_audit_predicted_kl_total (Σ predicted; against orbit_audit_measured_kl_sum, how far the
   //   prediction is off), orbit_exact_requests_total (requests served exactly because an audit found a loss past
@@ -104,7 +106,7 @@ class Auditor {
   double credit_ = 0;  // due(): rate accumulated per request
   std::deque<AuditCase> waiting_;
   int64_t requests_ = 0;  // count_request()
-  int64_t audits_ = 0, dropped_ = 0, owed_ = 0, violations_ = 0, flips_ = 0, exact_requests_ = 0;
+  int64_t audits_ = 0, dropped_ = 0, owed_ = 0, failed_ = 0, violations_ = 0, flips_ = 0, exact_requests_ = 0;
   double predicted_sum_ = 0, measured_sum_ = 0;
   std::vector<int64_t> buckets_;  // per kKlBounds bucket, not cumulative (the last: +Inf)
 };
