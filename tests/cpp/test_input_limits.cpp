@@ -180,6 +180,43 @@ TEST_CASE("under dynamic-NTK RoPE a window grown past the anchor is formed at it
   CHECK(kl <= w.options().policy.kl_budget);
 }
 
+TEST_CASE("under dynamic-NTK RoPE idle time plans no heal for a shortfall the heal keeps", "[limits][model][rope]") {
+  // a (24 tokens, its canonical) and b (12, formed at 36) within the anchor of 40, then c admitted under a policy
+  // without a budget: a and b are kept, exact over an unchanged context but formed short of the window's 60, so
+  // the window's prediction is their shortfall, past heal_min_kl. plan_heal re-forms only what was formed
+  // approximately or over a changed context: nothing here. The old idle planned that heal at every call (and the
+  // sampled check too), serving nothing again; now it plans none. Once an eviction leaves b and c kept over a
+  // changed context, the heal is planned and serves them again.
+  orbit::test::TempDir dir;
+  const std::string path = (dir.path() / "dynamic-40x2").string();
+  anchored_model(path, true);
+  auto engine = open_model(path);
+  orbit::WindowOptions wo;
+  wo.policy = orbit::parse_policy("patch:16:heal:check:eager");
+  REQUIRE(wo.policy.kl_budget == 0);
+  orbit::Window w = engine->new_window(wo);
+  const orbit::InstanceId ia = w.admit(engine->add_tokens(tokens_from(1, 24))).added.front();
+  w.admit(engine->add_tokens(tokens_from(2, 12)));
+  const orbit::Plan admit_c = w.plan_admit(engine->add_tokens(tokens_from(3, 24)));
+  double shortfall = 0;
+  for (const orbit::PlanStep& s : admit_c.steps) shortfall += s.shortfall_kl;
+  CHECK(admit_c.count(orbit::StepAction::kKeep) == 2);
+  CHECK(shortfall >= wo.policy.heal_min_kl);
+  REQUIRE(w.apply(admit_c).is_ok());
+  CHECK(w.plan_heal().count(orbit::StepAction::kKeep) == 3);  // a heal would serve nothing again
+  for (int call = 0; call < 5; ++call) {                      // past the sampled check's every 4th call
+    const orbit::IdleReport r = w.idle();
+    INFO("idle call " << call << ": predicted " << r.predicted_kl);
+    CHECK(r.predicted_kl >= wo.policy.heal_min_kl);
+    CHECK_FALSE(r.heal_planned);
+    CHECK(r.healed_instances == 0);
+  }
+  w.evict(ia);  // b and c kept over a changed context: approximate
+  const orbit::IdleReport healed = w.idle();
+  CHECK(healed.heal_planned);
+  CHECK(healed.healed_instances == 2);
+}
+
 TEST_CASE("an unscaled model's windows stop at max_position_embeddings as before", "[limits][model][rope]") {
   orbit::test::TempDir dir;
   const std::string path = (dir.path() / "plain-40").string();

@@ -149,7 +149,9 @@ struct WindowPolicy {
   bool heal_when_idle = true;
   // ... but only when the window's predicted KL (what its approximate instances carry, by the fidelity
   // model) is at least this: a window that lost next to nothing is not prefilled again for it. 0 = heal
-  // whenever an instance is not exact. The `:heal=X` modifier sets it; `:heal` keeps this default.
+  // whenever an instance is not exact. The `:heal=X` modifier sets it; `:heal` keeps this default. What a
+  // heal keeps does not count (a dynamic-NTK model's shortfall of exact content formed at a shorter window:
+  // IdleReport::heal_planned).
   double heal_min_kl = kDefaultKlBudget / 10;
   // Self-check (`:check`; needs heal_when_idle): a heal in idle time reads a short probe (the window's last
   // token ids again) before and after, and the KL between the two is the loss the window carried; the

@@ -315,7 +315,12 @@ struct WindowStats {
 
 // What Window::idle() (or heal / prepare_recalls) did with the caller's idle time; all of it background work.
 struct IdleReport {
-  double predicted_kl = 0;         // the window's predicted KL before (WindowPolicy::heal_min_kl decides on it)
+  double predicted_kl = 0;  // the window's predicted KL before
+  // Window::idle planned a heal (plan_heal): the predicted KL of the instances it would re-form (the first formed
+  // approximately or over a changed context, and every one after it) was at least WindowPolicy::heal_min_kl, or
+  // the sampled self-check chose the window. Not when what passes the threshold is only what the heal keeps (a
+  // dynamic-NTK shortfall of content formed exactly at a shorter window).
+  bool heal_planned = false;
   int64_t healed_instances = 0;    // instances heal() served again
   double heal_forward_tokens = 0;  // the heal's forwards, the tentative tail carried behind it included
   // Window::idle: why the heal the window needed did not run, or "": the KV pool had no room for the healed
@@ -450,8 +455,9 @@ class Window {
   // no error. The window itself is not changed. Does nothing under a policy without exact reuse or while
   // repairs are deferred; throws orbit::Error naming an unknown instance. Background work.
   IdleReport prepare_evictions(const std::vector<InstanceId>& instances);
-  // What the policy asks of idle time, in one call: heal() under heal_when_idle when the window's predicted
-  // KL is at least heal_min_kl, then prepare_recalls(policy().prepare_recalls), then, in a window that has
+  // What the policy asks of idle time, in one call: heal() under heal_when_idle when the predicted KL of the
+  // instances it re-forms is at least heal_min_kl (IdleReport::heal_planned), then
+  // prepare_recalls(policy().prepare_recalls), then, in a window that has
   // reordered at least once and never synced to a list, prepare_moves(policy().prepare_moves), then, in a
   // window synced to message lists, prepare_sync of up to policy().prepare_lists lists the next sync most
   // likely starts with (and, once the agent moved a message to the end, of the moves of the newest

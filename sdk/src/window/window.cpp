@@ -324,16 +324,10 @@ Plan Window::plan_heal() const {
   Layout l = current_layout(s, Operation::kHeal);
   l.policy = &exact;
   l.change_reason = "healed in idle time";
-  const std::vector<uint64_t> contexts = s.context_hashes();
-  bool from_here = false;
-  for (std::size_t i = 0; i < s.entries.size(); ++i) {
-    const Entry& e = s.entries[i];
-    from_here = from_here || !e.exact_when_formed || e.formed_on != contexts[i];
-    if (from_here) {
-      l.slots[i].force = true;
-      l.slots[i].reform = true;  // an approximate formation on this very context is re-formed too
-      l.slots[i].reason = "healed: re-formed over an exact context";
-    }
+  for (std::size_t i = detail::heal_from(s); i < s.entries.size(); ++i) {
+    l.slots[i].force = true;
+    l.slots[i].reform = true;  // an approximate formation on this very context is re-formed too
+    l.slots[i].reason = "healed: re-formed over an exact context";
   }
   return detail::plan_layout(s, l);
 }
@@ -461,6 +455,15 @@ Window Window::fork() const {
 }
 
 namespace detail {
+
+std::size_t heal_from(const WindowState& s) {
+  const std::vector<uint64_t> contexts = s.context_hashes();
+  for (std::size_t i = 0; i < s.entries.size(); ++i) {
+    const Entry& e = s.entries[i];
+    if (!e.exact_when_formed || e.formed_on != contexts[i]) return i;
+  }
+  return s.entries.size();
+}
 
 // A copy-on-write copy of a window's state: its own id, the same pages (reference counts), plans and graph.
 std::unique_ptr<WindowState> fork_state(const WindowState& s) {

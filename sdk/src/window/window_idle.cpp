@@ -187,6 +187,7 @@ std::vector<int64_t> self_check_probe(const WindowState& s) {
 // the probe's logits before and after, their KL measured against the window's predicted KL.
 void heal_and_check(Window& w, WindowState& s, IdleReport& out, bool check) {
   s.unchecked_idles = 0;
+  out.heal_planned = true;
   const Plan plan = w.plan_heal();
   out.healed_instances = served_again(plan);
   if (out.healed_instances == 0) return;
@@ -271,6 +272,19 @@ void prepare_learned_drops(Window& w, WindowState& s, int64_t max_sets, const st
   }
 }
 
+// The predicted KL a heal can remove: that of the instances plan_heal re-forms (from detail::heal_from on; -1
+// when it re-forms none). The ones before them it keeps as they are, so what they carry (on a dynamic-NTK
+// model, the shortfall of content formed at a shorter window; nothing else, being exact over an unchanged
+// context) stays: a window over heal_min_kl by that alone would plan, at every idle call, a heal that serves
+// nothing again.
+double healable_kl(const WindowState& s) {
+  const std::size_t from = detail::heal_from(s);
+  if (from == s.entries.size()) return -1;
+  double kl = 0;
+  for (std::size_t i = from; i < s.entries.size(); ++i) kl += s.entries[i].predicted_kl;
+  return kl;
+}
+
 }  // namespace
 
 IdleReport Window::idle() { return idle({}); }
@@ -281,12 +295,13 @@ IdleReport Window::idle(const std::function<bool()>& stop) {
   IdleReport out;
   const WindowPolicy& policy = state_->options.policy;
   for (const Entry& e : state_->entries) out.predicted_kl += e.predicted_kl;
-  // A window that carries (by prediction) less than heal_min_kl is left as it is, but for a sampled check
-  // on every kSampleEvery-th idle call that finds it so (and not exact: some loss predicted); with a
-  // threshold of 0, anything not exact is healed (plan_heal keeps an exact window as it is).
+  // A window whose heal would remove (by prediction) less than heal_min_kl is left as it is, but for a sampled
+  // check on every kSampleEvery-th idle call that finds it so (and with something to heal: some loss predicted
+  // there); with a threshold of 0, any window with an instance the heal re-forms is healed.
   if (policy.heal_when_idle) {
-    const bool over = out.predicted_kl >= policy.heal_min_kl;
-    const bool sample = policy.self_check && !over && out.predicted_kl > 0 && ++state_->unchecked_idles >= kSampleEvery;
+    const double healable = healable_kl(*state_);
+    const bool over = healable >= 0 && healable >= policy.heal_min_kl;
+    const bool sample = policy.self_check && !over && healable > 0 && ++state_->unchecked_idles >= kSampleEvery;
     if (over || sample) heal_and_check(*this, *state_, out, policy.self_check);
   }
   const auto stopping = [&] {

@@ -52,6 +52,11 @@ inline int64_t served_again(const Plan& plan) {
   for (const PlanStep& s : plan.steps) n += s.action != StepAction::kKeep ? 1 : 0;
   return n;
 }
+// The first entry plan_heal re-forms (entries.size() when none): the first that was formed approximately or
+// whose context changed since (every one after it is re-formed too, its context then being re-formed). The
+// entries before it are kept as they are, with whatever they carry (a dynamic-NTK shortfall: EntryMeta::
+// shortfall_kl).
+std::size_t heal_from(const WindowState& state);
 // The report of an apply the caller expects to succeed; throws orbit::Error with the refusal's reason.
 inline ApplyReport must(Result<ApplyReport> r) {
   ORBIT_CHECK(r.is_ok(), r.status().reason());
