@@ -196,6 +196,10 @@ class PlanStep:
     @property
     def predicted_kl(self) -> float: ...
     @property
+    def shortfall_kl(self) -> float:
+        """Of predicted_kl, dynamic-NTK RoPE's: content formed in a window of another length than the window
+        after the plan; 0 for every other model."""
+    @property
     def sensitivity(self) -> float: ...
     @property
     def reason(self) -> str: ...
@@ -231,6 +235,10 @@ class Plan:
     @property
     def window_tokens_after(self) -> int: ...
     @property
+    def rope_window(self) -> int:
+        """Dynamic-NTK RoPE past its anchor: the window length the plan's forwards run at (window_tokens_after);
+        0 (each forward at its own end) for every other model and window."""
+    @property
     def exact(self) -> bool: ...
     @property
     def cascade(self) -> list[int]: ...
@@ -249,6 +257,10 @@ class IdleReport:
     """What Window.idle() (or heal / prepare_recalls / prepare_moves) did with idle time; all background work."""
     @property
     def predicted_kl(self) -> float: ...
+    @property
+    def heal_planned(self) -> bool:
+        """Window.idle() planned a heal: what it would re-form was predicted at least policy.heal_min_kl (or the
+        sampled self-check chose the window); not when only what the heal keeps passes the threshold."""
     @property
     def healed_instances(self) -> int: ...
     @property

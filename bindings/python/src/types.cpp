@@ -208,6 +208,10 @@ void def_plan_step(py::module_& m) {
           "The serving action's name ('keep', 'stored-patch', 'form', 'blind', ...).")
       .def_readonly("predicted_kl", &PlanStep::predicted_kl,
                     "The fidelity model's next-token KL vs a re-prefill this instance carries after the step.")
+      .def_readonly("shortfall_kl", &PlanStep::shortfall_kl,
+                    "Of predicted_kl, dynamic-NTK RoPE's: the instance's content formed in a window of another\n"
+                    "length than the window after the plan (priced anew by every plan from the length it was\n"
+                    "formed at); 0 for every other model.")
       .def_readonly("sensitivity", &PlanStep::sensitivity,
                     "The measured sensitivity the prediction was scaled by (a chunk's patches', a turn's own);\n"
                     "-1 when unknown (nothing measured yet).")
@@ -250,6 +254,10 @@ void def_plan(py::module_& m) {
       .def_readonly("bytes_moved", &Plan::bytes_moved, "Estimated store bytes read (sum over steps).")
       .def_readonly("device_bytes_after", &Plan::device_bytes_after, "KV bytes (whole pages) the window holds after.")
       .def_readonly("window_tokens_after", &Plan::window_tokens_after, "Tokens in the window after.")
+      .def_readonly("rope_window", &Plan::rope_window,
+                    "Dynamic-NTK RoPE past its anchor: the window length the plan's forwards run at\n"
+                    "(window_tokens_after), so what it forms carries the rotary base the window is read at; 0 (each\n"
+                    "forward at its own end) for every other model and window.")
       .def_readonly("exact", &Plan::exact, "Every instance's KV equals a re-prefill after apply.")
       .def_readonly("cascade", &Plan::cascade, "Recall: dependents re-conditioned, in topological order.")
       .def_readonly("refusal", &Plan::refusal,
@@ -305,8 +313,13 @@ void def_reports(py::module_& m) {
   py::class_<IdleReport>(m, "IdleReport",
                          "What Window.idle() (or heal / prepare_recalls / prepare_moves / prepare_sync) did with idle "
                          "time; all background work.")
-      .def_readonly("predicted_kl", &IdleReport::predicted_kl,
-                    "The window's predicted KL before (policy.heal_min_kl decides on it).")
+      .def_readonly("predicted_kl", &IdleReport::predicted_kl, "The window's predicted KL before.")
+      .def_readonly("heal_planned", &IdleReport::heal_planned,
+                    "Window.idle() planned a heal: the predicted KL of the instances it would re-form (the first\n"
+                    "formed approximately or over a changed context, and every one after it) was at least\n"
+                    "policy.heal_min_kl, or the sampled self-check chose the window. Not when only what the heal\n"
+                    "keeps passes the threshold (a dynamic-NTK model's shortfall of exact content formed at a\n"
+                    "shorter window).")
       .def_readonly("healed_instances", &IdleReport::healed_instances, "Instances the heal served again.")
       .def_readonly("heal_forward_tokens", &IdleReport::heal_forward_tokens, "Token-forwards of the heal.")
       .def_readonly("heal_refused", &IdleReport::heal_refused,
