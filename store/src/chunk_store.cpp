@@ -328,6 +328,10 @@ Status ChunkStore::erase(const std::string& key) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (meta_.count(key)) {
+      // The remote's removal is recorded before the local one (a kill between them leaves the record with the
+      // local copy, which the next open then writes instead: the remote ends as the local tiers do).
+      const bool recorded = remote_ && !journal_remote_.empty() &&
+                            disk_->record_remote_pending(key, journal_remote_, /*erase=*/true).is_ok();
       if (disk_ && disk_->contains(key)) {
         Status s = disk_->erase(key);
         if (!s) return s;
@@ -336,7 +340,7 @@ Status ChunkStore::erase(const std::string& key) {
       host_->remove(key);
       drop_meta(key);
       memory_only_.erase(key);
-      if (remote_) remote_->erase(key);
+      if (remote_) remote_->erase(key, recorded);
       return Status::ok();
     }
   }

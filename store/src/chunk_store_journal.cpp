@@ -1,6 +1,6 @@
-// ChunkStore's remote journal (RemoteJournal, orbit/store/remote_tier.h): the remote writes not yet acknowledged,
-// recorded in the disk index (SqliteIndex's remote_pending, under this remote's URL as shown), and the local copies
-// an open re-sends them from.
+// ChunkStore's remote journal (RemoteJournal, orbit/store/remote_tier.h): the remote writes and erases not yet
+// acknowledged, recorded in the disk index (SqliteIndex's remote_pending, under this remote's URL as shown), and the
+// local copies an open re-sends them from.
 #include <mutex>
 #include <string>
 #include <utility>
@@ -17,7 +17,7 @@ class ChunkStore::Journal final : public RemoteJournal {
  public:
   Journal(ChunkStore& store, std::string remote) : store_(store), disk_(*store.disk_), remote_(std::move(remote)) {}
 
-  void record(const std::string& key) override { (void)disk_.record_remote_pending(key, remote_); }
+  void record(const std::string& key, bool erase) override { (void)disk_.record_remote_pending(key, remote_, erase); }
   void settle(const std::vector<std::string>& keys) override { (void)disk_.clear_remote_pending(keys, remote_); }
   int64_t last() override {
     try {
@@ -33,7 +33,7 @@ class ChunkStore::Journal final : public RemoteJournal {
       return 0;
     }
   }
-  std::vector<std::pair<int64_t, std::string>> recorded(int64_t after, int64_t through, int limit) override {
+  std::vector<RemotePendingRecord> recorded(int64_t after, int64_t through, int limit) override {
     try {
       return disk_.remote_pending(remote_, after, through, limit);
     } catch (const std::exception&) {

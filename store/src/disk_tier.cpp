@@ -214,9 +214,9 @@ void DiskTier::release_read(const std::string& key) {
   (void)leases_->release_lease(key, owner_, SqliteIndex::LeaseKind::kRead);
 }
 
-Status DiskTier::record_remote_pending(const std::string& key, const std::string& remote) {
+Status DiskTier::record_remote_pending(const std::string& key, const std::string& remote, bool erase) {
   std::lock_guard<std::mutex> lock(lease_mu_);
-  return leases_->record_remote_pending(key, remote);
+  return leases_->record_remote_pending(key, remote, erase);
 }
 
 Status DiskTier::clear_remote_pending(const std::vector<std::string>& keys, const std::string& remote) {
@@ -229,8 +229,8 @@ int64_t DiskTier::last_remote_pending() {
   return leases_->last_remote_pending();
 }
 
-std::vector<std::pair<int64_t, std::string>> DiskTier::remote_pending(const std::string& remote, int64_t after,
-                                                                      int64_t through, int limit) {
+std::vector<RemotePendingRecord> DiskTier::remote_pending(const std::string& remote, int64_t after, int64_t through,
+                                                          int limit) {
   std::lock_guard<std::mutex> lock(lease_mu_);
   return leases_->remote_pending(remote, after, through, limit);
 }

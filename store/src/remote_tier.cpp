@@ -167,10 +167,11 @@ void RemoteTier::warn_undelivered(const Undelivered& left, const std::string& la
   }
   if (left.removals > 0) {
     what += std::string(what.empty() ? "" : " and ") + plural(left.removals, "queued removal") +
-            " not done (the remote still holds those entries)";
+            " not done (the remote still holds those entries" +
+            (journal_ ? std::string("; the next open of this store re-sends the removals)") : std::string(")"));
   }
   if (left.backlog > 0) {
-    what += std::string(what.empty() ? "" : " and ") + plural(left.backlog, "write") +
+    what += std::string(what.empty() ? "" : " and ") + plural(left.backlog, "write or erase record") +
             " of an earlier run not re-sent yet (the next open tries again)";
   }
   orbit::warn("remote tier " + backend_->describe() + " closed with " + what +
@@ -310,7 +311,8 @@ bool RemoteTier::contains(const std::string& key) {
 }
 
 void RemoteTier::put(const std::string& key, const ValuePtr& value, bool recorded) {
-  if (journal_ && !recorded) journal_->record(key);  // before it is queued: its record goes once the remote has it
+  if (journal_ && !recorded)
+    journal_->record(key, false);  // before it is queued: its record goes once the remote has it
   std::lock_guard<std::mutex> lock(mu_);
   if (stop_) return;
   Pending p{key, value, value->bytes()};
@@ -332,7 +334,8 @@ void RemoteTier::put(const std::string& key, const ValuePtr& value, bool recorde
   cv_.notify_all();
 }
 
-void RemoteTier::erase(const std::string& key) {
+void RemoteTier::erase(const std::string& key, bool recorded) {
+  if (journal_ && !recorded) journal_->record(key, true);  // before it is queued, as a put's write
   std::lock_guard<std::mutex> lock(mu_);
   if (stop_) return;
   for (auto it = queue_.begin(); it != queue_.end();) {
@@ -476,39 +479,28 @@ void RemoteTier::resend_step(std::unique_lock<std::mutex>& lock) {
   if (resend_batch_.empty()) {
     const int64_t after = resend_after_;
     lock.unlock();
-    const std::vector<std::pair<int64_t, std::string>> batch = journal_->recorded(after, resend_through_, 64);
+    const std::vector<RemotePendingRecord> batch = journal_->recorded(after, resend_through_, 64);
     lock.lock();
-    for (const auto& [seq, key] : batch) resend_batch_.push_back(key);
+    for (const RemotePendingRecord& record : batch) resend_batch_.push_back(record);
     if (batch.empty()) {
       resend_done_ = true;
       stats_.resend_backlog = 0;
     } else {
-      resend_after_ = batch.back().first;
+      resend_after_ = batch.back().seq;
     }
     return;
   }
-  const std::string key = resend_batch_.front();
-  bool queued = false;  // a live write of the key is queued: it delivers the value and settles the record
-  for (const Pending& p : queue_) queued = queued || (p.value && p.key == key);
+  const RemotePendingRecord record = resend_batch_.front();
+  const std::string& key = record.key;
+  // A live write or removal of the key is queued: it ends the remote's state of the key and settles the record.
+  bool queued = false;
+  for (const Pending& p : queue_) queued = queued || p.key == key;
   in_flight_ = true;
   lock.unlock();
   Status sent = Status::ok();
   bool settle = false;
   int64_t bytes = 0;
-  if (!queued) {
-    Result<ValuePtr> local = journal_->local_copy(key);
-    settle = local.is_ok() || local.status().code() == StatusCode::kNotFound;  // refused: kept for a later open
-    if (local) {
-      const std::string blob = seal_remote_value(
-          options_.secret, key, serialize(encode_blob(key, fingerprint_, *local.value(), BlobEncoding::kExact)));
-      bytes = static_cast<int64_t>(blob.size());
-      sent = backend_->put(key, blob);
-      if (!sent)
-        failed(sent.reason());
-      else
-        succeeded();
-    }
-  }
+  if (!queued) sent = resend(record, &settle, &bytes);
   lock.lock();
   in_flight_ = false;
   if (!sent) {  // the key stays first in the batch: tried again after the outage
@@ -517,9 +509,33 @@ void RemoteTier::resend_step(std::unique_lock<std::mutex>& lock) {
   }
   resend_batch_.pop_front();
   stats_.resend_backlog = std::max<int64_t>(0, stats_.resend_backlog - 1);
-  if (bytes > 0) ++stats_.resent;
+  if (bytes > 0 || (record.erase && settle)) ++stats_.resent;  // a value written, or an erase's removal
   if (settle) delivered_.push_back(key);
   if (resend_batch_.empty() || delivered_.size() >= 64) settle_delivered(lock);
+}
+
+Status RemoteTier::resend(const RemotePendingRecord& record, bool* settle, int64_t* bytes) {
+  const std::string& key = record.key;
+  Result<ValuePtr> local = journal_->local_copy(key);
+  *settle = local.is_ok() || local.status().code() == StatusCode::kNotFound;  // refused: kept for a later open
+  Status sent = Status::ok();
+  if (local) {  // a write, or an erase whose key the local tiers hold again: the remote gets the local copy
+    const std::string blob = seal_remote_value(
+        options_.secret, key, serialize(encode_blob(key, fingerprint_, *local.value(), BlobEncoding::kExact)));
+    *bytes = static_cast<int64_t>(blob.size());
+    sent = backend_->put(key, blob);
+  } else if (record.erase && *settle) {  // erased, and not held since: the remote loses it too
+    sent = backend_->remove(key);
+  } else {
+    return sent;  // a write with no local copy (nothing to send), or the local tiers cannot be read now
+  }
+  if (!sent) {
+    failed(sent.reason());
+    *settle = false;
+  } else {
+    succeeded();
+  }
+  return sent;
 }
 
 void RemoteTier::settle_delivered(std::unique_lock<std::mutex>& lock) {
@@ -527,7 +543,7 @@ void RemoteTier::settle_delivered(std::unique_lock<std::mutex>& lock) {
   std::set<std::string> keys(delivered_.begin(), delivered_.end());
   delivered_.clear();
   for (const Pending& p : queue_) {
-    if (p.value) keys.erase(p.key);  // written again since: that write settles it
+    keys.erase(p.key);  // written or removed again since: that one settles the record (now of its kind)
   }
   lock.unlock();
   journal_->settle(std::vector<std::string>(keys.begin(), keys.end()));

@@ -31,10 +31,15 @@ const char* kSchema =
     "CREATE TABLE IF NOT EXISTS leases(key TEXT NOT NULL, owner TEXT NOT NULL, kind INTEGER NOT NULL,"
     "  expires INTEGER NOT NULL, PRIMARY KEY(key, owner, kind));"
     "CREATE TABLE IF NOT EXISTS remote_pending(seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL,"
-    "  remote TEXT NOT NULL, UNIQUE(key, remote));";
+    "  remote TEXT NOT NULL, kind INTEGER NOT NULL DEFAULT 0, UNIQUE(key, remote));";
+
+// remote_pending's kind column (0 a write, 1 an erase), added after the table: an index made before it gets it
+// when opened for writing, its records being writes (all an older build recorded).
+const char* kAddPendingKind = "ALTER TABLE remote_pending ADD COLUMN kind INTEGER NOT NULL DEFAULT 0";
 
 // The tables and columns this build reads (kSchema makes them). leases and remote_pending may be absent:
-// stores written before they existed get them when opened for writing.
+// stores written before they existed get them when opened for writing (remote_pending's kind column likewise:
+// kAddPendingKind; not listed here, so its absence is not damage).
 struct TableSpec {
   const char* name;
   std::vector<const char*> columns;
@@ -120,6 +125,7 @@ struct SqliteIndex::SchemaState {
   bool empty = true;              // no table at all: a new index (or one being created)
   std::set<std::string> missing;  // tables of kTables it lacks
   std::string damage;             // a table of kTables without one of its columns, or ""
+  bool pending_kind = true;       // remote_pending has its kind column (or is missing: kSchema makes it whole)
 };
 
 void SqliteIndex::open(const std::string& uri, int flags) {
@@ -226,6 +232,7 @@ SqliteIndex::SchemaState SqliteIndex::read_schema() const {
       }
       sqlite3_finalize(raw);
       if (code != SQLITE_DONE) return code;
+      if (std::string(table.name) == "remote_pending") state.pending_kind = columns.count("kind") > 0;
       for (const char* column : table.columns) {
         if (state.damage.empty() && !columns.count(column)) {
           state.damage = std::string("the ") + table.name + " table has no column " + column;
@@ -253,14 +260,15 @@ void SqliteIndex::check_schema(const SchemaState& state, Mode mode) const {
 void SqliteIndex::ensure_schema(Mode mode) {
   SchemaState state = read_schema();
   check_schema(state, mode);
-  if (state.missing.empty()) return;
-  // The missing tables are made in one transaction, after looking again inside it, so that a process
-  // opening the index while another creates it never sees a part of the schema (and calls it damaged).
+  if (state.missing.empty() && state.pending_kind) return;
+  // The missing tables (and column) are made in one transaction, after looking again inside it, so that a
+  // process opening the index while another creates it never sees a part of the schema (and calls it damaged).
   exec_retrying_or_throw("BEGIN IMMEDIATE");
   Transaction tx(db_);
   state = read_schema();
   check_schema(state, mode);
   exec_or_throw(kSchema);
+  if (!state.pending_kind) exec_or_throw(kAddPendingKind);
   exec_or_throw("COMMIT");
   tx.committed();
 }

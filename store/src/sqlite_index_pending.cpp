@@ -1,5 +1,6 @@
-// SqliteIndex's record of remote writes not yet acknowledged (orbit/store/sqlite_index.h, remote_pending): what
-// a store's remote tier queued and has not delivered, so that an open after a close or a crash re-sends it.
+// SqliteIndex's record of remote writes and erases not yet acknowledged (orbit/store/sqlite_index.h,
+// remote_pending): what a store's remote tier queued and has not delivered, so that an open after a close or a
+// crash re-sends it.
 #include <sqlite3.h>
 
 #include <cerrno>
@@ -12,10 +13,15 @@
 
 namespace orbit::store {
 
-Status SqliteIndex::record_remote_pending(const std::string& key, const std::string& remote) {
+Status SqliteIndex::record_remote_pending(const std::string& key, const std::string& remote, bool erase) {
   errno = 0;  // failure() reads what a failed write left
-  Stmt s(db_, "INSERT OR IGNORE INTO remote_pending(key, remote) VALUES(?1, ?2)", path_);
-  s.bind(1, key).bind(2, remote);
+  // A key recorded already keeps its seq (its place in the order re-sent) and takes the latest kind: what the
+  // remote must end with is the key's last operation.
+  Stmt s(db_,
+         "INSERT INTO remote_pending(key, remote, kind) VALUES(?1, ?2, ?3)"
+         " ON CONFLICT(key, remote) DO UPDATE SET kind = excluded.kind",
+         path_);
+  s.bind(1, key).bind(2, remote).bind(3, static_cast<int64_t>(erase ? 1 : 0));
   const int rc = s.step();
   return rc == SQLITE_DONE ? Status::ok() : failure(rc, "recording a pending remote write");
 }
@@ -48,14 +54,15 @@ int64_t SqliteIndex::last_remote_pending() const {
   return last;
 }
 
-std::vector<std::pair<int64_t, std::string>> SqliteIndex::remote_pending(const std::string& remote, int64_t after,
-                                                                         int64_t through, int limit) const {
-  Stmt s(db_, "SELECT seq, key FROM remote_pending WHERE remote = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq LIMIT ?4",
+std::vector<RemotePendingRecord> SqliteIndex::remote_pending(const std::string& remote, int64_t after, int64_t through,
+                                                             int limit) const {
+  Stmt s(db_,
+         "SELECT seq, key, kind FROM remote_pending WHERE remote = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq LIMIT ?4",
          path_);
   s.bind(1, remote).bind(2, after).bind(3, through).bind(4, static_cast<int64_t>(limit));
-  std::vector<std::pair<int64_t, std::string>> out;
+  std::vector<RemotePendingRecord> out;
   int rc;
-  while ((rc = s.step()) == SQLITE_ROW) out.emplace_back(s.i64(0), s.text(1));
+  while ((rc = s.step()) == SQLITE_ROW) out.push_back(RemotePendingRecord{s.i64(0), s.text(1), s.i64(2) == 1});
   ORBIT_CHECK(rc == SQLITE_DONE, "store index " << path_ << ": reading pending remote writes: " << sqlite3_errmsg(db_));
   return out;
 }

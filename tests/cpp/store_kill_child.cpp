@@ -26,6 +26,9 @@
 //   store_kill_child rwrite DIR URL FIRST N  puts values with a remote tier at URL (DIR "-": no disk);
 //                                            after each, waits for the remote write and prints "i r"
 //                                            when it reached the server, "i l" when only the local copy
+//   store_kill_child rerase DIR URL FIRST N  erases values FIRST.. of a store with a remote tier at URL,
+//                                            printing "i e" after each (its removal queued, not waited for),
+//                                            then waits to be killed
 //   store_kill_child race DIR ROUNDS I       for each round r: prints "ready r", waits for a line on stdin
 //                                            (the start line of several such children), opens the store
 //                                            DIR/r and puts value I ("failed r: <status>" and exit 1 if
@@ -115,6 +118,21 @@ int rwrite(const std::string& dir, const std::string& url, int64_t first, int64_
     std::fflush(stdout);
   }
   return 0;
+}
+
+int rerase(const std::string& dir, const std::string& url, int64_t first, int64_t count) {
+  orbit::store::ChunkStoreOptions o = options(dir);
+  o.remote.url = url;
+  o.remote.retry_after_ms = 50;
+  o.remote.warn = false;
+  orbit::store::ChunkStore store(o);
+  for (int64_t i = first; i < first + count; ++i) {
+    const orbit::Status s = store.erase(orbit::test::store_test_key(i));
+    if (!s) return 1;
+    std::printf("%lld e\n", static_cast<long long>(i));
+    std::fflush(stdout);
+  }
+  for (;;) ::pause();  // until killed: the removals stay queued
 }
 
 int stall(const std::string& dir, int64_t i) {
@@ -322,6 +340,7 @@ int main(int argc, char** argv) {
     if (mode == "stall" && argc == 4) return stall(argv[2], std::atoll(argv[3]));
     if (mode == "hold" && argc == 5) return hold(argv[2], std::atoll(argv[3]), std::atoll(argv[4]));
     if (mode == "rwrite" && argc == 6) return rwrite(argv[2], argv[3], std::atoll(argv[4]), std::atoll(argv[5]));
+    if (mode == "rerase" && argc == 6) return rerase(argv[2], argv[3], std::atoll(argv[4]), std::atoll(argv[5]));
     if (mode == "race" && argc == 5) return race(argv[2], std::atoll(argv[3]), std::atoll(argv[4]));
     if (mode == "fork-server" && argc == 2) return fork_server();
     if (mode == "key" && argc == 4) {
@@ -335,7 +354,7 @@ int main(int argc, char** argv) {
         "usage: store_kill_child write DIR FIRST N  |  fsize DIR FIRST LIMIT [small [AFTER]]  |  stall DIR I  |  key "
         "FINGERPRINT "
         "T,T,...  |  hold DIR I LEASE_MS"
-        "  |  rwrite DIR URL FIRST N  |  race DIR ROUNDS I  |  fork-server\n");
+        "  |  rwrite DIR URL FIRST N  |  rerase DIR URL FIRST N  |  race DIR ROUNDS I  |  fork-server\n");
     return 2;
   } catch (const orbit::Error& e) {
     std::fprintf(stderr, "store_kill_child: %s\n", e.what());

@@ -425,6 +425,56 @@ TEST_CASE("writes a killed writer left queued for a down server are re-sent by t
   }
 }
 
+// An erase is journaled like a write: a writer killed with its removals queued for a down server leaves them
+// recorded, and the next open sends them, so an erased key does not come back from the remote. (Before, only
+// writes were recorded: the values stayed on the remote and a later get brought the erased keys back.)
+TEST_CASE("erases a killed writer left queued for a down server are re-sent by the next open", "[store][remote]") {
+  test::TempDir dir;
+  test::RedisServer server(dir / "redis");  // durable: what it holds outlives the kill below
+  const std::string store_dir = dir / "s";
+  {
+    ChunkStore store(test::remote_store_options(server.url(), store_dir));
+    for (int64_t i = 1; i <= 3; ++i) REQUIRE(store.put(remote_key(i), test::store_test_value(i)).is_ok());
+    REQUIRE(store.drain_remote(std::chrono::milliseconds(30000)));
+    REQUIRE(store.stats().remote.writes == 3);
+  }
+  server.kill();  // the writer's erases remove the local copies, their removals wait in its queue
+  {
+    test::ChildProcess writer(ORBIT_STORE_CHILD_PATH,
+                              std::vector<std::string>{"rerase", store_dir, server.url(), "1", "2"});
+    std::string line;
+    for (int64_t i = 1; i <= 2; ++i) {
+      REQUIRE(writer.next_line(&line));
+      REQUIRE(line == std::to_string(i) + " e");
+    }
+    writer.kill();  // SIGKILL: no close, no flush
+    (void)writer.wait();
+  }
+  server.start();  // replays its append-only file: entries 1 to 3 are there again
+  {
+    ChunkStore remote_only(test::remote_store_options(server.url()));
+    REQUIRE(remote_only.get(remote_key(1)).is_ok());  // the erase has not reached the server yet
+  }
+  {
+    ChunkStore reopened(test::remote_store_options(server.url(), store_dir));
+    REQUIRE(reopened.drain_remote(std::chrono::milliseconds(30000)));
+    CHECK(reopened.stats().remote.resent == 2);
+    CHECK(reopened.stats().remote.resend_backlog == 0);
+  }
+  ChunkStore reader(test::remote_store_options(server.url()));
+  for (int64_t i = 1; i <= 2; ++i) {
+    INFO("erased entry " << i);
+    Result<ValuePtr> v = reader.get(remote_key(i));
+    CHECK(v.status().code() == StatusCode::kNotFound);
+  }
+  Result<ValuePtr> kept = reader.get(remote_key(3));
+  REQUIRE(kept.is_ok());
+  CHECK(values_equal(*kept.value(), *test::store_test_value(3)));
+  ChunkStore again(test::remote_store_options(server.url(), store_dir));  // settled: nothing is sent twice
+  REQUIRE(again.drain_remote(std::chrono::milliseconds(30000)));
+  CHECK(again.stats().remote.resent == 0);
+}
+
 namespace {
 
 // Sends `command` to a store_kill_child fork-server, waits for `lines` lines of the forked process (its puts:

@@ -390,6 +390,36 @@ TEST_CASE("an index without the leases table (a store from before leases) opens 
   CHECK(count_blobs(d) == 3);
 }
 
+TEST_CASE("an index whose remote journal has no kind column (writes only) opens and gets one", "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  test::write_entries(d, 2);
+  // remote_pending as the build before journaled erases made it, holding one write's record.
+  alter_index(
+      d + "/index.sqlite",
+      ("DROP TABLE remote_pending; CREATE TABLE remote_pending(seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT "
+       "NOT NULL, remote TEXT NOT NULL, UNIQUE(key, remote)); INSERT INTO remote_pending(key, remote) VALUES('" +
+       key(1) + "', 'r')")
+          .c_str());
+  CHECK(list_store(d).size() == 2);  // a reader does not call the missing column damage
+  SqliteIndex index(d + "/index.sqlite", SqliteIndex::Mode::kReadWrite);
+  std::vector<RemotePendingRecord> records = index.remote_pending("r", 0, 100, 10);
+  REQUIRE(records.size() == 1);
+  CHECK(records[0].key == key(1));
+  CHECK(!records[0].erase);  // the older build recorded writes only
+  // An erase of the same key takes the record over (its seq kept); another key's erase is a record of its own.
+  REQUIRE(index.record_remote_pending(key(1), "r", /*erase=*/true).is_ok());
+  REQUIRE(index.record_remote_pending(key(2), "r", /*erase=*/true).is_ok());
+  REQUIRE(index.record_remote_pending(key(2), "r").is_ok());  // put again after its erase: a write
+  const int64_t first_seq = records[0].seq;
+  records = index.remote_pending("r", 0, 100, 10);
+  REQUIRE(records.size() == 2);
+  CHECK(records[0].seq == first_seq);
+  CHECK(records[0].erase);
+  CHECK(records[1].key == key(2));
+  CHECK(!records[1].erase);
+}
+
 TEST_CASE("orbit store with an empty --store, and on a read-only store", "[store][cpu]") {
   const test::CliRun empty = test::cli("store ls --store ''");
   CHECK(empty.status == 1);  // a clear error, not an internal one (3)

@@ -160,10 +160,10 @@ struct RemoteStats {
   // bytes_read or read_seconds: those count the user's reads. A call that failed is still an error (and an
   // outage), and a value refused is still corrupt: real faults of the remote are never hidden.
   int64_t internal_reads = 0;
-  // Writes an earlier run of this store directory queued and never delivered (closed or killed while the
-  // remote was down, or dropped by the queue's byte bound), re-sent by this open from the local copies in the
-  // background: those sent, and those left to send (0 once done; they stay recorded for the next open when
-  // this one closes first). Not in writes or bytes_written.
+  // Writes and erases an earlier run of this store directory queued and never delivered (closed or killed
+  // while the remote was down, or dropped by the queue's byte bound), re-sent by this open (writes from the
+  // local copies, erases as removals) in the background: those sent, and those left to send (0 once done; they stay
+  // recorded for the next open when this one closes first). Not in writes or bytes_written.
   int64_t resent = 0;
   int64_t resend_backlog = 0;
 };

@@ -113,15 +113,14 @@ class DiskTier final : public Tier {
   // A read lease on `key` for this owner (released by release_read); a failure only means no lease.
   bool acquire_read(const std::string& key);
   void release_read(const std::string& key);
-  // The index's record of remote writes not yet acknowledged (SqliteIndex's remote_pending), through the
+  // The index's record of remote writes and erases not yet acknowledged (SqliteIndex's remote_pending), through the
   // lease connection: its commits survive the process's death (a kill), not a power cut (a record lost there
   // only means a write not re-sent; the remote is a cache).
-  Status record_remote_pending(const std::string& key, const std::string& remote);
+  Status record_remote_pending(const std::string& key, const std::string& remote, bool erase = false);
   Status clear_remote_pending(const std::vector<std::string>& keys, const std::string& remote);
   int64_t last_remote_pending();
   // Throw orbit::Error when the index cannot be read (as SqliteIndex's reads do).
-  std::vector<std::pair<int64_t, std::string>> remote_pending(const std::string& remote, int64_t after, int64_t through,
-                                                              int limit);
+  std::vector<RemotePendingRecord> remote_pending(const std::string& remote, int64_t after, int64_t through, int limit);
   int64_t count_remote_pending(const std::string& remote, int64_t through);
 
   // ---- serialised by the owner ----------------------------------------------------------------------

@@ -20,12 +20,15 @@
 // dropped and counted, never the write in flight: a write is counted once, as written or as dropped). drain() waits for
 // the queue (tests, benchmarks, a clean close). Thread-safety: every member is safe to call from any thread.
 //
-// With a RemoteJournal (ChunkStore gives one when it has a directory) no write is lost for good to a close, a
-// crash or the byte bound: each put is recorded in the journal before it is queued, and its record goes once the
-// remote acknowledged it. What an earlier run left recorded is re-sent from the local copy by the writer in the
-// background, after the live writes and one value at a time (stats: resent, resend_backlog):
+// With a RemoteJournal (ChunkStore gives one when it has a directory) no write or erase is lost for good to a
+// close, a crash or the byte bound: each put and erase is recorded in the journal before it is queued (one
+// record a key, of its latest kind), and its record goes once the remote acknowledged it. What an earlier run
+// left recorded is re-sent by the writer in the background, after the live writes and one record at a time
+// (stats: resent, resend_backlog): a write from the local copy (none: nothing is sent), an erase as a removal,
+// unless the local tiers hold the key again (put since, or the erase was killed before its local removal:
+// then the local copy is written, so the remote ends as the local tiers do):
 //
-//   put ──► journal.record(key) ──► queue ──► writer ──► backend ──ok──► journal.settle(key) (in batches)
+//   put/erase ──► journal.record(key, kind) ──► queue ──► writer ──► backend ──ok──► journal.settle(key)
 //   open ──► records up to journal.last() ──► writer, when the queue is empty ──► local_copy ──► backend
 #pragma once
 
@@ -46,6 +49,7 @@
 #include "orbit/store.h"
 #include "orbit/store/backend.h"
 #include "orbit/store/redis_client.h"
+#include "orbit/store/sqlite_index.h"
 #include "orbit/store/value.h"
 
 namespace orbit::store {
@@ -59,23 +63,24 @@ using RemoteValidator = std::function<Status(const std::string& key, const Store
 // The longest remote TTL accepted (100 years): beyond it the milliseconds sent to Redis overflow.
 constexpr int64_t kMaxRemoteTtlSeconds = int64_t{3155760000};
 
-// The local record of writes the remote has not acknowledged (see above), kept by the tier's owner (ChunkStore:
-// its disk index's remote_pending table, for this remote's URL as shown). record() is called by the thread that
-// puts, the rest by the tier's constructor and writer thread, never under the tier's lock. Must not throw: a
-// failure only means a write re-sent twice or not at all (the local copy stays either way).
+// The local record of writes and erases the remote has not acknowledged (see above), kept by the tier's owner
+// (ChunkStore: its disk index's remote_pending table, for this remote's URL as shown). record() is called by the thread
+// that puts, the rest by the tier's constructor and writer thread, never under the tier's lock. Must not throw: a
+// failure only means a write re-sent twice or not at all (the local copy stays either way), or an erase not re-sent.
 class RemoteJournal {
  public:
   virtual ~RemoteJournal() = default;
-  // Records that a write of `key` is queued (a key recorded already keeps its record).
-  virtual void record(const std::string& key) = 0;
-  // The writes of `keys` reached the remote, or there is nothing to send for them: their records go.
+  // Records that a write of `key` (with `erase`, its removal) is queued (a key recorded already keeps its
+  // record, which takes the new kind).
+  virtual void record(const std::string& key, bool erase) = 0;
+  // The writes or erases of `keys` reached the remote, or there is nothing to send for them: their records go.
   virtual void settle(const std::vector<std::string>& keys) = 0;
   // The newest record's sequence number (0: none): what an open re-sends goes up to it.
   virtual int64_t last() = 0;
   // How many records go up to `through`.
   virtual int64_t count(int64_t through) = 0;
-  // Up to `limit` records with after < seq <= through, oldest first, as (seq, key); empty on a failure.
-  virtual std::vector<std::pair<int64_t, std::string>> recorded(int64_t after, int64_t through, int limit) = 0;
+  // Up to `limit` records with after < seq <= through, oldest first; empty on a failure.
+  virtual std::vector<RemotePendingRecord> recorded(int64_t after, int64_t through, int limit) = 0;
   // The local copy of `key` to re-send: not_found when the local tiers hold none (its record goes), refused
   // when it cannot be read now (its record stays for a later open).
   virtual Result<ValuePtr> local_copy(const std::string& key) = 0;
@@ -142,8 +147,10 @@ class RemoteTier {
   // `recorded`: the owner recorded it already (ChunkStore, in its local commit's transaction).
   void put(const std::string& key, const ValuePtr& value, bool recorded = false);
   // Queues the removal of `key` (returns at once): queued writes of `key` are dropped, one in flight
-  // finishes first, then the entry is deleted; a failed removal stays queued like a failed write.
-  void erase(const std::string& key);
+  // finishes first, then the entry is deleted; a failed removal stays queued like a failed write. With a
+  // journal, records the removal first, unless `recorded`: the owner recorded it already (ChunkStore, before
+  // its local removal).
+  void erase(const std::string& key, bool recorded = false);
   // Measures the read rate without touching the entries: writes a probe blob of about `bytes` bytes
   // under a key of its own, times `reps` reads of it (the best counts), and removes it. Not counted as
   // hits. refused when the remote is down or a call fails (counted as an error).
@@ -174,7 +181,10 @@ class RemoteTier {
   void send_front(std::unique_lock<std::mutex>& lock);
   // Re-sends the next journal record of an earlier run (fetching a batch of them first when none is buffered).
   void resend_step(std::unique_lock<std::mutex>& lock);
-  // Hands the acknowledged keys to the journal, except those a write still queued will settle.
+  // resend_step's call to the backend for `record` (no lock held): *settle when its record may go, *bytes the
+  // value's blob bytes written (0: none).
+  Status resend(const RemotePendingRecord& record, bool* settle, int64_t* bytes);
+  // Hands the acknowledged keys to the journal, except those a write or removal still queued will settle.
   void settle_delivered(std::unique_lock<std::mutex>& lock);
   bool resending() const { return journal_ && !resend_done_; }  // mu_ held
 
@@ -205,7 +215,7 @@ class RemoteTier {
   int64_t resend_after_ = 0;
   bool resend_counted_ = false;
   bool resend_done_ = true;
-  std::deque<std::string> resend_batch_;
+  std::deque<RemotePendingRecord> resend_batch_;
   std::vector<std::string> delivered_;
   std::thread writer_;
 };

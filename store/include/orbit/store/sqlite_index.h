@@ -5,9 +5,12 @@
 //           value_bytes, checksum, pinned, corrupt, hits, last_access, recompute_cost, expected_reuse)
 //   leases(key, owner, kind, expires)            a process's hold on an entry (pin or read), until
 //                                                `expires` (unix ms); renewed by the owner while it lives
-//   remote_pending(seq, key, remote)             a write queued for the remote tier `remote` (its URL as
-//                                                shown) not yet acknowledged: a later open re-sends it from
-//                                                the local copy (seq: the order recorded, never reused)
+//   remote_pending(seq, key, remote, kind)       a write (kind 0) or an erase (kind 1) queued for the remote
+//                                                tier `remote` (its URL as shown) not yet acknowledged: a later
+//                                                open re-sends it (a write from the local copy) (seq: the order
+//                                                recorded, never reused; one record a key and remote, of the
+//                                                key's latest kind; kind was added later: an index without it
+//                                                gets it when opened for writing, its records being writes)
 //
 // A row is committed only after its blob is durable (blob_io.h), so every row names a complete blob.
 // Writes are single transactions (an upsert that replaces a row returns the old blob for deletion after
@@ -54,6 +57,13 @@ struct DiskRow {
   int64_t last_access = 0;  // the store's logical clock (monotonic across reopenings)
   double recompute_cost = 1.0;
   double expected_reuse = 1.0;
+};
+
+// One record of remote_pending (see above).
+struct RemotePendingRecord {
+  int64_t seq = 0;
+  std::string key;
+  bool erase = false;  // an erase of the key (kind 1); false: a write (kind 0)
 };
 
 struct AccessUpdate {
@@ -143,15 +153,16 @@ class SqliteIndex {
   // Keys with a live pin lease (empty when the index has no lease table: an older store, read-only).
   std::set<std::string> live_pins(int64_t now) const;
   // ---- remote writes not yet acknowledged (remote_pending; RemoteJournal, remote_tier.h) -----------------
-  // Records that `key`'s write to `remote` is pending; a key already recorded keeps its record (and seq).
-  Status record_remote_pending(const std::string& key, const std::string& remote);
+  // Records that `key`'s write (or, with `erase`, its erase) to `remote` is pending; a key already recorded
+  // keeps its record (and seq), which takes the new kind.
+  Status record_remote_pending(const std::string& key, const std::string& remote, bool erase = false);
   // Drops the records of `keys` for `remote` (absent ones are skipped), in one transaction.
   Status clear_remote_pending(const std::vector<std::string>& keys, const std::string& remote);
   // The highest seq recorded (for any remote), 0 when none (or no remote_pending table: an older store).
   int64_t last_remote_pending() const;
-  // Up to `limit` records of `remote` with after < seq <= through, in seq order, as (seq, key).
-  std::vector<std::pair<int64_t, std::string>> remote_pending(const std::string& remote, int64_t after, int64_t through,
-                                                              int limit) const;
+  // Up to `limit` records of `remote` with after < seq <= through, in seq order.
+  std::vector<RemotePendingRecord> remote_pending(const std::string& remote, int64_t after, int64_t through,
+                                                  int limit) const;
   // How many records of `remote` have seq <= through.
   int64_t count_remote_pending(const std::string& remote, int64_t through) const;
 
