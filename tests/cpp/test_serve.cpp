@@ -3,7 +3,8 @@
 // sessions give the answers they give alone, anonymous requests reuse a kept window, idle sessions leave
 // memory past max_sessions and come back from the store, a client that leaves cancels its run, an answer
 // prefilled in idle time leaves the next request less to forward, refusals come from prepare (before any
-// byte of an answer), and usage reports the engine's radix yardstick.
+// byte of an answer), and usage reports the engine's radix yardstick. (More of the parser's refusals:
+// test_serve_refusals.cpp.)
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -196,134 +197,6 @@ TEST_CASE("serve: a field the endpoint does not know is refused by name, never i
   }
   CHECK(sv::parse_completion_request(text + R"("foo":1})").error.param == "foo");
   CHECK(sv::parse_completion_request(text + R"("max_completion_tokens":3,"stream":false})").ok());
-}
-
-TEST_CASE("serve: a response_format key out of place is refused, never left unenforced", "[serve]") {
-  const std::string head = R"({"model":"m","messages":[{"role":"user","content":"hi"}],"response_format":)";
-  const auto refused = [&](const std::string& format) {
-    return sv::parse_chat_request(head + format + "}").error.param;
-  };
-  CHECK(refused(R"({"type":"json_object","schema":{"type":"object"}})") == "response_format.schema");
-  CHECK(refused(R"({"type":"json_object","json_schema":{"name":"a","schema":{}}})") == "response_format.json_schema");
-  CHECK(refused(R"({"type":"json_schema","json_schema":{"name":"a","schema":{},"stirct":true}})") ==
-        "response_format.json_schema.stirct");
-  const sv::Parsed<sv::ChatRequest> full = sv::parse_chat_request(
-      head + R"({"type":"json_schema","json_schema":{"name":"a","description":null,"schema":{},"strict":true}}})");
-  REQUIRE(full.ok());
-  CHECK(full.value->response_format.name == "a");
-  CHECK(full.value->response_format.strict);
-  CHECK(sv::parse_chat_request(head + R"({"type":"json_object"}})").ok());
-}
-
-TEST_CASE("serve: a json_schema response_format needs its name; its description is a string", "[serve]") {
-  const std::string head = R"({"model":"m","messages":[{"role":"user","content":"hi"}],"response_format":)";
-  const auto refused = [&](const std::string& format) { return sv::parse_chat_request(head + format + "}").error; };
-  // Without a name OpenAI answers 400 naming it; this server took the format as if it had one.
-  const sv::ApiError missing = refused(R"({"type":"json_schema","json_schema":{"schema":{}}})");
-  CHECK(missing.status == 400);
-  CHECK(missing.param == "response_format.json_schema.name");
-  CHECK(missing.message == "response_format.json_schema.name: missing");
-  CHECK(missing.type == "invalid_request_error");
-  // OpenAI's rule for the name: 1 to 64 letters, digits, _ and -.
-  for (const char* bad : {R"("")", R"("a b")", R"("x</tool_call>")", R"(7)", R"(null)"}) {
-    INFO(bad);
-    CHECK(refused(R"({"type":"json_schema","json_schema":{"name":)" + std::string(bad) + R"(,"schema":{}}})").param ==
-          "response_format.json_schema.name");
-  }
-  CHECK(
-      refused(R"({"type":"json_schema","json_schema":{"name":")" + std::string(65, 'n') + R"(","schema":{}}})").param ==
-      "response_format.json_schema.name");
-  CHECK(sv::parse_chat_request(head + R"({"type":"json_schema","json_schema":{"name":")" + std::string(64, 'n') +
-                               R"(","schema":{}}}})")
-            .ok());
-  // A description is taken as LangChain's structured output sends it (a schema's own); the schema is not shown
-  // to the model either, so it changes nothing. Not a string: refused by name.
-  CHECK(sv::parse_chat_request(head + R"({"type":"json_schema","json_schema":{"name":"a","description":"d",)"
-                                      R"("schema":{}}}})")
-            .ok());
-  CHECK(refused(R"({"type":"json_schema","json_schema":{"name":"a","description":7,"schema":{}}})").param ==
-        "response_format.json_schema.description");
-}
-
-TEST_CASE("serve: a tool's or tool_choice's key out of place is refused by name", "[serve]") {
-  const std::string head = R"({"model":"m","messages":[{"role":"user","content":"hi"}],"tools":)";
-  const auto refused = [&](const std::string& rest) { return sv::parse_chat_request(head + rest + "}").error.param; };
-  CHECK(refused(R"([{"type":"function","function":{"name":"f","params":{"type":"object"}}}])") ==
-        "tools[0].function.params");
-  CHECK(refused(R"([{"type":"function","function":{"name":"f"},"parameters":{}}])") == "tools[0].parameters");
-  CHECK(refused(R"([{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function",)"
-                R"("function":{"name":"f","arguments":"{}"}})") == "tool_choice.function.arguments");
-  CHECK(refused(R"([{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","name":"f",)"
-                R"("function":{"name":"f"}})") == "tool_choice.name");
-  CHECK(sv::parse_chat_request(head + R"([{"type":"function","function":{"name":"f","description":"d",)"
-                                      R"("parameters":{"type":"object"},"strict":true}}]})")
-            .ok());
-  const sv::Parsed<sv::ResponsesRequest> deferred = sv::parse_responses_request(
-      R"({"model":"m","input":"hi","tools":[{"type":"function","name":"f","defer_loading":true}]})");
-  CHECK(deferred.error.param == "tools[0].defer_loading");
-  CHECK(sv::parse_responses_request(
-            R"({"model":"m","input":"hi","tools":[{"type":"function","name":"f","description":"d",)"
-            R"("parameters":{"type":"object"},"strict":false}]})")
-            .ok());
-}
-
-TEST_CASE("serve: parallel_tool_calls without tools is refused by chat, repeated by the Responses API", "[serve]") {
-  const std::string head = R"({"model":"m","messages":[{"role":"user","content":"hi"}])";
-  const auto chat = [&](const std::string& rest) { return sv::parse_chat_request(head + rest + "}"); };
-  // As OpenAI's chat completions: the setting is only allowed beside tools (it would change nothing without them).
-  for (const char* rest :
-       {R"(,"parallel_tool_calls":false)", R"(,"parallel_tool_calls":true)",
-        R"(,"tools":[],"parallel_tool_calls":false)", R"(,"tools":null,"parallel_tool_calls":true)"}) {
-    const auto p = chat(rest);
-    CHECK(p.error.status == 400);
-    CHECK(p.error.param == "parallel_tool_calls");
-    CHECK(p.error.message.find("tools") != std::string::npos);
-  }
-  CHECK(chat(R"(,"parallel_tool_calls":null)").ok());
-  const auto with_tools = chat(R"(,"tools":[{"type":"function","function":{"name":"f"}}],"parallel_tool_calls":false)");
-  REQUIRE(with_tools.ok());
-  CHECK_FALSE(with_tools.value->parallel_tool_calls);
-  // A response has the setting with or without tools: it is checked and repeated, as OpenAI repeats it.
-  const auto resp = sv::parse_responses_request(R"({"model":"m","input":"hi","parallel_tool_calls":false})");
-  REQUIRE(resp.ok());
-  CHECK(resp.value->echo["parallel_tool_calls"] == false);
-  CHECK(sv::parse_responses_request(R"({"model":"m","input":"hi"})").value->echo["parallel_tool_calls"] == true);
-  CHECK(sv::parse_responses_request(R"({"model":"m","input":"hi","parallel_tool_calls":"no"})").error.param ==
-        "parallel_tool_calls");
-}
-
-TEST_CASE("serve: an assistant's refusal parts are read as its text; another role's are refused", "[serve]") {
-  const sv::Parsed<sv::ChatRequest> said = sv::parse_chat_request(
-      R"({"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[)"
-      R"({"type":"text","text":"No: "},{"type":"refusal","refusal":"I can't."}]},{"role":"user","content":"ok"}]})");
-  REQUIRE(said.ok());
-  CHECK(said.value->messages[1].content == "No: I can't.");
-  CHECK(sv::parse_chat_request(R"({"model":"m","messages":[{"role":"user","content":[{"type":"refusal",)"
-                               R"("refusal":"x"}]}]})")
-            .error.param == "messages[0].content[0].type");
-  CHECK(sv::parse_chat_request(R"({"model":"m","messages":[{"role":"assistant","content":[{"type":"refusal"}]}]})")
-            .error.param == "messages[0].content[0].refusal");
-}
-
-TEST_CASE("serve: a whole number past 64 bits is named as too large", "[serve]") {
-  const std::string head = R"({"model":"m","messages":[{"role":"user","content":"hi"}],)";
-  const sv::Parsed<sv::ChatRequest> seed = sv::parse_chat_request(head + R"("seed":18446744073709551616})");
-  CHECK(seed.error.param == "seed");
-  CHECK(seed.error.message.find("too large") != std::string::npos);
-  CHECK(sv::parse_chat_request(head + R"("seed":1.5})").error.message.find("expected an integer, got a number") !=
-        std::string::npos);
-}
-
-TEST_CASE("serve: chat and the Responses API refuse an unsupported parameter with the same error", "[serve]") {
-  // One thrower (request_invalid.h) for both parsers: the same field gets the same status, code and message.
-  const sv::ApiError chat =
-      sv::parse_chat_request(R"({"model":"m","messages":[{"role":"user","content":"hi"}],"service_tier":"flex"})")
-          .error;
-  const sv::ApiError responses =
-      sv::parse_responses_request(R"({"model":"m","input":"hi","service_tier":"flex"})").error;
-  CHECK(chat.status == 400);
-  CHECK(chat.code == "unsupported_parameter");
-  CHECK(sv::error_body(chat) == sv::error_body(responses));
 }
 
 TEST_CASE("serve: a stop string ends the text only where may_stop_before allows it", "[serve]") {
