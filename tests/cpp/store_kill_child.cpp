@@ -72,8 +72,9 @@ orbit::store::ChunkStoreOptions options(const std::string& dir) {
   return o;
 }
 
-int write(const std::string& dir, int64_t first, int64_t count) {
-  orbit::store::ChunkStore store(options(dir));
+// Puts the test values first .. first + count - 1, printing each key's index once it is stored: 0, or 1 at the
+// first refused put.
+int put_range(orbit::store::ChunkStore& store, int64_t first, int64_t count) {
   for (int64_t i = first; i < first + count; ++i) {
     const orbit::Status s = store.put(orbit::test::store_test_key(i), orbit::test::store_test_value(i));
     if (!s) {
@@ -84,6 +85,11 @@ int write(const std::string& dir, int64_t first, int64_t count) {
     std::fflush(stdout);
   }
   return 0;
+}
+
+int write(const std::string& dir, int64_t first, int64_t count) {
+  orbit::store::ChunkStore store(options(dir));
+  return put_range(store, first, count);
 }
 
 int hold(const std::string& dir, int64_t i, int64_t lease_ms) {
@@ -271,16 +277,7 @@ int churn(const std::string& dir, const std::string& url, int64_t first, int64_t
   o.remote.retry_after_ms = 50;
   o.remote.warn = false;
   orbit::store::ChunkStore store(o);
-  for (int64_t i = first; i < first + count; ++i) {
-    const orbit::Status s = store.put(orbit::test::store_test_key(i), orbit::test::store_test_value(i));
-    if (!s) {
-      std::fprintf(stderr, "put %lld failed: %s\n", static_cast<long long>(i), s.to_string().c_str());
-      return 1;
-    }
-    std::printf("%lld\n", static_cast<long long>(i));
-    std::fflush(stdout);
-  }
-  return 0;
+  return put_range(store, first, count);
 }
 
 // One fork-server command, in the forked process: its exit status.
