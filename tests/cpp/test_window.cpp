@@ -555,6 +555,24 @@ TEST_CASE("bad input is refused with a message naming it", "[window][errors]") {
   CHECK_THROWS_WITH(w.admit(c[1]), Catch::Contains("engine is closed"));
 }
 
+TEST_CASE("a plan made by another engine's window is refused, not applied to this one", "[window][errors]") {
+  // Two engines, each with one window at the same version: before window ids were unique in the process,
+  // both were window 1 and the first's eviction plan evicted the second window's (other) chunk.
+  auto first = open_stories();
+  auto second = open_stories();
+  const ChunkRef a = first->add_tokens({1, 5, 9, 13});
+  const ChunkRef b = second->add_tokens({1, 6, 10, 14});
+  Window w = first->new_window();
+  Window v = second->new_window();
+  w.admit(a);
+  v.admit(b);
+  REQUIRE(w.version() == v.version());
+  CHECK(w.id() != v.id());
+  CHECK_THROWS_WITH(v.apply(w.plan_evict(w.instances()[0].id)), Catch::Contains("plan was made by window"));
+  REQUIRE(v.instances().size() == 1);
+  CHECK(v.instances()[0].chunk.key == b.key);
+}
+
 // ---- the families: generated GQA (Qwen2 biases), MLA (DeepSeek-V2) and M-RoPE (Qwen2-VL) models --------
 
 namespace {

@@ -139,7 +139,13 @@ class EngineCore {
 
   // ---- ids ----
   uint64_t next_instance_id() { return next_instance_.fetch_add(1) + 1; }
-  uint64_t next_window_id() { return next_window_.fetch_add(1) + 1; }
+  // Window ids are unique in the process, not per engine: apply() and sync(messages, planned) refuse a plan
+  // whose window id differs, which then also refuses a plan made by another engine's window (with per-engine
+  // ids, one engine's window 1 applied the other's window-1 plan: its evictions evicted other chunks).
+  static uint64_t next_window_id() {
+    static std::atomic<uint64_t> next_window{0};
+    return next_window.fetch_add(1) + 1;
+  }
   uint64_t next_content_version() { return next_version_.fetch_add(1) + 1; }
 
   // Closes the engine (EngineLife::close): the queued background work finished, then, once the operations
@@ -179,7 +185,6 @@ class EngineCore {
   FidelityChecks fidelity_checks_;
 
   std::atomic<uint64_t> next_instance_{0};
-  std::atomic<uint64_t> next_window_{0};
   std::atomic<uint64_t> next_version_{0};
 };
 
