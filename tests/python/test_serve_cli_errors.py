@@ -10,3 +10,12 @@ def test_a_chat_template_directory_is_named_as_one(orbit_cli, stories260k_path, 
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 1, result.stderr
     assert f"--chat-template {tmp_path}: is a directory, not a file" in result.stderr
+
+
+def test_an_empty_host_is_refused_naming_the_argument(orbit_cli, stories260k_path):
+    # Before, '--host ""' started a server announced as 'listening on http://:PORT' that listened on ::1 only.
+    result = subprocess.run([str(orbit_cli), "serve", "--model", str(stories260k_path), "--host", "", "--port", "0"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stderr
+    assert "argument '--host' is empty" in result.stderr
+    assert "listening on" not in result.stdout + result.stderr

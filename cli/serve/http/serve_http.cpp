@@ -93,6 +93,11 @@ void widen_backlog(int port) {
 }  // namespace
 
 int HttpServer::bind() {
+  // An empty host is no address: the listener would bind the loopback of getaddrinfo's choosing (::1 alone,
+  // not 127.0.0.1) and announce 'http://:PORT'.
+  ORBIT_CHECK(!options_.host.empty(),
+              "serve: argument '--host' is empty (leave it out for 127.0.0.1; 0.0.0.0 "
+              "for every IPv4 interface)");
   int port = options_.port;
   if (port == 0) {
     port = server_->bind_to_any_port(options_.host);
