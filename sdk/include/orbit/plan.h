@@ -94,6 +94,10 @@ struct PlanStep {
   // radix cache matches part of a sequence); the rest are forwarded (forward_tokens counts only those).
   std::string reuse_from;
   int64_t reused_tokens = 0;
+  // Dynamic-NTK RoPE past the anchor: the window length the loaded rows were formed at when it is not the
+  // plan's rope window (a read's query and answer, kept by the read at its own lengths and loaded by the next
+  // turn that starts with them; shortfall_kl prices it); 0: rows a forward of this plan computes.
+  int64_t reused_formed_window = 0;
   double divergence = 0;  // kStale: the accepted patch's context divergence
   int64_t rank_k = 0;     // patch ranks formed/read by this step (0: no patch involved)
   int64_t rank_v = 0;

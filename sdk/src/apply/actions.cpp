@@ -28,7 +28,7 @@ Kv forward_reusing(ApplyInput& in, const PlanStep& step, ApplyOutput& out) {
   const Kv head = in.env.leading_rows(*stored, k);
   out.bytes_moved += head->bytes();
   ++out.patch_hits;
-  out.approximate_reuse = step.match == PatchMatch::kStale;
+  out.approximate_reuse = step.match == PatchMatch::kStale || step.reused_formed_window > 0;
   if (k == n) return head;
   out.forward_tokens += static_cast<double>(n - k);
   return in.env.forward_rest(t, head);

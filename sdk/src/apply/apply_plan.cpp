@@ -222,7 +222,10 @@ Status form_pages(const WindowState& state, Operation op, const PlanStep& s, con
   e.patch_key = !s.patch_key.empty() ? s.patch_key : (s.store_keys.empty() ? std::string() : s.store_keys.front());
   e.predicted_kl = s.predicted_kl;
   e.kl_per_weight = s.kl_per_weight;
-  e.formed_window = formed_window(core, out.done_as, s, e.extent, built.window.rope_window);
+  // Rows a read formed at its own lengths (PlanStep::reused_formed_window) carry that window's base.
+  e.formed_window = out.approximate_reuse && s.reused_formed_window > 0
+                        ? s.reused_formed_window
+                        : formed_window(core, out.done_as, s, e.extent, built.window.rope_window);
   e.shortfall_kl = s.shortfall_kl;
   built.formed.push_back({e.id, out.conditioned, built.window.context_ids()});
   SharedPool::Usage full;

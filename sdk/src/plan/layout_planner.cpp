@@ -361,18 +361,62 @@ void LayoutPlanner::offer_partial_reuse(std::size_t i, const KvState& chain, con
               (m.exact ? std::string() : std::string(" (its content; approximated another way)"));
 }
 
+void LayoutPlanner::offer_tail_rows(std::size_t i, const KvState& plain, double* total, PlanStep& s) {
+  const SlotInfo& si = info_[i];
+  if (window_.tail_formed <= 0 || plan_.rope_window <= 0 || plain != window_.tail_behind || s.deferred ||
+      !forwards_in_context(s.action) || s.action == StepAction::kForm || !s.store_keys.empty() || s.reused_tokens > 0)
+    return;
+  const std::vector<int64_t>* tokens =
+      si.is_turn ? si.turn_tokens : (si.chunk->ref.kind == ChunkKind::kTokens ? &si.chunk->tokens : nullptr);
+  if (tokens == nullptr) return;
+  const ReuseIndex::Match m = env_.reuse_index().longest(plain, plain, *tokens, si.length);
+  if (m.tokens <= 0 || m.store_key != window_.tail_key || !env_.contains(m.store_key)) return;
+  PlanStep r = s;
+  r.reuse_from = m.store_key;
+  r.reused_tokens = m.tokens;
+  r.reused_formed_window = window_.tail_formed;
+  r.forward_tokens -= static_cast<double>(m.tokens);
+  r.bytes_moved += m.tokens * kv_per_token_;
+  const PlanInput in = input_for(i, &context_);
+  r.estimated_seconds = estimate_seconds(in, r) * r.forward_tokens / static_cast<double>(si.length) +
+                        cost_.seconds_transfer(m.tokens * kv_per_token_, planner::Tier::kHost);
+  // The whole instance priced as formed where the tail's first row was (the rest is formed at the window's
+  // length, the answer's rows at lengths between): an upper bound.
+  r.predicted_kl -= r.shortfall_kl;
+  r.shortfall_kl = fidelity_.predict_shortfall(
+      planner::shortfall_feature(env_.limits().dynamic_ntk, window_.tail_formed, total_tokens_), weights_[i]);
+  r.predicted_kl += r.shortfall_kl;
+  const double extra = r.predicted_kl - s.predicted_kl;
+  if (budgeted_ && *total + extra > policy_.kl_budget) {
+    s.reason += "; the read's " + std::to_string(m.tokens) + " rows before it forwarded again (formed at " +
+                std::to_string(window_.tail_formed) + ", past the budget at the window's length)";
+    return;
+  }
+  *total += extra;
+  r.reason += "; its first " + std::to_string(m.tokens) + " tokens from the last read's KV (formed at " +
+              std::to_string(window_.tail_formed) + ")";
+  s = std::move(r);
+}
+
 void LayoutPlanner::finalize() {
   // Exactness: an instance is exact when its action is and every antecedent is. Exact reuse: each slot's
   // KV state along the window (kv_state.h), so a step can be served from KV computed behind the same states.
   bool all_exact = true;
   uint64_t ctx_hash = 0;
-  KvState chain = kv_window_start(plan_.rope_window), content;
+  // `plain`: the same states chained from the empty chain (the window's state_chain), where a read keeps its
+  // rows; it differs from `chain` only by the rope window's mark.
+  KvState chain = kv_window_start(plan_.rope_window), content, plain;
   int64_t spare = policy_.reuse_computed ? spare_pages() : 0;
+  double total = 0;  // the plan's predicted KL as chosen, with the reuse offered so far
+  for (const SlotInfo& si : info_) total += si.candidates[si.chosen].predicted_kl;
   for (std::size_t i = 0; i < info_.size(); ++i) {
     SlotInfo& si = info_[i];
     PlanStep s = std::move(si.candidates[si.chosen]);
     s.deferred = deferred_[i] != 0;
+    const double chosen_kl = s.predicted_kl;
     if (policy_.reuse_computed) offer_reuse(i, chain, content, all_exact, &spare, s);
+    total += s.predicted_kl - chosen_kl;
+    if (policy_.reuse_computed) offer_tail_rows(i, plain, &total, s);
     if (si.prefix_why && !(s.action == StepAction::kKeep && is_same_[i] != 0)) s.reason = *whys_[i] + "; " + s.reason;
     s.instance = layout_.slots[i].id;
     s.position = si.position;
@@ -402,12 +446,16 @@ void LayoutPlanner::finalize() {
       ctx_hash = context_hash(ctx_hash, *si.key, ~uint64_t{0} - i);
     }
     all_exact = all_exact && s.exact;
-    if (policy_.reuse_computed && forwards_in_context(s.action)) s.reuse_key = reuse_key(*si.key, chain);
-    const KvState state = s.match == PatchMatch::kStale && s.reused_tokens > 0
-                              ? kv_patched(*si.key, s.reuse_from)
-                              : kv_state_after(s.action, *si.key, s.patch_key, s.recompute_tokens, chain,
-                                               si.old != nullptr ? si.old->state : KvState{});
+    // Rows loaded from KV no forward here computes (behind the same content only, or formed at another length)
+    // make a state of their own, and what is forwarded behind them is not stored for exact reuse.
+    const bool loads_other = (s.match == PatchMatch::kStale || s.reused_formed_window > 0) && s.reused_tokens > 0;
+    if (policy_.reuse_computed && forwards_in_context(s.action) && s.reused_formed_window <= 0)
+      s.reuse_key = reuse_key(*si.key, chain);
+    const KvState state = loads_other ? kv_patched(*si.key, s.reuse_from)
+                                      : kv_state_after(s.action, *si.key, s.patch_key, s.recompute_tokens, chain,
+                                                       si.old != nullptr ? si.old->state : KvState{});
     chain = kv_chain(chain, state);
+    plain = kv_chain(plain, state);
     content = content_chain(content, *si.key);
     plan_.forward_tokens += s.forward_tokens;
     plan_.background_tokens += s.background_tokens;

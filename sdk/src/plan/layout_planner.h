@@ -111,6 +111,13 @@ class LayoutPlanner {
   // instead.
   void offer_partial_reuse(std::size_t i, const KvState& chain, const KvState& content, bool exact_before,
                            const PlanInput& in, PlanStep& s);
+  // Dynamic-NTK RoPE past the anchor: a forwarding step whose leading tokens are the window's tentative tail
+  // (WindowSnapshot::tail_key: a read's query and answer, formed at the read's own lengths behind the window's
+  // states, `plain` the chain of those states from the empty chain) loads them instead, their shortfall priced
+  // from tail_formed, when the plan's predicted KL (`*total`, updated) stays within the budget; else it
+  // forwards them at the window's length. A form or a step that stores conditioned KV forwards them (what they
+  // store is taken as formed at the plan's rope window).
+  void offer_tail_rows(std::size_t i, const KvState& plain, double* total, PlanStep& s);
   void check_pool();
 
   // Extends `ctx` with the keys of slots [ctx.keys.size(), i) and returns it.

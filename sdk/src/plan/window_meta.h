@@ -106,6 +106,13 @@ struct WindowSnapshot {
   std::vector<const EntryMeta*> entries;   // window order
   int64_t page_size = 1;                   // tokens per KV page
   int64_t page_bytes = 0;                  // bytes per KV page
+  // The rows its last read kept for exact reuse (the tentative tail, window_state.h): the store key they are
+  // under, the state chain they were computed behind (the window's, from the empty chain), and the window
+  // length their first row was formed at (the read's window after its query); tail_formed 0: none. A plan
+  // with a rope window looks them up apart (dynamic-NTK RoPE: its chain starts from its length's mark).
+  std::string tail_key;
+  KvState tail_behind;
+  int64_t tail_formed = 0;
 
   int64_t pages_for(int64_t tokens) const { return (tokens + page_size - 1) / page_size; }
 };

@@ -23,6 +23,11 @@ WindowSnapshot snapshot(const WindowState& s) {
   for (const Entry& e : s.entries) w.entries.push_back(&e);
   w.page_size = s.core->pool().page_size();
   w.page_bytes = s.page_bytes();
+  if (s.tail.has_value()) {
+    w.tail_key = reuse_key(s.core->registry().turn_key(s.tail->tokens), s.tail->behind);
+    w.tail_behind = s.tail->behind;
+    w.tail_formed = s.tail->formed_window;
+  }
   return w;
 }
 

@@ -52,6 +52,9 @@ struct EvictedInstance {
 struct TentativeTail {
   std::vector<int64_t> tokens;  // the query, then the answer tokens whose KV was kept (non-empty)
   KvState behind;               // the window's state chain they were computed behind
+  // The window length their first row was formed at: the window's before them plus the query (each forward
+  // runs at its own end; the answer's rows at longer lengths). Read by dynamic-NTK plans (WindowSnapshot).
+  int64_t formed_window = 0;
 };
 
 struct WindowState {

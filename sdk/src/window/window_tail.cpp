@@ -50,10 +50,12 @@ void keep_tail(WindowState& state, const std::vector<int64_t>& query, const std:
   const KvState chain = state.state_chain();
   std::vector<int64_t> read = query;
   read.insert(read.end(), answer.begin(), answer.end());
+  // The read forwarded its query at its own end, the window's length plus the query's.
+  const int64_t formed = state.tokens() + static_cast<int64_t>(query.size());
   if (!answer.empty() && stored_behind(state, read, chain)) {
-    state.tail = TentativeTail{std::move(read), chain};
+    state.tail = TentativeTail{std::move(read), chain, formed};
   } else if (stored_behind(state, query, chain)) {
-    state.tail = TentativeTail{query, chain};
+    state.tail = TentativeTail{query, chain, formed};
   }
 }
 
@@ -81,6 +83,7 @@ double carry_tail(WindowState& state, const KvState& before) {
   core.kv().put_reusable(reuse_key(core.registry().turn_key(tokens), chain), r.content, chain, state.content_chain(),
                          tokens);
   state.tail->behind = chain;
+  state.tail->formed_window = start + n;  // forwarded at once, at its own end
   const double forwarded = static_cast<double>(n) + measure_tail_sensitivity(state, tokens, r.content, start);
   Counters counted;  // idle time: background forwards
   counted.forward_tokens = forwarded;
