@@ -218,7 +218,7 @@ def test_store_gc_reports_the_blob_it_keeps_for_repair(orbit, stories260k_path, 
     db.close()
     report = orbit.store_gc(store)
     assert report.removed_blobs == 0 and report.kept_paths == [entry.blob_path]
-    assert "kept=1" in repr(report)
+    assert f"kept_paths={[entry.blob_path]!r}" in repr(report)
     assert orbit.store_repair(store).rows_restored == 1 and orbit.store_verify(store).clean
 
 

@@ -7,6 +7,7 @@
 #include "bindings.h"
 #include "convert.h"
 #include "enums.h"
+#include "field_repr.h"
 #include "orbit/errors.h"
 #include "orbit/store.h"
 
@@ -104,12 +105,7 @@ void def_store_listing(py::module_& m) {
           "dict: kind name -> blob bytes.")
       .def_readonly("unreferenced_blobs", &StoreSummary::unreferenced_blobs, "Blob files no row names.")
       .def_readonly("temp_files", &StoreSummary::temp_files, "Writes that never completed.")
-      .def("__repr__", [](const StoreSummary& s) {
-        std::ostringstream o;
-        o << "StoreSummary(" << std::string(py::repr(py::str(s.dir))) << ", entries=" << s.entries
-          << ", blob_bytes=" << s.blob_bytes << ")";
-        return o.str();
-      });
+      .def("__repr__", &fields_repr);
 }
 
 // what verify, gc, repair and the remote summary report.
@@ -137,11 +133,7 @@ void def_store_reports(py::module_& m) {
                     "with its table, a damaged page), or '' when it passes: store_repair() reindexes it.")
       .def_property_readonly("clean", &VerifyReport::clean, "No problems, nothing unreadable, no index_damage.")
       .def("__bool__", &VerifyReport::clean, "True when clean.")
-      .def("__repr__", [](const VerifyReport& r) {
-        return "VerifyReport(checked=" + std::to_string(r.checked) + ", problems=" + std::to_string(r.problems.size()) +
-               ", unreadable=" + std::to_string(r.unreadable.size()) +
-               (r.index_damage.empty() ? "" : ", index_damaged") + ")";
-      });
+      .def("__repr__", &fields_repr);
   py::class_<GcReport>(m, "GcReport", "What store_gc() removed (or would remove, dry_run=True).")
       .def_readonly("removed_blobs", &GcReport::removed_blobs, "Unreferenced blob files.")
       .def_readonly("removed_temps", &GcReport::removed_temps, "Temp files of writes that never completed.")
@@ -151,11 +143,7 @@ void def_store_reports(py::module_& m) {
                     "Unreferenced blobs kept while index rows are damaged (a row names no blob file, or not its\n"
                     "own): those repair could rebuild a row from (they verify and no healthy row has their key)\n"
                     "or that could not be read now. store_repair() rebuilds those rows from them.")
-      .def("__repr__", [](const GcReport& r) {
-        return "GcReport(removed_blobs=" + std::to_string(r.removed_blobs) +
-               ", removed_temps=" + std::to_string(r.removed_temps) + ", freed_bytes=" + std::to_string(r.freed_bytes) +
-               ", kept=" + std::to_string(r.kept_paths.size()) + ")";
-      });
+      .def("__repr__", &fields_repr);
 
   py::class_<RepairReport>(m, "RepairReport", "What store_repair() did.")
       .def_readonly("blobs_scanned", &RepairReport::blobs_scanned, "Blob files read.")
@@ -167,11 +155,7 @@ void def_store_reports(py::module_& m) {
                     "SQLite found the index inconsistent and REINDEX rebuilt its indexes (a note says why).")
       .def_readonly("model_fingerprint", &RepairReport::model_fingerprint, "The store's model fingerprint.")
       .def_readonly("notes", &RepairReport::notes, "One line per rejected blob or dropped row.")
-      .def("__repr__", [](const RepairReport& r) {
-        return "RepairReport(rows_restored=" + std::to_string(r.rows_restored) +
-               ", rows_dropped=" + std::to_string(r.rows_dropped) +
-               ", blobs_rejected=" + std::to_string(r.blobs_rejected) + ")";
-      });
+      .def("__repr__", &fields_repr);
   py::class_<RemoteSummary>(m, "RemoteSummary", "What store_remote_summary() found on a remote tier's server(s).")
       .def_readonly("url", &RemoteSummary::url, "The URL.")
       .def_readonly("reachable", &RemoteSummary::reachable, "Every node answered.")
@@ -184,10 +168,7 @@ void def_store_reports(py::module_& m) {
       .def_readonly("maxmemory_bytes", &RemoteSummary::maxmemory_bytes, "maxmemory (0 = no limit).")
       .def_readonly("maxmemory_policy", &RemoteSummary::maxmemory_policy, "maxmemory-policy.")
       .def_readonly("server_version", &RemoteSummary::server_version, "redis_version.")
-      .def("__repr__", [](const RemoteSummary& r) {
-        return "RemoteSummary(" + r.url + ", reachable=" + (r.reachable ? "True" : "False") +
-               ", entries=" + std::to_string(r.entries) + ")";
-      });
+      .def("__repr__", &fields_repr);
 }
 
 // the store_* functions.

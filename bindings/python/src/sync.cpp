@@ -15,6 +15,7 @@
 #include "bindings.h"
 #include "convert.h"
 #include "enums.h"
+#include "field_repr.h"
 #include "py_window.h"
 
 namespace orbit_py {
@@ -426,12 +427,7 @@ void def_sync_plan_and_report(py::module_& m) {
                     "Critical-path token-forwards of the operations (repairs deferred to the next read count there).")
       .def_readonly("generation_prompt", &SyncReport::generation_prompt,
                     "generate()'s query for the next assistant turn (the template's generation prompt).")
-      .def("__repr__", [](const SyncReport& r) {
-        std::ostringstream o;
-        o << "SyncReport(operations=" << r.plans.size() << ", forward_tokens=" << r.forward_tokens
-          << ", units=" << r.plan.units.size() << ", tokens=" << r.plan.tokens.size() << ")";
-        return o.str();
-      });
+      .def("__repr__", &fields_repr);
 }
 
 // SyncAction, SyncUnit, SyncPlan and SyncReport.

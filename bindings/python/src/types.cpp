@@ -8,6 +8,7 @@
 #include "bindings.h"
 #include "convert.h"
 #include "enums.h"
+#include "field_repr.h"
 #include "orbit/engine.h"
 
 namespace orbit_py {
@@ -301,14 +302,7 @@ void def_reports(py::module_& m) {
       .def_readonly("device_bytes", &ApplyReport::device_bytes, "KV bytes (whole pages) the window holds now.")
       .def_readonly("added", &ApplyReport::added, "Instance ids the operation created.")
       .def_readonly("removed", &ApplyReport::removed, "Instance ids it evicted.")
-      .def("__repr__", [](const ApplyReport& r) {
-        std::ostringstream o;
-        o << "ApplyReport(" << operation_name(r.op) << ", forward_tokens=" << r.forward_tokens
-          << ", patches_formed=" << r.patches_formed << ", patch_hits=" << r.patch_hits
-          << ", canonicals_encoded=" << r.canonicals_encoded << ", added=" << join(r.added)
-          << ", removed=" << join(r.removed) << ", seconds=" << std::setprecision(3) << r.seconds << ")";
-        return o.str();
-      });
+      .def("__repr__", &fields_repr);
 
   py::class_<IdleReport>(m, "IdleReport",
                          "What Window.idle() (or heal / prepare_recalls / prepare_moves / prepare_sync) did with idle "
@@ -351,17 +345,7 @@ void def_reports(py::module_& m) {
       .def_readonly("seconds", &IdleReport::seconds, "Wall time.")
       .def_readonly("stopped", &IdleReport::stopped,
                     "The call stopped before every preparation was made (C++ Window::idle(stop)).")
-      .def("__repr__", [](const IdleReport& r) {
-        std::ostringstream o;
-        o << "IdleReport(predicted_kl=" << r.predicted_kl << ", healed_instances=" << r.healed_instances
-          << ", heal_forward_tokens=" << r.heal_forward_tokens
-          << (r.heal_refused.empty() ? "" : ", heal_refused='" + r.heal_refused + "'")
-          << ", recalls_prepared=" << r.recalls_prepared << ", moves_prepared=" << r.moves_prepared
-          << ", instances_prepared=" << r.instances_prepared << ", lists_prepared=" << r.lists_prepared
-          << ", prepare_forward_tokens=" << r.prepare_forward_tokens << ", seconds=" << std::setprecision(3)
-          << r.seconds << ")";
-        return o.str();
-      });
+      .def("__repr__", &fields_repr);
 }
 
 // InstanceInfo and WindowStats.
@@ -491,9 +475,7 @@ void def_generation(py::module_& m) {
                     "With generate(logprobs=True): one StepLogprobs per generated token, else [].")
       .def("__len__", [](const Generation& g) { return g.tokens.size(); })
       .def("__iter__", [](const Generation& g) { return py::iter(py::cast(g.tokens)); })
-      .def("__repr__", [](const Generation& g) {
-        return "Generation(tokens=" + join(g.tokens) + ", stop_reason=" + quoted(g.stop_reason) + ")";
-      });
+      .def("__repr__", &fields_repr);
 }
 
 // What the window's fidelity reads return: InstanceLoss (Window.loss_by_instance) and DisposabilityReport
@@ -514,12 +496,7 @@ void def_loss_reports(py::module_& m) {
       .def_readonly("measured_kl", &InstanceLoss::measured_kl,
                     "KL (nats, mean over the query's rows) vs a re-prefill with this instance alone approximate.")
       .def_readonly("predicted_kl", &InstanceLoss::predicted_kl, "What the fidelity model predicts it carries.")
-      .def("__repr__", [](const InstanceLoss& l) {
-        std::ostringstream o;
-        o << "InstanceLoss(instance=" << l.instance << ", label=" << quoted(l.label) << ", position=" << l.position
-          << ", measured_kl=" << l.measured_kl << ", predicted_kl=" << l.predicted_kl << ")";
-        return o.str();
-      });
+      .def("__repr__", &fields_repr);
 
   py::class_<DisposabilityReport>(m, "DisposabilityReport", "The result of Window.disposable().")
       .def_readonly("instance", &DisposabilityReport::instance, "The instance examined.")
@@ -530,13 +507,7 @@ void def_loss_reports(py::module_& m) {
                     "... with the instance's KV replaced by its canonical.")
       .def_readonly("kl_first", &DisposabilityReport::kl_first, "KL(as-is || without) of the first answer token.")
       .def("__bool__", [](const DisposabilityReport& r) { return r.disposable; })
-      .def("__repr__", [](const DisposabilityReport& r) {
-        std::ostringstream o;
-        o << "DisposabilityReport(instance=" << r.instance << ", disposable=" << (r.disposable ? "True" : "False")
-          << ", answer=" << join(r.answer) << ", answer_without=" << join(r.answer_without)
-          << ", kl_first=" << r.kl_first << ")";
-        return o.str();
-      });
+      .def("__repr__", &fields_repr);
 }
 
 // The results of reading a window: generations and fidelity reports.

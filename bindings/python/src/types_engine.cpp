@@ -7,6 +7,7 @@
 
 #include "bindings.h"
 #include "convert.h"
+#include "field_repr.h"
 #include "orbit/engine.h"
 
 namespace orbit_py {
@@ -207,12 +208,7 @@ void def_calibration_report(py::module_& m) {
                     "True when the measured deficits were written to the store (Engine's stored_calibration) for\n"
                     "engines opening this model on it later; False without a store_dir or remote, with\n"
                     "stored_calibration=False, or when the store refused the write.")
-      .def("__repr__", [](const CalibrationReport& r) {
-        std::ostringstream o;
-        o << "CalibrationReport(samples=" << r.samples << ", fidelity_samples=" << r.fidelity_samples
-          << ", seconds=" << r.seconds << ")";
-        return o.str();
-      });
+      .def("__repr__", &fields_repr);
 }
 
 }  // namespace
