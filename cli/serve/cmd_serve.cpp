@@ -104,6 +104,9 @@ const char* kServeUsage =
     "                        (default 4096, at least 1): past it the request's decode pauses (no forward for\n"
     "                        it, the others decode on) until the client reads; /metrics: orbit_decode_held,\n"
     "                        orbit_decode_holds_total\n"
+    "  --prefill-chunk N     a request's prompt is forwarded in pieces of at most N tokens, and between two\n"
+    "                        the running answers take a decode step (default 256; 0 = whole, the answers\n"
+    "                        wait for the whole prefill); /metrics: orbit_decode_prefill_yields_total\n"
     "  --stall-seconds N     a client that takes none of its answer for N s is dropped as one that left: its\n"
     "                        request is cancelled and its decode freed (default 60, 1 to 86400);\n"
     "                        /metrics: orbit_stalled_clients_total\n"
@@ -264,6 +267,7 @@ serve::ServeOptions serve_options(const Args& args) {
   o.default_max_tokens = args.get_int("--max-tokens", 256, 1);
   o.limits.max_body_bytes = static_cast<std::size_t>(size_argument(args, "--max-body-kb", 4096, 1, 10));
   o.max_unsent_bytes = size_argument(args, "--max-unsent-kb", 4096, 1, 10);
+  o.prefill_chunk = args.get_int("--prefill-chunk", 256, 0);
   o.limits.max_answer_logprobs = args.get_int("--max-answer-logprobs", int64_t{1} << 20, 1);
   o.anticipate = !args.flag("--no-anticipate");
   o.stored_calibration = !args.flag("--no-stored-calibration");
@@ -409,8 +413,8 @@ ArgSpec serve_arg_spec() {
                {"--no-anticipate", "--calibrate-fidelity", "--no-stored-calibration"},
                kServeUsage};
   spec.options.insert({"--header-seconds", "--body-seconds", "--keep-alive-seconds", "--allow-origin", "--api-key",
-                       "--api-key-file", "--max-unsent-kb", "--stall-seconds", "--max-answer-logprobs",
-                       "--min-drain-rate", "--audit-owed-after"});
+                       "--api-key-file", "--max-unsent-kb", "--prefill-chunk", "--stall-seconds",
+                       "--max-answer-logprobs", "--min-drain-rate", "--audit-owed-after"});
   return spec;
 }
 

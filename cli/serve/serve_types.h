@@ -65,6 +65,9 @@ struct ServeOptions {
   // sequences are held, no forward for them while the others decode, until the client reads.
   int64_t max_unsent_bytes = int64_t{4} << 20;
   int64_t chunk_min_tokens = 32;  // SyncOptions::chunk_min_tokens
+  // A sync's prefill goes in pieces of at most this many tokens, a waiting decode step taking the gate between
+  // two (`--prefill-chunk`; orbit/forward_pieces.h, decode_scheduler.h); 0: whole, in one gate turn.
+  int64_t prefill_chunk = 256;
   // After a session's request, prefill in idle time the list its next request most likely sends (this
   // one's messages and the answer as an assistant message), so the next sync keeps the answer instead of
   // prefilling it on the critical path. Costs idle forwards (RunUsage::idle_forward_tokens); wasted, and

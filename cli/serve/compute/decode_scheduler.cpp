@@ -23,7 +23,6 @@ namespace orbit::serve {
 
 namespace {
 
-const char* const kLane = "~decode";  // the gate lane every batch step queues in
 // Upper bounds of the batch-size histogram's buckets (sequences per step's forward).
 constexpr std::array<int64_t, 8> kBatchBounds = {1, 2, 4, 8, 16, 32, 64, 128};
 
@@ -260,7 +259,7 @@ void DecodeScheduler::loop() {
       release_idle_if_held_only();
       continue;
     }
-    if (!context_.enter_gate(kLane, [this] { return context_.closing.load() || stopping_.load(); })) {
+    if (!context_.enter_gate(kDecodeLane, [this] { return context_.closing.load() || stopping_.load(); })) {
       drop_all(joining);  // closed or stopping: nothing may touch the windows any more
       continue;
     }
@@ -353,6 +352,10 @@ std::string DecodeScheduler::render_metrics() const {
       << "# HELP orbit_decode_holds_total Times a sequence was held for its client (its unsent output over "
          "--max-unsent-kb).\n"
       << "# TYPE orbit_decode_holds_total counter\norbit_decode_holds_total " << holds_ << "\n"
+      << "# HELP orbit_decode_prefill_yields_total Decode steps run between two pieces of a sync's prefill "
+         "(--prefill-chunk).\n"
+      << "# TYPE orbit_decode_prefill_yields_total counter\norbit_decode_prefill_yields_total "
+      << context_.gate.yields() << "\n"
       << "# HELP orbit_decode_waiting Runs queued to join the decode batch at its next step.\n"
       << "# TYPE orbit_decode_waiting gauge\norbit_decode_waiting " << pending_.size() << "\n";
   return out.str();

@@ -15,6 +15,19 @@
 // A request thread still busy with earlier tokens when the step ends is not woken; it finds the new events
 // in its next take().
 //
+// Chunked prefill: a session's sync forwards its new tokens in pieces of at most --prefill-chunk tokens
+// (ServeOptions::prefill_chunk, orbit/forward_pieces.h), and between two pieces hands a step waiting on
+// kDecodeLane the gate (FairGate::yield_to), so a long prompt stalls the running answers for one piece at a time,
+// not for its whole prefill. A step never yields in turn. What the sync holds across a yield is safe from the
+// step: its window is its request's own (WindowSlot holds it; the batch steps only the windows of runs that are
+// decoding, never one whose sync is under way), its plan and the apply's build (fresh pool pages, the chunks it
+// references) are the compute thread's; only the decode step runs meanwhile (the gate comes back to the sync
+// before any other lane's waiter, and idle work cannot take it), so no other sync, heal or audit edits a window
+// or asks the compute thread (blocked in the yield) for a forward. The step does touch the shared pool (its
+// sequences' next rows, in their own windows' pages) and store (KV kept for exact reuse): a store value the sync
+// planned on and finds gone falls back to a prefill, and a pool the step filled refuses the sync for capacity
+// with its window untouched, both as when the step ran just before the sync (orbit/forward_pieces.h).
+//
 // Fairness: within the batch every sequence gets one token per step; between the batch and the sessions'
 // syncs (their own lanes) the gate rotates, so a sync waits at most one batch step. Idle work waits while
 // sequences run (FairGate::hold_idle), between steps too, but not while every running sequence is held for
@@ -43,6 +56,9 @@
 namespace orbit::serve {
 
 struct ServeContext;
+
+// The gate lane every batch step queues in (a sync between two pieces of its prefill yields to it).
+inline constexpr const char* kDecodeLane = "~decode";
 
 // A generation counter request threads sleep on until the scheduler's next step (or a job's end) raises it.
 // Thread-safety: any thread; raise() costs no system call while no thread waits.
@@ -181,7 +197,8 @@ class DecodeScheduler {
   // What the jobs' request threads wait on (DecodeJob's constructor); raised after every step.
   StepSignal& signal() { return signal_; }
 
-  // orbit_decode_steps_total, orbit_decode_tokens_total, orbit_decode_batch_sequences (histogram of the
+  // orbit_decode_steps_total, orbit_decode_tokens_total, orbit_decode_prefill_yields_total (steps run between
+  // two pieces of a sync's prefill: FairGate::yields), orbit_decode_batch_sequences (histogram of the
   // sequences per step's forward), orbit_decode_running, orbit_decode_held (sequences held for their
   // clients) and orbit_decode_waiting (gauges), orbit_decode_holds_total (times a sequence was held):
   // Prometheus lines.

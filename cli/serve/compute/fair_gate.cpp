@@ -6,7 +6,16 @@
 namespace orbit::serve {
 
 void FairGate::grant_next() {
-  if (held_ || rotation_.empty()) return;
+  if (held_) return;
+  if (resume_ != 0) {  // a holder that yielded takes it back first
+    granted_ = resume_;
+    resume_ = 0;
+    held_ = true;
+    ++grants_;
+    cv_.notify_all();
+    return;
+  }
+  if (rotation_.empty()) return;
   const std::string lane = rotation_.front();
   rotation_.pop_front();
   std::deque<uint64_t>& queue = lanes_[lane];
@@ -51,7 +60,7 @@ bool FairGate::enter(const std::string& lane, const std::function<bool()>& cance
 
 bool FairGate::try_enter_idle() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (held_ || closed_ || !rotation_.empty() || idle_holds_ > 0) return false;
+  if (held_ || closed_ || resume_ != 0 || !rotation_.empty() || idle_holds_ > 0) return false;
   held_ = true;
   ++grants_;
   return true;
@@ -66,6 +75,27 @@ void FairGate::leave() {
   std::lock_guard<std::mutex> lock(mutex_);
   held_ = false;
   grant_next();
+}
+
+// The gate stays held throughout (handed from the yielder to the waiter and back), so nobody else can take it.
+bool FairGate::yield_to(const std::string& lane) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto it = lanes_.find(lane);
+  if (it == lanes_.end() || closed_) return false;
+  granted_ = it->second.front();
+  it->second.pop_front();
+  if (it->second.empty()) {
+    lanes_.erase(it);
+    rotation_.erase(std::remove(rotation_.begin(), rotation_.end(), lane), rotation_.end());
+  }
+  ++grants_;
+  ++yields_;
+  const uint64_t ticket = next_ticket_++;
+  resume_ = ticket;
+  cv_.notify_all();
+  cv_.wait(lock, [&] { return granted_ == ticket; });  // closing too: the waiter's one quantum, then back here
+  granted_ = 0;
+  return true;
 }
 
 void FairGate::close() {
@@ -84,6 +114,11 @@ int64_t FairGate::waiting() const {
 bool FairGate::busy() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return held_;
+}
+
+int64_t FairGate::yields() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return yields_;
 }
 
 int64_t FairGate::grants() const {

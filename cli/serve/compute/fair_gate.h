@@ -13,6 +13,13 @@
 // batch does while it has sequences to step, between its steps too, but not while all of them are held for
 // clients that have not read), so it never delays a request by more than the slice it is running.
 //
+// A holder in the middle of a long quantum (a sync's prefill between two of its pieces, forward_pieces.h) may
+// hand the gate to one lane's oldest waiter and take it back right after that waiter leaves (yield_to): no
+// other lane and no idle work runs in between, so the holder's forward is split but nothing else of the
+// rotation changes.
+//
+//   sync A holds ── yield_to("~decode") ──► the decode step runs ── leave() ──► A holds again, then B's turn
+//
 // Thread-safety: every member may be called from any thread. A thread must not enter twice.
 #pragma once
 
@@ -36,12 +43,19 @@ class FairGate {
   // Holds idle work off (true) or lets it go again (false); holds nest (a count).
   void hold_idle(bool hold);
   void leave();
+  // Holding the gate: when `lane` has a waiter, hands the gate to its oldest and waits until that waiter
+  // leaves, then holds it again before any other waiter or idle work, and returns true; returns false at once
+  // (still holding) when `lane` has no waiter or the gate is closed. Returns holding the gate in every case
+  // (a close while it waits too: the waiter's quantum ends, and the gate comes back here). The waiter it lets
+  // in must leave without yielding in turn (the decode scheduler's step does).
+  bool yield_to(const std::string& lane);
   // After close(), enter() returns false at once (waiters too); a holder keeps the gate until it leaves.
   void close();
 
   int64_t waiting() const;  // threads queued now
   bool busy() const;        // held now
   int64_t grants() const;   // forwards granted so far (idle slices included)
+  int64_t yields() const;   // times yield_to handed the gate over
 
  private:
   void grant_next();  // under mutex_: hand the free gate to the next lane in rotation
@@ -54,6 +68,8 @@ class FairGate {
   uint64_t granted_ = 0;  // the ticket the gate was just handed to (0: none)
   int64_t grants_ = 0;
   int64_t idle_holds_ = 0;
+  uint64_t resume_ = 0;  // the ticket of a holder that yielded (yield_to): the gate's next grant is to it
+  int64_t yields_ = 0;
   std::map<std::string, std::deque<uint64_t>> lanes_;  // lane -> its waiters' tickets, oldest first
   std::deque<std::string> rotation_;                   // lanes with waiters, next served first
 };

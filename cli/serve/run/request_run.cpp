@@ -5,9 +5,12 @@
 #include <cmath>
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <utility>
 
 #include "orbit/common/error.h"
+#include "orbit/forward_pieces.h"
+#include "orbit/interrupt.h"
 #include "serve/run/decode.h"
 #include "serve/run/reasoning_sink.h"
 #include "serve/run/request_path.h"
@@ -67,6 +70,27 @@ int64_t tokens_writing(const Engine& engine, const std::vector<int64_t>& tokens,
     }
   }
   return static_cast<int64_t>(lo);
+}
+
+// `sync` (a request's sync or admit, holding the gate) run on the compute thread with its prefill in pieces of at
+// most ServeOptions::prefill_chunk tokens (orbit/forward_pieces.h): between two pieces a decode step waiting for
+// the gate takes it for one step (FairGate::yield_to: no other request's sync and no idle work, so the compute
+// thread, blocked in the yield, is never asked for another forward meanwhile), then the sync goes on holding it. A
+// client that left by then ends the sync there (orbit::Interrupted: the window keeps nothing of the plan under
+// way). False: it ended so.
+bool run_in_pieces(ServeContext& context, const std::function<bool()>& cancelled, const std::function<void()>& sync) {
+  try {
+    context.compute.run([&] {
+      ForwardPieces pieces(context.options.prefill_chunk, [&] {
+        context.gate.yield_to(kDecodeLane);
+        if (cancelled && cancelled()) throw Interrupted("sync");
+      });
+      sync();
+    });
+  } catch (const Interrupted&) {
+    return false;
+  }
+  return true;
 }
 
 RunOutcome cancelled_before_decode() {
@@ -193,7 +217,7 @@ bool RequestPath::sync_chat(RunTicket::Prepared& p, const RunSink& sink, ChatSyn
   Window& window = p.slot.window();
   GateTurn turn(context_, s.lane, sink.cancelled);
   if (!turn.enter()) return false;
-  context_.compute.run([&] {
+  return run_in_pieces(context_, sink.cancelled, [&] {
     run_owed_audit();
     out.report = window.sync(p.chat->messages, p.plan);  // the plan prepare made: no second rendering
     out.predicted_kl = run_deferred_repairs(window);
@@ -206,7 +230,6 @@ bool RequestPath::sync_chat(RunTicket::Prepared& p, const RunSink& sink, ChatSyn
       queue_audit(p.slot.shared_session(), out.mode.request, out.report.generation_prompt, out.predicted_kl);
     }
   });
-  return true;
 }
 
 // The chat answer decoded after `generation_prompt` on the synced window. With tools, each choice's answer is
@@ -322,7 +345,9 @@ RunOutcome RequestPath::run_completion(RunTicket::Prepared& p, const RunSink& si
     // ServeOptions::max_idle_chunks).
     GateTurn turn(context_, lane, sink.cancelled);
     if (!turn.enter()) return cancelled_before_decode();
-    context_.compute.run([&] { window.admit(context_.engine->add_tokens(prefix, ChunkOptions{})); });
+    const bool admitted = run_in_pieces(context_, sink.cancelled,
+                                        [&] { window.admit(context_.engine->add_tokens(prefix, ChunkOptions{})); });
+    if (!admitted) return cancelled_before_decode();
   }
   const std::vector<int64_t> query{tokens.back()};
   RunResult r = decode(context_, window, DecodeRequest{&query, &p.completion->sampling}, sink);

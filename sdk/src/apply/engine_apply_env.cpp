@@ -7,6 +7,7 @@
 
 #include "engine/engine_core.h"
 #include "engine/engine_plan_env.h"
+#include "engine/forward_in_pieces.h"
 #include "engine/interruptible.h"
 #include "orbit/common/error.h"
 #include "orbit/runtime/repair.h"
@@ -93,20 +94,6 @@ runtime::ForwardOptions no_logits() {
   return interruptible(fo);
 }
 
-// Appends rows of KV (content at `positions`) to a past.
-void append_rows(runtime::PastKV& past, const runtime::Content& rows, const at::Tensor& positions) {
-  if (past.length() == 0) {
-    past.layers = rows;
-    past.positions = positions;
-    return;
-  }
-  for (std::size_t l = 0; l < past.layers.size(); ++l) {
-    past.layers[l].k = at::cat({past.layers[l].k, rows[l].k}, 0);
-    past.layers[l].v = at::cat({past.layers[l].v, rows[l].v}, 0);
-  }
-  past.positions = at::cat({past.positions, positions}, -1);
-}
-
 }  // namespace
 
 ModelLimits EngineApplyEnv::model() const { return model_limits(core_); }
@@ -155,12 +142,26 @@ void EngineApplyEnv::put_conditioned(const Kv& kv, const std::string& chunk_key,
 
 Kv EngineApplyEnv::forward(const ApplyTarget& target) {
   c10::InferenceMode guard;
+  if (in_pieces(target, 0)) {
+    return make_kv(forward_pieces(target, build_.entries.empty() ? runtime::PastKV{} : build_.past(), 0));
+  }
   const runtime::ForwardInput input = input_of(target);
   runtime::ForwardOptions fo = no_logits();
   fo.rope_window_len = build_.rope_window;
   if (build_.entries.empty()) return make_kv(core_.model().forward(input, nullptr, fo).content);
   const runtime::PastKV past = build_.past();
   return make_kv(core_.model().forward(input, &past, fo).content);
+}
+
+// Token ids (a live turn's or a token chunk's) sit at linear positions; an embedding chunk has none.
+bool EngineApplyEnv::in_pieces(const ApplyTarget& target, int64_t from) const {
+  return target.tokens() != nullptr && goes_in_pieces(target.length - from);
+}
+
+runtime::Content EngineApplyEnv::forward_pieces(const ApplyTarget& target, runtime::PastKV past, int64_t from) {
+  runtime::ForwardOptions fo = no_logits();
+  fo.rope_window_len = build_.rope_window;
+  return forward_in_pieces(core_, *target.tokens(), from, target.position, std::move(past), fo);
 }
 
 Kv EngineApplyEnv::leading_rows(const Kv& kv, int64_t rows) {
@@ -176,13 +177,17 @@ Kv EngineApplyEnv::forward_rest(const ApplyTarget& target, const Kv& head_kv) {
   const runtime::Content& head = content_of(head_kv);
   const int64_t k = head_kv->rows();
   runtime::PastKV past = build_.entries.empty() ? runtime::PastKV{} : build_.past();
-  append_rows(past, head, core_.registry().positions_for(nullptr, k, target.position));
-  const std::vector<int64_t>& tokens = *target.tokens();
-  const std::vector<int64_t> rest(tokens.begin() + k, tokens.end());
-  runtime::ForwardOptions fo = no_logits();
-  fo.rope_window_len = build_.rope_window;
-  const runtime::Content tail =
-      core_.model().forward(core_.registry().input_for_tokens(rest, target.position + k), &past, fo).content;
+  append_past_rows(past, head, core_.registry().positions_for(nullptr, k, target.position));
+  runtime::Content tail;
+  if (in_pieces(target, k)) {
+    tail = forward_pieces(target, std::move(past), k);
+  } else {
+    const std::vector<int64_t>& tokens = *target.tokens();
+    const std::vector<int64_t> rest(tokens.begin() + k, tokens.end());
+    runtime::ForwardOptions fo = no_logits();
+    fo.rope_window_len = build_.rope_window;
+    tail = core_.model().forward(core_.registry().input_for_tokens(rest, target.position + k), &past, fo).content;
+  }
   runtime::Content all(head.size());
   for (std::size_t l = 0; l < all.size(); ++l) {
     all[l] = {at::cat({head[l].k, tail[l].k}, 0), at::cat({head[l].v, tail[l].v}, 0)};

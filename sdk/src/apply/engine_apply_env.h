@@ -106,6 +106,11 @@ class EngineApplyEnv final : public ApplyEnv {
 
  private:
   runtime::ForwardInput input_of(const ApplyTarget& target) const;
+  // Whether the target's tokens from `from` on go in pieces (orbit/forward_pieces.h): a scope on this thread
+  // with a budget under their count, and token ids at linear positions.
+  bool in_pieces(const ApplyTarget& target, int64_t from) const;
+  // Its tokens [from, length) forwarded in the scope's pieces behind `past`: their rows.
+  runtime::Content forward_pieces(const ApplyTarget& target, runtime::PastKV past, int64_t from);
 
   EngineCore& core_;
   WindowBuild& build_;

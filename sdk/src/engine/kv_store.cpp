@@ -6,6 +6,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include "engine/engine_core.h"
+#include "engine/forward_in_pieces.h"
 #include "engine/interruptible.h"
 #include "orbit/common/error.h"
 #include "orbit/store/codec.h"
@@ -126,13 +127,22 @@ runtime::Content KvStore::encode_canonical(const ChunkRecord& chunk, int64_t* he
   runtime::Content head = leading_rows_at_front(chunk, head_bytes);
   const int64_t k = head.empty() ? 0 : head.front().k.size(0), n = chunk.ref.length;
   *forwarded = n - k;
-  if (k == 0) return core_.model().forward(core_.registry().input_for(chunk, 0), nullptr, fo).content;
   if (k == n) return head;
   runtime::PastKV past;
-  past.layers = head;
-  past.positions = core_.registry().positions_for(nullptr, k, 0);
-  const std::vector<int64_t> rest(chunk.tokens.begin() + k, chunk.tokens.end());
-  const runtime::Content tail = core_.model().forward(core_.registry().input_for_tokens(rest, k), &past, fo).content;
+  if (k > 0) {
+    past.layers = head;
+    past.positions = core_.registry().positions_for(nullptr, k, 0);
+  }
+  runtime::Content tail;
+  if (matchable_by_tokens(chunk) && goes_in_pieces(n - k)) {  // a ForwardPieces scope (orbit/forward_pieces.h)
+    tail = forward_in_pieces(core_, chunk.tokens, k, 0, std::move(past), fo);
+  } else if (k == 0) {
+    return core_.model().forward(core_.registry().input_for(chunk, 0), nullptr, fo).content;
+  } else {
+    const std::vector<int64_t> rest(chunk.tokens.begin() + k, chunk.tokens.end());
+    tail = core_.model().forward(core_.registry().input_for_tokens(rest, k), &past, fo).content;
+  }
+  if (k == 0) return tail;
   runtime::Content all(head.size());
   for (std::size_t l = 0; l < all.size(); ++l) {
     all[l] = {at::cat({head[l].k, tail[l].k}, 0), at::cat({head[l].v, tail[l].v}, 0)};
