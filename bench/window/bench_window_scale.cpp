@@ -24,13 +24,17 @@
 // its edges held; the growth exponent against G.
 //
 // The model: --model PATH, or by default a 1-layer random llama (tiny-llama's widths) with enough positions
-// for the largest window, generated once under --cache.
+// for the largest window, generated once under --cache. --dynamic L generates it with dynamic-NTK RoPE
+// anchored at L tokens (factor: the same positions in all): every window past L then prices each instance's
+// shortfall at every plan (docs/ARCHITECTURE.md §7, "Pricing the shortfall"), which an unscaled model skips.
+// Under a policy without a budget (patch:16, blind) the plans keep the same instances either way, so the
+// plan-admit difference between a run with and without --dynamic is that repricing.
 //
 // Times are the measuring thread's CPU time (--wall for wall time).
 //
 //   bench_window_scale [--model PATH] [--cache DIR] [--sizes 10,100,1000,3000] [--reps 5]
 //                      [--store-sizes 100,1000,10000,100000] [--store-window 100] [--policy patch:16] [--no-turn]
-//                      [--build blind] [--graph-sizes 250,500,1000,2000] [--wall]
+//                      [--build blind] [--graph-sizes 250,500,1000,2000] [--dynamic L] [--wall]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -67,16 +71,24 @@ double seconds_since(double t0) { return Clock::now() - t0; }
 // The i-th distinct 2-token chunk (ids 3..508, so 506² chunks).
 std::vector<int64_t> chunk_tokens(int64_t i) { return {3 + i % 506, 3 + (i / 506) % 506}; }
 
-std::string generated_model(const std::string& cache, int64_t max_positions) {
-  const std::string path = (std::filesystem::path(cache) / ("llama-1l-" + std::to_string(max_positions))).string();
+// `anchor` > 0: dynamic-NTK RoPE anchored there, its factor max_positions / anchor.
+std::string generated_model(const std::string& cache, int64_t max_positions, int64_t anchor) {
+  const std::string name =
+      "llama-1l-" + std::to_string(max_positions) + (anchor > 0 ? "-dynamic-" + std::to_string(anchor) : std::string());
+  const std::string path = (std::filesystem::path(cache) / name).string();
   if (!std::filesystem::exists(std::filesystem::path(path) / "config.json")) {
     std::fprintf(stderr, "generating a 1-layer random llama with %lld positions in %s (once)...\n",
                  static_cast<long long>(max_positions), path.c_str());
     runtime::GeneratorOptions g;
     g.config = runtime::generator_preset("tiny-llama");
     g.config.num_layers = 1;
-    g.config.max_position_embeddings = max_positions;
-    g.config.rope.max_position_embeddings = max_positions;
+    const int64_t configured = anchor > 0 ? anchor : max_positions;
+    g.config.max_position_embeddings = configured;
+    g.config.rope.max_position_embeddings = configured;
+    if (anchor > 0) {
+      g.config.rope.scaling = runtime::RopeScaling::kDynamicNtk;
+      g.config.rope.factor = static_cast<double>(max_positions) / static_cast<double>(anchor);
+    }
     g.overwrite = true;
     runtime::generate_model(g, path);
   }
@@ -136,12 +148,12 @@ int main(int argc, char** argv) {
     const cli::Args a(
         "bench_window_scale",
         cli::ArgSpec{{"--model", "--cache", "--sizes", "--reps", "--store-sizes", "--store-window", "--policy",
-                      "--graph-sizes", "--build"},
+                      "--graph-sizes", "--build", "--dynamic"},
                      {"--no-turn", "--wall"},
                      "usage: bench_window_scale [--model PATH] [--cache DIR] [--sizes 10,100,1000,3000] [--reps 5]\n"
                      "                          [--store-sizes 100,1000,10000,100000] [--store-window 100]\n"
                      "                          [--policy patch:16] [--build blind] [--graph-sizes 250,500,1000,2000]\n"
-                     "                          [--no-turn] [--wall]\n"
+                     "                          [--dynamic L] [--no-turn] [--wall]\n"
                      "  Per-operation planning and bookkeeping time (microseconds) of window operations against\n"
                      "  the window's chunk instances (--sizes) and the store's entries (--store-sizes), with the\n"
                      "  growth exponent between sizes (1 = linear; --sizes 10,100,1000,10000 adds about 6 minutes of\n"
@@ -152,6 +164,8 @@ int main(int argc, char** argv) {
                      "  --store-window: instances of the window measured against store size. --no-turn: skip\n"
                      "  the add_turn column (one forward over the window). --store-sizes 0 skips part 2.\n"
                      "  --graph-sizes: dependency graphs timed re-conditioning every instance (0 skips part 3).\n"
+                     "  --dynamic L: the generated model with dynamic-NTK RoPE anchored at L tokens (not with\n"
+                     "  --model): every plan past L reprices each instance's shortfall.\n"
                      "  Times are the thread's CPU time (one intra-op thread), or wall time with --wall.\n"},
         argc, argv, 1);
     const std::vector<int64_t> sizes =
@@ -170,8 +184,11 @@ int main(int argc, char** argv) {
     const WindowPolicy blind = parse_policy("blind");
     const WindowPolicy build_policy = parse_policy(a.get("--build").value_or("blind"));
     const int64_t largest = std::max(*std::max_element(sizes.begin(), sizes.end()), store_window);
-    const std::string model = a.get("--model").value_or(
-        generated_model(a.get("--cache").value_or("/tmp/orbit-bench"), std::max<int64_t>(1024, 2 * (largest + 8))));
+    const int64_t anchor = a.get_int("--dynamic", 0, 0);
+    ORBIT_CHECK(anchor == 0 || !a.get("--model").has_value(),
+                "bench_window_scale: --dynamic applies to the generated model, not to --model");
+    const std::string model = a.get("--model").value_or(generated_model(
+        a.get("--cache").value_or("/tmp/orbit-bench"), std::max<int64_t>(1024, 2 * (largest + 8)), anchor));
 
     EngineOptions o;
     o.model = model;
@@ -180,9 +197,9 @@ int main(int argc, char** argv) {
     o.background = BackgroundMode::kDeferred;
     o.threads = 1;
 
-    std::printf("model %s, policy %s, windows built under %s, %lld reps per size, %s time\n\n", model.c_str(),
-                policy.name().c_str(), build_policy.name().c_str(), static_cast<long long>(reps),
-                g_wall ? "wall" : "thread CPU");
+    std::printf("model %s%s, policy %s, windows built under %s, %lld reps per size, %s time\n\n", model.c_str(),
+                anchor > 0 ? " (dynamic-NTK RoPE)" : "", policy.name().c_str(), build_policy.name().c_str(),
+                static_cast<long long>(reps), g_wall ? "wall" : "thread CPU");
     std::printf("window size (chunk instances); microseconds per operation\n");
     std::printf("%7s %11s %10s %11s %10s %11s %8s %11s %8s\n", "N", "plan-admit", "admit", "plan-evict", "evict",
                 "plan+book", "growth", "turn(fwd)", "build-s");
