@@ -30,6 +30,13 @@ def test_make_trace_is_the_json_format_and_deterministic(orbit, web_trace):
         orbit.validate_trace(orbit.make_trace(kind, steps=3, seed=1))
 
 
+def test_every_kind_make_trace_takes_is_in_its_docstring(orbit):
+    # The docstring named only web, video and agent; the agent patterns were made but undocumented.
+    for kind in ("web", "video", "agent", "browse", "coding", "videoqa", "fanout", "rag"):
+        orbit.validate_trace(orbit.make_trace(kind, steps=2, seed=1))
+        assert f"'{kind}'" in orbit.make_trace.__doc__, kind
+
+
 def test_save_then_load_round_trips(orbit, web_trace, tmp_path):
     path = tmp_path / "web.json"
     orbit.save_trace(web_trace, path)

@@ -1633,8 +1633,10 @@ def make_trace(
     chunk_tokens: SupportsIndex = 0,
     sample_text: bool = False,
 ) -> dict:
-    """A synthetic agent trace: kind 'web', 'video' or 'agent' (or an agent pattern); sample_text: web's
-    observations and agent's documents sampled from the model at replay (kinds 'web' and 'agent' only)."""
+    """A synthetic agent trace: kind 'web', 'video' or 'agent' (random token ids), or an agent pattern of
+    story-like text: 'browse', 'coding', 'videoqa', 'fanout' or 'rag' (sizes counted as UTF-8 bytes + 1);
+    sample_text: web's observations and agent's documents sampled from the model at replay (kinds 'web' and
+    'agent' only)."""
 def replay(
     trace: TraceArg,
     model: Union[str, bytes, os.PathLike],

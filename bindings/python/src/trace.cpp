@@ -82,10 +82,16 @@ void def_trace_files(py::module_& m) {
       py::arg("sample_text") = false,
       "A synthetic agent trace (dict), as `orbit make-trace` writes: kind 'web' (screenshots slid over a\n"
       "growing transcript, look-backs), 'video' (frames re-examined, reorders) or 'agent' (tool results, forks,\n"
-      "placement). steps: agent steps (each several trace steps); token ids in [3, vocab_size); the window\n"
-      "stays under ~3/4 of max_positions; position_rows=3 makes media chunks embeddings with (t, h, w) grids;\n"
-      "chunk_tokens: media size (0 = from max_positions); sample_text: web's observations and agent's documents\n"
-      "sampled from the model at replay (kinds 'web' and 'agent' only; OrbitError otherwise).");
+      "placement), random token ids in [3, vocab_size), the window under ~3/4 of max_positions; or an agent\n"
+      "pattern of story-like text chunks, the window filled to max_positions - 24: 'browse' (pages slide over a\n"
+      "growing transcript, look-backs), 'coding' (files read, tool outputs dropped once used, files edited),\n"
+      "'videoqa' (frames re-examined under new questions, reorders), 'fanout' (sub-agents forked over shared\n"
+      "documents, commit / drop) or 'rag' (retrieved documents re-ranked each turn); their sizes count a text's\n"
+      "UTF-8 bytes + 1 as its tokens (an upper bound: `orbit make-trace` counts the model's tokens instead).\n"
+      "steps: agent steps (each several trace steps); position_rows=3 makes media chunks embeddings with\n"
+      "(t, h, w) grids; chunk_tokens: the screenshot / frame / document size (0 = from max_positions);\n"
+      "sample_text: web's observations and agent's documents sampled from the model at replay (kinds 'web' and\n"
+      "'agent' only; OrbitError otherwise).");
 }
 
 // replay: a trace under policies, with progress and Ctrl-C between steps.
