@@ -18,6 +18,7 @@
 #include "commands.h"
 #include "device_args.h"
 #include "orbit/common/error.h"
+#include "orbit/common/utf8.h"
 #include "orbit/policy.h"
 #include "orbit/store.h"
 #include "orbit/store/redis_client.h"
@@ -194,7 +195,8 @@ bool wait_for_signal(serve::HttpServer& http, const sigset_t& signals) {
   return http.drain_and_stop(second_signal);
 }
 
-// The text of a --chat-template file; throws orbit::Error naming the file when it cannot be read or is empty.
+// The text of a --chat-template file; throws orbit::Error naming the file when it cannot be read, is empty or
+// is not UTF-8.
 std::string read_template(const std::string& path) {
   std::error_code ec;  // a directory opens as an empty stream: name it rather than call it an empty file
   ORBIT_CHECK(!std::filesystem::is_directory(path, ec),
@@ -205,6 +207,9 @@ std::string read_template(const std::string& path) {
   text << in.rdbuf();
   ORBIT_CHECK(!in.bad(), "serve: --chat-template " << path << ": cannot read the file");
   ORBIT_CHECK(!text.str().empty(), "serve: --chat-template " << path << ": the file is empty");
+  // Its bytes go into every prompt: a tokenizer.json refuses them, and each request would be a 400 blaming
+  // its messages.
+  ORBIT_CHECK(is_valid_utf8(text.str()), "serve: --chat-template " << path << ": the file is not valid UTF-8");
   return text.str();
 }
 

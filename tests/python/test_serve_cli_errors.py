@@ -19,3 +19,15 @@ def test_an_empty_host_is_refused_naming_the_argument(orbit_cli, stories260k_pat
     assert result.returncode == 1, result.stderr
     assert "argument '--host' is empty" in result.stderr
     assert "listening on" not in result.stdout + result.stderr
+
+
+def test_a_chat_template_that_is_not_utf8_is_refused_at_start(orbit_cli, stories260k_path, tmp_path):
+    # Before, the server started with it and every chat request was a 400 blaming the request's messages
+    # (a tokenizer.json refuses the bytes; a llama2.c tokenizer encoded them as they were).
+    template = tmp_path / "latin1.jinja"
+    template.write_bytes(b"\xff\xfe{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    result = subprocess.run([str(orbit_cli), "serve", "--model", str(stories260k_path), "--host", "127.0.0.1",
+                             "--port", "0", "--chat-template", str(template)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stderr
+    assert f"--chat-template {template}: the file is not valid UTF-8" in result.stderr
