@@ -212,6 +212,15 @@ void convert_weights(ModelWeights& w, const ModelConfig& c, const ComputeTarget&
 
 }  // namespace
 
+int64_t llama2c_vocab_size(const std::string& path) {
+  const uint64_t size = file_size_of(path);
+  Reader reader(path, size);
+  const Header h = read_header(reader, path);
+  const Dims d = dims_of(h);
+  check_file_size(path, size, h, d);
+  return d.vocab;
+}
+
 std::unique_ptr<Model> load_llama2c(const std::string& path, const ComputeTarget& target) {
   const uint64_t size = file_size_of(path);
   Reader reader(path, size);

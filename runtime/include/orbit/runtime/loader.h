@@ -22,6 +22,9 @@ namespace orbit::runtime {
 std::unique_ptr<Model> load_model(const std::string& path, const ComputeTarget& target = {});
 
 std::unique_ptr<Model> load_llama2c(const std::string& path, const ComputeTarget& target = {});
+// The vocabulary size of the llama2.c checkpoint at `path`, its header and file size checked as load_llama2c
+// checks them (the same errors), without reading the weights: for finding its tokenizer (tok<N>.bin) first.
+int64_t llama2c_vocab_size(const std::string& path);
 std::unique_ptr<Model> load_hf(const std::string& dir, const ComputeTarget& target = {});
 
 // The error for `dir`, a directory given as a model that has no config.json: it says so and, where the
