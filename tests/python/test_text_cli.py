@@ -98,7 +98,7 @@ def test_text_without_a_tokenizer_says_so(orbit_cli, stories260k_path, tmp_path)
 def test_a_file_that_is_no_checkpoint_is_named_before_its_tokenizer_is_looked_for(orbit_cli, stories260k_path,
                                                                                   tmp_path):
     # Before, tokenize and generate took the vocabulary size from the file's bytes unchecked and answered
-    # 'has none beside it (looked for tok1802396002.bin ...)', or, with --tokenizer, tokenized happily.
+    # 'has none beside it (looked for tok1953459744.bin ...)', or, with --tokenizer, tokenized happily.
     text = tmp_path / "notes.bin"
     text.write_text("this is a text file, not a llama2.c checkpoint\n" * 4)
     tokenizer = stories260k_path.parent / "tok512.bin"
