@@ -157,7 +157,7 @@ const char* kServeUsage =
     "                        report the measured KL, and a session whose measured loss passes its budget is\n"
     "                        served exactly until it is back within it (usage.orbit.exact)\n"
     "  --audit-owed-after N  an audit idle time has not run by the Nth chat request after its own (requests\n"
-    "                        sent back to back leave none) is owed: that request runs it first, on its turn\n"
+    "                        sent back to back leave none) is owed: that request runs it after its answer\n"
     "                        (default 1; 0 = idle time only, the oldest dropped past 4 waiting); /metrics\n"
     "                        counts them (orbit_audits_owed_total, orbit_audits_waiting)\n"
     "  --calibrate-fidelity  fit the fidelity model (what :kl= budgets plan with) on this model before listening,\n"

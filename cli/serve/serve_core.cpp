@@ -65,7 +65,24 @@ RunOutcome ServeCore::run(RunTicket& ticket, const RunSink& sink) {
   if (context_.options.test_fault == "run") {  // ServeOptions::test_fault: tests only
     throw std::runtime_error("fault injected before the run (ORBIT_SERVE_TEST_FAULT=run, for tests only)");
   }
-  return requests_.run(ticket, sink);
+  RunOutcome out = requests_.run(ticket, sink);
+  run_owed_audit();
+  return out;
+}
+
+// An audit idle time did not reach (back-to-back requests leave none) is owed (audit.h): run here, once the run
+// has decoded its answer, on a gate turn of its own, so the client's first token does not wait for its two reads.
+// It measures the fork its own request was answered from, whenever it runs. A failure (say the pool cannot hold
+// the re-prefill) costs the audit, logged and counted, not the request.
+void ServeCore::run_owed_audit() {
+  if (!context_.auditor.owed()) return;
+  GateTurn turn(context_, "~audit", {});
+  if (!turn.enter()) return;  // the server closes
+  try {
+    context_.compute.run([this] { sessions_.audit_one(true); });
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "orbit serve: an owed audit failed (its request goes on): %s\n", e.what());
+  }
 }
 
 RunOutcome ServeCore::chat(const ChatRequest& request, const std::string& session, const RunSink& sink) {

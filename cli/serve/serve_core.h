@@ -80,7 +80,8 @@ class ServeCore {
   RunTicket prepare_completion(const CompletionRequest& request);
   // The prompt tokens of a chat request (RequestPath::count_chat_tokens): no window, nothing run.
   Parsed<int64_t> count_chat_tokens(const ChatRequest& request) const { return requests_.count_chat_tokens(request); }
-  // Runs a prepared request (a refused ticket answers its error). An engine failure is a 500 error.
+  // Runs a prepared request (a refused ticket answers its error). An engine failure is a 500 error. Then, once
+  // its answer is decoded (before a stream's usage and end), an audit owed to it (audit.h), if one is.
   RunOutcome run(RunTicket& ticket, const RunSink& sink);
   // prepare + run.
   RunOutcome chat(const ChatRequest& request, const std::string& session, const RunSink& sink);
@@ -123,6 +124,8 @@ class ServeCore {
   void close();
 
  private:
+  void run_owed_audit();  // after a run: the oldest audit if it is owed (audit.h), on a gate turn of its own
+
   ServeContext context_;  // first: the parts below hold references to it
   SessionTable sessions_;
   RequestPath requests_;

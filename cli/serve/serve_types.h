@@ -88,7 +88,7 @@ struct ServeOptions {
   // their budget served exactly until it is back within it. 0 = none.
   double audit_rate = 0.1;
   // An audit idle time has not run by the start of the audit_owed_after-th chat request after its own is run
-  // by that request, on its turn (AuditOptions::owed_after, audit.h). 0 = idle time only.
+  // by that request, after its answer is decoded (AuditOptions::owed_after, audit.h). 0 = idle time only.
   int64_t audit_owed_after = 1;
   ServeLimits limits;
   // Fault injection for tests, as the store's IoHooks are (set from the test-only environment variable

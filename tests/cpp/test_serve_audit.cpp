@@ -4,6 +4,7 @@
 // record and the metrics), exact mode after a loss past budget, and audits owed by requests that leave no idle
 // time.
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "orbit_catch.h"
@@ -163,82 +164,117 @@ bool has_line(const std::string& metrics, const std::string& line) {
   return metrics.find("\n" + line + "\n") != std::string::npos;
 }
 
-}  // namespace
-
-// Requests sent back to back leave the idle worker no time: held off here, as a decode batch holds it while it
-// steps, so no audit runs in idle time. Before audits could be owed, none of these was measured (4 waited, the
-// rest were dropped); now each request runs the audit of the one before on its turn and reports it.
-TEST_CASE("serve audit: with no idle time each audit is owed and run by the next request", "[serve][model]") {
-  sv::ServeOptions options;
+// `options` on TinyStories-656K with every chat request audited.
+sv::ServeOptions audited(sv::ServeOptions options) {
   options.model = kModel;
   options.audit_rate = 1;
-  sv::ServeCore core(options);
-  core.hold_idle_work(true);
-  Conversation c{core, "busy"};
-  c.idle = false;
-  for (int i = 0; i < 8; ++i) c.step(i, 6);
-  for (std::size_t i = 1; i < c.usages.size(); ++i) {
-    INFO("request " << i + 1);
-    REQUIRE(c.usages[i].audit.has_value());
-    CHECK(c.usages[i].audit->request == static_cast<int64_t>(i));
-    CHECK(c.usages[i].audit->predicted_kl == c.usages[i - 1].predicted_kl);
+  return options;
+}
+
+// A server whose requests leave the idle worker no time (held off, as a decode batch holds it while it steps,
+// so no audit runs in idle time), every request audited, and a conversation on it sent back to back.
+struct BackToBack {
+  sv::ServeCore core;
+  Conversation c;
+
+  BackToBack(sv::ServeOptions options, const std::string& session)
+      : core(audited(std::move(options))), c{core, session} {
+    core.hold_idle_work(true);
+    c.idle = false;
   }
-  const std::string metrics = metrics_of(core);
+  ~BackToBack() {
+    core.hold_idle_work(false);
+    core.close();
+  }
+};
+
+}  // namespace
+
+// Before audits could be owed, none of these requests was measured (4 waited, the rest were dropped); now each
+// request runs the audit of the one before once its answer is decoded, and the next one reports it.
+TEST_CASE("serve audit: with no idle time each audit is owed and run by the next request", "[serve][model]") {
+  BackToBack b({}, "busy");
+  for (int i = 0; i < 8; ++i) b.c.step(i, 6);
+  const std::vector<sv::RunUsage>& usages = b.c.usages;
+  for (std::size_t i = 2; i < usages.size(); ++i) {
+    INFO("request " << i + 1);
+    REQUIRE(usages[i].audit.has_value());
+    CHECK(usages[i].audit->request == static_cast<int64_t>(i) - 1);  // run after request i's answer
+    CHECK(usages[i].audit->predicted_kl == usages[i - 2].predicted_kl);
+  }
+  const std::string metrics = metrics_of(b.core);
   CHECK(has_line(metrics, "orbit_audits_total 7"));
   CHECK(has_line(metrics, "orbit_audits_owed_total 7"));
   CHECK(has_line(metrics, "orbit_audits_waiting 1"));  // the last request's, owed to the next one
   CHECK(has_line(metrics, "orbit_audits_dropped_total 0"));
-  core.hold_idle_work(false);
-  core.close();
+}
+
+// The owed audit waits for the answer of the request it is owed to: that request's every token went out before
+// the audit ran (before, it ran on the request's turn, before its sync, so its first token waited for it).
+TEST_CASE("serve audit: an owed audit runs after the answer of the request that owes it", "[serve][model]") {
+  BackToBack b({}, "after");
+  b.c.step(0, 6);                 // its audit waits, owed to the next request
+  std::vector<std::string> seen;  // /metrics as each piece of the next answer went out
+  sv::ChatRequest r;
+  r.model = b.core.model_name();
+  r.messages = b.c.all;
+  r.messages.push_back({"user", words(3, 8)});
+  r.sampling.max_tokens = 6;
+  r.sampling.temperature = 0;
+  sv::RunSink sink;
+  sink.on_text = [&](const std::string&) {
+    seen.push_back(metrics_of(b.core));
+    return true;
+  };
+  const sv::RunOutcome o = b.core.chat(r, "after", sink);
+  REQUIRE(o.result.has_value());
+  REQUIRE_FALSE(seen.empty());
+  for (const std::string& m : seen) {
+    CHECK(has_line(m, "orbit_audits_owed_total 0"));
+    CHECK(has_line(m, "orbit_audits_waiting 2"));  // the first request's, and this one's own
+  }
+  const std::string after = metrics_of(b.core);
+  CHECK(has_line(after, "orbit_audits_owed_total 1"));
+  CHECK(has_line(after, "orbit_audits_total 1"));
+  CHECK(has_line(after, "orbit_audits_waiting 1"));
 }
 
 TEST_CASE("serve audit: --audit-owed-after 0 leaves audits to idle time, dropped past 4 waiting", "[serve][model]") {
   sv::ServeOptions options;
-  options.model = kModel;
-  options.audit_rate = 1;
   options.audit_owed_after = 0;
-  sv::ServeCore core(options);
-  core.hold_idle_work(true);
-  Conversation c{core, "idle-only"};
-  c.idle = false;
-  for (int i = 0; i < 6; ++i) c.step(i, 6);
-  for (const sv::RunUsage& u : c.usages) CHECK_FALSE(u.audit.has_value());
-  std::string metrics = metrics_of(core);
+  BackToBack b(options, "idle-only");
+  for (int i = 0; i < 6; ++i) b.c.step(i, 6);
+  for (const sv::RunUsage& u : b.c.usages) CHECK_FALSE(u.audit.has_value());
+  std::string metrics = metrics_of(b.core);
   CHECK(has_line(metrics, "orbit_audits_total 0"));
   CHECK(has_line(metrics, "orbit_audits_owed_total 0"));
   CHECK(has_line(metrics, "orbit_audits_waiting 4"));
   CHECK(has_line(metrics, "orbit_audits_dropped_total 2"));
-  core.hold_idle_work(false);
-  core.run_idle_work();  // idle time at last: the 4 waiting are measured
-  metrics = metrics_of(core);
+  b.core.hold_idle_work(false);
+  b.core.run_idle_work();  // idle time at last: the 4 waiting are measured
+  b.core.hold_idle_work(true);
+  metrics = metrics_of(b.core);
   CHECK(has_line(metrics, "orbit_audits_total 4"));
   CHECK(has_line(metrics, "orbit_audits_waiting 0"));
-  core.close();
 }
 
-// An owed audit runs before the request's sync, so a loss past budget it finds in its own session serves that
-// very request exactly (with idle time, the request after the audit is).
-TEST_CASE("serve audit: an owed audit past budget serves the request that ran it exactly", "[serve][model]") {
+// An owed audit runs after the answer of the request that owes it, so a loss past budget it finds in its own
+// session serves the session's next request exactly (as one found in idle time does).
+TEST_CASE("serve audit: an owed audit past budget serves the next request exactly", "[serve][model]") {
   sv::ServeOptions options;
-  options.model = kModel;
   options.policy = "blind";  // reuses every turn as it is, relocated only: losses far past the budget
-  options.audit_rate = 1;
-  sv::ServeCore core(options);
-  core.hold_idle_work(true);
-  Conversation c{core, "blind-busy"};
-  c.idle = false;
-  std::size_t found = 0;  // the 0-based index of the request that ran the first audit past budget
+  BackToBack b(options, "blind-busy");
+  const std::vector<sv::RunUsage>& usages = b.c.usages;
+  std::size_t found = 0;  // the 0-based index of the request that reported the first audit past budget
   for (int i = 0; i < 14 && found == 0; ++i) {
-    c.step(i, 4);
-    const sv::RunUsage& u = c.usages.back();
-    if (u.audit && !u.audit->within_budget()) found = c.usages.size() - 1;
+    b.c.step(i, 4);
+    const sv::RunUsage& u = usages.back();
+    if (u.audit && !u.audit->within_budget()) found = usages.size() - 1;
   }
   REQUIRE(found > 0);
-  CHECK(c.usages[found].audit->request == static_cast<int64_t>(found));  // the request before it
-  CHECK(c.usages[found].exact == "audit");
-  CHECK(c.usages[found].predicted_kl == 0);
-  core.hold_idle_work(false);
-  core.close();
+  CHECK(usages[found].audit->request == static_cast<int64_t>(found) - 1);  // run after request found's answer
+  CHECK(usages[found].exact == "audit");
+  CHECK(usages[found].predicted_kl == 0);
 }
 
 TEST_CASE("serve audit: an append-only tool loop through the chat template is served exactly", "[serve][model]") {
@@ -316,20 +352,13 @@ TEST_CASE("serve audit: a loss the model under-predicted raises the engine's fid
 // orbit_audits_failed_total and logged; the request that ran it, owed, is answered all the same.
 TEST_CASE("serve audit: an owed audit that fails is counted and its request answered", "[serve][model]") {
   sv::ServeOptions options;
-  options.model = kModel;
-  options.audit_rate = 1;
   options.test_fault = "audit";
-  sv::ServeCore core(options);
-  core.hold_idle_work(true);
-  Conversation c{core, "failing"};
-  c.idle = false;
-  for (int i = 0; i < 3; ++i) c.step(i, 6);
-  for (const sv::RunUsage& u : c.usages) CHECK_FALSE(u.audit.has_value());
-  const std::string metrics = metrics_of(core);
+  BackToBack b(options, "failing");
+  for (int i = 0; i < 3; ++i) b.c.step(i, 6);
+  for (const sv::RunUsage& u : b.c.usages) CHECK_FALSE(u.audit.has_value());
+  const std::string metrics = metrics_of(b.core);
   CHECK(has_line(metrics, "orbit_audits_failed_total 2"));  // requests 2 and 3 ran the audits owed to them
   CHECK(has_line(metrics, "orbit_audits_owed_total 2"));
   CHECK(has_line(metrics, "orbit_audits_total 0"));
   CHECK(has_line(metrics, "orbit_audits_waiting 1"));
-  core.hold_idle_work(false);
-  core.close();
 }

@@ -92,7 +92,6 @@ class RequestPath {
   RunResult decode_chat(RunTicket::Prepared& p, const std::vector<int64_t>& generation_prompt, const RunSink& sink);
   RunOutcome run_completion(RunTicket::Prepared& p, const RunSink& sink);
   void queue_audit(std::shared_ptr<Session> s, int64_t request, const std::vector<int64_t>& query, double predicted_kl);
-  void run_owed_audit();  // holding the gate: an owed audit (audit.h) run, a failure logged
   void report_mismatch(const ToolStreamMismatch& m, int64_t choice);
 
   ServeContext& context_;

@@ -209,16 +209,16 @@ struct RequestPath::ChatSync {
   ServingMode mode;         // sessions_.serving: exact (healed) and audited or not
 };
 
-// Under the gate: an owed audit run (audit.h), the window synced to the messages by the plan prepare made, the
-// deferred repairs run, and the session healed or queued for an audit as it is served. False: the client left
-// before its turn.
+// Under the gate: the request counted for owed audits (audit.h; ServeCore::run runs one after the answer), the
+// window synced to the messages by the plan prepare made, the deferred repairs run, and the session healed or
+// queued for an audit as it is served. False: the client left before its turn.
 bool RequestPath::sync_chat(RunTicket::Prepared& p, const RunSink& sink, ChatSync& out) {
   Session& s = p.slot.session();
   Window& window = p.slot.window();
   GateTurn turn(context_, s.lane, sink.cancelled);
   if (!turn.enter()) return false;
   return run_in_pieces(context_, sink.cancelled, [&] {
-    run_owed_audit();
+    context_.auditor.count_request();
     out.report = window.sync(p.chat->messages, p.plan);  // the plan prepare made: no second rendering
     out.predicted_kl = run_deferred_repairs(window);
     out.mode = sessions_.serving(s);
@@ -305,19 +305,6 @@ void RequestPath::report_mismatch(const ToolStreamMismatch& m, int64_t choice) {
   const ApiError e = tool_stream_error(m, choice);
   std::fprintf(stderr, "orbit serve: %s (streamed name '%s', arguments %s; the answer's name '%s', arguments %s)\n",
                e.message.c_str(), m.name.c_str(), m.streamed.c_str(), m.answered_name.c_str(), m.answered.c_str());
-}
-
-// An audit idle time did not reach (back-to-back requests leave none) is owed (audit.h): it runs on this
-// request's turn, so what was served is measured, and a loss past budget is found before this session's request
-// is served. Holding the gate. A failure (say the pool cannot hold the re-prefill) costs the audit, logged, not
-// the request.
-void RequestPath::run_owed_audit() {
-  context_.auditor.count_request();
-  try {
-    sessions_.audit_one(true);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "orbit serve: an owed audit failed (its request goes on): %s\n", e.what());
-  }
 }
 
 // The window as the answer reads it, forked for an audit in idle time (audit.h). Holding the gate.

@@ -104,7 +104,7 @@ std::optional<std::pair<AuditCase, AuditResult>> Auditor::run_one(bool owed_only
     if (options_.fail_reads) throw std::runtime_error("an audit's reads failed (fault injected for tests)");
     served = c.fork->logits(c.query);
     exact = c.fork->reference_logits(c.query);
-  } catch (...) {  // counted, then the caller's: an owed audit's request goes on (RequestPath::run_owed_audit)
+  } catch (...) {  // counted, then the caller's: an owed audit's request goes on (ServeCore::run_owed_audit)
     std::lock_guard<std::mutex> lock(mutex_);
     ++failed_;
     throw;
@@ -144,7 +144,7 @@ std::string Auditor::render_metrics() const {
   counter("orbit_audits_dropped_total", "sampled requests not audited (no idle time before newer ones)",
           static_cast<double>(dropped_));
   counter("orbit_audits_owed_total",
-          "audits that had no idle time by the --audit-owed-after-th request after theirs, run on its turn",
+          "audits that had no idle time by the --audit-owed-after-th request after theirs, run after its answer",
           static_cast<double>(owed_));
   counter("orbit_audits_failed_total", "audits whose reads threw (logged; not measured, the request goes on)",
           static_cast<double>(failed_));

@@ -14,11 +14,14 @@
 // answer leaves the idle worker only the moments between an answer and the next request, which the session's
 // own idle work (its answer prefilled) takes first, so audits waited and were dropped: what those sessions
 // were served went unmeasured, and a loss past budget never put them in exact mode. So an audit still
-// waiting when the AuditOptions::owed_after-th chat request after its own starts is owed: that request runs
-// it on its own turn at the gate, before its sync (RequestPath::sync_chat, SessionTable::audit_one), which
-// costs it the audit's two reads (the fork's prompt, a re-prefill of its window). A violation found so
-// serves that request exactly already if it is of the same session. owed_after = 0 leaves audits to idle
-// time only (and to the drop).
+// waiting when the AuditOptions::owed_after-th chat request after its own starts (its sync's turn at the gate:
+// RequestPath::sync_chat counts it) is owed: that request runs it once its answer is decoded, on a gate turn
+// of its own (ServeCore::run, SessionTable::audit_one), before a stream's usage and end. Its first token no
+// longer waits for the audit's two reads (the fork's prompt, a re-prefill of its window); the end of its
+// answer does, and a request that waits for the gate meanwhile waits for them too. The audit measures its
+// fork, the KV its own request was answered from, whenever it runs; a violation found so serves the
+// session's next request exactly (the request that ran it was served already). owed_after = 0 leaves
+// audits to idle time only (and to the drop).
 //
 // Safe by default: an audit whose measured KL exceeds the session's budget (the policy's kl_budget, else
 // kDefaultKlBudget) puts its session in exact mode: its next requests are healed before they are read
@@ -50,7 +53,7 @@ struct AuditOptions {
   int64_t max_pending = 4;     // audits waiting for idle time at most
   int64_t exact_requests = 4;  // a session's first exact-mode span after a violation (doubling, ≤ 64)
   // An audit not run in idle time by the start of the owed_after-th chat request after its own is owed
-  // (above): that request runs it first. 0 = idle time only (`--audit-owed-after`).
+  // (above): that request runs it after its answer. 0 = idle time only (`--audit-owed-after`).
   int64_t owed_after = 1;
   bool fail_reads = false;  // tests only (ServeOptions::test_fault "audit"): every audit's reads throw
 };
@@ -73,8 +76,7 @@ class Auditor {
   const AuditOptions& options() const { return options_; }
   // Whether the next chat request is audited: every 1/rate-th one (deterministic, so RATE 1 audits all).
   bool due();
-  // A chat request starts being served (its turn at the gate, before it runs an owed audit): what owed
-  // audits count.
+  // A chat request starts being served (its sync's turn at the gate): what owed audits count.
   void count_request();
   // Queues a case (dropping the oldest past max_pending).
   void submit(AuditCase c);
@@ -88,9 +90,9 @@ class Auditor {
   std::optional<std::pair<AuditCase, AuditResult>> run_one(bool owed_only = false);
   // The audit's lines for /metrics (serve_metrics.h's format):
   //   orbit_audits_total, orbit_audits_dropped_total, orbit_audit_budget_violations_total,
-  //   orbit_audits_owed_total (audits idle time did not run, run on a later request's turn),
+  //   orbit_audits_owed_total (audits idle time did not run, run by a later request after its answer),
   //   orbit_audits_waiting (gauge: audits waiting now), orbit_audits_failed_total (reads that threw: logged,
-  //   not measured; in idle time or on the turn of the request that owed it, which goes on),
+  //   not measured; in idle time or after the answer of the request that owed it, which goes on),
   //   orbit_audit_top1_flips_total, orbit_audit_measured_kl (histogram, nats),
   //   orbit_audit_predicted_kl_total (Σ predicted; against orbit_audit_measured_kl_sum, how far the
   //   prediction is off), orbit_exact_requests_total (requests served exactly because an audit found a loss past
