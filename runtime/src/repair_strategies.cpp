@@ -382,9 +382,11 @@ std::unique_ptr<RepairStrategy> make_strategy(const std::string& spec) {
 // ---- token-selective recompute on explicit inputs ----------------------------------------------------
 
 Content recompute_tokens(const Model& model, const ForwardInput& input, const PastKV& context, const Content& canonical,
-                         const at::Tensor& indices, const std::function<void(int64_t layer)>& before_layer) {
+                         const at::Tensor& indices, const std::function<void(int64_t layer)>& before_layer,
+                         int64_t window_len) {
   ForwardOptions options;
   options.logits = LogitsMode::kNone;
+  options.rope_window_len = window_len;
   options.recompute = indices;
   options.cached = canonical;
   options.before_layer = before_layer;
@@ -393,7 +395,7 @@ Content recompute_tokens(const Model& model, const ForwardInput& input, const Pa
 
 at::Tensor cacheblend_select(const Model& model, const ForwardInput& input, const PastKV& context,
                              const Content& canonical, int64_t count, double* probe_forward_tokens,
-                             const std::function<void(int64_t layer)>& before_layer) {
+                             const std::function<void(int64_t layer)>& before_layer, int64_t window_len) {
   c10::InferenceMode guard;
   ORBIT_CHECK(!canonical.empty(), "cacheblend_select: empty canonical");
   const int64_t n = canonical.front().k.size(0);
@@ -409,6 +411,7 @@ at::Tensor cacheblend_select(const Model& model, const ForwardInput& input, cons
   options.logits = LogitsMode::kNone;
   options.max_layers = probe + 1;
   options.before_layer = before_layer;
+  options.rope_window_len = window_len;
   const Content in_context = model.forward(input, &context, options).content;
   const LayerKV& a = in_context[static_cast<std::size_t>(probe)];
   const LayerKV& b = canonical[static_cast<std::size_t>(probe)];

@@ -9,6 +9,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -166,4 +168,51 @@ TEST_CASE("past a dynamic-NTK anchor a read's answer rows are loaded within the 
   CHECK(tight.forwarded == static_cast<double>(tight.sent));
   CHECK(tight.plan.predicted_kl <= tight.plan.policy.kl_budget);
   CHECK(tight.kl <= orbit::kDefaultKlBudget);
+}
+
+namespace {
+
+// The logits of `query` after a window of chunks a, d and then c admitted before d, under `policy` (survivors
+// re-conditioned), on `engine`; `plan` receives c's admit plan.
+orbit::Logits admitted_between(Engine& engine, const std::string& policy, orbit::Plan* plan) {
+  orbit::WindowOptions wo;
+  wo.policy = orbit::parse_policy(policy);
+  wo.policy.survivors = orbit::SurvivorAction::kRecondition;
+  orbit::Window w = engine.new_window(wo);
+  w.admit(engine.add_text(kUser[0]));
+  const orbit::InstanceId d = w.admit(engine.add_text(" " + kUser[2])).added.front();
+  *plan = w.plan_admit(engine.add_text(" " + kUser[1]), d);
+  REQUIRE(w.apply(*plan).is_ok());
+  return w.logits(engine.tokenize(" The", false));
+}
+
+}  // namespace
+
+TEST_CASE("past a dynamic-NTK anchor first-k and CacheBlend recompute at the window's length", "[reuse][model][rope]") {
+  // Chunks a, d, then c admitted between them: past the anchor of 32, so the plan forwards at the window's
+  // length. c is a patch miss served by first-k (K past its length) or CacheBlend (ratio 1): every token
+  // recomputed in context, which is c's prefill; d is re-conditioned the same way. Their KV, and the read's
+  // logits, are then the prefix baseline's, which prefills c and d at the window's length: within float
+  // rounding, and priced with no shortfall. The old recompute ran at c's own end (its position plus its length,
+  // short of the window by d), so c's content carried another base (the logits differed by up to 1.1e-2, KL
+  // 2.7e-6), and the planner priced every recompute as formed at the chunk's own length.
+  orbit::test::TempDir dir;
+  auto engine = open_dynamic(dir);
+  orbit::Plan want_plan, plan;
+  const orbit::Logits want = admitted_between(*engine, "prefix", &want_plan);
+  REQUIRE(want_plan.rope_window > 32);
+  for (const char* policy : {"firstk:64", "cacheblend:1"}) {
+    const orbit::Logits got = admitted_between(*engine, policy, &plan);
+    INFO(policy << ", window " << plan.rope_window);
+    CHECK(plan.rope_window == want_plan.rope_window);
+    CHECK(plan.count(orbit::StepAction::kRecompute) == 2);
+    for (const orbit::PlanStep& s : plan.steps) {
+      if (s.action == orbit::StepAction::kRecompute) CHECK(s.shortfall_kl == 0);  // formed at the window's length
+    }
+    const double kl = row_kl(want.last(), got.last(), got.vocab);
+    double diff = 0;
+    for (int64_t v = 0; v < got.vocab; ++v) diff = std::max(diff, std::abs(double{got.last()[v]} - want.last()[v]));
+    INFO("KL " << kl << ", largest logit difference " << diff);
+    CHECK(diff <= 1e-4);
+  }
 }

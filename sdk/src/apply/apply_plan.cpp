@@ -192,14 +192,18 @@ std::unique_ptr<runtime::PagedSequence> make_pages(EngineCore& core, const Kv& k
 }
 
 // Dynamic-NTK RoPE: the window length whose base a served instance's content carries (EntryMeta::formed_window),
-// 0 for any other model. A canonical served alone, relocated or with tokens recomputed over it (first-k,
-// CacheBlend: most rows stay canonical) carries its own length. A forward in context, and KV forwarded behind
-// the same states (exact reuse, a stored conditioned KV; the chain starts at the rope window, kv_window_start),
-// the plan's rope window, or its end when there is none; a stored patch's conditioned rows the same (assumed:
-// the patch records no window). LayoutPlanner::formed_window says the same when it prices them.
+// 0 for any other model. A canonical served alone, relocated or with some tokens recomputed over it (first-k,
+// CacheBlend: most rows stay canonical; the recomputed ones are formed at the rope window) carries its own
+// length. A forward in context, a recompute of every token, and KV forwarded behind the same states (exact
+// reuse, a stored conditioned KV; the chain starts at the rope window, kv_window_start), the plan's rope window,
+// or its end when there is none; a stored patch's conditioned rows the same (assumed: the patch records no
+// window). LayoutPlanner::formed_window says the same when it prices them.
 int64_t formed_window(const EngineCore& core, StepAction done, const PlanStep& s, int64_t extent, int64_t rope_window) {
   if (core.config().rope.scaling != runtime::RopeScaling::kDynamicNtk) return 0;
-  if (done == StepAction::kCanonical || done == StepAction::kBlind || done == StepAction::kRecompute) return extent;
+  const bool all_recomputed = done == StepAction::kRecompute && s.recompute_tokens >= s.chunk.length;
+  if (done == StepAction::kCanonical || done == StepAction::kBlind ||
+      (done == StepAction::kRecompute && !all_recomputed))
+    return extent;
   return rope_window > 0 ? rope_window : s.position + extent;
 }
 

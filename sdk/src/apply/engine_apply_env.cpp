@@ -201,10 +201,12 @@ Kv EngineApplyEnv::recompute(const ApplyTarget& target, const Kv& canonical, int
   const runtime::ForwardInput input = input_of(target);
   const runtime::PastKV past = build_.past();
   const runtime::Content& c = content_of(canonical);
-  const at::Tensor idx =
-      selective ? runtime::cacheblend_select(core_.model(), input, past, c, count, probe_tokens, layer_interruption())
-                : at::arange(count, at::kLong);
-  return make_kv(runtime::recompute_tokens(core_.model(), input, past, c, idx, layer_interruption()));
+  // Formed at the plan's rope window like every other forward here (dynamic-NTK RoPE; 0: at its own end).
+  const at::Tensor idx = selective ? runtime::cacheblend_select(core_.model(), input, past, c, count, probe_tokens,
+                                                                layer_interruption(), build_.rope_window)
+                                   : at::arange(count, at::kLong);
+  return make_kv(
+      runtime::recompute_tokens(core_.model(), input, past, c, idx, layer_interruption(), build_.rope_window));
 }
 
 void EngineApplyEnv::queue_form(FormJob f) {

@@ -230,13 +230,17 @@ PlanInput LayoutPlanner::input_for(std::size_t i, const PlanContext* ctx) const 
   return in;
 }
 
-int64_t LayoutPlanner::formed_window(std::size_t i, StepAction a) const {
+int64_t LayoutPlanner::formed_window(std::size_t i, const PlanStep& s) const {
   const SlotInfo& si = info_[i];
+  const StepAction a = s.action;
   if (a == StepAction::kKeep) return si.old->formed_window;
-  // A canonical (alone at position 0, relocated, or with some tokens recomputed over it) carries its own
-  // length; what this plan forwards, or loads from KV forwarded behind the same states (whose chain starts at
-  // the window length, kv_window_start), the plan's rope window, else its end.
-  if (a == StepAction::kCanonical || a == StepAction::kBlind || a == StepAction::kRecompute) return si.extent;
+  // A canonical (alone at position 0, relocated, or with some tokens recomputed over it: those few are formed at
+  // the rope window, the rest keep the canonical's) carries its own length; what this plan forwards (a
+  // recompute of every token too), or loads from KV forwarded behind the same states (whose chain starts at the
+  // window length, kv_window_start), the plan's rope window, else its end.
+  const bool all_recomputed = a == StepAction::kRecompute && s.recompute_tokens >= si.length;
+  if (a == StepAction::kCanonical || a == StepAction::kBlind || (a == StepAction::kRecompute && !all_recomputed))
+    return si.extent;
   return plan_.rope_window > 0 ? plan_.rope_window : si.position + si.extent;
 }
 
@@ -248,8 +252,8 @@ bool LayoutPlanner::short_formed(std::size_t i) const {
 void LayoutPlanner::add_shortfall(std::size_t i, PlanStep& s) const {
   const planner::DynamicNtk& rope = env_.limits().dynamic_ntk;
   if (!rope.active() || s.action == StepAction::kEvict) return;
-  s.shortfall_kl = fidelity_.predict_shortfall(
-      planner::shortfall_feature(rope, formed_window(i, s.action), total_tokens_), weights_[i]);
+  s.shortfall_kl =
+      fidelity_.predict_shortfall(planner::shortfall_feature(rope, formed_window(i, s), total_tokens_), weights_[i]);
   s.predicted_kl += s.shortfall_kl;
 }
 

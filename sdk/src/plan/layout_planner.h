@@ -131,9 +131,9 @@ class LayoutPlanner {
   // shortfall_feature): a kept instance's formed window (EntryMeta::formed_window), a forward's end, a
   // canonical's own length. Sets s.shortfall_kl and adds it to s.predicted_kl; 0 for every other model.
   void add_shortfall(std::size_t i, PlanStep& s) const;
-  // The window length slot i's content carries when served by an action of category `a` (apply_plan.cpp's
-  // formed_window says the same for what it serves).
-  int64_t formed_window(std::size_t i, StepAction a) const;
+  // The window length slot i's content carries when served by `s` (apply_plan.cpp's formed_window says the
+  // same for what it serves).
+  int64_t formed_window(std::size_t i, const PlanStep& s) const;
   // Whether kept slot i's content was formed at a window length that prices a loss read at the window's length
   // after the plan (always false but under dynamic-NTK RoPE).
   bool short_formed(std::size_t i) const;

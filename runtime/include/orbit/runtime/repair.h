@@ -156,15 +156,19 @@ ArmResult run_arm(const PreparedScenario& prepared, const RepairStrategy& strate
 // B's KV in context (`input` with its positions set, after `context`) with only the tokens at `indices`
 // (int64, strictly ascending, into B) computed through every layer, over `canonical` for the others.
 // `before_layer` (empty: none) is the forward's ForwardOptions::before_layer: it may throw to stop it.
+// `window_len` is its ForwardOptions::rope_window_len (dynamic-NTK RoPE: the window length the recomputed
+// tokens are formed at; 0: B's own end).
 Content recompute_tokens(const Model& model, const ForwardInput& input, const PastKV& context, const Content& canonical,
-                         const at::Tensor& indices, const std::function<void(int64_t layer)>& before_layer = {});
+                         const at::Tensor& indices, const std::function<void(int64_t layer)>& before_layer = {},
+                         int64_t window_len = 0);
 
 // CacheBlend's selection: the `count` tokens of B whose layer-1 KV (layer 0 for a 1-layer model) in
 // context deviates most from the canonical (K and V together), ascending. count = 0 or n needs no probe.
 // *probe_forward_tokens (optional) receives the probe's cost in token-forwards (2·n/L, or 0). `before_layer`
-// (empty: none) is the probe forward's ForwardOptions::before_layer: it may throw to stop it.
+// (empty: none) is the probe forward's ForwardOptions::before_layer: it may throw to stop it. `window_len`:
+// the probe's ForwardOptions::rope_window_len, as recompute_tokens'.
 at::Tensor cacheblend_select(const Model& model, const ForwardInput& input, const PastKV& context,
                              const Content& canonical, int64_t count, double* probe_forward_tokens = nullptr,
-                             const std::function<void(int64_t layer)>& before_layer = {});
+                             const std::function<void(int64_t layer)>& before_layer = {}, int64_t window_len = 0);
 
 }  // namespace orbit::runtime
