@@ -184,6 +184,17 @@ TEST_CASE("Expect: 100-continue is answered once, before the body, and dropped f
   CHECK(refusal_of("POST /x HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 9999999\r\n\r\n") == 413);
 }
 
+TEST_CASE("an HTTP/1.0 request's Expect: 100-continue is ignored: no 1xx goes to a 1.0 client", "[serve][cpu]") {
+  // RFC 9110 §10.1.1. Before, the server sent "HTTP/1.1 100 Continue" to it, which a 1.0 client reads as
+  // the answer's status line.
+  sv::RequestReader r = fed("POST /x HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n", false);
+  CHECK(r.state() == State::kBody);
+  CHECK_FALSE(r.take_continue());
+  r.feed("ok", 2);
+  REQUIRE(r.state() == State::kComplete);
+  CHECK(r.request().head == "POST /x HTTP/1.0\r\nContent-Length: 2\r\n\r\n");
+}
+
 TEST_CASE("an unfinished head names its path once its request line arrived", "[serve][cpu]") {
   sv::RequestReader r = fed("POST /v1/chat/completions?a=b HTTP/1.1\r\nHost:", false);
   CHECK(r.state() == State::kHead);

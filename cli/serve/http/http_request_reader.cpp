@@ -239,6 +239,7 @@ bool RequestReader::parse_head(std::size_t end) {
   request_.target = origin_form(target);  // the library behind routes an absolute-form target as its path
   request_.path = request_.target.substr(0, request_.target.find('?'));
   request_.keep_alive = version == "HTTP/1.1";
+  http11_ = version == "HTTP/1.1";
   request_.head = request_.method + " " + request_.target + " " + std::string(version) + "\r\n";
   const std::size_t headers_begin = pos_ + line_end + 1;
   pos_ = end;
@@ -321,7 +322,8 @@ bool RequestReader::parse_headers(std::size_t begin, std::size_t end) {
   } else {
     complete();
   }
-  continue_pending_ = expect_continue && state_ == State::kBody;
+  // RFC 9110 §10.1.1: an HTTP/1.0 request's 100-continue is ignored (its client cannot read a 1xx answer).
+  continue_pending_ = expect_continue && http11_ && state_ == State::kBody;
   return true;
 }
 

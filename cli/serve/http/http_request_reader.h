@@ -78,8 +78,8 @@ class RequestReader {
   // Takes `n` received bytes and reads as far as they allow. In kComplete and kRefused bytes are only kept.
   void feed(const char* data, std::size_t n);
   State state() const { return state_; }
-  // The head asked for "Expect: 100-continue" and none of its body arrived yet: true once, when the
-  // caller should answer "100 Continue".
+  // The head of an HTTP/1.1 request asked for "Expect: 100-continue" and none of its body arrived yet: true
+  // once, when the caller should answer "100 Continue" (an HTTP/1.0 request's expectation is ignored).
   bool take_continue();
   const ReadRequest& request() const { return request_; }  // kComplete
   const ReadRefusal& refusal() const { return refusal_; }  // kRefused
@@ -128,6 +128,7 @@ class RequestReader {
   std::size_t trailer_bytes_ = 0;  // the trailers read so far
   uint64_t remaining_ = 0;         // body bytes (Content-Length) or bytes of the current chunk still to come
   bool continue_pending_ = false;
+  bool http11_ = false;  // the request being read is HTTP/1.1 (not 1.0)
 };
 
 }  // namespace orbit::serve
