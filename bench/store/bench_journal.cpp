@@ -94,16 +94,19 @@ std::pair<double, double> journal_writes_us(const std::string& dir, int64_t puts
   o.dir = dir;
   o.model_fingerprint = std::string(64, 'b');
   st::DiskTier disk(o);
-  std::vector<std::string> keys;
-  for (int64_t i = 0; i < puts; ++i) keys.push_back(orbit::chunk_key_tokens(o.model_fingerprint, {i}));
+  std::vector<st::RemotePendingRecord> records;
+  for (int64_t i = 0; i < puts; ++i) records.push_back({0, orbit::chunk_key_tokens(o.model_fingerprint, {i}), false});
   const std::string remote = "redis://127.0.0.1:1";
   auto start = Clock::now();
-  for (const std::string& k : keys) ORBIT_CHECK(disk.record_remote_pending(k, remote).is_ok(), "bench_journal: record");
+  for (st::RemotePendingRecord& r : records) {
+    ORBIT_CHECK(disk.record_remote_pending(r.key, remote, false, &r.seq).is_ok(), "bench_journal: record");
+  }
   const double record = since(start) / static_cast<double>(puts) * 1e6;
   start = Clock::now();
-  for (size_t i = 0; i < keys.size(); i += 64) {
-    const std::vector<std::string> batch(keys.begin() + static_cast<std::ptrdiff_t>(i),
-                                         keys.begin() + static_cast<std::ptrdiff_t>(std::min(keys.size(), i + 64)));
+  for (size_t i = 0; i < records.size(); i += 64) {
+    const std::vector<st::RemotePendingRecord> batch(
+        records.begin() + static_cast<std::ptrdiff_t>(i),
+        records.begin() + static_cast<std::ptrdiff_t>(std::min(records.size(), i + 64)));
     ORBIT_CHECK(disk.clear_remote_pending(batch, remote).is_ok(), "bench_journal: clear");
   }
   const double clear = since(start) / static_cast<double>(puts) * 1e6;

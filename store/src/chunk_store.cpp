@@ -328,19 +328,19 @@ Status ChunkStore::erase(const std::string& key) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (meta_.count(key)) {
-      // The remote's removal is recorded before the local one (a kill between them leaves the record with the
-      // local copy, which the next open then writes instead: the remote ends as the local tiers do).
-      const bool recorded = remote_ && !journal_remote_.empty() &&
-                            disk_->record_remote_pending(key, journal_remote_, /*erase=*/true).is_ok();
-      if (disk_ && disk_->contains(key)) {
-        Status s = disk_->erase(key);
+      // With a journal, the remote's removal is recorded in the local removal's own transaction (a key held only in
+      // memory: its row deleted is none), so the two commit together or not at all.
+      int64_t recorded_seq = 0;
+      const bool journaled = remote_ && !journal_remote_.empty();
+      if (disk_ && (journaled || disk_->contains(key))) {
+        Status s = disk_->erase(key, journaled ? journal_remote_ : std::string(), &recorded_seq);
         if (!s) return s;
       }
       if (device_) device_->remove(key);
       host_->remove(key);
       drop_meta(key);
       memory_only_.erase(key);
-      if (remote_) remote_->erase(key, recorded);
+      if (remote_) remote_->erase(key, recorded_seq);
       return Status::ok();
     }
   }

@@ -17,8 +17,13 @@ class ChunkStore::Journal final : public RemoteJournal {
  public:
   Journal(ChunkStore& store, std::string remote) : store_(store), disk_(*store.disk_), remote_(std::move(remote)) {}
 
-  void record(const std::string& key, bool erase) override { (void)disk_.record_remote_pending(key, remote_, erase); }
-  void settle(const std::vector<std::string>& keys) override { (void)disk_.clear_remote_pending(keys, remote_); }
+  int64_t record(const std::string& key, bool erase) override {
+    int64_t seq = 0;
+    return disk_.record_remote_pending(key, remote_, erase, &seq) ? seq : 0;
+  }
+  void settle(const std::vector<RemotePendingRecord>& records) override {
+    (void)disk_.clear_remote_pending(records, remote_);
+  }
   int64_t last() override {
     try {
       return disk_.last_remote_pending();
@@ -59,6 +64,7 @@ std::shared_ptr<RemoteJournal> ChunkStore::make_journal() {
   const std::string remote =
       options_.remote_backend ? options_.remote_backend->describe() : redact_redis_url(options_.remote.url);
   journal_remote_ = remote;
+  disk_->hold_pending_writes(remote);  // an entry whose write is not delivered yet keeps its local copy
   return std::make_shared<Journal>(*this, remote);
 }
 

@@ -12,26 +12,27 @@ namespace orbit::store {
 
 Status ChunkStore::put(const std::string& key, const ValuePtr& value, const PutOptions& options) {
   const bool to_remote = remote_ && options.remote;
-  bool journaled = false;
-  Status s = put_local(key, value, options, to_remote ? &journaled : nullptr);
-  if (s && to_remote) remote_->put(key, value, journaled);  // after the local copy: a failed remote write loses nothing
+  int64_t journal_seq = 0;
+  Status s = put_local(key, value, options, to_remote ? &journal_seq : nullptr);
+  if (s && to_remote)
+    remote_->put(key, value, journal_seq);  // after the local copy: a failed remote write loses nothing
   return s;
 }
 
 Status ChunkStore::put_local(const std::string& key, const ValuePtr& value, const PutOptions& options,
-                             bool* journaled) {
+                             int64_t* journal_seq) {
   check_chunk_store_key(key, "put");
   ORBIT_CHECK(value != nullptr, "ChunkStore::put: null value for key " << key);
   if (!options.replace) {
     if (std::optional<Status> stored = put_existing(key, value, options)) return *stored;
   }
   PendingPut pending;
-  if (journaled != nullptr) pending.journal_remote = journal_remote_;
+  if (journal_seq != nullptr) pending.journal_remote = journal_remote_;
   if (std::optional<Status> ended = prepare_put(key, *value, options, &pending)) return *ended;
   std::lock_guard<std::mutex> lock(mu_);
   const Meta m = put_meta(key, *value, options);
   if (std::optional<Status> ended = commit_put(key, m, options, pending)) return *ended;
-  if (journaled != nullptr) *journaled = pending.journaled;
+  if (journal_seq != nullptr) *journal_seq = pending.journal_seq;
   return place_put(key, value, options, pending);
 }
 
@@ -111,7 +112,8 @@ std::optional<Status> ChunkStore::commit_put(const std::string& key, const Meta&
       ++refusals_;
       return room;
     }
-    Status committed = disk_->commit(*pending.prepared, row_attrs(m), options.replace, pending.journal_remote);
+    Status committed =
+        disk_->commit(*pending.prepared, row_attrs(m), options.replace, pending.journal_remote, &pending.journal_seq);
     if (!committed) {
       disk_failed(committed);
       if (pending.disk_only) {
@@ -121,7 +123,6 @@ std::optional<Status> ChunkStore::commit_put(const std::string& key, const Meta&
       pending.disk_error = committed;
       pending.prepared.reset();
     } else {
-      pending.journaled = !pending.journal_remote.empty();
       memory_only_.erase(key);
       if (m.pinned) (void)disk_->set_pinned(key, true);
     }

@@ -2,6 +2,8 @@
 // write (chunk_store.h states the contract; chunk_store.cpp holds the API).
 #include <algorithm>
 #include <cstdio>
+#include <set>
+#include <string>
 
 #include "orbit/common/error.h"
 #include "orbit/store/chunk_store.h"
@@ -29,11 +31,19 @@ Status ChunkStore::make_room(Tier& t, int64_t need, const std::string& exclude) 
   }
   if (&t == disk_.get() && t.budget_bytes() != std::numeric_limits<int64_t>::max()) sync_disk();
   if (t.budget_bytes() - t.used_bytes() >= need) return Status::ok();
+  // On disk, the last tier, an entry whose remote write is recorded and not delivered yet is the copy that write
+  // is still to be sent from (by this run's writer, or re-sent by the next open): it stays, so a remote down for
+  // long makes puts refused here once such entries fill the budget, instead of losing them from both tiers.
+  const std::set<std::string> for_remote = &t == disk_.get() ? disk_->held_for_remote() : std::set<std::string>{};
   std::vector<EvictionCandidate> candidates;
   candidates.reserve(static_cast<std::size_t>(t.num_entries()));
-  int64_t evictable = 0, held = 0;
+  int64_t evictable = 0, held = 0, held_for_remote = 0;
   for (const auto& [key, m] : meta_) {
     if (key == exclude || !t.contains(key)) continue;
+    if (for_remote.count(key) > 0) {
+      ++held_for_remote;
+      continue;
+    }
     if (m.pinned || !t.evictable(key)) {
       ++held;
       continue;
@@ -50,10 +60,13 @@ Status ChunkStore::make_room(Tier& t, int64_t need, const std::string& exclude) 
   }
   const int64_t free_bytes = t.budget_bytes() - t.used_bytes();
   if (free_bytes + evictable < need) {
-    return Status::out_of_capacity(std::string(name) + " tier: " + std::to_string(need) + " bytes needed, " +
-                                   std::to_string(free_bytes) + " free and " + std::to_string(evictable) +
-                                   " evictable of " + std::to_string(t.budget_bytes()) + " (" + std::to_string(held) +
-                                   " entries pinned or in use)");
+    return Status::out_of_capacity(
+        std::string(name) + " tier: " + std::to_string(need) + " bytes needed, " + std::to_string(free_bytes) +
+        " free and " + std::to_string(evictable) + " evictable of " + std::to_string(t.budget_bytes()) + " (" +
+        std::to_string(held) + " entries pinned or in use" +
+        (held_for_remote > 0 ? ", " + std::to_string(held_for_remote) + " kept until their remote write is delivered"
+                             : std::string()) +
+        ")");
   }
   // Candidates' keys are views of meta_'s. Evicting one erases at most its own entry: the tier below, relieved
   // to take it, holds none of this tier's keys (memory tiers are exclusive, the disk is the last).

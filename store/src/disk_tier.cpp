@@ -214,14 +214,18 @@ void DiskTier::release_read(const std::string& key) {
   (void)leases_->release_lease(key, owner_, SqliteIndex::LeaseKind::kRead);
 }
 
-Status DiskTier::record_remote_pending(const std::string& key, const std::string& remote, bool erase) {
+Status DiskTier::record_remote_pending(const std::string& key, const std::string& remote, bool erase, int64_t* seq) {
   std::lock_guard<std::mutex> lock(lease_mu_);
-  return leases_->record_remote_pending(key, remote, erase);
+  return leases_->record_remote_pending(key, remote, erase, seq);
 }
 
-Status DiskTier::clear_remote_pending(const std::vector<std::string>& keys, const std::string& remote) {
+Status DiskTier::clear_remote_pending(const std::vector<RemotePendingRecord>& records, const std::string& remote) {
   std::lock_guard<std::mutex> lock(lease_mu_);
-  return leases_->clear_remote_pending(keys, remote);
+  return leases_->clear_remote_pending(records, remote);
+}
+
+std::set<std::string> DiskTier::held_for_remote() const {
+  return held_for_remote_.empty() ? std::set<std::string>{} : index_->remote_pending_writes(held_for_remote_);
 }
 
 int64_t DiskTier::last_remote_pending() {
@@ -299,7 +303,8 @@ Result<ValuePtr> DiskTier::load(const DiskRow& row) const {
 }
 
 Status DiskTier::commit(const PreparedBlob& blob, const RowAttrs& attrs, bool replace,
-                        const std::string& remote_pending) {
+                        const std::string& remote_pending, int64_t* seq) {
+  if (seq != nullptr) *seq = 0;
   DiskRow row;
   row.key = blob.key;
   row.kind = blob.kind;
@@ -318,10 +323,11 @@ Status DiskTier::commit(const PreparedBlob& blob, const RowAttrs& attrs, bool re
   // With a record: one transaction (a kept row writes nothing, its record still commits).
   Status s = remote_pending.empty() ? upsert() : index_->in_transaction([&] {
     Status up = upsert();
-    return up ? index_->record_remote_pending(blob.key, remote_pending) : up;
+    return up ? index_->record_remote_pending(blob.key, remote_pending, /*erase=*/false, seq) : up;
   });
   commit_refused_ = !s;
   if (!s) {
+    if (seq != nullptr) *seq = 0;  // rolled back with the row
     discard(blob);
     // Out of space: the WAL may be what is full (at a file-size limit). A checkpoint lets the next commit
     // start it over, so a later put finds the disk again (ChunkStore's disk_degraded clears) without a reopen.
@@ -363,10 +369,18 @@ Result<ValuePtr> DiskTier::read(const std::string& key) {
   return load(*row);
 }
 
-Status DiskTier::erase(const std::string& key) {
+Status DiskTier::erase(const std::string& key, const std::string& remote_pending, int64_t* seq) {
   std::string blob;
-  Status s = index_->erase(key, &blob);
-  if (!s) return s;
+  if (seq != nullptr) *seq = 0;
+  Status s = remote_pending.empty() ? index_->erase(key, &blob) : index_->in_transaction([&] {
+    Status erased = index_->erase(key, &blob);
+    return erased ? index_->record_remote_pending(key, remote_pending, /*erase=*/true, seq) : erased;
+  });
+  if (!s) {
+    blob.clear();  // rolled back: the row and its blob stay
+    if (seq != nullptr) *seq = 0;
+    return s;
+  }
   if (!blob.empty()) {
     Result<std::string> path = resolve(blob);
     if (path) ::unlink(path.value().c_str());
@@ -383,7 +397,7 @@ Result<bool> DiskTier::evict(const std::string& key) {
   std::string blob;
   auto it = rows_.find(key);
   if (it != rows_.end() && it->second.pinned) return false;
-  Result<bool> erased = index_->erase_unleased(key, now_ms(), &blob);
+  Result<bool> erased = index_->erase_unleased(key, now_ms(), &blob, held_for_remote_);
   if (!erased) return erased.status();
   if (!erased.value()) {
     (void)refresh(key);  // held by another process (kept), or already gone

@@ -172,7 +172,7 @@ void RemoteTier::warn_undelivered(const Undelivered& left, const std::string& la
   }
   if (left.backlog > 0) {
     what += std::string(what.empty() ? "" : " and ") + plural(left.backlog, "write or erase record") +
-            " of an earlier run not re-sent yet (the next open tries again)";
+            " not re-sent yet (of an earlier run, or writes the queue's byte bound dropped: the next open tries again)";
   }
   orbit::warn("remote tier " + backend_->describe() + " closed with " + what +
               (last_error.empty() || was_reported(backend_->describe(), last_error) ? std::string()
@@ -310,12 +310,13 @@ bool RemoteTier::contains(const std::string& key) {
   return r.value();
 }
 
-void RemoteTier::put(const std::string& key, const ValuePtr& value, bool recorded) {
-  if (journal_ && !recorded)
-    journal_->record(key, false);  // before it is queued: its record goes once the remote has it
+void RemoteTier::put(const std::string& key, const ValuePtr& value, int64_t recorded_seq) {
+  int64_t seq = recorded_seq;
+  if (journal_ && seq == 0) seq = journal_->record(key, false);  // before it is queued: it goes once delivered
+  if (options_.before_queue) options_.before_queue(key);
   std::lock_guard<std::mutex> lock(mu_);
   if (stop_) return;
-  Pending p{key, value, value->bytes()};
+  Pending p{key, value, value->bytes(), seq};
   queued_bytes_ += p.bytes;
   queue_.push_back(std::move(p));
   // Over the bound, the oldest queued writes go, but never the newest, nor the one in flight (the front while
@@ -329,13 +330,16 @@ void RemoteTier::put(const std::string& key, const ValuePtr& value, bool recorde
     queued_bytes_ -= it->bytes;
     it = queue_.erase(it);
     ++stats_.writes_dropped;
+    rescan_ = journal_ != nullptr;  // its record stays: re-sent from the local copy once the queue empties
   }
   stats_.queued = static_cast<int64_t>(queue_.size());
   cv_.notify_all();
 }
 
-void RemoteTier::erase(const std::string& key, bool recorded) {
-  if (journal_ && !recorded) journal_->record(key, true);  // before it is queued, as a put's write
+void RemoteTier::erase(const std::string& key, int64_t recorded_seq) {
+  int64_t seq = recorded_seq;
+  if (journal_ && seq == 0) seq = journal_->record(key, true);  // before it is queued, as a put's write
+  if (options_.before_queue) options_.before_queue(key);
   std::lock_guard<std::mutex> lock(mu_);
   if (stop_) return;
   for (auto it = queue_.begin(); it != queue_.end();) {
@@ -348,7 +352,7 @@ void RemoteTier::erase(const std::string& key, bool recorded) {
       ++it;
     }
   }
-  queue_.push_back(Pending{key, nullptr, 0});
+  queue_.push_back(Pending{key, nullptr, 0, seq});
   stats_.queued = static_cast<int64_t>(queue_.size());
   cv_.notify_all();
 }
@@ -408,7 +412,7 @@ Result<RemoteReadSample> RemoteTier::measure_read(int64_t bytes, int reps) {
 
 bool RemoteTier::drain(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  return cv_.wait_for(lock, timeout, [&] { return queue_.empty() && !in_flight_ && !resending(); });
+  return cv_.wait_for(lock, timeout, [&] { return queue_.empty() && !in_flight_ && !settling_ && !resending(); });
 }
 
 void RemoteTier::writer_loop() {
@@ -422,6 +426,8 @@ void RemoteTier::writer_loop() {
     }
     if (!queue_.empty()) {
       send_front(lock);  // the live writes first; an earlier run's records wait for an empty queue
+    } else if (resend_done_) {
+      start_rescan(lock);  // rescan_: writes the byte bound dropped
     } else {
       resend_step(lock);
     }
@@ -463,9 +469,22 @@ void RemoteTier::send_front(std::unique_lock<std::mutex>& lock) {
   }
   stats_.queued = static_cast<int64_t>(queue_.size());
   if (s && journal_) {  // written, or removed (nothing is left to re-send): the record goes
-    delivered_.push_back(p.key);
+    delivered_.push_back(RemotePendingRecord{p.seq, p.key, !p.value});
     if (queue_.empty() || delivered_.size() >= 64) settle_delivered(lock);
   }
+}
+
+void RemoteTier::start_rescan(std::unique_lock<std::mutex>& lock) {
+  rescan_ = false;
+  lock.unlock();
+  const int64_t last = journal_->last();
+  lock.lock();
+  // The records past those re-sent so far: a dropped write's is among them; one still queued is skipped by
+  // resend_step, and one acknowledged was cleared when the queue emptied.
+  if (last <= resend_after_) return;
+  resend_through_ = last;
+  resend_done_ = false;
+  resend_counted_ = false;
 }
 
 void RemoteTier::resend_step(std::unique_lock<std::mutex>& lock) {
@@ -510,7 +529,7 @@ void RemoteTier::resend_step(std::unique_lock<std::mutex>& lock) {
   resend_batch_.pop_front();
   stats_.resend_backlog = std::max<int64_t>(0, stats_.resend_backlog - 1);
   if (bytes > 0 || (record.erase && settle)) ++stats_.resent;  // a value written, or an erase's removal
-  if (settle) delivered_.push_back(key);
+  if (settle) delivered_.push_back(record);
   if (resend_batch_.empty() || delivered_.size() >= 64) settle_delivered(lock);
 }
 
@@ -540,14 +559,21 @@ Status RemoteTier::resend(const RemotePendingRecord& record, bool* settle, int64
 
 void RemoteTier::settle_delivered(std::unique_lock<std::mutex>& lock) {
   if (delivered_.empty()) return;
-  std::set<std::string> keys(delivered_.begin(), delivered_.end());
-  delivered_.clear();
-  for (const Pending& p : queue_) {
-    keys.erase(p.key);  // written or removed again since: that one settles the record (now of its kind)
+  std::set<std::string> queued;
+  for (const Pending& p : queue_) queued.insert(p.key);
+  std::vector<RemotePendingRecord> records;
+  for (RemotePendingRecord& record : delivered_) {
+    // Written or removed again since: that one settles the key's record (now of its kind). A record made since and
+    // not queued yet (RemoteTier::put between its record and its queueing) has a higher seq: the journal keeps it.
+    if (record.seq > 0 && queued.count(record.key) == 0) records.push_back(std::move(record));
   }
+  delivered_.clear();
+  if (records.empty()) return;
+  settling_ = true;  // drain() waits for the clearing too
   lock.unlock();
-  journal_->settle(std::vector<std::string>(keys.begin(), keys.end()));
+  journal_->settle(records);
   lock.lock();
+  settling_ = false;
 }
 
 RemoteStats RemoteTier::stats() const {

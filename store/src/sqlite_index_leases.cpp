@@ -53,7 +53,8 @@ Status SqliteIndex::release_all(const std::string& owner) {
   return rc == SQLITE_DONE ? Status::ok() : failure(rc, "releasing leases");
 }
 
-Result<bool> SqliteIndex::erase_unleased(const std::string& key, int64_t now, std::string* blob) {
+Result<bool> SqliteIndex::erase_unleased(const std::string& key, int64_t now, std::string* blob,
+                                         const std::string& remote) {
   blob->clear();
   Status begin = exec_status("BEGIN IMMEDIATE", "beginning an eviction");
   if (!begin) return begin;
@@ -64,6 +65,13 @@ Result<bool> SqliteIndex::erase_unleased(const std::string& key, int64_t now, st
     const int rc = held.step();
     if (rc == SQLITE_ROW) return false;  // pinned or being read by a live process
     if (rc != SQLITE_DONE) return failure(rc, "reading leases");
+  }
+  if (!remote.empty()) {  // in the eviction's transaction: a put's row and its record commit together
+    Stmt pending(db_, "SELECT 1 FROM remote_pending WHERE key = ?1 AND remote = ?2 AND kind = 0 LIMIT 1", path_);
+    pending.bind(1, key).bind(2, remote);
+    const int rc = pending.step();
+    if (rc == SQLITE_ROW) return false;  // its remote write is still to be sent from this copy
+    if (rc != SQLITE_DONE) return failure(rc, "reading pending remote writes");
   }
   {
     Stmt old(db_, "SELECT blob FROM entries WHERE key = ?1", path_);

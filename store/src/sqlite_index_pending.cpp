@@ -4,6 +4,7 @@
 #include <sqlite3.h>
 
 #include <cerrno>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,27 +14,27 @@
 
 namespace orbit::store {
 
-Status SqliteIndex::record_remote_pending(const std::string& key, const std::string& remote, bool erase) {
+Status SqliteIndex::record_remote_pending(const std::string& key, const std::string& remote, bool erase, int64_t* seq) {
   errno = 0;  // failure() reads what a failed write left
-  // A key recorded already keeps its seq (its place in the order re-sent) and takes the latest kind: what the
-  // remote must end with is the key's last operation.
-  Stmt s(db_,
-         "INSERT INTO remote_pending(key, remote, kind) VALUES(?1, ?2, ?3)"
-         " ON CONFLICT(key, remote) DO UPDATE SET kind = excluded.kind",
-         path_);
+  // A key recorded already gets a new record (REPLACE deletes the old one): a new seq, so that the writer's clearing
+  // of the old record, by its seq, leaves this one, and the latest kind, as the remote must end with the key's last
+  // operation.
+  Stmt s(db_, "INSERT OR REPLACE INTO remote_pending(key, remote, kind) VALUES(?1, ?2, ?3)", path_);
   s.bind(1, key).bind(2, remote).bind(3, static_cast<int64_t>(erase ? 1 : 0));
   const int rc = s.step();
-  return rc == SQLITE_DONE ? Status::ok() : failure(rc, "recording a pending remote write");
+  if (rc != SQLITE_DONE) return failure(rc, "recording a pending remote write");
+  if (seq != nullptr) *seq = sqlite3_last_insert_rowid(db_);
+  return Status::ok();
 }
 
-Status SqliteIndex::clear_remote_pending(const std::vector<std::string>& keys, const std::string& remote) {
-  if (keys.empty()) return Status::ok();
+Status SqliteIndex::clear_remote_pending(const std::vector<RemotePendingRecord>& records, const std::string& remote) {
+  if (records.empty()) return Status::ok();
   Status begin = exec_status("BEGIN IMMEDIATE", "beginning to clear pending remote writes");
   if (!begin) return begin;
   Transaction tx(db_);
-  Stmt s(db_, "DELETE FROM remote_pending WHERE key = ?1 AND remote = ?2", path_);
-  for (const std::string& key : keys) {
-    s.bind(1, key).bind(2, remote);
+  Stmt s(db_, "DELETE FROM remote_pending WHERE key = ?1 AND remote = ?2 AND seq <= ?3", path_);
+  for (const RemotePendingRecord& record : records) {
+    s.bind(1, record.key).bind(2, remote).bind(3, record.seq);
     const int rc = s.step();
     if (rc != SQLITE_DONE) return failure(rc, "clearing a pending remote write");
     s.reset();
@@ -41,6 +42,20 @@ Status SqliteIndex::clear_remote_pending(const std::vector<std::string>& keys, c
   Status commit = exec_status("COMMIT", "committing cleared pending remote writes");
   if (commit) tx.committed();
   return commit;
+}
+
+std::set<std::string> SqliteIndex::remote_pending_writes(const std::string& remote) const {
+  std::set<std::string> out;
+  sqlite3_stmt* raw = nullptr;
+  if (sqlite3_prepare_v2(db_, "SELECT key FROM remote_pending WHERE remote = ?1 AND kind = 0", -1, &raw, nullptr) !=
+      SQLITE_OK) {
+    sqlite3_finalize(raw);
+    return out;
+  }
+  sqlite3_bind_text(raw, 1, remote.data(), static_cast<int>(remote.size()), SQLITE_TRANSIENT);
+  while (sqlite3_step(raw) == SQLITE_ROW) out.insert(reinterpret_cast<const char*>(sqlite3_column_text(raw, 0)));
+  sqlite3_finalize(raw);
+  return out;
 }
 
 int64_t SqliteIndex::last_remote_pending() const {

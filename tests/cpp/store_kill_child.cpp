@@ -29,6 +29,10 @@
 //   store_kill_child rerase DIR URL FIRST N  erases values FIRST.. of a store with a remote tier at URL,
 //                                            printing "i e" after each (its removal queued, not waited for),
 //                                            then waits to be killed
+//   store_kill_child rbudget DIR URL FIRST N BUDGET  puts values FIRST.. with a remote tier at URL and a disk
+//                                            budget of BUDGET bytes, printing "i" after each put that returned
+//                                            ok and "i refused: REASON" after each refused one (its remote writes
+//                                            queued, not waited for), then "done"; then waits to be killed
 //   store_kill_child race DIR ROUNDS I       for each round r: prints "ready r", waits for a line on stdin
 //                                            (the start line of several such children), opens the store
 //                                            DIR/r and puts value I ("failed r: <status>" and exit 1 if
@@ -40,7 +44,8 @@
 //                                            ~1 s of loading libtorch that starting this program costs, for
 //                                            tests that kill hundreds of writers. churn: as write, into a store
 //                                            with a remote tier at URL (its writes queued, not waited for) and
-//                                            a disk budget of 3 MiB, so that puts evict; gc: gc_store(DIR),
+//                                            a disk budget of 3 MiB, so that puts evict (a put refused for
+//                                            want of room is skipped, unprinted); gc: gc_store(DIR),
 //                                            then "gc done"
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -73,10 +78,11 @@ orbit::store::ChunkStoreOptions options(const std::string& dir) {
 }
 
 // Puts the test values first .. first + count - 1, printing each key's index once it is stored: 0, or 1 at the
-// first refused put.
-int put_range(orbit::store::ChunkStore& store, int64_t first, int64_t count) {
+// first refused put (with `skip_full`, a put refused for want of room is skipped, unprinted, instead).
+int put_range(orbit::store::ChunkStore& store, int64_t first, int64_t count, bool skip_full = false) {
   for (int64_t i = first; i < first + count; ++i) {
     const orbit::Status s = store.put(orbit::test::store_test_key(i), orbit::test::store_test_value(i));
+    if (!s && skip_full && s.code() == orbit::StatusCode::kOutOfCapacity) continue;
     if (!s) {
       std::fprintf(stderr, "put %lld failed: %s\n", static_cast<long long>(i), s.to_string().c_str());
       return 1;
@@ -139,6 +145,27 @@ int rerase(const std::string& dir, const std::string& url, int64_t first, int64_
     std::fflush(stdout);
   }
   for (;;) ::pause();  // until killed: the removals stay queued
+}
+
+int rbudget(const std::string& dir, const std::string& url, int64_t first, int64_t count, int64_t budget) {
+  orbit::store::ChunkStoreOptions o = options(dir);
+  o.disk_budget_bytes = budget;
+  o.remote.url = url;
+  o.remote.retry_after_ms = 50;
+  o.remote.warn = false;
+  orbit::store::ChunkStore store(o);
+  for (int64_t i = first; i < first + count; ++i) {
+    const orbit::Status s = store.put(orbit::test::store_test_key(i), orbit::test::store_test_value(i));
+    if (s) {
+      std::printf("%lld\n", static_cast<long long>(i));
+    } else {
+      std::printf("%lld refused: %s\n", static_cast<long long>(i), s.reason().c_str());
+    }
+    std::fflush(stdout);
+  }
+  std::printf("done\n");
+  std::fflush(stdout);
+  for (;;) ::pause();  // until killed: the writes stay queued
 }
 
 int stall(const std::string& dir, int64_t i) {
@@ -268,7 +295,8 @@ int stuck(const std::string& dir, int64_t after) {
 }
 
 // fork-server's churn: puts FIRST..FIRST+COUNT-1 with a remote tier and a disk budget that makes puts evict,
-// printing "i" after each put returned ok (its remote write queued, maybe not sent).
+// printing "i" after each put returned ok (its remote write queued, maybe not sent). A put refused for want of
+// room (the entries it would evict wait for their remote writes) is skipped.
 int churn(const std::string& dir, const std::string& url, int64_t first, int64_t count) {
   orbit::store::ChunkStoreOptions o = options(dir);
   o.disk_budget_bytes = 3 << 20;  // a large value (2 MiB) and a few small ones
@@ -277,7 +305,7 @@ int churn(const std::string& dir, const std::string& url, int64_t first, int64_t
   o.remote.retry_after_ms = 50;
   o.remote.warn = false;
   orbit::store::ChunkStore store(o);
-  return put_range(store, first, count);
+  return put_range(store, first, count, /*skip_full=*/true);
 }
 
 // One fork-server command, in the forked process: its exit status.
@@ -338,6 +366,9 @@ int main(int argc, char** argv) {
     if (mode == "hold" && argc == 5) return hold(argv[2], std::atoll(argv[3]), std::atoll(argv[4]));
     if (mode == "rwrite" && argc == 6) return rwrite(argv[2], argv[3], std::atoll(argv[4]), std::atoll(argv[5]));
     if (mode == "rerase" && argc == 6) return rerase(argv[2], argv[3], std::atoll(argv[4]), std::atoll(argv[5]));
+    if (mode == "rbudget" && argc == 7) {
+      return rbudget(argv[2], argv[3], std::atoll(argv[4]), std::atoll(argv[5]), std::atoll(argv[6]));
+    }
     if (mode == "race" && argc == 5) return race(argv[2], std::atoll(argv[3]), std::atoll(argv[4]));
     if (mode == "fork-server" && argc == 2) return fork_server();
     if (mode == "key" && argc == 4) {
@@ -351,7 +382,8 @@ int main(int argc, char** argv) {
         "usage: store_kill_child write DIR FIRST N  |  fsize DIR FIRST LIMIT [small [AFTER]]  |  stall DIR I  |  key "
         "FINGERPRINT "
         "T,T,...  |  hold DIR I LEASE_MS"
-        "  |  rwrite DIR URL FIRST N  |  rerase DIR URL FIRST N  |  race DIR ROUNDS I  |  fork-server\n");
+        "  |  rwrite DIR URL FIRST N  |  rerase DIR URL FIRST N  |  rbudget DIR URL FIRST N BUDGET  |  race DIR "
+        "ROUNDS I  |  fork-server\n");
     return 2;
   } catch (const orbit::Error& e) {
     std::fprintf(stderr, "store_kill_child: %s\n", e.what());

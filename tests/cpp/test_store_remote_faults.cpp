@@ -475,6 +475,61 @@ TEST_CASE("erases a killed writer left queued for a down server are re-sent by t
   CHECK(again.stats().remote.resent == 0);
 }
 
+// A disk budget with the server down: the entries whose remote writes are queued are the only copies those writes
+// can be sent from. Before, a put evicted them like any entry, and the writer killed afterwards left records the
+// next open dropped (no local copy): the entries were lost from both tiers. Now eviction keeps them, a put that
+// needs their room is refused (saying why), and every put that returned ok is on the remote once the next open
+// re-sent it.
+TEST_CASE("an entry whose remote write is not delivered is not evicted: a kill then loses nothing", "[store][remote]") {
+  test::TempDir dir;
+  test::RedisServer server(dir / "redis", {}, /*durable=*/false);
+  const std::string store_dir = dir / "s";
+  server.kill();                          // the writer's remote writes wait in its queue
+  constexpr int64_t kBudget = 256 << 10;  // values 1 to 4 (200 KiB) fit; 5 (2 MiB) never does; 6 to 9 need room
+  std::vector<int64_t> stored;
+  std::vector<std::string> refused;
+  {
+    test::ChildProcess writer(ORBIT_STORE_CHILD_PATH, std::vector<std::string>{"rbudget", store_dir, server.url(), "1",
+                                                                               "9", std::to_string(kBudget)});
+    std::string line;
+    while (writer.next_line(&line) && line != "done") {
+      if (line.find(" refused: ") != std::string::npos) {
+        refused.push_back(line);
+      } else {
+        stored.push_back(std::stoll(line));
+      }
+    }
+    REQUIRE(line == "done");
+    writer.kill();  // SIGKILL: no close, no flush
+    (void)writer.wait();
+  }
+  INFO("stored " << stored.size() << ", refused:\n"
+                 << [&] {
+                      std::string all;
+                      for (const std::string& r : refused) all += r + "\n";
+                      return all;
+                    }());
+  CHECK(stored.size() >= 4);
+  const auto for_remote = [](const std::string& r) {
+    return r.find("kept until their remote write") != std::string::npos;
+  };
+  CHECK(std::count_if(refused.begin(), refused.end(), for_remote) >= 1);
+  server.start();  // empty: only a re-send puts the entries there
+  {
+    ChunkStore reopened(test::remote_store_options(server.url(), store_dir));
+    REQUIRE(reopened.drain_remote(std::chrono::milliseconds(30000)));
+    reopened.verify_integrity(/*deep=*/true);
+    CHECK(reopened.stats().tiers[static_cast<int>(StoreTier::kDisk)].bytes <= kBudget);
+  }
+  ChunkStore reader(test::remote_store_options(server.url()));
+  for (int64_t i : stored) {
+    INFO("entry " << i);
+    Result<ValuePtr> v = reader.get(remote_key(i));
+    REQUIRE(v.is_ok());
+    CHECK(values_equal(*v.value(), *test::store_test_value(i)));
+  }
+}
+
 namespace {
 
 // Sends `command` to a store_kill_child fork-server, waits for `lines` lines of the forked process (its puts:
@@ -516,8 +571,10 @@ bool kill_forked(test::ChildProcess& server, const std::string& command, int lin
 // gc between them. After each kill the store reopens with the remote: every entry its index holds reads back whole,
 // and once it has re-sent what its journal recorded (drain_remote), the remote holds each of them too, the put in
 // flight at the kill included when it committed: its row and its journal record commit in one transaction (before,
-// the record was a commit of its own after the row's, and a kill between the two left a row never re-sent). No
-// value served, locally or by the remote, is corrupt.
+// the record was a commit of its own after the row's, and a kill between the two left a row never re-sent). Every
+// put that returned is on the remote then, also those evicted locally: eviction keeps an entry until its write is
+// delivered (before, one evicted first was lost from both tiers). No value served, locally or by the remote, is
+// corrupt.
 TEST_CASE("SIGKILL at random points of puts, evictions and gc with a remote: nothing committed is lost",
           "[store][remote][kill]") {
   test::TempDir dir;
@@ -535,7 +592,8 @@ TEST_CASE("SIGKILL at random points of puts, evictions and gc with a remote: not
     const std::string churn = "churn " + d + " " + server.url() + " " + std::to_string(first) + " 100000";
     REQUIRE(kill_forked(forks, churn, std::uniform_int_distribution<int>(1, 8)(rng), 4000, rng, &reported));
     std::vector<int64_t> check(reported.begin() + static_cast<std::ptrdiff_t>(before), reported.end());
-    const int64_t in_flight = first + static_cast<int64_t>(reported.size() - before);  // the put at the kill
+    // The put at the kill (when no put was skipped for want of room: else one at or after it).
+    const int64_t in_flight = first + static_cast<int64_t>(reported.size() - before);
     check.push_back(in_flight);
     for (int s = 0; s < 10; ++s) check.push_back(reported[std::uniform_int_distribution<size_t>(0, before)(rng)]);
     if (round % 2 == 1) gc_kills += kill_forked(forks, "gc " + d, 0, 3000, rng, nullptr, "gc done") ? 1 : 0;
@@ -563,8 +621,10 @@ TEST_CASE("SIGKILL at random points of puts, evictions and gc with a remote: not
       REQUIRE(values_equal(*v.value(), *test::store_test_value(i)));
       ++on_remote;
     }
-    for (int64_t i : check) {  // an entry evicted before its write was delivered may be gone; never wrong
+    for (int64_t i : check) {  // every put that returned: on the remote (delivered, or kept locally and re-sent)
+      INFO("entry " << i << " (reported)");
       Result<ValuePtr> v = reader.get(remote_key(i));
+      if (i != in_flight) REQUIRE(v.is_ok());
       if (v) REQUIRE(values_equal(*v.value(), *test::store_test_value(i)));
     }
     REQUIRE(reader.stats().remote.corrupt == 0);

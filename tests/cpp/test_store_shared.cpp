@@ -407,17 +407,31 @@ TEST_CASE("an index whose remote journal has no kind column (writes only) opens 
   REQUIRE(records.size() == 1);
   CHECK(records[0].key == key(1));
   CHECK(!records[0].erase);  // the older build recorded writes only
-  // An erase of the same key takes the record over (its seq kept); another key's erase is a record of its own.
-  REQUIRE(index.record_remote_pending(key(1), "r", /*erase=*/true).is_ok());
-  REQUIRE(index.record_remote_pending(key(2), "r", /*erase=*/true).is_ok());
-  REQUIRE(index.record_remote_pending(key(2), "r").is_ok());  // put again after its erase: a write
+  // An erase of the same key takes the record over, with a new seq (so that clearing the write's record by its seq
+  // leaves it); another key's erase is a record of its own.
   const int64_t first_seq = records[0].seq;
+  int64_t erase_seq = 0, second_seq = 0, rewrite_seq = 0;
+  REQUIRE(index.record_remote_pending(key(1), "r", /*erase=*/true, &erase_seq).is_ok());
+  REQUIRE(index.record_remote_pending(key(2), "r", /*erase=*/true, &second_seq).is_ok());
+  REQUIRE(index.record_remote_pending(key(2), "r", /*erase=*/false, &rewrite_seq).is_ok());  // put after its erase
+  CHECK(erase_seq > first_seq);
+  CHECK(rewrite_seq > second_seq);
   records = index.remote_pending("r", 0, 100, 10);
   REQUIRE(records.size() == 2);
-  CHECK(records[0].seq == first_seq);
+  CHECK(records[0].key == key(1));
+  CHECK(records[0].seq == erase_seq);
   CHECK(records[0].erase);
   CHECK(records[1].key == key(2));
+  CHECK(records[1].seq == rewrite_seq);
   CHECK(!records[1].erase);
+  // Clearing by an older seq (the write acknowledged before the put after the erase was recorded) keeps the newer
+  // record; clearing by its own seq takes it.
+  REQUIRE(index.clear_remote_pending({{second_seq, key(2), true}, {erase_seq, key(1), true}}, "r").is_ok());
+  records = index.remote_pending("r", 0, 100, 10);
+  REQUIRE(records.size() == 1);
+  CHECK(records[0].seq == rewrite_seq);
+  REQUIRE(index.clear_remote_pending({{rewrite_seq, key(2), false}}, "r").is_ok());
+  CHECK(index.remote_pending("r", 0, 100, 10).empty());
 }
 
 TEST_CASE("orbit store with an empty --store, and on a read-only store", "[store][cpu]") {

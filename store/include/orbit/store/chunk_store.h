@@ -133,7 +133,8 @@ class ChunkStore {
 
   // Stores `value` under `key`. ok: committed (durable first when write-through) and placed in the
   // highest tier at or below options.tier that admits it. out_of_capacity: no tier can hold it (every
-  // candidate pinned or in use, or the value exceeds every budget) or the disk is full; refused: an I/O
+  // candidate pinned or in use, or on disk kept until its remote write is delivered (see docs/ARCHITECTURE.md §6),
+  // or the value exceeds every budget) or the disk is full; refused: an I/O
   // error such as a read-only directory. On any failure nothing changes.
   Status put(const std::string& key, const ValuePtr& value, const PutOptions& options = {});
   // The value, or not_found (a miss; a corrupt or missing blob is a miss whose reason names key and path).
@@ -225,16 +226,17 @@ class ChunkStore {
   ValuePtr memory_copy(const std::string& key) const;
   // put() without the remote write (also how a remote hit is promoted). Takes mu_ itself. Its stages:
   // put_existing, prepare_put (without mu_), then under mu_ put_meta, commit_put and place_put. Non-null
-  // `journaled`: the remote write follows, and with a journal it is recorded in the row's commit; *journaled
-  // says whether it was (false: no journal, or no row committed, as for a key already stored).
-  Status put_local(const std::string& key, const ValuePtr& value, const PutOptions& options, bool* journaled = nullptr);
+  // `journal_seq`: the remote write follows, and with a journal it is recorded in the row's commit; *journal_seq
+  // gets that record's seq (0: not recorded: no journal, or no row committed, as for a key already stored).
+  Status put_local(const std::string& key, const ValuePtr& value, const PutOptions& options,
+                   int64_t* journal_seq = nullptr);
   // A put's disk half, prepared outside mu_.
   struct PendingPut {
     bool disk_only = false;                // PutOptions::tier is kDisk
     std::optional<PreparedBlob> prepared;  // encoded, written and fsync'd; not yet committed
     Status disk_error;                     // the disk failed: the value is kept in memory only
     std::string journal_remote;            // non-empty: record the remote write with the row (RemoteJournal)
-    bool journaled = false;                // the row committed with that record
+    int64_t journal_seq = 0;               // the row committed with that record, of this seq (0: no record)
   };
   // A put (not a replacement) of a key already stored: touches it, applies the pin, brings it back into
   // memory. nullopt when the key is unknown or held only in memory for want of a disk write (go on).

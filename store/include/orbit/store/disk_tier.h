@@ -30,6 +30,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -115,9 +116,11 @@ class DiskTier final : public Tier {
   void release_read(const std::string& key);
   // The index's record of remote writes and erases not yet acknowledged (SqliteIndex's remote_pending), through the
   // lease connection: its commits survive the process's death (a kill), not a power cut (a record lost there
-  // only means a write not re-sent; the remote is a cache).
-  Status record_remote_pending(const std::string& key, const std::string& remote, bool erase = false);
-  Status clear_remote_pending(const std::vector<std::string>& keys, const std::string& remote);
+  // only means a write not re-sent; the remote is a cache). *seq (non-null): the record's seq.
+  Status record_remote_pending(const std::string& key, const std::string& remote, bool erase = false,
+                               int64_t* seq = nullptr);
+  // Clears each record's key's record of that seq or older (SqliteIndex::clear_remote_pending).
+  Status clear_remote_pending(const std::vector<RemotePendingRecord>& records, const std::string& remote);
   int64_t last_remote_pending();
   // Throw orbit::Error when the index cannot be read (as SqliteIndex's reads do).
   std::vector<RemotePendingRecord> remote_pending(const std::string& remote, int64_t after, int64_t through, int limit);
@@ -130,15 +133,26 @@ class DiskTier final : public Tier {
   // of the key to that remote (SqliteIndex::record_remote_pending) in the same transaction, kept row or not:
   // the row and its record commit together (no kill between them leaves a row whose remote write is not
   // recorded), and a put pays no commit of its own for the record.
+  // *seq (non-null) gets that record's seq (0 without one).
   Status commit(const PreparedBlob& blob, const RowAttrs& attrs, bool replace = true,
-                const std::string& remote_pending = "");
-  Status erase(const std::string& key);
+                const std::string& remote_pending = "", int64_t* seq = nullptr);
+  // Deletes the key's row (and unlinks its blob). A non-empty `remote_pending` also records the erase of the key
+  // for that remote (SqliteIndex::record_remote_pending, *seq its seq) in the same transaction: the record and the
+  // removal commit together or not at all (no kill or power cut, and no refused record, leaves a removed row whose
+  // remote removal is not recorded).
+  Status erase(const std::string& key, const std::string& remote_pending = "", int64_t* seq = nullptr);
+  // Eviction keeps the rows whose write to `remote` is recorded (remote_pending): the local copy such a write is
+  // still to be sent from (a re-send at the next open reads it). "" (the default): no row is held for a remote.
+  void hold_pending_writes(const std::string& remote) { held_for_remote_ = remote; }
+  // The keys eviction keeps for hold_pending_writes' remote (empty without one).
+  std::set<std::string> held_for_remote() const;
   // Whether the index takes a commit now: ok at once unless the last commit() was refused; after a refusal, one
   // small write transaction (SqliteIndex::probe_commit, checkpointing after a refusal for want of space as
   // commit() does), so that a store whose index refuses commits (a full disk, a file-size limit) does not write
   // a whole blob per put only to discard it. ok clears the refusal.
   Status probe_commit();
-  // Eviction: deletes the row unless another process holds a lease on it. ok(false) when held.
+  // Eviction: deletes the row unless another process holds a lease on it, or its write to hold_pending_writes'
+  // remote is recorded. ok(false) when held.
   Result<bool> evict(const std::string& key);
   // nullptr when absent (corrupt rows are absent). locate() looks in the mirror only; find() also in
   // the index (entries other processes committed) and adds what it finds to the mirror.
@@ -181,6 +195,7 @@ class DiskTier final : public Tier {
   std::unordered_map<std::string, DiskRow> rows_;  // non-corrupt rows, mirrored from the index
   int64_t used_ = 0;
   bool commit_refused_ = false;  // the last commit() was refused by the index: probe_commit() asks it again
+  std::string held_for_remote_;  // hold_pending_writes
 };
 
 }  // namespace orbit::store

@@ -17,18 +17,21 @@
 // of this process found and its caller reported; stats() counts every failure.
 //
 // Writes run on one background thread (bounded by max_queued_bytes: beyond it the oldest queued write is
-// dropped and counted, never the write in flight: a write is counted once, as written or as dropped). drain() waits for
-// the queue (tests, benchmarks, a clean close). Thread-safety: every member is safe to call from any thread.
+// dropped and counted, never the write in flight: a write is counted once, as written or as dropped; with a journal
+// its record stays, and once the queue empties the writer re-sends it from the local copy, as an open re-sends an
+// earlier run's records). drain() waits for the queue (tests, benchmarks, a clean close). Thread-safety: every member
+// is safe to call from any thread.
 //
 // With a RemoteJournal (ChunkStore gives one when it has a directory) no write or erase is lost for good to a
 // close, a crash or the byte bound: each put and erase is recorded in the journal before it is queued (one
-// record a key, of its latest kind), and its record goes once the remote acknowledged it. What an earlier run
+// record a key, of its latest kind, each record with a new seq), and its record goes once the remote acknowledged
+// it: cleared by its seq, so that a newer record of the key (made while this one was sent) stays. What an earlier run
 // left recorded is re-sent by the writer in the background, after the live writes and one record at a time
 // (stats: resent, resend_backlog): a write from the local copy (none: nothing is sent), an erase as a removal,
 // unless the local tiers hold the key again (put since, or the erase was killed before its local removal:
 // then the local copy is written, so the remote ends as the local tiers do):
 //
-//   put/erase ──► journal.record(key, kind) ──► queue ──► writer ──► backend ──ok──► journal.settle(key)
+//   put/erase ──► journal.record(key, kind): seq ──► queue ──► writer ──► backend ──ok──► journal.settle(key, seq)
 //   open ──► records up to journal.last() ──► writer, when the queue is empty ──► local_copy ──► backend
 #pragma once
 
@@ -70,11 +73,13 @@ constexpr int64_t kMaxRemoteTtlSeconds = int64_t{3155760000};
 class RemoteJournal {
  public:
   virtual ~RemoteJournal() = default;
-  // Records that a write of `key` (with `erase`, its removal) is queued (a key recorded already keeps its
-  // record, which takes the new kind).
-  virtual void record(const std::string& key, bool erase) = 0;
-  // The writes or erases of `keys` reached the remote, or there is nothing to send for them: their records go.
-  virtual void settle(const std::vector<std::string>& keys) = 0;
+  // Records that a write of `key` (with `erase`, its removal) is queued, in place of the key's earlier record, and
+  // returns the new record's seq (higher than any before; 0: not recorded).
+  virtual int64_t record(const std::string& key, bool erase) = 0;
+  // The writes or erases of these records (key and seq) reached the remote, or there is nothing to send for them:
+  // each key's record goes unless it is newer than the seq given (recorded since: that write or erase is still to
+  // be sent).
+  virtual void settle(const std::vector<RemotePendingRecord>& records) = 0;
   // The newest record's sequence number (0: none): what an open re-sends goes up to it.
   virtual int64_t last() = 0;
   // How many records go up to `through`.
@@ -110,6 +115,9 @@ struct RemoteOptions {
   // checks (a warning says so at open). Never shown in a message, a warning or stats.
   std::string secret;
   RemoteValidator validate;  // empty = values are checked only by the blob format
+  // Tests only (empty: none): called by put() and erase() on the caller's thread once the journal holds the new
+  // record and before the write or removal is queued, the moment the writer may be settling the key's earlier one.
+  std::function<void(const std::string& key)> before_queue;
 };
 
 // One timed read of the remote (RemoteTier::measure_read): what a hit of `bytes` blob bytes cost.
@@ -144,19 +152,21 @@ class RemoteTier {
   // Whether the remote holds `key` (false when it is down).
   bool contains(const std::string& key);
   // Queues `value` for writing under `key` (returns at once). With a journal, records the write first, unless
-  // `recorded`: the owner recorded it already (ChunkStore, in its local commit's transaction).
-  void put(const std::string& key, const ValuePtr& value, bool recorded = false);
+  // `recorded_seq` > 0: the owner recorded it already, that record's seq (ChunkStore, in its local commit's
+  // transaction).
+  void put(const std::string& key, const ValuePtr& value, int64_t recorded_seq = 0);
   // Queues the removal of `key` (returns at once): queued writes of `key` are dropped, one in flight
   // finishes first, then the entry is deleted; a failed removal stays queued like a failed write. With a
-  // journal, records the removal first, unless `recorded`: the owner recorded it already (ChunkStore, before
-  // its local removal).
-  void erase(const std::string& key, bool recorded = false);
+  // journal, records the removal first, unless `recorded_seq` > 0: the owner recorded it already, that record's
+  // seq (ChunkStore, in its local removal's transaction).
+  void erase(const std::string& key, int64_t recorded_seq = 0);
   // Measures the read rate without touching the entries: writes a probe blob of about `bytes` bytes
   // under a key of its own, times `reps` reads of it (the best counts), and removes it. Not counted as
   // hits. refused when the remote is down or a call fails (counted as an error).
   Result<RemoteReadSample> measure_read(int64_t bytes, int reps = 3);
-  // Waits until the queue is empty, no write is in flight and the journal's earlier records are re-sent (or
-  // found to have no local copy), or `timeout` passed. true when drained.
+  // Waits until the queue is empty, no write is in flight, the records of what was delivered are cleared and the
+  // journal's earlier records are re-sent (or found to have no local copy), or `timeout` passed. true when
+  // drained.
   bool drain(std::chrono::milliseconds timeout);
 
   RemoteStats stats() const;
@@ -184,14 +194,19 @@ class RemoteTier {
   // resend_step's call to the backend for `record` (no lock held): *settle when its record may go, *bytes the
   // value's blob bytes written (0: none).
   Status resend(const RemotePendingRecord& record, bool* settle, int64_t* bytes);
-  // Hands the acknowledged keys to the journal, except those a write or removal still queued will settle.
+  // Hands the acknowledged records to the journal, except those of keys a write or removal still queued will
+  // settle.
   void settle_delivered(std::unique_lock<std::mutex>& lock);
-  bool resending() const { return journal_ && !resend_done_; }  // mu_ held
+  // A write the byte bound dropped this run: once the queue empties, the records made since the last re-send are
+  // re-sent too (rescan_), from the local copies. mu_ held.
+  void start_rescan(std::unique_lock<std::mutex>& lock);
+  bool resending() const { return journal_ && (!resend_done_ || rescan_); }  // mu_ held
 
   struct Pending {
     std::string key;
     ValuePtr value;  // null for a removal
     int64_t bytes = 0;
+    int64_t seq = 0;  // its journal record's (0: none)
   };
 
   RemoteOptions options_;
@@ -215,8 +230,10 @@ class RemoteTier {
   int64_t resend_after_ = 0;
   bool resend_counted_ = false;
   bool resend_done_ = true;
+  bool rescan_ = false;  // a write was dropped by the byte bound since the last re-send began: re-send it too
   std::deque<RemotePendingRecord> resend_batch_;
-  std::vector<std::string> delivered_;
+  std::vector<RemotePendingRecord> delivered_;  // key and seq of each acknowledged record
+  bool settling_ = false;                       // settle_delivered is clearing records (without the lock)
   std::thread writer_;
 };
 

@@ -9,8 +9,9 @@
 //                                                tier `remote` (its URL as shown) not yet acknowledged: a later
 //                                                open re-sends it (a write from the local copy) (seq: the order
 //                                                recorded, never reused; one record a key and remote, of the
-//                                                key's latest kind; kind was added later: an index without it
-//                                                gets it when opened for writing, its records being writes)
+//                                                key's latest write or erase, with that one's seq; kind was added
+//                                                later: an index without it gets it when opened for writing, its
+//                                                records being writes)
 //
 // A row is committed only after its blob is durable (blob_io.h), so every row names a complete blob.
 // Writes are single transactions (an upsert that replaces a row returns the old blob for deletion after
@@ -147,17 +148,24 @@ class SqliteIndex {
   // Extends every lease of `owner`; drops expired leases of every owner.
   Status renew_leases(const std::string& owner, int64_t expires, int64_t now);
   Status release_all(const std::string& owner);
-  // Deletes the row unless a lease on it is live at `now`: ok(true) deleted (`blob` receives its blob),
-  // ok(false) held or absent.
-  Result<bool> erase_unleased(const std::string& key, int64_t now, std::string* blob);
+  // Deletes the row unless a lease on it is live at `now`, or (with `remote` non-empty) a write of it to `remote`
+  // is recorded in remote_pending (its local copy is what that write is still to be sent from): ok(true) deleted
+  // (`blob` receives its blob), ok(false) held or absent.
+  Result<bool> erase_unleased(const std::string& key, int64_t now, std::string* blob, const std::string& remote = "");
   // Keys with a live pin lease (empty when the index has no lease table: an older store, read-only).
   std::set<std::string> live_pins(int64_t now) const;
   // ---- remote writes not yet acknowledged (remote_pending; RemoteJournal, remote_tier.h) -----------------
-  // Records that `key`'s write (or, with `erase`, its erase) to `remote` is pending; a key already recorded
-  // keeps its record (and seq), which takes the new kind.
-  Status record_remote_pending(const std::string& key, const std::string& remote, bool erase = false);
-  // Drops the records of `keys` for `remote` (absent ones are skipped), in one transaction.
-  Status clear_remote_pending(const std::vector<std::string>& keys, const std::string& remote);
+  // Records that `key`'s write (or, with `erase`, its erase) to `remote` is pending; *seq (when non-null) gets the
+  // record's seq. A key already recorded gets a new record in place of its old one, of the new kind and with a new
+  // seq (higher than any before), so that clearing the old one by its seq never takes the new one.
+  Status record_remote_pending(const std::string& key, const std::string& remote, bool erase = false,
+                               int64_t* seq = nullptr);
+  // Drops, for `remote`, each record's key's record of that seq or older (a newer one, recorded since, stays;
+  // absent ones are skipped), in one transaction.
+  Status clear_remote_pending(const std::vector<RemotePendingRecord>& records, const std::string& remote);
+  // The keys with a write to `remote` recorded (their local copies, what those writes are still to be sent
+  // from); empty when the index has no remote_pending table (an older store opened read-only).
+  std::set<std::string> remote_pending_writes(const std::string& remote) const;
   // The highest seq recorded (for any remote), 0 when none (or no remote_pending table: an older store).
   int64_t last_remote_pending() const;
   // Up to `limit` records of `remote` with after < seq <= through, in seq order.

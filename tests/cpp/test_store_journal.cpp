@@ -1,0 +1,237 @@
+// The remote journal (RemoteJournal, remote_tier.h; ChunkStore's records in remote_pending) against the interleavings
+// that used to lose a record, with an in-process backend (no redis-server, no model): a write recorded while the
+// key's earlier write was being acknowledged (a replacement, or a put of a key already stored), and an erase whose
+// record the index refuses while it takes the local removal, and a write the queue's byte bound dropped.
+#include "orbit_catch.h"  // ATen, then <catch2/catch.hpp>: keeps Catch's CHECK (see that header)
+
+#include <sqlite3.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "orbit/store/backend.h"
+#include "orbit/store/chunk_store.h"
+#include "test_helpers.h"
+#include "test_store_values.h"
+
+using namespace orbit;
+using namespace orbit::store;
+using test::store_test_key;
+using test::store_test_value;
+
+namespace {
+
+constexpr auto kWait = std::chrono::milliseconds(60000);
+
+// A MemoryBackend that can hold its first put in flight until release() (a slow link), and be down (every call
+// refused, as an unreachable server), and lose everything it holds (a server restarted empty).
+class GateBackend final : public BlobBackend {
+ public:
+  explicit GateBackend(bool hold_first) : released_(!hold_first) {}
+  std::string describe() const override { return "gate-memory"; }
+  BackendRead get(const std::string& key) override {
+    if (is_down()) return BackendRead{BackendRead::Outcome::kUnavailable, "", "gate-memory: down"};
+    return inner_->get(key);
+  }
+  Status put(const std::string& key, const std::string& bytes) override {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      ++entered_;
+      cv_.notify_all();
+      cv_.wait(lock, [&] { return released_; });
+    }
+    if (is_down()) return Status::refused("gate-memory: down");
+    return inner_->put(key, bytes);
+  }
+  Status remove(const std::string& key) override {
+    return is_down() ? Status::refused("gate-memory: down") : inner_->remove(key);
+  }
+  Result<bool> exists(const std::string& key) override {
+    if (is_down()) return Status::refused("gate-memory: down");
+    return inner_->exists(key);
+  }
+  bool wait_entered() {  // a put is in the backend (the writer's write in flight); false after 60 s
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, kWait, [&] { return entered_ > 0; });
+  }
+  void release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+  void set_down(bool down) {
+    std::lock_guard<std::mutex> lock(mu_);
+    down_ = down;
+  }
+  void forget_all() {
+    std::lock_guard<std::mutex> lock(mu_);
+    inner_ = std::make_unique<MemoryBackend>();
+  }
+
+ private:
+  bool is_down() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return down_;
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int entered_ = 0;
+  bool released_;
+  bool down_ = false;
+  std::unique_ptr<MemoryBackend> inner_ = std::make_unique<MemoryBackend>();
+};
+
+ChunkStoreOptions journal_options(const std::string& dir, const std::shared_ptr<GateBackend>& backend) {
+  ChunkStoreOptions o = test::remote_store_options("", dir);
+  o.remote_backend = backend;
+  return o;
+}
+
+// The value the remote tier behind `backend` serves for `key` (a store without a directory reads it).
+Result<ValuePtr> remote_value(const std::shared_ptr<GateBackend>& backend, const std::string& key) {
+  ChunkStore reader(journal_options("", backend));
+  return reader.get(key);
+}
+
+// Puts value 1 under key 1, its write held in flight by the backend, then key 1 again: value 2 replacing it
+// (`replace`), or value 1 once more (a put of a key already stored, which queues the remote write again). Between
+// the second put's record and its queueing (RemoteOptions::before_queue), the first write is acknowledged and its
+// record cleared (drain_remote waits for the clearing); then, for the second put, the server restarts empty and
+// goes down, so that only a re-send by a later open can bring its value there. The store closes with the second
+// write queued, and a later open with the server back re-sends what the journal kept. Returns the value the
+// remote serves then.
+Result<ValuePtr> put_twice_across_an_acknowledgement(const std::string& dir, bool replace) {
+  auto backend = std::make_shared<GateBackend>(/*hold_first=*/true);
+  ChunkStoreOptions o = journal_options(dir, backend);
+  ChunkStore* store = nullptr;
+  int queued = 0;
+  o.remote.before_queue = [&](const std::string&) {
+    if (++queued != 2) return;
+    backend->release();                   // the first write is acknowledged...
+    REQUIRE(store->drain_remote(kWait));  // ...and its record cleared, while the second's is made, not yet queued
+    backend->forget_all();
+    backend->set_down(true);
+  };
+  {
+    ChunkStore s(o);
+    store = &s;
+    REQUIRE(s.put(store_test_key(1), store_test_value(1)).is_ok());
+    REQUIRE(backend->wait_entered());
+    PutOptions again;
+    again.replace = replace;
+    REQUIRE(s.put(store_test_key(1), store_test_value(replace ? 2 : 1), again).is_ok());
+    REQUIRE(queued == 2);
+  }  // closed with the second write queued (the server down): dropped from the queue, its record kept
+  backend->set_down(false);
+  {
+    ChunkStore reopened(journal_options(dir, backend));
+    REQUIRE(reopened.drain_remote(kWait));
+    CHECK(reopened.stats().remote.resent == 1);
+  }
+  return remote_value(backend, store_test_key(1));
+}
+
+void add_trigger(const std::string& index, const char* sql) {
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(index.c_str(), &db) == SQLITE_OK);
+  char* error = nullptr;
+  const int rc = sqlite3_exec(db, sql, nullptr, nullptr, &error);
+  INFO(sql << ": " << (error ? error : ""));
+  sqlite3_free(error);
+  sqlite3_close(db);
+  REQUIRE(rc == SQLITE_OK);
+}
+
+}  // namespace
+
+// The writer clears a delivered write's record once the remote acknowledged it. A put of the same key recorded in
+// between (after that write was sent, before its own write is queued) had its record taken by that clearing: the
+// journal kept one record a key, which a new record only updated, and the clearing went by key. A replacement's new
+// value, or a put that queues the write again for a server that lost the key, was then never re-sent after a close
+// or a kill (the remote kept the replaced value, or nothing: both checks below failed). Now each record has a seq of
+// its own and the clearing takes only the acknowledged one's.
+TEST_CASE("a put recorded while the key's earlier write is acknowledged keeps its record", "[store][remote]") {
+  test::TempDir dir;
+  SECTION("a replacement") {
+    Result<ValuePtr> v = put_twice_across_an_acknowledgement(dir / "s", /*replace=*/true);
+    REQUIRE(v.is_ok());
+    CHECK(values_equal(*v.value(), *store_test_value(2)));  // not the replaced value 1
+  }
+  SECTION("a put of a key already stored") {
+    Result<ValuePtr> v = put_twice_across_an_acknowledgement(dir / "s", /*replace=*/false);
+    REQUIRE(v.is_ok());
+    CHECK(values_equal(*v.value(), *store_test_value(1)));
+  }
+}
+
+// An erase's record and its local removal commit in one transaction. Before, the record was a commit of its own
+// whose failure was ignored: with the index refusing erase records (a trigger here; a busy lease connection there),
+// the erase removed the local copy and returned ok with no record of the removal, so a close with the server down
+// lost the removal for good and the remote kept serving the erased entry. Now the erase is refused with its record
+// and the local copy stays: the local tiers and the remote agree either way.
+TEST_CASE("an erase whose record the index refuses is refused too: the remote never keeps an erased entry",
+          "[store][remote]") {
+  test::TempDir dir;
+  const std::string d = dir / "s";
+  auto backend = std::make_shared<GateBackend>(/*hold_first=*/false);
+  {
+    ChunkStore store(journal_options(d, backend));
+    REQUIRE(store.put(store_test_key(1), store_test_value(1)).is_ok());
+    REQUIRE(store.drain_remote(kWait));  // delivered, its record cleared
+  }
+  add_trigger(d + "/index.sqlite",
+              "CREATE TRIGGER refuse_erase_records BEFORE INSERT ON remote_pending WHEN NEW.kind = 1 "
+              "BEGIN SELECT RAISE(ABORT, 'erase records refused (test)'); END");
+  bool erased = false;
+  {
+    ChunkStore store(journal_options(d, backend));
+    backend->set_down(true);  // a removal queued now stays queued until the close drops it
+    const Status s = store.erase(store_test_key(1));
+    erased = s.is_ok();
+    INFO(s.to_string());
+    CHECK(!erased);
+    GetOptions local_only;
+    local_only.remote = false;
+    if (!erased) CHECK(store.get(store_test_key(1), local_only).is_ok());  // refused: the local copy stays
+  }
+  add_trigger(d + "/index.sqlite", "DROP TRIGGER refuse_erase_records");
+  backend->set_down(false);
+  {
+    ChunkStore reopened(journal_options(d, backend));
+    REQUIRE(reopened.drain_remote(kWait));  // re-sends what the journal holds
+  }
+  // Erased: the remote must not serve it; refused: it is still held everywhere.
+  CHECK(remote_value(backend, store_test_key(1)).is_ok() == !erased);
+}
+
+// The queue's byte bound drops a queued write from memory, its record and its local copy staying. Once the queue
+// empties, the writer re-sends it from the local copy, as an open re-sends an earlier run's records. Before, only
+// the next open did: until a restart the remote lacked the entry, and the disk kept it for the write (eviction
+// keeps an entry whose write is recorded).
+TEST_CASE("a write the queue's byte bound dropped is re-sent by the same run once the queue empties",
+          "[store][remote]") {
+  test::TempDir dir;
+  auto backend = std::make_shared<GateBackend>(/*hold_first=*/true);
+  ChunkStoreOptions o = journal_options(dir / "s", backend);
+  o.remote.max_queued_bytes = 1;  // every queued write beyond the newest is over the bound
+  ChunkStore store(o);
+  REQUIRE(store.put(store_test_key(1), store_test_value(1)).is_ok());
+  REQUIRE(backend->wait_entered());  // 1 is in flight, held by the backend
+  REQUIRE(store.put(store_test_key(2), store_test_value(2)).is_ok());
+  REQUIRE(store.put(store_test_key(3), store_test_value(3)).is_ok());  // 2 is dropped: queued, not in flight
+  CHECK(store.stats().remote.writes_dropped == 1);
+  backend->release();
+  REQUIRE(store.drain_remote(kWait));
+  const RemoteStats rs = store.stats().remote;
+  CHECK(rs.writes == 2);  // 1 and 3, this run's own
+  CHECK(rs.resent == 1);  // 2, from the local copy
+  for (int64_t i = 1; i <= 3; ++i) {
+    INFO("entry " << i);
+    Result<ValuePtr> v = remote_value(backend, store_test_key(i));
+    REQUIRE(v.is_ok());
+    CHECK(values_equal(*v.value(), *store_test_value(i)));
+  }
+}
