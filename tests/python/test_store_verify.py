@@ -44,7 +44,8 @@ def test_verify_report_lists_the_blobs_it_could_not_read(orbit, orbit_cli, stori
     assert [(p.key, p.path) for p in report.unreadable] == [(keys[1], blob)]
     assert "cannot read" in report.unreadable[0].reason and "Is a directory" in report.unreadable[0].reason
     assert not report.clean and not report
-    assert repr(report) == "VerifyReport(checked=3, problems=0, unreadable=1)"
+    assert repr(report) == ("VerifyReport(checked=3, problems=[], unreadable=[1 VerifyProblem], unreferenced_blobs=0, "
+                            "temp_files=0, index_damage='', clean=False)")
     with orbit.Store(tmp_path) as store:
         assert [p.key for p in store.verify().unreadable] == [keys[1]]
     # The same list, with the same meaning, as the CLI's (exit status 2: nothing bad, something unread).
@@ -87,4 +88,5 @@ def test_verify_report_keeps_bad_blobs_apart_from_unreadable_ones(orbit, stories
     report = orbit.store_verify(tmp_path)
     assert [p.key for p in report.problems] == [keys[0]] and "missing" in report.problems[0].reason
     assert report.unreadable == []
-    assert repr(report) == "VerifyReport(checked=2, problems=1, unreadable=0)"
+    assert repr(report) == ("VerifyReport(checked=2, problems=[1 VerifyProblem], unreadable=[], unreferenced_blobs=0, "
+                            "temp_files=0, index_damage='', clean=False)")
