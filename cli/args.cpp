@@ -1,5 +1,6 @@
 #include "args.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -10,8 +11,13 @@ namespace orbit::cli {
 
 namespace {
 
+// Whether `text` starts with white space, which strtoll and strtod skip: " 5" was taken and "5 " refused.
+bool leading_space(const std::string& text) {
+  return !text.empty() && std::isspace(static_cast<unsigned char>(text.front())) != 0;
+}
+
 bool parse_int(const std::string& text, int64_t* out) {
-  if (text.empty()) return false;
+  if (text.empty() || leading_space(text)) return false;
   errno = 0;
   char* end = nullptr;
   const long long value = std::strtoll(text.c_str(), &end, 10);
@@ -93,7 +99,7 @@ double Args::get_double(const std::string& name, double fallback) const {
   errno = 0;
   char* end = nullptr;
   const double out = std::strtod(value->c_str(), &end);
-  ORBIT_CHECK(!value->empty() && errno == 0 && end == value->c_str() + value->size(),
+  ORBIT_CHECK(!value->empty() && !leading_space(*value) && errno == 0 && end == value->c_str() + value->size(),
               command_ << ": argument '" << name << "' must be a number, got '" << *value << "'");
   return out;
 }

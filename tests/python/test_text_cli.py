@@ -110,6 +110,17 @@ def test_a_file_that_is_no_checkpoint_is_named_before_its_tokenizer_is_looked_fo
         assert "read as a llama2.c checkpoint" in r.stderr and "looked for" not in r.stderr, (args, r.stderr)
 
 
+
+def test_a_number_with_white_space_around_it_is_refused_either_side(orbit_cli, stories260k_path):
+    # strtoll / strtod skip leading white space: before, --max-tokens " 5" was taken and "5 " refused.
+    for name, value in (("--max-tokens", " 5"), ("--max-tokens", "5 "), ("--temperature", " 0.5"),
+                        ("--temperature", "0.5 ")):
+        args = ["generate", "--model", stories260k_path, "--prompt", "hi", name, value]
+        r = run(orbit_cli, *args, check=False)
+        assert r.returncode == 1, (name, value, r.stdout)
+        assert f"argument '{name}' must be" in r.stderr and f"got '{value}'" in r.stderr, r.stderr
+
+
 COMMANDS = {
     "info": ["--model", "--json"],
     "logits": ["--model", "--tokens", "--text", "--positions", "--all-positions", "--no-bos", "--tokenizer"],
