@@ -162,7 +162,8 @@ struct RemoteStats {
   int64_t internal_reads = 0;
   // Writes and erases an earlier run of this store directory queued and never delivered (closed or killed
   // while the remote was down, or dropped by the queue's byte bound), re-sent by this open (writes from the
-  // local copies, erases as removals) in the background: those sent, and those left to send (0 once done; they stay
+  // local copies, erases as removals) in the background, and this run's writes its queue's byte bound dropped,
+  // re-sent the same way once the queue empties: those sent, and those left to send (0 once done; they stay
   // recorded for the next open when this one closes first). Not in writes or bytes_written.
   int64_t resent = 0;
   int64_t resend_backlog = 0;
