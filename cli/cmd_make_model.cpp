@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -302,7 +303,11 @@ int run_make_model(int argc, char** argv, int first) {
   options.dtype = args.get("--dtype").value_or("float32");
   options.seed = static_cast<uint64_t>(args.get_int("--seed", 0, 0));
   options.init_std = args.get_double("--init-std", options.init_std);
-  options.shard_bytes = args.get_int("--shard-mb", 0, 0) * (int64_t{1} << 20);
+  const int64_t shard_mb = args.get_int("--shard-mb", 0, 0);
+  // In bytes it must fit 64 bits: more wrapped (99999999999999 MiB to a negative size the generator named).
+  ORBIT_CHECK(shard_mb <= (std::numeric_limits<int64_t>::max() >> 20),
+              "make-model: argument '--shard-mb' is too large (" << shard_mb << " MiB is past 64-bit bytes)");
+  options.shard_bytes = shard_mb * (int64_t{1} << 20);
   options.overwrite = args.flag("--force");
 
   ORBIT_CHECK(std::isfinite(c.rms_norm_eps) && c.rms_norm_eps > 0 && c.rms_norm_eps < 1,

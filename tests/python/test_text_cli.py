@@ -121,6 +121,16 @@ def test_a_number_with_white_space_around_it_is_refused_either_side(orbit_cli, s
         assert f"argument '{name}' must be" in r.stderr and f"got '{value}'" in r.stderr, r.stderr
 
 
+
+def test_a_shard_size_past_64_bit_bytes_is_refused_naming_the_argument(orbit_cli, tmp_path):
+    # Before, --shard-mb 99999999999999 wrapped when turned into bytes and the error was the generator's
+    # 'shard_bytes must be >= 0, got -5822864442258358272'.
+    r = run(orbit_cli, "make-model", "--out", tmp_path / "m", "--shard-mb", "99999999999999", check=False)
+    assert r.returncode == 1
+    assert "argument '--shard-mb' is too large" in r.stderr, r.stderr
+    assert not (tmp_path / "m").exists()
+
+
 COMMANDS = {
     "info": ["--model", "--json"],
     "logits": ["--model", "--tokens", "--text", "--positions", "--all-positions", "--no-bos", "--tokenizer"],
