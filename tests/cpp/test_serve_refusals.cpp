@@ -3,6 +3,7 @@
 // parts, whole numbers past 64 bits, and chat and the Responses API refusing an unsupported parameter alike. Each
 // refusal names the field. (The parser's other refusals: test_serve.cpp.)
 #include <string>
+#include <vector>
 
 #include "orbit_catch.h"
 #include "serve/responses/responses_api.h"
@@ -137,4 +138,53 @@ TEST_CASE("serve: chat and the Responses API refuse an unsupported parameter wit
   CHECK(chat.status == 400);
   CHECK(chat.code == "unsupported_parameter");
   CHECK(sv::error_body(chat) == sv::error_body(responses));
+}
+
+// OpenAI's error codes for the refusals it shares with this server: a required field absent
+// (missing_required_parameter), a field of the wrong JSON type (invalid_type), a value outside the field's values
+// (invalid_value), a value OpenAI serves and this server does not (unsupported_value). Clients branch on the code;
+// every one had null before but the unknown and unsupported parameters'. The message still names the field.
+TEST_CASE("serve: refusals carry OpenAI's error code, chat and the Responses API alike", "[serve]") {
+  struct Case {
+    const char* body;
+    const char* param;
+    const char* code;
+  };
+  const auto check = [](const Case& c, const sv::ApiError& e) {
+    INFO(c.body);
+    CHECK(e.status == 400);
+    CHECK(e.param == c.param);
+    CHECK(e.code == c.code);
+    CHECK(e.message.rfind(std::string(c.param) + ": ", 0) == 0);
+  };
+  const std::vector<Case> chat = {
+      {R"({"model":"m"})", "messages", "missing_required_parameter"},
+      {R"({"messages":[{"role":"user","content":"hi"}]})", "model", "missing_required_parameter"},
+      {R"({"model":"m","messages":[{"content":"hi"}]})", "messages[0].role", "missing_required_parameter"},
+      {R"({"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function"}]})",
+       "tools[0].function", "missing_required_parameter"},
+      {R"({"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":7}]})",
+       "tools[0].function", "invalid_type"},
+      {R"({"model":"m","messages":"hi"})", "messages", "invalid_type"},
+      {R"({"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":"8"})", "max_tokens", "invalid_type"},
+      {R"({"model":"m","messages":[{"role":"user","content":"hi"}],"temperature":"hot"})", "temperature",
+       "invalid_type"},
+      {R"({"model":"m","messages":[{"role":"chef","content":"hi"}]})", "messages[0].role", "invalid_value"},
+      {R"({"model":"m","messages":[{"role":"user","content":"hi"}],"response_format":{"type":"yaml"}})",
+       "response_format.type", "invalid_value"},
+      {R"({"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"web_search"}]})", "tools[0].type",
+       "unsupported_value"},
+  };
+  const std::vector<Case> responses = {
+      {R"({"model":"m"})", "input", "missing_required_parameter"},
+      {R"({"input":"hi"})", "model", "missing_required_parameter"},
+      {R"({"model":"m","input":[{"role":"user"}]})", "input[0].content", "missing_required_parameter"},
+      {R"({"model":"m","input":7})", "input", "invalid_type"},
+      {R"({"model":"m","input":"hi","max_output_tokens":"8"})", "max_output_tokens", "invalid_type"},
+      {R"({"model":"m","input":[{"role":"chef","content":"hi"}]})", "input[0].role", "invalid_value"},
+      {R"({"model":"m","input":"hi","text":{"format":{"type":"yaml"}}})", "text.format.type", "invalid_value"},
+      {R"({"model":"m","input":"hi","tools":[{"type":"web_search"}]})", "tools[0].type", "unsupported_value"},
+  };
+  for (const Case& c : chat) check(c, sv::parse_chat_request(c.body).error);
+  for (const Case& c : responses) check(c, sv::parse_responses_request(c.body).error);
 }

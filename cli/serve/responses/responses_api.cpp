@@ -38,14 +38,13 @@ void refuse_unknown_part_fields(const ojson& part, const std::string& type, cons
 // Text content: a string, or an array of parts of the given types, each {type, text}.
 std::string text_content(const ojson& v, const std::string& param, const std::vector<std::string>& types) {
   if (v.is_string()) return v.get<std::string>();
-  if (!v.is_array())
-    invalid_field(param, std::string("expected a string or an array of parts, got ") + json_type_name(v));
+  if (!v.is_array()) wrong_type(param, "a string or an array of parts", v);
   std::string text;
   for (std::size_t i = 0; i < v.size(); ++i) {
     const std::string p = param + "[" + std::to_string(i) + "]";
     const ojson& part = need_object(v[i], p);
     const ojson* type = field(part, "type");
-    if (type == nullptr) invalid_field(p + ".type", "missing");
+    if (type == nullptr) missing_field(p + ".type");
     const std::string t = need_string(*type, p + ".type");
     if (std::find(types.begin(), types.end(), t) == types.end()) {
       std::string accepted;
@@ -54,7 +53,7 @@ std::string text_content(const ojson& v, const std::string& param, const std::ve
     }
     refuse_unknown_part_fields(part, t, p);
     const ojson* part_text = field(part, "text");
-    if (part_text == nullptr) invalid_field(p + ".text", "missing");
+    if (part_text == nullptr) missing_field(p + ".text");
     text += need_string(*part_text, p + ".text");
   }
   return text;
@@ -62,13 +61,13 @@ std::string text_content(const ojson& v, const std::string& param, const std::ve
 
 ojson message_item(const ojson& item, const std::string& p) {
   const ojson* role = field(item, "role");
-  if (role == nullptr) invalid_field(p + ".role", "missing");
+  if (role == nullptr) missing_field(p + ".role");
   const std::string r = need_string(*role, p + ".role");
   if (r != "user" && r != "system" && r != "developer" && r != "assistant") {
-    invalid_field(p + ".role", "unknown role '" + r + "' (expected user, system, developer or assistant)");
+    invalid_value(p + ".role", "unknown role '" + r + "' (expected user, system, developer or assistant)");
   }
   const ojson* content = field(item, "content");
-  if (content == nullptr) invalid_field(p + ".content", "missing");
+  if (content == nullptr) missing_field(p + ".content");
   return {{"role", r}, {"content", text_content(*content, p + ".content", {"input_text", "output_text"})}};
 }
 
@@ -79,7 +78,7 @@ ojson function_call_item(const ojson& item, const std::string& p) {
   const std::string name = required_string(item, "name", p);
   if (const std::string bad = name_problem(name, "a tool name"); !bad.empty()) invalid_field(p + ".name", bad);
   const ojson* arguments = field(item, "arguments");
-  if (arguments == nullptr) invalid_field(p + ".arguments", "missing");
+  if (arguments == nullptr) missing_field(p + ".arguments");
   const std::string text = need_string(*arguments, p + ".arguments");
   check_call_arguments(text, p + ".arguments");
   return {{"id", call_id}, {"type", "function"}, {"function", {{"name", name}, {"arguments", text}}}};
@@ -88,7 +87,7 @@ ojson function_call_item(const ojson& item, const std::string& p) {
 ojson function_call_output_item(const ojson& item, const std::string& p) {
   const std::string call_id = required_string(item, "call_id", p);
   const ojson* output = field(item, "output");
-  if (output == nullptr) invalid_field(p + ".output", "missing");
+  if (output == nullptr) missing_field(p + ".output");
   return {
       {"role", "tool"}, {"tool_call_id", call_id}, {"content", text_content(*output, p + ".output", {"input_text"})}};
 }
@@ -114,7 +113,7 @@ std::string reasoning_texts(const ojson& item, const char* key, const char* type
   const ojson* parts = field(item, key);
   if (parts == nullptr) return "";
   const std::string at = p + "." + key;
-  if (!parts->is_array()) invalid_field(at, std::string("expected an array, got ") + json_type_name(*parts));
+  if (!parts->is_array()) wrong_type(at, "an array", *parts);
   std::string text;
   for (std::size_t j = 0; j < parts->size(); ++j) {
     const std::string pj = at + "[" + std::to_string(j) + "]";
@@ -122,7 +121,7 @@ std::string reasoning_texts(const ojson& item, const char* key, const char* type
     refuse_unknown_fields(part, "type text", std::string("a ") + type + " part", pj + ".");
     if (required_string(part, "type", pj) != type) invalid_field(pj + ".type", std::string("expected '") + type + "'");
     const ojson* t = field(part, "text");
-    if (t == nullptr) invalid_field(pj + ".text", "missing");
+    if (t == nullptr) missing_field(pj + ".text");
     text += (text.empty() ? "" : "\n\n") + need_string(*t, pj + ".text");
   }
   return text;
@@ -216,8 +215,7 @@ void add_input(const ojson& input, const ServeLimits& limits, ojson& messages, R
     r.origins.push_back({MessageOrigin::From::text, 0, std::nullopt, {}});
     return;
   }
-  if (!input.is_array())
-    invalid_field("input", std::string("expected a string or an array of items, got ") + json_type_name(input));
+  if (!input.is_array()) wrong_type("input", "a string or an array of items", input);
   if (input.empty()) invalid_field("input", "must hold at least one item");
   if (input.size() > limits.max_messages) {
     invalid_field("input", "at most " + std::to_string(limits.max_messages) + " items are accepted");
@@ -230,7 +228,7 @@ void add_input(const ojson& input, const ServeLimits& limits, ojson& messages, R
     if (const ojson* t = field(item, "type")) {
       type = need_string(*t, p + ".type");
     } else if (field(item, "role") == nullptr) {
-      invalid_field(p + ".type", "missing");
+      missing_field(p + ".type");
     }
     refuse_unknown_item_fields(item, type, p);
     reader.add(item, type, i, p);
@@ -240,15 +238,15 @@ void add_input(const ojson& input, const ServeLimits& limits, ojson& messages, R
 
 // tools in the chat form; each must be a function with a name no other tool has.
 ojson chat_tools(const ojson& tools) {
-  if (!tools.is_array()) invalid_field("tools", std::string("expected an array, got ") + json_type_name(tools));
+  if (!tools.is_array()) wrong_type("tools", "an array", tools);
   ojson out = ojson::array();
   for (std::size_t i = 0; i < tools.size(); ++i) {
     const std::string p = "tools[" + std::to_string(i) + "]";
     const ojson& t = need_object(tools[i], p);
     const ojson* type = field(t, "type");
-    if (type == nullptr) invalid_field(p + ".type", "missing");
+    if (type == nullptr) missing_field(p + ".type");
     const std::string kind = need_string(*type, p + ".type");
-    if (kind != "function") invalid_field(p + ".type", "only 'function' tools are accepted (got '" + kind + "')");
+    if (kind != "function") unsupported_value(p + ".type", "only 'function' tools are accepted (got '" + kind + "')");
     // Another key (defer_loading, output_schema, a misspelt parameters) asks for what would not happen.
     refuse_unknown_fields(t, "type name description parameters strict", p, p + ".");
     ojson fn = {{"name", required_string(t, "name", p)}};
@@ -261,7 +259,7 @@ ojson chat_tools(const ojson& tools) {
     if (const ojson* d = field(t, "description")) fn["description"] = need_string(*d, p + ".description");
     if (const ojson* params = field(t, "parameters")) fn["parameters"] = need_object(*params, p + ".parameters");
     if (const ojson* strict = field(t, "strict"); strict != nullptr && !strict->is_boolean()) {
-      invalid_field(p + ".strict", std::string("expected a boolean, got ") + json_type_name(*strict));
+      wrong_type(p + ".strict", "a boolean", *strict);
     }
     out.push_back({{"type", "function"}, {"function", std::move(fn)}});
   }
@@ -272,13 +270,13 @@ ojson chat_tool_choice(const ojson& v, const ojson& tools) {
   if (v.is_string()) return v;  // none, auto or required: chat checks which
   const ojson& choice = need_object(v, "tool_choice");
   const ojson* type = field(choice, "type");
-  if (type == nullptr) invalid_field("tool_choice.type", "missing");
+  if (type == nullptr) missing_field("tool_choice.type");
   const std::string kind = need_string(*type, "tool_choice.type");
-  if (kind != "function") invalid_field("tool_choice.type", "only 'function' is accepted (got '" + kind + "')");
+  if (kind != "function") unsupported_value("tool_choice.type", "only 'function' is accepted (got '" + kind + "')");
   const std::string name = required_string(choice, "name", "tool_choice");
   const bool known =
       std::any_of(tools.begin(), tools.end(), [&](const ojson& t) { return t["function"]["name"] == name; });
-  if (!known) invalid_field("tool_choice.name", "'" + name + "' is not one of the request's tools");
+  if (!known) invalid_value("tool_choice.name", "'" + name + "' is not one of the request's tools");
   return {{"type", "function"}, {"function", {{"name", name}}}};
 }
 
@@ -294,7 +292,7 @@ ojson chat_response_format(const ojson& text) {
   need_object(*format, "text.format");
   refuse_unknown_fields(*format, "type name schema strict description", "text.format", "text.format.");
   const ojson* type = field(*format, "type");
-  if (type == nullptr) invalid_field("text.format.type", "missing");
+  if (type == nullptr) missing_field("text.format.type");
   const std::string kind = need_string(*type, "text.format.type");
   if (kind == "text" || kind == "json_object") {
     // A schema (or its name, strict, description) beside another type would be dropped unenforced: the
@@ -303,9 +301,9 @@ ojson chat_response_format(const ojson& text) {
     return {{"type", kind}};
   }
   if (kind != "json_schema")
-    invalid_field("text.format.type", "'" + kind + "' is not one of text, json_object, json_schema");
+    invalid_value("text.format.type", "'" + kind + "' is not one of text, json_object, json_schema");
   const ojson* schema = field(*format, "schema");
-  if (schema == nullptr) invalid_field("text.format.schema", "missing");
+  if (schema == nullptr) missing_field("text.format.schema");
   ojson js = {{"schema", need_object(*schema, "text.format.schema")}};
   // Checked here, not left to chat's parser, so that errors name text.format's fields (as chat does its own).
   const std::string name = required_string(*format, "name", "text.format");
@@ -315,11 +313,10 @@ ojson chat_response_format(const ojson& text) {
   // A description (a string) is taken and changes nothing: the schema is not shown to the model either, the
   // answer is held to it while it decodes (as chat's response_format).
   if (const ojson* d = field(*format, "description"); d != nullptr && !d->is_string()) {
-    invalid_field("text.format.description", std::string("expected a string, got ") + json_type_name(*d));
+    wrong_type("text.format.description", "a string", *d);
   }
   if (const ojson* strict = field(*format, "strict")) {
-    if (!strict->is_boolean())
-      invalid_field("text.format.strict", std::string("expected a boolean, got ") + json_type_name(*strict));
+    if (!strict->is_boolean()) wrong_type("text.format.strict", "a boolean", *strict);
     js["strict"] = *strict;
   }
   return {{"type", "json_schema"}, {"json_schema", std::move(js)}};
@@ -336,7 +333,7 @@ json metadata(const ojson& body) {
 void copy_sampling(const ojson& body, ojson& chat) {
   if (const ojson* v = field(body, "max_output_tokens")) {
     if (!v->is_number_integer() && !v->is_number_unsigned()) {
-      invalid_field("max_output_tokens", std::string("expected an integer, got ") + json_type_name(*v));
+      wrong_type("max_output_tokens", "an integer", *v);
     }
     if (v->is_number_integer() && v->get<int64_t>() < 1)
       invalid_field("max_output_tokens", "must be >= 1, got " + v->dump());
@@ -355,7 +352,7 @@ void copy_sampling(const ojson& body, ojson& chat) {
     if (chat.contains("tools")) {
       chat["parallel_tool_calls"] = *v;
     } else if (!v->is_boolean()) {
-      invalid_field("parallel_tool_calls", std::string("expected a boolean, got ") + json_type_name(*v));
+      wrong_type("parallel_tool_calls", "a boolean", *v);
     }
   }
   // Log probabilities: asked for by include "message.output_text.logprobs", or by top_logprobs above 0.
@@ -407,7 +404,7 @@ ResponsesRequest responses_request(std::string_view text, const ServeLimits& lim
   refuse_unsupported(body);
 
   ResponsesRequest r;
-  if (field(body, "model") == nullptr) invalid_field("model", "missing");
+  if (field(body, "model") == nullptr) missing_field("model");
   ojson chat = {{"model", body["model"]}, {"messages", ojson::array()}};
   if (const ojson* v = field(body, "instructions")) {
     chat["messages"].push_back({{"role", "system"}, {"content", need_string(*v, "instructions")}});
@@ -415,7 +412,7 @@ ResponsesRequest responses_request(std::string_view text, const ServeLimits& lim
     r.has_instructions = true;
   }
   const ojson* input = field(body, "input");
-  if (input == nullptr) invalid_field("input", "missing");
+  if (input == nullptr) missing_field("input");
   add_input(*input, limits, chat["messages"], r);
   // An empty array is no tools; anything else is read as tools (`{}` is refused there, not taken for none).
   if (const ojson* v = field(body, "tools"); v != nullptr && !(v->is_array() && v->empty())) {
@@ -434,7 +431,7 @@ ResponsesRequest responses_request(std::string_view text, const ServeLimits& lim
     if (auto unpaired = call_pairing_error(r.call_items, {})) throw Invalid{*unpaired};
   }
   if (const ojson* v = field(body, "store")) {
-    if (!v->is_boolean()) invalid_field("store", std::string("expected a boolean, got ") + json_type_name(*v));
+    if (!v->is_boolean()) wrong_type("store", "a boolean", *v);
     r.store = v->get<bool>();
   }
   if (const ojson* v = field(body, "truncation"); v != nullptr && v->is_string()) r.truncate = *v == "auto";

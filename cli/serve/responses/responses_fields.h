@@ -22,21 +22,21 @@ inline const ojson* field(const ojson& object, const char* name) {
 }
 
 inline std::string need_string(const ojson& v, const std::string& param) {
-  if (!v.is_string()) invalid_field(param, std::string("expected a string, got ") + json_type_name(v));
+  if (!v.is_string()) wrong_type(param, "a string", v);
   return v.get<std::string>();
 }
 
 // A required, non-empty string field.
 inline std::string required_string(const ojson& object, const char* name, const std::string& at) {
   const ojson* v = field(object, name);
-  if (v == nullptr) invalid_field(at + "." + name, "missing");
+  if (v == nullptr) missing_field(at + "." + name);
   std::string s = need_string(*v, at + "." + name);
   if (s.empty()) invalid_field(at + "." + name, "empty");
   return s;
 }
 
 inline const ojson& need_object(const ojson& v, const std::string& param) {
-  if (!v.is_object()) invalid_field(param, std::string("expected an object, got ") + json_type_name(v));
+  if (!v.is_object()) wrong_type(param, "an object", v);
   return v;
 }
 

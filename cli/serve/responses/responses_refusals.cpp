@@ -30,7 +30,7 @@ void refuse_unserved_modes(const ojson& body) {
     }
   }
   if (const ojson* v = field(body, "include")) {
-    if (!v->is_array()) invalid_field("include", std::string("expected an array, got ") + json_type_name(*v));
+    if (!v->is_array()) wrong_type("include", "an array", *v);
     for (std::size_t i = 0; i < v->size(); ++i) {  // logprobs are served (copy_sampling); nothing else is
       if ((*v)[i] != kIncludeLogprobs) unsupported("include[" + std::to_string(i) + "]", "including " + (*v)[i].dump());
     }
@@ -93,7 +93,7 @@ void check_hints(const ojson& body) {
     if (stream == nullptr || *stream != true) invalid_field("stream_options", "only allowed when stream is true");
     refuse_unknown_fields(*v, "include_obfuscation", "stream_options", "stream_options.");
     if (const ojson* o = field(*v, "include_obfuscation"); o != nullptr && !o->is_boolean()) {
-      invalid_field("stream_options.include_obfuscation", std::string("expected a boolean, got ") + json_type_name(*o));
+      wrong_type("stream_options.include_obfuscation", "a boolean", *o);
     }
   }
 }

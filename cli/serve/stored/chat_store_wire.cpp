@@ -143,7 +143,7 @@ Parsed<Metadata> parse_completion_update(std::string_view text) {
                                        "invalid_request_error", "unsupported_parameter", name)};
       }
     }
-    if (!body.contains("metadata")) invalid_field("metadata", "missing (give null to clear it)");
+    if (!body.contains("metadata")) missing_field("metadata", "(give null to clear it)");
     Metadata metadata;
     if (!body["metadata"].is_null()) {
       check_metadata(body["metadata"]);

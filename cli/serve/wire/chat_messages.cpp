@@ -16,15 +16,14 @@ namespace {
 std::string content_text(const json& v, const std::string& param, bool assistant) {
   if (v.is_string()) return v.get<std::string>();
   if (v.is_null()) return "";
-  if (!v.is_array())
-    invalid_field(param, std::string("expected a string, null or an array of parts, got ") + json_type_name(v));
+  if (!v.is_array()) wrong_type(param, "a string, null or an array of parts", v);
   std::string text;
   for (std::size_t i = 0; i < v.size(); ++i) {
     const std::string p = param + "[" + std::to_string(i) + "]";
     const json& part = v[i];
-    if (!part.is_object()) invalid_field(p, std::string("expected an object, got ") + json_type_name(part));
+    if (!part.is_object()) wrong_type(p, "an object", part);
     const auto type = part.find("type");
-    if (type == part.end()) invalid_field(p + ".type", "missing");
+    if (type == part.end()) missing_field(p + ".type");
     const std::string kind = need_string(*type, p + ".type");
     const bool refusal = assistant && kind == "refusal";
     if (kind != "text" && !refusal) {
@@ -36,11 +35,11 @@ std::string content_text(const json& v, const std::string& param, bool assistant
     refuse_unknown_fields(part, refusal ? "type refusal" : "type text prompt_cache_breakpoint",
                           refusal ? "a refusal part" : "a text part", p + ".");
     if (const auto hint = part.find("prompt_cache_breakpoint"); hint != part.end() && !hint->is_object()) {
-      invalid_field(p + ".prompt_cache_breakpoint", std::string("expected an object, got ") + json_type_name(*hint));
+      wrong_type(p + ".prompt_cache_breakpoint", "an object", *hint);
     }
     const char* key = refusal ? "refusal" : "text";
     const auto t = part.find(key);
-    if (t == part.end()) invalid_field(p + "." + key, "missing");
+    if (t == part.end()) missing_field(p + "." + key);
     text += need_string(*t, p + "." + key);
   }
   return text;
@@ -51,23 +50,23 @@ std::string content_text(const json& v, const std::string& param, bool assistant
 // could not parse) and function.parsed_arguments (the openai SDK's parse helpers and runTools add it). Both are
 // the client's own copies of what it was answered, so they are taken and unused; another key is refused by name.
 ChatToolCall parse_tool_call(const json& v, const std::string& param) {
-  if (!v.is_object()) invalid_field(param, std::string("expected an object, got ") + json_type_name(v));
+  if (!v.is_object()) wrong_type(param, "an object", v);
   refuse_unknown_fields(v, "id type function index", "a tool call", param + ".");
   if (v.contains("index") && !v["index"].is_null()) need_int(v["index"], param + ".index");
   ChatToolCall call;
   // Its id is what the tool message with its result names (tool_call_id), and templates render both.
   const auto id = v.find("id");
-  if (id == v.end() || id->is_null()) invalid_field(param + ".id", "missing (the tool message of its result names it)");
+  if (id == v.end() || id->is_null()) missing_field(param + ".id", "(the tool message of its result names it)");
   call.id = need_string(*id, param + ".id");
   if (call.id.empty()) invalid_field(param + ".id", "empty");
   if (v.contains("type") && need_string(v["type"], param + ".type") != "function") {
-    invalid_field(param + ".type", "only 'function' tool calls are accepted");
+    unsupported_value(param + ".type", "only 'function' tool calls are accepted");
   }
   const auto fn = v.find("function");
-  if (fn == v.end() || !fn->is_object()) invalid_field(param + ".function", "missing or not an object");
+  require_object(v, fn, param + ".function");
   refuse_unknown_fields(*fn, "name arguments parsed_arguments", "a tool call's function", param + ".function.");
   const auto name = fn->find("name");
-  if (name == fn->end()) invalid_field(param + ".function.name", "missing");
+  if (name == fn->end()) missing_field(param + ".function.name");
   call.name = need_string(*name, param + ".function.name");
   // Only a tool's name can be called, so a call in the history is held to the tools' rule; but "" is taken,
   // as this server answers a forced call max_tokens cut before its name began (name and arguments "").
@@ -133,7 +132,7 @@ std::optional<std::string> parse_reasoning(const json& v, const std::string& par
 std::string parse_tool_call_id(const json& v, const std::string& param) {
   const auto id = v.find("tool_call_id");
   if (id == v.end() || id->is_null()) {
-    invalid_field(param + ".tool_call_id", "missing (a tool message answers the assistant's call of that id)");
+    missing_field(param + ".tool_call_id", "(a tool message answers the assistant's call of that id)");
   }
   std::string out = need_string(*id, param + ".tool_call_id");
   if (out.empty()) invalid_field(param + ".tool_call_id", "empty");
@@ -144,19 +143,19 @@ std::string parse_tool_call_id(const json& v, const std::string& param) {
 
 ChatMessage parse_message(const json& v, const std::string& param) {
   static const std::set<std::string> kRoles = {"system", "developer", "user", "assistant", "tool"};
-  if (!v.is_object()) invalid_field(param, std::string("expected an object, got ") + json_type_name(v));
+  if (!v.is_object()) wrong_type(param, "an object", v);
   ChatMessage m;
   const auto role = v.find("role");
-  if (role == v.end()) invalid_field(param + ".role", "missing");
+  if (role == v.end()) missing_field(param + ".role");
   m.role = need_string(*role, param + ".role");
   if (!kRoles.count(m.role)) {
-    invalid_field(param + ".role",
+    invalid_value(param + ".role",
                   "unknown role '" + m.role + "' (expected system, developer, user, assistant or tool)");
   }
   refuse_unknown_message_fields(v, m.role, param);
   if (m.role == "developer") m.role = "system";  // OpenAI's newer name for the system prompt
   const auto content = v.find("content");
-  if (content == v.end() && m.role != "assistant") invalid_field(param + ".content", "missing");
+  if (content == v.end() && m.role != "assistant") missing_field(param + ".content");
   if (content != v.end()) m.content = content_text(*content, param + ".content", m.role == "assistant");
   if (v.contains("refusal") && !v["refusal"].is_null()) m.content += need_string(v["refusal"], param + ".refusal");
   if (m.role == "assistant") m.reasoning_content = parse_reasoning(v, param);
@@ -168,8 +167,7 @@ ChatMessage parse_message(const json& v, const std::string& param) {
   if (m.role == "tool") m.tool_call_id = parse_tool_call_id(v, param);
   if (v.contains("tool_calls") && !v["tool_calls"].is_null()) {
     const json& calls = v["tool_calls"];
-    if (!calls.is_array())
-      invalid_field(param + ".tool_calls", std::string("expected an array, got ") + json_type_name(calls));
+    if (!calls.is_array()) wrong_type(param + ".tool_calls", "an array", calls);
     for (std::size_t i = 0; i < calls.size(); ++i) {
       m.tool_calls.push_back(parse_tool_call(calls[i], param + ".tool_calls[" + std::to_string(i) + "]"));
     }

@@ -11,22 +11,22 @@ using nlohmann::json;
 // tools: each {"type": "function", "function": {"name": ..., ...}}; their names, in order, each once. (Their
 // parameters are checked as schemas by the server: answer_constraint.h.)
 std::vector<std::string> parse_tools(const json& tools) {
-  if (!tools.is_array()) invalid_field("tools", std::string("expected an array, got ") + json_type_name(tools));
+  if (!tools.is_array()) wrong_type("tools", "an array", tools);
   std::vector<std::string> names;
   for (std::size_t i = 0; i < tools.size(); ++i) {
     const std::string p = "tools[" + std::to_string(i) + "]";
     const json& t = tools[i];
-    if (!t.is_object()) invalid_field(p, std::string("expected an object, got ") + json_type_name(t));
+    if (!t.is_object()) wrong_type(p, "an object", t);
     if (t.contains("type") && need_string(t["type"], p + ".type") != "function") {
-      invalid_field(p + ".type", "only 'function' tools are accepted");
+      unsupported_value(p + ".type", "only 'function' tools are accepted");
     }
     const auto fn = t.find("function");
-    if (fn == t.end() || !fn->is_object()) invalid_field(p + ".function", "missing or not an object");
+    require_object(t, fn, p + ".function");
     // A key out of place (a misspelt "parameters") would give the model a tool whose arguments go unchecked.
     refuse_unknown_fields(t, "type function", p, p + ".");
     refuse_unknown_fields(*fn, "name description parameters strict", p + ".function", p + ".function.");
     const auto name = fn->find("name");
-    if (name == fn->end()) invalid_field(p + ".function.name", "missing");
+    if (name == fn->end()) missing_field(p + ".function.name");
     names.push_back(need_string(*name, p + ".function.name"));
     if (names.back().empty()) invalid_field(p + ".function.name", "empty");
     if (const std::string bad = name_problem(names.back(), "a tool name"); !bad.empty()) {
@@ -43,8 +43,7 @@ std::vector<std::string> parse_tools(const json& tools) {
       need_string(*d, p + ".function.description");
     if (const auto st = fn->find("strict"); st != fn->end() && !st->is_null()) need_bool(*st, p + ".function.strict");
     if (fn->contains("parameters") && !(*fn)["parameters"].is_object()) {
-      invalid_field(p + ".function.parameters",
-                    std::string("expected an object, got ") + json_type_name((*fn)["parameters"]));
+      wrong_type(p + ".function.parameters", "an object", (*fn)["parameters"]);
     }
   }
   return names;
@@ -55,25 +54,25 @@ ToolChoice parse_tool_choice(const json& v, const std::vector<std::string>& tool
   if (v.is_string()) {
     c.mode = v.get<std::string>();
     if (c.mode != "none" && c.mode != "auto" && c.mode != "required") {
-      invalid_field("tool_choice", "'" + c.mode + "' is not one of none, auto, required (or a named function)");
+      invalid_value("tool_choice", "'" + c.mode + "' is not one of none, auto, required (or a named function)");
     }
   } else if (v.is_object()) {
     if (v.contains("type") && need_string(v["type"], "tool_choice.type") != "function") {
-      invalid_field("tool_choice.type", "only 'function' is accepted");
+      unsupported_value("tool_choice.type", "only 'function' is accepted");
     }
     const auto fn = v.find("function");
-    if (fn == v.end() || !fn->is_object()) invalid_field("tool_choice.function", "missing or not an object");
+    require_object(v, fn, "tool_choice.function");
     refuse_unknown_fields(v, "type function", "tool_choice", "tool_choice.");
     refuse_unknown_fields(*fn, "name", "tool_choice.function", "tool_choice.function.");
     const auto name = fn->find("name");
-    if (name == fn->end()) invalid_field("tool_choice.function.name", "missing");
+    if (name == fn->end()) missing_field("tool_choice.function.name");
     c.mode = "function";
     c.function = need_string(*name, "tool_choice.function.name");
     if (std::find(tools.begin(), tools.end(), c.function) == tools.end()) {
-      invalid_field("tool_choice.function.name", "'" + c.function + "' is not one of the request's tools");
+      invalid_value("tool_choice.function.name", "'" + c.function + "' is not one of the request's tools");
     }
   } else {
-    invalid_field("tool_choice", std::string("expected a string or an object, got ") + json_type_name(v));
+    wrong_type("tool_choice", "a string or an object", v);
   }
   if ((c.mode == "required" || c.mode == "function") && tools.empty()) {
     invalid_field("tool_choice", "'" + c.mode + "' needs tools, and the request has none");
@@ -82,24 +81,24 @@ ToolChoice parse_tool_choice(const json& v, const std::vector<std::string>& tool
 }
 
 ResponseFormat parse_response_format(const json& v) {
-  if (!v.is_object()) invalid_field("response_format", std::string("expected an object, got ") + json_type_name(v));
+  if (!v.is_object()) wrong_type("response_format", "an object", v);
   // A key elsewhere than OpenAI puts it ({"type": "json_object", "schema": ...}) would leave its schema unenforced.
   refuse_unknown_fields(v, "type json_schema", "response_format", "response_format.");
   ResponseFormat f;
   const auto type = v.find("type");
-  if (type == v.end()) invalid_field("response_format.type", "missing");
+  if (type == v.end()) missing_field("response_format.type");
   f.type = need_string(*type, "response_format.type");
   if (f.type != "json_schema" && v.contains("json_schema")) {
     invalid_field("response_format.json_schema", "given with type '" + f.type + "': a schema needs type json_schema");
   }
   if (f.type == "json_schema") {
     const auto js = v.find("json_schema");
-    if (js == v.end() || !js->is_object()) invalid_field("response_format.json_schema", "missing or not an object");
+    require_object(v, js, "response_format.json_schema");
     refuse_unknown_fields(*js, "name schema strict description", "response_format.json_schema",
                           "response_format.json_schema.");
     // name is required, as OpenAI has it (a format without one is refused there too), and held to OpenAI's rule.
     const auto name = js->find("name");
-    if (name == js->end()) invalid_field("response_format.json_schema.name", "missing");
+    if (name == js->end()) missing_field("response_format.json_schema.name");
     f.name = need_string(*name, "response_format.json_schema.name");
     if (const std::string bad = name_problem(f.name, "a response format name"); !bad.empty()) {
       invalid_field("response_format.json_schema.name", bad);
@@ -114,11 +113,10 @@ ResponseFormat parse_response_format(const json& v) {
       f.strict = need_bool((*js)["strict"], "response_format.json_schema.strict");
     }
     const auto schema = js->find("schema");
-    if (schema == js->end() || !schema->is_object())
-      invalid_field("response_format.json_schema.schema", "missing or not an object");
+    require_object(*js, schema, "response_format.json_schema.schema");
     f.schema_json = schema->dump();
   } else if (f.type != "text" && f.type != "json_object") {
-    invalid_field("response_format.type", "'" + f.type + "' is not one of text, json_object, json_schema");
+    invalid_value("response_format.type", "'" + f.type + "' is not one of text, json_object, json_schema");
   }
   return f;
 }

@@ -12,12 +12,12 @@ namespace orbit::serve::chat_wire {
 using nlohmann::json;
 
 std::string need_string(const json& v, const std::string& param) {
-  if (!v.is_string()) invalid_field(param, std::string("expected a string, got ") + json_type_name(v));
+  if (!v.is_string()) wrong_type(param, "a string", v);
   return v.get<std::string>();
 }
 
 double need_number(const json& v, const std::string& param, double lo, double hi, bool lo_open) {
-  if (!v.is_number()) invalid_field(param, std::string("expected a number, got ") + json_type_name(v));
+  if (!v.is_number()) wrong_type(param, "a number", v);
   const double x = v.get<double>();
   if (!std::isfinite(x) || x > hi || x < lo || (lo_open && x == lo)) {
     std::ostringstream range;
@@ -28,7 +28,7 @@ double need_number(const json& v, const std::string& param, double lo, double hi
 }
 
 bool need_bool(const json& v, const std::string& param) {
-  if (!v.is_boolean()) invalid_field(param, std::string("expected a boolean, got ") + json_type_name(v));
+  if (!v.is_boolean()) wrong_type(param, "a boolean", v);
   return v.get<bool>();
 }
 
@@ -43,7 +43,7 @@ int64_t need_int(const json& v, const std::string& param) {
       v.get<double>() == std::floor(v.get<double>())) {
     invalid_field(param, "too large (" + v.dump() + " is outside the 64-bit integers)");
   }
-  if (!v.is_number_integer()) invalid_field(param, std::string("expected an integer, got ") + json_type_name(v));
+  if (!v.is_number_integer()) wrong_type(param, "an integer", v);
   return v.get<int64_t>();
 }
 

@@ -35,16 +35,53 @@ const char* json_type_name(const Json& v) {
   return "an object";
 }
 
+// The error codes below are OpenAI's for the same refusals (its API answers a request without `messages` with
+// code "missing_required_parameter", param "messages"); clients branch on them.
+
+// A required field is absent: a 400 with code "missing_required_parameter" naming `param`, "<param>: missing",
+// then `note` when there is one.
+[[noreturn]] inline void missing_field(const std::string& param, const std::string& note = "") {
+  throw RequestInvalid{api_error(400, param + ": missing" + (note.empty() ? "" : " " + note), "invalid_request_error",
+                                 "missing_required_parameter", param)};
+}
+
+// A field of the wrong JSON type: a 400 with code "invalid_type" naming `param`, "<param>: expected <expected>,
+// got <its type>".
+template <class Json>
+[[noreturn]] void wrong_type(const std::string& param, const char* expected, const Json& v) {
+  throw RequestInvalid{api_error(400, param + ": expected " + expected + ", got " + json_type_name(v),
+                                 "invalid_request_error", "invalid_type", param)};
+}
+
+// A value outside the field's values (an unknown role, a tool_choice mode): a 400 with code "invalid_value" naming
+// `param`, "<param>: <message>".
+[[noreturn]] inline void invalid_value(const std::string& param, const std::string& message) {
+  throw RequestInvalid{api_error(400, param + ": " + message, "invalid_request_error", "invalid_value", param)};
+}
+
+// A value OpenAI's API takes and this server does not serve (a tool type other than 'function'): a 400 with code
+// "unsupported_value" naming `param`, "<param>: <message>".
+[[noreturn]] inline void unsupported_value(const std::string& param, const std::string& message) {
+  throw RequestInvalid{api_error(400, param + ": " + message, "invalid_request_error", "unsupported_value", param)};
+}
+
+// A required object, `it` found in `parent` (parent.find): missing_field when absent, wrong_type when not an object.
+template <class Json, class Iterator>
+void require_object(const Json& parent, const Iterator& it, const std::string& param) {
+  if (it == parent.end()) missing_field(param);
+  if (!it->is_object()) wrong_type(param, "an object", *it);
+}
+
 // OpenAI's `metadata`, checked at `param`: an object of at most 16 pairs, keys of at most 64 bytes, string
 // values of at most 512 bytes. The chat request, the chat completion update and the Responses API check it so.
 template <class Json>
 void check_metadata(const Json& v, const std::string& param = "metadata") {
-  if (!v.is_object()) invalid_field(param, std::string("expected an object, got ") + json_type_name(v));
+  if (!v.is_object()) wrong_type(param, "an object", v);
   if (v.size() > 16) invalid_field(param, "at most 16 pairs are accepted");
   for (const auto& [key, value] : v.items()) {
     if (key.size() > 64) invalid_field(param, "a key is over 64 bytes");
     const std::string at = param + "." + key;
-    if (!value.is_string()) invalid_field(at, std::string("expected a string, got ") + json_type_name(value));
+    if (!value.is_string()) wrong_type(at, "a string", value);
     if (value.template get_ref<const std::string&>().size() > 512) invalid_field(at, "over 512 bytes");
   }
 }

@@ -19,8 +19,7 @@ std::vector<std::string> parse_stop(const json& v, const ServeLimits& limits) {
     if (v.get<std::string>().empty()) invalid_field("stop", "must not be empty");
     return {v.get<std::string>()};
   }
-  if (!v.is_array())
-    invalid_field("stop", std::string("expected a string or an array of strings, got ") + json_type_name(v));
+  if (!v.is_array()) wrong_type("stop", "a string or an array of strings", v);
   if (v.size() > limits.max_stop_strings) {
     invalid_field("stop", "at most " + std::to_string(limits.max_stop_strings) + " sequences are accepted");
   }
@@ -51,7 +50,7 @@ std::optional<int64_t> parse_max_tokens(const json& body) {
 
 // logit_bias: {"<token id>": bias}, ids as decimal strings (OpenAI's JSON), biases in [-100, 100].
 std::map<int64_t, double> parse_logit_bias(const json& v, const ServeLimits& limits) {
-  if (!v.is_object()) invalid_field("logit_bias", std::string("expected an object, got ") + json_type_name(v));
+  if (!v.is_object()) wrong_type("logit_bias", "an object", v);
   std::map<int64_t, double> out;
   for (const auto& [key, value] : v.items()) {
     const bool digits = !key.empty() && key.size() <= 18 &&
@@ -93,7 +92,7 @@ SamplingRequest parse_sampling(const json& body, const ServeLimits& limits) {
   if (const json* v = field("stream_options")) {
     // As OpenAI: only beside stream true; other keys are refused by name. include_obfuscation (on unless
     // false, as OpenAI has it) pads each chunk with a random "obfuscation" field (stream_obfuscation.h).
-    if (!v->is_object()) invalid_field("stream_options", std::string("expected an object, got ") + json_type_name(*v));
+    if (!v->is_object()) wrong_type("stream_options", "an object", *v);
     if (!s.stream) invalid_field("stream_options", "only allowed when stream is true");
     for (const auto& [key, value] : v->items()) {
       if (key == "include_usage") {

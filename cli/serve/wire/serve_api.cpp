@@ -43,7 +43,7 @@ json parse_body(std::string_view body, const ServeLimits& limits) {
 
 std::string parse_model(const json& body) {
   const auto it = body.find("model");
-  if (it == body.end()) invalid_field("model", "missing");
+  if (it == body.end()) missing_field("model");
   return need_string(*it, "model");
 }
 
@@ -91,8 +91,7 @@ void refuse_unserved(const json& body, bool chat) {
       if (given(name)) need_string(body[name], name);
     }
     if (given("prompt_cache_options") && !body["prompt_cache_options"].is_object()) {
-      invalid_field("prompt_cache_options",
-                    std::string("expected an object, got ") + json_type_name(body["prompt_cache_options"]));
+      wrong_type("prompt_cache_options", "an object", body["prompt_cache_options"]);
     }
   } else {
     if (given("echo") && body["echo"] != false) unsupported("echo", "echoing the prompt");
@@ -153,9 +152,8 @@ ChatRequest chat_request(std::string_view text, const ServeLimits& limits) {
   ChatRequest r;
   r.model = parse_model(body);
   const auto messages = body.find("messages");
-  if (messages == body.end()) invalid_field("messages", "missing");
-  if (!messages->is_array())
-    invalid_field("messages", std::string("expected an array, got ") + json_type_name(*messages));
+  if (messages == body.end()) missing_field("messages");
+  if (!messages->is_array()) wrong_type("messages", "an array", *messages);
   if (messages->empty()) invalid_field("messages", "must hold at least one message");
   if (messages->size() > limits.max_messages) {
     invalid_field("messages", "at most " + std::to_string(limits.max_messages) + " messages are accepted");
@@ -196,7 +194,7 @@ CompletionRequest completion_request(std::string_view text, const ServeLimits& l
   CompletionRequest r;
   r.model = parse_model(body);
   const auto prompt = body.find("prompt");
-  if (prompt == body.end()) invalid_field("prompt", "missing");
+  if (prompt == body.end()) missing_field("prompt");
   if (prompt->is_array()) {
     if (!prompt->empty() && (*prompt)[0].is_number_integer()) {
       unsupported("prompt", "a prompt of token ids (give the prompt as text)");
