@@ -212,3 +212,103 @@ TEST_CASE("under :hinted=0 idle prepares learned lists whatever the hints", "[sy
     CHECK(r.lists_prepared > 0);
   }
 }
+
+namespace {
+
+// A browsing agent: a page's tool message and an assistant message per step, at most three pages in the list
+// (the oldest leaves for a new one), and at step 2 it goes back to a page it saw (that page's message moves to
+// the end): a window that learns moves. Before each new page it hints the list it will start with (the last
+// list, the oldest page gone); the new page's message, unknown until the tool returns, comes after that.
+struct PagingLoop {
+  Window& w;
+  SyncOptions o = options();
+  std::vector<ChatMessage> history = {msg("system", "You read pages.")};
+  int page = 0;
+
+  static bool is_page(const ChatMessage& m) { return m.role == "tool"; }
+  std::vector<ChatMessage> without_oldest_page() const {
+    std::vector<ChatMessage> h = history;
+    if (std::count_if(h.begin(), h.end(), is_page) >= 3) h.erase(std::find_if(h.begin(), h.end(), is_page));
+    return h;
+  }
+  // One step: idle time, then (hinting) prepare_sync of the list the step starts with, then the sync of the
+  // list with a new page (or, going back, the second page's message moved to the end). Returns the idle
+  // call's report, the hint's and the sync's.
+  struct Step {
+    IdleReport idle, hint;
+    SyncReport sync;
+    std::vector<ChatMessage> hinted;
+  };
+  // again: the step goes back to the page that would leave (the hinted list, then that page's message).
+  Step step(bool hinting, bool back = false, bool again = false) {
+    Step out;
+    out.idle = w.idle();
+    if (again) {
+      out.hinted = without_oldest_page();
+      if (hinting) out.hint = w.prepare_sync(out.hinted, o);
+      const ChatMessage leaving = *std::find_if(history.begin(), history.end(), is_page);
+      history = out.hinted;
+      history.push_back(leaving);
+    } else if (back) {
+      const auto it = std::find_if(history.begin() + 2, history.end(), is_page);
+      const ChatMessage again = *it;
+      history.erase(it);
+      history.push_back(again);
+    } else {
+      out.hinted = without_oldest_page();
+      if (hinting) out.hint = w.prepare_sync(out.hinted, o);
+      history = out.hinted;
+      history.push_back(msg("tool", "page " + std::to_string(page) + ": a dog ran."));
+      ++page;
+    }
+    history.push_back(msg("assistant", "I read it."));
+    out.sync = w.sync(history, o);
+    (void)w.logits(out.sync.generation_prompt);  // the agent reads: nothing stays deferred
+    return out;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("trusted hints: prepare_sync also prepares the learned moves that go on past the hint", "[sync]") {
+  std::shared_ptr<Engine> engine = open_engine();
+  Window w = engine->new_window();  // the default policy: lists=3, move=8, hinted=2
+  PagingLoop loop{w};
+  for (int i = 0; i < 4; ++i) (void)loop.step(false, /*back=*/i == 2);  // learns the trim and the move
+  // Hinted syncs: the hint (the trim) reaches as far as every learned list; a learned move of the oldest page,
+  // the hint with that page's message after it, extends the hint and does not count against it.
+  for (int i = 0; i < 2; ++i) REQUIRE_FALSE(loop.step(true).idle.hints_trusted);
+  for (int i = 0; i < 3; ++i) {
+    const PagingLoop::Step s = loop.step(true);
+    INFO("trusted step " << i);
+    // idle time prepares nothing (the hints are trusted) ...
+    CHECK(s.idle.hints_trusted);
+    CHECK(s.idle.lists_prepared + s.idle.moves_prepared == 0);
+    CHECK(s.idle.prepare_forward_tokens == 0);
+    // ... the hint's prepare_sync prepares the learned move that extends it, past the hint only: its tokens
+    // are fewer than the extended list's own (a move prepared from scratch would forward the hint's part again)
+    CHECK(s.hint.hints_trusted);
+    CHECK(s.hint.moves_prepared >= 1);
+    std::vector<ChatMessage> extended = s.hinted;
+    extended.push_back(msg("tool", "page 0: a dog ran."));
+    const auto rendered = [&](const std::vector<ChatMessage>& m) {
+      return static_cast<double>(engine->tokenize_chat(m, false, loop.o.chat).size());
+    };
+    CHECK(s.hint.prepare_forward_tokens < rendered(extended) - rendered({loop.history.front()}));
+    // ... and the sync serves the head of the new page's message (its role and "page") from that KV, behind
+    // the hinted list: the one thing the learned lists prepared that the hint could not.
+    const double hinted_tokens = rendered(s.hinted);
+    double reused_past_hint = 0;
+    for (const Plan& p : s.sync.plans) {
+      for (const PlanStep& step : p.steps) {
+        if (step.position >= hinted_tokens) reused_past_hint += static_cast<double>(step.reused_tokens);
+      }
+    }
+    CHECK(reused_past_hint > 0);
+  }
+  // The agent goes back to the page its trim drops: the learned move one message past the hint reaches further
+  // into the list than the hint, but it was prepared with the hint, so the hints stay trusted.
+  const PagingLoop::Step back = loop.step(true, false, /*again=*/true);
+  CHECK(back.hint.moves_prepared >= 1);
+  CHECK(loop.step(true).idle.hints_trusted);
+}

@@ -277,7 +277,8 @@ class IdleReport:
     @property
     def hints_trusted(self) -> bool:
         """Window.idle() prepared no learned lists or moves: the agent's own prepare_sync hints reached as far
-        as they would have for WindowPolicy.trust_hints syncs in a row."""
+        as they would have for WindowPolicy.trust_hints syncs in a row. From prepare_sync: the hint was also
+        prepared one message further (the learned lists and moves that are the hint and one message more)."""
     @property
     def stopped(self) -> bool: ...
     @property
@@ -1249,7 +1250,9 @@ class Window:
         extra: Union[dict, str, None] = None,
     ) -> IdleReport:
         """In idle time, computes the list the agent expects to sync next exactly (a throwaway fork, the KV
-        stored for exact reuse), so a later sync whose list starts the same way serves it with no forward."""
+        stored for exact reuse), so a later sync whose list starts the same way serves it with no forward.
+        While the window trusts the agent's hints (Policy.trust_hints), the learned lists and moves that are
+        this list and one message more are prepared too: only that message is forwarded."""
     # reading (nothing stored)
     def logits(self, query: Tokens, *, all_rows: bool = False) -> numpy.typing.NDArray[numpy.float32]:
         """[vocab] for the last query token, [len(query), vocab] with all_rows=True; all_rows other than

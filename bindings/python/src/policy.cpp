@@ -247,8 +247,10 @@ void def_policy_fields(py::class_<WindowPolicy>& c) {
         "In a window synced to message lists, once this many syncs in a row found a list the agent prepared\n"
         "itself (Window.prepare_sync) reaching as far into the synced list as every learned list (prepare_lists,\n"
         "and the moves of prepare_moves) and the list before, Window.idle() prepares no learned lists or moves\n"
-        "until a sync finds otherwise (no hint, or a learned list that reached further); 0 = never skip. 2 in\n"
-        "every patch preset that prepares lists or moves (spec modifier ':hinted=N').");
+        "until a sync finds otherwise (no hint, or a learned list that reached further); 0 = never skip. While\n"
+        "it skips them, each hint's prepare_sync also prepares the learned lists and moves that are the hint and\n"
+        "one message more (only that message forwarded: the next message's head). 2 in every patch preset that\n"
+        "prepares lists or moves (spec modifier ':hinted=N').");
   field(c, "read_through", &WindowPolicy::read_through,
         "Under a kl_budget, an instance forwarded now (a new turn at the tail) behind kept, approximate instances\n"
         "is computed over their error: it passes this share of its recency weight on to what precedes it (the\n"

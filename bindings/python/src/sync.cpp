@@ -473,7 +473,10 @@ void def_sync_methods(py::module_& m) {
       "forward's KV stored for exact reuse, so a later sync whose list starts the same way serves those\n"
       "instances with no forward and no error. The window is not changed. Returns an IdleReport\n"
       "(prepare_forward_tokens, instances_prepared: background work). Raises OrbitError as sync() does\n"
-      "for a list it cannot render or place; does nothing while repairs are deferred or without exact reuse.");
+      "for a list it cannot render or place; does nothing while repairs are deferred or without exact reuse.\n"
+      "While the window trusts the agent's hints (Policy.trust_hints), the learned lists and moves that are\n"
+      "this list and one message more are prepared too (only that message forwarded): the next sync reads\n"
+      "its head, which the message the tool returns starts with too (IdleReport.hints_trusted, moves_prepared).");
 }
 
 }  // namespace

@@ -338,7 +338,9 @@ void def_reports(py::module_& m) {
                     "Learned next lists Window.idle() prepared (WindowPolicy.prepare_lists).")
       .def_readonly("hints_trusted", &IdleReport::hints_trusted,
                     "Window.idle() prepared no learned lists or moves: the agent's own prepare_sync hints reached\n"
-                    "as far as they would have for WindowPolicy.trust_hints syncs in a row.")
+                    "as far as they would have for WindowPolicy.trust_hints syncs in a row. From prepare_sync: the\n"
+                    "hint was also prepared one message further (the learned lists and moves that are the hint and\n"
+                    "one message more).")
       .def_readonly("prepare_forward_tokens", &IdleReport::prepare_forward_tokens,
                     "Token-forwards of the prepared recalls, moves and prepare_sync.")
       .def_readonly("forward_tokens", &IdleReport::forward_tokens, "heal + check + prepare.")

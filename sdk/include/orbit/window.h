@@ -342,7 +342,8 @@ struct IdleReport {
   int64_t lists_prepared = 0;         // learned next lists (or eviction sets) prepared (prepare_lists)
   double prepare_forward_tokens = 0;  // recalls, moves and prepare_sync
   // The learned lists and moves of a window synced to lists were not prepared: the agent's own hints reached
-  // as far as they would have for WindowPolicy::trust_hints syncs in a row.
+  // as far as they would have for WindowPolicy::trust_hints syncs in a row. From prepare_sync: the hint was
+  // also prepared one message further (the learned lists and moves that are the hint and one message more).
   bool hints_trusted = false;
   double forward_tokens = 0;  // heal + check + prepare
   double seconds = 0;
@@ -518,7 +519,12 @@ class Window {
   // (nothing would read its result). Throws orbit::Error as sync() does for a list it cannot render or place (nothing
   // computed); does nothing while repairs are deferred (they change the KV the fork would start from: a
   // read or heal() runs them); when the pool fills up on the way, what was computed stays reusable and the
-  // rest is skipped.
+  // rest is skipped. While the window trusts the agent's hints (WindowPolicy::trust_hints: idle() prepares no
+  // learned lists or moves), a hint is also prepared one message further: each learned list or move idle time
+  // would have prepared that is this list and one message more (a message moved to the end of the trimmed list)
+  // is prepared too, its start served from this list's KV, so only that message is forwarded; the next sync reads
+  // its head (the role, a tool result's label), which the message the tool returns starts with too
+  // (IdleReport::hints_trusted, lists_prepared, moves_prepared count them).
   IdleReport prepare_sync(const std::vector<ChatMessage>& messages, const SyncOptions& options = {});
 
   // A copy-on-write child (O(pages) reference counts). The child has its own id and version. Repairs an

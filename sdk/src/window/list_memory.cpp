@@ -117,6 +117,10 @@ std::size_t common_start(const std::vector<ChatMessage>& a, const std::vector<Ch
   return n;
 }
 
+bool one_past(const std::vector<ChatMessage>& list, const std::vector<ChatMessage>& start) {
+  return list.size() == start.size() + 1 && common_start(list, start) == start.size();
+}
+
 void HintWatch::synced(const std::vector<ChatMessage>& list, const std::vector<std::vector<ChatMessage>>& learned,
                        const std::vector<ChatMessage>* last) {
   std::size_t hinted = 0;  // how far the best hint reached: served from its exact KV
@@ -124,7 +128,12 @@ void HintWatch::synced(const std::vector<ChatMessage>& list, const std::vector<s
   // What the window held already reaches as far as it did without any preparation.
   const std::size_t held = std::max(hinted, last ? common_start(*last, list) : 0);
   bool learned_further = false;
-  for (const std::vector<ChatMessage>& l : learned) learned_further = learned_further || common_start(l, list) > held;
+  for (const std::vector<ChatMessage>& l : learned) {
+    // A learned list one message past a hint is prepared with it while the hints are trusted (Window::prepare_sync).
+    const bool with_hint =
+        std::any_of(hints_.begin(), hints_.end(), [&](const std::vector<ChatMessage>& h) { return one_past(l, h); });
+    learned_further = learned_further || (!with_hint && common_start(l, list) > held);
+  }
   streak_ = !hints_.empty() && !learned_further ? streak_ + 1 : 0;
   hints_.clear();
 }

@@ -99,10 +99,16 @@ class ListMemory {
 // sync or a preparation of `a` computed.
 std::size_t common_start(const std::vector<ChatMessage>& a, const std::vector<ChatMessage>& b);
 
+// Whether `list` is the whole of `start` and one message more: a learned list that goes one message past a hint
+// (a message moved to the end of the trimmed list). What it adds to the hint is the head of the message after it,
+// whatever that message is: its rendering starts the same (the role, a tool result's label).
+bool one_past(const std::vector<ChatMessage>& list, const std::vector<ChatMessage>& start);
+
 // Whether the agent's own hints leave the learned lists nothing to add (WindowPolicy::trust_hints): the lists
 // it prepared itself (Window::prepare_sync) since the last sync and, at each sync, whether one of them reached
 // as far into the synced list (common_start) as every list idle time learned to prepare and as the list before
-// it. A learned list that reaches no further than both saves the sync nothing. Message lists only.
+// it. A learned list that reaches no further than both saves the sync nothing; nor does one that goes one
+// message past a hint (one_past()), which a trusted hint's prepare_sync prepares too. Message lists only.
 class HintWatch {
  public:
   // A list the agent prepared (Window::prepare_sync called by the agent, not by Window::idle).
@@ -111,11 +117,12 @@ class HintWatch {
   // At a sync to `list`, before the list memory learns it: `learned` are the lists Window::idle prepares from
   // the memory as it is (ListMemory::predict, predict_moves: what it prepared, or would have, since the last
   // sync), `last` the list the window was synced to before (nullptr: none). Counts the sync into streak() and
-  // forgets the hints.
+  // forgets the hints. A learned list one message past a hint counts with the hints, not against them.
   void synced(const std::vector<ChatMessage>& list, const std::vector<std::vector<ChatMessage>>& learned,
               const std::vector<ChatMessage>* last);
-  // Syncs in a row, the last one included, that found a hint reaching as far as every learned list and the
-  // list before; 0 after a sync with no hint or one that a learned list reached further into.
+  // Syncs in a row, the last one included, that found a hint reaching as far as every learned list (but those
+  // one message past a hint) and the list before; 0 after a sync with no hint or one that such a learned list reached
+  // further into.
   int64_t streak() const { return streak_; }
 
  private:

@@ -228,7 +228,7 @@ void heal_and_check(Window& w, WindowState& s, IdleReport& out, bool check) {
 // The lists the window learned its next sync may start with (ListMemory::predict), each prepared as
 // prepare_sync prepares a hinted one. A list that cannot be rendered or placed is skipped.
 void prepare_learned_lists(Window& w, WindowState& s, const std::vector<std::vector<ChatMessage>>& lists,
-                           const std::function<bool()>& stop, IdleReport& out) {
+                           const std::function<bool()>& stop, IdleReport& out, const SyncOptions* options = nullptr) {
   if (!s.options.policy.reuse_computed || s.lists.empty()) return;
   s.preparing_learned = true;  // these lists are not the agent's hints (HintWatch)
   const struct Reset {
@@ -241,7 +241,7 @@ void prepare_learned_lists(Window& w, WindowState& s, const std::vector<std::vec
       return;
     }
     try {
-      const IdleReport r = w.prepare_sync(list, s.lists.options());
+      const IdleReport r = w.prepare_sync(list, options != nullptr ? *options : s.lists.options());
       out.lists_prepared += 1;
       out.instances_prepared += r.instances_prepared;
       out.prepare_forward_tokens += r.prepare_forward_tokens;
@@ -287,6 +287,40 @@ double healable_kl(const WindowState& s) {
 
 }  // namespace
 
+namespace detail {
+
+bool hints_trusted(const WindowState& s) {
+  const WindowPolicy& policy = s.options.policy;
+  return !s.lists.empty() && policy.trust_hints > 0 && s.hints.streak() >= policy.trust_hints &&
+         (policy.prepare_lists > 0 || policy.prepare_moves > 0);
+}
+
+void prepare_past_hint(Window& w, WindowState& s, const std::vector<ChatMessage>& hint, const SyncOptions& options,
+                       IdleReport& out) {
+  if (!hints_trusted(s)) return;
+  const WindowPolicy& policy = s.options.policy;
+  const auto past_hint = [&](std::vector<std::vector<ChatMessage>> lists) {
+    lists.erase(std::remove_if(lists.begin(), lists.end(),
+                               [&](const std::vector<ChatMessage>& l) { return !detail::one_past(l, hint); }),
+                lists.end());
+    return lists;
+  };
+  out.hints_trusted = true;
+  // Rendered with the hint's options: the start they share is then the same tokens, served from the hint's KV.
+  if (policy.prepare_lists > 0) {
+    prepare_learned_lists(w, s, past_hint(s.lists.predict(policy.prepare_lists)), {}, out, &options);
+  }
+  if (policy.prepare_moves > 0) {
+    const int64_t before = out.lists_prepared;
+    prepare_learned_lists(w, s, past_hint(s.lists.predict_moves(policy.prepare_moves, policy.prepare_lists)), {}, out,
+                          &options);
+    out.moves_prepared += out.lists_prepared - before;
+    out.lists_prepared = before;
+  }
+}
+
+}  // namespace detail
+
 IdleReport Window::idle() { return idle({}); }
 
 IdleReport Window::idle(const std::function<bool()>& stop) {
@@ -325,8 +359,7 @@ IdleReport Window::idle(const std::function<bool()>& stop) {
   }
   // The agent's own hints have reached as far as every learned list for trust_hints syncs in a row: the
   // learned lists and moves would only repeat what its next hint prepares.
-  out.hints_trusted = synced && policy.trust_hints > 0 && state_->hints.streak() >= policy.trust_hints &&
-                      (policy.prepare_lists > 0 || policy.prepare_moves > 0);
+  out.hints_trusted = detail::hints_trusted(*state_);
   if (policy.prepare_lists > 0 && synced && !out.hints_trusted) {
     prepare_learned_lists(*this, *state_, state_->lists.predict(policy.prepare_lists), stop, out);
   } else if (policy.prepare_lists > 0 && !synced) {

@@ -25,6 +25,10 @@
 #include "plan/plan_env.h"
 #include "window/window_state.h"
 
+namespace orbit {
+class Window;
+}  // namespace orbit
+
 namespace orbit::detail {
 
 // plan_layout(snapshot(state), layout, EnginePlanEnv(*state.core)) (plan_env.h).
@@ -91,6 +95,18 @@ std::vector<double> attention_by_entry(const WindowState& state, const at::Tenso
 // stored for exact reuse), repairing at once, so that what it computes is the exact KV of the prepared
 // window, stored under its own chains.
 WindowPolicy anticipation_policy();
+// Whether the agent's hints are trusted (WindowPolicy::trust_hints): a window synced to lists, under a policy that
+// prepares learned lists or moves, whose HintWatch streak reached trust_hints. Window::idle then prepares none.
+bool hints_trusted(const WindowState& state);
+// While the hints are trusted, after Window::prepare_sync prepared the agent's hint `hint` (with `options`): the
+// learned lists and moves idle time would prepare (ListMemory::predict, predict_moves) that are the hint and one
+// message more (list_memory.h's one_past(): a message moved to the end of the trimmed list), each prepared as
+// prepare_sync prepares a list. The hint's KV serves their start, so only that message is forwarded; what the
+// next sync reads of it is its head, which the message that comes next shares (the role, a tool result's
+// label) and no hint holds. Counted into `out` (lists_prepared, moves_prepared, instances and
+// tokens). Nothing when the hints are not trusted (idle time prepares every learned list then).
+void prepare_past_hint(Window& w, WindowState& state, const std::vector<ChatMessage>& hint, const SyncOptions& options,
+                       IdleReport& out);
 
 // The tentative tail (WindowState::tail). keep_tail: after a generate on `state`, records the read's query
 // followed by its answer (or the query alone) as the tail, when keep_read_for_reuse stored that sequence

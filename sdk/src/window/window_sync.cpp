@@ -512,6 +512,8 @@ IdleReport Window::prepare_sync(const std::vector<ChatMessage>& messages, const 
     // The pool filled up on the way (other windows hold it): what was computed before stays stored and
     // reusable, the rest is skipped, as for prepare_recalls.
   }
+  // Trusted hints: the learned lists that go on past this one, prepared past it (their start is its KV).
+  if (!state_->preparing_learned) detail::prepare_past_hint(*this, *state_, messages, options, out);
   out.forward_tokens = out.prepare_forward_tokens;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
