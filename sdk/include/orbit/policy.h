@@ -192,11 +192,14 @@ struct WindowPolicy {
   // start) as every list idle time learned to prepare (prepare_lists, and the moves of prepare_moves) and as
   // the list before it, Window::idle prepares no learned lists or moves until a sync finds otherwise (no
   // hint, or a learned list that would have reached further: the next idle call prepares them again). The
-  // learned lists only ever save what a hint did not prepare; with the tool loop's hint
-  // (bindings/python/examples/tool_loop.py, seed 0) they cost 30,188 idle tokens to save 47 critical ones
-  // (1006 -> 959). On the loop's held-out seeds 16-31 and 100-111 with its hint, 2 against 0 (never trust)
-  // spent 83% and 84% fewer idle tokens for 5.8% and 5.6% more critical ones, every step within the
-  // budget either way; without a hint it changes nothing.
+  // learned lists only ever save what a hint did not prepare: while it skips them, each hint's prepare_sync
+  // also prepares the learned lists and moves that are the hint and one message more (only that message
+  // forwarded: the next message's head, which a sync reuses token by token), and such a list does not count
+  // against the hint. With the tool loop's hint (bindings/python/examples/tool_loop.py, seed 0) the rest cost
+  // 30,085 idle tokens to save none (959 critical either way). On the loop's held-out seeds 16-31 and 100-111
+  // with its hint, 2 against 0 (never trust) spent 83% and 84% fewer idle tokens for 0.7% more critical ones
+  // (14297 against 14203, 9812 against 9739; 5.8% and 5.6% before the hint was prepared one message further),
+  // every step within the budget either way; without a hint it changes nothing.
   // Checked at each sync against what idle time would have prepared (list edits only, nothing computed).
   // Applies to a window synced to message lists; a window edited instance by instance, and the moves of a
   // window never synced, prepare as before.
