@@ -476,9 +476,11 @@ void RemoteTier::send_front(std::unique_lock<std::mutex>& lock) {
 
 void RemoteTier::start_rescan(std::unique_lock<std::mutex>& lock) {
   rescan_ = false;
+  rescan_reading_ = true;  // drain() waits while the journal is read without the lock
   lock.unlock();
   const int64_t last = journal_->last();
   lock.lock();
+  rescan_reading_ = false;
   // The records past those re-sent so far: a dropped write's is among them; one still queued is skipped by
   // resend_step, and one acknowledged was cleared when the queue emptied.
   if (last <= resend_after_) return;

@@ -200,7 +200,7 @@ class RemoteTier {
   // A write the byte bound dropped this run: once the queue empties, the records made since the last re-send are
   // re-sent too (rescan_), from the local copies. mu_ held.
   void start_rescan(std::unique_lock<std::mutex>& lock);
-  bool resending() const { return journal_ && (!resend_done_ || rescan_); }  // mu_ held
+  bool resending() const { return journal_ && (!resend_done_ || rescan_ || rescan_reading_); }  // mu_ held
 
   struct Pending {
     std::string key;
@@ -230,7 +230,8 @@ class RemoteTier {
   int64_t resend_after_ = 0;
   bool resend_counted_ = false;
   bool resend_done_ = true;
-  bool rescan_ = false;  // a write was dropped by the byte bound since the last re-send began: re-send it too
+  bool rescan_ = false;          // a write was dropped by the byte bound since the last re-send began: re-send it too
+  bool rescan_reading_ = false;  // start_rescan reads the journal's newest seq (without the lock)
   std::deque<RemotePendingRecord> resend_batch_;
   std::vector<RemotePendingRecord> delivered_;  // key and seq of each acknowledged record
   bool settling_ = false;                       // settle_delivered is clearing records (without the lock)
