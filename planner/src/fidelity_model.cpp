@@ -18,6 +18,7 @@ const char* loss_name(Loss kind) noexcept {
     case Loss::kTruncated: return "truncated";
     case Loss::kFirstK: return "first-k";
     case Loss::kCacheBlend: return "cacheblend";
+    case Loss::kShortfall: return "shortfall";
   }
   return "?";
 }
@@ -126,7 +127,7 @@ double truncation_stand_in(double rank, double full_rank) noexcept {
 FidelityModel::FidelityModel() {
   // KL per unit of f·w at the reference sensitivity: what Engine::calibrate() fits on the bundled
   // stories260K (`orbit replay tests/data/traces/lookback.json --calibrate` prints it).
-  coef_ = {0.00841, 0.0274, 0.0075, 0.0396, 0.104, 0.0373, 0.0300};
+  coef_ = {0.00841, 0.0274, 0.0075, 0.0396, 0.104, 0.0373, 0.0300, kShortfallCoefficient};
   reference_sensitivity_ = 7.9e-3;
   fitted_.fill(false);
 }
@@ -169,7 +170,7 @@ double FidelityModel::predict(Loss kind, double feature, double share, double se
 }
 
 double FidelityModel::predict_shortfall(double feature, double share) const {
-  return scale_ * kShortfallCoefficient * std::max(feature, 0.0) * std::clamp(share, 0.0, 1.0);
+  return scale_ * coefficient(Loss::kShortfall) * std::max(feature, 0.0) * std::clamp(share, 0.0, 1.0);
 }
 
 double dynamic_ntk_scale(const DynamicNtk& rope, int64_t window) noexcept {
@@ -194,6 +195,14 @@ FidelityModel FidelityModel::blend(const FidelityModel& from, const FidelityMode
     m.fitted_[k] = to.fitted_[k];
   }
   m.reference_sensitivity_ = mix(from.reference_sensitivity_, to.reference_sensitivity_);
+  return m;
+}
+
+FidelityModel FidelityModel::with_coefficient_of(Loss kind, const FidelityModel& other) const {
+  FidelityModel m = *this;
+  const auto k = static_cast<std::size_t>(kind);
+  m.coef_[k] = other.coef_[k];
+  m.fitted_[k] = other.fitted_[k];
   return m;
 }
 
@@ -228,6 +237,7 @@ double FidelityCorrection::factor() const {
 std::string FidelityModel::describe() const {
   std::ostringstream out;
   for (int k = 0; k < kLossKinds; ++k) {
+    if (static_cast<Loss>(k) == Loss::kShortfall && !fitted_[static_cast<std::size_t>(k)]) continue;
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.2e", coef_[static_cast<std::size_t>(k)]);
     out << (k ? ", " : "") << loss_name(static_cast<Loss>(k)) << " " << buf

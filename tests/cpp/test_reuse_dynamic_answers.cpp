@@ -216,3 +216,103 @@ TEST_CASE("past a dynamic-NTK anchor first-k and CacheBlend recompute at the win
     CHECK(diff <= 1e-4);
   }
 }
+
+namespace {
+
+// The default shortfall coefficient (planner::kShortfallCoefficient, stories260K's fit).
+constexpr double kDefaultShortfall = 0.29;
+
+// The shortfall coefficient the engine's fidelity model names ("shortfall 1.2e-03 (fitted)"); the default
+// when it names none.
+double described_shortfall(const Engine& engine) {
+  const std::string d = engine.fidelity_model_description();
+  const std::size_t at = d.find("shortfall ");
+  return at == std::string::npos ? kDefaultShortfall : std::stod(d.substr(at + 10));
+}
+
+}  // namespace
+
+TEST_CASE("a calibrated dynamic-NTK engine loads a read's answer rows under the default budget",
+          "[reuse][model][rope][calibration]") {
+  // The default coefficient (stories260K's fit) predicts tinystories-656k's shortfall ~500x high: under the
+  // default budget every turn of the conversation above re-prefilled the whole window (39, 62, 90 tokens).
+  // Engine::calibrate_fidelity measures the model's own coefficient (its shortfall samples' fit, taken whole,
+  // not blended halfway toward the default). Measured: 4.2e-3, and the same conversation forwards 23, 25, 37
+  // (the read's rows loaded on turns 2 and 3; turn 1's kept first turn, formed at the anchor, leaves too little
+  // of the budget for them), the probe's KL at most 4.1e-5.
+  orbit::test::TempDir dir;
+  auto engine = open_dynamic(dir);
+  const orbit::CalibrationReport report = engine->calibrate_fidelity();
+  INFO(report.fidelity_model);
+  CHECK(report.shortfall_samples > 0);
+  CHECK(report.shortfall_coefficient > 0);
+  CHECK(report.shortfall_coefficient < kDefaultShortfall / 10);
+  CHECK(std::abs(described_shortfall(*engine) - report.shortfall_coefficient) <= 0.01 * report.shortfall_coefficient);
+  int loaded = 0;
+  for (const Turn& t : converse(*engine, "default", 3)) {
+    INFO("window " << t.window << ": " << last_step(t.plan).reason);
+    CHECK(t.forwarded < static_cast<double>(t.window));
+    loaded += last_step(t.plan).reused_tokens == t.carried;
+    CHECK(t.plan.predicted_kl <= t.plan.policy.kl_budget);
+    CHECK(t.kl <= orbit::kDefaultKlBudget);
+  }
+  CHECK(loaded > 0);
+}
+
+TEST_CASE("a dynamic-NTK engine's shortfall coefficient is kept in the store and read back at open",
+          "[reuse][model][rope][calibration]") {
+  orbit::test::TempDir dir, store;
+  dynamic_tinystories(dir.path(), 32, 4.0);
+  EngineOptions o;
+  o.model = dir.path().string();
+  o.threads = 1;
+  o.store_dir = store.path().string();
+  double fitted = 0;
+  {
+    auto engine = Engine::open(o);
+    const orbit::CalibrationReport report = engine->calibrate_fidelity();
+    REQUIRE(report.stored);
+    REQUIRE(report.shortfall_samples > 0);
+    fitted = report.shortfall_coefficient;
+  }
+  auto reopened = Engine::open(o);
+  CHECK(reopened->fidelity_calibration() == "store");
+  INFO(reopened->fidelity_model_description());
+  CHECK(std::abs(described_shortfall(*reopened) - fitted) <= 0.01 * fitted);  // describe()'s three digits
+  CHECK(described_shortfall(*reopened) < kDefaultShortfall / 10);
+}
+
+TEST_CASE("a model without dynamic-NTK RoPE calibrates no shortfall", "[model][calibration]") {
+  // tinystories-656k as shipped: the samples every model measures (12 a seed), none of kind shortfall, and a
+  // fidelity model that does not name the kind.
+  EngineOptions o;
+  o.model = std::string(ORBIT_MODELS_DIR) + "/tinystories-656k";
+  o.threads = 1;
+  auto engine = Engine::open(o);
+  const orbit::CalibrationReport report = engine->calibrate_fidelity();
+  CHECK(report.fidelity_samples == 36);
+  CHECK(report.shortfall_samples == 0);
+  CHECK(report.shortfall_coefficient == 0);
+  CHECK(report.fidelity_model.find("shortfall") == std::string::npos);
+}
+
+TEST_CASE("measure: the conversation's shortfall before and after calibration", "[.measure]") {
+  // build/tests/test_reuse_dynamic_answers "measure: the conversation's shortfall before and after calibration":
+  // per turn, the tokens forwarded, the read's rows' predicted shortfall and the probe's measured KL, with the
+  // default coefficient and after calibrate_fidelity().
+  for (const bool calibrate : {false, true}) {
+    orbit::test::TempDir dir;
+    auto engine = open_dynamic(dir);
+    if (calibrate) std::printf("%s\n", engine->calibrate_fidelity().fidelity_model.c_str());
+    for (const std::string policy : {"default", "patch:16:kl=1"}) {
+      for (const Turn& t : converse(*engine, policy, 3)) {
+        std::printf("%s %s: forwarded %.0f, shortfall predicted %.2e (plan %.2e), KL %.2e, measured/predicted %.3g\n",
+                    calibrate ? "calibrated" : "default", policy.c_str(), t.forwarded, last_step(t.plan).shortfall_kl,
+                    t.plan.predicted_kl, t.kl, t.kl / t.plan.predicted_kl);
+        for (const orbit::PlanStep& s : t.plan.steps)
+          std::printf("  step predicted %.2e shortfall %.2e forward %.0f reused %ld: %s\n", s.predicted_kl,
+                      s.shortfall_kl, s.forward_tokens, static_cast<long>(s.reused_tokens), s.reason.c_str());
+      }
+    }
+  }
+}

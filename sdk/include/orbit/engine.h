@@ -248,6 +248,12 @@ struct CalibrationReport {
   double remote_bytes_per_s = 0;
   int64_t fidelity_samples = 0;
   std::string fidelity_model;  // the fitted fidelity coefficients (KL per unit of loss), one line
+  // Of fidelity_samples, those measuring dynamic-NTK's shortfall (content formed in a shorter window than it is
+  // read in: docs/ARCHITECTURE.md §7); 0 on a model without dynamic-NTK RoPE scaling (or anchored past 512).
+  int64_t shortfall_samples = 0;
+  // The shortfall coefficient the planner now prices with (KL per unit of (Δ ln scale)² · recency weight), fitted
+  // on those samples; 0 when none were measured (the default, planner::kShortfallCoefficient, stays).
+  double shortfall_coefficient = 0;
   // The measured deficits were written to the store (EngineOptions::stored_calibration) for the engines that
   // open this model on it later (the remote tier's copy is queued: sent in the background, not waited for).
   // false without a store_dir or remote, with stored_calibration off, or when the store refused the write (a

@@ -184,10 +184,11 @@ bool EngineCore::note_fidelity_check(double measured_kl, double predicted_kl, do
 }
 
 planner::FidelityModel calibrated_fidelity_model(const FidelityCalibration& deficits) {
-  // Halfway from the defaults toward the fit in log space (planner::kCalibrationWeight says why).
-  return planner::FidelityModel::blend(planner::FidelityModel(),
-                                       planner::FidelityModel::fit(deficits.samples, deficits.reference_sensitivity),
-                                       planner::kCalibrationWeight);
+  // Halfway from the defaults toward the fit in log space, the shortfall's fit whole (planner::kCalibrationWeight
+  // says why).
+  const planner::FidelityModel fit = planner::FidelityModel::fit(deficits.samples, deficits.reference_sensitivity);
+  return planner::FidelityModel::blend(planner::FidelityModel(), fit, planner::kCalibrationWeight)
+      .with_coefficient_of(planner::Loss::kShortfall, fit);
 }
 
 // Whether the engine keeps its calibration in a store that outlives it (EngineOptions::stored_calibration): its
@@ -208,6 +209,10 @@ CalibrationReport EngineCore::calibrate_fidelity(const CalibrationProgress& prog
   CalibrationReport report;
   report.fidelity_samples = static_cast<int64_t>(deficits.samples.size());
   report.fidelity_model = fidelity.describe();
+  for (const planner::FidelitySample& s : deficits.samples)
+    report.shortfall_samples += s.kind == planner::Loss::kShortfall;
+  if (fidelity.fitted(planner::Loss::kShortfall))
+    report.shortfall_coefficient = fidelity.coefficient(planner::Loss::kShortfall);
   {
     std::lock_guard<std::mutex> lock(mu_);
     fidelity_model_ = fidelity;

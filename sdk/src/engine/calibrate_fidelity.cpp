@@ -10,6 +10,7 @@
 
 #include "engine/calibrate_fidelity.h"
 #include "engine/engine_core.h"
+#include "engine/engine_plan_env.h"
 #include "orbit/planner/fidelity_model.h"
 #include "orbit/runtime/fidelity.h"
 #include "orbit/runtime/repair.h"
@@ -79,12 +80,14 @@ class Bench {
     return concat_past(m_.config().num_layers, contents, positions);
   }
 
-  // KV of `t` placed after `pieces` (exact in context).
-  Piece in_context(const std::vector<int64_t>& t, const std::vector<Piece>& pieces) const {
+  // KV of `t` placed after `pieces` (exact in context), forwarded at ForwardOptions::rope_window_len
+  // `rope_window` (0: its own end, as the SDK's forms).
+  Piece in_context(const std::vector<int64_t>& t, const std::vector<Piece>& pieces, int64_t rope_window = 0) const {
     int64_t p = 0;
     for (const Piece& x : pieces) p += x.length;
     runtime::ForwardOptions fo;
     fo.logits = runtime::LogitsMode::kNone;
+    fo.rope_window_len = rope_window;
     const runtime::ForwardInput in = core_.registry().input_for_tokens(t, p);
     Piece out;
     out.length = static_cast<int64_t>(t.size());
@@ -298,6 +301,35 @@ FidelityCalibration scale_features(const std::vector<Raw>& out) {
   return result;
 }
 
+// Dynamic-NTK's shortfall (planner::shortfall_feature): a window C · B · Q of N = 2L tokens (L the anchor; the
+// window limit if shorter), one text sampled from the model, C's and B's KV forwarded at N (the re-prefill's: a causal
+// forward's rows depend on the window's length only through its base), against B formed behind C at N − s for a
+// few s, as a turn formed s tokens ago is read now. Each sample's feature is the planner's: shortfall_feature
+// times B's recency weight, without a sensitivity factor (predict_shortfall has none). No samples for a model
+// without dynamic scaling or with an anchor above kShortfallMaxAnchor.
+void shortfall(const EngineCore& core, const planner::DynamicNtk& rope, uint64_t seed, std::vector<Raw>& out) {
+  const int64_t limit = window_position_limit(core.config());
+  const int64_t n = std::min(2 * rope.anchor, limit > 0 ? limit : 2 * rope.anchor);
+  constexpr int64_t b = 16, q = 8;
+  if (!rope.active() || rope.anchor > kShortfallMaxAnchor || n - rope.anchor < 4 || n - b - q < 1) return;
+  Bench bench(core, seed);
+  // One continuous text, as a conversation's turns continue each other (three separate samples, as the arms
+  // above take, read a query unrelated to the chunk before it: measured 10-20x the loss on tinystories-656k).
+  const std::vector<int64_t> text = bench.tokens(n);
+  const std::vector<int64_t> tc(text.begin(), text.end() - b - q), tb(text.end() - b - q, text.end() - q),
+      query(text.end() - q, text.end());
+  const Piece C = bench.in_context(tc, {}, n);
+  const Piece B = bench.in_context(tb, {C}, n);
+  const double weight = planner::recency_weight(b, b + q);
+  for (const int64_t s : {int64_t{4}, int64_t{8}, int64_t{16}}) {
+    if (n - s < rope.anchor) break;
+    const Piece formed = bench.in_context(tb, {C}, n - s);
+    out.push_back({Loss::kShortfall,
+                   {{planner::shortfall_feature(rope, n - s, n) * weight, -1.0}},
+                   bench.kl({C, B}, {C, formed}, query)});
+  }
+}
+
 }  // namespace
 
 FidelityCalibration measure_fidelity_samples(const EngineCore& core, int seeds,
@@ -318,6 +350,7 @@ FidelityCalibration measure_fidelity_samples(const EngineCore& core, int seeds,
     arms.keep(out);
     arms.orbit_and_stale(out);
     arms.stale_after_recall(out);
+    shortfall(core, model_limits(core).dynamic_ntk, 2000 + static_cast<uint64_t>(seed), out);
     if (progress) progress(seed + 1, seeds);
   }
   return scale_features(out);

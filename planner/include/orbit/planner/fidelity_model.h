@@ -76,8 +76,10 @@
 
 namespace orbit::planner {
 
-enum class Loss { kKeep = 0, kBlind, kOrbit, kStale, kTruncated, kFirstK, kCacheBlend };
-inline constexpr int kLossKinds = 7;
+// kShortfall: dynamic-NTK content read in a window of another length than it was formed in (shortfall_feature
+// below); priced by predict_shortfall, calibrated only on models with dynamic-NTK RoPE.
+enum class Loss { kKeep = 0, kBlind, kOrbit, kStale, kTruncated, kFirstK, kCacheBlend, kShortfall };
+inline constexpr int kLossKinds = 8;
 const char* loss_name(Loss kind) noexcept;  // "keep", "blind", ...
 
 // The two features the planner and the calibration share (so a fitted coefficient means the same in both).
@@ -137,15 +139,15 @@ std::vector<double> content_shares(const std::vector<const std::vector<int64_t>*
 // measured by tests/cpp/test_reuse_dynamic ("[.measure]": a 16-token chunk formed at N − s behind its
 // context, read by an 8-token query at N), grows as the square of the change in log scale:
 //   feature = (ln scale(read window) − ln scale(formed window))²
-//   predicted KL = kShortfallCoefficient · feature · recency weight      (FidelityModel::predict_shortfall)
-// Fitted (geometric mean of measured / (feature · weight)) on stories260K's means over seeds 1-3, factors 2
-// and 8, N = 128 and 256, s = 1..32: measured / predicted 0.24-0.53 at factor 2 and 1.2-4.6 at factor 8
-// there. On seeds it was not fitted on (4 and 5, N = 128, s = 4, 8, 32; test_reuse_dynamic) it errs high,
-// 0.03-0.21 at factor 2 and 0.08-0.19 at factor 8: the loss varies by text about 20x at factor 8, and the
-// means of seeds 1-3 are one seed's. tinystories-656k (heads twice as wide, each frequency moves less) loses
-// 0.05-0.11 of the prediction (seeds 1-3) and 0.002-0.03 (seeds 4-5). Past s = 32 the square over-predicts
-// (a chunk formed at the anchor and read at 4x: 4-25x), where the loss is far past any budget either way.
-// Not calibrated per model (Engine::calibrate fits the other kinds only).
+//   predicted KL = coefficient(kShortfall) · feature · recency weight      (FidelityModel::predict_shortfall)
+// The default coefficient (kShortfallCoefficient) was fitted (geometric mean of measured / (feature · weight)) on
+// stories260K's means over seeds 1-3, factors 2 and 8, N = 128 and 256, s = 1..32: measured / predicted 0.24-0.53
+// at factor 2 and 1.2-4.6 at factor 8 there. Another model loses far less or more: tinystories-656k (heads twice as
+// wide, each frequency moves less) 0.002-0.11 of it. Engine::calibrate_fidelity measures it per model (kind
+// kShortfall: calibrate_fidelity.cpp's shortfall arm, the same window test_reuse_dynamic measures) and the fitted
+// coefficient replaces the default whole, not blended halfway (kCalibrationWeight says why). Past s = 32 the square
+// over-predicts (a chunk formed at the anchor and read at 4x: 4-25x), where the loss is far past any budget either
+// way.
 struct DynamicNtk {
   int64_t anchor = 0;  // L, tokens (0: the model has no dynamic-NTK RoPE)
   double factor = 1.0;
@@ -166,6 +168,12 @@ inline constexpr double kShortfallCoefficient = 0.29;
 // converted real runs and generated seeds 601-602; bench/fidelity/README.md): the defaults held the 3e-3
 // budget on every probed step at 0.885x / 0.866x the radix cache's critical tokens, the full fit on 594 of
 // 602 and 557 of 587, halfway on every step at 0.819x / 0.723x, three quarters on 599 of 602.
+// Not kShortfall: its fit is taken whole (FidelityModel::with_coefficient_of). Its calibration window is the
+// one the planner prices (a chunk formed at N − s behind its exact context in one continuous text, read at N),
+// and its default is another model's loss: on tinystories-656k anchored at 32 (factor 4) the fit is 4.2e-3,
+// 70x below it, and still predicts test_reuse_dynamic_answers' conversation 50-1000x high (measured / predicted
+// 0.0008-0.02). Halfway (3.5e-2) would price that conversation's kept first turn at 2.2e-2 on turn 2, 7x the
+// 3e-3 budget (2.6e-3 with the whole fit), so the plan would re-prefill it as with the default.
 inline constexpr double kCalibrationWeight = 0.5;
 
 inline constexpr double kSensitivityExponent = 0.4;  // g(r) below the reference sensitivity
@@ -196,6 +204,8 @@ class FidelityModel {
   // become from^(1 − weight) · to^weight; a kind counts as fitted where `to` fitted it; scale 1. Throws
   // orbit::Error naming `weight` unless it is in [0, 1].
   static FidelityModel blend(const FidelityModel& from, const FidelityModel& to, double weight);
+  // This model with `kind`'s coefficient and fitted flag taken from `other`.
+  FidelityModel with_coefficient_of(Loss kind, const FidelityModel& other) const;
 
   double coefficient(Loss kind) const { return coef_[static_cast<std::size_t>(kind)]; }
   bool fitted(Loss kind) const { return fitted_[static_cast<std::size_t>(kind)]; }
@@ -206,14 +216,15 @@ class FidelityModel {
   // scale() · coefficient(kind) · feature · share · sensitivity_factor(sensitivity), with feature and share
   // clamped to [0, 1].
   double predict(Loss kind, double feature, double share, double sensitivity = -1) const;
-  // scale() · kShortfallCoefficient · feature · share (share clamped to [0, 1], feature to >= 0): dynamic-NTK
+  // scale() · coefficient(kShortfall) · feature · share (share clamped to [0, 1], feature to >= 0): dynamic-NTK
   // content read in a window of another length than it was formed in (shortfall_feature above).
   double predict_shortfall(double feature, double share) const;
   // The measured correction every prediction is multiplied by (1 = the model as fitted).
   double scale() const { return scale_; }
   // This model with scale() = `scale` (finite, > 0; throws orbit::Error otherwise).
   FidelityModel scaled(double scale) const;
-  // "keep 3.1e-02 (fitted), blind 8.0e-02 (default), ..., s_ref 1.2e-02" (", correction x2.40" when scaled)
+  // "keep 3.1e-02 (fitted), blind 8.0e-02 (default), ..., s_ref 1.2e-02" (", correction x2.40" when scaled);
+  // shortfall is named only when fitted (only a dynamic-NTK model's calibration measures it).
   std::string describe() const;
 
  private:
