@@ -200,6 +200,13 @@ class PlanStep:
         """Of predicted_kl, dynamic-NTK RoPE's: content formed in a window of another length than the window
         after the plan; 0 for every other model."""
     @property
+    def reused_tokens(self) -> int:
+        """Leading rows loaded from KV stored behind the same tokens and KV states; 0: none."""
+    @property
+    def reused_formed_window(self) -> int:
+        """Dynamic-NTK RoPE past the anchor: the window length the loaded rows were formed at when it is not
+        the plan's rope window (a read's query and answer, loaded by the next turn); 0 otherwise."""
+    @property
     def sensitivity(self) -> float: ...
     @property
     def reason(self) -> str: ...
@@ -649,6 +656,12 @@ class CalibrationReport:
     @property
     def fidelity_model(self) -> str:
         """The fidelity model plans use now, one line."""
+    @property
+    def shortfall_samples(self) -> int:
+        """Of fidelity_samples, those measuring dynamic-NTK RoPE's shortfall; 0 on a model without it."""
+    @property
+    def shortfall_coefficient(self) -> float:
+        """The shortfall coefficient plans now price with (0: none measured, the default 0.29 stays)."""
     @property
     def stored(self) -> bool:
         """True when the deficits were written to the store for engines opening this model on it later (False

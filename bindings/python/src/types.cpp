@@ -213,6 +213,13 @@ void def_plan_step(py::module_& m) {
                     "Of predicted_kl, dynamic-NTK RoPE's: the instance's content formed in a window of another\n"
                     "length than the window after the plan (priced anew by every plan from the length it was\n"
                     "formed at); 0 for every other model.")
+      .def_readonly("reused_tokens", &PlanStep::reused_tokens,
+                    "Leading rows loaded from KV stored behind the same tokens and KV states (a radix cache's\n"
+                    "partial match; forward_tokens counts only the rest); 0: none.")
+      .def_readonly("reused_formed_window", &PlanStep::reused_formed_window,
+                    "Dynamic-NTK RoPE past the anchor: the window length the loaded rows (reused_tokens) were\n"
+                    "formed at when it is not the plan's rope window (a read's query and answer, loaded by the\n"
+                    "next turn; shortfall_kl prices it); 0 otherwise.")
       .def_readonly("sensitivity", &PlanStep::sensitivity,
                     "The measured sensitivity the prediction was scaled by (a chunk's patches', a turn's own);\n"
                     "-1 when unknown (nothing measured yet).")

@@ -204,6 +204,14 @@ void def_calibration_report(py::module_& m) {
                     "Deficits the fidelity model was fitted on.")
       .def_readonly("fidelity_model", &CalibrationReport::fidelity_model,
                     "The fidelity model now used (Engine.fidelity_model_description()), one line.")
+      .def_readonly("shortfall_samples", &CalibrationReport::shortfall_samples,
+                    "Of fidelity_samples, those measuring dynamic-NTK RoPE's shortfall (content formed in a\n"
+                    "shorter window than it is read in); 0 on a model without dynamic scaling (or anchored past\n"
+                    "512 tokens).")
+      .def_readonly("shortfall_coefficient", &CalibrationReport::shortfall_coefficient,
+                    "The shortfall coefficient plans now price with, fitted on those samples (KL per unit of\n"
+                    "(change in ln scale)^2 times recency weight); 0 when none were measured (the default 0.29\n"
+                    "stays).")
       .def_readonly("stored", &CalibrationReport::stored,
                     "True when the measured deficits were written to the store (Engine's stored_calibration) for\n"
                     "engines opening this model on it later; False without a store_dir or remote, with\n"
