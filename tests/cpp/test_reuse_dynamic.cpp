@@ -350,3 +350,47 @@ TEST_CASE("dynamic NTK: the fidelity model's shortfall prediction on seeds and a
     }
   }
 }
+
+TEST_CASE("measure: a shortfall coefficient fitted as the calibration fits it, on seeds it was not fitted on",
+          "[.measure]") {
+  // Engine::calibrate_fidelity's shortfall arm (calibrate_fidelity.cpp) on this file's windows: the coefficient
+  // fitted by least squares through the origin on seeds 1-3 (N = 2L, B formed at N − 4, N − 8, N − 16), then
+  // measured / predicted on seeds 4 and 5 (s = 4, 8, 32) with the default coefficient and with the fit.
+  // build/tests/test_reuse_dynamic "measure: a shortfall coefficient fitted as the calibration fits it, on seeds
+  // it was not fitted on".
+  for (const std::string& path : model_paths()) {
+    const auto base = load_model(path);
+    const std::string name = path.substr(path.rfind('/') + 1);
+    for (const double factor : {2.0, 8.0}) {
+      const auto dyn = dynamic_copy(*base, kAnchor, factor);
+      const Model& m = *dyn;
+      const orbit::planner::DynamicNtk rope{kAnchor, factor};
+      const int64_t N = 2 * kAnchor;
+      const double weight = orbit::planner::recency_weight(kChunk, kChunk + kQuery);
+      const auto measure = [&](const Window& w, int64_t s) {
+        return gap_behind_context(m, w, w.ref_context, encode(m, w.chunk, &w.ref_context, N - s)).kl;
+      };
+      double fx = 0, xx = 0;
+      for (const uint64_t seed : {1u, 2u, 3u}) {
+        const Window w = make_window(*base, m, N, seed);
+        for (const int64_t s : {int64_t{4}, int64_t{8}, int64_t{16}}) {
+          const double x = orbit::planner::shortfall_feature(rope, N - s, N) * weight;
+          fx += x * measure(w, s);
+          xx += x * x;
+        }
+      }
+      const double fitted = fx / xx;
+      for (const uint64_t seed : {4u, 5u}) {
+        const Window w = make_window(*base, m, N, seed);
+        for (const int64_t s : {int64_t{4}, kQuery, int64_t{32}}) {
+          const double x = orbit::planner::shortfall_feature(rope, N - s, N) * weight, kl = measure(w, s);
+          std::printf(
+              "%s factor %.0f fitted %.2e | seed %lu formed at %3ld: measured %.2e, measured/predicted "
+              "default %.3f fitted %.2f\n",
+              name.c_str(), factor, fitted, static_cast<unsigned long>(seed), static_cast<long>(N - s), kl,
+              kl / (orbit::planner::kShortfallCoefficient * x), kl / (fitted * x));
+        }
+      }
+    }
+  }
+}
