@@ -43,7 +43,8 @@ const char* kUsage =
     "  M-RoPE (qwen2_vl, qwen2_5_vl): --mrope-section T,H,W (sums to rotary_dim/2; default: the preset's,\n"
     "                       or a 1/4, 3/8, 3/8 split when the rotary size changes)\n"
     "  --dtype float32|bfloat16|float16 (default float32)   --seed N (default 0)\n"
-    "  --init-std F (default 0.02)   --shard-mb N (split into shards of about N MiB with an index)\n"
+    "  --init-std F (default 0.02)   --shard-mb N (split into shards of about N MiB with an index; default 0:\n"
+    "                       one file)\n"
     "  --force              replace a model already in DIR\n";
 
 rt::RopeScaling parse_scaling(const std::string& name) {

@@ -41,7 +41,7 @@ int run_make_trace(int argc, char** argv, int first) {
               "  --out FILE         where to write the trace\n"
               "  --steps N          agent steps (each expands to several trace steps; default 12)\n"
               "  --seed S           generator seed (default 0)\n"
-              "  --chunk-tokens N   screenshot / frame / document size (default: chosen from the model's positions)\n"
+              "  --chunk-tokens N   screenshot / frame / document size (default 0: chosen from the model's positions)\n"
               "  --sample-text      web's observations and agent's documents sampled from the model instead of\n"
               "                     random ids (kinds web and agent only)\n"},
       argc, argv, first);
