@@ -118,7 +118,7 @@ TEST_CASE("a stored calibration that does not decode is ignored with a warning n
   CHECK(engine->fidelity_calibration() == "default");
   const std::string warned = err.text();
   CHECK_THAT(warned, Contains("ignoring the store's entry " + key));
-  CHECK_THAT(warned, Contains("sample 2 has loss kind 7"));
+  CHECK_THAT(warned, Contains("sample 2 has loss kind " + std::to_string(planner::kLossKinds)));
   // A calibration replaces it, and the next engine reads that.
   CHECK(engine->calibrate_fidelity().stored);
   engine->close();
