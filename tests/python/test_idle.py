@@ -211,6 +211,17 @@ def test_prepare_evictions_refuses_an_unknown_instance(orbit, small_engine):
         w.prepare_evictions([12345])
 
 
+def test_prepare_evictions_refuses_an_instance_given_twice(orbit, small_engine):
+    # Each id was evicted in turn from a throwaway fork, so the second eviction of the same id failed there with
+    # "evict: window N holds no instance I", N the fork's id: neither the caller's window nor the repeat named.
+    w = small_engine.new_window()
+    rng = random.Random(2)
+    w.admit(small_engine.add_tokens(random_tokens(rng, 8)))
+    second = w.admit(small_engine.add_tokens(random_tokens(rng, 8))).added[0]
+    with pytest.raises(orbit.OrbitError, match=f"instance {second} is given twice"):
+        w.prepare_evictions([second, second])
+
+
 def test_idle_without_room_to_heal_leaves_the_window_and_says_why(orbit, stories260k_path):
     # A heal writes the healed KV before it frees the approximate KV: in a full pool, idle time cannot heal.
     # idle() is opportunistic: it reports the refusal instead of raising, and the window is left as it was.

@@ -454,7 +454,7 @@ class Window {
   // for exact reuse (WindowPolicy::reuse_computed), so when this window evicts them (with nothing else
   // changed before the survivors) the survivors are served from that KV: no forward on the critical path and
   // no error. The window itself is not changed. Does nothing under a policy without exact reuse or while
-  // repairs are deferred; throws orbit::Error naming an unknown instance. Background work.
+  // repairs are deferred; throws orbit::Error naming an unknown instance or one given twice. Background work.
   IdleReport prepare_evictions(const std::vector<InstanceId>& instances);
   // What the policy asks of idle time, in one call: heal() under heal_when_idle when the predicted KL of the
   // instances it re-forms is at least heal_min_kl (IdleReport::heal_planned), then

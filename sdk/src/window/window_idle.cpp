@@ -88,6 +88,11 @@ IdleReport Window::prepare_recalls(int64_t max_chunks) {
 IdleReport Window::prepare_evictions(const std::vector<InstanceId>& instances) {
   const detail::OpHold hold(*state_->core);
   for (InstanceId id : instances) (void)state_->entry(id);  // throws naming an unknown id
+  std::vector<InstanceId> sorted = instances;
+  std::sort(sorted.begin(), sorted.end());
+  const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
+  ORBIT_CHECK(twice == sorted.end(),
+              "prepare_evictions: instance " << *twice << " is given twice (each instance is evicted once)");
   IdleReport out;
   const WindowState& s = *state_;
   if (instances.empty() || !s.options.policy.reuse_computed || s.has_deferred()) return out;
