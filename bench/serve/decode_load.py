@@ -52,12 +52,32 @@ NATIVE_CLIENT = os.environ.get("ORBIT_STREAM_CLIENT") or os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "..", "..", "build", "bench", "bench_stream_client")
 
 
-def post(server, body, session, timeout=900):
-    request = urllib.request.Request(server.url + "/v1/chat/completions", data=json.dumps(body).encode(),
-                                     method="POST")
+def post_url(url, body, session, timeout=900):
+    """POSTs a chat completion to the server at `url` in session `session`; the open response."""
+    request = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(), method="POST")
     request.add_header("Content-Type", "application/json")
     request.add_header("X-Orbit-Session", session)
     return urllib.request.urlopen(request, timeout=timeout)
+
+
+def post(server, body, session, timeout=900):
+    return post_url(server.url, body, session, timeout)
+
+
+def read_stream(response, session):
+    """Reads a streamed chat answer to its end: (the arrival time of each chunk with content, the usage)."""
+    arrivals, usage = [], None
+    for raw in response:
+        line = raw.decode().strip()
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        chunk = json.loads(line[6:])
+        if any(c.get("delta", {}).get("content") for c in chunk.get("choices", [])):
+            arrivals.append(time.perf_counter())
+        usage = chunk.get("usage") or usage
+    if usage is None:
+        raise RuntimeError(f"session {session}: the stream ended without usage")
+    return arrivals, usage
 
 
 def chat_body(model, index, tokens, **extra):
@@ -75,18 +95,8 @@ def stream_one(server, model, index, tokens, session, out, start=None):
         start.wait()
     body = chat_body(model, index, tokens, stream=True, stream_options={"include_usage": True})
     t0 = time.perf_counter()
-    arrivals, usage = [], None
     with post(server, body, session) as response:
-        for raw in response:
-            line = raw.decode().strip()
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            if any(c.get("delta", {}).get("content") for c in chunk.get("choices", [])):
-                arrivals.append(time.perf_counter())
-            usage = chunk.get("usage") or usage
-    if usage is None:
-        raise RuntimeError(f"session {session}: the stream ended without usage")
+        arrivals, usage = read_stream(response, session)
     gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
     out.append({"tokens": usage["completion_tokens"], "seconds": time.perf_counter() - t0, "gaps": gaps})
 

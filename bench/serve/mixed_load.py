@@ -38,36 +38,20 @@ import urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
 from serve_process import ServeProcess  # noqa: E402
 
-PROMPTS = ["Tell me a story about a dog.", "Tell me a story about a boat.", "Tell me a story about a tree.",
-           "Tell me a story about the sun.", "Tell me a story about a cat.", "Tell me a story about rain."]
-END_OF_TEXT = 2  # the bundled models' end-of-text token
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from decode_load import END_OF_TEXT, PROMPTS, read_stream  # noqa: E402
+from decode_load import post_url as post  # noqa: E402
+
 WORDS = ("once upon a time there was a little girl named lily she liked to play in the park with her dog max "
          "one day they found a big red ball under a tree the sun was warm and the birds sang happy songs mom "
          "called them home for lunch and they ate soup with bread then they went back out to run and jump").split()
 
 
-def post(url, body, session, timeout=900):
-    request = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(), method="POST")
-    request.add_header("Content-Type", "application/json")
-    request.add_header("X-Orbit-Session", session)
-    return urllib.request.urlopen(request, timeout=timeout)
-
-
 def stream(url, body, session):
     """Streams one answer: (content arrival times, usage, the time the request was sent)."""
     t0 = time.perf_counter()
-    arrivals, usage = [], None
     with post(url, {**body, "stream": True, "stream_options": {"include_usage": True}}, session) as response:
-        for raw in response:
-            line = raw.decode().strip()
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            if any(c.get("delta", {}).get("content") for c in chunk.get("choices", [])):
-                arrivals.append(time.perf_counter())
-            usage = chunk.get("usage") or usage
-    if usage is None:
-        raise RuntimeError(f"session {session}: the stream ended without usage")
+        arrivals, usage = read_stream(response, session)
     return arrivals, usage, t0
 
 
