@@ -2,8 +2,11 @@
 // write (chunk_store.h states the contract; chunk_store.cpp holds the API).
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "orbit/common/error.h"
 #include "orbit/store/chunk_store.h"
@@ -32,15 +35,24 @@ Status ChunkStore::make_room(Tier& t, int64_t need, const std::string& exclude) 
   if (&t == disk_.get() && t.budget_bytes() != std::numeric_limits<int64_t>::max()) sync_disk();
   if (t.budget_bytes() - t.used_bytes() >= need) return Status::ok();
   // On disk, the last tier, an entry whose remote write is recorded and not delivered yet is the copy that write
-  // is still to be sent from (by this run's writer, or re-sent by the next open): it stays, so a remote down for
-  // long makes puts refused here once such entries fill the budget, instead of losing them from both tiers.
-  const std::set<std::string> for_remote = &t == disk_.get() ? disk_->held_for_remote() : std::set<std::string>{};
+  // is still to be sent from (by this run's writer, or re-sent by the next open): it stays, up to
+  // max_held_fraction of the budget. Past that share the oldest such entries go first, their writes given up, so a
+  // remote down for long neither refuses every put nor pushes out every delivered entry.
+  const HeldForRemote for_remote = held_for_remote(t, exclude);
+  std::vector<std::pair<int64_t, std::string>> give_up;  // past the bound and evictable now, oldest first
+  int64_t give_up_bytes = 0;
+  for (const auto& [seq, key] : for_remote.past_bound) {
+    auto it = meta_.find(key);
+    if (it == meta_.end() || it->second.pinned || !t.evictable(key)) continue;
+    give_up.emplace_back(seq, key);
+    give_up_bytes += t.charged(key);
+  }
   std::vector<EvictionCandidate> candidates;
   candidates.reserve(static_cast<std::size_t>(t.num_entries()));
-  int64_t evictable = 0, held = 0, held_for_remote = 0;
+  int64_t evictable = 0, held = 0, held_for_remote = -static_cast<int64_t>(give_up.size());
   for (const auto& [key, m] : meta_) {
     if (key == exclude || !t.contains(key)) continue;
-    if (for_remote.count(key) > 0) {
+    if (for_remote.held.count(key) > 0) {
       ++held_for_remote;
       continue;
     }
@@ -59,15 +71,22 @@ Status ChunkStore::make_room(Tier& t, int64_t need, const std::string& exclude) 
     candidates.push_back(std::move(c));
   }
   const int64_t free_bytes = t.budget_bytes() - t.used_bytes();
-  if (free_bytes + evictable < need) {
+  if (free_bytes + evictable + give_up_bytes < need) {
     return Status::out_of_capacity(
         std::string(name) + " tier: " + std::to_string(need) + " bytes needed, " + std::to_string(free_bytes) +
-        " free and " + std::to_string(evictable) + " evictable of " + std::to_string(t.budget_bytes()) + " (" +
-        std::to_string(held) + " entries pinned or in use" +
-        (held_for_remote > 0 ? ", " + std::to_string(held_for_remote) + " kept until their remote write is delivered"
+        " free and " + std::to_string(evictable + give_up_bytes) + " evictable of " + std::to_string(t.budget_bytes()) +
+        " (" + std::to_string(held) + " entries pinned or in use" +
+        (held_for_remote > 0 ? ", " + std::to_string(held_for_remote) +
+                                   " kept until their remote write is delivered (within max_held_fraction)"
                              : std::string()) +
         ")");
   }
+  int64_t abandoned = 0;
+  for (const auto& [seq, key] : give_up) {
+    if (t.budget_bytes() - t.used_bytes() >= need) break;
+    if (give_up_held(key, seq)) ++abandoned;
+  }
+  if (abandoned > 0 && remote_) remote_->abandoned(abandoned);
   // Candidates' keys are views of meta_'s. Evicting one erases at most its own entry: the tier below, relieved
   // to take it, holds none of this tier's keys (memory tiers are exclusive, the disk is the last).
   EvictionQueue queue(policy(t.id()), candidates);
@@ -79,6 +98,35 @@ Status ChunkStore::make_room(Tier& t, int64_t need, const std::string& exclude) 
   if (t.budget_bytes() - t.used_bytes() >= need) return Status::ok();
   return Status::out_of_capacity(std::string(name) + " tier: could not free " + std::to_string(need) +
                                  " bytes (an eviction failed on disk)");
+}
+
+ChunkStore::HeldForRemote ChunkStore::held_for_remote(const Tier& t, const std::string& exclude) const {
+  HeldForRemote out;
+  if (&t != disk_.get()) return out;
+  out.held = disk_->held_for_remote();
+  const double fraction = options_.remote.max_held_fraction;
+  if (out.held.empty() || fraction >= 1.0) return out;  // 1: every one held (a put needing their room is refused)
+  std::vector<std::pair<int64_t, std::string>> newest_first;
+  for (const auto& [key, seq] : out.held) {
+    if (key != exclude && t.contains(key)) newest_first.emplace_back(seq, key);
+  }
+  std::sort(newest_first.begin(), newest_first.end(), std::greater<>());
+  const auto bound = static_cast<int64_t>(fraction * static_cast<double>(t.budget_bytes()));
+  int64_t kept = 0;
+  for (auto& [seq, key] : newest_first) {
+    kept += t.charged(key);
+    if (kept > bound) out.past_bound.emplace_back(seq, std::move(key));  // and every older one after it
+  }
+  std::reverse(out.past_bound.begin(), out.past_bound.end());
+  return out;
+}
+
+bool ChunkStore::give_up_held(const std::string& key, int64_t seq) {
+  Result<bool> evicted = disk_->evict(key, seq);
+  const bool gone = evicted && evicted.value();
+  if (gone) ++counters(StoreTier::kDisk).evictions;
+  forget_if_gone(key);
+  return gone;
 }
 
 void ChunkStore::evict(Tier& t, const std::string& key) {

@@ -224,8 +224,8 @@ Status DiskTier::clear_remote_pending(const std::vector<RemotePendingRecord>& re
   return leases_->clear_remote_pending(records, remote);
 }
 
-std::set<std::string> DiskTier::held_for_remote() const {
-  return held_for_remote_.empty() ? std::set<std::string>{} : index_->remote_pending_writes(held_for_remote_);
+std::map<std::string, int64_t> DiskTier::held_for_remote() const {
+  return held_for_remote_.empty() ? std::map<std::string, int64_t>{} : index_->remote_pending_writes(held_for_remote_);
 }
 
 int64_t DiskTier::last_remote_pending() {
@@ -393,11 +393,11 @@ Status DiskTier::erase(const std::string& key, const std::string& remote_pending
   return Status::ok();
 }
 
-Result<bool> DiskTier::evict(const std::string& key) {
+Result<bool> DiskTier::evict(const std::string& key, int64_t abandon_through) {
   std::string blob;
   auto it = rows_.find(key);
   if (it != rows_.end() && it->second.pinned) return false;
-  Result<bool> erased = index_->erase_unleased(key, now_ms(), &blob, held_for_remote_);
+  Result<bool> erased = index_->erase_unleased(key, now_ms(), &blob, held_for_remote_, abandon_through);
   if (!erased) return erased.status();
   if (!erased.value()) {
     (void)refresh(key);  // held by another process (kept), or already gone

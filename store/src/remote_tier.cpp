@@ -10,6 +10,7 @@
 #include <iterator>
 #include <mutex>
 #include <set>
+#include <sstream>
 
 #include "orbit/common/error.h"
 #include "orbit/common/sha256.h"
@@ -105,6 +106,9 @@ RemoteTier::RemoteTier(RemoteOptions options, std::string model_fingerprint, std
               "remote " << shown << ": timeouts must be > 0 ms");
   ORBIT_CHECK(options_.retry_after_ms >= 0, "remote " << shown << ": retry_after_ms must be >= 0");
   ORBIT_CHECK(options_.max_queued_bytes >= 0, "remote " << shown << ": max_queued_bytes must be >= 0");
+  ORBIT_CHECK(options_.max_held_fraction >= 0.0 && options_.max_held_fraction <= 1.0,
+              "remote " << shown << ": max_held_fraction " << options_.max_held_fraction
+                        << " is outside 0..1 (the share of the disk budget held for undelivered writes)");
   ORBIT_CHECK(options_.ttl_seconds >= 0 && options_.ttl_seconds <= kMaxRemoteTtlSeconds,
               "remote " << shown << ": remote_ttl_seconds " << options_.ttl_seconds << " is outside 0.."
                         << kMaxRemoteTtlSeconds << " (100 years; 0 = entries never expire)");
@@ -576,6 +580,26 @@ void RemoteTier::settle_delivered(std::unique_lock<std::mutex>& lock) {
   journal_->settle(records);
   lock.lock();
   settling_ = false;
+}
+
+void RemoteTier::abandoned(int64_t writes) {
+  if (writes <= 0) return;
+  bool warn = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.abandoned += writes;
+    warn = options_.warn && !warned_abandoned_;
+    warned_abandoned_ = true;
+  }
+  if (warn) {
+    std::ostringstream what;
+    what << "remote tier " << backend_->describe() << ": gave up " << writes << " undelivered write"
+         << (writes == 1 ? "" : "s") << " (their local copies evicted past max_held_fraction "
+         << options_.max_held_fraction
+         << " of the disk budget: the remote down or behind); not re-sent later (stats' remote abandoned counts "
+            "every one; warned once a run)";
+    orbit::warn(what.str());
+  }
 }
 
 RemoteStats RemoteTier::stats() const {

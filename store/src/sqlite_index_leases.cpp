@@ -54,7 +54,7 @@ Status SqliteIndex::release_all(const std::string& owner) {
 }
 
 Result<bool> SqliteIndex::erase_unleased(const std::string& key, int64_t now, std::string* blob,
-                                         const std::string& remote) {
+                                         const std::string& remote, int64_t abandon_through) {
   blob->clear();
   Status begin = exec_status("BEGIN IMMEDIATE", "beginning an eviction");
   if (!begin) return begin;
@@ -67,11 +67,18 @@ Result<bool> SqliteIndex::erase_unleased(const std::string& key, int64_t now, st
     if (rc != SQLITE_DONE) return failure(rc, "reading leases");
   }
   if (!remote.empty()) {  // in the eviction's transaction: a put's row and its record commit together
-    Stmt pending(db_, "SELECT 1 FROM remote_pending WHERE key = ?1 AND remote = ?2 AND kind = 0 LIMIT 1", path_);
-    pending.bind(1, key).bind(2, remote);
+    Stmt pending(db_, "SELECT 1 FROM remote_pending WHERE key = ?1 AND remote = ?2 AND kind = 0 AND seq > ?3 LIMIT 1",
+                 path_);
+    pending.bind(1, key).bind(2, remote).bind(3, abandon_through);
     const int rc = pending.step();
     if (rc == SQLITE_ROW) return false;  // its remote write is still to be sent from this copy
     if (rc != SQLITE_DONE) return failure(rc, "reading pending remote writes");
+  }
+  if (!remote.empty() && abandon_through > 0) {  // the write given up: its record goes with the row
+    Stmt drop(db_, "DELETE FROM remote_pending WHERE key = ?1 AND remote = ?2 AND kind = 0 AND seq <= ?3", path_);
+    drop.bind(1, key).bind(2, remote).bind(3, abandon_through);
+    const int rc = drop.step();
+    if (rc != SQLITE_DONE) return failure(rc, "dropping a pending remote write");
   }
   {
     Stmt old(db_, "SELECT blob FROM entries WHERE key = ?1", path_);

@@ -4,6 +4,7 @@
 #include <sqlite3.h>
 
 #include <cerrno>
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
@@ -44,16 +45,18 @@ Status SqliteIndex::clear_remote_pending(const std::vector<RemotePendingRecord>&
   return commit;
 }
 
-std::set<std::string> SqliteIndex::remote_pending_writes(const std::string& remote) const {
-  std::set<std::string> out;
+std::map<std::string, int64_t> SqliteIndex::remote_pending_writes(const std::string& remote) const {
+  std::map<std::string, int64_t> out;
   sqlite3_stmt* raw = nullptr;
-  if (sqlite3_prepare_v2(db_, "SELECT key FROM remote_pending WHERE remote = ?1 AND kind = 0", -1, &raw, nullptr) !=
-      SQLITE_OK) {
+  if (sqlite3_prepare_v2(db_, "SELECT key, seq FROM remote_pending WHERE remote = ?1 AND kind = 0", -1, &raw,
+                         nullptr) != SQLITE_OK) {
     sqlite3_finalize(raw);
     return out;
   }
   sqlite3_bind_text(raw, 1, remote.data(), static_cast<int>(remote.size()), SQLITE_TRANSIENT);
-  while (sqlite3_step(raw) == SQLITE_ROW) out.insert(reinterpret_cast<const char*>(sqlite3_column_text(raw, 0)));
+  while (sqlite3_step(raw) == SQLITE_ROW) {
+    out[reinterpret_cast<const char*>(sqlite3_column_text(raw, 0))] = sqlite3_column_int64(raw, 1);
+  }
   sqlite3_finalize(raw);
   return out;
 }

@@ -29,10 +29,12 @@
 //   store_kill_child rerase DIR URL FIRST N  erases values FIRST.. of a store with a remote tier at URL,
 //                                            printing "i e" after each (its removal queued, not waited for),
 //                                            then waits to be killed
-//   store_kill_child rbudget DIR URL FIRST N BUDGET  puts values FIRST.. with a remote tier at URL and a disk
-//                                            budget of BUDGET bytes, printing "i" after each put that returned
-//                                            ok and "i refused: REASON" after each refused one (its remote writes
-//                                            queued, not waited for), then "done"; then waits to be killed
+//   store_kill_child rbudget DIR URL FIRST N BUDGET FRACTION  puts values FIRST.. with a remote tier at URL, a
+//                                            disk budget of BUDGET bytes and max_held_fraction FRACTION, printing
+//                                            "i" after each put that returned ok and "i refused: REASON" after
+//                                            each refused one (its remote writes queued, not waited for), then
+//                                            "abandoned N" (the remote stats' count) and "done"; then waits to be
+//                                            killed
 //   store_kill_child race DIR ROUNDS I       for each round r: prints "ready r", waits for a line on stdin
 //                                            (the start line of several such children), opens the store
 //                                            DIR/r and puts value I ("failed r: <status>" and exit 1 if
@@ -147,14 +149,22 @@ int rerase(const std::string& dir, const std::string& url, int64_t first, int64_
   for (;;) ::pause();  // until killed: the removals stay queued
 }
 
-int rbudget(const std::string& dir, const std::string& url, int64_t first, int64_t count, int64_t budget) {
+// rbudget's puts: values first .. first + count - 1.
+struct BudgetPuts {
+  int64_t first = 0, count = 0;
+  int64_t budget = 0;            // the disk budget (bytes)
+  double max_held_fraction = 0;  // RemoteOptions::max_held_fraction
+};
+
+int rbudget(const std::string& dir, const std::string& url, const BudgetPuts& puts) {
   orbit::store::ChunkStoreOptions o = options(dir);
-  o.disk_budget_bytes = budget;
+  o.disk_budget_bytes = puts.budget;
   o.remote.url = url;
   o.remote.retry_after_ms = 50;
   o.remote.warn = false;
+  o.remote.max_held_fraction = puts.max_held_fraction;
   orbit::store::ChunkStore store(o);
-  for (int64_t i = first; i < first + count; ++i) {
+  for (int64_t i = puts.first; i < puts.first + puts.count; ++i) {
     const orbit::Status s = store.put(orbit::test::store_test_key(i), orbit::test::store_test_value(i));
     if (s) {
       std::printf("%lld\n", static_cast<long long>(i));
@@ -163,7 +173,7 @@ int rbudget(const std::string& dir, const std::string& url, int64_t first, int64
     }
     std::fflush(stdout);
   }
-  std::printf("done\n");
+  std::printf("abandoned %lld\ndone\n", static_cast<long long>(store.stats().remote.abandoned));
   std::fflush(stdout);
   for (;;) ::pause();  // until killed: the writes stay queued
 }
@@ -366,8 +376,9 @@ int main(int argc, char** argv) {
     if (mode == "hold" && argc == 5) return hold(argv[2], std::atoll(argv[3]), std::atoll(argv[4]));
     if (mode == "rwrite" && argc == 6) return rwrite(argv[2], argv[3], std::atoll(argv[4]), std::atoll(argv[5]));
     if (mode == "rerase" && argc == 6) return rerase(argv[2], argv[3], std::atoll(argv[4]), std::atoll(argv[5]));
-    if (mode == "rbudget" && argc == 7) {
-      return rbudget(argv[2], argv[3], std::atoll(argv[4]), std::atoll(argv[5]), std::atoll(argv[6]));
+    if (mode == "rbudget" && argc == 8) {
+      return rbudget(argv[2], argv[3],
+                     BudgetPuts{std::atoll(argv[4]), std::atoll(argv[5]), std::atoll(argv[6]), std::atof(argv[7])});
     }
     if (mode == "race" && argc == 5) return race(argv[2], std::atoll(argv[3]), std::atoll(argv[4]));
     if (mode == "fork-server" && argc == 2) return fork_server();
@@ -382,7 +393,8 @@ int main(int argc, char** argv) {
         "usage: store_kill_child write DIR FIRST N  |  fsize DIR FIRST LIMIT [small [AFTER]]  |  stall DIR I  |  key "
         "FINGERPRINT "
         "T,T,...  |  hold DIR I LEASE_MS"
-        "  |  rwrite DIR URL FIRST N  |  rerase DIR URL FIRST N  |  rbudget DIR URL FIRST N BUDGET  |  race DIR "
+        "  |  rwrite DIR URL FIRST N  |  rerase DIR URL FIRST N  |  rbudget DIR URL FIRST N BUDGET FRACTION  |  race "
+        "DIR "
         "ROUNDS I  |  fork-server\n");
     return 2;
   } catch (const orbit::Error& e) {

@@ -1,16 +1,20 @@
 // The remote journal (RemoteJournal, remote_tier.h; ChunkStore's records in remote_pending) against the interleavings
 // that used to lose a record, with an in-process backend (no redis-server, no model): a write recorded while the
 // key's earlier write was being acknowledged (a replacement, or a put of a key already stored), and an erase whose
-// record the index refuses while it takes the local removal, and a write the queue's byte bound dropped.
+// record the index refuses while it takes the local removal, a write the queue's byte bound dropped, and the share
+// of the disk entries held for undelivered writes may fill (max_held_fraction).
 #include "orbit_catch.h"  // ATen, then <catch2/catch.hpp>: keeps Catch's CHECK (see that header)
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "orbit/store/backend.h"
 #include "orbit/store/chunk_store.h"
@@ -233,5 +237,108 @@ TEST_CASE("a write the queue's byte bound dropped is re-sent by the same run onc
     Result<ValuePtr> v = remote_value(backend, store_test_key(i));
     REQUIRE(v.is_ok());
     CHECK(values_equal(*v.value(), *store_test_value(i)));
+  }
+}
+
+namespace {
+
+// What put_with_the_remote_down saw: the puts that returned ok and how many were refused for want of room (the
+// reasons of those), the local copies left on disk (the stored keys a local get finds), and the remote's stats.
+struct DownRun {
+  std::vector<int64_t> stored;
+  std::vector<std::string> refused;
+  std::vector<int64_t> on_disk;
+  RemoteStats remote;
+  int64_t refusals = 0;
+};
+
+constexpr int64_t kHeldBudget = 256 << 10;  // a few of the values below: 1 to 100 KiB each
+
+// Puts values 1 to 30 (not the multiples of 5: 2 MiB each, over the whole budget) into a store with a disk budget of
+// kHeldBudget, its remote down throughout, and closes it (the queued writes dropped, their records kept as a kill
+// would leave them). Every entry's write is then recorded and undelivered: eviction holds them up to `fraction`.
+DownRun put_with_the_remote_down(const std::string& dir, const std::shared_ptr<GateBackend>& backend, double fraction) {
+  backend->set_down(true);
+  ChunkStoreOptions o = journal_options(dir, backend);
+  o.host_budget_bytes = 0;  // the disk alone: what it holds is what a kill leaves
+  o.disk_budget_bytes = kHeldBudget;
+  o.remote.max_held_fraction = fraction;
+  DownRun run;
+  ChunkStore store(o);
+  for (int64_t i = 1; i <= 30; ++i) {
+    if (i % 5 == 0) continue;
+    const Status s = store.put(store_test_key(i), store_test_value(i));
+    if (s.is_ok()) {
+      run.stored.push_back(i);
+    } else {
+      REQUIRE(s.code() == StatusCode::kOutOfCapacity);
+      run.refused.push_back(std::to_string(i) + ": " + s.reason());
+    }
+  }
+  GetOptions local_only;
+  local_only.remote = false;
+  for (int64_t i : run.stored) {
+    if (store.get(store_test_key(i), local_only).is_ok()) run.on_disk.push_back(i);
+  }
+  run.remote = store.stats().remote;
+  run.refusals = store.stats().refusals;
+  return run;
+}
+
+}  // namespace
+
+// A remote down for long (or never reachable) with a bounded disk: each put's entry is held on disk until its write
+// is delivered. Before, every such entry was held, so once they filled the budget every put was refused
+// (out_of_capacity, counted only in refusals) and the disk stopped caching. Now they are held up to
+// RemoteOptions::max_held_fraction of the budget; past it the oldest go first, their writes given up (records
+// dropped, counted in abandoned), so puts keep landing on disk; the held ones still reach the remote after a close
+// (or a kill: test_store_remote_faults) by the next open's re-send. max_held_fraction = 1 keeps the old behaviour.
+TEST_CASE("a remote down for long: entries held for it stay within max_held_fraction, puts keep landing on disk",
+          "[store][remote]") {
+  test::TempDir dir;
+  auto backend = std::make_shared<GateBackend>(/*hold_first=*/false);
+  SECTION("the default bound, half the budget") {
+    const DownRun run = put_with_the_remote_down(dir / "s", backend, 0.5);
+    INFO("refused: " << run.refused.size() << (run.refused.empty() ? "" : ", first " + run.refused.front()));
+    CHECK(run.refused.empty());  // every put landed on disk
+    CHECK(run.refusals == 0);
+    REQUIRE(run.stored.size() == 24);
+    // The oldest writes were given up with their local copies: the disk keeps the newest, and abandoned counts the
+    // rest exactly.
+    REQUIRE(run.remote.abandoned > 0);
+    CHECK(run.remote.abandoned == static_cast<int64_t>(run.stored.size() - run.on_disk.size()));
+    CHECK(std::equal(run.on_disk.begin(), run.on_disk.end(), run.stored.end() - run.on_disk.size()));
+    CHECK(run.on_disk.back() == 29);
+    // The held ones are re-sent by the next open once the remote is back; the given-up ones are not.
+    backend->set_down(false);
+    {
+      ChunkStore reopened(journal_options(dir / "s", backend));
+      REQUIRE(reopened.drain_remote(kWait));
+      CHECK(reopened.stats().remote.resent == static_cast<int64_t>(run.on_disk.size()));
+    }
+    for (int64_t i : run.stored) {
+      INFO("entry " << i);
+      const bool held = std::find(run.on_disk.begin(), run.on_disk.end(), i) != run.on_disk.end();
+      CHECK(remote_value(backend, store_test_key(i)).is_ok() == held);
+    }
+  }
+  SECTION("max_held_fraction = 1: every one held, a put that needs their room refused") {
+    const DownRun run = put_with_the_remote_down(dir / "s", backend, 1.0);
+    REQUIRE(!run.refused.empty());
+    CHECK(run.refused.front().find("kept until their remote write is delivered") != std::string::npos);
+    CHECK(run.refusals == static_cast<int64_t>(run.refused.size()));
+    CHECK(run.remote.abandoned == 0);
+    CHECK(run.on_disk == run.stored);  // none evicted
+  }
+}
+
+// The option is checked where the remote tier is made: outside 0..1 (or NaN) it is refused, naming it.
+TEST_CASE("max_held_fraction outside 0..1 is refused, naming it", "[store][remote]") {
+  auto backend = std::make_shared<GateBackend>(/*hold_first=*/false);
+  for (double bad : {-0.1, 1.5, std::nan("")}) {
+    INFO("max_held_fraction " << bad);
+    ChunkStoreOptions o = journal_options("", backend);
+    o.remote.max_held_fraction = bad;
+    CHECK_THROWS_WITH(ChunkStore(o), Catch::Contains("max_held_fraction"));
   }
 }

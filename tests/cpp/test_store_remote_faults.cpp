@@ -477,24 +477,32 @@ TEST_CASE("erases a killed writer left queued for a down server are re-sent by t
 
 // A disk budget with the server down: the entries whose remote writes are queued are the only copies those writes
 // can be sent from. Before, a put evicted them like any entry, and the writer killed afterwards left records the
-// next open dropped (no local copy): the entries were lost from both tiers. Now eviction keeps them, a put that
-// needs their room is refused (saying why), and every put that returned ok is on the remote once the next open
-// re-sent it.
+// next open dropped (no local copy): the entries were lost from both tiers. Now eviction keeps them, up to
+// max_held_fraction of the budget: with 1 a put that needs their room is refused (saying why) and every put that
+// returned ok is on the remote once the next open re-sent it; with the default (half) no put is refused, the oldest
+// writes past the bound are given up (abandoned) with their local copies, and every other put that returned ok, the
+// newest, is on the remote after the re-send, the given-up ones not.
 TEST_CASE("an entry whose remote write is not delivered is not evicted: a kill then loses nothing", "[store][remote]") {
   test::TempDir dir;
   test::RedisServer server(dir / "redis", {}, /*durable=*/false);
   const std::string store_dir = dir / "s";
   server.kill();                          // the writer's remote writes wait in its queue
   constexpr int64_t kBudget = 256 << 10;  // values 1 to 4 (200 KiB) fit; 5 (2 MiB) never does; 6 to 9 need room
+  std::string fraction = "1";
+  SECTION("max_held_fraction = 1: every one held") {}
+  SECTION("max_held_fraction = 0.5 (the default): the newest held") { fraction = "0.5"; }
   std::vector<int64_t> stored;
   std::vector<std::string> refused;
+  int64_t abandoned = -1;
   {
     test::ChildProcess writer(ORBIT_STORE_CHILD_PATH, std::vector<std::string>{"rbudget", store_dir, server.url(), "1",
-                                                                               "9", std::to_string(kBudget)});
+                                                                               "9", std::to_string(kBudget), fraction});
     std::string line;
     while (writer.next_line(&line) && line != "done") {
       if (line.find(" refused: ") != std::string::npos) {
         refused.push_back(line);
+      } else if (line.rfind("abandoned ", 0) == 0) {
+        abandoned = std::stoll(line.substr(10));
       } else {
         stored.push_back(std::stoll(line));
       }
@@ -503,28 +511,43 @@ TEST_CASE("an entry whose remote write is not delivered is not evicted: a kill t
     writer.kill();  // SIGKILL: no close, no flush
     (void)writer.wait();
   }
-  INFO("stored " << stored.size() << ", refused:\n"
-                 << [&] {
-                      std::string all;
-                      for (const std::string& r : refused) all += r + "\n";
-                      return all;
-                    }());
+  INFO("max_held_fraction " << fraction << ", stored " << stored.size() << ", abandoned " << abandoned << ", refused:\n"
+                            << [&] {
+                                 std::string all;
+                                 for (const std::string& r : refused) all += r + "\n";
+                                 return all;
+                               }());
   CHECK(stored.size() >= 4);
   const auto for_remote = [](const std::string& r) {
     return r.find("kept until their remote write") != std::string::npos;
   };
-  CHECK(std::count_if(refused.begin(), refused.end(), for_remote) >= 1);
+  if (fraction == "1") {
+    CHECK(std::count_if(refused.begin(), refused.end(), for_remote) >= 1);
+    CHECK(abandoned == 0);
+  } else {
+    CHECK(refused.size() == 1);  // 5 alone: over the whole budget
+    CHECK(stored.size() == 8);
+    CHECK(abandoned >= 1);
+  }
+  REQUIRE(abandoned >= 0);
+  REQUIRE(abandoned < static_cast<int64_t>(stored.size()));
   server.start();  // empty: only a re-send puts the entries there
   {
     ChunkStore reopened(test::remote_store_options(server.url(), store_dir));
     REQUIRE(reopened.drain_remote(std::chrono::milliseconds(30000)));
     reopened.verify_integrity(/*deep=*/true);
     CHECK(reopened.stats().tiers[static_cast<int>(StoreTier::kDisk)].bytes <= kBudget);
+    CHECK(reopened.stats().remote.resent == static_cast<int64_t>(stored.size()) - abandoned);
   }
   ChunkStore reader(test::remote_store_options(server.url()));
-  for (int64_t i : stored) {
+  for (std::size_t n = 0; n < stored.size(); ++n) {
+    const int64_t i = stored[n];
     INFO("entry " << i);
     Result<ValuePtr> v = reader.get(remote_key(i));
+    if (static_cast<int64_t>(n) < abandoned) {  // the oldest, given up: neither local nor re-sent
+      CHECK(v.status().code() == StatusCode::kNotFound);
+      continue;
+    }
     REQUIRE(v.is_ok());
     CHECK(values_equal(*v.value(), *test::store_test_value(i)));
   }

@@ -167,6 +167,10 @@ struct RemoteStats {
   // recorded for the next open when this one closes first). Not in writes or bytes_written.
   int64_t resent = 0;
   int64_t resend_backlog = 0;
+  // Undelivered writes given up: their local copies were evicted from the disk past RemoteOptions::
+  // max_held_fraction of its budget (the oldest first) and their records dropped, so neither this run nor a later
+  // open re-sends them (one still queued may yet be delivered by this run). Not in writes_dropped.
+  int64_t abandoned = 0;
 };
 
 struct StoreStats {

@@ -34,6 +34,7 @@
 #include <chrono>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -41,6 +42,7 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "orbit/common/status.h"
@@ -209,10 +211,24 @@ class ChunkStore {
   int64_t pinned_in(const Tier& t) const;
   void forget_if_gone(const std::string& key);
   // Frees `need` bytes in `t` by demoting evictable entries other than `exclude`, in policy order (and, in a
-  // memory tier of many entries, relief_margin's bytes more where entries allow).
+  // memory tier of many entries, relief_margin's bytes more where entries allow). On disk, entries held for their
+  // undelivered remote writes stay, except those past RemoteOptions::max_held_fraction: evicted first, oldest
+  // record first, their writes given up (held_for_remote, give_up_held).
   Status make_room(Tier& t, int64_t need, const std::string& exclude);
   int64_t relief_margin(const Tier& t) const;
   void evict(Tier& t, const std::string& key);
+  // The disk's entries held for the remote's undelivered writes (DiskTier::held_for_remote: key -> record seq),
+  // and of those in `t` (the disk; nothing for another tier) other than `exclude`, the ones past
+  // max_held_fraction of its budget: the newest records fill that share, the older rest are past it, listed
+  // (seq, key) oldest first.
+  struct HeldForRemote {
+    std::map<std::string, int64_t> held;
+    std::vector<std::pair<int64_t, std::string>> past_bound;
+  };
+  HeldForRemote held_for_remote(const Tier& t, const std::string& exclude) const;
+  // Evicts the disk entry `key` held for its write of record `seq`, giving the write up (DiskTier::evict with
+  // abandon_through): true when it left the disk.
+  bool give_up_held(const std::string& key, int64_t seq);
   // Places a value leaving `from` (or new) in the highest memory tier strictly below `from` that admits
   // it, else on disk. false when it found no place (the value is lost to the store).
   bool place_below(StoreTier from, const std::string& key, const ValuePtr& value);

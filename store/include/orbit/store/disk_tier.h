@@ -28,6 +28,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -144,16 +145,18 @@ class DiskTier final : public Tier {
   // Eviction keeps the rows whose write to `remote` is recorded (remote_pending): the local copy such a write is
   // still to be sent from (a re-send at the next open reads it). "" (the default): no row is held for a remote.
   void hold_pending_writes(const std::string& remote) { held_for_remote_ = remote; }
-  // The keys eviction keeps for hold_pending_writes' remote (empty without one).
-  std::set<std::string> held_for_remote() const;
+  // The keys eviction keeps for hold_pending_writes' remote, each with its record's seq (empty without one).
+  std::map<std::string, int64_t> held_for_remote() const;
   // Whether the index takes a commit now: ok at once unless the last commit() was refused; after a refusal, one
   // small write transaction (SqliteIndex::probe_commit, checkpointing after a refusal for want of space as
   // commit() does), so that a store whose index refuses commits (a full disk, a file-size limit) does not write
   // a whole blob per put only to discard it. ok clears the refusal.
   Status probe_commit();
   // Eviction: deletes the row unless another process holds a lease on it, or its write to hold_pending_writes'
-  // remote is recorded. ok(false) when held.
-  Result<bool> evict(const std::string& key);
+  // remote is recorded. ok(false) when held. `abandon_through` > 0: a recorded write of seq <= it (held_for_remote's)
+  // is given up instead: its record is dropped in the eviction's transaction (SqliteIndex::erase_unleased); one
+  // recorded since still holds the row.
+  Result<bool> evict(const std::string& key, int64_t abandon_through = 0);
   // nullptr when absent (corrupt rows are absent). locate() looks in the mirror only; find() also in
   // the index (entries other processes committed) and adds what it finds to the mirror.
   const DiskRow* locate(const std::string& key) const;

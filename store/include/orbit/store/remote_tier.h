@@ -105,6 +105,13 @@ struct RemoteOptions {
   int command_timeout_ms = 1000;
   int retry_after_ms = 1000;                      // after a failure, skip the remote this long
   int64_t max_queued_bytes = int64_t{256} << 20;  // queued writes (blob bytes) before the oldest is dropped
+  // With a journal (ChunkStore with a directory): the share of the disk budget that entries held for their
+  // undelivered writes may fill, 0..1. Eviction keeps an entry whose write is recorded and not delivered (the copy
+  // the write is to be sent from), the newest records first up to this share; past it, the oldest are evicted
+  // before any other entry and their writes given up (records dropped, stats' abandoned, one warning a run), so a
+  // remote down for long does not stop the disk from caching. 1 = hold every one (a put that needs their room is
+  // refused); 0 = hold none.
+  double max_held_fraction = 0.5;
   // Print the one warning on the first outage, and (once per process) that a tier opened without a
   // secret does not authenticate what it reads.
   bool warn = true;
@@ -169,6 +176,11 @@ class RemoteTier {
   // drained.
   bool drain(std::chrono::milliseconds timeout);
 
+  // The owner evicted the local copies of `writes` recorded writes past max_held_fraction and dropped their records
+  // (ChunkStore's disk eviction): counted in stats' abandoned; the first time in a run, when options.warn, one
+  // warning names the remote and the count. A write of them still queued may yet be delivered by this run.
+  void abandoned(int64_t writes);
+
   RemoteStats stats() const;
   const RemoteOptions& options() const { return options_; }
 
@@ -222,6 +234,7 @@ class RemoteTier {
   std::chrono::steady_clock::time_point down_until_{};
   bool down_ = false;
   bool warned_ = false;
+  bool warned_abandoned_ = false;  // abandoned()'s one warning was printed
   RemoteStats stats_;
   // The journal (null: none), its records this open re-sends (seq in (resend_after_, resend_through_]), the
   // batch of them read but not yet sent, and the keys acknowledged since the last settle.

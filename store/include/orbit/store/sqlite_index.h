@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -150,8 +151,11 @@ class SqliteIndex {
   Status release_all(const std::string& owner);
   // Deletes the row unless a lease on it is live at `now`, or (with `remote` non-empty) a write of it to `remote`
   // is recorded in remote_pending (its local copy is what that write is still to be sent from): ok(true) deleted
-  // (`blob` receives its blob), ok(false) held or absent.
-  Result<bool> erase_unleased(const std::string& key, int64_t now, std::string* blob, const std::string& remote = "");
+  // (`blob` receives its blob), ok(false) held or absent. `abandon_through` > 0: a recorded write of seq <= it
+  // does not hold the row: that record is deleted in the eviction's transaction (the write is given up); a newer
+  // one (recorded since) still holds it.
+  Result<bool> erase_unleased(const std::string& key, int64_t now, std::string* blob, const std::string& remote = "",
+                              int64_t abandon_through = 0);
   // Keys with a live pin lease (empty when the index has no lease table: an older store, read-only).
   std::set<std::string> live_pins(int64_t now) const;
   // ---- remote writes not yet acknowledged (remote_pending; RemoteJournal, remote_tier.h) -----------------
@@ -164,8 +168,9 @@ class SqliteIndex {
   // absent ones are skipped), in one transaction.
   Status clear_remote_pending(const std::vector<RemotePendingRecord>& records, const std::string& remote);
   // The keys with a write to `remote` recorded (their local copies, what those writes are still to be sent
-  // from); empty when the index has no remote_pending table (an older store opened read-only).
-  std::set<std::string> remote_pending_writes(const std::string& remote) const;
+  // from), each with its record's seq; empty when the index has no remote_pending table (an older store opened
+  // read-only).
+  std::map<std::string, int64_t> remote_pending_writes(const std::string& remote) const;
   // The highest seq recorded (for any remote), 0 when none (or no remote_pending table: an older store).
   int64_t last_remote_pending() const;
   // Up to `limit` records of `remote` with after < seq <= through, in seq order.
