@@ -178,7 +178,11 @@ std::string render_memory_metrics(const EngineStats& stats) {
       << "orbit_store_faults_total{kind=\"disk_write\"} " << st.io_errors << "\n"
       << "orbit_store_faults_total{kind=\"remote_corrupt\"} " << st.remote.corrupt << "\n"
       << "# HELP orbit_store_disk_degraded 1 while the disk tier's writes fail (entries kept in memory only).\n"
-      << "# TYPE orbit_store_disk_degraded gauge\norbit_store_disk_degraded " << (st.disk_degraded ? 1 : 0) << "\n";
+      << "# TYPE orbit_store_disk_degraded gauge\norbit_store_disk_degraded " << (st.disk_degraded ? 1 : 0) << "\n"
+      << "# HELP orbit_store_remote_abandoned_total Remote writes given up undelivered: their disk copies evicted "
+         "past the share of the disk budget held for the remote (the remote down or behind).\n"
+      << "# TYPE orbit_store_remote_abandoned_total counter\norbit_store_remote_abandoned_total " << st.remote.abandoned
+      << "\n";
   return out.str();
 }
 

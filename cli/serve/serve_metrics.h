@@ -98,7 +98,8 @@ struct MetricGauges {
 // The engine's memory as /metrics gauges: the chunks registered, the KV pool's pages (total, free) and each enabled
 // store tier's entries, bytes and budget (the host tier holds chunks' and answers' KV for reuse up to its budget,
 // --host-budget-mb); the store's faults (orbit_store_faults_total{kind}: corrupt_read, disk_write,
-// remote_corrupt) and whether its disk tier is degraded.
+// remote_corrupt), whether its disk tier is degraded, and the remote writes given up undelivered
+// (orbit_store_remote_abandoned_total: RemoteStats::abandoned).
 std::string render_memory_metrics(const EngineStats& stats);
 
 // A store's writes (StoreWrites, group_commit.h: items committed and the commits that held them) as the

@@ -117,3 +117,44 @@ def test_a_remote_without_a_secret_warns_once_at_open(orbit, stories260k_path):
     with_secret = subprocess.run([sys.executable, "-c", script.replace("['', '', 'x']", "['x']")], env=env,
                                  capture_output=True, text=True, check=True).stderr
     assert "has no secret" not in with_secret, with_secret
+
+
+def test_a_remote_down_for_long_does_not_stop_the_disk_from_caching(orbit, stories260k_path, tmp_path):
+    """Entries kept on disk for their undelivered remote writes fill at most remote_max_held_fraction of the disk
+    budget: past it the oldest are evicted and their writes given up (stats' abandoned, one warning), so puts keep
+    landing on disk. With 1 every one is kept and, once they fill the budget, puts are refused (the behaviour
+    before the bound, when a remote that never connects froze the disk cache)."""
+    chunks = [[i * 10 + t for t in range(1, 9)] for i in range(1, 13)]  # 12 distinct chunks of one size
+    with orbit.Engine(stories260k_path, store_dir=tmp_path / "size", pool_bytes=POOL, page_size=PAGE) as e:
+        e.precompute(e.add_tokens(chunks[0]))
+        one = e.stats.store.tiers[2].bytes  # a chunk's blob on disk
+    assert one > 0
+    url = f"redis://127.0.0.1:{free_port()}"  # nothing listens there: every remote write stays undelivered
+
+    def run(name, fraction):
+        with pytest.warns(orbit.OrbitWarning) as caught:
+            with orbit.Engine(stories260k_path, store_dir=tmp_path / name, remote=url, pool_bytes=POOL,
+                              page_size=PAGE, disk_budget_bytes=4 * one + one // 2,
+                              remote_max_held_fraction=fraction) as e:
+                assert e.options.remote_max_held_fraction == fraction
+                for tokens in chunks:
+                    e.precompute(e.add_tokens(tokens))
+                s = e.stats.store
+        return s, [str(w.message) for w in caught]
+
+    s, messages = run("bounded", 0.5)
+    assert s.refusals == 0 and s.tiers[2].entries >= 1
+    assert s.remote.abandoned == len(chunks) - s.tiers[2].entries  # every chunk stored, the oldest given up
+    given_up = [m for m in messages if "gave up" in m]
+    assert len(given_up) == 1 and "127.0.0.1" in given_up[0] and "max_held_fraction" in given_up[0]
+
+    s, messages = run("unbounded", 1.0)
+    assert s.remote.abandoned == 0 and s.refusals >= 1  # the disk full of kept entries: puts refused
+    assert not [m for m in messages if "gave up" in m]
+
+
+@pytest.mark.parametrize("fraction", [-0.5, 1.5, float("nan")])
+def test_remote_max_held_fraction_outside_0_to_1_is_refused_naming_it(orbit, stories260k_path, tmp_path, fraction):
+    with pytest.raises(orbit.OrbitError, match="remote_max_held_fraction"):
+        orbit.Engine(stories260k_path, store_dir=tmp_path, remote="redis://127.0.0.1:1", pool_bytes=POOL,
+                     page_size=PAGE, remote_max_held_fraction=fraction)

@@ -32,7 +32,9 @@ def test_a_truncated_blob_is_recomputed_with_a_warning_and_a_metric(start_serve,
     store = tmp_path / "store"
     server = start_serve(stories260k_path, "--store", str(store))
     first = json.loads(get(server, "POST", "/v1/chat/completions", CHAT))
-    assert 'orbit_store_faults_total{kind="corrupt_read"} 0' in get(server, "GET", "/metrics")
+    metrics = get(server, "GET", "/metrics")
+    assert 'orbit_store_faults_total{kind="corrupt_read"} 0' in metrics
+    assert "orbit_store_remote_abandoned_total 0" in metrics  # no remote: no write given up
     server.stop()
     blobs = [p for p in pathlib.Path(store, "blobs").rglob("*.blob")]
     assert blobs

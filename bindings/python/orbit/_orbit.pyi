@@ -482,6 +482,8 @@ class RemoteStats:
     @property
     def resend_backlog(self) -> int: ...
     @property
+    def abandoned(self) -> int: ...
+    @property
     def queued(self) -> int: ...
     @property
     def removals(self) -> int: ...
@@ -687,6 +689,8 @@ class EngineOptions:
     def remote(self) -> str: ...
     @property
     def remote_ttl_seconds(self) -> int: ...
+    @property
+    def remote_max_held_fraction(self) -> float: ...
     @property
     def device(self) -> str:
         """'cpu', 'cuda' or 'cuda:N'."""
@@ -994,6 +998,7 @@ class Engine:
         remote: str = "",
         remote_ttl_seconds: SupportsIndex = 0,
         remote_secret: str = "",
+        remote_max_held_fraction: float = 0.5,
         device: str = "cpu",
         dtype: str = "float32",
         eviction: str = "lru",
@@ -1012,6 +1017,9 @@ class Engine:
         checked but not authenticated, and opening warns once). A remote that does not answer a PING at open
         (nothing on the port, a wrong password, TLS, a timeout) issues a RemoteUnreachableWarning naming the URL
         (password redacted) and the cause; the engine still opens, on its local tiers.
+        remote_max_held_fraction: the share (0..1) of the disk budget that entries kept for their undelivered remote
+        writes may fill; past it the oldest are evicted and their writes given up (stats().store.remote.abandoned,
+        one warning a run); 1 = keep every one (puts needing their room are refused), 0 = none.
         device: 'cpu', 'cuda' or 'cuda:N' (OrbitError where there is no CUDA device); dtype: 'float32',
         'bfloat16' or 'float16' (CUDA only): weights load straight into it, KV and windows live there.
         eviction: the store's policy, 'lru' or 'cost-aware'; cold_tier: 'exact' or 'int8' canonicals on disk;

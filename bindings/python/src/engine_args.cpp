@@ -16,13 +16,13 @@ namespace {
 // A field of EngineArgs: its keyword and where it is kept (the type of the member says how a value is read).
 struct Field {
   const char* keyword;
-  std::variant<int64_t EngineArgs::*, int EngineArgs::*, bool EngineArgs::*, py::str EngineArgs::*,
-               py::object EngineArgs::*>
+  std::variant<int64_t EngineArgs::*, int EngineArgs::*, bool EngineArgs::*, double EngineArgs::*,
+               py::str EngineArgs::*, py::object EngineArgs::*>
       member;
 };
 
 // In the signature's order.
-const std::array<Field, 21> kFields = {{
+const std::array<Field, 22> kFields = {{
     {"store_dir", &EngineArgs::store_dir},
     {"pool_bytes", &EngineArgs::pool_bytes},
     {"page_size", &EngineArgs::page_size},
@@ -32,6 +32,7 @@ const std::array<Field, 21> kFields = {{
     {"remote", &EngineArgs::remote},
     {"remote_ttl_seconds", &EngineArgs::remote_ttl_seconds},
     {"remote_secret", &EngineArgs::remote_secret},
+    {"remote_max_held_fraction", &EngineArgs::remote_max_held_fraction},
     {"device", &EngineArgs::device},
     {"dtype", &EngineArgs::dtype},
     {"eviction", &EngineArgs::eviction},
@@ -53,6 +54,8 @@ const char* signature_type() {
     return "bool";
   } else if constexpr (std::is_integral_v<T>) {
     return "int";
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return "float";
   } else if constexpr (std::is_same_v<T, py::str>) {
     return "str";
   } else {
@@ -67,6 +70,8 @@ std::string signature_default(const T& value) {
     return value ? "True" : "False";
   } else if constexpr (std::is_integral_v<T>) {
     return std::to_string(value);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return std::string(py::repr(py::float_(value)));
   } else {
     return std::string(py::repr(value));
   }
@@ -160,6 +165,7 @@ orbit::EngineOptions engine_options(const py::object& model, const EngineArgs& a
   o.remote = utf8_arg(a.remote, "Engine: remote");
   o.remote_ttl_seconds = a.remote_ttl_seconds;
   o.remote_secret = utf8_arg(a.remote_secret, "Engine: remote_secret");
+  o.remote_max_held_fraction = a.remote_max_held_fraction;
   o.device = utf8_arg(a.device, "Engine: device");
   o.dtype = utf8_arg(a.dtype, "Engine: dtype");
   o.eviction = utf8_arg(a.eviction, "Engine: eviction");

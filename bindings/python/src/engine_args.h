@@ -26,6 +26,7 @@ struct EngineArgs {
   py::str remote = py::str("");
   int64_t remote_ttl_seconds = 0;
   py::str remote_secret = py::str("");
+  double remote_max_held_fraction = 0.5;
   py::str device = py::str("cpu");
   py::str dtype = py::str("float32");
   py::str eviction = py::str("lru");

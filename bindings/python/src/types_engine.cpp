@@ -60,6 +60,9 @@ void def_store_stats(py::module_& m) {
                     "Writes an earlier run of the store directory left undelivered, re-sent by this open.")
       .def_readonly("resend_backlog", &RemoteStats::resend_backlog,
                     "Such writes left to re-send (0 once done; the next open tries those a close left).")
+      .def_readonly("abandoned", &RemoteStats::abandoned,
+                    "Undelivered writes given up: their local copies evicted past remote_max_held_fraction of the "
+                    "disk budget (never re-sent).")
       .def_readonly("queued", &RemoteStats::queued, "Writes (and removals) waiting now.")
       .def_readonly("removals", &RemoteStats::removals, "Entries removed from the server (erase).")
       .def_readonly("bytes_read", &RemoteStats::bytes_read, "Blob bytes of the hits.")
@@ -301,6 +304,8 @@ void def_model_and_options(py::module_& m) {
       .def_readonly("threads", &EngineOptions::threads, "Intra-op threads (0 = process setting).")
       .def_readonly("remote", &EngineOptions::remote, "Remote tier URL ('' = none).")
       .def_readonly("remote_ttl_seconds", &EngineOptions::remote_ttl_seconds, "Remote entry TTL (0 = never).")
+      .def_readonly("remote_max_held_fraction", &EngineOptions::remote_max_held_fraction,
+                    "Share of the disk budget held for undelivered remote writes (0..1).")
       .def_readonly("device", &EngineOptions::device, "Device ('cpu', 'cuda', 'cuda:N').")
       .def_readonly("dtype", &EngineOptions::dtype, "Compute dtype ('float32', 'bfloat16', 'float16').")
       .def_readonly("eviction", &EngineOptions::eviction, "Store eviction policy ('lru', 'cost-aware').")

@@ -78,6 +78,11 @@ struct EngineOptions {
   // the engine (bounded timeouts, one warning, stats().store.remote counts it). See README "Remote tier".
   std::string remote;
   int64_t remote_ttl_seconds = 0;  // entries written to the remote expire after this; 0 = never; > 0 needs remote
+  // The share of disk_budget_bytes (0..1) that entries kept on disk for their undelivered remote writes may fill
+  // (store::RemoteOptions::max_held_fraction): past it the oldest are evicted and their writes given up
+  // (stats().store.remote.abandoned, one warning a run), so a remote down for long does not stop the disk from
+  // caching. 1 = keep every one (a put that needs their room is refused); 0 = keep none.
+  double remote_max_held_fraction = 0.5;
   // The operator's secret for the remote tier ("" = the environment variable ORBIT_REMOTE_SECRET, if set).
   // With a secret every value written carries an HMAC-SHA256 over its key and bytes, and a value read
   // without a valid one (written without the secret, with another, or altered) is refused: counted in

@@ -30,7 +30,12 @@ store::ChunkStoreOptions engine_store_options(const EngineCore& core) {
   ORBIT_CHECK(o.remote_secret.empty() || !o.remote.empty(),
               "EngineOptions::remote_secret is given, but remote is empty (no remote tier to authenticate)");
   so.remote.url = o.remote;
+  ORBIT_CHECK(o.remote_max_held_fraction >= 0.0 && o.remote_max_held_fraction <= 1.0,
+              "EngineOptions::remote_max_held_fraction = " << o.remote_max_held_fraction
+                                                           << " is outside 0..1 (the share of the disk budget held "
+                                                           << "for undelivered remote writes)");
   so.remote.ttl_seconds = o.remote_ttl_seconds;
+  so.remote.max_held_fraction = o.remote_max_held_fraction;
   so.remote.secret = o.remote_secret;
   if (so.remote.secret.empty()) {
     const char* env = std::getenv("ORBIT_REMOTE_SECRET");
