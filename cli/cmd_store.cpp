@@ -25,7 +25,8 @@ const char* kStoreUsage =
     "       orbit store stat [--store DIR] --remote URL [--json]\n"
     "  ls      one line per entry: key, kind, encoding, bytes, flags (P pinned by a live process,\n"
     "          C marked corrupt), blob path\n"
-    "  stat    totals (entries and bytes per kind), fingerprint, unreferenced blobs and temp files;\n"
+    "  stat    totals (entries and bytes per kind), fingerprint, unreferenced blobs and temp files, and per\n"
+    "          remote tier the writes recorded and not yet delivered and those given up (max_held_fraction);\n"
     "          --remote redis://host:port[/db] | redis-cluster://h1:p1,h2:p2,...: also the remote tier\n"
     "          (rediss:// and rediss-cluster:// over TLS; ORBIT_REDIS_TLS_CA_FILE etc., see README)\n"
     "          (reachable, nodes, orbit entries, memory, maxmemory-policy)\n"
@@ -133,6 +134,14 @@ int run_stat(const Args& args, const std::string& dir) {
       {"marked_corrupt", s.marked_corrupt},
       {"unreferenced_blobs", s.unreferenced_blobs},
       {"temp_files", s.temp_files}};
+  json journal = json::object();  // by remote: undelivered writes recorded, and writes given up
+  for (const auto& [url, n] : s.remote_pending) journal[url]["pending"] = n;
+  for (const auto& [url, n] : s.remote_abandoned) journal[url]["abandoned"] = n;
+  for (auto it = journal.begin(); it != journal.end(); ++it) {
+    if (!it.value().contains("pending")) it.value()["pending"] = 0;
+    if (!it.value().contains("abandoned")) it.value()["abandoned"] = 0;
+  }
+  out["remote_writes"] = journal;
   if (r) out["remote"] = remote_json(*r);
   if (args.flag("--json")) {
     std::cout << out.dump(2) << "\n";
@@ -151,6 +160,13 @@ int run_stat(const Args& args, const std::string& dir) {
   std::printf("marked corrupt %lld, unreferenced blobs %lld, temp files %lld\n",
               static_cast<long long>(s.marked_corrupt), static_cast<long long>(s.unreferenced_blobs),
               static_cast<long long>(s.temp_files));
+  for (auto it = journal.begin(); it != journal.end(); ++it) {
+    std::printf(
+        "remote writes %s: %lld writes or erases recorded, not yet delivered; %lld writes given up "
+        "(max_held_fraction)\n",
+        it.key().c_str(), static_cast<long long>(it.value()["pending"].get<int64_t>()),
+        static_cast<long long>(it.value()["abandoned"].get<int64_t>()));
+  }
   if (r) print_remote(*r);
   return r && !r->reachable ? 1 : 0;
 }

@@ -250,6 +250,10 @@ StoreSummary summarize_store(const std::string& dir) {
   const BlobFiles files = scan_blobs(root);
   s.unreferenced_blobs = count_unreferenced(root, rows, files);
   s.temp_files = static_cast<int64_t>(files.temps.size());
+  const std::map<std::string, int64_t> pending = index.remote_pending_counts();
+  const std::map<std::string, int64_t> abandoned = index.remote_abandoned();
+  s.remote_pending.assign(pending.begin(), pending.end());
+  s.remote_abandoned.assign(abandoned.begin(), abandoned.end());
   return s;
 }
 

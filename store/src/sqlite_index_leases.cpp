@@ -79,6 +79,19 @@ Result<bool> SqliteIndex::erase_unleased(const std::string& key, int64_t now, st
     drop.bind(1, key).bind(2, remote).bind(3, abandon_through);
     const int rc = drop.step();
     if (rc != SQLITE_DONE) return failure(rc, "dropping a pending remote write");
+    if (sqlite3_changes(db_) > 0) {  // counted for `orbit store stat` (remote_abandoned)
+      Status table =
+          exec_status("CREATE TABLE IF NOT EXISTS remote_abandoned (remote TEXT PRIMARY KEY, writes INTEGER NOT NULL)",
+                      "creating remote_abandoned");
+      if (!table) return table;
+      Stmt count(db_,
+                 "INSERT INTO remote_abandoned (remote, writes) VALUES (?1, 1) "
+                 "ON CONFLICT(remote) DO UPDATE SET writes = writes + 1",
+                 path_);
+      count.bind(1, remote);
+      const int counted = count.step();
+      if (counted != SQLITE_DONE) return failure(counted, "counting an abandoned remote write");
+    }
   }
   {
     Stmt old(db_, "SELECT blob FROM entries WHERE key = ?1", path_);

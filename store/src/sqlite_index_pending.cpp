@@ -61,6 +61,28 @@ std::map<std::string, int64_t> SqliteIndex::remote_pending_writes(const std::str
   return out;
 }
 
+std::map<std::string, int64_t> SqliteIndex::remote_counts(const char* sql) const {
+  std::map<std::string, int64_t> out;
+  sqlite3_stmt* raw = nullptr;
+  if (sqlite3_prepare_v2(db_, sql, -1, &raw, nullptr) != SQLITE_OK) {
+    sqlite3_finalize(raw);
+    return out;  // no such table (an older store, or nothing abandoned yet)
+  }
+  while (sqlite3_step(raw) == SQLITE_ROW) {
+    out[reinterpret_cast<const char*>(sqlite3_column_text(raw, 0))] = sqlite3_column_int64(raw, 1);
+  }
+  sqlite3_finalize(raw);
+  return out;
+}
+
+std::map<std::string, int64_t> SqliteIndex::remote_pending_counts() const {
+  return remote_counts("SELECT remote, count(*) FROM remote_pending GROUP BY remote");
+}
+
+std::map<std::string, int64_t> SqliteIndex::remote_abandoned() const {
+  return remote_counts("SELECT remote, writes FROM remote_abandoned");
+}
+
 int64_t SqliteIndex::last_remote_pending() const {
   sqlite3_stmt* raw = nullptr;
   if (sqlite3_prepare_v2(db_, "SELECT coalesce(max(seq), 0) FROM remote_pending", -1, &raw, nullptr) != SQLITE_OK) {

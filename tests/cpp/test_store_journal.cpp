@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "orbit/store/backend.h"
@@ -309,6 +310,11 @@ TEST_CASE("a remote down for long: entries held for it stay within max_held_frac
     CHECK(run.remote.abandoned == static_cast<int64_t>(run.stored.size() - run.on_disk.size()));
     CHECK(std::equal(run.on_disk.begin(), run.on_disk.end(), run.stored.end() - run.on_disk.size()));
     CHECK(run.on_disk.back() == 29);
+    // `orbit store stat` reads both from the index (summarize_store): the records kept, the writes given up.
+    const StoreSummary summary = summarize_store(dir / "s");
+    using Counts = std::vector<std::pair<std::string, int64_t>>;
+    CHECK(summary.remote_pending == Counts{{"gate-memory", static_cast<int64_t>(run.on_disk.size())}});
+    CHECK(summary.remote_abandoned == Counts{{"gate-memory", run.remote.abandoned}});
     // The held ones are re-sent by the next open once the remote is back; the given-up ones are not.
     backend->set_down(false);
     {
@@ -329,6 +335,7 @@ TEST_CASE("a remote down for long: entries held for it stay within max_held_frac
     CHECK(run.refusals == static_cast<int64_t>(run.refused.size()));
     CHECK(run.remote.abandoned == 0);
     CHECK(run.on_disk == run.stored);  // none evicted
+    CHECK(summarize_store(dir / "s").remote_abandoned.empty());
   }
 }
 

@@ -1,6 +1,8 @@
 """The remote tier from Python: engines sharing canonicals through a Redis server on a free 127.0.0.1 port
 (conftest's redis_port fixture: password 'right', always stopped after the test), and an unreachable remote that
 never stops an engine."""
+import json
+import subprocess
 import time
 
 import pytest
@@ -119,7 +121,7 @@ def test_a_remote_without_a_secret_warns_once_at_open(orbit, stories260k_path):
     assert "has no secret" not in with_secret, with_secret
 
 
-def test_a_remote_down_for_long_does_not_stop_the_disk_from_caching(orbit, stories260k_path, tmp_path):
+def test_a_remote_down_for_long_does_not_stop_the_disk_from_caching(orbit, orbit_cli, stories260k_path, tmp_path):
     """Entries kept on disk for their undelivered remote writes fill at most remote_max_held_fraction of the disk
     budget: past it the oldest are evicted and their writes given up (stats' abandoned, one warning), so puts keep
     landing on disk. With 1 every one is kept and, once they fill the budget, puts are refused (the behaviour
@@ -147,6 +149,13 @@ def test_a_remote_down_for_long_does_not_stop_the_disk_from_caching(orbit, stori
     assert s.remote.abandoned == len(chunks) - s.tiers[2].entries  # every chunk stored, the oldest given up
     given_up = [m for m in messages if "gave up" in m]
     assert len(given_up) == 1 and "127.0.0.1" in given_up[0] and "max_held_fraction" in given_up[0]
+    summary = orbit.store_summary(tmp_path / "bounded")  # what `orbit store stat` shows, read from the index
+    assert summary.remote_abandoned == {url: s.remote.abandoned}
+    assert summary.remote_pending == {url: s.tiers[2].entries}  # the kept ones, re-sent by the next open
+    stat = subprocess.run([str(orbit_cli), "store", "stat", "--store", str(tmp_path / "bounded"), "--json"],
+                          capture_output=True, text=True, check=True)
+    assert json.loads(stat.stdout)["remote_writes"] == {
+        url: {"pending": s.tiers[2].entries, "abandoned": s.remote.abandoned}}
 
     s, messages = run("unbounded", 1.0)
     assert s.remote.abandoned == 0 and s.refusals >= 1  # the disk full of kept entries: puts refused

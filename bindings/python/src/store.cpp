@@ -105,6 +105,12 @@ void def_store_listing(py::module_& m) {
           "dict: kind name -> blob bytes.")
       .def_readonly("unreferenced_blobs", &StoreSummary::unreferenced_blobs, "Blob files no row names.")
       .def_readonly("temp_files", &StoreSummary::temp_files, "Writes that never completed.")
+      .def_property_readonly(
+          "remote_pending", [](const StoreSummary& s) { return kind_dict(s.remote_pending); },
+          "dict: remote URL (as shown) -> writes and erases recorded, not yet delivered.")
+      .def_property_readonly(
+          "remote_abandoned", [](const StoreSummary& s) { return kind_dict(s.remote_abandoned); },
+          "dict: remote URL (as shown) -> writes given up (local copies evicted past max_held_fraction).")
       .def("__repr__", &fields_repr);
 }
 

@@ -223,6 +223,10 @@ struct StoreSummary {
   std::vector<std::pair<std::string, int64_t>> bytes_by_kind;    // kind name -> blob bytes
   int64_t unreferenced_blobs = 0;  // blob files no row names (a crash between rename and commit)
   int64_t temp_files = 0;          // writes that never completed
+  // By remote tier (its URL as shown): writes and erases recorded and not yet delivered (re-sent by the next open),
+  // and writes given up, their local copies evicted past RemoteOptions::max_held_fraction (over every run).
+  std::vector<std::pair<std::string, int64_t>> remote_pending;
+  std::vector<std::pair<std::string, int64_t>> remote_abandoned;
 };
 
 struct VerifyProblem {

@@ -12,6 +12,9 @@
 //                                                key's latest write or erase, with that one's seq; kind was added
 //                                                later: an index without it gets it when opened for writing, its
 //                                                records being writes)
+//   remote_abandoned(remote PRIMARY KEY, writes) writes to `remote` given up: their entries evicted past
+//                                                max_held_fraction with their records (erase_unleased); made at
+//                                                the first, read by `orbit store stat`
 //
 // A row is committed only after its blob is durable (blob_io.h), so every row names a complete blob.
 // Writes are single transactions (an upsert that replaces a row returns the old blob for deletion after
@@ -171,6 +174,11 @@ class SqliteIndex {
   // from), each with its record's seq; empty when the index has no remote_pending table (an older store opened
   // read-only).
   std::map<std::string, int64_t> remote_pending_writes(const std::string& remote) const;
+  // By remote: how many writes and erases are recorded (remote_pending), and how many writes were given up
+  // (erase_unleased with abandon_through: the remote_abandoned table, remote -> writes, made at the first). Empty
+  // without the table.
+  std::map<std::string, int64_t> remote_pending_counts() const;
+  std::map<std::string, int64_t> remote_abandoned() const;
   // The highest seq recorded (for any remote), 0 when none (or no remote_pending table: an older store).
   int64_t last_remote_pending() const;
   // Up to `limit` records of `remote` with after < seq <= through, in seq order.
@@ -196,6 +204,7 @@ class SqliteIndex {
   void open(const std::string& uri, int flags);
   void exec_or_throw(const char* sql) const;
   void exec_retrying_or_throw(const char* sql) const;
+  std::map<std::string, int64_t> remote_counts(const char* sql) const;  // (remote, count) rows of `sql`
   Status exec_status(const char* sql, const char* what);
   Status failure(int code, const char* what) const;
   // BEGIN IMMEDIATE, unless in_transaction's is open (then upsert and erase write inside it).
