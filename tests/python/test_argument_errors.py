@@ -272,13 +272,15 @@ def test_engine_names_the_keyword_of_a_value_of_another_type(orbit, stories260k_
 
 def test_engine_keywords_keep_their_signature_and_conversions(orbit, stories260k_path):
     # The keywords are read from an options struct (engine_args.cpp): the signature pybind11 showed for the
-    # 21-parameter constructor is unchanged (stored_calibration added at its end), an unknown keyword is a TypeError naming it, a positional argument
+    # 21-parameter constructor is unchanged (stored_calibration added at its end, remote_max_held_fraction beside the
+    # other remote keywords), an unknown keyword is a TypeError naming it, a positional argument
     # past the model is refused as before, and the values pybind11 converted are still taken.
     signature = orbit.Engine.__init__.__doc__.splitlines()[0]
     assert signature == (
         "__init__(self: orbit._orbit.Engine, model: object, *, store_dir: object = None, pool_bytes: int = 268435456,"
         " page_size: int = 16, host_budget_bytes: int = 1073741824, disk_budget_bytes: int = 0, threads: int = 0,"
-        " remote: str = '', remote_ttl_seconds: int = 0, remote_secret: str = '', device: str = 'cpu',"
+        " remote: str = '', remote_ttl_seconds: int = 0, remote_secret: str = '',"
+        " remote_max_held_fraction: float = 0.5, device: str = 'cpu',"
         " dtype: str = 'float32', eviction: str = 'lru', cold_tier: str = 'exact', device_tier_bytes: int = 0,"
         " embedding_cache: bool = True, background: object = 'thread', shared_canonicals: bool = True,"
         " max_idle_chunks: int = 0, constraint_cache: object = None, tokenizer: object = None,"
