@@ -61,6 +61,44 @@ def test_chat_reasoning_that_cannot_be_read_is_refused(server, extra, param):
     assert status == 400 and body["error"]["param"] == param, body
 
 
+# @openai/agents on Chat Completions keeps the answer's message, less its content, as its text part's providerData
+# and sends it back inside the part: the part carries the message's refusal (null), role and reasoning_content.
+ECHOED = {"refusal": None, "role": "assistant", "annotations": []}
+
+
+def echoed_tokens(server, assistant):
+    """prompt_tokens of a weather call's history whose assistant turn (text and the call) is `assistant`."""
+    messages = [{"role": "user", "content": "Weather in Paris?"},
+                dict({"role": "assistant", "tool_calls": [CALL]}, **assistant),
+                {"role": "tool", "tool_call_id": "c1", "content": "21 C, clear"}]
+    status, body = post(server, "/v1/chat/completions", {"model": MODEL, "messages": messages, "max_tokens": 1})
+    return body["usage"]["prompt_tokens"] if status == 200 else (status, body["error"]["param"])
+
+
+def test_chat_reasoning_echoed_in_a_text_part_reaches_the_template(server):
+    said = "Let me check."
+    plain = echoed_tokens(server, {"content": said})
+    thought = echoed_tokens(server, {"content": said, "reasoning_content": THOUGHT})
+    assert thought > plain
+    part = dict({"type": "text", "text": said, "reasoning_content": THOUGHT}, **ECHOED)
+    assert echoed_tokens(server, {"content": [part]}) == thought
+    assert echoed_tokens(server, {"content": [part], "reasoning": THOUGHT}) == thought  # the same text twice
+    assert echoed_tokens(server, {"content": [dict(part, reasoning_content=None)]}) == plain
+    refusal = dict(ECHOED, type="refusal", refusal=said, content=None)  # a refusal part's echo: the message less it
+    assert echoed_tokens(server, {"content": [refusal]}) == plain
+
+
+@pytest.mark.parametrize("echo,param", [({"role": "user"}, "content[0].role"),
+                                        ({"refusal": "No."}, "content[0].refusal"),
+                                        ({"annotations": {}}, "content[0].annotations"),
+                                        ({"reasoning_content": "Other."}, "content[0].reasoning_content"),
+                                        ({"audio": {"id": "a"}}, "content[0].audio"),
+                                        ({"rol": "assistant"}, "content[0].rol")])
+def test_chat_echoes_in_a_part_that_say_something_else_are_refused(server, echo, param):
+    part = dict({"type": "text", "text": "Let me check."}, **echo)
+    assert echoed_tokens(server, {"content": [part], "reasoning_content": THOUGHT}) == (400, "messages[1]." + param)
+
+
 def respond(server, *items, **extra):
     return post(server, "/v1/responses", dict({"model": MODEL, "input": list(items), "max_output_tokens": 1}, **extra))
 

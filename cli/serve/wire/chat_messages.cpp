@@ -11,6 +11,32 @@ using nlohmann::json;
 
 namespace {
 
+// What @openai/agents puts in an assistant's part besides the part's own keys. On Chat Completions it keeps the
+// answer's message, less its content (a refusal part: less its refusal), as the part's providerData and sends
+// that back inside the part on the next turn: {"type": "text", "text": ..., "refusal": null, "role": "assistant"}.
+// These are the message's own fields, which the message itself carries (role, tool_calls, reasoning_content) or
+// which say nothing (refusal or content null, audio and function_call null, annotations: what the text cites), so
+// they are taken and unused, each checked as that: role "assistant", annotations and tool_calls arrays,
+// reasoning_content a string or null, the others null; anything else stays refused by name.
+constexpr const char* kEchoedMessageFields = "role annotations tool_calls reasoning_content audio function_call";
+
+void check_echoed_message_fields(const json& part, bool refusal, const std::string& p) {
+  for (auto it = part.begin(); it != part.end(); ++it) {
+    const std::string& key = it.key();
+    const json& value = it.value();
+    const std::string at = p + "." + key;
+    if (key == "role") {
+      if (value != "assistant") invalid_field(at, "an assistant's part can only echo role 'assistant'");
+    } else if (key == "annotations" || key == "tool_calls") {
+      if (!value.is_array()) wrong_type(at, "an array", value);
+    } else if (key == "reasoning_content") {
+      if (!value.is_null() && !value.is_string()) wrong_type(at, "a string or null", value);
+    } else if (key == "audio" || key == "function_call" || key == (refusal ? "content" : "refusal")) {
+      if (!value.is_null()) invalid_field(at, "only null is accepted in a part (send it on the message)");
+    }
+  }
+}
+
 // The text of a message's content: a string, null, or text parts; an assistant's may also hold OpenAI's
 // refusal parts ({"type": "refusal", "refusal": text}), which are what it said, so they are read as its text.
 std::string content_text(const json& v, const std::string& param, bool assistant) {
@@ -31,9 +57,12 @@ std::string content_text(const json& v, const std::string& param, bool assistant
                                      " (got '" + kind + "')");
     }
     // A part's keys: OpenAI's, and prompt_cache_breakpoint, a cache hint @openai/agents puts on text parts
-    // (taken and unused, as the body's prompt_cache_key is). Another key is refused by name.
-    refuse_unknown_fields(part, refusal ? "type refusal" : "type text prompt_cache_breakpoint",
-                          refusal ? "a refusal part" : "a text part", p + ".");
+    // (taken and unused, as the body's prompt_cache_key is); in an assistant's, the message's fields
+    // @openai/agents echoes (kEchoedMessageFields). Another key is refused by name.
+    std::string known = refusal ? "type refusal" : "type text prompt_cache_breakpoint";
+    if (assistant) known += std::string(" ") + kEchoedMessageFields + (refusal ? " content" : " refusal");
+    refuse_unknown_fields(part, known, refusal ? "a refusal part" : "a text part", p + ".");
+    if (assistant) check_echoed_message_fields(part, refusal, p);
     if (const auto hint = part.find("prompt_cache_breakpoint"); hint != part.end() && !hint->is_object()) {
       wrong_type(p + ".prompt_cache_breakpoint", "an object", *hint);
     }
@@ -110,18 +139,31 @@ void refuse_unknown_message_fields(const json& v, const std::string& role, const
 // An assistant's reasoning, the thinking an earlier turn wrote before its answer, given to the template as
 // message.reasoning_content (which reasoning models' templates render): reasoning_content as
 // @ai-sdk/openai-compatible and other OpenAI-compatible clients send it, or reasoning, the string @openai/agents
-// sends (a reasoning item's text); both given, they must agree. Null or absent: none.
+// sends (a reasoning item's text); both given, they must agree. Null or absent: none. A part's reasoning_content
+// (@openai/agents' copy of the answer's, kEchoedMessageFields, checked a string or null by content_text) is the
+// same turn's reasoning: on Chat Completions that copy is how the Agents SDK sends it back, so it is read as
+// the message's, and must agree with the message's own when both are given.
 std::optional<std::string> parse_reasoning(const json& v, const std::string& param) {
   std::optional<std::string> out;
-  for (const char* name : {"reasoning_content", "reasoning"}) {
-    const auto it = v.find(name);
-    if (it == v.end() || it->is_null()) continue;
-    std::string text = need_string(*it, param + "." + name);
-    if (out && *out != text) {
-      invalid_field(param + ".reasoning",
-                    "differs from reasoning_content: give one of them (or the same text in both)");
-    }
+  const auto take = [&](const json& value, const std::string& at, const char* differs) {
+    if (value.is_null()) return;
+    std::string text = need_string(value, at);
+    if (out && *out != text) invalid_field(at, differs);
     out = std::move(text);
+  };
+  for (const char* name : {"reasoning_content", "reasoning"}) {
+    if (const auto it = v.find(name); it != v.end()) {
+      take(*it, param + "." + name, "differs from reasoning_content: give one of them (or the same text in both)");
+    }
+  }
+  const auto content = v.find("content");
+  if (content == v.end() || !content->is_array()) return out;
+  for (std::size_t i = 0; i < content->size(); ++i) {
+    const json& part = (*content)[i];
+    if (const auto it = part.find("reasoning_content"); it != part.end()) {
+      take(*it, param + ".content[" + std::to_string(i) + "].reasoning_content",
+           "differs from the message's reasoning: give one of them (or the same text in each)");
+    }
   }
   return out;
 }

@@ -72,7 +72,11 @@
 //                is a key inside a part or a call beyond OpenAI's and those taken and unused: a text part's
 //                prompt_cache_breakpoint (an object; @openai/agents' cache hint), a tool call's index (an
 //                integer; @langchain/openai's streamed calls) and function.parsed_arguments (the openai SDK's),
-//                e.g. "messages[0].content[1].txt", "messages[2].tool_calls[0].function.argumnts"
+//                and in an assistant's part the answer's message fields @openai/agents copies into it on Chat
+//                Completions (role "assistant", refusal or content null, annotations and tool_calls arrays,
+//                audio and function_call null; reasoning_content, a string or null, read as the message's
+//                reasoning, which must agree with its own), e.g. "messages[0].content[1].txt",
+//                "messages[2].tool_calls[0].function.argumnts"
 // Every violation is an ApiError with status 400 (413 for a body over ServeLimits::max_body_bytes) naming
 // the field, e.g. "messages[2].role: unknown role 'robot' (expected system, developer, user, assistant
 // or tool)". Checks that need the model (prompt longer than the context, max_tokens past it, the model
