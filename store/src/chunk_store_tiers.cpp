@@ -84,6 +84,9 @@ Status ChunkStore::make_room(Tier& t, int64_t need, const std::string& exclude) 
   int64_t abandoned = 0;
   for (const auto& [seq, key] : give_up) {
     if (t.budget_bytes() - t.used_bytes() >= need) break;
+    // A write in flight may yet be delivered: not given up (nor counted); its queued copies are dropped with the
+    // others', so no write counted as abandoned reaches the remote.
+    if (remote_ && !remote_->give_up(key)) continue;
     if (give_up_held(key, seq)) ++abandoned;
   }
   if (abandoned > 0 && remote_) remote_->abandoned(abandoned);
@@ -96,8 +99,9 @@ Status ChunkStore::make_room(Tier& t, int64_t need, const std::string& exclude) 
     if (t.contains(key)) evict(t, key);
   }
   if (t.budget_bytes() - t.used_bytes() >= need) return Status::ok();
-  return Status::out_of_capacity(std::string(name) + " tier: could not free " + std::to_string(need) +
-                                 " bytes (an eviction failed on disk)");
+  return Status::out_of_capacity(
+      std::string(name) + " tier: could not free " + std::to_string(need) +
+      " bytes (an eviction failed on disk, or an entry past max_held_fraction had its remote write in flight)");
 }
 
 ChunkStore::HeldForRemote ChunkStore::held_for_remote(const Tier& t, const std::string& exclude) const {

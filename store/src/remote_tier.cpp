@@ -442,6 +442,7 @@ void RemoteTier::writer_loop() {
 void RemoteTier::send_front(std::unique_lock<std::mutex>& lock) {
   Pending p = queue_.front();
   in_flight_ = true;
+  in_flight_key_ = p.key;
   lock.unlock();
   std::string bytes;
   Status s = Status::ok();
@@ -521,6 +522,7 @@ void RemoteTier::resend_step(std::unique_lock<std::mutex>& lock) {
   bool queued = false;
   for (const Pending& p : queue_) queued = queued || p.key == key;
   in_flight_ = true;
+  in_flight_key_ = key;
   lock.unlock();
   Status sent = Status::ok();
   bool settle = false;
@@ -580,6 +582,27 @@ void RemoteTier::settle_delivered(std::unique_lock<std::mutex>& lock) {
   journal_->settle(records);
   lock.lock();
   settling_ = false;
+}
+
+bool RemoteTier::give_up(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (in_flight_ && in_flight_key_ == key) return false;
+  bool dropped = false;
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if (it->key == key && it->value) {  // not in flight (checked above): the front waiting out an outage goes too
+      queued_bytes_ -= it->bytes;
+      it = queue_.erase(it);
+      dropped = true;
+    } else {
+      ++it;
+    }
+  }
+  // Not counted in writes_dropped (abandoned counts it). Its record goes with the eviction; should that eviction
+  // fail, the record stays, and the rescan re-sends it.
+  if (dropped && journal_) rescan_ = true;
+  stats_.queued = static_cast<int64_t>(queue_.size());
+  cv_.notify_all();
+  return true;
 }
 
 void RemoteTier::abandoned(int64_t writes) {

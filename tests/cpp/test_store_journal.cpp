@@ -349,3 +349,41 @@ TEST_CASE("max_held_fraction outside 0..1 is refused, naming it", "[store][remot
     CHECK_THROWS_WITH(ChunkStore(o), Catch::Contains("max_held_fraction"));
   }
 }
+
+// A write given up past max_held_fraction while this run still had it queued was counted as abandoned and then
+// delivered all the same once the remote took writes (the queue kept it), so abandoned overstated what the remote
+// missed. Now giving a write up drops it from the queue, and one in flight (which may be delivered) is not given
+// up: its entry stays held and another goes. The backend holds the first write (entry 1) in flight while the puts
+// overflow the bound; once it is released, every write not counted as abandoned reaches the remote and none
+// counted does.
+TEST_CASE("a write counted as abandoned is never delivered: queued ones are dropped, the one in flight is kept",
+          "[store][remote]") {
+  test::TempDir dir;
+  auto backend = std::make_shared<GateBackend>(/*hold_first=*/true);
+  ChunkStoreOptions o = journal_options(dir / "s", backend);
+  o.host_budget_bytes = 0;
+  o.disk_budget_bytes = kHeldBudget;
+  o.remote.max_held_fraction = 0.5;
+  ChunkStore store(o);
+  std::vector<int64_t> stored;
+  for (int64_t i = 1; i <= 30; ++i) {
+    if (i % 5 == 0) continue;  // over the whole budget
+    if (store.put(store_test_key(i), store_test_value(i)).is_ok()) stored.push_back(i);
+    if (i == 1) REQUIRE(backend->wait_entered());  // entry 1's write is in flight, held there
+  }
+  REQUIRE(stored.size() == 24);
+  const int64_t abandoned = store.stats().remote.abandoned;
+  REQUIRE(abandoned > 0);
+  backend->release();
+  REQUIRE(store.drain_remote(kWait));
+  int64_t delivered = 0;
+  for (int64_t i : stored) delivered += remote_value(backend, store_test_key(i)).is_ok() ? 1 : 0;
+  CHECK(remote_value(backend, store_test_key(1)).is_ok());  // in flight throughout the give-ups: delivered
+  CHECK(delivered + abandoned == static_cast<int64_t>(stored.size()));
+  const RemoteStats rs = store.stats().remote;
+  CHECK(rs.abandoned == abandoned);
+  CHECK(rs.writes == delivered);
+  CHECK(rs.resent == 0);  // the dropped writes' records went with their entries: nothing to re-send
+  CHECK(summarize_store(dir / "s").remote_abandoned ==
+        std::vector<std::pair<std::string, int64_t>>{{"gate-memory", abandoned}});
+}

@@ -176,9 +176,16 @@ class RemoteTier {
   // drained.
   bool drain(std::chrono::milliseconds timeout);
 
-  // The owner evicted the local copies of `writes` recorded writes past max_held_fraction and dropped their records
-  // (ChunkStore's disk eviction): counted in stats' abandoned; the first time in a run, when options.warn, one
-  // warning names the remote and the count. A write of them still queued may yet be delivered by this run.
+  // Before the owner gives up the write of `key` (ChunkStore's disk eviction past max_held_fraction, which drops the
+  // key's record with its local copy): false while a write of `key` is in flight (it may yet be delivered, so it is
+  // not given up: the owner keeps the entry and evicts another); else its queued writes are dropped, so a write
+  // counted as abandoned is never delivered, and true. Should the eviction then not happen (another process reads
+  // the entry), the record stays and the same run re-sends it once the queue empties, as a write the byte bound
+  // dropped.
+  bool give_up(const std::string& key);
+  // The owner evicted the local copies of `writes` recorded writes past max_held_fraction (each let go by give_up)
+  // and dropped their records: counted in stats' abandoned; the first time in a run, when options.warn, one warning
+  // names the remote and the count.
   void abandoned(int64_t writes);
 
   RemoteStats stats() const;
@@ -230,6 +237,7 @@ class RemoteTier {
   std::deque<Pending> queue_;
   int64_t queued_bytes_ = 0;
   bool in_flight_ = false;
+  std::string in_flight_key_;  // the key of the write or removal in flight (a live one or a re-send), while in_flight_
   bool stop_ = false;
   std::chrono::steady_clock::time_point down_until_{};
   bool down_ = false;
