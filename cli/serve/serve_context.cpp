@@ -69,9 +69,9 @@ Window ServeContext::new_window() const {
   return engine->new_window(wo);
 }
 
-bool ServeContext::enter_gate(const std::string& lane, const std::function<bool()>& cancelled) {
+bool ServeContext::enter_gate(const std::string& lane, const std::function<bool()>& cancelled, int64_t guest_tokens) {
   const auto t0 = std::chrono::steady_clock::now();
-  const bool ok = gate.enter(lane, cancelled);
+  const bool ok = gate.enter(lane, cancelled, 50, guest_tokens);
   if (ok) metrics.count_wait(seconds_since(t0));
   return ok;
 }

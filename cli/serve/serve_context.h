@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -41,26 +42,33 @@ struct ServeContext {
   Auditor auditor;                   // options.audit_rate's fidelity audits (audit.h)
   std::atomic<bool> closing{false};  // close() has begun: checks answer 503
   ComputeThread compute;             // where requests' forwards run (compute_thread.h)
+  // Where a guest sync's forwards run (FairGate::yield_to_guest): the compute thread is blocked meanwhile in the
+  // yield of the sync it came between the pieces of. One more OpenMP team, used only then.
+  ComputeThread guest_compute;
   // Continuous batching: every run's decode steps in one batch, one forward per step (decode_scheduler.h).
   // Last, so it stops (its thread joined) before the parts it uses go.
   DecodeScheduler decoder{*this};
 
   Window new_window() const;
-  // Waits for the gate on `lane` and counts the wait in the metrics; false: cancelled or closed.
-  bool enter_gate(const std::string& lane, const std::function<bool()>& cancelled);
+  // Waits for the gate on `lane` and counts the wait in the metrics; false: cancelled or closed. `guest_tokens`:
+  // FairGate::enter's.
+  bool enter_gate(const std::string& lane, const std::function<bool()>& cancelled,
+                  int64_t guest_tokens = FairGate::kNoGuest);
 };
 
 // The gate for a scope, on one lane: enter() waits for it (counting the wait), leave() gives it back, and
-// the destructor gives it back when it is still held. One thread only.
+// the destructor gives it back when it is still held. `guest_tokens` >= 0 offers the turn as a guest between
+// the pieces of another lane's sync (FairGate::enter). One thread only.
 class GateTurn {
  public:
-  GateTurn(ServeContext& context, std::string lane, std::function<bool()> cancelled)
-      : context_(context), lane_(std::move(lane)), cancelled_(std::move(cancelled)) {}
+  GateTurn(ServeContext& context, std::string lane, std::function<bool()> cancelled,
+           int64_t guest_tokens = FairGate::kNoGuest)
+      : context_(context), lane_(std::move(lane)), cancelled_(std::move(cancelled)), guest_tokens_(guest_tokens) {}
   ~GateTurn() { leave(); }
   GateTurn(const GateTurn&) = delete;
   GateTurn& operator=(const GateTurn&) = delete;
 
-  bool enter() { return held_ = context_.enter_gate(lane_, cancelled_); }  // false: cancelled or closed
+  bool enter() { return held_ = context_.enter_gate(lane_, cancelled_, guest_tokens_); }  // false: cancelled, closed
   void leave() {
     if (held_) context_.gate.leave();
     held_ = false;
@@ -71,6 +79,7 @@ class GateTurn {
   ServeContext& context_;
   std::string lane_;
   std::function<bool()> cancelled_;
+  int64_t guest_tokens_;
   bool held_ = false;
 };
 

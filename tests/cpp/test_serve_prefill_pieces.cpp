@@ -2,8 +2,10 @@
 // pieces and a decode step waiting for the gate runs between two (FairGate::yield_to), on TinyStories-656K.
 // Steps and pieces are counted, never timed.
 #include <atomic>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "orbit_catch.h"
 #include "serve/compute/fair_gate.h"
@@ -78,6 +80,146 @@ TEST_CASE("serve gate: a holder yields to one lane's waiter and takes the gate b
   other.join();
   decode.join();
   CHECK(order == std::vector<std::string>{"~decode", "other"});
+}
+
+// Starts a thread that enters `gate` on `lane` offering `guest_tokens`, records `lane` in `order` once it holds the
+// gate, and leaves; returns once it waits (one more waiter than before).
+std::thread queued_waiter(sv::FairGate& gate, const std::string& lane, int64_t guest_tokens,
+                          std::vector<std::string>& order, std::mutex& m) {
+  const int64_t before = gate.waiting();
+  std::thread t([&gate, &order, &m, lane, guest_tokens] {
+    REQUIRE(gate.enter(lane, {}, 50, guest_tokens));
+    {
+      std::lock_guard<std::mutex> lock(m);
+      order.push_back(lane);
+    }
+    gate.leave();
+  });
+  wait_until([&] { return gate.waiting() == before + 1; });
+  return t;
+}
+
+TEST_CASE("serve gate: a holder lets short waiters of other lanes in between two pieces, round robin",
+          "[serve][gate]") {
+  sv::FairGate gate;
+  REQUIRE(gate.enter("A"));
+  CHECK_FALSE(gate.yield_to_guest("A", 10));  // nobody waits: kept
+  std::vector<std::string> order;
+  std::mutex m;
+  std::vector<std::thread> threads;
+  threads.push_back(queued_waiter(gate, "A", 1, order, m));                           // the holder's own lane
+  threads.push_back(queued_waiter(gate, "audit", sv::FairGate::kNoGuest, order, m));  // offers nothing
+  threads.push_back(queued_waiter(gate, "long", 50, order, m));                       // over the bound
+  threads.push_back(queued_waiter(gate, "B", 3, order, m));
+  threads.push_back(queued_waiter(gate, "C", 0, order, m));
+  threads.push_back(queued_waiter(gate, "B", 2, order, m));  // B's second, behind its first
+  // One guest per call, each back before the call returns; B goes to the rotation's back after its turn.
+  for (const char* expected : {"B", "C", "B"}) {
+    REQUIRE(gate.yield_to_guest("A", 10));
+    std::lock_guard<std::mutex> lock(m);
+    CHECK(order.back() == expected);
+  }
+  CHECK_FALSE(gate.yield_to_guest("A", 10));  // only A's own, the audit and the long one wait
+  CHECK(gate.busy());
+  CHECK_FALSE(gate.try_enter_idle());
+  CHECK(gate.guests() == 3);
+  CHECK(gate.yields() == 0);
+  gate.leave();
+  for (std::thread& t : threads) t.join();
+  CHECK(order == std::vector<std::string>{"B", "C", "B", "A", "audit", "long"});  // then the rotation as queued
+}
+
+TEST_CASE("serve gate: a guest yields to a step in turn and the gate comes back innermost first", "[serve][gate]") {
+  sv::FairGate gate;
+  REQUIRE(gate.enter("A"));
+  CHECK_FALSE(gate.nested());
+  std::vector<std::string> order;
+  std::mutex m;
+  auto note = [&](const std::string& what) {
+    std::lock_guard<std::mutex> lock(m);
+    order.push_back(what);
+  };
+  std::thread guest([&] {
+    REQUIRE(gate.enter("B", {}, 50, 4));
+    note("B in");
+    CHECK(gate.nested());                        // inside A's yield
+    CHECK_FALSE(gate.yield_to_guest("B", 100));  // a guest lets no guest in (C waits and offers 1)
+    CHECK(gate.yield_to("~decode"));
+    note("B back");
+    gate.leave();
+  });
+  wait_until([&] { return gate.waiting() == 1; });
+  std::thread other = queued_waiter(gate, "C", 1, order, m);
+  std::thread step = queued_waiter(gate, "~decode", sv::FairGate::kNoGuest, order, m);
+  // Rotation [B, C]: B is the first that offered at most 10.
+  CHECK(gate.yield_to_guest("A", 10));
+  CHECK_FALSE(gate.nested());
+  {
+    std::lock_guard<std::mutex> lock(m);
+    CHECK(order == std::vector<std::string>{"B in", "~decode", "B back"});
+  }
+  gate.leave();
+  guest.join();
+  step.join();
+  other.join();
+  CHECK(order == std::vector<std::string>{"B in", "~decode", "B back", "C"});
+  CHECK(gate.guests() == 1);
+  CHECK(gate.yields() == 1);
+}
+
+TEST_CASE("serve prefill pieces: a short request of another session runs between the pieces of a long sync",
+          "[serve][pieces]") {
+  const int64_t chunk = 32;
+  const sv::ChatRequest short_request = [&] {
+    sv::ServeCore probe(options(chunk));
+    return serve_test::story_chat(probe, kQuestions[2], 6);
+  }();
+  sv::RunResult alone;
+  {
+    sv::ServeCore core(options(chunk));
+    const sv::Parsed<int64_t> tokens = core.count_chat_tokens(short_request);
+    REQUIRE(tokens.ok());
+    REQUIRE(*tokens.value <= chunk);  // its sync forwards at most one piece: it may be a guest
+    alone = serve_test::run_answered(core, short_request, "short");
+  }
+  sv::ServeCore core(options(chunk));
+  const sv::ChatRequest long_request = long_chat(core, 2);
+  std::atomic<bool> long_synced{false};
+  std::atomic<int64_t> polls{0};
+  std::vector<double> guests_during_sync;  // the compute thread's, read after the run
+  std::thread short_run, other_long;
+  sv::RunResult short_result, other_result;
+  sv::RunSink sink;
+  sink.on_text = [&](const std::string&) {
+    long_synced = true;
+    return true;
+  };
+  sink.cancelled = [&] {
+    if (long_synced.load()) return false;
+    if (++polls == 1) {  // between the first two pieces (or at the gate): both others queue behind the long sync
+      const double queued = metric(core, "orbit_queue_depth");
+      other_long = std::thread([&] { other_result = serve_test::run_answered(core, long_chat(core, 2), "other"); });
+      wait_until([&] { return metric(core, "orbit_queue_depth") == queued + 1; });
+      short_run = std::thread([&] { short_result = serve_test::run_answered(core, short_request, "short"); });
+      wait_until([&] { return metric(core, "orbit_queue_depth") == queued + 2; });
+    } else {
+      guests_during_sync.push_back(metric(core, "orbit_prefill_guests_total"));
+    }
+    return false;
+  };
+  const sv::RunResult long_result = serve_test::run_answered(core, long_request, "long", sink);
+  short_run.join();
+  other_long.join();
+  CHECK(long_result.usage.prompt_tokens > 8 * chunk);
+  REQUIRE_FALSE(guests_during_sync.empty());
+  // The short sync ran as a guest before the long sync ended: with the old code it waited for the whole
+  // prefill (and the metric did not exist). The other long request, queued first, was no guest: it waited.
+  CHECK(guests_during_sync.back() == 1);
+  CHECK(metric(core, "orbit_prefill_guests_total") == 1);
+  // A guest's answer is the one it gives alone (its forward count may differ: what the long one stored before).
+  CHECK(short_result.text == alone.text);
+  CHECK(short_result.usage.plan == alone.usage.plan);
+  CHECK(other_result.usage.prompt_tokens == long_result.usage.prompt_tokens);
 }
 
 TEST_CASE("serve prefill pieces: a decoding answer takes steps between the pieces of another session's sync",

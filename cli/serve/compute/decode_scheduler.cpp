@@ -356,6 +356,9 @@ std::string DecodeScheduler::render_metrics() const {
          "(--prefill-chunk).\n"
       << "# TYPE orbit_decode_prefill_yields_total counter\norbit_decode_prefill_yields_total "
       << context_.gate.yields() << "\n"
+      << "# HELP orbit_prefill_guests_total Short syncs of other sessions run between two pieces of a sync's "
+         "prefill (--prefill-chunk).\n"
+      << "# TYPE orbit_prefill_guests_total counter\norbit_prefill_guests_total " << context_.gate.guests() << "\n"
       << "# HELP orbit_decode_waiting Runs queued to join the decode batch at its next step.\n"
       << "# TYPE orbit_decode_waiting gauge\norbit_decode_waiting " << pending_.size() << "\n";
   return out.str();

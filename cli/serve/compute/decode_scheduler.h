@@ -21,12 +21,16 @@
 // not for its whole prefill. A step never yields in turn. What the sync holds across a yield is safe from the
 // step: its window is its request's own (WindowSlot holds it; the batch steps only the windows of runs that are
 // decoding, never one whose sync is under way), its plan and the apply's build (fresh pool pages, the chunks it
-// references) are the compute thread's; only the decode step runs meanwhile (the gate comes back to the sync
-// before any other lane's waiter, and idle work cannot take it), so no other sync, heal or audit edits a window
-// or asks the compute thread (blocked in the yield) for a forward. The step does touch the shared pool (its
-// sequences' next rows, in their own windows' pages) and store (KV kept for exact reuse): a store value the sync
-// planned on and finds gone falls back to a prefill, and a pool the step filled refuses the sync for capacity
-// with its window untouched, both as when the step ran just before the sync (orbit/forward_pieces.h).
+// references) are the compute thread's; only the decode step runs meanwhile, and then at most one short sync
+// of another session (FairGate::yield_to_guest: its plan's new tokens at most one piece, no evictions or
+// reorder), which edits only its own session's window, on the guest compute thread (ServeContext::guest_compute),
+// yielding to steps alone between its own pieces; the gate comes back to the sync before any other lane's
+// waiter, and idle work cannot take it, so no heal or audit edits a window or asks the compute thread (blocked
+// in the yield) for a forward. The step and the guest do touch the shared pool (the step's sequences' next
+// rows, the guest's new KV, in their own windows' pages) and store (KV kept for exact reuse): a store value the
+// sync planned on and finds gone falls back to a prefill, and a pool they filled refuses the sync for capacity
+// with its window untouched, both as when the step or the guest ran just before the sync
+// (orbit/forward_pieces.h).
 //
 // Fairness: within the batch every sequence gets one token per step; between the batch and the sessions'
 // syncs (their own lanes) the gate rotates, so a sync waits at most one batch step. Idle work waits while
@@ -198,7 +202,8 @@ class DecodeScheduler {
   StepSignal& signal() { return signal_; }
 
   // orbit_decode_steps_total, orbit_decode_tokens_total, orbit_decode_prefill_yields_total (steps run between
-  // two pieces of a sync's prefill: FairGate::yields), orbit_decode_batch_sequences (histogram of the
+  // two pieces of a sync's prefill: FairGate::yields), orbit_prefill_guests_total (other sessions' short syncs
+  // run there: FairGate::guests), orbit_decode_batch_sequences (histogram of the
   // sequences per step's forward), orbit_decode_running, orbit_decode_held (sequences held for their
   // clients) and orbit_decode_waiting (gauges), orbit_decode_holds_total (times a sequence was held):
   // Prometheus lines.

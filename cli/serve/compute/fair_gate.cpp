@@ -7,9 +7,9 @@ namespace orbit::serve {
 
 void FairGate::grant_next() {
   if (held_) return;
-  if (resume_ != 0) {  // a holder that yielded takes it back first
-    granted_ = resume_;
-    resume_ = 0;
+  if (!resume_.empty()) {  // a holder that yielded takes it back first (the innermost)
+    granted_ = resume_.back();
+    resume_.pop_back();
     held_ = true;
     ++grants_;
     cv_.notify_all();
@@ -18,8 +18,8 @@ void FairGate::grant_next() {
   if (rotation_.empty()) return;
   const std::string lane = rotation_.front();
   rotation_.pop_front();
-  std::deque<uint64_t>& queue = lanes_[lane];
-  granted_ = queue.front();
+  std::deque<Waiter>& queue = lanes_[lane];
+  granted_ = queue.front().ticket;
   queue.pop_front();
   if (queue.empty()) {
     lanes_.erase(lane);
@@ -31,21 +31,23 @@ void FairGate::grant_next() {
   cv_.notify_all();
 }
 
-bool FairGate::enter(const std::string& lane, const std::function<bool()>& cancelled, int poll_ms) {
+bool FairGate::enter(const std::string& lane, const std::function<bool()>& cancelled, int poll_ms,
+                     int64_t guest_tokens) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (closed_) return false;
   const uint64_t ticket = next_ticket_++;
-  std::deque<uint64_t>& queue = lanes_[lane];
+  std::deque<Waiter>& queue = lanes_[lane];
   if (queue.empty()) rotation_.push_back(lane);
-  queue.push_back(ticket);
+  queue.push_back(Waiter{ticket, guest_tokens});
   grant_next();
   while (granted_ != ticket) {
     const bool stop = closed_ || (cancelled && cancelled());
     if (stop) {
       auto it = lanes_.find(lane);
       if (it != lanes_.end()) {
-        it->second.erase(std::remove(it->second.begin(), it->second.end(), ticket), it->second.end());
-        if (it->second.empty()) {
+        std::deque<Waiter>& q = it->second;
+        q.erase(std::remove_if(q.begin(), q.end(), [&](const Waiter& w) { return w.ticket == ticket; }), q.end());
+        if (q.empty()) {
           lanes_.erase(it);
           rotation_.erase(std::remove(rotation_.begin(), rotation_.end(), lane), rotation_.end());
         }
@@ -60,7 +62,7 @@ bool FairGate::enter(const std::string& lane, const std::function<bool()>& cance
 
 bool FairGate::try_enter_idle() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (held_ || closed_ || resume_ != 0 || !rotation_.empty() || idle_holds_ > 0) return false;
+  if (held_ || closed_ || !resume_.empty() || !rotation_.empty() || idle_holds_ > 0) return false;
   held_ = true;
   ++grants_;
   return true;
@@ -77,25 +79,55 @@ void FairGate::leave() {
   grant_next();
 }
 
-// The gate stays held throughout (handed from the yielder to the waiter and back), so nobody else can take it.
-bool FairGate::yield_to(const std::string& lane) {
-  std::unique_lock<std::mutex> lock(mutex_);
+// The gate stays held throughout (handed from the yielder to the waiter and back), so nobody else can take it
+// but a waiter the one let in yields to in turn, whose ticket then goes above the yielder's on the stack.
+void FairGate::hand_over(std::unique_lock<std::mutex>& lock, const std::string& lane) {
   auto it = lanes_.find(lane);
-  if (it == lanes_.end() || closed_) return false;
-  granted_ = it->second.front();
+  granted_ = it->second.front().ticket;
   it->second.pop_front();
   if (it->second.empty()) {
     lanes_.erase(it);
     rotation_.erase(std::remove(rotation_.begin(), rotation_.end(), lane), rotation_.end());
   }
   ++grants_;
-  ++yields_;
   const uint64_t ticket = next_ticket_++;
-  resume_ = ticket;
+  resume_.push_back(ticket);
   cv_.notify_all();
   cv_.wait(lock, [&] { return granted_ == ticket; });  // closing too: the waiter's one quantum, then back here
   granted_ = 0;
+}
+
+bool FairGate::yield_to(const std::string& lane) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (closed_ || lanes_.find(lane) == lanes_.end()) return false;
+  ++yields_;
+  hand_over(lock, lane);
   return true;
+}
+
+bool FairGate::yield_to_guest(const std::string& own, int64_t max_tokens) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (closed_ || !resume_.empty()) return false;
+  for (const std::string& lane : rotation_) {
+    if (lane == own) continue;
+    const Waiter& oldest = lanes_.at(lane).front();
+    if (oldest.guest_tokens < 0 || oldest.guest_tokens > max_tokens) continue;
+    const std::string chosen = lane;  // hand_over edits rotation_
+    auto queued = lanes_.find(chosen);
+    if (queued->second.size() > 1) {  // its next waiter: at the rotation's back, as after a turn of its own
+      rotation_.erase(std::find(rotation_.begin(), rotation_.end(), chosen));
+      rotation_.push_back(chosen);
+    }
+    ++guests_;
+    hand_over(lock, chosen);
+    return true;
+  }
+  return false;
+}
+
+bool FairGate::nested() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !resume_.empty();
 }
 
 void FairGate::close() {
@@ -119,6 +151,11 @@ bool FairGate::busy() const {
 int64_t FairGate::yields() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return yields_;
+}
+
+int64_t FairGate::guests() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return guests_;
 }
 
 int64_t FairGate::grants() const {

@@ -72,17 +72,23 @@ int64_t tokens_writing(const Engine& engine, const std::vector<int64_t>& tokens,
   return static_cast<int64_t>(lo);
 }
 
-// `sync` (a request's sync or admit, holding the gate) run on the compute thread with its prefill in pieces of at
-// most ServeOptions::prefill_chunk tokens (orbit/forward_pieces.h): between two pieces a decode step waiting for
-// the gate takes it for one step (FairGate::yield_to: no other request's sync and no idle work, so the compute
-// thread, blocked in the yield, is never asked for another forward meanwhile), then the sync goes on holding it. A
-// client that left by then ends the sync there (orbit::Interrupted: the window keeps nothing of the plan under
-// way). False: it ended so.
-bool run_in_pieces(ServeContext& context, const std::function<bool()>& cancelled, const std::function<void()>& sync) {
+// `sync` (a request's sync or admit, holding the gate on `lane`) run with its prefill in pieces of at most
+// ServeOptions::prefill_chunk tokens (orbit/forward_pieces.h). Between two pieces a decode step waiting for the
+// gate takes it for one step (FairGate::yield_to), then a short sync of another session waiting for it runs whole
+// as a guest (FairGate::yield_to_guest: its new tokens at most one piece), then the sync goes on holding it: no
+// other waiter and no idle work runs meanwhile. The sync runs on the compute thread; a guest runs on the guest
+// compute thread (the compute thread is blocked in the yield), and yields only to decode steps between its own
+// pieces, if it has any. A client that left by then ends the sync there (orbit::Interrupted: the window keeps
+// nothing of the plan under way). False: it ended so.
+bool run_in_pieces(ServeContext& context, const std::string& lane, const std::function<bool()>& cancelled,
+                   const std::function<void()>& sync) {
+  const bool guest = context.gate.nested();  // let in between another sync's pieces
+  ComputeThread& thread = guest ? context.guest_compute : context.compute;
   try {
-    context.compute.run([&] {
+    thread.run([&] {
       ForwardPieces pieces(context.options.prefill_chunk, [&] {
         context.gate.yield_to(kDecodeLane);
+        if (!guest) context.gate.yield_to_guest(lane, context.options.prefill_chunk);
         if (cancelled && cancelled()) throw Interrupted("sync");
       });
       sync();
@@ -91,6 +97,18 @@ bool run_in_pieces(ServeContext& context, const std::function<bool()>& cancelled
     return false;
   }
   return true;
+}
+
+// The tokens `plan` forwards in its sync, as a guest offers them (FairGate::enter): its new units' tokens (a
+// stored chunk admitted from the store forwards fewer). A plan that evicts or reorders may defer repairs whose
+// forwards the sync runs too (run_deferred_repairs), of a size the plan does not say: no offer.
+int64_t guest_tokens(const SyncPlan& plan) {
+  if (plan.reorder || !plan.evict.empty()) return FairGate::kNoGuest;
+  int64_t tokens = 0;
+  for (const SyncUnit& unit : plan.units) {
+    if (unit.action != SyncAction::kKeep) tokens += static_cast<int64_t>(unit.tokens.size());
+  }
+  return tokens;
 }
 
 RunOutcome cancelled_before_decode() {
@@ -215,9 +233,9 @@ struct RequestPath::ChatSync {
 bool RequestPath::sync_chat(RunTicket::Prepared& p, const RunSink& sink, ChatSync& out) {
   Session& s = p.slot.session();
   Window& window = p.slot.window();
-  GateTurn turn(context_, s.lane, sink.cancelled);
+  GateTurn turn(context_, s.lane, sink.cancelled, guest_tokens(p.plan));
   if (!turn.enter()) return false;
-  return run_in_pieces(context_, sink.cancelled, [&] {
+  return run_in_pieces(context_, s.lane, sink.cancelled, [&] {
     context_.auditor.count_request();
     out.report = window.sync(p.chat->messages, p.plan);  // the plan prepare made: no second rendering
     out.predicted_kl = run_deferred_repairs(window);
@@ -330,9 +348,9 @@ RunOutcome RequestPath::run_completion(RunTicket::Prepared& p, const RunSink& si
     // The prompt but its last token as one chunk: an identical prompt is served from the store. Registered
     // once the turn is ours, right before the admit (a chunk no window holds may be forgotten meanwhile,
     // ServeOptions::max_idle_chunks).
-    GateTurn turn(context_, lane, sink.cancelled);
+    GateTurn turn(context_, lane, sink.cancelled, static_cast<int64_t>(prefix.size()));
     if (!turn.enter()) return cancelled_before_decode();
-    const bool admitted = run_in_pieces(context_, sink.cancelled,
+    const bool admitted = run_in_pieces(context_, lane, sink.cancelled,
                                         [&] { window.admit(context_.engine->add_tokens(prefix, ChunkOptions{})); });
     if (!admitted) return cancelled_before_decode();
   }
