@@ -7,6 +7,7 @@
 
 #include "orbit_catch.h"
 #include "serve/responses/responses_api.h"
+#include "serve/stored/cursor_page.h"
 #include "serve/wire/serve_api.h"
 #include "serve/wire/serve_wire.h"
 
@@ -187,4 +188,102 @@ TEST_CASE("serve: refusals carry OpenAI's error code, chat and the Responses API
   };
   for (const Case& c : chat) check(c, sv::parse_chat_request(c.body).error);
   for (const Case& c : responses) check(c, sv::parse_responses_request(c.body).error);
+}
+
+// OpenAI's codes for a value past a bound or empty: a number under or over the field's range
+// (integer_below_min_value, integer_above_max_value, decimal_below_min_value, decimal_above_max_value), an empty
+// string or array where one item or byte is needed (empty_string, empty_array), and one too long
+// (string_above_max_length, array_above_max_length). A name outside the pattern is invalid_value, as OpenAI's; a
+// batch of prompts, which OpenAI serves, unsupported_value. Each had code null before, the param named the field.
+TEST_CASE("serve: range and empty refusals carry OpenAI's error codes, chat and the Responses API alike", "[serve]") {
+  struct Case {
+    std::string body;
+    const char* param;
+    const char* code;
+  };
+  const auto check = [](const Case& c, const sv::ApiError& e) {
+    INFO(c.body);
+    CHECK(e.status == 400);
+    CHECK(e.param == c.param);
+    CHECK(e.code == c.code);
+    CHECK(e.message.rfind(std::string(c.param) + ": ", 0) == 0);
+  };
+  const std::string hi = R"({"model":"m","messages":[{"role":"user","content":"hi"}],)";
+  const std::string long_name(65, 'a');
+  const std::string tool = R"("tools":[{"type":"function","function":{"name":)";
+  const std::vector<Case> chat = {
+      {R"({"model":"m","messages":[]})", "messages", "empty_array"},
+      {hi + R"("max_tokens":0})", "max_tokens", "integer_below_min_value"},
+      {hi + R"("max_completion_tokens":-3})", "max_completion_tokens", "integer_below_min_value"},
+      {hi + R"("temperature":3})", "temperature", "decimal_above_max_value"},
+      {hi + R"("temperature":-0.5})", "temperature", "decimal_below_min_value"},
+      {hi + R"("top_p":0})", "top_p", "decimal_below_min_value"},
+      {hi + R"("frequency_penalty":2.5})", "frequency_penalty", "decimal_above_max_value"},
+      {hi + R"("n":0})", "n", "integer_below_min_value"},
+      {hi + R"("n":65})", "n", "integer_above_max_value"},
+      {hi + R"("logprobs":true,"top_logprobs":21})", "top_logprobs", "integer_above_max_value"},
+      {hi + R"("logprobs":true,"top_logprobs":-1})", "top_logprobs", "integer_below_min_value"},
+      {hi + R"("seed":18446744073709551616})", "seed", "integer_above_max_value"},
+      {hi + R"("seed":-18446744073709551616})", "seed", "integer_below_min_value"},
+      {hi + R"("logit_bias":{"5":101}})", "logit_bias", "decimal_above_max_value"},
+      {hi + R"("logit_bias":{"5":-100.5}})", "logit_bias", "decimal_below_min_value"},
+      {hi + R"("logit_bias":{"5":"up"}})", "logit_bias", "invalid_type"},
+      {hi + R"("stop":""})", "stop", "empty_string"},
+      {hi + R"("stop":["a",""]})", "stop[1]", "empty_string"},
+      {hi + R"("stop":["a","b","c","d","e"]})", "stop", "array_above_max_length"},
+      {hi + R"("user":")" + std::string(4097, 'u') + R"("})", "user", "string_above_max_length"},
+      {hi + R"("store":true,"metadata":{"k":")" + std::string(513, 'v') + R"("}})", "metadata.k",
+       "string_above_max_length"},
+      {hi + tool + R"(""}}]})", "tools[0].function.name", "empty_string"},
+      {hi + tool + "\"" + long_name + R"("}}]})", "tools[0].function.name", "string_above_max_length"},
+      {hi + tool + R"("a b"}}]})", "tools[0].function.name", "invalid_value"},
+      {hi + R"("response_format":{"type":"json_schema","json_schema":{"name":"","schema":{}}}})",
+       "response_format.json_schema.name", "empty_string"},
+      {R"({"model":"m","messages":[{"role":"user","content":"hi","name":""}]})", "messages[0].name", "empty_string"},
+      {R"({"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"","type":"function",)"
+       R"("function":{"name":"f","arguments":"{}"}}]}]})",
+       "messages[0].tool_calls[0].id", "empty_string"},
+      {R"({"model":"m","messages":[{"role":"tool","content":"r","tool_call_id":""}]})", "messages[0].tool_call_id",
+       "empty_string"},
+  };
+  const std::vector<Case> completions = {
+      {R"({"model":"m","prompt":[]})", "prompt", "empty_array"},
+      {R"({"model":"m","prompt":["a","b"]})", "prompt", "unsupported_value"},
+      {R"({"model":"m","prompt":"a","n":2})", "n", "unsupported_value"},
+  };
+  const std::vector<Case> responses = {
+      {R"({"model":"m","input":[]})", "input", "empty_array"},
+      {R"({"model":"m","input":"hi","max_output_tokens":0})", "max_output_tokens", "integer_below_min_value"},
+      {R"({"model":"m","input":"hi","temperature":2.5})", "temperature", "decimal_above_max_value"},
+      {R"({"model":"m","input":"hi","top_logprobs":21})", "top_logprobs", "integer_above_max_value"},
+      {R"({"model":"m","input":"hi","previous_response_id":""})", "previous_response_id", "empty_string"},
+      {R"({"model":"m","input":[{"type":"function_call","call_id":"","name":"f","arguments":"{}"}]})",
+       "input[0].call_id", "empty_string"},
+      {R"({"model":"m","input":[{"type":"function_call","call_id":"c","name":")" + long_name +
+           R"(","arguments":"{}"}]})",
+       "input[0].name", "string_above_max_length"},
+      {R"({"model":"m","input":"hi","text":{"format":{"type":"json_schema","name":"","schema":{}}}})",
+       "text.format.name", "empty_string"},
+      {R"({"model":"m","input":"hi","truncation":"sometimes"})", "truncation", "invalid_value"},
+      {R"({"model":"m","input":"hi","metadata":{"k":")" + std::string(513, 'v') + R"("}})", "metadata.k",
+       "string_above_max_length"},
+  };
+  for (const Case& c : chat) check(c, sv::parse_chat_request(c.body).error);
+  for (const Case& c : completions) check(c, sv::parse_completion_request(c.body).error);
+  for (const Case& c : responses) check(c, sv::parse_responses_request(c.body).error);
+}
+
+// A list endpoint's limit past its range: OpenAI's integer codes (its list endpoints answer a limit of 101 with
+// integer_above_max_value); an order outside asc and desc, or a limit that is no integer, invalid_value.
+TEST_CASE("serve: a list page's limit out of range carries OpenAI's error code", "[serve]") {
+  const auto refused = [](const std::string& name, const std::string& value) {
+    return sv::read_page_query({{name, value}}, "asc", "order, limit and after are").error;
+  };
+  CHECK(refused("limit", "0").code == "integer_below_min_value");
+  CHECK(refused("limit", "101").code == "integer_above_max_value");
+  CHECK(refused("limit", "ten").code == "invalid_value");
+  CHECK(refused("order", "up").code == "invalid_value");
+  CHECK(refused("limit", "101").param == "limit");
+  CHECK(refused("limit", "101").message == "limit: must be an integer from 1 to 100, got '101'");
+  CHECK(sv::read_page_query({{"limit", "100"}}, "asc", "").ok());
 }

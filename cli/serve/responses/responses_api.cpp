@@ -76,7 +76,7 @@ ojson message_item(const ojson& item, const std::string& p) {
 ojson function_call_item(const ojson& item, const std::string& p) {
   const std::string call_id = required_string(item, "call_id", p);
   const std::string name = required_string(item, "name", p);
-  if (const std::string bad = name_problem(name, "a tool name"); !bad.empty()) invalid_field(p + ".name", bad);
+  check_name(name, "a tool name", p + ".name");
   const ojson* arguments = field(item, "arguments");
   if (arguments == nullptr) missing_field(p + ".arguments");
   const std::string text = need_string(*arguments, p + ".arguments");
@@ -216,9 +216,9 @@ void add_input(const ojson& input, const ServeLimits& limits, ojson& messages, R
     return;
   }
   if (!input.is_array()) wrong_type("input", "a string or an array of items", input);
-  if (input.empty()) invalid_field("input", "must hold at least one item");
+  if (input.empty()) empty_value("input", LengthKind::array, "must hold at least one item");
   if (input.size() > limits.max_messages) {
-    invalid_field("input", "at most " + std::to_string(limits.max_messages) + " items are accepted");
+    too_long("input", LengthKind::array, "at most " + std::to_string(limits.max_messages) + " items are accepted");
   }
   InputReader reader(messages, r.origins, r.call_items);
   for (std::size_t i = 0; i < input.size(); ++i) {
@@ -307,8 +307,7 @@ ojson chat_response_format(const ojson& text) {
   ojson js = {{"schema", need_object(*schema, "text.format.schema")}};
   // Checked here, not left to chat's parser, so that errors name text.format's fields (as chat does its own).
   const std::string name = required_string(*format, "name", "text.format");
-  if (const std::string bad = name_problem(name, "a response format name"); !bad.empty())
-    invalid_field("text.format.name", bad);
+  check_name(name, "a response format name", "text.format.name");
   js["name"] = name;
   // A description (a string) is taken and changes nothing: the schema is not shown to the model either, the
   // answer is held to it while it decodes (as chat's response_format).
@@ -336,7 +335,7 @@ void copy_sampling(const ojson& body, ojson& chat) {
       wrong_type("max_output_tokens", "an integer", *v);
     }
     if (v->is_number_integer() && v->get<int64_t>() < 1)
-      invalid_field("max_output_tokens", "must be >= 1, got " + v->dump());
+      below_minimum("max_output_tokens", NumberKind::integer, "must be >= 1, got " + v->dump());
     chat["max_tokens"] = *v;
   }
   for (const char* name : {"temperature", "top_p", "seed", "stream", "user", "presence_penalty", "frequency_penalty",
@@ -425,7 +424,7 @@ ResponsesRequest responses_request(std::string_view text, const ServeLimits& lim
   copy_sampling(body, chat);
   if (const ojson* v = field(body, "previous_response_id")) {
     r.previous_response_id = need_string(*v, "previous_response_id");
-    if (r.previous_response_id.empty()) invalid_field("previous_response_id", "empty");
+    if (r.previous_response_id.empty()) empty_value("previous_response_id", LengthKind::string, "empty");
   }
   if (r.previous_response_id.empty()) {
     if (auto unpaired = call_pairing_error(r.call_items, {})) throw Invalid{*unpaired};

@@ -31,7 +31,7 @@ inline std::string required_string(const ojson& object, const char* name, const 
   const ojson* v = field(object, name);
   if (v == nullptr) missing_field(at + "." + name);
   std::string s = need_string(*v, at + "." + name);
-  if (s.empty()) invalid_field(at + "." + name, "empty");
+  if (s.empty()) empty_value(at + "." + name, LengthKind::string, "empty");
   return s;
 }
 

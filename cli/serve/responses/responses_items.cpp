@@ -72,10 +72,11 @@ std::optional<ApiError> retrieve_query_problem(const std::multimap<std::string, 
   for (const auto& [name, value] : params) {
     if (params.count(name) > 1 && name != "include[]") return bad_query_param(name, "given more than once");
     if (name == "include_obfuscation") {
-      if (value != "true" && value != "false") return bad_query_param(name, "must be 'true' or 'false'");
+      if (value != "true" && value != "false")
+        return bad_query_param(name, "must be 'true' or 'false'", "invalid_value");
     } else if (name == "stream") {
       if (value == "false") continue;
-      if (value != "true") return bad_query_param(name, "must be 'true' or 'false'");
+      if (value != "true") return bad_query_param(name, "must be 'true' or 'false'", "invalid_value");
       return api_error(400,
                        "stream: streaming a stored response is not served (it replays a background response's "
                        "events, and this server runs none): GET it without stream for the whole response",

@@ -26,7 +26,7 @@ void refuse_unserved_modes(const ojson& body) {
   }
   if (const ojson* v = field(body, "truncation"); v != nullptr && !v->is_null()) {
     if (!(v->is_string() && (*v == "disabled" || *v == "auto"))) {
-      invalid_field("truncation", "expected 'auto' or 'disabled', got " + v->dump());
+      invalid_value("truncation", "expected 'auto' or 'disabled', got " + v->dump());
     }
   }
   if (const ojson* v = field(body, "include")) {

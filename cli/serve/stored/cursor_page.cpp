@@ -7,8 +7,8 @@ namespace orbit::serve {
 
 using nlohmann::json;
 
-ApiError bad_query_param(const std::string& param, const std::string& message) {
-  return api_error(400, param + ": " + message, "invalid_request_error", "", param);
+ApiError bad_query_param(const std::string& param, const std::string& message, const std::string& code) {
+  return api_error(400, param + ": " + message, "invalid_request_error", code, param);
 }
 
 Parsed<PageQuery> read_page_query(const QueryParams& params, const std::string& default_order,
@@ -24,7 +24,7 @@ Parsed<PageQuery> read_page_query(const QueryParams& params, const std::string& 
     }
     if (name == "order") {
       if (value != "asc" && value != "desc") {
-        out.error = bad_query_param(name, "must be 'asc' or 'desc'");
+        out.error = bad_query_param(name, "must be 'asc' or 'desc'", "invalid_value");
         return out;
       }
       query.descending = value == "desc";
@@ -32,7 +32,10 @@ Parsed<PageQuery> read_page_query(const QueryParams& params, const std::string& 
       char* end = nullptr;
       const long long n = std::strtoll(value.c_str(), &end, 10);
       if (value.empty() || *end != '\0' || n < 1 || n > 100) {
-        out.error = bad_query_param(name, "must be an integer from 1 to 100, got '" + value + "'");
+        // OpenAI's codes for the bound passed (a limit of 0 or 101); one that is no integer is invalid_value.
+        const bool whole = !value.empty() && *end == '\0';
+        const char* code = !whole ? "invalid_value" : n < 1 ? "integer_below_min_value" : "integer_above_max_value";
+        out.error = bad_query_param(name, "must be an integer from 1 to 100, got '" + value + "'", code);
         return out;
       }
       query.limit = n;

@@ -39,7 +39,8 @@ Parsed<nlohmann::json> json_page(nlohmann::json items, const PageQuery& query);
 // {object: "list", data, first_id, last_id (null when data is empty), has_more}
 nlohmann::json page_body(nlohmann::json data, bool has_more);
 
-// A 400 naming a query parameter: "<param>: <message>".
-ApiError bad_query_param(const std::string& param, const std::string& message);
+// A 400 naming a query parameter: "<param>: <message>", with `code` (OpenAI's, as the body's fields have them;
+// "" answers null).
+ApiError bad_query_param(const std::string& param, const std::string& message, const std::string& code = "");
 
 }  // namespace orbit::serve

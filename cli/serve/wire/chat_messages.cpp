@@ -87,7 +87,7 @@ ChatToolCall parse_tool_call(const json& v, const std::string& param) {
   const auto id = v.find("id");
   if (id == v.end() || id->is_null()) missing_field(param + ".id", "(the tool message of its result names it)");
   call.id = need_string(*id, param + ".id");
-  if (call.id.empty()) invalid_field(param + ".id", "empty");
+  if (call.id.empty()) empty_value(param + ".id", LengthKind::string, "empty");
   if (v.contains("type") && need_string(v["type"], param + ".type") != "function") {
     unsupported_value(param + ".type", "only 'function' tool calls are accepted");
   }
@@ -99,9 +99,7 @@ ChatToolCall parse_tool_call(const json& v, const std::string& param) {
   call.name = need_string(*name, param + ".function.name");
   // Only a tool's name can be called, so a call in the history is held to the tools' rule; but "" is taken,
   // as this server answers a forced call max_tokens cut before its name began (name and arguments "").
-  if (const std::string bad = name_problem(call.name, "a tool name"); !bad.empty() && !call.name.empty()) {
-    invalid_field(param + ".function.name", bad);
-  }
+  if (!call.name.empty()) check_name(call.name, "a tool name", param + ".function.name");
   if (fn->contains("arguments")) {
     // Templates see JSON arguments parsed (so JSON nested past the input bound is refused here), and other
     // text (a call max_tokens cut, as this server and OpenAI answer one) as a string (runtime::ChatToolCall).
@@ -177,7 +175,7 @@ std::string parse_tool_call_id(const json& v, const std::string& param) {
     missing_field(param + ".tool_call_id", "(a tool message answers the assistant's call of that id)");
   }
   std::string out = need_string(*id, param + ".tool_call_id");
-  if (out.empty()) invalid_field(param + ".tool_call_id", "empty");
+  if (out.empty()) empty_value(param + ".tool_call_id", LengthKind::string, "empty");
   return out;
 }
 
@@ -203,8 +201,7 @@ ChatMessage parse_message(const json& v, const std::string& param) {
   if (m.role == "assistant") m.reasoning_content = parse_reasoning(v, param);
   if (v.contains("name") && !v["name"].is_null()) {
     m.name = need_string(v["name"], param + ".name");
-    if (const std::string bad = name_problem(*m.name, "a message name"); !bad.empty())
-      invalid_field(param + ".name", bad);
+    check_name(*m.name, "a message name", param + ".name");
   }
   if (m.role == "tool") m.tool_call_id = parse_tool_call_id(v, param);
   if (v.contains("tool_calls") && !v["tool_calls"].is_null()) {

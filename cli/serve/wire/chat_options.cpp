@@ -28,10 +28,8 @@ std::vector<std::string> parse_tools(const json& tools) {
     const auto name = fn->find("name");
     if (name == fn->end()) missing_field(p + ".function.name");
     names.push_back(need_string(*name, p + ".function.name"));
-    if (names.back().empty()) invalid_field(p + ".function.name", "empty");
-    if (const std::string bad = name_problem(names.back(), "a tool name"); !bad.empty()) {
-      invalid_field(p + ".function.name", bad);
-    }
+    if (names.back().empty()) empty_value(p + ".function.name", LengthKind::string, "empty");
+    check_name(names.back(), "a tool name", p + ".function.name");
     const auto first = std::find(names.begin(), names.end(), names.back());
     if (first + 1 != names.end()) {
       invalid_field(p + ".function.name", "'" + names.back() + "' is also the name of tools[" +
@@ -100,9 +98,7 @@ ResponseFormat parse_response_format(const json& v) {
     const auto name = js->find("name");
     if (name == js->end()) missing_field("response_format.json_schema.name");
     f.name = need_string(*name, "response_format.json_schema.name");
-    if (const std::string bad = name_problem(f.name, "a response format name"); !bad.empty()) {
-      invalid_field("response_format.json_schema.name", bad);
-    }
+    check_name(f.name, "a response format name", "response_format.json_schema.name");
     // A description is the model's guide to the format in OpenAI's API. Here the schema itself is not shown to
     // the model either: the answer is held to it while it decodes. So a description (a string, or null) is
     // taken as the clients send it (LangChain sends a schema's) and changes nothing, as documented.

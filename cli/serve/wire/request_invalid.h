@@ -65,6 +65,43 @@ template <class Json>
   throw RequestInvalid{api_error(400, param + ": " + message, "invalid_request_error", "unsupported_value", param)};
 }
 
+// Which kind of number a bound refused: OpenAI's codes name it ("integer_..." or "decimal_...").
+enum class NumberKind { integer, decimal };
+
+// A number under the field's least value: a 400 naming `param`, "<param>: <message>", code
+// "integer_below_min_value" or "decimal_below_min_value" (OpenAI's for a max_tokens of 0, a temperature of -1).
+[[noreturn]] inline void below_minimum(const std::string& param, NumberKind kind, const std::string& message) {
+  throw RequestInvalid{api_error(400, param + ": " + message, "invalid_request_error",
+                                 kind == NumberKind::integer ? "integer_below_min_value" : "decimal_below_min_value",
+                                 param)};
+}
+
+// A number over the field's greatest value: as below_minimum, code "integer_above_max_value" or
+// "decimal_above_max_value" (OpenAI's for a top_logprobs of 21, a temperature of 3).
+[[noreturn]] inline void above_maximum(const std::string& param, NumberKind kind, const std::string& message) {
+  throw RequestInvalid{api_error(400, param + ": " + message, "invalid_request_error",
+                                 kind == NumberKind::integer ? "integer_above_max_value" : "decimal_above_max_value",
+                                 param)};
+}
+
+// Which kind of value a length bound refused: a string or an array.
+enum class LengthKind { string, array };
+
+// An empty string or array where the field needs at least one byte or item: a 400 naming `param`,
+// "<param>: <message>", code "empty_string" or "empty_array" (OpenAI's for messages [] and an empty tool name).
+[[noreturn]] inline void empty_value(const std::string& param, LengthKind kind, const std::string& message) {
+  throw RequestInvalid{api_error(400, param + ": " + message, "invalid_request_error",
+                                 kind == LengthKind::string ? "empty_string" : "empty_array", param)};
+}
+
+// A string or array longer than the field takes: as empty_value, code "string_above_max_length" or
+// "array_above_max_length" (OpenAI's for a tool name over 64 bytes, more tools or stop sequences than it takes).
+[[noreturn]] inline void too_long(const std::string& param, LengthKind kind, const std::string& message) {
+  throw RequestInvalid{api_error(400, param + ": " + message, "invalid_request_error",
+                                 kind == LengthKind::string ? "string_above_max_length" : "array_above_max_length",
+                                 param)};
+}
+
 // A required object, `it` found in `parent` (parent.find): missing_field when absent, wrong_type when not an object.
 template <class Json, class Iterator>
 void require_object(const Json& parent, const Iterator& it, const std::string& param) {
@@ -77,12 +114,12 @@ void require_object(const Json& parent, const Iterator& it, const std::string& p
 template <class Json>
 void check_metadata(const Json& v, const std::string& param = "metadata") {
   if (!v.is_object()) wrong_type(param, "an object", v);
-  if (v.size() > 16) invalid_field(param, "at most 16 pairs are accepted");
+  if (v.size() > 16) invalid_value(param, "at most 16 pairs are accepted");
   for (const auto& [key, value] : v.items()) {
-    if (key.size() > 64) invalid_field(param, "a key is over 64 bytes");
+    if (key.size() > 64) too_long(param, LengthKind::string, "a key is over 64 bytes");
     const std::string at = param + "." + key;
     if (!value.is_string()) wrong_type(at, "a string", value);
-    if (value.template get_ref<const std::string&>().size() > 512) invalid_field(at, "over 512 bytes");
+    if (value.template get_ref<const std::string&>().size() > 512) too_long(at, LengthKind::string, "over 512 bytes");
   }
 }
 
@@ -98,6 +135,17 @@ inline std::string name_problem(const std::string& name, const char* what) {
   const std::string shown = name.size() > 40 ? name.substr(0, 40) + "..." : name;
   return nlohmann::json(shown).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + " is not " + what +
          ": 1 to 64 letters, digits, _ and - are (" + std::to_string(name.size()) + " bytes given)";
+}
+
+// Refuses `name` at `param` when name_problem finds it no name of `what`, with OpenAI's code for the fault:
+// "empty_string" when empty, "string_above_max_length" when over 64 bytes, else "invalid_value" (bytes outside
+// the pattern). The message is name_problem's.
+inline void check_name(const std::string& name, const char* what, const std::string& param) {
+  const std::string bad = name_problem(name, what);
+  if (bad.empty()) return;
+  if (name.empty()) empty_value(param, LengthKind::string, bad);
+  if (name.size() > 64) too_long(param, LengthKind::string, bad);
+  invalid_value(param, bad);
 }
 
 // A parameter clients send that this server does not serve, refused rather than ignored: a 400 with code

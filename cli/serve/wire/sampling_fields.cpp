@@ -16,17 +16,18 @@ namespace {
 std::vector<std::string> parse_stop(const json& v, const ServeLimits& limits) {
   if (v.is_null()) return {};
   if (v.is_string()) {
-    if (v.get<std::string>().empty()) invalid_field("stop", "must not be empty");
+    if (v.get<std::string>().empty()) empty_value("stop", LengthKind::string, "must not be empty");
     return {v.get<std::string>()};
   }
   if (!v.is_array()) wrong_type("stop", "a string or an array of strings", v);
   if (v.size() > limits.max_stop_strings) {
-    invalid_field("stop", "at most " + std::to_string(limits.max_stop_strings) + " sequences are accepted");
+    too_long("stop", LengthKind::array,
+             "at most " + std::to_string(limits.max_stop_strings) + " sequences are accepted");
   }
   std::vector<std::string> out;
   for (std::size_t i = 0; i < v.size(); ++i) {
     out.push_back(need_string(v[i], "stop[" + std::to_string(i) + "]"));
-    if (out.back().empty()) invalid_field("stop[" + std::to_string(i) + "]", "must not be empty");
+    if (out.back().empty()) empty_value("stop[" + std::to_string(i) + "]", LengthKind::string, "must not be empty");
   }
   return out;
 }
@@ -38,9 +39,9 @@ std::optional<int64_t> parse_max_tokens(const json& body) {
     const auto it = body.find(name);
     if (it == body.end() || it->is_null()) continue;
     const int64_t n = need_int(*it, name);
-    if (n < 1) invalid_field(name, "must be >= 1, got " + std::to_string(n));
+    if (n < 1) below_minimum(name, NumberKind::integer, "must be >= 1, got " + std::to_string(n));
     if (out && *out != n) {
-      invalid_field(name, std::to_string(n) + " differs from max_completion_tokens = " + std::to_string(*out) +
+      invalid_value(name, std::to_string(n) + " differs from max_completion_tokens = " + std::to_string(*out) +
                               ": give one of them (or the same value in both)");
     }
     out = n;
@@ -55,15 +56,19 @@ std::map<int64_t, double> parse_logit_bias(const json& v, const ServeLimits& lim
   for (const auto& [key, value] : v.items()) {
     const bool digits = !key.empty() && key.size() <= 18 &&
                         std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
-    if (!digits) invalid_field("logit_bias", "key '" + key + "' is not a token id (a decimal integer)");
+    if (!digits) invalid_value("logit_bias", "key '" + key + "' is not a token id (a decimal integer)");
     const int64_t token = std::stoll(key);
     if (limits.vocab_size > 0 && token >= limits.vocab_size) {
-      invalid_field("logit_bias", "token " + key + " is outside the model's vocabulary [0, " +
+      invalid_value("logit_bias", "token " + key + " is outside the model's vocabulary [0, " +
                                       std::to_string(limits.vocab_size) + ")");
     }
-    if (!value.is_number() || !std::isfinite(value.get<double>()) || std::abs(value.get<double>()) > 100) {
-      invalid_field("logit_bias", "the bias of token " + key + " must be a number in [-100, 100], got " + value.dump());
+    const std::string bad = "the bias of token " + key + " must be a number in [-100, 100], got " + value.dump();
+    if (!value.is_number()) {
+      throw RequestInvalid{api_error(400, "logit_bias: " + bad, "invalid_request_error", "invalid_type", "logit_bias")};
     }
+    if (value.get<double>() > 100) above_maximum("logit_bias", NumberKind::decimal, bad);
+    if (value.get<double>() < -100) below_minimum("logit_bias", NumberKind::decimal, bad);
+    if (!std::isfinite(value.get<double>())) invalid_value("logit_bias", bad);
     out[token] = value.get<double>();
   }
   return out;
@@ -84,9 +89,9 @@ SamplingRequest parse_sampling(const json& body, const ServeLimits& limits) {
   if (const json* v = field("stop")) s.stop = parse_stop(*v, limits);
   if (const json* v = field("n")) {
     s.n = need_int(*v, "n");
-    if (s.n < 1 || s.n > limits.max_choices) {
-      invalid_field("n", "must be in [1, " + std::to_string(limits.max_choices) + "], got " + v->dump());
-    }
+    const std::string bad = "must be in [1, " + std::to_string(limits.max_choices) + "], got " + v->dump();
+    if (s.n < 1) below_minimum("n", NumberKind::integer, bad);
+    if (s.n > limits.max_choices) above_maximum("n", NumberKind::integer, bad);
   }
   if (const json* v = field("stream")) s.stream = need_bool(*v, "stream");
   if (const json* v = field("stream_options")) {
@@ -136,7 +141,8 @@ void parse_logprobs(const json& body, SamplingRequest& s, bool legacy) {
   if (const json* v = field("logprobs")) s.logprobs = need_bool(*v, "logprobs");
   if (const json* v = field("top_logprobs")) {
     const int64_t k = need_int(*v, "top_logprobs");
-    if (k < 0 || k > 20) invalid_field("top_logprobs", "must be in [0, 20], got " + v->dump());
+    if (k < 0) below_minimum("top_logprobs", NumberKind::integer, "must be in [0, 20], got " + v->dump());
+    if (k > 20) above_maximum("top_logprobs", NumberKind::integer, "must be in [0, 20], got " + v->dump());
     if (k > 0 && !s.logprobs) invalid_field("top_logprobs", "needs logprobs: true");
     s.top_logprobs = static_cast<int32_t>(k);
   }

@@ -51,7 +51,7 @@ std::string parse_user(const json& body) {
   const auto it = body.find("user");
   if (it == body.end() || it->is_null()) return "";
   std::string user = need_string(*it, "user");
-  if (user.size() > 4096) invalid_field("user", "at most 4096 bytes are accepted");
+  if (user.size() > 4096) too_long("user", LengthKind::string, "at most 4096 bytes are accepted");
   return user;
 }
 
@@ -154,9 +154,10 @@ ChatRequest chat_request(std::string_view text, const ServeLimits& limits) {
   const auto messages = body.find("messages");
   if (messages == body.end()) missing_field("messages");
   if (!messages->is_array()) wrong_type("messages", "an array", *messages);
-  if (messages->empty()) invalid_field("messages", "must hold at least one message");
+  if (messages->empty()) empty_value("messages", LengthKind::array, "must hold at least one message");
   if (messages->size() > limits.max_messages) {
-    invalid_field("messages", "at most " + std::to_string(limits.max_messages) + " messages are accepted");
+    too_long("messages", LengthKind::array,
+             "at most " + std::to_string(limits.max_messages) + " messages are accepted");
   }
   for (std::size_t i = 0; i < messages->size(); ++i) {
     r.messages.push_back(parse_message((*messages)[i], "messages[" + std::to_string(i) + "]"));
@@ -199,15 +200,18 @@ CompletionRequest completion_request(std::string_view text, const ServeLimits& l
     if (!prompt->empty() && (*prompt)[0].is_number_integer()) {
       unsupported("prompt", "a prompt of token ids (give the prompt as text)");
     }
-    if (prompt->size() != 1)
-      invalid_field("prompt", "an array prompt must hold exactly one string (batches are not served)");
+    // Empty, OpenAI's "empty_array"; more than one is a batch, which OpenAI serves and this server does not.
+    if (prompt->empty())
+      empty_value("prompt", LengthKind::array, "an array prompt must hold exactly one string (batches are not served)");
+    if (prompt->size() > 1)
+      unsupported_value("prompt", "an array prompt must hold exactly one string (batches are not served)");
     r.prompt = need_string((*prompt)[0], "prompt[0]");
   } else {
     r.prompt = need_string(*prompt, "prompt");
   }
   r.sampling = parse_sampling(body, limits);
   if (r.sampling.n > 1)
-    invalid_field("n", "n > 1 is served on /v1/chat/completions only, got " + std::to_string(r.sampling.n));
+    unsupported_value("n", "n > 1 is served on /v1/chat/completions only, got " + std::to_string(r.sampling.n));
   parse_processors(body, limits, r.sampling);
   parse_logprobs(body, r.sampling, true);
   r.user = parse_user(body);
