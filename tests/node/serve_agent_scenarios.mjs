@@ -21,6 +21,7 @@
 //              or refused naming the field (400)
 //   session    (agents) three runs in a MemorySession on both APIs: each sends the turns before it as the SDK
 //              keeps them (on Chat Completions, the answer's message fields inside its text part)
+//   unserved   (agents) responses.compact and an OpenAIConversationsSession: 404s that say what to use instead
 //   long       a 24-round tool loop in one session: without trimming, the round the context overflows is
 //              refused (400 context_length_exceeded, param max_tokens / max_output_tokens) and each client
 //              surfaces that error; with the Responses API's truncation "auto" (openai, agents) every round
@@ -588,6 +589,24 @@ async function agentsSession() {
   }
 }
 
+// What the SDK's server-side memory calls and this server does not serve: responses.compact (its
+// OpenAIResponsesCompactionSession) and /v1/conversations (its OpenAIConversationsSession) are 404s that say so
+// and what to use instead, as the client's NotFoundError; the conversations session's run throws it.
+async function agentsUnserved() {
+  const { Agent, OpenAIConversationsSession } = modules["@openai/agents"];
+  const api = openaiClient();
+  const compact = await statusOf(api.responses.compact({ model: M, input: "Hi." }));
+  check(compact.status === 404 && compact.error?.constructor?.name === "NotFoundError" &&
+        /compact.*not served.*truncation/.test(compact.error.message), "agents: responses.compact is a 404 that says why",
+        `${compact.status} ${compact.error?.message}`);
+  const { runner } = agentsRunner(true);
+  const session = new OpenAIConversationsSession({ client: api });
+  const got = await statusOf(runner.run(new Agent({ name: "A", model: M, modelSettings: { maxTokens: 4 } }), "Hi.",
+                                        { session }));
+  check(got.status === 404 && /conversations.*not served.*previous_response_id/.test(got.error?.message),
+        "agents: an OpenAIConversationsSession's run throws the 404 that says why", `${got.status} ${got.error?.message}`);
+}
+
 // 24 turns of a forced call in one run: with truncation "auto" every turn is answered (the Runner sends its
 // whole history each turn; the server drops the oldest items); without it, the turn past the context throws
 // the 400 (context_length_exceeded) out of runner.run, streamed or not.
@@ -631,7 +650,7 @@ const cases = {
   openai: [openaiParallelChat, openaiParallelResponses, openaiToolChoice, openaiSchemas, openaiLong],
   langchain: [langchainParallel, langchainSchemas, langchainLong],
   aisdk: [aisdkParallel, aisdkSchemas, aisdkLong],
-  agents: [agentsParallel, agentsHandoff, agentsFields, agentsSchemas, agentsSession, agentsLong],
+  agents: [agentsParallel, agentsHandoff, agentsFields, agentsSchemas, agentsSession, agentsUnserved, agentsLong],
 };
 try {
   for (const run of cases[client]) {  // one case that throws does not hide the others

@@ -28,9 +28,28 @@ ApiError not_found(const std::string& message, const std::string& code) {
   return api_error(404, message, "not_found_error", code);
 }
 
+// OpenAI's endpoints that agent clients call and this server does not serve,
+// with what to use instead: their 404 says so ("no such endpoint" alone reads
+// as a wrong base URL). The Agents SDK's OpenAIResponsesCompactionSession
+// calls responses.compact, its OpenAIConversationsSession /v1/conversations.
+const char* unserved_endpoint(const std::string& path) {
+  static const std::vector<std::pair<std::regex, const char*>> unserved = {
+      {std::regex("/v1/responses/compact"),
+       "compacting a conversation (POST /v1/responses/compact) is not served by this server; with truncation "
+       "\"auto\" a response drops the oldest items that do not fit the context"},
+      {std::regex("/v1/conversations(/.*)?"),
+       "conversations (/v1/conversations) are not served by this server; chain responses by previous_response_id"},
+  };
+  for (const auto& [pattern, message] : unserved) {
+    if (std::regex_match(path, pattern)) return message;
+  }
+  return nullptr;
+}
+
 // The methods a known path allows ("GET, HEAD"), null for a path no route
 // serves.
 const char* allowed_methods(const std::string& path) {
+  if (unserved_endpoint(path) != nullptr) return nullptr;  // "compact" is no response id: a 404 that says why
   static const std::vector<std::pair<std::regex, const char*>> routes = {
       {std::regex("/health|/metrics|/v1/models(/.+)?"), "GET, HEAD"},
       {std::regex("/v1/responses/input_tokens|/v1/responses/[^/]+/cancel"), "POST"},
@@ -236,12 +255,14 @@ void HttpServer::route_responses() {
 
 void HttpServer::set_error_handlers() {
   httplib::Server& s = *server_;
-  s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     const char* type = res.status == 404   ? "not_found_error"
                        : res.status >= 500 ? "server_error"
                                            : "invalid_request_error";
     std::string message = res.status == 404 ? "no such endpoint" : "HTTP status " + std::to_string(res.status);
+    if (const char* unserved = unserved_endpoint(req.path); res.status == 404 && unserved != nullptr)
+      message = unserved;
     if (res.status == 413) message = "the request body is over the server's limit";
     res.set_content(error_body(api_error(res.status, message, type)), "application/json");
   });
