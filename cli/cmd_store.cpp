@@ -1,4 +1,4 @@
-// `orbit store ls|stat|verify|gc|repair --store DIR [--remote URL]`: inspect and maintain a chunk store
+// `orbit store ls|stat|verify|gc|repair|reset-counts --store DIR [--remote URL]`: inspect and maintain a chunk store
 // directory offline, and look at a remote tier's server(s).
 #include <nlohmann/json.hpp>
 
@@ -8,6 +8,8 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "args.h"
 #include "commands.h"
@@ -23,6 +25,7 @@ namespace {
 const char* kStoreUsage =
     "usage: orbit store <ls|stat|verify|gc|repair> --store DIR [--json]\n"
     "       orbit store stat [--store DIR] --remote URL [--json]\n"
+    "       orbit store reset-counts --store DIR [--remote URL] [--json]\n"
     "  ls      one line per entry: key, kind, encoding, bytes, flags (P pinned by a live process,\n"
     "          C marked corrupt), blob path\n"
     "  stat    totals (entries and bytes per kind), fingerprint, unreferenced blobs and temp files, and per\n"
@@ -44,8 +47,12 @@ const char* kStoreUsage =
     "  repair  rebuild the index from the verified blobs (after index.sqlite was deleted or lost its\n"
     "          meta rows); drops rows whose blob is missing or corrupt; reindexes an index SQLite finds\n"
     "          inconsistent; the store must not be open\n"
+    "  reset-counts  zero the counts of remote writes given up that stat shows (kept over every run):\n"
+    "          --remote URL (as stat names it) for one remote's, else every remote's; the store must not\n"
+    "          be open (an open store counts into them)\n"
     "ls, stat and verify only read (safe while engines have the store open, also on a read-only disk).\n"
-    "accepted arguments: SUBCOMMAND, --store VALUE, --remote VALUE (stat), --json, --dry-run (gc), --help\n";
+    "accepted arguments: SUBCOMMAND, --store VALUE, --remote VALUE (stat, reset-counts), --json, --dry-run (gc),\n"
+    "--help\n";
 
 json remote_json(const RemoteSummary& r) {
   return {{"url", r.url},
@@ -252,6 +259,26 @@ int run_gc(const Args& args, const std::string& dir) {
   return 0;
 }
 
+int run_reset_counts(const Args& args, const std::string& dir) {
+  const std::string remote = args.get_or("--remote", "");
+  ORBIT_CHECK(!args.has("--remote") || !remote.empty(),
+              "store reset-counts: --remote is empty (leave it out for "
+              "every remote)");
+  const std::vector<std::pair<std::string, int64_t>> removed = reset_remote_abandoned(dir, remote);
+  if (args.flag("--json")) {
+    json out = json::object();
+    for (const auto& [url, writes] : removed) out[url] = writes;
+    std::cout << json{{"reset", out}}.dump(2) << "\n";
+    return 0;
+  }
+  for (const auto& [url, writes] : removed) {
+    std::printf("remote writes %s: count of writes given up reset (was %lld)\n", url.c_str(),
+                static_cast<long long>(writes));
+  }
+  if (removed.empty()) std::printf("no count of remote writes given up to reset\n");
+  return 0;
+}
+
 }  // namespace
 
 int run_store(int argc, char** argv, int first) {
@@ -260,22 +287,26 @@ int run_store(int argc, char** argv, int first) {
     return first >= argc ? 2 : 0;
   }
   const std::string sub = argv[first];
-  ORBIT_CHECK(sub == "ls" || sub == "stat" || sub == "verify" || sub == "gc" || sub == "repair",
-              "store: unknown subcommand '" << sub << "' (known: ls, stat, verify, gc, repair)");
+  ORBIT_CHECK(
+      sub == "ls" || sub == "stat" || sub == "verify" || sub == "gc" || sub == "repair" || sub == "reset-counts",
+      "store: unknown subcommand '" << sub << "' (known: ls, stat, verify, gc, repair, reset-counts)");
   std::set<std::string> flags{"--json"};
   if (sub == "gc") flags.insert("--dry-run");
   std::set<std::string> values{"--store"};
-  if (sub == "stat") values.insert("--remote");
-  const ArgSpec spec{values, flags,
-                     "usage: orbit store " + sub + " --store DIR [--json]" + (sub == "gc" ? " [--dry-run]" : "") +
-                         (sub == "stat" ? " [--remote URL]" : "") +
-                         "\n  ls: every entry; stat: totals; verify: every checksum; gc: remove unreferenced blobs;\n"
-                         "  repair: rebuild a lost index from the verified blobs.\n"
-                         "  --store DIR    the store directory\n  --json         print JSON\n" +
-                         (sub == "gc" ? "  --dry-run      report what gc would remove, remove nothing\n" : "") +
-                         (sub == "stat" ? "  --remote URL   also the remote tier (redis://host:port[/db], "
-                                          "redis-cluster://h:p,..., rediss:// for TLS)\n"
-                                        : "")};
+  if (sub == "stat" || sub == "reset-counts") values.insert("--remote");
+  const ArgSpec spec{
+      values, flags,
+      "usage: orbit store " + sub + " --store DIR [--json]" + (sub == "gc" ? " [--dry-run]" : "") +
+          (sub == "stat" || sub == "reset-counts" ? " [--remote URL]" : "") +
+          "\n  ls: every entry; stat: totals; verify: every checksum; gc: remove unreferenced blobs;\n"
+          "  repair: rebuild a lost index from the verified blobs; reset-counts: zero the counts of\n"
+          "  remote writes given up (the store closed).\n"
+          "  --store DIR    the store directory\n  --json         print JSON\n" +
+          (sub == "gc" ? "  --dry-run      report what gc would remove, remove nothing\n" : "") +
+          (sub == "stat" ? "  --remote URL   also the remote tier (redis://host:port[/db], "
+                           "redis-cluster://h:p,..., rediss:// for TLS)\n"
+                         : "") +
+          (sub == "reset-counts" ? "  --remote URL   only this remote's count (as stat names it)\n" : "")};
   const Args args("store " + sub, spec, argc, argv, first + 1);
   if (sub == "stat" && args.get("--remote") && !args.get("--store")) return run_stat(args, "");
   const std::string dir = args.required("--store");
@@ -284,6 +315,7 @@ int run_store(int argc, char** argv, int first) {
   if (sub == "stat") return run_stat(args, dir);
   if (sub == "verify") return run_verify(args, dir);
   if (sub == "repair") return run_repair(args, dir);
+  if (sub == "reset-counts") return run_reset_counts(args, dir);
   return run_gc(args, dir);
 }
 

@@ -10,6 +10,9 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "blobs_root.h"
 #include "orbit/common/error.h"
@@ -17,6 +20,7 @@
 #include "orbit/store/blob_format.h"
 #include "orbit/store/blob_io.h"
 #include "orbit/store/disk_tier.h"
+#include "orbit/store/redis_client.h"
 #include "orbit/store/sqlite_index.h"
 #include "shown_text.h"
 
@@ -371,6 +375,40 @@ GcReport gc_store(const std::string& dir, const GcOptions& options) {
     remove(p, report.removed_blobs);
   }
   return report;
+}
+
+namespace {
+
+// `remote` as the index names it: a redis URL shown with its password redacted (as the journal records it; a URL
+// given redacted stays as it is); other names (a backend's description) as given.
+std::string journal_remote_name(const std::string& remote) { return store::redact_redis_url(remote); }
+
+// The remotes `counts` names, for a message: "a, b" or "none".
+std::string remote_names(const std::map<std::string, int64_t>& counts) {
+  std::string out;
+  for (const auto& [name, n] : counts) out += (out.empty() ? "" : ", ") + shown(name);
+  return out.empty() ? "none" : out;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, int64_t>> reset_remote_abandoned(const std::string& dir, const std::string& remote) {
+  const std::string root = store_root(dir);
+  const store::ExclusiveStoreLock lock(root, "reset-counts", "an open store counts into them");
+  std::unique_ptr<SqliteIndex> index = open_index(root, SqliteIndex::Mode::kReadWrite);
+  const std::map<std::string, int64_t> counts = index->remote_abandoned();
+  const std::string name = journal_remote_name(remote);
+  ORBIT_CHECK(remote.empty() || counts.count(name) > 0,
+              "store " << root << ": no count of remote writes given up for " << shown(name)
+                       << " (remotes with one: " << remote_names(counts) << ")");
+  std::vector<std::pair<std::string, int64_t>> removed;
+  for (const auto& [url, writes] : counts) {
+    if (!remote.empty() && url != name) continue;
+    Result<int64_t> gone = index->reset_remote_abandoned(url);
+    ORBIT_CHECK(gone.is_ok(), "store " << root << ": " << gone.status().reason());
+    removed.emplace_back(url, writes);
+  }
+  return removed;
 }
 
 }  // namespace orbit

@@ -83,6 +83,14 @@ std::map<std::string, int64_t> SqliteIndex::remote_abandoned() const {
   return remote_counts("SELECT remote, writes FROM remote_abandoned");
 }
 
+Result<int64_t> SqliteIndex::reset_remote_abandoned(const std::string& remote) {
+  Stmt s(db_, "DELETE FROM remote_abandoned WHERE remote = ?1", path_);
+  s.bind(1, remote);
+  const int rc = s.step();
+  if (rc != SQLITE_DONE) return failure(rc, "resetting the count of remote writes given up");
+  return static_cast<int64_t>(sqlite3_changes(db_));
+}
+
 int64_t SqliteIndex::last_remote_pending() const {
   sqlite3_stmt* raw = nullptr;
   if (sqlite3_prepare_v2(db_, "SELECT coalesce(max(seq), 0) FROM remote_pending", -1, &raw, nullptr) != SQLITE_OK) {

@@ -328,5 +328,13 @@ VerifyReport verify_store(const std::string& dir);
 // inconsistent (PRAGMA integrity_check: a key that differs between the table and its index), naming
 // `orbit store repair`.
 GcReport gc_store(const std::string& dir, const GcOptions& options = {});
+// Zeroes the counts of remote writes given up (StoreSummary::remote_abandoned, kept over every run) of `remote`, as
+// StoreSummary names it (a redis URL may also be given with its password: it is matched as shown, redacted), or of
+// every remote when `remote` is empty; answers the counts removed, by remote. For an operator who dealt with an
+// outage and wants the next one counted from zero (`orbit store reset-counts`). The store must be closed everywhere
+// (the exclusive lock: an open store counts into them). Throws orbit::Error when it is open, or when `remote`
+// names no count (the remotes that have one listed).
+std::vector<std::pair<std::string, int64_t>> reset_remote_abandoned(const std::string& dir,
+                                                                    const std::string& remote = "");
 
 }  // namespace orbit

@@ -1,0 +1,68 @@
+"""What a store directory keeps of its remote writes, as an operator sees and maintains it offline (`orbit store`,
+cli/cmd_store.cpp; orbit/store.h): the count of writes given up past remote_max_held_fraction, kept over every
+run, is zeroed by `orbit store reset-counts` (with the store closed). The stores here are made by an engine whose
+remote never connects (a free 127.0.0.1 port nobody listens on), with a disk budget of 4.5 chunks."""
+import json
+import subprocess
+
+import pytest
+from conftest import free_port
+
+PAGE = 4
+POOL = 8 << 20
+
+
+def _store_with_given_up_writes(orbit, model, directory, url):
+    """Precomputes 12 chunks into `directory` with `url` down: the disk keeps the newest (their writes pending) and
+    the oldest are given up. Returns (pending, abandoned)."""
+    chunks = [[i * 10 + t for t in range(1, 9)] for i in range(1, 13)]
+    with orbit.Engine(model, store_dir=directory / "size", pool_bytes=POOL, page_size=PAGE) as e:
+        e.precompute(e.add_tokens(chunks[0]))
+        one = e.stats.store.tiers[2].bytes
+    with pytest.warns(orbit.OrbitWarning):
+        with orbit.Engine(model, store_dir=directory / "store", remote=url, pool_bytes=POOL, page_size=PAGE,
+                          disk_budget_bytes=4 * one + one // 2) as e:
+            for tokens in chunks:
+                e.precompute(e.add_tokens(tokens))
+            s = e.stats.store
+    assert s.remote.abandoned > 0 and s.tiers[2].entries > 0
+    return s.tiers[2].entries, s.remote.abandoned
+
+
+def _store(orbit_cli, *args):
+    return subprocess.run([str(orbit_cli), "store", *map(str, args)], capture_output=True, text=True, timeout=120)
+
+
+def _remote_writes(orbit_cli, directory):
+    stat = _store(orbit_cli, "stat", "--store", directory, "--json")
+    assert stat.returncode == 0, stat.stderr
+    return json.loads(stat.stdout)["remote_writes"]
+
+
+def test_reset_counts_zeroes_the_writes_given_up_and_refuses_an_open_store(orbit, orbit_cli, stories260k_path,
+                                                                          tmp_path):
+    url = f"redis://127.0.0.1:{free_port()}"
+    pending, abandoned = _store_with_given_up_writes(orbit, stories260k_path, tmp_path, url)
+    store = tmp_path / "store"
+    assert _remote_writes(orbit_cli, store) == {url: {"pending": pending, "abandoned": abandoned}}
+
+    # Open (an engine counts into it): refused, naming why; nothing changed.
+    with orbit.Engine(stories260k_path, store_dir=store, pool_bytes=POOL, page_size=PAGE):
+        refused = _store(orbit_cli, "reset-counts", "--store", store)
+    assert refused.returncode == 1
+    assert "is open" in refused.stderr and "reset-counts" in refused.stderr
+    assert _remote_writes(orbit_cli, store)[url]["abandoned"] == abandoned
+
+    # A remote with no count: refused, naming the ones that have one.
+    other = _store(orbit_cli, "reset-counts", "--store", store, "--remote", "redis://127.0.0.1:1")
+    assert other.returncode == 1
+    assert "no count of remote writes given up for redis://127.0.0.1:1" in other.stderr and url in other.stderr
+
+    done = _store(orbit_cli, "reset-counts", "--store", store, "--remote", url, "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"reset": {url: abandoned}}
+    # The records still pending are not a count: they stay, re-sent by the next open with that remote.
+    assert _remote_writes(orbit_cli, store) == {url: {"pending": pending, "abandoned": 0}}
+    assert orbit.store_summary(store).remote_abandoned == {}
+    again = _store(orbit_cli, "reset-counts", "--store", store)
+    assert again.returncode == 0 and "no count of remote writes given up to reset" in again.stdout
