@@ -559,9 +559,10 @@ async function agentsSchemas() {
   }
 }
 
-// A conversation over three runs kept in a MemorySession, on both APIs: each run sends the earlier turns back
-// as the SDK keeps them. On Chat Completions it keeps an answer's message, less its content, inside the text
-// part it sends back ({"type": "text", "text", "refusal": null, "role": "assistant"}), which is taken.
+// A conversation over three runs kept in a MemorySession, on both APIs, the second streamed: each run sends the
+// earlier turns back as the SDK keeps them. On Chat Completions it keeps an answer's message, less its content,
+// inside the text part it sends back ({"type": "text", "text", "refusal": null, "role": "assistant"}; a streamed
+// answer's part carries "annotations": []), which is taken.
 async function agentsSession() {
   const { Agent, MemorySession } = modules["@openai/agents"];
   for (const useResponses of [false, true]) {
@@ -572,8 +573,15 @@ async function agentsSession() {
     const session = new MemorySession();
     const label = `agents session (${useResponses ? "responses" : "chat"})`;
     const outputs = [];
-    for (const question of ["Is it sunny?", "And tomorrow?", "Sure?"]) {
-      const got = await runner.run(agent, question, { session }).then((run) => run.finalOutput, (e) => e);
+    for (const [turn, question] of ["Is it sunny?", "And tomorrow?", "Sure?"].entries()) {
+      const stream = turn === 1;  // the second streamed: the SDK keeps a streamed answer otherwise
+      const got = await runner.run(agent, question, { session, stream }).then(async (run) => {
+        if (stream) {
+          for await (const event of run) void event;
+          await run.completed;
+        }
+        return run.finalOutput;
+      }, (e) => e);
       outputs.push(got);
       if (got instanceof Error) break;
     }
@@ -582,9 +590,11 @@ async function agentsSession() {
           `${outputs.map(String)}\n  ${sent.map((s) => `${s.status} ${short(s.body)}`).join("\n  ")}`);
     const turns = sent.map((s) => (useResponses ? s.body.input : s.body.messages).length);
     check(sameJson(turns, [1, 3, 5]), `${label}: each turn sends the turns before it`, String(turns));
-    if (!useResponses) {
+    if (!useResponses) {  // the whole answer's message fields, and the streamed one's annotations, in the part
       const part = sent[1]?.body?.messages?.[1]?.content?.[0] ?? {};
-      check(part.role === "assistant" && "refusal" in part, `${label}: the answer sent back as the SDK keeps it`, short(part));
+      const streamed = sent[2]?.body?.messages?.[3]?.content?.[0] ?? {};
+      check(part.role === "assistant" && "refusal" in part && Array.isArray(streamed.annotations),
+            `${label}: the answers sent back as the SDK keeps them`, `${short(part)} ${short(streamed)}`);
     }
   }
 }
