@@ -509,6 +509,20 @@ def test_bad_chunk_parts_name_the_message_and_the_part(orbit, engine, stories260
     assert window.instances == []  # nothing was applied
 
 
+def test_a_chunk_part_the_engine_forgot_is_named_as_forgotten(orbit, models_dir):
+    """An engine with max_idle_chunks lets go of a chunk no window holds once newer ones pass it, while the
+    caller still has its ChunkRef: sync names that cause (and the option), not only another engine's chunk."""
+    with orbit.Engine(models_dir / "tinystories-656k", pool_bytes=16 << 20, background="inline",
+                      max_idle_chunks=1) as engine:
+        doc = engine.add_tokens(engine.tokenize("the dog ran to the park", bos=False), label="doc")
+        engine.add_tokens(engine.tokenize("a big red ball", bos=False))  # the one kept: doc is forgotten
+        assert not doc.valid
+        with pytest.raises(orbit.OrbitError,
+                           match=r"messages\[0\]\.content\[0\]\.chunk .* \('doc'\) is not registered with this "
+                                 r"engine \(forgotten past EngineOptions::max_idle_chunks = 1 once no window held it"):
+            engine.new_window().sync([{"role": "user", "content": [doc]}], chat_template=TEMPLATE)
+
+
 def test_sync_property_with_chunk_parts(orbit, engine):
     """Random edits of a list whose tool messages carry screenshots and token chunks: after every sync the
     window is the rendering, each part an instance of its chunk where it sits."""

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
@@ -103,11 +104,17 @@ std::string content_text(const detail::EngineCore& core, const ChatMessage& m, s
                        << " is a chunk part, which has no text (Window::sync and plan_sync place it)");
     ORBIT_CHECK(p.chunk->valid(),
                 caller << ": " << part_field(i, j) << ".chunk is an invalid ChunkRef (default-constructed)");
+    // An engine that forgets idle chunks (EngineOptions::max_idle_chunks) may have let go of one of its own: say
+    // so, rather than only suggest another engine's, since the ChunkRef does not keep its chunk registered.
+    const int64_t idle = core.options().max_idle_chunks;
     ORBIT_CHECK(core.registry().knows(p.chunk->key),
                 caller << ": " << part_field(i, j) << ".chunk " << p.chunk->key.substr(0, 16)
                        << (p.chunk->label.empty() ? "" : " ('" + p.chunk->label + "')")
-                       << " is not registered with this engine (a chunk of another engine? register it here "
-                          "with add_tokens or add_embeddings)");
+                       << " is not registered with this engine ("
+                       << (idle > 0 ? "forgotten past EngineOptions::max_idle_chunks = " + std::to_string(idle) +
+                                          " once no window held it, or a chunk of another engine? "
+                                    : "a chunk of another engine? ")
+                       << "register it here with add_tokens or add_embeddings)");
     text += std::string(kMarkOpen) + std::to_string(parts->size()) + std::string(kMarkClose);
     parts->push_back({static_cast<int64_t>(i), static_cast<int64_t>(j), *p.chunk});
   }
