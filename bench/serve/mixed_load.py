@@ -22,6 +22,16 @@ the long requests' TTFT p50 / max (ms) and prompt tokens, and the run's tokens/s
 over the run's wall time), plus the decode steps the server ran between two pieces of a prefill
 (orbit_decode_prefill_yields_total, where it has it). Also each round's figures. A benchmark, not a test:
 times depend on the machine and its load (the client shares the machine with the server).
+
+--mode shorts: short requests behind long prompts (head-of-line blocking), no streams:
+
+  longs     --longs requests with a long prompt (as above), one after another, --interval seconds apart
+  shorts    meanwhile --short-clients clients each send short prompts (a story request, each in a new
+            session, max_tokens 1) one after another, --short-interval seconds apart, until the longs end
+
+It prints the median over the rounds of the short requests' TTFT p50 / p99 / max for those sent while a long
+request waited for its first token ("behind"), p50 of the others, the long requests' TTFT p50 / max, and the
+short syncs the server ran between two pieces of a long prefill (orbit_prefill_guests_total, where it has it).
 """
 import argparse
 import json
@@ -130,6 +140,61 @@ def one_run(orbit, serve_args, args, seed):
             "tokens_per_s": generated / wall, "prefill_yields": yields}
 
 
+def shorts_run(orbit, serve_args, args, seed):
+    """--mode shorts: short requests in new sessions while long prompts arrive one after another."""
+    server = ServeProcess(orbit, args.model, serve_args)
+    try:
+        common = {"model": os.path.basename(os.path.normpath(args.model)), "temperature": 0}
+        stop, shorts, failures = threading.Event(), [], []
+
+        def short_client(i):
+            n = 0
+            try:
+                while not stop.is_set():
+                    body = {**common, "max_tokens": 1,
+                            "messages": [{"role": "user", "content": PROMPTS[(i + n) % len(PROMPTS)]}]}
+                    arrivals, usage, t0 = stream(server.url, body, f"short-{seed}-{i}-{n}")
+                    shorts.append({"t0": t0, "ttft": (arrivals[0] - t0) if arrivals else float("nan"),
+                                   "prompt": usage["prompt_tokens"]})
+                    n += 1
+                    time.sleep(args.short_interval)
+            except Exception as e:  # noqa: BLE001 (reported below)
+                failures.append(f"short client {i}: {e}")
+
+        threads = [threading.Thread(target=short_client, args=(i,)) for i in range(args.short_clients)]
+        for t in threads:
+            t.start()
+        longs, rng = [], random.Random(seed)
+        try:
+            for k in range(args.longs):
+                time.sleep(args.interval)
+                body = {**common, "max_tokens": 4,
+                        "messages": [{"role": "user", "content": long_text(rng, args.long_words)}]}
+                arrivals, usage, t0 = stream(server.url, body, f"long-{seed}-{k}")
+                longs.append({"ttft": (arrivals[0] - t0) if arrivals else float("nan"),
+                              "prompt": usage["prompt_tokens"], "span": (t0, arrivals[0] if arrivals else t0)})
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        if failures:
+            raise RuntimeError("; ".join(failures))
+        guests = metric(server.url, "orbit_prefill_guests_total")
+    finally:
+        server.stop()
+    spans = [x["span"] for x in longs]
+    behind = [x["ttft"] for x in shorts if any(start <= x["t0"] < end for start, end in spans)]
+    others = [x["ttft"] for x in shorts if not any(start <= x["t0"] < end for start, end in spans)]
+    return {"short_behind_p50_ms": percentile(behind, 50) * 1e3, "short_behind_p99_ms": percentile(behind, 99) * 1e3,
+            "short_behind_max_ms": max(behind, default=float("nan")) * 1e3,
+            "short_other_p50_ms": percentile(others, 50) * 1e3,
+            "long_ttft_p50_ms": percentile([x["ttft"] for x in longs], 50) * 1e3,
+            "long_ttft_max_ms": max((x["ttft"] for x in longs), default=float("nan")) * 1e3,
+            "shorts_behind": len(behind), "shorts": len(shorts),
+            "short_prompt_tokens": shorts[0]["prompt"] if shorts else 0,
+            "long_prompt_tokens": longs[0]["prompt"] if longs else 0, "guests": guests}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--config", action="append", required=True, help="LABEL=ORBIT [serve arguments]")
@@ -139,6 +204,10 @@ def main():
     parser.add_argument("--long-words", type=int, default=330)
     parser.add_argument("--interval", type=float, default=0.5)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--mode", choices=["streams", "shorts"], default="streams")
+    parser.add_argument("--longs", type=int, default=20, help="shorts mode: long requests per run")
+    parser.add_argument("--short-clients", type=int, default=2, help="shorts mode: clients sending short prompts")
+    parser.add_argument("--short-interval", type=float, default=0.005, help="shorts mode: a client's pause")
     parser.add_argument("--json")
     args = parser.parse_args()
     configs = []
@@ -149,17 +218,25 @@ def main():
     runs = {label: [] for label, _, _ in configs}
     for r in range(args.rounds):
         for label, orbit, serve_args in configs:
-            out = one_run(orbit, serve_args, args, seed=r)
+            out = (shorts_run if args.mode == "shorts" else one_run)(orbit, serve_args, args, seed=r)
             runs[label].append(out)
             print(f"round {r} {label:>8}: " + ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}"
                                                          for k, v in out.items()), flush=True)
-    print(f"\nmedian over {args.rounds} rounds ({args.sessions} streams of {args.tokens} tokens; a "
-          f"{runs[configs[0][0]][0]['long_prompt_tokens']}-token prompt every {args.interval} s):")
-    keys = ["gap_p50_ms", "gap_p99_ms", "gap_max_ms", "during_p99_ms", "during_max_ms", "ttft_p50_ms", "ttft_max_ms",
-            "tokens_per_s"]
-    print(f"{'':>8} " + " ".join(f"{k:>12}" for k in keys))
+    first = runs[configs[0][0]][0]
+    if args.mode == "shorts":
+        print(f"\nmedian over {args.rounds} rounds ({args.longs} {first['long_prompt_tokens']}-token prompts "
+              f"{args.interval} s apart; {args.short_clients} clients of {first['short_prompt_tokens']}-token prompts):")
+        keys = ["short_behind_p50_ms", "short_behind_p99_ms", "short_behind_max_ms", "short_other_p50_ms",
+                "long_ttft_p50_ms", "long_ttft_max_ms"]
+    else:
+        print(f"\nmedian over {args.rounds} rounds ({args.sessions} streams of {args.tokens} tokens; a "
+              f"{first['long_prompt_tokens']}-token prompt every {args.interval} s):")
+        keys = ["gap_p50_ms", "gap_p99_ms", "gap_max_ms", "during_p99_ms", "during_max_ms", "ttft_p50_ms",
+                "ttft_max_ms", "tokens_per_s"]
+    print(f"{'':>8} " + " ".join(f"{k:>20}" for k in keys))
     for label, _, _ in configs:
-        print(f"{label:>8} " + " ".join(f"{statistics.median(x[k] for x in runs[label]):>12.1f}" for k in keys))
+        print(f"{label:>8} " + " ".join(f"{statistics.median(x[k] for x in runs[label]):>20.1f}" for k in keys))
+        print(f"{'':>8} min " + " ".join(f"{min(x[k] for x in runs[label]):.1f}" for k in keys))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(runs, f, indent=1)
