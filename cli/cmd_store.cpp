@@ -1,5 +1,5 @@
-// `orbit store ls|stat|verify|gc|repair|reset-counts --store DIR [--remote URL]`: inspect and maintain a chunk store
-// directory offline, and look at a remote tier's server(s).
+// `orbit store ls|stat|verify|gc|repair|reset-counts|forget-remote --store DIR [--remote URL]`: inspect and maintain a
+// chunk store directory offline, and look at a remote tier's server(s).
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -15,6 +15,7 @@
 #include "commands.h"
 #include "orbit/common/error.h"
 #include "orbit/store.h"
+#include "orbit/store/redis_client.h"
 
 namespace orbit::cli {
 
@@ -26,6 +27,7 @@ const char* kStoreUsage =
     "usage: orbit store <ls|stat|verify|gc|repair> --store DIR [--json]\n"
     "       orbit store stat [--store DIR] --remote URL [--json]\n"
     "       orbit store reset-counts --store DIR [--remote URL] [--json]\n"
+    "       orbit store forget-remote --store DIR --remote URL [--dry-run] [--json]\n"
     "  ls      one line per entry: key, kind, encoding, bytes, flags (P pinned by a live process,\n"
     "          C marked corrupt), blob path\n"
     "  stat    totals (entries and bytes per kind), fingerprint, unreferenced blobs and temp files, and per\n"
@@ -50,9 +52,13 @@ const char* kStoreUsage =
     "  reset-counts  zero the counts of remote writes given up that stat shows (kept over every run):\n"
     "          --remote URL (as stat names it) for one remote's, else every remote's; the store must not\n"
     "          be open (an open store counts into them)\n"
+    "  forget-remote  drop the records of writes not yet delivered to --remote URL (as stat names it):\n"
+    "          only an open with that remote re-sends them, so a remote no store opens any more keeps them\n"
+    "          for good; its writes are then never sent (--dry-run: only count them); the store must not be\n"
+    "          open\n"
     "ls, stat and verify only read (safe while engines have the store open, also on a read-only disk).\n"
-    "accepted arguments: SUBCOMMAND, --store VALUE, --remote VALUE (stat, reset-counts), --json, --dry-run (gc),\n"
-    "--help\n";
+    "accepted arguments: SUBCOMMAND, --store VALUE, --remote VALUE (stat, reset-counts,\n"
+    "forget-remote), --json, --dry-run (gc, forget-remote), --help\n";
 
 json remote_json(const RemoteSummary& r) {
   return {{"url", r.url},
@@ -169,8 +175,8 @@ int run_stat(const Args& args, const std::string& dir) {
               static_cast<long long>(s.temp_files));
   for (auto it = journal.begin(); it != journal.end(); ++it) {
     std::printf(
-        "remote writes %s: %lld writes or erases recorded, not yet delivered; %lld writes given up "
-        "(max_held_fraction)\n",
+        "remote writes %s: %lld writes or erases recorded, not yet delivered (the next open with that remote "
+        "sends them; forget-remote drops them); %lld writes given up (max_held_fraction)\n",
         it.key().c_str(), static_cast<long long>(it.value()["pending"].get<int64_t>()),
         static_cast<long long>(it.value()["abandoned"].get<int64_t>()));
   }
@@ -279,6 +285,21 @@ int run_reset_counts(const Args& args, const std::string& dir) {
   return 0;
 }
 
+int run_forget_remote(const Args& args, const std::string& dir) {
+  const std::string remote = args.required("--remote");
+  const bool dry_run = args.flag("--dry-run");
+  const int64_t records = forget_remote_writes(dir, remote, dry_run);
+  const std::string name = store::redact_redis_url(remote);
+  if (args.flag("--json")) {
+    std::cout << json{{"remote", name}, {"records", records}, {"dry_run", dry_run}}.dump(2) << "\n";
+    return 0;
+  }
+  std::printf("%sremote writes %s: %lld records of writes or erases not yet delivered %s (never sent now)\n",
+              dry_run ? "(dry run) " : "", name.c_str(), static_cast<long long>(records),
+              dry_run ? "would be dropped" : "dropped");
+  return 0;
+}
+
 }  // namespace
 
 int run_store(int argc, char** argv, int first) {
@@ -288,25 +309,31 @@ int run_store(int argc, char** argv, int first) {
   }
   const std::string sub = argv[first];
   ORBIT_CHECK(
-      sub == "ls" || sub == "stat" || sub == "verify" || sub == "gc" || sub == "repair" || sub == "reset-counts",
-      "store: unknown subcommand '" << sub << "' (known: ls, stat, verify, gc, repair, reset-counts)");
+      sub == "ls" || sub == "stat" || sub == "verify" || sub == "gc" || sub == "repair" || sub == "reset-counts" ||
+          sub == "forget-remote",
+      "store: unknown subcommand '" << sub << "' (known: ls, stat, verify, gc, repair, reset-counts, forget-remote)");
   std::set<std::string> flags{"--json"};
-  if (sub == "gc") flags.insert("--dry-run");
+  if (sub == "gc" || sub == "forget-remote") flags.insert("--dry-run");
   std::set<std::string> values{"--store"};
-  if (sub == "stat" || sub == "reset-counts") values.insert("--remote");
+  if (sub == "stat" || sub == "reset-counts" || sub == "forget-remote") values.insert("--remote");
   const ArgSpec spec{
       values, flags,
       "usage: orbit store " + sub + " --store DIR [--json]" + (sub == "gc" ? " [--dry-run]" : "") +
           (sub == "stat" || sub == "reset-counts" ? " [--remote URL]" : "") +
+          (sub == "forget-remote" ? " --remote URL [--dry-run]" : "") +
           "\n  ls: every entry; stat: totals; verify: every checksum; gc: remove unreferenced blobs;\n"
           "  repair: rebuild a lost index from the verified blobs; reset-counts: zero the counts of\n"
-          "  remote writes given up (the store closed).\n"
+          "  remote writes given up (the store closed); forget-remote: drop a remote's records of\n"
+          "  undelivered writes (the store closed).\n"
           "  --store DIR    the store directory\n  --json         print JSON\n" +
           (sub == "gc" ? "  --dry-run      report what gc would remove, remove nothing\n" : "") +
           (sub == "stat" ? "  --remote URL   also the remote tier (redis://host:port[/db], "
                            "redis-cluster://h:p,..., rediss:// for TLS)\n"
                          : "") +
-          (sub == "reset-counts" ? "  --remote URL   only this remote's count (as stat names it)\n" : "")};
+          (sub == "reset-counts" ? "  --remote URL   only this remote's count (as stat names it)\n" : "") +
+          (sub == "forget-remote" ? "  --remote URL   the remote whose records to drop (as stat names it)\n"
+                                    "  --dry-run      count them, drop nothing\n"
+                                  : "")};
   const Args args("store " + sub, spec, argc, argv, first + 1);
   if (sub == "stat" && args.get("--remote") && !args.get("--store")) return run_stat(args, "");
   const std::string dir = args.required("--store");
@@ -316,6 +343,7 @@ int run_store(int argc, char** argv, int first) {
   if (sub == "verify") return run_verify(args, dir);
   if (sub == "repair") return run_repair(args, dir);
   if (sub == "reset-counts") return run_reset_counts(args, dir);
+  if (sub == "forget-remote") return run_forget_remote(args, dir);
   return run_gc(args, dir);
 }
 

@@ -411,4 +411,20 @@ std::vector<std::pair<std::string, int64_t>> reset_remote_abandoned(const std::s
   return removed;
 }
 
+int64_t forget_remote_writes(const std::string& dir, const std::string& remote, bool dry_run) {
+  const std::string root = store_root(dir);
+  ORBIT_CHECK(!remote.empty(), "store " << root << ": forget-remote needs the remote whose records to drop");
+  const store::ExclusiveStoreLock lock(root, "forget-remote", "an open store with that remote re-sends from them");
+  std::unique_ptr<SqliteIndex> index = open_index(root, SqliteIndex::Mode::kReadWrite);
+  const std::map<std::string, int64_t> pending = index->remote_pending_counts();
+  const std::string name = journal_remote_name(remote);
+  const auto found = pending.find(name);
+  ORBIT_CHECK(found != pending.end(), "store " << root << ": no record of writes not yet delivered to " << shown(name)
+                                               << " (remotes with some: " << remote_names(pending) << ")");
+  if (dry_run) return found->second;
+  Result<int64_t> gone = index->forget_remote_pending(name);
+  ORBIT_CHECK(gone.is_ok(), "store " << root << ": " << gone.status().reason());
+  return gone.value();
+}
+
 }  // namespace orbit

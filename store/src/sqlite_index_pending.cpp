@@ -91,6 +91,14 @@ Result<int64_t> SqliteIndex::reset_remote_abandoned(const std::string& remote) {
   return static_cast<int64_t>(sqlite3_changes(db_));
 }
 
+Result<int64_t> SqliteIndex::forget_remote_pending(const std::string& remote) {
+  Stmt s(db_, "DELETE FROM remote_pending WHERE remote = ?1", path_);
+  s.bind(1, remote);
+  const int rc = s.step();
+  if (rc != SQLITE_DONE) return failure(rc, "dropping a remote's pending writes");
+  return static_cast<int64_t>(sqlite3_changes(db_));
+}
+
 int64_t SqliteIndex::last_remote_pending() const {
   sqlite3_stmt* raw = nullptr;
   if (sqlite3_prepare_v2(db_, "SELECT coalesce(max(seq), 0) FROM remote_pending", -1, &raw, nullptr) != SQLITE_OK) {

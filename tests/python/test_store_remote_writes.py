@@ -1,6 +1,8 @@
 """What a store directory keeps of its remote writes, as an operator sees and maintains it offline (`orbit store`,
 cli/cmd_store.cpp; orbit/store.h): the count of writes given up past remote_max_held_fraction, kept over every
-run, is zeroed by `orbit store reset-counts` (with the store closed). The stores here are made by an engine whose
+run, is zeroed by `orbit store reset-counts` (with the store closed); the records of writes not yet delivered, which
+only an open with their remote re-sends (so those of a remote no store opens any more stay for good), are listed per
+remote by `orbit store stat` and dropped by `orbit store forget-remote`. The stores here are made by an engine whose
 remote never connects (a free 127.0.0.1 port nobody listens on), with a disk budget of 4.5 chunks."""
 import json
 import subprocess
@@ -66,3 +68,37 @@ def test_reset_counts_zeroes_the_writes_given_up_and_refuses_an_open_store(orbit
     assert orbit.store_summary(store).remote_abandoned == {}
     again = _store(orbit_cli, "reset-counts", "--store", store)
     assert again.returncode == 0 and "no count of remote writes given up to reset" in again.stdout
+
+
+def test_forget_remote_drops_the_records_of_a_remote_no_store_opens_again(orbit, orbit_cli, stories260k_path,
+                                                                          tmp_path):
+    url = f"redis://127.0.0.1:{free_port()}"
+    pending, abandoned = _store_with_given_up_writes(orbit, stories260k_path, tmp_path, url)
+    store = tmp_path / "store"
+    text = _store(orbit_cli, "stat", "--store", store)
+    assert f"remote writes {url}: {pending} writes or erases recorded, not yet delivered" in text.stdout
+    assert "forget-remote drops them" in text.stdout
+
+    with orbit.Engine(stories260k_path, store_dir=store, pool_bytes=POOL, page_size=PAGE):
+        refused = _store(orbit_cli, "forget-remote", "--store", store, "--remote", url)
+    assert refused.returncode == 1
+    assert "is open" in refused.stderr and "forget-remote" in refused.stderr
+    unknown = _store(orbit_cli, "forget-remote", "--store", store, "--remote", "redis://127.0.0.1:1")
+    assert unknown.returncode == 1
+    assert "no record of writes not yet delivered to redis://127.0.0.1:1" in unknown.stderr and url in unknown.stderr
+    assert _store(orbit_cli, "forget-remote", "--store", store).returncode == 1  # --remote is required
+
+    dry = _store(orbit_cli, "forget-remote", "--store", store, "--remote", url, "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    assert json.loads(dry.stdout) == {"remote": url, "records": pending, "dry_run": True}
+    assert _remote_writes(orbit_cli, store)[url]["pending"] == pending
+
+    done = _store(orbit_cli, "forget-remote", "--store", store, "--remote", url)
+    assert done.returncode == 0, done.stderr
+    assert f"remote writes {url}: {pending} records of writes or erases not yet delivered dropped" in done.stdout
+    # The count of writes given up is another thing: it stays until reset-counts.
+    assert _remote_writes(orbit_cli, store) == {url: {"pending": 0, "abandoned": abandoned}}
+    assert orbit.store_summary(store).remote_pending == {}
+    # The entries stay, readable as before; `verify` finds them whole.
+    verify = _store(orbit_cli, "verify", "--store", store)
+    assert verify.returncode == 0, verify.stdout + verify.stderr

@@ -336,5 +336,13 @@ GcReport gc_store(const std::string& dir, const GcOptions& options = {});
 // names no count (the remotes that have one listed).
 std::vector<std::pair<std::string, int64_t>> reset_remote_abandoned(const std::string& dir,
                                                                     const std::string& remote = "");
+// Drops the records of writes and erases not yet delivered to `remote` (StoreSummary::remote_pending's name; a redis
+// URL matched as reset_remote_abandoned does): only an open of DIR with that remote re-sends them, so those of a
+// remote no store opens any more would stay for good (`orbit store forget-remote`). Their writes are never sent
+// then; their entries stay, evictable as any. Answers how many records went (with `dry_run`, would go: nothing is
+// changed). The store must be closed everywhere (the exclusive lock: an open store with that remote re-sends from
+// them). Throws orbit::Error when it is open, when `remote` is empty, or when it has no record (the remotes that
+// have some listed).
+int64_t forget_remote_writes(const std::string& dir, const std::string& remote, bool dry_run = false);
 
 }  // namespace orbit

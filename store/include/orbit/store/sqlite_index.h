@@ -182,6 +182,8 @@ class SqliteIndex {
   // Drops `remote`'s count of writes given up (its remote_abandoned row; the table must exist) and answers how many
   // rows went (`orbit store reset-counts`).
   Result<int64_t> reset_remote_abandoned(const std::string& remote);
+  // Drops every record of `remote` in remote_pending (`orbit store forget-remote`) and answers how many went.
+  Result<int64_t> forget_remote_pending(const std::string& remote);
   // The highest seq recorded (for any remote), 0 when none (or no remote_pending table: an older store).
   int64_t last_remote_pending() const;
   // Up to `limit` records of `remote` with after < seq <= through, in seq order.
