@@ -79,6 +79,22 @@ at::Tensor dense(const at::Tensor& x, const at::Tensor& weight, const at::Tensor
   return at::linear(x, weight, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt);
 }
 
+at::Tensor silu_gate(at::Tensor gate) {
+  const int64_t I = gate.dim() >= 1 ? gate.size(-1) : 0;
+  const bool few_rows = I > 0 && gate.numel() / I <= ops::kSmallGemmRows;
+  if (!ops::avx2_kernels_run() || !gate.device().is_cpu() || gate.scalar_type() != at::kFloat || !few_rows ||
+      I % kSiluRowFloats == 0) {
+    return at::silu_(gate);
+  }
+  const int64_t rows = gate.numel() / I, padded = (I + kSiluRowFloats - 1) / kSiluRowFloats * kSiluRowFloats;
+  at::Tensor wide = at::empty({rows, padded}, gate.options());
+  wide.narrow(1, I, padded - I).zero_();
+  at::Tensor out = wide.narrow(1, 0, I);
+  out.copy_(gate.reshape({rows, I}));
+  at::silu_(wide);  // rows · padded elements: a multiple of the vector loop's step, no scalar tail
+  return out.view(gate.sizes());
+}
+
 bool fused_attention_available() { return ORBIT_HAVE_SDPA != 0; }
 
 at::Tensor rotate(const RopeConfig& rope, const at::Tensor& x, const ops::RopeTables& tables) {

@@ -29,6 +29,18 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& gain, double eps);
 // (ops/small_gemm_op.h), otherwise at::linear.
 at::Tensor dense(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
 
+// SiLU of an MLP's gate [..., I], in place where it can be; returns the result. A row's values do not depend
+// on how many rows share the call wherever dense() and rms_norm() take the few-rows path: ATen's elementwise
+// loop computes its vector body and its scalar tail (the last numel mod twice its vector width) with different
+// exp implementations, so where I is not a multiple of that, the tail's elements (which move with the row
+// count) rounded otherwise (stories260K, I = 172: a decode step's logits alone and in a batch differed by
+// ~3e-6). There the rows are padded to a multiple of kSiluRowFloats floats, so every element takes the
+// vector body.
+at::Tensor silu_gate(at::Tensor gate);
+
+// A multiple of twice ATen's widest CPU float vector (AVX-512: 16 floats).
+constexpr int64_t kSiluRowFloats = 64;
+
 // Causal softmax attention. q: [R, H, d_k]; k: [S, H_kv, d_k]; v: [S, H_kv, d_v] (H_kv divides H; query
 // head h reads kv head h / (H / H_kv)). Query r sees keys [0, query_index[r]] (int64 [R]). scale
 // multiplies q·k before the softmax. Returns [R, H·d_v] in q's dtype. tail_causal: the queries are the

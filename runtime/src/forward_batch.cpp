@@ -298,7 +298,7 @@ at::Tensor run_layer(const BatchPass& b, int64_t l, const at::Tensor& x, std::ve
   const at::Tensor y = dense(attention, w.wo).add_(x);
   const at::Tensor g = rms_norm(y, w.ffn_norm, c.rms_norm_eps);
   at::Tensor gate = dense(g, w.w_gate);
-  return dense(at::silu_(gate).mul_(dense(g, w.w_up)), w.w_down).add_(y);
+  return dense(silu_gate(gate).mul_(dense(g, w.w_up)), w.w_down).add_(y);
 }
 
 // float32 logits of the rows each sequence asks for (its last computed token, or every one), through one
