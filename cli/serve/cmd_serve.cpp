@@ -72,8 +72,17 @@ const char* kServeUsage =
     "                        /metrics: orbit_store_pending, orbit_store_pending_journaled,\n"
     "                        orbit_store_retried_total, orbit_store_dropped_total,\n"
     "                        orbit_store_recovered_total\n"
+    "  --store-disk-mb N     what --store's disk tier (its blobs) may hold, MiB (default 0 = unlimited); past\n"
+    "                        it the least recently used entries are evicted (recomputed when needed);\n"
+    "                        /metrics: orbit_store_bytes{tier=\"disk\"}, orbit_store_budget_bytes{tier=\"disk\"}\n"
     "  --remote URL          a remote tier, redis://host:port[/db] (optional: one that does not answer at\n"
     "                        start is warned about on stderr, and the server starts on its local tiers)\n"
+    "  --remote-max-held-fraction F  with --store, --store-disk-mb and --remote: the share of the disk budget\n"
+    "                        (0 to 1, default 0.5) that entries kept on disk for their remote writes not yet\n"
+    "                        delivered may fill; past it, while the remote is down or behind, the oldest are\n"
+    "                        evicted first and their writes given up (one warning; /metrics:\n"
+    "                        orbit_store_remote_abandoned_total), so the disk keeps caching. 1: keep every\n"
+    "                        one (once they fill the budget, puts are refused); 0: keep none\n"
     "  --name ID             the model id clients name (default: the model path's last component)\n"
     "  --device D            where the model runs: cpu (default), cuda or cuda:N; every session's decode\n"
     "                        steps run there together\n"
@@ -221,6 +230,30 @@ int64_t size_argument(const Args& args, const char* name, int64_t fallback, int6
   return units << shift;
 }
 
+// --store-disk-mb and --remote-max-held-fraction (o.store_dir and o.remote already read): each refused, naming
+// it, when out of range or given where it bounds nothing (no disk tier, no remote, an unlimited disk).
+void parse_disk_options(const Args& args, serve::ServeOptions& o) {
+  o.disk_budget_bytes = size_argument(args, "--store-disk-mb", 0, 0, 20);
+  ORBIT_CHECK(!args.has("--store-disk-mb") || !o.store_dir.empty(),
+              "serve: argument '--store-disk-mb' bounds the disk tier of --store DIR, and no --store is given");
+  if (!args.has("--remote-max-held-fraction")) return;
+  const double fraction = args.get_double("--remote-max-held-fraction", 0.5);
+  ORBIT_CHECK(fraction >= 0.0 && fraction <= 1.0,  // NaN fails both
+              "serve: argument '--remote-max-held-fraction' must be a fraction in [0, 1], got "
+                  << *args.get("--remote-max-held-fraction"));
+  ORBIT_CHECK(!o.remote.empty() && !o.store_dir.empty(),
+              "serve: argument '--remote-max-held-fraction' bounds what --store's disk keeps for --remote's "
+              "undelivered writes, and needs both (missing: "
+                  << (o.remote.empty() && o.store_dir.empty() ? "--store and --remote"
+                      : o.remote.empty()                      ? "--remote"
+                                                              : "--store")
+                  << ")");
+  ORBIT_CHECK(o.disk_budget_bytes > 0,
+              "serve: argument '--remote-max-held-fraction' is a share of --store-disk-mb's budget, and the disk "
+              "is unlimited (give --store-disk-mb N)");
+  o.remote_max_held_fraction = fraction;
+}
+
 serve::ServeOptions serve_options(const Args& args) {
   serve::ServeOptions o;
   o.model = args.required("--model");
@@ -255,6 +288,7 @@ serve::ServeOptions serve_options(const Args& args) {
               "serve: argument '--device-tier-mb' needs --device cuda[:N] (a device tier lives in GPU memory)");
   o.session_budget_bytes = size_argument(args, "--session-budget-mb", 128, 0, 20);
   o.host_budget_bytes = size_argument(args, "--host-budget-mb", 1024, 0, 20);
+  parse_disk_options(args, o);
   o.max_sessions = args.get_int("--max-sessions", 64, 1);
   o.anonymous_windows = args.get_int("--anonymous-windows", 64, 1);
   ORBIT_CHECK(o.anonymous_windows <= 4096, "serve: argument '--anonymous-windows' must be at most 4096");
@@ -397,6 +431,8 @@ ArgSpec serve_arg_spec() {
                 "--pool-mb",
                 "--session-budget-mb",
                 "--host-budget-mb",
+                "--store-disk-mb",
+                "--remote-max-held-fraction",
                 "--max-sessions",
                 "--anonymous-windows",
                 "--max-responses",

@@ -36,6 +36,8 @@ ServeContext::ServeContext(const ServeOptions& o) : options(o), auditor(audit_op
   eo.dtype = o.dtype;
   eo.device_tier_bytes = o.device_tier_bytes;
   eo.host_budget_bytes = o.host_budget_bytes;
+  eo.disk_budget_bytes = o.disk_budget_bytes;
+  eo.remote_max_held_fraction = o.remote_max_held_fraction;
   eo.max_idle_chunks = o.max_idle_chunks;
   eo.stored_calibration = o.stored_calibration;
   eo.background = BackgroundMode::kDeferred;  // run by the idle worker, only while no request waits

@@ -36,6 +36,11 @@ struct ServeOptions {
   // EngineOptions::host_budget_bytes: the store's host tier, where chunks' canonicals, patches and answers' KV
   // stay for reuse after they leave the pool (least recently used out first past it).
   int64_t host_budget_bytes = int64_t{1} << 30;
+  // EngineOptions::disk_budget_bytes: the store_dir's disk tier (0 = unlimited; `--store-disk-mb`).
+  int64_t disk_budget_bytes = 0;
+  // EngineOptions::remote_max_held_fraction: the share of disk_budget_bytes that entries kept on disk for their
+  // undelivered remote writes may fill (`--remote-max-held-fraction`).
+  double remote_max_held_fraction = 0.5;
   int64_t session_budget_bytes = int64_t{128} << 20;  // KV of idle sessions' windows kept resident
   int64_t max_sessions = 64;                          // resident windows at most (sessions' and anonymous)
   int64_t max_known_sessions = 4096;  // session records kept; past it the oldest not resident are forgotten
