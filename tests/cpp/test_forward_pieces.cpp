@@ -125,3 +125,80 @@ TEST_CASE("a between() that throws ends the operation with nothing committed", "
   w.add_turn(turn);  // whole now: the window goes on as if never interrupted
   CHECK(w.version() != version);
 }
+
+TEST_CASE("a read's query forward in pieces gives the whole forward's logits", "[window][pieces]") {
+  std::mt19937_64 rng(14);
+  auto engine = test::open_stories_small_pages(BackgroundMode::kInline);
+  Window w = engine->new_window();
+  w.add_turn(random_tokens(rng, 60));
+  const std::vector<int64_t> query = random_tokens(rng, 50);
+  const Logits whole = w.logits(query, true), whole_last = w.logits(query);
+  for (const int64_t size : {int64_t{1}, int64_t{7}, int64_t{16}, int64_t{49}}) {
+    CAPTURE(size);
+    int64_t between = 0;
+    Logits pieces, pieces_last;
+    {
+      ForwardPieces scope(size, [&] { ++between; });
+      pieces = w.logits(query, true);
+      pieces_last = w.logits(query);
+    }
+    CHECK(between == 2 * ((50 + size - 1) / size - 1));  // split: the old code forwards the query whole
+    REQUIRE(pieces.rows == whole.rows);
+    CHECK(pieces_last.rows == 1);
+    const double gap = max_gap(pieces, whole), gap_last = max_gap(pieces_last, whole_last);
+    CAPTURE(gap, gap_last);
+    UNSCOPED_INFO("query in pieces of " << size << ": max |logit gap| " << gap << ", last row " << gap_last);
+    CHECK(gap <= test::kExactWindowTolerance);
+    CHECK(gap_last <= test::kExactWindowTolerance);
+  }
+  // A between() that throws ends the read: nothing returned, and the next read is the whole one.
+  {
+    ForwardPieces scope(10, [] { throw Interrupted("test"); });
+    CHECK_THROWS_AS(w.logits(query), Interrupted);
+  }
+  CHECK(max_gap(w.logits(query), whole_last) == 0);
+}
+
+TEST_CASE("a token-selective recompute in pieces recomputes what it recomputes whole", "[window][pieces]") {
+  std::mt19937_64 rng(15);
+  const std::vector<int64_t> lead = random_tokens(rng, 30), doc = random_tokens(rng, 120);
+  const std::vector<int64_t> query = random_tokens(rng, 3);
+  // The chunk's canonical is encoded first (behind nothing, whole), so the admit behind the turn is the policy's
+  // recompute over it (first-k: its first 100 tokens; CacheBlend: the 72 that deviate most, after its probe).
+  for (const auto& [policy, recomputed] :
+       {std::pair<const char*, int64_t>{"firstk:100", 100}, {"cacheblend:0.6", 72}}) {
+    auto admitted = [&](int64_t size) {
+      auto engine = test::open_stories_small_pages(BackgroundMode::kInline);
+      const ChunkRef chunk = engine->add_tokens(doc);
+      engine->new_window().admit(chunk);
+      WindowOptions wo;
+      wo.policy = parse_policy(policy);
+      Window w = engine->new_window(wo);
+      w.add_turn(lead);
+      Made out;
+      const Plan plan = w.plan_admit(chunk);
+      CHECK(plan.count(StepAction::kRecompute) == 1);
+      {
+        ForwardPieces pieces(size, [&] { ++out.between; });
+        const Result<ApplyReport> r = w.apply(plan);
+        REQUIRE(r.is_ok());
+        out.plan = plan.describe();
+      }
+      out.logits = w.logits(query);
+      out.forward_tokens = w.stats().critical_forward_tokens;
+      return out;
+    };
+    CAPTURE(policy);
+    const Made whole = admitted(0);
+    for (const int64_t size : {int64_t{1}, int64_t{16}, int64_t{50}}) {
+      CAPTURE(size);
+      const Made pieces = admitted(size);
+      CHECK(pieces.between == (recomputed + size - 1) / size - 1);  // the old code recomputes them in one forward
+      CHECK(pieces.plan == whole.plan);
+      CHECK(pieces.forward_tokens == whole.forward_tokens);
+      const double gap = max_gap(pieces.logits, whole.logits);
+      CAPTURE(gap);
+      CHECK(gap <= test::kExactWindowTolerance);
+    }
+  }
+}

@@ -5,11 +5,14 @@
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
+#include <algorithm>
+
 #include "engine/engine_core.h"
 #include "engine/engine_plan_env.h"
 #include "engine/forward_in_pieces.h"
 #include "engine/interruptible.h"
 #include "orbit/common/error.h"
+#include "orbit/forward_pieces.h"
 #include "orbit/runtime/repair.h"
 #include "window/window_ops.h"
 
@@ -205,8 +208,21 @@ Kv EngineApplyEnv::recompute(const ApplyTarget& target, const Kv& canonical, int
   const at::Tensor idx = selective ? runtime::cacheblend_select(core_.model(), input, past, c, count, probe_tokens,
                                                                 layer_interruption(), build_.rope_window)
                                    : at::arange(count, at::kLong);
-  return make_kv(
-      runtime::recompute_tokens(core_.model(), input, past, c, idx, layer_interruption(), build_.rope_window));
+  if (!goes_in_pieces(idx.size(0))) {
+    return make_kv(
+        runtime::recompute_tokens(core_.model(), input, past, c, idx, layer_interruption(), build_.rope_window));
+  }
+  // In pieces (orbit/forward_pieces.h) of the recomputed tokens, in order: each piece is recomputed over the rows
+  // the pieces before it wrote (recompute_tokens returns the cached rows with the recomputed ones written over
+  // them), so a token attends to the earlier recomputed tokens' rows at every layer as in one forward of them all.
+  ForwardPieces& pieces = *ForwardPieces::current();
+  runtime::Content rows = c;
+  for (int64_t from = 0; from < idx.size(0); from += pieces.tokens()) {
+    if (from > 0) pieces.between();
+    const at::Tensor piece = idx.slice(0, from, std::min(idx.size(0), from + pieces.tokens()));
+    rows = runtime::recompute_tokens(core_.model(), input, past, rows, piece, layer_interruption(), build_.rope_window);
+  }
+  return make_kv(std::move(rows));
 }
 
 void EngineApplyEnv::queue_form(FormJob f) {

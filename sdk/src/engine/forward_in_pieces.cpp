@@ -21,6 +21,11 @@ void append_past_rows(runtime::PastKV& past, const runtime::Content& rows, const
     past.positions = positions;
     return;
   }
+  if (past.layers.empty()) {  // a paged past (a window's pages on CUDA) with no rows after them yet: these are
+    past.layers = rows;
+    past.positions = at::cat({past.positions, positions}, -1);
+    return;
+  }
   for (std::size_t l = 0; l < past.layers.size(); ++l) {
     past.layers[l].k = at::cat({past.layers[l].k, rows[l].k}, 0);
     past.layers[l].v = at::cat({past.layers[l].v, rows[l].v}, 0);

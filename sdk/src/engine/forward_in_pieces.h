@@ -11,7 +11,8 @@ namespace orbit::detail {
 
 class EngineCore;
 
-// Appends rows of KV (every layer's K and V, at `positions`) to a past.
+// Appends rows of KV (every layer's K and V, at `positions`) to a past: to its layers, the rows after its paged
+// ones where it has pages (runtime::PastKV::paged).
 void append_past_rows(runtime::PastKV& past, const runtime::Content& rows, const at::Tensor& positions);
 
 // Whether `count` tokens forwarded now go in pieces: the thread has a ForwardPieces scope whose budget is

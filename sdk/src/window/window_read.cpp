@@ -10,8 +10,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/forward_in_pieces.h"
 #include "engine/interruptible.h"
 #include "orbit/common/error.h"
+#include "orbit/forward_pieces.h"
 #include "orbit/runtime/fidelity.h"
 #include "window/decode_parts.h"
 #include "window/window_ops.h"
@@ -39,17 +41,46 @@ Logits to_logits(const at::Tensor& t) {
   return out;
 }
 
-// Logits of `tokens` after `past` (which ends at position `start`). With `stoppable`, an interruption
-// point before each layer (engine/interruptible.h): a stopped forward returns nothing, and nothing here is
-// written, so the caller's window is as it was.
+// Logits of `tokens` after `past` (which ends at position `start`) in the calling thread's ForwardPieces scope's
+// pieces (orbit/forward_pieces.h), its between() before each piece but the first: each piece is forwarded behind
+// `past` and the pieces before it (their rows appended to a copy of it: the window's pages are not written), so
+// a row's logits are the whole forward's up to float rounding (test_forward_pieces). All rows' logits in order,
+// or the last piece's last.
+at::Tensor run_pieces(const detail::EngineCore& core, runtime::PastKV past, int64_t start,
+                      const std::vector<int64_t>& tokens, bool all_rows, const runtime::ForwardOptions& fo) {
+  ForwardPieces& pieces = *ForwardPieces::current();
+  const int64_t n = static_cast<int64_t>(tokens.size()), size = pieces.tokens();
+  std::vector<at::Tensor> rows;
+  for (int64_t at = 0; at < n; at += size) {
+    if (at > 0) pieces.between();
+    const int64_t end = std::min(n, at + size);
+    const std::vector<int64_t> piece(tokens.begin() + at, tokens.begin() + end);
+    const runtime::ForwardInput in = core.registry().input_for_tokens(piece, start + at);
+    runtime::ForwardOptions piece_fo = fo;
+    piece_fo.logits = all_rows || end == n ? fo.logits : runtime::LogitsMode::kNone;
+    piece_fo.return_content = end < n;  // the next piece reads its rows
+    runtime::ForwardResult r = core.model().forward(in, past.length() > 0 ? &past : nullptr, piece_fo);
+    if (end < n) detail::append_past_rows(past, r.content, in.positions);
+    if (all_rows || end == n) rows.push_back(r.logits);
+  }
+  return all_rows ? at::cat(rows, 0) : rows.back();
+}
+
+// Logits of `tokens` after `past` (which ends at position `start`). With `stoppable`, an interruption point
+// before each layer (engine/interruptible.h): a stopped forward returns nothing, and nothing here is written, so
+// the caller's window is as it was. With `pieces` (logits' query), in the pieces of a ForwardPieces scope
+// (run_pieces) where the thread has one.
 at::Tensor run(const detail::EngineCore& core, const runtime::PastKV& past, int64_t start,
-               const std::vector<int64_t>& tokens, bool all_rows, bool stoppable = false) {
+               const std::vector<int64_t>& tokens, bool all_rows, bool stoppable = false, bool pieces = false) {
   c10::InferenceMode guard;
-  runtime::ForwardInput in = core.registry().input_for_tokens(tokens, start);
   runtime::ForwardOptions fo;
   fo.logits = all_rows ? runtime::LogitsMode::kAll : runtime::LogitsMode::kLast;
   fo.return_content = false;
   if (stoppable) fo = detail::interruptible(fo);
+  if (pieces && detail::goes_in_pieces(static_cast<int64_t>(tokens.size()))) {
+    return run_pieces(core, past, start, tokens, all_rows, fo);
+  }
+  runtime::ForwardInput in = core.registry().input_for_tokens(tokens, start);
   return core.model().forward(in, past.length() > 0 ? &past : nullptr, fo).logits;
 }
 
@@ -132,8 +163,9 @@ Logits Window::logits(const std::vector<int64_t>& query, bool all_rows) const {
   detail::run_deferred(*state_, "logits");
   int64_t start = 0;
   const runtime::PastKV past = detail::read_past(*state_->core, all_entries(*state_), &start);
-  // The query's forward stops between layers; one stopped counts nothing.
-  const Logits out = to_logits(run(*state_->core, past, start, query, all_rows, true));
+  // The query's forward stops between layers, and goes in pieces under a ForwardPieces scope; one stopped (a
+  // between() that threw too) counts nothing.
+  const Logits out = to_logits(run(*state_->core, past, start, query, all_rows, true, true));
   detail::charge_logits_read(*state_, static_cast<int64_t>(query.size()));
   return out;
 }
