@@ -55,10 +55,15 @@ runtime::Content concat_contents(const std::vector<runtime::Content>& parts) {
   return out;
 }
 
+bool reuses_query_head(const WindowPolicy& policy) {
+  const bool exact_preset = policy.survivors == SurvivorAction::kRecondition && policy.on_miss == MissAction::kForm;
+  return policy.reuse_computed && !exact_preset;
+}
+
 void reuse_query_head(const WindowState& state, const std::vector<int64_t>& query, runtime::PastKV& past,
                       std::vector<int64_t>& input, int64_t& pos, std::vector<runtime::Content>& head) {
   EngineCore& core = *state.core;
-  if (!state.options.policy.reuse_computed || query.size() < 2) return;
+  if (!reuses_query_head(state.options.policy) || query.size() < 2) return;
   const KvState chain = state.state_chain();
   const int64_t limit = static_cast<int64_t>(query.size()) - 1;
   const ReuseIndex::Match m = core.kv().reuse_index().longest(chain, chain, query, limit);

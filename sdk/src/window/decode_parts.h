@@ -24,6 +24,17 @@ void extend_past(runtime::PastKV& past, const runtime::Content& content, const a
 // The rows of several forwards' KV, in order, as one content.
 runtime::Content concat_contents(const std::vector<runtime::Content>& parts);
 
+// Whether a read's query head is served by exact reuse (reuse_query_head) under `policy`: under
+// reuse_computed, except in the exact patch presets (`patch:M:exact`: SurvivorAction::kRecondition with
+// MissAction::kForm; the `prefix` baseline keeps a radix cache's reuse of the head). The reused rows
+// are the same KV, but the query's last token is then forwarded alone, where the read that stored them
+// forwarded it with the head: two valid summation orders where the row counts take different kernels (past
+// 16 rows the CPU's products go to BLAS; CUDA's kernels vary with the rows too), so its logits differ in the
+// last bits (~1e-7 to 1e-6) and a near-tie can flip a greedy answer. An exact policy forwards the whole query every
+// time instead (the generation prompt: a few tokens in a chat), so that a session's sequential repeats of a
+// greedy request give the same answer to the bit (tests/python/test_serve_determinism.py).
+bool reuses_query_head(const WindowPolicy& policy);
+
 // Exact reuse of a read's query: its leading tokens (all but the last, whose logits the first answer token
 // needs) when KV computed behind the window's very KV states holds them (ReuseIndex): loaded onto `past`,
 // appended to `head` (their KV, the query's first part), and `input` and `pos` then start after them.
