@@ -6,9 +6,9 @@
 //              another order than the calls came: openai (chat whole and streamed, the Responses API chained
 //              by previous_response_id and whole), LangChain's streamed tool_call_chunks, the AI SDK's
 //              streamText running the tools, the Agents SDK's Runner (both APIs, streamed) running each call
-//   choice     tool_choice "required", a named function (the second of two tools), "none"; one naming no
-//              tool and allowed_tools refused naming the field (openai; the others send these forms through
-//              the same loops)
+//   choice     tool_choice "required", a named function (the second of two tools), "none", allowed_tools (calls
+//              to the allowed tool alone, the prompt listing all; chat, Responses, LangChain's Responses API);
+//              one naming no tool refused naming the field (the others send these forms through the same loops)
 //   schemas    a strict function schema with nested $defs, arrays of objects (minItems), an enum, a nullable
 //              and an optional field, whose arguments are large (over 150 bytes, the least the schema allows)
 //              and streamed in pieces; the same schema as a structured answer (response_format json_schema, LangChain's
@@ -170,7 +170,8 @@ async function openaiParallelResponses() {
 }
 
 // tool_choice's forms: "required" calls one of the tools, a named function calls that one (the second
-// listed), "none" answers in text; a name no tool has, and allowed_tools, are refused naming the field.
+// listed), "none" answers in text, allowed_tools calls the tools it allows; a name no tool has is refused naming
+// the field.
 async function openaiToolChoice() {
   const api = openaiClient();
   const request = { model: M, messages: [{ role: "user", content: "Weather?" }], tools: chatTools, max_tokens: 80,
@@ -189,12 +190,25 @@ async function openaiToolChoice() {
     ...request, tool_choice: { type: "function", function: { name: "nope" } } }));
   check(unknown.status === 400 && unknown.param === "tool_choice.function.name",
         "openai tool_choice naming no tool: 400 naming it", `${unknown.status} ${unknown.param}`);
-  // allowed_tools (a subset of the tools callable, the list kept whole for the prompt) is not served: refused.
-  const subset = { mode: "required", tools: [{ type: "function", function: { name: "get_time" } }] };
-  const allowed = await statusOf(api.chat.completions.create({
-    ...request, tool_choice: { type: "allowed_tools", allowed_tools: subset } }));
-  check(allowed.status === 400 && allowed.param === "tool_choice.type", "openai tool_choice allowed_tools: 400 naming it",
-        `${allowed.status} ${allowed.param}`);
+  // allowed_tools: calls to a subset of the tools (several, '\n' favoured), the prompt listing them all (as many
+  // prompt tokens as "required"); a name no tool has refused naming it.
+  const subset = (names) => ({ type: "allowed_tools", allowed_tools: { mode: "required",
+    tools: names.map((name) => ({ type: "function", function: { name } })) } });
+  const allowed = await api.chat.completions.create({ ...request, parallel_tool_calls: true, logit_bias: PARALLEL,
+                                                      max_tokens: 300, tool_choice: subset(["get_time"]) });
+  check(names(allowed).length >= 2 && names(allowed).every((n) => n === "get_time") &&
+        allowed.usage.prompt_tokens === required.usage.prompt_tokens,
+        "openai tool_choice allowed_tools: calls to the allowed tool alone, the prompt unchanged",
+        `${names(allowed)} ${allowed.usage.prompt_tokens} vs ${required.usage.prompt_tokens}`);
+  const notATool = await statusOf(api.chat.completions.create({ ...request, tool_choice: subset(["nope"]) }));
+  check(notATool.status === 400 && notATool.param === "tool_choice.allowed_tools.tools[0].function.name",
+        "openai tool_choice allowed_tools naming no tool: 400 naming it", `${notATool.status} ${notATool.param}`);
+  const respondedSubset = await api.responses.create({
+    model: M, input: "Weather?", tools: respTools, max_output_tokens: 80, temperature: 0,
+    tool_choice: { type: "allowed_tools", mode: "required", tools: [{ type: "function", name: "get_time" }] } });
+  check(sameJson(respondedSubset.output.map((i) => i.name), ["get_time"]) &&
+        respondedSubset.tool_choice?.type === "allowed_tools", "openai responses tool_choice allowed_tools: that tool",
+        short(respondedSubset.output));
   const responded = await api.responses.create({ model: M, input: "Weather?", tools: respTools, max_output_tokens: 80,
                                                  temperature: 0, tool_choice: { type: "function", name: "get_time" } });
   check(sameJson(responded.output.map((i) => i.name), ["get_time"]), "openai responses tool_choice named: that function",
@@ -322,6 +336,21 @@ async function langchainParallel() {
   check(sent[0]?.status === 200 && sameJson(ids, calls.map((c) => c.id).reverse()) && typeof answer.content === "string",
         "langchain: the results sent back in reverse order are taken, answered in text", short(sent[0]?.body?.messages));
   console.log(`langchain: ${calls.length} calls streamed, results reversed, then ${JSON.stringify(answer.content)}`);
+}
+
+// tool_choice allowed_tools through bindTools, on both APIs (LangChain writes the Responses API's own shape):
+// the calls are to the allowed tool alone.
+async function langchainAllowedTools() {
+  const choice = { type: "allowed_tools",
+                   allowed_tools: { mode: "required", tools: [{ type: "function", function: { name: "get_time" } }] } };
+  for (const useResponsesApi of [false, true]) {
+    const { sent, fetch } = recordingFetch();
+    const ai = await langchainModel({ fetch, settings: { maxTokens: 80, useResponsesApi } })
+      .bindTools(chatTools, { tool_choice: choice, parallel_tool_calls: false }).invoke("Weather?");
+    const label = `langchain tool_choice allowed_tools${useResponsesApi ? " (useResponsesApi)" : ""}`;
+    check(sent[0]?.body?.tool_choice?.type === "allowed_tools" && sameJson((ai.tool_calls ?? []).map((c) => c.name), ["get_time"]),
+          `${label}: a call to the allowed tool`, `${short(sent[0]?.body?.tool_choice)} ${short(ai.tool_calls)}`);
+  }
 }
 
 // The plan through withStructuredOutput, as a forced function call and as a json_schema answer, on both APIs.
@@ -658,7 +687,7 @@ async function agentsLong() {
 
 const cases = {
   openai: [openaiParallelChat, openaiParallelResponses, openaiToolChoice, openaiSchemas, openaiLong],
-  langchain: [langchainParallel, langchainSchemas, langchainLong],
+  langchain: [langchainParallel, langchainAllowedTools, langchainSchemas, langchainLong],
   aisdk: [aisdkParallel, aisdkSchemas, aisdkLong],
   agents: [agentsParallel, agentsHandoff, agentsFields, agentsSchemas, agentsSession, agentsUnserved, agentsLong],
 };

@@ -266,13 +266,58 @@ ojson chat_tools(const ojson& tools) {
   return out;
 }
 
+// tool_choice {"type": "allowed_tools", "mode", "tools": [{"type": "function", "name"}, ...]} as chat's
+// {"type": "allowed_tools", "allowed_tools": {"mode", "tools": [{"type": "function", "function": {"name"}}]}}.
+// @langchain/openai sends chat's shape to this API too; it is read the same (each param named as sent). The
+// mode and names are checked here, so that a refusal names this request's field.
+ojson chat_allowed_tools(const ojson& choice, const ojson& tools) {
+  const ojson* nested = field(choice, "allowed_tools");
+  const std::string at = nested != nullptr ? "tool_choice.allowed_tools" : "tool_choice";
+  refuse_unknown_fields(choice, nested != nullptr ? "type allowed_tools" : "type mode tools", "tool_choice",
+                        "tool_choice.");
+  const ojson& body = nested != nullptr ? need_object(*nested, at) : choice;
+  if (nested != nullptr) refuse_unknown_fields(body, "mode tools", at, at + ".");
+  const ojson* mode = field(body, "mode");
+  if (mode == nullptr) missing_field(at + ".mode");
+  const std::string m = need_string(*mode, at + ".mode");
+  if (m != "auto" && m != "required") invalid_value(at + ".mode", "'" + m + "' is not one of auto, required");
+  const ojson* list = field(body, "tools");
+  if (list == nullptr) missing_field(at + ".tools");
+  if (!list->is_array()) wrong_type(at + ".tools", "an array", *list);
+  if (list->empty()) empty_value(at + ".tools", LengthKind::array, "empty (allow one of the request's tools at least)");
+  ojson allowed = ojson::array();
+  for (std::size_t i = 0; i < list->size(); ++i) {
+    const std::string p = at + ".tools[" + std::to_string(i) + "]";
+    const ojson& t = need_object((*list)[i], p);
+    const ojson* fn = field(t, "function");  // chat's shape
+    refuse_unknown_fields(t, fn != nullptr ? "type function" : "type name", p, p + ".");
+    const std::string kind = required_string(t, "type", p);
+    if (kind != "function") unsupported_value(p + ".type", "only 'function' tools are accepted (got '" + kind + "')");
+    if (fn != nullptr)
+      refuse_unknown_fields(need_object(*fn, p + ".function"), "name", p + ".function", p + ".function.");
+    const std::string where = fn != nullptr ? p + ".function" : p;
+    const std::string name = required_string(fn != nullptr ? *fn : t, "name", where);
+    const bool known =
+        std::any_of(tools.begin(), tools.end(), [&](const ojson& tool) { return tool["function"]["name"] == name; });
+    if (!known) invalid_value(where + ".name", "'" + name + "' is not one of the request's tools");
+    const bool twice =
+        std::any_of(allowed.begin(), allowed.end(), [&](const ojson& a) { return a["function"]["name"] == name; });
+    if (twice) invalid_value(where + ".name", "'" + name + "' is listed twice");
+    allowed.push_back({{"type", "function"}, {"function", {{"name", name}}}});
+  }
+  return {{"type", "allowed_tools"}, {"allowed_tools", {{"mode", m}, {"tools", std::move(allowed)}}}};
+}
+
 ojson chat_tool_choice(const ojson& v, const ojson& tools) {
   if (v.is_string()) return v;  // none, auto or required: chat checks which
   const ojson& choice = need_object(v, "tool_choice");
   const ojson* type = field(choice, "type");
   if (type == nullptr) missing_field("tool_choice.type");
   const std::string kind = need_string(*type, "tool_choice.type");
-  if (kind != "function") unsupported_value("tool_choice.type", "only 'function' is accepted (got '" + kind + "')");
+  if (kind == "allowed_tools") return chat_allowed_tools(choice, tools);
+  if (kind != "function") {
+    unsupported_value("tool_choice.type", "only 'function' and 'allowed_tools' are accepted (got '" + kind + "')");
+  }
   const std::string name = required_string(choice, "name", "tool_choice");
   const bool known =
       std::any_of(tools.begin(), tools.end(), [&](const ojson& t) { return t["function"]["name"] == name; });

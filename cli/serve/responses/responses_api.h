@@ -26,7 +26,8 @@
 //   instructions (string: a system message before everything else; not carried over from a previous
 //   response, as in OpenAI's API); previous_response_id (string: resolved by the server, responses_run.h);
 //   store (bool, default true); tools ([{type: "function", name, description?, parameters?, strict?}], other keys
-//   refused); tool_choice ("none" | "auto" | "required" | {type: "function", name} naming one of the tools);
+//   refused); tool_choice ("none" | "auto" | "required" | {type: "function", name} naming one of the tools |
+//   {type: "allowed_tools", mode: "auto" | "required", tools: [{type: "function", name}, ...]}: calls to those only);
 //   parallel_tool_calls (bool; without tools only repeated in the response, where chat refuses it); max_output_tokens
 //   (integer >= 1); temperature [0, 2]; top_p (0, 1]; seed
 //   (integer: as chat draws with it, the same request with the same seed answers the same);

@@ -22,7 +22,7 @@ bool may_call_or_answer(const ChatRequest& r) {
 
 // What a request's constraint is built from; "" when it has none.
 std::string key_of(const ChatRequest& r) {
-  const std::string calls = std::string(r.parallel_tool_calls ? "n" : "1") + "\n" + r.tools_json;
+  const std::string calls = std::string(r.parallel_tool_calls ? "n" : "1") + "\n" + r.calls_json();
   if (forces_call(r)) return "tools\n" + r.tool_choice.function + "\n" + calls;
   if (may_call(r)) return "auto tools\n" + calls;
   std::string answer;
@@ -97,11 +97,20 @@ std::string first_strict_tool(const std::string& tools_json) {
 
 // Under tool_choice auto, calls the tools' grammar cannot be had for (`why`) are left free: where no tool
 // asked for strict arguments that is all (nothing else was asked to be enforced), where one did its promise
-// cannot be kept, so the request is refused naming that tool's strict (400, code unsupported_value).
+// cannot be kept, so the request is refused naming that tool's strict (400, code unsupported_value); so is one
+// whose allowed_tools names a subset (a free answer could call any tool).
 AnswerConstraint free_calls(const ChatRequest& r, const std::string& why, AnswerConstraint free) {
-  const std::string strict = first_strict_tool(r.tools_json);
-  if (strict.empty()) return free;
   AnswerConstraint out;
+  if (!r.tool_choice.allowed.empty()) {  // a free answer could call any tool: allowed_tools would go unheld
+    out.error = api_error(400,
+                          "tool_choice.allowed_tools: the calls cannot be held to the allowed tools under mode auto "
+                          "here (" +
+                              why + "); give mode required, or send only the allowed tools",
+                          "invalid_request_error", "unsupported_value", "tool_choice.allowed_tools");
+    return out;
+  }
+  const std::string strict = first_strict_tool(r.calls_json());
+  if (strict.empty()) return free;
   out.error = api_error(400,
                         strict + ": strict arguments cannot be enforced under tool_choice auto here (" + why +
                             "); give strict false, or force the call with tool_choice",
@@ -117,7 +126,7 @@ AnswerConstraint ConstraintCache::build_auto(const ChatRequest& r) const {
   if (out.trigger.empty()) return free_calls(r, "this model's tool call format has no mark a call starts with", {});
   try {
     out.constraint =
-        Constraint::tool_calls(r.tools_json, tool_call_options(format_, "", r.parallel_tool_calls ? 4 : 1));
+        Constraint::tool_calls(r.calls_json(), tool_call_options(format_, "", r.parallel_tool_calls ? 4 : 1));
   } catch (const Error& e) {
     return free_calls(r, e.what(), {});  // schemas outside the subset: the answer stays free
   }
@@ -131,7 +140,7 @@ AnswerConstraint ConstraintCache::build_calls_or_answer(const ChatRequest& r, An
   if (!answer.constraint) return answer;  // refused
   std::shared_ptr<const Constraint> calls;
   try {
-    calls = Constraint::tool_calls(r.tools_json, tool_call_options(format_, "", r.parallel_tool_calls ? 4 : 1));
+    calls = Constraint::tool_calls(r.calls_json(), tool_call_options(format_, "", r.parallel_tool_calls ? 4 : 1));
   } catch (const Error& e) {
     return free_calls(r, e.what(), answer);  // schemas outside the subset (accepted under auto): the JSON answer alone
   }
@@ -149,6 +158,7 @@ AnswerConstraint ConstraintCache::build(const ChatRequest& r) const {
   if (may_call_or_answer(r)) {
     ChatRequest json = r;  // the JSON answer alone, as a request without tools would have it
     json.tools_json.clear();
+    json.callable_tools_json.clear();
     return build_calls_or_answer(r, build(json));
   }
   AnswerConstraint out;
@@ -160,7 +170,7 @@ AnswerConstraint ConstraintCache::build(const ChatRequest& r) const {
     if (call) {
       const std::string only = r.tool_choice.mode == "function" ? r.tool_choice.function : "";
       out.constraint =
-          Constraint::tool_calls(r.tools_json, tool_call_options(format_, only, r.parallel_tool_calls ? 4 : 1));
+          Constraint::tool_calls(r.calls_json(), tool_call_options(format_, only, r.parallel_tool_calls ? 4 : 1));
     } else if (r.response_format.type == "json_object") {
       out.constraint = Constraint::json_object();
     } else {

@@ -2,6 +2,10 @@
 //   tool_choice "required"       a call to one of the request's tools, written in the server's tool call
 //                                format (up to 4 calls when parallel_tool_calls is true, one otherwise)
 //   tool_choice {function: F}    a call to F
+//   tool_choice allowed_tools    as "required" or "auto" (its mode), the calls decoded under the allowed tools'
+//                                grammar alone (ChatRequest::calls_json); the prompt lists every tool. Under auto
+//                                where that grammar cannot be had the request is refused (400 naming
+//                                tool_choice.allowed_tools): a free answer could call any tool
 //   response_format json_object  any JSON object
 //   response_format json_schema  a JSON value of the schema (the supported subset: constraint.h)
 //   tool_choice "auto" (tools)   free text until the model writes the format's call mark (tool_call_trigger:

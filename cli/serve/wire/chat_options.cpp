@@ -47,16 +47,66 @@ std::vector<std::string> parse_tools(const json& tools) {
   return names;
 }
 
+namespace {
+
+// tool_choice {"type": "allowed_tools", "allowed_tools": {"mode", "tools"}}: OpenAI's way to let the model call a
+// subset of the tools while the prompt keeps listing them all (its cache stays warm as the subset changes).
+ToolChoice parse_allowed_tools(const json& v, const std::vector<std::string>& tools) {
+  refuse_unknown_fields(v, "type allowed_tools", "tool_choice", "tool_choice.");
+  const std::string at = "tool_choice.allowed_tools";
+  const auto allowed = v.find("allowed_tools");
+  require_object(v, allowed, at);
+  refuse_unknown_fields(*allowed, "mode tools", at, at + ".");
+  ToolChoice c;
+  const auto mode = allowed->find("mode");
+  if (mode == allowed->end()) missing_field(at + ".mode");
+  c.mode = need_string(*mode, at + ".mode");
+  if (c.mode != "auto" && c.mode != "required") {
+    invalid_value(at + ".mode", "'" + c.mode + "' is not one of auto, required");
+  }
+  const auto list = allowed->find("tools");
+  if (list == allowed->end()) missing_field(at + ".tools");
+  if (!list->is_array()) wrong_type(at + ".tools", "an array", *list);
+  if (list->empty()) empty_value(at + ".tools", LengthKind::array, "empty (allow one of the request's tools at least)");
+  for (std::size_t i = 0; i < list->size(); ++i) {
+    const std::string p = at + ".tools[" + std::to_string(i) + "]";
+    const json& t = (*list)[i];
+    if (!t.is_object()) wrong_type(p, "an object", t);
+    refuse_unknown_fields(t, "type function", p, p + ".");
+    if (t.contains("type") && need_string(t["type"], p + ".type") != "function") {
+      unsupported_value(p + ".type", "only 'function' tools are accepted");
+    }
+    const auto fn = t.find("function");
+    require_object(t, fn, p + ".function");
+    refuse_unknown_fields(*fn, "name", p + ".function", p + ".function.");
+    const auto name = fn->find("name");
+    if (name == fn->end()) missing_field(p + ".function.name");
+    const std::string n = need_string(*name, p + ".function.name");
+    if (std::find(tools.begin(), tools.end(), n) == tools.end()) {
+      invalid_value(p + ".function.name", "'" + n + "' is not one of the request's tools");
+    }
+    if (std::find(c.allowed.begin(), c.allowed.end(), n) != c.allowed.end()) {
+      invalid_value(p + ".function.name", "'" + n + "' is listed twice");
+    }
+    c.allowed.push_back(n);
+  }
+  return c;
+}
+
+}  // namespace
+
 ToolChoice parse_tool_choice(const json& v, const std::vector<std::string>& tools) {
   ToolChoice c;
-  if (v.is_string()) {
+  if (v.is_object() && v.contains("type") && v["type"] == "allowed_tools") {
+    c = parse_allowed_tools(v, tools);
+  } else if (v.is_string()) {
     c.mode = v.get<std::string>();
     if (c.mode != "none" && c.mode != "auto" && c.mode != "required") {
       invalid_value("tool_choice", "'" + c.mode + "' is not one of none, auto, required (or a named function)");
     }
   } else if (v.is_object()) {
     if (v.contains("type") && need_string(v["type"], "tool_choice.type") != "function") {
-      unsupported_value("tool_choice.type", "only 'function' is accepted");
+      unsupported_value("tool_choice.type", "only 'function' and 'allowed_tools' are accepted");
     }
     const auto fn = v.find("function");
     require_object(v, fn, "tool_choice.function");

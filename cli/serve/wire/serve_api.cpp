@@ -1,5 +1,6 @@
 #include "serve/wire/serve_api.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "orbit/common/error.h"
@@ -64,6 +65,18 @@ std::string ordered_field(std::string_view text, const char* name, const char* p
   if (path == nullptr) return body[name].dump();
   const nlohmann::ordered_json::json_pointer at(path);
   return body[name].contains(at) ? body[name][at].dump() : "";
+}
+
+// tools_json narrowed to the tools `allowed` names (tool_choice allowed_tools), in the request's order, as JSON
+// text with each tool as the client wrote it.
+std::string narrowed_tools(const std::string& tools_json, const std::vector<std::string>& allowed) {
+  const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(tools_json);
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const auto& t : tools) {
+    const std::string name = t["function"]["name"].get<std::string>();
+    if (std::find(allowed.begin(), allowed.end(), name) != allowed.end()) out.push_back(t);
+  }
+  return out.dump();
 }
 
 // Parameters other servers take that change what is sampled or returned, which this one does not serve: a
@@ -172,6 +185,7 @@ ChatRequest chat_request(std::string_view text, const ServeLimits& limits) {
   }
   if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
     r.tool_choice = parse_tool_choice(body["tool_choice"], r.tool_names);
+    if (!r.tool_choice.allowed.empty()) r.callable_tools_json = narrowed_tools(r.tools_json, r.tool_choice.allowed);
   }
   if (body.contains("parallel_tool_calls") && !body["parallel_tool_calls"].is_null()) {
     r.parallel_tool_calls = need_bool(body["parallel_tool_calls"], "parallel_tool_calls");

@@ -17,7 +17,9 @@
 //                1 to 64 letters, digits, _ and - (OpenAI's rule; other bytes reach the template and the call parser),
 //                other keys refused, handed to the template; the server refuses parameters outside the schema subset of
 //                answer_constraint.h), tool_choice ("none", "auto", "required" or {"type": "function", "function":
-//                {"name"}} naming one of the tools), parallel_tool_calls (bool; only beside a non-empty tools, as
+//                {"name"}} naming one of the tools, or {"type": "allowed_tools", "allowed_tools": {"mode": "auto" |
+//                "required", "tools": [{"type": "function", "function": {"name"}}, ...]}}: calls to those tools
+//                only, the prompt listing all), parallel_tool_calls (bool; only beside a non-empty tools, as
 //                OpenAI has it, else a 400 naming it; false: one call at most, decoded under the tools' grammar, or
 //                where none could be had the first call of the free answer, run/tool_stream.h), response_format
 //                ({"type": "text" | "json_object" | "json_schema", "json_schema": {"name", "schema", "strict"?}};
@@ -157,6 +159,10 @@ struct SamplingRequest {
 struct ToolChoice {
   std::string mode = "auto";  // "none", "auto", "required", or "function" (the one named below)
   std::string function;       // mode "function": the tool's name, one of the request's tools
+  // allowed_tools ({"type": "allowed_tools", "allowed_tools": {"mode": "auto" or "required", "tools": [{"type":
+  // "function", "function": {"name": ...}}, ...]}}): the tools the model may call (mode auto or required), a
+  // subset of the request's, each once; the prompt still lists every tool. Empty: all of them.
+  std::vector<std::string> allowed;
 };
 
 // The form the answer must take (response_format).
@@ -175,6 +181,10 @@ struct ChatRequest {
   std::string tools_json;               // the request's `tools` as JSON text; "" when absent
   std::vector<std::string> tool_names;  // their function names, in order
   ToolChoice tool_choice;
+  // The tools the answer may call, as JSON text: tools_json narrowed to tool_choice.allowed ("" when not narrowed,
+  // then tools_json). Calls are decoded under this list; the prompt shows tools_json.
+  std::string callable_tools_json;
+  const std::string& calls_json() const { return callable_tools_json.empty() ? tools_json : callable_tools_json; }
   bool parallel_tool_calls = true;
   ResponseFormat response_format;
   bool store = false;                           // keep the completion (chat_store.h)
