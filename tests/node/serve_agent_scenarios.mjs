@@ -351,7 +351,8 @@ async function langchainAllowedTools() {
     const ai = await langchainModel({ fetch, settings: { maxTokens: 80, useResponsesApi } })
       .bindTools(chatTools, { tool_choice: choice, parallel_tool_calls: false }).invoke("Weather?");
     const label = `langchain tool_choice allowed_tools${useResponsesApi ? " (useResponsesApi)" : ""}`;
-    check(sent[0]?.body?.tool_choice?.type === "allowed_tools" && sameJson((ai.tool_calls ?? []).map((c) => c.name), ["get_time"]),
+    const names = (ai.tool_calls ?? []).map((c) => c.name);
+    check(sent[0]?.body?.tool_choice?.type === "allowed_tools" && sameJson(names, ["get_time"]),
           `${label}: a call to the allowed tool`, `${short(sent[0]?.body?.tool_choice)} ${short(ai.tool_calls)}`);
   }
 }
