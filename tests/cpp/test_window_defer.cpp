@@ -185,3 +185,73 @@ TEST_CASE("prefix-cache yardstick: what a prefix cache would forward, counted at
   CHECK(prefix.critical == Approx(70));
   CHECK(reuse.critical < prefix.critical);
 }
+
+TEST_CASE("a budgeted recall to the tail places the canonical and leaves its forward to the next read",
+          "[window][defer][recall]") {
+  // An agent that recalls a chunk and then re-ranks before its next model call (a retrieval loop) would
+  // make a forward at the recall stale: under a deferring budgeted policy the recall forwards nothing, and
+  // the read serves the chunk once, behind the window it reads.
+  std::mt19937_64 rng(41);
+  auto engine = open_stories();
+  const ChunkRef a = engine->add_tokens(random_tokens(rng, 12)), b = engine->add_tokens(random_tokens(rng, 12));
+  const ChunkRef c = engine->add_tokens(random_tokens(rng, 12));
+  const std::vector<int64_t> question = random_tokens(rng, 5), query = random_tokens(rng, 3);
+  auto build = [&](const char* spec) {
+    WindowOptions o;
+    o.policy = parse_policy(spec);
+    Window w = engine->new_window(o);
+    w.admit(a);
+    w.admit(c);
+    w.admit(b);
+    w.add_turn(question);
+    engine->run_background();      // c's canonical is stored (a placement forwards nothing)
+    w.evict(w.instances()[1].id);  // c leaves; b and the question wait
+    w.flush();
+    return w;
+  };
+  auto step_of = [](const Plan& p, const ChunkRef& chunk) {
+    for (const PlanStep& s : p.steps) {
+      if (!s.is_turn && s.chunk.key == chunk.key) return s;
+    }
+    FAIL("no step for the chunk");
+    return PlanStep{};
+  };
+
+  // Eager: the recall forwards c behind [a, b, question], a context no stored patch was formed on.
+  Window eager = build("default:eager");
+  const Plan ep = eager.plan_recall(c);
+  INFO(ep.describe());
+  CHECK(ep.forward_tokens > 0);
+  CHECK_FALSE(step_of(ep, c).deferred);
+
+  // Deferring (the default): c's canonical is placed, marked; nothing is forwarded.
+  Window w = build("default");
+  const Plan dp = w.plan_recall(c);
+  INFO(dp.describe());
+  CHECK(dp.forward_tokens == 0);
+  const PlanStep placed = step_of(dp, c);
+  CHECK(placed.how == ServeActionId::kBlind);
+  CHECK(placed.deferred);
+  CHECK(placed.reason.find("repair deferred to the next read") != std::string::npos);
+  const double before = w.stats().critical_forward_tokens;
+  w.apply(dp).value();
+  CHECK(w.stats().critical_forward_tokens == before);
+  REQUIRE(w.instances().back().chunk.key == c.key);
+  CHECK(w.instances().back().deferred);
+
+  // The next read serves it: forwarded in the window it reads, nothing waits afterwards.
+  const Plan flush = w.plan_flush();
+  INFO(flush.describe());
+  CHECK(step_of(flush, c).forward_tokens > 0);
+  w.apply(flush).value();
+  for (const InstanceInfo& i : w.instances()) CHECK_FALSE(i.deferred);
+
+  // A recall in front of a kept instance (c behind [a, b], a context it was never formed on, before the
+  // question) is not deferred: what is kept behind it would be read over the placement.
+  Window mid = build("default");
+  REQUIRE(mid.instances()[2].is_turn);
+  const Plan mp = mid.plan_recall(c, mid.instances()[2].id);
+  INFO(mp.describe());
+  CHECK_FALSE(step_of(mp, c).deferred);
+  CHECK(mp.forward_tokens > 0);
+}
