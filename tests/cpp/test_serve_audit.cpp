@@ -192,6 +192,45 @@ struct BackToBack {
 
 // Before audits could be owed, none of these requests was measured (4 waited, the rest were dropped); now each
 // request runs the audit of the one before once its answer is decoded, and the next one reports it.
+// The idle worker runs an audit with a stop (IdleWorker::slice: a request waiting for the gate): stopped, the
+// case waits again where it was, unmeasured and not failed, with its sequence, so the next request owes it as
+// before and a later run measures it whole. (Before, the audit's reads could not stop: the request that came
+// during them waited for both before its sync, the first token of the request the audit was owed to too.)
+TEST_CASE("serve audit: an audit stopped for a request waits again, then runs whole", "[serve][model]") {
+  orbit::EngineOptions eo;
+  eo.model = kModel;
+  const std::shared_ptr<orbit::Engine> engine = orbit::Engine::open(eo);
+  orbit::Window window = engine->new_window();
+  window.add_turn(engine->tokenize("Once upon a time " + words(4, 24)));
+  sv::AuditOptions o{1};
+  o.owed_after = 1;
+  sv::Auditor a(o);
+  sv::AuditCase c;
+  c.fork.emplace(window.fork());
+  c.query = engine->tokenize(" the", false);
+  c.request = 7;
+  a.submit(std::move(c));
+  int64_t asked = 0;
+  CHECK_FALSE(a.run_one(false, [&] { return ++asked > 0; }).has_value());
+  CHECK(asked >= 1);  // the reads asked and stopped
+  CHECK(a.pending());
+  const std::string stopped = a.render_metrics();
+  CHECK(has_line(stopped, "orbit_audits_total 0"));
+  CHECK(has_line(stopped, "orbit_audits_failed_total 0"));
+  CHECK(has_line(stopped, "orbit_audits_waiting 1"));
+  a.count_request();  // the request that stopped it starts: the case is owed to it, as if never taken
+  CHECK(a.owed());
+  const auto done = a.run_one(true, [] { return false; });
+  REQUIRE(done.has_value());
+  CHECK(done->second.request == 7);
+  CHECK(std::isfinite(done->second.measured_kl));
+  CHECK_FALSE(a.pending());
+  const std::string ran = a.render_metrics();
+  CHECK(has_line(ran, "orbit_audits_total 1"));
+  CHECK(has_line(ran, "orbit_audits_owed_total 1"));
+  CHECK(has_line(ran, "orbit_audits_waiting 0"));
+}
+
 TEST_CASE("serve audit: with no idle time each audit is owed and run by the next request", "[serve][model]") {
   BackToBack b({}, "busy");
   for (int i = 0; i < 8; ++i) b.c.step(i, 6);

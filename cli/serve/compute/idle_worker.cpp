@@ -93,13 +93,19 @@ bool IdleWorker::slice() {
   // count every entry of the store).
   if (context_.engine->run_background(0.02) > 0) return true;
   const std::shared_ptr<Session> target = sessions_.take_idle_target();
-  if (!target) return sessions_.audit_one(false);
+  if (!target) {
+    // A request that comes for the gate during the audit's reads stops them within a layer: the audit waits
+    // again, and that request runs it after its answer if it is owed by then (audit.h), instead of waiting for
+    // both reads before its own sync.
+    return sessions_.audit_one(false, [this] { return context_.gate.waiting() > 0; });
+  }
   {
     std::unique_lock<std::mutex> run(target->run, std::try_to_lock);
     if (!run.owns_lock() || !target->window) return false;
     prefill_anticipated(*target);
-    // A request that queued meanwhile gets the model after the preparation under way, not after them all.
-    target->window->idle([this] { return context_.gate.waiting() > 0; });
+    // A request that queued meanwhile gets the model after the preparation under way, not after them all: one
+    // waiting for the gate, or one of this session, which waits for `run` (held here) before it can queue there.
+    target->window->idle([this, &target] { return context_.gate.waiting() > 0 || target->holders > 0; });
   }
   sessions_.enforce_budget(false);  // a release meanwhile may have skipped this session's window
   return true;

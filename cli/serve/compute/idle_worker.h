@@ -4,11 +4,13 @@
 //   - one session's window: its answer prefilled as its next request will send it back
 //     (ServeOptions::anticipate: the messages and answer SessionTable::record kept, synced now and its
 //     deferred repairs run, counted as idle forwards, not critical ones), then Window::idle() (heals,
-//     prepared recalls and moves); then the session budget again, since a release meanwhile may have
+//     prepared recalls and moves; stopped after the step under way when a request waits for the gate or for
+//     this session's window); then the session budget again, since a release meanwhile may have
 //     skipped this window;
 //   - when no session waits for idle work, one fidelity audit (audit.h): two reads of a sampled request's
-//     forked window, as served and re-prefilled. One that idle time does not reach in time is owed and run
-//     by a later request instead (AuditOptions::owed_after).
+//     forked window, as served and re-prefilled, stopped (the audit waits again) when a request comes for the
+//     gate meanwhile. One that idle time does not reach in time is owed and run by a later request instead
+//     (AuditOptions::owed_after).
 // A release wakes the worker (notify), also one that comes while a slice runs (the next wait ends at once);
 // otherwise it looks again every 50 ms. stop() ends the wait at once.
 // Between slices, after requests or idle work, it hands the heap's free pages back to the system

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "orbit/common/error.h"
+#include "orbit/interrupt.h"
 
 namespace orbit::serve {
 
@@ -89,7 +90,7 @@ bool Auditor::owed() const {
   return front_owed();
 }
 
-std::optional<std::pair<AuditCase, AuditResult>> Auditor::run_one(bool owed_only) {
+std::optional<std::pair<AuditCase, AuditResult>> Auditor::run_one(bool owed_only, const std::function<bool()>& stop) {
   AuditCase c;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -101,9 +102,17 @@ std::optional<std::pair<AuditCase, AuditResult>> Auditor::run_one(bool owed_only
   }
   Logits served, exact;
   try {
+    const InterruptScope scope(stop);  // a null stop installs no check
     if (options_.fail_reads) throw std::runtime_error("an audit's reads failed (fault injected for tests)");
     served = c.fork->logits(c.query);
     exact = c.fork->reference_logits(c.query);
+  } catch (const Interrupted&) {
+    // Stopped for a request (the idle worker's stop): the fork is as it was (a stopped read keeps nothing), so
+    // the case waits again where it was, with its sequence: owed as if it had never been taken.
+    std::lock_guard<std::mutex> lock(mutex_);
+    owed_ -= owed_only ? 1 : 0;
+    waiting_.push_front(std::move(c));
+    return std::nullopt;
   } catch (...) {  // counted, then the caller's: an owed audit's request goes on (ServeCore::run_owed_audit)
     std::lock_guard<std::mutex> lock(mutex_);
     ++failed_;

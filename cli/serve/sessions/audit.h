@@ -21,7 +21,10 @@
 // answer does, and a request that waits for the gate meanwhile waits for them too. The audit measures its
 // fork, the KV its own request was answered from, whenever it runs; a violation found so serves the
 // session's next request exactly (the request that ran it was served already). owed_after = 0 leaves
-// audits to idle time only (and to the drop).
+// audits to idle time only (and to the drop). An audit in idle time stops for a request that comes for the
+// gate during its reads (IdleWorker::slice passes run_one that stop): it waits again as it was, owed as before
+// (with owed_after 1, to the request that stopped it, which runs it after its answer instead of waiting for
+// both reads before its sync).
 //
 // Safe by default: an audit whose measured KL exceeds the session's budget (the policy's kl_budget, else
 // kDefaultKlBudget) puts its session in exact mode: its next requests are healed before they are read
@@ -35,6 +38,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -86,8 +90,12 @@ class Auditor {
   bool owed() const;
   // Measures the oldest waiting case (two reads of its fork: the served prompt and a re-prefill), closes its
   // fork and records the result in the metrics; nullopt when none waits, or with `owed_only` when the oldest
-  // is not owed (an owed one run is counted in orbit_audits_owed_total). The caller holds the gate.
-  std::optional<std::pair<AuditCase, AuditResult>> run_one(bool owed_only = false);
+  // is not owed (an owed one run is counted in orbit_audits_owed_total). With `stop`, the reads end at their
+  // interruption points (orbit/interrupt.h: before each layer of either forward) once it answers true: the case
+  // goes back to the front of the queue as it was (its fork unchanged, not measured, not counted as failed) and
+  // nullopt is returned. The caller holds the gate.
+  std::optional<std::pair<AuditCase, AuditResult>> run_one(bool owed_only = false,
+                                                           const std::function<bool()>& stop = {});
   // The audit's lines for /metrics (serve_metrics.h's format):
   //   orbit_audits_total, orbit_audits_dropped_total, orbit_audit_budget_violations_total,
   //   orbit_audits_owed_total (audits idle time did not run, run by a later request after its answer),

@@ -64,8 +64,8 @@ void SessionTable::record_audit(Session& s, const AuditResult& r) {
   a.recheck = false;
 }
 
-bool SessionTable::audit_one(bool owed_only) {
-  const auto done = context_.auditor.run_one(owed_only);
+bool SessionTable::audit_one(bool owed_only, const std::function<bool()>& stop) {
+  const auto done = context_.auditor.run_one(owed_only, stop);
   if (!done) return false;
   record_audit(*done->first.session, done->second);
   // What the model missed, every later plan of the engine corrects for (as Window::idle's self-checks do).

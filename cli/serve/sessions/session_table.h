@@ -26,6 +26,7 @@
 // table.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -116,8 +117,10 @@ struct Session {
   std::string lane;              // the gate lane its forwards queue in
   std::mutex run;                // held by the request using the window (one at a time) and by idle work
   std::optional<Window> window;  // nullopt: not resident
+  // Requests running or waiting for `run`: changed under the table's mutex; atomic so that the idle worker,
+  // holding `run`, reads it without that mutex (its idle work stops for a request of this session).
+  std::atomic<int64_t> holders{0};
   // Guarded by the table's mutex:
-  int64_t holders = 0;  // requests running or waiting for `run`
   uint64_t last_used = 0;
   bool needs_idle = false;
   // The list the next request will most likely send: the last one's and its answer (ServeOptions::anticipate).
@@ -207,9 +210,10 @@ class SessionTable {
   // The audit result not yet reported, once, if it is of a request before `request` (the one answering now).
   std::optional<AuditResult> take_audit(Session& s, int64_t request);
   // Runs the oldest waiting audit (owed_only: only if it is owed, audit.h), records it (record_audit) and
-  // tells the engine what the model missed (Engine::observe_fidelity); false when none was run. Holding the
-  // gate, not mutex_.
-  bool audit_one(bool owed_only);
+  // tells the engine what the model missed (Engine::observe_fidelity); false when none was run, or when
+  // `stop` answered true during its reads (Auditor::run_one: the audit waits again). Holding the gate, not
+  // mutex_.
+  bool audit_one(bool owed_only, const std::function<bool()>& stop = {});
 
   // Sends the least recently used idle windows out of memory until the budget holds. wait = false skips a
   // window the idle worker holds (it calls this again when it lets go); true waits for it.
