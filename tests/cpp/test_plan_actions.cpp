@@ -418,7 +418,7 @@ TEST_CASE("under a budget a recalled chunk reuses the patch it had behind a near
       engine->add_text("Once upon a time, there was a little cat. The cat liked to play with a ball in the sun.");
   const std::vector<int64_t> turn = engine->tokenize("Why", false);
   std::vector<Window> windows;
-  windows.reserve(5);  // the first is read after the others are made
+  windows.reserve(3);  // the first is read after the others are made
   const auto recall_plan = [&](const std::string& spec) {
     windows.push_back(engine->new_window(with_policy(spec)));
     Window& w = windows.back();
@@ -445,14 +445,9 @@ TEST_CASE("under a budget a recalled chunk reuses the patch it had behind a near
   CHECK_THAT(budgeted.describe(), Catch::Contains("stale patch (divergence"));
   windows.front().apply(budgeted).value();
 
-  const Plan tight = recall_plan("patch:16:kl=1e-9:eager");
+  const Plan tight = recall_plan("patch:16:kl=1e-9");
   CHECK(tight.steps.back().action == StepAction::kForm);
   CHECK(tight.steps.back().forward_tokens == Approx(static_cast<double>(story.length)));
-  // Deferring (every preset unless `:eager`), that forward waits for the next read: the canonical is placed.
-  const Plan deferred = recall_plan("patch:16:kl=1e-9");
-  CHECK(deferred.steps.back().how == ServeActionId::kBlind);
-  CHECK(deferred.steps.back().deferred);
-  CHECK(deferred.forward_tokens == 0);
   const Plan unbudgeted = recall_plan("patch:16");
   CHECK(unbudgeted.steps.back().action == StepAction::kForm);
   // Under a budget blind reuse fits, the stale patch still serves: it costs a patch application more (no

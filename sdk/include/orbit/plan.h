@@ -135,8 +135,7 @@ struct PlanStep {
   int64_t bytes_moved = 0;       // canonical/patch bytes read from the store for this step
   double estimated_seconds = 0;  // the engine's cost model (calibrated with Engine::calibrate)
   bool exact = false;            // this instance's KV equals a re-prefill of the window after the plan
-  bool deferred = false;         // kKeep (or kBlind: a recalled chunk placed) under a deferring policy: its
-                                 // repair waits for the next read
+  bool deferred = false;         // kKeep under a deferring policy: its repair waits for the next read
   std::string reason;            // why this action ("context changed: chunk 'b' evicted", "orbit hit", ...)
 };
 

@@ -226,7 +226,6 @@ Status form_pages(const WindowState& state, Operation op, const PlanStep& s, con
   e.patch_key = !s.patch_key.empty() ? s.patch_key : (s.store_keys.empty() ? std::string() : s.store_keys.front());
   e.predicted_kl = s.predicted_kl;
   e.kl_per_weight = s.kl_per_weight;
-  e.deferred = s.deferred;  // a recalled chunk placed, its repair left to the next read
   // Rows a read formed at its own lengths (PlanStep::reused_formed_window) carry that window's base.
   e.formed_window = out.approximate_reuse && s.reused_formed_window > 0
                         ? s.reused_formed_window

@@ -257,61 +257,14 @@ void LayoutPlanner::add_shortfall(std::size_t i, PlanStep& s) const {
   s.predicted_kl += s.shortfall_kl;
 }
 
-namespace {
-
-// Slot candidates' index of a blind placement that forwards nothing (its canonical stored), or npos.
-std::size_t stored_blind(const std::vector<PlanStep>& candidates) {
-  for (std::size_t c = 0; c < candidates.size(); ++c) {
-    const PlanStep& s = candidates[c];
-    if (s.how == ServeActionId::kBlind && !s.encode_canonical && s.forward_tokens == 0) return c;
-  }
-  return std::string::npos;
-}
-
-}  // namespace
-
-bool LayoutPlanner::defer_recall() const {
-  // A recall forwards the chunk it brings back in the context it lands in; an agent that then reorders or
-  // edits before its next model call (a retrieval loop re-ranking its documents) makes that forward stale,
-  // and the read forwards the chunk again. Deferred, the read pays once, behind the window as it reads it.
-  // Only under a budget (the read's search prices the blind placement's loss and repairs it as it would
-  // at the recall), only where the canonical is stored, and only for chunks recalled to the window's tail:
-  // nothing kept is formed behind the placement, and the instances before it are served as the recall
-  // serves them (an earlier edit's deferred repairs run now, where exact reuse may serve them).
-  if (!policy_.defer_repairs || !budgeted_ || layout_.op != Operation::kRecall) return false;
-  bool forwards = false, tail = true;
-  for (const SlotInfo& si : info_) {
-    if (si.old != nullptr) {
-      if (!tail) return false;  // kept behind a recalled chunk
-      continue;
-    }
-    tail = false;
-    if (si.is_turn || si.candidates[si.chosen].forward_tokens == 0) continue;
-    if (stored_blind(si.candidates) == std::string::npos) return false;
-    forwards = true;
-  }
-  return forwards;
-}
-
 void LayoutPlanner::defer_repairs() {
   // A survivor the edit would re-serve is relocated instead and marked; one deferred earlier and still
-  // kept stays marked. A deferred recall's recalled chunk is placed blind and marked.
+  // kept stays marked.
   deferred_.assign(info_.size(), 0);
-  const bool recall = defer_recall();
-  if (!defer_ && !recall) return;
+  if (!defer_) return;
   for (std::size_t i = 0; i < info_.size(); ++i) {
     SlotInfo& si = info_[i];
-    if (si.old == nullptr) {
-      if (!recall || si.is_turn || si.candidates[si.chosen].forward_tokens == 0) continue;
-      const std::string would = serve_action_name(si.candidates[si.chosen].how);
-      si.chosen = stored_blind(si.candidates);
-      si.candidates[si.chosen].reason =
-          "recall: canonical placed, repair deferred to the next read (would be: " + would + ")";
-      si.prefix_why = false;
-      deferred_[i] = 1;
-      continue;
-    }
-    if (!defer_) continue;  // a deferred recall: the instances before the recalled chunks are served now
+    if (si.old == nullptr) continue;
     PlanStep& chosen = si.candidates[si.chosen];
     if (chosen.action == StepAction::kKeep) {
       deferred_[i] = si.old->deferred ? 1 : 0;

@@ -10,9 +10,7 @@
 //                           every applicable action, kept instances starting kept
 //   optimize_budget         (layout_budget.cpp, planner/budget_search.h) upgrades by KL removed per second
 //                           until the budget fits
-//   defer_repairs           a deferring edit relocates the survivors it would re-serve, and marks them;
-//                           a budgeted recall to the tail that would forward the recalled chunk places its
-//                           canonical instead (blind), marked
+//   defer_repairs           a deferring edit relocates the survivors it would re-serve, and marks them
 //   finalize                exact reuse (a step served from KV a forward computed behind the same KV
 //                           states, kv_state.h), exactness along the window, each step's identity, totals
 //   check_pool              refuses a plan that needs more fresh pages than the shared pool has free
@@ -99,10 +97,6 @@ class LayoutPlanner {
   PlanStep choose_unbudgeted(std::size_t i, const PlanInput& in, bool same, bool forced, const std::string* changed);
   void optimize_budget();
   double kept_loss_bound(std::size_t i, const PlanContext& none) const;
-  // A budgeted recall to the window's tail under a deferring policy whose recalled chunks would be
-  // forwarded now, each with its canonical stored: they are placed blind (forwarding nothing) and their
-  // repair left to the next read.
-  bool defer_recall() const;
   void defer_repairs();
   void finalize();
   // Replaces slot i's chosen step `s` by exact reuse when KV for its content behind `chain` is stored and
