@@ -98,6 +98,18 @@ ApiError RequestPath::plan_refusal(const ChatRequest& request, const ChatOptions
   return template_refused(why);
 }
 
+ApiError RequestPath::engine_failure(const Error& e) const {
+  std::string why = e.what();
+  const std::string full = "the KV pool is full", advice = "; evict, slide or close windows";
+  if (why.find(full) != std::string::npos) {
+    const std::size_t at = why.find(advice);
+    if (at != std::string::npos) why.erase(at, advice.size());
+    why += ": this server's KV pool (--pool-mb " + std::to_string(context_.options.pool_bytes >> 20) +
+           ") cannot hold this request's window beside the sessions it keeps; start it with a larger --pool-mb";
+  }
+  return api_error(500, "the engine failed: " + why, "server_error", "engine_error");
+}
+
 RunTicket RequestPath::prepare_chat(const ChatRequest& request, const std::string& session) {
   if (auto bad = check_model(request.model)) return RunTicket(*bad);
   AnswerConstraint forced = context_.constraints->for_request(request);
@@ -115,7 +127,7 @@ RunTicket RequestPath::prepare_chat(const ChatRequest& request, const std::strin
     p->slot = session.empty() ? sessions_.acquire_anonymous(request.messages, request.tools_json)
                               : sessions_.acquire(session);
   } catch (const Error& e) {
-    return RunTicket(api_error(500, std::string("the engine failed: ") + e.what(), "server_error", "engine_error"));
+    return RunTicket(engine_failure(e));
   }
   std::optional<ApiError> bad;
   try {

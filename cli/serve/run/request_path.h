@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "orbit/common/error.h"
 #include "serve/serve_context.h"
 #include "serve/serve_types.h"
 #include "serve/sessions/session_table.h"
@@ -84,6 +85,10 @@ class RequestPath {
   // top_logprobs otherwise).
   std::optional<ApiError> check_logprobs(int64_t prompt_tokens, const SamplingRequest& sampling) const;
   ApiError plan_refusal(const ChatRequest& request, const ChatOptions& chat, const std::string& why) const;
+  // An engine error as the 500 answered for it ("the engine failed: ..."). A refusal for a full KV pool (a
+  // request whose window the pool cannot hold beside the sessions it keeps) names this server's --pool-mb in
+  // place of the SDK's advice, which a client cannot follow.
+  ApiError engine_failure(const Error& e) const;
   std::optional<ApiError> read_reasoning(const ChatRequest& request, RunTicket::Prepared& p);
   // A chat request's run: sync_chat under the gate, decode_chat, then its usage and the session's record.
   RunOutcome run_chat(RunTicket::Prepared& p, const RunSink& sink);

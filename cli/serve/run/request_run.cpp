@@ -199,7 +199,7 @@ RunOutcome RequestPath::run(RunTicket& ticket, const RunSink& sink) {
                                 "); send the request again",
                             "server_error", "server_shutdown");
     } else {
-      out.error = api_error(500, std::string("the engine failed: ") + e.what(), "server_error", "engine_error");
+      out.error = engine_failure(e);
     }
   }
   ticket.prepared_.reset();  // the window back to its session

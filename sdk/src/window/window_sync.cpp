@@ -394,6 +394,21 @@ SyncPlan Window::plan_sync(const std::vector<ChatMessage>& messages, const SyncO
 
 namespace {
 
+// Why sync's operation `what` was refused, `applied` operations after its first: the step, what was applied,
+// then the apply's reason once (it starts "<what> refused: " itself, which is not said twice).
+std::string sync_refusal(const std::string& what, std::size_t applied, std::string reason) {
+  const std::string lead = what + " refused: ";
+  if (reason.compare(0, lead.size(), lead) == 0) reason.erase(0, lead.size());
+  std::ostringstream out;
+  out << what << " refused ";
+  if (applied == 0)
+    out << "(nothing was applied)";
+  else
+    out << "after " << applied << " operations were applied (a later sync resumes)";
+  out << ": " << reason;
+  return out.str();
+}
+
 // Window::sync's operations on `w` (whose state is `s`) for `planned` (w.plan_sync(messages)), each plan
 // executed by `apply` (the window's own apply, or a background one for prepare_sync's throwaway fork). A
 // refusal throws (see Window::sync).
@@ -406,8 +421,7 @@ SyncReport sync_with(Window& w, detail::WindowState& s, const std::vector<ChatMe
 
   const auto run = [&](const Plan& p, const char* what) -> const ApplyReport& {
     Result<ApplyReport> r = apply(p);
-    ORBIT_CHECK(r.is_ok(), "sync: " << what << " refused after " << report.plans.size()
-                                    << " operations were applied (a later sync resumes): " << r.status().reason());
+    if (!r.is_ok()) ORBIT_FAIL("sync: " << sync_refusal(what, report.plans.size(), r.status().reason()));
     report.plans.push_back(p);
     report.reports.push_back(std::move(r).value());
     report.forward_tokens += report.reports.back().forward_tokens;
