@@ -22,6 +22,7 @@
 #include "serve/responses/responses_http.h"
 #include "serve/run/tool_stream.h"
 #include "serve/stored/chat_store_wire.h"
+#include "serve/stored/live_answers.h"
 #include "serve/stored/store_write.h"
 #include "serve/wire/chunk_text.h"
 #include "serve/wire/serve_wire.h"
@@ -65,6 +66,7 @@ struct Job {
   bool first_token = true;
   std::vector<bool> sent;            // per choice: a chunk of it went out (its first carries the role)
   std::optional<StoreWrite> stored;  // the write of an answer with store true (keep_if_stored)
+  LiveAnswers<void>::Hold live;      // store true: registered as being generated until keep_if_stored
   int64_t ended = 0;                 // streamed chat: the choices whose end was handed on
   std::string last_tail;             // streamed chat: the closing chunks of the last choice
                                      // to end, for the stream's tail
@@ -148,9 +150,12 @@ RunOutcome run_job(ServeCore& core, Job& job, const JobStream& out) {
 // tool_call_stream_mismatch error is not stored (storable). The write's outcome
 // goes in job.stored (a failure is counted: store_write.h).
 void keep_if_stored(ServeCore& core, Job& job, const RunOutcome& out) {
-  if (!job.chat || !job.chat->store || !out.result || !storable(*out.result)) return;
-  job.stored = core.chat_completions().put(stored_completion(*job.chat, job.ids, *out.result));
-  if (!job.stored->ok) core.metrics().count_store_write_failure("chat_completions");
+  // Not stored, either, when a DELETE came while it ran (job.live, live_answers.h).
+  if (job.chat && job.chat->store && out.result && storable(*out.result) && job.live.begin_store()) {
+    job.stored = core.chat_completions().put(stored_completion(*job.chat, job.ids, *out.result));
+    if (!job.stored->ok) core.metrics().count_store_write_failure("chat_completions");
+  }
+  job.live.end();  // stored, or never will be
 }
 
 // A non-streamed answer's Orbit-Stored header (and Orbit-Store-Error,
@@ -292,6 +297,8 @@ void HttpServer::generate(const std::string& endpoint, const httplib::Request& r
   job->ids = {(job->chat ? "chatcmpl-" : "cmpl-") + id_tag_ + "-" + std::to_string(++next_id_),
               static_cast<int64_t>(std::time(nullptr)), core_.model_name()};
   job->ids.usage_null = job->sampling().stream && job->sampling().include_usage;
+  // Known as being generated until it is stored (GET answers 409, DELETE deletes it: live_answers.h).
+  if (job->chat && job->chat->store) job->live = core_.chat_completions().live().begin(job->ids.id, nullptr);
   job->obfuscation = StreamObfuscation(job->sampling().stream && job->sampling().include_obfuscation);
   job->watch = std::make_shared<PeerWatch>(req.local_port, req.remote_port);
   if (!job->sampling().stream) {

@@ -168,19 +168,27 @@ ApiError unknown_response(const std::string& id) {
       "invalid_request_error", "response_not_found");
 }
 
+// The response `id`: running (shown with status in_progress, ResponseStore::live; asked first, as a running
+// one's store waits for the answer there), else stored; null when neither.
+std::shared_ptr<const StoredResponse> stored_or_running(ServeCore& core, const std::string& id) {
+  auto [running, shown] = core.responses().live().running(id);
+  if (running) return shown;
+  return core.responses().get(id);
+}
+
 }  // namespace responses_route
 
 void get_response(ServeCore& core, const std::string& id, const httplib::Request& req, httplib::Response& res) {
   if (const std::optional<ApiError> bad = retrieve_query_problem(req.params)) {
     return responses_route::reply_error(res, *bad);
   }
-  const std::shared_ptr<StoredResponse> stored = core.responses().get(id);
+  const std::shared_ptr<const StoredResponse> stored = responses_route::stored_or_running(core, id);
   if (!stored) return responses_route::reply_error(res, responses_route::unknown_response(id));
   res.set_content(stored->body, "application/json");
 }
 
 void get_input_items(ServeCore& core, const std::string& id, const httplib::Request& req, httplib::Response& res) {
-  const std::shared_ptr<StoredResponse> stored = core.responses().get(id);
+  const std::shared_ptr<const StoredResponse> stored = responses_route::stored_or_running(core, id);
   if (!stored) return responses_route::reply_error(res, responses_route::unknown_response(id));
   const ItemsPage page = input_items_page(*stored, req.params);  // httplib::Params is a multimap
   if (page.error) return responses_route::reply_error(res, *page.error);
@@ -195,16 +203,25 @@ void post_input_tokens(ServeCore& core, const httplib::Request& req, httplib::Re
 }
 
 void cancel_response(ServeCore& core, const std::string& id, httplib::Response& res) {
-  if (!core.responses().get(id)) return responses_route::reply_error(res, responses_route::unknown_response(id));
+  const bool running = core.responses().live().running(id).first;
+  if (!running && !core.responses().get(id)) {
+    return responses_route::reply_error(res, responses_route::unknown_response(id));
+  }
+  const std::string state = running ? "is still in progress, but in the foreground: its client ends it by leaving, "
+                                      "and DELETE deletes it"
+                                    : "has finished";
   responses_route::reply_error(res, api_error(400,
                                               "only a response created with background true can be cancelled, "
                                               "and this server runs none in the background (response '" +
-                                                  id + "' has finished)",
+                                                  id + "' " + state + ")",
                                               "invalid_request_error", "response_not_cancellable"));
 }
 
 void delete_response(ServeCore& core, const std::string& id, httplib::Response& res) {
-  if (!core.responses().erase(id)) return responses_route::reply_error(res, responses_route::unknown_response(id));
+  // One still running is deleted there: its run goes on for its client, but nothing is stored when it ends.
+  const bool running = core.responses().live().erase(id);
+  if (!running && !core.responses().erase(id))
+    return responses_route::reply_error(res, responses_route::unknown_response(id));
   res.set_content(dump(nlohmann::json{{"id", id}, {"object", "response"}, {"deleted", true}}), "application/json");
 }
 

@@ -34,19 +34,22 @@ std::optional<std::string> session_header(const httplib::Request& req, std::stri
 
 void post_responses(const ResponsesRoute& route, const httplib::Request& req, httplib::Response& res);
 // GET /v1/responses/{id}: the response object as it was returned (404 response_not_found when it is not stored);
-// a query asking for more (stream=true, include, ...) is a 400 naming it (responses_items.h).
+// one with store true still running: the response with status "in_progress" and no output yet, as
+// response.created showed it (ResponseStore::live); a query asking for more (stream=true, include, ...) is a 400
+// naming it (responses_items.h).
 void get_response(ServeCore& core, const std::string& id, const httplib::Request& req, httplib::Response& res);
-// GET /v1/responses/{id}/input_items: its input as items, a page at a time (responses_items.h).
+// GET /v1/responses/{id}/input_items: its input as items, a page at a time (responses_items.h); a running one's too.
 void get_input_items(ServeCore& core, const std::string& id, const httplib::Request& req, httplib::Response& res);
 // POST /v1/responses/input_tokens: {"object": "response.input_tokens", "input_tokens": N}
 // (count_input_tokens, responses_run.h).
 void post_input_tokens(ServeCore& core, const httplib::Request& req, httplib::Response& res);
 // POST /v1/responses/{id}/cancel: only a response created with background true can be cancelled, and this
-// server runs none in the background (a 400 for a stored response, 404 for an unknown one); a response
-// being streamed ends when its client closes the connection.
+// server runs none in the background (a 400 for a stored or running response, 404 for an unknown one); a
+// response being streamed ends when its client closes the connection.
 void cancel_response(ServeCore& core, const std::string& id, httplib::Response& res);
 // DELETE /v1/responses/{id}: {"id", "object": "response", "deleted": true}; 404 when it is not stored. A stored
-// response that continued it keeps its conversation.
+// response that continued it keeps its conversation. One with store true still running is deleted too: its run
+// goes on for its client, nothing is stored when it ends, and a GET is a 404 from now on.
 void delete_response(ServeCore& core, const std::string& id, httplib::Response& res);
 
 }  // namespace orbit::serve

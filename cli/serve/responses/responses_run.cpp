@@ -31,6 +31,12 @@ std::optional<ApiError> join_previous(ServeCore& core, ResponseCall& call) {
   call.input_begin = call.request.has_instructions ? 1 : 0;
   const std::string& id = call.request.previous_response_id;
   if (id.empty()) return std::nullopt;
+  if (core.responses().live().running(id).first) {  // asked first: one whose store is under way is waited for
+    return api_error(400,
+                     "previous_response_id: response '" + id +
+                         "' is still in progress (its answer is not complete): continue it once it has completed",
+                     "invalid_request_error", "previous_response_in_progress", "previous_response_id");
+  }
   call.previous = core.responses().get(id);
   if (!call.previous) {
     // 400, as OpenAI answers it (the openai clients' BadRequestError): the request names something that is
@@ -137,7 +143,8 @@ ChatMessage answer_message(const RunResult& r) {
   return answer;
 }
 
-StoreWrite store(ServeCore& core, const ResponseCall& call, const RunResult& r, const json& body) {
+// The response as stored but for its answer and body: its id, window, previous one and input.
+std::shared_ptr<StoredResponse> stored_input(const ResponseCall& call) {
   const std::vector<ChatMessage>& messages = call.request.chat.messages;
   auto stored = std::make_shared<StoredResponse>();
   stored->id = call.head.id;
@@ -148,6 +155,23 @@ StoreWrite store(ServeCore& core, const ResponseCall& call, const RunResult& r, 
   } else {
     stored->added.assign(messages.begin() + static_cast<std::ptrdiff_t>(call.input_begin), messages.end());
   }
+  return stored;
+}
+
+// A prepared response with store true registered as running, shown meanwhile with status "in_progress", no
+// output, and its input (ResponseStore::live).
+void register_running(ServeCore& core, ResponseCall& call) {
+  std::shared_ptr<StoredResponse> shown = stored_input(call);
+  ChatMessage answer;  // none yet: input_items lists all but the last message
+  answer.role = "assistant";
+  shown->added.push_back(std::move(answer));
+  shown->body = dump(response_body(call.head, nullptr));
+  call.live = core.responses().live().begin(call.head.id, std::move(shown));
+}
+
+StoreWrite store(ServeCore& core, const ResponseCall& call, const RunResult& r, const json& body) {
+  const std::vector<ChatMessage>& messages = call.request.chat.messages;
+  std::shared_ptr<StoredResponse> stored = stored_input(call);
   stored->added.push_back(answer_message(r));
   stored->body = dump(body);
   std::vector<ChatMessage> read = messages;
@@ -181,6 +205,7 @@ std::optional<ApiError> prepare_response(ServeCore& core, std::string_view body,
     const StoreWrite writable = core.responses().check_writable();
     if (!writable) call.ticket.refuse(store_refusal("responses", writable));
     if (!call.ticket.ok()) return call.ticket.error();
+    response_flow::register_running(core, call);
   }
   return std::nullopt;
 }
@@ -233,6 +258,10 @@ namespace response_flow {
 // The run of a prepared call and what follows it (run_response): `stream` set, the last events go to
 // out.last_events.
 ResponseOutcome run_and_finish(ServeCore& core, ResponseCall& call, const RunSink& run_sink, ResponseEvents* stream) {
+  struct EndRunning {  // however it ends, stored or not, it no longer runs once this returns
+    LiveAnswers<StoredResponse>::Hold& live;
+    ~EndRunning() { live.end(); }
+  } const end_running{call.live};
   ResponseOutcome out;
   out.run = core.run(call.ticket, run_sink);
   if (!out.run.result) {
@@ -247,7 +276,7 @@ ResponseOutcome run_and_finish(ServeCore& core, ResponseCall& call, const RunSin
     out.last_events = stream->failed(tool_stream_error(*r.tool_stream_mismatch, 0));
     return out;
   }
-  if (call.request.store) {
+  if (call.request.store && call.live.begin_store()) {  // not when a DELETE came while it ran
     out.stored = response_flow::store(core, call, r, out.body);
     call.store_tried = true;
   }
@@ -259,6 +288,7 @@ ResponseOutcome run_and_finish(ServeCore& core, ResponseCall& call, const RunSin
 
 void finish_call(ServeCore& core, ResponseCall& call) {
   call.ticket = RunTicket();  // released (run() has released a ticket that ran)
+  call.live.end();            // refused or never run
   if (call.store_tried || call.session.empty() || call.session != call.head.id) return;
   core.end_session(call.session);  // kUnknown: never made (refused before it had a window)
 }

@@ -4,7 +4,8 @@
 //
 // The conversation: the instructions (a system message), then the stored conversation of
 // previous_response_id (400 previous_response_not_found, as OpenAI answers it, for an id never stored, stored with
-// store false, or dropped from the store), then the request's input. With truncation "auto", a conversation whose
+// store false, deleted, or dropped from the store; 400 previous_response_in_progress for one still running: it
+// has no answer to continue yet), then the request's input. With truncation "auto", a conversation whose
 // prompt would leave less than the answer's room in the context loses its oldest items (after the leading system and
 // developer messages, never the last one, and a tool result whose call was dropped goes with it) until it fits: the
 // room is max_output_tokens when given, else the server's default max_tokens, at most a quarter of the context. The
@@ -57,6 +58,8 @@ struct ResponseCall {
   std::string session;  // the window it runs in ("" = anonymous)
   RunTicket ticket;
   bool store_tried = false;  // its answer went to the store (taken, or held for a retry)
+  // Store true: registered as running from its prepare until its run ended (ResponseStore::live).
+  LiveAnswers<StoredResponse>::Hold live;
 };
 
 // Once the call is over (run, refused, or never run): releases its ticket and, where the call's session was
@@ -68,8 +71,9 @@ void finish_call(ServeCore& core, ResponseCall& call);
 
 // Parses `body`, joins the conversation, names the window and prepares the run. `header_session` is the
 // X-Orbit-Session header's value (already checked), or null. Returns the error to answer with, before any
-// byte of the answer (statuses as chat's, previous_response_id unknown 404; with store true, a store that
-// cannot take a write 507, store_write.h).
+// byte of the answer (statuses as chat's; previous_response_id unknown 400 previous_response_not_found, or
+// still running 400 previous_response_in_progress; with store true, a store that cannot take a write 507,
+// store_write.h). A prepared response with store true is registered as running (ResponseCall::live).
 std::optional<ApiError> prepare_response(ServeCore& core, std::string_view body, const std::string* header_session,
                                          ResponseCall& call);
 
@@ -100,7 +104,8 @@ struct ResponseOutcome {
 // and `sink.on_tool_call` observe the generated text and calls (the calls reach the events as they are written
 // where they are decoded under the tools' grammar, answer_constraint.h) and `sink.cancelled` is polled, as for chat. A
 // response that ran to its end (not cancelled) is stored (store true) before its last event is written, so a request
-// chained to it right away finds it; a failed write is counted and said in the last event (store_write.h). A
+// chained to it right away finds it, unless a DELETE came while it ran; either way it is no longer running once this
+// returns (ResponseCall::live); a failed write is counted and said in the last event (store_write.h). A
 // streamed response whose answer does not hold a call as it was streamed (RunResult::tool_stream_mismatch)
 // ends with response.failed naming the call (tool_stream_error, run/tool_stream.h) and is not stored.
 ResponseOutcome run_response(ServeCore& core, ResponseCall& call, const RunSink& sink,

@@ -77,6 +77,7 @@
 #include "serve/responses/responses_disk.h"
 #include "serve/stored/group_commit.h"
 #include "serve/stored/journal_share.h"
+#include "serve/stored/live_answers.h"
 #include "serve/stored/pending_writes.h"
 #include "serve/stored/store_write.h"
 
@@ -149,6 +150,11 @@ class ResponseStore {
   StoreWrites writes() const { return group_.writes(); }
   // Writes (puts and checks) waiting or being written now: for tests that wait until a group has formed.
   std::size_t queued() const { return group_.queued(); }
+  // The responses with store true still running (live_answers.h), each shown meanwhile as a StoredResponse
+  // whose body is the response with status "in_progress" and whose `added` is its input and an empty answer:
+  // GET returns that body, input_items lists that input, DELETE deletes it (nothing is stored when it ends), and
+  // previous_response_id naming it is refused as in progress (responses_run.h).
+  LiveAnswers<StoredResponse>& live() { return live_; }
 
  private:
   struct Entry {
@@ -231,6 +237,7 @@ class ResponseStore {
   // before mutex_): a record never names a held response released, or a row deleted, in between.
   std::mutex journal_turn_;
   std::vector<std::string> unnamed_;  // collect_unnamed()'s ids whose deletion failed: tried again (mutex_)
+  LiveAnswers<StoredResponse> live_;
 };
 
 }  // namespace orbit::serve

@@ -63,6 +63,7 @@
 #include <vector>
 
 #include "serve/stored/group_commit.h"
+#include "serve/stored/live_answers.h"
 #include "serve/stored/pending_writes.h"
 #include "serve/stored/sqlite_file.h"
 #include "serve/stored/store_write.h"
@@ -150,6 +151,10 @@ class ChatStore {
   StoreWrites writes() const { return group_.writes(); }
   // Writes (puts and checks) waiting or being written now: for tests that wait until a group has formed.
   std::size_t queued() const { return group_.queued(); }
+  // The completions with store true still being generated (live_answers.h): GET, the messages list and a metadata
+  // update of one answer 409 (a chat completion has no in-progress form), DELETE deletes it (nothing is stored when
+  // it ends).
+  LiveAnswers<void>& live() { return live_; }
 
  private:
   // A queued put: the completion, alive until its put returns.
@@ -171,6 +176,7 @@ class ChatStore {
   std::unique_ptr<HeldJournal> journal_;  // with a path and ChatStoreOptions::journal; before pending_, which uses it
   PendingWrites<StoredCompletion> pending_;
   std::mutex retry_mutex_;  // one retry at a time; erase() waits for it (taken before mutex_)
+  LiveAnswers<void> live_;
 };
 
 }  // namespace orbit::serve

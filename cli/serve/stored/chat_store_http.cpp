@@ -30,12 +30,18 @@ void get_chat_completion(ServeCore& core, const std::string& id, const httplib::
   if (const std::optional<ApiError> bad = completion_retrieve_query_problem(req.params)) {
     return chat_store_route::reply_error(res, *bad);
   }
+  if (core.chat_completions().live().running(id).first) {
+    return chat_store_route::reply_error(res, completion_in_progress(id));
+  }
   const std::optional<StoredCompletion> stored = core.chat_completions().get(id);
   if (!stored) return chat_store_route::reply_error(res, unknown_completion(id));
   chat_store_route::reply(res, completion_object(*stored));
 }
 
 void list_chat_messages(ServeCore& core, const std::string& id, const httplib::Request& req, httplib::Response& res) {
+  if (core.chat_completions().live().running(id).first) {
+    return chat_store_route::reply_error(res, completion_in_progress(id));
+  }
   const std::optional<StoredCompletion> stored = core.chat_completions().get(id);
   if (!stored) return chat_store_route::reply_error(res, unknown_completion(id));
   const Parsed<nlohmann::json> page = messages_page(*stored, req.params);
@@ -47,13 +53,18 @@ void update_chat_completion(ServeCore& core, const std::string& id, const httpli
                             httplib::Response& res) {
   const Parsed<Metadata> metadata = parse_completion_update(req.body);
   if (!metadata.ok()) return chat_store_route::reply_error(res, metadata.error);
+  if (core.chat_completions().live().running(id).first) {
+    return chat_store_route::reply_error(res, completion_in_progress(id));
+  }
   const std::optional<StoredCompletion> updated = core.chat_completions().update_metadata(id, *metadata.value);
   if (!updated) return chat_store_route::reply_error(res, unknown_completion(id));
   chat_store_route::reply(res, completion_object(*updated));
 }
 
 void delete_chat_completion(ServeCore& core, const std::string& id, httplib::Response& res) {
-  if (!core.chat_completions().erase(id)) return chat_store_route::reply_error(res, unknown_completion(id));
+  // One still being generated is deleted there: nothing is stored when it ends (live_answers.h).
+  const bool running = core.chat_completions().live().erase(id);
+  if (!running && !core.chat_completions().erase(id)) return chat_store_route::reply_error(res, unknown_completion(id));
   chat_store_route::reply(res, {{"id", id}, {"object", "chat.completion.deleted"}, {"deleted", true}});
 }
 

@@ -165,6 +165,14 @@ ApiError unknown_completion(const std::string& id) {
                    "invalid_request_error", "not_found", "completion_id");
 }
 
+ApiError completion_in_progress(const std::string& id) {
+  return api_error(409,
+                   "chat completion '" + id +
+                       "' is still being generated: it is stored when its answer ends (ask again then); "
+                       "DELETE now deletes it",
+                   "invalid_request_error", "chat_completion_in_progress", "completion_id");
+}
+
 ApiError unknown_after(const std::string& after) {
   return bad_query_param("after", "no stored chat completion '" + after + "'");
 }

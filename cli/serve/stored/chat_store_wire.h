@@ -62,6 +62,8 @@ Parsed<Metadata> parse_completion_update(std::string_view body);
 
 // 404: no completion stored under `id`.
 ApiError unknown_completion(const std::string& id);
+// 409: the completion `id` is still being generated (ChatStore::live): stored once its answer ends.
+ApiError completion_in_progress(const std::string& id);
 // 400: `after` names no stored completion.
 ApiError unknown_after(const std::string& after);
 
