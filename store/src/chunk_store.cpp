@@ -437,6 +437,7 @@ StoreStats ChunkStore::stats() const {
   s.refusals = refusals_;
   s.corrupt_reads = corrupt_reads_;
   s.io_errors = io_errors_;
+  s.demotions_lost = demotions_lost_;
   s.disk_degraded = disk_degraded_;
   s.disk_warning = disk_warning_;
   if (remote_) s.remote = remote_->stats();

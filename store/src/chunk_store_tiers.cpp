@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "orbit/common/error.h"
+#include "orbit/common/warn.h"
 #include "orbit/store/chunk_store.h"
 
 namespace orbit::store {
@@ -145,21 +146,36 @@ void ChunkStore::evict(Tier& t, const std::string& key) {
   ++counters(t.id()).evictions;
   Result<ValuePtr> value = t.read(key);  // device pages are gathered to host memory for the tiers below
   t.remove(key);
-  if (value && place_below(t.id(), key, host_copy(value.value()))) {
+  const Status placed = value ? place_below(t.id(), key, host_copy(value.value())) : value.status();
+  if (placed) {
     ++counters(t.id()).demotions;
-  } else if (memory_only_.erase(key) > 0) {
-    ++memory_only_lost_;  // its disk write failed and memory had to let it go: it is lost to the store
+  } else {
+    if (memory_only_.erase(key) > 0) ++memory_only_lost_;  // its disk write failed before: lost to the store
+    // Without a disk, leaving memory is the store's eviction; with one, the disk was to take it.
+    if (disk_) demotion_lost(key, placed);
   }
   forget_if_gone(key);
 }
 
-bool ChunkStore::place_below(StoreTier from, const std::string& key, const ValuePtr& value) {
+Status ChunkStore::place_below(StoreTier from, const std::string& key, const ValuePtr& value) {
   if (from == StoreTier::kDevice && make_room(*host_, host_->charge(*value), key).is_ok()) {
-    return host_->insert(key, value).is_ok();
+    return host_->insert(key, value);
   }
-  if (!disk_) return false;
-  if (disk_->contains(key)) return true;  // already durable: dropping the memory copy loses nothing
-  return write_to_disk_locked(key, value).is_ok();
+  if (!disk_) return Status::refused("no tier below holds it (memory only)");
+  if (disk_->contains(key)) return Status::ok();  // already durable: dropping the memory copy loses nothing
+  return write_to_disk_locked(key, value);
+}
+
+// Recomputable KV: a cache whose memory grew past its budget for what the disk refused would break the bound the
+// server is sized by, and refusing the put that needed the room would stop memory caching, so the entry goes, as a
+// disk eviction's would; counted, and the first warned about with the disk's reason, since a disk that refuses
+// demotions (full of pinned or held entries, a budget below a value, failing writes) is worth an operator's look.
+void ChunkStore::demotion_lost(const std::string& key, const Status& why) {
+  if (demotions_lost_++ > 0 || !options_.warn_disk_errors) return;
+  orbit::warn("store " + options_.dir + ": an entry leaving memory under its budget (" + key.substr(0, 12) +
+              "...) could not be written to disk (" + why.reason() +
+              "): it left the store (recomputed when needed); stats' demotions_lost counts every one (warned once "
+              "a run)");
 }
 
 Status ChunkStore::write_to_disk_locked(const std::string& key, const ValuePtr& value) {

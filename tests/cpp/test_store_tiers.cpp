@@ -11,6 +11,7 @@
 #include <set>
 
 #include "orbit/common/error.h"
+#include "orbit/common/warn.h"
 #include "orbit/runtime/generator.h"
 #include "orbit/runtime/loader.h"
 #include "orbit/runtime/reuse.h"
@@ -262,6 +263,49 @@ TEST_CASE("without write-through, disk receives entries on demotion; the disk bu
   memory_only.dir.clear();
   ChunkStore no_disk(memory_only);
   CHECK(no_disk.put(key(1), blob_of(1, 10), PutOptions{StoreTier::kDisk}).code() == StatusCode::kRefused);
+}
+
+// Without write-through an entry reaches the disk only when memory lets it go; a disk that cannot take it then (here
+// its budget holds one entry, pinned) lost it without a word: only the missing key said so. The store keeps
+// memory's budget (a cache of recomputable KV sized by it) and lets the entry go, as a disk eviction would, but now
+// counts it (StoreStats::demotions_lost) and warns once a run with the disk's reason.
+TEST_CASE("without write-through, an entry the disk cannot take on demotion is counted and warned about",
+          "[store][cpu]") {
+  test::TempDir dir;
+  ChunkStoreOptions o;
+  o.dir = dir.path().string();
+  o.model_fingerprint = test::kStoreTestFingerprint;
+  o.host_budget_bytes = 2 * 4000;
+  o.write_through = false;
+  const int64_t blob_bytes = [&] {
+    test::TempDir probe;
+    ChunkStoreOptions p = o;
+    p.dir = probe.path().string();
+    ChunkStore s(p);
+    REQUIRE(s.put(key(99), blob_of(99, 1000), PutOptions{StoreTier::kDisk}).is_ok());
+    return s.stats().tiers[2].bytes;
+  }();
+  o.disk_budget_bytes = blob_bytes;
+  std::vector<std::string> warnings;
+  const WarningSink previous = set_warning_sink([&](std::string m) { warnings.push_back(std::move(m)); });
+  ChunkStore store(o);
+  REQUIRE(store.put(key(1), blob_of(1, 1000)).is_ok());
+  REQUIRE(store.put(key(2), blob_of(2, 1000)).is_ok());
+  REQUIRE(store.put(key(3), blob_of(3, 1000)).is_ok());  // 1 is demoted: the disk takes it
+  REQUIRE(store.pin(key(1)).is_ok());
+  CHECK(store.stats().demotions_lost == 0);
+  REQUIRE(store.put(key(4), blob_of(4, 1000)).is_ok());  // 2 demoted: the disk is full of pinned 1
+  REQUIRE(store.put(key(5), blob_of(5, 1000)).is_ok());  // 3 too
+  set_warning_sink(previous);
+  const StoreStats s = store.stats();
+  CHECK(s.demotions_lost == 2);
+  CHECK_FALSE(store.contains(key(2)));
+  CHECK_FALSE(store.contains(key(3)));
+  CHECK(s.tiers[1].bytes <= o.host_budget_bytes);  // memory kept its budget
+  for (int64_t i : {1, 4, 5}) CHECK(store.contains(key(i)));
+  REQUIRE(warnings.size() == 1);
+  CHECK_THAT(warnings[0], Contains("could not be written to disk") && Contains("pinned") && Contains("demotions_lost"));
+  store.verify_integrity(true);
 }
 
 TEST_CASE("cost-aware eviction keeps small, reused, expensive entries", "[store][cpu]") {

@@ -181,6 +181,11 @@ struct StoreStats {
   int64_t refusals = 0;       // puts no tier could admit (backpressure)
   int64_t corrupt_reads = 0;  // blobs that failed their checksum on read (served as misses)
   int64_t io_errors = 0;      // puts that failed on disk (full, permission)
+  // Entries a memory tier let go under its budget that the disk could not take (ChunkStoreOptions::write_through =
+  // false, where an entry reaches the disk only so, or a disk whose write failed): gone from the store (recomputed
+  // when needed), as a disk eviction's. Memory's budget is not grown for them: the first in a run is warned about
+  // with the disk's reason (a disk budget full of pinned or held entries, a failed write).
+  int64_t demotions_lost = 0;
   // The disk tier failed a write (full, read-only, I/O error): entries are kept in memory only from then
   // on until a write succeeds again. disk_warning names the path and the reason (also printed once).
   bool disk_degraded = false;

@@ -66,7 +66,8 @@ struct ChunkStoreOptions {
   std::shared_ptr<const EvictionPolicy> host_policy = std::make_shared<LruPolicy>();
   std::shared_ptr<const EvictionPolicy> disk_policy = std::make_shared<LruPolicy>();
   // Every put is written to disk before it returns (durable across crashes); memory tiers are caches.
-  // false: disk receives entries only when they are demoted out of host memory.
+  // false: disk receives entries only when they are demoted out of host memory; one the disk cannot take then
+  // leaves the store (StoreStats::demotions_lost, one warning a run).
   bool write_through = true;
   // Optional compressed cold tier: canonicals are stored on disk as int8 rows (about 1/4 of the bytes,
   // lossy; see test_store_tiers for the measured error). Off by default.
@@ -230,8 +231,11 @@ class ChunkStore {
   // abandon_through): true when it left the disk.
   bool give_up_held(const std::string& key, int64_t seq);
   // Places a value leaving `from` (or new) in the highest memory tier strictly below `from` that admits
-  // it, else on disk. false when it found no place (the value is lost to the store).
-  bool place_below(StoreTier from, const std::string& key, const ValuePtr& value);
+  // it, else on disk. A failure when it found no place (the value is lost to the store), saying why.
+  Status place_below(StoreTier from, const std::string& key, const ValuePtr& value);
+  // A value that left memory and found no place below (`why`) while the store has a disk: counted in
+  // demotions_lost, the first in a run warned about.
+  void demotion_lost(const std::string& key, const Status& why);
   Status write_to_disk_locked(const std::string& key, const ValuePtr& value);
   // A disk write succeeded: writes the memory-only entries back and clears disk_degraded once none is
   // left. Returns the first failure (the store stays degraded).
@@ -324,6 +328,7 @@ class ChunkStore {
   // Keys put while the disk failed, held only in a memory tier until disk_recovered() writes them back.
   std::set<std::string> memory_only_;
   int64_t memory_only_lost_ = 0;  // memory-only entries that memory evicted before the disk took them
+  int64_t demotions_lost_ = 0;    // StoreStats::demotions_lost
   std::vector<StoreFault> faults_;
   std::set<std::string> unreadable_warned_;  // blobs (index paths) whose failed read was warned about
 };
