@@ -57,8 +57,9 @@ const char* kStoreUsage =
     "          for good; its writes are then never sent (--dry-run: only count them); the store must not be\n"
     "          open\n"
     "ls, stat and verify only read (safe while engines have the store open, also on a read-only disk).\n"
-    "accepted arguments: SUBCOMMAND, --store VALUE, --remote VALUE (stat, reset-counts,\n"
-    "forget-remote), --json, --dry-run (gc, forget-remote), --help\n";
+    // One line: the last of every command's --help lists the accepted names (test_text_cli).
+    "accepted arguments: SUBCOMMAND, --store VALUE, --remote VALUE (stat, reset-counts, forget-remote), --json, "
+    "--dry-run (gc, forget-remote), --help\n";
 
 json remote_json(const RemoteSummary& r) {
   return {{"url", r.url},
