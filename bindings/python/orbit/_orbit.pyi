@@ -228,7 +228,13 @@ class Plan:
     @property
     def background_tokens(self) -> float: ...
     @property
-    def predicted_kl(self) -> float: ...
+    def predicted_kl(self) -> float:
+        """The fidelity model's next-token KL vs a re-prefill after apply (sum over steps); a budgeted policy keeps
+        it within policy.kl_budget when it can. What it predicts: KL(p_ref || p), p_ref from
+        Window.reference_logits and p from Window.logits (all_rows=True) of a short query read after the window
+        (a few tokens of text), averaged over the query's rows; not the largest row's, which runs several times
+        the mean. An estimate from plan metadata, not a bound: on the bundled models it errs high on text that starts
+        afresh and can err low on random ids (planner/fidelity_model.h)."""
     @property
     def estimated_seconds(self) -> float: ...
     @property

@@ -208,7 +208,8 @@ void def_plan_step(py::module_& m) {
           "how", [](const PlanStep& s) { return std::string(serve_action_name(s.how)); },
           "The serving action's name ('keep', 'stored-patch', 'form', 'blind', ...).")
       .def_readonly("predicted_kl", &PlanStep::predicted_kl,
-                    "The fidelity model's next-token KL vs a re-prefill this instance carries after the step.")
+                    "The fidelity model's next-token KL vs a re-prefill this instance carries after the step\n"
+                    "(the statistic Plan.predicted_kl describes).")
       .def_readonly("shortfall_kl", &PlanStep::shortfall_kl,
                     "Of predicted_kl, dynamic-NTK RoPE's: the instance's content formed in a window of another\n"
                     "length than the window after the plan (priced anew by every plan from the length it was\n"
@@ -253,7 +254,12 @@ void def_plan(py::module_& m) {
                     "Token-forwards queued for the background (sum over steps).")
       .def_readonly("predicted_kl", &Plan::predicted_kl,
                     "The fidelity model's next-token KL vs a re-prefill after apply (sum over steps); a\n"
-                    "budgeted policy keeps it within policy.kl_budget when it can.")
+                    "budgeted policy keeps it within policy.kl_budget when it can. What it predicts: KL(p_ref ||\n"
+                    "p), p_ref from Window.reference_logits and p from Window.logits (all_rows=True) of a short\n"
+                    "query read after the window (a few tokens of text), averaged over the query's rows; not\n"
+                    "the largest row's, which runs several times the mean. An estimate from plan metadata, not a\n"
+                    "bound: on the bundled models it errs high on text that starts afresh and can err low on\n"
+                    "random ids (planner/fidelity_model.h).")
       .def_readonly("estimated_seconds", &Plan::estimated_seconds, "Critical-path seconds by the cost model (sum).")
       .def_readonly(
           "policy", &Plan::policy,

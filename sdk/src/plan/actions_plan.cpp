@@ -97,6 +97,20 @@ double estimate_seconds(const PlanInput& in, const PlanStep& s) {
   return 0.0;
 }
 
+namespace {
+
+// The blind loss of `in` (its canonical relocated behind its context), times kDisplacedStartFactor for the window's
+// first instance, formed exactly at position 0 and now behind content: its first rows held the attention sink
+// (planner/fidelity_model.h). A keep and a blind re-serve of it hold the same KV, so both are priced so.
+double blind_kl(const PlanInput& in) {
+  const bool displaced_start =
+      in.old != nullptr && in.old->formed_on_tokens == 0 && in.old->exact_when_formed && in.position > 0;
+  return (displaced_start ? planner::kDisplacedStartFactor : 1.0) *
+         in.fidelity.predict(planner::Loss::kBlind, 1.0, in.weight, in.sensitivity);
+}
+
+}  // namespace
+
 double kept_kl(const PlanInput& in) {
   ORBIT_CHECK(in.old != nullptr, "internal error: a keep was priced for a new instance");
   // Recomputed from the instance's current features (never accumulated from earlier plans): what its
@@ -109,10 +123,9 @@ double kept_kl(const PlanInput& in) {
   }
   // Formed with nothing before it, its KV is the canonical: wherever it sits now behind content, it is
   // served blind, and loses at least what blind reuse is predicted to (the keep loss is calibrated on
-  // instances that keep part of what they were formed behind).
+  // instances that keep part of what they were formed behind; blind_kl: more at the window's start).
   if (in.old->formed_on_tokens == 0 && in.position > 0) {
-    kl = std::max(kl, in.old->kl_per_weight * in.weight +
-                          in.fidelity.predict(planner::Loss::kBlind, 1.0, in.weight, in.sensitivity));
+    kl = std::max(kl, in.old->kl_per_weight * in.weight + blind_kl(in));
   }
   return kl;
 }
@@ -384,15 +397,14 @@ class Blind final : public ServeAction {
     if (in.is_turn || in.context->empty()) return std::nullopt;
     PlanStep s = base_step(id(), category());
     s.needs_canonical = true;
-    s.predicted_kl = in.fidelity.predict(planner::Loss::kBlind, 1.0, in.weight, in.sensitivity);
+    s.predicted_kl = blind_kl(in);
     s.reason = "blind (canonical relocated)";
     price_held(in, s);
     price_canonical(in, s);
     return s;
   }
   ActionFloor floor(const PlanInput& in) const override {
-    return {!in.is_turn && in.position > 0, in.fidelity.predict(planner::Loss::kBlind, 1.0, in.weight, in.sensitivity),
-            in.cost.seconds_relocate(kv_bytes(in))};
+    return {!in.is_turn && in.position > 0, blind_kl(in), in.cost.seconds_relocate(kv_bytes(in))};
   }
 };
 

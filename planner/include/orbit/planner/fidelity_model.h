@@ -53,6 +53,11 @@
 // from the previous plan's), plus what its own serving action left (coefficient · f of that action, per
 // unit weight, carried with the instance).
 //
+// A kept instance formed exactly with nothing before it (the window's first, at position 0, holding its
+// attention sink: a BOS, a system prompt's first rows) and now behind content (a chunk admitted or recalled
+// in front of it) is served blind, kept or relocated (the same KV), and predicted kDisplacedStartFactor times
+// the blind loss at its recency weight (below).
+//
 // Exact actions (form, prefill, canonical at position 0, exact full-rank patch) predict 0. Coefficients
 // come from measured deficits (FidelitySample: a measured KL with its f·s) by least squares through the
 // origin per kind; kinds without samples keep the defaults (what Engine::calibrate() fits on the bundled
@@ -175,6 +180,19 @@ inline constexpr double kShortfallCoefficient = 0.29;
 // 0.0008-0.02). Halfway (3.5e-2) would price that conversation's kept first turn at 2.2e-2 on turn 2, 7x the
 // 3e-3 budget (2.6e-3 with the whole fit), so the plan would re-prefill it as with the default.
 inline constexpr double kCalibrationWeight = 0.5;
+
+// The displaced start (above): the window's first instance, formed alone at position 0, kept behind a chunk
+// admitted or recalled in front of it. Its first rows were formed as the window's start (the sink every later
+// query attends to, whatever its distance); behind content the window then has two, and the next token loses
+// far more than a blind canonical elsewhere. Measured per instance (Window.loss_by_instance: an up-to-8-token
+// query, mean over its rows) against the blind prediction at the instance's recency weight, a chunk admitted in
+// front of the first of 3, 5 or 9 chunks and a turn: on seeds 1-3 (chosen on) tinystories-656k 10-65x on
+// TinyStories-like text (its first chunk with BOS), 1.3-77x on random ids, stories260K 0.003-80x and 0.004-0.8x:
+// 64 covers 34 of 36, the other two within 1.3x. On seeds 4-8 (held out) 2.8-317x, 1.6-63x, 0.09-15x and
+// 0.004-3.8x: 51 of 59 covered; the 8 misses are tinystories-656k text, where 64x still prices 4 of them past
+// the 3e-3 budget (a budgeted plan re-forms the chunk), 3 measured under 4e-4 and one 3.2e-3 (predicted 2.2e-3).
+// It over-prices stories260K's random ids, where re-forming the chunk costs only its tokens.
+inline constexpr double kDisplacedStartFactor = 64.0;
 
 inline constexpr double kSensitivityExponent = 0.4;  // g(r) below the reference sensitivity
 inline constexpr double kMinSensitivityFactor = 0.125;
