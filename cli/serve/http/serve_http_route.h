@@ -16,6 +16,9 @@ namespace orbit::serve::serve_http_route {
 // Answers `e` as an OpenAI error body with its status.
 inline void reply_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
+  // A 503 kv_pool_full (RequestPath::engine_failure) ends when the requests running now do: OpenAI's clients
+  // wait what Retry-After says before their retry.
+  if (e.code == "kv_pool_full") res.set_header("Retry-After", "1");
   res.set_content(error_body(e), "application/json");
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "orbit/capacity.h"
 #include "orbit/common/error.h"
 #include "serve/run/decode.h"
 #include "serve/run/reasoning.h"
@@ -100,14 +101,17 @@ ApiError RequestPath::plan_refusal(const ChatRequest& request, const ChatOptions
 
 ApiError RequestPath::engine_failure(const Error& e) const {
   std::string why = e.what();
-  const std::string full = "the KV pool is full", advice = "; evict, slide or close windows";
-  if (why.find(full) != std::string::npos) {
-    const std::size_t at = why.find(advice);
-    if (at != std::string::npos) why.erase(at, advice.size());
-    why += ": this server's KV pool (--pool-mb " + std::to_string(context_.options.pool_bytes >> 20) +
-           ") cannot hold this request's window beside the sessions it keeps; start it with a larger --pool-mb";
-  }
-  return api_error(500, "the engine failed: " + why, "server_error", "engine_error");
+  if (dynamic_cast<const CapacityRefused*>(&e) == nullptr)
+    return api_error(500, "the engine failed: " + why, "server_error", "engine_error");
+  const std::string advice = "; evict, slide or close windows";  // the SDK's, which a client cannot follow
+  const std::size_t at = why.find(advice);
+  if (at != std::string::npos) why.erase(at, advice.size());
+  return api_error(503,
+                   why + ": this server's KV pool (--pool-mb " + std::to_string(context_.options.pool_bytes >> 20) +
+                       ") cannot hold this request's window beside the windows requests are using now (every idle "
+                       "window was let go); send it again when they have ended, or start the server with a larger "
+                       "--pool-mb",
+                   "server_error", "kv_pool_full");
 }
 
 RunTicket RequestPath::prepare_chat(const ChatRequest& request, const std::string& session) {

@@ -85,15 +85,18 @@ class RequestPath {
   // top_logprobs otherwise).
   std::optional<ApiError> check_logprobs(int64_t prompt_tokens, const SamplingRequest& sampling) const;
   ApiError plan_refusal(const ChatRequest& request, const ChatOptions& chat, const std::string& why) const;
-  // An engine error as the 500 answered for it ("the engine failed: ..."). A refusal for a full KV pool (a
-  // request whose window the pool cannot hold beside the sessions it keeps) names this server's --pool-mb in
-  // place of the SDK's advice, which a client cannot follow.
+  // An engine error as the 500 answered for it ("the engine failed: ..."). A sync refused for capacity
+  // (orbit::CapacityRefused: the KV pool cannot hold this request's window beside the windows requests are
+  // using, every idle one let go already, sync_making_room) is a 503 kv_pool_full (Retry-After: 1,
+  // serve_http_route.h): the pages come back as the running requests end, and OpenAI's clients retry a 503
+  // after the Retry-After; its message names this server's --pool-mb in place of the SDK's advice.
   ApiError engine_failure(const Error& e) const;
   std::optional<ApiError> read_reasoning(const ChatRequest& request, RunTicket::Prepared& p);
   // A chat request's run: sync_chat under the gate, decode_chat, then its usage and the session's record.
   RunOutcome run_chat(RunTicket::Prepared& p, const RunSink& sink);
   struct ChatSync;
   bool sync_chat(RunTicket::Prepared& p, const RunSink& sink, ChatSync& out);
+  SyncReport sync_making_room(RunTicket::Prepared& p);  // sync_chat's sync; see request_run.cpp
   RunResult decode_chat(RunTicket::Prepared& p, const std::vector<int64_t>& generation_prompt, const RunSink& sink);
   RunOutcome run_completion(RunTicket::Prepared& p, const RunSink& sink);
   void queue_audit(std::shared_ptr<Session> s, int64_t request, const std::vector<int64_t>& query, double predicted_kl);

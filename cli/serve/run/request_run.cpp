@@ -8,6 +8,7 @@
 #include <functional>
 #include <utility>
 
+#include "orbit/capacity.h"
 #include "orbit/common/error.h"
 #include "orbit/forward_pieces.h"
 #include "orbit/interrupt.h"
@@ -220,6 +221,26 @@ RunOutcome RequestPath::run(RunTicket& ticket, const RunSink& sink) {
   return out;
 }
 
+// The window synced by the plan prepare made (no second rendering). A sync the KV pool refuses
+// (orbit::CapacityRefused) lets the least recently used idle window go (SessionTable::let_go_idle) and is planned
+// and tried again on the window as the refusal left it, until it fits or no idle window is left: the last
+// refusal is then thrown (engine_failure answers it 503 kv_pool_full).
+SyncReport RequestPath::sync_making_room(RunTicket::Prepared& p) {
+  Window& window = p.slot.window();
+  try {
+    return window.sync(p.chat->messages, p.plan);
+  } catch (const CapacityRefused&) {
+    if (!sessions_.let_go_idle(p.slot.session())) throw;
+  }
+  for (;;) {
+    try {
+      return window.sync(p.chat->messages, p.plan.options);
+    } catch (const CapacityRefused&) {
+      if (!sessions_.let_go_idle(p.slot.session())) throw;
+    }
+  }
+}
+
 // What the sync under the gate leaves for the decode.
 struct RequestPath::ChatSync {
   SyncReport report;
@@ -237,7 +258,7 @@ bool RequestPath::sync_chat(RunTicket::Prepared& p, const RunSink& sink, ChatSyn
   if (!turn.enter()) return false;
   return run_in_pieces(context_, s.lane, sink.cancelled, [&] {
     context_.auditor.count_request();
-    out.report = window.sync(p.chat->messages, p.plan);  // the plan prepare made: no second rendering
+    out.report = sync_making_room(p);
     out.predicted_kl = run_deferred_repairs(window);
     out.mode = sessions_.serving(s);
     if (out.mode.exact) {

@@ -350,9 +350,40 @@ void SessionTable::enforce_budget(bool wait) {
       busy.insert(victim.get());
       continue;
     }
-    victim->window.reset();  // its KV leaves the pool; its chunks stay in the store
-    ++victim->totals.evictions;
-    victim->stats = WindowStats{};
+    let_go(*victim);
+  }
+}
+
+void SessionTable::let_go(Session& s) {
+  s.window.reset();  // its KV leaves the pool; its chunks stay in the store
+  ++s.totals.evictions;
+  s.stats = WindowStats{};
+}
+
+bool SessionTable::let_go_idle(const Session& keep) {
+  std::set<const Session*> busy;  // held by the idle worker: skipped
+  for (;;) {
+    std::shared_ptr<Session> victim;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for_each_window([&](const std::shared_ptr<Session>& s) {
+        const bool candidate = s.get() != &keep && s->window && s->holders == 0 && !busy.count(s.get());
+        if (candidate && (!victim || s->last_used < victim->last_used)) victim = s;
+      });
+      if (!victim) return false;
+    }
+    std::unique_lock<std::mutex> run(victim->run, std::try_to_lock);
+    if (!run.owns_lock()) {
+      busy.insert(victim.get());
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!victim->window || victim->holders > 0) {  // let go meanwhile, or a request came for it: keep it
+      busy.insert(victim.get());
+      continue;
+    }
+    let_go(*victim);
+    return true;
   }
 }
 

@@ -12,6 +12,9 @@
 // free one sharing the most, the least recently used among equals. Anonymous windows get the idle work
 // sessions get (the answer prefilled as the next request will send it back, Window::idle).
 //
+// Pool: a request whose sync the KV pool refuses makes room by letting the least recently used idle windows go
+// the same way, one at a time, its sync tried again after each (RequestPath::sync_chat, let_go_idle).
+//
 // Budget: when the idle windows (of sessions and anonymous ones alike) hold more than
 // ServeOptions::session_budget_bytes, or more than max_sessions windows are resident, the least recently
 // used idle ones leave memory (their Window is closed; their chunks stay in the store, and the next request
@@ -218,6 +221,12 @@ class SessionTable {
   // Sends the least recently used idle windows out of memory until the budget holds. wait = false skips a
   // window the idle worker holds (it calls this again when it lets go); true waits for it.
   void enforce_budget(bool wait);
+  // Room in the KV pool for `keep`'s request, which the pool refused (orbit::CapacityRefused): the least
+  // recently used idle window (no request holds it or waits for it; never `keep`'s own) leaves memory as the
+  // budget's do (its chunks stay in the store; its next request syncs a new window from them). A window the
+  // idle worker holds is skipped (the caller holds the gate the worker may wait for). False when there was
+  // none to let go.
+  bool let_go_idle(const Session& keep);
 
   // GET /v1/sessions/{id}'s body (serve_core.h); nullopt for an unknown session.
   std::optional<nlohmann::json> info(const std::string& id) const;
@@ -238,6 +247,7 @@ class SessionTable {
   template <typename F>
   void for_each_window(F&& f) const;    // under mutex_: f(shared_ptr<Session>) for sessions, then anonymous ones
   void drop_refused(const Session& s);  // under mutex_: the record or anonymous window of a refused request
+  void let_go(Session& s);              // under mutex_, holding s.run: its window leaves memory
 
   ServeContext& context_;
   std::function<void()> on_release_;

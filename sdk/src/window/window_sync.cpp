@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "engine/engine_core.h"
+#include "orbit/capacity.h"
 #include "orbit/common/error.h"
 #include "orbit/engine.h"
 #include "orbit/runtime/chat_template.h"
@@ -421,7 +422,11 @@ SyncReport sync_with(Window& w, detail::WindowState& s, const std::vector<ChatMe
 
   const auto run = [&](const Plan& p, const char* what) -> const ApplyReport& {
     Result<ApplyReport> r = apply(p);
-    if (!r.is_ok()) ORBIT_FAIL("sync: " << sync_refusal(what, report.plans.size(), r.status().reason()));
+    if (!r.is_ok()) {
+      const std::string why = "sync: " + sync_refusal(what, report.plans.size(), r.status().reason());
+      if (r.status().code() == StatusCode::kOutOfCapacity) throw CapacityRefused(why, __FILE__, __LINE__);
+      throw Error(why, __FILE__, __LINE__);
+    }
     report.plans.push_back(p);
     report.reports.push_back(std::move(r).value());
     report.forward_tokens += report.reports.back().forward_tokens;
