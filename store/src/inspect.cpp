@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "blobs_root.h"
+#include "inspect_verify.h"
 #include "orbit/common/error.h"
 #include "orbit/store.h"
 #include "orbit/store/blob_format.h"
@@ -261,70 +262,100 @@ StoreSummary summarize_store(const std::string& dir) {
   return s;
 }
 
+namespace store {
+namespace {
+
+// What verify finds of one row: nothing (sound), a problem (damage), or a blob it could not read.
+struct RowCheck {
+  enum class Kind { kSound, kProblem, kUnreadable } kind = Kind::kSound;
+  std::string path;
+  std::string reason;
+};
+
+RowCheck row_problem(std::string path, std::string reason) {
+  return {RowCheck::Kind::kProblem, std::move(path), std::move(reason)};
+}
+
+// Reads the blob `r` names and checks it against the row: key, size, checksum, model, kind, encoding, value
+// bytes, and the row's corrupt mark.
+RowCheck check_row(const std::string& root, const std::string& confined_root, const std::string& fingerprint,
+                   const DiskRow& r) {
+  std::string path = (fs::path(root) / r.blob).string();
+  if (!is_store_key(r.key)) {
+    return row_problem(path, "the index row's key is not a store key (64 lowercase hex characters)");
+  }
+  Result<std::string> confined = confine_blob_path(root, confined_root, r.blob);
+  if (!confined) return row_problem(path, confined.status().reason());  // never read a file outside the store
+  path = confined.value();
+  Result<at::Tensor> bytes = read_file_bytes(path);
+  if (!bytes && bytes.status().code() != StatusCode::kNotFound) {  // EMFILE, EACCES, EIO, ...: not damage
+    return {RowCheck::Kind::kUnreadable, path, bytes.status().reason()};
+  }
+  if (!bytes) return row_problem(path, "missing: " + bytes.status().reason());
+  if (bytes.value().numel() != r.blob_bytes) {
+    return row_problem(path, "size " + std::to_string(bytes.value().numel()) + " != " + std::to_string(r.blob_bytes) +
+                                 " in the index (truncated or overwritten)");
+  }
+  Result<DecodedBlob> decoded = decode_blob(bytes.value(), r.checksum, path);
+  if (!decoded) return row_problem(path, decoded.status().reason());
+  if (decoded.value().key != r.key || decoded.value().model_fingerprint != fingerprint) {
+    return row_problem(path,
+                       "the blob holds key " + decoded.value().key + " of model " + decoded.value().model_fingerprint);
+  }
+  const EntryKind kind = decoded.value().value->kind;
+  if (kind != r.kind || decoded.value().encoding != r.encoding) {
+    return row_problem(path, std::string("the index says kind ") + entry_kind_name(r.kind) + ", encoding " +
+                                 blob_encoding_name(r.encoding) + " (" + std::to_string(static_cast<int>(r.kind)) +
+                                 ", " + std::to_string(static_cast<int>(r.encoding)) + "); the blob holds " +
+                                 entry_kind_name(kind) + ", " + blob_encoding_name(decoded.value().encoding));
+  }
+  const int64_t value_bytes = decoded.value().value->bytes();
+  if (value_bytes != r.value_bytes) {  // stat's "in memory" sums this field
+    return row_problem(path, "the index says value_bytes " + std::to_string(r.value_bytes) +
+                                 "; the blob's value holds " + std::to_string(value_bytes) + " bytes");
+  }
+  if (r.corrupt) {
+    return row_problem(path, "marked corrupt by an earlier read (the blob now verifies; rewrite the entry to clear)");
+  }
+  return {};
+}
+
+// True when the index no longer holds `r` as it was read: erased, evicted, or rewritten to another blob.
+bool row_changed(const SqliteIndex& index, const DiskRow& r) {
+  const std::optional<DiskRow> now = index.row(r.key);
+  return !now || now->blob != r.blob || now->checksum != r.checksum;
+}
+
+}  // namespace
+
+VerifyReport verify_rows(const SqliteIndex& index, const std::string& root, const std::string& fingerprint,
+                         const std::vector<DiskRow>& rows) {
+  VerifyReport report;
+  const std::string confined_root = blobs_root(root);
+  for (const DiskRow& r : rows) {
+    RowCheck c = check_row(root, confined_root, fingerprint, r);
+    if (c.kind != RowCheck::Kind::kSound && row_changed(index, r)) continue;
+    ++report.checked;
+    if (c.kind == RowCheck::Kind::kSound) continue;
+    auto& list = c.kind == RowCheck::Kind::kProblem ? report.problems : report.unreadable;
+    list.push_back({shown(r.key), shown(c.path), shown(c.reason)});
+  }
+  return report;
+}
+
+}  // namespace store
+
 VerifyReport verify_store(const std::string& dir) {
   const std::string root = store_root(dir);
   std::unique_ptr<SqliteIndex> opened = open_index(root, SqliteIndex::Mode::kReadOnly);
   SqliteIndex& index = *opened;
   const std::string fingerprint = index.meta("model_fingerprint").value_or("");
-  VerifyReport report;
-  const std::vector<DiskRow> rows = index_rows(index, root);
-  const std::string confined_root = blobs_root(root);
-  for (const DiskRow& r : rows) {
-    ++report.checked;
-    std::string path = (fs::path(root) / r.blob).string();
-    auto problem = [&](const std::string& reason) {
-      report.problems.push_back({shown(r.key), shown(path), shown(reason)});
-    };
-    if (!is_store_key(r.key)) {
-      problem("the index row's key is not a store key (64 lowercase hex characters)");
-      continue;
-    }
-    Result<std::string> confined = store::confine_blob_path(root, confined_root, r.blob);
-    if (!confined) {  // never read (nor delete) a file outside the store
-      problem(confined.status().reason());
-      continue;
-    }
-    path = confined.value();
-    Result<at::Tensor> bytes = store::read_file_bytes(path);
-    if (!bytes && bytes.status().code() != StatusCode::kNotFound) {  // EMFILE, EACCES, EIO, ...: not damage
-      report.unreadable.push_back({shown(r.key), shown(path), shown(bytes.status().reason())});
-      continue;
-    }
-    if (!bytes) {
-      problem("missing: " + bytes.status().reason());
-      continue;
-    }
-    if (bytes.value().numel() != r.blob_bytes) {
-      problem("size " + std::to_string(bytes.value().numel()) + " != " + std::to_string(r.blob_bytes) +
-              " in the index (truncated or overwritten)");
-      continue;
-    }
-    Result<store::DecodedBlob> decoded = store::decode_blob(bytes.value(), r.checksum, path);
-    if (!decoded) {
-      problem(decoded.status().reason());
-      continue;
-    }
-    if (decoded.value().key != r.key || decoded.value().model_fingerprint != fingerprint) {
-      problem("the blob holds key " + decoded.value().key + " of model " + decoded.value().model_fingerprint);
-      continue;
-    }
-    const EntryKind kind = decoded.value().value->kind;
-    if (kind != r.kind || decoded.value().encoding != r.encoding) {
-      problem(std::string("the index says kind ") + entry_kind_name(r.kind) + ", encoding " +
-              blob_encoding_name(r.encoding) + " (" + std::to_string(static_cast<int>(r.kind)) + ", " +
-              std::to_string(static_cast<int>(r.encoding)) + "); the blob holds " + entry_kind_name(kind) + ", " +
-              blob_encoding_name(decoded.value().encoding));
-      continue;
-    }
-    const int64_t value_bytes = decoded.value().value->bytes();
-    if (value_bytes != r.value_bytes) {  // stat's "in memory" sums this field
-      problem("the index says value_bytes " + std::to_string(r.value_bytes) + "; the blob's value holds " +
-              std::to_string(value_bytes) + " bytes");
-      continue;
-    }
-    if (r.corrupt) problem("marked corrupt by an earlier read (the blob now verifies; rewrite the entry to clear)");
-  }
+  std::vector<DiskRow> rows = index_rows(index, root);
+  VerifyReport report = store::verify_rows(index, root, fingerprint, rows);
   const BlobFiles files = scan_blobs(root);
+  // A blob an engine wrote after the rows were read is named by a row read after the scan.
+  const std::vector<DiskRow> later = index_rows(index, root);
+  rows.insert(rows.end(), later.begin(), later.end());
   report.unreferenced_blobs = count_unreferenced(root, rows, files);
   report.temp_files = static_cast<int64_t>(files.temps.size());
   report.index_damage = shown(index.inconsistency());
