@@ -33,6 +33,27 @@ ValuePtr blob_of(int64_t i, int64_t floats) {
   return make_value(EntryKind::kOther, {{"x", at::full({floats}, static_cast<double>(i), at::kFloat)}});
 }
 
+// A store at `dir` without write-through (an entry reaches the disk only when memory lets it go) whose memory
+// holds two entries of blob_of(i, 1000).
+ChunkStoreOptions demoting_options(const std::string& dir) {
+  ChunkStoreOptions o;
+  o.dir = dir;
+  o.model_fingerprint = test::kStoreTestFingerprint;
+  o.host_budget_bytes = 2 * 4000;
+  o.write_through = false;
+  return o;
+}
+
+// The disk bytes one entry of blob_of(i, 1000) takes in a store of options `o` (measured in a store of its own).
+int64_t one_entry_disk_bytes(const ChunkStoreOptions& o) {
+  test::TempDir probe;
+  ChunkStoreOptions p = o;
+  p.dir = probe.path().string();
+  ChunkStore s(p);
+  REQUIRE(s.put(key(99), blob_of(99, 1000), PutOptions{StoreTier::kDisk}).is_ok());
+  return s.stats().tiers[2].bytes;
+}
+
 bool content_equal(const rt::Content& a, const rt::Content& b) {
   if (a.size() != b.size()) return false;
   for (size_t l = 0; l < a.size(); ++l) {
@@ -219,19 +240,8 @@ TEST_CASE("LRU eviction order, demotion to disk, promotion on access", "[store][
 TEST_CASE("without write-through, disk receives entries on demotion; the disk budget is the last word",
           "[store][cpu]") {
   test::TempDir dir;
-  ChunkStoreOptions o;
-  o.dir = dir.path().string();
-  o.model_fingerprint = test::kStoreTestFingerprint;
-  o.host_budget_bytes = 2 * 4000;
-  o.write_through = false;
-  const int64_t blob_bytes = [&] {
-    test::TempDir probe;
-    ChunkStoreOptions p = o;
-    p.dir = probe.path().string();
-    ChunkStore s(p);
-    REQUIRE(s.put(key(99), blob_of(99, 1000), PutOptions{StoreTier::kDisk}).is_ok());
-    return s.stats().tiers[2].bytes;
-  }();
+  ChunkStoreOptions o = demoting_options(dir.path().string());
+  const int64_t blob_bytes = one_entry_disk_bytes(o);
   o.disk_budget_bytes = 2 * blob_bytes;
   {
     ChunkStore store(o);
@@ -272,19 +282,8 @@ TEST_CASE("without write-through, disk receives entries on demotion; the disk bu
 TEST_CASE("without write-through, an entry the disk cannot take on demotion is counted and warned about",
           "[store][cpu]") {
   test::TempDir dir;
-  ChunkStoreOptions o;
-  o.dir = dir.path().string();
-  o.model_fingerprint = test::kStoreTestFingerprint;
-  o.host_budget_bytes = 2 * 4000;
-  o.write_through = false;
-  const int64_t blob_bytes = [&] {
-    test::TempDir probe;
-    ChunkStoreOptions p = o;
-    p.dir = probe.path().string();
-    ChunkStore s(p);
-    REQUIRE(s.put(key(99), blob_of(99, 1000), PutOptions{StoreTier::kDisk}).is_ok());
-    return s.stats().tiers[2].bytes;
-  }();
+  ChunkStoreOptions o = demoting_options(dir.path().string());
+  const int64_t blob_bytes = one_entry_disk_bytes(o);
   o.disk_budget_bytes = blob_bytes;
   std::vector<std::string> warnings;
   const WarningSink previous = set_warning_sink([&](std::string m) { warnings.push_back(std::move(m)); });
