@@ -13,6 +13,25 @@
 
 namespace sv = orbit::serve;
 
+namespace {
+
+// A body refused with status 400, the field it names (`param`, which also starts the message) and OpenAI's code.
+struct Case {
+  std::string body;
+  const char* param;
+  const char* code;
+};
+
+void check(const Case& c, const sv::ApiError& e) {
+  INFO(c.body);
+  CHECK(e.status == 400);
+  CHECK(e.param == c.param);
+  CHECK(e.code == c.code);
+  CHECK(e.message.rfind(std::string(c.param) + ": ", 0) == 0);
+}
+
+}  // namespace
+
 TEST_CASE("serve: a response_format key out of place is refused, never left unenforced", "[serve]") {
   const std::string head = R"({"model":"m","messages":[{"role":"user","content":"hi"}],"response_format":)";
   const auto refused = [&](const std::string& format) {
@@ -146,18 +165,6 @@ TEST_CASE("serve: chat and the Responses API refuse an unsupported parameter wit
 // (invalid_value), a value OpenAI serves and this server does not (unsupported_value). Clients branch on the code;
 // every one had null before but the unknown and unsupported parameters'. The message still names the field.
 TEST_CASE("serve: refusals carry OpenAI's error code, chat and the Responses API alike", "[serve]") {
-  struct Case {
-    const char* body;
-    const char* param;
-    const char* code;
-  };
-  const auto check = [](const Case& c, const sv::ApiError& e) {
-    INFO(c.body);
-    CHECK(e.status == 400);
-    CHECK(e.param == c.param);
-    CHECK(e.code == c.code);
-    CHECK(e.message.rfind(std::string(c.param) + ": ", 0) == 0);
-  };
   const std::vector<Case> chat = {
       {R"({"model":"m"})", "messages", "missing_required_parameter"},
       {R"({"messages":[{"role":"user","content":"hi"}]})", "model", "missing_required_parameter"},
@@ -196,18 +203,6 @@ TEST_CASE("serve: refusals carry OpenAI's error code, chat and the Responses API
 // (string_above_max_length, array_above_max_length). A name outside the pattern is invalid_value, as OpenAI's; a
 // batch of prompts, which OpenAI serves, unsupported_value. Each had code null before, the param named the field.
 TEST_CASE("serve: range and empty refusals carry OpenAI's error codes, chat and the Responses API alike", "[serve]") {
-  struct Case {
-    std::string body;
-    const char* param;
-    const char* code;
-  };
-  const auto check = [](const Case& c, const sv::ApiError& e) {
-    INFO(c.body);
-    CHECK(e.status == 400);
-    CHECK(e.param == c.param);
-    CHECK(e.code == c.code);
-    CHECK(e.message.rfind(std::string(c.param) + ": ", 0) == 0);
-  };
   const std::string hi = R"({"model":"m","messages":[{"role":"user","content":"hi"}],)";
   const std::string long_name(65, 'a');
   const std::string tool = R"("tools":[{"type":"function","function":{"name":)";
