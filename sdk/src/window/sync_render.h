@@ -1,6 +1,6 @@
 // The rendering half of Window::sync (orbit/sync.h, steps 1-3): a message list rendered with the chat
-// template and cut into units, shared by window_sync_render.cpp (which makes it, and Engine::render_chat /
-// tokenize_chat) and window_sync.cpp (which diffs the units against the window).
+// template and cut into units, shared by window_sync_render.cpp (which makes it from step 1's template and
+// messages, window_sync_chat.cpp) and window_sync.cpp (which diffs the units against the window).
 #pragma once
 
 #include <cstddef>
