@@ -282,3 +282,78 @@ TEST_CASE("serve: a list page's limit out of range carries OpenAI's error code",
   CHECK(refused("limit", "101").message == "limit: must be an integer from 1 to 100, got '101'");
   CHECK(sv::read_page_query({{"limit", "100"}}, "asc", "").ok());
 }
+
+// The refusals that answered code null: a field refused for how it stands with the rest of the request
+// (invalid_value, OpenAI's where no narrower code fits), a part or item type OpenAI serves and this server does
+// not (unsupported_value), and a body that is not JSON or not an object (param null). Each had code null before.
+TEST_CASE("serve: no refusal of a request's fields answers code null", "[serve]") {
+  const std::string hi = R"({"model":"m","messages":[{"role":"user","content":"hi"}],)";
+  const std::string tool = R"({"type":"function","function":{"name":"f"}})";
+  const std::string tools = R"("tools":[)" + tool + "]";
+  const std::vector<Case> chat = {
+      {hi + R"("stream_options":{"include_usage":true}})", "stream_options", "invalid_value"},
+      {hi + R"("stream":true,"stream_options":{"usage":true}})", "stream_options.usage", "invalid_value"},
+      {hi + R"("tools":[)" + tool + "," + tool + "]}", "tools[1].function.name", "invalid_value"},
+      {hi + R"("tool_choice":"required"})", "tool_choice", "invalid_value"},
+      {hi + R"("parallel_tool_calls":false})", "parallel_tool_calls", "invalid_value"},
+      {hi + R"("top_logprobs":2})", "top_logprobs", "invalid_value"},
+      {hi + R"("response_format":{"type":"text","json_schema":{"name":"a","schema":{}}}})",
+       "response_format.json_schema", "invalid_value"},
+      {R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]})",
+       "messages[0].content[0].type", "unsupported_value"},
+      {R"({"model":"m","messages":[{"role":"assistant","content":"a","function_call":{"name":"f"}}]})",
+       "messages[0].function_call", "unsupported_value"},
+      {R"({"model":"m","messages":[{"role":"assistant","content":"a","reasoning_content":"x","reasoning":"y"}]})",
+       "messages[0].reasoning", "invalid_value"},
+  };
+  const std::string in = R"({"model":"m","input":"hi",)";
+  const std::vector<Case> responses = {
+      {in + R"("stream_options":{"include_obfuscation":false}})", "stream_options", "invalid_value"},
+      {in + R"("tools":[{"type":"function","name":"f"},{"type":"function","name":"f"}]})", "tools[1].name",
+       "invalid_value"},
+      {R"({"model":"m","input":[{"role":"user","content":[{"type":"input_image","image_url":"x"}]}]})",
+       "input[0].content[0].type", "unsupported_value"},
+      {R"({"model":"m","input":[{"type":"web_search_call","id":"w"}]})", "input[0].type", "unsupported_value"},
+  };
+  for (const Case& c : chat) check(c, sv::parse_chat_request(c.body).error);
+  for (const Case& c : responses) check(c, sv::parse_responses_request(c.body).error);
+  for (const std::string& body : {std::string("{\"model\":"), std::string("[1]")}) {
+    INFO(body);
+    for (const sv::ApiError& e : {sv::parse_chat_request(body).error, sv::parse_responses_request(body).error}) {
+      CHECK(e.status == 400);
+      CHECK(e.param.empty());
+      CHECK(e.code == (body == "[1]" ? "invalid_type" : "invalid_value"));
+    }
+  }
+}
+
+// prompt_cache_retention and prompt_cache_options, hints this server takes and does not use, are checked as the
+// openai package types them: a value OpenAI would refuse is refused by name (any string or object was taken).
+TEST_CASE("serve: the prompt-cache hints are checked as OpenAI types them", "[serve]") {
+  const std::string hi = R"({"model":"m","messages":[{"role":"user","content":"hi"}],)";
+  const std::string in = R"({"model":"m","input":"hi",)";
+  const std::vector<std::pair<std::string, Case>> refused = {
+      {R"("prompt_cache_retention":"forever"})", {"", "prompt_cache_retention", "invalid_value"}},
+      {R"("prompt_cache_retention":24})", {"", "prompt_cache_retention", "invalid_type"}},
+      {R"("prompt_cache_options":"30m"})", {"", "prompt_cache_options", "invalid_type"}},
+      {R"("prompt_cache_options":{"ttl":"1h"}})", {"", "prompt_cache_options.ttl", "invalid_value"}},
+      {R"("prompt_cache_options":{"mode":"auto"}})", {"", "prompt_cache_options.mode", "invalid_value"}},
+      {R"("prompt_cache_options":{"mode":1}})", {"", "prompt_cache_options.mode", "invalid_type"}},
+      {R"("prompt_cache_options":{"tll":"30m"}})", {"", "prompt_cache_options.tll", "unknown_parameter"}},
+  };
+  for (const auto& [tail, expected] : refused) {
+    Case c = expected;
+    c.body = hi + tail;
+    check(c, sv::parse_chat_request(c.body).error);
+    c.body = in + tail;
+    check(c, sv::parse_responses_request(c.body).error);
+  }
+  for (const std::string tail : {R"("prompt_cache_retention":"24h"})", R"("prompt_cache_retention":"in_memory"})",
+                                 R"("prompt_cache_retention":"in-memory"})", R"("prompt_cache_retention":null})",
+                                 R"("prompt_cache_options":{"mode":"explicit","ttl":"30m"}})",
+                                 R"("prompt_cache_options":{"mode":"implicit"}})", R"("prompt_cache_options":{}})"}) {
+    INFO(tail);
+    CHECK(sv::parse_chat_request(hi + tail).ok());
+    CHECK(sv::parse_responses_request(in + tail).ok());
+  }
+}

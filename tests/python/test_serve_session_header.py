@@ -49,6 +49,7 @@ def test_an_empty_session_header_is_refused_naming_it(server, path, body, line):
     assert status == 400, answer
     error = answer["error"]
     assert error["param"] == "X-Orbit-Session"
+    assert error["code"] == "invalid_value", error  # it was null
     assert error["message"].startswith("header X-Orbit-Session: empty"), error["message"]
 
 

@@ -41,7 +41,8 @@ std::string session_of(const httplib::Request& req, const std::string& user, std
   std::string problem;
   const std::optional<std::string> id = session_header(req, &problem);
   if (!problem.empty()) {
-    *bad = api_error(400, "header X-Orbit-Session: " + problem, "invalid_request_error", "", "X-Orbit-Session");
+    *bad = api_error(400, "header X-Orbit-Session: " + problem, "invalid_request_error", "invalid_value",
+                     "X-Orbit-Session");
     return "";
   }
   return id ? *id : session_for_user(user);

@@ -49,7 +49,7 @@ std::string text_content(const ojson& v, const std::string& param, const std::ve
     if (std::find(types.begin(), types.end(), t) == types.end()) {
       std::string accepted;
       for (const std::string& a : types) accepted += (accepted.empty() ? "" : " and ") + a;
-      invalid_field(p + ".type", "only " + accepted + " parts are accepted (got '" + t + "')");
+      unsupported_value(p + ".type", "only " + accepted + " parts are accepted (got '" + t + "')");
     }
     refuse_unknown_part_fields(part, t, p);
     const ojson* part_text = field(part, "text");
@@ -176,9 +176,9 @@ class InputReader {
       origins_.push_back({MessageOrigin::From::output, i, std::nullopt, {}});
       call_items_.push_back({i, messages_.back()["tool_call_id"].get<std::string>(), true});
     } else {
-      invalid_field(p + ".type", "'" + type +
-                                     "' items are not supported (message, function_call, function_call_output and "
-                                     "reasoning are)");
+      unsupported_value(p + ".type", "'" + type +
+                                         "' items are not supported (message, function_call, function_call_output "
+                                         "and reasoning are)");
     }
     if (reasoning_ && type != "reasoning") refuse_stray_reasoning();
   }
@@ -442,9 +442,9 @@ ResponsesRequest responses_request(std::string_view text, const ServeLimits& lim
     parse_json_input(text.data(), text.data() + text.size(), "the body");  // refuses deep nesting first
     body = ojson::parse(text.begin(), text.end());
   } catch (const Error& e) {
-    invalid_field("", e.what());
+    invalid_body(e.what(), false);
   }
-  if (!body.is_object()) invalid_field("", std::string("the body must be a JSON object, got ") + json_type_name(body));
+  if (!body.is_object()) invalid_body(std::string("the body must be a JSON object, got ") + json_type_name(body), true);
   refuse_unsupported(body);
 
   ResponsesRequest r;
@@ -499,7 +499,7 @@ Parsed<ResponsesRequest> parse_responses_request(std::string_view body, const Se
   } catch (const responses_parser::Invalid& e) {
     out.error = e.error;
   } catch (const std::exception& e) {  // nlohmann type errors the checks above did not foresee
-    out.error = api_error(400, std::string("malformed request: ") + e.what());
+    out.error = api_error(400, std::string("malformed request: ") + e.what(), "invalid_request_error", "invalid_value");
   }
   return out;
 }

@@ -40,8 +40,8 @@
 //   digits, _ and -), schema, strict?}, verbosity?: "medium"}; a format key of another type's shape, e.g. a schema
 //   beside type json_object, is refused naming it, code unknown_parameter); user (any string: names a session as in
 //   chat); metadata (at most 16 string values, keys up to 64 bytes, values up to 512: stored and echoed);
-//   prompt_cache_key, prompt_cache_retention and safety_identifier (hints, accepted as strings), prompt_cache_options
-//   (an object).
+//   prompt_cache_key and safety_identifier (hints, accepted as strings), prompt_cache_retention and
+//   prompt_cache_options (hints, checked as chat's are: request_invalid.h).
 // Refused rather than ignored (400 naming the field, code "unsupported_parameter"): background true,
 // reasoning with an effort other than "none" (or a summary), truncation other than "disabled", any include
 // item but message.output_text.logprobs (no reasoning, no hosted tools), conversation, prompt,

@@ -58,6 +58,8 @@ ApiError responses_error(ApiError error, const std::vector<MessageOrigin>& origi
 //   once every output is read, a call left unanswered, `earlier`'s first, then the input's in order (param
 //   input, "No tool output found for function call X.", OpenAI's error as it answers a continuation that
 //   leaves a call unanswered)
+// Their code is null, the one refusal of a request that carries none: OpenAI answers these with code null, and
+// clients that match its errors read them as it writes them (test_serve_hardening pins the body).
 std::optional<ApiError> call_pairing_error(const std::vector<CallItem>& items, const std::vector<ChatMessage>& earlier);
 
 }  // namespace orbit::serve

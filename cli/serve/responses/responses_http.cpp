@@ -112,7 +112,8 @@ void post_responses(const ResponsesRoute& route, const httplib::Request& req, ht
   std::string problem;
   const std::optional<std::string> header = session_header(req, &problem);
   if (!problem.empty()) {
-    return fail(api_error(400, "header X-Orbit-Session: " + problem, "invalid_request_error", "", "X-Orbit-Session"));
+    return fail(api_error(400, "header X-Orbit-Session: " + problem, "invalid_request_error", "invalid_value",
+                          "X-Orbit-Session"));
   }
   if (auto bad = prepare_response(core, req.body, header ? &*header : nullptr, job->call)) return fail(*bad);
   job->watch = std::make_shared<PeerWatch>(req.local_port, req.remote_port);

@@ -81,10 +81,12 @@ void check_hints(const ojson& body) {
   if (const ojson* v = field(body, "context_management"); v != nullptr && !(v->is_array() && v->empty())) {
     unsupported("context_management", "context management");
   }
-  for (const char* name : {"prompt_cache_key", "prompt_cache_retention", "safety_identifier"}) {
+  for (const char* name : {"prompt_cache_key", "safety_identifier"}) {
     if (const ojson* v = field(body, name)) need_string(*v, name);
   }
-  if (const ojson* v = field(body, "prompt_cache_options")) need_object(*v, "prompt_cache_options");
+  // Checked as OpenAI types them, then unused (request_invalid.h).
+  if (const ojson* v = field(body, "prompt_cache_retention")) check_prompt_cache_retention(*v);
+  if (const ojson* v = field(body, "prompt_cache_options")) check_prompt_cache_options(*v);
   if (const ojson* v = field(body, "stream_options")) {
     // As chat's: only beside stream true, and include_obfuscation is its one option (copy_sampling hands it
     // to chat's, which reads it).

@@ -177,7 +177,7 @@ AnswerConstraint ConstraintCache::build(const ChatRequest& r) const {
       out.constraint = Constraint::json_schema(r.response_format.schema_json, {}, "response_format.json_schema.schema");
     }
   } catch (const Error& e) {
-    out.error = api_error(400, e.what(), "invalid_request_error", "", call ? "tools" : param);
+    out.error = api_error(400, e.what(), "invalid_request_error", "invalid_value", call ? "tools" : param);
     out.constraint = nullptr;
     return out;
   }

@@ -28,7 +28,8 @@ void RunTicket::refuse(ApiError refusal) {
 namespace {
 
 ApiError template_refused(const std::string& why) {
-  return api_error(400, "the chat template refused the messages: " + why, "invalid_request_error", "", "messages");
+  return api_error(400, "the chat template refused the messages: " + why, "invalid_request_error", "invalid_value",
+                   "messages");
 }
 
 }  // namespace
@@ -138,7 +139,8 @@ RunTicket RequestPath::prepare_chat(const ChatRequest& request, const std::strin
     p->plan = p->slot.window().plan_sync(request.messages, p->options);  // the one rendering of the list
     bad = check_lengths(prompt_tokens(p->plan), request.sampling, "messages");
     if (!bad && p->plan.generation_prompt.empty()) {
-      bad = api_error(400, "the chat template adds no generation prompt: there is nothing to generate after");
+      bad = api_error(400, "messages: the chat template adds no generation prompt: there is nothing to generate after",
+                      "invalid_request_error", "invalid_value", "messages");
     }
     if (!bad) bad = read_reasoning(request, *p);
   } catch (const Error& e) {
@@ -215,7 +217,7 @@ RunTicket RequestPath::prepare_completion(const CompletionRequest& request) {
   p->tokens = context_.engine->tokenize(request.prompt, true);
   if (p->tokens.empty()) {
     return RunTicket(api_error(400, "prompt: the prompt has no tokens (the model adds no BOS)", "invalid_request_error",
-                               "", "prompt"));
+                               "invalid_value", "prompt"));
   }
   if (auto bad = check_lengths(static_cast<int64_t>(p->tokens.size()), request.sampling, "prompt")) {
     return RunTicket(*bad);

@@ -136,7 +136,7 @@ Parsed<Metadata> parse_completion_update(std::string_view text) {
   try {
     const json body = parse_json_input(text.data(), text.data() + text.size(), "the body");
     if (!body.is_object())
-      invalid_field("", std::string("the body must be a JSON object, got ") + json_type_name(body));
+      invalid_body(std::string("the body must be a JSON object, got ") + json_type_name(body), true);
     for (const auto& [name, value] : body.items()) {
       if (name != "metadata") {
         throw RequestInvalid{api_error(400, name + ": only metadata can be updated on a stored chat completion",
@@ -153,7 +153,7 @@ Parsed<Metadata> parse_completion_update(std::string_view text) {
   } catch (const RequestInvalid& e) {
     out.error = e.error;
   } catch (const Error& e) {
-    out.error = api_error(400, e.what());
+    out.error = api_error(400, e.what(), "invalid_request_error", "invalid_value");  // not JSON
   }
   return out;
 }

@@ -53,8 +53,10 @@ std::string content_text(const json& v, const std::string& param, bool assistant
     const std::string kind = need_string(*type, p + ".type");
     const bool refusal = assistant && kind == "refusal";
     if (kind != "text" && !refusal) {
-      invalid_field(p + ".type", "only text parts are accepted" + std::string(assistant ? " (and refusal parts)" : "") +
-                                     " (got '" + kind + "')");
+      // An image, audio or file part: OpenAI's, not served here.
+      unsupported_value(p + ".type", "only text parts are accepted" +
+                                         std::string(assistant ? " (and refusal parts)" : "") + " (got '" + kind +
+                                         "')");
     }
     // A part's keys: OpenAI's, and prompt_cache_breakpoint, a cache hint @openai/agents puts on text parts
     // (taken and unused, as the body's prompt_cache_key is); in an assistant's, the message's fields
@@ -128,9 +130,9 @@ void refuse_unknown_message_fields(const json& v, const std::string& role, const
   for (const char* name : {"audio", "function_call"}) {
     const auto it = v.find(name);
     if (it == v.end() || it->is_null()) continue;
-    invalid_field(param + "." + name, std::string("not accepted: the chat template would not see it (") +
-                                          (name[0] == 'f' ? "send the call as tool_calls" : "leave it out or null") +
-                                          ")");
+    unsupported_value(param + "." + name,
+                      std::string("not accepted: the chat template would not see it (") +
+                          (name[0] == 'f' ? "send the call as tool_calls" : "leave it out or null") + ")");
   }
 }
 

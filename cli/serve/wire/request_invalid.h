@@ -17,10 +17,19 @@ struct RequestInvalid {
   ApiError error;
 };
 
-// A field's check failed: a 400 naming `param` ("<param>: <message>", or the message alone without one).
+// A field's value refused for how it stands with the rest of the request (stream_options without stream true,
+// a tool name given twice, tool_choice "required" without tools): a 400 naming `param` ("<param>: <message>")
+// with code "invalid_value", OpenAI's for a value it refuses where no narrower code fits. Every refusal of a
+// request field carries a code: clients branch on it.
 [[noreturn]] inline void invalid_field(const std::string& param, const std::string& message) {
+  throw RequestInvalid{api_error(400, param + ": " + message, "invalid_request_error", "invalid_value", param)};
+}
+
+// A body that is not JSON, or JSON that is no object: a 400 with param null (no field is at fault) and code
+// "invalid_value" (the JSON text's fault) or "invalid_type" (a JSON value that is no object).
+[[noreturn]] inline void invalid_body(const std::string& message, bool wrong_json_type) {
   throw RequestInvalid{
-      api_error(400, param.empty() ? message : param + ": " + message, "invalid_request_error", "", param)};
+      api_error(400, message, "invalid_request_error", wrong_json_type ? "invalid_type" : "invalid_value")};
 }
 
 // A JSON value's type as an error names it ("a string", "an integer", "null", ...).
@@ -213,6 +222,40 @@ void refuse_unknown_fields(const Json& object, std::string_view known, const std
     throw RequestInvalid{api_error(400,
                                    at + shown + ": unrecognized request argument (not a field of " + where + hint + ")",
                                    "invalid_request_error", "unknown_parameter", at + name)};
+  }
+}
+
+// OpenAI's prompt-cache hints, checked as the openai package types them (ChatCompletionCreateParams,
+// ResponseCreateParams) and then unused: this server reuses KV by its own means (the windows and the store), so
+// they change nothing here, but a value OpenAI would refuse is refused by name. prompt_cache_retention: "in_memory"
+// or "24h" ("in-memory", the spelling of openai 6.30's types, is taken too); prompt_cache_options: an object of
+// mode ("implicit" or "explicit") and ttl ("30m", the one value OpenAI serves), another key refused by name.
+// Null is the field left out (the callers skip it).
+template <class Json>
+void check_prompt_cache_retention(const Json& v) {
+  if (!v.is_string()) wrong_type("prompt_cache_retention", "a string", v);
+  const std::string& value = v.template get_ref<const std::string&>();
+  if (value != "in_memory" && value != "in-memory" && value != "24h") {
+    invalid_value("prompt_cache_retention", "expected 'in_memory' or '24h', got '" + value.substr(0, 80) + "'");
+  }
+}
+
+template <class Json>
+void check_prompt_cache_options(const Json& v) {
+  if (!v.is_object()) wrong_type("prompt_cache_options", "an object", v);
+  refuse_unknown_fields(v, "mode ttl", "prompt_cache_options", "prompt_cache_options.");
+  const auto value = [&v](const char* key) -> const std::string* {
+    const auto it = v.find(key);
+    if (it == v.end()) return nullptr;
+    if (!it->is_string()) wrong_type(std::string("prompt_cache_options.") + key, "a string", *it);
+    return &it->template get_ref<const std::string&>();
+  };
+  if (const std::string* mode = value("mode"); mode && *mode != "implicit" && *mode != "explicit") {
+    invalid_value("prompt_cache_options.mode", "expected 'implicit' or 'explicit', got '" + mode->substr(0, 80) + "'");
+  }
+  if (const std::string* ttl = value("ttl"); ttl && *ttl != "30m") {
+    invalid_value("prompt_cache_options.ttl",
+                  "expected '30m' (the one lifetime OpenAI serves), got '" + ttl->substr(0, 80) + "'");
   }
 }
 

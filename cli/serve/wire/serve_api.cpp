@@ -36,9 +36,9 @@ json parse_body(std::string_view body, const ServeLimits& limits) {
   try {
     j = parse_json_input(body.data(), body.data() + body.size(), "the body");
   } catch (const Error& e) {
-    invalid_field("", e.what());
+    invalid_body(e.what(), false);
   }
-  if (!j.is_object()) invalid_field("", std::string("the body must be a JSON object, got ") + json_type_name(j));
+  if (!j.is_object()) invalid_body(std::string("the body must be a JSON object, got ") + json_type_name(j), true);
   return j;
 }
 
@@ -99,13 +99,13 @@ void refuse_unserved(const json& body, bool chat) {
     }
     if (given("reasoning_effort") && body["reasoning_effort"] != "none") unsupported("reasoning_effort", "reasoning");
     if (given("verbosity") && body["verbosity"] != "medium") unsupported("verbosity", "a verbosity other than medium");
-    // Hints to OpenAI's own caches and abuse checks: nothing to do here, so any string is taken.
-    for (const char* name : {"prompt_cache_key", "prompt_cache_retention", "safety_identifier"}) {
+    // Hints to OpenAI's own caches and abuse checks: nothing to do here, so any key or identifier string is
+    // taken; the cache's retention and options are checked as OpenAI types them (request_invalid.h).
+    for (const char* name : {"prompt_cache_key", "safety_identifier"}) {
       if (given(name)) need_string(body[name], name);
     }
-    if (given("prompt_cache_options") && !body["prompt_cache_options"].is_object()) {
-      wrong_type("prompt_cache_options", "an object", body["prompt_cache_options"]);
-    }
+    if (given("prompt_cache_retention")) check_prompt_cache_retention(body["prompt_cache_retention"]);
+    if (given("prompt_cache_options")) check_prompt_cache_options(body["prompt_cache_options"]);
   } else {
     if (given("echo") && body["echo"] != false) unsupported("echo", "echoing the prompt");
     if (given("best_of") && body["best_of"] != 1) unsupported("best_of", "best_of other than 1");
@@ -240,7 +240,7 @@ Parsed<T> guarded(F&& parse) {
   } catch (const Invalid& e) {
     out.error = e.error;
   } catch (const std::exception& e) {  // nlohmann type errors the checks above did not foresee
-    out.error = api_error(400, std::string("malformed request: ") + e.what());
+    out.error = api_error(400, std::string("malformed request: ") + e.what(), "invalid_request_error", "invalid_value");
   }
   return out;
 }

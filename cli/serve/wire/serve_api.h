@@ -33,9 +33,10 @@
 //                logprobs true): honoured as OpenAI defines them (GenerateOptions in orbit/window.h); store (bool: keep
 //                the completion for GET /v1/chat/completions/{id}, chat_store.h), metadata (at most 16 string pairs,
 //                keys up to 64 bytes, values up to 512; kept with a stored completion); verbosity "medium" (OpenAI's
-//                default; another value is refused); prompt_cache_key, prompt_cache_retention, safety_identifier
-//                (strings) and prompt_cache_options (an object): hints to OpenAI's own caches and checks, taken and
-//                unused
+//                default; another value is refused); prompt_cache_key, safety_identifier (strings),
+//                prompt_cache_retention ("in_memory" or "24h") and prompt_cache_options ({mode?: "implicit" |
+//                "explicit", ttl?: "30m"}): hints to OpenAI's own caches and checks, checked as OpenAI types them
+//                (check_prompt_cache_options, request_invalid.h) and unused
 // (tool_choice and response_format are honoured by the server: answer_constraint.h.)
 //   refused, naming the field (code unsupported_parameter), when given a value other than their no-op: top_k,
 //                min_p, top_a, typical_p, repetition_penalty, mirostat; chat: functions / function_call (give
