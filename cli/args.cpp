@@ -4,8 +4,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <system_error>
 
 #include "orbit/common/error.h"
+#include "orbit/common/file_kind.h"
 
 namespace orbit::cli {
 
@@ -102,6 +105,27 @@ double Args::get_double(const std::string& name, double fallback) const {
   ORBIT_CHECK(!value->empty() && !leading_space(*value) && errno == 0 && end == value->c_str() + value->size(),
               command_ << ": argument '" << name << "' must be a number, got '" << *value << "'");
   return out;
+}
+
+void check_output_argument(const std::string& command, const std::string& name, const std::string& path,
+                           const std::string& what) {
+  ORBIT_CHECK(!path.empty(),
+              command << ": argument '" << name << "' is empty (give the path to write " << what << " to)");
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) {
+    std::error_code error;
+    const std::filesystem::file_status status = std::filesystem::status(parent, error);
+    ORBIT_CHECK(std::filesystem::exists(status), command << ": argument '" << name << "': the directory "
+                                                         << parent.string() << " does not exist (" << what
+                                                         << " is written in it)");
+    ORBIT_CHECK(std::filesystem::is_directory(status),
+                command << ": argument '" << name << "': " << parent.string() << " is not a directory");
+  }
+  try {
+    check_output_target(path, what);
+  } catch (const Error& e) {
+    ORBIT_FAIL(command << ": argument '" << name << "': " << e.what());
+  }
 }
 
 std::vector<std::string> split_commas(const std::string& text) {

@@ -48,6 +48,13 @@ class Args {
 // The --help text for `command`: spec.usage, then every accepted argument name.
 std::string help_text(const std::string& command, const ArgSpec& spec);
 
+// An output file argument (`name`, e.g. --json or --out) checked before any work, so a typo fails at once rather
+// than after a run of minutes: refused when empty, when its directory is missing or is not a directory, and
+// when the path exists as something other than a regular file (check_output_target). `what` names the output
+// ("the replay report"); errors start with "<command>: argument '<name>'".
+void check_output_argument(const std::string& command, const std::string& name, const std::string& path,
+                           const std::string& what);
+
 // "a,b,,c" -> {"a", "b", "", "c"}: every piece between commas, empty ones kept ("" -> {""}).
 std::vector<std::string> split_commas(const std::string& text);
 

@@ -27,7 +27,6 @@
 #include "device_args.h"
 #include "orbit/common/atomic_file.h"
 #include "orbit/common/error.h"
-#include "orbit/common/file_kind.h"
 #include "orbit/policy.h"
 #include "orbit/trace.h"
 
@@ -323,7 +322,7 @@ int run_replay(int argc, char** argv, int first) {
   ReplayOptions o = replay_options(args);
   const std::optional<std::string> json_out = args.get("--json");
   // Refused now rather than after a replay of minutes; written atomically once the report exists.
-  if (json_out && *json_out != "-") check_output_target(*json_out, kJsonReport);
+  if (json_out && *json_out != "-") check_output_argument("replay", "--json", *json_out, "the replay report");
   const bool quiet = args.flag("--quiet");
   if (!quiet) o.progress = replay_progress();
 

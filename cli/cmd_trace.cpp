@@ -12,7 +12,6 @@
 #include "args.h"
 #include "commands.h"
 #include "orbit/common/error.h"
-#include "orbit/common/file_kind.h"
 #include "orbit/engine.h"
 #include "orbit/trace.h"
 
@@ -65,7 +64,7 @@ int run_make_trace(int argc, char** argv, int first) {
   ORBIT_CHECK(!o.sample_text || o.kind == "web" || o.kind == "agent",
               "make-trace: argument '--sample-text' applies to --kind web and agent only (got '" << o.kind << "')");
   const std::string out = args.required("--out");
-  check_output_target(out, "the trace file (--out)");  // before the model loads and the trace is made
+  check_output_argument("make-trace", "--out", out, "the trace file");  // before the model loads and the trace is made
   EngineOptions eo;
   eo.model = args.required("--model");
   eo.pool_bytes = int64_t{1} << 20;

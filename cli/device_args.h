@@ -8,9 +8,12 @@
 namespace orbit::cli {
 
 // The model's device and dtype from --device (cpu, cuda, cuda:N; default cpu) and --dtype (float32,
-// bfloat16, float16; default float32). Throws orbit::Error naming the argument on a bad value or when
+// bfloat16, float16; default float32). Throws orbit::Error naming the argument on a bad value, an empty one
+// (the runtime reads "" as the default, which a command line should say by leaving the argument out) or when
 // CUDA is asked for where there is none.
 inline runtime::ComputeTarget compute_target(const Args& args) {
+  ORBIT_CHECK(args.get_or("--device", "cpu") != "", "--device: the value is empty (leave it out for cpu)");
+  ORBIT_CHECK(args.get_or("--dtype", "float32") != "", "--dtype: the value is empty (leave it out for float32)");
   runtime::ComputeTarget t;
   t.dtype = runtime::parse_compute_dtype(args.get_or("--dtype", "float32"), "--dtype");
   t.device = runtime::parse_device(args.get_or("--device", "cpu"), "--device");

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "args.h"
 #include "commands.h"
@@ -271,6 +272,16 @@ serve::ServeOptions serve_options(const Args& args) {
   o.model_name = args.get_or("--name", "");
   o.store_dir = args.get_or("--store", "");
   o.remote = args.get_or("--remote", "");
+  // Empty, each would be read as left out (no store, no remote tier, the template's call format): the command
+  // line says that by leaving it out.
+  const std::pair<const char*, const char*> defaults[] = {
+      {"--store", "to serve without a store"},
+      {"--remote", "to serve without a remote tier"},
+      {"--tool-call-format", "to read calls in the chat template's format"}};
+  for (const auto& [name, left_out] : defaults) {
+    ORBIT_CHECK(args.get_or(name, "-") != "",
+                "serve: argument '" << name << "' is empty (leave it out " << left_out << ")");
+  }
   o.policy = args.get_or("--policy", "");
   if (const auto spec = args.get("--policy")) {
     try {

@@ -3,6 +3,8 @@ and what is wrong with it (cli/serve/cmd_serve.cpp): a --chat-template that is a
 is empty". Nothing is left running: each server here exits on its own."""
 import subprocess
 
+import pytest
+
 
 def test_a_chat_template_directory_is_named_as_one(orbit_cli, stories260k_path, tmp_path):
     result = subprocess.run([str(orbit_cli), "serve", "--model", str(stories260k_path), "--host", "127.0.0.1",
@@ -31,3 +33,22 @@ def test_a_chat_template_that_is_not_utf8_is_refused_at_start(orbit_cli, stories
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 1, result.stderr
     assert f"--chat-template {template}: the file is not valid UTF-8" in result.stderr
+
+
+@pytest.mark.parametrize("argument, left_out", [
+    ("--store", "leave it out to serve without a store"),
+    ("--remote", "leave it out to serve without a remote tier"),
+    ("--tool-call-format", "leave it out to read calls in the chat template's format"),
+    ("--device", "leave it out for cpu"),
+    ("--dtype", "leave it out for float32"),
+])
+def test_an_empty_value_is_refused_naming_the_argument(orbit_cli, stories260k_path, argument, left_out):
+    # Before, each empty value was read as the argument left out: the server started with no store, no remote
+    # tier, the template's call format, on cpu in float32, and nothing said the argument had been ignored (this
+    # test then ran into its timeout with the server listening).
+    result = subprocess.run([str(orbit_cli), "serve", "--model", str(stories260k_path), "--host", "127.0.0.1",
+                             "--port", "0", argument, ""],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stderr
+    assert argument in result.stderr and "empty" in result.stderr and left_out in result.stderr, result.stderr
+    assert "listening on" not in result.stdout + result.stderr

@@ -1,0 +1,56 @@
+"""The file arguments `orbit replay --json OUT` and `orbit make-trace --out FILE` write to are checked before any
+work (cli/args.cpp check_output_argument): an empty path, a directory that does not exist or is a file, and a
+path that is a directory are refused at once, naming the argument. Before, replay checked only the last case
+up front: an empty --json or one in a missing directory failed after the whole replay had run (minutes on a
+long trace) with ": cannot move the replay report (--json) into place" or "cannot write the replay report
+(--json) (temporary file ...)"."""
+import subprocess
+
+import pytest
+
+
+def run(orbit_cli, *args):
+    return subprocess.run([str(orbit_cli), *map(str, args)], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def trace(orbit_cli, stories260k_path, tmp_path):
+    path = tmp_path / "rag.trace.json"
+    result = run(orbit_cli, "make-trace", "--kind", "rag", "--steps", "3", "--seed", "1", "--model",
+                 stories260k_path, "--out", path)
+    assert result.returncode == 0, result.stderr
+    return path
+
+
+def cases(tmp_path):
+    (tmp_path / "plain").write_text("not a directory")
+    return [("", "is empty (give the path to write"),
+            (tmp_path / "missing" / "out.json", f"the directory {tmp_path / 'missing'} does not exist"),
+            (tmp_path / "plain" / "out.json", f"{tmp_path / 'plain'} is not a directory"),
+            (tmp_path, "refusing to write")]
+
+
+def test_replay_refuses_a_json_path_it_cannot_write_before_replaying(orbit_cli, stories260k_path, trace, tmp_path):
+    for path, says in cases(tmp_path):
+        result = run(orbit_cli, "replay", trace, "--model", stories260k_path, "--no-fidelity", "--json", path)
+        assert result.returncode == 1, result.stderr
+        assert "replay: argument '--json'" in result.stderr and says in result.stderr, result.stderr
+        assert "replay: policy" not in result.stderr  # refused before the first step's progress line
+        assert result.stdout == ""
+
+
+def test_make_trace_refuses_an_out_path_it_cannot_write(orbit_cli, stories260k_path, tmp_path):
+    for path, says in cases(tmp_path):
+        result = run(orbit_cli, "make-trace", "--kind", "rag", "--steps", "3", "--seed", "1", "--model",
+                     stories260k_path, "--out", path)
+        assert result.returncode == 1, result.stderr
+        assert "make-trace: argument '--out'" in result.stderr and says in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("argument, left_out", [("--device", "leave it out for cpu"),
+                                                ("--dtype", "leave it out for float32")])
+def test_an_empty_device_or_dtype_is_refused(orbit_cli, stories260k_path, argument, left_out):
+    # Before, the runtime read "" as the default and `orbit info --device ""` ran on cpu.
+    result = run(orbit_cli, "info", "--model", stories260k_path, argument, "")
+    assert result.returncode == 1, result.stderr
+    assert f"{argument}: the value is empty ({left_out})" in result.stderr
