@@ -115,3 +115,21 @@ TEST_CASE("the default catalog stays within its bytes over many distinct chunks"
   CHECK(catalog.chunks() > 10000);  // some 16 MiB of small records
   CHECK(catalog.facts(key("chunk", 199999), key("patch", 199999)).has_value());
 }
+
+TEST_CASE("the worst patch sensitivity is the largest formed or read, forgotten chunks' included, turns' not",
+          "[patch_catalog]") {
+  PatchCatalog catalog(16 << 10);
+  CHECK(catalog.worst_patch_sensitivity() == -1);  // nothing measured: the planner keeps the reference
+  add(catalog, key("chunk", 0), key("patch", 0), 0);
+  catalog.set_formed(key("chunk", 0), {key("patch", 0)}, 0.1, 0.05);
+  catalog.note_read(key("chunk", 1), key("patch", 1), 0.2);
+  catalog.record_measured_sensitivity(key("turn", 0), 0.9);  // a turn's: another quantity's prior
+  CHECK(catalog.worst_patch_sensitivity() == Approx(0.2));
+  // Forgetting chunk 1 (the catalog's bytes spent on others) keeps the worst case it measured.
+  for (int i = 2; i < 2000; ++i) {
+    add(catalog, key("chunk", i), key("patch", i), i);
+    catalog.set_formed(key("chunk", i), {key("patch", i)}, 0.1, 0.01);
+  }
+  REQUIRE(catalog.sensitivity(key("chunk", 1)) == -1);
+  CHECK(catalog.worst_patch_sensitivity() == Approx(0.2));
+}

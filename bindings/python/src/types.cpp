@@ -222,7 +222,8 @@ void def_plan_step(py::module_& m) {
                     "formed at when it is not the plan's rope window (a read's query and answer, loaded by the\n"
                     "next turn; shortfall_kl prices it); 0 otherwise.")
       .def_readonly("sensitivity", &PlanStep::sensitivity,
-                    "The measured sensitivity the prediction was scaled by (a chunk's patches', a turn's own);\n"
+                    "The measured sensitivity the prediction was scaled by (a chunk's patches', a turn's own;\n"
+                    "a chunk never measured: the largest patch sensitivity the engine measured, its prior);\n"
                     "-1 when unknown (nothing measured yet).")
       .def_readonly("reason", &PlanStep::reason, "Why this action.")
       .def("__repr__", [](const PlanStep& s) {

@@ -120,9 +120,11 @@ struct PlanStep {
                                  // carries after the step (0 for exact actions)
   double sensitivity = -1;       // the measured sensitivity predicted_kl was scaled by (a chunk's: runtime::
                                  // Patch::sensitivity of its formed patches; a turn's: measure_sensitivity
-                                 // above; planner/fidelity_model.h); -1 for instances nothing has measured
-                                 // yet (the model's reference) and those whose context did not change (they
-                                 // carry kl_per_weight)
+                                 // above; planner/fidelity_model.h); for a chunk nothing has measured, the
+                                 // largest patch sensitivity the engine has measured (its prior); -1 for a
+                                 // turn not measured yet, any instance before anything was measured (the
+                                 // model's reference), and those whose context did not change (they carry
+                                 // kl_per_weight)
   double kl_per_weight = 0;      // of predicted_kl, the serving action's own loss per unit recency weight
                                  // (the instance carries it; later plans rescale it by its weight then)
   double shortfall_kl = 0;       // of predicted_kl, dynamic-NTK RoPE's: content formed in a window of another

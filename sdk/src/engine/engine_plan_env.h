@@ -29,6 +29,7 @@ class EnginePlanEnv final : public PlanEnv {
   double chunk_sensitivity(const std::string& chunk_key) const override {
     return core_.kv().chunk_sensitivity(chunk_key);
   }
+  double sensitivity_prior() const override { return core_.kv().worst_patch_sensitivity(); }
   const ReuseIndex& reuse_index() const override { return core_.kv().reuse_index(); }
   PoolPages pool_pages() const override;
   bool placement_shares(const std::string& chunk_key) const override;

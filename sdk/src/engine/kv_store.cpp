@@ -209,6 +209,8 @@ std::optional<KvStore::StaleMatch> KvStore::closest_patch(const std::string& chu
 
 double KvStore::chunk_sensitivity(const std::string& chunk_key) const { return catalog_.sensitivity(chunk_key); }
 
+double KvStore::worst_patch_sensitivity() const { return catalog_.worst_patch_sensitivity(); }
+
 void KvStore::note_read_patch(const std::string& chunk_key, const std::string& patch_key, const runtime::Patch& patch) {
   catalog_.note_read(chunk_key, patch_key, patch.sensitivity);
 }

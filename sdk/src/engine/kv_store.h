@@ -76,6 +76,8 @@ class KvStore {
   // The mean runtime::Patch::sensitivity over the chunk's patches this engine has formed or read from
   // the store (a live turn's measured one, by its content key); -1 when it knows none.
   double chunk_sensitivity(const std::string& chunk_key) const;
+  // The largest patch sensitivity this engine has recorded (PatchCatalog::worst_patch_sensitivity); -1: none.
+  double worst_patch_sensitivity() const;
   // Remembers the sensitivity of a patch read from the store (formed by another process, or before this
   // engine opened the store); no-op when the patch did not record one.
   void note_read_patch(const std::string& chunk_key, const std::string& patch_key, const runtime::Patch& patch);

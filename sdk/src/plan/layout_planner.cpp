@@ -190,6 +190,10 @@ void LayoutPlanner::measure_context_changes() {
     // unchanged one carries what its serving action left).
     if ((si.is_turn || si.chunk != nullptr) && (si.old == nullptr || !si.keys_same)) {
       si.sensitivity = env_.chunk_sensitivity(si.is_turn ? *si.key : si.chunk->ref.key);
+      // A chunk nothing has measured (never patched: a window's first chunk) is priced at the worst case
+      // measured on this model, not the reference: on tinystories-656k its chunks measure 9-25x s_ref.
+      // A turn stays unknown (it is measured once served, measures_turn).
+      if (!si.is_turn && si.sensitivity < 0) si.sensitivity = env_.sensitivity_prior();
     }
     keys_hash = context_hash(keys_hash, *si.key, 0);
   }

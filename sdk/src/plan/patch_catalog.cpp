@@ -91,7 +91,10 @@ void PatchCatalog::set_formed(const std::string& chunk_key, const std::vector<st
     }
   }
   // One formation, however many keys it is stored under.
-  if (sensitivity >= 0 && !keys.empty()) record_sensitivity(*chunk, keys.front(), sensitivity);
+  if (sensitivity >= 0 && !keys.empty()) {
+    record_sensitivity(*chunk, keys.front(), sensitivity);
+    worst_patch_ = std::max(worst_patch_, sensitivity);
+  }
   settle(*chunk);
 }
 
@@ -103,6 +106,7 @@ void PatchCatalog::note_read(const std::string& chunk_key, const std::string& pa
     if (r.key == patch_key && r.sensitivity >= 0) return;  // formed here: counted once, when formed
   }
   record_sensitivity(chunk, patch_key, sensitivity);
+  worst_patch_ = std::max(worst_patch_, sensitivity);
   settle(chunk);
 }
 
@@ -145,6 +149,11 @@ double PatchCatalog::sensitivity(const std::string& chunk_key) const {
   std::lock_guard<std::mutex> lock(mu_);
   const Chunk* chunk = use(chunk_key, false);
   return chunk == nullptr ? -1 : chunk->mean;
+}
+
+double PatchCatalog::worst_patch_sensitivity() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return worst_patch_;
 }
 
 void PatchCatalog::record_measured_sensitivity(const std::string& key, double sensitivity) {

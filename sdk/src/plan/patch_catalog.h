@@ -99,6 +99,10 @@ class PatchCatalog {
   double sensitivity(const std::string& chunk_key) const;
   // A sensitivity measured without a patch (a live turn's, EngineCore::queue_turn_sensitivity).
   void record_measured_sensitivity(const std::string& key, double sensitivity);
+  // The largest sensitivity of any chunk's patch this catalog has recorded (formed or read), forgotten
+  // chunks' included: the worst case measured on this engine's model, the prior for a chunk nothing has
+  // measured yet (PlanEnv::sensitivity_prior); -1 before any. Turns' measured ones are not counted.
+  double worst_patch_sensitivity() const;
 
   // What it holds: chunks (or turns) known, their records, and the bytes they take (about).
   std::size_t chunks() const;
@@ -127,6 +131,7 @@ class PatchCatalog {
   mutable std::list<std::string> recency_;  // chunk keys, most recently used first
   mutable std::size_t bytes_ = 0;           // Σ the chunks' charged bytes
   std::size_t records_ = 0;                 // Σ the chunks' records
+  double worst_patch_ = -1;                 // worst_patch_sensitivity()
 };
 
 }  // namespace orbit::detail

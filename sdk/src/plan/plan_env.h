@@ -81,6 +81,10 @@ class PlanEnv {
   // The mean measured sensitivity of the chunk's patches, or of a live turn by its content key (measured
   // after its first prefill, EngineCore::queue_turn_sensitivity); -1 when none is known.
   virtual double chunk_sensitivity(const std::string& chunk_key) const = 0;
+  // The sensitivity a chunk nothing has measured is priced at (a window's first chunk, formed at position 0,
+  // is never patched): the largest patch sensitivity measured on this engine, the model's worst case seen
+  // (planner/fidelity_model.h); -1 (the model's reference) before any, and for environments that keep none.
+  virtual double sensitivity_prior() const { return -1; }
   // Exact reuse: what forwards stored, by the KV states before them (kv_state.h).
   virtual const ReuseIndex& reuse_index() const = 0;
 

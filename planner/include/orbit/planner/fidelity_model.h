@@ -47,7 +47,11 @@
 // (its tokens forwarded alone in the background: the deficit's share of its KV in context), since turns
 // differ as much as chunks do: measured with `orbit replay --attribute`, a turn of 5 to 8 tokens of text
 // sampled from the model moved its KV by 7% to 10% when the turn before it was evicted, a 22-token turn of
-// the agent traces by 0.6%. Instances not measured yet use factor 1.
+// the agent traces by 0.6%. A turn not measured yet uses factor 1; a chunk nothing has measured (never
+// patched: a window's first chunk, formed at position 0) is priced at the largest patch sensitivity the
+// engine has measured on its model (the planner's PlanEnv::sensitivity_prior), factor 1 before any: its own
+// sensitivity is as likely as its neighbours' to be far from the reference (tinystories-656k's patched
+// chunks measure 9-25x s_ref, and the first chunk's loss followed them, not the reference).
 //
 // A kept instance's prediction is recomputed from its current f and w at every plan (never accumulated
 // from the previous plan's), plus what its own serving action left (coefficient · f of that action, per
@@ -56,7 +60,8 @@
 // A kept instance formed exactly with nothing before it (the window's first, at position 0, holding its
 // attention sink: a BOS, a system prompt's first rows) and now behind content (a chunk admitted or recalled
 // in front of it) is served blind, kept or relocated (the same KV), and predicted kDisplacedStartFactor times
-// the blind loss at its recency weight (below).
+// the blind loss at its recency weight (below); a first-k or CacheBlend recompute of it leaves its other
+// tokens with that KV, and their residual (the loss of the tokens left canonical) carries the same factor.
 //
 // Exact actions (form, prefill, canonical at position 0, exact full-rank patch) predict 0. Coefficients
 // come from measured deficits (FidelitySample: a measured KL with its f·s) by least squares through the
@@ -192,6 +197,11 @@ inline constexpr double kCalibrationWeight = 0.5;
 // 0.004-3.8x: 51 of 59 covered; the 8 misses are tinystories-656k text, where 64x still prices 4 of them past
 // the 3e-3 budget (a budgeted plan re-forms the chunk), 3 measured under 4e-4 and one 3.2e-3 (predicted 2.2e-3).
 // It over-prices stories260K's random ids, where re-forming the chunk costs only its tokens.
+// A recompute of the displaced start (first-k: 2 or 4 tokens; CacheBlend: 15%, 30%, 50%; seeds 1-6, a recall in
+// front of the first of 3 chunks and a turn): at 1x and the reference sensitivity it measured 6.9x (median) to
+// 22x tinystories-656k text, 3.5x to 250x random ids, 1.0x to 26x stories260K text, 1.1x to 3.7x random ids its
+// prediction; with the worst measured sensitivity as the chunk's prior (above) the factor it needs is at most
+// 1.0, 20, 35 and 0.4: 64 covers them, so the recompute's residual takes the factor too.
 inline constexpr double kDisplacedStartFactor = 64.0;
 
 inline constexpr double kSensitivityExponent = 0.4;  // g(r) below the reference sensitivity
