@@ -16,6 +16,8 @@ InterruptScope::InterruptScope(std::function<bool()> stop) : stop_(std::move(sto
 
 InterruptScope::~InterruptScope() { innermost = outer_; }
 
+std::function<bool()> current_interrupt_check() { return innermost != nullptr ? innermost->stop_ : nullptr; }
+
 void interruption_point(const char* where) {
   const InterruptScope* scope = innermost;
   if (scope != nullptr && scope->stop_ && scope->stop_()) throw Interrupted(where);

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "orbit/engine.h"
+#include "orbit/interrupt.h"
 #include "test_helpers.h"
 #include "window_test_support.h"
 
@@ -235,6 +236,83 @@ TEST_CASE("idle: what the policy asks (heal, prepared recalls); nothing under a 
   CHECK(r.forward_tokens == Approx(30));
   CHECK(all_exact(w));
   CHECK(w.plan_recall(a).forward_tokens == 0);
+}
+
+TEST_CASE("idle's stop ends its heal at an interruption point, leaving the window as it was", "[window][idle]") {
+  std::mt19937_64 rng(12);
+  const std::vector<int64_t> a = random_tokens(rng, 10), b = random_tokens(rng, 11), c = random_tokens(rng, 9);
+  // Each window on an engine of its own: a heal stores its forwards for exact reuse, which a later heal of the same
+  // window on the same engine reads instead of forwarding (no layers, so no points inside them).
+  auto build = [&](Engine& engine) {
+    Window w = window_with(engine, "default");
+    w.admit(engine.add_tokens(a));
+    w.admit(engine.add_tokens(b));
+    w.admit(engine.add_tokens(c));
+    w.evict(w.instances()[0].id);
+    return w;
+  };
+  const IdleReport whole = build(*open_stories()).idle();
+  REQUIRE(whole.healed_instances == 2);  // b and c, each forwarded
+  REQUIRE(whole.heal_forward_tokens == Approx(20));
+  const auto same = [](const std::vector<InstanceInfo>& x, const std::vector<InstanceInfo>& y) {
+    REQUIRE(x.size() == y.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      CHECK(x[i].id == y[i].id);
+      CHECK(x[i].exact == y[i].exact);
+      CHECK(x[i].deferred == y[i].deferred);
+      CHECK(x[i].formed_by == y[i].formed_by);
+      CHECK(x[i].patch_key == y[i].patch_key);
+    }
+  };
+  // The stop answers true at its stop_at-th question (by count, not clock), for every question the heal asks
+  // (before each instance it serves, before each layer of their forwards), until one comes after the heal.
+  int stopped_in_heal = 0;
+  int64_t layers = 0;
+  for (int stop_at = 1;; ++stop_at) {
+    auto engine = open_stories();
+    layers = engine->model_info().num_layers;
+    Window w = build(*engine);
+    const uint64_t version = w.version();
+    const std::vector<InstanceInfo> before = w.instances();
+    const double forwarded = w.stats().forward_tokens;
+    int asked = 0;
+    const IdleReport r = w.idle([&] { return ++asked == stop_at; });
+    if (r.healed_instances > 0) {  // the heal ran whole: the stop came after it
+      CHECK(r.heal_forward_tokens == Approx(whole.heal_forward_tokens));
+      break;
+    }
+    INFO("stopped at question " << stop_at);
+    ++stopped_in_heal;
+    CHECK(r.stopped);
+    CHECK(r.heal_planned);
+    CHECK(asked == stop_at);  // nothing asked, nor done, after it answered true
+    CHECK(r.forward_tokens == 0);
+    CHECK(r.recalls_prepared == 0);
+    // Nothing half-applied: the window is the one before the call, and the next call heals it.
+    CHECK(w.version() == version);
+    CHECK(w.stats().forward_tokens == forwarded);
+    same(w.instances(), before);
+    const IdleReport again = w.idle();
+    CHECK(again.healed_instances == 2);
+    CHECK(all_exact(w));
+  }
+  // A point before each of the two instances, and one before each layer of each one's forward.
+  CHECK(stopped_in_heal >= 2 + 2 * layers);
+
+  // A caller's own scope (a Python caller's Ctrl-C) still stops the heal under a stop that never answers true:
+  // its Interrupted is passed on, the window unchanged.
+  auto engine = open_stories();
+  Window w = build(*engine);
+  const uint64_t version = w.version();
+  const std::vector<InstanceInfo> before = w.instances();
+  {
+    int outer_asked = 0;
+    const InterruptScope outer([&] { return ++outer_asked == 2; });
+    CHECK_THROWS_AS(w.idle([] { return false; }), Interrupted);
+    CHECK(outer_asked == 2);
+  }
+  CHECK(w.version() == version);
+  same(w.instances(), before);
 }
 
 TEST_CASE("idle heals only a window whose predicted KL reaches heal_min_kl", "[window][idle]") {

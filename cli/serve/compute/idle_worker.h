@@ -4,9 +4,9 @@
 //   - one session's window: its answer prefilled as its next request will send it back
 //     (ServeOptions::anticipate: the messages and answer SessionTable::record kept, synced now and its
 //     deferred repairs run, counted as idle forwards, not critical ones), then Window::idle() (heals,
-//     prepared recalls and moves; stopped after the step under way when a request waits for the gate or for
-//     this session's window); then the session budget again, since a release meanwhile may have
-//     skipped this window;
+//     prepared recalls and moves; stopped when a request waits for the gate or for this session's window: a heal
+//     within a layer, leaving the window as it was; a preparation after the one under way); then the session
+//     budget again, since a release meanwhile may have skipped this window;
 //   - when no session waits for idle work, one fidelity audit (audit.h): two reads of a sampled request's
 //     forked window, as served and re-prefilled, stopped (the audit waits again) when a request comes for the
 //     gate meanwhile. One that idle time does not reach in time is owed and run by a later request instead

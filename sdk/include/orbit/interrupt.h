@@ -66,7 +66,13 @@ class InterruptScope {
   std::function<bool()> stop_;
   InterruptScope* outer_;
   friend void interruption_point(const char* where);
+  friend std::function<bool()> current_interrupt_check();
 };
+
+// The check of the calling thread's innermost InterruptScope, or null (no scope, or one that installed none). A
+// call that installs a scope of its own for part of its work can ask this one from its check too, so an outer
+// scope (a Python caller's Ctrl-C) still stops that part: Window::idle(stop) does, around its heal.
+std::function<bool()> current_interrupt_check();
 
 // An interruption point: throws Interrupted ("<where>: interrupted") when the calling thread's innermost
 // InterruptScope has a check and it returns true; otherwise (and without a scope) returns at once.

@@ -477,10 +477,14 @@ class Window {
   // caught too. The probe's two forwards are background work (IdleReport::check_forward_tokens). A heal the
   // KV pool has no room for is skipped, not thrown (IdleReport::heal_refused says why).
   IdleReport idle();
-  // The same, stopping early when `stop()` returns true: asked after the heal, before the recalls and the
-  // moves, and before each learned list or set of evictions, so a server hands the model back to a request
-  // that arrived meanwhile after the step under way (what was prepared stays; IdleReport::stopped says it
-  // stopped). An empty `stop` never stops.
+  // The same, stopping early when `stop()` returns true: asked inside the heal at its interruption points
+  // (orbit/interrupt.h: before each instance it serves and each layer of their forwards and of the self-check's
+  // first probe; a heal stopped there commits nothing, so the window is exactly as it was, nothing healed or
+  // counted, and the call returns without preparing anything), then before the recalls and the moves, and before
+  // each learned list or set of evictions, so a server hands the model back to a request that arrived meanwhile
+  // within a layer of the heal or after the preparation under way (what was prepared stays; IdleReport::stopped
+  // says it stopped). An empty `stop` never stops. The heal asks a caller's InterruptScope too: one that answers
+  // true throws Interrupted as it would without a `stop`.
   IdleReport idle(const std::function<bool()>& stop);
 
   // ---- messages (orbit/sync.h) ----

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "orbit/common/error.h"
+#include "orbit/interrupt.h"
 #include "orbit/window.h"
 #include "window/window_ops.h"
 
@@ -189,27 +190,48 @@ std::vector<int64_t> self_check_probe(const WindowState& s) {
 
 // Heals the window (plan_heal + apply) and, when `check` (WindowPolicy::self_check), checks the fidelity model
 // on the way (Window::idle says how):
-// the probe's logits before and after, their KL measured against the window's predicted KL.
-void heal_and_check(Window& w, WindowState& s, IdleReport& out, bool check) {
+// the probe's logits before and after, their KL measured against the window's predicted KL. With a `stop`, the
+// first probe and the heal's apply run under an InterruptScope that asks it (and any outer scope's check) at their
+// interruption points (orbit/interrupt.h: before each instance the heal serves and each layer of its forwards);
+// one it stops commits nothing, so the window is exactly as it was: out.stopped, nothing healed or counted, and the
+// sampled check's turn kept for the next call. False then; true once the heal ran or had nothing to do.
+bool heal_and_check(Window& w, WindowState& s, IdleReport& out, bool check, const std::function<bool()>& stop) {
+  const int64_t unchecked = s.unchecked_idles;
   s.unchecked_idles = 0;
   out.heal_planned = true;
   const Plan plan = w.plan_heal();
   out.healed_instances = served_again(plan);
-  if (out.healed_instances == 0) return;
+  if (out.healed_instances == 0) return true;
   // A deferred repair would change the KV before the heal's plan reads it: no check then.
   const std::vector<int64_t> probe = !check || s.has_deferred() ? std::vector<int64_t>{} : self_check_probe(s);
   std::optional<Logits> approx;
-  if (!probe.empty()) approx = detail::probe_logits(s, probe);
-  Result<ApplyReport> healed = w.apply(plan);
+  std::optional<Result<ApplyReport>> applied;
+  bool stopped = false;  // this call's stop answered true (an outer scope's Interrupted is passed on)
+  try {
+    const std::function<bool()> outer = current_interrupt_check();
+    const InterruptScope scope(!stop ? outer : std::function<bool()>([&stop, &stopped, outer] {
+      if (stop()) return stopped = true;
+      return outer && outer();
+    }));
+    if (!probe.empty()) approx = detail::probe_logits(s, probe);
+    applied.emplace(w.apply(plan));
+  } catch (const Interrupted&) {
+    if (!stopped) throw;
+    out.healed_instances = 0;
+    out.stopped = true;
+    s.unchecked_idles = unchecked;
+    return false;
+  }
+  Result<ApplyReport> healed = std::move(*applied);
   if (!healed.is_ok() && healed.status().code() == StatusCode::kOutOfCapacity) {
     // The healed KV is written before the approximate KV is freed: without room for both, idle time leaves the
     // window as it is (a later idle call, once the agent freed room, heals it) rather than failing.
     out.healed_instances = 0;
     out.heal_refused = healed.status().reason();
-    return;
+    return true;
   }
   out.heal_forward_tokens = must(std::move(healed)).forward_tokens;
-  if (!approx) return;
+  if (!approx) return true;
   const Logits exact = detail::probe_logits(s, probe);
   out.checked = true;
   out.measured_kl = detail::probe_kl(exact, *approx);
@@ -228,6 +250,7 @@ void heal_and_check(Window& w, WindowState& s, IdleReport& out, bool check) {
   }
   s.core->note_fidelity_check(out.measured_kl, std::max(out.predicted_kl + shortfall_change, 0.0),
                               out.check_forward_tokens);
+  return true;
 }
 
 // The lists the window learned its next sync may start with (ListMemory::predict), each prepared as
@@ -332,6 +355,12 @@ IdleReport Window::idle(const std::function<bool()>& stop) {
   const detail::OpHold hold(*state_->core);
   const auto start = std::chrono::steady_clock::now();
   IdleReport out;
+  const auto finish = [&] {
+    out.forward_tokens = out.heal_forward_tokens + out.check_forward_tokens + out.prepare_forward_tokens;
+    out.fidelity_correction = state_->core->fidelity_checks().correction.factor();
+    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return out;
+  };
   const WindowPolicy& policy = state_->options.policy;
   for (const Entry& e : state_->entries) out.predicted_kl += e.predicted_kl;
   // A window whose heal would remove (by prediction) less than heal_min_kl is left as it is, but for a sampled
@@ -341,7 +370,9 @@ IdleReport Window::idle(const std::function<bool()>& stop) {
     const double healable = healable_kl(*state_);
     const bool over = healable >= 0 && healable >= policy.heal_min_kl;
     const bool sample = policy.self_check && !over && healable > 0 && ++state_->unchecked_idles >= kSampleEvery;
-    if (over || sample) heal_and_check(*this, *state_, out, policy.self_check);
+    // A heal stopped on the way leaves the window as it was, and the preparations (which start from it) to a
+    // later call.
+    if ((over || sample) && !heal_and_check(*this, *state_, out, policy.self_check, stop)) return finish();
   }
   const auto stopping = [&] {
     if (stop && stop()) out.stopped = true;
@@ -377,10 +408,7 @@ IdleReport Window::idle(const std::function<bool()>& stop) {
     out.moves_prepared += out.lists_prepared - before;
     out.lists_prepared = before;
   }
-  out.forward_tokens = out.heal_forward_tokens + out.check_forward_tokens + out.prepare_forward_tokens;
-  out.fidelity_correction = state_->core->fidelity_checks().correction.factor();
-  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return out;
+  return finish();
 }
 
 }  // namespace orbit
