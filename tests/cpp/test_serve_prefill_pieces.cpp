@@ -279,3 +279,90 @@ TEST_CASE("serve prefill pieces: a client that leaves between two pieces ends it
   const sv::RunResult again = serve_test::run_answered(core, request, "s");
   CHECK(again.usage.plan.find("keep") == std::string::npos);
 }
+
+namespace {
+
+// `n` words of a small vocabulary, varied by `seed` (as test_serve_audit's conversations).
+std::string words(int seed, int n) {
+  static const char* kWords[] = {"the",    "little", "cat",  "saw", "a",   "big",  "dog",   "and", "they",
+                                 "played", "in",     "park", "all", "day", "long", "until", "sun", "went"};
+  std::string out;
+  for (int i = 0; i < n; ++i) out += std::string(i ? " " : "") + kWords[(seed * 7 + i * 3) % 18];
+  return out;
+}
+
+// A chat request of `messages` to the story model: greedy, a few tokens.
+sv::ChatRequest chat_of(const sv::ServeCore& core, const std::vector<orbit::ChatMessage>& messages) {
+  sv::ChatRequest r;
+  r.model = core.model_name();
+  r.messages = messages;
+  r.sampling.max_tokens = 6;
+  r.sampling.temperature = 0;
+  return r;
+}
+
+}  // namespace
+
+// A session in exact mode (an audit found its loss past the budget) heals its window before its next read. A guest
+// runs between two pieces of another session's sync for the tokens it offers, at most a piece: such a session offers
+// its heal too, so one whose heal runs past a piece waits for its own turn, where it is served exactly, instead of
+// healing its whole window while the long sync waits.
+TEST_CASE("serve prefill pieces: a session in exact mode whose heal runs past a piece is no guest", "[serve][pieces]") {
+  const int64_t chunk = 48;
+  sv::ServeOptions o = options(chunk);
+  o.policy = "blind";  // reuses every turn as it is, relocated only: losses far past the budget
+  o.audit_rate = 1;
+  sv::ServeCore core(o);
+  // A conversation that keeps its system message and its last 4 messages, each request audited in idle time,
+  // until an audit puts it in exact mode: its window is then as the last, approximate, request left it.
+  std::vector<orbit::ChatMessage> all = {{"system", "You tell short stories about " + words(1, 12) + "."}};
+  std::vector<orbit::ChatMessage> sent;
+  bool exact = false;
+  for (int i = 0; i < 16 && !exact; ++i) {
+    all.push_back({"user", words(i + 2, 10 + i % 5)});
+    sent = {all.front()};
+    sent.insert(sent.end(), all.size() > 5 ? all.end() - 4 : all.begin() + 1, all.end());
+    const sv::RunResult r = serve_test::run_answered(core, chat_of(core, sent), "audited");
+    all.push_back({"assistant", r.text});
+    sent.push_back(all.back());
+    core.run_idle_work();  // the audit of that request
+    exact = (*core.session_info("audited"))["audit"]["exact_mode"].get<bool>();
+  }
+  REQUIRE(exact);
+  // Its next request only appends (no eviction, which offers nothing): the answer and a question, a few tokens.
+  sent.push_back({"user", "Who came to play?"});
+  const sv::ChatRequest next = chat_of(core, sent);
+
+  const sv::ChatRequest long_request = long_chat(core, 2);
+  std::atomic<bool> long_synced{false};
+  std::atomic<int64_t> polls{0};
+  std::vector<double> guests_during_sync;
+  std::thread next_run;
+  sv::RunResult next_result;
+  sv::RunSink sink;
+  sink.on_text = [&](const std::string&) {
+    long_synced = true;
+    return true;
+  };
+  sink.cancelled = [&] {
+    if (long_synced.load()) return false;
+    if (++polls == 1) {  // it queues behind the long sync
+      const double queued = metric(core, "orbit_queue_depth");
+      next_run = std::thread([&] { next_result = serve_test::run_answered(core, next, "audited"); });
+      wait_until([&] { return metric(core, "orbit_queue_depth") == queued + 1; });
+    } else {
+      guests_during_sync.push_back(metric(core, "orbit_prefill_guests_total"));
+    }
+    return false;
+  };
+  const sv::RunResult long_result = serve_test::run_answered(core, long_request, "long", sink);
+  next_run.join();
+  CHECK(long_result.usage.prompt_tokens > 4 * chunk);  // pieces to let a guest in between
+  REQUIRE(guests_during_sync.size() > 1);
+  // It was no guest (the old code let it in for its new tokens alone, and healed the whole window there), and it
+  // was served exactly, in its own turn.
+  CHECK(guests_during_sync.back() == 0);
+  CHECK(metric(core, "orbit_prefill_guests_total") == 0);
+  CHECK(next_result.usage.exact == "audit");
+  CHECK(next_result.usage.predicted_kl == 0);
+}

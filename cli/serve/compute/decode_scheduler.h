@@ -22,11 +22,11 @@
 // step: its window is its request's own (WindowSlot holds it; the batch steps only the windows of runs that are
 // decoding, never one whose sync is under way), its plan and the apply's build (fresh pool pages, the chunks it
 // references) are the compute thread's; only the decode step runs meanwhile, and then at most one short sync
-// of another session (FairGate::yield_to_guest: its plan's new tokens at most one piece, no evictions or
-// reorder), which edits only its own session's window, on the guest compute thread (ServeContext::guest_compute),
-// yielding to steps alone between its own pieces; the gate comes back to the sync before any other lane's
-// waiter, and idle work cannot take it, so no heal or audit edits a window or asks the compute thread (blocked
-// in the yield) for a forward. The step and the guest do touch the shared pool (the step's sequences' next
+// of another session (FairGate::yield_to_guest: its plan's new tokens, and in exact mode its heal's, at most one
+// piece, no evictions or reorder), which edits only its own session's window, on the guest compute thread
+// (ServeContext::guest_compute), yielding to steps alone between its own pieces; the gate comes back to the sync before
+// any other lane's waiter, and idle work cannot take it, so no heal or audit edits a window or asks the compute thread
+// (blocked in the yield) for a forward. The step and the guest do touch the shared pool (the step's sequences' next
 // rows, the guest's new KV, in their own windows' pages) and store (KV kept for exact reuse): a store value the
 // sync planned on and finds gone falls back to a prefill, and a pool they filled refuses the sync for capacity
 // with its window untouched, both as when the step or the guest ran just before the sync

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <set>
 #include <utility>
 
 #include "orbit/capacity.h"
@@ -102,12 +103,25 @@ bool run_in_pieces(ServeContext& context, const std::string& lane, const std::fu
 
 // The tokens `plan` forwards in its sync, as a guest offers them (FairGate::enter): its new units' tokens (a
 // stored chunk admitted from the store forwards fewer). A plan that evicts or reorders may defer repairs whose
-// forwards the sync runs too (run_deferred_repairs), of a size the plan does not say: no offer.
-int64_t guest_tokens(const SyncPlan& plan) {
+// forwards the sync runs too (run_deferred_repairs), of a size the plan does not say: no offer. A session in exact
+// mode heals `healed` (its window, as it is before the sync) after the sync: the heal re-forms every unit from
+// the first that is not kept exact, whose tokens are offered too, so such a guest is let in only when its heal
+// fits the piece it is given as well.
+int64_t guest_tokens(const SyncPlan& plan, const Window* healed) {
   if (plan.reorder || !plan.evict.empty()) return FairGate::kNoGuest;
+  std::set<InstanceId> exact;
+  if (healed != nullptr) {
+    for (const InstanceInfo& i : healed->instances()) {
+      if (i.exact) exact.insert(i.id);
+    }
+  }
   int64_t tokens = 0;
+  bool healing = false;  // from the first unit the heal re-forms on
   for (const SyncUnit& unit : plan.units) {
-    if (unit.action != SyncAction::kKeep) tokens += static_cast<int64_t>(unit.tokens.size());
+    const bool kept = unit.action == SyncAction::kKeep;
+    healing = healing || (healed != nullptr && !(kept && exact.count(unit.instance) > 0));
+    const auto n = static_cast<int64_t>(unit.tokens.size());
+    tokens += (kept ? 0 : n) + (healing ? n : 0);
   }
   return tokens;
 }
@@ -254,13 +268,20 @@ struct RequestPath::ChatSync {
 bool RequestPath::sync_chat(RunTicket::Prepared& p, const RunSink& sink, ChatSync& out) {
   Session& s = p.slot.session();
   Window& window = p.slot.window();
-  GateTurn turn(context_, s.lane, sink.cancelled, guest_tokens(p.plan));
+  GateTurn turn(context_, s.lane, sink.cancelled, guest_tokens(p.plan, sessions_.exact_pending(s) ? &window : nullptr));
   if (!turn.enter()) return false;
+  const bool guest = context_.gate.nested();  // let in between two pieces of another session's sync
   return run_in_pieces(context_, s.lane, sink.cancelled, [&] {
     context_.auditor.count_request();
     out.report = sync_making_room(p);
     out.predicted_kl = run_deferred_repairs(window);
-    out.mode = sessions_.serving(s);
+    // A guest was let in for the tokens it offered, at most one piece. Its offer counted exact mode's heal when the
+    // session was in exact mode then; one that entered it since (an audit that ended meanwhile) and whose heal runs
+    // past a piece does not heal here, holding up the sync that let it in: it is served as it is, and exact mode
+    // starts with the session's next request (SessionTable::serving).
+    const bool may_heal = !guest || !sessions_.exact_pending(s) ||
+                          window.plan_heal().forward_tokens <= static_cast<double>(context_.options.prefill_chunk);
+    out.mode = sessions_.serving(s, may_heal);
     if (out.mode.exact) {
       window.heal();  // an audit found this session's loss past its budget: read as a re-prefill would be
       out.predicted_kl = 0;

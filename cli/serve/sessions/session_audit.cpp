@@ -25,11 +25,12 @@ nlohmann::json SessionAudit::to_json() const {
   return out;
 }
 
-ServingMode SessionTable::serving(Session& s) {
+ServingMode SessionTable::serving(Session& s, bool may_heal) {
   std::lock_guard<std::mutex> lock(mutex_);
   SessionAudit& a = s.audit;
   ServingMode mode;
-  mode.request = s.totals.requests + 1;  // record() counts it after the run
+  mode.request = s.totals.requests + 1;            // record() counts it after the run
+  if (a.exact_left > 0 && !may_heal) return mode;  // exact mode goes on from the next request: no audit meanwhile
   if (a.exact_left > 0) {
     mode.exact = true;
     ++a.exact_requests;
@@ -39,6 +40,11 @@ ServingMode SessionTable::serving(Session& s) {
   }
   mode.audit = std::exchange(a.recheck, false) || context_.auditor.due();
   return mode;
+}
+
+bool SessionTable::exact_pending(const Session& s) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return s.audit.exact_left > 0;
 }
 
 void SessionTable::record_audit(Session& s, const AuditResult& r) {

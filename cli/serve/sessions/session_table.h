@@ -205,8 +205,12 @@ class SessionTable {
 
   // Audits (audit.h; session_audit.cpp). How the session's next request is served: exactly while an audit's
   // violation lasts (counted down here), else audited when it is the recheck after exact mode or the
-  // auditor's sample is due.
-  ServingMode serving(Session& s);
+  // auditor's sample is due. A request that may not heal (`may_heal` false: a guest between another sync's pieces
+  // whose heal would run past one piece, request_run.cpp) is served as it is, neither exact nor audited, and the
+  // exact request it would have been is left to the session's next one (nothing counted down).
+  ServingMode serving(Session& s, bool may_heal = true);
+  // Whether the session's next request would be served exactly (exact mode: an audit's violation lasts).
+  bool exact_pending(const Session& s) const;
   // An audit's result: the session's record and the next response's usage; a violation starts (or
   // doubles) exact mode, a recheck within the budget ends it.
   void record_audit(Session& s, const AuditResult& result);
