@@ -31,6 +31,7 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "orbit/capacity.h"
 #include "orbit/engine.h"
 #include "orbit/planner/prefix_ledger.h"
 #include "sync_test_support.h"
@@ -548,4 +549,37 @@ TEST_CASE("idle stops between its preparations when asked to, keeping what it ma
   CHECK_FALSE(all.stopped);
   CHECK(all.lists_prepared > 0);
   CHECK(all.prepare_forward_tokens > 0);
+}
+
+// A sync refused for capacity throws orbit::CapacityRefused naming its bound: the engine's KV pool (room other
+// windows give back cures it: a server lets idle windows go, then asks for a retry) or the window's own
+// max_bytes (nothing but a smaller list does: a retry would be refused again). Both were one case before.
+TEST_CASE("sync refused for capacity says which bound refused it: the KV pool or the window's max_bytes", "[sync]") {
+  std::vector<ChatMessage> messages;
+  for (int i = 0; i < 4; ++i) messages.push_back(msg("user", "the little dog ran to the park and played."));
+  const auto bound_of = [&](Window& w) {
+    try {
+      w.sync(messages);
+    } catch (const CapacityRefused& e) {
+      INFO(e.what());
+      return e.bound();
+    }
+    FAIL("the sync was not refused for capacity");
+    return CapacityRefused::Bound::kPool;
+  };
+  std::shared_ptr<Engine> engine = open_engine();
+  WindowOptions small;
+  small.max_bytes = 1;  // below one page
+  Window bounded = engine->new_window(small);
+  CHECK(bound_of(bounded) == CapacityRefused::Bound::kWindowBytes);
+
+  EngineOptions o;
+  o.model = kModel;
+  o.page_size = 16;
+  o.pool_bytes = engine->model_info().kv_bytes_per_token * 16 * 2;  // two pages: 32 tokens, shared
+  o.background = BackgroundMode::kInline;
+  std::shared_ptr<Engine> tight = Engine::open(o);
+  REQUIRE(tight->tokenize_chat(messages, true).size() > 32);
+  Window pooled = tight->new_window();
+  CHECK(bound_of(pooled) == CapacityRefused::Bound::kPool);
 }

@@ -282,6 +282,23 @@ void stream_job(ServeCore& core, Job& job, httplib::DataSink& sink) {
   }
 }
 
+// A streamed chat request's sync, run before the stream's head (ServeCore::sync_ahead): a refusal there (503
+// kv_pool_full with Retry-After for a full KV pool, 500 engine_error) is answered as the whole answer's is, not as
+// an event after a 200. False when it was answered so. A completion has nothing to sync ahead (its prompt is
+// admitted in the stream).
+bool sync_ahead(ServeCore& core, const httplib::Request& req, Job& job, httplib::Response& res) {
+  // A client that half-closed after its request is asked with a 100 Continue before the head (peer_watch.h).
+  if (req.version == "HTTP/1.1") job.watch->probe_with_continue();
+  job.count.running();  // timed from here, as a run is
+  const std::optional<ApiError> refused = core.sync_ahead(job.ticket, [&job] { return job.watch->gone(); });
+  if (!refused) return true;
+  serve_http_route::reply_error(res, *refused);
+  RunOutcome out;
+  out.error = *refused;
+  job.count.ran(out);
+  return false;
+}
+
 }  // namespace
 
 void HttpServer::generate(const std::string& endpoint, const httplib::Request& req, httplib::Response& res) {
@@ -295,13 +312,14 @@ void HttpServer::generate(const std::string& endpoint, const httplib::Request& r
   };
   if (draining_) return fail(api_error(503, "the server is shutting down", "server_error", "shutting_down"));
   if (auto bad = prepare(core_, req, *job)) return fail(*bad);
+  job->watch = std::make_shared<PeerWatch>(req.local_port, req.remote_port);
+  if (job->sampling().stream && !sync_ahead(core_, req, *job, res)) return;
   job->ids = {(job->chat ? "chatcmpl-" : "cmpl-") + id_tag_ + "-" + std::to_string(++next_id_),
               static_cast<int64_t>(std::time(nullptr)), core_.model_name()};
   job->ids.usage_null = job->sampling().stream && job->sampling().include_usage;
   // Known as being generated until it is stored (GET answers 409, DELETE deletes it: live_answers.h).
   if (job->chat && job->chat->store) job->live = core_.chat_completions().live().begin(job->ids.id, nullptr);
   job->obfuscation = StreamObfuscation(job->sampling().stream && job->sampling().include_obfuscation);
-  job->watch = std::make_shared<PeerWatch>(req.local_port, req.remote_port);
   if (!job->sampling().stream) {
     // A client that half-closed after its request is asked with a 100 Continue before the head (peer_watch.h).
     if (req.version == "HTTP/1.1") job->watch->probe_with_continue();

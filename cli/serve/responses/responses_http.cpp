@@ -13,6 +13,7 @@
 #include "serve/http/http_request_reader.h"
 #include "serve/http/peer_watch.h"
 #include "serve/http/request_count.h"
+#include "serve/http/serve_http_route.h"
 #include "serve/responses/responses_items.h"
 #include "serve/responses/responses_run.h"
 #include "serve/wire/serve_wire.h"
@@ -25,10 +26,8 @@ namespace responses_route {
 using Clock = std::chrono::steady_clock;
 const char* const kEndpoint = "responses";
 
-void reply_error(httplib::Response& res, const ApiError& e) {
-  res.status = e.status;
-  res.set_content(error_body(e), "application/json");
-}
+// As every route answers an error (serve_http_route.h: a 503 kv_pool_full carries Retry-After).
+void reply_error(httplib::Response& res, const ApiError& e) { serve_http_route::reply_error(res, e); }
 
 // One request, shared by the handler and its stream provider.
 struct ResponseJob {
@@ -130,6 +129,17 @@ void post_responses(const ResponsesRoute& route, const httplib::Request& req, ht
       responses_route::reply_error(res, out.run.error);
     }
     job->count.ran(out.run);
+    return;
+  }
+  // The sync runs before the stream's head (ServeCore::sync_ahead): a refusal there (503 kv_pool_full with
+  // Retry-After) is answered as a whole response's is, not as response.failed after a 200.
+  if (req.version == "HTTP/1.1") job->watch->probe_with_continue();  // as above, before the head
+  job->count.running();
+  if (auto refused = core.sync_ahead(job->call.ticket, [job] { return job->watch->gone(); })) {
+    RunOutcome out;
+    out.error = responses_error(*refused);
+    responses_route::reply_error(res, out.error);
+    job->count.ran(out);
     return;
   }
   res.set_header("Cache-Control", "no-cache");

@@ -102,8 +102,16 @@ ApiError RequestPath::plan_refusal(const ChatRequest& request, const ChatOptions
 
 ApiError RequestPath::engine_failure(const Error& e) const {
   std::string why = e.what();
-  if (dynamic_cast<const CapacityRefused*>(&e) == nullptr)
-    return api_error(500, "the engine failed: " + why, "server_error", "engine_error");
+  const auto* refused = dynamic_cast<const CapacityRefused*>(&e);
+  if (refused == nullptr) return api_error(500, "the engine failed: " + why, "server_error", "engine_error");
+  if (refused->bound() == CapacityRefused::Bound::kWindowBytes) {
+    // The window's own bound: no waiting cures it, so it is no 503 a client would retry.
+    const std::string own_advice = " (evict or slide first)";  // the SDK's, which a client cannot follow
+    const std::size_t own_at = why.find(own_advice);
+    if (own_at != std::string::npos) why.erase(own_at, own_advice.size());
+    return api_error(400, "messages: " + why + ": the conversation is over the bound of one window; send a shorter one",
+                     "invalid_request_error", "invalid_value", "messages");
+  }
   const std::string advice = "; evict, slide or close windows";  // the SDK's, which a client cannot follow
   const std::size_t at = why.find(advice);
   if (at != std::string::npos) why.erase(at, advice.size());

@@ -15,6 +15,9 @@
 //   run      under the gate: Window::sync(messages, plan) (applies the plan made in prepare; no second
 //            rendering), then the repairs the sync deferred, planned once (plan_flush) and applied
 //            (Window::apply): the KL the read then carries is that plan's. Then decode.h, and the usage.
+//            A streamed request runs the sync first (sync_ahead), before its stream's head: a sync the KV pool
+//            refuses is then answered as a whole answer's is (503 kv_pool_full with Retry-After), not as an
+//            event after a 200; the run that follows decodes.
 // A completion request (/v1/completions) is stateless: prepare tokenizes its prompt (with BOS) and checks
 // it; run admits the prompt but the last token as one chunk (an identical prompt is served from the
 // store) and decodes after the last token, in a window of its own.
@@ -25,6 +28,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -76,6 +80,14 @@ class RequestPath {
   // Runs a prepared request and releases what its ticket held. A refused ticket answers its error; an
   // engine failure is a 500 error; a client that left ends it with finish_reason "cancelled" (counted).
   RunOutcome run(RunTicket& ticket, const RunSink& sink);
+  // A prepared chat request's sync, run now (under the gate, as run() would) so that its refusal can be
+  // answered before anything of the answer is sent; run() then decodes on the synced window. The error
+  // run() would answer for a failed sync (engine_failure: 503 kv_pool_full for a full pool), the ticket
+  // released and refused with it; nullopt when it synced, the client left before its turn (run() answers
+  // "cancelled"), or there is nothing to sync ahead (a refused ticket, a completion, a sync run already).
+  std::optional<ApiError> sync_ahead(RunTicket& ticket, const std::function<bool()>& cancelled);
+
+  struct ChatSync;  // what a chat request's sync leaves for its decode (request_ticket.h)
 
  private:
   std::optional<ApiError> check_model(const std::string& model) const;
@@ -89,14 +101,16 @@ class RequestPath {
   // (orbit::CapacityRefused: the KV pool cannot hold this request's window beside the windows requests are
   // using, every idle one let go already, sync_making_room) is a 503 kv_pool_full (Retry-After: 1,
   // serve_http_route.h): the pages come back as the running requests end, and OpenAI's clients retry a 503
-  // after the Retry-After; its message names this server's --pool-mb in place of the SDK's advice.
+  // after the Retry-After; its message names this server's --pool-mb in place of the SDK's advice. A refusal
+  // for the window's own max_bytes (CapacityRefused::Bound::kWindowBytes) is a 400 on messages: no waiting cures it.
   ApiError engine_failure(const Error& e) const;
+  ApiError run_failure(const Error& e) const;  // engine_failure, or 503 server_shutdown once the server closes
   std::optional<ApiError> read_reasoning(const ChatRequest& request, RunTicket::Prepared& p);
   // A chat request's run: sync_chat under the gate, decode_chat, then its usage and the session's record.
   RunOutcome run_chat(RunTicket::Prepared& p, const RunSink& sink);
-  struct ChatSync;
   bool sync_chat(RunTicket::Prepared& p, const RunSink& sink, ChatSync& out);
-  SyncReport sync_making_room(RunTicket::Prepared& p);  // sync_chat's sync; see request_run.cpp
+  void sync_first(RunTicket::Prepared& p, const RunSink& sink);  // sync_chat into p.synced (or p.left)
+  SyncReport sync_making_room(RunTicket::Prepared& p);           // sync_chat's sync; see request_run.cpp
   RunResult decode_chat(RunTicket::Prepared& p, const std::vector<int64_t>& generation_prompt, const RunSink& sink);
   RunOutcome run_completion(RunTicket::Prepared& p, const RunSink& sink);
   void queue_audit(std::shared_ptr<Session> s, int64_t request, const std::vector<int64_t>& query, double predicted_kl);

@@ -196,6 +196,16 @@ RunRecord chat_record(const ChatRequest& request, const SyncOptions& options, co
 
 }  // namespace
 
+ApiError RequestPath::run_failure(const Error& e) const {
+  if (!context_.closing) return engine_failure(e);
+  // The server's close ended the engine under this run (a second signal ends the drain at once): the answer was
+  // cut by the shutdown, which is what the client is told, not an engine failure.
+  return api_error(
+      503,
+      std::string("the server shut down before this answer was complete (") + e.what() + "); send the request again",
+      "server_error", "server_shutdown");
+}
+
 RunOutcome RequestPath::run(RunTicket& ticket, const RunSink& sink) {
   RunOutcome out;
   if (!ticket.ok()) {
@@ -206,16 +216,7 @@ RunOutcome RequestPath::run(RunTicket& ticket, const RunSink& sink) {
     out = ticket.prepared_->chat ? run_chat(*ticket.prepared_, sink) : run_completion(*ticket.prepared_, sink);
   } catch (const Error& e) {
     out = RunOutcome{};
-    if (context_.closing) {
-      // The server's close ended the engine under this run (a second signal ends the drain at once): the
-      // answer was cut by the shutdown, which is what the client is told, not an engine failure.
-      out.error = api_error(503,
-                            std::string("the server shut down before this answer was complete (") + e.what() +
-                                "); send the request again",
-                            "server_error", "server_shutdown");
-    } else {
-      out.error = engine_failure(e);
-    }
+    out.error = run_failure(e);
   }
   ticket.prepared_.reset();  // the window back to its session
   ticket.error_ = api_error(500, "serve: this request has run already", "server_error");
@@ -236,31 +237,28 @@ RunOutcome RequestPath::run(RunTicket& ticket, const RunSink& sink) {
 }
 
 // The window synced by the plan prepare made (no second rendering). A sync the KV pool refuses
-// (orbit::CapacityRefused) lets the least recently used idle window go (SessionTable::let_go_idle) and is planned
-// and tried again on the window as the refusal left it, until it fits or no idle window is left: the last
-// refusal is then thrown (engine_failure answers it 503 kv_pool_full).
+// (orbit::CapacityRefused, bound kPool) lets the least recently used idle window go (SessionTable::let_go_idle)
+// and is planned and tried again on the window as the refusal left it, until it fits or no idle window is left:
+// the last refusal is then thrown (engine_failure answers it 503 kv_pool_full). A refusal for the window's own
+// bound (kWindowBytes) is thrown at once: no other window's room cures it.
 SyncReport RequestPath::sync_making_room(RunTicket::Prepared& p) {
   Window& window = p.slot.window();
+  const auto make_room = [&](const CapacityRefused& e) {
+    return e.bound() == CapacityRefused::Bound::kPool && sessions_.let_go_idle(p.slot.session());
+  };
   try {
     return window.sync(p.chat->messages, p.plan);
-  } catch (const CapacityRefused&) {
-    if (!sessions_.let_go_idle(p.slot.session())) throw;
+  } catch (const CapacityRefused& e) {
+    if (!make_room(e)) throw;
   }
   for (;;) {
     try {
       return window.sync(p.chat->messages, p.plan.options);
-    } catch (const CapacityRefused&) {
-      if (!sessions_.let_go_idle(p.slot.session())) throw;
+    } catch (const CapacityRefused& e) {
+      if (!make_room(e)) throw;
     }
   }
 }
-
-// What the sync under the gate leaves for the decode.
-struct RequestPath::ChatSync {
-  SyncReport report;
-  double predicted_kl = 0;  // of the repairs the sync deferred, run at once (0 when healed)
-  ServingMode mode;         // sessions_.serving: exact (healed) and audited or not
-};
 
 // Under the gate: the request counted for owed audits (audit.h; ServeCore::run runs one after the answer), the
 // window synced to the messages by the plan prepare made, the deferred repairs run, and the session healed or
@@ -334,12 +332,39 @@ RunResult RequestPath::decode_chat(RunTicket::Prepared& p, const std::vector<int
   return r;
 }
 
+// The chat request's sync (sync_chat), with its window's stats before it for the usage: p.synced, or p.left
+// when the client left before its turn.
+void RequestPath::sync_first(RunTicket::Prepared& p, const RunSink& sink) {
+  ChatSync synced;
+  synced.before = p.slot.window().stats();
+  if (sync_chat(p, sink, synced)) {
+    p.synced = std::move(synced);
+  } else {
+    p.left = true;
+  }
+}
+
+std::optional<ApiError> RequestPath::sync_ahead(RunTicket& ticket, const std::function<bool()>& cancelled) {
+  if (!ticket.ok() || ticket.prepared_->chat == nullptr || ticket.prepared_->synced) return std::nullopt;
+  RunSink sink;
+  sink.cancelled = cancelled;
+  try {
+    sync_first(*ticket.prepared_, sink);
+    return std::nullopt;
+  } catch (const Error& e) {
+    ticket.prepared_.reset();  // the window back to its session, as run() leaves it after a failure
+    ticket.error_ = run_failure(e);
+    return ticket.error_;
+  }
+}
+
 RunOutcome RequestPath::run_chat(RunTicket::Prepared& p, const RunSink& sink) {
   Session& s = p.slot.session();
   Window& window = p.slot.window();
-  const WindowStats before = window.stats();
-  ChatSync synced;
-  if (!sync_chat(p, sink, synced)) return cancelled_before_decode();
+  if (!p.synced && !p.left) sync_first(p, sink);  // else sync_ahead ran it
+  if (p.left) return cancelled_before_decode();
+  const ChatSync& synced = *p.synced;
+  const WindowStats& before = synced.before;
   RunResult r = decode_chat(p, synced.report.generation_prompt, sink);
   const WindowStats after = window.stats();
   RunUsage& u = r.usage;

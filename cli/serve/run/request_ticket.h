@@ -4,12 +4,21 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "serve/run/request_path.h"
 
 namespace orbit::serve {
+
+// What the sync under the gate leaves for the decode (RequestPath::sync_chat).
+struct RequestPath::ChatSync {
+  WindowStats before;  // the window's stats before the sync: the usage counts from there
+  SyncReport report;
+  double predicted_kl = 0;  // of the repairs the sync deferred, run at once (0 when healed)
+  ServingMode mode;         // sessions_.serving: exact (healed) and audited or not
+};
 
 // What run() needs of a prepared request: a chat request's window, options and plan, or a completion
 // request's tokens.
@@ -23,6 +32,8 @@ struct RunTicket::Prepared {
   TriggerBlock trigger_block;                    // where the trigger does not count (decode.h's DecodeRequest)
   bool calls_whole = false;                      // AnswerConstraint::calls_whole
   bool in_reasoning = false;  // under a reasoning parser, the answer begins inside the reasoning (reasoning.h)
+  std::optional<RequestPath::ChatSync> synced;    // the sync ran (RequestPath::sync_ahead, or run): decode next
+  bool left = false;                              // the client left before the sync's turn: nothing ran
   const CompletionRequest* completion = nullptr;  // set for a completion request
   std::vector<int64_t> tokens;                    // its prompt, tokenized with BOS (non-empty)
 };

@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include "serve/http/serve_http_route.h"
 #include "serve/stored/chat_store_wire.h"
 
 namespace orbit::serve {
@@ -9,10 +10,8 @@ namespace orbit::serve {
 // Helpers in a named namespace: unity builds put several files in one translation unit.
 namespace chat_store_route {
 
-void reply_error(httplib::Response& res, const ApiError& e) {
-  res.status = e.status;
-  res.set_content(error_body(e), "application/json");
-}
+// As every route answers an error (serve_http_route.h: a 503 kv_pool_full carries Retry-After).
+void reply_error(httplib::Response& res, const ApiError& e) { serve_http_route::reply_error(res, e); }
 
 void reply(httplib::Response& res, const nlohmann::json& body) { res.set_content(dump(body), "application/json"); }
 

@@ -496,9 +496,11 @@ class Window {
   // already applies nothing. Throws orbit::Error when the engine has no tokenizer, the template refuses
   // the list, or the rendering does not fit the model's positions (nothing applied; a rendering of more bytes
   // than positions × the tokenizer's longest piece is refused after its one render, before its messages are
-  // cut, so a list far too long costs one render), or when an operation
-  // is refused (the pool is full): the operations applied before it stay, and the window is then a mix of
-  // old and new that a later sync of any list brings to that list. Errors start with the function called
+  // cut, so a list far too long costs one render). Throws orbit::CapacityRefused (orbit/capacity.h) when an
+  // operation is refused for capacity: bound() kPool when the engine's KV pool cannot hold it (room other
+  // windows give back cures it), kWindowBytes when this window's max_bytes is what it passes (only a smaller
+  // list does). The operations applied before a refused one stay, and the window is then a mix of old and new
+  // that a later sync of any list brings to that list. Errors start with the function called
   // ("plan_sync: ...", "sync: ...", "prepare_sync: ..."); malformed tools or extra JSON is named as
   // ChatOptions::tools_json / extra_json.
   SyncPlan plan_sync(const std::vector<ChatMessage>& messages, const SyncOptions& options = {}) const;

@@ -424,7 +424,12 @@ SyncReport sync_with(Window& w, detail::WindowState& s, const std::vector<ChatMe
     Result<ApplyReport> r = apply(p);
     if (!r.is_ok()) {
       const std::string why = "sync: " + sync_refusal(what, report.plans.size(), r.status().reason());
-      if (r.status().code() == StatusCode::kOutOfCapacity) throw CapacityRefused(why, __FILE__, __LINE__);
+      if (r.status().code() == StatusCode::kOutOfCapacity) {
+        // The window's own max_bytes is checked before the pool (limit_refusal, then the pool's pages).
+        const bool own = s.options.max_bytes > 0 && p.device_bytes_after > s.options.max_bytes;
+        throw CapacityRefused(why, own ? CapacityRefused::Bound::kWindowBytes : CapacityRefused::Bound::kPool, __FILE__,
+                              __LINE__);
+      }
       throw Error(why, __FILE__, __LINE__);
     }
     report.plans.push_back(p);
