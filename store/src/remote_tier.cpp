@@ -18,22 +18,13 @@
 #include "orbit/store/blob_format.h"
 #include "orbit/store/redis_backend.h"
 #include "orbit/store/remote_auth.h"
+#include "remote_blob.h"
 
 namespace orbit::store {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// The blob file's bytes (blob_format.h), trailer included.
-std::string serialize(const EncodedBlob& blob) {
-  std::string out;
-  out.reserve(static_cast<std::size_t>(blob.size()));
-  out += blob.head;
-  for (const auto& [data, size] : blob.pieces) out.append(reinterpret_cast<const char*>(data), size);
-  out += sha256_hex(out);
-  return out;
-}
 
 // The TLS files a rediss:// remote names exist and are readable: a typo is an error at open, naming the
 // option, not a refused handshake on every operation.
@@ -94,6 +85,17 @@ RedisClientOptions client_options(const RemoteOptions& options) {
 }
 
 }  // namespace
+
+std::string sealed_remote_blob(const std::string& secret, const std::string& key, const std::string& fingerprint,
+                               const StoredValue& value) {
+  const EncodedBlob blob = encode_blob(key, fingerprint, value, BlobEncoding::kExact);
+  std::string out;  // the blob file's bytes, trailer included
+  out.reserve(static_cast<std::size_t>(blob.size()));
+  out += blob.head;
+  for (const auto& [data, size] : blob.pieces) out.append(reinterpret_cast<const char*>(data), size);
+  out += sha256_hex(out);
+  return seal_remote_value(secret, key, std::move(out));
+}
 
 RemoteTier::RemoteTier(RemoteOptions options, std::string model_fingerprint, std::shared_ptr<BlobBackend> backend,
                        std::shared_ptr<RemoteJournal> journal)
@@ -373,8 +375,7 @@ Result<RemoteReadSample> RemoteTier::measure_read(int64_t bytes, int reps) {
   const std::string key = h.hex_digest();
   const at::Tensor payload = at::randint(0, 256, {bytes}, at::TensorOptions().dtype(at::kByte));
   const ValuePtr value = make_value(EntryKind::kOther, {{"probe", payload}}, {}, /*copy=*/false);
-  const std::string blob =
-      seal_remote_value(options_.secret, key, serialize(encode_blob(key, fingerprint_, *value, BlobEncoding::kExact)));
+  const std::string blob = sealed_remote_blob(options_.secret, key, fingerprint_, *value);
   Status written = backend_->put(key, blob);
   if (!written) {
     failed(written.reason());
@@ -412,217 +413,6 @@ Result<RemoteReadSample> RemoteTier::measure_read(int64_t bytes, int reps) {
   succeeded();
   best.seconds = std::max(best.seconds, 1e-9);
   return best;
-}
-
-bool RemoteTier::drain(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  return cv_.wait_for(lock, timeout, [&] { return queue_.empty() && !in_flight_ && !settling_ && !resending(); });
-}
-
-void RemoteTier::writer_loop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  for (;;) {
-    cv_.wait(lock, [&] { return stop_ || !queue_.empty() || resending(); });
-    if (stop_) return;
-    if (down_ && Clock::now() < down_until_) {  // wait out the outage (or a stop), then try again
-      cv_.wait_until(lock, down_until_, [&] { return stop_; });
-      continue;
-    }
-    if (!queue_.empty()) {
-      send_front(lock);  // the live writes first; an earlier run's records wait for an empty queue
-    } else if (resend_done_) {
-      start_rescan(lock);  // rescan_: writes the byte bound dropped
-    } else {
-      resend_step(lock);
-    }
-    cv_.notify_all();
-  }
-}
-
-void RemoteTier::send_front(std::unique_lock<std::mutex>& lock) {
-  Pending p = queue_.front();
-  in_flight_ = true;
-  in_flight_key_ = p.key;
-  lock.unlock();
-  std::string bytes;
-  Status s = Status::ok();
-  if (p.value) {
-    bytes = seal_remote_value(options_.secret, p.key,
-                              serialize(encode_blob(p.key, fingerprint_, *p.value, BlobEncoding::kExact)));
-    s = backend_->put(p.key, bytes);
-  } else {
-    s = backend_->remove(p.key);
-  }
-  if (!s)
-    failed(s.reason());
-  else
-    succeeded();
-  lock.lock();
-  in_flight_ = false;
-  if (s && p.value) {
-    ++stats_.writes;
-    stats_.bytes_written += static_cast<int64_t>(bytes.size());
-  } else if (s) {
-    ++stats_.removals;
-  } else {
-    ++stats_.write_failures;
-  }
-  // Sent, or failed: a failed write stays at the front for the next attempt (unless dropped meanwhile).
-  if (s && !queue_.empty() && queue_.front().key == p.key && queue_.front().value == p.value) {
-    queued_bytes_ -= queue_.front().bytes;
-    queue_.pop_front();
-  }
-  stats_.queued = static_cast<int64_t>(queue_.size());
-  if (s && journal_) {  // written, or removed (nothing is left to re-send): the record goes
-    delivered_.push_back(RemotePendingRecord{p.seq, p.key, !p.value});
-    if (queue_.empty() || delivered_.size() >= 64) settle_delivered(lock);
-  }
-}
-
-void RemoteTier::start_rescan(std::unique_lock<std::mutex>& lock) {
-  rescan_ = false;
-  rescan_reading_ = true;  // drain() waits while the journal is read without the lock
-  lock.unlock();
-  const int64_t last = journal_->last();
-  lock.lock();
-  rescan_reading_ = false;
-  // The records past those re-sent so far: a dropped write's is among them; one still queued is skipped by
-  // resend_step, and one acknowledged was cleared when the queue emptied.
-  if (last <= resend_after_) return;
-  resend_through_ = last;
-  resend_done_ = false;
-  resend_counted_ = false;
-}
-
-void RemoteTier::resend_step(std::unique_lock<std::mutex>& lock) {
-  if (!resend_counted_) {  // on this thread, not at open: a long record is counted in the background
-    resend_counted_ = true;
-    lock.unlock();
-    const int64_t backlog = journal_->count(resend_through_);
-    lock.lock();
-    stats_.resend_backlog = backlog;
-  }
-  if (resend_batch_.empty()) {
-    const int64_t after = resend_after_;
-    lock.unlock();
-    const std::vector<RemotePendingRecord> batch = journal_->recorded(after, resend_through_, 64);
-    lock.lock();
-    for (const RemotePendingRecord& record : batch) resend_batch_.push_back(record);
-    if (batch.empty()) {
-      resend_done_ = true;
-      stats_.resend_backlog = 0;
-    } else {
-      resend_after_ = batch.back().seq;
-    }
-    return;
-  }
-  const RemotePendingRecord record = resend_batch_.front();
-  const std::string& key = record.key;
-  // A live write or removal of the key is queued: it ends the remote's state of the key and settles the record.
-  bool queued = false;
-  for (const Pending& p : queue_) queued = queued || p.key == key;
-  in_flight_ = true;
-  in_flight_key_ = key;
-  lock.unlock();
-  Status sent = Status::ok();
-  bool settle = false;
-  int64_t bytes = 0;
-  if (!queued) sent = resend(record, &settle, &bytes);
-  lock.lock();
-  in_flight_ = false;
-  if (!sent) {  // the key stays first in the batch: tried again after the outage
-    ++stats_.write_failures;
-    return;
-  }
-  resend_batch_.pop_front();
-  stats_.resend_backlog = std::max<int64_t>(0, stats_.resend_backlog - 1);
-  if (bytes > 0 || (record.erase && settle)) ++stats_.resent;  // a value written, or an erase's removal
-  if (settle) delivered_.push_back(record);
-  if (resend_batch_.empty() || delivered_.size() >= 64) settle_delivered(lock);
-}
-
-Status RemoteTier::resend(const RemotePendingRecord& record, bool* settle, int64_t* bytes) {
-  const std::string& key = record.key;
-  Result<ValuePtr> local = journal_->local_copy(key);
-  *settle = local.is_ok() || local.status().code() == StatusCode::kNotFound;  // refused: kept for a later open
-  Status sent = Status::ok();
-  if (local) {  // a write, or an erase whose key the local tiers hold again: the remote gets the local copy
-    const std::string blob = seal_remote_value(
-        options_.secret, key, serialize(encode_blob(key, fingerprint_, *local.value(), BlobEncoding::kExact)));
-    *bytes = static_cast<int64_t>(blob.size());
-    sent = backend_->put(key, blob);
-  } else if (record.erase && *settle) {  // erased, and not held since: the remote loses it too
-    sent = backend_->remove(key);
-  } else {
-    return sent;  // a write with no local copy (nothing to send), or the local tiers cannot be read now
-  }
-  if (!sent) {
-    failed(sent.reason());
-    *settle = false;
-  } else {
-    succeeded();
-  }
-  return sent;
-}
-
-void RemoteTier::settle_delivered(std::unique_lock<std::mutex>& lock) {
-  if (delivered_.empty()) return;
-  std::set<std::string> queued;
-  for (const Pending& p : queue_) queued.insert(p.key);
-  std::vector<RemotePendingRecord> records;
-  for (RemotePendingRecord& record : delivered_) {
-    // Written or removed again since: that one settles the key's record (now of its kind). A record made since and
-    // not queued yet (RemoteTier::put between its record and its queueing) has a higher seq: the journal keeps it.
-    if (record.seq > 0 && queued.count(record.key) == 0) records.push_back(std::move(record));
-  }
-  delivered_.clear();
-  if (records.empty()) return;
-  settling_ = true;  // drain() waits for the clearing too
-  lock.unlock();
-  journal_->settle(records);
-  lock.lock();
-  settling_ = false;
-}
-
-bool RemoteTier::give_up(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (in_flight_ && in_flight_key_ == key) return false;
-  bool dropped = false;
-  for (auto it = queue_.begin(); it != queue_.end();) {
-    if (it->key == key && it->value) {  // not in flight (checked above): the front waiting out an outage goes too
-      queued_bytes_ -= it->bytes;
-      it = queue_.erase(it);
-      dropped = true;
-    } else {
-      ++it;
-    }
-  }
-  // Not counted in writes_dropped (abandoned counts it). Its record goes with the eviction; should that eviction
-  // fail, the record stays, and the rescan re-sends it.
-  if (dropped && journal_) rescan_ = true;
-  stats_.queued = static_cast<int64_t>(queue_.size());
-  cv_.notify_all();
-  return true;
-}
-
-void RemoteTier::abandoned(int64_t writes) {
-  if (writes <= 0) return;
-  bool warn = false;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.abandoned += writes;
-    warn = options_.warn && !warned_abandoned_;
-    warned_abandoned_ = true;
-  }
-  if (warn) {
-    std::ostringstream what;
-    what << "remote tier " << backend_->describe() << ": gave up " << writes << " undelivered write"
-         << (writes == 1 ? "" : "s") << " (their local copies evicted past max_held_fraction "
-         << options_.max_held_fraction
-         << " of the disk budget: the remote down or behind); not re-sent later (stats' remote abandoned counts "
-            "every one; warned once a run)";
-    orbit::warn(what.str());
-  }
 }
 
 RemoteStats RemoteTier::stats() const {
