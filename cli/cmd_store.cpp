@@ -35,20 +35,23 @@ const char* kStoreUsage =
     "          --remote redis://host:port[/db] | redis-cluster://h1:p1,h2:p2,...: also the remote tier\n"
     "          (rediss:// and rediss-cluster:// over TLS; ORBIT_REDIS_TLS_CA_FILE etc., see README)\n"
     "          (reachable, nodes, orbit entries, memory, maxmemory-policy)\n"
-    "  verify  re-read every blob and check its checksum; reports corrupt or missing entries (deletes\n"
-    "          nothing) and, apart, blobs it could not read for a reason that proves nothing about them\n"
+    "  verify  re-read every blob and check its checksum; reports corrupt or missing entries, and a\n"
+    "          directory or other non-file in a blob's place (deletes nothing; repair fixes them) and, apart,\n"
+    "          blobs it could not read for a reason that proves nothing about them\n"
     "          (out of file descriptors, permission, I/O error); runs SQLite's integrity_check on the\n"
     "          index (a key index that disagrees with its table: repair reindexes it); exit status 1 when\n"
     "          any entry is bad or the index inconsistent, 2 when none is bad but some could not be read\n"
     "          (verify again)\n"
     "  gc      remove blobs no index row names and temp files of writes that never completed\n"
-    "          (--dry-run: only list them); the store must not be open in another process. Refuses an\n"
-    "          index SQLite finds inconsistent (run repair first). While index rows are damaged (a row\n"
-    "          names no blob file, or not its own), keeps and names every unreferenced blob repair could\n"
-    "          rebuild a row from (it verifies, and no healthy row has its key) or could not read\n"
+    "          (--dry-run: only list them; it writes nothing, also on a read-only disk); the store must not\n"
+    "          be open in another process. Refuses an index SQLite finds inconsistent (run repair first).\n"
+    "          While index rows are damaged (a row names no blob file, or not its own), keeps and names\n"
+    "          every unreferenced blob repair could rebuild a row from (it verifies, and no healthy row has\n"
+    "          its key) or could not read\n"
     "  repair  rebuild the index from the verified blobs (after index.sqlite was deleted or lost its\n"
-    "          meta rows); drops rows whose blob is missing or corrupt; reindexes an index SQLite finds\n"
-    "          inconsistent; the store must not be open\n"
+    "          meta rows); drops rows whose blob is missing or corrupt; moves a directory in a blob's place\n"
+    "          to DIR/quarantine/ with what it holds; reindexes an index SQLite finds inconsistent; refuses an\n"
+    "          index.sqlite that is another program's SQLite database; the store must not be open\n"
     "  reset-counts  zero the counts of remote writes given up that stat shows (kept over every run):\n"
     "          --remote URL (as stat names it) for one remote's, else every remote's; the store must not\n"
     "          be open (an open store counts into them)\n"
@@ -237,6 +240,13 @@ int run_verify(const Args& args, const std::string& dir) {
         "blobs, %lld temp files (gc removes them)\n",
         static_cast<long long>(r.checked), r.problems.size(), r.unreadable.size(),
         static_cast<long long>(r.unreferenced_blobs), static_cast<long long>(r.temp_files));
+    if (!r.problems.empty()) {
+      std::printf(
+          "to fix the bad entries, run `orbit store repair --store %s` with the store closed: it drops their rows "
+          "(recomputed when needed), restores a row from a blob that verifies, and moves a directory in a blob's "
+          "place to %s/quarantine/\n",
+          dir.c_str(), dir.c_str());
+    }
   }
   return !r.problems.empty() || !r.index_damage.empty() ? 1 : (r.unreadable.empty() ? 0 : 2);
 }

@@ -75,9 +75,13 @@ std::string errno_text(int error) {
   return std::string(strerror_r(error, buffer, sizeof buffer));
 }
 
-ExclusiveStoreLock::ExclusiveStoreLock(const std::string& root, const std::string& operation, const std::string& why) {
+ExclusiveStoreLock::ExclusiveStoreLock(const std::string& root, const std::string& operation, const std::string& why,
+                                       bool read_only) {
   const std::string lock_path = root + "/LOCK";
-  fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // flock needs no write access: a read-only descriptor takes the same exclusive hold.
+  fd_ = read_only ? ::open(lock_path.c_str(), O_RDONLY | O_CLOEXEC)
+                  : ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0 && read_only && errno == ENOENT) return;  // no LOCK: no process has the store open
   ORBIT_CHECK(fd_ >= 0, "store " << root << ": cannot open " << lock_path << ": " << errno_text(errno));
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     ::close(fd_);
@@ -88,7 +92,9 @@ ExclusiveStoreLock::ExclusiveStoreLock(const std::string& root, const std::strin
   }
 }
 
-ExclusiveStoreLock::~ExclusiveStoreLock() { ::close(fd_); }
+ExclusiveStoreLock::~ExclusiveStoreLock() {
+  if (fd_ >= 0) ::close(fd_);
+}
 
 Status io_failure(const std::string& what, const std::string& path, int error) {
   const std::string reason = what + " " + path + ": " + errno_text(error);
@@ -222,6 +228,7 @@ const char* file_type_name(mode_t mode) {
   if (S_ISFIFO(mode)) return "a FIFO";
   if (S_ISSOCK(mode)) return "a socket";
   if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  if (S_ISDIR(mode)) return "a directory";
   return "not a regular file";
 }
 
@@ -244,11 +251,11 @@ Result<at::Tensor> read_file_bytes(const std::string& path) {
   }
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return read_failure("cannot stat", path, errno);
-  // A FIFO, socket or device where a blob was is damage, not a failed read: it will not read next time
-  // either, so it is not_found (marked corrupt, recomputed; repair drops its row). A directory is left to
-  // read(), whose EISDIR is refused like any other failed read (the entry is kept, verify calls it
-  // unreadable); repair looks for a directory itself and drops its row.
-  if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+  // A FIFO, socket, device or directory where a blob was is damage, not a failed read: it will not read next
+  // time either, so it is not_found (marked corrupt, recomputed and written again under a new name; verify
+  // calls it bad; repair drops its row and moves a directory to DIR/quarantine/). A directory's read() would
+  // fail with EISDIR, which taken as a failed read kept the entry, and verify's report of it, for good.
+  if (!S_ISREG(st.st_mode)) {
     return Status::not_found("cannot read " + path + ": it is " + file_type_name(st.st_mode) + ", not a blob file");
   }
   at::Tensor bytes = at::empty({static_cast<int64_t>(st.st_size)}, at::TensorOptions().dtype(at::kByte));

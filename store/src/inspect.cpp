@@ -291,6 +291,12 @@ RowCheck check_row(const std::string& root, const std::string& confined_root, co
   if (!bytes && bytes.status().code() != StatusCode::kNotFound) {  // EMFILE, EACCES, EIO, ...: not damage
     return {RowCheck::Kind::kUnreadable, path, bytes.status().reason()};
   }
+  std::error_code ec;
+  if (!bytes && fs::is_directory(fs::symlink_status(path, ec))) {
+    return row_problem(path, bytes.status().reason() + " (repair drops its row and moves it to " + root +
+                                 "/quarantine/ with what it holds)");
+  }
+  if (!bytes && fs::exists(fs::symlink_status(path, ec))) return row_problem(path, bytes.status().reason());
   if (!bytes) return row_problem(path, "missing: " + bytes.status().reason());
   if (bytes.value().numel() != r.blob_bytes) {
     return row_problem(path, "size " + std::to_string(bytes.value().numel()) + " != " + std::to_string(r.blob_bytes) +
@@ -368,9 +374,12 @@ VerifyReport verify_store(const std::string& dir) {
 // a row from are kept (GcReport::kept_paths) and the rest of the garbage goes.
 GcReport gc_store(const std::string& dir, const GcOptions& options) {
   const std::string root = store_root(dir);
-  const store::ExclusiveStoreLock lock(root, "gc", "a write in flight there looks like garbage here");
+  // A dry run writes nothing (LOCK opened for reading, the index read-only): it also runs on a read-only
+  // directory or file system.
+  const store::ExclusiveStoreLock lock(root, "gc", "a write in flight there looks like garbage here", options.dry_run);
   // Holding the lock, no write is in flight: every temp file is dead and the row set is final.
-  std::unique_ptr<SqliteIndex> opened = open_index(root, SqliteIndex::Mode::kReadWrite);
+  std::unique_ptr<SqliteIndex> opened =
+      open_index(root, options.dry_run ? SqliteIndex::Mode::kReadOnly : SqliteIndex::Mode::kReadWrite);
   SqliteIndex& index = *opened;
   const std::vector<DiskRow> rows = index_rows(index, root);
   const std::string inconsistent = index.inconsistency();

@@ -10,6 +10,8 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "blobs_root.h"
 #include "orbit/common/error.h"
@@ -37,11 +39,12 @@ struct Found {
 // Reads and verifies one blob; nullopt (with a note) when it does not verify.
 std::optional<Found> inspect_blob(const std::string& root, const fs::path& path, std::vector<std::string>* notes) {
   // A directory where a blob was is damage, as a FIFO is: no later read makes it a blob, so its row goes
-  // rather than the repair stopping at it (read() would fail with EISDIR, which proves nothing of a file).
-  // It is left in place with whatever it holds: repair deletes no file, and this may be someone's folder.
+  // rather than the repair stopping at it. One named as a blob is moved to DIR/quarantine/ after the rows are
+  // rebuilt (quarantine_directories), with whatever it holds: repair deletes no file, and this may be
+  // someone's folder.
   std::error_code kind_error;
-  if (fs::is_directory(path, kind_error)) {
-    notes->push_back(path.string() + ": is a directory, not a blob file (left in place with its contents)");
+  if (fs::is_directory(fs::symlink_status(path, kind_error))) {
+    notes->push_back(path.string() + ": is a directory, not a blob file");
     return std::nullopt;
   }
   Result<at::Tensor> bytes = store::read_file_bytes(path.string());
@@ -176,6 +179,7 @@ std::string repair_root(const std::string& dir) {
 struct BlobScan {
   std::map<std::string, Found> best;
   std::set<std::string> fingerprints;
+  std::vector<fs::path> directories;  // directories named as blobs (*.blob), never looked into
 };
 
 // Reads every *.blob file under root/blobs (symlinks are not followed: only files inside blobs/ count),
@@ -186,8 +190,12 @@ BlobScan find_verified_blobs(const std::string& root, RepairReport* report) {
   for (auto it = fs::recursive_directory_iterator(root + "/blobs", ec); it != fs::recursive_directory_iterator();
        it.increment(ec)) {
     const fs::directory_entry& entry = *it;
-    // A directory in a blob's place: its row goes below; what it holds is nobody's blob.
-    if (entry.is_directory() && entry.path().extension() == ".blob") it.disable_recursion_pending();
+    // A directory in a blob's place: its row goes below, then it is moved aside; what it holds is nobody's blob.
+    if (!entry.is_symlink() && entry.is_directory() && entry.path().extension() == ".blob") {
+      it.disable_recursion_pending();
+      scan.directories.push_back(entry.path());
+      continue;
+    }
     if (entry.is_symlink() || !entry.is_regular_file() || entry.path().extension() != ".blob") continue;
     ++report->blobs_scanned;
     std::optional<Found> f = inspect_blob(root, entry.path(), &report->notes);
@@ -275,6 +283,24 @@ void restore_rows(SqliteIndex& index, const std::string& root, const BlobScan& s
   }
 }
 
+// Moves every directory named as a blob to DIR/quarantine/ (under its own name, or with a nonce added when that
+// is taken), with what it holds, a note each: no read makes it a blob, and left in blobs/ it would keep a name
+// the store's blobs have. One that cannot be moved (blobs/ on another file system) is left, with a note.
+void quarantine_directories(const std::string& root, const BlobScan& scan, RepairReport* report) {
+  const fs::path quarantine = fs::path(root) / "quarantine";
+  for (const fs::path& dir : scan.directories) {
+    std::error_code ec;
+    fs::create_directory(quarantine, ec);
+    fs::path to = quarantine / dir.filename();
+    if (fs::exists(fs::symlink_status(to, ec))) to += "." + store::unique_nonce();
+    fs::rename(dir, to, ec);
+    report->notes.push_back(ec ? "cannot move the directory " + dir.string() + " (not a blob file) to " + to.string() +
+                                     ": " + ec.message() + "; left in place"
+                               : "moved the directory " + dir.string() + " (not a blob file) to " + to.string() +
+                                     " with what it holds");
+  }
+}
+
 }  // namespace
 
 RepairReport repair_store(const std::string& dir) {
@@ -298,6 +324,7 @@ RepairReport repair_store(const std::string& dir) {
     return Status::ok();
   });
   ORBIT_CHECK(rebuilt.is_ok(), "store " << root << ": " << rebuilt.reason());
+  quarantine_directories(root, scan, &report);                       // after the commit: no row names them now
   for (std::string& note : report.notes) note = store::shown(note);  // a damaged row's key may hold any bytes
   return report;
 }

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <iterator>
 #include <optional>
 #include <random>
 #include <set>
@@ -126,6 +127,9 @@ struct SqliteIndex::SchemaState {
   std::set<std::string> missing;  // tables of kTables it lacks
   std::string damage;             // a table of kTables without one of its columns, or ""
   bool pending_kind = true;       // remote_pending has its kind column (or is missing: kSchema makes it whole)
+  // Tables, none of them one of kTables: another program's database, never an orbit index (not even a damaged
+  // one: every index has its meta and entries tables from its first open). The first few, for a message.
+  std::vector<std::string> foreign_tables;
 };
 
 void SqliteIndex::open(const std::string& uri, int flags) {
@@ -159,6 +163,8 @@ SqliteIndex::SqliteIndex(const std::string& path, Mode mode) : path_(path) {
   }
   try {
     if (mode != Mode::kReadOnly) {
+      // Another program's database is refused before anything is written to it (switching it to WAL would).
+      refuse_foreign(read_schema());
       // Idempotent, so a busy attempt is simply made again (several processes may create the same store
       // at once).
       exec_retrying_or_throw("PRAGMA journal_mode=WAL");
@@ -217,6 +223,12 @@ SqliteIndex::SchemaState SqliteIndex::read_schema() const {
     sqlite3_finalize(raw);
     if (code != SQLITE_DONE) return code;
     state.empty = tables.empty();
+    const bool ours = std::any_of(std::begin(kTables), std::end(kTables),
+                                  [&](const TableSpec& table) { return tables.count(table.name) > 0; });
+    for (auto it = tables.begin(); !ours && it != tables.end() && state.foreign_tables.size() < 5; ++it) {
+      state.foreign_tables.push_back(*it);
+    }
+    if (!ours && tables.size() > 5) state.foreign_tables.push_back("...");
     for (const TableSpec& table : kTables) {
       if (!tables.count(table.name)) {
         state.missing.insert(table.name);
@@ -245,8 +257,17 @@ SqliteIndex::SchemaState SqliteIndex::read_schema() const {
   return state;
 }
 
+void SqliteIndex::refuse_foreign(const SchemaState& state) const {
+  if (state.foreign_tables.empty()) return;
+  std::string tables;
+  for (const std::string& t : state.foreign_tables) tables += (tables.empty() ? "" : ", ") + t;
+  ORBIT_FAIL("store index " << path_ << ": " << kForeignDatabase << " (its tables: " << tables
+                            << "); left untouched: move it out of the store directory, or give another one");
+}
+
 void SqliteIndex::check_schema(const SchemaState& state, Mode mode) const {
   if (state.empty) return;  // a new index: made by a writer, refused by a reader (no format version)
+  refuse_foreign(state);
   // A table that lost a column cannot be read. An index that has tables but no entries table lost it
   // (every store has one from its first open): opened as is, it would read as an empty store, whose
   // blobs gc would then delete as garbage. Repair makes the table again and restores its rows.

@@ -16,9 +16,12 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
+#include <set>
 #include <thread>
 
+#include "inspect_verify.h"  // store/src: verify_rows
 #include "orbit/common/error.h"
 #include "orbit/store/blob_io.h"
 #include "orbit/store/chunk_store.h"
@@ -385,59 +388,79 @@ TEST_CASE("verify tells a blob it could not read from a bad one", "[store][cpu]"
   test::TempDir dir;
   const std::string d = dir.path().string();
   test::write_entries(d, 2, PutOptions{StoreTier::kDisk});
-  std::map<std::string, std::string> blobs;
-  for (const StoreEntryInfo& e : list_store(d)) blobs[e.key] = e.blob_path;
-  REQUIRE(blobs.size() == 2);
-  // Key 1's blob cannot be read (a directory where it was: read() fails with EISDIR, not ENOENT); key 2's
-  // is gone.
-  fs::remove(blobs.at(key(1)));
-  fs::create_directory(blobs.at(key(1)));
-  fs::remove(blobs.at(key(2)));
-  const VerifyReport r = verify_store(d);
-  CHECK(r.checked == 2);
+  SqliteIndex index(d + "/index.sqlite", SqliteIndex::Mode::kReadOnly);
+  const std::string fingerprint = index.meta("model_fingerprint").value_or("");
+  const std::optional<DiskRow> row = index.row(key(1));
+  REQUIRE(row);
+  VerifyReport r;
+  {
+    FdExhaustion exhausted;  // key 1's blob cannot be opened now (EMFILE): that proves nothing about it
+    r = verify_rows(index, d, fingerprint, {*row});
+  }
+  CHECK(r.checked == 1);
   REQUIRE(r.unreadable.size() == 1);
   CHECK(r.unreadable[0].key == key(1));
-  CHECK_THAT(r.unreadable[0].reason, Contains("cannot read"));
+  CHECK_THAT(r.unreadable[0].reason, Contains("cannot open") && Contains("Too many open files"));
+  CHECK(r.problems.empty());
+  CHECK_FALSE(r.clean());
+  fs::remove(blob_path(d, 2));  // a blob that is gone is bad
+  r = verify_store(d);
+  CHECK(r.checked == 2);
+  CHECK(r.unreadable.empty());
   REQUIRE(r.problems.size() == 1);
   CHECK(r.problems[0].key == key(2));
   CHECK_THAT(r.problems[0].reason, Contains("missing"));
-  CHECK_FALSE(r.clean());
-  // The CLI: BAD for the missing one, UNREADABLE for the other, exit status 1 (something is bad). Builds
-  // that compile only some tests (the sanitizer builds) have no CLI: that part is left out there.
-  if (!fs::exists(ORBIT_CLI_PATH)) {
-    WARN("no orbit CLI at " << ORBIT_CLI_PATH << " in this build: its verify output is not checked");
-    return;
-  }
-  const test::CliRun run = test::cli("store verify --store " + d);
-  CHECK(run.status == 1);
-  CHECK_THAT(run.out, Contains("BAD " + key(2)) && Contains("UNREADABLE " + key(1)) && Contains("1 unreadable"));
 }
 
-TEST_CASE("repair drops the row of a directory in a blob's place, leaves the directory and keeps the rest",
+// A directory in a blob's place was called unreadable (read() fails with EISDIR, which proves nothing of a file):
+// verify said "verify again" on every run, and an engine kept the entry, a miss on every read, for good.
+TEST_CASE("a directory in a blob's place is damage: verify names repair, repair moves it to quarantine/",
           "[store][cpu]") {
   test::TempDir dir;
   const std::string d = dir.path().string();
   test::write_entries(d, 8, PutOptions{StoreTier::kDisk});
   const std::string folder = blob_path(d, 5);
+  const std::string name = fs::path(folder).filename().string();
   fs::remove(folder);
   fs::create_directory(folder);
   // What someone keeps there; a .tmp and a .blob inside look like the store's own files to a scan.
-  const std::vector<std::string> kept = {folder + "/notes.txt", folder + "/draft.tmp", folder + "/copy.blob"};
-  for (const std::string& p : kept) std::ofstream(p) << "mine";
+  const std::vector<std::string> mine = {"notes.txt", "draft.tmp", "copy.blob"};
+  for (const std::string& p : mine) std::ofstream(folder + "/" + p) << "mine";
 
-  const RepairReport r = repair_store(d);  // it used to stop here: "cannot read ...: Is a directory"
+  const VerifyReport v = verify_store(d);
+  CHECK(v.checked == 8);
+  CHECK(v.unreadable.empty());
+  REQUIRE(v.problems.size() == 1);
+  CHECK(v.problems[0].key == key(5));
+  CHECK_THAT(v.problems[0].reason, Contains("it is a directory, not a blob file") &&
+                                       Contains("repair drops its row and moves it to " + d + "/quarantine/"));
+  if (fs::exists(ORBIT_CLI_PATH)) {  // the sanitizer builds have no CLI
+    const test::CliRun run = test::cli("store verify --store " + d);
+    INFO(run.out);
+    CHECK(run.status == 1);
+    CHECK_THAT(run.out, Contains("BAD " + key(5)) && Contains("run `orbit store repair --store " + d + "`"));
+  }
+
+  const RepairReport r = repair_store(d);
   CHECK(r.rows_dropped == 1);
   CHECK(r.rows_restored == 0);
   CHECK(r.blobs_rejected == 0);  // copy.blob inside the directory is not taken for a blob
-  REQUIRE(r.notes.size() == 1);
+  REQUIRE(r.notes.size() == 2);
   CHECK_THAT(r.notes[0], Contains("dropped row " + key(5)) && Contains(folder + ": is a directory"));
-  const VerifyReport v = verify_store(d);
-  CHECK(v.checked == 7);
-  CHECK(v.clean());
-  CHECK(v.unreferenced_blobs == 0);
-  CHECK(v.temp_files == 0);
+  CHECK(r.notes[1] ==
+        "moved the directory " + folder + " (not a blob file) to " + d + "/quarantine/" + name + " with what it holds");
+  CHECK_FALSE(fs::exists(folder));
+  for (const std::string& p : mine) CHECK(fs::exists(d + "/quarantine/" + name + "/" + p));
+  const VerifyReport after = verify_store(d);
+  CHECK(after.checked == 7);
+  CHECK(after.clean());
+  CHECK(after.unreferenced_blobs == 0);
+  CHECK(after.temp_files == 0);
   CHECK(gc_store(d, GcOptions{}).removed_paths.empty());
-  for (const std::string& p : kept) CHECK(fs::exists(p));
+  for (const std::string& p : mine) CHECK(fs::exists(d + "/quarantine/" + name + "/" + p));
+  const RepairReport again = repair_store(d);  // nothing left to do
+  CHECK(again.notes.empty());
+  CHECK(again.rows_dropped == 0);
   ChunkStore store(disk_options(d));
   CHECK_FALSE(store.contains(key(5)));
   for (int64_t i = 1; i <= 8; ++i) {
@@ -446,6 +469,37 @@ TEST_CASE("repair drops the row of a directory in a blob's place, leaves the dir
     REQUIRE(got.is_ok());
     CHECK(values_equal(*got.value(), *test::store_test_value(i)));
   }
+}
+
+TEST_CASE("an engine's read of a directory in a blob's place marks the entry corrupt; written again, it reads",
+          "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  test::write_entries(d, 3, PutOptions{StoreTier::kDisk});
+  const std::string folder = blob_path(d, 2);
+  fs::remove(folder);
+  fs::create_directory(folder);
+  {
+    ChunkStore store(disk_options(d));
+    const Status miss = store.get(key(2)).status();
+    CHECK(miss.code() == StatusCode::kNotFound);
+    CHECK_THAT(miss.reason(), Contains("it is a directory, not a blob file"));
+    CHECK(store.stats().corrupt_reads == 1);  // it was a miss that kept the entry, on every read
+    REQUIRE(store.put(key(2), test::store_test_value(2), PutOptions{StoreTier::kDisk}).is_ok());
+    Result<ValuePtr> got = store.get(key(2));
+    REQUIRE(got.is_ok());
+    CHECK(values_equal(*got.value(), *test::store_test_value(2)));
+  }
+  const VerifyReport v = verify_store(d);
+  CHECK(v.clean());
+  CHECK(v.checked == 3);
+  CHECK(blob_path(d, 2) != folder);  // written under a new name; the directory no row names is repair's
+  const RepairReport r = repair_store(d);
+  CHECK(r.rows_dropped == 0);
+  REQUIRE(r.notes.size() == 1);
+  CHECK_THAT(r.notes[0], Contains("moved the directory " + folder));
+  CHECK_FALSE(fs::exists(folder));
+  CHECK(verify_store(d).clean());
 }
 
 TEST_CASE("a socket in a blob's place is damage: verify calls it bad, a read a miss, repair drops its row",
@@ -481,4 +535,47 @@ TEST_CASE("a socket in a blob's place is damage: verify calls it bad, a read a m
   CHECK(r.rows_dropped <= 1);  // the read above may have dropped the row already
   CHECK(verify_store(d).clean());
   CHECK(list_store(d).size() == 2);
+}
+
+// gc --dry-run took the exclusive lock by creating LOCK for writing and opened the index read-write, so on a
+// read-only directory it was refused ("cannot open DIR/LOCK: Permission denied") though it writes nothing. Root
+// writes through file modes, so as root the CLI runs as nobody (setpriv), for whom the modes hold.
+TEST_CASE("gc --dry-run lists a read-only store's garbage and writes nothing; gc itself is refused there",
+          "[store][cpu]") {
+  if (!fs::exists(ORBIT_CLI_PATH)) {
+    WARN("no orbit CLI at " << ORBIT_CLI_PATH << " in this build: gc --dry-run on a read-only store is not checked");
+    return;
+  }
+  std::string as_other;  // who runs the CLI: this user, or nobody when this user is root
+  if (::geteuid() == 0) {
+    REQUIRE(test::run_command("command -v setpriv").status == 0);
+    as_other = "setpriv --reuid=65534 --regid=65534 --clear-groups ";
+  }
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  test::write_entries(d, 3, PutOptions{StoreTier::kDisk});
+  const std::string sub = fs::path(blob_path(d, 1)).parent_path().string();
+  const std::string orphan = sub + "/" + key(9) + ".00000000000000aa.blob", temp = sub + "/." + key(9) + ".blob.tmp";
+  std::ofstream(orphan) << "a blob no row names";
+  std::ofstream(temp) << "a write that never completed";
+  const auto write_bits = fs::perms::owner_write | fs::perms::group_write | fs::perms::others_write;
+  for (const auto& e : fs::recursive_directory_iterator(d))
+    fs::permissions(e.path(), write_bits, fs::perm_options::remove);
+  fs::permissions(d, write_bits, fs::perm_options::remove);
+  std::set<std::string> before;
+  for (const auto& e : fs::recursive_directory_iterator(d)) before.insert(e.path().string());
+
+  const test::CliRun dry = test::run_command(as_other + ORBIT_CLI_PATH + " store gc --dry-run --store " + d);
+  INFO(dry.out);
+  CHECK(dry.status == 0);
+  CHECK_THAT(dry.out, Contains("would remove " + temp) && Contains("would remove " + orphan) &&
+                          Contains("(dry run) 1 unreferenced blobs, 1 temp files"));
+  const test::CliRun gc = test::run_command(as_other + ORBIT_CLI_PATH + " store gc --store " + d);
+  INFO(gc.out);
+  CHECK(gc.status != 0);
+  CHECK_THAT(gc.out, Contains("cannot open " + d + "/LOCK"));
+  std::set<std::string> after;
+  for (const auto& e : fs::recursive_directory_iterator(d)) after.insert(e.path().string());
+  CHECK(after == before);
+  fs::permissions(d, write_bits, fs::perm_options::add);
 }

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <set>
 
@@ -276,4 +277,61 @@ TEST_CASE("a reader of an index file with no table and no blobs says so, naming 
   REQUIRE(sqlite3_exec(db, "PRAGMA journal_mode=WAL", nullptr, nullptr, nullptr) == SQLITE_OK);
   sqlite3_close(db);
   CHECK_THROWS_WITH(verify_store(d), Contains("store index " + d + "/index.sqlite: holds no tables"));
+}
+
+// Another program's SQLite database as index.sqlite was called a damaged index: readers sent the user to repair,
+// which added orbit's tables to it and adopted it (and, without blobs/, said there was nothing to repair). Now every
+// command refuses it, naming the file and what it is, without pointing at repair, and nothing writes to it.
+TEST_CASE("an index.sqlite that is another program's SQLite database is refused everywhere and left untouched",
+          "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  test::write_entries(d, 3);
+  const std::string path = d + "/index.sqlite";
+  fs::remove(path);
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(db,
+                       "CREATE TABLE songs(title TEXT, artist TEXT); CREATE TABLE albums(name TEXT);"
+                       "INSERT INTO songs VALUES('a', 'b')",
+                       nullptr, nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(db);
+  const auto file_bytes = [&] {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+  const std::string before = file_bytes();
+  const std::string message =
+      "store index " + path + ": is an SQLite database, but not an orbit store's index (its tables: albums, songs)";
+  // The error names the file and what it is, and does not send the user to repair.
+  const auto refused = [&](const std::function<void()>& run) {
+    std::string what = "no error";
+    try {
+      run();
+    } catch (const std::exception& e) {
+      what = e.what();
+    }
+    INFO(what);
+    CHECK_THAT(what, Contains(message));
+    CHECK_THAT(what, !Contains("orbit store repair"));
+  };
+  refused([&] { list_store(d); });
+  refused([&] { summarize_store(d); });
+  refused([&] { verify_store(d); });
+  refused([&] { gc_store(d, GcOptions{true}); });
+  refused([&] { gc_store(d); });
+  refused([&] { repair_store(d); });
+  refused([&] { ChunkStore store(disk_options(d)); });
+  if (fs::exists(ORBIT_CLI_PATH)) {  // the sanitizer builds have no CLI
+    for (const char* command : {"verify", "repair"}) {
+      const test::CliRun run = test::cli(std::string("store ") + command + " --store " + d);
+      INFO(run.out);
+      CHECK(run.status != 0);
+      CHECK_THAT(run.out, Contains(message));
+      CHECK_THAT(run.out, !Contains("orbit store repair"));
+    }
+  }
+  CHECK(file_bytes() == before);  // no table added, no row written
+  for (const char* suffix : {"-wal", "-shm", "-journal"}) CHECK_FALSE(fs::exists(path + suffix));
+  CHECK(fs::is_directory(d + "/blobs"));
 }

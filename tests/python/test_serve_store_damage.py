@@ -110,10 +110,12 @@ def check_recomputed_and_rewritten(start_serve, orbit_cli, model, store, first, 
     server.stop()
 
 
-def test_a_blob_replaced_by_a_directory_is_recomputed_with_a_warning(start_serve, stories260k_path, tmp_path):
-    # A directory where a blob was fails its read (EISDIR), which proves nothing about the entry: it is kept,
-    # and each read is a miss that is recomputed. The server says so, once per blob, naming it (it used to
-    # say nothing: a store that could never serve those entries looked healthy).
+def test_a_blob_replaced_by_a_directory_is_recomputed_with_a_warning(start_serve, orbit_cli, stories260k_path,
+                                                                      tmp_path):
+    # A directory where a blob was is damage, as a FIFO is: no later read makes it a blob. The entry is marked
+    # corrupt, recomputed and written again under a new name, and the server says so once per blob, naming it. (Its
+    # read's EISDIR was once taken for a failed read that proves nothing: the entry was kept and recomputed on every
+    # request, and verify called it unreadable on every run.) Repair then moves the directories to quarantine/.
     store = tmp_path / "store"
     first = first_answer(start_serve, stories260k_path, store)
     damaged = blobs(store)
@@ -124,12 +126,21 @@ def test_a_blob_replaced_by_a_directory_is_recomputed_with_a_warning(start_serve
     assert answer(server) == first
     assert answer(server) == first
     server.stop()
-    warnings = [line for line in server.output().splitlines() if "cannot be read" in line]
+    warnings = [line for line in server.output().splitlines() if "it is a directory, not a blob file" in line]
     named = [p for p in damaged if any(str(p) in line for line in warnings)]
     assert named, server.output()
     assert all(sum(str(p) in line for line in warnings) == 1 for p in named), warnings
-    assert all("is kept" in line and "orbit store verify" in line for line in warnings)
+    assert all("marked corrupt and recomputed" in line for line in warnings)
+    # Entries read were written again; a row still naming a directory is bad, never unreadable.
+    verify = store_command(orbit_cli, "verify", "--store", str(store))
+    assert verify.returncode in (0, 1) and "UNREADABLE" not in verify.stdout, verify.stdout
     assert all(p.is_dir() for p in damaged)
+    repair = store_command(orbit_cli, "repair", "--store", str(store))
+    assert repair.returncode == 0, repair.stderr
+    verify = store_command(orbit_cli, "verify", "--store", str(store))
+    assert verify.returncode == 0, verify.stdout
+    assert not any(p.exists() for p in damaged)
+    assert all((store / "quarantine" / p.name).is_dir() for p in damaged)
 
 
 def test_a_blob_replaced_by_a_fifo_is_recomputed_without_blocking(start_serve, orbit_cli, stories260k_path,

@@ -1,6 +1,6 @@
-"""store_verify's and store_repair's reports from Python and the CLI on blobs that cannot be read: a directory in a
-blob's place is listed as unreadable by verify (VerifyReport.unreadable, as `orbit store verify` prints it), and
-repair drops its row, leaves the directory with what it holds, and keeps every other entry."""
+"""store_verify's and store_repair's reports from Python and the CLI on a directory in a blob's place: verify calls
+it bad (VerifyReport.problems, as `orbit store verify` prints it, naming repair), and repair drops its row, moves
+the directory with what it holds to DIR/quarantine/, and keeps every other entry."""
 import json
 import subprocess
 
@@ -34,29 +34,37 @@ def _replace_with_directory(blob):
     return kept
 
 
-def test_verify_report_lists_the_blobs_it_could_not_read(orbit, orbit_cli, stories260k_path, tmp_path):
+def test_verify_calls_a_directory_in_a_blobs_place_bad_and_names_repair(orbit, orbit_cli, stories260k_path,
+                                                                       tmp_path):
     keys = _store(orbit, stories260k_path, tmp_path, 3)
     blob = _blob(orbit, tmp_path, keys[1])
     _replace_with_directory(blob)
 
+    # It was listed as unreadable ("verify again") on every run, though no read makes a directory a blob.
     report = orbit.store_verify(tmp_path)
-    assert report.checked == 3 and report.problems == []
-    assert [(p.key, p.path) for p in report.unreadable] == [(keys[1], blob)]
-    assert "cannot read" in report.unreadable[0].reason and "Is a directory" in report.unreadable[0].reason
+    assert report.checked == 3 and report.unreadable == []
+    assert [(p.key, p.path) for p in report.problems] == [(keys[1], blob)]
+    assert "it is a directory, not a blob file" in report.problems[0].reason
+    assert f"repair drops its row and moves it to {tmp_path}/quarantine/" in report.problems[0].reason
     assert not report.clean and not report
-    assert repr(report) == ("VerifyReport(checked=3, problems=[], unreadable=[1 VerifyProblem], unreferenced_blobs=0, "
+    assert repr(report) == ("VerifyReport(checked=3, problems=[1 VerifyProblem], unreadable=[], unreferenced_blobs=0, "
                             "temp_files=0, index_damage='', clean=False)")
     with orbit.Store(tmp_path) as store:
-        assert [p.key for p in store.verify().unreadable] == [keys[1]]
-    # The same list, with the same meaning, as the CLI's (exit status 2: nothing bad, something unread).
+        assert [p.key for p in store.verify().problems] == [keys[1]]
+    # The same list as the CLI's (exit status 1: something is bad), which names the fix.
     cli = subprocess.run([str(orbit_cli), "store", "verify", "--store", str(tmp_path), "--json"],
                          capture_output=True, text=True, timeout=120)
-    assert cli.returncode == 2, cli.stderr
-    assert json.loads(cli.stdout)["unreadable"] == [
-        {"key": p.key, "path": p.path, "reason": p.reason} for p in report.unreadable]
+    assert cli.returncode == 1, cli.stderr
+    assert json.loads(cli.stdout)["problems"] == [
+        {"key": p.key, "path": p.path, "reason": p.reason} for p in report.problems]
+    text = subprocess.run([str(orbit_cli), "store", "verify", "--store", str(tmp_path)], capture_output=True,
+                          text=True, timeout=120)
+    assert text.returncode == 1 and f"BAD {keys[1]} {blob}" in text.stdout
+    assert f"run `orbit store repair --store {tmp_path}`" in text.stdout
 
 
-def test_repair_drops_a_directory_blob_and_keeps_the_rest(orbit, orbit_cli, stories260k_path, tmp_path):
+def test_repair_moves_a_directory_blob_to_quarantine_and_keeps_the_rest(orbit, orbit_cli, stories260k_path,
+                                                                        tmp_path):
     import os
 
     keys = _store(orbit, stories260k_path, tmp_path, 8)
@@ -64,20 +72,24 @@ def test_repair_drops_a_directory_blob_and_keeps_the_rest(orbit, orbit_cli, stor
     kept = _replace_with_directory(blob)
 
     # The CLI stopped at the directory before ("store repair: cannot read ...: Is a directory; fix that and run
-    # the repair again"), repairing nothing else.
+    # the repair again"), repairing nothing else; then it left the directory in blobs/.
     run = subprocess.run([str(orbit_cli), "store", "repair", "--store", str(tmp_path)], capture_output=True,
                          text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert f"note: dropped row {keys[3]}: {blob}: is a directory, not a blob file" in run.stdout
+    moved = os.path.join(tmp_path, "quarantine", os.path.basename(blob))
+    assert f"note: moved the directory {blob} (not a blob file) to {moved} with what it holds" in run.stdout
     assert "7 blobs scanned; 0 rows restored, 1 dropped, 0 blobs rejected" in run.stdout  # not copy.blob
+    assert not os.path.exists(blob)
+    assert all(os.path.exists(os.path.join(moved, os.path.basename(p))) for p in kept)
     report = orbit.store_verify(tmp_path)
     assert report.clean and report.checked == 7 and report.temp_files == 0 and report.unreferenced_blobs == 0
     assert sorted(x.key for x in orbit.store_list(tmp_path)) == sorted(k for k in keys if k != keys[3])
     # Nothing the directory holds is taken for the store's: gc removes none of it.
     assert orbit.store_gc(tmp_path).removed_paths == []
-    assert all(os.path.exists(p) for p in kept)
-    again = orbit.store_repair(tmp_path)  # the dropped row stays dropped; the directory is no blob
-    assert (again.rows_dropped, again.rows_restored, again.blobs_rejected) == (0, 0, 0)
+    assert all(os.path.exists(os.path.join(moved, os.path.basename(p))) for p in kept)
+    again = orbit.store_repair(tmp_path)  # the dropped row stays dropped; nothing is left to move
+    assert (again.rows_dropped, again.rows_restored, again.blobs_rejected) == (0, 0, 0) and again.notes == []
 
 
 def test_verify_report_keeps_bad_blobs_apart_from_unreadable_ones(orbit, stories260k_path, tmp_path):

@@ -256,7 +256,9 @@ struct VerifyReport {
 };
 
 struct GcOptions {
-  bool dry_run = false;  // report what would be removed, remove nothing
+  // Report what would be removed, remove nothing. Writes nothing either (the index opened read-only, the LOCK
+  // file opened for reading, never created): it runs on a read-only directory or file system.
+  bool dry_run = false;
 };
 
 struct GcReport {

@@ -47,8 +47,8 @@ Status write_blob_file(const std::string& final_path, const EncodedBlob& blob, c
 int64_t remove_dead_temps(const std::string& blobs_dir);
 
 // Reads a whole file into a uint8 [size] CPU tensor. not_found naming the path when it is missing (or
-// shrank while read) or is a FIFO, socket or device (in a blob's place: opened without blocking, never
-// read); refused naming the path and the error when it could not be read now (out of file
+// shrank while read) or is a FIFO, socket, device or directory (in a blob's place: opened without blocking,
+// never read); refused naming the path and the error when it could not be read now (out of file
 // descriptors or memory, permission, an I/O error): no proof that the file is damaged.
 Result<at::Tensor> read_file_bytes(const std::string& path);
 
@@ -72,9 +72,12 @@ std::string errno_text(int error);
 // An exclusive hold (flock) on store `root`'s LOCK file, for maintenance that must see no other process
 // (gc, repair); released by the destructor. Throws orbit::Error naming the store and `operation` (and
 // `why`, when given) if another process has the store open, or naming the LOCK file if it cannot be opened.
+// `read_only` (a dry run, which writes nothing): LOCK is opened for reading, never created, so that a read-only
+// directory or file system is no obstacle; a store without one holds nothing (every open of a store makes it).
 class ExclusiveStoreLock {
  public:
-  ExclusiveStoreLock(const std::string& root, const std::string& operation, const std::string& why = "");
+  ExclusiveStoreLock(const std::string& root, const std::string& operation, const std::string& why = "",
+                     bool read_only = false);
   ~ExclusiveStoreLock();
   ExclusiveStoreLock(const ExclusiveStoreLock&) = delete;
   ExclusiveStoreLock& operator=(const ExclusiveStoreLock&) = delete;

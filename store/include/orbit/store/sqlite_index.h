@@ -47,6 +47,9 @@ inline constexpr const char kSchemaDamaged[] = "its schema is damaged";
 // What the error of a reader (Mode::kReadOnly) says of an index file that holds no table: one being created,
 // or one whose first commits were lost with its WAL.
 inline constexpr const char kNoTables[] = "holds no tables";
+// What the error of an index file that is an SQLite database of another program says (tables, none of
+// orbit's): refused in every mode and never changed, not taken for damage (is_index_damage) nor repaired.
+inline constexpr const char kForeignDatabase[] = "is an SQLite database, but not an orbit store's index";
 
 struct DiskRow {
   std::string key;
@@ -86,7 +89,8 @@ class SqliteIndex {
   // cannot be opened, is not an orbit index (also: entries without their meta rows), was written by a
   // newer format, or its schema is damaged (kSchemaDamaged): a table lost one of its columns, or the
   // index has tables but no entries table (kRepair makes a missing table, and refuses a lost column), or,
-  // for kReadOnly, it holds no table at all (kNoTables).
+  // for kReadOnly, it holds no table at all (kNoTables), or it is another program's database: tables, none of
+  // orbit's (kForeignDatabase, every mode, the file untouched).
   // kReadOnly also works on a read-only directory or file system (where SQLite cannot create the WAL's
   // shared-memory file, the index is opened as immutable: nobody can write it there).
   SqliteIndex(const std::string& path, Mode mode);
@@ -204,6 +208,9 @@ class SqliteIndex {
   SchemaState read_schema() const;
   // Throws naming the index (kSchemaDamaged) when its schema is damaged for `mode`.
   void check_schema(const SchemaState& state, Mode mode) const;
+  // Throws (kForeignDatabase, naming the file and its first tables) when `state` is another program's database:
+  // tables, none of orbit's. Every mode, before anything is written to it.
+  void refuse_foreign(const SchemaState& state) const;
   // Checks the schema, then makes its missing tables (kReadWrite, kRepair).
   void ensure_schema(Mode mode);
   void open(const std::string& uri, int flags);
