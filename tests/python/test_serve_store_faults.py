@@ -35,6 +35,7 @@ def test_a_truncated_blob_is_recomputed_with_a_warning_and_a_metric(start_serve,
     metrics = get(server, "GET", "/metrics")
     assert 'orbit_store_faults_total{kind="corrupt_read"} 0' in metrics
     assert "orbit_store_remote_abandoned_total 0" in metrics  # no remote: no write given up
+    assert "# TYPE orbit_store_demotions_lost_total counter\norbit_store_demotions_lost_total 0\n" in metrics
     server.stop()
     blobs = [p for p in pathlib.Path(store, "blobs").rglob("*.blob")]
     assert blobs

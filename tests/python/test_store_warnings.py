@@ -11,6 +11,7 @@ import pytest
 
 POOL = 8 << 20
 TOKENS = list(range(1, 40))
+HOST_BUDGET = 64 << 10  # a few chunks' canonicals of stories260K
 
 
 def break_the_disk(store):
@@ -90,3 +91,22 @@ def test_at_exit_the_warnings_fall_back_to_stderr(orbit, stories260k_path, tmp_p
     lines = done.stderr.splitlines()
     assert any("OrbitWarning: store " in line and "a disk write failed" in line for line in lines), done.stderr
     assert f"orbit: warning: store {store}: closing with entries that never reached the disk: " in done.stderr
+
+
+def test_entries_memory_lets_go_that_the_disk_cannot_take_are_counted(orbit, stories260k_path, tmp_path):
+    # StoreStats.demotions_lost was counted in C++ only (not in Python's StoreStats, nor in /metrics).
+    store = tmp_path / "store"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        engine = orbit.Engine(stories260k_path, store_dir=store, pool_bytes=POOL, page_size=4,
+                              host_budget_bytes=HOST_BUDGET)
+        break_the_disk(store)  # memory keeps what the disk fails to take, within its budget
+        for i in range(8):
+            engine.precompute(engine.add_tokens([i + 1] + TOKENS))
+        stats = engine.stats.store
+        engine.close()
+    assert stats.disk_degraded
+    assert stats.demotions_lost > 0
+    assert stats.tiers[1].bytes <= HOST_BUDGET
+    assert repr(stats).endswith(f", demotions_lost={stats.demotions_lost})")
+    assert any("demotions_lost" in str(w.message) for w in caught if issubclass(w.category, orbit.OrbitWarning))

@@ -88,6 +88,9 @@ void def_store_stats(py::module_& m) {
       .def_readonly("refusals", &StoreStats::refusals, "Puts no tier could admit.")
       .def_readonly("corrupt_reads", &StoreStats::corrupt_reads, "Blobs that failed their checksum.")
       .def_readonly("io_errors", &StoreStats::io_errors, "Puts that failed on disk.")
+      .def_readonly("demotions_lost", &StoreStats::demotions_lost,
+                    "Entries a memory tier let go under its budget that the disk could not take (a failed disk "
+                    "write, a disk budget full of pinned entries): gone from the store, recomputed when needed.")
       .def_readonly("disk_degraded", &StoreStats::disk_degraded,
                     "A disk write failed (full, read-only): entries are kept in memory only.")
       .def_readonly("disk_warning", &StoreStats::disk_warning, "The failure, naming the path and the reason.")
@@ -95,7 +98,8 @@ void def_store_stats(py::module_& m) {
       .def("__repr__", [](const StoreStats& s) {
         std::ostringstream o;
         o << "StoreStats(tiers=" << s.tiers.size() << ", misses=" << s.misses << ", refusals=" << s.refusals
-          << ", corrupt_reads=" << s.corrupt_reads << ", io_errors=" << s.io_errors << ")";
+          << ", corrupt_reads=" << s.corrupt_reads << ", io_errors=" << s.io_errors
+          << ", demotions_lost=" << s.demotions_lost << ")";
         return o.str();
       });
 }
