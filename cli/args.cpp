@@ -64,6 +64,12 @@ Args::Args(std::string command, const ArgSpec& spec, int argc, char** argv, int 
     ORBIT_CHECK(spec.options.count(arg),
                 command_ << ": unknown argument '" << arg << "' (known: " << known_names(spec) << ")");
     ORBIT_CHECK(i + 1 < argc, command_ << ": argument '" << arg << "' needs a value");
+    // A value that is one of this command's own argument names is a value left out (`--store --no-anticipate`
+    // made a store directory named "--no-anticipate" and left anticipation on); "--help" still passes as text.
+    const std::string next = argv[i + 1];
+    ORBIT_CHECK(!spec.options.count(next) && !spec.flags.count(next),
+                command_ << ": argument '" << arg << "' needs a value (the next argument, '" << next << "', is one of "
+                         << command_ << "'s arguments)");
     ORBIT_CHECK(!values_.count(arg), command_ << ": argument '" << arg << "' given twice");
     values_[arg] = argv[++i];
   }
@@ -121,11 +127,7 @@ void check_output_argument(const std::string& command, const std::string& name, 
     ORBIT_CHECK(std::filesystem::is_directory(status),
                 command << ": argument '" << name << "': " << parent.string() << " is not a directory");
   }
-  try {
-    check_output_target(path, what);
-  } catch (const Error& e) {
-    ORBIT_FAIL(command << ": argument '" << name << "': " << e.what());
-  }
+  check_output_target(path, what + " (" + name + ")");  // names it as the write's own errors do
 }
 
 std::vector<std::string> split_commas(const std::string& text) {

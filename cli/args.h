@@ -23,8 +23,9 @@ struct ArgSpec {
 class Args {
  public:
   // Parses argv[first..argc). Throws orbit::Error naming the command and argument on unknown names,
-  // missing values or repeated options. `--help` or `-h` anywhere prints spec.usage and the accepted
-  // names on stdout and exits the process with status 0 (nothing has run yet).
+  // missing values (an option followed by another of spec's names counts as one) or repeated options. `--help` or `-h`
+  // anywhere prints spec.usage and the accepted names on stdout and exits the process with status 0 (nothing has run
+  // yet).
   Args(std::string command, const ArgSpec& spec, int argc, char** argv, int first);
 
   bool flag(const std::string& name) const { return flags_.count(name) > 0; }
@@ -51,7 +52,7 @@ std::string help_text(const std::string& command, const ArgSpec& spec);
 // An output file argument (`name`, e.g. --json or --out) checked before any work, so a typo fails at once rather
 // than after a run of minutes: refused when empty, when its directory is missing or is not a directory, and
 // when the path exists as something other than a regular file (check_output_target). `what` names the output
-// ("the replay report"); errors start with "<command>: argument '<name>'".
+// ("the replay report"); errors name the argument.
 void check_output_argument(const std::string& command, const std::string& name, const std::string& path,
                            const std::string& what);
 

@@ -1,0 +1,44 @@
+"""An option followed by another of its command's argument names is refused as a value left out (cli/args.cpp):
+`orbit serve --store --no-anticipate` made a store directory named "--no-anticipate" in the working directory
+and served with anticipation on, and `orbit replay ... --json --quiet` wrote its report to a file named
+"--quiet" while printing its progress. "--help" still passes as a value (`orbit tokenize --text --help`
+tokenizes the text "--help")."""
+import json
+import pathlib
+import subprocess
+
+
+def run(orbit_cli, *args, cwd=None, timeout=120):
+    """The command's result; paths resolved, since it may run in another directory (cwd)."""
+    absolute = [str(a.resolve()) if isinstance(a, pathlib.Path) else str(a) for a in args]
+    return subprocess.run([str(pathlib.Path(orbit_cli).resolve()), *absolute], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd)
+
+
+def test_serve_refuses_a_flag_as_the_store_directory(orbit_cli, stories260k_path, tmp_path):
+    # Before, the server started (this test ran into its timeout) with a store in tmp_path/--no-anticipate.
+    result = run(orbit_cli, "serve", "--model", stories260k_path, "--host", "127.0.0.1", "--port", "0", "--store",
+                 "--no-anticipate", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert ("serve: argument '--store' needs a value (the next argument, '--no-anticipate', is one of serve's "
+            "arguments)") in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_replay_refuses_a_flag_as_its_json_path(orbit_cli, stories260k_path, tmp_path):
+    trace = tmp_path / "rag.trace.json"
+    made = run(orbit_cli, "make-trace", "--kind", "rag", "--steps", "3", "--seed", "1", "--model", stories260k_path,
+               "--out", trace)
+    assert made.returncode == 0, made.stderr
+    result = run(orbit_cli, "replay", trace, "--model", stories260k_path, "--no-fidelity", "--json", "--quiet",
+                 cwd=tmp_path, timeout=300)
+    assert result.returncode == 1, result.stderr
+    assert "replay: argument '--json' needs a value (the next argument, '--quiet'" in result.stderr
+    assert not (tmp_path / "--quiet").exists()
+
+
+def test_help_still_passes_as_a_value(orbit_cli, stories260k_path):
+    result = run(orbit_cli, "tokenize", "--model", stories260k_path, "--text", "--help")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["tokens"][0] == 1  # the BOS, then the text's tokens: not the help text
+    assert len(json.loads(result.stdout)["tokens"]) > 1
