@@ -106,6 +106,24 @@ def test_max_idle_chunks_bounds_the_registered_chunks(orbit, stories260k_path):
         orbit.Engine(str(stories260k_path), pool_bytes=POOL, page_size=PAGE, max_idle_chunks=-1)
 
 
+def test_chunk_valid_does_not_count_as_a_use(orbit, stories260k_path):
+    # max_idle_chunks forgets the least recently used chunk; reading .valid must not make a chunk recently used
+    # (Engine::has_chunk), where e.chunk(key) does: the engine forgets the one its own uses left oldest.
+    with orbit.Engine(str(stories260k_path), pool_bytes=POOL, page_size=PAGE, max_idle_chunks=2) as e:
+        old, new = e.add_tokens([1, 2, 3]), e.add_tokens([4, 5, 6])
+        for _ in range(3):
+            assert old.valid  # the last asked of the two
+        e.add_tokens([7, 8, 9])  # past 2: the least recently used goes, which is still `old`
+        assert not old.valid and new.valid
+        with pytest.raises(orbit.OrbitError, match="max_idle_chunks"):
+            e.chunk(old.key)
+        # A use (e.chunk) does move it: then the other one goes.
+        third = e.chunk(e.add_tokens([7, 8, 9]).key)
+        e.chunk(new.key)
+        e.add_tokens([10, 11, 12])
+        assert new.valid and not third.valid
+
+
 def test_engine_device_and_dtype(orbit, stories260k_path):
     # bf16 on CPU: the weights load as bf16, windows run, the options and model info say so.
     with orbit.Engine(str(stories260k_path), pool_bytes=POOL, page_size=PAGE, device="cpu", dtype="bfloat16") as e:

@@ -146,11 +146,12 @@ bool chunk_registered(const std::string& key) {
   bool found = false;
   for (const std::shared_ptr<Engine>& e : open) {
     try {
-      e->chunk(key);  // orbit::Error when it does not hold the key, or closed meanwhile
-      found = true;
-      break;
-    } catch (const orbit::Error&) {
+      // Not chunk(key), which counts as a use: asking whether a chunk is valid must not keep it from being
+      // forgotten (EngineOptions.max_idle_chunks) in the order the engine's own uses give.
+      found = e->has_chunk(key);
+    } catch (const orbit::Error&) {  // closed meanwhile
     }
+    if (found) break;
   }
   open.clear();  // without the GIL: the last reference (dropped meanwhile by Python) closes its engine here
   return found;

@@ -163,7 +163,8 @@ void def_chunk_ref(py::module_& m) {
           "valid", [](const ChunkRef& c) { return chunk_registered(c.key); },
           "True while an open engine holds the chunk: the engine that made it (or another of this process that\n"
           "registered the same content: references compare by key). False once that engine is closed, once\n"
-          "the engine forgot the chunk (EngineOptions.max_idle_chunks: add it again), and for an empty reference.")
+          "the engine forgot the chunk (EngineOptions.max_idle_chunks: add it again), and for an empty reference.\n"
+          "Asking is no use of the chunk: it does not change which one max_idle_chunks forgets next.")
       .def(
           "__len__", [](const ChunkRef& c) { return c.length; }, "Tokens.")
       .def(
