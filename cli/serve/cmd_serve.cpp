@@ -97,6 +97,11 @@ const char* kServeUsage =
     "                        orbit_store_bytes\n"
     "  --session-budget-mb N KV that idle windows (sessions', anonymous) keep resident, MiB (default 128); past it\n"
     "                        the least recently used leave memory (their chunks stay in the store)\n"
+    "  --background-mb N     KV held by queued background work (a new message's KV in context, kept until its\n"
+    "                        patch is formed in idle time), MiB (default 256, at least 1); past it the oldest\n"
+    "                        queued work is dropped (that patch is not formed, as if evicted), so a server that\n"
+    "                        is never idle does not grow without end; /metrics: orbit_background_jobs,\n"
+    "                        orbit_background_bytes, orbit_background_dropped_total\n"
     "  --max-sessions N      resident windows at most, sessions' and anonymous (default 64)\n"
     "  --anonymous-windows N windows kept for requests without X-Orbit-Session (default 64, at most 4096):\n"
     "                        each request takes the one whose conversation it continues; resident ones\n"
@@ -301,6 +306,7 @@ serve::ServeOptions serve_options(const Args& args) {
               "serve: argument '--device-tier-mb' needs --device cuda[:N] (a device tier lives in GPU memory)");
   o.session_budget_bytes = size_argument(args, "--session-budget-mb", 128, 0, 20);
   o.host_budget_bytes = size_argument(args, "--host-budget-mb", 1024, 0, 20);
+  o.background_bytes = size_argument(args, "--background-mb", 256, 1, 20);
   parse_disk_options(args, o);
   o.max_sessions = args.get_int("--max-sessions", 64, 1);
   o.anonymous_windows = args.get_int("--anonymous-windows", 64, 1);
@@ -444,6 +450,7 @@ ArgSpec serve_arg_spec() {
                 "--pool-mb",
                 "--session-budget-mb",
                 "--host-budget-mb",
+                "--background-mb",
                 "--store-disk-mb",
                 "--remote-max-held-fraction",
                 "--max-sessions",

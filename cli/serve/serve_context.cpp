@@ -39,6 +39,7 @@ ServeContext::ServeContext(const ServeOptions& o) : options(o), auditor(audit_op
   eo.disk_budget_bytes = o.disk_budget_bytes;
   eo.remote_max_held_fraction = o.remote_max_held_fraction;
   eo.max_idle_chunks = o.max_idle_chunks;
+  eo.max_background_bytes = o.background_bytes;
   eo.stored_calibration = o.stored_calibration;
   eo.background = BackgroundMode::kDeferred;  // run by the idle worker, only while no request waits
   policy = o.policy.empty() ? WindowPolicy{} : parse_policy(o.policy);

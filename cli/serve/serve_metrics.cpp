@@ -156,6 +156,13 @@ std::string render_memory_metrics(const EngineStats& stats) {
   out << "# HELP orbit_pool_pages The KV pool's pages (windows' KV), and those free.\n# TYPE orbit_pool_pages gauge\n"
       << "orbit_pool_pages{state=\"total\"} " << stats.pool_pages << "\n"
       << "orbit_pool_pages{state=\"free\"} " << stats.pool_free_pages << "\n";
+  out << "# HELP orbit_background_jobs Background jobs queued for idle time (patches to form from first sights).\n"
+      << "# TYPE orbit_background_jobs gauge\norbit_background_jobs " << stats.background_pending << "\n"
+      << "# HELP orbit_background_bytes The KV the queued background jobs hold (--background-mb bounds it).\n"
+      << "# TYPE orbit_background_bytes gauge\norbit_background_bytes " << stats.background_pending_bytes << "\n"
+      << "# HELP orbit_background_dropped_total Queued background jobs dropped past --background-mb (their patches "
+         "not formed).\n# TYPE orbit_background_dropped_total counter\norbit_background_dropped_total "
+      << stats.background_dropped << "\n";
   const std::pair<const char*, const char*> gauges[] = {
       {"orbit_store_entries", "Entries a store tier holds (chunks' canonicals, patches, answers' KV)."},
       {"orbit_store_bytes", "Bytes a store tier holds against its budget."},

@@ -26,6 +26,8 @@
 //                                               the count SIGTERM's drain waits for: request_count.h)
 //   orbit_queue_depth                           requests waiting for their next forward (gauge)
 //   orbit_sessions                              sessions known / resident (gauges, label state)
+//   orbit_background_jobs, _bytes               background jobs queued for idle time and the KV they hold (gauges;
+//   orbit_background_dropped_total              --background-mb bounds the bytes), and those dropped past it
 //   orbit_request_seconds{endpoint}             histogram: time from arrival to the last byte of the
 //                                               requests that ran on the model (count_request), whatever
 //                                               their status; a request refused before it ran (bad JSON,

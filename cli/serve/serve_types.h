@@ -64,6 +64,10 @@ struct ServeOptions {
   // EngineOptions::max_idle_chunks: the messages' chunks kept registered once no window holds them (the
   // most recently used), so a server that sees ever new content keeps a bounded registry.
   int64_t max_idle_chunks = 4096;
+  // EngineOptions::max_background_bytes (`--background-mb`): the KV queued background work (patches to form
+  // from first sights, run by the idle worker only while no request waits) may hold; past it the oldest queued
+  // jobs are dropped, so a server that never goes idle does not grow without end.
+  int64_t background_bytes = int64_t{256} << 20;
   int64_t default_max_tokens = 256;  // when a request gives none (capped by the context)
   // A streamed request's output decoded and not yet handed on to its client, bytes at most (`--max-unsent-kb`;
   // text and log probabilities as held in memory, decode_scheduler.h's OutputBacklog): past it the request's

@@ -106,3 +106,51 @@ TEST_CASE("by default every chunk stays registered for the engine's life", "[eng
   CHECK(engine->stats().chunks == 40);
   for (const ChunkRef& r : refs) CHECK(engine->chunk(r.key) == r);
 }
+
+// A window that admits `n` new chunks one after another: each first sight in context leaves a patch job queued
+// (BackgroundMode::kDeferred: nothing runs them here).
+Window admit_new_chunks(Engine& engine, int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  WindowOptions o;
+  o.policy = parse_policy("patch:full:noreuse");
+  Window w = engine.new_window(o);
+  for (int i = 0; i < n; ++i) w.admit(engine.add_tokens(tokens_of(rng, 10)));
+  return w;
+}
+
+TEST_CASE("queued background work past max_background_bytes drops the oldest jobs and lets their chunks go",
+          "[engine][chunks][background]") {
+  // A deferred queue nobody runs (a server that never goes idle) holds every first sight's KV without a bound.
+  auto unbounded = open_bounded(1, BackgroundMode::kDeferred);
+  { Window w = admit_new_chunks(*unbounded, 6, 4); }
+  const EngineStats all = unbounded->stats();
+  REQUIRE(all.background_pending >= 4);
+  CHECK(all.background_dropped == 0);
+  const int64_t per_job = all.background_pending_bytes / all.background_pending;
+  REQUIRE(per_job > 0);
+
+  // Bounded to two jobs' KV: the oldest are dropped as new ones come, the chunks only they held are let go.
+  EngineOptions o;
+  o.model = test::stories_path();
+  o.pool_bytes = int64_t{16} << 20;
+  o.page_size = 4;
+  o.max_idle_chunks = 1;
+  o.background = BackgroundMode::kDeferred;
+  o.max_background_bytes = 2 * per_job;
+  auto bounded = Engine::open(o);
+  { Window w = admit_new_chunks(*bounded, 6, 4); }
+  const EngineStats some = bounded->stats();
+  CHECK(some.background_pending_bytes <= o.max_background_bytes);
+  CHECK(some.background_pending == 2);
+  CHECK(some.background_dropped == all.background_pending - 2);
+  CHECK(some.chunks < all.chunks);  // the dropped jobs' chunks are forgotten (max_idle_chunks 1)
+
+  // The same chunks again: a plan that counted on a dropped job's patch finds it missing and still serves them.
+  Window again = admit_new_chunks(*bounded, 6, 4);
+  CHECK(window_error(again, {5, 6}) <= 5e-4);
+  CHECK(bounded->run_background() >= 1);
+  CHECK(bounded->stats().background_pending_bytes == 0);
+
+  o.max_background_bytes = -1;
+  CHECK_THROWS_WITH(Engine::open(o), Catch::Contains("max_background_bytes"));
+}

@@ -119,6 +119,11 @@ struct EngineOptions {
   int64_t max_idle_chunks = 0;
   int threads = 0;  // intra-op threads; 0 = keep the process setting
   BackgroundMode background = BackgroundMode::kThread;
+  // The KV queued background jobs may hold (each first sight's in-context KV, kept until its patch is formed),
+  // bytes: 0 (the default) bounds nothing; N drops the oldest queued jobs once the queue holds more (their
+  // patches are not formed: a read finds them missing, as evicted ones; EngineStats::background_dropped). For
+  // BackgroundMode::kDeferred work that may not find idle time for long (a server under sustained load).
+  int64_t max_background_bytes = 0;
   // Where the model, its KV pool and every window's KV live: "cpu", "cuda" (= cuda:0) or "cuda:N".
   // Asking for CUDA in a process without a CUDA device is an orbit::Error naming this option.
   std::string device = "cpu";
@@ -235,6 +240,10 @@ struct EngineStats {
   std::string background_error;    // the last failure's message
   int64_t media_found = 0;         // find_media() answered from the embedding cache
   int64_t media_missed = 0;        // find_media() found no embeddings (the caller encodes)
+  // The KV the queued background jobs hold (EngineOptions::max_background_bytes bounds it), and the jobs dropped
+  // past that bound, in all (their patches not formed).
+  int64_t background_pending_bytes = 0;
+  int64_t background_dropped = 0;
   // Engine::constraint_cache(): its entries and bytes (recounted), hits and misses (builds).
   ConstraintCacheStats constraint_cache;
   StoreStats store;
@@ -349,9 +358,6 @@ class Engine {
   // The registered chunk with this key; throws orbit::Error when this engine does not know it (never
   // added, or forgotten past EngineOptions::max_idle_chunks).
   ChunkRef chunk(const std::string& key) const;
-  // Whether chunk(key) would find it (false for an empty key), without counting as a use: chunk(key) makes the
-  // chunk the most recently used, the last that max_idle_chunks forgets, where asking this changes nothing.
-  bool has_chunk(const std::string& key) const;
   std::vector<ChunkRef> chunks() const;  // the registered ones, in registration order
   // Encodes the canonical now (one forward of the chunk alone) if the store does not hold it.
   void precompute(const ChunkRef& chunk);

@@ -7,7 +7,7 @@
 
 namespace orbit::detail {
 
-BackgroundQueue::BackgroundQueue(BackgroundMode mode) : mode_(mode) {}
+BackgroundQueue::BackgroundQueue(BackgroundMode mode, int64_t max_bytes) : mode_(mode), max_bytes_(max_bytes) {}
 
 BackgroundQueue::~BackgroundQueue() { stop(); }
 
@@ -33,14 +33,30 @@ int64_t BackgroundQueue::failed(std::string* last_error) const {
 }
 
 void BackgroundQueue::queue(Job job) {
+  std::vector<std::shared_ptr<Job>> dropped;  // destroyed after the lock
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return;
     for (const auto& k : job.keys) queued_keys_.insert(k);
+    bytes_ += job.bytes;
     jobs_.push_back(std::make_shared<Job>(std::move(job)));
+    dropped = drop_over_budget_locked();
     if (mode_ == BackgroundMode::kThread && !thread_.joinable()) thread_ = std::thread([this] { worker(); });
   }
   cv_.notify_one();
+}
+
+std::vector<std::shared_ptr<BackgroundQueue::Job>> BackgroundQueue::drop_over_budget_locked() {
+  std::vector<std::shared_ptr<Job>> dropped;
+  while (max_bytes_ > 0 && bytes_ > max_bytes_ && jobs_.size() > 1) {
+    std::shared_ptr<Job> oldest = jobs_.front();
+    jobs_.pop_front();
+    for (const auto& k : oldest->keys) queued_keys_.erase(queued_keys_.find(k));
+    bytes_ -= oldest->bytes;
+    ++dropped_;
+    dropped.push_back(std::move(oldest));
+  }
+  return dropped;
 }
 
 bool BackgroundQueue::pending(const std::string& key) const {
@@ -53,6 +69,16 @@ int64_t BackgroundQueue::queued() const {
   return static_cast<int64_t>(jobs_.size());
 }
 
+int64_t BackgroundQueue::queued_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_;
+}
+
+int64_t BackgroundQueue::dropped() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return dropped_;
+}
+
 void BackgroundQueue::await(const std::string& key) {
   std::shared_ptr<Job> mine;
   {
@@ -62,6 +88,7 @@ void BackgroundQueue::await(const std::string& key) {
         if (k == key) {
           mine = *it;
           jobs_.erase(it);
+          bytes_ -= mine->bytes;
           break;
         }
       }
@@ -94,7 +121,8 @@ void BackgroundQueue::put_back(const std::shared_ptr<Job>& job) {
     for (const auto& k : job->keys) running_keys_.erase(running_keys_.find(k));
     if (!stopping_) {
       for (const auto& k : job->keys) queued_keys_.insert(k);
-      jobs_.push_front(job);
+      bytes_ += job->bytes;
+      jobs_.push_front(job);  // back within the budget it left: nothing is dropped for it
     }
   }
   cv_.notify_one();
@@ -146,6 +174,7 @@ void BackgroundQueue::worker() {
 std::shared_ptr<BackgroundQueue::Job> BackgroundQueue::take_front_locked() {
   std::shared_ptr<Job> job = jobs_.front();
   jobs_.pop_front();
+  bytes_ -= job->bytes;
   for (const auto& k : job->keys) {
     queued_keys_.erase(queued_keys_.find(k));
     running_keys_.insert(k);
@@ -168,6 +197,7 @@ void BackgroundQueue::stop() {
     stopping_ = true;
     jobs_.clear();
     queued_keys_.clear();
+    bytes_ = 0;
   }
   cv_.notify_all();
   done_cv_.notify_all();

@@ -14,6 +14,12 @@
 // committed for them: they are simply not formed), lets a running job finish, and joins the worker;
 // later queue() calls run nothing. Jobs must not call back into this queue.
 //
+// Budget (max_bytes > 0): the bytes the queued jobs hold (Job::bytes: the KV a patch is formed from) stay within
+// max_bytes. Queuing a job past it drops the oldest queued jobs until the rest fit (never the job just queued,
+// never one running): a dropped job forms nothing, as one that failed, and its keys read as not pending, so a
+// read finds its patch missing, as an evicted one. Without it, kDeferred work that never finds idle time (a
+// server under sustained load) holds every first sight's KV until it does. dropped() counts them.
+//
 // Interruption (orbit/interrupt.h): run() has an interruption point before it takes each job, and a job's
 // forwards have one before each layer (engine/interruptible.h) wherever it runs under an InterruptScope (run()
 // and await() on the caller's thread; the worker thread has none). Nothing is lost when one throws: a job not
@@ -42,9 +48,11 @@ class BackgroundQueue {
   struct Job {
     std::vector<std::string> keys;           // store keys it writes (await() looks them up)
     std::function<void(bool critical)> run;  // critical = run on the critical path by await()
+    int64_t bytes = 0;                       // memory it holds while queued (the budget counts it)
   };
 
-  explicit BackgroundQueue(BackgroundMode mode);
+  // max_bytes: the queued jobs' bytes at most (0 = no bound; see Budget above).
+  explicit BackgroundQueue(BackgroundMode mode, int64_t max_bytes = 0);
   ~BackgroundQueue();  // stop()
 
   BackgroundMode mode() const { return mode_; }
@@ -60,6 +68,8 @@ class BackgroundQueue {
   // at an interruption point (above): the jobs run before it stay done, the rest stay queued.
   int64_t run(double max_seconds, int64_t max_jobs = INT64_MAX);
   int64_t queued() const;
+  int64_t queued_bytes() const;  // Σ Job::bytes of the queued jobs
+  int64_t dropped() const;       // jobs dropped past max_bytes (Budget above), in all
   // Jobs that threw (their patch is simply not stored), and the last one's message.
   int64_t failed(std::string* last_error = nullptr) const;
   void stop();
@@ -75,8 +85,12 @@ class BackgroundQueue {
   // A taken job that was interrupted: its keys leave the running set and, unless stop() began, it goes back
   // to the front of the queue, its keys queued again. Takes mu_.
   void put_back(const std::shared_ptr<Job>& job);
+  // Under mu_: the oldest queued jobs but the newest, moved out until the queued bytes fit max_bytes_ (the
+  // caller destroys them after the lock: they hold tensors).
+  std::vector<std::shared_ptr<Job>> drop_over_budget_locked();
 
   const BackgroundMode mode_;
+  const int64_t max_bytes_;
   mutable std::mutex mu_;
   std::condition_variable cv_;       // worker wake-up
   std::condition_variable done_cv_;  // a job finished
@@ -86,6 +100,8 @@ class BackgroundQueue {
   bool stopping_ = false;
   int64_t failed_ = 0;
   std::string last_error_;
+  int64_t bytes_ = 0;  // Σ Job::bytes of jobs_
+  int64_t dropped_ = 0;
   std::thread thread_;
 };
 

@@ -53,10 +53,6 @@ ChunkRef Engine::chunk(const std::string& key) const {
   const detail::OpHold hold(*core_);
   return core_->registry().record(key)->ref;
 }
-bool Engine::has_chunk(const std::string& key) const {
-  const detail::OpHold hold(*core_);
-  return !key.empty() && core_->registry().knows(key);  // knows() looks the key up without touching it
-}
 std::vector<ChunkRef> Engine::chunks() const {
   const detail::OpHold hold(*core_);
   return core_->registry().chunks();
@@ -150,6 +146,8 @@ EngineStats Engine::stats() const {
   s.background_seconds = c.background_seconds;
   s.background_jobs = c.background_jobs;
   s.background_pending = core_->jobs().queue().queued();
+  s.background_pending_bytes = core_->jobs().queue().queued_bytes();
+  s.background_dropped = core_->jobs().queue().dropped();
   s.background_failed = core_->jobs().queue().failed(&s.background_error);
   s.media_found = c.media_found;
   s.media_missed = c.media_missed;

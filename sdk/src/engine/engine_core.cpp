@@ -73,6 +73,8 @@ EngineCore::EngineCore(const EngineOptions& options) : options_(options) {
   ORBIT_CHECK(options.host_budget_bytes >= 0, "EngineOptions::host_budget_bytes must be >= 0");
   ORBIT_CHECK(options.disk_budget_bytes >= 0, "EngineOptions::disk_budget_bytes must be >= 0 (0 = unlimited)");
   ORBIT_CHECK(options.threads >= 0, "EngineOptions::threads must be >= 0 (0 = keep the process setting)");
+  ORBIT_CHECK(options.max_background_bytes >= 0,
+              "EngineOptions::max_background_bytes must be >= 0 (0 = no bound), got " << options.max_background_bytes);
   const unsigned cores = std::thread::hardware_concurrency();
   const int64_t max_threads = cores > 0 ? static_cast<int64_t>(cores) : 256;
   ORBIT_CHECK(options.threads <= max_threads,
@@ -105,7 +107,7 @@ EngineCore::EngineCore(const EngineOptions& options) : options_(options) {
                   << std::numeric_limits<runtime::PageId>::max() << " page ids (raise page_size or lower pool_bytes)");
   pool_ = std::make_unique<SharedPool>(po, options.shared_canonicals);
   usage_ = std::make_unique<UsageMeter>(po.num_pages * options.page_size);  // the KV memory the windows have
-  jobs_ = std::make_unique<PatchJobs>(*this, options.background);
+  jobs_ = std::make_unique<PatchJobs>(*this, options.background, options.max_background_bytes);
 }
 
 EngineCore::~EngineCore() {

@@ -12,8 +12,22 @@
 
 namespace orbit::detail {
 
-PatchJobs::PatchJobs(EngineCore& core, BackgroundMode mode)
-    : core_(core), queue_(std::make_unique<BackgroundQueue>(mode)) {}
+namespace {
+
+// The bytes a queued job's KV holds (BackgroundQueue::Job::bytes).
+int64_t held_bytes(const runtime::Content& content) {
+  int64_t bytes = 0;
+  for (const runtime::LayerKV& layer : content) {
+    if (layer.k.defined()) bytes += static_cast<int64_t>(layer.k.nbytes());
+    if (layer.v.defined()) bytes += static_cast<int64_t>(layer.v.nbytes());
+  }
+  return bytes;
+}
+
+}  // namespace
+
+PatchJobs::PatchJobs(EngineCore& core, BackgroundMode mode, int64_t max_bytes)
+    : core_(core), queue_(std::make_unique<BackgroundQueue>(mode, max_bytes)) {}
 
 void PatchJobs::finish() {
   const InterruptScope closing(nullptr);  // close() drains the queue whole: no interruption point stops it
@@ -33,6 +47,7 @@ void PatchJobs::queue_patch(PatchJob job) {
   }
   BackgroundQueue::Job j;
   j.keys = job.form.store_keys;
+  j.bytes = held_bytes(job.conditioned);
   auto shared = std::make_shared<PatchJob>(std::move(job));
   j.run = [this, shared](bool critical) { run_patch_job(*shared, critical); };
   queue_->queue(std::move(j));
@@ -42,6 +57,7 @@ void PatchJobs::queue_turn_sensitivity(const std::string& key, const std::vector
                                        runtime::Content conditioned) {
   auto shared = std::make_shared<TurnSensitivityJob>(TurnSensitivityJob{key, tokens, std::move(conditioned)});
   BackgroundQueue::Job j;  // writes no store key: nothing awaits it
+  j.bytes = held_bytes(shared->conditioned);
   j.run = [this, shared](bool critical) { run_turn_sensitivity(*shared, critical); };
   queue_->queue(std::move(j));
 }

@@ -32,7 +32,8 @@ struct PatchJob {
 
 class PatchJobs {
  public:
-  PatchJobs(EngineCore& core, BackgroundMode mode);
+  // max_bytes: the KV the queued jobs may hold (EngineOptions::max_background_bytes; 0 = no bound).
+  PatchJobs(EngineCore& core, BackgroundMode mode, int64_t max_bytes);
   PatchJobs(const PatchJobs&) = delete;
   PatchJobs& operator=(const PatchJobs&) = delete;
 
