@@ -358,6 +358,9 @@ class Engine {
   // The registered chunk with this key; throws orbit::Error when this engine does not know it (never
   // added, or forgotten past EngineOptions::max_idle_chunks).
   ChunkRef chunk(const std::string& key) const;
+  // Whether chunk(key) would find it (false for an empty key), without counting as a use: chunk(key) makes the
+  // chunk the most recently used, the last that max_idle_chunks forgets, where asking this changes nothing.
+  bool has_chunk(const std::string& key) const;
   std::vector<ChunkRef> chunks() const;  // the registered ones, in registration order
   // Encodes the canonical now (one forward of the chunk alone) if the store does not hold it.
   void precompute(const ChunkRef& chunk);

@@ -53,6 +53,10 @@ ChunkRef Engine::chunk(const std::string& key) const {
   const detail::OpHold hold(*core_);
   return core_->registry().record(key)->ref;
 }
+bool Engine::has_chunk(const std::string& key) const {
+  const detail::OpHold hold(*core_);
+  return !key.empty() && core_->registry().knows(key);  // knows() looks the key up without touching it
+}
 std::vector<ChunkRef> Engine::chunks() const {
   const detail::OpHold hold(*core_);
   return core_->registry().chunks();
