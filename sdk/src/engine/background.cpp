@@ -1,5 +1,6 @@
 #include "engine/background.h"
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 
@@ -83,14 +84,14 @@ void BackgroundQueue::await(const std::string& key) {
   std::shared_ptr<Job> mine;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    for (auto it = queued_keys_.count(key) > 0 ? jobs_.begin() : jobs_.end(); it != jobs_.end() && !mine; ++it) {
-      for (const auto& k : (*it)->keys) {
-        if (k == key) {
-          mine = *it;
-          jobs_.erase(it);
-          bytes_ -= mine->bytes;
-          break;
-        }
+    if (queued_keys_.count(key) > 0) {
+      const auto it = std::find_if(jobs_.begin(), jobs_.end(), [&](const std::shared_ptr<Job>& job) {
+        return std::find(job->keys.begin(), job->keys.end(), key) != job->keys.end();
+      });
+      if (it != jobs_.end()) {
+        mine = *it;
+        jobs_.erase(it);  // the iterator is not used after this
+        bytes_ -= mine->bytes;
       }
     }
     if (!mine) {
