@@ -201,7 +201,7 @@ ENGINE_WRONG_TYPES = {
     "pool_bytes": (1.5, "int"), "page_size": ("16", "int"), "host_budget_bytes": (None, "int"),
     "disk_budget_bytes": ([0], "int"), "threads": (2 ** 40, r"int in \[-2147483648, 2147483647\]"),
     "remote_ttl_seconds": (2 ** 70, r"int in \[-9223372036854775808, 9223372036854775807\]"),
-    "device_tier_bytes": (b"0", "int"), "max_idle_chunks": (0.0, "int"), "remote": (b"redis://x", "str"),
+    "device_tier_bytes": (b"0", "int"), "max_idle_chunks": (0.0, "int"), "max_background_bytes": ("1", "int"), "remote": (b"redis://x", "str"),
     "remote_secret": (1, "str"), "device": (None, "str"), "dtype": (b"float32", "str"), "eviction": (0, "str"),
     "cold_tier": (None, "str"), "embedding_cache": ("yes", "bool"), "shared_canonicals": ([True], "bool"),
     "stored_calibration": (1, "bool"),
@@ -283,7 +283,7 @@ def test_engine_keywords_keep_their_signature_and_conversions(orbit, stories260k
         " remote_max_held_fraction: float = 0.5, device: str = 'cpu',"
         " dtype: str = 'float32', eviction: str = 'lru', cold_tier: str = 'exact', device_tier_bytes: int = 0,"
         " embedding_cache: bool = True, background: object = 'thread', shared_canonicals: bool = True,"
-        " max_idle_chunks: int = 0, constraint_cache: object = None, tokenizer: object = None,"
+        " max_idle_chunks: int = 0, max_background_bytes: int = 0, constraint_cache: object = None, tokenizer: object = None,"
         " stored_calibration: bool = True) -> None")
     with pytest.raises(TypeError, match=r"^Engine: unexpected keyword argument 'pool_byte' \(it takes model and "
                                         r"store_dir, pool_bytes, .*tokenizer, stored_calibration\)$"):
@@ -307,7 +307,8 @@ def _messages():
 INT_ARGUMENTS = {
     **{f"Engine: {k}": (lambda k: lambda orbit, e, w, v: orbit.Engine(e.model_info.origin, **{k: v}))(k)
        for k in ("pool_bytes", "page_size", "host_budget_bytes", "disk_budget_bytes", "threads",
-                 "remote_ttl_seconds", "device_tier_bytes", "max_idle_chunks")},
+                 "remote_ttl_seconds", "device_tier_bytes", "max_idle_chunks",
+                 "max_background_bytes")},
     "detokenize: previous": lambda orbit, e, w, v: e.detokenize([1, 2], previous=v),
     "piece: token": lambda orbit, e, w, v: e.piece(v),
     "find_media: rows": lambda orbit, e, w, v: e.find_media("d", rows=v),

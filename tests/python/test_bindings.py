@@ -106,6 +106,33 @@ def test_max_idle_chunks_bounds_the_registered_chunks(orbit, stories260k_path):
         orbit.Engine(str(stories260k_path), pool_bytes=POOL, page_size=PAGE, max_idle_chunks=-1)
 
 
+def test_max_background_bytes_drops_the_oldest_queued_jobs(orbit, stories260k_path):
+    # Deferred background work nobody runs: every first sight in context queues a patch job holding its KV.
+    def admit_six(e):
+        w = e.new_window(policy="patch:full:noreuse")
+        for i in range(6):
+            w.admit(e.add_tokens([(7 * i + j) % 500 + 3 for j in range(10)]))
+        return w
+
+    with orbit.Engine(str(stories260k_path), pool_bytes=POOL, page_size=PAGE, background="deferred") as e:
+        admit_six(e)
+        unbounded = e.stats
+        assert e.options.max_background_bytes == 0 and unbounded.background_dropped == 0
+        assert unbounded.background_pending >= 4
+        per_job = unbounded.background_pending_bytes // unbounded.background_pending
+        assert per_job > 0
+    with orbit.Engine(str(stories260k_path), pool_bytes=POOL, page_size=PAGE, background="deferred",
+                      max_background_bytes=2 * per_job) as e:
+        assert e.options.max_background_bytes == 2 * per_job
+        admit_six(e)
+        s = e.stats
+        assert s.background_pending == 2 and s.background_pending_bytes <= 2 * per_job
+        assert s.background_dropped == unbounded.background_pending - 2
+        assert e.run_background() >= 1 and e.stats.background_pending_bytes == 0
+    with pytest.raises(orbit.OrbitError, match="max_background_bytes"):
+        orbit.Engine(str(stories260k_path), pool_bytes=POOL, page_size=PAGE, max_background_bytes=-1)
+
+
 def test_chunk_valid_does_not_count_as_a_use(orbit, stories260k_path):
     # max_idle_chunks forgets the least recently used chunk; reading .valid must not make a chunk recently used
     # (Engine::has_chunk), where e.chunk(key) does: the engine forgets the one its own uses left oldest.

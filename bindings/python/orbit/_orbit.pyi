@@ -583,6 +583,12 @@ class EngineStats:
     @property
     def media_missed(self) -> int: ...
     @property
+    def background_pending_bytes(self) -> int:
+        """The KV the queued background jobs hold (EngineOptions.max_background_bytes bounds it)."""
+    @property
+    def background_dropped(self) -> int:
+        """Queued background jobs dropped past max_background_bytes (their patches not formed)."""
+    @property
     def constraint_cache(self) -> ConstraintCacheStats:
         """The compiled constraints Window.generate keeps (tools, tool_choice, response_format)."""
     @property
@@ -721,6 +727,9 @@ class EngineOptions:
     @property
     def max_idle_chunks(self) -> int:
         """Chunks kept registered beyond those in use (0 = all, for the engine's life)."""
+    @property
+    def max_background_bytes(self) -> int:
+        """The KV queued background jobs may hold before the oldest are dropped (0 = no bound)."""
     @property
     def background(self) -> BackgroundMode: ...
     @property
@@ -1016,6 +1025,7 @@ class Engine:
         background: Union[str, BackgroundMode] = "thread",
         shared_canonicals: bool = True,
         max_idle_chunks: SupportsIndex = 0,
+        max_background_bytes: SupportsIndex = 0,
         constraint_cache: Optional[ConstraintCacheOptions] = None,
         tokenizer: Union[str, os.PathLike, None] = None,
         stored_calibration: bool = True,
@@ -1039,6 +1049,9 @@ class Engine:
         max_idle_chunks: 0 keeps every chunk registered for the engine's life; N keeps the N most recently added
         or used and forgets one past them once no window holds it (its ChunkRef then raises OrbitError until
         it is added again).
+        max_background_bytes: the KV queued background jobs may hold (0 = no bound); past it the oldest queued
+        jobs are dropped and their patches not formed (stats().background_dropped): for background='deferred'
+        work that may not find idle time for long.
         constraint_cache: the bounds of the compiled constraints generate keeps for tools and response_format
         (None = ConstraintCacheOptions(): 64 entries, 256 MiB; TypeError for anything else).
         tokenizer: the tokenizer file for text: llama2.c's (tok512.bin, tokenizer.bin) or a tokenizer.json (or a

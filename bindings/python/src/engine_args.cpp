@@ -22,7 +22,7 @@ struct Field {
 };
 
 // In the signature's order.
-const std::array<Field, 22> kFields = {{
+const std::array<Field, 23> kFields = {{
     {"store_dir", &EngineArgs::store_dir},
     {"pool_bytes", &EngineArgs::pool_bytes},
     {"page_size", &EngineArgs::page_size},
@@ -42,6 +42,7 @@ const std::array<Field, 22> kFields = {{
     {"background", &EngineArgs::background},
     {"shared_canonicals", &EngineArgs::shared_canonicals},
     {"max_idle_chunks", &EngineArgs::max_idle_chunks},
+    {"max_background_bytes", &EngineArgs::max_background_bytes},
     {"constraint_cache", &EngineArgs::constraint_cache},
     {"tokenizer", &EngineArgs::tokenizer},
     {"stored_calibration", &EngineArgs::stored_calibration},
@@ -175,6 +176,7 @@ orbit::EngineOptions engine_options(const py::object& model, const EngineArgs& a
   o.background = background_arg(a.background);
   o.shared_canonicals = a.shared_canonicals;
   o.max_idle_chunks = a.max_idle_chunks;
+  o.max_background_bytes = a.max_background_bytes;
   o.stored_calibration = a.stored_calibration;
   if (!a.constraint_cache.is_none()) o.constraint_cache = constraint_cache_arg(a.constraint_cache);
   return o;

@@ -36,6 +36,7 @@ struct EngineArgs {
   py::object background = py::str("thread");
   bool shared_canonicals = true;
   int64_t max_idle_chunks = 0;
+  int64_t max_background_bytes = 0;
   py::object constraint_cache = py::none();
   py::object tokenizer = py::none();
   bool stored_calibration = true;

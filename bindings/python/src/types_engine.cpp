@@ -181,6 +181,10 @@ void def_engine_work_stats(EngineStatsClass& c) {
                     "The last background failure's message ('' if none).")
       .def_readonly("media_found", &EngineStats::media_found, "find_media() calls answered (no encoder needed).")
       .def_readonly("media_missed", &EngineStats::media_missed, "find_media() calls that found no embeddings.")
+      .def_readonly("background_pending_bytes", &EngineStats::background_pending_bytes,
+                    "The KV the queued background jobs hold (EngineOptions.max_background_bytes bounds it).")
+      .def_readonly("background_dropped", &EngineStats::background_dropped,
+                    "Queued background jobs dropped past max_background_bytes (their patches not formed).")
       .def_readonly("constraint_cache", &EngineStats::constraint_cache,
                     "ConstraintCacheStats: the compiled constraints generate keeps (tools, response_format).")
       .def_readonly("store", &EngineStats::store, "StoreStats (empty after close()).")
@@ -320,6 +324,8 @@ void def_model_and_options(py::module_& m) {
                     "The fidelity calibration read from and written to the store.")
       .def_readonly("max_idle_chunks", &EngineOptions::max_idle_chunks,
                     "Chunks kept registered beyond those in use (0 = all, for the engine's life).")
+      .def_readonly("max_background_bytes", &EngineOptions::max_background_bytes,
+                    "The KV queued background jobs may hold before the oldest are dropped (0 = no bound).")
       .def_readonly("background", &EngineOptions::background,
                     "BackgroundMode (where canonicals and patches are formed).")
       .def_readonly("tokenizer", &EngineOptions::tokenizer,
