@@ -230,6 +230,20 @@ TEST_CASE("open objects under propertyNames", "[constraint]") {
   CHECK(listed->matches(R"({"a": 1, "c": 2, "b": 3})"));
   CHECK_FALSE(listed->matches(R"({"a": 1, "a": 2})"));
   CHECK_FALSE(listed->matches(R"({"a": 1, "d": 2})"));
+  // Names listed more than once, some of them declared: each extra key allowed once, no declared one extra.
+  const auto repeated = schema(R"({"properties": {"a": {}, "b": {}}, "propertyNames": {"enum": ["c", "a", "c", "d",
+                                   "b", "d", "a"]}, "additionalProperties": {"type": "integer"}})");
+  CHECK(repeated->matches(R"({"a": 1, "b": 2, "d": 3, "c": 4})"));
+  CHECK(repeated->matches(R"({"c": 4})"));
+  CHECK(ConstraintMatcher(repeated).advance(R"({"a": 1, "b": 2, "d": 3, "c": 4})"));
+  CHECK_FALSE(ConstraintMatcher(repeated).advance(R"({"a": 1, "b": 2, "c": 3, "c": 4})"));  // the key log
+  CHECK_FALSE(repeated->matches(R"({"a": 1, "b": 2, "a": 3})"));
+  CHECK_FALSE(repeated->matches(R"({"e": 1})"));
+  CHECK(repeated->min_bytes() == 2);
+  const auto names_only = schema(R"({"type": "object", "propertyNames": {"enum": ["x", "y", "x", "y"]},
+                                     "additionalProperties": {"type": "null"}})");
+  CHECK(names_only->matches(R"({"y": null, "x": null})"));
+  CHECK_FALSE(ConstraintMatcher(names_only).advance(R"({"x": null, "x": null})"));
   const auto closed =
       schema(R"({"properties": {"a": {}}, "propertyNames": {"const": "a"}, "additionalProperties": true})");
   CHECK(closed->matches(R"({"a": 1})"));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 #include <string_view>
+#include <unordered_set>
 
 #include "constrain/schema_compiler.h"
 #include "constrain/schema_regular.h"
@@ -259,12 +260,15 @@ int32_t SchemaCompiler::compile_enum(const Json& s, const std::vector<std::strin
     ORBIT_CHECK(e.is_array() && !e.empty(), path << ".enum: expected a non-empty list of values, not " << brief(e));
     values.assign(e.begin(), e.end());
   }
+  // Each distinct value once, in the schema's order; `seen` keeps the check linear in the list's length (a
+  // search of `texts` for each value took 25 s for 100000 values).
   std::vector<std::string> texts;
+  std::unordered_set<std::string> seen;
   for (const Json& v : values) {
     const bool typed =
         types.empty() || std::any_of(types.begin(), types.end(), [&](const std::string& t) { return has_type(v, t); });
-    const std::string text = v.dump();
-    if (typed && std::find(texts.begin(), texts.end(), text) == texts.end()) texts.push_back(text);
+    std::string text = v.dump();
+    if (typed && seen.insert(text).second) texts.push_back(std::move(text));
   }
   ORBIT_CHECK(!texts.empty(), path << ": no value of '" << (is_const ? "const" : "enum") << "' has the schema's type");
   return add_literal_set(g_, texts);

@@ -12,6 +12,7 @@
 // number of distinct keys it can have, where that is finite (an enum of names, a short pattern), so that a
 // member it allows always has a key left to write.
 #include <algorithm>
+#include <unordered_set>
 
 #include "constrain/schema_compiler.h"
 #include "orbit/common/error.h"
@@ -110,8 +111,9 @@ KeyRules SchemaCompiler::key_rules(const Json& names, const std::string& path) c
 int32_t SchemaCompiler::add_key(const KeyRules& keys, const std::string& path) {
   if (keys.names) {
     std::vector<std::string> quoted;
+    std::unordered_set<std::string> seen;  // each name once, found in linear time
     for (const std::string& name : *keys.names) {
-      if (std::find(quoted.begin(), quoted.end(), json_quote(name)) == quoted.end()) quoted.push_back(json_quote(name));
+      if (seen.insert(json_quote(name)).second) quoted.push_back(json_quote(name));
     }
     return add_literal_set(g_, quoted);
   }
@@ -125,12 +127,12 @@ int32_t SchemaCompiler::add_extra_key(const KeyRules& keys, const std::vector<st
   std::vector<std::string> declared;
   for (const std::string& name : names) declared.push_back(json_quote(name));
   if (keys.names) {
+    // The names not declared, each once: `taken` (declared ones, then those kept) keeps it linear.
+    std::unordered_set<std::string> taken(declared.begin(), declared.end());
     std::vector<std::string> left;
     for (const std::string& name : *keys.names) {
-      const std::string q = json_quote(name);
-      const bool taken = std::find(declared.begin(), declared.end(), q) != declared.end() ||
-                         std::find(left.begin(), left.end(), q) != left.end();
-      if (!taken) left.push_back(q);
+      std::string q = json_quote(name);
+      if (taken.insert(q).second) left.push_back(std::move(q));
     }
     return left.empty() ? -1 : add_literal_set(g_, left);
   }
