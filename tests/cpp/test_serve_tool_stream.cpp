@@ -33,11 +33,13 @@ struct Feed {
   bool forced = false;
   bool progressive = true;
   std::string finish_reason = "stop";
+  // The names the tools' grammar allows (ToolCallStream's `names`): the tools of the answers below.
+  std::vector<std::string> names = {"search", "open"};
 };
 
 // `text` pushed in the pieces `cuts` (increasing byte offsets) makes, then finished.
 Fed feed(const std::string& text, const std::vector<std::size_t>& cuts, const Feed& how) {
-  sv::ToolCallStream stream(how.format, how.forced, how.progressive);
+  sv::ToolCallStream stream(how.format, how.forced, how.progressive, false, how.names);
   Fed f;
   std::size_t from = 0;
   std::vector<std::size_t> ends = cuts;
@@ -81,6 +83,23 @@ bool same_calls(const std::vector<ChatToolCall>& a, const std::vector<ChatToolCa
     if (a[i].name != b[i].name || a[i].arguments != b[i].arguments || (ids && a[i].id != b[i].id)) return false;
   }
   return true;
+}
+
+// What a client reads of `read`'s calls (parse_tool_calls of a cut answer): a last call cut inside its name
+// takes the one of `names` it begins (arguments ""), or is left out.
+std::vector<ChatToolCall> answered(orbit::ToolCallParse read, const std::vector<std::string>& names) {
+  if (!read.cut || read.cut_name_whole) return read.calls;
+  std::vector<std::string> begun;
+  for (const std::string& n : names) {
+    if (n.rfind(read.calls.back().name, 0) == 0) begun.push_back(n);
+  }
+  if (begun.size() == 1) {
+    read.calls.back().name = begun[0];
+    read.calls.back().arguments.clear();
+  } else {
+    read.calls.pop_back();
+  }
+  return read.calls;
 }
 
 std::vector<std::size_t> every_byte(const std::string& text) {
@@ -144,8 +163,11 @@ TEST_CASE("tool stream: an answer max_tokens cuts anywhere streams the cut call 
       const Fed f = feed(cut, cuts, Feed{ToolCallFormat::kHermes, false, true, "length"});
       CHECK(same_calls(assemble(f), f.r.tool_calls));
       const orbit::ToolCallParse read = orbit::parse_tool_calls(cut, ToolCallFormat::kHermes, CutToolCall::kCall);
-      CHECK(same_calls(f.r.tool_calls, read.calls, false));
-      CHECK(f.r.tool_call_cut == read.cut);
+      const std::vector<ChatToolCall> calls = answered(read, Feed{}.names);
+      CHECK(same_calls(f.r.tool_calls, calls, false));
+      CHECK(f.r.tool_call_cut == (read.cut && calls.size() == read.calls.size()));
+      // A call left out leaves the answer cut ("length"), though the calls before it are whole.
+      CHECK(f.r.finish_reason == (read.calls.empty() || read.cut ? "length" : "tool_calls"));
     }
   }
 }
@@ -168,8 +190,57 @@ TEST_CASE("tool stream: forced calls in the Llama 3 and Mistral formats, whole a
       const Fed f = feed(cut, every_byte(cut), Feed{format, true, true, "length"});
       INFO("cut after " << end << " bytes");
       CHECK(same_calls(assemble(f), f.r.tool_calls));
-      CHECK(same_calls(f.r.tool_calls, orbit::parse_tool_calls(cut, format, CutToolCall::kForcedCall).calls, false));
+      CHECK(same_calls(f.r.tool_calls,
+                       answered(orbit::parse_tool_calls(cut, format, CutToolCall::kForcedCall), Feed{}.names), false));
     }
+  }
+}
+
+TEST_CASE("tool stream: a call cut inside its name is the one tool it begins, else left out", "[serve]") {
+  const std::string head = "Look.\n<tool_call>{\"name\": \"";
+  struct Case {
+    std::string written;  // of the name
+    std::vector<std::string> names;
+    std::string answered;  // "": left out
+  };
+  const std::vector<Case> cases = {{"s", {"search", "open"}, "search"},
+                                   {"sea", {"sea", "search"}, ""},
+                                   {"o", {"search", "open"}, "open"},
+                                   {"x", {"search", "open"}, ""},
+                                   {"s", {}, ""}};
+  for (const Case& c : cases) {
+    INFO("written '" << c.written << "', " << c.names.size() << " names");
+    const std::string text = head + c.written;
+    for (const std::vector<std::size_t>& cuts : {every_byte(text), std::vector<std::size_t>{}}) {
+      const Fed f = feed(text, cuts, Feed{ToolCallFormat::kHermes, false, true, "length", c.names});
+      CHECK(f.pieces.empty());  // the name was never whole: nothing of the call went out while it streamed
+      CHECK(f.r.finish_reason == "length");
+      CHECK(f.r.text == "Look.");
+      if (c.answered.empty()) {
+        CHECK(f.r.tool_calls.empty());
+        CHECK(f.r.unstreamed_calls.empty());
+        CHECK_FALSE(f.r.tool_call_cut);
+      } else {
+        REQUIRE(f.r.tool_calls.size() == 1);
+        CHECK(f.r.tool_calls[0].name == c.answered);
+        CHECK(f.r.tool_calls[0].arguments.empty());
+        CHECK(f.r.tool_call_cut);
+        CHECK(same_calls(assemble(f), f.r.tool_calls));
+      }
+    }
+  }
+  // A forced call cut inside its opening mark or before its name's first letter: the one tool's, else left out.
+  for (const std::string text : {"<tool_ca", "<tool_call>{\"name\": \""}) {
+    INFO(text);
+    const Fed one = feed(text, {4}, Feed{ToolCallFormat::kHermes, true, true, "length", {"search"}});
+    REQUIRE(one.r.tool_calls.size() == 1);
+    CHECK(one.r.tool_calls[0].name == "search");
+    CHECK(one.r.text.empty());
+    const Fed two = feed(text, {4}, Feed{ToolCallFormat::kHermes, true, true, "length", {"search", "open"}});
+    CHECK(two.r.tool_calls.empty());
+    CHECK(two.r.text.empty());
+    CHECK(two.r.unstreamed.empty());
+    CHECK(two.r.finish_reason == "length");
   }
 }
 

@@ -169,3 +169,67 @@ def test_an_argument_holding_the_closing_mark_is_still_a_call(start_serve, stori
         {"name": "f", "arguments": '{"a":"</tool_call>x"}'}], message
     calls, _ = assemble(stream_chunks(server, body))
     assert [{"name": c["name"], "arguments": c["arguments"]} for c in calls] == plain(message["tool_calls"])
+
+
+# search (its argument q alone) and other: under seed 3 the forced call is search's, its name written in tokens
+# 20 to 22.
+CUT_TOOLS = [{"type": "function", "function": {"name": "search", "parameters": {
+    "type": "object", "properties": {"q": {"type": "string", "maxLength": 12}}, "required": ["q"]}}},
+    {"type": "function", "function": {"name": "other", "parameters": {
+        "type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}}}]
+
+
+def test_a_call_cut_inside_its_name_never_shows_a_name_no_tool_has(start_serve, stories260k_path):
+    # max_tokens 20 cut the call inside "search": the answer's call was named "s" (21: "se", streamed 22: the
+    # call opened as "sea"; 19 and less: ""). Under search and other a cut name that begins one tool's name
+    # only is that tool's (arguments ""); one that begins both ("") leaves the cut call out. Either way the
+    # answer ends "length".
+    server = start_serve(stories260k_path, "--policy", "patch:16:exact")
+    names = {"search", "other"}
+    base = {"messages": MESSAGES, "tools": CUT_TOOLS, "tool_choice": "required", "temperature": 1, "seed": 3}
+    seen = set()
+    for max_tokens in (19, 20, 21, 22):
+        request = dict(base, max_tokens=max_tokens)
+        whole = json.loads(post(server, "/v1/chat/completions", request))["choices"][0]
+        assert whole["finish_reason"] == "length", whole
+        calls = whole["message"].get("tool_calls") or []
+        assert all(c["function"]["name"] in names for c in calls), (max_tokens, whole)
+        seen.update((max_tokens, c["function"]["name"], c["function"]["arguments"]) for c in calls)
+        chunks = stream_chunks(server, request)
+        streamed, _ = assemble(chunks)
+        assert [{"name": c["name"], "arguments": c["arguments"]} for c in streamed] == plain(calls), (
+            max_tokens, streamed, whole)
+        finish = [c["finish_reason"] for chunk in chunks for c in chunk["choices"] if c["finish_reason"]]
+        assert finish == ["length"], finish
+        response = json.loads(post(server, "/v1/responses", {
+            "input": MESSAGES[0]["content"], "tool_choice": "required", "temperature": 1, "seed": 3,
+            "max_output_tokens": max_tokens, "store": False,
+            "tools": [dict(t["function"], type="function") for t in CUT_TOOLS]}))
+        items = [item for item in response["output"] if item["type"] == "function_call"]
+        assert all(item["name"] in names for item in items), (max_tokens, response["output"])
+        assert response["status"] == "incomplete", response
+        text = post(server, "/v1/responses", {
+            "input": MESSAGES[0]["content"], "tool_choice": "required", "temperature": 1, "seed": 3,
+            "max_output_tokens": max_tokens, "store": False, "stream": True,
+            "tools": [dict(t["function"], type="function") for t in CUT_TOOLS]})
+        events = [json.loads(line[6:]) for line in text.split("\n") if line.startswith("data: ")]
+        for e in events:
+            if e["type"] in ("response.output_item.added", "response.output_item.done"):
+                assert e["item"]["type"] != "function_call" or e["item"]["name"] in names, (max_tokens, e)
+    # Cut inside "search" (20 to 22), the call is search's, its arguments not begun.
+    assert {(m, "search", "") for m in (20, 21, 22)} <= seen, seen
+
+
+def test_a_forced_call_cut_before_its_name_is_the_only_tool_it_can_be(start_serve, stories260k_path):
+    # tool_choice "required" with one tool, cut before or inside its name: the call was named "" (max_tokens 1,
+    # 20) or "se" (22).
+    server = start_serve(stories260k_path, "--policy", "patch:16:exact")
+    base = {"messages": MESSAGES, "tools": CUT_TOOLS[:1], "tool_choice": "required", "temperature": 1, "seed": 3}
+    for max_tokens in (1, 20, 22):
+        request = dict(base, max_tokens=max_tokens)
+        whole = json.loads(post(server, "/v1/chat/completions", request))["choices"][0]
+        assert whole["finish_reason"] == "length" and plain(whole["message"]["tool_calls"]) == [
+            {"name": "search", "arguments": ""}], (max_tokens, whole)
+        calls, _ = assemble(stream_chunks(server, request))
+        assert [{"name": c["name"], "arguments": c["arguments"]} for c in calls] == [
+            {"name": "search", "arguments": ""}], (max_tokens, calls)

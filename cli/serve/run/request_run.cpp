@@ -156,7 +156,8 @@ RunSink tool_call_sink(const RunSink& sink, const ChatRequest& request, ToolCall
   const bool forced = request.tool_choice.mode == "required" || request.tool_choice.mode == "function";
   const bool progressive = calls_whole && sink.on_tool_call != nullptr;
   calls.assign(static_cast<std::size_t>(std::max<int64_t>(1, request.sampling.n)),
-               ToolCallStream(format, forced, progressive, !request.parallel_tool_calls));
+               ToolCallStream(format, forced, progressive, !request.parallel_tool_calls,
+                              calls_whole ? grammar_tool_names(request) : std::vector<std::string>{}));
   RunSink out = sink;
   if (sink.on_text) {
     out.on_text = [&calls, sink](const std::string& delta) { return pass_on(calls[0], sink, 0, delta); };

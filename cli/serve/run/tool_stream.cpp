@@ -14,6 +14,31 @@ std::size_t first_difference(const std::string& a, const std::string& b) {
                                   a.begin());
 }
 
+// Settles `all`'s last call where max_tokens cut it inside its name (see ToolCallStream::finish): gives it the
+// one of `names` its written part begins, or leaves it out. True where it was left out.
+bool settle_cut_name(ToolCallParse& all, const std::vector<std::string>& names) {
+  if (!all.cut || all.cut_name_whole || all.calls.empty()) return false;
+  ChatToolCall& call = all.calls.back();
+  // Its string was not closed: a name it spells whole is as open as one it begins ("sea": "sea" or "search").
+  const std::string* only = nullptr;
+  std::size_t begun = 0;
+  for (const std::string& name : names) {
+    if (name.compare(0, call.name.size(), call.name) == 0) {
+      only = &name;
+      ++begun;
+    }
+  }
+  if (begun == 1) {
+    call.name = *only;
+    call.arguments.clear();
+    all.cut_name_whole = true;
+    return false;
+  }
+  all.calls.pop_back();
+  all.cut = all.cut_name_whole = false;
+  return true;
+}
+
 }  // namespace
 
 ToolStreamOut ToolCallStream::push(const std::string& delta) {
@@ -52,18 +77,25 @@ void ToolCallStream::finish(RunResult& r) const {
     all.calls.resize(1);
     all.cut = false;  // a cut call is the last one, which went
   }
-  if (all.calls.empty()) {
+  const bool left_out = settle_cut_name(all, names_);
+  if (all.calls.empty() && !left_out) {
     r.unstreamed = rest;
   } else {
     r.tool_calls = std::move(all.calls);
     r.tool_call_cut = all.cut;
     r.text = std::move(all.content);
     r.unstreamed = parse_tool_calls(rest, format_, cut).content;
-    if (r.finish_reason != "cancelled" && !all.cut) r.finish_reason = "tool_calls";
+    if (r.finish_reason != "cancelled" && !all.cut && !left_out) r.finish_reason = "tool_calls";
   }
   SettledCalls settled = streamed_.settle(r.tool_calls);
   r.unstreamed_calls = std::move(settled.unsent);
   if (r.finish_reason != "cancelled") r.tool_stream_mismatch = std::move(settled.mismatch);
+}
+
+std::vector<std::string> grammar_tool_names(const ChatRequest& request) {
+  if (request.tool_choice.mode == "function") return {request.tool_choice.function};
+  if (!request.tool_choice.allowed.empty()) return request.tool_choice.allowed;
+  return request.tool_names;
 }
 
 ApiError tool_stream_error(const ToolStreamMismatch& m, int64_t choice) {

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "orbit/tool_calls.h"
@@ -49,8 +50,11 @@ class ToolCallStream {
   // `one_call`: parallel_tool_calls false. Under the tools' grammar the answer holds one call at most; a free
   // answer (no grammar could be had: a format without a call mark, a schema outside the subset) may hold more,
   // and finish() keeps its first call only, so the answer the client reads holds one call, as OpenAI's does.
-  ToolCallStream(ToolCallFormat format, bool forced, bool progressive = false, bool one_call = false)
-      : format_(format), forced_(forced), progressive_(progressive), one_call_(one_call) {}
+  // `names`: where the calls are decoded under the tools' grammar (AnswerConstraint::calls_whole), the names
+  // it lets a call have (grammar_tool_names); empty where the calls are free text.
+  ToolCallStream(ToolCallFormat format, bool forced, bool progressive = false, bool one_call = false,
+                 std::vector<std::string> names = {})
+      : format_(format), forced_(forced), progressive_(progressive), one_call_(one_call), names_(std::move(names)) {}
 
   // Appends `delta` to the answer; returns what of it can be sent now (possibly nothing).
   ToolStreamOut push(const std::string& delta);
@@ -65,6 +69,10 @@ class ToolCallStream {
   // r.tool_stream_mismatch and r.unstreamed_calls is empty (not checked for a run the client left). With
   // `one_call`, the calls after the first are left out (r.tool_calls_dropped counts them); where the one cut
   // was among them, the answer is the first call whole (not cut; finish_reason "tool_calls").
+  // A client never reads a name no tool has: a call cut inside its name (its string not closed, "" included)
+  // is given the one name of `names` that its written part begins (arguments ""), or, where no or several
+  // names do (always for free text), is left out; the finish_reason stays "length" either way, as OpenAI's
+  // for an answer max_tokens cut. push() never opens such a call (StreamedCalls::offer), so none went out.
   void finish(RunResult& r) const;
 
  private:
@@ -75,6 +83,7 @@ class ToolCallStream {
   bool forced_;
   bool progressive_;
   bool one_call_;
+  std::vector<std::string> names_;
   std::string text_;
   std::size_t sent_ = 0;  // the content let out: text_[0, sent_)
   // The text after the content, text_[reader_at_, end), read for calls (progressive only): started again
@@ -83,6 +92,10 @@ class ToolCallStream {
   std::size_t reader_at_ = 0;
   StreamedCalls streamed_;  // the calls push() let out
 };
+
+// The names the tools' grammar lets `request`'s calls have: tool_choice's function, else its allowed_tools,
+// else every tool's.
+std::vector<std::string> grammar_tool_names(const ChatRequest& request);
 
 // The error a stream ends with, in place of choice `choice`'s closing chunks, when its answer does not hold a
 // call as it was streamed: 500, type "server_error", code "tool_call_stream_mismatch", param "tool_calls",
