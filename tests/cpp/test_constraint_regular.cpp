@@ -489,8 +489,26 @@ TEST_CASE("number bounds: refusals name the keyword", "[constraint]") {
              Contains("schema.multipleOf: expected a number above 0"));
   CHECK_THAT(error_of([] { schema(R"({"type": "number", "multipleOf": 123456})"); }),
              Contains("schema.multipleOf: 123456 is too fine or too large to constrain"));
-  CHECK_THAT(error_of([] { schema(R"({"type": "integer", "minimum": 1e30})"); }),
-             Contains("schema: the shortest value allowed has 31 characters, over the limit of 18"));
+  // A bound past every number that can be written is named, not blamed on its automaton.
+  CHECK(error_of([] { schema(R"({"type": "integer", "minimum": 1e30})"); }) ==
+        "schema.minimum: 1e+30 is above every number of at most 18 characters (the longest a number may be here)");
+  CHECK(error_of([] { schema(R"({"type": "number", "minimum": 1e300})"); }) ==
+        "schema.minimum: 1e+300 is above every number of at most 32 characters (the longest a number may be here)");
+  CHECK(error_of([] { schema(R"({"type": "number", "exclusiveMaximum": -1e300})"); }) ==
+        "schema.exclusiveMaximum: -1e+300 is below every number of at most 32 characters (the longest a number "
+        "may be here)");
+  ConstraintLimits wide;
+  wide.max_number_chars = 400;
+  CHECK(error_of([&] { schema(R"({"type": "number", "minimum": 1e300})", wide); }) ==
+        "schema.minimum: 1e+300 has 301 digits before the point, over the 200 a bound may have");
+  const auto far = schema(R"({"type": "number", "minimum": 1e150})", wide);
+  CHECK(far->matches("1" + std::string(150, '0')));
+  CHECK_FALSE(far->matches(std::string(150, '9')));
+  // One bound past reach on the side that leaves every number in: the other still applies.
+  const auto low = schema(R"({"type": "number", "minimum": -1e300, "maximum": 5})");
+  CHECK(low->matches("-12345.5"));
+  CHECK_FALSE(low->matches("6"));
+  CHECK(schema(R"({"type": "integer", "exclusiveMinimum": -1e300})")->matches("-7"));
   // A bound far outside what a number of max_number_chars can write changes nothing.
   const auto huge = schema(R"({"type": "number", "maximum": 1e300})");
   CHECK(huge->matches("12345.5"));

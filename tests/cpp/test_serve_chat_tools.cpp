@@ -397,6 +397,30 @@ TEST_CASE("serve: tools reach the prompt; what the vocabulary cannot write is re
   REQUIRE_FALSE(endless.ok());
   CHECK(endless.error().param == "response_format.json_schema.schema");
   CHECK(endless.error().message.find("its shortest answer is 100000002 bytes") != std::string::npos);
+  // So is a forced call whose arguments are: refused naming the tool's parameters, not tool_choice (which
+  // stays named where the vocabulary cannot write a call, above).
+  sv::ChatRequest long_call = with_tools;
+  long_call.tools_json =
+      R"([{"type":"function","function":{"name":"search","parameters":{"type":"object","properties":)"
+      R"({"q":{"type":"string"}}}}},{"type":"function","function":{"name":"open","parameters":)"
+      R"({"type":"object","properties":{"s":{"type":"string","minLength":100000}},"required":["s"]}}}])";
+  long_call.tool_names = {"search", "open"};
+  long_call.tool_choice.mode = "function";
+  long_call.tool_choice.function = "open";
+  const sv::RunTicket too_long = core.prepare_chat(long_call, "");
+  REQUIRE_FALSE(too_long.ok());
+  CHECK(too_long.error().param == "tools[1].function.parameters");
+  CHECK(too_long.error().code == "unsupported_value");
+  CHECK(too_long.error().message.rfind("tools[1].function.parameters: its shortest answer is 1000", 0) == 0);
+  long_call.tools_json = R"([{"type":"function","function":{"name":"open","parameters":)"
+                         R"({"type":"object","properties":{"s":{"type":"string","minLength":100000}},)"
+                         R"("required":["s"]}}}])";
+  long_call.tool_names = {"open"};
+  long_call.tool_choice.mode = "required";
+  long_call.tool_choice.function.clear();
+  const sv::RunTicket only_one = core.prepare_chat(long_call, "");
+  REQUIRE_FALSE(only_one.ok());
+  CHECK(only_one.error().param == "tools[0].function.parameters");
   core.close();
 }
 

@@ -80,6 +80,27 @@ AnswerConstraint check_tool_schemas(const std::string& tools_json) {
   return out;
 }
 
+// Where a forced call's schemas sit, for a refusal of what they ask: "tools[i].function.parameters" when the
+// call can only be to one tool (tool_choice names it, or one tool is callable), else "tools".
+std::string forced_call_param(const ChatRequest& r) {
+  const auto name_of = [](const nlohmann::json& tool) -> std::string {
+    const auto fn = tool.is_object() ? tool.find("function") : tool.end();
+    if (!tool.is_object() || fn == tool.end() || !fn->is_object()) return "";
+    const auto name = fn->find("name");
+    return name != fn->end() && name->is_string() ? name->get<std::string>() : "";
+  };
+  std::string name = r.tool_choice.mode == "function" ? r.tool_choice.function : "";
+  if (name.empty()) {
+    const nlohmann::json callable = nlohmann::json::parse(r.calls_json(), nullptr, false);
+    if (callable.is_array() && callable.size() == 1) name = name_of(callable[0]);
+  }
+  const nlohmann::json tools = nlohmann::json::parse(r.tools_json, nullptr, false);
+  for (std::size_t i = 0; !name.empty() && tools.is_array() && i < tools.size(); ++i) {
+    if (name_of(tools[i]) == name) return "tools[" + std::to_string(i) + "].function.parameters";
+  }
+  return "tools";
+}
+
 // The param of the first tool that asks for strict arguments (function.strict true),
 // "tools[i].function.strict"; "" when none does.
 std::string first_strict_tool(const std::string& tools_json) {
@@ -183,7 +204,11 @@ AnswerConstraint ConstraintCache::build(const ChatRequest& r) const {
   }
   const std::string why = unwritable(out.constraint, *vocabulary_, max_answer_bytes_);
   if (!why.empty()) {
-    out.error = api_error(400, param + ": " + why, "invalid_request_error", "unsupported_value", param);
+    // A forced call too long for the context is its tools' schemas' doing (a huge minLength), not tool_choice's;
+    // one the vocabulary cannot write stays tool_choice's (forcing a call is what this model cannot do).
+    const bool too_long = ConstraintMatcher(out.constraint).min_bytes_to_complete() > max_answer_bytes_;
+    const std::string where = call && too_long ? forced_call_param(r) : param;
+    out.error = api_error(400, where + ": " + why, "invalid_request_error", "unsupported_value", where);
     out.constraint = nullptr;
   }
   out.calls_whole = call && out.constraint != nullptr;

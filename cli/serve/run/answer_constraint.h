@@ -32,7 +32,9 @@
 // that tool is forced (its arguments would be decoded under the schema).
 // A constraint the model's vocabulary cannot write is refused before the run (400 naming the field and the
 // first byte no token writes): its shortest whole match is spelled with the vocabulary's tokens, longest
-// first (a tokenizer without a token for '{', as TinyStories-656K's, can write no JSON object).
+// first (a tokenizer without a token for '{', as TinyStories-656K's, can write no JSON object). One whose
+// shortest answer is longer than the context holds is refused naming where its schema sits: for a forced
+// call the tool's tools[i].function.parameters (or tools, where several tools may be called), not tool_choice.
 // Built constraints, and the tools' checks, are kept (by what they were built from: the request's tools,
 // tool_choice, parallel_tool_calls and response_format) in the SDK's keyed LRU (orbit/constraint_cache.h):
 // their token masks are cached inside them, so an agent that sends the same tools every turn pays for the

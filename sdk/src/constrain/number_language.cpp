@@ -116,6 +116,9 @@ std::string at_least(const std::string& lo) {
   return "(?:" + int_range(lo, std::string(lo.size(), '9')) + "|[1-9]\\d{" + std::to_string(lo.size()) + ",})";
 }
 
+// The most digits before the point a bound within reach may have (its automaton's states grow with them).
+constexpr std::size_t kMaxBoundDigits = 200;
+
 const char* kAnyWhole = "(?:0|[1-9]\\d*)";
 const char* kAnyFraction = "(?:\\.\\d+)?";
 
@@ -258,12 +261,27 @@ ByteDfa multiples(const Decimal& m, bool integer, const std::string& what) {
 }  // namespace
 
 int32_t add_number_dfa(Grammar& g, const NumberRules& rules, int64_t max_chars, const std::string& path) {
+  const int64_t chars = rules.integer ? std::min<int64_t>(max_chars, kMaxIntegerChars) : max_chars;
   std::optional<ByteDfa> dfa;
   const auto add = [&](ByteDfa d) { dfa = dfa ? intersect(*dfa, d, path) : std::move(d); };
   const auto bound = [&](const std::optional<std::string>& text, const char* key, bool is_above, bool strict) {
     if (!text) return;
     const std::string what = path + "." + key;
     const Decimal c = parse_decimal(*text, what);
+    // A bound whose integer part has more digits than a number here has characters (texts without exponent)
+    // is past every number that can be written: it leaves out none of them (maximum 1e300) or all (minimum
+    // 1e300). Its language is not built: its automaton, hundreds of digits long, would be refused as too
+    // complex, which blames the wrong thing.
+    if (static_cast<int64_t>(c.whole.size()) > chars) {
+      ORBIT_CHECK(is_above == c.negative, what << ": " << *text << " is " << (is_above ? "above" : "below")
+                                               << " every number of at most " << chars
+                                               << " characters (the longest a number may be here)");
+      return;
+    }
+    // Within reach (max_number_chars over 200), a bound's automaton past 200 digits outgrows the NFA limit.
+    ORBIT_CHECK(c.whole.size() <= kMaxBoundDigits, what << ": " << *text << " has " << c.whole.size()
+                                                        << " digits before the point, over the " << kMaxBoundDigits
+                                                        << " a bound may have");
     add(language(is_above ? above(c, strict, rules.integer) : below(c, strict, rules.integer), what));
   };
   bound(rules.minimum, "minimum", true, false);
@@ -274,8 +292,11 @@ int32_t add_number_dfa(Grammar& g, const NumberRules& rules, int64_t max_chars, 
     const std::string what = path + ".multipleOf";
     add(multiples(parse_decimal(*rules.multiple_of, what), rules.integer, what));
   }
-  ORBIT_CHECK(dfa.has_value(), path << ": no number keyword to compile");
-  const int64_t chars = rules.integer ? std::min<int64_t>(max_chars, kMaxIntegerChars) : max_chars;
+  ORBIT_CHECK(rules.minimum || rules.maximum || rules.exclusive_minimum || rules.exclusive_maximum || rules.multiple_of,
+              path << ": no number keyword to compile");
+  // Every bound left out as beyond reach: numbers written as the bounded ones are (no exponent, which
+  // would reach past the bounds: 9e99 has 4 characters).
+  if (!dfa) add(language(std::string("-?") + kAnyWhole + (rules.integer ? "" : kAnyFraction), path));
   return add_dfa(g, std::move(*dfa), chars, path);
 }
 
