@@ -14,7 +14,12 @@ timed. Every server is started here on 127.0.0.1 (any free port) and stopped; ev
 A streamed request (chat, a stored chat completion, the Responses API) syncs its window before its stream's
 head (RequestPath::sync_ahead), so its refusal is the same 503 with Retry-After; it was a 200 whose stream
 carried the error as an event (chat) or response.failed (Responses), with no Retry-After, and the Responses
-API's whole answer had no Retry-After either."""
+API's whole answer had no Retry-After either.
+
+A session's own window counts too: an edit of its long message needs the old unit's pages and the new one's at
+once, so when no idle window is left its window is renewed and the sync planned from nothing (it was 503 on
+every retry with nothing else running). A conversation over the whole pool is a 400 naming --pool-mb (it was a
+503 inviting a retry no waiting could satisfy)."""
 import http.client
 import json
 
@@ -112,3 +117,40 @@ def test_a_request_the_running_windows_leave_no_room_for_is_503_kv_pool_full(sta
     assert status == 200 and stream.rstrip().endswith("data: [DONE]"), stream
     status, _, stream = respond(server, "refused", longer, stream=True)
     assert status == 200 and "event: response.incomplete" in stream, stream  # its 6 tokens: max_output_tokens
+
+
+def test_a_session_whose_edit_needs_its_own_old_pages_is_served_from_a_renewed_window(start_serve, stories260k_path):
+    # The last word of a ~400-token message changed: the new unit's 26 pages and the old unit's 25 do not fit the
+    # pool's 51 together, and no other window is left to let go. Every retry was 503 kv_pool_full ('send it again'),
+    # with no other request running; now the session's own window is renewed and the edit planned from nothing.
+    server = start_serve(stories260k_path, "--pool-mb", "1")
+    assert chat(server, "z", PROMPT + " 0")[0] == 200
+    edited = chat(server, "z", PROMPT + " 1")
+    assert edited[0] == 200, edited[2]
+    assert evictions(server, "z") == 1  # its old window left memory for the edit
+    # The same greedy answer as a window that never held the old message: another session's, the same messages.
+    fresh = post(server, "/v1/chat/completions", {
+        "model": MODEL_NAME, "user": "fresh", "max_tokens": 6, "temperature": 0,
+        "messages": [{"role": "user", "content": "z" + PROMPT + " 1"}]})
+    assert answer(edited) == answer(fresh)
+
+
+def test_a_conversation_over_the_whole_pool_is_400_and_lets_nothing_go(start_serve, stories260k_path):
+    # 55 empty messages: 439 tokens (within the model's 512), but each message is a unit of whole pages of its
+    # own, 55 pages against the pool's 51. No retry can hold it: a 400 on messages naming --pool-mb, not a 503
+    # inviting one, and the idle window is not let go for it.
+    server = start_serve(stories260k_path, "--pool-mb", "1")
+    assert chat(server, "idle")[0] == 200
+    messages = [{"role": ("user", "assistant")[i % 2], "content": ""} for i in range(54)]
+    messages.append({"role": "user", "content": "ok"})
+    status, headers, body = post(server, "/v1/chat/completions", {
+        "model": MODEL_NAME, "user": "many", "max_tokens": 2, "temperature": 0, "messages": messages})
+    assert status == 400, body
+    assert "Retry-After" not in headers, headers
+    error = body["error"]
+    assert error["type"] == "invalid_request_error" and error["code"] == "context_length_exceeded", error
+    assert error["param"] == "messages", error
+    message = error["message"]
+    assert "needs 55 KV pages" in message and "the whole KV pool has 51" in message, message
+    assert "--pool-mb 1)" in message and "larger --pool-mb" in message and "no retry" in message, message
+    assert evictions(server, "idle") == 0

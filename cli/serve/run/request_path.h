@@ -42,6 +42,13 @@
 
 namespace orbit::serve {
 
+// A chat request's window needs more pages than the engine's whole KV pool has (RequestPath::check_pool_holds):
+// even an empty pool could not hold it, so no waiting and no letting windows go cures it.
+class PoolTooSmall : public Error {
+ public:
+  using Error::Error;
+};
+
 // A request checked and planned, holding what it runs on until RequestPath::run or its destruction (a chat
 // request's window, as a WindowSlot). Move-only. Destroy it, or run it, on the thread that prepared it: it
 // holds the window's mutex. The request it was prepared from must outlive it.
@@ -103,14 +110,18 @@ class RequestPath {
   // serve_http_route.h): the pages come back as the running requests end, and OpenAI's clients retry a 503
   // after the Retry-After; its message names this server's --pool-mb in place of the SDK's advice. A refusal
   // for the window's own max_bytes (CapacityRefused::Bound::kWindowBytes) is a 400 on messages: no waiting cures it.
+  // PoolTooSmall (the window the request needs is more than the whole pool: check_pool_holds) is a 400
+  // context_length_exceeded on messages naming --pool-mb: no retry cures it.
   ApiError engine_failure(const Error& e) const;
   ApiError run_failure(const Error& e) const;  // engine_failure, or 503 server_shutdown once the server closes
   std::optional<ApiError> read_reasoning(const ChatRequest& request, RunTicket::Prepared& p);
   // A chat request's run: sync_chat under the gate, decode_chat, then its usage and the session's record.
   RunOutcome run_chat(RunTicket::Prepared& p, const RunSink& sink);
   bool sync_chat(RunTicket::Prepared& p, const RunSink& sink, ChatSync& out);
-  void sync_first(RunTicket::Prepared& p, const RunSink& sink);  // sync_chat into p.synced (or p.left)
-  SyncReport sync_making_room(RunTicket::Prepared& p);           // sync_chat's sync; see request_run.cpp
+  void sync_first(RunTicket::Prepared& p, const RunSink& sink);              // sync_chat into p.synced (or p.left)
+  SyncReport sync_making_room(RunTicket::Prepared& p, WindowStats& before);  // sync_chat's; see request_run.cpp
+  // Throws PoolTooSmall when the window `plan` leaves needs more pages than the whole KV pool has.
+  void check_pool_holds(const SyncPlan& plan) const;
   RunResult decode_chat(RunTicket::Prepared& p, const std::vector<int64_t>& generation_prompt, const RunSink& sink);
   RunOutcome run_completion(RunTicket::Prepared& p, const RunSink& sink);
   void queue_audit(std::shared_ptr<Session> s, int64_t request, const std::vector<int64_t>& query, double predicted_kl);

@@ -238,27 +238,57 @@ RunOutcome RequestPath::run(RunTicket& ticket, const RunSink& sink) {
 }
 
 // The window synced by the plan prepare made (no second rendering). A sync the KV pool refuses
-// (orbit::CapacityRefused, bound kPool) lets the least recently used idle window go (SessionTable::let_go_idle)
-// and is planned and tried again on the window as the refusal left it, until it fits or no idle window is left:
-// the last refusal is then thrown (engine_failure answers it 503 kv_pool_full). A refusal for the window's own
-// bound (kWindowBytes) is thrown at once: no other window's room cures it.
-SyncReport RequestPath::sync_making_room(RunTicket::Prepared& p) {
-  Window& window = p.slot.window();
+// (orbit::CapacityRefused, bound kPool) first checks that the window it would leave fits the pool at all
+// (check_pool_holds: else PoolTooSmall, a 400, and nothing is let go); then it lets the least recently used idle
+// window go (SessionTable::let_go_idle) and is planned and tried again on the window as the refusal left it, until
+// it fits or no idle window is left. Then, once, the requester's own window is renewed (SessionTable::renew_window:
+// its old units hold pages until the sync commits, so an edit of a long message needs both the old unit's pages
+// and the new one's) and the sync is planned from the empty window (`before`, the usage's starting point, becomes
+// the new window's). A last refusal is thrown (engine_failure answers it 503 kv_pool_full: what holds the pages
+// now is other requests' windows). A refusal for the window's own bound (kWindowBytes) is thrown at once: no other
+// window's room cures it.
+SyncReport RequestPath::sync_making_room(RunTicket::Prepared& p, WindowStats& before) {
+  bool checked = false, renewed = false;
   const auto make_room = [&](const CapacityRefused& e) {
-    return e.bound() == CapacityRefused::Bound::kPool && sessions_.let_go_idle(p.slot.session());
+    if (e.bound() != CapacityRefused::Bound::kPool) return false;
+    if (!checked) check_pool_holds(p.plan);
+    checked = true;
+    if (sessions_.let_go_idle(p.slot.session())) return true;
+    if (renewed || p.slot.window().instances().empty()) return false;
+    sessions_.renew_window(p.slot.session());
+    before = p.slot.window().stats();
+    renewed = true;
+    return true;
   };
   try {
-    return window.sync(p.chat->messages, p.plan);
+    return p.slot.window().sync(p.chat->messages, p.plan);
   } catch (const CapacityRefused& e) {
     if (!make_room(e)) throw;
   }
   for (;;) {
     try {
-      return window.sync(p.chat->messages, p.plan.options);
+      return p.slot.window().sync(p.chat->messages, p.plan.options);
     } catch (const CapacityRefused& e) {
       if (!make_room(e)) throw;
     }
   }
+}
+
+void RequestPath::check_pool_holds(const SyncPlan& plan) const {
+  const int64_t page = context_.engine->options().page_size;
+  int64_t tokens = 0, pages = 0;
+  for (const SyncUnit& unit : plan.units) {  // each unit's KV in whole pages of its own
+    const auto n = static_cast<int64_t>(unit.tokens.size());
+    tokens += n;
+    pages += (n + page - 1) / page;
+  }
+  const int64_t total = context_.engine->stats().pool_pages;
+  if (pages <= total) return;
+  throw PoolTooSmall("this conversation's window needs " + std::to_string(pages) + " KV pages (" +
+                         std::to_string(tokens) + " tokens in " + std::to_string(plan.units.size()) +
+                         " unit(s), pages of " + std::to_string(page) + " tokens) and the whole KV pool has " +
+                         std::to_string(total),
+                     __FILE__, __LINE__);
 }
 
 // Under the gate: the request counted for owed audits (audit.h; ServeCore::run runs one after the answer), the
@@ -266,13 +296,14 @@ SyncReport RequestPath::sync_making_room(RunTicket::Prepared& p) {
 // queued for an audit as it is served. False: the client left before its turn.
 bool RequestPath::sync_chat(RunTicket::Prepared& p, const RunSink& sink, ChatSync& out) {
   Session& s = p.slot.session();
-  Window& window = p.slot.window();
-  GateTurn turn(context_, s.lane, sink.cancelled, guest_tokens(p.plan, sessions_.exact_pending(s) ? &window : nullptr));
+  GateTurn turn(context_, s.lane, sink.cancelled,
+                guest_tokens(p.plan, sessions_.exact_pending(s) ? &p.slot.window() : nullptr));
   if (!turn.enter()) return false;
   const bool guest = context_.gate.nested();  // let in between two pieces of another session's sync
   return run_in_pieces(context_, s.lane, sink.cancelled, [&] {
     context_.auditor.count_request();
-    out.report = sync_making_room(p);
+    out.report = sync_making_room(p, out.before);
+    Window& window = p.slot.window();  // after the sync: it may have renewed the window
     out.predicted_kl = run_deferred_repairs(window);
     // A guest was let in for the tokens it offered, at most one piece. Its offer counted exact mode's heal when the
     // session was in exact mode then; one that entered it since (an audit that ended meanwhile) and whose heal runs
@@ -361,13 +392,12 @@ std::optional<ApiError> RequestPath::sync_ahead(RunTicket& ticket, const std::fu
 
 RunOutcome RequestPath::run_chat(RunTicket::Prepared& p, const RunSink& sink) {
   Session& s = p.slot.session();
-  Window& window = p.slot.window();
   if (!p.synced && !p.left) sync_first(p, sink);  // else sync_ahead ran it
   if (p.left) return cancelled_before_decode();
   const ChatSync& synced = *p.synced;
   const WindowStats& before = synced.before;
   RunResult r = decode_chat(p, synced.report.generation_prompt, sink);
-  const WindowStats after = window.stats();
+  const WindowStats after = p.slot.window().stats();  // the sync may have renewed the window (sync_making_room)
   RunUsage& u = r.usage;
   u.prompt_tokens = prompt_tokens(synced.report.plan);
   u.forward_tokens =

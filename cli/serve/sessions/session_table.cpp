@@ -387,6 +387,14 @@ bool SessionTable::let_go_idle(const Session& keep) {
   }
 }
 
+void SessionTable::renew_window(Session& s) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    let_go(s);  // first: the old window's pages go back to the pool before the new window asks for any
+  }
+  make_resident(s);
+}
+
 std::optional<json> SessionTable::info(const std::string& id) const {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto it = sessions_.find(id);

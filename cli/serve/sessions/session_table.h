@@ -13,7 +13,8 @@
 // sessions get (the answer prefilled as the next request will send it back, Window::idle).
 //
 // Pool: a request whose sync the KV pool refuses makes room by letting the least recently used idle windows go
-// the same way, one at a time, its sync tried again after each (RequestPath::sync_chat, let_go_idle).
+// the same way, one at a time, its sync tried again after each (RequestPath::sync_chat, let_go_idle); none left,
+// its own window is renewed once (renew_window) and the sync planned from nothing.
 //
 // Budget: when the idle windows (of sessions and anonymous ones alike) hold more than
 // ServeOptions::session_budget_bytes, or more than max_sessions windows are resident, the least recently
@@ -231,6 +232,11 @@ class SessionTable {
   // idle worker holds is skipped (the caller holds the gate the worker may wait for). False when there was
   // none to let go.
   bool let_go_idle(const Session& keep);
+  // The requester's own window, when even letting every idle window go left the pool short: it leaves memory
+  // as let_go_idle's do (counted an eviction; its chunks stay in the store) and a new, empty window takes its
+  // place, so a sync whose old units hold the pages its new ones need is planned from nothing. Called by the
+  // request that holds `s` (its WindowSlot: s.run is held).
+  void renew_window(Session& s);
 
   // GET /v1/sessions/{id}'s body (serve_core.h); nullopt for an unknown session.
   std::optional<nlohmann::json> info(const std::string& id) const;
