@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -108,8 +109,12 @@ double Args::get_double(const std::string& name, double fallback) const {
   errno = 0;
   char* end = nullptr;
   const double out = std::strtod(value->c_str(), &end);
-  ORBIT_CHECK(!value->empty() && !leading_space(*value) && errno == 0 && end == value->c_str() + value->size(),
+  ORBIT_CHECK(!value->empty() && !leading_space(*value) && end == value->c_str() + value->size(),
               command_ << ": argument '" << name << "' must be a number, got '" << *value << "'");
+  // ERANGE: a number past a double's range (1e999) is refused as one; one too small for it (1e-320, read
+  // as a subnormal or 0) is the number it rounds to, which the option's own range check then judges.
+  ORBIT_CHECK(errno != ERANGE || std::fabs(out) < 1.0,
+              command_ << ": argument '" << name << "' is out of range (past a double's), got '" << *value << "'");
   return out;
 }
 

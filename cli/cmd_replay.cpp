@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -251,6 +252,11 @@ ReplayOptions replay_options(const Args& args) {
   ReplayOptions o;
   o.engine.model = args.required("--model");
   o.engine.page_size = args.get_int("--page-size", 16, 1);
+  // EngineOptions::page_size's own bound (engine_core.cpp), refused here naming the argument.
+  constexpr int64_t kMaxPageSize = int64_t{1} << 20;
+  ORBIT_CHECK(o.engine.page_size <= kMaxPageSize,
+              "replay: argument '--page-size' must be <= " << kMaxPageSize << " (tokens a KV page holds), got "
+                                                           << o.engine.page_size);
   o.yardstick_tokens = args.get_int("--yardstick-tokens", 0, 0);
   o.engine.device = args.get_or("--device", "cpu");
   o.engine.dtype = args.get_or("--dtype", "float32");
@@ -263,12 +269,22 @@ ReplayOptions replay_options(const Args& args) {
   ORBIT_CHECK(o.engine.device_tier_bytes == 0 || o.engine.device.rfind("cuda", 0) == 0,
               "replay: argument '--device-tier' needs --device cuda[:N] (a device tier lives in GPU memory)");
   o.policies = split_commas(args.get("--policy").value_or("default"));
+  std::map<std::string, std::string> named;  // each policy's canonical name -> the spec that gave it
   for (const std::string& spec : o.policies) {
+    std::string name;
     try {
-      parse_policy(spec);
+      name = parse_policy(spec).name();
     } catch (const Error& e) {
       ORBIT_FAIL("--policy: " << e.what());
     }
+    // Each policy is a column of the report: a second one of the same name would replay it again under a
+    // name that no longer tells the columns apart.
+    const auto [it, fresh] = named.emplace(name, spec);
+    ORBIT_CHECK(fresh || it->second != spec,
+                "replay: argument '--policy' lists '" << spec << "' twice; each policy is one column of the report");
+    ORBIT_CHECK(fresh, "replay: argument '--policy' lists '" << it->second << "' and '" << spec
+                                                             << "', the same policy (" << name
+                                                             << "); each policy is one column of the report");
   }
   o.explain = args.flag("--explain");
   o.attribute = args.flag("--attribute");

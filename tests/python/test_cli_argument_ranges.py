@@ -1,0 +1,79 @@
+"""Option values out of range are refused naming the option (cli/args.cpp, cli/cmd_replay.cpp):
+`orbit replay --page-size 1000000000` named EngineOptions::page_size, not --page-size; `orbit serve --audit
+1e-320` (a number too small for a double, read as a subnormal) said "must be a number"; `orbit replay --policy
+default,default` replayed the same policy twice, as two columns the report cannot tell apart."""
+import subprocess
+
+import pytest
+
+
+def run(orbit_cli, *args, timeout=120):
+    return subprocess.run([str(orbit_cli), *[str(a) for a in args]], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def trace(orbit_cli, stories260k_path, tmp_path_factory):
+    path = tmp_path_factory.mktemp("ranges") / "rag.trace.json"
+    made = run(orbit_cli, "make-trace", "--kind", "rag", "--steps", "3", "--seed", "1", "--model", stories260k_path,
+               "--out", path)
+    assert made.returncode == 0, made.stderr
+    return path
+
+
+def replay(orbit_cli, stories260k_path, trace, *args):
+    return run(orbit_cli, "replay", trace, "--model", stories260k_path, "--no-fidelity", "--quiet", "--json", "-",
+               *args, timeout=300)
+
+
+def test_replay_page_size_past_the_engines_bound_names_the_argument(orbit_cli, stories260k_path, trace):
+    result = replay(orbit_cli, stories260k_path, trace, "--page-size", "1000000000")
+    assert result.returncode == 1, result.stderr
+    assert ("replay: argument '--page-size' must be <= 1048576 (tokens a KV page holds), got 1000000000"
+            in result.stderr)
+    assert "EngineOptions" not in result.stderr
+
+
+@pytest.mark.parametrize("policies, refusal", [
+    ("default,default", "replay: argument '--policy' lists 'default' twice; each policy is one column of the report"),
+    ("prefix,throughput,prefix", "lists 'prefix' twice"),
+    # Two spellings of one policy: its canonical name (WindowPolicy::name()) is the same.
+    ("default,patch:16:kl=0.003:heal:prep=1:move=8:lists=3",
+     "lists 'default' and 'patch:16:kl=0.003:heal:prep=1:move=8:lists=3', the same policy"),
+])
+def test_replay_refuses_a_policy_listed_twice(orbit_cli, stories260k_path, trace, policies, refusal):
+    result = replay(orbit_cli, stories260k_path, trace, "--policy", policies)
+    assert result.returncode == 1, result.stderr
+    assert refusal in result.stderr
+    assert result.stdout == ""  # refused before any replay
+
+
+def test_replay_distinct_policies_still_run(orbit_cli, stories260k_path, trace):
+    result = replay(orbit_cli, stories260k_path, trace, "--policy", "prefix,throughput")
+    assert result.returncode == 0, result.stderr
+    assert '"prefix"' in result.stdout and '"throughput"' in result.stdout
+
+
+def serve_refusal(orbit_cli, stories260k_path, *args):
+    """serve's stderr where a later argument is refused: --audit-owed-after -1 is read after --audit, so the
+    server never starts and what it said of --audit shows first."""
+    result = run(orbit_cli, "serve", "--model", stories260k_path, "--host", "127.0.0.1", "--port", "0", *args,
+                 "--audit-owed-after", "-1")
+    assert result.returncode == 1, result.stderr
+    return result.stderr
+
+
+def test_serve_audit_too_small_for_a_double_is_read_as_the_number_it_rounds_to(orbit_cli, stories260k_path):
+    # 1e-320 is a subnormal double (strtod sets ERANGE): before, "argument '--audit' must be a number".
+    said = serve_refusal(orbit_cli, stories260k_path, "--audit", "1e-320")
+    assert "'--audit'" not in said
+    assert "argument '--audit-owed-after' must be >= 0" in said
+    assert "argument '--audit' must be a fraction in [0, 1]" in serve_refusal(orbit_cli, stories260k_path, "--audit",
+                                                                               "-1e-320")
+
+
+def test_serve_audit_past_a_doubles_range_is_refused_as_such(orbit_cli, stories260k_path):
+    said = serve_refusal(orbit_cli, stories260k_path, "--audit", "1e999")
+    assert "serve: argument '--audit' is out of range (past a double's), got '1e999'" in said
+    assert "serve: argument '--audit' must be a number, got 'x'" in serve_refusal(orbit_cli, stories260k_path,
+                                                                                   "--audit", "x")
