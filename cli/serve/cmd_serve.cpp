@@ -91,6 +91,9 @@ const char* kServeUsage =
     "  --device-tier-mb N    chunks' canonical KV kept in GPU memory, MiB (default 0 = none; needs --device\n"
     "                        cuda): a session reusing them copies nothing from the host\n"
     "  --pool-mb N           KV pool for all windows, MiB (default 256; on the model's device)\n"
+    "  --pool-wait-ms N      a request the KV pool cannot hold beside the running ones waits for one of them\n"
+    "                        to end, at most N ms (default 30000; 0 = at once), before it is answered 503\n"
+    "                        kv_pool_full; a client that leaves ends its wait\n"
     "  --host-budget-mb N    KV kept in host memory for reuse once it leaves the pool (chunks' canonicals and\n"
     "                        patches, answers), MiB (default 1024); past it the least recently used goes\n"
     "                        (to --store's disk, else it is recomputed when needed); /metrics reports\n"
@@ -298,6 +301,8 @@ serve::ServeOptions serve_options(const Args& args) {
   ORBIT_CHECK(!args.has("--name") || !o.model_name.empty(),
               "serve: argument '--name' is empty (leave it out for the model path's last component)");
   o.pool_bytes = size_argument(args, "--pool-mb", 256, 1, 20);
+  o.pool_wait_ms = args.get_int("--pool-wait-ms", 30000, 0);
+  ORBIT_CHECK(o.pool_wait_ms <= 3600000, "serve: argument '--pool-wait-ms' must be at most 3600000 (an hour)");
   (void)compute_target(args);  // a bad or unavailable --device / --dtype fails here, naming the argument
   o.device = args.get_or("--device", "cpu");
   o.dtype = args.get_or("--dtype", "float32");
@@ -474,7 +479,7 @@ ArgSpec serve_arg_spec() {
                {"--no-anticipate", "--calibrate-fidelity", "--no-stored-calibration"},
                kServeUsage};
   spec.options.insert({"--header-seconds", "--body-seconds", "--keep-alive-seconds", "--allow-origin", "--api-key",
-                       "--api-key-file", "--max-unsent-kb", "--prefill-chunk", "--stall-seconds",
+                       "--api-key-file", "--max-unsent-kb", "--pool-wait-ms", "--prefill-chunk", "--stall-seconds",
                        "--max-answer-logprobs", "--min-drain-rate", "--audit-owed-after"});
   return spec;
 }

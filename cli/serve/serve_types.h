@@ -28,6 +28,9 @@ struct ServeOptions {
   // both.
   bool stored_calibration = true;
   int64_t pool_bytes = int64_t{256} << 20;
+  // How long a chat request whose sync the KV pool refuses, every idle window let go, waits for a running request
+  // to release its window before it is answered 503 kv_pool_full (`--pool-wait-ms`; 0: at once).
+  int64_t pool_wait_ms = 30000;
   // Where the model runs and in what dtype (EngineOptions::device, ::dtype): "cpu", "cuda" or "cuda:N";
   // "float32", "bfloat16" or "float16" (CUDA only). Sessions decode together on that device.
   std::string device = "cpu";

@@ -19,9 +19,12 @@ API's whole answer had no Retry-After either.
 A session's own window counts too: an edit of its long message needs the old unit's pages and the new one's at
 once, so when no idle window is left its window is renewed and the sync planned from nothing (it was 503 on
 every retry with nothing else running). A conversation over the whole pool is a 400 naming --pool-mb (it was a
-503 inviting a retry no waiting could satisfy)."""
+503 inviting a retry no waiting could satisfy). A request the running windows leave no room for waits for one
+of them to end, up to --pool-wait-ms, instead of a 503 at once (0: at once, as the test above asks)."""
 import http.client
 import json
+import subprocess
+import threading
 
 from serve_wire import MODEL_NAME, ask
 from test_serve_live_answers import CHAT_ID, HOLDING, NO_END, held_stream, read_to_end
@@ -96,7 +99,7 @@ def test_idle_windows_make_room_and_their_sessions_are_served_again(start_serve,
 
 
 def test_a_request_the_running_windows_leave_no_room_for_is_503_kv_pool_full(start_serve, stories260k_path):
-    server = start_serve(stories260k_path, "--pool-mb", "1", *HOLDING)
+    server = start_serve(stories260k_path, "--pool-mb", "1", "--pool-wait-ms", "0", *HOLDING)
     answer(chat(server, "idle"))  # an idle window: let go for the next request, which still cannot fit
     running = {"model": MODEL_NAME, "user": "running", "stream": True, "max_tokens": 90, "temperature": 0,
                "logprobs": True, "top_logprobs": 20, "logit_bias": NO_END,
@@ -154,3 +157,35 @@ def test_a_conversation_over_the_whole_pool_is_400_and_lets_nothing_go(start_ser
     assert "needs 55 KV pages" in message and "the whole KV pool has 51" in message, message
     assert "--pool-mb 1)" in message and "larger --pool-mb" in message and "no retry" in message, message
     assert evictions(server, "idle") == 0
+
+
+def test_a_request_the_running_windows_leave_no_room_for_waits_for_them_under_pool_wait_ms(start_serve,
+                                                                                          stories260k_path):
+    # As above, but the server waits (--pool-wait-ms, here long enough never to run out): the refused request lets
+    # the idle window go, still does not fit beside the running stream, and waits outside the gate for a request
+    # to release its window; once the held stream is read to its end it syncs again and is answered 200. It was
+    # a 503 at once (a burst of 4 new sessions at --pool-mb 1: 3 answered 503). Nothing is timed: the idle
+    # window let go says the request reached its sync, which holds the gate the held stream needs to end.
+    server = start_serve(stories260k_path, "--pool-mb", "1", "--pool-wait-ms", "3600000", *HOLDING)
+    answer(chat(server, "idle"))
+    running = {"model": MODEL_NAME, "user": "running", "stream": True, "max_tokens": 90, "temperature": 0,
+               "logprobs": True, "top_logprobs": 20, "logit_bias": NO_END,
+               "messages": [{"role": "user", "content": "running" + PROMPT}]}
+    waited = {}
+    with held_stream(server, "/v1/chat/completions", running, CHAT_ID) as (sock, _):
+        waiter = threading.Thread(target=lambda: waited.update(result=chat(server, "waiter", PROMPT + " the end" * 20)))
+        waiter.start()
+        while evictions(server, "idle") == 0:  # until the waiter's sync let the idle window go
+            waiter.join(0.05)
+        assert "result" not in waited or waited["result"][0] != 503, waited
+        assert "[DONE]" in read_to_end(sock)
+        waiter.join()
+    assert waited["result"][0] == 200, waited["result"]
+
+
+def test_pool_wait_ms_is_refused_by_name_when_malformed(orbit_cli, stories260k_path):
+    for value in ("-1", "soon", "3600001"):  # the old binary: "unknown argument"
+        done = subprocess.run([str(orbit_cli), "serve", "--model", str(stories260k_path), "--port", "0",
+                               "--pool-wait-ms", value], capture_output=True, text=True, timeout=120)
+        assert done.returncode != 0, (value, done.stderr)
+        assert "'--pool-wait-ms'" in done.stderr and "unknown argument" not in done.stderr, (value, done.stderr)

@@ -2,6 +2,7 @@
 // its decode with the tool-call and reasoning sinks, its usage and the session's record; a completion's admit
 // and decode.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <exception>
@@ -260,10 +261,12 @@ SyncReport RequestPath::sync_making_room(RunTicket::Prepared& p, WindowStats& be
     renewed = true;
     return true;
   };
-  try {
-    return p.slot.window().sync(p.chat->messages, p.plan);
-  } catch (const CapacityRefused& e) {
-    if (!make_room(e)) throw;
+  if (!p.replan) {
+    try {
+      return p.slot.window().sync(p.chat->messages, p.plan);
+    } catch (const CapacityRefused& e) {
+      if (!make_room(e)) throw;
+    }
   }
   for (;;) {
     try {
@@ -301,7 +304,7 @@ bool RequestPath::sync_chat(RunTicket::Prepared& p, const RunSink& sink, ChatSyn
   if (!turn.enter()) return false;
   const bool guest = context_.gate.nested();  // let in between two pieces of another session's sync
   return run_in_pieces(context_, s.lane, sink.cancelled, [&] {
-    context_.auditor.count_request();
+    if (!p.replan) context_.auditor.count_request();  // once, however many times a full pool has it wait
     out.report = sync_making_room(p, out.before);
     Window& window = p.slot.window();  // after the sync: it may have renewed the window
     out.predicted_kl = run_deferred_repairs(window);
@@ -365,14 +368,37 @@ RunResult RequestPath::decode_chat(RunTicket::Prepared& p, const std::vector<int
 }
 
 // The chat request's sync (sync_chat), with its window's stats before it for the usage: p.synced, or p.left
-// when the client left before its turn.
+// when the client left before its turn (or while it waited). A sync the KV pool refuses when every idle window
+// is let go waits, outside the gate (the running requests need it to finish), for a request to release its
+// window and tries again, planned anew, up to ServeOptions::pool_wait_ms (SessionTable::wait_for_release: not
+// at all when no other request is running); then the refusal is thrown (503 kv_pool_full).
 void RequestPath::sync_first(RunTicket::Prepared& p, const RunSink& sink) {
   ChatSync synced;
   synced.before = p.slot.window().stats();
-  if (sync_chat(p, sink, synced)) {
-    p.synced = std::move(synced);
-  } else {
-    p.left = true;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(context_.options.pool_wait_ms);
+  for (;;) {
+    const uint64_t seen = sessions_.releases();
+    try {
+      if (sync_chat(p, sink, synced)) {
+        p.synced = std::move(synced);
+      } else {
+        p.left = true;
+      }
+      return;
+    } catch (const CapacityRefused& e) {
+      if (e.bound() != CapacityRefused::Bound::kPool) throw;
+      const SessionTable::Wait waited = sessions_.wait_for_release(p.slot.session(), seen, deadline, sink.cancelled);
+      if (waited == SessionTable::Wait::kGiveUp && sink.cancelled && sink.cancelled()) {
+        p.left = true;
+        return;
+      }
+      // No request holds the pages: an idle window the idle worker held (which the sync under the gate skips) is
+      // let go now, outside the gate, once the worker's slice ends; with none, what holds them is no window a
+      // request or the table can give back (an audit's fork waiting for idle time): the refusal stands.
+      const bool idle = waited == SessionTable::Wait::kIdle;
+      if (waited == SessionTable::Wait::kGiveUp || (idle && !sessions_.let_go_idle(p.slot.session(), true))) throw;
+      p.replan = true;
+    }
   }
 }
 

@@ -32,8 +32,9 @@ struct RunTicket::Prepared {
   TriggerBlock trigger_block;                    // where the trigger does not count (decode.h's DecodeRequest)
   bool calls_whole = false;                      // AnswerConstraint::calls_whole
   bool in_reasoning = false;  // under a reasoning parser, the answer begins inside the reasoning (reasoning.h)
-  std::optional<RequestPath::ChatSync> synced;    // the sync ran (RequestPath::sync_ahead, or run): decode next
-  bool left = false;                              // the client left before the sync's turn: nothing ran
+  std::optional<RequestPath::ChatSync> synced;  // the sync ran (RequestPath::sync_ahead, or run): decode next
+  bool left = false;                            // the client left before the sync's turn: nothing ran
+  bool replan = false;  // a sync was refused for the pool and waits: `plan` may be stale, the next one plans anew
   const CompletionRequest* completion = nullptr;  // set for a completion request
   std::vector<int64_t> tokens;                    // its prompt, tokenized with BOS (non-empty)
 };

@@ -217,8 +217,47 @@ void SessionTable::release(WindowSlot& slot) {
     }
   }
   slot.lock_.unlock();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++releases_;
+  }
+  released_.notify_all();  // a request waiting for pool pages tries again (wait_for_release)
   enforce_budget(false);
   on_release_();
+}
+
+uint64_t SessionTable::releases() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return releases_;
+}
+
+SessionTable::Wait SessionTable::wait_for_release(const Session& self, uint64_t seen,
+                                                  std::chrono::steady_clock::time_point deadline,
+                                                  const std::function<bool()>& cancelled) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  pool_waiters_.insert(&self);  // not a request that will release pages for the others waiting here
+  const auto done = [&](Wait w) {
+    pool_waiters_.erase(pool_waiters_.find(&self));
+    return w;
+  };
+  for (;;) {
+    if (std::chrono::steady_clock::now() >= deadline)
+      return done(Wait::kGiveUp);  // first: --pool-wait-ms 0 never tries again
+    if (releases_ != seen) return done(Wait::kReleased);
+    const auto tick = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
+    if (released_.wait_until(lock, tick, [&] { return releases_ != seen; })) return done(Wait::kReleased);
+    bool running = false;  // another request holds or waits for a window: its release wakes this wait
+    for_each_window([&](const std::shared_ptr<Session>& s) {
+      running = running || (s.get() != &self && s->holders > static_cast<int64_t>(pool_waiters_.count(s.get())));
+    });
+    if (!running) return done(Wait::kIdle);  // what holds the pages is no request (the idle worker's window): try again
+    if (cancelled) {
+      lock.unlock();
+      const bool left = cancelled();
+      lock.lock();
+      if (left) return done(Wait::kGiveUp);
+    }
+  }
 }
 
 void SessionTable::drop_refused(const Session& s) {
@@ -360,7 +399,7 @@ void SessionTable::let_go(Session& s) {
   s.stats = WindowStats{};
 }
 
-bool SessionTable::let_go_idle(const Session& keep) {
+bool SessionTable::let_go_idle(const Session& keep, bool wait) {
   std::set<const Session*> busy;  // held by the idle worker: skipped
   for (;;) {
     std::shared_ptr<Session> victim;
@@ -372,8 +411,10 @@ bool SessionTable::let_go_idle(const Session& keep) {
       });
       if (!victim) return false;
     }
-    std::unique_lock<std::mutex> run(victim->run, std::try_to_lock);
-    if (!run.owns_lock()) {
+    std::unique_lock<std::mutex> run(victim->run, std::defer_lock);
+    if (wait) {
+      run.lock();  // the idle worker's slice ends
+    } else if (!run.try_lock()) {
       busy.insert(victim.get());
       continue;
     }

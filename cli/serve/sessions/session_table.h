@@ -14,7 +14,8 @@
 //
 // Pool: a request whose sync the KV pool refuses makes room by letting the least recently used idle windows go
 // the same way, one at a time, its sync tried again after each (RequestPath::sync_chat, let_go_idle); none left,
-// its own window is renewed once (renew_window) and the sync planned from nothing.
+// its own window is renewed once (renew_window) and the sync planned from nothing. Still refused, the request waits
+// outside the gate for a running request to release its window (wait_for_release, up to --pool-wait-ms).
 //
 // Budget: when the idle windows (of sessions and anonymous ones alike) hold more than
 // ServeOptions::session_budget_bytes, or more than max_sessions windows are resident, the least recently
@@ -31,6 +32,8 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -38,6 +41,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -231,12 +235,24 @@ class SessionTable {
   // budget's do (its chunks stay in the store; its next request syncs a new window from them). A window the
   // idle worker holds is skipped (the caller holds the gate the worker may wait for). False when there was
   // none to let go.
-  bool let_go_idle(const Session& keep);
+  // wait = true (only where the caller holds no gate turn: RequestPath::sync_first's pool wait) waits for a
+  // window the idle worker holds instead of skipping it.
+  bool let_go_idle(const Session& keep, bool wait = false);
   // The requester's own window, when even letting every idle window go left the pool short: it leaves memory
   // as let_go_idle's do (counted an eviction; its chunks stay in the store) and a new, empty window takes its
   // place, so a sync whose old units hold the pages its new ones need is planned from nothing. Called by the
   // request that holds `s` (its WindowSlot: s.run is held).
   void renew_window(Session& s);
+  // How many windows requests have released so far (release()): read before a sync, so that a pool refusal can
+  // wait for the next (wait_for_release) without missing one released in between.
+  uint64_t releases() const;
+  // After a pool refusal of `self`'s request: kReleased once a request releases a window after `seen` releases;
+  // kIdle after a tick of 100 ms in which no other request holds or waits for a window, other than those waiting here
+  // too (what holds the pages then is no request: e.g. a window the idle worker holds, which let_go_idle(keep, true)
+  // waits for); kGiveUp when `deadline` passes or `cancelled` answers true (the client left; asked every tick).
+  enum class Wait { kReleased, kIdle, kGiveUp };
+  Wait wait_for_release(const Session& self, uint64_t seen, std::chrono::steady_clock::time_point deadline,
+                        const std::function<bool()>& cancelled);
 
   // GET /v1/sessions/{id}'s body (serve_core.h); nullopt for an unknown session.
   std::optional<nlohmann::json> info(const std::string& id) const;
@@ -265,6 +281,9 @@ class SessionTable {
   std::map<std::string, std::shared_ptr<Session>> sessions_;
   std::vector<std::shared_ptr<Session>> anonymous_;
   uint64_t clock_ = 0;
+  uint64_t releases_ = 0;                       // under mutex_: windows released by requests (release())
+  std::condition_variable released_;            // notified on each
+  std::multiset<const Session*> pool_waiters_;  // under mutex_: sessions whose request waits in wait_for_release
 };
 
 }  // namespace orbit::serve
