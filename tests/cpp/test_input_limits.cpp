@@ -399,7 +399,7 @@ TEST_CASE("a page size past the bound, or whose page bytes overflow, is refused 
                     Contains("EngineOptions::pool_bytes = " + std::to_string(INT64_MAX)) && Contains("page ids"));
 }
 
-TEST_CASE("orbit replay --page-size 2^62 exits with an error naming page_size", "[limits][model][cli]") {
+TEST_CASE("orbit replay --page-size 2^62 exits with an error naming --page-size", "[limits][model][cli]") {
   orbit::test::TempDir dir;
   const std::string trace = dir / "t.json";
   orbit::save_trace(orbit::parse_trace(trace_with_chunk(R"("random_tokens": 8, "seed": 3)"), "t.json"), trace);
@@ -407,7 +407,8 @@ TEST_CASE("orbit replay --page-size 2^62 exits with an error naming page_size", 
                                                  " --page-size 4611686018427387904 --quiet");
   INFO(r.out);
   CHECK(r.status == 1);
-  CHECK_THAT(r.out, Contains("page_size must be <= 1048576"));
+  CHECK_THAT(r.out, Contains("replay: argument '--page-size' must be <= 1048576 (tokens a KV page holds), got "
+                             "4611686018427387904"));
 }
 
 namespace {
