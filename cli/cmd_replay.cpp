@@ -252,11 +252,10 @@ ReplayOptions replay_options(const Args& args) {
   ReplayOptions o;
   o.engine.model = args.required("--model");
   o.engine.page_size = args.get_int("--page-size", 16, 1);
-  // EngineOptions::page_size's own bound (engine_core.cpp), refused here naming the argument.
-  constexpr int64_t kMaxPageSize = int64_t{1} << 20;
-  ORBIT_CHECK(o.engine.page_size <= kMaxPageSize,
-              "replay: argument '--page-size' must be <= " << kMaxPageSize << " (tokens a KV page holds), got "
-                                                           << o.engine.page_size);
+  // EngineOptions::page_size's own bound, refused here (before the model loads) naming the argument.
+  ORBIT_CHECK(o.engine.page_size <= EngineOptions::kMaxPageSize,
+              "replay: argument '--page-size' must be <= " << EngineOptions::kMaxPageSize
+                                                           << " (tokens a KV page holds), got " << o.engine.page_size);
   o.yardstick_tokens = args.get_int("--yardstick-tokens", 0, 0);
   o.engine.device = args.get_or("--device", "cpu");
   o.engine.dtype = args.get_or("--dtype", "float32");

@@ -59,7 +59,12 @@ struct EngineOptions {
   // Store directory (SQLite index + blobs; created if missing). Empty = memory only (nothing persists).
   std::string store_dir;
   int64_t pool_bytes = int64_t{256} << 20;  // KV pool for windows (whole pages; the device budget)
-  int64_t page_size = 16;                   // tokens per page
+  // Tokens per page, in [1, kMaxPageSize]; Engine::open throws orbit::Error naming page_size outside it.
+  int64_t page_size = 16;
+  // The most tokens a KV page may hold: far past any useful page (a model's whole context is a few hundred
+  // thousand positions), and small enough that a page's byte size (layers × page_size × widths × element
+  // size) is a product that fits 64 bits for any model that loads.
+  static constexpr int64_t kMaxPageSize = int64_t{1} << 20;
   // Windows that serve a chunk from its canonical (the canonical, blind, stored-patch actions) read one
   // set of the chunk's canonical pages in the pool, shared by reference count, each adding its own patch
   // factors as it reads them, instead of writing a patched copy per placement (EngineStats::pool_canonical_*

@@ -24,10 +24,6 @@ namespace orbit::detail {
 
 namespace {
 
-// Tokens a KV page may hold. Far past any useful page (a model's whole context is a few hundred
-// thousand positions), and small enough that a page's byte size is a product that fits 64 bits.
-constexpr int64_t kMaxPageSize = int64_t{1} << 20;
-
 // Bytes of one KV page: layers × page_size × (sum of widths) × element size, refused with a message
 // naming page_size when the product overflows int64.
 int64_t checked_page_bytes(const runtime::KVPoolOptions& po, int64_t page_size) {
@@ -67,8 +63,9 @@ void check_tokenizer_option(const std::string& path) {
 EngineCore::EngineCore(const EngineOptions& options) : options_(options) {
   ORBIT_CHECK(!options.model.empty(), "EngineOptions::model: no model path given");
   ORBIT_CHECK(options.page_size >= 1, "EngineOptions::page_size must be >= 1 (got " << options.page_size << ")");
-  ORBIT_CHECK(options.page_size <= kMaxPageSize,
-              "EngineOptions::page_size must be <= " << kMaxPageSize << " tokens (got " << options.page_size << ")");
+  ORBIT_CHECK(options.page_size <= EngineOptions::kMaxPageSize,
+              "EngineOptions::page_size must be <= " << EngineOptions::kMaxPageSize << " tokens (got "
+                                                     << options.page_size << ")");
   ORBIT_CHECK(options.pool_bytes > 0, "EngineOptions::pool_bytes must be > 0 (got " << options.pool_bytes << ")");
   ORBIT_CHECK(options.host_budget_bytes >= 0, "EngineOptions::host_budget_bytes must be >= 0");
   ORBIT_CHECK(options.disk_budget_bytes >= 0, "EngineOptions::disk_budget_bytes must be >= 0 (0 = unlimited)");
