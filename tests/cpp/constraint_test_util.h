@@ -1,5 +1,6 @@
 // What the regular-keyword tests of the JSON Schema constraint share (test_constraint_regular.cpp,
-// test_constraint_lookahead.cpp): the schema builder, random strings and random walks over a constraint.
+// test_constraint_numbers.cpp, test_constraint_lookahead.cpp): the schema builder, random strings and random
+// walks over a constraint.
 #pragma once
 
 #include <catch2/catch.hpp>
