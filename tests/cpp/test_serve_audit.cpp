@@ -246,6 +246,7 @@ TEST_CASE("serve audit: with no idle time each audit is owed and run by the next
   CHECK(has_line(metrics, "orbit_audits_owed_total 7"));
   CHECK(has_line(metrics, "orbit_audits_waiting 1"));  // the last request's, owed to the next one
   CHECK(has_line(metrics, "orbit_audits_dropped_total 0"));
+  CHECK(has_line(metrics, "orbit_audits_dropped_for_pool_total 0"));
 }
 
 // The owed audit waits for the answer of the request it is owed to: that request's every token went out before
@@ -295,6 +296,36 @@ TEST_CASE("serve audit: --audit-owed-after 0 leaves audits to idle time, dropped
   metrics = metrics_of(b.core);
   CHECK(has_line(metrics, "orbit_audits_total 4"));
   CHECK(has_line(metrics, "orbit_audits_waiting 0"));
+}
+
+// A request the KV pool refuses, every idle window let go, drops the audits waiting for idle time, oldest first: a
+// waiting audit's fork holds the pages it shares with its window after that window left memory, and with no
+// request running there was none to wait for (the request was answered 503 kv_pool_full at once).
+TEST_CASE("serve audit: a request the KV pool refuses drops the audits that hold its pages", "[serve][model]") {
+  sv::ServeOptions options;
+  options.audit_owed_after = 0;  // idle time only, which the held worker never gives: both audits wait
+  // 32 pages of 16 tokens (TinyStories-656K's KV is 1 KiB a token): one window of ~310 tokens (20 pages) fits,
+  // two do not.
+  options.pool_bytes = int64_t{512} << 10;
+  BackToBack b(options, "unused");
+  const auto ask = [&](const std::string& session, int seed) {
+    sv::ChatRequest r;
+    r.model = b.core.model_name();
+    r.messages = {{"user", words(seed, 300)}};
+    r.sampling.max_tokens = 6;
+    r.sampling.temperature = 0;
+    return b.core.chat(r, session, {});
+  };
+  REQUIRE(ask("first", 1).result.has_value());
+  CHECK(has_line(metrics_of(b.core), "orbit_audits_waiting 1"));
+  const sv::RunOutcome second = ask("second", 2);
+  INFO(second.error.message);
+  REQUIRE(second.result.has_value());
+  const std::string metrics = metrics_of(b.core);
+  CHECK(has_line(metrics, "orbit_audits_dropped_for_pool_total 1"));  // the first request's
+  CHECK(has_line(metrics, "orbit_audits_dropped_total 1"));
+  CHECK(has_line(metrics, "orbit_audits_waiting 1"));          // the second request's own
+  CHECK((*b.core.session_info("first"))["left_memory"] == 1);  // its idle window went first
 }
 
 // An owed audit runs after the answer of the request that owes it, so a loss past budget it finds in its own

@@ -23,8 +23,10 @@ every retry with nothing else running). A conversation over the whole pool is a 
 of them to end, up to --pool-wait-ms, instead of a 503 at once (0: at once, as the test above asks)."""
 import http.client
 import json
+import re
 import subprocess
 import threading
+import time
 
 from serve_wire import MODEL_NAME, ask
 from test_serve_live_answers import CHAT_ID, HOLDING, NO_END, held_stream, read_to_end
@@ -78,6 +80,14 @@ def answer(result):
     status, _, body = result
     assert status == 200, body
     return body["choices"][0]["message"]["content"]
+
+
+def metric(server, name):
+    status, text = ask(server, "GET", "/metrics")
+    assert status == 200, text
+    found = re.search(rf"^{name} (\S+)$", text, re.M)
+    assert found, f"/metrics has no {name}:\n{text}"
+    return float(found.group(1))
 
 
 def evictions(server, session):
@@ -189,3 +199,100 @@ def test_pool_wait_ms_is_refused_by_name_when_malformed(orbit_cli, stories260k_p
                                "--pool-wait-ms", value], capture_output=True, text=True, timeout=120)
         assert done.returncode != 0, (value, done.stderr)
         assert "'--pool-wait-ms'" in done.stderr and "unknown argument" not in done.stderr, (value, done.stderr)
+
+
+# Every chat request audited, in idle time only (none owed to a later request): each sampled request's fork of its
+# window (audit.h) waits, holding the pages it shares with that window, until idle time runs it.
+AUDIT_ALL_IN_IDLE_TIME = ("--audit", "1", "--audit-owed-after", "0")
+
+
+def audits_accounted(server, sampled):
+    """Once /metrics accounts for each of `sampled` audits (run, failed, dropped or waiting; one idle time is
+    reading is none of them until it ends, so this polls, with a hang guard only), how many were dropped for a
+    request the pool refused (among those dropped)."""
+    deadline = time.monotonic() + 300
+    while True:
+        run, failed = metric(server, "orbit_audits_total"), metric(server, "orbit_audits_failed_total")
+        dropped, waiting = metric(server, "orbit_audits_dropped_total"), metric(server, "orbit_audits_waiting")
+        for_pool = metric(server, "orbit_audits_dropped_for_pool_total")
+        if run + failed + dropped + waiting == sampled or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert run + failed + dropped + waiting == sampled, (run, failed, dropped, waiting)
+    assert for_pool <= dropped, (for_pool, dropped)
+    return for_pool
+
+
+def test_an_audits_window_copy_does_not_starve_the_next_request(start_serve, stories260k_path):
+    # alpha's request is audited: its window's fork waits for idle time, holding alpha's 25 pages. beta's window
+    # (26 pages) needs them: alpha's idle window is let go, but the fork still held its pages, no request was
+    # running to wait for, and beta was answered 503 kv_pool_full at once. Now the waiting audit is dropped
+    # (counted) and beta is served, whether idle time ran alpha's audit first or not.
+    server = start_serve(stories260k_path, "--pool-mb", "1", "--pool-wait-ms", "3600000", *AUDIT_ALL_IN_IDLE_TIME)
+    answer(chat(server, "alpha"))
+    answer(chat(server, "beta", PROMPT + " the end" * 20))
+    assert evictions(server, "alpha") == 1
+    audits_accounted(server, 2)
+
+
+def test_a_burst_of_new_sessions_past_the_pool_is_answered_whole(start_serve, stories260k_path):
+    # 8 new sessions at once, two windows' worth of pool: each request that finds no room lets idle windows go,
+    # drops waiting audits' forks and waits for a running request to end. The audits' forks held pages no request
+    # would give back, and requests were answered 503 kv_pool_full (7 of 8 answered at the default --audit 0.1).
+    server = start_serve(stories260k_path, "--pool-mb", "1", "--pool-wait-ms", "3600000", *AUDIT_ALL_IN_IDLE_TIME)
+    results = [None] * 8
+
+    def send(i):
+        results[i] = chat(server, f"burst{i}")
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(results))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [r[0] for r in results] == [200] * len(results), [r[2] for r in results if r[0] != 200]
+    # Two windows fit the pool at once: the third request refused found two audits' forks waiting, unless idle
+    # time between the answers ran them, so how many were dropped is a race; each is accounted for.
+    audits_accounted(server, len(results))
+
+
+# A stream that holds its window (and its pages) until the test reads it (HOLDING), and a prompt that does not fit
+# beside it once the idle window is let go.
+RUNNING = {"model": MODEL_NAME, "user": "running", "stream": True, "max_tokens": 90, "temperature": 0,
+           "logprobs": True, "top_logprobs": 20, "logit_bias": NO_END,
+           "messages": [{"role": "user", "content": "running" + PROMPT}]}
+LONGER = PROMPT + " the end" * 20
+
+
+def test_a_completion_the_running_windows_leave_no_room_for_is_503_kv_pool_full(start_serve, stories260k_path):
+    server = start_serve(stories260k_path, "--pool-mb", "1", "--pool-wait-ms", "0", *HOLDING)
+    answer(chat(server, "idle"))
+    with held_stream(server, "/v1/chat/completions", RUNNING, CHAT_ID) as (sock, _):
+        assert_pool_full(complete(server, "refused" + LONGER))  # was a 500 engine_error
+        assert evictions(server, "idle") == 1  # the idle window was let go for it, as for a chat request
+        # Streamed: the same JSON 503 before any byte of the stream (was a 200 whose stream ended in the error).
+        assert_pool_full(complete(server, "refused" + LONGER, stream=True))
+        assert "[DONE]" in read_to_end(sock)
+    status, _, body = complete(server, "refused" + LONGER)
+    assert status == 200 and body["object"] == "text_completion", body
+    status, _, stream = complete(server, "refused" + LONGER, stream=True)
+    assert status == 200 and stream.rstrip().endswith("data: [DONE]") and '"error"' not in stream, stream
+
+
+def test_a_completion_the_running_windows_leave_no_room_for_waits_under_pool_wait_ms(start_serve, stories260k_path):
+    # As the chat request above waits: the streamed completion lets the idle window go, still does not fit beside
+    # the held stream, and waits (before its stream's head) until that stream is read to its end. Nothing is timed.
+    server = start_serve(stories260k_path, "--pool-mb", "1", "--pool-wait-ms", "3600000", *HOLDING)
+    answer(chat(server, "idle"))
+    waited = {}
+    with held_stream(server, "/v1/chat/completions", RUNNING, CHAT_ID) as (sock, _):
+        waiter = threading.Thread(
+            target=lambda: waited.update(result=complete(server, "waiter" + LONGER, stream=True)))
+        waiter.start()
+        while evictions(server, "idle") == 0 and waiter.is_alive():  # until the waiter's admit let it go
+            waiter.join(0.05)
+        assert "result" not in waited, waited["result"]  # it waits (the old binary: at once, an error event)
+        assert "[DONE]" in read_to_end(sock)
+        waiter.join()
+    status, _, stream = waited["result"]
+    assert status == 200 and stream.rstrip().endswith("data: [DONE]") and '"error"' not in stream, stream

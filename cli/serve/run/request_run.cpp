@@ -242,7 +242,11 @@ RunOutcome RequestPath::run(RunTicket& ticket, const RunSink& sink) {
 // (orbit::CapacityRefused, bound kPool) first checks that the window it would leave fits the pool at all
 // (check_pool_holds: else PoolTooSmall, a 400, and nothing is let go); then it lets the least recently used idle
 // window go (SessionTable::let_go_idle) and is planned and tried again on the window as the refusal left it, until
-// it fits or no idle window is left. Then, once, the requester's own window is renewed (SessionTable::renew_window:
+// it fits or no idle window is left. Then the oldest waiting audit is dropped (Auditor::drop_for_pool), one at a
+// time, tried again after each: its fork holds the pages it shares with its window until idle time runs it, and
+// under this pressure idle time does not come; running it first instead would hold the gate for its two reads,
+// one a re-prefill of the whole window, on this request's critical path, for a sampled measurement (the drop is
+// counted in /metrics). Then, once, the requester's own window is renewed (SessionTable::renew_window:
 // its old units hold pages until the sync commits, so an edit of a long message needs both the old unit's pages
 // and the new one's) and the sync is planned from the empty window (`before`, the usage's starting point, becomes
 // the new window's). A last refusal is thrown (engine_failure answers it 503 kv_pool_full: what holds the pages
@@ -255,6 +259,7 @@ SyncReport RequestPath::sync_making_room(RunTicket::Prepared& p, WindowStats& be
     if (!checked) check_pool_holds(p.plan);
     checked = true;
     if (sessions_.let_go_idle(p.slot.session())) return true;
+    if (context_.auditor.drop_for_pool()) return true;
     if (renewed || p.slot.window().instances().empty()) return false;
     sessions_.renew_window(p.slot.session());
     before = p.slot.window().stats();
@@ -393,8 +398,8 @@ void RequestPath::sync_first(RunTicket::Prepared& p, const RunSink& sink) {
         return;
       }
       // No request holds the pages: an idle window the idle worker held (which the sync under the gate skips) is
-      // let go now, outside the gate, once the worker's slice ends; with none, what holds them is no window a
-      // request or the table can give back (an audit's fork waiting for idle time): the refusal stands.
+      // let go now, outside the gate, once the worker's slice ends; with none, nothing is left to give back (the
+      // sync let every other idle window go and dropped every waiting audit's fork): the refusal stands.
       const bool idle = waited == SessionTable::Wait::kIdle;
       if (waited == SessionTable::Wait::kGiveUp || (idle && !sessions_.let_go_idle(p.slot.session(), true))) throw;
       p.replan = true;

@@ -76,6 +76,19 @@ void Auditor::submit(AuditCase c) {
   }
 }
 
+bool Auditor::drop_for_pool() {
+  AuditCase dropped;  // its fork closes after the lock: the pages it held go back to the pool
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (waiting_.empty()) return false;
+    dropped = std::move(waiting_.front());
+    waiting_.pop_front();
+    ++dropped_;
+    ++pool_dropped_;
+  }
+  return true;
+}
+
 bool Auditor::pending() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return !waiting_.empty();
@@ -150,8 +163,13 @@ std::string Auditor::render_metrics() const {
   };
   counter("orbit_audits_total", "requests whose served logits were measured against a re-prefill",
           static_cast<double>(audits_));
-  counter("orbit_audits_dropped_total", "sampled requests not audited (no idle time before newer ones)",
+  counter("orbit_audits_dropped_total",
+          "sampled requests not audited (no idle time before newer ones, or their window copy's KV pages needed by a "
+          "request the pool refused)",
           static_cast<double>(dropped_));
+  counter("orbit_audits_dropped_for_pool_total",
+          "sampled requests not audited because a request the KV pool refused needed the pages their window copy held",
+          static_cast<double>(pool_dropped_));
   counter("orbit_audits_owed_total",
           "audits that had no idle time by the --audit-owed-after-th request after theirs, run after its answer",
           static_cast<double>(owed_));

@@ -8,7 +8,8 @@
 // the first answer token's argmax agrees are the audit; it also feeds the engine's fidelity correction
 // (Engine::observe_fidelity), so later plans predict more where the model predicted too little. The fork is
 // closed after; while it waits it keeps the pages it shares with its window, so at most
-// AuditOptions::max_pending audits wait (the oldest is dropped past it, and counted).
+// AuditOptions::max_pending audits wait (the oldest is dropped past it, and counted), and a request the KV pool
+// refuses drops them, oldest first, before it waits for pages (drop_for_pool).
 //
 // Owed audits: idle time may not come. A client that sends its next request as soon as it has read an
 // answer leaves the idle worker only the moments between an answer and the next request, which the session's
@@ -84,6 +85,11 @@ class Auditor {
   void count_request();
   // Queues a case (dropping the oldest past max_pending).
   void submit(AuditCase c);
+  // Drops the oldest waiting case for a request the KV pool refused (RequestPath::sync_making_room, once no idle
+  // window is left to let go): its fork is closed, so the pages it alone held (its window's, once that window
+  // moved on or left memory) go back to the pool. Counted in orbit_audits_dropped_total and
+  // orbit_audits_dropped_for_pool_total. False when none waits. The caller holds the gate.
+  bool drop_for_pool();
   bool pending() const;
   // Whether the oldest waiting case is owed: count_request() counted owed_after requests since it was
   // submitted (owed_after > 0).
@@ -97,7 +103,8 @@ class Auditor {
   std::optional<std::pair<AuditCase, AuditResult>> run_one(bool owed_only = false,
                                                            const std::function<bool()>& stop = {});
   // The audit's lines for /metrics (serve_metrics.h's format):
-  //   orbit_audits_total, orbit_audits_dropped_total, orbit_audit_budget_violations_total,
+  //   orbit_audits_total, orbit_audits_dropped_total, orbit_audits_dropped_for_pool_total (those of them dropped
+  //   for a request the KV pool refused: drop_for_pool), orbit_audit_budget_violations_total,
   //   orbit_audits_owed_total (audits idle time did not run, run by a later request after its answer),
   //   orbit_audits_waiting (gauge: audits waiting now), orbit_audits_failed_total (reads that threw: logged,
   //   not measured; in idle time or after the answer of the request that owed it, which goes on),
@@ -116,7 +123,8 @@ class Auditor {
   double credit_ = 0;  // due(): rate accumulated per request
   std::deque<AuditCase> waiting_;
   int64_t requests_ = 0;  // count_request()
-  int64_t audits_ = 0, dropped_ = 0, owed_ = 0, failed_ = 0, violations_ = 0, flips_ = 0, exact_requests_ = 0;
+  int64_t audits_ = 0, dropped_ = 0, pool_dropped_ = 0, owed_ = 0, failed_ = 0, violations_ = 0, flips_ = 0,
+          exact_requests_ = 0;
   double predicted_sum_ = 0, measured_sum_ = 0;
   std::vector<int64_t> buckets_;  // per kKlBounds bucket, not cumulative (the last: +Inf)
 };
