@@ -45,9 +45,9 @@ def test_a_tokenizer_given_explicitly(orbit, stories260k_path, tmp_path):
 
 def test_a_bad_tokenizer_argument_names_it(orbit, stories260k_path, tmp_path):
     missing = tmp_path / "missing.bin"
-    with pytest.raises(orbit.OrbitError, match=rf"EngineOptions::tokenizer = '{missing}': no such file"):
+    with pytest.raises(orbit.OrbitError, match=rf"^Engine: tokenizer = '{missing}': no such file"):
         orbit.Engine(stories260k_path, tokenizer=missing)
-    with pytest.raises(orbit.OrbitError, match=r"EngineOptions::tokenizer = '.*': a directory with no tokenizer.json"):
+    with pytest.raises(orbit.OrbitError, match=r"^Engine: tokenizer = '.*': a directory with no tokenizer.json"):
         orbit.Engine(stories260k_path, tokenizer=tmp_path)
     with pytest.raises(TypeError, match=r"Engine: tokenizer: expected a str or os.PathLike, got int"):
         orbit.Engine(stories260k_path, tokenizer=5)

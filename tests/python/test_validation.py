@@ -14,7 +14,7 @@ def test_negative_rank_is_refused_not_read_as_full(orbit, field):
 
 def test_page_size_past_the_bound_is_an_error_not_a_crash(orbit, stories260k_path):
     # 2**62 tokens per page overflowed the page's byte size to 0, then divided by it (SIGFPE).
-    with pytest.raises(orbit.OrbitError, match=r"EngineOptions::page_size must be <= 1048576 tokens"):
+    with pytest.raises(orbit.OrbitError, match=r"^Engine: page_size must be <= 1048576 tokens"):
         orbit.Engine(stories260k_path, page_size=2**62)
 
 
@@ -72,9 +72,9 @@ def test_duplicate_policy_modifiers_are_refused(orbit, spec):
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"disk_budget_bytes": 5 << 20}, r"EngineOptions::disk_budget_bytes = 5242880 bounds the disk tier, which needs a store_dir"),
-    ({"remote_ttl_seconds": 60}, r"EngineOptions::remote_ttl_seconds = 60 applies to the remote tier, and remote is empty"),
-    ({"remote_secret": "s3cret"}, r"EngineOptions::remote_secret is given, but remote is empty"),
+    ({"disk_budget_bytes": 5 << 20}, r"^Engine: disk_budget_bytes = 5242880 bounds the disk tier, which needs a store_dir"),
+    ({"remote_ttl_seconds": 60}, r"^Engine: remote_ttl_seconds = 60 applies to the remote tier, and remote is empty"),
+    ({"remote_secret": "s3cret"}, r"^Engine: remote_secret is given, but remote is empty"),
 ])
 def test_tier_options_without_their_tier_are_refused_not_ignored(orbit, stories260k_path, options, message):
     with pytest.raises(orbit.OrbitError, match=message):

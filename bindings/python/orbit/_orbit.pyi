@@ -1057,7 +1057,7 @@ class Engine:
         tokenizer: the tokenizer file for text: llama2.c's (tok512.bin, tokenizer.bin) or a tokenizer.json (or a
         directory holding one); None = the model directory's tokenizer.json, else tok<vocab>.bin / tokenizer.bin
         beside a llama2.c model, if any (model_info.tokenizer names the one in use). A missing or unreadable file
-        raises OrbitError naming EngineOptions::tokenizer and the path.
+        raises OrbitError naming the keyword and the path ("Engine: tokenizer = ...").
         stored_calibration: with a store_dir or remote, calibrate() / calibrate_fidelity() write the deficits they
         measured there (to both when both are given), and an engine opening this model (same fingerprint, so same
         dtype) on that store directory or remote fits its fidelity model from them without measuring

@@ -340,11 +340,11 @@ void init_answer(py::module_& m) {
       "in: 'hermes', 'llama3' or 'mistral' (read off how it renders an assistant message holding a call).");
   m.def(
       "parse_tool_calls",
-      [](const py::str& text, const py::str& format, const BoolArg& cut_arg) {
+      [](const StrArg& text, const StrArg& format, const BoolArg& cut_arg) {
         const bool cut = cut_arg.get("parse_tool_calls: cut");
         const orbit::ToolCallParse r = orbit::parse_tool_calls(
-            utf8_arg(text, "parse_tool_calls: text"),
-            orbit::parse_tool_call_format(utf8_arg(format, "parse_tool_calls: format"), "parse_tool_calls: format"),
+            text.get("parse_tool_calls: text"),
+            orbit::parse_tool_call_format(format.get("parse_tool_calls: format"), "parse_tool_calls: format"),
             cut ? orbit::CutToolCall::kCall : orbit::CutToolCall::kContent);
         py::dict out;
         out["content"] = r.content;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "initialized.h"
+#include "orbit/common/error.h"
 
 namespace orbit_py {
 
@@ -42,6 +43,23 @@ bool chunk_registered(const std::string& key);
 
 // Raises CapacityError / RefusedError / OrbitError for a non-ok Status (module.cpp).
 [[noreturn]] void raise_status(int code, const std::string& reason);
+
+// Calls whose keywords fill a C++ options struct: an orbit::Error naming one of its fields by the C++ name
+// ("WindowOptions::max_bytes = -1 must be >= 0") is raised as OrbitError naming the keyword instead, its source
+// kept: the qualified name at the start of the message becomes `caller` and the field ("new_window: max_bytes =
+// -1 must be >= 0"), one further in the field alone ("find_media: MediaLookup::rows" reads "find_media: rows").
+// The keywords are named after the fields. Returns without raising when the message names none (module.cpp).
+void raise_with_keyword_names(const orbit::Error& e, const std::string& cpp_type, const std::string& caller);
+// fn(), its orbit::Error raised by raise_with_keyword_names (else as it was). Needs the GIL to raise.
+template <class F>
+decltype(auto) with_keyword_names(const std::string& cpp_type, const std::string& caller, F&& fn) {
+  try {
+    return fn();
+  } catch (const orbit::Error& e) {
+    raise_with_keyword_names(e, cpp_type, caller);
+    throw;
+  }
+}
 
 // Issues `message` as an orbit.RemoteUnreachableWarning at the calling Python line (module.cpp); throws
 // py::error_already_set when a warnings filter turns it into an error. Needs the GIL.

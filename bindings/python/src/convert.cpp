@@ -404,6 +404,13 @@ std::string utf8_arg(py::handle text, const std::string& what) {
   return std::string(data, static_cast<std::size_t>(size));
 }
 
+std::string StrArg::get(const std::string& what) const {
+  if (!py::isinstance<py::str>(value)) {
+    throw py::type_error(what + ": expected str, got " + (value.is_none() ? "None" : type_name(value)));
+  }
+  return utf8_arg(value, what);
+}
+
 std::string path_arg(const py::object& obj, const char* what) {
   if (obj.is_none()) return "";
   py::object path;

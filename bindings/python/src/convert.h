@@ -85,6 +85,15 @@ struct IntArg {
     return to_int<T>(value, what);
   }
 };
+// A str parameter of a bound function, read by the function with StrArg::get, as BoolArg is for bools: its caster
+// takes any object and writes "str" in the signature, where a py::str parameter refused None or a list with
+// pybind11's "incompatible function arguments", naming no argument. get() raises TypeError naming `what` and the
+// type ("tokenize: text: expected str, got None"), and reads a str as utf8_arg does.
+struct StrArg {
+  static constexpr auto kPythonType = py::detail::const_name("str");
+  py::object value;
+  std::string get(const std::string& what) const;
+};
 // A sampling seed: an int (or an object with __index__, not a bool) in [0, 2**64); another type raises
 // TypeError ("generate: seed: expected int, got float"), an int out of that range ValueError ("generate: seed =
 // -1 is out of range: expected int in [0, 2**64)"), both naming `what`.
@@ -143,7 +152,7 @@ using orbit::shape_string;
 
 namespace pybind11::detail {
 
-// BoolArg and IntArg: any object, checked by the function that names the argument (see BoolArg); the signature
+// BoolArg, IntArg and StrArg: any object, checked by the function that names the argument (see BoolArg); the signature
 // pybind11 generates writes Arg::kPythonType for it.
 template <typename Arg>
 struct object_arg_caster {
@@ -160,5 +169,7 @@ template <>
 struct type_caster<orbit_py::BoolArg> : object_arg_caster<orbit_py::BoolArg> {};
 template <>
 struct type_caster<orbit_py::IntArg> : object_arg_caster<orbit_py::IntArg> {};
+template <>
+struct type_caster<orbit_py::StrArg> : object_arg_caster<orbit_py::StrArg> {};
 
 }  // namespace pybind11::detail

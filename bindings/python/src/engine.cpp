@@ -78,11 +78,11 @@ void remember_engine(const std::shared_ptr<Engine>& engine) {
 // opened without the GIL, the remote tier pinged.
 std::shared_ptr<Engine> open_engine(const py::object& model, const py::kwargs& kwargs) {
   const orbit::EngineOptions o = engine_options(model, engine_args(kwargs));
-  std::shared_ptr<Engine> engine;
-  {
+  // Its checks name EngineOptions' fields, which are Engine's keywords: "Engine: page_size must be >= 1".
+  std::shared_ptr<Engine> engine = with_keyword_names("EngineOptions", "Engine", [&] {
     py::gil_scoped_release release;
-    engine = Engine::open(o);
-  }
+    return Engine::open(o);
+  });
   flush_warnings();  // opening the store may have warned (a remote tier without a secret)
   if (!o.remote.empty()) warn_if_remote_unreachable(o.remote);
   const py::object fsdecode = py::module_::import("os").attr("fsdecode");  // the bytes path_arg made, as a str
@@ -372,8 +372,8 @@ void def_engine_text(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       "True when the engine has a tokenizer (llama2.c's, beside the model or EngineOptions' tokenizer).");
   c.def(
       "tokenize",
-      [](const Engine& e, const py::str& text, const BoolArg& bos) {
-        return e.tokenize(utf8_arg(text, "tokenize: text"), bos.get("tokenize: bos"));
+      [](const Engine& e, const StrArg& text, const BoolArg& bos) {
+        return e.tokenize(text.get("tokenize: text"), bos.get("tokenize: bos"));
       },
       py::arg("text"), py::arg("bos") = true,
       "Token ids of text, llama2.c's encoding (BOS first when bos). Raises OrbitError when the engine has no\n"
@@ -398,9 +398,9 @@ void def_engine_text(py::class_<Engine, std::shared_ptr<Engine>>& c) {
 void def_engine_chunks(py::class_<Engine, std::shared_ptr<Engine>>& c) {
   c.def(
       "add_text",
-      [](Engine& e, const py::str& text_arg, const py::str& label, const BoolArg& pin_arg, const BoolArg& bos_arg) {
-        const std::string text = utf8_arg(text_arg, "add_text: text");
-        const ChunkOptions o = chunk_options(utf8_arg(label, "add_text: label"), pin_arg.get("add_text: pin"));
+      [](Engine& e, const StrArg& text_arg, const StrArg& label, const BoolArg& pin_arg, const BoolArg& bos_arg) {
+        const std::string text = text_arg.get("add_text: text");
+        const ChunkOptions o = chunk_options(label.get("add_text: label"), pin_arg.get("add_text: pin"));
         const bool bos = bos_arg.get("add_text: bos");
         py::gil_scoped_release release;
         return e.add_text(text, o, bos);
@@ -409,8 +409,8 @@ void def_engine_chunks(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       "add_tokens(tokenize(text, bos)): a chunk of text. bos=True for a window's first chunk.");
   c.def(
       "add_tokens",
-      [](Engine& e, const py::object& tokens, const py::str& label_arg, const BoolArg& pin_arg) {
-        const std::string label = utf8_arg(label_arg, "add_tokens: label");
+      [](Engine& e, const py::object& tokens, const StrArg& label_arg, const BoolArg& pin_arg) {
+        const std::string label = label_arg.get("add_tokens: label");
         const bool pin = pin_arg.get("add_tokens: pin");
         std::vector<int64_t> t = py::isinstance<py::str>(tokens)
                                      ? e.tokenize(utf8_arg(tokens, "add_tokens: tokens"), false)
@@ -424,7 +424,7 @@ void def_engine_chunks(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       "label names it in plans and errors; pin keeps its canonical resident in the store. Raises OrbitError for\n"
       "an empty chunk or ids outside the vocabulary, TypeError for non-integer input.");
   c.def(
-      "chunk", [](const Engine& e, const py::str& key) { return e.chunk(utf8_arg(key, "chunk: key")); }, py::arg("key"),
+      "chunk", [](const Engine& e, const StrArg& key) { return e.chunk(key.get("chunk: key")); }, py::arg("key"),
       "The registered chunk with this key. Raises OrbitError when this engine does not know it.");
   c.def_property_readonly("chunks", &Engine::chunks, "list[ChunkRef] of every registered chunk.");
 }
@@ -433,11 +433,11 @@ void def_engine_chunks(py::class_<Engine, std::shared_ptr<Engine>>& c) {
 void def_engine_media(py::class_<Engine, std::shared_ptr<Engine>>& c) {
   c.def(
       "add_embeddings",
-      [](Engine& e, const py::object& embeddings, const py::object& grid, const py::str& digest_arg,
-         const py::str& label_arg, const BoolArg& pin_arg) {
-        const std::string media_digest = utf8_arg(digest_arg, "add_embeddings: media_digest");
+      [](Engine& e, const py::object& embeddings, const py::object& grid, const StrArg& digest_arg,
+         const StrArg& label_arg, const BoolArg& pin_arg) {
+        const std::string media_digest = digest_arg.get("add_embeddings: media_digest");
         const bool pin = pin_arg.get("add_embeddings: pin");
-        const std::string label = utf8_arg(label_arg, "add_embeddings: label");
+        const std::string label = label_arg.get("add_embeddings: label");
         const Borrowed emb = to_embeddings(embeddings, "add_embeddings: embeddings");
         const Borrowed g = to_grid(grid, "add_embeddings: grid");
         const orbit::ModelInfo info = e.model_info();
@@ -462,18 +462,20 @@ void def_engine_media(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       "Raises TypeError for a wrong dtype, ValueError for a wrong shape, OrbitError for NaN/Inf or a bad grid.");
   c.def(
       "find_media",
-      [](Engine& e, const py::str& digest_arg, const py::object& grid, const IntArg& rows, const py::str& label_arg,
+      [](Engine& e, const StrArg& digest_arg, const py::object& grid, const IntArg& rows, const StrArg& label_arg,
          const BoolArg& pin_arg) -> std::optional<ChunkRef> {
-        const std::string media_digest = utf8_arg(digest_arg, "find_media: media_digest");
+        const std::string media_digest = digest_arg.get("find_media: media_digest");
         const bool pin = pin_arg.get("find_media: pin");
-        const std::string label = utf8_arg(label_arg, "find_media: label");
+        const std::string label = label_arg.get("find_media: label");
         const Borrowed g = to_grid(grid, "find_media: grid");
         orbit::MediaLookup lookup;
         lookup.media_digest = media_digest;
         lookup.grid = g.view;
         lookup.rows = rows.get("find_media: rows");
-        py::gil_scoped_release release;
-        return e.find_media(lookup, chunk_options(label, pin));
+        return with_keyword_names("MediaLookup", "find_media", [&] {
+          py::gil_scoped_release release;
+          return e.find_media(lookup, chunk_options(label, pin));
+        });
       },
       py::arg("media_digest"), py::kw_only(), py::arg("grid") = py::none(), py::arg("rows") = 0, py::arg("label") = "",
       py::arg("pin") = false,
@@ -499,12 +501,12 @@ void def_engine_windows(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       py::arg("chunk"), "Encodes the chunk's canonical now (one forward of the chunk alone) unless stored.");
   c.def(
       "new_window",
-      [](std::shared_ptr<Engine> e, const py::object& policy, const IntArg& max_bytes, const py::str& label) {
+      [](std::shared_ptr<Engine> e, const py::object& policy, const IntArg& max_bytes, const StrArg& label) {
         orbit::WindowOptions o;
         if (!policy.is_none()) o.policy = to_policy(policy, "new_window: policy");
         o.max_bytes = max_bytes.get("new_window: max_bytes");
-        o.label = utf8_arg(label, "new_window: label");
-        orbit::Window w = e->new_window(o);
+        o.label = label.get("new_window: label");
+        orbit::Window w = with_keyword_names("WindowOptions", "new_window", [&] { return e->new_window(o); });
         return wrap_window(e, std::move(w));
       },
       py::kw_only(), py::arg("policy") = py::none(), py::arg("max_bytes") = 0, py::arg("label") = "",

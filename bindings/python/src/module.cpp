@@ -32,6 +32,15 @@ void set_error(PyObject* type, const std::string& message, const py::dict& attrs
   for (auto item : attrs) exc.attr(item.first) = item.second;
   PyErr_SetObject(type, exc.ptr());
 }
+
+// orbit::Error's OrbitError: its message, and the source of the check as e.source.
+void set_orbit_error(const std::string& message, const std::string& source) {
+  py::dict attrs;
+  attrs["source"] = source;
+  attrs["status"] = py::none();
+  attrs["reason"] = utf8_text(message);
+  set_error(g_orbit_error, message, attrs);
+}
 }  // namespace
 
 void raise_status(int code, const std::string& reason) {
@@ -44,6 +53,18 @@ void raise_status(int code, const std::string& reason) {
   attrs["reason"] = utf8_text(reason);
   attrs["source"] = py::none();
   set_error(type, reason, attrs);
+  throw py::error_already_set();
+}
+
+void raise_with_keyword_names(const orbit::Error& e, const std::string& cpp_type, const std::string& caller) {
+  const std::string qualifier = cpp_type + "::";
+  std::string message = e.what();
+  if (message.find(qualifier) == std::string::npos) return;
+  if (message.compare(0, qualifier.size(), qualifier) == 0) message.replace(0, qualifier.size(), caller + ": ");
+  for (std::size_t at = message.find(qualifier); at != std::string::npos; at = message.find(qualifier, at)) {
+    message.erase(at, qualifier.size());
+  }
+  set_orbit_error(message, e.source());
   throw py::error_already_set();
 }
 
@@ -84,11 +105,7 @@ void init_errors(py::module_& m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const orbit::Error& e) {
-      py::dict attrs;
-      attrs["source"] = e.source();
-      attrs["status"] = py::none();
-      attrs["reason"] = utf8_text(e.what());
-      set_error(g_orbit_error, e.what(), attrs);
+      set_orbit_error(e.what(), e.source());
     }
   });
 }

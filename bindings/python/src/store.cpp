@@ -191,8 +191,8 @@ void def_store_functions(py::module_& m) {
       "lost its meta rows). Needs the store closed everywhere.");
   m.def(
       "store_remote_summary",
-      [](const py::str& url_arg) {
-        const std::string url = utf8_arg(url_arg, "store_remote_summary: url");
+      [](const StrArg& url_arg) {
+        const std::string url = url_arg.get("store_remote_summary: url");
         return released<RemoteSummary>([&] { return summarize_remote(url); });
       },
       py::arg("url"),
@@ -234,13 +234,16 @@ void def_store_functions(py::module_& m) {
       "another process or engine holds it open).");
   m.def(
       "chunk_key_tokens",
-      [](const std::string& model_fingerprint, const py::object& tokens) {
+      [](const StrArg& model_fingerprint, const py::object& tokens) {
         // to_tokens, as add_tokens reads them: pybind11's list of int64 took True as 1 and no numpy array.
-        return chunk_key_tokens(model_fingerprint, to_tokens(tokens, "chunk_key_tokens: tokens"));
+        const std::string fingerprint = model_fingerprint.get("chunk_key_tokens: model_fingerprint");
+        return chunk_key_tokens(fingerprint, to_tokens(tokens, "chunk_key_tokens: tokens"));
       },
       py::arg("model_fingerprint"), py::arg("tokens"),
       "The content key of a token chunk for a model (ModelInfo.fingerprint): what ChunkRef.key holds.");
-  m.def("is_store_key", &is_store_key, py::arg("key"), "True for 64 lowercase hex characters.");
+  m.def(
+      "is_store_key", [](const StrArg& key) { return is_store_key(key.get("is_store_key: key")); }, py::arg("key"),
+      "True for 64 lowercase hex characters.");
 }
 
 }  // namespace

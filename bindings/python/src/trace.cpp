@@ -18,6 +18,44 @@ namespace {
 
 py::object to_dict(const std::string& json_text) { return json_module().attr("loads")(json_text); }
 
+}  // namespace
+
+// replay's policies: a sequence of spec strings (not a str itself), read by policy_specs; its caster takes any
+// object and writes "list[str]" in the signature, as pybind11's list conversion did.
+struct PolicySpecs {
+  static constexpr auto kPythonType = py::detail::const_name("list[str]");
+  py::object value;
+};
+
+}  // namespace orbit_py
+
+namespace pybind11::detail {
+template <>
+struct type_caster<orbit_py::PolicySpecs> : object_arg_caster<orbit_py::PolicySpecs> {};
+}  // namespace pybind11::detail
+
+namespace orbit_py {
+
+namespace {
+
+// Another type (None, a str alone) or an element that is no str raises TypeError naming it, where pybind11's list
+// conversion answered "incompatible function arguments", naming neither.
+std::vector<std::string> policy_specs(const PolicySpecs& arg) {
+  const py::object& policies = arg.value;
+  if (!py::isinstance<py::sequence>(policies) || py::isinstance<py::str>(policies) ||
+      py::isinstance<py::bytes>(policies)) {
+    throw py::type_error("replay: policies: expected a list of policy specs (str), got " +
+                         (policies.is_none() ? std::string("None") : type_name(policies)));
+  }
+  std::vector<std::string> specs;
+  const py::sequence items = policies.cast<py::sequence>();
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const py::object item = items[i];
+    specs.push_back(StrArg{item}.get("replay: policies[" + std::to_string(i) + "]"));
+  }
+  return specs;
+}
+
 // A trace given as a dict (the JSON object) or a str/PathLike path to an orbit-trace/1 .json file. A dict's
 // numpy scalars are read as the values they equal, anything JSON cannot hold refused naming its path under
 // `what` ("replay: trace['steps'][3]['tokens']": json_text).
@@ -63,11 +101,11 @@ void def_trace_files(py::module_& m) {
       "to PATH atomically (a crash leaves the old file).");
   m.def(
       "make_trace",
-      [](const py::str& kind, const IntArg& steps, const py::object& seed, const IntArg& vocab_size,
+      [](const StrArg& kind, const IntArg& steps, const py::object& seed, const IntArg& vocab_size,
          const IntArg& max_positions, const IntArg& position_rows, const IntArg& chunk_tokens,
          const BoolArg& sample_text) {
         orbit::MakeTraceOptions o;
-        o.kind = utf8_arg(kind, "make_trace: kind");
+        o.kind = kind.get("make_trace: kind");
         o.steps = steps.get("make_trace: steps");
         o.seed = to_seed(seed, "make_trace: seed");
         o.vocab_size = vocab_size.get("make_trace: vocab_size");
@@ -98,26 +136,23 @@ void def_trace_files(py::module_& m) {
 void def_replay(py::module_& m) {
   m.def(
       "replay",
-      [](const py::object& trace, const py::object& model, const std::vector<py::str>& policies,
-         const BoolArg& baselines, const BoolArg& fidelity, const BoolArg& explain, const BoolArg& attribute,
-         const IntArg& threads, const IntArg& pool_bytes, const IntArg& page_size, const py::str& device,
-         const py::str& dtype, const IntArg& host_budget_bytes, const py::str& eviction,
-         const IntArg& device_tier_bytes, const py::object& progress) {
+      [](const py::object& trace, const py::object& model, const PolicySpecs& policies, const BoolArg& baselines,
+         const BoolArg& fidelity, const BoolArg& explain, const BoolArg& attribute, const IntArg& threads,
+         const IntArg& pool_bytes, const IntArg& page_size, const StrArg& device, const StrArg& dtype,
+         const IntArg& host_budget_bytes, const StrArg& eviction, const IntArg& device_tier_bytes,
+         const py::object& progress) {
         const orbit::Trace t = trace_arg(trace, "replay: trace");
         orbit::ReplayOptions o;
         o.engine.model = path_arg(model, "replay: model");
         o.engine.threads = threads.get<int>("replay: threads");
         o.engine.pool_bytes = pool_bytes.get("replay: pool_bytes");
         o.engine.page_size = page_size.get("replay: page_size");
-        o.engine.device = utf8_arg(device, "replay: device");
-        o.engine.dtype = utf8_arg(dtype, "replay: dtype");
+        o.engine.device = device.get("replay: device");
+        o.engine.dtype = dtype.get("replay: dtype");
         o.engine.host_budget_bytes = host_budget_bytes.get("replay: host_budget_bytes");
-        o.engine.eviction = utf8_arg(eviction, "replay: eviction");
+        o.engine.eviction = eviction.get("replay: eviction");
         o.engine.device_tier_bytes = device_tier_bytes.get("replay: device_tier_bytes");
-        o.policies.clear();  // in place of the default's
-        for (std::size_t i = 0; i < policies.size(); ++i) {
-          o.policies.push_back(utf8_arg(policies[i], "replay: policies[" + std::to_string(i) + "]"));
-        }
+        o.policies = policy_specs(policies);
         o.baselines = baselines.get("replay: baselines");
         o.fidelity = fidelity.get("replay: fidelity");
         o.explain = explain.get("replay: explain");
@@ -135,11 +170,11 @@ void def_replay(py::module_& m) {
           if (PyErr_CheckSignals() != 0) throw py::error_already_set();
           if (!progress.is_none()) progress(policy, policies_total, step, steps_total, name);
         };
-        std::string report;
-        {
+        // Each engine's checks name EngineOptions' fields, which are replay's keywords ("replay: page_size").
+        const std::string report = with_keyword_names("EngineOptions", "replay", [&] {
           py::gil_scoped_release release;
-          report = orbit::replay_report_json(orbit::replay(t, o));
-        }
+          return orbit::replay_report_json(orbit::replay(t, o));
+        });
         return to_dict(report);
       },
       py::arg("trace"), py::arg("model"), py::kw_only(), py::arg("policies") = std::vector<std::string>{"default"},
