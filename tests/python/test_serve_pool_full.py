@@ -296,3 +296,29 @@ def test_a_completion_the_running_windows_leave_no_room_for_waits_under_pool_wai
         waiter.join()
     status, _, stream = waited["result"]
     assert status == 200 and stream.rstrip().endswith("data: [DONE]") and '"error"' not in stream, stream
+
+
+def test_an_answer_the_pool_could_not_hold_beside_its_prompt_is_decoded_and_its_next_turn_is_400(start_serve,
+                                                                                                 stories260k_path):
+    # The pool holds windows' KV, not an answer's while it is decoded (the decode batch's own buffers hold that,
+    # outside --pool-mb): 45 one-page messages (367 tokens with the generation prompt; 45 of the pool's 51 pages)
+    # are answered to max_tokens 120, though their window and the answer (8 pages more) would not fit the pool.
+    # The turn that sends the answer back needs that window, 55 pages: the 400 naming --pool-mb, no retry.
+    server = start_serve(stories260k_path, "--pool-mb", "1")
+    messages = [{"role": ("user", "assistant")[i % 2], "content": ""} for i in range(44)]
+    messages.append({"role": "user", "content": "ok"})
+    long_answer = {"model": MODEL_NAME, "user": "long", "max_tokens": 120, "temperature": 0, "logit_bias": NO_END,
+                   "messages": messages}
+    status, _, body = post(server, "/v1/chat/completions", long_answer)
+    assert status == 200, body
+    assert body["choices"][0]["finish_reason"] == "length", body
+    assert body["usage"]["prompt_tokens"] == 367 and body["usage"]["completion_tokens"] == 120, body["usage"]
+    status, _, stream = post(server, "/v1/chat/completions", {**long_answer, "stream": True})
+    assert status == 200 and '"finish_reason":"length"' in stream and stream.rstrip().endswith("data: [DONE]"), stream
+    messages += [{"role": "assistant", "content": body["choices"][0]["message"]["content"]},
+                 {"role": "user", "content": "ok"}]
+    status, headers, body = post(server, "/v1/chat/completions", {**long_answer, "max_tokens": 2, "messages": messages})
+    assert status == 400 and "Retry-After" not in headers, body
+    error = body["error"]
+    assert error["code"] == "context_length_exceeded" and error["param"] == "messages", error
+    assert "needs 55 KV pages" in error["message"] and "the whole KV pool has 51" in error["message"], error
