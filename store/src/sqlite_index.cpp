@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <filesystem>
 #include <iterator>
 #include <optional>
 #include <random>
@@ -143,6 +144,20 @@ void SqliteIndex::open(const std::string& uri, int flags) {
   sqlite3_busy_timeout(db_, 10000);
 }
 
+void SqliteIndex::refuse_unread_wal(const std::string& why) const {
+  // A WAL of no more than its 32-byte header holds no frame, so no commit.
+  constexpr std::uintmax_t kWalHeaderBytes = 32;
+  const std::string wal = path_ + "-wal";
+  std::error_code ec;
+  const std::uintmax_t bytes = std::filesystem::file_size(wal, ec);
+  if (ec || bytes <= kWalHeaderBytes) return;
+  ORBIT_FAIL("store index " << path_ << ": cannot be read read-only here: its write-ahead log " << wal << " holds "
+                            << bytes << " bytes (commits not yet copied into the index), and SQLite reads it only "
+                            << "through " << path_ << "-shm, which it could not open or create (" << why
+                            << "); reading the index without the log would miss those commits. Run this as a user "
+                               "who can write the store's directory (the store's owner): SQLite then reads the log");
+}
+
 SqliteIndex::SqliteIndex(const std::string& path, Mode mode) : path_(path) {
   if (mode == Mode::kReadOnly) {
     open(uri_path(path) + "?mode=ro", SQLITE_OPEN_READONLY);
@@ -154,8 +169,11 @@ SqliteIndex::SqliteIndex(const std::string& path, Mode mode) : path_(path) {
     const int rc = retry_while_busy(
         [&] { return sqlite3_exec(db_, "SELECT count(*) FROM sqlite_master", nullptr, nullptr, nullptr); });
     if (rc != SQLITE_OK) {
+      const std::string why = sqlite3_errmsg(db_);
       sqlite3_close(db_);
       db_ = nullptr;
+      // An immutable read ignores the WAL, so commits a writer left in it would be missing from every read.
+      refuse_unread_wal(why);
       open(uri_path(path) + "?mode=ro&immutable=1", SQLITE_OPEN_READONLY);
     }
   } else {

@@ -76,6 +76,7 @@ std::vector<int64_t> random_tokens(Rng& rng, int64_t n, int64_t vocab = 512) {
 }  // namespace orbit::test
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -98,6 +99,25 @@ inline CliRun run_command(const std::string& command) {
   const int raw = pclose(pipe);
   r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
   return r;
+}
+
+// What to put before a command so that file modes bind it: as root (who writes through them) "setpriv ..." that runs
+// it as nobody, otherwise "". Throws std::runtime_error as root without setpriv.
+inline std::string as_unprivileged() {
+  if (::geteuid() != 0) return "";
+  if (run_command("command -v setpriv").status != 0) {
+    throw std::runtime_error("running as root, and no setpriv to run a command as nobody");
+  }
+  return "setpriv --reuid=65534 --regid=65534 --clear-groups ";
+}
+
+// Takes the write bits (owner, group, others) off `dir` and everything below it, or (`writable`) gives them back.
+inline void set_tree_writable(const std::string& dir, bool writable) {
+  namespace fs = std::filesystem;
+  const auto bits = fs::perms::owner_write | fs::perms::group_write | fs::perms::others_write;
+  const fs::perm_options how = writable ? fs::perm_options::add : fs::perm_options::remove;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) fs::permissions(e.path(), bits, how);
+  fs::permissions(dir, bits, how);
 }
 
 #ifdef ORBIT_CLI_PATH

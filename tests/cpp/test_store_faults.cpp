@@ -546,11 +546,7 @@ TEST_CASE("gc --dry-run lists a read-only store's garbage and writes nothing; gc
     WARN("no orbit CLI at " << ORBIT_CLI_PATH << " in this build: gc --dry-run on a read-only store is not checked");
     return;
   }
-  std::string as_other;  // who runs the CLI: this user, or nobody when this user is root
-  if (::geteuid() == 0) {
-    REQUIRE(test::run_command("command -v setpriv").status == 0);
-    as_other = "setpriv --reuid=65534 --regid=65534 --clear-groups ";
-  }
+  const std::string as_other = test::as_unprivileged();  // who runs the CLI: this user, or nobody for root
   test::TempDir dir;
   const std::string d = dir.path().string();
   test::write_entries(d, 3, PutOptions{StoreTier::kDisk});
@@ -558,10 +554,7 @@ TEST_CASE("gc --dry-run lists a read-only store's garbage and writes nothing; gc
   const std::string orphan = sub + "/" + key(9) + ".00000000000000aa.blob", temp = sub + "/." + key(9) + ".blob.tmp";
   std::ofstream(orphan) << "a blob no row names";
   std::ofstream(temp) << "a write that never completed";
-  const auto write_bits = fs::perms::owner_write | fs::perms::group_write | fs::perms::others_write;
-  for (const auto& e : fs::recursive_directory_iterator(d))
-    fs::permissions(e.path(), write_bits, fs::perm_options::remove);
-  fs::permissions(d, write_bits, fs::perm_options::remove);
+  test::set_tree_writable(d, false);
   std::set<std::string> before;
   for (const auto& e : fs::recursive_directory_iterator(d)) before.insert(e.path().string());
 
@@ -577,5 +570,5 @@ TEST_CASE("gc --dry-run lists a read-only store's garbage and writes nothing; gc
   std::set<std::string> after;
   for (const auto& e : fs::recursive_directory_iterator(d)) after.insert(e.path().string());
   CHECK(after == before);
-  fs::permissions(d, write_bits, fs::perm_options::add);
+  test::set_tree_writable(d, true);
 }

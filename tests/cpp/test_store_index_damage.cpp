@@ -335,3 +335,53 @@ TEST_CASE("an index.sqlite that is another program's SQLite database is refused 
   for (const char* suffix : {"-wal", "-shm", "-journal"}) CHECK_FALSE(fs::exists(path + suffix));
   CHECK(fs::is_directory(d + "/blobs"));
 }
+
+// On a read-only directory where SQLite cannot create index.sqlite-shm, a reader opened the index as immutable,
+// which ignores index.sqlite-wal: rows a writer committed there (left by a crash, the -shm lost) were missing, so
+// gc --dry-run listed their blobs as unreferenced ("would remove"). With the -shm beside it SQLite reads the log
+// read-only; without it the read is refused, naming the -wal file. As root the CLI runs as nobody, whom the file
+// modes bind (test::as_unprivileged).
+TEST_CASE("a read-only store whose WAL holds commits: gc --dry-run reads them through -shm, or refuses naming -wal",
+          "[store][cpu]") {
+  if (!fs::exists(ORBIT_CLI_PATH)) {
+    WARN("no orbit CLI at " << ORBIT_CLI_PATH << " in this build: a read-only store's WAL is not checked");
+    return;
+  }
+  const std::string as_other = test::as_unprivileged();  // who runs the CLI: this user, or nobody for root
+  test::TempDir dir;
+  const std::string d = dir.path().string(), index = d + "/index.sqlite";
+  test::write_entries(d, 3, PutOptions{StoreTier::kDisk});
+  {
+    // A second connection that never checkpoints: while it is open the store's close cannot checkpoint either, so
+    // the rows of keys 4 and 5 stay in index.sqlite-wal, as a writer killed before a checkpoint leaves them.
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open(index.c_str(), &db) == SQLITE_OK);
+    REQUIRE(sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr) == SQLITE_OK);
+    REQUIRE(sqlite3_exec(db, "SELECT count(*) FROM entries", nullptr, nullptr, nullptr) == SQLITE_OK);
+    test::write_entries(d, 5, PutOptions{StoreTier::kDisk});
+    sqlite3_close(db);
+  }
+  const std::vector<std::string> wal_only = {blob_of(d, key(4)), blob_of(d, key(5))};
+  REQUIRE(fs::file_size(index + "-wal") > 32);  // frames past the log's header
+  REQUIRE(fs::exists(index + "-shm"));
+  test::set_tree_writable(d, false);
+  const std::string dry_run = as_other + ORBIT_CLI_PATH + " store gc --dry-run --store " + d;
+  const test::CliRun with_shm = test::run_command(dry_run);
+  INFO(with_shm.out);
+  CHECK(with_shm.status == 0);
+  CHECK_THAT(with_shm.out, !Contains("would remove") && Contains("(dry run) 0 unreferenced blobs"));
+
+  test::set_tree_writable(d, true);
+  fs::remove(index + "-shm");
+  test::set_tree_writable(d, false);
+  const test::CliRun without_shm = test::run_command(dry_run);
+  INFO(without_shm.out);
+  CHECK(without_shm.status != 0);
+  CHECK_THAT(without_shm.out, !Contains("would remove"));
+  CHECK_THAT(without_shm.out, Contains("its write-ahead log " + index + "-wal holds") &&
+                                  Contains("through " + index + "-shm, which it could not open or create") &&
+                                  Contains("a user who can write the store's directory"));
+  test::set_tree_writable(d, true);
+  for (const std::string& blob : wal_only) CHECK(fs::exists(blob));
+  CHECK(keys_of(d).size() == 5);  // a reader that can make the -shm reads the log's rows
+}

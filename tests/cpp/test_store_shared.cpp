@@ -445,7 +445,7 @@ TEST_CASE("orbit store with an empty --store, and on a read-only store", "[store
   test::write_entries(d, 3);
   REQUIRE(test::run_command("chmod -R a-w " + d).status == 0);
   // As root, file modes do not stop writes: run the CLI as an unprivileged user instead.
-  const std::string as = ::geteuid() == 0 ? "setpriv --reuid=65534 --regid=65534 --clear-groups " : "";
+  const std::string as = test::as_unprivileged();
   for (const std::string sub : {"ls", "stat", "verify"}) {
     const test::CliRun r = test::run_command(as + ORBIT_CLI_PATH + " store " + sub + " --store " + d);
     INFO(sub << ": " << r.out);

@@ -92,7 +92,9 @@ class SqliteIndex {
   // for kReadOnly, it holds no table at all (kNoTables), or it is another program's database: tables, none of
   // orbit's (kForeignDatabase, every mode, the file untouched).
   // kReadOnly also works on a read-only directory or file system (where SQLite cannot create the WAL's
-  // shared-memory file, the index is opened as immutable: nobody can write it there).
+  // shared-memory file, the index is opened as immutable: nobody can write it there), unless a writer left
+  // commits in DIR/index.sqlite-wal (more than its header) and no readable -shm beside it: an immutable read
+  // would miss them, so that is refused naming the -wal file and what to do.
   SqliteIndex(const std::string& path, Mode mode);
   ~SqliteIndex();
   SqliteIndex(const SqliteIndex&) = delete;
@@ -214,6 +216,9 @@ class SqliteIndex {
   // Checks the schema, then makes its missing tables (kReadWrite, kRepair).
   void ensure_schema(Mode mode);
   void open(const std::string& uri, int flags);
+  // Throws naming path_-wal when it holds commits (more than its header) that a read-only open, which SQLite
+  // refused for `why` (it could not open or create the -shm file), could only read as immutable, missing them.
+  void refuse_unread_wal(const std::string& why) const;
   void exec_or_throw(const char* sql) const;
   void exec_retrying_or_throw(const char* sql) const;
   std::map<std::string, int64_t> remote_counts(const char* sql) const;  // (remote, count) rows of `sql`
