@@ -102,6 +102,11 @@ std::vector<ChatToolCall> answered(orbit::ToolCallParse read, const std::vector<
   return read.calls;
 }
 
+std::string trimmed(const std::string& s) {
+  const std::size_t first = s.find_first_not_of(" \n");
+  return first == std::string::npos ? "" : s.substr(first, s.find_last_not_of(" \n") - first + 1);
+}
+
 std::vector<std::size_t> every_byte(const std::string& text) {
   std::vector<std::size_t> cuts;
   for (std::size_t i = 1; i < text.size(); ++i) cuts.push_back(i);
@@ -166,8 +171,14 @@ TEST_CASE("tool stream: an answer max_tokens cuts anywhere streams the cut call 
       const std::vector<ChatToolCall> calls = answered(read, Feed{}.names);
       CHECK(same_calls(f.r.tool_calls, calls, false));
       CHECK(f.r.tool_call_cut == (read.cut && calls.size() == read.calls.size()));
+      // Cut after a call's mark but before its name began (or inside the mark): that call is left out (its
+      // name could be either tool's), and its markup is not content.
+      // (The answer's content holds no '<': one in what parse_tool_calls left as content is such markup.)
+      const bool markup = read.content.find('<') != std::string::npos;
+      CHECK(f.r.text.find('<') == std::string::npos);
+      CHECK((f.content + f.r.unstreamed).find('<') == std::string::npos);
       // A call left out leaves the answer cut ("length"), though the calls before it are whole.
-      CHECK(f.r.finish_reason == (read.calls.empty() || read.cut ? "length" : "tool_calls"));
+      CHECK(f.r.finish_reason == (read.calls.empty() || read.cut || markup ? "length" : "tool_calls"));
     }
   }
 }
@@ -242,6 +253,61 @@ TEST_CASE("tool stream: a call cut inside its name is the one tool it begins, el
     CHECK(two.r.unstreamed.empty());
     CHECK(two.r.finish_reason == "length");
   }
+}
+
+TEST_CASE("tool stream: a call cut before its name outside a forced call is settled as a forced one", "[serve]") {
+  // tool_choice auto: the markup of a call cut after its mark (before its name began) was left in the content.
+  struct Case {
+    ToolCallFormat format;
+    std::string text;
+    std::string content;  // what stays content
+    bool call;            // a call begun (else only the start of a mark)
+  };
+  const std::vector<Case> cases = {
+      {ToolCallFormat::kHermes, "Look.\n<tool_call>", "Look.", true},
+      {ToolCallFormat::kHermes, "Look.\n<tool_call>{\"na", "Look.", true},
+      {ToolCallFormat::kHermes, "Look.\n<tool_call>{\"name\": \"", "Look.", true},
+      {ToolCallFormat::kHermes,
+       "<tool_call>{\"name\": \"open\", \"arguments\": {}}</tool_call>\n<tool_call>{\"name\": \"", "", true},
+      {ToolCallFormat::kHermes, "Look.\n<tool_ca", "Look.", false},
+      {ToolCallFormat::kMistral, "Look. [TOOL_CALLS] [{\"name\": \"", "Look.", true},
+      {ToolCallFormat::kMistral, "Look. [TOOL_CA", "Look.", false},
+      {ToolCallFormat::kLlama3, "{\"name\": \"", "", true},
+      {ToolCallFormat::kLlama3, "<|python_tag|>{\"", "", true}};
+  for (const Case& c : cases) {
+    INFO(c.text);
+    const std::size_t before = c.text.find("\"open\"") != std::string::npos ? 1 : 0;  // whole calls before it
+    for (const std::vector<std::string>& names :
+         {std::vector<std::string>{"search"}, std::vector<std::string>{"search", "open"}}) {
+      INFO(names.size() << " names");
+      for (const std::vector<std::size_t>& cuts : {every_byte(c.text), std::vector<std::size_t>{}}) {
+        const Fed f = feed(c.text, cuts, Feed{c.format, false, true, "length", names});
+        CHECK(f.r.finish_reason == "length");
+        CHECK(f.r.text == c.content);
+        CHECK(trimmed(f.content + f.r.unstreamed) == c.content);
+        CHECK(same_calls(assemble(f), f.r.tool_calls));
+        if (c.call && names.size() == 1) {  // the one tool it can become, arguments ""
+          REQUIRE(f.r.tool_calls.size() == before + 1);
+          CHECK(f.r.tool_calls.back().name == "search");
+          CHECK(f.r.tool_calls.back().arguments.empty());
+          CHECK(f.r.tool_call_cut);
+        } else {  // left out
+          CHECK(f.r.tool_calls.size() == before);
+          CHECK_FALSE(f.r.tool_call_cut);
+        }
+      }
+    }
+  }
+  // Calls in free text (no names): a call begun before its name is left out too.
+  const Fed free =
+      feed("Look.\n<tool_call>{\"name\": \"", {}, Feed{ToolCallFormat::kHermes, false, false, "length", {}});
+  CHECK(free.r.tool_calls.empty());
+  CHECK(free.r.text == "Look.");
+  CHECK(trimmed(free.content + free.r.unstreamed) == "Look.");
+  // An answer that ended otherwise keeps its text: only a cut leaves markup out.
+  const Fed stopped = feed("Look.\n<tool_call>{\"name\": \"", {}, Feed{ToolCallFormat::kHermes, false, true, "stop"});
+  CHECK(stopped.r.tool_calls.empty());
+  CHECK(stopped.r.finish_reason == "stop");
 }
 
 TEST_CASE("tool stream: calls in free text are read whole when the answer ends", "[serve]") {

@@ -233,3 +233,57 @@ def test_a_forced_call_cut_before_its_name_is_the_only_tool_it_can_be(start_serv
         calls, _ = assemble(stream_chunks(server, request))
         assert [{"name": c["name"], "arguments": c["arguments"]} for c in calls] == [
             {"name": "search", "arguments": ""}], (max_tokens, calls)
+
+
+def test_an_auto_call_cut_before_its_name_leaves_no_markup_in_content(start_serve, stories260k_path):
+    # tool_choice "auto" with a JSON response_format: a call or the JSON from the first byte; '<' favoured (its
+    # byte token 63 and 504), a call. Cut after the call's mark but before its name began, the markup
+    # ('<tool_call>{"name": "') was the message's content. Now the call is settled as a forced one cut there:
+    # the one tool's (arguments ""), or, under two tools, left out; never markup in content. Each cut's own
+    # tokens (its logprobs) say where it was cut.
+    import re
+    server = start_serve(stories260k_path, "--policy", "patch:16:exact")
+    schema = {"type": "object", "properties": {"title": {"type": "string", "maxLength": 12}}, "required": ["title"]}
+    fmt = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
+    before_name = 0
+    for tools, one in ((CUT_TOOLS[:1], "search"), (CUT_TOOLS, None)):
+        base = {"messages": MESSAGES, "tools": tools, "tool_choice": "auto", "response_format": fmt,
+                "temperature": 0, "logit_bias": {"63": 100, "504": 100}, "logprobs": True}
+        for max_tokens in range(1, 16):
+            request = dict(base, max_tokens=max_tokens)
+            whole = json.loads(post(server, "/v1/chat/completions", request))["choices"][0]
+            raw = "".join(e["token"] for e in whole["logprobs"]["content"])
+            content = whole["message"]["content"] or ""
+            calls = plain(whole["message"].get("tool_calls") or [])
+            context = (tools[-1]["function"]["name"], max_tokens, raw, whole)
+            if not raw.startswith("<"):
+                continue  # the JSON answer: max_tokens holds it and not the shortest call
+            assert "<" not in content and "tool_call" not in content, context
+            if re.search(r'"name":\s*"\w', raw):
+                continue  # the name began: as before (test_a_call_cut_inside_its_name_never_shows_a_name_no_tool_has)
+            assert whole["finish_reason"] == "length" and content == "", context
+            begun = "<tool_call>" in raw  # else only the mark's start: left out, no call
+            assert calls == ([{"name": one, "arguments": ""}] if one and begun else []), context
+            before_name += begun
+            chunks = stream_chunks(server, request)
+            streamed, _ = assemble(chunks)
+            text = "".join(c["delta"].get("content") or "" for chunk in chunks for c in chunk["choices"])
+            assert text == "" and [{"name": c["name"], "arguments": c["arguments"]} for c in streamed] == calls
+            assert [c["finish_reason"] for chunk in chunks for c in chunk["choices"] if c["finish_reason"]] == [
+                "length"]
+            responses = {"input": MESSAGES[0]["content"],
+                         "tools": [dict(t["function"], type="function") for t in tools], "tool_choice": "auto", "temperature": 0, "logit_bias": {"63": 100, "504": 100},
+                         "max_output_tokens": max_tokens, "store": False,
+                         "text": {"format": {"type": "json_schema", "name": "answer", "schema": schema}}}
+            response = json.loads(post(server, "/v1/responses", responses))
+            assert response["status"] == "incomplete", response
+            assert [(i["name"], i["arguments"]) for i in response["output"] if i["type"] == "function_call"] == [
+                (c["name"], c["arguments"]) for c in calls], response["output"]
+            texts = [part["text"] for i in response["output"] if i["type"] == "message" for part in i["content"]]
+            assert all("<" not in t for t in texts), response["output"]
+            events = post(server, "/v1/responses", dict(responses, stream=True))
+            assert "tool_call" not in "".join(
+                json.loads(line[6:]).get("delta", "") for line in events.split("\n")
+                if line.startswith("data: ") and "output_text.delta" in line), events
+    # Cuts after the whole mark, before the name: both tool sets reached them.
+    assert before_name >= 2, before_name

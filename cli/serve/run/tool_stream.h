@@ -73,9 +73,17 @@ class ToolCallStream {
   // is given the one name of `names` that its written part begins (arguments ""), or, where no or several
   // names do (always for free text), is left out; the finish_reason stays "length" either way, as OpenAI's
   // for an answer max_tokens cut. push() never opens such a call (StreamedCalls::offer), so none went out.
+  // Outside a forced call the same holds of a call cut after its mark but before its name began
+  // (`<tool_call>{"name": "`): it is settled as a forced call cut there, never left as markup in the content;
+  // the start of a mark the answer ends with (`<tool_ca`) is left out of the content, no call. Either way the
+  // finish_reason stays "length".
   void finish(RunResult& r) const;
 
  private:
+  // parse_tool_calls(text, format_, cut), where with CutToolCall::kCall the call markup the content ends with
+  // (a call begun before its name, or a mark's start) is taken out of the content: a call begun becomes the
+  // last call, as CutToolCall::kForcedCall reads it (flagged cut). `markup_cut`: set where markup was taken out.
+  ToolCallParse read_answer(const std::string& text, CutToolCall cut, bool* markup_cut) const;
   // The calls in the text after the content, read as far as they are written: the pieces not yet let out.
   void read_calls(const std::string& delta, std::vector<ToolCallDelta>& out);
 
