@@ -68,7 +68,7 @@ Options parse(int argc, char** argv) {
   o.steps = a.get_int("--steps", o.steps, 1);
   o.seed = static_cast<uint64_t>(a.get_int("--seed", static_cast<int64_t>(o.seed), 0));
   o.policy = a.get_or("--policy", o.policy);
-  o.threads = static_cast<int>(a.get_int("--threads", o.threads, 1));
+  o.threads = static_cast<int>(a.get_int("--threads", o.threads, 0));  // 0: the process setting
   o.fidelity = !a.flag("--no-fidelity");
   o.json = a.get_or("--json", o.json);
   return o;

@@ -199,6 +199,19 @@ def test_every_benchmark_answers_help(orbit_cli, bench):
         assert name in r.stdout, f"{bench} --help does not mention {name}"
 
 
+def test_bench_replay_runs_on_its_default_threads(orbit_cli, tmp_path):
+    # bench/replay/README.md runs it without --threads, whose default 0 is the process setting; the argument's
+    # lower bound was 1, so every run without --threads stopped on "argument '--threads' must be >= 1, got 0".
+    path = orbit_cli.parent.parent / "bench" / "bench_replay"
+    if not path.is_file():
+        pytest.skip(f"{path} is not built")
+    r = run(path, "--kinds", "web", "--steps", "1", "--no-fidelity", "--json", tmp_path / "r.json", check=False)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "r.json").is_file()
+    r = run(path, "--threads", "-1", check=False)
+    assert r.returncode == 1 and "argument '--threads' must be >= 0, got -1" in r.stderr, r.stderr
+
+
 def test_replay_help_lists_the_policy_specs(orbit_cli):
     # `orbit serve --help` sends its --policy reader to `orbit replay --help`, which named only a header
     # (orbit/policy.h): the specs themselves are listed there now, as orbit.policy_help() gives them.
