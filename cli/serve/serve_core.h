@@ -84,8 +84,9 @@ class ServeCore {
   // Runs a prepared request (a refused ticket answers its error). An engine failure is a 500 error. Then, once
   // its answer is decoded (before a stream's usage and end), an audit owed to it (audit.h), if one is.
   RunOutcome run(RunTicket& ticket, const RunSink& sink);
-  // A prepared chat request's sync, run before a stream's head (RequestPath::sync_ahead): the error to answer in
-  // place of the stream (503 kv_pool_full with Retry-After for a full KV pool), or nullopt (run() decodes next).
+  // A prepared request's sync (a chat request's; a completion's admit), run before a stream's head
+  // (RequestPath::sync_ahead): the error to answer in place of the stream (503 kv_pool_full with Retry-After for a
+  // full KV pool), or nullopt (run() decodes next).
   std::optional<ApiError> sync_ahead(RunTicket& ticket, const std::function<bool()>& cancelled) {
     return requests_.sync_ahead(ticket, cancelled);
   }

@@ -20,7 +20,12 @@ A session's own window counts too: an edit of its long message needs the old uni
 once, so when no idle window is left its window is renewed and the sync planned from nothing (it was 503 on
 every retry with nothing else running). A conversation over the whole pool is a 400 naming --pool-mb (it was a
 503 inviting a retry no waiting could satisfy). A request the running windows leave no room for waits for one
-of them to end, up to --pool-wait-ms, instead of a 503 at once (0: at once, as the test above asks)."""
+of them to end, up to --pool-wait-ms, instead of a 503 at once (0: at once, as the test above asks).
+
+/v1/completions admits its prompt as chat syncs its window (RequestPath::waiting_for_pool, RoomMaker): it lets idle
+windows go, is refused with the same 503 (whole, and streamed before its stream's head) and waits the same way
+under --pool-wait-ms. It was a 500 engine_error (whole) or a 200 whose stream ended in that error event, at once,
+and no idle window was let go for it."""
 import http.client
 import json
 import re
@@ -60,6 +65,12 @@ def respond(server, user, words=PROMPT, **extra):
     """(status, headers, body) of a greedy Responses API request of session `user`, the same conversation."""
     return post(server, "/v1/responses", {"model": MODEL_NAME, "user": user, "max_output_tokens": 6,
                                           "temperature": 0, "input": user + words, **extra})
+
+
+def complete(server, words, **extra):
+    """(status, headers, body) of a greedy /v1/completions request."""
+    return post(server, "/v1/completions", {"model": MODEL_NAME, "max_tokens": 6, "temperature": 0,
+                                            "prompt": words, **extra})
 
 
 def assert_pool_full(result):

@@ -282,10 +282,10 @@ void stream_job(ServeCore& core, Job& job, httplib::DataSink& sink) {
   }
 }
 
-// A streamed chat request's sync, run before the stream's head (ServeCore::sync_ahead): a refusal there (503
-// kv_pool_full with Retry-After for a full KV pool, 500 engine_error) is answered as the whole answer's is, not as
-// an event after a 200. False when it was answered so. A completion has nothing to sync ahead (its prompt is
-// admitted in the stream).
+// A streamed request's sync (a chat request's) or prompt's admit (a completion's), run before the stream's head
+// (ServeCore::sync_ahead): a refusal there (503 kv_pool_full with Retry-After for a full KV pool, 400 for a prompt
+// over the whole pool, 500 engine_error) is answered as the whole answer's is, not as an event after a 200. False
+// when it was answered so.
 bool sync_ahead(ServeCore& core, const httplib::Request& req, Job& job, httplib::Response& res) {
   // A client that half-closed after its request is asked with a 100 Continue before the head (peer_watch.h).
   if (req.version == "HTTP/1.1") job.watch->probe_with_continue();

@@ -102,13 +102,14 @@ ApiError RequestPath::plan_refusal(const ChatRequest& request, const ChatOptions
 
 ApiError RequestPath::engine_failure(const Error& e) const {
   std::string why = e.what();
-  if (dynamic_cast<const PoolTooSmall*>(&e) != nullptr) {
+  if (const auto* small = dynamic_cast<const PoolTooSmall*>(&e); small != nullptr) {
+    const std::string& param = small->param();
     return api_error(400,
-                     "messages: " + why + " (this server's --pool-mb " +
+                     param + ": " + why + " (this server's --pool-mb " +
                          std::to_string(context_.options.pool_bytes >> 20) +
-                         "): no retry can hold it; send a shorter conversation, or start the server with a larger "
-                         "--pool-mb",
-                     "invalid_request_error", "context_length_exceeded", "messages");
+                         "): no retry can hold it; send a shorter " + (param == "prompt" ? "prompt" : "conversation") +
+                         ", or start the server with a larger --pool-mb",
+                     "invalid_request_error", "context_length_exceeded", param);
   }
   const auto* refused = dynamic_cast<const CapacityRefused*>(&e);
   if (refused == nullptr) return api_error(500, "the engine failed: " + why, "server_error", "engine_error");

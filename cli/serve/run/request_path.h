@@ -20,7 +20,9 @@
 //            event after a 200; the run that follows decodes.
 // A completion request (/v1/completions) is stateless: prepare tokenizes its prompt (with BOS) and checks
 // it; run admits the prompt but the last token as one chunk (an identical prompt is served from the
-// store) and decodes after the last token, in a window of its own.
+// store) and decodes after the last token, in a window of its own. Its admit is a chat request's sync for the
+// pool: it makes room and waits as a sync does (a prompt over the whole pool: 400 on `prompt`), and a streamed
+// completion runs it before its stream's head (sync_ahead) too.
 //
 // Thread-safety: prepare and run may be called from any thread, for any number of requests at once; one
 // ticket is used by one thread.
@@ -42,11 +44,17 @@
 
 namespace orbit::serve {
 
-// A chat request's window needs more pages than the engine's whole KV pool has (RequestPath::check_pool_holds):
-// even an empty pool could not hold it, so no waiting and no letting windows go cures it.
+// A chat request's window, or a completion's prompt, needs more pages than the engine's whole KV pool has
+// (RequestPath::check_pool_holds): even an empty pool could not hold it, so no waiting and no letting windows go
+// cures it. `param`: the request's field at fault ("messages", "prompt").
 class PoolTooSmall : public Error {
  public:
-  using Error::Error;
+  PoolTooSmall(const std::string& message, std::string param, const char* source_file, int source_line)
+      : Error(message, source_file, source_line), param_(std::move(param)) {}
+  const std::string& param() const { return param_; }
+
+ private:
+  std::string param_;
 };
 
 // A request checked and planned, holding what it runs on until RequestPath::run or its destruction (a chat
@@ -87,14 +95,15 @@ class RequestPath {
   // Runs a prepared request and releases what its ticket held. A refused ticket answers its error; an
   // engine failure is a 500 error; a client that left ends it with finish_reason "cancelled" (counted).
   RunOutcome run(RunTicket& ticket, const RunSink& sink);
-  // A prepared chat request's sync, run now (under the gate, as run() would) so that its refusal can be
-  // answered before anything of the answer is sent; run() then decodes on the synced window. The error
-  // run() would answer for a failed sync (engine_failure: 503 kv_pool_full for a full pool), the ticket
-  // released and refused with it; nullopt when it synced, the client left before its turn (run() answers
-  // "cancelled"), or there is nothing to sync ahead (a refused ticket, a completion, a sync run already).
+  // A prepared request's sync (a chat request's) or admit (a completion's), run now (under the gate, as run()
+  // would) so that its refusal can be answered before anything of the answer is sent; run() then decodes on the
+  // synced window. The error run() would answer for a failed sync (engine_failure: 503 kv_pool_full for a full
+  // pool), the ticket released and refused with it; nullopt when it synced, the client left before its turn
+  // (run() answers "cancelled"), or there is nothing to sync ahead (a refused ticket, a sync run already).
   std::optional<ApiError> sync_ahead(RunTicket& ticket, const std::function<bool()>& cancelled);
 
-  struct ChatSync;  // what a chat request's sync leaves for its decode (request_ticket.h)
+  struct ChatSync;         // what a chat request's sync leaves for its decode (request_ticket.h)
+  struct CompletionAdmit;  // what a completion's admit leaves for its decode (request_ticket.h)
 
  private:
   std::optional<ApiError> check_model(const std::string& model) const;
@@ -111,7 +120,7 @@ class RequestPath {
   // after the Retry-After; its message names this server's --pool-mb in place of the SDK's advice. A refusal
   // for the window's own max_bytes (CapacityRefused::Bound::kWindowBytes) is a 400 on messages: no waiting cures it.
   // PoolTooSmall (the window the request needs is more than the whole pool: check_pool_holds) is a 400
-  // context_length_exceeded on messages naming --pool-mb: no retry cures it.
+  // context_length_exceeded on messages (a completion's: on prompt) naming --pool-mb: no retry cures it.
   ApiError engine_failure(const Error& e) const;
   ApiError run_failure(const Error& e) const;  // engine_failure, or 503 server_shutdown once the server closes
   std::optional<ApiError> read_reasoning(const ChatRequest& request, RunTicket::Prepared& p);
@@ -120,8 +129,18 @@ class RequestPath {
   bool sync_chat(RunTicket::Prepared& p, const RunSink& sink, ChatSync& out);
   void sync_first(RunTicket::Prepared& p, const RunSink& sink);              // sync_chat into p.synced (or p.left)
   SyncReport sync_making_room(RunTicket::Prepared& p, WindowStats& before);  // sync_chat's; see request_run.cpp
-  // Throws PoolTooSmall when the window `plan` leaves needs more pages than the whole KV pool has.
-  void check_pool_holds(const SyncPlan& plan) const;
+  // `attempt` (a sync or an admit under the gate; false: the client left) tried until the pool holds it, waiting
+  // for running requests up to --pool-wait-ms; see request_run.cpp. `self`: the requester's session, null for a
+  // completion. False: the client left.
+  bool waiting_for_pool(const Session* self, const std::function<bool()>& cancelled,
+                        const std::function<bool()>& attempt);
+  // A completion's prompt admitted to a window of its own, waiting for the pool as sync_first does: p.admitted
+  // (or p.left).
+  void admit_first(RunTicket::Prepared& p, const RunSink& sink);
+  bool admit_completion(RunTicket::Prepared& p, const std::string& lane, Window& window, const RunSink& sink);
+  // Throws PoolTooSmall (naming `param`) when units of these sizes (in tokens; each in whole pages of its own)
+  // need more pages than the whole KV pool has; `what` names them ("this conversation's window").
+  void check_pool_holds(const std::vector<int64_t>& units, const std::string& what, const std::string& param) const;
   RunResult decode_chat(RunTicket::Prepared& p, const std::vector<int64_t>& generation_prompt, const RunSink& sink);
   RunOutcome run_completion(RunTicket::Prepared& p, const RunSink& sink);
   void queue_audit(std::shared_ptr<Session> s, int64_t request, const std::vector<int64_t>& query, double predicted_kl);

@@ -127,6 +127,61 @@ int64_t guest_tokens(const SyncPlan& plan, const Window* healed) {
   return tokens;
 }
 
+// What a sync or an admit the KV pool refused does before it is tried again (RequestPath::sync_making_room,
+// admit_completion), one refusal at a time. A refusal for a window's own bound stands: no other window's room cures
+// it. The first for the pool checks that what the request needs fits the whole pool at all (`check_holds` throws
+// PoolTooSmall: nothing is let go); then each lets the least recently used idle window go (SessionTable::let_go_idle,
+// never `keep`'s), else drops the oldest waiting audit (Auditor::drop_for_pool); neither left, `renew` runs once,
+// where there is one (false: it made no room). False: the refusal stands.
+class RoomMaker {
+ public:
+  RoomMaker(ServeContext& context, SessionTable& sessions, const Session* keep, std::function<void()> check_holds,
+            std::function<bool()> renew = {})
+      : context_(context),
+        sessions_(sessions),
+        keep_(keep),
+        check_holds_(std::move(check_holds)),
+        renew_(std::move(renew)) {}
+
+  bool operator()(const CapacityRefused& e) {
+    if (e.bound() != CapacityRefused::Bound::kPool) return false;
+    if (!checked_) check_holds_();
+    checked_ = true;
+    if (sessions_.let_go_idle(keep_)) return true;
+    if (context_.auditor.drop_for_pool()) return true;
+    if (renewed_ || !renew_) return false;
+    renewed_ = true;
+    return renew_();
+  }
+
+ private:
+  ServeContext& context_;
+  SessionTable& sessions_;
+  const Session* keep_;
+  std::function<void()> check_holds_;
+  std::function<bool()> renew_;
+  bool checked_ = false, renewed_ = false;
+};
+
+// window.admit(chunk), a refusal for capacity thrown as orbit::CapacityRefused (Window::admit throws a plain
+// orbit::Error), as Window::sync throws it: bound kPool, for a completion's window has no max_bytes of its own
+// (ServeContext::new_window).
+void admit_chunk(Window& window, const ChunkRef& chunk) {
+  const Result<ApplyReport> applied = window.apply(window.plan_admit(chunk));
+  if (applied.is_ok()) return;
+  if (applied.status().code() == StatusCode::kOutOfCapacity) {
+    throw CapacityRefused(applied.status().reason(), CapacityRefused::Bound::kPool, __FILE__, __LINE__);
+  }
+  throw Error(applied.status().reason(), __FILE__, __LINE__);
+}
+
+// The tokens of each unit `plan` leaves in the window.
+std::vector<int64_t> unit_sizes(const SyncPlan& plan) {
+  std::vector<int64_t> sizes;
+  for (const SyncUnit& unit : plan.units) sizes.push_back(static_cast<int64_t>(unit.tokens.size()));
+  return sizes;
+}
+
 RunOutcome cancelled_before_decode() {
   RunOutcome out;
   out.result = RunResult{};
@@ -253,19 +308,15 @@ RunOutcome RequestPath::run(RunTicket& ticket, const RunSink& sink) {
 // now is other requests' windows). A refusal for the window's own bound (kWindowBytes) is thrown at once: no other
 // window's room cures it.
 SyncReport RequestPath::sync_making_room(RunTicket::Prepared& p, WindowStats& before) {
-  bool checked = false, renewed = false;
-  const auto make_room = [&](const CapacityRefused& e) {
-    if (e.bound() != CapacityRefused::Bound::kPool) return false;
-    if (!checked) check_pool_holds(p.plan);
-    checked = true;
-    if (sessions_.let_go_idle(p.slot.session())) return true;
-    if (context_.auditor.drop_for_pool()) return true;
-    if (renewed || p.slot.window().instances().empty()) return false;
-    sessions_.renew_window(p.slot.session());
-    before = p.slot.window().stats();
-    renewed = true;
-    return true;
-  };
+  RoomMaker make_room(
+      context_, sessions_, &p.slot.session(),
+      [&] { check_pool_holds(unit_sizes(p.plan), "this conversation's window", "messages"); },
+      [&] {
+        if (p.slot.window().instances().empty()) return false;
+        sessions_.renew_window(p.slot.session());
+        before = p.slot.window().stats();
+        return true;
+      });
   if (!p.replan) {
     try {
       return p.slot.window().sync(p.chat->messages, p.plan);
@@ -282,21 +333,20 @@ SyncReport RequestPath::sync_making_room(RunTicket::Prepared& p, WindowStats& be
   }
 }
 
-void RequestPath::check_pool_holds(const SyncPlan& plan) const {
+void RequestPath::check_pool_holds(const std::vector<int64_t>& units, const std::string& what,
+                                   const std::string& param) const {
   const int64_t page = context_.engine->options().page_size;
   int64_t tokens = 0, pages = 0;
-  for (const SyncUnit& unit : plan.units) {  // each unit's KV in whole pages of its own
-    const auto n = static_cast<int64_t>(unit.tokens.size());
+  for (const int64_t n : units) {  // each unit's KV in whole pages of its own
     tokens += n;
     pages += (n + page - 1) / page;
   }
   const int64_t total = context_.engine->stats().pool_pages;
   if (pages <= total) return;
-  throw PoolTooSmall("this conversation's window needs " + std::to_string(pages) + " KV pages (" +
-                         std::to_string(tokens) + " tokens in " + std::to_string(plan.units.size()) +
-                         " unit(s), pages of " + std::to_string(page) + " tokens) and the whole KV pool has " +
-                         std::to_string(total),
-                     __FILE__, __LINE__);
+  throw PoolTooSmall(what + " needs " + std::to_string(pages) + " KV pages (" + std::to_string(tokens) + " tokens in " +
+                         std::to_string(units.size()) + " unit(s), pages of " + std::to_string(page) +
+                         " tokens) and the whole KV pool has " + std::to_string(total),
+                     param, __FILE__, __LINE__);
 }
 
 // Under the gate: the request counted for owed audits (audit.h; ServeCore::run runs one after the answer), the
@@ -372,47 +422,61 @@ RunResult RequestPath::decode_chat(RunTicket::Prepared& p, const std::vector<int
   return r;
 }
 
-// The chat request's sync (sync_chat), with its window's stats before it for the usage: p.synced, or p.left
-// when the client left before its turn (or while it waited). A sync the KV pool refuses when every idle window
-// is let go waits, outside the gate (the running requests need it to finish), for a request to release its
-// window and tries again, planned anew, up to ServeOptions::pool_wait_ms (SessionTable::wait_for_release: not
-// at all when no other request is running); then the refusal is thrown (503 kv_pool_full).
-void RequestPath::sync_first(RunTicket::Prepared& p, const RunSink& sink) {
-  ChatSync synced;
-  synced.before = p.slot.window().stats();
+// Runs `attempt` (a request's sync or admit under the gate, making room as it goes: RoomMaker) until the KV pool
+// holds it. A refusal for the pool once nothing is left to let go waits, outside the gate (the running requests
+// need it to finish), for a request to release its window and tries again, up to ServeOptions::pool_wait_ms
+// (SessionTable::wait_for_release: not at all when no other request is running); then the refusal is thrown (503
+// kv_pool_full). False: the client left before its turn, or while it waited.
+bool RequestPath::waiting_for_pool(const Session* self, const std::function<bool()>& cancelled,
+                                   const std::function<bool()>& attempt) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(context_.options.pool_wait_ms);
   for (;;) {
     const uint64_t seen = sessions_.releases();
     try {
-      if (sync_chat(p, sink, synced)) {
-        p.synced = std::move(synced);
-      } else {
-        p.left = true;
-      }
-      return;
+      return attempt();
     } catch (const CapacityRefused& e) {
       if (e.bound() != CapacityRefused::Bound::kPool) throw;
-      const SessionTable::Wait waited = sessions_.wait_for_release(p.slot.session(), seen, deadline, sink.cancelled);
-      if (waited == SessionTable::Wait::kGiveUp && sink.cancelled && sink.cancelled()) {
-        p.left = true;
-        return;
-      }
+      const SessionTable::Wait waited = sessions_.wait_for_release(self, seen, deadline, cancelled);
+      if (waited == SessionTable::Wait::kGiveUp && cancelled && cancelled()) return false;
       // No request holds the pages: an idle window the idle worker held (which the sync under the gate skips) is
       // let go now, outside the gate, once the worker's slice ends; with none, nothing is left to give back (the
       // sync let every other idle window go and dropped every waiting audit's fork): the refusal stands.
       const bool idle = waited == SessionTable::Wait::kIdle;
-      if (waited == SessionTable::Wait::kGiveUp || (idle && !sessions_.let_go_idle(p.slot.session(), true))) throw;
-      p.replan = true;
+      if (waited == SessionTable::Wait::kGiveUp || (idle && !sessions_.let_go_idle(self, true))) throw;
     }
   }
 }
 
+// The chat request's sync (sync_chat), with its window's stats before it for the usage: p.synced, or p.left
+// when the client left before its turn (or while it waited for the pool: waiting_for_pool).
+void RequestPath::sync_first(RunTicket::Prepared& p, const RunSink& sink) {
+  ChatSync synced;
+  synced.before = p.slot.window().stats();
+  bool tried = false;
+  const bool ran = waiting_for_pool(&p.slot.session(), sink.cancelled, [&] {
+    p.replan = p.replan || tried;  // refused for the pool, it waited: the plan may be stale
+    tried = true;
+    return sync_chat(p, sink, synced);
+  });
+  if (ran) {
+    p.synced = std::move(synced);
+  } else {
+    p.left = true;
+  }
+}
+
 std::optional<ApiError> RequestPath::sync_ahead(RunTicket& ticket, const std::function<bool()>& cancelled) {
-  if (!ticket.ok() || ticket.prepared_->chat == nullptr || ticket.prepared_->synced) return std::nullopt;
+  if (!ticket.ok()) return std::nullopt;
+  RunTicket::Prepared& p = *ticket.prepared_;
+  if (p.synced || p.admitted || p.left) return std::nullopt;
   RunSink sink;
   sink.cancelled = cancelled;
   try {
-    sync_first(*ticket.prepared_, sink);
+    if (p.chat != nullptr) {
+      sync_first(p, sink);
+    } else {
+      admit_first(p, sink);
+    }
     return std::nullopt;
   } catch (const Error& e) {
     ticket.prepared_.reset();  // the window back to its session, as run() leaves it after a failure
@@ -467,30 +531,56 @@ void RequestPath::queue_audit(std::shared_ptr<Session> s, int64_t request, const
   context_.auditor.submit(std::move(c));
 }
 
-RunOutcome RequestPath::run_completion(RunTicket::Prepared& p, const RunSink& sink) {
-  const std::vector<int64_t>& tokens = p.tokens;
+// Under the gate on `lane`, in pieces: the completion's prompt but its last token admitted to `window` as one chunk
+// (an identical prompt is served from the store), registered once the turn is ours, right before the admit (a chunk
+// no window holds may be forgotten meanwhile, ServeOptions::max_idle_chunks). A refusal for the pool makes room as a
+// chat request's sync does (RoomMaker; a prompt over the whole pool is PoolTooSmall). False: the client left.
+bool RequestPath::admit_completion(RunTicket::Prepared& p, const std::string& lane, Window& window,
+                                   const RunSink& sink) {
+  const std::vector<int64_t> prefix(p.tokens.begin(), p.tokens.end() - 1);
+  if (prefix.empty()) return true;  // the query alone
+  GateTurn turn(context_, lane, sink.cancelled, static_cast<int64_t>(prefix.size()));
+  if (!turn.enter()) return false;
+  RoomMaker make_room(context_, sessions_, nullptr, [&] {
+    check_pool_holds({static_cast<int64_t>(prefix.size())}, "this prompt (but its last token)", "prompt");
+  });
+  return run_in_pieces(context_, lane, sink.cancelled, [&] {
+    const ChunkRef chunk = context_.engine->add_tokens(prefix, ChunkOptions{});
+    for (;;) {
+      try {
+        return admit_chunk(window, chunk);
+      } catch (const CapacityRefused& e) {
+        if (!make_room(e)) throw;
+      }
+    }
+  });
+}
+
+void RequestPath::admit_first(RunTicket::Prepared& p, const RunSink& sink) {
+  p.held = sessions_.hold_outside();  // from here until its window closes, a running request's to those waiting
   const std::string lane = "~completion:" + std::to_string(++lanes_);
   Window window = context_.new_window();
   const WindowStats before = window.stats();
-  const std::vector<int64_t> prefix(tokens.begin(), tokens.end() - 1);
-  if (!prefix.empty()) {
-    // The prompt but its last token as one chunk: an identical prompt is served from the store. Registered
-    // once the turn is ours, right before the admit (a chunk no window holds may be forgotten meanwhile,
-    // ServeOptions::max_idle_chunks).
-    GateTurn turn(context_, lane, sink.cancelled, static_cast<int64_t>(prefix.size()));
-    if (!turn.enter()) return cancelled_before_decode();
-    const bool admitted = run_in_pieces(context_, lane, sink.cancelled,
-                                        [&] { window.admit(context_.engine->add_tokens(prefix, ChunkOptions{})); });
-    if (!admitted) return cancelled_before_decode();
+  if (waiting_for_pool(nullptr, sink.cancelled, [&] { return admit_completion(p, lane, window, sink); })) {
+    p.admitted.emplace(CompletionAdmit{std::move(window), before});
+  } else {
+    p.left = true;
   }
-  const std::vector<int64_t> query{tokens.back()};
+}
+
+RunOutcome RequestPath::run_completion(RunTicket::Prepared& p, const RunSink& sink) {
+  if (!p.admitted && !p.left) admit_first(p, sink);  // else sync_ahead ran it
+  if (p.left) return cancelled_before_decode();
+  Window& window = p.admitted->window;
+  const WindowStats& before = p.admitted->before;
+  const std::vector<int64_t> query{p.tokens.back()};
   RunResult r = decode(context_, window, DecodeRequest{&query, &p.completion->sampling}, sink);
   const WindowStats after = window.stats();
-  r.usage.prompt_tokens = static_cast<int64_t>(tokens.size());
+  r.usage.prompt_tokens = static_cast<int64_t>(p.tokens.size());
   r.usage.forward_tokens =
       after.critical_forward_tokens - before.critical_forward_tokens + static_cast<double>(r.prompt_forward_tokens);
   r.usage.radix_cache_tokens = radix_delta(before, after);
-  r.usage.plan = prefix.empty() ? "query only" : "prompt as one chunk";
+  r.usage.plan = p.tokens.size() == 1 ? "query only" : "prompt as one chunk";
   RunOutcome out;
   out.result = std::move(r);
   return out;

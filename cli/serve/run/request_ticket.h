@@ -20,6 +20,12 @@ struct RequestPath::ChatSync {
   ServingMode mode;         // sessions_.serving: exact (healed) and audited or not
 };
 
+// What a completion's admit leaves for its decode (RequestPath::admit_first).
+struct RequestPath::CompletionAdmit {
+  Window window;       // the completion's own, its prompt but the last token admitted
+  WindowStats before;  // the window's stats before the admit: the usage counts from there
+};
+
 // What run() needs of a prepared request: a chat request's window, options and plan, or a completion
 // request's tokens.
 struct RunTicket::Prepared {
@@ -33,10 +39,13 @@ struct RunTicket::Prepared {
   bool calls_whole = false;                      // AnswerConstraint::calls_whole
   bool in_reasoning = false;  // under a reasoning parser, the answer begins inside the reasoning (reasoning.h)
   std::optional<RequestPath::ChatSync> synced;  // the sync ran (RequestPath::sync_ahead, or run): decode next
-  bool left = false;                            // the client left before the sync's turn: nothing ran
+  bool left = false;                            // the client left before the sync's (or admit's) turn
   bool replan = false;  // a sync was refused for the pool and waits: `plan` may be stale, the next one plans anew
   const CompletionRequest* completion = nullptr;  // set for a completion request
   std::vector<int64_t> tokens;                    // its prompt, tokenized with BOS (non-empty)
+  // The completion's window counted as a request's (declared before `admitted`: released once it is closed).
+  SessionTable::OutsideHold held;
+  std::optional<RequestPath::CompletionAdmit> admitted;  // its admit ran (sync_ahead, or run): decode next
 };
 
 // The prompt a chat request reads: the rendering's tokens and the generation prompt after them.

@@ -217,13 +217,40 @@ void SessionTable::release(WindowSlot& slot) {
     }
   }
   slot.lock_.unlock();
+  count_release();
+  enforce_budget(false);
+  on_release_();
+}
+
+void SessionTable::count_release() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ++releases_;
   }
   released_.notify_all();  // a request waiting for pool pages tries again (wait_for_release)
-  enforce_budget(false);
-  on_release_();
+}
+
+SessionTable::OutsideHold SessionTable::hold_outside() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++outside_holds_;
+  return OutsideHold(this);
+}
+
+SessionTable::OutsideHold& SessionTable::OutsideHold::operator=(OutsideHold&& other) noexcept {
+  if (this != &other) {
+    OutsideHold gone(std::move(*this));  // released as it goes
+    table_ = std::exchange(other.table_, nullptr);
+  }
+  return *this;
+}
+
+SessionTable::OutsideHold::~OutsideHold() {
+  if (table_ == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(table_->mutex_);
+    --table_->outside_holds_;
+  }
+  table_->count_release();
 }
 
 uint64_t SessionTable::releases() const {
@@ -231,13 +258,22 @@ uint64_t SessionTable::releases() const {
   return releases_;
 }
 
-SessionTable::Wait SessionTable::wait_for_release(const Session& self, uint64_t seen,
+SessionTable::Wait SessionTable::wait_for_release(const Session* self, uint64_t seen,
                                                   std::chrono::steady_clock::time_point deadline,
                                                   const std::function<bool()>& cancelled) {
   std::unique_lock<std::mutex> lock(mutex_);
-  pool_waiters_.insert(&self);  // not a request that will release pages for the others waiting here
+  // Not a request that will release pages for the others waiting here.
+  if (self != nullptr) {
+    pool_waiters_.insert(self);
+  } else {
+    ++outside_waiters_;
+  }
   const auto done = [&](Wait w) {
-    pool_waiters_.erase(pool_waiters_.find(&self));
+    if (self != nullptr) {
+      pool_waiters_.erase(pool_waiters_.find(self));
+    } else {
+      --outside_waiters_;
+    }
     return w;
   };
   for (;;) {
@@ -246,9 +282,10 @@ SessionTable::Wait SessionTable::wait_for_release(const Session& self, uint64_t 
     if (releases_ != seen) return done(Wait::kReleased);
     const auto tick = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
     if (released_.wait_until(lock, tick, [&] { return releases_ != seen; })) return done(Wait::kReleased);
-    bool running = false;  // another request holds or waits for a window: its release wakes this wait
+    // Another request holds or waits for a window (a completion's too): its release wakes this wait.
+    bool running = outside_holds_ > outside_waiters_;
     for_each_window([&](const std::shared_ptr<Session>& s) {
-      running = running || (s.get() != &self && s->holders > static_cast<int64_t>(pool_waiters_.count(s.get())));
+      running = running || (s.get() != self && s->holders > static_cast<int64_t>(pool_waiters_.count(s.get())));
     });
     if (!running) return done(Wait::kIdle);  // what holds the pages is no request (the idle worker's window): try again
     if (cancelled) {
@@ -399,14 +436,14 @@ void SessionTable::let_go(Session& s) {
   s.stats = WindowStats{};
 }
 
-bool SessionTable::let_go_idle(const Session& keep, bool wait) {
+bool SessionTable::let_go_idle(const Session* keep, bool wait) {
   std::set<const Session*> busy;  // held by the idle worker: skipped
   for (;;) {
     std::shared_ptr<Session> victim;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       for_each_window([&](const std::shared_ptr<Session>& s) {
-        const bool candidate = s.get() != &keep && s->window && s->holders == 0 && !busy.count(s.get());
+        const bool candidate = s.get() != keep && s->window && s->holders == 0 && !busy.count(s.get());
         if (candidate && (!victim || s->last_used < victim->last_used)) victim = s;
       });
       if (!victim) return false;

@@ -44,6 +44,7 @@
 #include <set>
 #include <string>
 #include <vector>
+#include <utility>
 
 #include "orbit/engine.h"
 #include "serve/serve_context.h"
@@ -235,9 +236,9 @@ class SessionTable {
   // budget's do (its chunks stay in the store; its next request syncs a new window from them). A window the
   // idle worker holds is skipped (the caller holds the gate the worker may wait for). False when there was
   // none to let go.
-  // wait = true (only where the caller holds no gate turn: RequestPath::sync_first's pool wait) waits for a
-  // window the idle worker holds instead of skipping it.
-  bool let_go_idle(const Session& keep, bool wait = false);
+  // wait = true (only where the caller holds no gate turn: RequestPath::waiting_for_pool) waits for a window the
+  // idle worker holds instead of skipping it. `keep` null: the request has no window of the table (a completion).
+  bool let_go_idle(const Session* keep, bool wait = false);
   // The requester's own window, when even letting every idle window go left the pool short: it leaves memory
   // as let_go_idle's do (counted an eviction; its chunks stay in the store) and a new, empty window takes its
   // place, so a sync whose old units hold the pages its new ones need is planned from nothing. Called by the
@@ -251,10 +252,28 @@ class SessionTable {
   // too (what holds the pages then is no request: e.g. a window the idle worker holds, which let_go_idle(keep, true)
   // waits for); kGiveUp when `deadline` passes or `cancelled` answers true (the client left; asked every tick).
   enum class Wait { kReleased, kIdle, kGiveUp };
-  Wait wait_for_release(const Session& self, uint64_t seen, std::chrono::steady_clock::time_point deadline,
+  // `self` null: a request whose window is outside the table (a completion's, held by an OutsideHold).
+  Wait wait_for_release(const Session* self, uint64_t seen, std::chrono::steady_clock::time_point deadline,
                         const std::function<bool()>& cancelled);
 
   // GET /v1/sessions/{id}'s body (serve_core.h); nullopt for an unknown session.
+  // A window a request holds outside the table (a completion's own, RequestPath::admit_first), counted by
+  // wait_for_release as a running request's from hold_outside() until the hold is destroyed, which counts as a
+  // release (the requests waiting for pages try again). Destroy it after the window is closed. Move-only.
+  class OutsideHold {
+   public:
+    OutsideHold() = default;
+    OutsideHold(OutsideHold&& other) noexcept : table_(std::exchange(other.table_, nullptr)) {}
+    OutsideHold& operator=(OutsideHold&& other) noexcept;
+    ~OutsideHold();
+
+   private:
+    friend class SessionTable;
+    explicit OutsideHold(SessionTable* table) : table_(table) {}
+    SessionTable* table_ = nullptr;
+  };
+  OutsideHold hold_outside();
+
   std::optional<nlohmann::json> info(const std::string& id) const;
   // Ends session `id`: kUnknown when there is none, kBusy (nothing changes) while requests run on it or wait
   // for it (they would otherwise run on a session that no longer exists).
@@ -275,6 +294,7 @@ class SessionTable {
   void drop_refused(const Session& s);  // under mutex_: the record or anonymous window of a refused request
   void let_go(Session& s);              // under mutex_, holding s.run: its window leaves memory
 
+  void count_release();                 // not under mutex_: a window released; the pool's waiters try again
   ServeContext& context_;
   std::function<void()> on_release_;
   mutable std::mutex mutex_;  // guards the tables below and the Sessions' guarded fields
@@ -285,5 +305,7 @@ class SessionTable {
   std::condition_variable released_;            // notified on each
   std::multiset<const Session*> pool_waiters_;  // under mutex_: sessions whose request waits in wait_for_release
 };
+  int64_t outside_holds_ = 0;                   // under mutex_: OutsideHolds alive
+  int64_t outside_waiters_ = 0;                 // under mutex_: their requests waiting in wait_for_release
 
 }  // namespace orbit::serve

@@ -1,0 +1,106 @@
+// `orbit serve` below HTTP: a request the KV pool refuses while a completion's window holds the pages waits for
+// that window (RequestPath::waiting_for_pool, SessionTable::OutsideHold), as it waits for a chat request's. A
+// completion's window is no session's: the wait saw no running request and refused at once (503 kv_pool_full).
+// Nothing is timed: the completion is held in its sink until the test has seen the waiter make room.
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "orbit_catch.h"
+#include "serve/serve_core.h"
+#include "serve/wire/serve_api.h"
+
+namespace sv = orbit::serve;
+
+namespace {
+
+// Set once, waited for by another thread.
+class Flag {
+ public:
+  void set() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      set_ = true;
+    }
+    changed_.notify_all();
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [this] { return set_; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool set_ = false;
+};
+
+sv::SamplingRequest greedy(int64_t max_tokens) {
+  sv::SamplingRequest s;
+  s.max_tokens = max_tokens;
+  s.temperature = 0;
+  s.logit_bias = {{1, -100}, {2, -100}};  // no BOS or EOS: the answer has text to stream
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("serve: a request the pool refuses waits for a running completion's window", "[serve][model]") {
+  sv::ServeOptions options;
+  options.model = std::string(ORBIT_MODELS_DIR) + "/stories260K/stories260K.bin";
+  options.pool_bytes = int64_t{1} << 20;  // 51 pages of 16 tokens
+  options.pool_wait_ms = 3600000;         // never runs out here
+  sv::ServeCore core(options);
+  std::string story;  // about 400 tokens: 25 pages; two such windows and a longer one do not fit together
+  for (int i = 0; i < 80; ++i) story += " once upon a time";
+  auto chat = [&](const std::string& session, const std::string& text) {
+    sv::ChatRequest r;
+    r.model = core.model_name();
+    r.messages = {{"user", session + text}};
+    r.sampling = greedy(4);
+    return core.chat(r, session, {});
+  };
+  REQUIRE(chat("idle", story).result);  // an idle window, let go for the waiter below
+
+  sv::CompletionRequest running;
+  running.model = core.model_name();
+  running.prompt = "running" + story;
+  running.sampling = greedy(4);
+  Flag streaming, go_on;
+  sv::RunSink held;
+  bool first = true;
+  held.on_text = [&](const std::string&) {
+    if (first) {  // its window holds its prompt's pages from here until the run returns
+      first = false;
+      streaming.set();
+      go_on.wait();
+    }
+    return true;
+  };
+  std::optional<sv::RunOutcome> completed;
+  std::thread completion([&] { completed = core.complete(running, held); });
+  streaming.wait();
+
+  std::string longer = story;
+  for (int i = 0; i < 20; ++i) longer += " the end";
+  std::optional<sv::RunOutcome> waited;
+  std::thread waiter([&] { waited = chat("waiter", longer); });
+  // The waiter's sync let the idle window go and still did not fit beside the completion's: it waits (it was a
+  // 503 at once), until the completion ends.
+  for (;;) {
+    const auto idle = core.session_info("idle");
+    REQUIRE(idle);
+    if ((*idle)["left_memory"] == 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // a poll, not a deadline
+  }
+  go_on.set();
+  completion.join();
+  waiter.join();
+  REQUIRE(completed->result);
+  INFO((waited->result ? "" : waited->error.message));
+  REQUIRE(waited->result);
+  CHECK(waited->result->finish_reason == "length");
+}
