@@ -14,6 +14,9 @@
 //   GET  /metrics                   Prometheus text (serve_metrics.h)
 // Every error is an OpenAI error body (serve_api.h) with a 4xx or 5xx status; unknown paths are 404, a
 // known path with another method 405 with an Allow header (OPTIONS too, unless --allow-origin: cors.h).
+// A percent-encoded slash (%2F) inside a path segment is part of that segment, never a boundary: an ID that
+// holds one is an unknown id (no id holds a '/'; a model's name may), so GET /v1/chat/completions/ID%2Fmessages
+// is 404 naming "ID/messages", and /v1/chat%2Fcompletions no endpoint (serve_http_route::routed_path).
 // Under --allow-origin every answer, the front's included, carries the CORS fields for its request's Origin.
 // A session is named by the header X-Orbit-Session, else the body's `user`.
 // With API keys (api_keys.h) every /v1/* request but OPTIONS (a browser's preflight carries no credentials)
@@ -30,7 +33,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <regex>
 #include <string>
+#include <vector>
 
 #include "serve/http/api_keys.h"
 #include "serve/http/cors.h"
@@ -102,12 +107,32 @@ class HttpServer {
   bool refuse_unauthorized(const httplib::Request& req, httplib::Response& res);
   // A POST to /v1/chat/completions (endpoint "chat") or /v1/completions ("completions").
   void generate(const std::string& endpoint, const httplib::Request& req, httplib::Response& res);
+
+  // A route whose path holds an id (or a model's name) in its pattern's one group.
+  struct IdRoute {
+    using Answer = std::function<void(const httplib::Request&, httplib::Response&, const std::string& id)>;
+    std::string method;  // "GET" (which serves HEAD too), "POST" or "DELETE"
+    std::regex pattern;
+    Answer answer;
+  };
+  // Registers an IdRoute with cpp-httplib (the id: the group as it matched the decoded path) and keeps it for
+  // answer_slashed.
+  void id_route(const std::string& method, const std::string& pattern, IdRoute::Answer answer);
+  // A request whose path (`path`: serve_http_route::routed_path) holds an encoded slash inside a segment, its method
+  // allowed there: answered by the IdRoute whose pattern `path` matches, with the group decoded (an id that holds a
+  // '/': the route's 404 for an unknown id), else 404 "no such endpoint". Never by the route cpp-httplib matches
+  // with the path decoded whole. The pre-routing handler calls it, but for a POST, whose body cpp-httplib reads
+  // after that handler: every POST route is registered through post_route, which calls it first (a last route,
+  // ".*", takes a POST that no route matched by its decoded path).
+  void answer_slashed(const httplib::Request& req, httplib::Response& res, const std::string& path);
+  void post_route(const std::string& pattern, std::function<void(const httplib::Request&, httplib::Response&)> handler);
   std::unique_ptr<HttpFront> server_;
   ServeCore& core_;
   HttpOptions options_;
   std::atomic<int64_t> in_flight_{0};
   std::atomic<bool> draining_{false};
   std::atomic<int64_t> next_id_{0};
+  std::vector<IdRoute> id_routes_;  // written by routes() before the server starts; read only after
   // 12 random hex digits drawn at startup: ids are "chatcmpl-<tag>-<n>", unique across restarts as well.
   std::string id_tag_;
 };

@@ -7,6 +7,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <string>
 
 #include "serve/wire/serve_api.h"
@@ -20,6 +21,32 @@ inline void reply_error(httplib::Response& res, const ApiError& e) {
   // wait what Retry-After says before their retry.
   if (e.code == "kv_pool_full") res.set_header("Retry-After", "1");
   res.set_content(error_body(e), "application/json");
+}
+
+// The path the routes match. cpp-httplib decodes the whole path before it routes, so that an encoded slash inside a
+// segment would split it ("/v1/chat/completions/ID%2Fmessages" reached ID's messages); but a '/' sent as %2F is
+// no segment boundary, and no id holds one. Where a segment holds one, this is the path with each segment decoded
+// on its own and its '%' and '/' encoded again ("%25", "%2F"): one segment still, which HttpServer's pre-routing
+// handler routes itself (decode_url of a group its pattern captures gives the segment back); *slashed is then set.
+// Else req.path as cpp-httplib decoded it.
+inline std::string routed_path(const httplib::Request& req, bool* slashed = nullptr) {
+  if (slashed != nullptr) *slashed = false;
+  const std::string raw = req.target.substr(0, req.target.find('?'));
+  std::string path;
+  bool any = false;
+  for (std::size_t at = 0; at <= raw.size();) {
+    const std::size_t end = std::min(raw.find('/', at), raw.size());
+    const std::string segment = httplib::detail::decode_url(raw.substr(at, end - at), false);
+    if (at > 0) path += '/';
+    for (const char c : segment) {
+      any = any || c == '/';
+      path += c == '%' ? "%25" : c == '/' ? "%2F" : std::string(1, c);
+    }
+    at = end + 1;
+  }
+  if (!any) return req.path;
+  if (slashed != nullptr) *slashed = true;
+  return path;
 }
 
 // The metrics' endpoint label of a path.

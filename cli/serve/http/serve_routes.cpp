@@ -81,7 +81,27 @@ bool method_allowed(const std::string& allow, const std::string& method) {
 // (generate, post_responses). Every other answer is counted as it is written
 // (routes()' post-routing handler).
 bool counted_by_route(const httplib::Request& req) {
-  return req.method == "POST" && serve_http_route::endpoint_of(req.path) != "other";
+  return req.method == "POST" && serve_http_route::endpoint_of(serve_http_route::routed_path(req)) != "other";
+}
+
+// A 404's message for a path no route serves (one OpenAI serves says what to use instead).
+std::string no_endpoint(const std::string& path) {
+  const char* unserved = unserved_endpoint(path);
+  return unserved != nullptr ? unserved : "no such endpoint";
+}
+
+// DELETE /v1/sessions/{id}.
+void delete_session(ServeCore& core, const std::string& id, httplib::Response& res) {
+  const SessionTable::End ended = core.end_session(id);
+  if (ended == SessionTable::End::kUnknown) {
+    return serve_http_route::reply_error(res, not_found("no session '" + id + "'", "session_not_found"));
+  }
+  if (ended == SessionTable::End::kBusy) {
+    return serve_http_route::reply_error(
+        res, api_error(409, "session '" + id + "' has requests running or waiting; delete it once they are done",
+                       "invalid_request_error", "session_busy"));
+  }
+  res.set_content(json{{"id", id}, {"object", "orbit.session.deleted"}, {"deleted", true}}.dump(), "application/json");
 }
 
 }  // namespace
@@ -91,11 +111,18 @@ void HttpServer::routes() {
   // GET /health is answered by the front (http_front.h); a known path with
   // another method is 405, OPTIONS under --allow-origin excepted
   // (answer_options).
+  // A path with an encoded slash inside a segment is answered here, by its segments (answer_slashed), never routed
+  // by cpp-httplib.
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (refuse_unauthorized(req, res)) return httplib::Server::HandlerResponse::Handled;
-    const char* allow = allowed_methods(req.path);
-    if (allow == nullptr || method_allowed(allow, req.method)) return httplib::Server::HandlerResponse::Unhandled;
-    if (req.method == "OPTIONS" && options_.cors.enabled()) {
+    bool slashed = false;
+    const std::string path = serve_http_route::routed_path(req, &slashed);
+    const char* allow = allowed_methods(path);
+    if (allow == nullptr || method_allowed(allow, req.method)) {
+      // A POST's body is read after this handler: post_route answers it then.
+      if (!slashed || (allow != nullptr && req.method == "POST")) return httplib::Server::HandlerResponse::Unhandled;
+      answer_slashed(req, res, path);
+    } else if (req.method == "OPTIONS" && options_.cors.enabled()) {
       answer_options(req, res, allow);
     } else {
       refuse_method(req, res, allow);
@@ -119,16 +146,18 @@ void HttpServer::routes() {
     // A 401 came from the pre-routing handler: the route that would count
     // it never ran.
     if (!counted_by_route(req) || res.status == 401)
-      core_.metrics().count_untimed(serve_http_route::endpoint_of(req.path), res.status);
+      core_.metrics().count_untimed(serve_http_route::endpoint_of(serve_http_route::routed_path(req)), res.status);
   });
   route_models_and_sessions();
   for (const char* endpoint : {"chat", "completions"}) {
     const std::string path = std::string(endpoint) == "chat" ? "/v1/chat/completions" : "/v1/completions";
-    s.Post(path,
-           [this, endpoint](const httplib::Request& req, httplib::Response& res) { generate(endpoint, req, res); });
+    post_route(path,
+               [this, endpoint](const httplib::Request& req, httplib::Response& res) { generate(endpoint, req, res); });
   }
   route_stored_chat();
   route_responses();
+  // Last: a POST no route above matched by its decoded path, which its segments may still route.
+  post_route(".*", [](const httplib::Request&, httplib::Response& res) { res.status = 404; });
   set_error_handlers();
 }
 
@@ -143,6 +172,42 @@ void HttpServer::refuse_method(const httplib::Request& req, httplib::Response& r
   }
   res.set_header("Allow", methods);
   serve_http_route::reply_error(res, api_error(405, message, "invalid_request_error", "method_not_allowed"));
+}
+
+void HttpServer::id_route(const std::string& method, const std::string& pattern, IdRoute::Answer answer) {
+  id_routes_.push_back({method, std::regex(pattern), answer});
+  auto routed = [answer](const httplib::Request& req, httplib::Response& res) {
+    answer(req, res, req.matches[1].str());
+  };
+  httplib::Server& s = *server_;
+  if (method == "GET") {
+    s.Get(pattern, routed);
+  } else if (method == "POST") {
+    post_route(pattern, routed);
+  } else {
+    s.Delete(pattern, routed);
+  }
+}
+
+void HttpServer::post_route(const std::string& pattern,
+                            std::function<void(const httplib::Request&, httplib::Response&)> handler) {
+  server_->Post(pattern, [this, handler](const httplib::Request& req, httplib::Response& res) {
+    bool slashed = false;
+    const std::string path = serve_http_route::routed_path(req, &slashed);
+    if (slashed) return answer_slashed(req, res, path);
+    handler(req, res);
+  });
+}
+
+void HttpServer::answer_slashed(const httplib::Request& req, httplib::Response& res, const std::string& path) {
+  const std::string method = req.method == "HEAD" ? "GET" : req.method;
+  for (const IdRoute& route : id_routes_) {
+    std::smatch m;
+    if (route.method == method && std::regex_match(path, m, route.pattern)) {
+      return route.answer(req, res, httplib::detail::decode_url(m[1].str(), false));
+    }
+  }
+  serve_http_route::reply_error(res, not_found(no_endpoint(path), ""));
 }
 
 bool HttpServer::refuse_unauthorized(const httplib::Request& req, httplib::Response& res) {
@@ -181,38 +246,23 @@ void HttpServer::route_models_and_sessions() {
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(core_.models().dump(), "application/json");
   });
-  s.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
-    if (req.matches[1] != core_.model_name()) {
-      return serve_http_route::reply_error(
-          res, not_found("the model '" + std::string(req.matches[1]) + "' does not exist", "model_not_found"));
+  id_route("GET", R"(/v1/models/(.+))", [this](const httplib::Request&, httplib::Response& res, const std::string& id) {
+    if (id != core_.model_name()) {
+      return serve_http_route::reply_error(res, not_found("the model '" + id + "' does not exist", "model_not_found"));
     }
     res.set_content(core_.models()["data"][0].dump(), "application/json");
   });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(core_.metrics().render(core_.gauges()), "text/plain; version=0.0.4");
   });
-  s.Get(R"(/v1/sessions/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
-    const auto info = core_.session_info(req.matches[1]);
-    if (!info)
-      return serve_http_route::reply_error(
-          res, not_found("no session '" + std::string(req.matches[1]) + "'", "session_not_found"));
+  const std::string session = R"(/v1/sessions/([^/]+))";
+  id_route("GET", session, [this](const httplib::Request&, httplib::Response& res, const std::string& id) {
+    const auto info = core_.session_info(id);
+    if (!info) return serve_http_route::reply_error(res, not_found("no session '" + id + "'", "session_not_found"));
     res.set_content(dump(*info), "application/json");
   });
-  s.Delete(R"(/v1/sessions/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
-    const std::string id = req.matches[1];
-    const SessionTable::End ended = core_.end_session(id);
-    if (ended == SessionTable::End::kUnknown) {
-      return serve_http_route::reply_error(res, not_found("no session '" + id + "'", "session_not_found"));
-    }
-    if (ended == SessionTable::End::kBusy) {
-      return serve_http_route::reply_error(res, api_error(409,
-                                                          "session '" + id +
-                                                              "' has requests running or waiting; delete it once "
-                                                              "they are done",
-                                                          "invalid_request_error", "session_busy"));
-    }
-    res.set_content(json{{"id", id}, {"object", "orbit.session.deleted"}, {"deleted", true}}.dump(),
-                    "application/json");
+  id_route("DELETE", session, [this](const httplib::Request&, httplib::Response& res, const std::string& id) {
+    delete_session(core_, id, res);
   });
 }
 
@@ -220,36 +270,41 @@ void HttpServer::route_stored_chat() {
   httplib::Server& s = *server_;
   s.Get("/v1/chat/completions",
         [this](const httplib::Request& req, httplib::Response& res) { list_chat_completions(core_, req, res); });
-  s.Get(R"(/v1/chat/completions/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
-    get_chat_completion(core_, req.matches[1], req, res);
+  const std::string one = R"(/v1/chat/completions/([^/]+))";
+  id_route("GET", one, [this](const httplib::Request& req, httplib::Response& res, const std::string& id) {
+    get_chat_completion(core_, id, req, res);
   });
-  s.Get(R"(/v1/chat/completions/([^/]+)/messages)", [this](const httplib::Request& req, httplib::Response& res) {
-    list_chat_messages(core_, req.matches[1], req, res);
+  id_route("GET", one + "/messages",
+           [this](const httplib::Request& req, httplib::Response& res, const std::string& id) {
+             list_chat_messages(core_, id, req, res);
+           });
+  id_route("POST", one, [this](const httplib::Request& req, httplib::Response& res, const std::string& id) {
+    update_chat_completion(core_, id, req, res);
   });
-  s.Post(R"(/v1/chat/completions/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
-    update_chat_completion(core_, req.matches[1], req, res);
-  });
-  s.Delete(R"(/v1/chat/completions/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
-    delete_chat_completion(core_, req.matches[1], res);
+  id_route("DELETE", one, [this](const httplib::Request&, httplib::Response& res, const std::string& id) {
+    delete_chat_completion(core_, id, res);
   });
 }
 
 void HttpServer::route_responses() {
-  httplib::Server& s = *server_;
-  s.Post("/v1/responses", [this](const httplib::Request& req, httplib::Response& res) {
+  post_route("/v1/responses", [this](const httplib::Request& req, httplib::Response& res) {
     post_responses(ResponsesRoute{core_, in_flight_, draining_}, req, res);
   });
-  s.Post("/v1/responses/input_tokens",
-         [this](const httplib::Request& req, httplib::Response& res) { post_input_tokens(core_, req, res); });
-  s.Post(R"(/v1/responses/([^/]+)/cancel)",
-         [this](const httplib::Request& req, httplib::Response& res) { cancel_response(core_, req.matches[1], res); });
-  s.Get(R"(/v1/responses/([^/]+))",
-        [this](const httplib::Request& req, httplib::Response& res) { get_response(core_, req.matches[1], req, res); });
-  s.Get(R"(/v1/responses/([^/]+)/input_items)", [this](const httplib::Request& req, httplib::Response& res) {
-    get_input_items(core_, req.matches[1], req, res);
+  post_route("/v1/responses/input_tokens",
+             [this](const httplib::Request& req, httplib::Response& res) { post_input_tokens(core_, req, res); });
+  const std::string one = R"(/v1/responses/([^/]+))";
+  id_route("POST", one + "/cancel", [this](const httplib::Request&, httplib::Response& res, const std::string& id) {
+    cancel_response(core_, id, res);
   });
-  s.Delete(R"(/v1/responses/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
-    delete_response(core_, req.matches[1], res);
+  id_route("GET", one, [this](const httplib::Request& req, httplib::Response& res, const std::string& id) {
+    get_response(core_, id, req, res);
+  });
+  id_route("GET", one + "/input_items",
+           [this](const httplib::Request& req, httplib::Response& res, const std::string& id) {
+             get_input_items(core_, id, req, res);
+           });
+  id_route("DELETE", one, [this](const httplib::Request&, httplib::Response& res, const std::string& id) {
+    delete_response(core_, id, res);
   });
 }
 
@@ -260,9 +315,7 @@ void HttpServer::set_error_handlers() {
     const char* type = res.status == 404   ? "not_found_error"
                        : res.status >= 500 ? "server_error"
                                            : "invalid_request_error";
-    std::string message = res.status == 404 ? "no such endpoint" : "HTTP status " + std::to_string(res.status);
-    if (const char* unserved = unserved_endpoint(req.path); res.status == 404 && unserved != nullptr)
-      message = unserved;
+    std::string message = res.status == 404 ? no_endpoint(req.path) : "HTTP status " + std::to_string(res.status);
     if (res.status == 413) message = "the request body is over the server's limit";
     res.set_content(error_body(api_error(res.status, message, type)), "application/json");
   });
