@@ -109,6 +109,11 @@ const char* kServeUsage =
     "  --anonymous-windows N windows kept for requests without X-Orbit-Session (default 64, at most 4096):\n"
     "                        each request takes the one whose conversation it continues; resident ones\n"
     "                        count against --max-sessions and --session-budget-mb\n"
+    "  --max-known-sessions N  session records kept for GET /v1/sessions/ID and their totals (default 4096,\n"
+    "                        at most 1048576); past it the least recently used that are neither resident nor\n"
+    "                        running are forgotten (404; a later request of that session starts it anew,\n"
+    "                        its window synced from the store). One kept out of memory holds its totals\n"
+    "                        and audits, not its conversation\n"
     "  --max-responses N     responses kept for previous_response_id and GET /v1/responses/ID (default 4096);\n"
     "                        past it the least recently used are forgotten (404)\n"
     "  --max-chat-completions N  chat completions created with store true kept for GET\n"
@@ -196,6 +201,9 @@ const char* kServeUsage =
 constexpr int64_t kMaxThreads = 4096;
 // --min-drain-rate's most, bytes a second (DrainRate's arithmetic holds up to it over a day's window).
 constexpr int64_t kMaxDrainRate = int64_t{1} << 30;
+// --max-known-sessions' most: a record out of memory holds its id, totals and audits, no conversation
+// (SessionTable::let_go), so a million of them stay small beside the windows' KV.
+constexpr int64_t kMaxKnownSessions = int64_t{1} << 20;
 
 // The server's signal thread: SIGTERM / SIGINT start the drain, and a second one during the drain ends it at
 // once. Returns whether a second one did.
@@ -316,6 +324,9 @@ serve::ServeOptions serve_options(const Args& args) {
   o.max_sessions = args.get_int("--max-sessions", 64, 1);
   o.anonymous_windows = args.get_int("--anonymous-windows", 64, 1);
   ORBIT_CHECK(o.anonymous_windows <= 4096, "serve: argument '--anonymous-windows' must be at most 4096");
+  o.max_known_sessions = args.get_int("--max-known-sessions", 4096, 1);
+  ORBIT_CHECK(o.max_known_sessions <= kMaxKnownSessions, "serve: argument '--max-known-sessions' must be at most "
+                                                             << kMaxKnownSessions << ", got " << o.max_known_sessions);
   o.max_responses = args.get_int("--max-responses", 4096, 1);
   o.max_chat_completions = args.get_int("--max-chat-completions", 4096, 1);
   const std::string group_commit = args.get_or("--store-group-commit", "on");
@@ -460,6 +471,7 @@ ArgSpec serve_arg_spec() {
                 "--remote-max-held-fraction",
                 "--max-sessions",
                 "--anonymous-windows",
+                "--max-known-sessions",
                 "--max-responses",
                 "--max-chat-completions",
                 "--store-group-commit",

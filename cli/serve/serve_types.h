@@ -46,7 +46,7 @@ struct ServeOptions {
   double remote_max_held_fraction = 0.5;
   int64_t session_budget_bytes = int64_t{128} << 20;  // KV of idle sessions' windows kept resident
   int64_t max_sessions = 64;                          // resident windows at most (sessions' and anonymous)
-  int64_t max_known_sessions = 4096;  // session records kept; past it the oldest not resident are forgotten
+  int64_t max_known_sessions = 4096;  // --max-known-sessions: records kept; past it the LRU not resident nor running go
   // Windows kept for requests without a session (session_table.h), resident or not: resident ones count
   // against max_sessions and session_budget_bytes as sessions' do.
   int64_t anonymous_windows = 64;

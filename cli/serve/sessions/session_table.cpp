@@ -434,6 +434,12 @@ void SessionTable::let_go(Session& s) {
   s.window.reset();  // its KV leaves the pool; its chunks stay in the store
   ++s.totals.evictions;
   s.stats = WindowStats{};
+  // The list its idle work would prefill (a copy of the whole conversation, and the answer): only a resident
+  // window's is prefilled, and the next request sends the list again. A record out of memory keeps what GET
+  // /v1/sessions/{id} reports and what its next request reads (totals, audits).
+  s.anticipated.reset();
+  SyncOptions none;
+  std::swap(s.anticipated_options, none);  // its strings' buffers leave with `none` (assigning "" keeps them)
 }
 
 bool SessionTable::let_go_idle(const Session* keep, bool wait) {

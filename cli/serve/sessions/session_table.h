@@ -21,8 +21,9 @@
 // ServeOptions::session_budget_bytes, or more than max_sessions windows are resident, the least recently
 // used idle ones leave memory (their Window is closed; their chunks stay in the store, and the next request
 // syncs a new window from it; an anonymous window keeps its last request, so a request continuing it still
-// finds it). Past
-// max_known_sessions records, the oldest that are neither resident nor running are forgotten.
+// finds it). A session's record outlives its window without the list its idle work would prefill (the
+// conversation: let_go drops it; the next request sends it again), and past max_known_sessions records
+// (--max-known-sessions) the least recently used that are neither resident nor running are forgotten.
 //
 // Thread-safety: every SessionTable member may be called from any thread. A Session's `window` belongs to
 // whoever holds its `run` mutex (a WindowSlot, or the idle worker); the table makes it resident or takes it
