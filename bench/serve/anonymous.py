@@ -58,7 +58,9 @@ def run(args, named):
         for i in range(args.requests):
             for a, msgs in enumerate(lists):
                 if i % 4 == 0:
-                    msgs.append({"role": "tool", "content": PAGES[(a + i // 4) % len(PAGES)] + f" (page {a}.{i})"})
+                    # its call trimmed away; the server requires the tool_call_id, not the call it names
+                    msgs.append({"role": "tool", "tool_call_id": f"call_page_{a}_{i}",
+                                 "content": PAGES[(a + i // 4) % len(PAGES)] + f" (page {a}.{i})"})
                 if i % 7 == 6 and len(msgs) > 4:
                     del msgs[1:3]
                 msgs.append({"role": "user", "content": QUESTIONS[(a + i) % len(QUESTIONS)]})

@@ -97,7 +97,10 @@ class Agent(threading.Thread):
         messages = [{"role": "system", "content": "You tell short stories."}]
         for i in range(self.args.requests):
             if i % 4 == 0:
-                messages.append({"role": "tool", "content": PAGES[(self.index + i // 4) % len(PAGES)]})
+                # A page a tool read: its call is trimmed from the list, as agents do; the server requires
+                # the result's tool_call_id (as OpenAI does) but not the call it names.
+                messages.append({"role": "tool", "tool_call_id": f"call_page_{self.index}_{i}",
+                                 "content": PAGES[(self.index + i // 4) % len(PAGES)]})
             if i % 7 == 6 and len(messages) > 4:
                 del messages[1:3]  # the agent trims its oldest exchange
             messages.append({"role": "user", "content": QUESTIONS[(self.index + i) % len(QUESTIONS)]})

@@ -1,10 +1,12 @@
 // Helpers the tests of `orbit serve` below HTTP share (test_serve, test_serve_chat_tools, test_serve_batch,
-// test_serve_cuda, test_serve_reasoning_turns): a server on TinyStories-656K without idle-time answers or
-// audits, greedy story questions, a run that must answer, a session's turns with idle work between them, a
-// metric read from /metrics' text, a chat body's error, and a wait for a condition.
+// test_serve_cuda, test_serve_reasoning_turns, test_serve_audit, test_serve_prefill_pieces): a server on
+// TinyStories-656K without idle-time answers or audits, greedy story questions, made-up conversations trimmed
+// to their last messages, a run that must answer, a session's turns with idle work between them, a metric read
+// from /metrics' text, a chat body's error, and a wait for a condition.
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <regex>
@@ -46,6 +48,35 @@ inline sv::ChatRequest story_chat(const sv::ServeCore& core, const std::string& 
   r.sampling.max_tokens = max_tokens;
   r.sampling.temperature = 0;
   return r;
+}
+
+// A greedy chat request of `messages` to the story model, at most `max_tokens` tokens.
+inline sv::ChatRequest greedy_chat(const sv::ServeCore& core, std::vector<orbit::ChatMessage> messages,
+                                   int64_t max_tokens = 6) {
+  sv::ChatRequest r;
+  r.model = core.model_name();
+  r.messages = std::move(messages);
+  r.sampling.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  return r;
+}
+
+// `n` words of a small vocabulary, varied by `seed`: the turns of made-up conversations.
+inline std::string words(int seed, int n) {
+  static const char* kWords[] = {"the",    "little", "cat",  "saw", "a",   "big",  "dog",   "and", "they",
+                                 "played", "in",     "park", "all", "day", "long", "until", "sun", "went"};
+  std::string out;
+  for (int i = 0; i < n; ++i) out += std::string(i ? " " : "") + kWords[(seed * 7 + i * 3) % 18];
+  return out;
+}
+
+// The first message of `all` (its system message) and its last `keep` messages (every one when it holds no more):
+// what agents send once a conversation is past a length.
+inline std::vector<orbit::ChatMessage> trimmed(const std::vector<orbit::ChatMessage>& all, std::size_t keep) {
+  std::vector<orbit::ChatMessage> out = {all.front()};
+  const std::size_t first = all.size() - 1 > keep ? all.size() - keep : 1;
+  out.insert(out.end(), all.begin() + static_cast<std::ptrdiff_t>(first), all.end());
+  return out;
 }
 
 // Prepares and runs `r` in `session`; both must succeed.

@@ -10,28 +10,15 @@
 #include "orbit_catch.h"
 #include "serve/serve_core.h"
 #include "serve/sessions/audit.h"
+#include "serve_test_util.h"
 
 namespace sv = orbit::serve;
 
 namespace {
 
-const std::string kModel = std::string(ORBIT_MODELS_DIR) + "/tinystories-656k";
-
-std::string words(int seed, int n) {
-  static const char* kWords[] = {"the",    "little", "cat",  "saw", "a",   "big",  "dog",   "and", "they",
-                                 "played", "in",     "park", "all", "day", "long", "until", "sun", "went"};
-  std::string out;
-  for (int i = 0; i < n; ++i) out += std::string(i ? " " : "") + kWords[(seed * 7 + i * 3) % 18];
-  return out;
-}
-
-// A conversation that keeps its system message and its last `keep` messages: what agents do past a length.
-std::vector<orbit::ChatMessage> trimmed(const std::vector<orbit::ChatMessage>& all, std::size_t keep) {
-  std::vector<orbit::ChatMessage> out = {all.front()};
-  const std::size_t first = all.size() - 1 > keep ? all.size() - keep : 1;
-  out.insert(out.end(), all.begin() + static_cast<std::ptrdiff_t>(first), all.end());
-  return out;
-}
+using serve_test::kModel;
+using serve_test::trimmed;
+using serve_test::words;
 
 struct Conversation {
   sv::ServeCore& core;
@@ -42,12 +29,7 @@ struct Conversation {
 
   void step(int i, std::size_t keep) {
     all.push_back({"user", words(i + 2, 10 + i % 5)});
-    sv::ChatRequest r;
-    r.model = core.model_name();
-    r.messages = trimmed(all, keep);
-    r.sampling.max_tokens = 6;
-    r.sampling.temperature = 0;
-    const sv::RunOutcome o = core.chat(r, session, {});
+    const sv::RunOutcome o = core.chat(serve_test::greedy_chat(core, trimmed(all, keep)), session, {});
     REQUIRE(o.result.has_value());
     usages.push_back(o.result->usage);
     all.push_back({"assistant", o.result->text});

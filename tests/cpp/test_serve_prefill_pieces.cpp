@@ -2,6 +2,7 @@
 // pieces and a decode step waiting for the gate runs between two (FairGate::yield_to), on TinyStories-656K.
 // Steps and pieces are counted, never timed.
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -19,6 +20,7 @@ namespace {
 using serve_test::kQuestions;
 using serve_test::metric;
 using serve_test::wait_until;
+using serve_test::words;
 
 sv::ServeOptions options(int64_t prefill_chunk) {
   sv::ServeOptions o = serve_test::quiet_options();
@@ -43,6 +45,39 @@ sv::ChatRequest unending_chat(sv::ServeCore& core) {
   r.sampling.max_tokens = core.context_tokens() - *prompt.value;
   r.sampling.logit_bias = {{core.engine().model_info().eos_token, -100.0}};
   return r;
+}
+
+// What run_long_sync saw: the long request's answer, and orbit_prefill_guests_total at each of its polls after
+// the first and before its first text (between two pieces of its sync).
+struct LongSync {
+  sv::RunResult result;
+  std::vector<double> guests_during_sync;
+};
+
+// Runs long_chat(core, 2) in session "long". At its first poll (between its first two pieces, or at the gate)
+// calls `queue_others`, which starts the runs that are to queue behind the sync and returns once they are queued
+// (the caller joins their threads after this returns).
+LongSync run_long_sync(sv::ServeCore& core, const std::function<void()>& queue_others) {
+  const sv::ChatRequest long_request = long_chat(core, 2);
+  std::atomic<bool> long_synced{false};
+  std::atomic<int64_t> polls{0};
+  LongSync out;  // guests_during_sync: the compute thread's, read after the run
+  sv::RunSink sink;
+  sink.on_text = [&](const std::string&) {
+    long_synced = true;
+    return true;
+  };
+  sink.cancelled = [&] {
+    if (long_synced.load()) return false;
+    if (++polls == 1) {
+      queue_others();
+    } else {
+      out.guests_during_sync.push_back(metric(core, "orbit_prefill_guests_total"));
+    }
+    return false;
+  };
+  out.result = serve_test::run_answered(core, long_request, "long", sink);
+  return out;
 }
 
 }  // namespace
@@ -183,43 +218,27 @@ TEST_CASE("serve prefill pieces: a short request of another session runs between
     alone = serve_test::run_answered(core, short_request, "short");
   }
   sv::ServeCore core(options(chunk));
-  const sv::ChatRequest long_request = long_chat(core, 2);
-  std::atomic<bool> long_synced{false};
-  std::atomic<int64_t> polls{0};
-  std::vector<double> guests_during_sync;  // the compute thread's, read after the run
   std::thread short_run, other_long;
   sv::RunResult short_result, other_result;
-  sv::RunSink sink;
-  sink.on_text = [&](const std::string&) {
-    long_synced = true;
-    return true;
-  };
-  sink.cancelled = [&] {
-    if (long_synced.load()) return false;
-    if (++polls == 1) {  // between the first two pieces (or at the gate): both others queue behind the long sync
-      const double queued = metric(core, "orbit_queue_depth");
-      other_long = std::thread([&] { other_result = serve_test::run_answered(core, long_chat(core, 2), "other"); });
-      wait_until([&] { return metric(core, "orbit_queue_depth") == queued + 1; });
-      short_run = std::thread([&] { short_result = serve_test::run_answered(core, short_request, "short"); });
-      wait_until([&] { return metric(core, "orbit_queue_depth") == queued + 2; });
-    } else {
-      guests_during_sync.push_back(metric(core, "orbit_prefill_guests_total"));
-    }
-    return false;
-  };
-  const sv::RunResult long_result = serve_test::run_answered(core, long_request, "long", sink);
+  const LongSync long_sync = run_long_sync(core, [&] {  // both others queue behind the long sync
+    const double queued = metric(core, "orbit_queue_depth");
+    other_long = std::thread([&] { other_result = serve_test::run_answered(core, long_chat(core, 2), "other"); });
+    wait_until([&] { return metric(core, "orbit_queue_depth") == queued + 1; });
+    short_run = std::thread([&] { short_result = serve_test::run_answered(core, short_request, "short"); });
+    wait_until([&] { return metric(core, "orbit_queue_depth") == queued + 2; });
+  });
   short_run.join();
   other_long.join();
-  CHECK(long_result.usage.prompt_tokens > 8 * chunk);
-  REQUIRE_FALSE(guests_during_sync.empty());
+  CHECK(long_sync.result.usage.prompt_tokens > 8 * chunk);
+  REQUIRE_FALSE(long_sync.guests_during_sync.empty());
   // The short sync ran as a guest before the long sync ended: with the old code it waited for the whole
   // prefill (and the metric did not exist). The other long request, queued first, was no guest: it waited.
-  CHECK(guests_during_sync.back() == 1);
+  CHECK(long_sync.guests_during_sync.back() == 1);
   CHECK(metric(core, "orbit_prefill_guests_total") == 1);
   // A guest's answer is the one it gives alone (its forward count may differ: what the long one stored before).
   CHECK(short_result.text == alone.text);
   CHECK(short_result.usage.plan == alone.usage.plan);
-  CHECK(other_result.usage.prompt_tokens == long_result.usage.prompt_tokens);
+  CHECK(other_result.usage.prompt_tokens == long_sync.result.usage.prompt_tokens);
 }
 
 TEST_CASE("serve prefill pieces: a decoding answer takes steps between the pieces of another session's sync",
@@ -280,29 +299,6 @@ TEST_CASE("serve prefill pieces: a client that leaves between two pieces ends it
   CHECK(again.usage.plan.find("keep") == std::string::npos);
 }
 
-namespace {
-
-// `n` words of a small vocabulary, varied by `seed` (as test_serve_audit's conversations).
-std::string words(int seed, int n) {
-  static const char* kWords[] = {"the",    "little", "cat",  "saw", "a",   "big",  "dog",   "and", "they",
-                                 "played", "in",     "park", "all", "day", "long", "until", "sun", "went"};
-  std::string out;
-  for (int i = 0; i < n; ++i) out += std::string(i ? " " : "") + kWords[(seed * 7 + i * 3) % 18];
-  return out;
-}
-
-// A chat request of `messages` to the story model: greedy, a few tokens.
-sv::ChatRequest chat_of(const sv::ServeCore& core, const std::vector<orbit::ChatMessage>& messages) {
-  sv::ChatRequest r;
-  r.model = core.model_name();
-  r.messages = messages;
-  r.sampling.max_tokens = 6;
-  r.sampling.temperature = 0;
-  return r;
-}
-
-}  // namespace
-
 // A session in exact mode (an audit found its loss past the budget) heals its window before its next read. A guest
 // runs between two pieces of another session's sync for the tokens it offers, at most a piece: such a session offers
 // its heal too, so one whose heal runs past a piece waits for its own turn, where it is served exactly, instead of
@@ -320,9 +316,8 @@ TEST_CASE("serve prefill pieces: a session in exact mode whose heal runs past a 
   bool exact = false;
   for (int i = 0; i < 16 && !exact; ++i) {
     all.push_back({"user", words(i + 2, 10 + i % 5)});
-    sent = {all.front()};
-    sent.insert(sent.end(), all.size() > 5 ? all.end() - 4 : all.begin() + 1, all.end());
-    const sv::RunResult r = serve_test::run_answered(core, chat_of(core, sent), "audited");
+    sent = serve_test::trimmed(all, 4);
+    const sv::RunResult r = serve_test::run_answered(core, serve_test::greedy_chat(core, sent), "audited");
     all.push_back({"assistant", r.text});
     sent.push_back(all.back());
     core.run_idle_work();  // the audit of that request
@@ -331,37 +326,21 @@ TEST_CASE("serve prefill pieces: a session in exact mode whose heal runs past a 
   REQUIRE(exact);
   // Its next request only appends (no eviction, which offers nothing): the answer and a question, a few tokens.
   sent.push_back({"user", "Who came to play?"});
-  const sv::ChatRequest next = chat_of(core, sent);
+  const sv::ChatRequest next = serve_test::greedy_chat(core, sent);
 
-  const sv::ChatRequest long_request = long_chat(core, 2);
-  std::atomic<bool> long_synced{false};
-  std::atomic<int64_t> polls{0};
-  std::vector<double> guests_during_sync;
   std::thread next_run;
   sv::RunResult next_result;
-  sv::RunSink sink;
-  sink.on_text = [&](const std::string&) {
-    long_synced = true;
-    return true;
-  };
-  sink.cancelled = [&] {
-    if (long_synced.load()) return false;
-    if (++polls == 1) {  // it queues behind the long sync
-      const double queued = metric(core, "orbit_queue_depth");
-      next_run = std::thread([&] { next_result = serve_test::run_answered(core, next, "audited"); });
-      wait_until([&] { return metric(core, "orbit_queue_depth") == queued + 1; });
-    } else {
-      guests_during_sync.push_back(metric(core, "orbit_prefill_guests_total"));
-    }
-    return false;
-  };
-  const sv::RunResult long_result = serve_test::run_answered(core, long_request, "long", sink);
+  const LongSync long_sync = run_long_sync(core, [&] {  // it queues behind the long sync
+    const double queued = metric(core, "orbit_queue_depth");
+    next_run = std::thread([&] { next_result = serve_test::run_answered(core, next, "audited"); });
+    wait_until([&] { return metric(core, "orbit_queue_depth") == queued + 1; });
+  });
   next_run.join();
-  CHECK(long_result.usage.prompt_tokens > 4 * chunk);  // pieces to let a guest in between
-  REQUIRE(guests_during_sync.size() > 1);
+  CHECK(long_sync.result.usage.prompt_tokens > 4 * chunk);  // pieces to let a guest in between
+  REQUIRE(long_sync.guests_during_sync.size() > 1);
   // It was no guest (the old code let it in for its new tokens alone, and healed the whole window there), and it
   // was served exactly, in its own turn.
-  CHECK(guests_during_sync.back() == 0);
+  CHECK(long_sync.guests_during_sync.back() == 0);
   CHECK(metric(core, "orbit_prefill_guests_total") == 0);
   CHECK(next_result.usage.exact == "audit");
   CHECK(next_result.usage.predicted_kl == 0);
