@@ -186,17 +186,29 @@ TEST_CASE("logprobs under a constraint are of the masked distribution", "[sampli
   for (std::size_t i = 0; i < g.tokens.size(); ++i) {
     INFO("step " << i << " of " << g.text);
     const StepLogprobs& s = g.logprobs[i];
+    // Always 20 entries: the allowed tokens (finite), then, where fewer are allowed, the masked ones (-inf)
+    // the logits rank highest before the mask.
+    REQUIRE(s.top.size() == 20);
+    std::size_t allowed = 0;
+    while (allowed < s.top.size() && std::isfinite(s.top[allowed].logprob)) ++allowed;
+    CHECK(allowed > 0);
     double mass = 0;
-    for (const TokenLogprob& t : s.top) {
-      CHECK(std::isfinite(t.logprob));
-      mass += std::exp(t.logprob);
+    for (std::size_t k = 0; k < s.top.size(); ++k) {
+      if (k < allowed) {
+        mass += std::exp(s.top[k].logprob);
+        continue;
+      }
+      CHECK(std::isinf(s.top[k].logprob));
+      CHECK(s.top[k].logprob < 0);
+      if (k > allowed) CHECK(rows[i][s.top[k - 1].token] >= rows[i][s.top[k].token] - kTol);
     }
     CHECK(mass <= 1 + 1e-9);
     // Renormalised over the allowed tokens: at least the unmasked probability.
     CHECK(s.chosen.logprob >= log_softmax(rows[i])[g.tokens[i]] - kTol);
   }
-  // The first step allows '{' (with or without a leading space) only: all its mass is there.
-  CHECK(g.logprobs.front().top.size() < 20);
+  // The first step allows '{' (with or without a leading space) only: all its mass is there, and the rest of
+  // the list is masked tokens.
+  CHECK(std::isinf(g.logprobs.front().top.back().logprob));
 }
 
 TEST_CASE("sampling options out of range are refused, naming the field", "[sampling]") {

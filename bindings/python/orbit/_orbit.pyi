@@ -755,7 +755,7 @@ class StepLogprobs:
     def chosen(self) -> TokenLogprob: ...
     @property
     def top(self) -> list[TokenLogprob]:
-        """The top_logprobs most likely tokens, most likely first (masked tokens left out)."""
+        """The top_logprobs most likely tokens, most likely first; where a constraint allows fewer, then the masked tokens most likely before the mask, at logprob -inf."""
     @property
     def token(self) -> int: ...
     @property

@@ -461,7 +461,8 @@ void def_generation(py::module_& m) {
   py::class_<StepLogprobs>(m, "StepLogprobs", "A generated token's log probability and its step's most likely tokens.")
       .def_readonly("chosen", &StepLogprobs::chosen, "The generated token's TokenLogprob.")
       .def_readonly("top", &StepLogprobs::top,
-                    "The top_logprobs most likely tokens, most likely first (masked tokens left out).")
+                    "The top_logprobs most likely tokens, most likely first; where a constraint allows fewer, "
+                    "then the masked tokens most likely before the mask, at logprob -inf.")
       .def_property_readonly(
           "token", [](const StepLogprobs& s) { return s.chosen.token; }, "chosen.token")
       .def_property_readonly(

@@ -24,11 +24,16 @@ json head(const ResponseIds& ids, const char* object) {
   return body;
 }
 
+// What OpenAI writes for a log probability of -inf (JSON has no infinity): a token a constraint masked, listed
+// among top_logprobs where fewer tokens than asked were allowed.
+constexpr double kMaskedLogprob = -9999.0;
+
 json token_logprob(const TokenLogprob& t) {
   json bytes = json::array();
   for (unsigned char c : t.bytes) bytes.push_back(static_cast<int>(c));
+  const double logprob = std::isinf(t.logprob) && t.logprob < 0 ? kMaskedLogprob : t.logprob;
   // A token that is part of a character has no text of its own: dump() writes U+FFFD for its bytes.
-  return {{"token", t.bytes}, {"logprob", t.logprob}, {"bytes", bytes}};
+  return {{"token", t.bytes}, {"logprob", logprob}, {"bytes", bytes}};
 }
 
 }  // namespace

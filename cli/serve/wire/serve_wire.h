@@ -58,7 +58,8 @@ nlohmann::json text_completion(const ResponseIds& ids, const std::string& text, 
 nlohmann::json text_completion_usage(const RunUsage& usage);
 
 // Log probabilities in OpenAI's chat form, one entry per step: {"token" (the token's bytes as text),
-// "logprob", "bytes" (the UTF-8 bytes as integers), "top_logprobs": [{"token", "logprob", "bytes"}]}.
+// "logprob", "bytes" (the UTF-8 bytes as integers), "top_logprobs": [{"token", "logprob", "bytes"}]}. A
+// logprob of -inf (a masked token in StepLogprobs::top) is written -9999.0, as OpenAI writes it.
 nlohmann::json logprobs_content(const std::vector<StepLogprobs>& steps);
 
 // What the next chunk of each choice of one streamed chat answer carries (ChunkExtras), gathered as the run

@@ -121,9 +121,11 @@ struct TokenLogprob {
   std::string bytes;
 };
 
-// A generated token's log probability and the most likely tokens of its step: `top` holds the
-// top_logprobs tokens of highest log probability, most likely first (ties: lower id first), masked tokens
-// left out, so it may hold fewer; it includes the chosen token whenever that one ranks among them.
+// A generated token's log probability and the most likely tokens of its step: `top` holds min(top_logprobs,
+// vocab) tokens, always: those of highest log probability, most likely first (ties: lower id first); where a
+// constraint allows fewer tokens than that, all the allowed ones, then the masked tokens most likely before
+// the mask (after the penalties and logit_bias; ties: lower id first), each with logprob -inf. It includes the
+// chosen token whenever that one ranks among them.
 struct StepLogprobs {
   TokenLogprob chosen;
   std::vector<TokenLogprob> top;
@@ -206,8 +208,9 @@ struct GenerateOptions {
   // the `top_logprobs` (0..20; needs logprobs) most likely tokens of that step. They are of the distribution
   // the token was chosen from after the processors above and the constraint's mask, at temperature 1 and
   // before top_p: log_softmax(processed logits). Temperature and top_p shape only the draw, so greedy and
-  // sampled runs report the same numbers for the same step; a token the constraint masked has -inf and is
-  // never listed. Off, nothing is computed (the vocabulary's token bytes are read only when on).
+  // sampled runs report the same numbers for the same step; a token the constraint masked has -inf, and is
+  // listed among the top ones only where fewer than top_logprobs tokens are allowed (StepLogprobs::top). Off,
+  // nothing is computed (the vocabulary's token bytes are read only when on).
   bool logprobs = false;
   int32_t top_logprobs = 0;
 };

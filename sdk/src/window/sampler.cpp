@@ -166,15 +166,24 @@ StepLogprobs Sampler::logprobs_of(const at::Tensor& logits, int64_t token) const
   StepLogprobs out;
   out.chosen = {token, v[token], bytes_of(token)};
   if (options_.top_logprobs == 0) return out;
-  std::vector<int64_t> ids;
-  ids.reserve(static_cast<std::size_t>(vocab_));
-  for (int64_t j = 0; j < vocab_; ++j) {
-    if (std::isfinite(v[j])) ids.push_back(j);
-  }
-  const std::size_t k = std::min<std::size_t>(ids.size(), static_cast<std::size_t>(options_.top_logprobs));
-  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(),
+  const auto want = static_cast<std::size_t>(std::min<int64_t>(options_.top_logprobs, vocab_));
+  std::vector<int64_t> allowed, masked;
+  allowed.reserve(static_cast<std::size_t>(vocab_));
+  for (int64_t j = 0; j < vocab_; ++j) (std::isfinite(v[j]) ? allowed : masked).push_back(j);
+  // The allowed tokens first, by their log probability (ties: lower id first).
+  const std::size_t k = std::min(allowed.size(), want);
+  std::partial_sort(allowed.begin(), allowed.begin() + static_cast<std::ptrdiff_t>(k), allowed.end(),
                     [v](int64_t a, int64_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); });
-  for (std::size_t i = 0; i < k; ++i) out.top.push_back({ids[i], v[ids[i]], bytes_of(ids[i])});
+  for (std::size_t i = 0; i < k; ++i) out.top.push_back({allowed[i], v[allowed[i]], bytes_of(allowed[i])});
+  // Then, where fewer are allowed, the masked tokens the processed logits rank highest, at -inf: the list
+  // always has min(top_logprobs, vocab) entries.
+  const std::size_t rest = std::min(masked.size(), want - k);
+  if (rest == 0) return out;
+  const double* before = unmasked_.size() == static_cast<std::size_t>(vocab_) ? unmasked_.data() : v;
+  std::partial_sort(
+      masked.begin(), masked.begin() + static_cast<std::ptrdiff_t>(rest), masked.end(),
+      [before](int64_t a, int64_t b) { return before[a] > before[b] || (before[a] == before[b] && a < b); });
+  for (std::size_t i = 0; i < rest; ++i) out.top.push_back({masked[i], v[masked[i]], bytes_of(masked[i])});
   return out;
 }
 
@@ -192,6 +201,13 @@ SamplerStep Sampler::next(const at::Tensor& logits, int64_t tokens_left) {
     std::copy(d.data_ptr<double>(), d.data_ptr<double>() + vocab_, data);
   }
   apply_processors(data);
+  // The processed logits before any mask: where the constraint leaves fewer than top_logprobs tokens, the
+  // list goes on with the masked ones these rank highest (logprobs_of).
+  if (constraint_.has_value() && options_.top_logprobs > 0) {
+    unmasked_.assign(data, data + vocab_);
+  } else {
+    unmasked_.clear();
+  }
   if (constraint_.has_value() && !triggered_) {
     const bool answer_may_begin = options_.constraint_trigger.empty() && watch_->may_open();
     return answer_may_begin ? open_or_answer_step(data, tokens_left) : free_step(data);

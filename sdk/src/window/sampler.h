@@ -10,7 +10,9 @@
 //                    with a trigger (GenerateOptions::constraint_trigger) only once the text holds it (outside
 //                    constraint_trigger_block: orbit/trigger_watch.h): before, a chosen token that completes
 //                    the trigger and goes on where the grammar refuses is excluded and the choice made again
-//     -> logprobs    log_softmax(logits): the chosen token's and the top_logprobs best (when asked)
+//     -> logprobs    log_softmax(logits): the chosen token's and the top_logprobs best (when asked): the
+//                    allowed ones, then, where fewer are allowed, masked ones (-inf) ranked by the logits
+//                    before the mask
 //     -> choice      argmax at temperature 0, else a draw from softmax(logits / T) cut to the top_p nucleus
 //
 // Without penalties or biases the logits reach the choice untouched, so a run chooses exactly the tokens the
@@ -129,7 +131,10 @@ class Sampler {
   std::unordered_map<int64_t, int64_t> counts_;  // generated token -> times chosen (the penalties)
   int64_t chosen_ = 0;
   std::vector<double> row_, probs_;  // the step's logits and probabilities (kept to reuse their memory)
-  std::vector<int64_t> order_;       // top_p's ranking
+  // With a constraint and top_logprobs: the step's logits after the processors, before any mask (empty
+  // otherwise); they rank the masked tokens that fill the top list where fewer are allowed.
+  std::vector<double> unmasked_;
+  std::vector<int64_t> order_;  // top_p's ranking
 };
 
 // A generate call's Sampler on the engine's model: its constraint bound to the tokenizer's vocabulary (the end
