@@ -240,16 +240,27 @@ TEST_CASE("serve: tool calls are held back from the stream and read when the ans
   CHECK(r.unstreamed.empty());
   CHECK(r.finish_reason == "tool_calls");
 
-  // Text that only looked like the start of a call is sent when the answer ends.
+  // Text that only looked like the start of a call is sent when the answer ends; where max_tokens cut the
+  // answer there it may be a call's mark begun, and is left out (no half call markup in content).
   sv::ToolCallStream plain(orbit::ToolCallFormat::kHermes, false);
   CHECK(plain.push("a <tool").content == "a ");
   sv::RunResult t;
   t.text = "a <tool";
-  t.finish_reason = "length";
+  t.finish_reason = "stop";
   plain.finish(t);
   CHECK(t.tool_calls.empty());
   CHECK(t.unstreamed == "<tool");
-  CHECK(t.finish_reason == "length");
+  CHECK(t.finish_reason == "stop");
+  sv::ToolCallStream cut_mark(orbit::ToolCallFormat::kHermes, false);
+  CHECK(cut_mark.push("a <tool").content == "a ");
+  sv::RunResult m;
+  m.text = "a <tool";
+  m.finish_reason = "length";
+  cut_mark.finish(m);
+  CHECK(m.tool_calls.empty());
+  CHECK(m.unstreamed.empty());
+  CHECK(m.text == "a");
+  CHECK(m.finish_reason == "length");
 
   // max_tokens ended the answer inside a call: the call as far as it was written, finish_reason "length".
   sv::ToolCallStream cut(orbit::ToolCallFormat::kHermes, false);
