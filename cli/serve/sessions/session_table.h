@@ -44,8 +44,8 @@
 #include <optional>
 #include <set>
 #include <string>
-#include <vector>
 #include <utility>
+#include <vector>
 
 #include "orbit/engine.h"
 #include "serve/serve_context.h"
@@ -252,12 +252,11 @@ class SessionTable {
   // kIdle after a tick of 100 ms in which no other request holds or waits for a window, other than those waiting here
   // too (what holds the pages then is no request: e.g. a window the idle worker holds, which let_go_idle(keep, true)
   // waits for); kGiveUp when `deadline` passes or `cancelled` answers true (the client left; asked every tick).
-  enum class Wait { kReleased, kIdle, kGiveUp };
   // `self` null: a request whose window is outside the table (a completion's, held by an OutsideHold).
+  enum class Wait { kReleased, kIdle, kGiveUp };
   Wait wait_for_release(const Session* self, uint64_t seen, std::chrono::steady_clock::time_point deadline,
                         const std::function<bool()>& cancelled);
 
-  // GET /v1/sessions/{id}'s body (serve_core.h); nullopt for an unknown session.
   // A window a request holds outside the table (a completion's own, RequestPath::admit_first), counted by
   // wait_for_release as a running request's from hold_outside() until the hold is destroyed, which counts as a
   // release (the requests waiting for pages try again). Destroy it after the window is closed. Move-only.
@@ -275,6 +274,7 @@ class SessionTable {
   };
   OutsideHold hold_outside();
 
+  // GET /v1/sessions/{id}'s body (serve_core.h); nullopt for an unknown session.
   std::optional<nlohmann::json> info(const std::string& id) const;
   // Ends session `id`: kUnknown when there is none, kBusy (nothing changes) while requests run on it or wait
   // for it (they would otherwise run on a session that no longer exists).
@@ -294,8 +294,8 @@ class SessionTable {
   void for_each_window(F&& f) const;    // under mutex_: f(shared_ptr<Session>) for sessions, then anonymous ones
   void drop_refused(const Session& s);  // under mutex_: the record or anonymous window of a refused request
   void let_go(Session& s);              // under mutex_, holding s.run: its window leaves memory
-
   void count_release();                 // not under mutex_: a window released; the pool's waiters try again
+
   ServeContext& context_;
   std::function<void()> on_release_;
   mutable std::mutex mutex_;  // guards the tables below and the Sessions' guarded fields
@@ -305,8 +305,8 @@ class SessionTable {
   uint64_t releases_ = 0;                       // under mutex_: windows released by requests (release())
   std::condition_variable released_;            // notified on each
   std::multiset<const Session*> pool_waiters_;  // under mutex_: sessions whose request waits in wait_for_release
-};
   int64_t outside_holds_ = 0;                   // under mutex_: OutsideHolds alive
   int64_t outside_waiters_ = 0;                 // under mutex_: their requests waiting in wait_for_release
+};
 
 }  // namespace orbit::serve
