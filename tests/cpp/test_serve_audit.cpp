@@ -310,6 +310,41 @@ TEST_CASE("serve audit: a request the KV pool refuses drops the audits that hold
   CHECK((*b.core.session_info("first"))["left_memory"] == 1);  // its idle window went first
 }
 
+// A refused request drops only the audits whose window copies give it pages, oldest first, one at a time: alpha's
+// audit shares every page with alpha's window (kept by alpha's next request), so dropping it frees none, and beta's
+// (its window let go) is enough. Every waiting audit used to be dropped, oldest first, until the request fitted:
+// alpha's was lost for no page.
+TEST_CASE("serve audit: a request the KV pool refuses drops only the audits that give it pages", "[serve][model]") {
+  sv::ServeOptions options;
+  options.audit_owed_after = 0;             // idle time only, which the held worker never gives: audits wait
+  options.pool_bytes = int64_t{512} << 10;  // 32 pages of 16 tokens
+  BackToBack b(options, "unused");
+  const auto ask = [&](const std::string& session, std::vector<orbit::ChatMessage> messages) {
+    return b.core.chat(serve_test::greedy_chat(b.core, std::move(messages)), session, {});
+  };
+  const std::vector<orbit::ChatMessage> alpha = {{"user", words(1, 60)}};  // about 5 pages
+  const sv::RunOutcome first = ask("alpha", alpha);
+  REQUIRE(first.result.has_value());
+  REQUIRE(ask("beta", {{"user", words(2, 250)}}).result.has_value());  // about 17 pages: 10 of 32 free
+  CHECK(has_line(metrics_of(b.core), "orbit_audits_waiting 2"));
+  // alpha's next turn needs about 15 pages more: beta's idle window goes, then beta's audit.
+  std::vector<orbit::ChatMessage> next = alpha;
+  next.push_back({"assistant", first.result->text});
+  next.push_back({"user", words(3, 200)});
+  const sv::RunOutcome second = ask("alpha", next);
+  INFO(second.error.message);
+  REQUIRE(second.result.has_value());
+  CHECK((*b.core.session_info("beta"))["left_memory"] == 1);
+  const std::string metrics = metrics_of(b.core);
+  CHECK(has_line(metrics, "orbit_audits_dropped_for_pool_total 1"));  // beta's; alpha's was dropped too
+  CHECK(has_line(metrics, "orbit_audits_dropped_total 1"));
+  CHECK(has_line(metrics, "orbit_audits_waiting 2"));  // alpha's first, kept, and its second
+  b.core.hold_idle_work(false);
+  b.core.run_idle_work();  // idle time: the kept audit is run (measured, or failed for the pool: counted either way)
+  b.core.hold_idle_work(true);
+  CHECK(has_line(metrics_of(b.core), "orbit_audits_kept_for_pool_total 1"));
+}
+
 // An owed audit runs after the answer of the request that owes it, so a loss past budget it finds in its own
 // session serves the session's next request exactly (as one found in idle time does).
 TEST_CASE("serve audit: an owed audit past budget serves the next request exactly", "[serve][model]") {

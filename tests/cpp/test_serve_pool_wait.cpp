@@ -104,3 +104,67 @@ TEST_CASE("serve: a request the pool refuses waits for a running completion's wi
   REQUIRE(waited->result);
   CHECK(waited->result->finish_reason == "length");
 }
+
+// A pool set through ServeOptions::pool_bytes need not be whole MiB (--pool-mb gives whole MiB only): its refusals
+// name its size in KiB and pages and the --pool-mb past it. Under 1 MiB they said "--pool-mb 0".
+TEST_CASE("serve: refusals name a pool under 1 MiB by its size", "[serve][model]") {
+  sv::ServeOptions options;
+  options.model = std::string(ORBIT_MODELS_DIR) + "/stories260K/stories260K.bin";
+  options.pool_bytes = int64_t{512} << 10;  // 25 pages of 16 tokens
+  options.pool_wait_ms = 0;                 // a refusal the running window leaves no room for is a 503 at once
+  options.audit_rate = 0;
+  options.anticipate = false;
+  sv::ServeCore core(options);
+  const auto says_its_size = [](const sv::ApiError& e) {
+    INFO(e.message);
+    CHECK(e.message.find("512 KiB, 25 pages") != std::string::npos);
+    CHECK(e.message.find("--pool-mb 1 or more") != std::string::npos);
+    CHECK(e.message.find("--pool-mb 0") == std::string::npos);
+  };
+
+  // 27 messages, a unit of whole pages each: more than the whole pool, a 400 no retry cures.
+  sv::ChatRequest many;
+  many.model = core.model_name();
+  for (int i = 0; i < 26; ++i) many.messages.push_back({i % 2 == 0 ? "user" : "assistant", ""});
+  many.messages.push_back({"user", "ok"});
+  many.sampling = greedy(2);
+  const sv::RunOutcome too_many = core.chat(many, "many", {});
+  REQUIRE_FALSE(too_many.result);
+  CHECK(too_many.error.status == 400);
+  CHECK(too_many.error.code == "context_length_exceeded");
+  says_its_size(too_many.error);
+
+  // A completion held in its sink holds its prompt's 13 pages; a chat request that needs 13 more is a 503.
+  std::string story;  // about 200 tokens: 13 pages
+  for (int i = 0; i < 40; ++i) story += " once upon a time";
+  sv::CompletionRequest running;
+  running.model = core.model_name();
+  running.prompt = "running" + story;
+  running.sampling = greedy(4);
+  Flag streaming, go_on;
+  sv::RunSink held;
+  bool first = true;
+  held.on_text = [&](const std::string&) {
+    if (first) {
+      first = false;
+      streaming.set();
+      go_on.wait();
+    }
+    return true;
+  };
+  std::optional<sv::RunOutcome> completed;
+  std::thread completion([&] { completed = core.complete(running, held); });
+  streaming.wait();
+  sv::ChatRequest refused;
+  refused.model = core.model_name();
+  refused.messages = {{"user", "refused" + story}};
+  refused.sampling = greedy(4);
+  const sv::RunOutcome full = core.chat(refused, "refused", {});
+  go_on.set();
+  completion.join();
+  REQUIRE(completed->result);
+  REQUIRE_FALSE(full.result);
+  CHECK(full.error.status == 503);
+  CHECK(full.error.code == "kv_pool_full");
+  says_its_size(full.error);
+}

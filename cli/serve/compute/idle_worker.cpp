@@ -83,7 +83,12 @@ void IdleWorker::trim_heap() {
 std::string IdleWorker::render_metrics() const {
   return "# HELP orbit_heap_trims_total Heap trims (malloc_trim) done once the server was quiet or the longest "
          "interval passed.\n# TYPE orbit_heap_trims_total counter\norbit_heap_trims_total " +
-         std::to_string(trims_.load()) + "\n";
+         std::to_string(trims_.load()) +
+         "\n# HELP orbit_idle_prefills_skipped_total Answers not prefilled in idle time because the KV pool (cause "
+         "kv_pool) or the window's own bound (cause window_bytes) had no room for them.\n# TYPE "
+         "orbit_idle_prefills_skipped_total counter\norbit_idle_prefills_skipped_total{cause=\"kv_pool\"} " +
+         std::to_string(skipped_pool_.load()) + "\norbit_idle_prefills_skipped_total{cause=\"window_bytes\"} " +
+         std::to_string(skipped_window_.load()) + "\n";
 }
 
 bool IdleWorker::slice() {
@@ -133,6 +138,8 @@ void IdleWorker::prefill_anticipated(Session& s) {
   try {
     window.sync(next->first, next->second);
     window.flush();
+  } catch (const CapacityRefused& e) {
+    skip_refused_prefill(e);
   } catch (const Error& e) {
     // A conversation whose answer filled the context has no next turn to prepare: its next request is refused
     // (context_length_exceeded) whatever is prefilled, so that is no failure to report.
@@ -144,6 +151,20 @@ void IdleWorker::prefill_anticipated(Session& s) {
   const double spent = window.stats().critical_forward_tokens - before;
   context_.metrics.count_idle_forward(spent);
   sessions_.add_idle_forward(s, spent);
+}
+
+// A prefill of an answer the KV pool (or the window's bound) had no room for: optional work, skipped, with nothing
+// let go for it (a request makes room; idle work does not). The SDK's message advises its caller to evict, slide or
+// close windows, which is the server's business and no failure: counted, and said once per cause, in the server's
+// words.
+void IdleWorker::skip_refused_prefill(const CapacityRefused& e) {
+  const bool pool = e.bound() == CapacityRefused::Bound::kPool;
+  if ((pool ? skipped_pool_ : skipped_window_)++ > 0) return;
+  std::fprintf(stderr,
+               "orbit serve: an answer was not prefilled in idle time: %s (skipped; its next request syncs it; "
+               "counted in orbit_idle_prefills_skipped_total{cause=\"%s\"}, and said here only once)\n",
+               pool ? "the KV pool had no room for it beside the other windows" : "its window is at its own bound",
+               pool ? "kv_pool" : "window_bytes");
 }
 
 }  // namespace orbit::serve

@@ -3,7 +3,9 @@
 //   - a slice of the engine's deferred background jobs (canonicals and patches of first sights; about 20 ms);
 //   - one session's window: its answer prefilled as its next request will send it back
 //     (ServeOptions::anticipate: the messages and answer SessionTable::record kept, synced now and its
-//     deferred repairs run, counted as idle forwards, not critical ones), then Window::idle() (heals,
+//     deferred repairs run, counted as idle forwards, not critical ones; a sync refused for capacity, the KV
+//     pool or the window's own bound, is skipped: optional work, which makes no room. Counted in /metrics and
+//     said once per cause on stderr, in the server's words), then Window::idle() (heals,
 //     prepared recalls and moves; stopped when a request waits for the gate or for this session's window: a heal
 //     within a layer, leaving the window as it was; a preparation after the one under way); then the session
 //     budget again, since a release meanwhile may have skipped this window;
@@ -33,6 +35,7 @@
 #include <string>
 #include <thread>
 
+#include "orbit/capacity.h"
 #include "serve/compute/heap_trim.h"
 #include "serve/serve_context.h"
 #include "serve/sessions/session_table.h"
@@ -53,7 +56,9 @@ class IdleWorker {
   int64_t run_now();
   void stop();  // ends the thread after its slice; idempotent
   // orbit_heap_trims_total: the heap trims done (malloc_trim, when heap_trim.h's schedule says), a Prometheus
-  // counter; the schedule's trace, which tests read.
+  // counter; the schedule's trace, which tests read. orbit_idle_prefills_skipped_total{cause}: anticipated
+  // answers not prefilled because the sync was refused for capacity (cause "kv_pool": the pool had no room beside
+  // the other windows; "window_bytes": the window's own bound).
   std::string render_metrics() const;
 
  private:
@@ -62,6 +67,8 @@ class IdleWorker {
   void prefill_anticipated(Session& s);  // holding the gate and s.run
   void mark_active();                    // requests or idle work now
   void trim_heap();                      // malloc_trim when due (above)
+  // A prefill_anticipated the pool or the window's bound refused: counted, said once per cause.
+  void skip_refused_prefill(const CapacityRefused& e);
 
   ServeContext& context_;
   SessionTable& sessions_;
@@ -73,6 +80,8 @@ class IdleWorker {
   std::atomic<bool> used_{false};           // requests or idle work since the last trim
   std::atomic<int64_t> last_active_ns_{0};  // the last request or idle work (steady_clock, since its epoch)
   std::atomic<int64_t> trims_{0};           // heap trims done
+  // Anticipated answers skipped for capacity, by CapacityRefused::Bound (kPool, kWindowBytes).
+  std::atomic<int64_t> skipped_pool_{0}, skipped_window_{0};
   HeapTrimSchedule trim_schedule_{HeapTrimSchedule::Clock::now()};  // the worker's thread only
   std::thread thread_;
 };

@@ -3,6 +3,8 @@
 #include "serve/run/request_path.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <string>
 #include <utility>
 
 #include "orbit/capacity.h"
@@ -26,6 +28,21 @@ void RunTicket::refuse(ApiError refusal) {
 }
 
 namespace {
+
+// The KV pool's size as a refusal names it, and what to raise. --pool-mb gives whole MiB: "--pool-mb N". A pool
+// set otherwise (ServeOptions::pool_bytes, by a program that embeds the server or a test) may be less than 1 MiB,
+// or not whole MiB: its size in KiB and pages (whole MiB read "--pool-mb 0" for 512 KiB), and the --pool-mb past it.
+struct PoolSize {
+  std::string size;    // "--pool-mb 1", "512 KiB, 25 pages"
+  std::string larger;  // "a larger --pool-mb", "--pool-mb 1 or more"
+};
+
+PoolSize pool_size(int64_t bytes, int64_t pages) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  if (bytes % kMiB == 0) return {"--pool-mb " + std::to_string(bytes / kMiB), "a larger --pool-mb"};
+  const std::string size = bytes % 1024 == 0 ? std::to_string(bytes / 1024) + " KiB" : std::to_string(bytes) + " bytes";
+  return {size + ", " + std::to_string(pages) + " pages", "--pool-mb " + std::to_string(bytes / kMiB + 1) + " or more"};
+}
 
 ApiError template_refused(const std::string& why) {
   return api_error(400, "the chat template refused the messages: " + why, "invalid_request_error", "invalid_value",
@@ -104,11 +121,11 @@ ApiError RequestPath::engine_failure(const Error& e) const {
   std::string why = e.what();
   if (const auto* small = dynamic_cast<const PoolTooSmall*>(&e); small != nullptr) {
     const std::string& param = small->param();
+    const PoolSize pool = pool_size(context_.options.pool_bytes, context_.engine->stats().pool_pages);
     return api_error(400,
-                     param + ": " + why + " (this server's --pool-mb " +
-                         std::to_string(context_.options.pool_bytes >> 20) +
+                     param + ": " + why + " (this server's KV pool: " + pool.size +
                          "): no retry can hold it; send a shorter " + (param == "prompt" ? "prompt" : "conversation") +
-                         ", or start the server with a larger --pool-mb",
+                         ", or start the server with " + pool.larger,
                      "invalid_request_error", "context_length_exceeded", param);
   }
   const auto* refused = dynamic_cast<const CapacityRefused*>(&e);
@@ -124,11 +141,12 @@ ApiError RequestPath::engine_failure(const Error& e) const {
   const std::string advice = "; evict, slide or close windows";  // the SDK's, which a client cannot follow
   const std::size_t at = why.find(advice);
   if (at != std::string::npos) why.erase(at, advice.size());
+  const PoolSize pool = pool_size(context_.options.pool_bytes, context_.engine->stats().pool_pages);
   return api_error(503,
-                   why + ": this server's KV pool (--pool-mb " + std::to_string(context_.options.pool_bytes >> 20) +
+                   why + ": this server's KV pool (" + pool.size +
                        ") cannot hold this request's window beside the windows requests are using now (every idle "
-                       "window was let go); send it again when they have ended, or start the server with a larger "
-                       "--pool-mb",
+                       "window was let go); send it again when they have ended, or start the server with " +
+                       pool.larger,
                    "server_error", "kv_pool_full");
 }
 

@@ -117,10 +117,12 @@ class RequestPath {
   // (orbit::CapacityRefused: the KV pool cannot hold this request's window beside the windows requests are
   // using, every idle one let go already, sync_making_room) is a 503 kv_pool_full (Retry-After: 1,
   // serve_http_route.h): the pages come back as the running requests end, and OpenAI's clients retry a 503
-  // after the Retry-After; its message names this server's --pool-mb in place of the SDK's advice. A refusal
+  // after the Retry-After; its message names this server's pool size (--pool-mb N, or in KiB and pages for a pool
+  // ServeOptions::pool_bytes set to no whole MiB) and what to raise in place of the SDK's advice. A refusal
   // for the window's own max_bytes (CapacityRefused::Bound::kWindowBytes) is a 400 on messages: no waiting cures it.
   // PoolTooSmall (the window the request needs is more than the whole pool: check_pool_holds) is a 400
-  // context_length_exceeded on messages (a completion's: on prompt) naming --pool-mb: no retry cures it.
+  // context_length_exceeded on messages (a completion's: on prompt) naming the pool's size the same way: no retry
+  // cures it.
   ApiError engine_failure(const Error& e) const;
   ApiError run_failure(const Error& e) const;  // engine_failure, or 503 server_shutdown once the server closes
   std::optional<ApiError> read_reasoning(const ChatRequest& request, RunTicket::Prepared& p);

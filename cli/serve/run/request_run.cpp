@@ -18,6 +18,7 @@
 #include "serve/run/reasoning_sink.h"
 #include "serve/run/request_path.h"
 #include "serve/run/request_ticket.h"
+#include "serve/run/room_maker.h"
 #include "serve/run/tool_stream.h"
 
 namespace orbit::serve {
@@ -126,42 +127,6 @@ int64_t guest_tokens(const SyncPlan& plan, const Window* healed) {
   }
   return tokens;
 }
-
-// What a sync or an admit the KV pool refused does before it is tried again (RequestPath::sync_making_room,
-// admit_completion), one refusal at a time. A refusal for a window's own bound stands: no other window's room cures
-// it. The first for the pool checks that what the request needs fits the whole pool at all (`check_holds` throws
-// PoolTooSmall: nothing is let go); then each lets the least recently used idle window go (SessionTable::let_go_idle,
-// never `keep`'s), else drops the oldest waiting audit (Auditor::drop_for_pool); neither left, `renew` runs once,
-// where there is one (false: it made no room). False: the refusal stands.
-class RoomMaker {
- public:
-  RoomMaker(ServeContext& context, SessionTable& sessions, const Session* keep, std::function<void()> check_holds,
-            std::function<bool()> renew = {})
-      : context_(context),
-        sessions_(sessions),
-        keep_(keep),
-        check_holds_(std::move(check_holds)),
-        renew_(std::move(renew)) {}
-
-  bool operator()(const CapacityRefused& e) {
-    if (e.bound() != CapacityRefused::Bound::kPool) return false;
-    if (!checked_) check_holds_();
-    checked_ = true;
-    if (sessions_.let_go_idle(keep_)) return true;
-    if (context_.auditor.drop_for_pool()) return true;
-    if (renewed_ || !renew_) return false;
-    renewed_ = true;
-    return renew_();
-  }
-
- private:
-  ServeContext& context_;
-  SessionTable& sessions_;
-  const Session* keep_;
-  std::function<void()> check_holds_;
-  std::function<bool()> renew_;
-  bool checked_ = false, renewed_ = false;
-};
 
 // window.admit(chunk), a refusal for capacity thrown as orbit::CapacityRefused (Window::admit throws a plain
 // orbit::Error), as Window::sync throws it: bound kPool, for a completion's window has no max_bytes of its own
@@ -297,8 +262,9 @@ RunOutcome RequestPath::run(RunTicket& ticket, const RunSink& sink) {
 // (orbit::CapacityRefused, bound kPool) first checks that the window it would leave fits the pool at all
 // (check_pool_holds: else PoolTooSmall, a 400, and nothing is let go); then it lets the least recently used idle
 // window go (SessionTable::let_go_idle) and is planned and tried again on the window as the refusal left it, until
-// it fits or no idle window is left. Then the oldest waiting audit is dropped (Auditor::drop_for_pool), one at a
-// time, tried again after each: its fork holds the pages it shares with its window until idle time runs it, and
+// it fits or no idle window is left. Then the oldest waiting audit whose fork alone holds pages is dropped
+// (Auditor::drop_for_pool), one at a time, tried again after each, so the request drops only as many as it lacks
+// pages for and the others wait on: its fork holds the pages it shares with its window until idle time runs it, and
 // under this pressure idle time does not come; running it first instead would hold the gate for its two reads,
 // one a re-prefill of the whole window, on this request's critical path, for a sampled measurement (the drop is
 // counted in /metrics). Then, once, the requester's own window is renewed (SessionTable::renew_window:
@@ -425,7 +391,10 @@ RunResult RequestPath::decode_chat(RunTicket::Prepared& p, const std::vector<int
 // Runs `attempt` (a request's sync or admit under the gate, making room as it goes: RoomMaker) until the KV pool
 // holds it. A refusal for the pool once nothing is left to let go waits, outside the gate (the running requests
 // need it to finish), for a request to release its window and tries again, up to ServeOptions::pool_wait_ms
-// (SessionTable::wait_for_release: not at all when no other request is running); then the refusal is thrown (503
+// (SessionTable::wait_for_release: not at all when no other request is running). When no request is left to wait
+// for (or the wait is over), waiting audits that the sync kept are dropped too, oldest first, whatever their forks
+// hold (Auditor::drop_for_pool with no test: forks may share their pages with one another, or with this request's
+// own window), each followed by a try, so none starves the request; none left, the refusal is thrown (503
 // kv_pool_full). False: the client left before its turn, or while it waited.
 bool RequestPath::waiting_for_pool(const Session* self, const std::function<bool()>& cancelled,
                                    const std::function<bool()>& attempt) {
@@ -439,10 +408,12 @@ bool RequestPath::waiting_for_pool(const Session* self, const std::function<bool
       const SessionTable::Wait waited = sessions_.wait_for_release(self, seen, deadline, cancelled);
       if (waited == SessionTable::Wait::kGiveUp && cancelled && cancelled()) return false;
       // No request holds the pages: an idle window the idle worker held (which the sync under the gate skips) is
-      // let go now, outside the gate, once the worker's slice ends; with none, nothing is left to give back (the
-      // sync let every other idle window go and dropped every waiting audit's fork): the refusal stands.
-      const bool idle = waited == SessionTable::Wait::kIdle;
-      if (waited == SessionTable::Wait::kGiveUp || (idle && !sessions_.let_go_idle(self, true))) throw;
+      // let go now, outside the gate, once the worker's slice ends; else a waiting audit the sync kept (a window
+      // copy closed here, as let_go_idle closes a window); with neither, nothing is left to give back (the sync let
+      // every other idle window go): the refusal stands.
+      if (waited == SessionTable::Wait::kReleased) continue;
+      if (waited == SessionTable::Wait::kIdle && sessions_.let_go_idle(self, true)) continue;
+      if (!context_.auditor.drop_for_pool()) throw;
     }
   }
 }

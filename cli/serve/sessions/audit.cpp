@@ -76,13 +76,16 @@ void Auditor::submit(AuditCase c) {
   }
 }
 
-bool Auditor::drop_for_pool() {
+bool Auditor::drop_for_pool(const std::function<bool(const Window&)>& frees) {
   AuditCase dropped;  // its fork closes after the lock: the pages it held go back to the pool
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (waiting_.empty()) return false;
-    dropped = std::move(waiting_.front());
-    waiting_.pop_front();
+    const auto chosen = std::find_if(waiting_.begin(), waiting_.end(),
+                                     [&](const AuditCase& c) { return !frees || (c.fork && frees(*c.fork)); });
+    for (AuditCase& c : waiting_) c.kept_for_pool = true;
+    if (chosen == waiting_.end()) return false;
+    dropped = std::move(*chosen);
+    waiting_.erase(chosen);
     ++dropped_;
     ++pool_dropped_;
   }
@@ -129,6 +132,7 @@ std::optional<std::pair<AuditCase, AuditResult>> Auditor::run_one(bool owed_only
   } catch (...) {  // counted, then the caller's: an owed audit's request goes on (ServeCore::run_owed_audit)
     std::lock_guard<std::mutex> lock(mutex_);
     ++failed_;
+    pool_kept_ += c.kept_for_pool ? 1 : 0;
     throw;
   }
   c.fork.reset();  // its pages go back now
@@ -140,6 +144,7 @@ std::optional<std::pair<AuditCase, AuditResult>> Auditor::run_one(bool owed_only
   r.top1_match = argmax(exact.values.data(), exact.vocab) == argmax(served.values.data(), served.vocab);
   std::lock_guard<std::mutex> lock(mutex_);
   ++audits_;
+  pool_kept_ += c.kept_for_pool ? 1 : 0;
   violations_ += r.within_budget() ? 0 : 1;
   flips_ += r.top1_match ? 0 : 1;
   predicted_sum_ += r.predicted_kl;
@@ -170,6 +175,10 @@ std::string Auditor::render_metrics() const {
   counter("orbit_audits_dropped_for_pool_total",
           "sampled requests not audited because a request the KV pool refused needed the pages their window copy held",
           static_cast<double>(pool_dropped_));
+  counter("orbit_audits_kept_for_pool_total",
+          "sampled requests audited (or failed) after a request the KV pool refused found them waiting and did not "
+          "drop them (their window copy held no page it needed, or older ones gave it enough)",
+          static_cast<double>(pool_kept_));
   counter("orbit_audits_owed_total",
           "audits that had no idle time by the --audit-owed-after-th request after theirs, run after its answer",
           static_cast<double>(owed_));

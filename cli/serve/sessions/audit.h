@@ -9,7 +9,8 @@
 // (Engine::observe_fidelity), so later plans predict more where the model predicted too little. The fork is
 // closed after; while it waits it keeps the pages it shares with its window, so at most
 // AuditOptions::max_pending audits wait (the oldest is dropped past it, and counted), and a request the KV pool
-// refuses drops them, oldest first, before it waits for pages (drop_for_pool).
+// refuses drops them, oldest first, one at a time, only those whose forks alone hold pages, and only until it fits
+// (drop_for_pool); the others wait on.
 //
 // Owed audits: idle time may not come. A client that sends its next request as soon as it has read an
 // answer leaves the idle worker only the moments between an answer and the next request, which the session's
@@ -71,7 +72,8 @@ struct AuditCase {
   std::vector<int64_t> query;  // the generation prompt
   double predicted_kl = 0;
   double budget = 0;
-  int64_t sequence = 0;  // Auditor::count_request's count when it was submitted (set by submit)
+  int64_t sequence = 0;        // Auditor::count_request's count when it was submitted (set by submit)
+  bool kept_for_pool = false;  // waiting when a request the pool refused dropped others, or could drop none
 };
 
 class Auditor {
@@ -85,11 +87,17 @@ class Auditor {
   void count_request();
   // Queues a case (dropping the oldest past max_pending).
   void submit(AuditCase c);
-  // Drops the oldest waiting case for a request the KV pool refused (RequestPath::sync_making_room, once no idle
-  // window is left to let go): its fork is closed, so the pages it alone held (its window's, once that window
-  // moved on or left memory) go back to the pool. Counted in orbit_audits_dropped_total and
-  // orbit_audits_dropped_for_pool_total. False when none waits. The caller holds the gate.
-  bool drop_for_pool();
+  // Drops one waiting case for a request the KV pool refused (request_run.cpp's RoomMaker, once no idle window is
+  // left to let go; the caller syncs again after each, so it drops only as many as the request lacks pages for):
+  // the oldest whose fork `frees` says gives pages back when it closes (pages it alone holds: its window's, once
+  // that window moved on or left memory). One whose every page a window still holds (that of a request running,
+  // or of the requester itself) would free none, so it waits on. With no `frees`, the oldest, whatever it holds
+  // (RequestPath::waiting_for_pool, once no request is left to wait for: forks may share pages with one another,
+  // or with the requester's window, so that none alone frees any, yet together they do). The cases left waiting
+  // are marked kept for the pool, and counted in orbit_audits_kept_for_pool_total once they run. Counted in
+  // orbit_audits_dropped_total and orbit_audits_dropped_for_pool_total. False when none was dropped. `frees` is
+  // called under the queue's lock.
+  bool drop_for_pool(const std::function<bool(const Window&)>& frees = {});
   bool pending() const;
   // Whether the oldest waiting case is owed: count_request() counted owed_after requests since it was
   // submitted (owed_after > 0).
@@ -104,7 +112,8 @@ class Auditor {
                                                            const std::function<bool()>& stop = {});
   // The audit's lines for /metrics (serve_metrics.h's format):
   //   orbit_audits_total, orbit_audits_dropped_total, orbit_audits_dropped_for_pool_total (those of them dropped
-  //   for a request the KV pool refused: drop_for_pool), orbit_audit_budget_violations_total,
+  //   for a request the KV pool refused: drop_for_pool), orbit_audits_kept_for_pool_total (those measured, or
+  //   failed, after a request the pool refused left them waiting), orbit_audit_budget_violations_total,
   //   orbit_audits_owed_total (audits idle time did not run, run by a later request after its answer),
   //   orbit_audits_waiting (gauge: audits waiting now), orbit_audits_failed_total (reads that threw: logged,
   //   not measured; in idle time or after the answer of the request that owed it, which goes on),
@@ -123,8 +132,8 @@ class Auditor {
   double credit_ = 0;  // due(): rate accumulated per request
   std::deque<AuditCase> waiting_;
   int64_t requests_ = 0;  // count_request()
-  int64_t audits_ = 0, dropped_ = 0, pool_dropped_ = 0, owed_ = 0, failed_ = 0, violations_ = 0, flips_ = 0,
-          exact_requests_ = 0;
+  int64_t audits_ = 0, dropped_ = 0, pool_dropped_ = 0, pool_kept_ = 0, owed_ = 0, failed_ = 0, violations_ = 0,
+          flips_ = 0, exact_requests_ = 0;
   double predicted_sum_ = 0, measured_sum_ = 0;
   std::vector<int64_t> buckets_;  // per kKlBounds bucket, not cumulative (the last: +Inf)
 };
