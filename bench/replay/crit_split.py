@@ -14,11 +14,11 @@ traces), with measured / predicted KL over the default's probed steps with a pre
 
     /usr/bin/python3 bench/replay/crit_split.py out/heldout-s260 out/heldout-t656
 """
+import argparse
 import collections
 import glob
 import json
 import os
-import sys
 
 BUDGET = 0.003  # kDefaultKlBudget (sdk/include/orbit/policy.h)
 
@@ -44,14 +44,22 @@ def split(report):
                 within=sum(k <= BUDGET for k in kls), kl_sum=sum(kls), by_op=by_op, ratios=ratios)
 
 
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(prog="crit_split.py", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dirs", nargs="+", metavar="DIR", help="a directory of *.replay.json (one per trace)")
+    return ap.parse_args(argv)
+
+
 def main():
-    if len(sys.argv) < 2:
-        sys.exit(__doc__)
+    args = parse_args()
     sets = []
-    for d in sys.argv[1:]:
+    for d in args.dirs:
+        if not os.path.isdir(d):
+            raise SystemExit("crit_split: DIR '%s' is not a directory" % d)
         files = sorted(glob.glob(os.path.join(d, "*.replay.json")))
         if not files:
-            sys.exit("crit_split: no *.replay.json in directory '%s'" % d)
+            raise SystemExit("crit_split: no *.replay.json in directory '%s'" % d)
         sets.append({os.path.basename(f)[:-len(".replay.json")]: split(json.load(open(f))) for f in files})
     names = sorted(set.intersection(*[set(s) for s in sets]))
     print("%-32s" % "trace" + "".join(" | %6s %6s %6s %6s %6s %6s" % ("radix", "crit", "floor", "repair", "query",
@@ -60,7 +68,7 @@ def main():
         print("%-32s" % n + "".join(" | %6d %6d %6d %6d %6d %6.3f" % (
             s[n]["radix"], s[n]["crit"], s[n]["floor"], s[n]["repairs"], s[n]["queries"],
             s[n]["crit"] / max(1.0, s[n]["radix"])) for s in sets))
-    for d, s in zip(sys.argv[1:], sets):
+    for d, s in zip(args.dirs, sets):
         tot = collections.Counter()
         ops = collections.Counter()
         ratios = sorted(x for n in s for x in s[n]["ratios"])

@@ -6,7 +6,8 @@ The script splits the default policy's critical tokens into the blind floor, rep
 table lists the traces every directory holds, side by side, each number as the report gives it; each directory's
 summary adds its traces up; the repairs listed by op add up to the repairs (the report's totals are its steps'
 sums: the split per step and the split of the totals agree); the probed and within-budget step counts and the
-measured / predicted count are the report's; bad arguments exit with an error naming them."""
+measured / predicted count are the report's; --help prints the usage; bad arguments exit with an error naming
+them."""
 import json
 import re
 import subprocess
@@ -109,9 +110,21 @@ def test_each_summary_adds_up_its_traces_and_the_repairs_by_op_add_up_to_the_rep
             assert not ratios.startswith("  measured / predicted KL")
 
 
+def test_help_prints_the_usage_and_reads_no_directory(repo_root):
+    run = crit_split(repo_root, "--help")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("usage: crit_split.py [-h] DIR [DIR ...]")
+    assert "Where the default policy's critical tokens go" in run.stdout and run.stderr == ""
+
+
 def test_bad_arguments_exit_with_an_error_naming_them(repo_root, tmp_path):
     run = crit_split(repo_root)
-    assert run.returncode == 1 and "Where the default policy's critical tokens go" in run.stderr
+    assert run.returncode == 2 and "the following arguments are required: DIR" in run.stderr
+    run = crit_split(repo_root, "--bogus", tmp_path)
+    assert run.returncode == 2 and "unrecognized arguments: --bogus" in run.stderr
+    run = crit_split(repo_root, tmp_path / "missing")
+    assert run.returncode == 1
+    assert run.stderr.strip() == f"crit_split: DIR '{tmp_path / 'missing'}' is not a directory"
     run = crit_split(repo_root, tmp_path)
     assert run.returncode == 1
     assert run.stderr.strip() == f"crit_split: no *.replay.json in directory '{tmp_path}'"
