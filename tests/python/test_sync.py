@@ -519,7 +519,7 @@ def test_a_chunk_part_the_engine_forgot_is_named_as_forgotten(orbit, models_dir)
         assert not doc.valid
         with pytest.raises(orbit.OrbitError,
                            match=r"messages\[0\]\.content\[0\]\.chunk .* \('doc'\) is not registered with this "
-                                 r"engine \(forgotten past EngineOptions::max_idle_chunks = 1 once no window held it"):
+                                 r"engine \(forgotten past Engine\(max_idle_chunks=1\) once no window held it"):
             engine.new_window().sync([{"role": "user", "content": [doc]}], chat_template=TEMPLATE)
 
 

@@ -26,7 +26,8 @@ PolicyArg = Union["WindowPolicy", str]
 Messages = Sequence[dict]
 
 class OrbitError(RuntimeError):
-    """Misuse or bad input reported by the C++ core; str(e) is the C++ message."""
+    """Misuse or bad input reported by the C++ core; str(e) is the C++ message, an option named by the keyword
+    that sets it (Engine(max_idle_chunks=4), sync's tools), not by its C++ field."""
     source: Optional[str]
     status: Optional[str]
     reason: str
@@ -958,7 +959,7 @@ def set_signal_interval(seconds: float) -> float:
     """How often a long call on Python's main thread (a decode, a window operation such as sync, add_turn,
     logits or idle, Engine.run_background) takes the GIL to run pending signal handlers, so Ctrl-C stops it: at
     most every `seconds` (default 0.1; 0: at every token or interruption point). Returns the previous value.
-    TypeError for a non-number, ValueError outside [0, 3600]."""
+    TypeError naming seconds for a non-number (None, a str, a bool), ValueError outside [0, 3600]."""
     ...
 
 class CancelToken:
@@ -1327,7 +1328,9 @@ class Window:
         """Decodes after the query; seed is an int in [0, 2**64) (another type raises TypeError, an int out of
         that range ValueError, each naming seed); with tools / tool_choice / response_format the answer is decoded under a
         constraint and read back into tool_calls, content and json. presence_penalty / frequency_penalty
-        ([-2, 2]) and logit_bias ({token: [-100, 100]}) act as OpenAI's; logprobs (a bool: None or another type raises
+        ([-2, 2]) and logit_bias ({token: [-100, 100]}) act as OpenAI's; temperature (>= 0), top_p ((0, 1]) and the
+        penalties are floats (an int or a numpy float too; None, a str or a bool raise TypeError naming the argument,
+        a value out of range OrbitError naming it); logprobs (a bool: None or another type raises
         TypeError naming it, here and in generate_n / generate_many's options) / top_logprobs (0..20) fill
         Generation.logprobs (after those and the constraint, at temperature 1). An answer asked for (a forced
         call, a response_format) that the model's vocabulary cannot spell raises OrbitError naming the byte

@@ -61,6 +61,22 @@ decltype(auto) with_keyword_names(const std::string& cpp_type, const std::string
   }
 }
 
+// Calls the SDK checks under another call's name (Window.generate_n's options and query are checked as
+// generate's: "generate: temperature = -1 must be ..."): an orbit::Error whose message begins "<sdk_caller>: " is
+// raised as OrbitError beginning "<caller>: " instead, its source kept. Returns without raising otherwise
+// (module.cpp).
+void raise_with_caller_name(const orbit::Error& e, const std::string& sdk_caller, const std::string& caller);
+// fn(), its orbit::Error raised by raise_with_caller_name (else as it was). Needs the GIL to raise.
+template <class F>
+decltype(auto) with_caller_name(const std::string& sdk_caller, const std::string& caller, F&& fn) {
+  try {
+    return fn();
+  } catch (const orbit::Error& e) {
+    raise_with_caller_name(e, sdk_caller, caller);
+    throw;
+  }
+}
+
 // Issues `message` as an orbit.RemoteUnreachableWarning at the calling Python line (module.cpp); throws
 // py::error_already_set when a warnings filter turns it into an error. Needs the GIL.
 void warn_remote_unreachable(const std::string& message);

@@ -88,14 +88,10 @@ orbit::Generation cancelled_generation() {
 void init_cancel(py::module_& m) {
   m.def(
       "set_signal_interval",
-      [](const py::object& seconds_arg) {
-        if (PyBool_Check(seconds_arg.ptr()) ||
-            (!py::isinstance<py::int_>(seconds_arg) && !py::isinstance<py::float_>(seconds_arg))) {
-          throw py::type_error("set_signal_interval: seconds must be a number, got " + type_name(seconds_arg));
-        }
-        const double seconds = seconds_arg.cast<double>();
+      [](const FloatArg& seconds_arg) {
+        const double seconds = seconds_arg.get("set_signal_interval: seconds");
         if (!std::isfinite(seconds) || seconds < 0 || seconds > 3600) {
-          throw py::value_error("set_signal_interval: seconds = " + py::repr(seconds_arg).cast<std::string>() +
+          throw py::value_error("set_signal_interval: seconds = " + py::repr(seconds_arg.value).cast<std::string>() +
                                 " must be in [0, 3600]");
         }
         const double previous = std::chrono::duration<double>(SignalPoll::interval()).count();

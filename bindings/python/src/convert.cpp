@@ -69,6 +69,24 @@ int64_t to_int(py::handle obj, const char* what, int64_t lo, int64_t hi) {
   return v;
 }
 
+double to_float(py::handle obj, const char* what) {
+  const bool boolean = PyBool_Check(obj.ptr()) || is_numpy_bool(obj) || is_numpy_bool_array(obj);
+  if (!boolean) {
+    const double value = PyFloat_AsDouble(obj.ptr());  // a float, or what __float__ (else __index__) gives
+    if (!(value == -1.0 && PyErr_Occurred())) return value;
+    if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+      PyErr_Clear();
+      throw py::value_error(std::string(what) + " = " + std::string(py::repr(obj)) + " is out of the float range");
+    }
+    if (!PyErr_ExceptionMatches(PyExc_TypeError)) throw py::error_already_set();
+    PyErr_Clear();
+  }
+  throw py::type_error(std::string(what) + ": expected float, got " +
+                       (obj.is_none() ? "None"
+                        : boolean     ? "bool"
+                                      : type_name(obj)));
+}
+
 uint64_t to_seed(py::handle obj, const char* what) {
   if (!is_integer(obj)) throw not_an_int(obj, what);
   const py::int_ value = py::reinterpret_steal<py::int_>(PyNumber_Index(obj.ptr()));  // an int, or what __index__ gives

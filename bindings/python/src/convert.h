@@ -94,6 +94,19 @@ struct StrArg {
   py::object value;
   std::string get(const std::string& what) const;
 };
+// A float argument read strictly: a float, an int or an object __float__ makes one (numpy's float scalars), not a
+// bool (True, False, a numpy bool), which pybind11's float read as 1.0 or 0.0; another type (None, a str)
+// raises TypeError naming `what` and the type, in the form of to_bool's ("generate: temperature: expected float,
+// got None"); an int too large for a double ValueError naming it. The range is the caller's to check.
+double to_float(py::handle obj, const char* what);
+// A float parameter of a bound function, read by the function with FloatArg::get (to_float), as BoolArg is for
+// bools: its caster takes any object and writes "float" in the signature, where a `double` parameter refused None
+// or a str with pybind11's "incompatible function arguments", naming no argument.
+struct FloatArg {
+  static constexpr auto kPythonType = py::detail::const_name("float");
+  py::object value;
+  double get(const char* what) const { return to_float(value, what); }
+};
 // A sampling seed: an int (or an object with __index__, not a bool) in [0, 2**64); another type raises
 // TypeError ("generate: seed: expected int, got float"), an int out of that range ValueError ("generate: seed =
 // -1 is out of range: expected int in [0, 2**64)"), both naming `what`.
@@ -108,6 +121,30 @@ E to_enum_member(py::handle obj, const char* what) {
   check_enum_member(obj, what);
   return obj.cast<E>();
 }
+// A parameter of a bound class or enum T (Window.apply's Plan, Plan.count's StepAction), read by the function with
+// TypedArg::get, as BoolArg is for bools: its caster takes any object and writes T's Python name in the signature,
+// where a `const T&` parameter refused None or another type with pybind11's "incompatible function arguments",
+// naming no argument. get() raises TypeError naming `what` and both types ("apply: plan: expected Plan, got
+// None"), ValueError for an enum's value that is none of its members (check_enum_member); a class is returned by
+// reference into the Python object, which the caller's argument keeps alive.
+template <typename T>
+struct TypedArg {
+  static constexpr auto kPythonType = py::detail::make_caster<T>::name;
+  py::object value;
+  decltype(auto) get(const char* what) const {
+    if (!py::isinstance<T>(value)) {
+      throw py::type_error(std::string(what) + ": expected " +
+                           std::string(py::str(py::type::of<T>().attr("__name__"))) + ", got " +
+                           (value.is_none() ? "None" : type_name(value)));
+    }
+    if constexpr (std::is_enum_v<T>) {
+      check_enum_member(value, what);
+      return value.cast<T>();
+    } else {
+      return value.cast<const T&>();
+    }
+  }
+};
 
 // Moves a vector into a numpy array without copying (the array owns it).
 template <typename T>
@@ -152,8 +189,8 @@ using orbit::shape_string;
 
 namespace pybind11::detail {
 
-// BoolArg, IntArg and StrArg: any object, checked by the function that names the argument (see BoolArg); the signature
-// pybind11 generates writes Arg::kPythonType for it.
+// BoolArg, IntArg, FloatArg, StrArg and TypedArg: any object, checked by the function that names the argument (see
+// BoolArg); the signature pybind11 generates writes Arg::kPythonType for it.
 template <typename Arg>
 struct object_arg_caster {
   PYBIND11_TYPE_CASTER(Arg, Arg::kPythonType);
@@ -171,5 +208,9 @@ template <>
 struct type_caster<orbit_py::IntArg> : object_arg_caster<orbit_py::IntArg> {};
 template <>
 struct type_caster<orbit_py::StrArg> : object_arg_caster<orbit_py::StrArg> {};
+template <>
+struct type_caster<orbit_py::FloatArg> : object_arg_caster<orbit_py::FloatArg> {};
+template <typename T>
+struct type_caster<orbit_py::TypedArg<T>> : object_arg_caster<orbit_py::TypedArg<T>> {};
 
 }  // namespace pybind11::detail

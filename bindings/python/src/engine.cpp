@@ -338,7 +338,8 @@ void def_engine_life(py::class_<Engine, std::shared_ptr<Engine>>& c) {
                           "and store empty (no tiers, zero counts: the store is closed and has nothing to report).");
   c.def(
       "run_background",
-      [](Engine& e, double max_seconds) {
+      [](Engine& e, const FloatArg& max_seconds_arg) {
+        const double max_seconds = max_seconds_arg.get("run_background: max_seconds");
         // On the main thread signals are delivered at its interruption points (before each job, before each
         // layer of a job's forward: orbit/interrupt.h), as in a window call (PyWindow::run).
         SignalPoll signals = SignalPoll::main_thread_only();
@@ -357,7 +358,8 @@ void def_engine_life(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       "with max_seconds=0), then waits for the worker's job in flight ('thread' mode). Returns\n"
       "the number of jobs run here. Call it in idle time under background='deferred' (until then their\n"
       "patches are not stored: stats.background_pending counts them); under 'thread' it waits for the queue\n"
-      "to drain. The GIL is released meanwhile. OrbitError for a negative max_seconds or a closed engine.\n"
+      "to drain. The GIL is released meanwhile. max_seconds is a float (an int too; another type, None or a bool\n"
+      "raises TypeError naming it); OrbitError for a negative or NaN max_seconds or a closed engine.\n"
       "On the main thread signal handlers run while it works (at most 100 ms apart, orbit.set_signal_interval):\n"
       "one that raises (Ctrl-C's KeyboardInterrupt) stops it before the next job or inside a job's forward\n"
       "(between two layers) and is raised here; nothing is lost: the jobs not run, and the one stopped, stay\n"

@@ -79,8 +79,9 @@ std::string signature_default(const T& value) {
 }
 
 // `value` read as an argument of type T: a bool strictly (to_bool: True, False or a numpy bool), an int strictly
-// (to_int: an int or an object with __index__, not a bool, in the range of T), a str from a str only, as
-// pybind11 reads a str argument; a value refused raises TypeError naming the keyword.
+// (to_int: an int or an object with __index__, not a bool, in the range of T), a float strictly (to_float: a float
+// or an int, not a bool), a str from a str only, as pybind11 reads a str argument; a value refused raises TypeError
+// naming the keyword.
 template <typename T>
 T read_value(py::handle value, const char* keyword) {
   const std::string what = std::string("Engine: ") + keyword;
@@ -88,6 +89,8 @@ T read_value(py::handle value, const char* keyword) {
     return to_bool(value, what.c_str());
   } else if constexpr (std::is_integral_v<T>) {
     return to_int<T>(value, what.c_str());
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return to_float(value, what.c_str());
   } else {
     py::detail::make_caster<T> caster;
     if (!caster.load(value, /*convert=*/true)) {

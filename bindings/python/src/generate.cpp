@@ -218,18 +218,12 @@ GenerateArgs generate_args(PyWindow& w, const py::object& query, const py::dict&
   auto get = [&](const char* name, py::object fallback) -> py::object {
     return kwargs.contains(name) ? py::reinterpret_borrow<py::object>(kwargs[name]) : fallback;
   };
-  // A float argument, converted as generate()'s signature converts it; a value it refuses raises TypeError
-  // naming the argument (not pybind11's bare cast error). Ints and bools are read strictly, as generate() reads
-  // them (to_int, to_seed, to_bool).
-  auto number = [&](const char* name, double fallback) {
-    const py::object v = get(name, py::float_(fallback));
-    try {
-      return v.cast<double>();
-    } catch (const py::cast_error&) {
-      throw py::type_error(what + ": " + name + ": expected float, got " + type_name(v));
-    }
-  };
+  // Read strictly, as generate() reads them (to_float, to_int, to_seed, to_bool): a value refused raises TypeError
+  // naming the argument.
   auto named = [&](const char* name) { return what + ": " + name; };
+  auto number = [&](const char* name, double fallback) {
+    return to_float(get(name, py::float_(fallback)), named(name).c_str());
+  };
   to_cancel_token(get("cancel", py::none()), what + ": cancel");  // refused under the caller's name
   GenerateArgs a = generate_args(
       w, query, to_int(get("max_tokens", py::int_(32)), named("max_tokens").c_str()), number("temperature", 0.0),

@@ -1,10 +1,14 @@
 // The compiled part of the Python package `orbit` (bindings/python/orbit/__init__.py re-exports it), and
-// the exceptions (docs/ARCHITECTURE.md §8): orbit::Error -> orbit.OrbitError carrying the C++ message; a non-ok
-// Status from apply() -> CapacityError (out_of_capacity) or RefusedError (refused); and the warning
+// the exceptions (docs/ARCHITECTURE.md §8): orbit::Error -> orbit.OrbitError carrying the C++ message, its C++
+// names in their Python words (python_names); a non-ok Status from apply() -> CapacityError (out_of_capacity) or
+// RefusedError (refused); and the warning
 // RemoteUnreachableWarning (a remote tier that did not answer when an engine opened): an OrbitWarning, so an
 // OrbitWarning filter takes it with orbit's other warnings, and a RuntimeWarning, as it was first.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+
+#include <cctype>
+#include <string>
 
 #include "bindings.h"
 #include "convert.h"
@@ -33,8 +37,88 @@ void set_error(PyObject* type, const std::string& message, const py::dict& attrs
   PyErr_SetObject(type, exc.ptr());
 }
 
-// orbit::Error's OrbitError: its message, and the source of the check as e.source.
-void set_orbit_error(const std::string& message, const std::string& source) {
+// C++ names the SDK's messages use where Python has its own, each with the Python words. The options structs'
+// fields are the keywords of the calls that fill them, most under the same name (the qualifier dropped);
+// ChatOptions' JSON fields are the tools and extra of sync and render_chat. A C++ method becomes the Python
+// method ("Window::sync" reads "Window.sync").
+struct PythonName {
+  const char* cpp;
+  const char* python;
+};
+constexpr PythonName kPythonNames[] = {
+    {"ChatOptions::chat_template", "chat_template"},
+    {"ChatOptions::tools_json", "tools"},
+    {"ChatOptions::extra_json", "extra"},
+    {"SyncOptions::", ""},
+    {"GenerateOptions::", ""},
+    {"WindowOptions::", ""},
+    {"MediaLookup::", ""},
+    {"Window::", "Window."},
+};
+
+// How a value is written after "EngineOptions::<field> = " in a message: a quoted string or a plain word or
+// number ("4", "'/x/tok.bin'"); 0 when it is neither.
+std::size_t value_length(const std::string& text, std::size_t at) {
+  if (at < text.size() && text[at] == '\'') {
+    const std::size_t close = text.find('\'', at + 1);
+    return close == std::string::npos ? 0 : close + 1 - at;
+  }
+  std::size_t end = at;
+  while (end < text.size() && (std::isalnum(static_cast<unsigned char>(text[end])) || text[end] == '_' ||
+                               text[end] == '.' || text[end] == '-' || text[end] == '+')) {
+    ++end;
+  }
+  while (end > at && text[end - 1] == '.') --end;  // a sentence's full stop
+  return end - at;
+}
+
+// "EngineOptions::<field>" as the Engine keyword that sets it: "Engine(max_idle_chunks=4)" where the message
+// gives the value ("EngineOptions::max_idle_chunks = 4"), else "Engine(max_idle_chunks=...)". Engine(...) and
+// replay name their own keywords first (with_keyword_names); this reaches what other calls report, such as a
+// chunk part sync finds forgotten past max_idle_chunks.
+std::string engine_keywords(std::string message) {
+  static const std::string kQualifier = "EngineOptions::";
+  for (std::size_t at = message.find(kQualifier); at != std::string::npos; at = message.find(kQualifier, at)) {
+    const std::size_t field = at + kQualifier.size();
+    std::size_t end = field;
+    while (end < message.size() && (std::islower(static_cast<unsigned char>(message[end])) ||
+                                    std::isdigit(static_cast<unsigned char>(message[end])) || message[end] == '_')) {
+      ++end;
+    }
+    std::string value = "...";
+    std::size_t replaced = end - at;
+    if (message.compare(end, 3, " = ") == 0) {
+      if (const std::size_t n = value_length(message, end + 3); n > 0) {
+        value = message.substr(end + 3, n);
+        replaced = end + 3 + n - at;
+      }
+    }
+    const std::string keyword = "Engine(" + message.substr(field, end - field) + "=" + value + ")";
+    message.replace(at, replaced, keyword);
+    at += keyword.size();
+  }
+  return message;
+}
+
+// `message` with the C++ names above in their Python words: what an OrbitError, CapacityError or RefusedError
+// says to a Python caller names the keyword or method it used.
+std::string python_names(const std::string& message) {
+  if (message.find("::") == std::string::npos) return message;
+  std::string out = engine_keywords(message);
+  for (const PythonName& name : kPythonNames) {
+    const std::string cpp = name.cpp;
+    for (std::size_t at = out.find(cpp); at != std::string::npos; at = out.find(cpp, at)) {
+      out.replace(at, cpp.size(), name.python);
+      at += std::char_traits<char>::length(name.python);
+    }
+  }
+  return out;
+}
+
+// orbit::Error's OrbitError: its message (C++ names in their Python words), and the source of the check as
+// e.source.
+void set_orbit_error(const std::string& cpp_message, const std::string& source) {
+  const std::string message = python_names(cpp_message);
   py::dict attrs;
   attrs["source"] = source;
   attrs["status"] = py::none();
@@ -43,7 +127,8 @@ void set_orbit_error(const std::string& message, const std::string& source) {
 }
 }  // namespace
 
-void raise_status(int code, const std::string& reason) {
+void raise_status(int code, const std::string& cpp_reason) {
+  const std::string reason = python_names(cpp_reason);
   const auto status = static_cast<orbit::StatusCode>(code);
   PyObject* type = g_orbit_error;
   if (status == orbit::StatusCode::kOutOfCapacity) type = g_capacity_error;
@@ -68,6 +153,14 @@ void raise_with_keyword_names(const orbit::Error& e, const std::string& cpp_type
   throw py::error_already_set();
 }
 
+void raise_with_caller_name(const orbit::Error& e, const std::string& sdk_caller, const std::string& caller) {
+  const std::string prefix = sdk_caller + ": ";
+  const std::string message = e.what();
+  if (message.compare(0, prefix.size(), prefix) != 0) return;
+  set_orbit_error(caller + ": " + message.substr(prefix.size()), e.source());
+  throw py::error_already_set();
+}
+
 void warn_remote_unreachable(const std::string& message) {
   if (PyErr_WarnEx(g_remote_unreachable, message.c_str(), 1) != 0) throw py::error_already_set();
 }
@@ -77,7 +170,8 @@ void init_errors(py::module_& m) {
   orbit_error.doc() =
       "Misuse or bad input reported by orbit's C++ core (docs/ARCHITECTURE.md §8): a model that does not load,\n"
       "a closed engine, a chunk unknown to this engine, a stale plan, an invalid policy spec, ... str(e) is the C++\n"
-      "message (it names the file, field or argument at fault); e.source is the 'file.cpp:line' of the check.\n"
+      "message (it names the file, keyword or argument at fault; an option by the keyword that sets it, e.g.\n"
+      "Engine(max_idle_chunks=4), not the C++ field); e.source is the 'file.cpp:line' of the check.\n"
       "Wrong Python types and shapes caught before reaching C++ raise TypeError / ValueError instead.";
   static py::exception<CapacityErrorTag> capacity_error(m, "CapacityError", orbit_error.ptr());
   capacity_error.doc() =

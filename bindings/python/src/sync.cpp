@@ -407,7 +407,12 @@ void def_sync_plan_and_report(py::module_& m) {
                     "Message boundaries no unit boundary could follow (the messages share a unit).")
       .def_readonly("chat_template", &SyncPlan::chat_template,
                     "Which template rendered it: 'model', 'options' (chat_template=) or 'plain'.")
-      .def("count", &SyncPlan::count, py::arg("action"), "Units with this SyncAction.")
+      .def(
+          "count",
+          [](const SyncPlan& p, const TypedArg<SyncAction>& action) {
+            return p.count(action.get("SyncPlan.count: action"));
+          },
+          py::arg("action"), "Units with this SyncAction (TypeError naming action for another type).")
       .def("changes", &SyncPlan::changes, "False when the window holds the rendering already.")
       .def("describe", &SyncPlan::describe, "One line per unit and eviction.")
       .def("__repr__", [](const SyncPlan& p) {

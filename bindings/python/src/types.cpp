@@ -281,8 +281,9 @@ void def_plan(py::module_& m) {
       .def_readonly("refused_capacity", &Plan::refused_capacity,
                     "The refusal is a capacity one (apply raises CapacityError; else RefusedError).")
       .def(
-          "count", [](const Plan& p, StepAction a) { return p.count(a); }, py::arg("action"),
-          "Number of steps with this StepAction.")
+          "count",
+          [](const Plan& p, const TypedArg<StepAction>& action) { return p.count(action.get("Plan.count: action")); },
+          py::arg("action"), "Number of steps with this StepAction (TypeError naming action for another type).")
       .def("describe", &Plan::describe, "One line per step (what `orbit replay --explain` prints).")
       .def("__str__", &Plan::describe)
       .def("__len__", [](const Plan& p) { return p.steps.size(); })

@@ -292,11 +292,15 @@ std::string one_call_doc(const char* plan_call) {
 void def_apply(py::class_<PyWindow>& c) {
   c.def(
       "apply",
-      [](PyWindow& w, const Plan& plan) { return plan_and_apply(w, "Window.apply", [&](Window&) { return plan; }); },
+      [](PyWindow& w, const TypedArg<Plan>& plan_arg) {
+        const Plan& plan = plan_arg.get("apply: plan");
+        return plan_and_apply(w, "Window.apply", [&](Window&) { return plan; });
+      },
       py::arg("plan"),
       "Executes a plan this window made at its current version; returns the ApplyReport. Raises CapacityError\n"
       "(the pool or max_bytes cannot hold the result) or RefusedError (e.g. positions past the model's limit),\n"
-      "leaving the window unchanged; OrbitError for a plan of another window or an older version.");
+      "leaving the window unchanged; OrbitError for a plan of another window or an older version; TypeError\n"
+      "naming plan for anything but a Plan (None included).");
   c.def(
       "admit",
       [](PyWindow& w, const py::object& chunk, const py::object& before) {

@@ -58,7 +58,10 @@ const char* kGenerateDoc =
     "logit_bias {token id: bias in [-100, 100]} (int or numeric str keys) is added to the logits. With\n"
     "logprobs=True, Generation.logprobs holds per token its log probability and the top_logprobs (0..20) most\n"
     "likely tokens of its step, of the distribution after those processors and the constraint, at\n"
-    "temperature 1. Out-of-range values raise OrbitError naming the argument.\n"
+    "temperature 1. temperature, top_p, presence_penalty and frequency_penalty are floats (an int or a numpy\n"
+    "float too; None, a str or a bool raise TypeError naming the argument, here and in generate_n / generate_many's\n"
+    "options). Out-of-range values raise OrbitError naming the argument (temperature >= 0 and finite, top_p in\n"
+    "(0, 1]).\n"
     "Tool calls and JSON (the tools reach the prompt through sync(messages, tools=...)): with `tools` (OpenAI\n"
     "tools), tool_choice 'required' or a tool's name (or OpenAI's {'type': 'function', 'function': {'name':\n"
     "...}}) makes the model call one (its answer decoded under the\n"
@@ -87,17 +90,18 @@ const char* kGenerateDoc =
 void def_generate(py::class_<PyWindow>& c) {
   c.def(
       "generate",
-      [](PyWindow& w, const py::object& query, const IntArg& max_tokens, double temperature, double top_p,
-         const py::object& seed, const py::object& stop_tokens, const py::object& stop, const py::object& on_text,
-         const py::object& tools, const py::object& tool_choice, const py::object& response_format,
-         const py::object& tool_call_format, double presence_penalty, double frequency_penalty,
-         const py::object& logit_bias, const py::object& logprobs, const IntArg& top_logprobs,
-         const py::object& constraint_trigger_block, const py::object& cancel) {
-        GenerateArgs a = generate_args(w, query, max_tokens.get("generate: max_tokens"), temperature, top_p,
-                                       to_seed(seed, "generate: seed"), stop_tokens, stop, on_text, tools, tool_choice,
-                                       response_format, tool_call_format, presence_penalty, frequency_penalty,
-                                       logit_bias, to_bool(logprobs, "generate: logprobs"),
-                                       top_logprobs.get<int32_t>("generate: top_logprobs"), cancel);
+      [](PyWindow& w, const py::object& query, const IntArg& max_tokens, const FloatArg& temperature,
+         const FloatArg& top_p, const py::object& seed, const py::object& stop_tokens, const py::object& stop,
+         const py::object& on_text, const py::object& tools, const py::object& tool_choice,
+         const py::object& response_format, const py::object& tool_call_format, const FloatArg& presence_penalty,
+         const FloatArg& frequency_penalty, const py::object& logit_bias, const py::object& logprobs,
+         const IntArg& top_logprobs, const py::object& constraint_trigger_block, const py::object& cancel) {
+        GenerateArgs a = generate_args(
+            w, query, max_tokens.get("generate: max_tokens"), temperature.get("generate: temperature"),
+            top_p.get("generate: top_p"), to_seed(seed, "generate: seed"), stop_tokens, stop, on_text, tools,
+            tool_choice, response_format, tool_call_format, presence_penalty.get("generate: presence_penalty"),
+            frequency_penalty.get("generate: frequency_penalty"), logit_bias, to_bool(logprobs, "generate: logprobs"),
+            top_logprobs.get<int32_t>("generate: top_logprobs"), cancel);
         set_trigger_block(a, constraint_trigger_block, "generate");
         const DecodeScope decoding(w.decodes.get());  // Engine.close() waits for it (refuses it once begun)
         orbit::Generation generation;
@@ -133,9 +137,13 @@ void def_generate_n(py::class_<PyWindow>& c) {
         const DecodeScope decoding(w.decodes.get());  // Engine.close() waits for it (refuses it once begun)
         std::vector<orbit::Generation> gs;
         try {
-          gs = n >= 1 && cancelled_before(w, a, "Window.generate_n")
-                   ? std::vector<orbit::Generation>(static_cast<std::size_t>(n), cancelled_generation())
-                   : w.run("Window.generate_n", [&](Window& x) { return x.generate_n(a.query, n, a.options); });
+          // The SDK checks the query and options as generate's ("generate: temperature = -1 ..."): named here as
+          // generate_n's, as the binding's own checks name them.
+          gs = with_caller_name("generate", "generate_n", [&] {
+            return n >= 1 && cancelled_before(w, a, "Window.generate_n")
+                       ? std::vector<orbit::Generation>(static_cast<std::size_t>(n), cancelled_generation())
+                       : w.run("Window.generate_n", [&](Window& x) { return x.generate_n(a.query, n, a.options); });
+          });
         } catch (...) {
           a.rethrow_raised();  // a signal handler's exception first: the decode's error may have followed it
           throw;
@@ -156,8 +164,8 @@ void def_generate_n(py::class_<PyWindow>& c) {
       "arguments, cancel included: one CancelToken stops all n answers at their next token (stop_reason\n"
       "'cancelled'); one cancelled before the call gives n cancelled Generations at once; on the main thread\n"
       "Ctrl-C stops all n too (KeyboardInterrupt raised here, as generate). Returns a list of n\n"
-      "Generations; the window is unchanged. n must be in [1, 1024] (Window::kMaxGenerateN; OrbitError otherwise):\n"
-      "every branch is forked before the first step.");
+      "Generations; the window is unchanged. n must be an int in [1, 1024] (OrbitError naming n otherwise):\n"
+      "every branch is forked before the first step. Errors name generate_n and the argument.");
 }
 
 }  // namespace

@@ -1,0 +1,162 @@
+"""Float and typed arguments name the call and the argument: None, a str or a bool where a float is needed, or
+anything but a Plan / a StepAction / a SyncAction where one is, raise TypeError saying what was expected, where
+pybind11 answered "incompatible function arguments" with the whole signature (and read a bool as 1.0 or 0.0).
+Values out of range name the keyword under the call made (generate_n's said generate's). And the C++ names the
+SDK's messages use reach Python as its keywords and methods: a chunk forgotten past Engine(max_idle_chunks=N), not
+EngineOptions::max_idle_chunks; sync's tools and extra, not ChatOptions::tools_json; Window.sync, not
+Window::sync. The str arguments and the options structs' own calls are test_bindings_argument_names.py's.
+
+Needs the built module: ORBIT_PYTHON_PATH=<build>/bindings/python (see conftest.py).
+"""
+import math
+import re
+
+import numpy as np
+import pytest
+
+TEMPLATE = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+
+
+@pytest.fixture(scope="module")
+def engine(orbit, stories260k_path):
+    with orbit.Engine(str(stories260k_path)) as e:
+        yield e
+
+
+@pytest.fixture
+def window(engine):
+    w = engine.new_window()
+    w.add_turn([1, 2, 3])
+    yield w
+    w.close()
+
+
+# Each float argument of the public calls, given `value` in its place.
+FLOAT_ARGUMENTS = {
+    "generate: temperature": lambda o, e, w, value: w.generate(" A", max_tokens=1, temperature=value),
+    "generate: top_p": lambda o, e, w, value: w.generate(" A", max_tokens=1, top_p=value),
+    "generate: presence_penalty": lambda o, e, w, value: w.generate(" A", max_tokens=1, presence_penalty=value),
+    "generate: frequency_penalty": lambda o, e, w, value: w.generate(" A", max_tokens=1, frequency_penalty=value),
+    "generate_n: temperature": lambda o, e, w, value: w.generate_n(" A", 2, max_tokens=1, temperature=value),
+    "generate_n: top_p": lambda o, e, w, value: w.generate_n(" A", 2, max_tokens=1, top_p=value),
+    "generate_many: requests[0]: presence_penalty":
+        lambda o, e, w, value: o.generate_many([(w, " A", {"max_tokens": 1, "presence_penalty": value})]),
+    "run_background: max_seconds": lambda o, e, w, value: e.run_background(value),
+    "set_signal_interval: seconds": lambda o, e, w, value: o.set_signal_interval(value),
+    "Engine: remote_max_held_fraction": lambda o, e, w, value: o.Engine(e.options.model, remote_max_held_fraction=value),
+}
+
+
+@pytest.mark.parametrize("what", sorted(FLOAT_ARGUMENTS))
+def test_a_float_argument_given_another_type_names_it(orbit, engine, window, what):
+    for value, type_name in [(None, "None"), ("0.5", "str"), (True, "bool"), (np.bool_(False), "bool"),
+                             ([0.5], "list")]:
+        with pytest.raises(TypeError, match=f"^{re.escape(what)}: expected float, got {type_name}$"):
+            FLOAT_ARGUMENTS[what](orbit, engine, window, value)
+
+
+def test_float_arguments_still_take_floats_ints_and_numpy_floats(orbit, engine, window):
+    asked = window.generate(" A", max_tokens=6, temperature=0.75, top_p=0.5, seed=3, presence_penalty=1.0)
+    assert window.generate(" A", max_tokens=6, temperature=np.float32(0.75), top_p=np.float16(0.5), seed=3,
+                           presence_penalty=1).tokens == asked.tokens
+    assert [g.tokens for g in window.generate_n(" A", 2, max_tokens=6, temperature=np.float64(0.75), top_p=0.5,
+                                                  seed=3)][0] == window.generate(" A", max_tokens=6, temperature=0.75,
+                                                                                 top_p=0.5, seed=3).tokens
+    assert engine.run_background(0) >= 0 and engine.run_background(np.float64(0.5)) >= 0
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"temperature": -0.5}, "temperature = -0.5 must be a finite number >= 0"),
+    ({"temperature": math.inf}, "temperature = inf must be a finite number >= 0"),
+    ({"top_p": 0}, "top_p = 0 must be in (0, 1]"),
+    ({"top_p": 1.5}, "top_p = 1.5 must be in (0, 1]"),
+    ({"top_p": math.nan}, "top_p = nan must be in (0, 1]"),
+    ({"presence_penalty": 2.5}, "presence_penalty = 2.5 must be in [-2, 2]"),
+    ({"frequency_penalty": -3}, "frequency_penalty = -3 must be in [-2, 2]"),
+])
+def test_a_value_out_of_range_names_the_keyword_under_the_call_made(orbit, window, kwargs, message):
+    # generate_n's said "generate: temperature = -0.5 ...", where its type errors say "generate_n: temperature".
+    for call, fn in [("generate", lambda: window.generate(" A", max_tokens=1, **kwargs)),
+                     ("generate_n", lambda: window.generate_n(" A", 2, max_tokens=1, **kwargs))]:
+        with pytest.raises(orbit.OrbitError) as e:
+            fn()
+        assert str(e.value) == f"{call}: {message}"
+        assert e.value.source and ".cpp:" in e.value.source  # the SDK's check, its source kept
+    with pytest.raises(orbit.OrbitError, match=re.escape(message)):
+        orbit.generate_many([(window, " A", dict(kwargs, max_tokens=1))])
+
+
+def test_apply_names_its_plan_argument(orbit, window):
+    for value, type_name in [(None, "None"), ("plan", "str"), (window.plan_add_turn([4]).steps, "list")]:
+        with pytest.raises(TypeError, match=f"^apply: plan: expected Plan, got {type_name}$"):
+            window.apply(value)
+    window.apply(window.plan_add_turn([4, 5]))  # a Plan still applies
+    assert window.tokens == 5 and len(window.instances) == 2
+
+
+def test_count_names_its_action_argument(orbit, engine, window):
+    plan = window.plan_add_turn([4])
+    for value, type_name in [(None, "None"), ("turn", "str"), (orbit.SyncAction.turn, "SyncAction")]:
+        with pytest.raises(TypeError, match=f"^Plan.count: action: expected StepAction, got {type_name}$"):
+            plan.count(value)
+    assert plan.count(orbit.StepAction.keep) == 1
+    sync_plan = engine.new_window().plan_sync([{"role": "user", "content": "hi"}], chat_template=TEMPLATE)
+    for value, type_name in [(None, "None"), (orbit.StepAction.keep, "StepAction")]:
+        with pytest.raises(TypeError, match=f"^SyncPlan.count: action: expected SyncAction, got {type_name}$"):
+            sync_plan.count(value)
+    assert sync_plan.count(orbit.SyncAction.turn) + sync_plan.count(orbit.SyncAction.admit) == len(sync_plan.units)
+
+
+def python_message(orbit, call):
+    with pytest.raises(orbit.OrbitError) as e:
+        call()
+    message = str(e.value)
+    assert "::" not in message, message  # no C++ name
+    assert e.value.reason == message
+    return message
+
+
+def test_a_chunk_forgotten_past_max_idle_chunks_names_the_engine_keyword(orbit, stories260k_path):
+    # sync said "... (forgotten past EngineOptions::max_idle_chunks = 1 once no window held it, ...)" and
+    # chunk(key) "... is forgotten past EngineOptions::max_idle_chunks: add it again".
+    with orbit.Engine(str(stories260k_path), max_idle_chunks=1) as e:
+        doc = e.add_tokens([5, 6, 7], label="doc")
+        e.add_tokens([8, 9, 10])  # the one kept: doc is forgotten
+        synced = python_message(orbit, lambda: e.new_window().sync([{"role": "user", "content": [doc]}],
+                                                                    chat_template=TEMPLATE))
+        assert "is not registered with this engine (forgotten past Engine(max_idle_chunks=1) once no window held it" \
+            in synced, synced
+        looked_up = python_message(orbit, lambda: e.chunk(doc.key))
+        assert "a chunk no window holds is forgotten past Engine(max_idle_chunks=...): add it again" in looked_up, \
+            looked_up
+
+
+def test_text_without_a_tokenizer_names_the_engine_keyword(orbit, stories260k_path, tmp_path):
+    # It said "... a Hugging Face directory's tokenizer.json, or EngineOptions::tokenizer; without one, ...".
+    alone = tmp_path / "alone.bin"
+    alone.write_bytes(stories260k_path.read_bytes())
+    with orbit.Engine(alone) as e:
+        message = python_message(orbit, lambda: e.tokenize("Once upon a time"))
+        assert "or Engine(tokenizer=...); without one, give token ids" in message, message
+
+
+def test_a_chunk_part_where_render_chat_takes_none_names_window_sync(orbit, engine):
+    # It said "render_chat: messages[0].content[0] is a chunk part, ... (Window::sync and plan_sync place it)".
+    chunk = engine.add_tokens([5, 6, 7])
+    message = python_message(orbit, lambda: engine.render_chat([{"role": "user", "content": [chunk]}],
+                                                                chat_template=TEMPLATE))
+    assert message.endswith("is a chunk part, which has no text (Window.sync and plan_sync place it)"), message
+
+
+@pytest.mark.parametrize("call", ["sync", "render_chat"])
+def test_template_options_the_template_refuses_name_the_keywords(orbit, engine, call):
+    # Python's json reads NaN, the template's JSON does not: the refusal said "sync: ChatOptions::tools_json:
+    # ..." and "ChatOptions::extra_json"; a template that does not parse "ChatOptions::chat_template: ...".
+    fn = engine.new_window().sync if call == "sync" else engine.render_chat
+    messages = [{"role": "user", "content": "hi"}]
+    tools = '[{"type": "function", "function": {"name": "f"}, "x": NaN}]'
+    assert python_message(orbit, lambda: fn(messages, tools=tools, chat_template=TEMPLATE)).startswith(f"{call}: tools")
+    assert python_message(orbit, lambda: fn(messages, extra='{"x": NaN}', chat_template=TEMPLATE)).startswith(
+        f"{call}: extra")
+    assert python_message(orbit, lambda: fn(messages, chat_template="{% for m in messages %}")).startswith(
+        "chat_template")
