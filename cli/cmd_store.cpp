@@ -292,7 +292,10 @@ int run_reset_counts(const Args& args, const std::string& dir) {
     std::printf("remote writes %s: count of writes given up reset (was %lld)\n", url.c_str(),
                 static_cast<long long>(writes));
   }
-  if (removed.empty()) std::printf("no count of remote writes given up to reset\n");
+  if (removed.empty() && remote.empty()) std::printf("no count of remote writes given up to reset\n");
+  if (removed.empty() && !remote.empty()) {
+    std::printf("no count of remote writes given up for %s to reset\n", store::redact_redis_url(remote).c_str());
+  }
   return 0;
 }
 

@@ -438,9 +438,6 @@ std::vector<std::pair<std::string, int64_t>> reset_remote_abandoned(const std::s
   std::unique_ptr<SqliteIndex> index = open_index(root, SqliteIndex::Mode::kReadWrite);
   const std::map<std::string, int64_t> counts = index->remote_abandoned();
   const std::string name = journal_remote_name(remote);
-  ORBIT_CHECK(remote.empty() || counts.count(name) > 0,
-              "store " << root << ": no count of remote writes given up for " << shown(name)
-                       << " (remotes with one: " << remote_names(counts) << ")");
   std::vector<std::pair<std::string, int64_t>> removed;
   for (const auto& [url, writes] : counts) {
     if (!remote.empty() && url != name) continue;

@@ -55,10 +55,11 @@ def test_reset_counts_zeroes_the_writes_given_up_and_refuses_an_open_store(orbit
     assert "is open" in refused.stderr and "reset-counts" in refused.stderr
     assert _remote_writes(orbit_cli, store)[url]["abandoned"] == abandoned
 
-    # A remote with no count: refused, naming the ones that have one.
+    # A remote with no count: nothing to reset, as without --remote (exit 0, the other remote's count kept).
     other = _store(orbit_cli, "reset-counts", "--store", store, "--remote", "redis://127.0.0.1:1")
-    assert other.returncode == 1
-    assert "no count of remote writes given up for redis://127.0.0.1:1" in other.stderr and url in other.stderr
+    assert other.returncode == 0, other.stderr
+    assert other.stdout == "no count of remote writes given up for redis://127.0.0.1:1 to reset\n"
+    assert _remote_writes(orbit_cli, store)[url]["abandoned"] == abandoned
 
     done = _store(orbit_cli, "reset-counts", "--store", store, "--remote", url, "--json")
     assert done.returncode == 0, done.stderr
@@ -68,6 +69,12 @@ def test_reset_counts_zeroes_the_writes_given_up_and_refuses_an_open_store(orbit
     assert orbit.store_summary(store).remote_abandoned == {}
     again = _store(orbit_cli, "reset-counts", "--store", store)
     assert again.returncode == 0 and "no count of remote writes given up to reset" in again.stdout
+    # Resetting one remote's count twice: the second finds it reset (exit 0), in text and in --json.
+    again = _store(orbit_cli, "reset-counts", "--store", store, "--remote", url)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == f"no count of remote writes given up for {url} to reset\n"
+    again = _store(orbit_cli, "reset-counts", "--store", store, "--remote", url, "--json")
+    assert again.returncode == 0 and json.loads(again.stdout) == {"reset": {}}, again.stderr
 
 
 def test_forget_remote_drops_the_records_of_a_remote_no_store_opens_again(orbit, orbit_cli, stories260k_path,

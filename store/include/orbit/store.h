@@ -337,10 +337,10 @@ VerifyReport verify_store(const std::string& dir);
 GcReport gc_store(const std::string& dir, const GcOptions& options = {});
 // Zeroes the counts of remote writes given up (StoreSummary::remote_abandoned, kept over every run) of `remote`, as
 // StoreSummary names it (a redis URL may also be given with its password: it is matched as shown, redacted), or of
-// every remote when `remote` is empty; answers the counts removed, by remote. For an operator who dealt with an
-// outage and wants the next one counted from zero (`orbit store reset-counts`). The store must be closed everywhere
-// (the exclusive lock: an open store counts into them). Throws orbit::Error when it is open, or when `remote`
-// names no count (the remotes that have one listed).
+// every remote when `remote` is empty; answers the counts removed, by remote: empty when there was none to reset
+// (for `remote`, or for any remote), so a second reset answers empty, as the first left nothing. For an operator who
+// dealt with an outage and wants the next one counted from zero (`orbit store reset-counts`). The store must be
+// closed everywhere (the exclusive lock: an open store counts into them). Throws orbit::Error when it is open.
 std::vector<std::pair<std::string, int64_t>> reset_remote_abandoned(const std::string& dir,
                                                                     const std::string& remote = "");
 // Drops the records of writes and erases not yet delivered to `remote` (StoreSummary::remote_pending's name; a redis
