@@ -54,6 +54,31 @@ def test_readme_python_block_runs(orbit, repo_root, index):
     assert out.stdout.strip()  # each prints what it did
 
 
+def replay_line(line):
+    """(policy, forward tokens, patch hits, mean KL) of a line the README's replay example prints."""
+    m = re.fullmatch(r"(\S+)\s+(\d+) forward tokens,\s+(\d+) patch hits, mean KL (\S+)", line.strip())
+    assert m, line
+    return m.group(1), int(m.group(2)), int(m.group(3)), float(m.group(4))
+
+
+def test_readme_replay_block_prints_what_readme_shows(orbit, repo_root):
+    """README's `orbit.replay` example prints the lines README shows after it: the policies, their forward tokens
+    and patch hits as shown, each mean KL within 10% of the one shown (or, for the exact baselines, as near 0),
+    and rank 16 measurably closer to a re-prefill than rank 4 (the difference the example is there to show)."""
+    m = re.search(r"```python\n(import orbit\n[^`]*?orbit\.replay\(.*?)```\n\nprints\n\n```text\n(.*?)```",
+                  readme(repo_root), re.S)
+    assert m, "README's replay example and the ```text block of what it prints after it"
+    out = run_python(orbit, ["-c", m.group(1)], cwd=repo_root)
+    assert out.returncode == 0, out.stderr
+    got = [replay_line(line) for line in out.stdout.splitlines()]
+    shown = [replay_line(line) for line in m.group(2).splitlines()]
+    assert [g[:3] for g in got] == [s[:3] for s in shown], out.stdout
+    for g, s in zip(got, shown):
+        assert (g[3] < 1e-9 and s[3] < 1e-9) or g[3] == pytest.approx(s[3], rel=0.1), (g, s)
+    kl = {g[0]: g[3] for g in got}
+    assert kl["patch:4"] > 1.5 * kl["patch:16"] > 0, kl
+
+
 def test_readme_cpp_block_is_the_quickstart_sample(repo_root):
     """README says its C++ block is samples/cpp/quickstart.cpp (which the build compiles and
     scripts/check-install.sh runs): the same code, the file's header comment aside."""
