@@ -1,7 +1,7 @@
 """Float and typed arguments name the call and the argument: None, a str or a bool where a float is needed, or
 anything but a Plan / a StepAction / a SyncAction where one is, raise TypeError saying what was expected, where
 pybind11 answered "incompatible function arguments" with the whole signature (and read a bool as 1.0 or 0.0).
-Values out of range name the keyword under the call made (generate_n's said generate's). And the C++ names the
+Values out of range name the keyword under the call made (generate_n's and generate_many's said generate's). And the C++ names the
 SDK's messages use reach Python as its keywords and methods: a chunk forgotten past Engine(max_idle_chunks=N), not
 EngineOptions::max_idle_chunks; sync's tools and extra, not ChatOptions::tools_json; Window.sync, not
 Window::sync. The str arguments and the options structs' own calls are test_bindings_argument_names.py's.
@@ -82,8 +82,16 @@ def test_a_value_out_of_range_names_the_keyword_under_the_call_made(orbit, windo
             fn()
         assert str(e.value) == f"{call}: {message}"
         assert e.value.source and ".cpp:" in e.value.source  # the SDK's check, its source kept
-    with pytest.raises(orbit.OrbitError, match=re.escape(message)):
+    # generate_many's said "generate_many: request 0: generate: temperature = ...", its type errors
+    # "generate_many: requests[0]: temperature: ...".
+    with pytest.raises(orbit.OrbitError) as e:
         orbit.generate_many([(window, " A", dict(kwargs, max_tokens=1))])
+    assert str(e.value) == f"generate_many: requests[0]: {message}"
+    token = orbit.CancelToken()
+    token.cancel()  # answered without decoding, refused all the same: it said "generate: temperature = ..."
+    with pytest.raises(orbit.OrbitError) as e:
+        orbit.generate_many([(window, " B"), (window, " A", dict(kwargs, max_tokens=1, cancel=token))])
+    assert str(e.value) == f"generate_many: requests[1]: {message}"
 
 
 def test_apply_names_its_plan_argument(orbit, window):

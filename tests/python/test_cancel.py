@@ -207,8 +207,8 @@ def test_a_token_cancelled_before_the_call_still_refuses_bad_arguments(orbit, st
     q = options.pop("query", query)
     calls = [("generate", lambda: window.generate(q, cancel=token, **options)),
              ("generate_n", lambda: window.generate_n(q, 2, cancel=token, **options)),
-             ("generate", lambda: orbit.generate_many([(window, q, options)], cancel=token))]
-    for name, call in calls:  # generate_n's are named as generate_n's; generate_many's "request 0: generate: ..."
+             (r"generate_many: requests\[0\]", lambda: orbit.generate_many([(window, q, options)], cancel=token))]
+    for name, call in calls:  # each named under the call made (generate_many's by its request)
         with pytest.raises(orbit.OrbitError, match=message.replace("generate:", name + ":", 1)):
             call()
 

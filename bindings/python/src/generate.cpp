@@ -247,9 +247,14 @@ std::vector<orbit::Generation> decode_uncancelled(const std::vector<PyWindow*>& 
   std::vector<std::size_t> place;  // request index of each batch entry
   for (std::size_t i = 0; i < windows.size(); ++i) {
     if (args[i].cancelled_before()) {
-      // Answered without decoding, its arguments refused as generate() would refuse them.
+      // Answered without decoding, its arguments refused as generate() would refuse them, the request named as
+      // orbit::generate_many names it.
       const orbit::Engine& engine = *windows[i]->engine;
-      orbit::check_generate(args[i].query, args[i].options, engine.model_info().vocab_size, engine.has_tokenizer());
+      try {
+        orbit::check_generate(args[i].query, args[i].options, engine.model_info().vocab_size, engine.has_tokenizer());
+      } catch (const orbit::Error& e) {
+        throw orbit::Error("generate_many: request " + std::to_string(i) + ": " + e.what(), __FILE__, __LINE__);
+      }
       continue;
     }
     batch.push_back({&*windows[i]->window, args[i].query, args[i].options});
@@ -327,6 +332,19 @@ std::vector<orbit::Generation> decode_locked(const std::vector<PyWindow*>& windo
   return decode_uncancelled(windows, args);
 }
 
+// orbit::generate_many names a request's error "generate_many: request 3: generate: temperature = -1 ...": raised
+// as "generate_many: requests[3]: temperature = -1 ...", as read_request names that request's arguments. Returns
+// without raising for another message.
+void raise_as_request_error(const orbit::Error& e) {
+  static const std::string kHead = "generate_many: request ";
+  const std::string message = e.what();
+  if (message.compare(0, kHead.size(), kHead) != 0) return;
+  const std::size_t end = message.find_first_not_of("0123456789", kHead.size());
+  if (end == kHead.size() || end == std::string::npos) return;
+  const std::string index = message.substr(kHead.size(), end - kHead.size());
+  raise_with_caller_name(e, kHead + index + ": generate", "generate_many: requests[" + index + "]");
+}
+
 // orbit.generate_many: the requests read and checked, decoded together, their Generations in request order.
 py::list run_generate_many(const py::object& request_list, const py::object& cancel) {
   const std::shared_ptr<const CancelToken> all = to_cancel_token(cancel, "generate_many: cancel");
@@ -351,6 +369,10 @@ py::list run_generate_many(const py::object& request_list, const py::object& can
   std::vector<orbit::Generation> out;
   try {
     out = decode_locked(windows, args);
+  } catch (const orbit::Error& e) {
+    if (!args.empty()) args.front().rethrow_raised();  // as below
+    raise_as_request_error(e);
+    throw;
   } catch (...) {
     // A signal handler's exception first (an Interrupted from a deferred repair, or a decode's error after
     // Ctrl-C stopped it): KeyboardInterrupt is what the caller asked for.
