@@ -250,3 +250,33 @@ TEST_CASE("ORBIT_BPE_CACHE_WORDS sets the cache and is refused naming itself whe
   }
   unsetenv("ORBIT_BPE_CACHE_WORDS");
 }
+
+TEST_CASE("the BPE word cache keeps short words and no long ones", "[hf_tokenizer]") {
+  // A pre-tokenized word is short; a long one (a whole segment of text without a pre-tokenizer, as
+  // TinyStories-656K's, or a long run one keeps whole) hardly comes back, and kept it would take an entry per
+  // request. A 300-byte word is past the bound (kCachedWordBytes) and is split anew each time, giving the same ids.
+  using orbit::runtime::hf::BpeModel;
+  for (const char* name : {"gpt2", "tinystories-656k"}) {
+    INFO(name);
+    std::ifstream in(kData / name / "tokenizer.json");
+    const json model = json::parse(in)["model"];
+    const auto bpe = BpeModel::from_json(model, name);
+    REQUIRE(bpe->words_cached() == 0);
+    std::string sentence;
+    while (sentence.size() < 300) sentence += "Once upon a time there was a little girl named Lily. ";
+    sentence.resize(300);
+    std::vector<int64_t> first, again;
+    bpe->tokenize(sentence, first);
+    CHECK(bpe->words_cached() == 0);
+    CHECK(bpe->bytes_cached() == 0);
+    bpe->tokenize(sentence, again);
+    CHECK(again == first);
+    CHECK(bpe->words_cached() == 0);
+    std::vector<int64_t> word;
+    bpe->tokenize("hello", word);
+    CHECK(bpe->words_cached() == 1);
+    CHECK(bpe->bytes_cached() > 0);
+    bpe->tokenize(std::string(BpeModel::kCachedWordBytes, 'a'), word);  // at the bound: kept
+    CHECK(bpe->words_cached() == 2);
+  }
+}

@@ -282,7 +282,10 @@ void BpeModel::tokenize(std::string_view word, std::vector<int64_t>& out, std::v
   split(word, made.ids, made.bytes);
   out.insert(out.end(), made.ids.begin(), made.ids.end());
   if (bytes) bytes->insert(bytes->end(), made.bytes.begin(), made.bytes.end());
-  const std::size_t size = key.size() + made.ids.size() * (sizeof(int64_t) + sizeof(Bytes));
+  // What the entry holds: its containers' capacities and its map node (the pair, the link and the hash).
+  const std::size_t size = key.capacity() + made.ids.capacity() * sizeof(int64_t) +
+                           made.bytes.capacity() * sizeof(Bytes) + sizeof(std::pair<const std::string, Split>) +
+                           2 * sizeof(void*);
   std::unique_lock<std::shared_mutex> lock(cache_mutex_);
   if (cache_.size() >= cache_words_ || cache_bytes_ + size > kCacheBytes) {
     cache_.clear();
@@ -314,6 +317,16 @@ bool BpeModel::separates(std::string_view left, std::string_view right) const {
     for (const auto& [a, b] : merge_parts_) merge_pairs_.add(*by_id_.at(a), *by_id_.at(b));
   });
   return !merge_pairs_.holds(*l, *r);
+}
+
+std::size_t BpeModel::words_cached() const {
+  std::shared_lock<std::shared_mutex> lock(cache_mutex_);
+  return cache_.size();
+}
+
+std::size_t BpeModel::bytes_cached() const {
+  std::shared_lock<std::shared_mutex> lock(cache_mutex_);
+  return cache_bytes_;
 }
 
 void BpeModel::set_cache_words(std::size_t words) {

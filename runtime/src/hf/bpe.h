@@ -7,10 +7,13 @@
 //     fuse_unk), else nothing;
 //   - then merges apply lowest rank first, the leftmost among equal ranks, until none applies.
 // Words already split are kept, as the Rust library keeps them: a chat server renders and tokenizes a
-// conversation's earlier messages again at every request, and most of a text's words come back. Without a
-// pre-tokenizer (SentencePiece-style models) a "word" is a whole message's text, which comes back too, so
-// words of up to kCachedWordBytes are kept: at most cache_words() of them and kCacheBytes of text in all;
-// the cache is emptied when full, so a long-running process keeps the words it sees now.
+// conversation's earlier messages again at every request, and most of a text's words come back. Only words of
+// up to kCachedWordBytes are kept: a pre-tokenized word is short, while a longer one is a run a pre-tokenizer
+// kept whole or, without a pre-tokenizer (SentencePiece-style models), a whole segment of text (a rendered
+// conversation up to the next special token), which hardly comes back byte for byte and would fill the cache
+// with one entry per request (Window::sync keeps a conversation's tokens itself: sync_encode.h). At most
+// cache_words() words and kCacheBytes in all are kept; the cache is emptied when full, so a long-running
+// process keeps the words it sees now.
 // ORBIT_BPE_CACHE_WORDS, read when the model is built, sets the count (0: no cache).
 // Thread-safety: tokenize may be called from several threads at once (the cache takes a lock); the rest is
 // immutable once built.
@@ -37,7 +40,7 @@ class BpeModel {
   // outside the vocabulary, or dropout (sampling is not supported).
   static std::unique_ptr<BpeModel> from_json(const nlohmann::json& model, const std::string& file);
 
-  static constexpr std::size_t kCachedWordBytes = 64 << 10;
+  static constexpr std::size_t kCachedWordBytes = 256;
   static constexpr std::size_t kCacheBytes = 16 << 20;
   static constexpr std::size_t kDefaultCacheWords = 10000;
 
@@ -82,6 +85,9 @@ class BpeModel {
   bool separates(std::string_view left, std::string_view right) const;
   std::size_t cache_words() const { return cache_words_; }
   void set_cache_words(std::size_t words);  // empties the cache; not while another thread tokenizes
+  // How many words the cache holds now, and the bytes they count against kCacheBytes.
+  std::size_t words_cached() const;
+  std::size_t bytes_cached() const;
 
   std::optional<int64_t> token_to_id(const std::string& token) const;
   // The token of `id`, or nullptr for an id the vocabulary lacks.
@@ -142,7 +148,7 @@ class BpeModel {
   mutable CharPairs merge_pairs_;  // separates: every merge's (left, right) characters
   mutable std::shared_mutex cache_mutex_;
   mutable std::unordered_map<std::string, Split> cache_;  // word -> its tokens
-  mutable std::size_t cache_bytes_ = 0;                   // Σ words' bytes, ids' bytes and Bytes' bytes
+  mutable std::size_t cache_bytes_ = 0;                   // Σ the entries' capacities and map nodes
 };
 
 }  // namespace orbit::runtime::hf
