@@ -1,15 +1,18 @@
 // Helpers the tests of `orbit serve` below HTTP share (test_serve, test_serve_chat_tools, test_serve_batch,
-// test_serve_cuda, test_serve_reasoning_turns, test_serve_audit, test_serve_prefill_pieces): a server on
-// TinyStories-656K without idle-time answers or audits, greedy story questions, made-up conversations trimmed
-// to their last messages, a run that must answer, a session's turns with idle work between them, a metric read
-// from /metrics' text, a chat body's error, and a wait for a condition.
+// test_serve_cuda, test_serve_reasoning_turns, test_serve_audit, test_serve_prefill_pieces, test_serve_responses,
+// test_serve_responses_wire): a server on TinyStories-656K without idle-time answers or audits, greedy story
+// questions, made-up conversations trimmed to their last messages, a run that must answer, a session's turns with
+// idle work between them, a metric read from /metrics' text, a chat body's error, a Responses API stream's events,
+// and a wait for a condition.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -127,6 +130,24 @@ inline std::vector<sv::RunResult> chat_turns(sv::ServeCore& core, sv::ChatReques
     r.messages.push_back(next);
   }
   return out;
+}
+
+// The events of a Responses API stream (`event: TYPE` and `data: JSON` lines) as (type, data), checking the
+// framing (each data's type is its event line's) and the numbering (sequence_number 0, 1, ...).
+inline std::vector<std::pair<std::string, nlohmann::json>> parse_events(const std::string& text) {
+  std::vector<std::pair<std::string, nlohmann::json>> events;
+  std::istringstream in(text);
+  std::string line;
+  std::string type;
+  while (std::getline(in, line)) {
+    if (line.rfind("event: ", 0) == 0) type = line.substr(7);
+    if (line.rfind("data: ", 0) != 0) continue;
+    const nlohmann::json data = nlohmann::json::parse(line.substr(6));
+    CHECK(data["type"] == type);
+    CHECK(data["sequence_number"] == static_cast<int64_t>(events.size()));
+    events.emplace_back(type, data);
+  }
+  return events;
 }
 
 // Waits up to 5 s for `done`, then requires it.

@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -25,6 +26,19 @@ namespace {
 using serve_test::kModel;
 
 using serve_test::chat_error;
+
+// "a <tool" streamed through a Hermes tool call stream ("a " sent, the start of a call's mark held back), then
+// the answer ended with `finish_reason`: the result as finish() leaves it, which names no call.
+sv::RunResult finished_after_a_mark_start(const std::string& finish_reason) {
+  sv::ToolCallStream stream(orbit::ToolCallFormat::kHermes, false);
+  CHECK(stream.push("a <tool").content == "a ");
+  sv::RunResult r;
+  r.text = "a <tool";
+  r.finish_reason = finish_reason;
+  stream.finish(r);
+  CHECK(r.tool_calls.empty());
+  return r;
+}
 
 }  // namespace
 
@@ -242,22 +256,10 @@ TEST_CASE("serve: tool calls are held back from the stream and read when the ans
 
   // Text that only looked like the start of a call is sent when the answer ends; where max_tokens cut the
   // answer there it may be a call's mark begun, and is left out (no half call markup in content).
-  sv::ToolCallStream plain(orbit::ToolCallFormat::kHermes, false);
-  CHECK(plain.push("a <tool").content == "a ");
-  sv::RunResult t;
-  t.text = "a <tool";
-  t.finish_reason = "stop";
-  plain.finish(t);
-  CHECK(t.tool_calls.empty());
+  const sv::RunResult t = finished_after_a_mark_start("stop");
   CHECK(t.unstreamed == "<tool");
   CHECK(t.finish_reason == "stop");
-  sv::ToolCallStream cut_mark(orbit::ToolCallFormat::kHermes, false);
-  CHECK(cut_mark.push("a <tool").content == "a ");
-  sv::RunResult m;
-  m.text = "a <tool";
-  m.finish_reason = "length";
-  cut_mark.finish(m);
-  CHECK(m.tool_calls.empty());
+  const sv::RunResult m = finished_after_a_mark_start("length");
   CHECK(m.unstreamed.empty());
   CHECK(m.text == "a");
   CHECK(m.finish_reason == "length");

@@ -5,19 +5,20 @@
 // header's session is the chain's, and refusals use the Responses API's names. (Bodies, events with tool calls and the
 // store: test_serve_responses_wire.cpp.)
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "orbit_catch.h"
 #include "serve/responses/responses_api.h"
 #include "serve/responses/responses_run.h"
 #include "serve/serve_core.h"
+#include "serve_test_util.h"
 
 namespace sv = orbit::serve;
 using nlohmann::json;
 
 namespace {
 
-const std::string kModel = std::string(ORBIT_MODELS_DIR) + "/tinystories-656k";
+using serve_test::kModel;
+using serve_test::parse_events;
 
 // A body with `fields` added to a valid request.
 std::string body_with(const std::string& fields) {
@@ -28,23 +29,6 @@ std::string body_with(const std::string& fields) {
 std::string refused(const std::string& body) {
   const sv::Parsed<sv::ResponsesRequest> p = sv::parse_responses_request(body);
   return p.ok() ? "" : p.error.param;
-}
-
-// The events of a stream as (type, data), checking the framing and the numbering.
-std::vector<std::pair<std::string, json>> parse_events(const std::string& text) {
-  std::vector<std::pair<std::string, json>> events;
-  std::istringstream in(text);
-  std::string line;
-  std::string type;
-  while (std::getline(in, line)) {
-    if (line.rfind("event: ", 0) == 0) type = line.substr(7);
-    if (line.rfind("data: ", 0) != 0) continue;
-    const json data = json::parse(line.substr(6));
-    CHECK(data["type"] == type);
-    CHECK(data["sequence_number"] == static_cast<int64_t>(events.size()));
-    events.emplace_back(type, data);
-  }
-  return events;
 }
 
 }  // namespace

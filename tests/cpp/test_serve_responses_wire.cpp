@@ -5,7 +5,6 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -14,28 +13,14 @@
 #include "serve/responses/responses_store.h"
 #include "serve/responses/responses_wire.h"
 #include "serve/wire/serve_wire.h"
+#include "serve_test_util.h"
 
 namespace sv = orbit::serve;
 using nlohmann::json;
 
 namespace {
 
-// The events of a stream as (type, data), checking the framing and the numbering.
-std::vector<std::pair<std::string, json>> parse_events(const std::string& text) {
-  std::vector<std::pair<std::string, json>> events;
-  std::istringstream in(text);
-  std::string line;
-  std::string type;
-  while (std::getline(in, line)) {
-    if (line.rfind("event: ", 0) == 0) type = line.substr(7);
-    if (line.rfind("data: ", 0) != 0) continue;
-    const json data = json::parse(line.substr(6));
-    CHECK(data["type"] == type);
-    CHECK(data["sequence_number"] == static_cast<int64_t>(events.size()));
-    events.emplace_back(type, data);
-  }
-  return events;
-}
+using serve_test::parse_events;
 
 std::vector<std::string> types_of(const std::vector<std::pair<std::string, json>>& events) {
   std::vector<std::string> out;

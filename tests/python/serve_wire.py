@@ -1,5 +1,5 @@
 """What the orbit serve tests share below ServeProcess: one request on a fresh connection (or its bytes, for a raw
-socket), the request counts and gauges read from /metrics, and a client that stops reading its streams (to stall
+socket; or its text, where it must answer 200), the request counts and gauges read from /metrics, and a client that stops reading its streams (to stall
 the server's writes)."""
 import http.client
 import json
@@ -19,6 +19,13 @@ def ask(server, method, path, body=None, raw=None):
         return response.status, response.read().decode()
     finally:
         connection.close()
+
+
+def answered(server, method, path, body=None):
+    """The body text of one request sent as `ask` sends it, which must answer 200 (else the text is the failure)."""
+    status, text = ask(server, method, path, body)
+    assert status == 200, text
+    return text
 
 
 def post_bytes(path, data):

@@ -7,11 +7,12 @@ in Python's Window.generate. Before, such a step listed the allowed tokens alone
 streamed chat answers, and Python's generate, on the bundled stories260K; each server test starts its own
 server on 127.0.0.1.
 """
-import http.client
 import json
 import math
 
-MODEL = "stories260K.bin"
+from serve_wire import MODEL_NAME as MODEL
+from serve_wire import answered
+
 K = 5
 MASKED = -9999.0
 # One string value allowed: most of the answer's steps allow a single token.
@@ -23,16 +24,8 @@ SEARCH = [{"type": "function", "function": {"name": "search", "parameters": {
 
 
 def post(server, body):
-    conn = http.client.HTTPConnection(server.host, server.port, timeout=120)
-    try:
-        conn.request("POST", "/v1/chat/completions", body=json.dumps(dict(body, model=MODEL)),
-                     headers={"Content-Type": "application/json"})
-        response = conn.getresponse()
-        text = response.read().decode()
-        assert response.status == 200, text
-        return text
-    finally:
-        conn.close()
+    """The answer text of a chat completion of `body`, the model added; it must answer 200."""
+    return answered(server, "POST", "/v1/chat/completions", dict(body, model=MODEL))
 
 
 def check_entries(entries):

@@ -9,10 +9,11 @@ arguments as the same request not streamed (the exact policy and a fixed seed ma
 and, with store true, the same ids as the stored completion. Each test starts its own server on
 127.0.0.1 on the bundled stories260K.
 """
-import http.client
 import json
 
-MODEL = "stories260K.bin"
+from serve_wire import MODEL_NAME as MODEL
+from serve_wire import answered
+
 MESSAGES = [{"role": "user", "content": "Find a story about a cat."}]
 SEARCH = [{"type": "function", "function": {"name": "search", "parameters": {
     "type": "object", "properties": {"q": {"type": "string", "maxLength": 12}, "page": {"type": "integer"}},
@@ -20,27 +21,13 @@ SEARCH = [{"type": "function", "function": {"name": "search", "parameters": {
 
 
 def post(server, path, body):
-    conn = http.client.HTTPConnection(server.host, server.port, timeout=120)
-    try:
-        conn.request("POST", path, body=json.dumps(dict(body, model=MODEL)), headers={"Content-Type": "application/json"})
-        response = conn.getresponse()
-        text = response.read().decode()
-        assert response.status == 200, text
-        return text
-    finally:
-        conn.close()
+    """The answer text of a POST of `body`, the model added, to `path`; it must answer 200."""
+    return answered(server, "POST", path, dict(body, model=MODEL))
 
 
 def get(server, path):
-    conn = http.client.HTTPConnection(server.host, server.port, timeout=120)
-    try:
-        conn.request("GET", path)
-        response = conn.getresponse()
-        text = response.read().decode()
-        assert response.status == 200, text
-        return json.loads(text)
-    finally:
-        conn.close()
+    """The parsed answer of a GET of `path`; it must answer 200."""
+    return json.loads(answered(server, "GET", path))
 
 
 def stream_chunks(server, body):
