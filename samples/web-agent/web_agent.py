@@ -148,6 +148,16 @@ def run(model=kit.DEFAULT_MODEL, *, steps: int = 32, policy: str = "default", ou
 THINK_MS = 250.0
 
 
+def audited(audit: dict) -> str:
+    """The session's audits (the audit object of GET /v1/sessions/{id}) for the closing lines: their count and
+    measured KL, or that nothing was audited (no mean of no measurement)."""
+    audits = audit.get("audits", 0)
+    if not audits:
+        return "nothing audited"
+    return (f"{audits} audits, mean measured KL {audit.get('measured_kl_sum', 0) / audits:.2e}, max "
+            f"{audit.get('max_measured_kl', 0):.2e}, {audit.get('violations', 0)} past budget")
+
+
 def run_served(url: str, *, steps: int = 32, seed: int = 0, out=None, session: str = "", quiet: bool = False,
                think_ms: float = THINK_MS) -> dict:
     """The web agent against an OpenAI-compatible orbit server at `url` (rendering with chat_template.jinja):
@@ -217,18 +227,16 @@ def run_served(url: str, *, steps: int = 32, seed: int = 0, out=None, session: s
         lines.append(f"{r['step']:>4}  {r['label']:<11} {r['messages']:>4} {r['prompt_tokens']:>6} "
                      f"{o.get('forward_tokens', 0):>7.0f} {o.get('radix_cache_tokens', 0):>6.0f} "
                      f"{1e3 * r['seconds']:>7.1f}  {o.get('plan', '')} | {kit.clip(describe_call(r['call']), 40)}")
-    savings, audit = info["savings"], info.get("audit") or {}
-    audits = audit.get("audits", 0)
+    savings = info["savings"]
     lines += ["-" * len(head),
               f"client think time after each answer: {think_ms:.0f} ms (the tool's run; --think-ms 0 sends the "
               f"next request at once)",
               f"forward tokens (usage.orbit, summed): orbit {forward:.0f} vs the radix cache {radix:.0f} "
               f"({forward / radix if radix else float('nan'):.2f}x); {idle:.0f} more in idle time",
-              f"served fidelity (GET /v1/sessions/{session}, audit): {audits} audits, mean measured KL "
-              f"{audit.get('measured_kl_sum', 0) / audits if audits else float('nan'):.2e}, max "
-              f"{audit.get('max_measured_kl', 0):.2e}, {audit.get('violations', 0)} past budget; server-wide "
-              f"(/metrics): {counters['orbit_audits_total']:.0f} audits, {counters['orbit_audits_owed_total']:.0f} "
-              f"owed (run on a request's turn), {counters['orbit_audits_dropped_total']:.0f} dropped, "
+              f"served fidelity (GET /v1/sessions/{session}, audit): {audited(info.get('audit') or {})}; "
+              f"server-wide (/metrics): {counters['orbit_audits_total']:.0f} audits, "
+              f"{counters['orbit_audits_owed_total']:.0f} owed (run on a request's turn), "
+              f"{counters['orbit_audits_dropped_total']:.0f} dropped, "
               f"{counters['orbit_audits_waiting']:.0f} waiting",
               f"GET /v1/sessions/{session}: {info['requests']} requests, orbit {savings['forward_tokens']:.0f} vs "
               f"radix {savings['radix_cache_tokens']:.0f} (ratio {savings['ratio']:.2f}, saved "

@@ -310,7 +310,27 @@ def test_web_agent_drives_the_server_as_an_openai_client(served, repo_root, tmp_
     assert "client think time after each answer: 250 ms" in result.stdout
     assert set(report["audit_metrics"]) == {"orbit_audits_total", "orbit_audits_owed_total",
                                             "orbit_audits_dropped_total", "orbit_audits_waiting"}
-    assert f"served fidelity (GET /v1/sessions/test-web-agent, audit): {info['audit']['audits']} audits" in result.stdout
+    audits = info["audit"]["audits"]
+    said = f"{audits} audits, mean measured KL " if audits else "nothing audited; "
+    assert f"served fidelity (GET /v1/sessions/test-web-agent, audit): {said}" in result.stdout
+
+
+def test_web_agent_says_nothing_was_audited_when_no_audit_ran(start_serve, stories260k_path, repo_root, tmp_path):
+    """Served by a server that audits nothing (--audit 0), the closing fidelity line says nothing was audited,
+    not a mean KL of no measurement (nan)."""
+    template = repo_root / "samples" / "web-agent" / "chat_template.jinja"
+    url = start_serve(stories260k_path, "--chat-template", template, "--audit", "0").url
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    result = subprocess.run([sys.executable, str(repo_root / "samples/web-agent/web_agent.py"), "--short", "--quiet",
+                             "--server", url, "--session", "no-audit", "--think-ms", "0", "--out", str(tmp_path)],
+                            capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, f"served web agent failed:\n{result.stdout}\n{result.stderr}"
+    report = json.loads((tmp_path / "web-agent-served.report.json").read_text())
+    assert (report["session_info"].get("audit") or {}).get("audits", 0) == 0
+    line = next(x for x in result.stdout.splitlines() if x.startswith("served fidelity"))
+    assert line.startswith("served fidelity (GET /v1/sessions/no-audit, audit): nothing audited; server-wide"), line
+    assert "nan" not in line and "mean measured KL" not in line, line
 
 
 def test_web_agent_think_time_applies_to_the_served_mode_only(repo_root):
