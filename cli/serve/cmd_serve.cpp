@@ -23,6 +23,7 @@
 #include "orbit/policy.h"
 #include "orbit/store.h"
 #include "orbit/store/redis_client.h"
+#include "orbit/sync_memo.h"
 #include "orbit/tool_calls.h"
 #include "serve/http/serve_http.h"
 #include "serve/run/reasoning.h"
@@ -122,6 +123,11 @@ const char* kServeUsage =
     "  --max-idle-chunks N   messages' chunks kept registered once no window holds them, the most recently\n"
     "                        used (default 4096); older ones are forgotten and re-read from the store when\n"
     "                        a request brings them back\n"
+    "  --sync-memo-entries N message lists whose renders and tokens are kept for the requests that continue\n"
+    "                        them, in each of two process-wide memos (default 4096, 1 to 1048576; a list\n"
+    "                        dropped is rendered and tokenized again); /metrics: orbit_sync_memo_entries\n"
+    "  --sync-memo-mb N      the bytes each of those memos holds at most, MiB (default 64, 1 to 1048576);\n"
+    "                        /metrics: orbit_sync_memo_bytes\n"
     "  --max-tokens N        default max_tokens when a request gives none (default 256; capped by the context)\n"
     "  --max-body-kb N       request bodies over this get 413 (default 4096)\n"
     "  --max-unsent-kb N     a streamed answer's output decoded and not yet taken by its client, KiB at most\n"
@@ -338,6 +344,14 @@ serve::ServeOptions serve_options(const Args& args) {
               "serve: argument '--store-pending-mb' must be <= 1048576 (a TiB), got " << pending_mb);
   o.store_pending_bytes = pending_mb << 20;
   o.max_idle_chunks = args.get_int("--max-idle-chunks", 4096, 1);
+  o.sync_memo.max_entries = args.get_int("--sync-memo-entries", 4096, 1);
+  ORBIT_CHECK(o.sync_memo.max_entries <= SyncMemoLimits::kMaxEntries,
+              "serve: argument '--sync-memo-entries' must be at most " << SyncMemoLimits::kMaxEntries << ", got "
+                                                                       << o.sync_memo.max_entries);
+  o.sync_memo.max_bytes = size_argument(args, "--sync-memo-mb", 64, 1, 20);
+  ORBIT_CHECK(o.sync_memo.max_bytes <= SyncMemoLimits::kMaxBytes, "serve: argument '--sync-memo-mb' must be at most "
+                                                                      << (SyncMemoLimits::kMaxBytes >> 20) << ", got "
+                                                                      << (o.sync_memo.max_bytes >> 20));
   o.default_max_tokens = args.get_int("--max-tokens", 256, 1);
   o.limits.max_body_bytes = static_cast<std::size_t>(size_argument(args, "--max-body-kb", 4096, 1, 10));
   o.max_unsent_bytes = size_argument(args, "--max-unsent-kb", 4096, 1, 10);
@@ -477,6 +491,8 @@ ArgSpec serve_arg_spec() {
                 "--store-group-commit",
                 "--store-pending-mb",
                 "--max-idle-chunks",
+                "--sync-memo-entries",
+                "--sync-memo-mb",
                 "--max-tokens",
                 "--max-body-kb",
                 "--threads",

@@ -6,6 +6,7 @@
 #include "orbit/common/clock.h"
 #include "orbit/common/error.h"
 #include "orbit/policy.h"
+#include "orbit/sync_memo.h"
 
 namespace orbit::serve {
 
@@ -42,6 +43,7 @@ ServeContext::ServeContext(const ServeOptions& o) : options(o), auditor(audit_op
   eo.max_background_bytes = o.background_bytes;
   eo.stored_calibration = o.stored_calibration;
   eo.background = BackgroundMode::kDeferred;  // run by the idle worker, only while no request waits
+  set_sync_memo_limits(o.sync_memo);
   policy = o.policy.empty() ? WindowPolicy{} : parse_policy(o.policy);
   engine = Engine::open(eo);
   info = engine->model_info();

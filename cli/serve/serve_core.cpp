@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "orbit/common/error.h"
+#include "orbit/sync_memo.h"
 
 namespace orbit::serve {
 
@@ -119,7 +120,8 @@ MetricGauges ServeCore::gauges() {
            render_pending_metrics(pending) +
            render_constraint_metrics(ConstraintMetrics{
                static_cast<int64_t>(constraints.entries), static_cast<int64_t>(constraints.bytes),
-               static_cast<int64_t>(context_.constraints->max_bytes()), constraints.hits, constraints.misses});
+               static_cast<int64_t>(context_.constraints->max_bytes()), constraints.hits, constraints.misses}) +
+           render_sync_memo_metrics(sync_memo_usage());
   return g;
 }
 

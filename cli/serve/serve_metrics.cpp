@@ -215,6 +215,20 @@ std::string render_constraint_metrics(const ConstraintMetrics& m) {
   return out.str();
 }
 
+std::string render_sync_memo_metrics(const SyncMemoUsage& usage) {
+  const std::pair<const char*, const SyncMemoCount*> memos[] = {{"cuts", &usage.cuts}, {"encodings", &usage.encodings}};
+  std::ostringstream out;
+  out << "# HELP orbit_sync_memo_entries Message lists a sync memo keeps (cuts: their prefixes' renders, "
+         "encodings: their tokens), at most --sync-memo-entries.\n# TYPE orbit_sync_memo_entries gauge\n";
+  for (const auto& [memo, count] : memos)
+    out << "orbit_sync_memo_entries{memo=\"" << memo << "\"} " << count->entries << "\n";
+  out << "# HELP orbit_sync_memo_bytes Bytes a sync memo's lists hold (their containers' capacity), at most "
+         "--sync-memo-mb.\n# TYPE orbit_sync_memo_bytes gauge\n";
+  for (const auto& [memo, count] : memos)
+    out << "orbit_sync_memo_bytes{memo=\"" << memo << "\"} " << count->bytes << "\n";
+  return out.str();
+}
+
 std::string ServeMetrics::render(const MetricGauges& gauges) const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::ostringstream out;

@@ -55,6 +55,10 @@
 //                                               their budget (answer_constraint.h: ConstraintCache)
 //   orbit_constraint_cache_hits_total,          requests whose tools or schema found their constraint kept, and
 //   orbit_constraint_cache_misses_total         those that built it (a tools' check counts as a lookup of its own)
+//   orbit_sync_memo_entries{memo},              the message lists Window::sync's process-wide memos keep, and
+//   orbit_sync_memo_bytes{memo}                 the bytes they hold (gauges; memo "cuts": their prefixes'
+//                                               renders, "encodings": their tokens; orbit/sync_memo.h), against
+//                                               --sync-memo-entries and --sync-memo-mb
 //
 // Thread-safety: every member may be called from any thread.
 #pragma once
@@ -68,6 +72,7 @@
 #include <vector>
 
 #include "orbit/engine.h"
+#include "orbit/sync_memo.h"
 #include "serve/stored/pending_writes.h"
 
 namespace orbit::serve {
@@ -123,6 +128,10 @@ struct ConstraintMetrics {
   int64_t misses = 0;        // counter
 };
 std::string render_constraint_metrics(const ConstraintMetrics& m);
+
+// Window::sync's memos (orbit/sync_memo.h: sync_memo_usage) as the /metrics gauges orbit_sync_memo_entries{memo}
+// and orbit_sync_memo_bytes{memo}.
+std::string render_sync_memo_metrics(const SyncMemoUsage& usage);
 
 class ServeMetrics {
  public:

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "orbit/sync.h"
+#include "orbit/sync_memo.h"
 #include "orbit/window.h"
 #include "serve/run/reasoning.h"
 #include "serve/wire/serve_api.h"
@@ -67,6 +68,9 @@ struct ServeOptions {
   // EngineOptions::max_idle_chunks: the messages' chunks kept registered once no window holds them (the
   // most recently used), so a server that sees ever new content keeps a bounded registry.
   int64_t max_idle_chunks = 4096;
+  // The bounds of Window::sync's process-wide memos (orbit/sync_memo.h: renders and tokens of the lists synced,
+  // one entry per new list; `--sync-memo-entries`, `--sync-memo-mb`), set when the server starts.
+  SyncMemoLimits sync_memo;
   // EngineOptions::max_background_bytes (`--background-mb`): the KV queued background work (patches to form
   // from first sights, run by the idle worker only while no request waits) may hold; past it the oldest queued
   // jobs are dropped, so a server that never goes idle does not grow without end.

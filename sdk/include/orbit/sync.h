@@ -30,11 +30,11 @@
 //      the window against @huggingface/jinja's rendering of each whole list, and its units against
 //      rendering every prefix. The list is converted for the template once
 //      (runtime::ChatTemplate::prepare: messages, tools and extra variables), not once per prefix, and what
-//      each prefix rendered to is kept (process-wide, bounded: at most 64 MiB of renderings, least recently
-//      used dropped first) for the lists that follow: a list that starts with an earlier list's messages,
-//      under the same template and variables, reads those prefixes' boundaries instead of rendering them
-//      again, so an agent's next request (its last list and a few more messages) renders only the prefixes
-//      past it (also where the template renders a prefix otherwise than the head of the whole rendering, as
+//      each prefix rendered to is kept (process-wide, bounded: 4096 lists and 64 MiB by default,
+//      orbit/sync_memo.h, least recently used dropped first) for the lists that follow: a list that starts with an
+//      earlier list's messages, under the same template and variables, reads those prefixes' boundaries instead of
+//      rendering them again, so an agent's next request (its last list and a few more messages) renders only the
+//      prefixes past it (also where the template renders a prefix otherwise than the head of the whole rendering, as
 //      Qwen3 and Mistral Nemo do for about half of them, wherever that text parts from the earlier rendering
 //      before the new rendering does). A list trimmed or summarized at its start (the same first message, its oldest
 //      turns dropped or replaced) reads the prefixes that end in its kept messages from the latest list with that first
@@ -62,8 +62,8 @@
 //      there the text's one tokenize gives each token's bytes, and a boundary no token straddles passes with
 //      no prefix tokenized (as does the rendering's end, the last text being tokenized with the generation
 //      prompt after it); only boundaries a token straddles tokenize their prefix. The units are the same
-//      either way. A prefix-stable tokenizer's tokens of each list are kept too (process-wide, at most 64
-//      MiB), and a list that starts with a kept list's messages reuses them up to a cut both renderings share
+//      either way. A prefix-stable tokenizer's tokens of each list are kept too (process-wide, bounded as
+//      the renders), and a list that starts with a kept list's messages reuses them up to a cut both renderings share
 //      that no merge can cross (runtime::Tokenizer::encode_rest), tokenizing only the rest: the same tokens
 //      as tokenizing the whole (sdk/src/window/sync_encode.h gives the argument).
 //   4. Content addressing: a unit's key is the content key of its tokens (chunks and turns alike). A unit

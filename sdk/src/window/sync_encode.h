@@ -63,10 +63,14 @@ struct SegmentEncoding {
 struct ListEncodings {
   std::vector<SegmentEncoding> segments;
   std::vector<Sha256::Digest> messages;  // [i]: message i's own key (ListKeys::messages), as put_encodings keeps
+  // What it holds in memory: its containers' capacities (what they allocated, not only what they use), itself,
+  // and 128 bytes for the memo's list and index nodes and the shared_ptr's block.
   std::size_t bytes() const {
-    std::size_t n = 128 + messages.size() * sizeof(Sha256::Digest);
+    std::size_t n = 128 + sizeof(ListEncodings) + messages.capacity() * sizeof(Sha256::Digest) +
+                    segments.capacity() * sizeof(SegmentEncoding);
     for (const SegmentEncoding& s : segments)
-      n += s.text.size() + s.tokens.ids.size() * (sizeof(int64_t) + sizeof(runtime::TokenBytes));
+      n += s.text.capacity() + s.tokens.ids.capacity() * sizeof(int64_t) +
+           s.tokens.bytes.capacity() * sizeof(runtime::TokenBytes);
     return n;
   }
 };

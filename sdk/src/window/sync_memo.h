@@ -145,9 +145,12 @@ struct ListRenders {
   std::vector<Sha256::Digest> messages;  // [i]: message i's own key (ListKeys::messages); n of them
   // What strftime_now gave the renders this entry rests on (the header): it holds while clock_holds.
   runtime::ClockReads clock;
+  // What it holds in memory: its containers' capacities (what they allocated, not only what they use), itself,
+  // and 128 bytes for the memo's list and index nodes and the shared_ptr's block.
   std::size_t bytes() const {
-    std::size_t n = text.size() + prefixes.size() * sizeof(PrefixRender) + messages.size() * sizeof(Sha256::Digest);
-    for (const auto& [format, said] : clock) n += format.size() + said.size() + 64;
+    std::size_t n = sizeof(ListRenders) + text.capacity() + prefixes.capacity() * sizeof(PrefixRender) +
+                    messages.capacity() * sizeof(Sha256::Digest) + clock.capacity() * sizeof(clock[0]);
+    for (const auto& [format, said] : clock) n += format.capacity() + said.capacity();
     return n + 128;
   }
 };
@@ -174,8 +177,22 @@ struct MemoKey {
 template <class Value>
 class ListMemo {
  public:
+  // The default bounds (orbit/sync_memo.h's SyncMemoLimits; set_limits changes them).
   static constexpr std::size_t kMaxBytes = std::size_t{64} << 20;  // Σ Value::bytes()
   static constexpr std::size_t kMaxEntries = 4096;                 // values, and aliases apart
+
+  // Keeps at most `entries` values (and `entries` aliases apart) of at most `bytes` in all from now on, dropping
+  // the least recently used values (and set aliases) now until the memo holds within them. Both > 0.
+  void set_limits(std::size_t entries, std::size_t bytes) {
+    const std::lock_guard<std::mutex> lock(mu_);
+    max_entries_ = entries;
+    max_bytes_ = bytes;
+    while (!lru_.empty() && (bytes_ > max_bytes_ || lru_.size() > max_entries_)) drop_oldest_locked();
+    while (aliases_.size() > max_entries_) {
+      alias_index_.erase(aliases_.back().first);
+      aliases_.pop_back();
+    }
+  }
 
   // The value under `key`, now the most recently used; null when the memo has none.
   std::shared_ptr<const Value> get(const MemoKey& key) {
@@ -203,29 +220,26 @@ class ListMemo {
     return {0, nullptr};
   }
   // Keeps `value` under `key`; a key the memo holds keeps its value (the same list gives the same value). A
-  // value over kMaxBytes is not kept.
+  // value over the byte bound (set_limits) is not kept.
   void put(const MemoKey& key, std::shared_ptr<const Value> value) {
     const std::size_t size = value->bytes();
-    if (size > kMaxBytes) return;
     const std::lock_guard<std::mutex> lock(mu_);
+    if (size > max_bytes_) return;
     const auto known = index_.find(key);
     if (known != index_.end()) {
       lru_.splice(lru_.begin(), lru_, known->second);
       return;
     }
-    while (!lru_.empty() && (bytes_ + size > kMaxBytes || lru_.size() >= kMaxEntries)) {
-      bytes_ -= lru_.back().second->bytes();
-      index_.erase(lru_.back().first);
-      lru_.pop_back();
-    }
+    while (!lru_.empty() && (bytes_ + size > max_bytes_ || lru_.size() >= max_entries_)) drop_oldest_locked();
     lru_.emplace_front(key, std::move(value));
     index_.emplace(key, lru_.begin());
     bytes_ += size;
   }
   // Names the value under `key` by `alias` too, instead of what `alias` named. An alias costs nothing against
-  // kMaxBytes (a value is counted once however it is named) and names nothing once its key's value is dropped;
-  // at most kMaxEntries aliases are kept, the least recently set forgotten first (one read that names nothing is
-  // forgotten then; a read does not make an alias recent: each sync sets its list's aliases anew).
+  // the byte bound (a value is counted once however it is named) and names nothing once its key's value is
+  // dropped; at most as many aliases as values are kept (set_limits), the least recently set forgotten first (one
+  // read that names nothing is forgotten then; a read does not make an alias recent: each sync sets its list's
+  // aliases anew).
   void alias(const MemoKey& alias, const MemoKey& key) {
     const std::lock_guard<std::mutex> lock(mu_);
     const auto known = alias_index_.find(alias);
@@ -234,7 +248,7 @@ class ListMemo {
       aliases_.splice(aliases_.begin(), aliases_, known->second);
       return;
     }
-    if (aliases_.size() >= kMaxEntries) {
+    if (aliases_.size() >= max_entries_) {
       alias_index_.erase(aliases_.back().first);
       aliases_.pop_back();
     }
@@ -276,10 +290,15 @@ class ListMemo {
     aliases_.clear();
     bytes_ = 0;
   }
-  // Σ bytes() of the values held (for tests).
+  // Σ bytes() of the values held.
   std::size_t bytes() {
     const std::lock_guard<std::mutex> lock(mu_);
     return bytes_;
+  }
+  // How many values are held.
+  std::size_t entries() {
+    const std::lock_guard<std::mutex> lock(mu_);
+    return lru_.size();
   }
 
  private:
@@ -300,7 +319,15 @@ class ListMemo {
     return it->second->second;
   }
 
+  void drop_oldest_locked() {
+    bytes_ -= lru_.back().second->bytes();
+    index_.erase(lru_.back().first);
+    lru_.pop_back();
+  }
+
   std::mutex mu_;
+  std::size_t max_entries_ = kMaxEntries;
+  std::size_t max_bytes_ = kMaxBytes;
   Lru lru_;  // most recently used first
   std::unordered_map<MemoKey, typename Lru::iterator, KeyHash> index_;
   AliasLru aliases_;  // most recently set first
