@@ -149,7 +149,10 @@ int main(int argc, char** argv) {
         }
       }
     }
-    std::ofstream(o.json) << nlohmann::json{{"threads", o.threads}, {"rows", rows}}.dump(2) << "\n";
+    std::ofstream f(o.json);
+    f << nlohmann::json{{"threads", o.threads}, {"rows", rows}}.dump(2) << "\n";
+    ORBIT_CHECK(f.good(), "--json: cannot write '" << o.json << "'");
+    std::printf("wrote %s\n", o.json.c_str());
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_attention: %s\n", e.what());

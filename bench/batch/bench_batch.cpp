@@ -449,7 +449,9 @@ int main(int argc, char** argv) try {
     }
     if (o.runs("forks")) record(bench_forks(*engine, name, o));
   }
-  std::ofstream(o.json) << out.dump(2) << "\n";
+  std::ofstream f(o.json);
+  f << out.dump(2) << "\n";
+  ORBIT_CHECK(f.good(), "--json: cannot write '" << o.json << "'");
   std::printf("wrote %s\n", o.json.c_str());
   return 0;
 } catch (const std::exception& e) {

@@ -195,8 +195,10 @@ int main(int argc, char** argv) {
       const int64_t base = cache.open(&past);
       for (const int64_t R : o.queries) rows.push_back(run_case(*m, past, cache, base, R, o.reps));
     }
-    std::ofstream(o.json) << nlohmann::json{{"threads", o.threads}, {"layers", o.layers}, {"rows", rows}}.dump(2)
-                          << "\n";
+    std::ofstream f(o.json);
+    f << nlohmann::json{{"threads", o.threads}, {"layers", o.layers}, {"rows", rows}}.dump(2) << "\n";
+    ORBIT_CHECK(f.good(), "--json: cannot write '" << o.json << "'");
+    std::printf("wrote %s\n", o.json.c_str());
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_mla: %s\n", e.what());
