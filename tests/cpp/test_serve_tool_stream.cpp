@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "orbit/answer_calls.h"
 #include "orbit/tool_calls.h"
 #include "orbit_catch.h"
 #include "serve/run/streamed_calls.h"
@@ -35,11 +36,13 @@ struct Feed {
   std::string finish_reason = "stop";
   // The names the tools' grammar allows (ToolCallStream's `names`): the tools of the answers below.
   std::vector<std::string> names = {"search", "open"};
+  bool calls_or_json = false;  // a call or a JSON answer from the first byte (AnswerCallsOptions::calls_or_json)
 };
 
 // `text` pushed in the pieces `cuts` (increasing byte offsets) makes, then finished.
 Fed feed(const std::string& text, const std::vector<std::size_t>& cuts, const Feed& how) {
-  sv::ToolCallStream stream(how.format, how.forced, how.progressive, false, how.names);
+  sv::ToolCallStream stream(orbit::AnswerCallsOptions{how.format, how.forced, how.calls_or_json, how.names, false},
+                            how.progressive);
   Fed f;
   std::size_t from = 0;
   std::vector<std::size_t> ends = cuts;
@@ -308,6 +311,120 @@ TEST_CASE("tool stream: a call cut before its name outside a forced call is sett
   const Fed stopped = feed("Look.\n<tool_call>{\"name\": \"", {}, Feed{ToolCallFormat::kHermes, false, true, "stop"});
   CHECK(stopped.r.tool_calls.empty());
   CHECK(stopped.r.finish_reason == "stop");
+}
+
+TEST_CASE("tool stream: a call-or-JSON answer cut inside its call's mark is settled as a forced call is", "[serve]") {
+  // Tools under auto beside a JSON response_format: a call or the JSON from the first byte, so an answer begun
+  // with a start of the call's mark ("<", as a forced one's) is a call cut before its name. It was left out
+  // (no call) where the forced answer gives the one tool's call.
+  struct Case {
+    ToolCallFormat format;
+    std::string text;
+  };
+  const std::vector<Case> calls = {{ToolCallFormat::kHermes, "<"},
+                                   {ToolCallFormat::kHermes, "<tool_ca"},
+                                   {ToolCallFormat::kHermes, " <tool_call"},
+                                   {ToolCallFormat::kHermes, "<tool_call>"},
+                                   {ToolCallFormat::kHermes, "<tool_call>{\"na"},
+                                   {ToolCallFormat::kMistral, "[TOOL_CA"},
+                                   {ToolCallFormat::kMistral, "[TOOL_CALLS] ["}};
+  for (const Case& c : calls) {
+    INFO(c.text);
+    for (const std::vector<std::string>& names :
+         {std::vector<std::string>{"search"}, std::vector<std::string>{"search", "open"}}) {
+      INFO(names.size() << " names");
+      for (const std::vector<std::size_t>& cuts : {every_byte(c.text), std::vector<std::size_t>{}}) {
+        const Fed f = feed(c.text, cuts, Feed{c.format, false, true, "length", names, true});
+        const Fed forced = feed(c.text, cuts, Feed{c.format, true, true, "length", names});
+        CHECK(same_calls(f.r.tool_calls, forced.r.tool_calls, false));
+        CHECK(f.r.tool_call_cut == forced.r.tool_call_cut);
+        CHECK(f.r.finish_reason == "length");
+        CHECK(f.r.text.empty());
+        CHECK(trimmed(f.content + f.r.unstreamed).empty());
+        CHECK(same_calls(assemble(f), f.r.tool_calls));
+        if (names.size() == 1) {  // the one tool it can become, arguments ""
+          REQUIRE(f.r.tool_calls.size() == 1);
+          CHECK(f.r.tool_calls[0].name == "search");
+          CHECK(f.r.tool_calls[0].arguments.empty());
+          CHECK(f.r.tool_call_cut);
+        } else {  // left out
+          CHECK(f.r.tool_calls.empty());
+          CHECK_FALSE(f.r.tool_call_cut);
+        }
+      }
+    }
+  }
+  // An answer begun as the JSON is the JSON: nothing in it is call markup (a string cut inside "<tool_ca"
+  // keeps it), and a lone "[" may begin a JSON array as well as Mistral's mark: no call.
+  const std::vector<Case> json = {{ToolCallFormat::kHermes, "{\"title\": \"a <tool_ca"},
+                                  {ToolCallFormat::kHermes, "{\"title\": \"<tool_call>{\\\"na"},
+                                  {ToolCallFormat::kMistral, "["}};
+  for (const Case& c : json) {
+    INFO(c.text);
+    const Fed f = feed(c.text, every_byte(c.text), Feed{c.format, false, true, "length", {"search"}, true});
+    CHECK(f.r.tool_calls.empty());
+    CHECK(f.r.text == c.text);
+    CHECK(f.content + f.r.unstreamed == c.text);
+    CHECK(f.r.finish_reason == "length");
+  }
+}
+
+TEST_CASE("tool stream: a forced answer cut before a later call's name has no markup in its content", "[serve]") {
+  // Several forced calls (parallel_tool_calls): one cut inside its mark or before its name after whole calls
+  // is settled as the first one would be; its markup was the content, and the answer "tool_calls".
+  const std::string hermes = "<tool_call>{\"name\": \"open\", \"arguments\": {}}</tool_call>\n";
+  const std::string llama3 = "{\"name\": \"open\", \"parameters\": {}}; ";
+  const std::vector<std::pair<ToolCallFormat, std::string>> cases = {
+      {ToolCallFormat::kHermes, hermes + "<tool_ca"},
+      {ToolCallFormat::kHermes, hermes + "<tool_call>{\"na"},
+      {ToolCallFormat::kHermes, hermes + "<tool_call>{\"name\": \""},
+      {ToolCallFormat::kLlama3, llama3 + "{\"na"}};
+  for (const auto& [format, text] : cases) {
+    INFO(text);
+    for (const std::vector<std::string>& names :
+         {std::vector<std::string>{"search"}, std::vector<std::string>{"search", "open"}}) {
+      INFO(names.size() << " names");
+      for (const std::vector<std::size_t>& cuts : {every_byte(text), std::vector<std::size_t>{}}) {
+        const Fed f = feed(text, cuts, Feed{format, true, true, "length", names});
+        CHECK(f.r.text.empty());
+        CHECK(trimmed(f.content + f.r.unstreamed).empty());
+        CHECK(f.r.finish_reason == "length");
+        CHECK(same_calls(assemble(f), f.r.tool_calls));
+        REQUIRE(f.r.tool_calls.size() == (names.size() == 1 ? 2u : 1u));
+        CHECK(f.r.tool_calls[0].name == "open");
+        if (names.size() == 1) {
+          CHECK(f.r.tool_calls[1].name == "search");
+          CHECK(f.r.tool_calls[1].arguments.empty());
+        }
+        CHECK(f.r.tool_call_cut == (names.size() == 1));
+      }
+    }
+  }
+}
+
+TEST_CASE("tool stream: Mistral's array cut before its last call's name keeps the whole calls before it", "[serve]") {
+  // Read as one call cut before its name, the array lost the whole calls before that one.
+  const std::string whole = "Look. [TOOL_CALLS] [{\"name\": \"open\", \"arguments\": {\"u\": 1}}, ";
+  for (const std::string& cut : {std::string("{"), std::string("{\"na"), std::string("{\"name\": \"")}) {
+    const std::string text = whole + cut;
+    INFO(text);
+    // Free text (no grammar): the cut call is left out; under a grammar of one tool: that tool's, cut.
+    for (const std::vector<std::string>& names : {std::vector<std::string>{}, std::vector<std::string>{"search"}}) {
+      INFO(names.size() << " names");
+      for (const bool progressive : {false, true}) {
+        const Fed f = feed(text, every_byte(text), Feed{ToolCallFormat::kMistral, false, progressive, "length", names});
+        CHECK(f.r.text == "Look.");
+        CHECK(trimmed(f.content + f.r.unstreamed) == "Look.");
+        CHECK(f.r.finish_reason == "length");
+        CHECK(same_calls(assemble(f), f.r.tool_calls));
+        REQUIRE(f.r.tool_calls.size() == 1 + names.size());
+        CHECK(f.r.tool_calls[0].name == "open");
+        CHECK(f.r.tool_calls[0].arguments == "{\"u\":1}");
+        if (!names.empty()) CHECK(f.r.tool_calls[1].name == "search");
+        CHECK(f.r.tool_call_cut == !names.empty());
+      }
+    }
+  }
 }
 
 TEST_CASE("tool stream: calls in free text are read whole when the answer ends", "[serve]") {

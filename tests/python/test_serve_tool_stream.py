@@ -225,14 +225,14 @@ def test_a_forced_call_cut_before_its_name_is_the_only_tool_it_can_be(start_serv
 def test_an_auto_call_cut_before_its_name_leaves_no_markup_in_content(start_serve, stories260k_path):
     # tool_choice "auto" with a JSON response_format: a call or the JSON from the first byte; '<' favoured (its
     # byte token 63 and 504), a call. Cut after the call's mark but before its name began, the markup
-    # ('<tool_call>{"name": "') was the message's content. Now the call is settled as a forced one cut there:
-    # the one tool's (arguments ""), or, under two tools, left out; never markup in content. Each cut's own
-    # tokens (its logprobs) say where it was cut.
+    # ('<tool_call>{"name": "') was the message's content; cut inside the mark ('<'), no call. Now the call is
+    # settled as a forced one cut there: the one tool's (arguments ""), or, under two tools, left out; never
+    # markup in content. Each cut's own tokens (its logprobs) say where it was cut.
     import re
     server = start_serve(stories260k_path, "--policy", "patch:16:exact")
     schema = {"type": "object", "properties": {"title": {"type": "string", "maxLength": 12}}, "required": ["title"]}
     fmt = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
-    before_name = 0
+    before_name = inside_mark = 0
     for tools, one in ((CUT_TOOLS[:1], "search"), (CUT_TOOLS, None)):
         base = {"messages": MESSAGES, "tools": tools, "tool_choice": "auto", "response_format": fmt,
                 "temperature": 0, "logit_bias": {"63": 100, "504": 100}, "logprobs": True}
@@ -249,9 +249,11 @@ def test_an_auto_call_cut_before_its_name_leaves_no_markup_in_content(start_serv
             if re.search(r'"name":\s*"\w', raw):
                 continue  # the name began: as before (test_a_call_cut_inside_its_name_never_shows_a_name_no_tool_has)
             assert whole["finish_reason"] == "length" and content == "", context
-            begun = "<tool_call>" in raw  # else only the mark's start: left out, no call
-            assert calls == ([{"name": one, "arguments": ""}] if one and begun else []), context
-            before_name += begun
+            # A call or the JSON from the first byte: '<' began the call, so a cut inside its mark is one too,
+            # settled as a forced call cut there is (it was left out, no call).
+            assert calls == ([{"name": one, "arguments": ""}] if one else []), context
+            before_name += "<tool_call>" in raw
+            inside_mark += "<tool_call>" not in raw and one is not None
             chunks = stream_chunks(server, request)
             streamed, _ = assemble(chunks)
             text = "".join(c["delta"].get("content") or "" for chunk in chunks for c in chunk["choices"])
@@ -272,5 +274,5 @@ def test_an_auto_call_cut_before_its_name_leaves_no_markup_in_content(start_serv
             assert "tool_call" not in "".join(
                 json.loads(line[6:]).get("delta", "") for line in events.split("\n")
                 if line.startswith("data: ") and "output_text.delta" in line), events
-    # Cuts after the whole mark, before the name: both tool sets reached them.
-    assert before_name >= 2, before_name
+    # Cuts after the whole mark, before the name: both tool sets reached them; inside the mark: the one tool's.
+    assert before_name >= 2 and inside_mark >= 1, (before_name, inside_mark)

@@ -245,9 +245,10 @@ def test_a_call_max_tokens_cuts_is_the_call_so_far(orbit, engine):
             assert whole.tool_calls[0]["function"]["arguments"].startswith(g.tool_calls[0]["function"]["arguments"])
             seen_cut = g
     assert seen_cut is not None
+    # Cut inside the mark, the call is the one tool it can still become, as orbit serve answers it.
     inside_mark = window.generate(report.generation_prompt, tools=TOOLS, tool_choice="read_page", max_tokens=9)
-    assert inside_mark.text == "<tool_cal" and inside_mark.tool_call_cut
-    assert inside_mark.tool_calls[0]["function"] == {"name": "", "arguments": ""}
+    assert inside_mark.text == "<tool_cal" and inside_mark.tool_call_cut and inside_mark.content == ""
+    assert inside_mark.tool_calls[0]["function"] == {"name": "read_page", "arguments": ""}
     # Nothing decoded is no call.
     nothing = window.generate(report.generation_prompt, tools=TOOLS, tool_choice="read_page", max_tokens=0)
     assert nothing.tool_calls == [] and not nothing.tool_call_cut
@@ -259,6 +260,48 @@ def test_a_call_max_tokens_cuts_is_the_call_so_far(orbit, engine):
                          tools=TOOLS)
     again = window.generate(report.generation_prompt, tools=TOOLS, tool_choice="required", max_tokens=80)
     assert len(again.tool_calls) == 1 and not again.tool_call_cut
+
+
+def test_a_cut_call_is_settled_as_orbit_serve_settles_it(engine):
+    """An answer max_tokens cuts inside a call (orbit::read_answer_calls, as orbit serve reads it): under 'auto'
+    beside a JSON response_format (a call or the JSON from the first byte; '<' favoured: a call), a cut inside
+    the call's mark or before its name leaves no markup in content: the call is the one tool's (arguments '',
+    tool_call_cut), or, where two tools could be meant, left out; a cut inside the name is the one tool the
+    written part begins, else left out. A forced call under two tools cut before its name is left out too.
+    Python's generate left such markup as content ('<', '<tool_call>{"name": "') and such names as written."""
+    import re
+    schema = {"type": "object", "properties": {"title": {"type": "string", "maxLength": 12}}, "required": ["title"]}
+    note = {"type": "function", "function": {"name": "read_note", "parameters": {
+        "type": "object", "properties": {"page": {"type": "integer"}}, "required": ["page"]}}}
+    lt = 3 + ord("<")
+    seen = set()
+    for tools in (TOOLS, TOOLS + [note]):
+        names = [t["function"]["name"] for t in tools]
+        window = engine.new_window()
+        prompt = window.sync([{"role": "user", "content": "Read the book."}], tools=tools).generation_prompt
+        for max_tokens in range(1, 24):
+            g = window.generate(prompt, tools=tools, tool_choice="auto", response_format=schema, max_tokens=max_tokens,
+                                logit_bias={lt: 100, 504: 100})
+            context = (names, max_tokens, g.text, g.content, g.tool_calls)
+            if g.stop_reason != "max_tokens" or not g.text.startswith("<"):
+                continue  # whole: a call, or the JSON where max_tokens holds it and not the shortest call
+            assert g.content == "" and g.json is None, context
+            name = re.search(r'"name":\s*"([^"]*)("?)', g.text)
+            if name and name.group(2):
+                continue  # the name is whole: the call as far as it was written
+            written = name.group(1) if name else ""
+            meant = [n for n in names if n.startswith(written)]
+            calls = [c["function"] for c in g.tool_calls]
+            assert calls == ([{"name": meant[0], "arguments": ""}] if len(meant) == 1 else []), context
+            assert g.tool_call_cut == (len(meant) == 1), context
+            seen.add(("inside the name" if written else "before the name", len(meant) == 1))
+        forced = window.generate(prompt, tools=tools, tool_choice="required", max_tokens=9)
+        assert forced.text.startswith("<tool_cal") and "read" not in forced.text, forced.text  # before the name
+        assert forced.content == "" and forced.stop_reason == "max_tokens", forced.text
+        assert [c["function"] for c in forced.tool_calls] == (
+            [{"name": "read_page", "arguments": ""}] if len(tools) == 1 else []), forced.tool_calls
+    # Cuts before the name (in the mark too), settled to the one tool and left out.
+    assert {("before the name", True), ("before the name", False)} <= seen, seen
 
 
 # zod's z.hostname() as zod-to-json-schema writes it: a lookahead bounds the length beside format hostname; its

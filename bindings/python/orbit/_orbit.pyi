@@ -788,9 +788,11 @@ class Generation:
     # Set by Window.generate (tools, tool_choice, response_format):
     tool_calls: list[dict]
     """The calls read from the answer: [{'id', 'type': 'function', 'function': {'name', 'arguments'}}]. An answer
-    max_tokens ended inside a call gives that call last, as far as it was written (tool_call_cut): under
-    tool_choice 'auto' once its name began; under 'required' or a tool's name wherever the cut fell (inside the
-    '<tool_call>' mark or before the name: name '' and arguments '')."""
+    max_tokens ended inside a call gives that call last, as far as it was written (tool_call_cut), as orbit
+    serve answers it: a call cut inside its name, or before it began (after its mark; inside the '<tool_call>'
+    mark too where the answer is calls from its first byte: 'required', a tool's name, or a call under 'auto'
+    beside a JSON response_format), is the one tool it can still become (arguments ''), else left out; its
+    markup is never content."""
     tool_call_cut: bool
     """The last of tool_calls was cut by max_tokens: its arguments are not valid JSON; do not run it."""
     content: str
@@ -1349,8 +1351,9 @@ class Window:
         over 100 ms to compile). The same schema written with other key order is another entry. tool_call_format
         ('hermes', 'llama3', 'mistral'; default: the chat template's) needs tools. An answer max_tokens ends
         inside a call gives that call last in tool_calls as far as it was written (Generation.tool_call_cut);
-        a forced call ('required' or a tool's name) cut before its name began (e.g. text '<tool_cal') too, with
-        name '' and arguments '' and content ''. max_tokens=0 decodes nothing and gives no call.
+        one cut inside or before its name (a forced call's inside its mark too, e.g. text '<tool_cal') is the one
+        tool it can still become (arguments ''), else left out, and content ''. max_tokens=0 decodes nothing and
+        gives no call.
 
         stop: OpenAI's -- a str or a list of up to 4 non-empty str (else ValueError, TypeError for a wrong
         type, naming `stop`). The run ends at the token whose text completes one; Generation.text ends right

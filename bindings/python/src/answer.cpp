@@ -6,6 +6,7 @@
 #include "answer.h"
 #include "bindings.h"
 #include "convert.h"
+#include "orbit/answer_calls.h"
 #include "orbit/common/error.h"
 #include "orbit/engine.h"
 #include "orbit/tool_calls.h"
@@ -214,6 +215,7 @@ AnswerSpec build_spec(const PyWindow& w, const py::object& tools, const py::obje
     const std::string only = named ? choice : "";
     a.constraint = Constraint::tool_calls(a.tools_json, orbit::tool_call_options(a.format, only));
     a.forced_call = true;
+    a.grammar_names = named ? std::vector<std::string>{choice} : names;
     const std::string why = unwritable_here(w, a.constraint);
     ORBIT_CHECK(why.empty(), "generate: tool_choice = '" << choice << "': the call cannot be written: " << why);
     return a;
@@ -232,6 +234,7 @@ AnswerSpec build_spec(const PyWindow& w, const py::object& tools, const py::obje
       a.constraint = nullptr;
       a.trigger.clear();
     }
+    if (a.constraint) a.grammar_names = names;
     return a;
   }
   if (!response_format.is_none()) {
@@ -249,7 +252,15 @@ AnswerSpec build_spec(const PyWindow& w, const py::object& tools, const py::obje
     // outside the constraints' subset leave the JSON alone (nothing was asked of the tools).
     try {
       const auto calls = Constraint::tool_calls(a.tools_json, orbit::tool_call_options(a.format));
-      if (unwritable_here(w, calls).empty()) a.constraint = Constraint::choice({calls, a.constraint});
+      if (unwritable_here(w, calls).empty()) {
+        a.constraint = Constraint::choice({calls, a.constraint});
+        // Past the call mark only the calls go on; a format without one (Llama 3's bare objects) may be
+        // writing the JSON where it looks like a call, so its calls are read as free text (as orbit serve's).
+        if (!orbit::tool_call_trigger(a.format).empty()) {
+          a.calls_or_json = true;
+          a.grammar_names = names;
+        }
+      }
     } catch (const orbit::Error&) {
     }
   }
@@ -287,13 +298,15 @@ void read_answer(const AnswerSpec& a, py::object& generation) {
   if (a.read_calls) {
     const std::string stop = generation.attr("stop_reason").cast<std::string>();
     const bool ran_out = stop == "max_tokens" || stop == "position_limit";
-    const orbit::CutToolCall cut = !ran_out        ? orbit::CutToolCall::kContent
-                                   : a.forced_call ? orbit::CutToolCall::kForcedCall
-                                                   : orbit::CutToolCall::kCall;
-    orbit::ToolCallParse r = orbit::parse_tool_calls(text, a.format, cut);
-    generation.attr("tool_calls") = calls_list(r.calls);
-    generation.attr("content") = r.content;
-    generation.attr("tool_call_cut") = r.cut;
+    orbit::AnswerCallsOptions how;
+    how.format = a.format;
+    how.forced = a.forced_call;
+    how.calls_or_json = a.calls_or_json;
+    how.names = a.grammar_names;
+    const orbit::AnswerCalls r = orbit::read_answer_calls(text, ran_out, how);
+    generation.attr("tool_calls") = calls_list(r.read.calls);
+    generation.attr("content") = r.read.content;
+    generation.attr("tool_call_cut") = r.read.cut;
   }
   if (a.read_json && py::len(generation.attr("tool_calls")) == 0) {  // a call is no JSON answer
     try {

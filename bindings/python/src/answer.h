@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "bindings.h"
 #include "orbit/constraint.h"
@@ -19,6 +20,12 @@ struct AnswerSpec {
   bool read_calls = false;   // tools given and tool_choice not "none": calls are read from the text
   bool forced_call = false;  // tool_choice "required" or a tool's name: the text is a call from its first byte
   bool read_json = false;    // response_format asks for JSON: the text is parsed
+  // A call or the JSON from the first byte (tools under "auto" beside a JSON response_format, the tools' grammar
+  // had): orbit::AnswerCallsOptions::calls_or_json.
+  bool calls_or_json = false;
+  // The names the tools' grammar lets a call have (the named tool, else every tool's); empty where the calls are
+  // free text. orbit::AnswerCallsOptions::names.
+  std::vector<std::string> grammar_names;
 };
 
 // Each entry of a tools list is a tool: a dict, OpenAI's {"type": "function", "function": {"name", ...}} or the
@@ -32,9 +39,10 @@ std::vector<std::string> check_tool_entries(const py::list& tools, const std::st
 // Throws orbit::Error naming the argument.
 AnswerSpec answer_spec(const PyWindow& w, const py::object& tools, const py::object& tool_choice,
                        const py::object& response_format, const py::object& tool_call_format);
-// Sets generation.tool_calls (list), .content (str), .tool_call_cut and .json (the parsed value or None). An
-// answer max_tokens (or the position limit) ended inside a call gives that call last, as far as it was
-// written; a forced call's, wherever it was cut (CutToolCall::kForcedCall: inside the opening mark too).
+// Sets generation.tool_calls (list), .content (str), .tool_call_cut and .json (the parsed value or None), as
+// orbit serve answers them (orbit::read_answer_calls): an answer max_tokens (or the position limit) ended inside
+// a call gives that call last, as far as it was written, its name settled (the one tool it can still become,
+// else left out) and no half call markup left in the content.
 void read_answer(const AnswerSpec& spec, py::object& generation);
 
 }  // namespace orbit_py

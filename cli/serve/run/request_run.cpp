@@ -174,11 +174,16 @@ bool pass_on(ToolCallStream& calls, const RunSink& sink, int64_t choice, const s
 // them, else whole at the choice's end (RunResult::unstreamed_calls).
 RunSink tool_call_sink(const RunSink& sink, const ChatRequest& request, ToolCallFormat format, bool calls_whole,
                        std::vector<ToolCallStream>& calls) {
-  const bool forced = request.tool_choice.mode == "required" || request.tool_choice.mode == "function";
+  AnswerCallsOptions read;
+  read.format = format;
+  read.forced = request.tool_choice.mode == "required" || request.tool_choice.mode == "function";
+  // A call or the JSON answer, both from the first byte (AnswerConstraint's calls or answer).
+  read.calls_or_json = calls_whole && request.tool_choice.mode == "auto" && request.response_format.type != "text";
+  read.one_call = !request.parallel_tool_calls;
+  if (calls_whole) read.names = grammar_tool_names(request);
   const bool progressive = calls_whole && sink.on_tool_call != nullptr;
   calls.assign(static_cast<std::size_t>(std::max<int64_t>(1, request.sampling.n)),
-               ToolCallStream(format, forced, progressive, !request.parallel_tool_calls,
-                              calls_whole ? grammar_tool_names(request) : std::vector<std::string>{}));
+               ToolCallStream(std::move(read), progressive));
   RunSink out = sink;
   if (sink.on_text) {
     out.on_text = [&calls, sink](const std::string& delta) { return pass_on(calls[0], sink, 0, delta); };

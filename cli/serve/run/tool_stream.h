@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "orbit/answer_calls.h"
 #include "orbit/tool_calls.h"
 #include "serve/run/streamed_calls.h"
 #include "serve/serve_types.h"
@@ -44,27 +45,34 @@ struct ToolStreamOut {
 
 class ToolCallStream {
  public:
-  // `forced`: the answer is calls from its first byte (tool_choice "required" or a tool's name).
+  // `calls`: how the answer's calls were decoded, as read_answer_calls (orbit/answer_calls.h) reads them at the
+  // end: `forced`, the answer is calls from its first byte (tool_choice "required" or a tool's name);
+  // `calls_or_json`, a call or the JSON response_format asks for, from the first byte; `one_call`,
+  // parallel_tool_calls false (under the tools' grammar the answer holds one call at most; a free answer, where
+  // no grammar could be had, may hold more, and finish() keeps its first call only, so the answer the client
+  // reads holds one call, as OpenAI's does); `names`, where the calls are decoded under the tools' grammar
+  // (AnswerConstraint::calls_whole), the names it lets a call have (grammar_tool_names), empty where the calls
+  // are free text.
   // `progressive`: the calls are decoded under the tools' grammar (AnswerConstraint::calls_whole) and the
   // caller streams them (RunSink::on_tool_call): push() lets each call out as it is written.
-  // `one_call`: parallel_tool_calls false. Under the tools' grammar the answer holds one call at most; a free
-  // answer (no grammar could be had: a format without a call mark, a schema outside the subset) may hold more,
-  // and finish() keeps its first call only, so the answer the client reads holds one call, as OpenAI's does.
-  // `names`: where the calls are decoded under the tools' grammar (AnswerConstraint::calls_whole), the names
-  // it lets a call have (grammar_tool_names); empty where the calls are free text.
+  explicit ToolCallStream(AnswerCallsOptions calls, bool progressive = false)
+      : calls_(std::move(calls)), progressive_(progressive) {}
+  // The same, of an answer that is not a call-or-JSON answer.
   ToolCallStream(ToolCallFormat format, bool forced, bool progressive = false, bool one_call = false,
                  std::vector<std::string> names = {})
-      : format_(format), forced_(forced), progressive_(progressive), one_call_(one_call), names_(std::move(names)) {}
+      : ToolCallStream(AnswerCallsOptions{format, forced, false, std::move(names), one_call}, progressive) {}
 
   // Appends `delta` to the answer; returns what of it can be sent now (possibly nothing).
   ToolStreamOut push(const std::string& delta);
-  // Reads the finished answer `r.text`: its calls into r.tool_calls (finish_reason "tool_calls" unless the
-  // client left), the content without them into r.text, what push() held back of the content, calls taken
-  // out, into r.unstreamed, and the calls' pieces push() did not let out into r.unstreamed_calls (a call not
-  // opened yet comes whole in its opening piece). The calls push() opened keep the ids it gave them. An answer
-  // that "length" ended inside a call gives the call as far as it was written, flagged r.tool_call_cut, rather
-  // than its markup as content, and keeps that finish_reason; a forced answer cut before its call's name began
-  // (inside the opening mark) is such a call too, with name and arguments "" (CutToolCall::kForcedCall).
+  // Reads the finished answer `r.text` with read_answer_calls (orbit/answer_calls.h): its calls into
+  // r.tool_calls (finish_reason "tool_calls" where they are whole, AnswerCalls::whole, unless the client left),
+  // the content without them into r.text, what push() held back of the content, calls taken out, into
+  // r.unstreamed, and the calls' pieces push() did not let out into r.unstreamed_calls (a call not opened yet
+  // comes whole in its opening piece). The calls push() opened keep the ids it gave them. An answer that
+  // "length" ended inside a call gives the call as far as it was written, flagged r.tool_call_cut, rather than
+  // its markup as content, and keeps that finish_reason; one cut before its call's name began, or inside its
+  // mark where the answer is calls from its first byte, is such a call too, and the start of a mark a free
+  // answer ends with is left out of the content.
   // Where the answer does not hold a call push() let out as it went out (StreamedCalls::settle), that is
   // r.tool_stream_mismatch and r.unstreamed_calls is empty (not checked for a run the client left). With
   // `one_call`, the calls after the first are left out (r.tool_calls_dropped counts them); where the one cut
@@ -73,25 +81,14 @@ class ToolCallStream {
   // is given the one name of `names` that its written part begins (arguments ""), or, where no or several
   // names do (always for free text), is left out; the finish_reason stays "length" either way, as OpenAI's
   // for an answer max_tokens cut. push() never opens such a call (StreamedCalls::offer), so none went out.
-  // Outside a forced call the same holds of a call cut after its mark but before its name began
-  // (`<tool_call>{"name": "`): it is settled as a forced call cut there, never left as markup in the content;
-  // the start of a mark the answer ends with (`<tool_ca`) is left out of the content, no call. Either way the
-  // finish_reason stays "length".
   void finish(RunResult& r) const;
 
  private:
-  // parse_tool_calls(text, format_, cut), where with CutToolCall::kCall the call markup the content ends with
-  // (a call begun before its name, or a mark's start) is taken out of the content: a call begun becomes the
-  // last call, as CutToolCall::kForcedCall reads it (flagged cut). `markup_cut`: set where markup was taken out.
-  ToolCallParse read_answer(const std::string& text, CutToolCall cut, bool* markup_cut) const;
   // The calls in the text after the content, read as far as they are written: the pieces not yet let out.
   void read_calls(const std::string& delta, std::vector<ToolCallDelta>& out);
 
-  ToolCallFormat format_;
-  bool forced_;
+  AnswerCallsOptions calls_;
   bool progressive_;
-  bool one_call_;
-  std::vector<std::string> names_;
   std::string text_;
   std::size_t sent_ = 0;  // the content let out: text_[0, sent_)
   // The text after the content, text_[reader_at_, end), read for calls (progressive only): started again

@@ -1,0 +1,72 @@
+// The tool calls of a finished answer as a client is given them: parse_tool_calls (orbit/tool_calls.h), then,
+// for an answer max_tokens (or the position limit) cut, the call it was cut in settled, so that no half call
+// markup stays in the content and no client reads a name no tool has. orbit serve (chat and Responses, whole
+// and streamed) and Python's Window.generate read answers with it.
+//
+//   AnswerCallsOptions o;
+//   o.format = ToolCallFormat::kHermes;
+//   o.names = {"search", "open"};  // the calls were decoded under the tools' grammar
+//   AnswerCalls a = read_answer_calls("Look. <tool_call>{\"name\": \"se", true, o);
+//   // a.read.calls: [{name "search", arguments ""}], a.read.cut; a.read.content "Look."
+//
+// How a cut answer is settled:
+//
+//   cut inside a call's name        ("se", or "" before it began): the one of `names` its written part begins,
+//                                   arguments "" (read.cut); where no or several do (always for free text, no
+//                                   `names`), the call is left out (left_out)
+//   cut after a call's mark, before  Hermes' <tool_call> with no closing mark after it, Mistral's [TOOL_CALLS]
+//   its name began                  before an array not yet whole, Llama 3's <|python_tag|> or an object whose
+//                                   first key is "name": read as CutToolCall::kForcedCall reads a call cut
+//                                   there (name ""), after the whole calls before it (Mistral's whole items
+//                                   too), then settled as above; its markup is never content (markup_cut)
+//   cut inside a mark ("<tool_ca")  where the answer is calls from its first byte (`forced`, or `calls_or_json`
+//                                   and it began as a call, "<" included), a call begun as above; elsewhere
+//                                   (free text, where "<tool_ca" may be anything) left out of the content, no call
+//
+// An answer that ended otherwise is parse_tool_calls(text, format) (CutToolCall::kContent). Torch-free;
+// thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "orbit/tool_calls.h"
+
+namespace orbit {
+
+// How an answer's calls were decoded.
+struct AnswerCallsOptions {
+  ToolCallFormat format = ToolCallFormat::kHermes;
+  // The answer is calls from its first byte: Constraint::tool_calls with no constraint_trigger (tool_choice
+  // "required" or a tool's name).
+  bool forced = false;
+  // The answer is a call or a JSON answer from its first byte (Constraint::choice of the tools' calls and the
+  // JSON's constraint: tools under tool_choice "auto" beside a JSON response_format), in a format whose calls
+  // begin with a mark (Hermes, Mistral). One that began as a call (after whitespace: the mark, or a start of
+  // it no JSON text begins with, so not Mistral's lone "[") is read as a forced one; one that began as the JSON
+  // is the JSON: nothing in it is taken for call markup.
+  bool calls_or_json = false;
+  // The names the tools' grammar lets a call have (tool_choice's function, else its allowed tools, else every
+  // tool's); empty where the calls are free text (no grammar could be had): a call cut in its name is left out.
+  std::vector<std::string> names;
+  // parallel_tool_calls false: a free answer holding several calls keeps its first only (dropped counts the
+  // others); where the one cut was among them, the answer is the first call, whole.
+  bool one_call = false;
+};
+
+struct AnswerCalls {
+  ToolCallParse read;       // the content and calls, the cut one settled (read.cut: the last call is cut)
+  bool markup_cut = false;  // call markup the cut left at the content's end was taken out of the content
+  bool left_out = false;    // a call cut inside its name (or before it began) was left out
+  std::size_t dropped = 0;  // AnswerCallsOptions::one_call: the calls after the first, left out
+  // The answer is calls, none cut or left out and no markup taken out: OpenAI's finish_reason "tool_calls".
+  bool whole() const { return !read.calls.empty() && !read.cut && !left_out && !markup_cut; }
+};
+
+// The calls of the answer `text` written in `options.format`; `ran_out`: max_tokens or the position limit
+// ended it (else it ended at a stop, or was cancelled: read as written, CutToolCall::kContent).
+AnswerCalls read_answer_calls(std::string_view text, bool ran_out, const AnswerCallsOptions& options);
+
+}  // namespace orbit
