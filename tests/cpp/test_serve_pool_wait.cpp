@@ -46,6 +46,21 @@ sv::SamplingRequest greedy(int64_t max_tokens) {
   return s;
 }
 
+// A sink whose run, at its first text, says so on `streaming` and waits for `go_on`: its window holds its
+// prompt's pages from then until the run returns.
+sv::RunSink held_at_first_text(Flag& streaming, Flag& go_on, bool& first) {
+  sv::RunSink held;
+  held.on_text = [&streaming, &go_on, &first](const std::string&) {
+    if (first) {
+      first = false;
+      streaming.set();
+      go_on.wait();
+    }
+    return true;
+  };
+  return held;
+}
+
 }  // namespace
 
 TEST_CASE("serve: a request the pool refuses waits for a running completion's window", "[serve][model]") {
@@ -70,16 +85,8 @@ TEST_CASE("serve: a request the pool refuses waits for a running completion's wi
   running.prompt = "running" + story;
   running.sampling = greedy(4);
   Flag streaming, go_on;
-  sv::RunSink held;
   bool first = true;
-  held.on_text = [&](const std::string&) {
-    if (first) {  // its window holds its prompt's pages from here until the run returns
-      first = false;
-      streaming.set();
-      go_on.wait();
-    }
-    return true;
-  };
+  const sv::RunSink held = held_at_first_text(streaming, go_on, first);
   std::optional<sv::RunOutcome> completed;
   std::thread completion([&] { completed = core.complete(running, held); });
   streaming.wait();
@@ -142,16 +149,8 @@ TEST_CASE("serve: refusals name a pool under 1 MiB by its size", "[serve][model]
   running.prompt = "running" + story;
   running.sampling = greedy(4);
   Flag streaming, go_on;
-  sv::RunSink held;
   bool first = true;
-  held.on_text = [&](const std::string&) {
-    if (first) {
-      first = false;
-      streaming.set();
-      go_on.wait();
-    }
-    return true;
-  };
+  const sv::RunSink held = held_at_first_text(streaming, go_on, first);
   std::optional<sv::RunOutcome> completed;
   std::thread completion([&] { completed = core.complete(running, held); });
   streaming.wait();
