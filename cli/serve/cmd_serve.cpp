@@ -282,13 +282,13 @@ void parse_disk_options(const Args& args, serve::ServeOptions& o) {
 serve::ServeOptions serve_options(const Args& args) {
   serve::ServeOptions o;
   o.model = args.required("--model");
-  // For tests only (ServeOptions::test_fault): makes every request's run throw. Not an option: no server
-  // should run with it.
+  // For tests only (ServeOptions::test_fault names each fault). Not an option: no server should run with it.
   if (const char* fault = std::getenv("ORBIT_SERVE_TEST_FAULT"); fault != nullptr && *fault != '\0') {
     const std::string f = fault;
     ORBIT_CHECK(
-        f == "run" || f == "stream_start" || f == "audit",
-        "serve: ORBIT_SERVE_TEST_FAULT=" << f << " is not a fault tests inject (known: run, stream_start, audit)");
+        f == "run" || f == "stream_start" || f == "audit" || f == "slow_head",
+        "serve: ORBIT_SERVE_TEST_FAULT=" << f
+                                         << " is not a fault tests inject (known: run, stream_start, audit, slow_head)");
     o.test_fault = fault;
   }
   o.model_name = args.get_or("--name", "");

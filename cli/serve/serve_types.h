@@ -112,7 +112,9 @@ struct ServeOptions {
   // it starts, an exception no part of the request path foresees (not orbit::Error, which a run answers as
   // engine_error), so tests see what an unforeseen failure does to the answer, the metrics and the drain;
   // "stream_start" makes a streamed Responses request throw before its response.created is written
-  // (responses_run.cpp); "audit" makes every fidelity audit's reads throw (AuditOptions::fail_reads). "" = none.
+  // (responses_run.cpp); "audit" makes every fidelity audit's reads throw (AuditOptions::fail_reads);
+  // "slow_head" makes every streamed completion's head go out 300 ms late (serve_generate.cpp), so a stop
+  // that comes meanwhile meets answers whose stream has not started. "" = none.
   std::string test_fault;
 };
 

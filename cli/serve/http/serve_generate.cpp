@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -352,6 +353,8 @@ void HttpServer::generate(const std::string& endpoint, const httplib::Request& r
         sink.done();
         return true;
       });
+  // ServeOptions::test_fault, tests only: the head (written once this handler returns) goes out late.
+  if (core_.options().test_fault == "slow_head") std::this_thread::sleep_for(std::chrono::milliseconds(300));
 }
 
 }  // namespace orbit::serve

@@ -115,6 +115,16 @@ int HttpServer::bind() {
 
 bool HttpServer::listen() { return server_->serve(); }
 
+// The closed core ends every answer still in flight (a running one with its server_shutdown error event): they
+// write that ending before the listener goes, since cpp-httplib does not start a stream's content once its
+// listening socket is gone, and a stream whose head went out just before would end with no body at all (not
+// even its last chunk; the client reads a broken answer). Bounded by kSettleAfterClose: a stalled write fails
+// within the drain's stall grace, and an exit is never held longer than that bound.
+void HttpServer::settle_after_close() {
+  const auto settle = Clock::now() + kSettleAfterClose;
+  while (in_flight_ > 0 && Clock::now() < settle) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+}
+
 bool HttpServer::drain_and_stop(const std::function<bool()>& cut_short) {
   draining_ = true;
   const auto deadline = Clock::now() + std::chrono::seconds(options_.drain_seconds);
@@ -126,6 +136,7 @@ bool HttpServer::drain_and_stop(const std::function<bool()>& cut_short) {
   }
   if (cut) server_->limit_stalled_writes(std::chrono::milliseconds(0));
   core_.close();
+  settle_after_close();
   server_->stop_listening();  // also before listen() started: listen() then
                               // returns at once
   server_->stop_connections();

@@ -30,6 +30,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -90,8 +91,11 @@ class HttpServer {
   // server_shutdown, and a stalled write fails at once). Returns whether it did.
   bool drain_and_stop(const std::function<bool()>& cut_short = nullptr);
   int64_t in_flight() const { return in_flight_; }
+  // The longest the stop waits, once the core is closed, for the answers it cut to write their ending.
+  static constexpr std::chrono::seconds kSettleAfterClose{2};
 
  private:
+  void settle_after_close();         // the answers in flight write their ending (at most kSettleAfterClose)
   void routes();                     // every route, by the four below
   void route_models_and_sessions();  // /v1/models, /metrics, /v1/sessions/{id}
   void route_stored_chat();          // stored chat completions (chat_store_http.h)
