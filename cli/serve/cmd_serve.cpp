@@ -4,7 +4,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -22,10 +21,10 @@
 #include "orbit/common/utf8.h"
 #include "orbit/policy.h"
 #include "orbit/store.h"
-#include "orbit/store/redis_client.h"
 #include "orbit/sync_memo.h"
 #include "orbit/tool_calls.h"
 #include "serve/http/serve_http.h"
+#include "serve/prepare_fidelity.h"
 #include "serve/run/reasoning.h"
 #include "serve/serve_core.h"
 #include "serve/store_share.h"
@@ -390,68 +389,6 @@ void warn_if_remote_unreachable(const std::string& url) {
                ping.url.c_str(), ping.status.reason().c_str());
 }
 
-// Where a stored calibration is written to (EngineOptions::stored_calibration), for messages.
-std::string calibration_store(const serve::ServeOptions& options) {
-  std::string where;
-  if (!options.store_dir.empty()) where = "--store " + options.store_dir;
-  if (!options.remote.empty())
-    where += (where.empty() ? "--remote " : " or --remote ") + store::redact_redis_url(options.remote);
-  return where;
-}
-
-// calibrate_fidelity's progress on stderr, after each seed: on a terminal one line rewritten in place, else a
-// line per seed (as replay's progress).
-CalibrationProgress calibration_progress() {
-  const bool tty = ::isatty(STDERR_FILENO) != 0;
-  const auto start = std::chrono::steady_clock::now();
-  return [tty, start](int64_t done, int64_t seeds) {
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::fprintf(stderr, "%sorbit serve: fidelity calibration: seed %lld/%lld measured (%.1f s)%s", tty ? "\r" : "",
-                 static_cast<long long>(done), static_cast<long long>(seeds), seconds,
-                 !tty || done == seeds ? "\n" : "");
-    std::fflush(stderr);
-  };
-}
-
-// The fidelity model the server plans with, on stderr: read from the store (its directory, else the remote
-// tier), or (--calibrate-fidelity, when the store held none) measured now, with a line before the
-// measurement, one per seed and one after it. The remote is asked here, with or without --calibrate-fidelity,
-// so that the model the first request plans with is known and said before listening; after the remote's
-// start check, so that a remote down is named once, and bounded by the remote tier's timeouts. A remote that
-// does not answer then is said, and asked again at a later request (Engine::fidelity_calibration()).
-void prepare_fidelity_model(Engine& engine, const serve::ServeOptions& options, bool calibrate) {
-  const std::string where = calibration_store(options);
-  const auto start = std::chrono::steady_clock::now();
-  const std::string origin = engine.fidelity_calibration();
-  if (origin == "store" || origin == "remote") {
-    const std::string from = origin == "store" ? "in --store " + options.store_dir
-                                               : "on --remote " + store::redact_redis_url(options.remote);
-    std::fprintf(stderr, "orbit serve: fidelity model read from the calibration %s: %s\n", from.c_str(),
-                 engine.fidelity_model_description().c_str());
-    return;
-  }
-  if (!options.remote.empty() && options.stored_calibration && !engine.stats().store.remote.available) {
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::fprintf(stderr,
-                 "orbit serve: --remote %s did not answer the read of a stored fidelity calibration (%.1f s, bounded "
-                 "by the remote tier's timeouts); %s\n",
-                 store::redact_redis_url(options.remote).c_str(), seconds,
-                 calibrate ? "calibrating here instead"
-                           : "planning with the default fidelity model until a later request reads one from it");
-  }
-  if (!calibrate) return;
-  std::fprintf(stderr, "orbit serve: calibrating the fidelity model on %s (seeded, nothing timed)...\n",
-               options.model.c_str());
-  std::fflush(stderr);
-  const CalibrationReport report = engine.calibrate_fidelity(calibration_progress());
-  const std::string kept = report.stored                 ? "stored in " + where
-                           : !options.stored_calibration ? "not stored: --no-stored-calibration"
-                           : where.empty()               ? "not stored: no --store or --remote"
-                                                         : "not stored: the store refused it";
-  std::fprintf(stderr, "orbit serve: fidelity model calibrated in %.1f s from %lld deficits (%s): %s\n", report.seconds,
-               static_cast<long long>(report.fidelity_samples), kept.c_str(), report.fidelity_model.c_str());
-}
-
 // Says on stderr which pages in a browser may read the answers (--allow-origin), nothing when none may.
 void announce_cors(const serve::CorsPolicy& cors) {
   if (!cors.enabled()) return;
@@ -604,7 +541,7 @@ int run_serve(int argc, char** argv, int first) {
   // The remote's start check comes before the fidelity model, which may ask the remote for a stored
   // calibration: the tier then does not warn again of a cause the check said.
   warn_if_remote_unreachable(options.remote);
-  prepare_fidelity_model(core.engine(), options, args.flag("--calibrate-fidelity"));
+  serve::prepare_fidelity_model(core.engine(), options, args.flag("--calibrate-fidelity"));
   const serve::StoreShare share(options.store_dir);  // announces other servers on the same store, until exit
   announce_start(share, options, http_options);
   return serve_until_stopped(core, http_options, signals);
