@@ -61,6 +61,41 @@ sv::RunSink held_at_first_text(Flag& streaming, Flag& go_on, bool& first) {
   return held;
 }
 
+// A completion of `prompt` (greedy, 4 tokens) run on its own thread and held at its first text
+// (held_at_first_text): constructed once it streams, so its window holds its prompt's pages until finish() lets
+// it end. The destructor finishes it where finish() was not called (a REQUIRE that failed first).
+class HeldCompletion {
+ public:
+  HeldCompletion(sv::ServeCore& core, const std::string& prompt) {
+    request_.model = core.model_name();
+    request_.prompt = prompt;
+    request_.sampling = greedy(4);
+    held_ = held_at_first_text(streaming_, go_on_, first_);
+    thread_ = std::thread([this, &core] { outcome_ = core.complete(request_, held_); });
+    streaming_.wait();
+  }
+  ~HeldCompletion() {
+    if (thread_.joinable()) finish();
+  }
+  HeldCompletion(const HeldCompletion&) = delete;
+  HeldCompletion& operator=(const HeldCompletion&) = delete;
+
+  // Lets the run go on past its first text and waits for it to end; its outcome.
+  const sv::RunOutcome& finish() {
+    go_on_.set();
+    thread_.join();
+    return *outcome_;
+  }
+
+ private:
+  Flag streaming_, go_on_;
+  bool first_ = true;
+  sv::CompletionRequest request_;
+  sv::RunSink held_;
+  std::optional<sv::RunOutcome> outcome_;
+  std::thread thread_;  // last: started once the members it reads are
+};
+
 }  // namespace
 
 TEST_CASE("serve: a request the pool refuses waits for a running completion's window", "[serve][model]") {
@@ -80,16 +115,7 @@ TEST_CASE("serve: a request the pool refuses waits for a running completion's wi
   };
   REQUIRE(chat("idle", story).result);  // an idle window, let go for the waiter below
 
-  sv::CompletionRequest running;
-  running.model = core.model_name();
-  running.prompt = "running" + story;
-  running.sampling = greedy(4);
-  Flag streaming, go_on;
-  bool first = true;
-  const sv::RunSink held = held_at_first_text(streaming, go_on, first);
-  std::optional<sv::RunOutcome> completed;
-  std::thread completion([&] { completed = core.complete(running, held); });
-  streaming.wait();
+  HeldCompletion running(core, "running" + story);
 
   std::string longer = story;
   for (int i = 0; i < 20; ++i) longer += " the end";
@@ -103,10 +129,9 @@ TEST_CASE("serve: a request the pool refuses waits for a running completion's wi
     if ((*idle)["left_memory"] == 1) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));  // a poll, not a deadline
   }
-  go_on.set();
-  completion.join();
+  const sv::RunOutcome& completed = running.finish();
   waiter.join();
-  REQUIRE(completed->result);
+  REQUIRE(completed.result);
   INFO((waited->result ? "" : waited->error.message));
   REQUIRE(waited->result);
   CHECK(waited->result->finish_reason == "length");
@@ -144,24 +169,14 @@ TEST_CASE("serve: refusals name a pool under 1 MiB by its size", "[serve][model]
   // A completion held in its sink holds its prompt's 13 pages; a chat request that needs 13 more is a 503.
   std::string story;  // about 200 tokens: 13 pages
   for (int i = 0; i < 40; ++i) story += " once upon a time";
-  sv::CompletionRequest running;
-  running.model = core.model_name();
-  running.prompt = "running" + story;
-  running.sampling = greedy(4);
-  Flag streaming, go_on;
-  bool first = true;
-  const sv::RunSink held = held_at_first_text(streaming, go_on, first);
-  std::optional<sv::RunOutcome> completed;
-  std::thread completion([&] { completed = core.complete(running, held); });
-  streaming.wait();
+  HeldCompletion running(core, "running" + story);
   sv::ChatRequest refused;
   refused.model = core.model_name();
   refused.messages = {{"user", "refused" + story}};
   refused.sampling = greedy(4);
   const sv::RunOutcome full = core.chat(refused, "refused", {});
-  go_on.set();
-  completion.join();
-  REQUIRE(completed->result);
+  const sv::RunOutcome& completed = running.finish();
+  REQUIRE(completed.result);
   REQUIRE_FALSE(full.result);
   CHECK(full.error.status == 503);
   CHECK(full.error.code == "kv_pool_full");
