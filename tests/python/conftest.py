@@ -104,6 +104,21 @@ def start_serve(orbit_cli):
         server.stop()
 
 
+@pytest.fixture
+def refused_serve(orbit_cli):
+    """refuse(model, *args) -> stderr: `orbit serve` on `model` with `args` (127.0.0.1, a free port), which must be
+    refused at start: exit status 1, never listening. Returns its stderr (what names the argument at fault)."""
+
+    def refuse(model, *args):
+        result = subprocess.run([str(orbit_cli), "serve", "--model", str(model), "--host", "127.0.0.1", "--port", "0",
+                                 *args], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 1, result.stderr
+        assert "listening on" not in result.stdout + result.stderr
+        return result.stderr
+
+    return refuse
+
+
 @contextlib.contextmanager
 def serving(orbit_cli, model, *args):
     """The ServeProcess of `orbit serve` on `model` with `args` (127.0.0.1, a free port), stopped on exit; for a
