@@ -8,6 +8,7 @@ Window::sync. The str arguments and the options structs' own calls are test_bind
 
 Needs the built module: ORBIT_PYTHON_PATH=<build>/bindings/python (see conftest.py).
 """
+import json
 import math
 import re
 
@@ -44,6 +45,16 @@ FLOAT_ARGUMENTS = {
     "run_background: max_seconds": lambda o, e, w, value: e.run_background(value),
     "set_signal_interval: seconds": lambda o, e, w, value: o.set_signal_interval(value),
     "Engine: remote_max_held_fraction": lambda o, e, w, value: o.Engine(e.options.model, remote_max_held_fraction=value),
+    # A bias was taken when isinstance(value, int): True as 1.0; a numpy float was refused. The call is named as the
+    # call made (generate_n's and generate_many's said generate's).
+    "generate: logit_bias[5]": lambda o, e, w, value: w.generate(" A", max_tokens=1, logit_bias={5: value}),
+    "generate_n: logit_bias[5]": lambda o, e, w, value: w.generate_n(" A", 2, max_tokens=1, logit_bias={"5": value}),
+    "generate_many: requests[0]: logit_bias[5]":
+        lambda o, e, w, value: o.generate_many([(w, " A", {"max_tokens": 1, "logit_bias": {np.int64(5): value}})]),
+    # WindowPolicy's float fields refused numpy.float32 ("expected a number, got float32").
+    "WindowPolicy.kl_budget": lambda o, e, w, value: o.Policy(kl_budget=value),
+    "WindowPolicy.recompute_ratio": lambda o, e, w, value: o.Policy().replace(recompute_ratio=value),
+    "WindowPolicy.read_through": lambda o, e, w, value: setattr(o.Policy(), "read_through", value),
 }
 
 
@@ -63,6 +74,35 @@ def test_float_arguments_still_take_floats_ints_and_numpy_floats(orbit, engine, 
                                                   seed=3)][0] == window.generate(" A", max_tokens=6, temperature=0.75,
                                                                                  top_p=0.5, seed=3).tokens
     assert engine.run_background(0) >= 0 and engine.run_background(np.float64(0.5)) >= 0
+    biased = window.generate(" A", max_tokens=3, logit_bias={9: 100.0}).tokens
+    assert biased == [9, 9, 9]
+    for bias in (100, np.float32(100), np.float64(100), np.int64(100)):
+        assert window.generate(" A", max_tokens=3, logit_bias={9: bias}).tokens == biased
+        assert window.generate_n(" A", 2, max_tokens=3, logit_bias={9: bias})[1].tokens == biased
+        assert orbit.generate_many([(window, " A", {"max_tokens": 3, "logit_bias": {9: bias}})])[0].tokens == biased
+
+
+def test_policy_float_fields_take_numpy_numbers(orbit):
+    # numpy.float32 and numpy.int64 raised "WindowPolicy.<field>: expected a number, got float32" where every other
+    # float argument takes them; numpy.float64 (a float subclass) passed. Checked field by field (a setter checks
+    # the range alone; 0.5 and 1 are inside every float field's), then through Policy() and replace().
+    fields = [name for name, value in vars(orbit.Policy).items() if isinstance(value, property)]
+    floats = [f for f in fields if isinstance(getattr(orbit.Policy(), f), float)]
+    assert {"max_divergence", "deep_energy", "recompute_ratio", "kl_budget", "read_through"} <= set(floats), floats
+    for field in floats:
+        for numpy_value in (np.float32(0.5), np.float64(0.5), np.float16(0.5), np.int64(1)):
+            p = orbit.Policy()
+            setattr(p, field, numpy_value)
+            assert getattr(p, field) == float(numpy_value) and type(getattr(p, field)) is float, field
+        with pytest.raises(TypeError, match=f"^WindowPolicy.{field}: expected float, got bool$"):
+            setattr(p, field, np.bool_(True))
+        with pytest.raises(ValueError, match=f"^WindowPolicy.{field} = -1 must be in "):
+            setattr(p, field, np.float32(-1))
+    made = orbit.Policy("patch:8", kl_budget=np.float32(0.25), heal_when_idle=True, heal_min_kl=np.float64(0.125),
+                        read_attention_weight=np.float32(2), read_through=np.int32(0))
+    assert made == orbit.Policy("patch:8", kl_budget=0.25, heal_when_idle=True, heal_min_kl=0.125,
+                                read_attention_weight=2.0, read_through=0.0)
+    assert made.replace(attention_weight=np.float32(0.5)).attention_weight == 0.5
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -166,5 +206,87 @@ def test_template_options_the_template_refuses_name_the_keywords(orbit, engine, 
     assert python_message(orbit, lambda: fn(messages, tools=tools, chat_template=TEMPLATE)).startswith(f"{call}: tools")
     assert python_message(orbit, lambda: fn(messages, extra='{"x": NaN}', chat_template=TEMPLATE)).startswith(
         f"{call}: extra")
+    # The template's own error named no call ("chat_template: line 1: ..."): it is named as the call's others.
     assert python_message(orbit, lambda: fn(messages, chat_template="{% for m in messages %}")).startswith(
-        "chat_template")
+        f"{call}: chat_template: line 1: ")
+
+
+def test_template_errors_name_the_call_made(orbit, engine):
+    # A chat template that fails to parse or raises said "chat_template: line 1: ..." from every call, naming none
+    # of them; each is now named as the call's other errors are ("sync: tools ...", "render_chat: extra ...").
+    messages = [{"role": "user", "content": "hi"}]
+    window = engine.new_window()
+    calls = {"sync": window.sync, "plan_sync": window.plan_sync, "prepare_sync": window.prepare_sync,
+             "render_chat": engine.render_chat, "tokenize_chat": engine.tokenize_chat}
+    for name, call in calls.items():
+        for template, error in [("{% if %}", "unexpected '%}' in an expression"),
+                                ("{{ raise_exception('roles must alternate') }}",
+                                 "the template raised an exception: roles must alternate")]:
+            message = python_message(orbit, lambda: call(messages, chat_template=template))
+            assert message == f"{name}: chat_template: line 1: {error}", message
+
+
+def test_the_model_template_errors_name_the_call_made(orbit, models_dir, tmp_path):
+    # The model's own template (tokenizer_config.json) raising, as Hugging Face templates do for a list they do not
+    # take, said "<dir>/tokenizer_config.json (chat_template): line 1: ...": no call.
+    model = tmp_path / "tinystories-strict"
+    model.mkdir()
+    for f in (models_dir / "tinystories-656k").iterdir():
+        (model / f.name).symlink_to(f.resolve())
+    config = json.loads((models_dir / "tinystories-656k" / "tokenizer_config.json").read_text())
+    config["chat_template"] = ("{% if messages[0]['role'] != 'user' %}{{ raise_exception('user first') }}{% endif %}"
+                               "{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    (model / "tokenizer_config.json").unlink()
+    (model / "tokenizer_config.json").write_text(json.dumps(config))
+    with orbit.Engine(model, pool_bytes=16 << 20) as e:
+        w = e.new_window()
+        origin = f"{model / 'tokenizer_config.json'} (chat_template)"
+        for name, call in {"sync": w.sync, "plan_sync": w.plan_sync, "render_chat": e.render_chat}.items():
+            message = python_message(orbit, lambda: call([{"role": "system", "content": "hi"}]))
+            assert message == f"{name}: {origin}: line 1: the template raised an exception: user first", message
+        assert e.render_chat([{"role": "user", "content": "hi"}], False) == "hi"
+
+
+def test_top_logprobs_without_logprobs_says_the_python_keyword(orbit, window):
+    # The SDK's "needs logprobs = true" (C++'s spelling of GenerateOptions::logprobs) reached Python as it was.
+    expected = "top_logprobs = 3 needs logprobs=True"
+    for name, call in [("generate", lambda: window.generate(" A", max_tokens=1, top_logprobs=3)),
+                       ("generate_n", lambda: window.generate_n(" A", 2, max_tokens=1, top_logprobs=3)),
+                       ("generate_many: requests[0]",
+                        lambda: orbit.generate_many([(window, " A", {"max_tokens": 1, "top_logprobs": 3})])),
+                       ("generate", lambda: window.stream(" A", max_tokens=1, top_logprobs=3))]:
+        assert python_message(orbit, call) == f"{name}: {expected}"
+    assert len(window.generate(" A", max_tokens=1, logprobs=True, top_logprobs=3).logprobs[0].top) == 3
+
+
+def test_the_stream_internals_read_arguments_as_the_public_api(orbit, window):
+    # _check_stream_arguments answered None with pybind11's "incompatible function arguments" (naming nothing), and
+    # _StreamRoom took a bool as 1 (ahead, give's n, take's timeout) and refused numpy numbers, where Window.stream
+    # and the public calls name the argument, take numpy numbers and refuse bools.
+    from orbit._orbit import _check_stream_arguments, _StreamRoom
+    with pytest.raises(TypeError, match="^_check_stream_arguments: window: expected Window, got None$"):
+        _check_stream_arguments(None, " A", {})
+    with pytest.raises(TypeError, match="^_check_stream_arguments: kwargs: expected dict, got list$"):
+        _check_stream_arguments(window, " A", [("max_tokens", 1)])
+    _check_stream_arguments(window, " A", {"max_tokens": np.int64(2), "temperature": np.float32(0.5)})
+    token = orbit.CancelToken()
+    for value, shown in [(True, "bool"), (np.bool_(True), "bool"), (2.0, "float"), (None, "None")]:
+        with pytest.raises(TypeError, match=f"^_StreamRoom: ahead: expected int, got {shown}$"):
+            _StreamRoom(value, token, window)
+    room = _StreamRoom(np.int64(2), token, window)
+    assert room.take(np.float32(0)) and room.take(0) and not room.take(np.float64(0.0))  # two pieces' room
+    room.give(np.int32(1))
+    assert room.take(np.int64(0))
+    for value, shown in [(True, "bool"), (np.bool_(False), "bool"), (None, "None"), ("1", "str")]:
+        with pytest.raises(TypeError, match=f"^_StreamRoom.take: timeout_s: expected float, got {shown}$"):
+            room.take(value)
+    with pytest.raises(ValueError, match="^_StreamRoom.take: timeout_s is nan"):
+        room.take(math.nan)
+    for value, shown in [(True, "bool"), (1.0, "float"), (None, "None")]:
+        with pytest.raises(TypeError, match=f"^_StreamRoom.give: n: expected int, got {shown}$"):
+            room.give(value)
+    with pytest.raises(ValueError, match="^_StreamRoom.give: n = -1: must be >= 1$"):
+        room.give(-1)
+    assert not room.take(0)  # nothing given back by the refusals
+    token.cancel()
+    assert room.take(0) and room.stopped

@@ -192,7 +192,7 @@ def test_a_token_cancelled_before_the_call_answers_at_once(orbit, story):
 @pytest.mark.parametrize("bad, message", [
     ({"temperature": float("nan")}, "generate: temperature = nan must be a finite number >= 0"),
     ({"top_p": 2.0}, r"generate: top_p = 2 must be in \(0, 1\]"),
-    ({"top_logprobs": 3}, "generate: top_logprobs = 3 needs logprobs = true"),
+    ({"top_logprobs": 3}, "generate: top_logprobs = 3 needs logprobs=True"),
     ({"query": [600]}, r"generate: query token 0 = 600 is outside the vocabulary \[0, 512\)"),
     ({"query": []}, "generate: empty query"),
 ])

@@ -325,7 +325,7 @@ def _bare_ints(annotation):
 
 
 # Bound with pybind11's own int caster and private to the package: typed as the int they are given.
-PLAIN_INT_PARAMETERS = {("_Enum", "__init__"), ("_StreamRoom", "__init__"), ("_StreamRoom", "give")}
+PLAIN_INT_PARAMETERS = {("_Enum", "__init__")}
 
 
 def test_int_arguments_are_typed_as_what_they_take(orbit, stub, stories260k_path):

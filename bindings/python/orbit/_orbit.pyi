@@ -863,7 +863,9 @@ class WindowPolicy:
     max_divergence without stale='accept', heal_min_kl or self_check without heal_when_idle, prepare_lists
     without reuse_computed, trust_hints without prepare_moves or prepare_lists); a window given the policy (new_window, Window.policy) checks it the same way.
     on_miss, survivors and stale set to an enum built from an int that is none of its members (MissAction(7))
-    raise ValueError naming the field, as an unknown name does."""
+    raise ValueError naming the field, as an unknown name does. A float field takes a float, an int or a numpy
+    number, a count or rank an int or a numpy integer; a bool or another type raises TypeError naming the field
+    ("WindowPolicy.kl_budget: expected float, got bool")."""
     def __init__(
         self,
         spec: Union[str, "WindowPolicy", None] = None,
@@ -984,11 +986,12 @@ def _check_stream_arguments(window: "Window", query: Tokens, kwargs: dict) -> No
 class _StreamRoom:
     """Internal to Window.stream and orbit.aio: the gate a stream's decode waits at for its reader; cancelling its
     token (or an ancestor), closing its window or closing its engine stops it, waking a take() at once."""
-    def __init__(self, ahead: int, token: CancelToken, window: "Window") -> None: ...
+    def __init__(self, ahead: SupportsIndex, token: CancelToken, window: "Window") -> None: ...
     def take(self, timeout_s: float) -> bool:
         """Waits (without the GIL) for a piece's room and takes it: True; True at once, taking nothing, once
-        stopped; False when timeout_s passed first."""
-    def give(self, n: int = 1) -> None: ...
+        stopped; False when timeout_s passed first. Arguments are read as the public API's (numpy numbers taken,
+        bools refused, TypeError / ValueError naming the argument)."""
+    def give(self, n: SupportsIndex = 1) -> None: ...
     @property
     def stopped(self) -> bool: ...
     def hold_reader(self) -> None:

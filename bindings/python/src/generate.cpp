@@ -25,7 +25,9 @@ namespace orbit_py {
 namespace {
 
 // generate's logit_bias: a dict of token id (int or numpy integer, or a str of one as OpenAI's JSON has) to a
-// number. The ranges are the SDK's to check (GenerateOptions::logit_bias).
+// bias read as generate's float arguments are (to_float: a float, an int or a numpy number, not a bool, which
+// Python's int check took as 1.0: "generate: logit_bias[5]: expected float, got bool"). The ranges are the SDK's
+// to check (GenerateOptions::logit_bias).
 std::map<int64_t, double> to_logit_bias(const py::object& obj) {
   if (!py::isinstance<py::dict>(obj)) {
     throw py::type_error("generate: logit_bias must be a dict {token id: bias}, got " +
@@ -51,11 +53,7 @@ std::map<int64_t, double> to_logit_bias(const py::object& obj) {
       throw py::type_error("generate: logit_bias keys must be token ids (int), got " +
                            py::repr(key).cast<std::string>());
     }
-    if (!py::isinstance<py::int_>(value) && !py::isinstance<py::float_>(value)) {
-      throw py::type_error("generate: logit_bias[" + std::to_string(token) + "] must be a number, got " +
-                           py::repr(value).cast<std::string>());
-    }
-    out[token] = value.cast<double>();
+    out[token] = to_float(value, ("generate: logit_bias[" + std::to_string(token) + "]").c_str());
   }
   return out;
 }
@@ -213,6 +211,30 @@ void check_generate_keywords(const py::dict& kwargs, const std::string& what) {
   }
 }
 
+namespace {
+
+// `message` with the "generate: " that generate()'s argument checks begin with as "<what>: ".
+std::string named_by(const std::string& message, const std::string& what) {
+  static const std::string kGenerate = "generate: ";
+  if (message.compare(0, kGenerate.size(), kGenerate) != 0) return message;
+  return what + ": " + message.substr(kGenerate.size());
+}
+
+// fn(), its errors naming generate (TypeError, ValueError and OrbitError: "generate: logit_bias[5]: expected float,
+// got bool") raised naming `what` instead ("generate_n: logit_bias[5]: ...").
+template <class F>
+GenerateArgs named_as(const std::string& what, F&& fn) {
+  try {
+    return with_caller_name("generate", what, std::forward<F>(fn));
+  } catch (const py::type_error& e) {
+    throw py::type_error(named_by(e.what(), what));
+  } catch (const py::value_error& e) {
+    throw py::value_error(named_by(e.what(), what));
+  }
+}
+
+}  // namespace
+
 GenerateArgs generate_args(PyWindow& w, const py::object& query, const py::dict& kwargs, const std::string& what) {
   check_generate_keywords(kwargs, what);
   auto get = [&](const char* name, py::object fallback) -> py::object {
@@ -225,14 +247,17 @@ GenerateArgs generate_args(PyWindow& w, const py::object& query, const py::dict&
     return to_float(get(name, py::float_(fallback)), named(name).c_str());
   };
   to_cancel_token(get("cancel", py::none()), what + ": cancel");  // refused under the caller's name
-  GenerateArgs a = generate_args(
-      w, query, to_int(get("max_tokens", py::int_(32)), named("max_tokens").c_str()), number("temperature", 0.0),
-      number("top_p", 1.0), to_seed(get("seed", py::int_(0)), named("seed").c_str()), get("stop_tokens", py::none()),
-      get("stop", py::none()), py::none(), get("tools", py::none()), get("tool_choice", py::str("auto")),
-      get("response_format", py::none()), get("tool_call_format", py::none()), number("presence_penalty", 0.0),
-      number("frequency_penalty", 0.0), get("logit_bias", py::none()),
-      to_bool(get("logprobs", py::bool_(false)), named("logprobs").c_str()),
-      to_int<int32_t>(get("top_logprobs", py::int_(0)), named("top_logprobs").c_str()), get("cancel", py::none()));
+  // The rest (query, stop, logit_bias, tools, ...) is checked by generate(), its errors named as the caller's.
+  GenerateArgs a = named_as(what, [&] {
+    return generate_args(
+        w, query, to_int(get("max_tokens", py::int_(32)), named("max_tokens").c_str()), number("temperature", 0.0),
+        number("top_p", 1.0), to_seed(get("seed", py::int_(0)), named("seed").c_str()), get("stop_tokens", py::none()),
+        get("stop", py::none()), py::none(), get("tools", py::none()), get("tool_choice", py::str("auto")),
+        get("response_format", py::none()), get("tool_call_format", py::none()), number("presence_penalty", 0.0),
+        number("frequency_penalty", 0.0), get("logit_bias", py::none()),
+        to_bool(get("logprobs", py::bool_(false)), named("logprobs").c_str()),
+        to_int<int32_t>(get("top_logprobs", py::int_(0)), named("top_logprobs").c_str()), get("cancel", py::none()));
+  });
   set_trigger_block(a, get("constraint_trigger_block", py::none()), what);
   return a;
 }
@@ -394,7 +419,15 @@ py::list run_generate_many(const py::object& request_list, const py::object& can
 void init_generate(py::module_& m) {
   m.def(
       "_check_stream_arguments",
-      [](PyWindow& w, const py::object& query, const py::dict& kwargs) {
+      [](const TypedArg<PyWindow>& window, const py::object& query, const py::object& kwargs_arg) {
+        // Named as the public API names its arguments (pybind11's "incompatible function arguments" named none).
+        window.get("_check_stream_arguments: window");  // TypeError naming it for another type
+        PyWindow& w = window.value.cast<PyWindow&>();
+        if (!py::isinstance<py::dict>(kwargs_arg)) {
+          throw py::type_error("_check_stream_arguments: kwargs: expected dict, got " +
+                               (kwargs_arg.is_none() ? std::string("None") : type_name(kwargs_arg)));
+        }
+        const py::dict kwargs = kwargs_arg.cast<py::dict>();
         check_generate_keywords(kwargs, "stream");
         GenerateArgs a = generate_args(w, query, kwargs, "generate");
         a.options.on_text = [](const std::string&) { return true; };  // the stream's own: needs a tokenizer

@@ -66,7 +66,8 @@ void check_generate_keywords(const py::dict& kwargs, const std::string& what);
 
 // The same from a dict of those keyword arguments (every key optional, with generate()'s defaults); a key
 // generate() does not take raises TypeError naming it, prefixed with `what`, and so does on_text (one
-// callback cannot stream several answers).
+// callback cannot stream several answers). Every error names `what` as the call ("generate_n: logit_bias[5]:
+// expected float, got bool"), where generate()'s own checks name generate.
 GenerateArgs generate_args(PyWindow& w, const py::object& query, const py::dict& kwargs, const std::string& what);
 
 }  // namespace orbit_py

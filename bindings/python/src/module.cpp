@@ -55,6 +55,19 @@ constexpr PythonName kPythonNames[] = {
     {"MediaLookup::", ""},
     {"Window::", "Window."},
 };
+// The SDK's C++ spellings of an option's value (GenerateOptions::logprobs = true) where Python passes a keyword
+// argument: "generate: top_logprobs = 3 needs logprobs = true" reads "... needs logprobs=True".
+constexpr PythonName kPythonValues[] = {
+    {"needs logprobs = true", "needs logprobs=True"},
+};
+
+// `text` with every `from` replaced by `to`.
+void replace_all(std::string& text, const std::string& from, const std::string& to) {
+  for (std::size_t at = text.find(from); at != std::string::npos; at = text.find(from, at)) {
+    text.replace(at, from.size(), to);
+    at += to.size();
+  }
+}
 
 // How a value is written after "EngineOptions::<field> = " in a message: a quoted string or a plain word or
 // number ("4", "'/x/tok.bin'"); 0 when it is neither.
@@ -100,18 +113,14 @@ std::string engine_keywords(std::string message) {
   return message;
 }
 
-// `message` with the C++ names above in their Python words: what an OrbitError, CapacityError or RefusedError
-// says to a Python caller names the keyword or method it used.
+// `message` with the C++ names and values above in their Python words: what an OrbitError, CapacityError or
+// RefusedError says to a Python caller names the keyword or method it used, and the value as Python writes it.
 std::string python_names(const std::string& message) {
-  if (message.find("::") == std::string::npos) return message;
-  std::string out = engine_keywords(message);
-  for (const PythonName& name : kPythonNames) {
-    const std::string cpp = name.cpp;
-    for (std::size_t at = out.find(cpp); at != std::string::npos; at = out.find(cpp, at)) {
-      out.replace(at, cpp.size(), name.python);
-      at += std::char_traits<char>::length(name.python);
-    }
-  }
+  std::string out = message;
+  for (const PythonName& value : kPythonValues) replace_all(out, value.cpp, value.python);
+  if (out.find("::") == std::string::npos) return out;
+  out = engine_keywords(out);
+  for (const PythonName& name : kPythonNames) replace_all(out, name.cpp, name.python);
   return out;
 }
 
@@ -158,6 +167,30 @@ void raise_with_caller_name(const orbit::Error& e, const std::string& sdk_caller
   const std::string message = e.what();
   if (message.compare(0, prefix.size(), prefix) != 0) return;
   set_orbit_error(caller + ": " + message.substr(prefix.size()), e.source());
+  throw py::error_already_set();
+}
+
+namespace {
+
+// Whether `message` begins with a chat template's origin (runtime/chat_template.h): chat_template=
+// ("ChatOptions::chat_template"), the built-in template ("kPlainChatTemplate") or the model's ("<file>
+// (chat_template)"), which its parse and render errors begin with.
+bool is_template_error(const std::string& message) {
+  for (const std::string origin : {"ChatOptions::chat_template: ", "kPlainChatTemplate: "}) {
+    if (message.compare(0, origin.size(), origin) == 0) return true;
+  }
+  static const std::string kModel = " (chat_template)";
+  const std::size_t colon = message.find(": ");
+  return colon != std::string::npos && colon >= kModel.size() &&
+         message.compare(colon - kModel.size(), kModel.size(), kModel) == 0;
+}
+
+}  // namespace
+
+void raise_template_error(const orbit::Error& e, const std::string& caller) {
+  const std::string message = e.what();
+  if (!is_template_error(message)) return;
+  set_orbit_error(caller + ": " + message, e.source());
   throw py::error_already_set();
 }
 

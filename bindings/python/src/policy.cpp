@@ -40,11 +40,10 @@ E enum_value(py::handle v, const char* field, const std::vector<std::pair<std::s
                         " (valid: " + valid + ")");
 }
 
+// A float field, read as generate()'s float arguments are (to_float: a float, an int or a numpy number, not a bool:
+// "WindowPolicy.kl_budget: expected float, got bool"), in [lo, hi] (lo excluded when lo_open).
 double number(py::handle v, const char* field, double lo, double hi, bool lo_open) {
-  if (py::isinstance<py::bool_>(v) || !(py::isinstance<py::float_>(v) || py::isinstance<py::int_>(v))) {
-    throw py::type_error(std::string("WindowPolicy.") + field + ": expected a number, got " + type_name(v));
-  }
-  const double x = v.cast<double>();
+  const double x = to_float(v, (std::string("WindowPolicy.") + field).c_str());
   if (!std::isfinite(x) || x < lo || x > hi || (lo_open && x == lo)) {
     std::ostringstream o;
     o << "WindowPolicy." << field << " = " << x << " must be in " << (lo_open ? "(" : "[") << lo << ", " << hi << "]";
@@ -344,7 +343,8 @@ void init_policy(py::module_& m) {
         "'prefix', 'blind', 'cacheblend:R', 'firstk:K', 'default'; None: the default policy), then the keyword options "
         "(any field\n"
         "below, plus rank= for rank_k and rank_v together). Raises OrbitError for an invalid spec (listing the\n"
-        "valid forms), TypeError for an unknown option or wrong type, ValueError for an out-of-range value (an\n"
+        "valid forms), TypeError for an unknown option or wrong type (a float field takes a float, an int or a numpy\n"
+        "number, a count an int or a numpy integer, never a bool), ValueError for an out-of-range value (an\n"
         "enum built from an int that is none of its members, MissAction(7), included) or\n"
         "for a field set to a value other than its default that the policy never reads (first_k without\n"
         "on_miss='first_k' or a kl_budget, deep_energy without deep_only, heal_min_kl without heal_when_idle,\n"

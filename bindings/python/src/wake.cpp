@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <string>
 #include <utility>
 
@@ -94,8 +95,11 @@ void StreamRoom::release_reader() {
 
 namespace {
 
-// A room stopped by `token` (or an ancestor) being cancelled, by `window` closing and by its engine closing.
-std::shared_ptr<StreamRoom> make_room(int64_t ahead, const py::object& token, const py::object& window) {
+// A room stopped by `token` (or an ancestor) being cancelled, by `window` closing and by its engine closing. Its
+// arguments are read as the public API reads them (to_int, to_float: numpy numbers taken, bools refused, each
+// error naming the argument).
+std::shared_ptr<StreamRoom> make_room(const IntArg& ahead_arg, const py::object& token, const py::object& window) {
+  const int64_t ahead = ahead_arg.get("_StreamRoom: ahead");
   if (ahead < 1) throw py::value_error("_StreamRoom: ahead = " + std::to_string(ahead) + ": must be >= 1");
   const std::shared_ptr<const CancelToken> t = to_cancel_token(token, "_StreamRoom: token");
   if (!t) throw py::type_error("_StreamRoom: token must be an orbit.CancelToken, got None");
@@ -107,6 +111,20 @@ std::shared_ptr<StreamRoom> make_room(int64_t ahead, const py::object& token, co
   w.closing.watch(room);
   if (w.decodes) w.decodes->closing().watch(room);
   return room;
+}
+
+// take()'s timeout: a float (an int or a numpy number too) that is not NaN; <= 0 waits not at all.
+double timeout_seconds(const FloatArg& arg) {
+  const double t = arg.get("_StreamRoom.take: timeout_s");
+  if (std::isnan(t)) throw py::value_error("_StreamRoom.take: timeout_s is nan (seconds: a number)");
+  return t;
+}
+
+// give()'s count: an int >= 1 (pieces the reader took).
+int64_t given_pieces(const IntArg& arg) {
+  const int64_t n = arg.get("_StreamRoom.give: n");
+  if (n < 1) throw py::value_error("_StreamRoom.give: n = " + std::to_string(n) + ": must be >= 1");
+  return n;
 }
 
 }  // namespace
@@ -121,14 +139,18 @@ void init_wake(py::module_& m) {
            "A room of `ahead` pieces, stopped by token (a CancelToken), window's close and its engine's close.")
       .def(
           "take",
-          [](StreamRoom& r, double timeout_s) {
+          [](StreamRoom& r, const FloatArg& timeout_arg) {
+            const double timeout_s = timeout_seconds(timeout_arg);
             py::gil_scoped_release release;
             return r.take(timeout_s);
           },
           py::arg("timeout_s"),
           "Waits (without the GIL) for a piece's room and takes it: True; True at once, taking nothing, once\n"
-          "stopped; False when timeout_s passed first (the reader took no piece meanwhile).")
-      .def("give", &StreamRoom::give, py::arg("n") = 1, "Gives back n pieces' room (the reader took n pieces).")
+          "stopped; False when timeout_s passed first (the reader took no piece meanwhile). timeout_s: seconds, a\n"
+          "float, an int or a numpy number (not a bool, not NaN); <= 0 does not wait.")
+      .def(
+          "give", [](StreamRoom& r, const IntArg& n) { r.give(given_pieces(n)); }, py::arg("n") = 1,
+          "Gives back n pieces' room (the reader took n pieces; n >= 1, ValueError naming it otherwise).")
       .def_property_readonly("stopped", &StreamRoom::stopped,
                              "True once its token was cancelled or its window or engine began closing.")
       .def("hold_reader", &StreamRoom::hold_reader,
