@@ -1495,6 +1495,27 @@ class SyncReport:
     @property
     def generation_prompt(self) -> list[int]: ...
 
+class SyncMemoLimits:
+    """The bounds of Window.sync's two process-wide memos (sync_memo_limits())."""
+    @property
+    def max_entries(self) -> int:
+        """Message lists each memo keeps at most."""
+    @property
+    def max_bytes(self) -> int:
+        """Bytes each memo's lists hold at most."""
+
+def set_sync_memo_limits(*, max_entries: Optional[SupportsIndex] = None,
+                         max_bytes: Optional[SupportsIndex] = None) -> None:
+    """Bounds Window.sync's two memos (orbit/sync_memo.h): the renders of each synced message list's prefixes and
+    the tokens of its text segments, kept for the lists that follow it. Both are process-wide (every engine and
+    window shares them), least recently used dropped first, and hold one entry per new list. max_entries: lists
+    each memo keeps at most, in [1, 1048576] (default 4096); max_bytes: bytes each memo's lists hold at most, in
+    [1024, 2**40] (default 64 MiB). A keyword left out (None) keeps the bound in force; lists past the new bounds
+    are dropped at once. A smaller memo changes no result, only the time a sync takes. A bool or another type
+    raises TypeError, a value out of range OrbitError, naming the keyword; nothing changes then."""
+def sync_memo_limits() -> SyncMemoLimits:
+    """The bounds in force (4096 lists, 64 MiB until set_sync_memo_limits changes them)."""
+
 # ---- offline store inspection (no model needed) ----------------------------------------------------------
 
 class EntryKind(_Enum):

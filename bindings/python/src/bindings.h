@@ -19,6 +19,7 @@ void init_policy(py::module_& m);     // policy.cpp: WindowPolicy (Policy)
 void init_engine(py::module_& m);     // engine.cpp: Engine
 void init_window(py::module_& m);     // window.cpp: Window, InstanceKV
 void init_sync(py::module_& m);       // sync.cpp: Window.sync, Engine.render_chat, SyncPlan, SyncReport
+void init_sync_memo(py::module_& m);  // sync_memo.cpp: set_sync_memo_limits, sync_memo_limits, SyncMemoLimits
 void init_store(py::module_& m);      // store.cpp: offline store inspection, content keys
 void init_trace(py::module_& m);      // trace.cpp: orbit-trace/1 load, make, validate, save, replay
 void init_yardstick(py::module_& m);  // yardstick.cpp: RadixCache, BlockPrefixCache (planner/prefix_cache.h)
@@ -77,13 +78,13 @@ decltype(auto) with_caller_name(const std::string& sdk_caller, const std::string
   }
 }
 
-// Issues `message` as an orbit.RemoteUnreachableWarning at the calling Python line (module.cpp); throws
 // A chat template's error (its message begins with the template's origin: "ChatOptions::chat_template: line 1:
 // ...", the model's "<dir>/tokenizer_config.json (chat_template): ...") raised as OrbitError beginning "<caller>:
 // " ("sync: chat_template: line 1: ..."), its source kept: the template's own messages name no call. Returns
 // without raising for another message (module.cpp).
 void raise_template_error(const orbit::Error& e, const std::string& caller);
 
+// Issues `message` as an orbit.RemoteUnreachableWarning at the calling Python line (module.cpp); throws
 // py::error_already_set when a warnings filter turns it into an error. Needs the GIL.
 void warn_remote_unreachable(const std::string& message);
 

@@ -263,6 +263,7 @@ PYBIND11_MODULE(_orbit, m) {
   orbit_py::init_engine(m);
   orbit_py::init_window(m);
   orbit_py::init_sync(m);
+  orbit_py::init_sync_memo(m);
   orbit_py::init_store(m);
   orbit_py::init_trace(m);
   orbit_py::init_yardstick(m);
