@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "orbit_catch.h"
 #include "serve/serve_core.h"
@@ -181,4 +182,62 @@ TEST_CASE("serve: refusals name a pool under 1 MiB by its size", "[serve][model]
   CHECK(full.error.status == 503);
   CHECK(full.error.code == "kv_pool_full");
   says_its_size(full.error);
+}
+
+// With --pool-wait-ms 0 a request the pool refuses while another runs waits for nothing: it drops only the waiting
+// audits whose drop gives it room (room_maker.h's drop_together), and here none does: both audits are of the running
+// session, whose window holds every page of theirs. They used to be dropped, oldest first, whatever they held, before
+// the 503 came anyway (orbit_audits_dropped_for_pool_total 2).
+TEST_CASE("serve: with --pool-wait-ms 0 a refused request drops no audit that frees it no page", "[serve][model]") {
+  sv::ServeOptions options;
+  options.model = std::string(ORBIT_MODELS_DIR) + "/stories260K/stories260K.bin";
+  options.pool_bytes = int64_t{512} << 10;  // 25 pages of 16 tokens
+  options.pool_wait_ms = 0;
+  options.audit_rate = 1;
+  options.audit_owed_after = 0;  // idle time only, which the held worker never gives: the audits wait
+  options.anticipate = false;
+  sv::ServeCore core(options);
+  core.hold_idle_work(true);
+  std::string story;  // about 100 tokens: 7 pages
+  for (int i = 0; i < 20; ++i) story += " once upon a time";
+  const auto ask = [&](const std::string& session, std::vector<orbit::ChatMessage> messages, const sv::RunSink& sink) {
+    sv::ChatRequest r;
+    r.model = core.model_name();
+    r.messages = std::move(messages);
+    r.sampling = greedy(4);
+    return core.chat(r, session, sink);
+  };
+  const std::vector<orbit::ChatMessage> first = {{"user", "running" + story}};
+  const sv::RunOutcome answered = ask("running", first, {});
+  REQUIRE(answered.result);
+  // Its second request, held at its first text, holds every page of both its audits (the first's window, kept).
+  std::vector<orbit::ChatMessage> second = first;
+  second.push_back({"assistant", answered.result->text});
+  second.push_back({"user", story});
+  Flag streaming, go_on;
+  bool at_first = true;
+  const sv::RunSink held = held_at_first_text(streaming, go_on, at_first);
+  std::optional<sv::RunOutcome> running;
+  std::thread runner([&] { running = ask("running", second, held); });
+  streaming.wait();
+  const auto metrics = [&] { return core.metrics().render(core.gauges()); };
+  const auto has_line = [](const std::string& text, const std::string& line) {
+    return text.find("\n" + line + "\n") != std::string::npos;
+  };
+  CHECK(has_line(metrics(), "orbit_audits_waiting 2"));
+
+  std::string longer;  // about 250 tokens: 16 pages, more than the pool has free beside the running window
+  for (int i = 0; i < 30; ++i) longer += " the end of a story";
+  const sv::RunOutcome refused = ask("refused", {{"user", longer}}, {});
+  go_on.set();
+  runner.join();
+  REQUIRE(running->result);
+  REQUIRE_FALSE(refused.result);
+  INFO(refused.error.message);
+  CHECK(refused.error.status == 503);
+  CHECK(refused.error.code == "kv_pool_full");
+  const std::string after = metrics();
+  CHECK(has_line(after, "orbit_audits_dropped_for_pool_total 0"));
+  CHECK(has_line(after, "orbit_audits_waiting 2"));
+  core.hold_idle_work(false);
 }

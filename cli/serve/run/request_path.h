@@ -133,9 +133,9 @@ class RequestPath {
   SyncReport sync_making_room(RunTicket::Prepared& p, WindowStats& before);  // sync_chat's; see request_run.cpp
   // `attempt` (a sync or an admit under the gate; false: the client left) tried until the pool holds it, waiting
   // for running requests up to --pool-wait-ms; see request_run.cpp. `self`: the requester's session, null for a
-  // completion. False: the client left.
-  bool waiting_for_pool(const Session* self, const std::function<bool()>& cancelled,
-                        const std::function<bool()>& attempt);
+  // completion; `placed_again`: the chunk keys it places (room_maker.h's drop_together). False: the client left.
+  bool waiting_for_pool(const Session* self, const std::vector<std::string>& placed_again,
+                        const std::function<bool()>& cancelled, const std::function<bool()>& attempt);
   // A completion's prompt admitted to a window of its own, waiting for the pool as sync_first does: p.admitted
   // (or p.left).
   void admit_first(RunTicket::Prepared& p, const RunSink& sink);

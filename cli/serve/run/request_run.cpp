@@ -140,6 +140,16 @@ void admit_chunk(Window& window, const ChunkRef& chunk) {
   throw Error(applied.status().reason(), __FILE__, __LINE__);
 }
 
+// The chunk keys `plan`'s units place (every unit but a turn): a canonical set of theirs that only waiting audits hold
+// is no room for the sync, which writes it anew (room_maker.h).
+std::vector<std::string> placed_chunks(const SyncPlan& plan) {
+  std::vector<std::string> keys;
+  for (const SyncUnit& u : plan.units) {
+    if (!u.is_turn && !u.key.empty()) keys.push_back(u.key);
+  }
+  return keys;
+}
+
 // The tokens of each unit `plan` leaves in the window.
 std::vector<int64_t> unit_sizes(const SyncPlan& plan) {
   std::vector<int64_t> sizes;
@@ -181,6 +191,7 @@ RunSink tool_call_sink(const RunSink& sink, const ChatRequest& request, ToolCall
   read.calls_or_json = calls_whole && request.tool_choice.mode == "auto" && request.response_format.type != "text";
   read.one_call = !request.parallel_tool_calls;
   if (calls_whole) read.names = grammar_tool_names(request);
+  read.tools = grammar_tool_names(request);  // the names a call may have, free or not
   const bool progressive = calls_whole && sink.on_tool_call != nullptr;
   calls.assign(static_cast<std::size_t>(std::max<int64_t>(1, request.sampling.n)),
                ToolCallStream(std::move(read), progressive));
@@ -288,6 +299,7 @@ SyncReport RequestPath::sync_making_room(RunTicket::Prepared& p, WindowStats& be
         before = p.slot.window().stats();
         return true;
       });
+  make_room.places(placed_chunks(p.plan));
   if (!p.replan) {
     try {
       return p.slot.window().sync(p.chat->messages, p.plan);
@@ -397,12 +409,14 @@ RunResult RequestPath::decode_chat(RunTicket::Prepared& p, const std::vector<int
 // holds it. A refusal for the pool once nothing is left to let go waits, outside the gate (the running requests
 // need it to finish), for a request to release its window and tries again, up to ServeOptions::pool_wait_ms
 // (SessionTable::wait_for_release: not at all when no other request is running). When no request is left to wait
-// for (or the wait is over), waiting audits that the sync kept are dropped too, oldest first, whatever their forks
-// hold (Auditor::drop_for_pool with no test: forks may share their pages with one another, or with this request's
-// own window), each followed by a try, so none starves the request; none left, the refusal is thrown (503
-// kv_pool_full). False: the client left before its turn, or while it waited.
-bool RequestPath::waiting_for_pool(const Session* self, const std::function<bool()>& cancelled,
-                                   const std::function<bool()>& attempt) {
+// for (or the wait is over, at once with --pool-wait-ms 0), waiting audits that the sync kept are dropped too, oldest
+// first, each followed by a try, but only those whose forks hold pages that dropping every waiting audit together
+// gives back (drop_together: forks may share their pages with one another, so that none alone frees any, yet
+// together they do; none starves the request). One whose every page a running request's window holds gives no room,
+// and is kept; none left to drop, the refusal is thrown (503 kv_pool_full) and the audits wait on. False: the client
+// left before its turn, or while it waited.
+bool RequestPath::waiting_for_pool(const Session* self, const std::vector<std::string>& placed_again,
+                                   const std::function<bool()>& cancelled, const std::function<bool()>& attempt) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(context_.options.pool_wait_ms);
   for (;;) {
     const uint64_t seen = sessions_.releases();
@@ -418,7 +432,7 @@ bool RequestPath::waiting_for_pool(const Session* self, const std::function<bool
       // every other idle window go): the refusal stands.
       if (waited == SessionTable::Wait::kReleased) continue;
       if (waited == SessionTable::Wait::kIdle && sessions_.let_go_idle(self, true)) continue;
-      if (!context_.auditor.drop_for_pool()) throw;
+      if (!context_.auditor.drop_for_pool(drop_together(placed_again))) throw;
     }
   }
 }
@@ -429,7 +443,7 @@ void RequestPath::sync_first(RunTicket::Prepared& p, const RunSink& sink) {
   ChatSync synced;
   synced.before = p.slot.window().stats();
   bool tried = false;
-  const bool ran = waiting_for_pool(&p.slot.session(), sink.cancelled, [&] {
+  const bool ran = waiting_for_pool(&p.slot.session(), placed_chunks(p.plan), sink.cancelled, [&] {
     p.replan = p.replan || tried;  // refused for the pool, it waited: the plan may be stale
     tried = true;
     return sync_chat(p, sink, synced);
@@ -522,6 +536,7 @@ bool RequestPath::admit_completion(RunTicket::Prepared& p, const std::string& la
   });
   return run_in_pieces(context_, lane, sink.cancelled, [&] {
     const ChunkRef chunk = context_.engine->add_tokens(prefix, ChunkOptions{});
+    make_room.places({chunk.key});
     for (;;) {
       try {
         return admit_chunk(window, chunk);
@@ -537,7 +552,9 @@ void RequestPath::admit_first(RunTicket::Prepared& p, const RunSink& sink) {
   const std::string lane = "~completion:" + std::to_string(++lanes_);
   Window window = context_.new_window();
   const WindowStats before = window.stats();
-  if (waiting_for_pool(nullptr, sink.cancelled, [&] { return admit_completion(p, lane, window, sink); })) {
+  // No chunk keys: the prompt's chunk is registered under the gate (admit_completion), and a chat audit's fork
+  // rarely places it.
+  if (waiting_for_pool(nullptr, {}, sink.cancelled, [&] { return admit_completion(p, lane, window, sink); })) {
     p.admitted.emplace(CompletionAdmit{std::move(window), before});
   } else {
     p.left = true;

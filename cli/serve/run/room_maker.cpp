@@ -2,12 +2,44 @@
 
 #include <utility>
 
+#include "orbit/pool_room.h"
+
 namespace orbit::serve {
 
-bool frees_pages(const Window& fork, int64_t page_size) {
-  int64_t pages = 0;
-  for (const InstanceInfo& i : fork.instances()) pages += (i.length + page_size - 1) / page_size;
-  return pages > fork.stats().shared_pages;
+namespace {
+
+int64_t freed(std::vector<const Window*> closing, const std::vector<std::string>& placed_again) {
+  PoolRoomQuery q;
+  for (const Window* w : closing) {
+    if (w != nullptr) q.closing.push_back(w);
+  }
+  q.placed_again = placed_again;
+  return pages_freed_by_closing(q);
+}
+
+}  // namespace
+
+Auditor::PoolDrop drop_alone(std::vector<std::string> placed_again) {
+  return [placed = std::move(placed_again)](const std::vector<const Window*>& forks) -> std::optional<std::size_t> {
+    for (std::size_t i = 0; i < forks.size(); ++i) {
+      if (forks[i] != nullptr && freed({forks[i]}, placed) > 0) return i;
+    }
+    return std::nullopt;
+  };
+}
+
+Auditor::PoolDrop drop_together(std::vector<std::string> placed_again) {
+  return [placed = std::move(placed_again)](const std::vector<const Window*>& forks) -> std::optional<std::size_t> {
+    const int64_t all = freed(forks, placed);
+    if (all == 0) return std::nullopt;
+    for (std::size_t i = 0; i < forks.size(); ++i) {
+      if (forks[i] == nullptr) continue;
+      std::vector<const Window*> others = forks;
+      others[i] = nullptr;
+      if (freed(others, placed) < all) return i;  // some page goes back only once this fork goes too
+    }
+    return std::nullopt;
+  };
 }
 
 RoomMaker::RoomMaker(ServeContext& context, SessionTable& sessions, const Session* keep,
@@ -23,10 +55,7 @@ bool RoomMaker::operator()(const CapacityRefused& e) {
   if (!checked_) check_holds_();
   checked_ = true;
   if (sessions_.let_go_idle(keep_)) return true;
-  const int64_t page_size = context_.engine->options().page_size;
-  if (context_.auditor.drop_for_pool([page_size](const Window& fork) { return frees_pages(fork, page_size); })) {
-    return true;
-  }
+  if (context_.auditor.drop_for_pool(drop_alone(placed_again_))) return true;
   if (renewed_ || !renew_) return false;
   renewed_ = true;
   return renew_();

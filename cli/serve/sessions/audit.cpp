@@ -76,16 +76,20 @@ void Auditor::submit(AuditCase c) {
   }
 }
 
-bool Auditor::drop_for_pool(const std::function<bool(const Window&)>& frees) {
+bool Auditor::drop_for_pool(const PoolDrop& choose) {
   AuditCase dropped;  // its fork closes after the lock: the pages it held go back to the pool
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    const auto chosen = std::find_if(waiting_.begin(), waiting_.end(),
-                                     [&](const AuditCase& c) { return !frees || (c.fork && frees(*c.fork)); });
-    for (AuditCase& c : waiting_) c.kept_for_pool = true;
-    if (chosen == waiting_.end()) return false;
-    dropped = std::move(*chosen);
-    waiting_.erase(chosen);
+    std::vector<const Window*> forks;
+    for (AuditCase& c : waiting_) {
+      c.kept_for_pool = true;
+      forks.push_back(c.fork ? &*c.fork : nullptr);
+    }
+    const std::optional<std::size_t> chosen = choose(forks);
+    if (!chosen || *chosen >= waiting_.size()) return false;
+    const auto at = waiting_.begin() + static_cast<std::ptrdiff_t>(*chosen);
+    dropped = std::move(*at);
+    waiting_.erase(at);
     ++dropped_;
     ++pool_dropped_;
   }

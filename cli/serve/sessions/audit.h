@@ -9,8 +9,8 @@
 // (Engine::observe_fidelity), so later plans predict more where the model predicted too little. The fork is
 // closed after; while it waits it keeps the pages it shares with its window, so at most
 // AuditOptions::max_pending audits wait (the oldest is dropped past it, and counted), and a request the KV pool
-// refuses drops them, oldest first, one at a time, only those whose forks alone hold pages, and only until it fits
-// (drop_for_pool); the others wait on.
+// refuses drops them, oldest first, one at a time, only those whose drop gives it pages, and only until it fits
+// (drop_for_pool, with room_maker.h's drop_alone or drop_together); the others wait on.
 //
 // Owed audits: idle time may not come. A client that sends its next request as soon as it has read an
 // answer leaves the idle worker only the moments between an answer and the next request, which the session's
@@ -87,17 +87,16 @@ class Auditor {
   void count_request();
   // Queues a case (dropping the oldest past max_pending).
   void submit(AuditCase c);
-  // Drops one waiting case for a request the KV pool refused (request_run.cpp's RoomMaker, once no idle window is
-  // left to let go; the caller syncs again after each, so it drops only as many as the request lacks pages for):
-  // the oldest whose fork `frees` says gives pages back when it closes (pages it alone holds: its window's, once
-  // that window moved on or left memory). One whose every page a window still holds (that of a request running,
-  // or of the requester itself) would free none, so it waits on. With no `frees`, the oldest, whatever it holds
-  // (RequestPath::waiting_for_pool, once no request is left to wait for: forks may share pages with one another,
-  // or with the requester's window, so that none alone frees any, yet together they do). The cases left waiting
-  // are marked kept for the pool, and counted in orbit_audits_kept_for_pool_total once they run. Counted in
-  // orbit_audits_dropped_total and orbit_audits_dropped_for_pool_total. False when none was dropped. `frees` is
-  // called under the queue's lock.
-  bool drop_for_pool(const std::function<bool(const Window&)>& frees = {});
+  // Which waiting case a request the KV pool refused drops: given the waiting cases' forks, oldest first (null for a
+  // case without one), the index of the one to drop, or nullopt for none. Called under the queue's lock.
+  using PoolDrop = std::function<std::optional<std::size_t>(const std::vector<const Window*>& forks)>;
+  // Drops the waiting case `choose` names for a request the KV pool refused (request_run.cpp's RoomMaker once no
+  // idle window is left to let go, with room_maker.h's drop_alone; RequestPath::waiting_for_pool once nothing is
+  // left to wait for, with drop_together); the caller tries again after each, so it drops only as many as the
+  // request lacks pages for. The cases left waiting are marked kept for the pool, and counted in
+  // orbit_audits_kept_for_pool_total once they run. Counted in orbit_audits_dropped_total and
+  // orbit_audits_dropped_for_pool_total. False when none was dropped.
+  bool drop_for_pool(const PoolDrop& choose);
   bool pending() const;
   // Whether the oldest waiting case is owed: count_request() counted owed_after requests since it was
   // submitted (owed_after > 0).

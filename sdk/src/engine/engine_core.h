@@ -39,6 +39,7 @@
 #include "orbit/engine.h"
 #include "orbit/planner/cost_model.h"
 #include "orbit/planner/fidelity_model.h"
+#include "orbit/pool_room.h"
 #include "orbit/runtime/model.h"
 #include "orbit/runtime/tokenizer.h"
 
@@ -147,6 +148,9 @@ class EngineCore {
     return next_window.fetch_add(1) + 1;
   }
   uint64_t next_content_version() { return next_version_.fetch_add(1) + 1; }
+
+  // orbit::pages_freed_by_closing (orbit/pool_room.h), here for the windows' state (pool_room.cpp).
+  static int64_t pages_freed_by_closing(const PoolRoomQuery& query);
 
   // Closes the engine (EngineLife::close): the queued background work finished, then, once the operations
   // in flight have finished, the worker stopped and the store flushed and destroyed.

@@ -262,4 +262,25 @@ int64_t SharedPool::shared_pages(const std::vector<const runtime::PagedSequence*
   return shared;
 }
 
+int64_t SharedPool::freed_by(const std::vector<const runtime::PagedSequence*>& seqs,
+                             const std::set<std::string>& kept_sets) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<runtime::PageId, int64_t> holders;  // page -> how many of `seqs` hold it
+  for (const runtime::PagedSequence* s : seqs) {
+    for (runtime::PageId p : s->pages()) ++holders[p];
+  }
+  std::map<runtime::PageId, bool> canonical;  // a canonical set's page -> whether its set is kept
+  for (const auto& [key, set] : sets_) {
+    for (runtime::PageId p : set->pages()) canonical[p] = kept_sets.count(key) > 0;
+  }
+  int64_t freed = 0;
+  for (const auto& [page, held] : holders) {
+    const auto set = canonical.find(page);
+    if (set != canonical.end() && set->second) continue;
+    // Every holder one of `seqs` (the set itself aside, destroyed with its last placement).
+    freed += pool_.ref_count(page) == held + (set != canonical.end() ? 1 : 0) ? 1 : 0;
+  }
+  return freed;
+}
+
 }  // namespace orbit::detail

@@ -28,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -122,6 +123,12 @@ class SharedPool {
   // How many of the sequences' pages have another holder too (a fork's, a sibling window's), the canonical
   // set a placement reads not counted as one.
   int64_t shared_pages(const std::vector<const runtime::PagedSequence*>& seqs) const;
+  // How many distinct pages destroying every one of `seqs` together would return to the pool now: those no
+  // other sequence holds. A canonical set's pages count once no placement but theirs holds it (the set is then
+  // destroyed), unless its chunk key is in `kept_sets` (a caller about to place that chunk again would write the
+  // set anew: no room for it). Each sequence at most once in `seqs`.
+  int64_t freed_by(const std::vector<const runtime::PagedSequence*>& seqs,
+                   const std::set<std::string>& kept_sets) const;
 
   // The pool itself, for a runtime::PagedPast that reads the pages of sequences the caller holds in place
   // (their rows cannot change while held: an append into a shared page copies it first). Nothing else.
