@@ -36,13 +36,15 @@ struct Feed {
   std::string finish_reason = "stop";
   // The names the tools' grammar allows (ToolCallStream's `names`): the tools of the answers below.
   std::vector<std::string> names = {"search", "open"};
-  bool calls_or_json = false;  // a call or a JSON answer from the first byte (AnswerCallsOptions::calls_or_json)
+  bool calls_or_json = false;      // a call or a JSON answer from the first byte (AnswerCallsOptions::calls_or_json)
+  std::vector<std::string> tools;  // the names a call may have, free or not (AnswerCallsOptions::tools)
 };
 
 // `text` pushed in the pieces `cuts` (increasing byte offsets) makes, then finished.
 Fed feed(const std::string& text, const std::vector<std::size_t>& cuts, const Feed& how) {
-  sv::ToolCallStream stream(orbit::AnswerCallsOptions{how.format, how.forced, how.calls_or_json, how.names, false},
-                            how.progressive);
+  sv::ToolCallStream stream(
+      orbit::AnswerCallsOptions{how.format, how.forced, how.calls_or_json, how.names, false, how.tools},
+      how.progressive);
   Fed f;
   std::size_t from = 0;
   std::vector<std::size_t> ends = cuts;
@@ -400,6 +402,113 @@ TEST_CASE("tool stream: a forced answer cut before a later call's name has no ma
       }
     }
   }
+}
+
+TEST_CASE("tool stream: an auto answer cut inside a mark after whole calls is settled as a forced one", "[serve]") {
+  // tool_choice auto: under the tools' grammar only a call follows a call, so a start of the mark after whole
+  // calls is a call begun. It was taken out of the content with no call, where the forced path gives the one
+  // tool's call (arguments "", cut) or, under two tools, leaves it out as ambiguous.
+  const std::string hermes = "<tool_call>{\"name\": \"open\", \"arguments\": {}}</tool_call>";
+  for (const std::string& text : {hermes + "\n<tool_ca", hermes + "<", "Look.\n" + hermes + "\n\n<tool_call"}) {
+    INFO(text);
+    const std::string content = text.rfind("Look.", 0) == 0 ? "Look." : "";
+    for (const std::vector<std::string>& names :
+         {std::vector<std::string>{"search"}, std::vector<std::string>{"search", "open"}}) {
+      INFO(names.size() << " names");
+      for (const std::vector<std::size_t>& cuts : {every_byte(text), std::vector<std::size_t>{}}) {
+        const Fed f = feed(text, cuts, Feed{ToolCallFormat::kHermes, false, true, "length", names});
+        CHECK(f.r.text == content);
+        CHECK(trimmed(f.content + f.r.unstreamed) == content);
+        CHECK(f.r.finish_reason == "length");
+        CHECK(same_calls(assemble(f), f.r.tool_calls));
+        REQUIRE(f.r.tool_calls.size() == (names.size() == 1 ? 2u : 1u));
+        CHECK(f.r.tool_calls[0].name == "open");
+        if (names.size() == 1) {
+          CHECK(f.r.tool_calls[1].name == "search");
+          CHECK(f.r.tool_calls[1].arguments.empty());
+        }
+        CHECK(f.r.tool_call_cut == (names.size() == 1));
+        if (content.empty()) {  // as the forced path settles it
+          const Fed forced = feed(text, cuts, Feed{ToolCallFormat::kHermes, true, true, "length", names});
+          CHECK(same_calls(f.r.tool_calls, forced.r.tool_calls, false));
+          CHECK(f.r.tool_call_cut == forced.r.tool_call_cut);
+        }
+      }
+    }
+  }
+  // After prose, a start of the mark may be anything: left out of the content, no call (as before).
+  const Fed prose =
+      feed(hermes + "\nand <tool_ca", {}, Feed{ToolCallFormat::kHermes, false, true, "length", {"search"}});
+  REQUIRE(prose.r.tool_calls.size() == 1);
+  CHECK(prose.r.text == "and");
+  CHECK_FALSE(prose.r.tool_call_cut);
+}
+
+TEST_CASE("tool stream: a Llama 3 JSON answer max_tokens cuts stays the JSON; a cut call is still a call", "[serve]") {
+  // Llama 3's calls have no mark: {"name": ..., "parameters": {...}}. A JSON answer whose first key is "name"
+  // (a response_format's object, or JSON in free text) cut by max_tokens was read as a call of that name.
+  // Now an object with a key no call has, a name that is no string, or a name no tool has (cut inside it: that
+  // no tool's name begins) is the JSON it is, as written. Serve reads Llama 3's calls under auto as free text
+  // (no grammar: `names` empty), with the request's tools as `tools`; under a grammar `names` rules.
+  const std::vector<std::string> json = {"{\"name\": \"Ada\", \"age\": 3",
+                                         "{\"name\": \"Ada\"",
+                                         "{\"name\": \"Ad",
+                                         "{\"name\": \"search\", \"age",
+                                         "{\"name\": \"search\", \"age\": 3, \"parameters\": {",
+                                         "{\"name\": 5, \"a",
+                                         "{\"title\": \"x\", \"name\": \"search\""};
+  const std::vector<std::string> tools = {"search", "open"};
+  for (const std::string& text : json) {
+    INFO(text);
+    for (const std::vector<std::string>& names : {std::vector<std::string>{}, tools}) {
+      INFO(names.size() << " names");
+      const Fed f =
+          feed(text, every_byte(text), Feed{ToolCallFormat::kLlama3, false, false, "length", names, false, tools});
+      CHECK(f.r.tool_calls.empty());
+      CHECK(f.r.text == text);
+      CHECK(f.content + f.r.unstreamed == text);
+      CHECK_FALSE(f.r.tool_call_cut);
+      CHECK(f.r.finish_reason == "length");
+    }
+  }
+  // Whole, it is the JSON too (it was a call named "Ada", finish_reason "tool_calls").
+  const std::string whole = "{\"name\": \"Ada\", \"age\": 3}";
+  for (const std::string finish : {"stop", "length"}) {
+    const Fed f = feed(whole, {}, Feed{ToolCallFormat::kLlama3, false, false, finish, {}, false, tools});
+    CHECK(f.r.tool_calls.empty());
+    CHECK(f.r.text == whole);
+    CHECK(f.r.finish_reason == finish);
+  }
+  // After a whole call, the JSON piece is the content and the call stays.
+  const std::string after = "{\"name\": \"open\", \"parameters\": {}}; {\"name\": \"Ada\", \"a";
+  const Fed mixed = feed(after, {}, Feed{ToolCallFormat::kLlama3, false, false, "length", {}, false, tools});
+  REQUIRE(mixed.r.tool_calls.size() == 1);
+  CHECK(mixed.r.tool_calls[0].name == "open");
+  CHECK(mixed.r.text == "{\"name\": \"Ada\", \"a");
+  // A genuine call cut short is still the call so far.
+  struct Call {
+    std::string text, name, arguments;
+  };
+  const std::vector<Call> calls = {{"{\"name\": \"search\", \"parameters\": {\"q\": \"c", "search", "{\"q\":\"c"},
+                                   {"{\"name\": \"search\", \"pa", "search", ""},
+                                   {"{\"name\": \"open\"", "open", ""},
+                                   {"{\"name\": \"ope", "open", ""}};
+  for (const Call& c : calls) {
+    INFO(c.text);
+    const Fed f =
+        feed(c.text, every_byte(c.text), Feed{ToolCallFormat::kLlama3, false, false, "length", tools, false, tools});
+    REQUIRE(f.r.tool_calls.size() == 1);
+    CHECK(f.r.tool_calls[0].name == c.name);
+    CHECK(f.r.tool_calls[0].arguments == c.arguments);
+    CHECK(f.r.tool_call_cut);
+    CHECK(f.r.text.empty());
+    CHECK(f.r.finish_reason == "length");
+  }
+  // Free text (no grammar): a name cut short that a tool's begins may be either, and is left out, as before.
+  const Fed free =
+      feed("{\"name\": \"sea", {}, Feed{ToolCallFormat::kLlama3, false, false, "length", {}, false, tools});
+  CHECK(free.r.tool_calls.empty());
+  CHECK(free.r.text.empty());
 }
 
 TEST_CASE("tool stream: Mistral's array cut before its last call's name keeps the whole calls before it", "[serve]") {

@@ -304,6 +304,58 @@ def test_a_cut_call_is_settled_as_orbit_serve_settles_it(engine):
     assert {("before the name", True), ("before the name", False)} <= seen, seen
 
 
+def test_a_llama3_json_answer_whose_first_key_is_name_stays_the_json(engine):
+    """Llama 3's calls have no mark: {"name": a tool's name, "parameters": {...}}. Under tools and 'auto' beside a
+    JSON response_format whose first key is "name" (decoded as a call or the JSON), the JSON answer ('A'
+    favoured: the name "Ada", which no tool has) cut by max_tokens, or whole, was read as a call named "A",
+    "Ada" (or left out, its content lost). It is the JSON: content as written, no call."""
+    schema = {"type": "object", "properties": {"name": {"enum": ["Ada"]}, "age": {"type": "integer"}},
+              "required": ["name", "age"]}
+    window = engine.new_window()
+    prompt = window.sync([{"role": "user", "content": "Who is she?"}], tools=TOOLS).generation_prompt
+
+    def answer(max_tokens):
+        return window.generate(prompt, tools=TOOLS, tool_choice="auto", response_format=schema,
+                               tool_call_format="llama3", max_tokens=max_tokens, logit_bias={3 + ord("A"): 100})
+
+    cut = 0
+    for max_tokens in range(1, 24):
+        g = answer(max_tokens)
+        context = (max_tokens, g.text, g.content, g.tool_calls, g.stop_reason)
+        if '"A' not in g.text:
+            continue  # before the name: a call or the JSON
+        assert g.tool_calls == [] and not g.tool_call_cut and g.content == g.text.strip(), context
+        cut += g.stop_reason == "max_tokens"
+    assert cut >= 3, cut
+    whole = answer(60)
+    assert whole.stop_reason != "max_tokens" and whole.tool_calls == [], whole.text
+    assert whole.json["name"] == "Ada" and whole.content == whole.text.strip()
+
+
+def test_a_cut_name_two_tools_begin_is_left_out(engine):
+    """A forced call cut inside its name where the part written begins two tools' names (read_page and read_note
+    after "read_") cannot say which was meant: it is left out (no call, not tool_call_cut), the content empty,
+    the answer cut; once the part written begins one name only, it is that tool's call, arguments ''."""
+    note = {"type": "function", "function": {"name": "read_note", "parameters": {
+        "type": "object", "properties": {"page": {"type": "integer"}}, "required": ["page"]}}}
+    tools = TOOLS + [note]
+    window = engine.new_window()
+    prompt = window.sync([{"role": "user", "content": "Read the book."}], tools=tools).generation_prompt
+    seen = set()
+    for max_tokens in range(1, 40):
+        g = window.generate(prompt, tools=tools, tool_choice="required", max_tokens=max_tokens)
+        name = g.text.partition('"name": "')[2]
+        if g.stop_reason != "max_tokens" or not name or '"' in name:
+            continue  # not cut inside the name
+        meant = [t["function"]["name"] for t in tools if t["function"]["name"].startswith(name)]
+        calls = [c["function"] for c in g.tool_calls]
+        assert g.content == "", g.text
+        assert calls == ([{"name": meant[0], "arguments": ""}] if len(meant) == 1 else []), (g.text, calls)
+        assert g.tool_call_cut == (len(meant) == 1), g.text
+        seen.add(len(meant))
+    assert 2 in seen, seen  # "r" to "read_": left out
+
+
 # zod's z.hostname() as zod-to-json-schema writes it: a lookahead bounds the length beside format hostname; its
 # automaton takes over a hundred milliseconds to compile.
 HOSTNAME = {"type": "string", "format": "hostname",

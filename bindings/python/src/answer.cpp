@@ -200,6 +200,7 @@ AnswerSpec build_spec(const PyWindow& w, const py::object& tools, const py::obje
                       const py::object& response_format, const py::object& tool_call_format) {
   AnswerSpec a;
   const std::vector<std::string> names = read_tools(tools, a);
+  a.tool_names = names;
   ORBIT_CHECK(tool_call_format.is_none() || !a.tools_json.empty(),
               "generate: tool_call_format = " << py::str(tool_call_format).cast<std::string>()
                                               << " needs tools (it says how the answer's calls are read)");
@@ -303,6 +304,7 @@ void read_answer(const AnswerSpec& a, py::object& generation) {
     how.forced = a.forced_call;
     how.calls_or_json = a.calls_or_json;
     how.names = a.grammar_names;
+    how.tools = a.tool_names;
     const orbit::AnswerCalls r = orbit::read_answer_calls(text, ran_out, how);
     generation.attr("tool_calls") = calls_list(r.read.calls);
     generation.attr("content") = r.read.content;

@@ -26,6 +26,8 @@ struct AnswerSpec {
   // The names the tools' grammar lets a call have (the named tool, else every tool's); empty where the calls are
   // free text. orbit::AnswerCallsOptions::names.
   std::vector<std::string> grammar_names;
+  // Every tool's name, the calls free or not: orbit::AnswerCallsOptions::tools.
+  std::vector<std::string> tool_names;
 };
 
 // Each entry of a tools list is a tool: a dict, OpenAI's {"type": "function", "function": {"name", ...}} or the

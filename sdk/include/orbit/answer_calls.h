@@ -20,11 +20,17 @@
 //                                   there (name ""), after the whole calls before it (Mistral's whole items
 //                                   too), then settled as above; its markup is never content (markup_cut)
 //   cut inside a mark ("<tool_ca")  where the answer is calls from its first byte (`forced`, or `calls_or_json`
-//                                   and it began as a call, "<" included), a call begun as above; elsewhere
-//                                   (free text, where "<tool_ca" may be anything) left out of the content, no call
+//                                   and it began as a call, "<" included), or right after whole calls (Hermes;
+//                                   under the tools' grammar only a call follows a call), a call begun as above;
+//                                   elsewhere (free text, where "<tool_ca" may be anything) left out of the
+//                                   content, no call
 //
-// An answer that ended otherwise is parse_tool_calls(text, format) (CutToolCall::kContent). Torch-free;
-// thread-safe.
+// An answer that ended otherwise is parse_tool_calls(text, format) (CutToolCall::kContent). Either way, Llama
+// 3's calls having no mark, an object a Llama 3 answer ends in (not `forced`; no <|python_tag|>) is read as a
+// call only where it is one's start, {"name": a tool's name, "parameters" | "arguments": {...}}: one with
+// another key, a name that is no string, or a name none of `tools` has (cut inside it: none begins) is the
+// JSON it is, content as written, no call (a response_format's {"name": "Ada", "age": 3}, whole or cut).
+// Torch-free; thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -54,6 +60,11 @@ struct AnswerCallsOptions {
   // parallel_tool_calls false: a free answer holding several calls keeps its first only (dropped counts the
   // others); where the one cut was among them, the answer is the first call, whole.
   bool one_call = false;
+  // The names of the tools a call may name (the allowed tools where some are, else every tool's), whether or not
+  // a grammar holds the calls; `names` where that is given. Llama 3's calls have no mark, so an object a cut
+  // answer ends in is read as a call only where it can still be one: its name one of these (cut inside it:
+  // the start of one). Empty: any name may be a call's.
+  std::vector<std::string> tools;
 };
 
 struct AnswerCalls {

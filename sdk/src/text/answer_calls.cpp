@@ -4,10 +4,12 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "text/json_spans.h"
+#include "text/tool_call_cut.h"
 #include "text/tool_call_parts.h"
 
 namespace orbit {
@@ -62,7 +64,19 @@ HalfMarkup llama3_half_markup(const std::string& content) {
   return at < content.size() && content[at] == ':' ? HalfMarkup{0, true} : HalfMarkup{};
 }
 
-HalfMarkup half_markup(const std::string& content, ToolCallFormat format) {
+// Whether the Hermes answer `text` ends in a start of the call mark right after a whole call (whitespace
+// between): after a call only a call follows under the tools' grammar, so that start is a call begun.
+bool mark_after_call(std::string_view text) {
+  const std::string t = trim(text);
+  const std::size_t part = partial_marker(t, kHermesOpen);
+  if (part == 0) return false;
+  const std::string before = trim(std::string_view(t).substr(0, t.size() - part));
+  return before.size() >= kHermesClose.size() &&
+         before.compare(before.size() - kHermesClose.size(), kHermesClose.size(), kHermesClose) == 0;
+}
+
+// `text` is the whole answer, `content` what parse_tool_calls left of it.
+HalfMarkup half_markup(std::string_view text, const std::string& content, ToolCallFormat format) {
   if (format == ToolCallFormat::kLlama3) return llama3_half_markup(content);
   const std::string mark = tool_call_trigger(format);
   if (format == ToolCallFormat::kHermes) {
@@ -73,7 +87,45 @@ HalfMarkup half_markup(const std::string& content, ToolCallFormat format) {
     if (at != kNone && !nlohmann::json::accept(content.substr(at + mark.size()))) return {at, true};
   }
   const std::size_t part = partial_marker(content, mark);
-  return part > 0 ? HalfMarkup{content.size() - part, false} : HalfMarkup{};
+  if (part == 0) return {};
+  return {content.size() - part, format == ToolCallFormat::kHermes && mark_after_call(text)};
+}
+
+// The object a Llama 3 answer ends in, after the whole calls before it ("" where <|python_tag|> marks it
+// as calls).
+std::string llama3_last_object(std::string_view text) {
+  const std::string body = trim(text);
+  if (body.rfind(kPythonTag, 0) == 0) return "";
+  std::size_t start = 0;
+  for (std::size_t sep = llama3_separator(body, 0); sep != kNone; sep = llama3_separator(body, start)) start = sep + 1;
+  return trim(std::string_view(body).substr(start));
+}
+
+// Whether the Llama 3 object `object` (whole or cut short) is, or may still become, a call: its members a
+// call's (no tool_call_cut::CutCall::foreign), its name one of `tools` (cut inside it: the start of one; any
+// name where `tools` is empty).
+bool llama3_may_call(std::string_view object, const std::vector<std::string>& tools) {
+  const std::optional<tool_call_cut::CutCall> c = tool_call_cut::read(object);
+  if (!c || c->foreign) return false;
+  if (tools.empty()) return true;
+  const std::string& name = c->call.name;
+  return std::any_of(tools.begin(), tools.end(), [&](const std::string& tool) {
+    return c->name_whole ? tool == name : tool.compare(0, name.size(), name) == 0;
+  });
+}
+
+// A Llama 3 answer (`all` its reading) that ends in an object that cannot be a call (llama3_may_call; Llama 3's
+// calls have no mark, so it is a JSON answer, a response_format's or one in free text): that object is
+// content as written, the whole calls before it kept (as parse_tool_calls keeps them before a piece that is
+// not a call). False where the answer does not end so.
+bool keep_llama3_json(std::string_view text, const AnswerCallsOptions& o, ToolCallParse* all) {
+  const std::string object = llama3_last_object(text);
+  if (object.empty() || object.front() != '{') return false;
+  if (llama3_may_call(object, o.names.empty() ? o.tools : o.names)) return false;
+  if (all->content.empty() && !all->calls.empty()) all->calls.pop_back();  // it was read as a call
+  all->content = all->calls.empty() ? trim(text) : object;
+  all->cut = all->cut_name_whole = all->malformed = false;
+  return true;
 }
 
 // Whether `text` (after whitespace) begins with `format`'s call mark, or is a start of it no JSON text begins
@@ -113,13 +165,14 @@ std::vector<ChatToolCall> mistral_whole_items(std::string_view markup) {
 void read_cut(std::string_view text, const AnswerCallsOptions& o, AnswerCalls* a) {
   ToolCallParse& all = a->read;
   all = parse_tool_calls(text, o.format, CutToolCall::kCall);
+  if (o.format == ToolCallFormat::kLlama3 && !o.forced && keep_llama3_json(text, o, &all)) return;
   if (all.cut) return;
   const bool marked = !tool_call_trigger(o.format).empty();
   const bool began_as_call = o.calls_or_json && begins_as_call(text, o.format);
   if (o.calls_or_json && marked && !began_as_call && !o.forced) return;  // the JSON answer: no call markup in it
   // Calls from the first byte: what is not a call is the call the answer was cut in, begun or inside its mark.
   const HalfMarkup half = o.forced || began_as_call ? HalfMarkup{all.content.empty() ? kNone : 0, true}
-                                                    : half_markup(all.content, o.format);
+                                                    : half_markup(text, all.content, o.format);
   if (half.at == kNone) return;
   a->markup_cut = true;
   const std::string markup = all.content.substr(half.at);
@@ -144,6 +197,7 @@ AnswerCalls read_answer_calls(std::string_view text, bool ran_out, const AnswerC
     read_cut(text, options, &a);
   } else {
     a.read = parse_tool_calls(text, options.format, CutToolCall::kContent);
+    if (options.format == ToolCallFormat::kLlama3 && !options.forced) keep_llama3_json(text, options, &a.read);
   }
   if (options.one_call && a.read.calls.size() > 1) {  // the first call only
     a.dropped = a.read.calls.size() - 1;

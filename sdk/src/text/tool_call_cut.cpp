@@ -34,8 +34,26 @@ std::string whole_characters(std::string s) {
   return s;
 }
 
+namespace {
+
+constexpr std::string_view kCallKeys[] = {"name", "arguments", "parameters", "id"};
+
+// Whether `key` (a key cut short where `whole` is false) is, or may still become, a key a call has.
+bool call_key(std::string_view key, bool whole) {
+  for (std::string_view k : kCallKeys) {
+    if (whole ? key == k : k.substr(0, key.size()) == key) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 void take_member(const std::string& key, std::string_view value, bool followed, CutCall* out, bool* from_arguments) {
   const bool is_string = !value.empty() && value.front() == '"';
+  const bool arguments = key == "arguments" || key == "parameters";
+  if (!call_key(key, true) || (key == "name" && !is_string) ||
+      (arguments && !is_string && !value.empty() && value.front() != '{'))
+    out->foreign = true;
   if (key == "name" && is_string) {
     out->call.name = string_so_far(value);
     out->named = !out->call.name.empty();
@@ -61,7 +79,10 @@ std::optional<CutCall> read(std::string_view body) {
     if (at < body.size() && body[at] == ',') at = skip_space(body, at + 1);
     if (at >= body.size() || body[at] != '"') break;
     const std::size_t key_end = value_end(body, at);
-    if (key_end >= body.size()) break;  // cut inside the key
+    if (key_end >= body.size()) {  // cut inside the key
+      out.foreign = out.foreign || !call_key(string_so_far(body.substr(at)), false);
+      break;
+    }
     const std::string key = string_so_far(body.substr(at, key_end - at));
     at = skip_space(body, key_end);
     if (at >= body.size() || body[at] != ':') break;

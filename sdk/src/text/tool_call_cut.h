@@ -14,6 +14,10 @@ struct CutCall {
   ChatToolCall call;        // the name as far as it was written, the arguments' JSON text so far; an id
   bool named = false;       // the object's "name" had begun: its key whole, a character of its value written
   bool name_whole = false;  // ... and its string closed: the name is the one meant, only what follows was cut
+  // A member no call has: a key other than "name", "arguments", "parameters" and "id" (one cut short: the
+  // start of none of them), a name that is not a string, or arguments that are neither an object nor JSON
+  // text. Such an object is no call's start (in Llama 3's format, a JSON answer's).
+  bool foreign = false;
 };
 
 // The call the JSON object text `body` begins, read up to where it stops ({"name": ..., "arguments" |
@@ -25,7 +29,7 @@ std::optional<CutCall> read(std::string_view body);
 // One member of the object read() reads: its `key` (decoded) and its `value` as written up to where it ends
 // (json_spans::value_end) or the text does; `followed`: more text comes after the value. Sets the name, the id
 // (a string followed by more) or the arguments ("arguments", or "parameters" unless `*from_arguments`: the
-// arguments were given under "arguments" before) of `out`.
+// arguments were given under "arguments" before) of `out`; a member no call has sets out->foreign.
 void take_member(const std::string& key, std::string_view value, bool followed, CutCall* out, bool* from_arguments);
 
 // The JSON string `s` (its opening quote first, its closing one there or cut off) as far as it is whole: a
