@@ -8,11 +8,13 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/shared_pool.h"
 #include "orbit/engine.h"
 #include "orbit/policy.h"
+#include "orbit/pool_room.h"
 #include "orbit/runtime/loader.h"
 #include "orbit/runtime/paged_past.h"
 #include "orbit/window.h"
@@ -198,6 +200,44 @@ TEST_CASE("a fork reads the same canonical pages, and the sets go when no window
   CHECK(none.pool_placements == 0);
   CHECK(none.pool_patches == 0);
   CHECK(none.pool_free_pages == none.pool_pages);
+}
+
+// orbit::pages_freed_by_closing (orbit/pool_room.h) counts what closing windows really gives back: nothing while
+// another window holds the pages; a chunk's canonical set once its last placement is among them, unless the caller
+// places that chunk again; what two forks share only together. Each count is checked against the pool's free pages
+// after the close.
+TEST_CASE("pages_freed_by_closing counts the pages a close gives back, canonical sets included", "[window][shared]") {
+  std::mt19937_64 rng(11);
+  auto engine = open_engine(true);
+  const ChunkRef chunk = engine->add_tokens(random_tokens(rng, 40));  // 3 pages, placed from its canonical
+  const std::vector<int64_t> turn = random_tokens(rng, 20);           // 2 pages of its own
+  const auto freed = [](std::vector<const Window*> closing, std::vector<std::string> placed_again = {}) {
+    return pages_freed_by_closing(PoolRoomQuery{std::move(closing), std::move(placed_again)});
+  };
+  auto window = std::make_unique<Window>(engine->new_window());
+  window->admit(chunk);
+  window->add_turn(turn);
+  REQUIRE(window->instances().front().formed_by == StepAction::kCanonical);
+  REQUIRE(engine->stats().pool_canonical_sets == 1);
+  Window first = window->fork(), second = window->fork();
+  CHECK(freed({}) == 0);
+  CHECK(freed({&first}) == 0);  // the window and the other fork hold every page
+  CHECK(freed({&first, &second}) == 0);
+  CHECK(freed({window.get(), &first, &second}) == pages_for(40) + pages_for(20));
+  window.reset();
+  CHECK(freed({&first}) == 0);  // the other fork still holds them
+  CHECK(freed({&first, &second}) == pages_for(40) + pages_for(20));
+  CHECK(freed({&first, &second}, {chunk.key}) == pages_for(20));  // the set, placed again, is written anew
+  CHECK_THROWS_WITH(freed({&first, &first}), Catch::Contains("twice"));
+  CHECK_THROWS_WITH(freed({&first, nullptr}), Catch::Contains("null"));
+
+  { Window gone = std::move(second); }
+  const int64_t counted = freed({&first});
+  CHECK(counted == pages_for(40) + pages_for(20));  // the last placement of the set, and the turn's own pages
+  const int64_t free_before = engine->stats().pool_free_pages;
+  { Window gone = std::move(first); }
+  CHECK(engine->stats().pool_free_pages - free_before == counted);
+  CHECK(engine->stats().pool_canonical_sets == 0);
 }
 
 namespace {
