@@ -16,9 +16,11 @@
 //                                   `names`), the call is left out (left_out)
 //   cut after a call's mark, before  Hermes' <tool_call> with no closing mark after it, Mistral's [TOOL_CALLS]
 //   its name began                  before an array not yet whole, Llama 3's <|python_tag|> or an object whose
-//                                   first key is "name": read as CutToolCall::kForcedCall reads a call cut
-//                                   there (name ""), after the whole calls before it (Mistral's whole items
-//                                   too), then settled as above; its markup is never content (markup_cut)
+//                                   first key is "name" (after whole calls and their "; ", where only a call
+//                                   follows, one cut before that key is whole too): read as
+//                                   CutToolCall::kForcedCall reads a call cut there (name ""), after the
+//                                   whole calls before it (Mistral's whole items too), then settled as
+//                                   above; its markup is never content (markup_cut)
 //   cut inside a mark ("<tool_ca")  where the answer is calls from its first byte (`forced`, or `calls_or_json`
 //                                   and it began as a call, "<" included), or right after whole calls (Hermes;
 //                                   under the tools' grammar only a call follows a call), a call begun as above;

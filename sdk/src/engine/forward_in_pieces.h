@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "orbit/runtime/model.h"
+#include "orbit/runtime/reuse.h"
 
 namespace orbit::detail {
 

@@ -54,11 +54,15 @@ struct HalfMarkup {
   bool call = false;
 };
 
-HalfMarkup llama3_half_markup(const std::string& content) {
+// `after_calls`: whole calls and their "; " come before `content`, and under their separator only a call follows,
+// so an object cut before its first key was read whole ("{", "{\"na") is one begun too.
+HalfMarkup llama3_half_markup(const std::string& content, bool after_calls) {
   if (content.rfind(kPythonTag, 0) == 0) return {0, true};
   if (!content.empty() && kPythonTag.substr(0, content.size()) == content) return {0, false};
   if (content.empty() || content[0] != '{') return {};
   std::size_t at = skip_space(content, 1);
+  const std::string key = trim(std::string_view(content).substr(at));
+  if (after_calls && std::string_view("\"name\"").substr(0, key.size()) == key) return {0, true};
   if (content.compare(at, 6, "\"name\"") != 0) return {};
   at = skip_space(content, at + 6);
   return at < content.size() && content[at] == ':' ? HalfMarkup{0, true} : HalfMarkup{};
@@ -75,9 +79,9 @@ bool mark_after_call(std::string_view text) {
          before.compare(before.size() - kHermesClose.size(), kHermesClose.size(), kHermesClose) == 0;
 }
 
-// `text` is the whole answer, `content` what parse_tool_calls left of it.
-HalfMarkup half_markup(std::string_view text, const std::string& content, ToolCallFormat format) {
-  if (format == ToolCallFormat::kLlama3) return llama3_half_markup(content);
+// `text` is the whole answer, `content` what parse_tool_calls left of it after the whole calls `after_calls`.
+HalfMarkup half_markup(std::string_view text, const std::string& content, ToolCallFormat format, bool after_calls) {
+  if (format == ToolCallFormat::kLlama3) return llama3_half_markup(content, after_calls);
   const std::string mark = tool_call_trigger(format);
   if (format == ToolCallFormat::kHermes) {
     const std::size_t at = content.rfind(mark);
@@ -172,7 +176,7 @@ void read_cut(std::string_view text, const AnswerCallsOptions& o, AnswerCalls* a
   if (o.calls_or_json && marked && !began_as_call && !o.forced) return;  // the JSON answer: no call markup in it
   // Calls from the first byte: what is not a call is the call the answer was cut in, begun or inside its mark.
   const HalfMarkup half = o.forced || began_as_call ? HalfMarkup{all.content.empty() ? kNone : 0, true}
-                                                    : half_markup(text, all.content, o.format);
+                                                    : half_markup(text, all.content, o.format, !all.calls.empty());
   if (half.at == kNone) return;
   a->markup_cut = true;
   const std::string markup = all.content.substr(half.at);
