@@ -101,7 +101,10 @@ def test_close_racing_window_operations_raises_orbit_error(child, tmp_path):
             time.sleep(0.3)
             e.close()
             for t in ts: t.join()
-            assert outcome == {{"a": "engine is closed", "b": "engine is closed"}}, outcome
+            # A window's call names itself (Window.admit: engine is closed); the engine's (add_tokens) does not.
+            assert sorted(outcome) == ["a", "b"], outcome
+            assert all(m in ("engine is closed", "Window.admit: engine is closed", "Window.slide: engine is closed")
+                       for m in outcome.values()), outcome
             print("DONE")
         """)
 
@@ -637,3 +640,23 @@ def test_ctrl_c_stops_disposable_and_loss_by_instance_between_layers(child):
                                                                                        ["loss_by_instance"])]
     assert lines == [["disposable", "INTERRUPTED", "True"], ["loss_by_instance", "INTERRUPTED", "True"]], (
         result.stdout + result.stderr)
+
+
+def test_window_calls_name_themselves_when_closed(orbit, stories260k_path):
+    # A closed window's call, and a window's call once its engine closed, say which call was refused.
+    e = orbit.Engine(stories260k_path)
+    chunk = e.add_tokens([1, 2, 3, 4])
+    w = e.new_window()
+    w.close()
+    with pytest.raises(orbit.OrbitError, match=rf"^Window\.admit: window {w.id} is closed$"):
+        w.admit(chunk)
+    with pytest.raises(orbit.OrbitError, match=rf"^Window\.generate: window {w.id} is closed$"):
+        w.generate([1], max_tokens=1)
+    other = e.new_window()
+    e.close()
+    with pytest.raises(orbit.OrbitError, match=r"^Window\.logits: engine is closed$"):
+        other.logits([1])
+    with pytest.raises(orbit.OrbitError, match=r"^Window\.generate: engine is closed$"):
+        other.generate([1], max_tokens=1)
+    with pytest.raises(orbit.OrbitError, match=r"^generate_many: engine is closed$"):
+        orbit.generate_many([(other, [1], {"max_tokens": 1})])

@@ -1085,8 +1085,8 @@ class Engine:
         close() waits for that token, not for the whole answer (a stream waiting for its reader is woken at
         once); one asked for meanwhile raises OrbitError('engine is closed'), and none runs once close()
         returned. Idempotent. Later calls on the engine or its windows raise OrbitError('engine is closed'),
-        the tokenizer's (tokenize, detokenize, piece, has_tokenizer) and options included; only closed, stats
-        and repr() answer.
+        the tokenizer's (tokenize, detokenize, piece, has_tokenizer) and options included, a window's naming
+        its call ('Window.sync: engine is closed'); only closed, stats and repr() answer.
         Called from inside a call of this engine on the same thread (generate's on_text) it raises OrbitError
         instead of waiting for that call, which waits for it, and stops nothing."""
     @property

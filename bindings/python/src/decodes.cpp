@@ -5,9 +5,9 @@
 
 namespace orbit_py {
 
-void EngineDecodes::enter() {
+void EngineDecodes::enter(const char* what) {
   std::lock_guard<std::mutex> lock(mu_);
-  ORBIT_CHECK(!closing_.is_set(), "engine is closed");
+  ORBIT_CHECK(!closing_.is_set(), what << ": engine is closed");
   ++running_;
 }
 

@@ -24,8 +24,9 @@ class EngineDecodes {
  public:
   // Set once close began (stop_all()), never cleared: what decodes and streams watch.
   const StopFlag& closing() const { return closing_; }
-  // A decode begins. Throws orbit::Error "engine is closed" once stop_all() began.
-  void enter();
+  // A decode begins. Throws orbit::Error "<what>: engine is closed" once stop_all() began (`what` names the
+  // call: "Window.generate").
+  void enter(const char* what);
   // ... and ends.
   void leave();
   // Sets closing(), then waits until no decode that entered runs. Blocks: call it without the GIL (a decode
@@ -44,10 +45,11 @@ class EngineDecodes {
 std::shared_ptr<EngineDecodes> engine_decodes(const std::shared_ptr<orbit::Engine>& engine);
 
 // One decode call's stay in an EngineDecodes (none when null): enters at construction, leaves at destruction.
+// `what` names the call in the refusal (EngineDecodes::enter).
 class DecodeScope {
  public:
-  explicit DecodeScope(EngineDecodes* decodes) : decodes_(decodes) {
-    if (decodes_ != nullptr) decodes_->enter();
+  DecodeScope(EngineDecodes* decodes, const char* what) : decodes_(decodes) {
+    if (decodes_ != nullptr) decodes_->enter(what);
   }
   ~DecodeScope() {
     if (decodes_ != nullptr) decodes_->leave();

@@ -320,8 +320,8 @@ void def_engine_life(py::class_<Engine, std::shared_ptr<Engine>>& c) {
         "so close() waits for that token, not for the whole answer (a stream waiting for its reader is woken at\n"
         "once); one started meanwhile raises OrbitError('engine is closed'), and none runs once close()\n"
         "returned. Idempotent. Later calls on the engine or its windows raise OrbitError('engine is closed'), the\n"
-        "tokenizer's (tokenize, detokenize, piece, has_tokenizer) and options included; only closed, stats and\n"
-        "repr() answer.\n"
+        "tokenizer's (tokenize, detokenize, piece, has_tokenizer) and options included, a window's naming its call\n"
+        "('Window.sync: engine is closed'); only closed, stats and repr() answer.\n"
         "Called from inside a call of this engine on the same thread (generate's on_text) it raises OrbitError\n"
         "instead of waiting for that call, which waits for it, and stops nothing.");
   c.def_property_readonly(

@@ -326,6 +326,7 @@ std::pair<PyWindow*, GenerateArgs> read_request(const py::object& item, const st
   PyWindow* w = parts[0].cast<PyWindow*>();
   w->check_not_held("orbit.generate_many");      // generate's on_text batching its own window would wait for itself
   w->check_not_streamed("orbit.generate_many");  // a stream's decode holding it would wait for this loop
+  w->check_engine_open("generate_many");         // its arguments are read against the engine's tokenizer
   py::dict options;
   if (parts.size() == 3 && !parts[2].is_none()) {
     if (!py::isinstance<py::dict>(parts[2])) throw py::type_error(what + ": options must be a dict");
@@ -351,7 +352,7 @@ std::vector<orbit::Generation> decode_locked(const std::vector<PyWindow*>& windo
   for (PyWindow* w : order) {
     locks.emplace_back(*w->mutex);
     holds.emplace_back(*w);
-    w->check_open();
+    w->check_open("generate_many");
   }
   const orbit::InterruptScope interrupt(poll ? std::function<bool()>([&poll] { return poll->raised(); }) : nullptr);
   return decode_uncancelled(windows, args);
@@ -385,11 +386,11 @@ py::list run_generate_many(const py::object& request_list, const py::object& can
     if (i > 0) args.back().cancel.signals = args.front().cancel.signals;
     args.back().arm();
   }
-  // Each engine's close() waits for the call (and refuses it once begun: OrbitError "engine is closed").
+  // Each engine's close() waits for the call (and refuses it once begun: "generate_many: engine is closed").
   std::vector<DecodeScope> decoding;
   std::set<EngineDecodes*> engines;
   for (PyWindow* w : windows) {
-    if (engines.insert(w->decodes.get()).second) decoding.emplace_back(w->decodes.get());
+    if (engines.insert(w->decodes.get()).second) decoding.emplace_back(w->decodes.get(), "generate_many");
   }
   std::vector<orbit::Generation> out;
   try {

@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -58,8 +59,8 @@ struct PyWindow {
   std::shared_ptr<StreamReaders> stream_readers = std::make_shared<StreamReaders>();
 
   // Runs f(orbit::Window&) with the GIL released and the window locked. f must not touch Python objects
-  // (a callback it calls takes the GIL itself). `what` names the call in errors
-  // ("Window.add_turn").
+  // (a callback it calls takes the GIL itself). `what` names the call in errors ("Window.add_turn"), the
+  // window's and its engine's closing too ("Window.sync: window 3 is closed", "Window.sync: engine is closed").
   // On Python's main thread the call also delivers pending signals at its interruption points
   // (orbit/interrupt.h; SignalPoll, cancel.h): a handler that raises (Ctrl-C's KeyboardInterrupt) stops the
   // call there, the window left as before the plan being applied, and the call raises the handler's exception.
@@ -72,12 +73,15 @@ struct PyWindow {
       py::gil_scoped_release release;
       std::lock_guard<std::mutex> lock(*mutex);
       const Hold hold(*this);
-      check_open();
+      check_open(what);
       const orbit::InterruptScope interrupt([&signals] { return signals.raised(); });
       return f(*window);
     } catch (const orbit::Interrupted&) {
       signals.rethrow();  // the GIL is held again here
       throw;
+    } catch (const orbit::Error& e) {
+      if (std::string(e.what()) != kEngineClosed) throw;
+      throw orbit::Error(std::string(what) + ": " + kEngineClosed, __FILE__, __LINE__);
     }
   }
 
@@ -92,9 +96,17 @@ struct PyWindow {
     window.reset();  // returns its pages to the pool
   }
 
-  // Throws OrbitError once close() was called (the window may still be finishing a call). Needs no lock: it
-  // reads `closing` only (the window is reset after it is set, and never before).
-  void check_open() const { ORBIT_CHECK(!closing.is_set(), "window " << id << " is closed"); }
+  // Throws OrbitError once close() was called (the window may still be finishing a call), naming the call
+  // `what` ("Window.sync: window 3 is closed"). Needs no lock: it reads `closing` only (the window is reset
+  // after it is set, and never before).
+  void check_open(const char* what) const { ORBIT_CHECK(!closing.is_set(), what << ": window " << id << " is closed"); }
+
+  // Throws OrbitError "<what>: engine is closed" once the engine's close() has begun: for a call that asks its
+  // engine before run() (generate's arguments are read against its tokenizer).
+  void check_engine_open(const char* what) const { ORBIT_CHECK(!engine->closed(), what << ": " << kEngineClosed); }
+
+  // What the SDK says of a call begun once its engine's close() has begun.
+  static constexpr const char* kEngineClosed = "engine is closed";
 
   // Throws OrbitError when the calling thread is inside a call of this window (its mutex is taken by this
   // thread: locking it again would wait forever). run() and close() check it; so must code that locks `mutex`

@@ -24,7 +24,7 @@ using orbit::Window;
 // checked as generate() checks them (orbit::check_generate) all the same.
 bool cancelled_before(const PyWindow& w, const GenerateArgs& a, const char* what) {
   w.check_not_held(what);
-  w.check_open();
+  w.check_open(what);
   if (!a.cancelled_before()) return false;
   // Answered without decoding, but what generate() refuses is refused still (a query token outside the
   // vocabulary, top_p = 2, ...): a bad argument does not wait for a call whose token is not cancelled.
@@ -97,6 +97,7 @@ void def_generate(py::class_<PyWindow>& c) {
          const py::object& response_format, const py::object& tool_call_format, const FloatArg& presence_penalty,
          const FloatArg& frequency_penalty, const py::object& logit_bias, const py::object& logprobs,
          const IntArg& top_logprobs, const py::object& constraint_trigger_block, const py::object& cancel) {
+        w.check_engine_open("Window.generate");
         GenerateArgs a = generate_args(
             w, query, max_tokens.get("generate: max_tokens"), temperature.get("generate: temperature"),
             top_p.get("generate: top_p"), to_seed(seed, "generate: seed"), stop_tokens, stop, on_text, tools,
@@ -104,7 +105,7 @@ void def_generate(py::class_<PyWindow>& c) {
             frequency_penalty.get("generate: frequency_penalty"), logit_bias, to_bool(logprobs, "generate: logprobs"),
             top_logprobs.get<int32_t>("generate: top_logprobs"), cancel);
         set_trigger_block(a, constraint_trigger_block, "generate");
-        const DecodeScope decoding(w.decodes.get());  // Engine.close() waits for it (refuses it once begun)
+        const DecodeScope decoding(w.decodes.get(), "Window.generate");  // Engine.close() waits for it (or refuses it)
         orbit::Generation generation;
         try {
           generation = cancelled_before(w, a, "Window.generate")
@@ -133,9 +134,11 @@ void def_generate_n(py::class_<PyWindow>& c) {
   c.def(
       "generate_n",
       [](PyWindow& w, const py::object& query, const IntArg& n_arg, const py::kwargs& kwargs) {
+        w.check_engine_open("Window.generate_n");
         const int64_t n = n_arg.get("generate_n: n");
         const GenerateArgs a = generate_args(w, query, kwargs, "generate_n");
-        const DecodeScope decoding(w.decodes.get());  // Engine.close() waits for it (refuses it once begun)
+        const DecodeScope decoding(w.decodes.get(),
+                                   "Window.generate_n");  // Engine.close() waits for it (or refuses it)
         std::vector<orbit::Generation> gs;
         try {
           // The SDK checks the query and options as generate's ("generate: temperature = -1 ..."): named here as
