@@ -9,15 +9,24 @@ namespace orbit::detail {
 
 namespace {
 
-// What a record takes in memory, about: itself, its strings and its context's keys and weights.
-std::size_t record_bytes(const PatchRecord& r) {
-  std::size_t n = sizeof(PatchRecord) + r.key.size() + r.variant.size();
-  for (const std::string& k : r.context) n += sizeof(std::string) + k.size();
-  return n + r.context_tokens.size() * sizeof(std::pair<uint64_t, double>);
+// The bytes a heap block asked for `n` bytes takes under glibc's malloc: an 8-byte header, rounded up to 16, 32
+// at least (0: no block).
+std::size_t block(std::size_t n) { return n == 0 ? 0 : std::max<std::size_t>(32, (n + 8 + 15) & ~std::size_t{15}); }
+
+// What a string holds on the heap (none while it fits in the string itself) and a vector's elements' block.
+std::size_t heap(const std::string& s) { return s.capacity() > std::string().capacity() ? block(s.capacity() + 1) : 0; }
+template <class T>
+std::size_t heap(const std::vector<T>& v) {
+  return block(v.capacity() * sizeof(T));
 }
 
-// A chunk's entry apart from its records and sensitivities: its key twice (map and recency list) and the nodes.
-std::size_t chunk_overhead(const std::string& key) { return 2 * key.size() + 160; }
+// What a record holds on the heap beyond itself (its slot in the chunk's vector): its strings, its context's
+// keys and weights.
+std::size_t record_bytes(const PatchRecord& r) {
+  std::size_t n = heap(r.key) + heap(r.variant) + heap(r.context) + heap(r.context_tokens);
+  for (const std::string& k : r.context) n += heap(k);
+  return n;
+}
 
 }  // namespace
 
@@ -41,10 +50,14 @@ PatchCatalog::Chunk* PatchCatalog::use(const std::string& chunk_key, bool create
 }
 
 void PatchCatalog::settle(Chunk& keep) {
+  // The chunk's map node (its key, the Chunk, the next link and the cached hash) and bucket, its recency list
+  // node (the key again and two links), both keys' heap, then its records' and sensitivities' vectors.
   const std::string& key = *keep.at;
-  std::size_t now = chunk_overhead(key);
+  std::size_t now = block(sizeof(std::pair<const std::string, Chunk>) + 2 * sizeof(void*)) + sizeof(void*) +
+                    block(sizeof(std::string) + 2 * sizeof(void*)) + 2 * heap(key);
+  now += heap(keep.records) + heap(keep.sensitivities);
   for (const PatchRecord& r : keep.records) now += record_bytes(r);
-  for (const auto& [patch, s] : keep.sensitivities) now += sizeof(std::pair<std::string, double>) + patch.size();
+  for (const auto& [patch, s] : keep.sensitivities) now += heap(patch);
   bytes_ = bytes_ - keep.bytes + now;
   keep.bytes = now;
   // `keep` is the most recently used: the back of recency_ is another chunk while there are two.
