@@ -6,12 +6,9 @@ import subprocess
 import pytest
 
 
-def test_a_chat_template_directory_is_named_as_one(orbit_cli, stories260k_path, tmp_path):
-    result = subprocess.run([str(orbit_cli), "serve", "--model", str(stories260k_path), "--host", "127.0.0.1",
-                             "--port", "0", "--chat-template", str(tmp_path)],
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 1, result.stderr
-    assert f"--chat-template {tmp_path}: is a directory, not a file" in result.stderr
+def test_a_chat_template_directory_is_named_as_one(refused_serve, stories260k_path, tmp_path):
+    stderr = refused_serve(stories260k_path, "--chat-template", str(tmp_path))
+    assert f"--chat-template {tmp_path}: is a directory, not a file" in stderr
 
 
 def test_an_empty_host_is_refused_naming_the_argument(orbit_cli, stories260k_path):
@@ -23,16 +20,13 @@ def test_an_empty_host_is_refused_naming_the_argument(orbit_cli, stories260k_pat
     assert "listening on" not in result.stdout + result.stderr
 
 
-def test_a_chat_template_that_is_not_utf8_is_refused_at_start(orbit_cli, stories260k_path, tmp_path):
+def test_a_chat_template_that_is_not_utf8_is_refused_at_start(refused_serve, stories260k_path, tmp_path):
     # Before, the server started with it and every chat request was a 400 blaming the request's messages
     # (a tokenizer.json refuses the bytes; a llama2.c tokenizer encoded them as they were).
     template = tmp_path / "latin1.jinja"
     template.write_bytes(b"\xff\xfe{% for m in messages %}{{ m['content'] }}{% endfor %}")
-    result = subprocess.run([str(orbit_cli), "serve", "--model", str(stories260k_path), "--host", "127.0.0.1",
-                             "--port", "0", "--chat-template", str(template)],
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 1, result.stderr
-    assert f"--chat-template {template}: the file is not valid UTF-8" in result.stderr
+    stderr = refused_serve(stories260k_path, "--chat-template", str(template))
+    assert f"--chat-template {template}: the file is not valid UTF-8" in stderr
 
 
 @pytest.mark.parametrize("argument, left_out", [
@@ -42,13 +36,9 @@ def test_a_chat_template_that_is_not_utf8_is_refused_at_start(orbit_cli, stories
     ("--device", "leave it out for cpu"),
     ("--dtype", "leave it out for float32"),
 ])
-def test_an_empty_value_is_refused_naming_the_argument(orbit_cli, stories260k_path, argument, left_out):
+def test_an_empty_value_is_refused_naming_the_argument(refused_serve, stories260k_path, argument, left_out):
     # Before, each empty value was read as the argument left out: the server started with no store, no remote
     # tier, the template's call format, on cpu in float32, and nothing said the argument had been ignored (this
     # test then ran into its timeout with the server listening).
-    result = subprocess.run([str(orbit_cli), "serve", "--model", str(stories260k_path), "--host", "127.0.0.1",
-                             "--port", "0", argument, ""],
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 1, result.stderr
-    assert argument in result.stderr and "empty" in result.stderr and left_out in result.stderr, result.stderr
-    assert "listening on" not in result.stdout + result.stderr
+    stderr = refused_serve(stories260k_path, argument, "")
+    assert argument in stderr and "empty" in stderr and left_out in stderr, stderr

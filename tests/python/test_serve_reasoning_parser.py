@@ -7,7 +7,6 @@ Qwen3's template (no tag in the generation prompt) the parser's name decides. Ea
 import http.client
 import json
 import pathlib
-import subprocess
 
 import pytest
 
@@ -163,8 +162,6 @@ def test_completions_are_never_parsed_and_carry_no_reasoning_count(start_serve, 
     assert "completion_tokens_details" not in events[-1]["usage"]
 
 
-def test_an_unknown_parser_is_refused_by_name(orbit_cli, stories260k_path):
-    result = subprocess.run([str(orbit_cli), "serve", "--model", str(stories260k_path), "--host", "127.0.0.1",
-                             "--port", "0", "--reasoning-parser", "think"], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 1, result.stderr
-    assert "'--reasoning-parser' must be one of none, deepseek_r1, qwen3, got 'think'" in result.stderr
+def test_an_unknown_parser_is_refused_by_name(refused_serve, stories260k_path):
+    stderr = refused_serve(stories260k_path, "--reasoning-parser", "think")
+    assert "'--reasoning-parser' must be one of none, deepseek_r1, qwen3, got 'think'" in stderr
