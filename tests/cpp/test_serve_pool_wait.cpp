@@ -4,10 +4,12 @@
 // Nothing is timed: the completion is held in its sink until the test has seen the waiter make room.
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "orbit_catch.h"
@@ -62,24 +64,21 @@ sv::RunSink held_at_first_text(Flag& streaming, Flag& go_on, bool& first) {
   return held;
 }
 
-// A completion of `prompt` (greedy, 4 tokens) run on its own thread and held at its first text
-// (held_at_first_text): constructed once it streams, so its window holds its prompt's pages until finish() lets
-// it end. The destructor finishes it where finish() was not called (a REQUIRE that failed first).
-class HeldCompletion {
+// A run (`run`, given a sink) on its own thread, held at its first text (held_at_first_text): constructed once it
+// streams, so its window holds its pages until finish() lets it end. The destructor finishes it where finish() was
+// not called (a REQUIRE that failed first).
+class HeldRun {
  public:
-  HeldCompletion(sv::ServeCore& core, const std::string& prompt) {
-    request_.model = core.model_name();
-    request_.prompt = prompt;
-    request_.sampling = greedy(4);
+  explicit HeldRun(std::function<sv::RunOutcome(const sv::RunSink&)> run) : run_(std::move(run)) {
     held_ = held_at_first_text(streaming_, go_on_, first_);
-    thread_ = std::thread([this, &core] { outcome_ = core.complete(request_, held_); });
+    thread_ = std::thread([this] { outcome_ = run_(held_); });
     streaming_.wait();
   }
-  ~HeldCompletion() {
+  ~HeldRun() {
     if (thread_.joinable()) finish();
   }
-  HeldCompletion(const HeldCompletion&) = delete;
-  HeldCompletion& operator=(const HeldCompletion&) = delete;
+  HeldRun(const HeldRun&) = delete;
+  HeldRun& operator=(const HeldRun&) = delete;
 
   // Lets the run go on past its first text and waits for it to end; its outcome.
   const sv::RunOutcome& finish() {
@@ -91,10 +90,90 @@ class HeldCompletion {
  private:
   Flag streaming_, go_on_;
   bool first_ = true;
-  sv::CompletionRequest request_;
+  std::function<sv::RunOutcome(const sv::RunSink&)> run_;
   sv::RunSink held_;
   std::optional<sv::RunOutcome> outcome_;
   std::thread thread_;  // last: started once the members it reads are
+};
+
+// A completion of `prompt` (greedy, 4 tokens), held at its first text: its window holds its prompt's pages.
+class HeldCompletion : public HeldRun {
+ public:
+  HeldCompletion(sv::ServeCore& core, const std::string& prompt)
+      : HeldRun([&core, request = completion(core, prompt)](const sv::RunSink& sink) {
+          return core.complete(request, sink);
+        }) {}
+
+ private:
+  static sv::CompletionRequest completion(const sv::ServeCore& core, const std::string& prompt) {
+    sv::CompletionRequest r;
+    r.model = core.model_name();
+    r.prompt = prompt;
+    r.sampling = greedy(4);
+    return r;
+  }
+};
+
+// A server on stories260K with a 25-page pool (pages of 16 tokens) that waits for nothing (--pool-wait-ms 0) and
+// audits every chat request, in idle time only, which its held worker never gives: the audits wait. run_held()
+// answers session "running" once (`story`: about 100 tokens, 7 pages) and holds its second request (the story again)
+// at its first text, so its window holds every page of both its audits; refused() then asks for a window of about 250
+// tokens (16 pages), more than the pool has free beside it, and lets the running request end.
+struct AuditsWaiting {
+  static sv::ServeOptions options() {
+    sv::ServeOptions o;
+    o.model = std::string(ORBIT_MODELS_DIR) + "/stories260K/stories260K.bin";
+    o.pool_bytes = int64_t{512} << 10;
+    o.pool_wait_ms = 0;
+    o.audit_rate = 1;
+    o.audit_owed_after = 0;
+    o.anticipate = false;
+    return o;
+  }
+
+  AuditsWaiting() : core(options()) {
+    core.hold_idle_work(true);
+    for (int i = 0; i < 20; ++i) story += " once upon a time";
+  }
+  ~AuditsWaiting() { core.hold_idle_work(false); }
+
+  sv::RunOutcome ask(const std::string& session, std::vector<orbit::ChatMessage> messages,
+                     const sv::RunSink& sink = {}) {
+    sv::ChatRequest r;
+    r.model = core.model_name();
+    r.messages = std::move(messages);
+    r.sampling = greedy(4);
+    return core.chat(r, session, sink);
+  }
+
+  void run_held() {
+    std::vector<orbit::ChatMessage> messages = {{"user", "running" + story}};
+    const sv::RunOutcome answered = ask("running", messages);
+    REQUIRE(answered.result);
+    messages.push_back({"assistant", answered.result->text});
+    messages.push_back({"user", story});
+    running.emplace([this, messages](const sv::RunSink& sink) { return ask("running", messages, sink); });
+  }
+
+  sv::RunOutcome refused() {
+    std::string longer;
+    for (int i = 0; i < 30; ++i) longer += " the end of a story";
+    sv::RunOutcome out = ask("refused", {{"user", longer}});
+    REQUIRE(running->finish().result);
+    REQUIRE_FALSE(out.result);
+    INFO(out.error.message);
+    CHECK(out.error.status == 503);
+    CHECK(out.error.code == "kv_pool_full");
+    return out;
+  }
+
+  bool metric(const std::string& line) {
+    return core.metrics().render(core.gauges()).find("\n" + line + "\n") != std::string::npos;
+  }
+
+  sv::ServeCore core;
+  std::string story;
+  std::optional<HeldRun> running;
 };
 
 }  // namespace
@@ -189,55 +268,25 @@ TEST_CASE("serve: refusals name a pool under 1 MiB by its size", "[serve][model]
 // session, whose window holds every page of theirs. They used to be dropped, oldest first, whatever they held, before
 // the 503 came anyway (orbit_audits_dropped_for_pool_total 2).
 TEST_CASE("serve: with --pool-wait-ms 0 a refused request drops no audit that frees it no page", "[serve][model]") {
-  sv::ServeOptions options;
-  options.model = std::string(ORBIT_MODELS_DIR) + "/stories260K/stories260K.bin";
-  options.pool_bytes = int64_t{512} << 10;  // 25 pages of 16 tokens
-  options.pool_wait_ms = 0;
-  options.audit_rate = 1;
-  options.audit_owed_after = 0;  // idle time only, which the held worker never gives: the audits wait
-  options.anticipate = false;
-  sv::ServeCore core(options);
-  core.hold_idle_work(true);
-  std::string story;  // about 100 tokens: 7 pages
-  for (int i = 0; i < 20; ++i) story += " once upon a time";
-  const auto ask = [&](const std::string& session, std::vector<orbit::ChatMessage> messages, const sv::RunSink& sink) {
-    sv::ChatRequest r;
-    r.model = core.model_name();
-    r.messages = std::move(messages);
-    r.sampling = greedy(4);
-    return core.chat(r, session, sink);
-  };
-  const std::vector<orbit::ChatMessage> first = {{"user", "running" + story}};
-  const sv::RunOutcome answered = ask("running", first, {});
-  REQUIRE(answered.result);
-  // Its second request, held at its first text, holds every page of both its audits (the first's window, kept).
-  std::vector<orbit::ChatMessage> second = first;
-  second.push_back({"assistant", answered.result->text});
-  second.push_back({"user", story});
-  Flag streaming, go_on;
-  bool at_first = true;
-  const sv::RunSink held = held_at_first_text(streaming, go_on, at_first);
-  std::optional<sv::RunOutcome> running;
-  std::thread runner([&] { running = ask("running", second, held); });
-  streaming.wait();
-  const auto metrics = [&] { return core.metrics().render(core.gauges()); };
-  const auto has_line = [](const std::string& text, const std::string& line) {
-    return text.find("\n" + line + "\n") != std::string::npos;
-  };
-  CHECK(has_line(metrics(), "orbit_audits_waiting 2"));
+  AuditsWaiting a;
+  a.run_held();
+  CHECK(a.metric("orbit_audits_waiting 2"));
+  a.refused();
+  CHECK(a.metric("orbit_audits_dropped_for_pool_total 0"));
+  CHECK(a.metric("orbit_audits_waiting 2"));
+}
 
-  std::string longer;  // about 250 tokens: 16 pages, more than the pool has free beside the running window
-  for (int i = 0; i < 30; ++i) longer += " the end of a story";
-  const sv::RunOutcome refused = ask("refused", {{"user", longer}}, {});
-  go_on.set();
-  runner.join();
-  REQUIRE(running->result);
-  REQUIRE_FALSE(refused.result);
-  INFO(refused.error.message);
-  CHECK(refused.error.status == 503);
-  CHECK(refused.error.code == "kv_pool_full");
-  const std::string after = metrics();
-  CHECK(has_line(after, "orbit_audits_dropped_for_pool_total 0"));
-  CHECK(has_line(after, "orbit_audits_waiting 2"));
-  core.hold_idle_work(false);
+// A refused request drops no waiting audit where all of them together would still leave it short: the refusal says
+// how many pages the plan lacks (orbit::CapacityRefused::pages_short), and here a small session's audit, the only one
+// whose drop frees pages (its window let go), frees about one where the request lacks seven. It used to be dropped,
+// for the 503 that came anyway (orbit_audits_dropped_for_pool_total 1).
+TEST_CASE("serve: a refused request keeps the audits whose drop would not make it fit", "[serve][model]") {
+  AuditsWaiting a;
+  REQUIRE(a.ask("small", {{"user", "a cat"}}).result);  // a page or two, and its audit
+  a.run_held();
+  CHECK(a.metric("orbit_audits_waiting 3"));
+  a.refused();
+  CHECK((*a.core.session_info("small"))["left_memory"] == 1);  // its idle window was let go: that loses nothing
+  CHECK(a.metric("orbit_audits_dropped_for_pool_total 0"));
+  CHECK(a.metric("orbit_audits_waiting 3"));
 }

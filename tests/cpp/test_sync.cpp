@@ -553,15 +553,21 @@ TEST_CASE("idle stops between its preparations when asked to, keeping what it ma
 
 // A sync refused for capacity throws orbit::CapacityRefused naming its bound: the engine's KV pool (room other
 // windows give back cures it: a server lets idle windows go, then asks for a retry) or the window's own
-// max_bytes (nothing but a smaller list does: a retry would be refused again). Both were one case before.
+// max_bytes (nothing but a smaller list does: a retry would be refused again). Both were one case before. A refusal
+// for the pool says how many pages the plan lacked (pages_short: those it needs beyond the pool's free ones, as its
+// message counts them), so a caller making room can tell when closing what it may close would not be enough.
 TEST_CASE("sync refused for capacity says which bound refused it: the KV pool or the window's max_bytes", "[sync]") {
   std::vector<ChatMessage> messages;
   for (int i = 0; i < 4; ++i) messages.push_back(msg("user", "the little dog ran to the park and played."));
+  int64_t pages_short = -1;
+  std::string message;
   const auto bound_of = [&](Window& w) {
     try {
       w.sync(messages);
     } catch (const CapacityRefused& e) {
       INFO(e.what());
+      pages_short = e.pages_short();
+      message = e.what();
       return e.bound();
     }
     FAIL("the sync was not refused for capacity");
@@ -572,6 +578,7 @@ TEST_CASE("sync refused for capacity says which bound refused it: the KV pool or
   small.max_bytes = 1;  // below one page
   Window bounded = engine->new_window(small);
   CHECK(bound_of(bounded) == CapacityRefused::Bound::kWindowBytes);
+  CHECK(pages_short == 0);  // no pool count: the window's own bound
 
   EngineOptions o;
   o.model = kModel;
@@ -582,4 +589,8 @@ TEST_CASE("sync refused for capacity says which bound refused it: the KV pool or
   REQUIRE(tight->tokenize_chat(messages, true).size() > 32);
   Window pooled = tight->new_window();
   CHECK(bound_of(pooled) == CapacityRefused::Bound::kPool);
+  INFO(message);
+  CHECK(pages_short > 0);
+  CHECK(message.find("(2 of 2 pages free; this plan needs " + std::to_string(2 + pages_short) + ")") !=
+        std::string::npos);
 }

@@ -417,6 +417,24 @@ def test_max_bytes_refusal_raises_capacity_error_and_leaves_the_window(orbit, en
     assert w.version == version and len(w) == n and w.stats.device_bytes <= w.max_bytes
 
 
+def test_a_plan_the_pool_refuses_says_how_many_pages_it_lacks(orbit, engine, stories260k_path):
+    rng = random.Random(5)
+    per_token = engine.model_info.kv_bytes_per_token
+    bounded = engine.new_window(max_bytes=per_token * PAGE)
+    big = engine.add_tokens(random_tokens(rng, PAGE * 3))
+    own = bounded.plan_admit(big)
+    assert own.refused_capacity and own.pool_pages_short == 0  # the window's own bound: no pool count
+    with orbit.Engine(stories260k_path, pool_bytes=per_token * PAGE * 2, page_size=PAGE) as tight:
+        w = tight.new_window()
+        plan = w.plan_admit(tight.add_tokens(random_tokens(rng, PAGE * 5)))
+        assert plan.refused_capacity and plan.pool_pages_short == 3  # five pages needed, two free
+        assert "(2 of 2 pages free; this plan needs 5)" in plan.refusal
+        with pytest.raises(orbit.CapacityError):
+            w.apply(plan)
+        fits = w.plan_admit(tight.add_tokens(random_tokens(rng, PAGE)))
+        assert not fits.refusal and fits.pool_pages_short == 0
+
+
 def test_positions_past_the_model_limit(orbit, engine):
     limit = engine.model_info.max_positions
     rng = random.Random(6)

@@ -262,6 +262,10 @@ class Plan:
     @property
     def refused_capacity(self) -> bool:
         """The refusal is a capacity one (apply raises CapacityError; else RefusedError)."""
+    @property
+    def pool_pages_short(self) -> int:
+        """A refusal for the engine's KV pool: the pages the plan needs beyond those free as of planning
+        (how much room closing other windows must give back); 0 for any other plan."""
     def count(self, action: StepAction) -> int: ...
     def describe(self) -> str: ...
     def __len__(self) -> int: ...

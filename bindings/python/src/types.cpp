@@ -280,6 +280,9 @@ void def_plan(py::module_& m) {
                     "Non-empty: apply() will refuse the plan with this reason (nothing runs; the totals are 0).")
       .def_readonly("refused_capacity", &Plan::refused_capacity,
                     "The refusal is a capacity one (apply raises CapacityError; else RefusedError).")
+      .def_readonly("pool_pages_short", &Plan::pool_pages_short,
+                    "A refusal for the engine's KV pool: the pages the plan needs beyond those free as of planning\n"
+                    "(how much room closing other windows must give back); 0 for any other plan.")
       .def(
           "count",
           [](const Plan& p, const TypedArg<StepAction>& action) { return p.count(action.get("Plan.count: action")); },

@@ -132,10 +132,12 @@ int64_t guest_tokens(const SyncPlan& plan, const Window* healed) {
 // orbit::Error), as Window::sync throws it: bound kPool, for a completion's window has no max_bytes of its own
 // (ServeContext::new_window).
 void admit_chunk(Window& window, const ChunkRef& chunk) {
-  const Result<ApplyReport> applied = window.apply(window.plan_admit(chunk));
+  const Plan plan = window.plan_admit(chunk);
+  const Result<ApplyReport> applied = window.apply(plan);
   if (applied.is_ok()) return;
   if (applied.status().code() == StatusCode::kOutOfCapacity) {
-    throw CapacityRefused(applied.status().reason(), CapacityRefused::Bound::kPool, __FILE__, __LINE__);
+    throw CapacityRefused(applied.status().reason(), CapacityRefused::Bound::kPool, __FILE__, __LINE__,
+                          plan.pool_pages_short);
   }
   throw Error(applied.status().reason(), __FILE__, __LINE__);
 }
@@ -413,8 +415,9 @@ RunResult RequestPath::decode_chat(RunTicket::Prepared& p, const std::vector<int
 // first, each followed by a try, but only those whose forks hold pages that dropping every waiting audit together
 // gives back (drop_together: forks may share their pages with one another, so that none alone frees any, yet
 // together they do; none starves the request). One whose every page a running request's window holds gives no room,
-// and is kept; none left to drop, the refusal is thrown (503 kv_pool_full) and the audits wait on. False: the client
-// left before its turn, or while it waited.
+// and is kept; so are all of them where together they free fewer pages than the refusal says the request lacks
+// (CapacityRefused::pages_short). None left to drop, the refusal is thrown (503 kv_pool_full) and the audits wait on.
+// False: the client left before its turn, or while it waited.
 bool RequestPath::waiting_for_pool(const Session* self, const std::vector<std::string>& placed_again,
                                    const std::function<bool()>& cancelled, const std::function<bool()>& attempt) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(context_.options.pool_wait_ms);
@@ -432,7 +435,7 @@ bool RequestPath::waiting_for_pool(const Session* self, const std::vector<std::s
       // every other idle window go): the refusal stands.
       if (waited == SessionTable::Wait::kReleased) continue;
       if (waited == SessionTable::Wait::kIdle && sessions_.let_go_idle(self, true)) continue;
-      if (!context_.auditor.drop_for_pool(drop_together(placed_again))) throw;
+      if (!context_.auditor.drop_for_pool(drop_together(placed_again, e.pages_short()))) throw;
     }
   }
 }

@@ -17,10 +17,17 @@ int64_t freed(std::vector<const Window*> closing, const std::vector<std::string>
   return pages_freed_by_closing(q);
 }
 
+// Whether dropping every fork of `forks` together leaves the request short of pages still (`pages_short` known).
+bool too_few(const std::vector<const Window*>& forks, const std::vector<std::string>& placed, int64_t pages_short) {
+  return pages_short > 0 && freed(forks, placed) < pages_short;
+}
+
 }  // namespace
 
-Auditor::PoolDrop drop_alone(std::vector<std::string> placed_again) {
-  return [placed = std::move(placed_again)](const std::vector<const Window*>& forks) -> std::optional<std::size_t> {
+Auditor::PoolDrop drop_alone(std::vector<std::string> placed_again, int64_t pages_short) {
+  return [placed = std::move(placed_again),
+          pages_short](const std::vector<const Window*>& forks) -> std::optional<std::size_t> {
+    if (too_few(forks, placed, pages_short)) return std::nullopt;
     for (std::size_t i = 0; i < forks.size(); ++i) {
       if (forks[i] != nullptr && freed({forks[i]}, placed) > 0) return i;
     }
@@ -28,10 +35,11 @@ Auditor::PoolDrop drop_alone(std::vector<std::string> placed_again) {
   };
 }
 
-Auditor::PoolDrop drop_together(std::vector<std::string> placed_again) {
-  return [placed = std::move(placed_again)](const std::vector<const Window*>& forks) -> std::optional<std::size_t> {
+Auditor::PoolDrop drop_together(std::vector<std::string> placed_again, int64_t pages_short) {
+  return [placed = std::move(placed_again),
+          pages_short](const std::vector<const Window*>& forks) -> std::optional<std::size_t> {
     const int64_t all = freed(forks, placed);
-    if (all == 0) return std::nullopt;
+    if (all == 0 || (pages_short > 0 && all < pages_short)) return std::nullopt;
     for (std::size_t i = 0; i < forks.size(); ++i) {
       if (forks[i] == nullptr) continue;
       std::vector<const Window*> others = forks;
@@ -55,7 +63,7 @@ bool RoomMaker::operator()(const CapacityRefused& e) {
   if (!checked_) check_holds_();
   checked_ = true;
   if (sessions_.let_go_idle(keep_)) return true;
-  if (context_.auditor.drop_for_pool(drop_alone(placed_again_))) return true;
+  if (context_.auditor.drop_for_pool(drop_alone(placed_again_, e.pages_short()))) return true;
   if (renewed_ || !renew_) return false;
   renewed_ = true;
   return renew_();

@@ -154,6 +154,8 @@ struct Plan {
   // planning; refused_capacity tells which kind). The totals below are then 0: nothing runs.
   std::string refusal;
   bool refused_capacity = false;    // the refusal is a capacity one (Status out_of_capacity)
+  int64_t pool_pages_short = 0;     // a refusal for the KV pool: the pages the plan needs beyond those free as of
+                                    // planning (0 for any other plan, refused or not)
   double forward_tokens = 0;        // Σ steps: critical-path token-forwards (prefill, form, recompute)
   double background_tokens = 0;     // Σ steps: token-forwards queued for the background
   double predicted_kl = 0;          // Σ steps: the fidelity model's KL vs a re-prefill after apply

@@ -493,6 +493,7 @@ void LayoutPlanner::check_pool() {
       << " pages free; this plan needs " << new_pages << "); evict, slide or close windows";
   plan_.refusal = why.str();
   plan_.refused_capacity = true;
+  plan_.pool_pages_short = new_pages - free_pages;
 }
 
 Plan plan_layout(const WindowSnapshot& window, const Layout& layout, const PlanEnv& env) {

@@ -427,8 +427,8 @@ SyncReport sync_with(Window& w, detail::WindowState& s, const std::vector<ChatMe
       if (r.status().code() == StatusCode::kOutOfCapacity) {
         // The window's own max_bytes is checked before the pool (limit_refusal, then the pool's pages).
         const bool own = s.options.max_bytes > 0 && p.device_bytes_after > s.options.max_bytes;
-        throw CapacityRefused(why, own ? CapacityRefused::Bound::kWindowBytes : CapacityRefused::Bound::kPool, __FILE__,
-                              __LINE__);
+        if (own) throw CapacityRefused(why, CapacityRefused::Bound::kWindowBytes, __FILE__, __LINE__);
+        throw CapacityRefused(why, CapacityRefused::Bound::kPool, __FILE__, __LINE__, p.pool_pages_short);
       }
       throw Error(why, __FILE__, __LINE__);
     }
