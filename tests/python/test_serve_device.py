@@ -2,7 +2,6 @@
 session's next request reusing its KV, n > 1), its startup line naming device and dtype, and the arguments it
 refuses with their names. The same on a CUDA device is tests/cpp/test_serve_cuda.cpp (label gpu)."""
 import math
-import subprocess
 import threading
 
 import pytest
@@ -72,18 +71,14 @@ def test_serve_in_bfloat16_answers_sessions_at_once_and_reuses_their_kv(start_se
     (["--pool-mb", "99999999999999999"], "--pool-mb"),
     (["--max-body-kb", "-1"], "--max-body-kb"),
 ])
-def test_serve_refuses_bad_device_arguments_naming_them(orbit_cli, models_dir, args, named):
-    result = subprocess.run([str(orbit_cli), "serve", "--model", str(models_dir / MODEL), "--port", "0", *args],
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode != 0
-    assert named in result.stderr + result.stdout, result.stderr
+def test_serve_refuses_bad_device_arguments_naming_them(refused_serve, models_dir, args, named):
+    stderr = refused_serve(models_dir / MODEL, *args)
+    assert named in stderr, stderr
 
 
-def test_serve_on_cuda_where_there_is_none_names_the_argument(orbit_cli, models_dir):
+def test_serve_on_cuda_where_there_is_none_names_the_argument(refused_serve, models_dir):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA device (test_serve_cuda covers serving on it)")
-    result = subprocess.run([str(orbit_cli), "serve", "--model", str(models_dir / MODEL), "--port", "0",
-                             "--device", "cuda"], capture_output=True, text=True, timeout=60)
-    assert result.returncode != 0
-    assert "--device" in result.stderr and "no CUDA device" in result.stderr, result.stderr
+    stderr = refused_serve(models_dir / MODEL, "--device", "cuda")
+    assert "--device" in stderr and "no CUDA device" in stderr, stderr

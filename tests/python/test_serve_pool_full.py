@@ -29,7 +29,6 @@ and no idle window was let go for it."""
 import http.client
 import json
 import re
-import subprocess
 import threading
 import time
 
@@ -204,12 +203,10 @@ def test_a_request_the_running_windows_leave_no_room_for_waits_for_them_under_po
     assert waited["result"][0] == 200, waited["result"]
 
 
-def test_pool_wait_ms_is_refused_by_name_when_malformed(orbit_cli, stories260k_path):
+def test_pool_wait_ms_is_refused_by_name_when_malformed(refused_serve, stories260k_path):
     for value in ("-1", "soon", "3600001"):  # the old binary: "unknown argument"
-        done = subprocess.run([str(orbit_cli), "serve", "--model", str(stories260k_path), "--port", "0",
-                               "--pool-wait-ms", value], capture_output=True, text=True, timeout=120)
-        assert done.returncode != 0, (value, done.stderr)
-        assert "'--pool-wait-ms'" in done.stderr and "unknown argument" not in done.stderr, (value, done.stderr)
+        stderr = refused_serve(stories260k_path, "--pool-wait-ms", value)
+        assert "'--pool-wait-ms'" in stderr and "unknown argument" not in stderr, (value, stderr)
 
 
 # Every chat request audited, in idle time only (none owed to a later request): each sampled request's fork of its

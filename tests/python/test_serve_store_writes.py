@@ -17,7 +17,6 @@ import json
 import re
 import resource
 import sqlite3
-import subprocess
 
 MODEL_NAME = "stories260K.bin"
 # RLIMIT_FSIZE in bytes: a small answer's write fits, a large one's does not.
@@ -167,12 +166,10 @@ def test_a_response_its_store_cannot_take_is_flagged_or_refused_before_it_runs(s
     assert status == 200 and headers["orbit-stored"] == "true"
 
 
-def test_store_group_commit_takes_on_or_off_and_refuses_anything_else(start_serve, orbit_cli, stories260k_path,
+def test_store_group_commit_takes_on_or_off_and_refuses_anything_else(start_serve, refused_serve, stories260k_path,
                                                                       tmp_path):
-    refused = subprocess.run([str(orbit_cli), "serve", "--model", str(stories260k_path), "--port", "0",
-                              "--store-group-commit", "maybe"], capture_output=True, text=True, timeout=120)
-    assert refused.returncode != 0
-    assert "--store-group-commit" in refused.stderr and "on or off" in refused.stderr
+    stderr = refused_serve(stories260k_path, "--store-group-commit", "maybe")
+    assert "--store-group-commit" in stderr and "on or off" in stderr
     server = start_serve(stories260k_path, "--store", tmp_path / "store", "--store-group-commit", "off")
     status, headers, text = request(server, "POST", "/v1/chat/completions", SMALL)
     assert status == 200 and headers["orbit-stored"] == "true"
