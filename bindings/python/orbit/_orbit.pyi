@@ -1087,10 +1087,11 @@ class Engine:
         A decode running on any of its windows (generate, generate_n, generate_many, a Window.stream, an
         orbit.aio call) is first stopped at its next token, stop_reason 'cancelled' as a CancelToken gives, so
         close() waits for that token, not for the whole answer (a stream waiting for its reader is woken at
-        once); one asked for meanwhile raises OrbitError('engine is closed'), and none runs once close()
-        returned. Idempotent. Later calls on the engine or its windows raise OrbitError('engine is closed'),
-        the tokenizer's (tokenize, detokenize, piece, has_tokenizer) and options included, a window's naming
-        its call ('Window.sync: engine is closed'); only closed, stats and repr() answer.
+        once); one asked for meanwhile raises OrbitError('Window.generate: engine is closed'), and none runs
+        once close() returned. Idempotent. Later calls on the engine or its windows raise OrbitError naming
+        the call ('tokenize: engine is closed', 'Window.sync: engine is closed'), the tokenizer's (tokenize,
+        detokenize, piece, has_tokenizer) and options included; only closed, stats,
+        fidelity_model_description(), fidelity_calibration() and repr() answer.
         Called from inside a call of this engine on the same thread (generate's on_text) it raises OrbitError
         instead of waiting for that call, which waits for it, and stops nothing."""
     @property

@@ -348,7 +348,8 @@ void init_answer(py::module_& m) {
           o.chat_template = utf8_arg(chat_template, "tool_call_format: chat_template");
         }
         py::gil_scoped_release release;
-        return std::string(orbit::tool_call_format_name(e.tool_call_format(o)));
+        return naming_closed("tool_call_format",
+                             [&] { return std::string(orbit::tool_call_format_name(e.tool_call_format(o))); });
       },
       py::kw_only(), py::arg("chat_template") = py::none(),
       "The format the chat template in use (the model's, chat_template, else the built-in one) writes tool calls\n"

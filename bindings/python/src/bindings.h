@@ -62,6 +62,20 @@ decltype(auto) with_keyword_names(const std::string& cpp_type, const std::string
   }
 }
 
+// What the SDK says of a call begun once its engine's close() has begun (the whole message of its orbit::Error).
+inline constexpr const char* kEngineClosed = "engine is closed";
+// fn(), its orbit::Error "engine is closed" raised as "<caller>: engine is closed" (else as it was), so an Engine call
+// refused after close() names itself as a window's does ("tokenize: engine is closed", "Window.sync: ...").
+template <class F>
+decltype(auto) naming_closed(const char* caller, F&& fn) {
+  try {
+    return fn();
+  } catch (const orbit::Error& e) {
+    if (std::string(e.what()) != kEngineClosed) throw;
+    throw orbit::Error(std::string(caller) + ": " + kEngineClosed, __FILE__, __LINE__);
+  }
+}
+
 // Calls the SDK checks under another call's name (Window.generate_n's options and query are checked as
 // generate's: "generate: temperature = -1 must be ..."): an orbit::Error whose message begins "<sdk_caller>: " is
 // raised as OrbitError beginning "<caller>: " instead, its source kept. Returns without raising otherwise

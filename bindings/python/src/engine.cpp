@@ -249,7 +249,7 @@ void def_calibration(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       "calibrate",
       [](Engine& e) {
         py::gil_scoped_release release;
-        return e.calibrate();
+        return naming_closed("calibrate", [&] { return e.calibrate(); });
       },
       "Fits the planner's cost model on this machine (times forwards, key relocation, patch forming and\n"
       "applying, tier reads; with a remote tier a probe read from the server) and its fidelity model (deficits\n"
@@ -273,7 +273,7 @@ void def_calibration(py::class_<Engine, std::shared_ptr<Engine>>& c) {
           };
         }
         py::gil_scoped_release release;
-        return e.calibrate_fidelity(report_seed);
+        return naming_closed("calibrate_fidelity", [&] { return e.calibrate_fidelity(report_seed); });
       },
       py::kw_only(), py::arg("progress") = py::none(),
       "Fits only the fidelity model, as calibrate() does (plans' predicted_kl, the `:kl=X` budgets), and leaves\n"
@@ -318,10 +318,11 @@ void def_engine_life(py::class_<Engine, std::shared_ptr<Engine>>& c) {
         "A decode running on any of its windows (generate, generate_n, orbit.generate_many, a Window.stream,\n"
         "an orbit.aio call) is first stopped at its next token, stop_reason 'cancelled' as a CancelToken gives,\n"
         "so close() waits for that token, not for the whole answer (a stream waiting for its reader is woken at\n"
-        "once); one started meanwhile raises OrbitError('engine is closed'), and none runs once close()\n"
-        "returned. Idempotent. Later calls on the engine or its windows raise OrbitError('engine is closed'), the\n"
-        "tokenizer's (tokenize, detokenize, piece, has_tokenizer) and options included, a window's naming its call\n"
-        "('Window.sync: engine is closed'); only closed, stats and repr() answer.\n"
+        "once); one started meanwhile raises OrbitError('Window.generate: engine is closed'), and none runs once\n"
+        "close() returned. Idempotent. Later calls on the engine or its windows raise OrbitError naming the call\n"
+        "('tokenize: engine is closed', 'Window.sync: engine is closed'), the tokenizer's (tokenize, detokenize,\n"
+        "piece, has_tokenizer) and options included; only closed, stats, fidelity_model_description(),\n"
+        "fidelity_calibration() and repr() answer.\n"
         "Called from inside a call of this engine on the same thread (generate's on_text) it raises OrbitError\n"
         "instead of waiting for that call, which waits for it, and stops nothing.");
   c.def_property_readonly(
@@ -329,8 +330,11 @@ void def_engine_life(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       "True once close() was called (from any thread; it reads no lock): close() may still be stopping the\n"
       "decodes and closing the store.");
   c.def_property_readonly(
-      "options", [](const Engine& e) { return e.options(); }, "EngineOptions it was opened with.");
-  c.def_property_readonly("model_info", &Engine::model_info, "ModelInfo of the loaded model.");
+      "options", [](const Engine& e) { return naming_closed("options", [&] { return e.options(); }); },
+      "EngineOptions it was opened with.");
+  c.def_property_readonly(
+      "model_info", [](const Engine& e) { return naming_closed("model_info", [&] { return e.model_info(); }); },
+      "ModelInfo of the loaded model.");
   c.def_property_readonly("stats", &Engine::stats,
                           "EngineStats: chunks, windows, pool pages, forwards (critical path and background apart),\n"
                           "background jobs, store. Unlike every other call it answers after close() too, so the\n"
@@ -346,7 +350,7 @@ void def_engine_life(py::class_<Engine, std::shared_ptr<Engine>>& c) {
         try {
           py::gil_scoped_release release;
           const orbit::InterruptScope interrupt([&signals] { return signals.raised(); });
-          return e.run_background(max_seconds);
+          return naming_closed("run_background", [&] { return e.run_background(max_seconds); });
         } catch (const orbit::Interrupted&) {
           signals.rethrow();  // the GIL is held again here
           throw;
@@ -370,12 +374,15 @@ void def_engine_life(py::class_<Engine, std::shared_ptr<Engine>>& c) {
 // Engine: the tokenizer.
 void def_engine_text(py::class_<Engine, std::shared_ptr<Engine>>& c) {
   c.def_property_readonly(
-      "has_tokenizer", &Engine::has_tokenizer,
+      "has_tokenizer",
+      [](const Engine& e) { return naming_closed("has_tokenizer", [&] { return e.has_tokenizer(); }); },
       "True when the engine has a tokenizer (llama2.c's, beside the model or EngineOptions' tokenizer).");
   c.def(
       "tokenize",
       [](const Engine& e, const StrArg& text, const BoolArg& bos) {
-        return e.tokenize(text.get("tokenize: text"), bos.get("tokenize: bos"));
+        const std::string t = text.get("tokenize: text");
+        const bool b = bos.get("tokenize: bos");
+        return naming_closed("tokenize", [&] { return e.tokenize(t, b); });
       },
       py::arg("text"), py::arg("bos") = true,
       "Token ids of text, llama2.c's encoding (BOS first when bos). Raises OrbitError when the engine has no\n"
@@ -384,15 +391,20 @@ void def_engine_text(py::class_<Engine, std::shared_ptr<Engine>>& c) {
   c.def(
       "detokenize",
       [](const Engine& e, const py::object& tokens, const IntArg& previous) {
-        const std::string bytes =
-            e.detokenize(to_tokens(tokens, "detokenize: tokens"), previous.get("detokenize: previous"));
+        const std::vector<int64_t> ids = to_tokens(tokens, "detokenize: tokens");
+        const int64_t after = previous.get("detokenize: previous");
+        const std::string bytes = naming_closed("detokenize", [&] { return e.detokenize(ids, after); });
         return py::reinterpret_steal<py::str>(
             PyUnicode_DecodeUTF8(bytes.data(), static_cast<py::ssize_t>(bytes.size()), "replace"));
       },
       py::arg("tokens"), py::arg("previous") = -1,
       "The text of tokens as if they followed `previous` (BOS drops the first leading space); BOS/EOS give no text.");
   c.def(
-      "piece", [](const Engine& e, const IntArg& token) { return e.piece(token.get("piece: token")); },
+      "piece",
+      [](const Engine& e, const IntArg& token) {
+        const int64_t id = token.get("piece: token");
+        return naming_closed("piece", [&] { return e.piece(id); });
+      },
       py::arg("token"), "The vocabulary entry of one id as stored (e.g. ' the', '<0x0A>').");
 }
 
@@ -405,7 +417,7 @@ void def_engine_chunks(py::class_<Engine, std::shared_ptr<Engine>>& c) {
         const ChunkOptions o = chunk_options(label.get("add_text: label"), pin_arg.get("add_text: pin"));
         const bool bos = bos_arg.get("add_text: bos");
         py::gil_scoped_release release;
-        return e.add_text(text, o, bos);
+        return naming_closed("add_text", [&] { return e.add_text(text, o, bos); });
       },
       py::arg("text"), py::kw_only(), py::arg("label") = "", py::arg("pin") = false, py::arg("bos") = false,
       "add_tokens(tokenize(text, bos)): a chunk of text. bos=True for a window's first chunk.");
@@ -414,11 +426,13 @@ void def_engine_chunks(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       [](Engine& e, const py::object& tokens, const StrArg& label_arg, const BoolArg& pin_arg) {
         const std::string label = label_arg.get("add_tokens: label");
         const bool pin = pin_arg.get("add_tokens: pin");
-        std::vector<int64_t> t = py::isinstance<py::str>(tokens)
-                                     ? e.tokenize(utf8_arg(tokens, "add_tokens: tokens"), false)
-                                     : to_tokens(tokens, "add_tokens: tokens");
-        py::gil_scoped_release release;
-        return e.add_tokens(t, chunk_options(label, pin));
+        return naming_closed("add_tokens", [&] {
+          std::vector<int64_t> t = py::isinstance<py::str>(tokens)
+                                       ? e.tokenize(utf8_arg(tokens, "add_tokens: tokens"), false)
+                                       : to_tokens(tokens, "add_tokens: tokens");
+          py::gil_scoped_release release;
+          return e.add_tokens(t, chunk_options(label, pin));
+        });
       },
       py::arg("tokens"), py::kw_only(), py::arg("label") = "", py::arg("pin") = false,
       "Registers a chunk of token ids (list, 1-D integer numpy array or torch tensor) and returns its ChunkRef.\n"
@@ -426,9 +440,15 @@ void def_engine_chunks(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       "label names it in plans and errors; pin keeps its canonical resident in the store. Raises OrbitError for\n"
       "an empty chunk or ids outside the vocabulary, TypeError for non-integer input.");
   c.def(
-      "chunk", [](const Engine& e, const StrArg& key) { return e.chunk(key.get("chunk: key")); }, py::arg("key"),
-      "The registered chunk with this key. Raises OrbitError when this engine does not know it.");
-  c.def_property_readonly("chunks", &Engine::chunks, "list[ChunkRef] of every registered chunk.");
+      "chunk",
+      [](const Engine& e, const StrArg& key_arg) {
+        const std::string key = key_arg.get("chunk: key");
+        return naming_closed("chunk", [&] { return e.chunk(key); });
+      },
+      py::arg("key"), "The registered chunk with this key. Raises OrbitError when this engine does not know it.");
+  c.def_property_readonly(
+      "chunks", [](const Engine& e) { return naming_closed("chunks", [&] { return e.chunks(); }); },
+      "list[ChunkRef] of every registered chunk.");
 }
 
 // Engine: registering media chunks by their embeddings, and finding them again by their digest.
@@ -442,7 +462,7 @@ void def_engine_media(py::class_<Engine, std::shared_ptr<Engine>>& c) {
         const std::string label = label_arg.get("add_embeddings: label");
         const Borrowed emb = to_embeddings(embeddings, "add_embeddings: embeddings");
         const Borrowed g = to_grid(grid, "add_embeddings: grid");
-        const orbit::ModelInfo info = e.model_info();
+        const orbit::ModelInfo info = naming_closed("add_embeddings", [&] { return e.model_info(); });
         if (emb.view.shape[1] != info.hidden_size) {
           throw py::value_error("add_embeddings: embeddings shape " + shape_string(emb.view.shape) + ": width " +
                                 std::to_string(emb.view.shape[1]) + " != the model's hidden size " +
@@ -453,7 +473,7 @@ void def_engine_media(py::class_<Engine, std::shared_ptr<Engine>>& c) {
         chunk.grid = g.view;
         chunk.media_digest = media_digest;
         py::gil_scoped_release release;
-        return e.add_embeddings(chunk, chunk_options(label, pin));
+        return naming_closed("add_embeddings", [&] { return e.add_embeddings(chunk, chunk_options(label, pin)); });
       },
       py::arg("embeddings"), py::kw_only(), py::arg("grid") = py::none(), py::arg("media_digest") = "",
       py::arg("label") = "", py::arg("pin") = false,
@@ -474,9 +494,11 @@ void def_engine_media(py::class_<Engine, std::shared_ptr<Engine>>& c) {
         lookup.media_digest = media_digest;
         lookup.grid = g.view;
         lookup.rows = rows.get("find_media: rows");
-        return with_keyword_names("MediaLookup", "find_media", [&] {
-          py::gil_scoped_release release;
-          return e.find_media(lookup, chunk_options(label, pin));
+        return naming_closed("find_media", [&] {
+          return with_keyword_names("MediaLookup", "find_media", [&] {
+            py::gil_scoped_release release;
+            return e.find_media(lookup, chunk_options(label, pin));
+          });
         });
       },
       py::arg("media_digest"), py::kw_only(), py::arg("grid") = py::none(), py::arg("rows") = 0, py::arg("label") = "",
@@ -496,9 +518,11 @@ void def_engine_windows(py::class_<Engine, std::shared_ptr<Engine>>& c) {
   c.def(
       "precompute",
       [](Engine& e, const py::object& chunk) {
-        const ChunkRef ref = resolve_chunk(e, chunk, "precompute: chunk");
-        py::gil_scoped_release release;
-        e.precompute(ref);
+        naming_closed("precompute", [&] {
+          const ChunkRef ref = resolve_chunk(e, chunk, "precompute: chunk");
+          py::gil_scoped_release release;
+          e.precompute(ref);
+        });
       },
       py::arg("chunk"), "Encodes the chunk's canonical now (one forward of the chunk alone) unless stored.");
   c.def(
@@ -508,7 +532,9 @@ void def_engine_windows(py::class_<Engine, std::shared_ptr<Engine>>& c) {
         if (!policy.is_none()) o.policy = to_policy(policy, "new_window: policy");
         o.max_bytes = max_bytes.get("new_window: max_bytes");
         o.label = label.get("new_window: label");
-        orbit::Window w = with_keyword_names("WindowOptions", "new_window", [&] { return e->new_window(o); });
+        orbit::Window w = naming_closed("new_window", [&] {
+          return with_keyword_names("WindowOptions", "new_window", [&] { return e->new_window(o); });
+        });
         return wrap_window(e, std::move(w));
       },
       py::kw_only(), py::arg("policy") = py::none(), py::arg("max_bytes") = 0, py::arg("label") = "",

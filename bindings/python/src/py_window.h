@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "bindings.h"
 #include "cancel.h"
 #include "decodes.h"
 #include "orbit/common/error.h"
@@ -104,9 +105,6 @@ struct PyWindow {
   // Throws OrbitError "<what>: engine is closed" once the engine's close() has begun: for a call that asks its
   // engine before run() (generate's arguments are read against its tokenizer).
   void check_engine_open(const char* what) const { ORBIT_CHECK(!engine->closed(), what << ": " << kEngineClosed); }
-
-  // What the SDK says of a call begun once its engine's close() has begun.
-  static constexpr const char* kEngineClosed = "engine is closed";
 
   // Throws OrbitError when the calling thread is inside a call of this window (its mutex is taken by this
   // thread: locking it again would wait forever). run() and close() check it; so must code that locks `mutex`

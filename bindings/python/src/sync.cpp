@@ -339,7 +339,7 @@ void def_chat(py::class_<Engine, std::shared_ptr<Engine>>& engine, const char* n
         const ChatOptions o = chat_options(chat_template, tools, extra, name);
         try {
           py::gil_scoped_release release;
-          return call(e, msgs, add_generation_prompt, o);
+          return naming_closed(name, [&] { return call(e, msgs, add_generation_prompt, o); });
         } catch (const orbit::Error& error) {
           raise_template_error(error, name);  // with the GIL again: "render_chat: chat_template: line 1: ..."
           throw;
@@ -457,7 +457,8 @@ void def_sync_types(py::module_& m) {
 void def_sync_methods(py::module_& m) {
   auto engine = py::reinterpret_borrow<py::class_<Engine, std::shared_ptr<Engine>>>(m.attr("Engine"));
   engine.def_property_readonly(
-      "has_chat_template", [](const Engine& e) { return e.has_chat_template(); },
+      "has_chat_template",
+      [](const Engine& e) { return naming_closed("has_chat_template", [&] { return e.has_chat_template(); }); },
       "True when the model has a chat template (tokenizer_config.json of its Hugging Face directory).");
   def_chat(
       engine, "render_chat",
