@@ -152,6 +152,44 @@ TEST_CASE("serve constraints: a strict tool is refused under auto where its call
   CHECK(markless.error->message.find("no mark a call starts with") != std::string::npos);
 }
 
+// allowed_tools narrows the callable tools to a list the same as some other request's whole tools: the two are built
+// (and refused) apart. They shared a cache entry, so whichever came first decided the other's answer: the narrowed
+// request's refusal (the calls would be left free under auto, where allowed_tools cannot be held) reached a later
+// request that sent those tools alone, naming a field it never sent; or the narrowed request found the free answer
+// and went unrefused. A forced call's refusal names its tool by the index in the request's own list.
+TEST_CASE("serve constraints: tools narrowed by allowed_tools and the same tools sent alone are kept apart",
+          "[serve][constraint]") {
+  const std::string both = kLooseTools.substr(0, kLooseTools.size() - 1) + "," + kTools.substr(1);  // [tag, find]
+  sv::ChatRequest narrowed = request(both, "auto");
+  narrowed.tool_choice.allowed = {"tag"};
+  narrowed.callable_tools_json = kLooseTools;
+  const auto refused = [](const sv::AnswerConstraint& a) {
+    return a.error && a.error->param == "tool_choice.allowed_tools";
+  };
+  for (const bool narrowed_first : {true, false}) {
+    INFO("narrowed first: " << narrowed_first);
+    sv::ConstraintCache cache(ToolCallFormat::kHermes, bytes_vocabulary(), 512);
+    if (narrowed_first) CHECK(refused(cache.for_request(narrowed)));
+    const sv::AnswerConstraint alone = cache.for_request(request(kLooseTools, "auto"));
+    CHECK_FALSE(alone.error);  // free: nothing was asked to be held
+    CHECK(alone.constraint == nullptr);
+    CHECK(refused(cache.for_request(narrowed)));
+  }
+  // A forced call too long for the context: its tool named where each request lists it.
+  const std::string long_tool = R"([{"type":"function","function":{"name":"essay","parameters":{"type":"object",)"
+                                R"("properties":{"e":{"type":"string","minLength":100000}},"required":["e"]}}}])";
+  sv::ChatRequest second = request(kTools.substr(0, kTools.size() - 1) + "," + long_tool.substr(1), "required");
+  second.tool_choice.allowed = {"essay"};
+  second.callable_tools_json = long_tool;
+  sv::ConstraintCache cache(ToolCallFormat::kHermes, bytes_vocabulary(), 512);
+  const sv::AnswerConstraint at_one = cache.for_request(second);
+  REQUIRE(at_one.error);
+  CHECK(at_one.error->param == "tools[1].function.parameters");
+  const sv::AnswerConstraint at_zero = cache.for_request(request(long_tool, "required"));
+  REQUIRE(at_zero.error);
+  CHECK(at_zero.error->param == "tools[0].function.parameters");
+}
+
 namespace {
 
 sv::ChatRequest schema_request(const std::string& schema) {

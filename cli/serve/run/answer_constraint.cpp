@@ -20,9 +20,14 @@ bool may_call_or_answer(const ChatRequest& r) {
   return !r.tools_json.empty() && r.tool_choice.mode == "auto" && r.response_format.type != "text";
 }
 
-// What a request's constraint is built from; "" when it has none.
+// What a request's constraint (or its refusal) is built from; "" when it has none. The callable tools alone do not
+// say it all: allowed_tools is refused under auto where the calls would be left free (free_calls), and a refusal
+// names a tool by its index in the whole list (forced_call_param), so both lists and whether allowed_tools was
+// given are in the key.
 std::string key_of(const ChatRequest& r) {
-  const std::string calls = std::string(r.parallel_tool_calls ? "n" : "1") + "\n" + r.calls_json();
+  const std::string calls = std::string(r.parallel_tool_calls ? "n" : "1") +
+                            (r.tool_choice.allowed.empty() ? "" : " allowed") + "\n" + r.tools_json + "\n" +
+                            r.callable_tools_json;
   if (forces_call(r)) return "tools\n" + r.tool_choice.function + "\n" + calls;
   if (may_call(r)) return "auto tools\n" + calls;
   std::string answer;
