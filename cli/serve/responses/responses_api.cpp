@@ -4,6 +4,8 @@
 #include <limits>
 #include <optional>
 #include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -240,6 +242,7 @@ void add_input(const ojson& input, const ServeLimits& limits, ojson& messages, R
 ojson chat_tools(const ojson& tools) {
   if (!tools.is_array()) wrong_type("tools", "an array", tools);
   ojson out = ojson::array();
+  std::unordered_map<std::string, std::size_t> index;  // each name's tool: many tools are checked in linear time
   for (std::size_t i = 0; i < tools.size(); ++i) {
     const std::string p = "tools[" + std::to_string(i) + "]";
     const ojson& t = need_object(tools[i], p);
@@ -249,13 +252,12 @@ ojson chat_tools(const ojson& tools) {
     if (kind != "function") unsupported_value(p + ".type", "only 'function' tools are accepted (got '" + kind + "')");
     // Another key (defer_loading, output_schema, a misspelt parameters) asks for what would not happen.
     refuse_unknown_fields(t, "type name description parameters strict", p, p + ".");
-    ojson fn = {{"name", required_string(t, "name", p)}};
-    for (std::size_t j = 0; j < i; ++j) {
-      if (out[j]["function"]["name"] == fn["name"]) {
-        invalid_field(p + ".name", "'" + fn["name"].get<std::string>() + "' is also the name of tools[" +
-                                       std::to_string(j) + "] (tool names must be unique)");
-      }
+    const std::string name = required_string(t, "name", p);
+    if (const auto [first, added] = index.emplace(name, i); !added) {
+      invalid_field(p + ".name", "'" + name + "' is also the name of tools[" + std::to_string(first->second) +
+                                     "] (tool names must be unique)");
     }
+    ojson fn = {{"name", name}};
     if (const ojson* d = field(t, "description")) fn["description"] = need_string(*d, p + ".description");
     if (const ojson* params = field(t, "parameters")) fn["parameters"] = need_object(*params, p + ".parameters");
     if (const ojson* strict = field(t, "strict"); strict != nullptr && !strict->is_boolean()) {
@@ -285,6 +287,8 @@ ojson chat_allowed_tools(const ojson& choice, const ojson& tools) {
   if (list == nullptr) missing_field(at + ".tools");
   if (!list->is_array()) wrong_type(at + ".tools", "an array", *list);
   if (list->empty()) empty_value(at + ".tools", LengthKind::array, "empty (allow one of the request's tools at least)");
+  std::unordered_set<std::string> known, listed;
+  for (const ojson& tool : tools) known.insert(tool["function"]["name"].get<std::string>());
   ojson allowed = ojson::array();
   for (std::size_t i = 0; i < list->size(); ++i) {
     const std::string p = at + ".tools[" + std::to_string(i) + "]";
@@ -297,12 +301,8 @@ ojson chat_allowed_tools(const ojson& choice, const ojson& tools) {
       refuse_unknown_fields(need_object(*fn, p + ".function"), "name", p + ".function", p + ".function.");
     const std::string where = fn != nullptr ? p + ".function" : p;
     const std::string name = required_string(fn != nullptr ? *fn : t, "name", where);
-    const bool known =
-        std::any_of(tools.begin(), tools.end(), [&](const ojson& tool) { return tool["function"]["name"] == name; });
-    if (!known) invalid_value(where + ".name", "'" + name + "' is not one of the request's tools");
-    const bool twice =
-        std::any_of(allowed.begin(), allowed.end(), [&](const ojson& a) { return a["function"]["name"] == name; });
-    if (twice) invalid_value(where + ".name", "'" + name + "' is listed twice");
+    if (known.count(name) == 0) invalid_value(where + ".name", "'" + name + "' is not one of the request's tools");
+    if (!listed.insert(name).second) invalid_value(where + ".name", "'" + name + "' is listed twice");
     allowed.push_back({{"type", "function"}, {"function", {{"name", name}}}});
   }
   return {{"type", "allowed_tools"}, {"allowed_tools", {{"mode", m}, {"tools", std::move(allowed)}}}};

@@ -1,6 +1,8 @@
 #include "serve/wire/chat_parse.h"
 
 #include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "serve/wire/request_invalid.h"
 
@@ -13,6 +15,8 @@ using nlohmann::json;
 std::vector<std::string> parse_tools(const json& tools) {
   if (!tools.is_array()) wrong_type("tools", "an array", tools);
   std::vector<std::string> names;
+  std::unordered_map<std::string, std::size_t>
+      index;  // each name's tool: a body of many tools is checked in linear time
   for (std::size_t i = 0; i < tools.size(); ++i) {
     const std::string p = "tools[" + std::to_string(i) + "]";
     const json& t = tools[i];
@@ -30,10 +34,10 @@ std::vector<std::string> parse_tools(const json& tools) {
     names.push_back(need_string(*name, p + ".function.name"));
     if (names.back().empty()) empty_value(p + ".function.name", LengthKind::string, "empty");
     check_name(names.back(), "a tool name", p + ".function.name");
-    const auto first = std::find(names.begin(), names.end(), names.back());
-    if (first + 1 != names.end()) {
+    const auto [first, added] = index.emplace(names.back(), i);
+    if (!added) {
       invalid_field(p + ".function.name", "'" + names.back() + "' is also the name of tools[" +
-                                              std::to_string(first - names.begin()) + "] (tool names must be unique)");
+                                              std::to_string(first->second) + "] (tool names must be unique)");
     }
     // Read by the template as written: a description that is not text, or a strict that is not a boolean,
     // would reach the prompt or be taken for a setting it is not (null is the field left out).
@@ -68,6 +72,8 @@ ToolChoice parse_allowed_tools(const json& v, const std::vector<std::string>& to
   if (list == allowed->end()) missing_field(at + ".tools");
   if (!list->is_array()) wrong_type(at + ".tools", "an array", *list);
   if (list->empty()) empty_value(at + ".tools", LengthKind::array, "empty (allow one of the request's tools at least)");
+  const std::unordered_set<std::string> known(tools.begin(), tools.end());
+  std::unordered_set<std::string> listed;
   for (std::size_t i = 0; i < list->size(); ++i) {
     const std::string p = at + ".tools[" + std::to_string(i) + "]";
     const json& t = (*list)[i];
@@ -82,12 +88,8 @@ ToolChoice parse_allowed_tools(const json& v, const std::vector<std::string>& to
     const auto name = fn->find("name");
     if (name == fn->end()) missing_field(p + ".function.name");
     const std::string n = need_string(*name, p + ".function.name");
-    if (std::find(tools.begin(), tools.end(), n) == tools.end()) {
-      invalid_value(p + ".function.name", "'" + n + "' is not one of the request's tools");
-    }
-    if (std::find(c.allowed.begin(), c.allowed.end(), n) != c.allowed.end()) {
-      invalid_value(p + ".function.name", "'" + n + "' is listed twice");
-    }
+    if (known.count(n) == 0) invalid_value(p + ".function.name", "'" + n + "' is not one of the request's tools");
+    if (!listed.insert(n).second) invalid_value(p + ".function.name", "'" + n + "' is listed twice");
     c.allowed.push_back(n);
   }
   return c;

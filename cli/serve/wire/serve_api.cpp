@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <unordered_set>
 
 #include "orbit/common/error.h"
 #include "orbit/common/json_input.h"
@@ -71,10 +72,10 @@ std::string ordered_field(std::string_view text, const char* name, const char* p
 // text with each tool as the client wrote it.
 std::string narrowed_tools(const std::string& tools_json, const std::vector<std::string>& allowed) {
   const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(tools_json);
+  const std::unordered_set<std::string> callable(allowed.begin(), allowed.end());
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
   for (const auto& t : tools) {
-    const std::string name = t["function"]["name"].get<std::string>();
-    if (std::find(allowed.begin(), allowed.end(), name) != allowed.end()) out.push_back(t);
+    if (callable.count(t["function"]["name"].get<std::string>()) > 0) out.push_back(t);
   }
   return out.dump();
 }
