@@ -245,6 +245,9 @@ struct RunResult {
   int64_t prompt_forward_tokens = 0;  // of the query (generation prompt): forwarded, not served by exact reuse
   // With SamplingRequest::logprobs: one entry per token of `tokens` (tool-call text included), else empty.
   std::vector<StepLogprobs> logprobs;
+  // SamplingRequest::logprobs: the answer carries its entries even where there are none (an empty answer, a stop
+  // string at its first token): chat's choices[].logprobs is then {"content": [], ...}, not null.
+  bool logprobs_asked = false;
   RunUsage usage;
   // n > 1 (SamplingRequest::n): choices 1..n−1, each as above but for `usage`, which is this one's for the
   // request (completion_tokens counting every choice). Empty for n = 1.

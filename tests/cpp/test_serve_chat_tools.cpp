@@ -630,7 +630,10 @@ TEST_CASE("serve: logprobs in OpenAI's chat shape, whole and with the stream's c
   CHECK(e["top_logprobs"][1]["bytes"] == nlohmann::json::array({0xe2, 0x80}));
   CHECK(sv::dump(whole).find("\xef\xbf\xbd") != std::string::npos);  // its text written as U+FFFD
   r.logprobs.clear();
-  CHECK(sv::chat_completion(ids, r)["choices"][0]["logprobs"].is_null());
+  CHECK(sv::chat_completion(ids, r)["choices"][0]["logprobs"].is_null());  // not asked for
+  r.logprobs_asked = true;  // asked for, none to list (an empty answer): an object all the same
+  CHECK(sv::chat_completion(ids, r)["choices"][0]["logprobs"] ==
+        nlohmann::json({{"content", nlohmann::json::array()}, {"refusal", nullptr}}));
 
   // Streamed: what decode handed on (RunSink::on_logprobs) goes out with the choice's next chunk, once.
   sv::StreamExtras extras;

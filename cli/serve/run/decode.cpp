@@ -155,6 +155,7 @@ RunResult choice_result(Choice& c, bool& gone, const RunSink& sink) {
 // or leaves now.
 void end_choice(Choice& c, bool& gone, const DecodeRequest& request, const RunSink& sink) {
   c.result = choice_result(c, gone, sink);
+  c.result->logprobs_asked = request.sampling != nullptr && request.sampling->logprobs;
   if (request.read_choice) request.read_choice(c.index, *c.result);
   if (!gone && c.result->finish_reason != "cancelled" && sink.on_choice_end &&
       !sink.on_choice_end(c.index, *c.result)) {

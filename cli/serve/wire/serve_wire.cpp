@@ -112,8 +112,10 @@ json chat_choice(int64_t index, const RunResult& result) {
   if (result.reasoning) {
     message["reasoning_content"] = result.reasoning->empty() ? json(nullptr) : json(*result.reasoning);
   }
-  json logprobs = nullptr;
-  if (!result.logprobs.empty()) logprobs = {{"content", logprobs_content(result.logprobs)}, {"refusal", nullptr}};
+  json logprobs = nullptr;  // as OpenAI: null where they were not asked for, else an object (its content may be empty)
+  if (result.logprobs_asked || !result.logprobs.empty()) {
+    logprobs = {{"content", logprobs_content(result.logprobs)}, {"refusal", nullptr}};
+  }
   return {
       {"index", index}, {"message", message}, {"logprobs", logprobs}, {"finish_reason", finish(result.finish_reason)}};
 }
