@@ -102,6 +102,7 @@ void DecodeJob::finish(std::optional<Generation> g, std::string error) {
   StepSignal& signal = signal_;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    ended_ = g.has_value();
     result_ = std::move(g);
     error_ = std::move(error);
     done_ = true;
@@ -109,9 +110,16 @@ void DecodeJob::finish(std::optional<Generation> g, std::string error) {
   signal.raise();
 }
 
-std::optional<Generation> DecodeJob::result() const {
+std::optional<Generation> DecodeJob::take_result() {
   std::lock_guard<std::mutex> lock(mutex_);
-  return result_;
+  std::optional<Generation> out = std::move(result_);
+  result_.reset();
+  return out;
+}
+
+bool DecodeJob::ended() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return ended_;
 }
 
 std::string DecodeJob::error() const {

@@ -161,12 +161,15 @@ class DecodeJob {
 
   // The request's thread: moves the events posted so far into `out`, in order; with none and the job not
   // done, first waits up to `wait_ms` for the signal's next raise. Returns whether the job is done (then
-  // result() and error() hold). May return with no event before `wait_ms` (another job's step): the caller
+  // take_result() and error() hold). May return with no event before `wait_ms` (another job's step): the caller
   // asks again.
   bool take(std::vector<DecodeEvent>& out, int wait_ms);
-  // Copies, read under the job's lock: whichever thread drops the job last (often the scheduler's) destroys
-  // them after that lock, so the request thread's reads and the destruction are ordered.
-  std::optional<Generation> result() const;
+  // Read under the job's lock: whichever thread drops the job last (often the scheduler's) destroys what is
+  // left after that lock, so the request thread's reads and the destruction are ordered. take_result() moves the
+  // generation out (a later call: nullopt), so an answer's log probabilities are not copied (n 64 x 480 tokens x
+  // 21 entries are tens of MB); ended() says whether the sequence ended with one, taken or not.
+  std::optional<Generation> take_result();
+  bool ended() const;
   std::string error() const;
   ~DecodeJob();
 
@@ -180,6 +183,7 @@ class DecodeJob {
   std::vector<DecodeEvent> events_;
   bool done_ = false;
   std::optional<Generation> result_;
+  bool ended_ = false;  // finish() was given a generation
   std::string error_;
 };
 

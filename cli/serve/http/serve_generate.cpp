@@ -167,10 +167,10 @@ void store_headers(httplib::Response& res, const Job& job) {
   for (const auto& [name, value] : store_header_fields(*job.stored)) res.set_header(name, value);
 }
 
-json final_body(const Job& job, const RunOutcome& out) {
-  if (job.chat) return chat_completion(job.ids, *out.result);
-  return text_completion(job.ids, out.result->text, out.result->finish_reason,
-                         text_completion_usage(out.result->usage));
+std::string final_body(const Job& job, const RunOutcome& out) {
+  if (job.chat) return chat_completion_text(job.ids, *out.result);
+  return dump(
+      text_completion(job.ids, out.result->text, out.result->finish_reason, text_completion_usage(out.result->usage)));
 }
 
 // A streamed chat choice's closing chunks: the content held back while it might
@@ -328,7 +328,8 @@ void HttpServer::generate(const std::string& endpoint, const httplib::Request& r
     keep_if_stored(core_, *job, out);
     if (out.result) {
       store_headers(res, *job);
-      res.set_content(dump(final_body(*job, out)), "application/json");
+      res.body = final_body(*job, out);  // moved, where set_content would copy it (a body may be tens of MB)
+      res.set_header("Content-Type", "application/json");
     } else {
       serve_http_route::reply_error(res, out.error);
     }

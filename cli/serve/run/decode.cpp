@@ -117,7 +117,7 @@ bool deliver(Choice& c, DecodeEvent& e, const SamplingRequest& sampling, const R
 // now).
 RunResult choice_result(Choice& c, bool& gone, const RunSink& sink) {
   const bool streamed = streams(sink, c.index);
-  const std::optional<Generation> g = c.job->result();
+  std::optional<Generation> g = c.job->take_result();
   RunResult r;
   const std::string rest = c.stream->finish();
   r.text = c.stream->released();
@@ -125,8 +125,8 @@ RunResult choice_result(Choice& c, bool& gone, const RunSink& sink) {
   r.usage.completion_tokens = static_cast<int64_t>(r.tokens.size());
   if (g) {
     // The streamed tokens' (a stop token that ended the run has none here, as it has no place in `tokens`).
-    r.logprobs.assign(g->logprobs.begin(),
-                      g->logprobs.begin() + static_cast<std::ptrdiff_t>(std::min(g->logprobs.size(), r.tokens.size())));
+    r.logprobs = std::move(g->logprobs);
+    if (r.logprobs.size() > r.tokens.size()) r.logprobs.resize(r.tokens.size());
     if (c.stream->stopped()) {
       // A stop string ends the content before it: the log probabilities end with the last token that writes
       // any of the content (one that writes the stop string's start too is kept), not with the stop string's
@@ -283,8 +283,7 @@ RunResult decode(ServeContext& context, Window& window, const DecodeRequest& req
   }
   // A run the client left, or one the server closed before one of its choices could end, is cancelled as a
   // whole: the choices that ended before with it.
-  const bool cut =
-      gone || std::any_of(choices.begin(), choices.end(), [](const Choice& c) { return !c.job->result(); });
+  const bool cut = gone || std::any_of(choices.begin(), choices.end(), [](const Choice& c) { return !c.job->ended(); });
   if (cut) {
     r.finish_reason = "cancelled";
     for (RunResult& extra : r.extra_choices) extra.finish_reason = "cancelled";

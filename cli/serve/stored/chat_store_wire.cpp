@@ -73,7 +73,7 @@ StoredCompletion stored_completion(const ChatRequest& request, const ResponseIds
   c.created = ids.created;
   c.model = ids.model;
   c.metadata = request.metadata;
-  c.body = dump(chat_completion(ids, result));
+  c.body = chat_completion_text(ids, result);
   c.messages = dump(chat_store_wire::store_messages(request.messages_json, ids.id));
   return c;
 }

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
+#include <mutex>
+#include <random>
 
 #include "orbit/common/utf8.h"
 
@@ -69,15 +72,21 @@ json tool_calls_json(const std::vector<ChatToolCall>& calls) {
   return out;
 }
 
+namespace {
+
+json logprobs_entry(const StepLogprobs& step) {
+  json entry = token_logprob(step.chosen);
+  json top = json::array();
+  for (const TokenLogprob& t : step.top) top.push_back(token_logprob(t));
+  entry["top_logprobs"] = std::move(top);
+  return entry;
+}
+
+}  // namespace
+
 json logprobs_content(const std::vector<StepLogprobs>& steps) {
   json out = json::array();
-  for (const StepLogprobs& step : steps) {
-    json entry = token_logprob(step.chosen);
-    json top = json::array();
-    for (const TokenLogprob& t : step.top) top.push_back(token_logprob(t));
-    entry["top_logprobs"] = std::move(top);
-    out.push_back(std::move(entry));
-  }
+  for (const StepLogprobs& step : steps) out.push_back(logprobs_entry(step));
   return out;
 }
 
@@ -101,8 +110,9 @@ ChunkExtras StreamExtras::take(int64_t choice) {
 
 namespace {
 
-// One choice of a chat completion: {index, message, logprobs, finish_reason}.
-json chat_choice(int64_t index, const RunResult& result) {
+// One choice of a chat completion: {index, message, logprobs, finish_reason}. With `mark`, its logprobs (where
+// there are any) are the string mark + index, for chat_completion_text to write in their place.
+json chat_choice(int64_t index, const RunResult& result, const std::string* mark = nullptr) {
   // refusal: null, as OpenAI writes it on every message (the openai client's type has it required): the model's
   // answer is never a refusal here.
   json message = {{"role", "assistant"}, {"content", result.text}, {"refusal", nullptr}};
@@ -113,7 +123,9 @@ json chat_choice(int64_t index, const RunResult& result) {
     message["reasoning_content"] = result.reasoning->empty() ? json(nullptr) : json(*result.reasoning);
   }
   json logprobs = nullptr;  // as OpenAI: null where they were not asked for, else an object (its content may be empty)
-  if (result.logprobs_asked || !result.logprobs.empty()) {
+  if ((result.logprobs_asked || !result.logprobs.empty()) && mark != nullptr) {
+    logprobs = *mark + std::to_string(index);
+  } else if (result.logprobs_asked || !result.logprobs.empty()) {
     logprobs = {{"content", logprobs_content(result.logprobs)}, {"refusal", nullptr}};
   }
   return {
@@ -122,14 +134,62 @@ json chat_choice(int64_t index, const RunResult& result) {
 
 }  // namespace
 
-json chat_completion(const ResponseIds& ids, const RunResult& result) {
+namespace {
+
+json chat_completion_marked(const ResponseIds& ids, const RunResult& result, const std::string* mark) {
   json body = head(ids, "chat.completion");
-  body["choices"] = json::array({chat_choice(0, result)});
+  body["choices"] = json::array({chat_choice(0, result, mark)});
   for (std::size_t i = 0; i < result.extra_choices.size(); ++i) {
-    body["choices"].push_back(chat_choice(static_cast<int64_t>(i + 1), result.extra_choices[i]));
+    body["choices"].push_back(chat_choice(static_cast<int64_t>(i + 1), result.extra_choices[i], mark));
   }
   body["usage"] = result.usage.to_json();
   return body;
+}
+
+// {"content": [...], "refusal": null} as dump() writes logprobs_content's tree (keys in the same order), one
+// entry's tree at a time.
+void append_logprobs(std::string& out, const std::vector<StepLogprobs>& steps) {
+  out += "{\"content\":[";
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    if (i > 0) out += ',';
+    out += dump(logprobs_entry(steps[i]));
+  }
+  out += "],\"refusal\":null}";
+}
+
+// A mark no answer's text can hold: it is random, and the body is written before any client could see it.
+std::string logprobs_mark() {
+  static std::mutex mutex;
+  static std::mt19937_64 random{std::random_device{}()};
+  std::lock_guard<std::mutex> lock(mutex);
+  char text[64];
+  std::snprintf(text, sizeof text, "orbit-logprobs-%016llx%016llx-", static_cast<unsigned long long>(random()),
+                static_cast<unsigned long long>(random()));
+  return text;
+}
+
+}  // namespace
+
+json chat_completion(const ResponseIds& ids, const RunResult& result) {
+  return chat_completion_marked(ids, result, nullptr);
+}
+
+std::string chat_completion_text(const ResponseIds& ids, const RunResult& result) {
+  const std::string mark = logprobs_mark();
+  const std::string body = dump(chat_completion_marked(ids, result, &mark));
+  std::string out;
+  std::size_t from = 0;
+  for (std::size_t i = 0; i <= result.extra_choices.size(); ++i) {
+    const std::string quoted = "\"" + mark + std::to_string(i) + "\"";
+    const std::size_t at = body.find(quoted, from);
+    if (at == std::string::npos) continue;  // no logprobs asked for
+    const RunResult& choice = i == 0 ? result : result.extra_choices[i - 1];
+    out.append(body, from, at - from);
+    append_logprobs(out, choice.logprobs);
+    from = at + quoted.size();
+  }
+  out.append(body, from, std::string::npos);
+  return out;
 }
 
 json chat_chunk(const ResponseIds& ids, const std::string& content, bool first, const std::string& finish_reason,

@@ -28,6 +28,10 @@ struct ResponseIds {
 // wrote none) and content null when empty; with n > 1 one choice per RunResult (the result itself, then its
 // extra_choices), indexed 0..n-1
 nlohmann::json chat_completion(const ResponseIds& ids, const RunResult& result);
+// dump(chat_completion(ids, result)), the same text, with each choice's log probabilities written entry by entry
+// instead of as one JSON tree (an answer's can hold millions of numbers: n 64, 480 tokens and top_logprobs 20 made
+// a 21 MB body whose tree held about 400 MiB at once).
+std::string chat_completion_text(const ResponseIds& ids, const RunResult& result);
 // What one chunk of a streamed chat completion carries besides its text or call piece: the reasoning read and
 // the log probabilities released since its choice's last chunk (StreamExtras::take).
 struct ChunkExtras {
