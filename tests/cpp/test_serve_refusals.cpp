@@ -357,3 +357,34 @@ TEST_CASE("serve: the prompt-cache hints are checked as OpenAI types them", "[se
     CHECK(sv::parse_responses_request(in + tail).ok());
   }
 }
+
+// A body that is not JSON says where it failed (the value being read where the text stops being JSON): a number no
+// float64 holds, a bad escape, a missing comma. It said "the body" alone whatever the field. param stays null, as
+// OpenAI's for a body it cannot parse.
+TEST_CASE("serve: a body that stops being JSON inside a field says where", "[serve]") {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"model":"m","temperature":1e309,"messages":[{"role":"user","content":"hi"}]})",
+       "the body: not valid JSON at temperature: a number is out of range"},
+      {R"({"model":"m","messages":[{"role":"user","content":"hi"},{"role":"user","content":"a\q"}]})",
+       "the body: not valid JSON at messages[1].content: "},
+      {R"({"model":"m","messages":[{"role":"user","content":"hi"} {"role":"user"}]})",
+       "the body: not valid JSON at messages[1]: "},
+      {R"({"model":"m","n":1e999})", "the body: not valid JSON at n: a number is out of range"},
+      {R"({"model":)", "the body: not valid JSON at model: "},  // cut short: where it was cut
+      {"not json", "the body: not valid JSON: "},               // no field: as before
+      {R"({"model":"m",})", "the body: not valid JSON: "},
+      {"{} x", "the body: not valid JSON: "},
+  };
+  for (const auto& [body, says] : cases) {
+    INFO(body);
+    const sv::ApiError e = sv::parse_chat_request(body).error;
+    CHECK(e.status == 400);
+    CHECK(e.param.empty());
+    CHECK(e.code == "invalid_value");
+    INFO(e.message);
+    CHECK(e.message.rfind(says, 0) == 0);
+  }
+  const sv::ApiError r = sv::parse_responses_request(R"({"model":"m","input":"x","max_output_tokens":1e400})").error;
+  INFO(r.message);
+  CHECK(r.message.rfind("the body: not valid JSON at max_output_tokens: a number is out of range", 0) == 0);
+}

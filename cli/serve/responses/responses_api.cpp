@@ -442,7 +442,7 @@ ResponsesRequest responses_request(std::string_view text, const ServeLimits& lim
     parse_json_input(text.data(), text.data() + text.size(), "the body");  // refuses deep nesting first
     body = ojson::parse(text.begin(), text.end());
   } catch (const Error& e) {
-    invalid_body(e.what(), false);
+    invalid_json_body(e.what(), text);
   }
   if (!body.is_object()) invalid_body(std::string("the body must be a JSON object, got ") + json_type_name(body), true);
   refuse_unsupported(body);

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "orbit/common/json_error_path.h"
 #include "serve/wire/serve_api.h"
 
 namespace orbit::serve {
@@ -30,6 +31,17 @@ struct RequestInvalid {
 [[noreturn]] inline void invalid_body(const std::string& message, bool wrong_json_type) {
   throw RequestInvalid{
       api_error(400, message, "invalid_request_error", wrong_json_type ? "invalid_type" : "invalid_value")};
+}
+
+// A body parse_json_input refused ("the body: not valid JSON: ..."), read again for the path of the value it
+// failed in (orbit/common/json_error_path.h), which the message names ("the body: not valid JSON at temperature:
+// a number is out of range ..."). As invalid_body otherwise: param null, as OpenAI's for a body it cannot parse
+// (a body cut short fails in whatever field it was cut in, which is not that field's fault).
+[[noreturn]] inline void invalid_json_body(const std::string& message, std::string_view body) {
+  const std::string lead = "the body: not valid JSON";
+  const std::string path = json_error_path(body.data(), body.data() + body.size());
+  if (path.empty() || message.compare(0, lead.size(), lead) != 0) invalid_body(message, false);
+  invalid_body(lead + " at " + path + message.substr(lead.size()), false);
 }
 
 // A JSON value's type as an error names it ("a string", "an integer", "null", ...).

@@ -37,7 +37,7 @@ json parse_body(std::string_view body, const ServeLimits& limits) {
   try {
     j = parse_json_input(body.data(), body.data() + body.size(), "the body");
   } catch (const Error& e) {
-    invalid_body(e.what(), false);
+    invalid_json_body(e.what(), body);
   }
   if (!j.is_object()) invalid_body(std::string("the body must be a JSON object, got ") + json_type_name(j), true);
   return j;
