@@ -384,6 +384,9 @@ TEST_CASE("serve: a body that stops being JSON inside a field says where", "[ser
     INFO(e.message);
     CHECK(e.message.rfind(says, 0) == 0);
   }
+  // Nesting past the bound is refused as such before any parse, and never read through for a path.
+  const std::string deep = R"({"model":"m","messages":)" + std::string(1 << 20, '[') + "x";
+  CHECK(sv::parse_chat_request(deep).error.message.rfind("the body: JSON nests deeper than 128 levels", 0) == 0);
   const sv::ApiError r = sv::parse_responses_request(R"({"model":"m","input":"x","max_output_tokens":1e400})").error;
   INFO(r.message);
   CHECK(r.message.rfind("the body: not valid JSON at max_output_tokens: a number is out of range", 0) == 0);

@@ -38,9 +38,12 @@ struct RequestInvalid {
 // a number is out of range ..."). As invalid_body otherwise: param null, as OpenAI's for a body it cannot parse
 // (a body cut short fails in whatever field it was cut in, which is not that field's fault).
 [[noreturn]] inline void invalid_json_body(const std::string& message, std::string_view body) {
+  // Only for a syntax error: one for nesting (parse_json_input's scan, before any parse) would have the path read
+  // through every level; a syntax error comes after the scan found the nesting within bounds.
   const std::string lead = "the body: not valid JSON";
+  if (message.compare(0, lead.size(), lead) != 0) invalid_body(message, false);
   const std::string path = json_error_path(body.data(), body.data() + body.size());
-  if (path.empty() || message.compare(0, lead.size(), lead) != 0) invalid_body(message, false);
+  if (path.empty()) invalid_body(message, false);
   invalid_body(lead + " at " + path + message.substr(lead.size()), false);
 }
 
