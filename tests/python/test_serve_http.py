@@ -356,3 +356,29 @@ def test_a_second_server_on_a_port_in_use_is_refused(start_serve, orbit_cli, sto
     assert second.returncode == 1, second.stdout + second.stderr
     assert f"serve: --host {first.host} --port {first.port}: cannot bind (in use" in second.stderr
     assert first.call("/health") == {"status": "ok"}
+
+
+def test_a_stream_to_an_http_1_0_client_is_its_bytes_ended_by_the_close(serve):
+    # HTTP/1.0 has no chunked transfer coding, which a server must not send such a client (RFC 9112 6.1): its events
+    # go out as they are and the connection's close ends them. HTTP/1.1 clients still get them chunked.
+    host, port, _ = serve()
+    bodies = {"/v1/chat/completions": {"model": MODEL_NAME, "messages": [{"role": "user", "content": "Hi"}],
+                                       "max_tokens": 4, "stream": True},
+              "/v1/responses": {"model": MODEL_NAME, "input": "Hi", "max_output_tokens": 4, "stream": True}}
+    for path, body in bodies.items():
+        for version in ("HTTP/1.0", "HTTP/1.1"):
+            data = json.dumps(body).encode()
+            with socket.create_connection((host, port), timeout=60) as sock:
+                sock.sendall(f"POST {path} {version}\r\nHost: x\r\nContent-Type: application/json\r\n"
+                             f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+                answer = read_until(sock, lambda got: version == "HTTP/1.1" and got.endswith(b"\r\n0\r\n\r\n"))
+            head, _, events = answer.partition(b"\r\n\r\n")
+            fields = {line.split(":", 1)[0].lower(): line.split(":", 1)[1].strip()
+                      for line in head.decode().split("\r\n")[1:]}
+            assert head.startswith(b"HTTP/1.1 200"), (path, version, head)
+            if version == "HTTP/1.0":
+                assert "transfer-encoding" not in fields and fields.get("connection") == "close", (path, head)
+                assert events.startswith((b"data: ", b"event: ")), (path, events[:40])
+                assert events.endswith(b"data: [DONE]\n\n" if "chat" in path else b"}\n\n"), (path, events[-40:])
+            else:
+                assert fields.get("transfer-encoding") == "chunked", (path, head)

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "orbit/common/clock.h"
+#include "serve/http/event_stream.h"
 #include "serve/http/peer_watch.h"
 #include "serve/http/request_count.h"
 #include "serve/http/serve_http_route.h"
@@ -337,23 +338,22 @@ void HttpServer::generate(const std::string& endpoint, const httplib::Request& r
     return;
   }
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream", [this, job, what = req.method + " " + req.path](std::size_t, httplib::DataSink& sink) {
-        // A client that half-closed after its request is asked with a comment event (peer_watch.h).
-        job->watch->probe_with_comment(
-            [&sink](const std::string& bytes) { return sink.write(bytes.data(), bytes.size()); });
-        try {
-          stream_job(core_, *job, sink);
-        } catch (...) {  // the head (200) went out: the stream ends with the error
-          job->count.failed();
-          const std::string tail =
-              sse(json::parse(error_body(internal_error(what, std::current_exception())))) + "data: [DONE]\n\n";
-          sink.write(tail.data(), tail.size());
-        }
-        job->watch->no_probe();
-        sink.done();
-        return true;
-      });
+  set_event_stream(req, res, [this, job, what = req.method + " " + req.path](std::size_t, httplib::DataSink& sink) {
+    // A client that half-closed after its request is asked with a comment event (peer_watch.h).
+    job->watch->probe_with_comment(
+        [&sink](const std::string& bytes) { return sink.write(bytes.data(), bytes.size()); });
+    try {
+      stream_job(core_, *job, sink);
+    } catch (...) {  // the head (200) went out: the stream ends with the error
+      job->count.failed();
+      const std::string tail =
+          sse(json::parse(error_body(internal_error(what, std::current_exception())))) + "data: [DONE]\n\n";
+      sink.write(tail.data(), tail.size());
+    }
+    job->watch->no_probe();
+    sink.done();
+    return true;
+  });
   // ServeOptions::test_fault, tests only: the head (written once this handler returns) goes out late.
   if (core_.options().test_fault == "slow_head") std::this_thread::sleep_for(std::chrono::milliseconds(300));
 }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "orbit/common/clock.h"
+#include "serve/http/event_stream.h"
 #include "serve/http/http_request_reader.h"
 #include "serve/http/peer_watch.h"
 #include "serve/http/request_count.h"
@@ -143,31 +144,30 @@ void post_responses(const ResponsesRoute& route, const httplib::Request& req, ht
     return;
   }
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream", [&core = route.core, job](std::size_t, httplib::DataSink& sink) {
-        const auto write = [&sink](const std::string& events) { return sink.write(events.data(), events.size()); };
-        // An exception out of the run ends the stream with response.failed naming it (run_response): a 500.
-        // One before response.created went out (run_response lets those through) ends it with an error event.
-        std::optional<ResponseOutcome> ran;
-        // A client that half-closed after its request is asked with a comment event (peer_watch.h).
-        job->watch->probe_with_comment(write);
-        try {
-          ran = run_response(core, job->call, responses_route::job_sink(core, *job, true), write);
-        } catch (...) {
-          job->watch->no_probe();
-          job->count.failed();
-          write(stream_error_event(internal_error("POST /v1/responses", std::current_exception())));
-          sink.done();
-          return true;
-        }
-        job->watch->no_probe();
-        const ResponseOutcome& out = *ran;
-        // Counted before the last event goes out: a client that read the whole stream finds it in /metrics.
-        job->count.ran(out.run);
-        if (!out.last_events.empty()) write(out.last_events);
-        sink.done();
-        return true;
-      });
+  set_event_stream(req, res, [&core = route.core, job](std::size_t, httplib::DataSink& sink) {
+    const auto write = [&sink](const std::string& events) { return sink.write(events.data(), events.size()); };
+    // An exception out of the run ends the stream with response.failed naming it (run_response): a 500.
+    // One before response.created went out (run_response lets those through) ends it with an error event.
+    std::optional<ResponseOutcome> ran;
+    // A client that half-closed after its request is asked with a comment event (peer_watch.h).
+    job->watch->probe_with_comment(write);
+    try {
+      ran = run_response(core, job->call, responses_route::job_sink(core, *job, true), write);
+    } catch (...) {
+      job->watch->no_probe();
+      job->count.failed();
+      write(stream_error_event(internal_error("POST /v1/responses", std::current_exception())));
+      sink.done();
+      return true;
+    }
+    job->watch->no_probe();
+    const ResponseOutcome& out = *ran;
+    // Counted before the last event goes out: a client that read the whole stream finds it in /metrics.
+    job->count.ran(out.run);
+    if (!out.last_events.empty()) write(out.last_events);
+    sink.done();
+    return true;
+  });
 }
 
 namespace responses_route {
