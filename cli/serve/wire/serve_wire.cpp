@@ -123,18 +123,13 @@ json chat_choice(int64_t index, const RunResult& result, const std::string* mark
     message["reasoning_content"] = result.reasoning->empty() ? json(nullptr) : json(*result.reasoning);
   }
   json logprobs = nullptr;  // as OpenAI: null where they were not asked for, else an object (its content may be empty)
-  if ((result.logprobs_asked || !result.logprobs.empty()) && mark != nullptr) {
-    logprobs = *mark + std::to_string(index);
-  } else if (result.logprobs_asked || !result.logprobs.empty()) {
-    logprobs = {{"content", logprobs_content(result.logprobs)}, {"refusal", nullptr}};
+  if (result.logprobs_asked || !result.logprobs.empty()) {
+    logprobs = mark != nullptr ? json(*mark + std::to_string(index))
+                               : json{{"content", logprobs_content(result.logprobs)}, {"refusal", nullptr}};
   }
   return {
       {"index", index}, {"message", message}, {"logprobs", logprobs}, {"finish_reason", finish(result.finish_reason)}};
 }
-
-}  // namespace
-
-namespace {
 
 json chat_completion_marked(const ResponseIds& ids, const RunResult& result, const std::string* mark) {
   json body = head(ids, "chat.completion");
