@@ -182,6 +182,9 @@ TEST_CASE("Expect: 100-continue is answered once, before the body, and dropped f
   sv::RequestReader sent_along = fed(head + "o", false);  // the client did not wait: nothing to answer
   CHECK_FALSE(sent_along.take_continue());
   CHECK(refusal_of("POST /x HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 9999999\r\n\r\n") == 413);
+  // Any other expectation is refused, 417, where it was served as if not sent.
+  CHECK(refusal_of("POST /x HTTP/1.1\r\nExpect: foo\r\nContent-Length: 2\r\n\r\nok") == 417);
+  CHECK(refusal_of("POST /x HTTP/1.1\r\nExpect: 100-Continue\r\nContent-Length: 2\r\n\r\nok") == 0);
 }
 
 TEST_CASE("an HTTP/1.0 request's Expect: 100-continue is ignored: no 1xx goes to a 1.0 client", "[serve][cpu]") {

@@ -177,6 +177,7 @@ const char* reason_phrase(int status) {
     case 408: return "Request Timeout";
     case 413: return "Payload Too Large";
     case 415: return "Unsupported Media Type";
+    case 417: return "Expectation Failed";
     case 431: return "Request Header Fields Too Large";
     case 501: return "Not Implemented";
     case 503: return "Service Unavailable";

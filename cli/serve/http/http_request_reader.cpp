@@ -279,6 +279,9 @@ bool RequestReader::parse_headers(std::size_t begin, std::size_t end) {
       encoding += (encoding.empty() ? "" : ",") + std::string(value);
     } else if (name == "expect" && lower(value) == "100-continue") {
       expect_continue = true;
+    } else if (name == "expect") {  // RFC 9110 section 10.1.1: an expectation not met may be refused, 417
+      return refuse(417, "Expect '" + std::string(value.substr(0, 40)) +
+                             "' is not an expectation this server meets (it meets 100-continue alone)");
     } else if (name == "content-encoding" && !value.empty() && lower(value) != "identity") {
       // The HTTP library behind would inflate it whole before any limit is checked: 300 KB of gzip made 300 MB.
       // Refused once the other lines are read (an Origin after it is known to the refusal's answer).
