@@ -178,6 +178,16 @@ def test_a_content_length_past_the_limit_is_refused_before_the_body(serve):
     assert re.search(r'orbit_requests_total\{endpoint="chat",status="413"\} 1', body), body
 
 
+def test_a_body_some_mib_over_the_limit_sent_whole_reads_its_413(serve):
+    # A client library sends the whole body before it reads: the server drops what it declared while it
+    # lingers, so the client reads the 413 (not a reset, which it reports as a broken pipe).
+    host, port, _ = serve("--max-body-kb", "64")
+    payload = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "x" * (12 << 20)}]}
+    status, _, body = request(host, port, "POST", "/v1/chat/completions", payload)
+    assert status == 413, body
+    assert "is over the limit of 65536 bytes" in json.loads(body)["error"]["message"]
+
+
 def test_a_known_path_with_another_method_is_405_with_allow(serve):
     host, port, _ = serve()
     for method, path, allow in [("PUT", "/v1/chat/completions", "GET, HEAD, POST"),

@@ -22,9 +22,15 @@ namespace orbit::serve {
 
 namespace {
 
-constexpr std::size_t kLingerBytes = std::size_t{1} << 20;  // a refused request's bytes discarded at most
-constexpr auto kLinger = std::chrono::seconds(2);           // ... for at most this long
-constexpr int kAcceptsPerTurn = 256;                        // connections accepted in one turn at most
+// A refused request's further bytes are read and dropped (lingering) so that its client, still sending,
+// reads the answer instead of a reset: at most kLingerBytes, or the Content-Length a 413 refused where that
+// is at most kLingerDeclaredBytes (a client uploading a body a few MiB over --max-body-kb reads its 413);
+// until kLinger passes without a byte, or kLingerTotal since the refusal.
+constexpr std::size_t kLingerBytes = std::size_t{1} << 20;
+constexpr uint64_t kLingerDeclaredBytes = uint64_t{64} << 20;
+constexpr auto kLinger = std::chrono::seconds(2);
+constexpr auto kLingerTotal = std::chrono::seconds(30);
+constexpr int kAcceptsPerTurn = 256;  // connections accepted in one turn at most
 
 std::size_t default_max_connections() {
   rlimit limit{};
@@ -232,7 +238,11 @@ void HttpFront::on_readable(std::unique_ptr<FrontConnection>& c) {
     }
     if (c->phase == FrontConnection::Phase::kLingering) {
       c->discarded += static_cast<std::size_t>(n);
-      if (c->discarded > kLingerBytes) c.reset();
+      if (c->discarded > c->linger_bytes) {
+        c.reset();
+        return;
+      }
+      c->deadline = std::min(Clock::now() + kLinger, c->linger_end);
       continue;
     }
     c->reader.feed(buffer.data(), static_cast<std::size_t>(n));
@@ -300,7 +310,7 @@ void HttpFront::answer_health(FrontConnection& c) {
 }
 
 // Answers a refusal, counts it, and lingers: the client's further bytes are read and dropped for a while
-// (at most kLingerBytes, kLinger), so it reads the answer instead of a reset.
+// (see kLingerBytes), so it reads the answer instead of a reset.
 void HttpFront::refuse(FrontConnection& c, int status, const std::string& message) {
   const std::string body = hooks_.error_body(status, message);
   send_now(c.fd, "HTTP/1.1 " + std::to_string(status) + " " + reason_phrase(status) +
@@ -308,7 +318,10 @@ void HttpFront::refuse(FrontConnection& c, int status, const std::string& messag
                      extra_fields(c) + "Connection: close\r\n\r\n" + body);
   hooks_.refused(c.reader.path(), status);
   ::shutdown(c.fd, SHUT_WR);
+  const uint64_t declared = c.reader.state() == RequestReader::State::kRefused ? c.reader.refusal().declared_body : 0;
   c.phase = FrontConnection::Phase::kLingering;
+  c.linger_bytes = declared <= kLingerDeclaredBytes ? std::max<std::size_t>(kLingerBytes, declared) : kLingerBytes;
+  c.linger_end = Clock::now() + kLingerTotal;
   c.deadline = Clock::now() + kLinger;
 }
 

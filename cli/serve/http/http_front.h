@@ -20,7 +20,8 @@
 // are answered by the reception thread itself: health answers while every worker is busy. Refusals the
 // reader makes (400, 408, 413, 415, 431, 501, 505) are answered there too, counted through FrontHooks::refused,
 // and the connection is then closed after a short lingering read (so the client reads the answer rather
-// than a reset), which discards at most 1 MiB in at most 2 s.
+// than a reset), which discards at most 1 MiB (or a 413's Content-Length up to 64 MiB) until 2 s pass without
+// a byte or 30 s in all.
 // Connections past max_connections: the longest idle one is closed; with none idle the new one gets 503.
 // A worker's write waits for room at most write_seconds; once limit_stalled_writes(grace) was called (the
 // server drains), at most `grace` as well, checked every kStallCheckMs while a write waits: a client that

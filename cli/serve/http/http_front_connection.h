@@ -42,8 +42,10 @@ struct FrontConnection {
   RequestReader reader;
   Phase phase = Phase::kWaiting;
   Clock::time_point deadline;
-  bool in_body = false;       // the deadline is the body's
-  std::size_t discarded = 0;  // bytes dropped while lingering
+  bool in_body = false;          // the deadline is the body's
+  std::size_t discarded = 0;     // bytes dropped while lingering
+  std::size_t linger_bytes = 0;  // ... at most
+  Clock::time_point linger_end;  // the linger's end, however steadily the bytes come
 };
 
 // Sends all of `bytes` on a non-blocking socket without waiting (a short answer to a client that reads);

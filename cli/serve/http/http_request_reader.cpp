@@ -317,8 +317,10 @@ bool RequestReader::parse_headers(std::size_t begin, std::size_t end) {
     chunked_ = true;
     state_ = State::kBody;
   } else if (has_length && length > limits_.max_body_bytes) {
-    return refuse(413, "request body of " + std::to_string(length) + " bytes is over the limit of " +
-                           std::to_string(limits_.max_body_bytes) + " bytes");
+    refuse(413, "request body of " + std::to_string(length) + " bytes is over the limit of " +
+                    std::to_string(limits_.max_body_bytes) + " bytes");
+    refusal_.declared_body = length;
+    return false;
   } else if (has_length && length > 0) {
     remaining_ = length;
     state_ = State::kBody;

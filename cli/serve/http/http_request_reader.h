@@ -67,6 +67,8 @@ struct ReadRequest {
 struct ReadRefusal {
   int status = 400;
   std::string message;
+  // A 413 for a Content-Length over the limit: that length, the body its client sends anyway (0 otherwise).
+  uint64_t declared_body = 0;
 };
 
 class RequestReader {
