@@ -17,10 +17,11 @@ bool is_tchar(char c) {  // RFC 9110's token characters
 
 bool is_token(std::string_view s) { return !s.empty() && std::all_of(s.begin(), s.end(), is_tchar); }
 
-// The methods the HTTP library behind reads (it answers any other with a bare 400 "HTTP status 400"); those
-// no route serves get 405 with Allow there. HTTP/2's PRI never arrives here: its version is refused first.
+// The methods the HTTP library behind routes (it answers any other, CONNECT and TRACE among them, with a bare
+// 400 "HTTP status 400"); those no route serves get 405 with Allow there. HTTP/2's PRI never arrives here:
+// its version is refused first.
 bool is_known_method(std::string_view method) {
-  for (std::string_view known : {"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"}) {
+  for (std::string_view known : {"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"}) {
     if (method == known) return true;
   }
   return false;
