@@ -4,6 +4,7 @@
 // only.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -150,6 +151,38 @@ TEST_CASE("number bounds: exactly the values in range, on random numbers", "[con
       }
     }
   }
+}
+
+TEST_CASE("number bounds: an exclusive bound holds once the number is read as a double", "[constraint]") {
+  // Clients read JSON numbers as doubles: a number past the bound by less than the doubles' spacing there
+  // reads as the bound itself and fails it, so it is never written.
+  const auto open = schema(R"({"type": "number", "exclusiveMinimum": 0.5, "exclusiveMaximum": 1})");
+  for (const char* x :
+       {"0.500000000000000000000000000001", "0.50000000000000001", "0.99999999999999999", "0.9999999999999999999"}) {
+    INFO(x);
+    CHECK_FALSE(open->matches(x));
+  }
+  for (const char* x : {"0.5000000000000001", "0.50000000000000012", "0.75", "0.9999999999999999"}) {
+    INFO(x);
+    CHECK(open->matches(x));
+  }
+  // Every number a walk writes is past its bounds as a double.
+  std::mt19937 rng(11);
+  for (const char* bounds :
+       {R"("exclusiveMinimum": 0.4, "exclusiveMaximum": 0.5)", R"("exclusiveMinimum": -0.1, "exclusiveMaximum": 0.1)",
+        R"("exclusiveMinimum": 1e-12, "maximum": 2e-12)", R"("exclusiveMaximum": -3)"}) {
+    const nlohmann::json s = nlohmann::json::parse(std::string("{\"type\": \"number\", ") + bounds + "}");
+    const auto c = schema(s.dump());
+    for (const std::string& x : random_walks(c, "-0123456789.", 40, rng)) {
+      INFO(s.dump() << " walked " << x);
+      const double v = std::strtod(x.c_str(), nullptr);
+      if (s.contains("exclusiveMinimum")) CHECK(v > s["exclusiveMinimum"].get<double>());
+      if (s.contains("exclusiveMaximum")) CHECK(v < s["exclusiveMaximum"].get<double>());
+    }
+  }
+  // Where no written number comes that near (0's next double has hundreds of digits), the bound is exact.
+  CHECK(schema(R"({"type": "number", "exclusiveMinimum": 0})")->matches("0.000000000000000000000000000001"));
+  CHECK_FALSE(schema(R"({"type": "number", "exclusiveMinimum": 0})")->matches("0"));
 }
 
 TEST_CASE("number bounds: refusals name the keyword", "[constraint]") {

@@ -4,6 +4,10 @@
 // integer part and a fraction that compares digit by digit. multipleOf is an automaton of remainders.
 // The languages are intersected; numbers are written without exponent.
 #include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <system_error>
 #include <utility>
 
 #include "constrain/regex.h"
@@ -54,6 +58,24 @@ Decimal parse_decimal(const std::string& text, const std::string& what) {
   if (d.whole.empty()) d.whole = "0";
   d.fraction.erase(d.fraction.find_last_not_of('0') + 1);
   if (d.zero()) d.negative = false;
+  return d;
+}
+
+// The next double past the bound `text` (up: above it), as the shortest text that reads back as that double:
+// a decimal past an exclusive bound that is nearer the bound's double than that one is read as the bound
+// itself by every client that parses JSON numbers as doubles (JSON.parse, json.loads, zod, pydantic), and
+// fails the bound there ("0.500000000000000000001" under exclusiveMinimum 0.5). The text is above the bound
+// exactly too (it lies nearer the next double than the bound's own), so at or above it is past the bound both
+// ways. nullopt where its digits reach past `chars` characters: no number written here is then that near.
+std::optional<Decimal> next_double(const std::string& text, bool up, int64_t chars, const std::string& what) {
+  const double bound = std::strtod(text.c_str(), nullptr);
+  const double next = std::nextafter(bound, up ? HUGE_VAL : -HUGE_VAL);
+  if (!std::isfinite(next)) return std::nullopt;
+  char buffer[64];
+  const auto written = std::to_chars(buffer, buffer + sizeof buffer, next);
+  ORBIT_CHECK(written.ec == std::errc(), what << ": " << text << " could not be written as a double");
+  Decimal d = parse_decimal(std::string(buffer, written.ptr), what);
+  if (static_cast<int64_t>(d.whole.size() + d.fraction.size()) > chars) return std::nullopt;
   return d;
 }
 
@@ -282,7 +304,11 @@ int32_t add_number_dfa(Grammar& g, const NumberRules& rules, int64_t max_chars, 
     ORBIT_CHECK(c.whole.size() <= kMaxBoundDigits, what << ": " << *text << " has " << c.whole.size()
                                                         << " digits before the point, over the " << kMaxBoundDigits
                                                         << " a bound may have");
-    add(language(is_above ? above(c, strict, rules.integer) : below(c, strict, rules.integer), what));
+    // An exclusive bound is taken as at or past the next double (next_double) where a number could be nearer.
+    const std::optional<Decimal> past = strict ? next_double(*text, is_above, chars, what) : std::nullopt;
+    const Decimal& at = past ? *past : c;
+    const bool open = strict && !past;
+    add(language(is_above ? above(at, open, rules.integer) : below(at, open, rules.integer), what));
   };
   bound(rules.minimum, "minimum", true, false);
   bound(rules.exclusive_minimum, "exclusiveMinimum", true, true);

@@ -4,7 +4,8 @@
 //   strings   pattern (regex.h), format (string_formats() lists them), with minLength / maxLength
 //   numbers   minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf
 //
-// A number under any of these is written without an exponent. Every refusal names the keyword under `path`.
+// A number under any of these is written without an exponent; one under an exclusive bound is past it once read
+// as a double, as clients read it. Every refusal names the keyword under `path`.
 #pragma once
 
 #include <cstdint>
