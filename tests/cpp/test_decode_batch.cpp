@@ -200,7 +200,7 @@ TEST_CASE("generate_n decodes forks together: one query forward, each branch its
     INFO("branch " << i);
     if (i > 0) CHECK(together[i].prompt_forward_tokens == 0);  // the first branch's forward, shared
     GenerateOptions branch = o;
-    branch.seed = o.seed + i;
+    branch.seed = o.seed + (uint64_t{i} << 32);
     Window alone_window = reference.fork();
     const Generation alone = alone_window.generate(query, branch);
     CHECK(together[i].tokens == alone.tokens);

@@ -1,8 +1,8 @@
 // `orbit serve`'s continuous batching below HTTP (cli/serve/compute/decode_scheduler.h) on TinyStories-656K: sessions
 // running at once decode in shared forwards (the metrics count steps of several sequences) and answer what
 // they answer one at a time; a client that leaves ends its own sequence and no other; a chat request's n > 1
-// choices are forks of its window decoded together (one query forward, choice i seeded seed + i); closing the
-// server while sequences run ends them as cancelled.
+// choices are forks of its window decoded together (one query forward, choice i seeded Window::answer_seed(seed, i));
+// closing the server while sequences run ends them as cancelled.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -129,14 +129,14 @@ TEST_CASE("serve batch: n choices are forks decoded together", "[serve][batch][f
   REQUIRE(body["choices"].size() == 4);
   for (int i = 0; i < 4; ++i) CHECK(body["choices"][i]["index"] == i);
 
-  // Sampled: choice i is the answer a request with seed + i gets alone.
+  // Sampled: choice i is the answer a request with seed + i·2³² gets alone.
   r.sampling.temperature = 1.0;
   r.sampling.seed = 77;
   const sv::RunResult sampled = run(core, r, "");
   r.sampling.n = 1;
   std::set<std::string> distinct{sampled.text};
   for (int i = 0; i < 4; ++i) {
-    r.sampling.seed = 77 + static_cast<uint64_t>(i);
+    r.sampling.seed = 77 + (static_cast<uint64_t>(i) << 32);
     const sv::RunResult alone = run(core, r, "");
     const sv::RunResult& choice = i == 0 ? sampled : sampled.extra_choices[static_cast<std::size_t>(i - 1)];
     CHECK(choice.text == alone.text);

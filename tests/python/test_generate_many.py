@@ -40,8 +40,11 @@ def test_generate_n_forks_decode_together(windows):
     assert answers[0].prompt_forward_tokens > 0
     assert all(a.prompt_forward_tokens == 0 for a in answers[1:])  # the query forwarded once
     for i, a in enumerate(answers):
-        assert a.tokens == ws[0].fork().generate(" She", max_tokens=10, temperature=1.0, seed=50 + i).tokens
+        assert a.tokens == ws[0].fork().generate(" She", max_tokens=10, temperature=1.0, seed=50 + i * 2**32).tokens
     assert len({tuple(a.tokens) for a in answers}) > 1
+    # The next seed draws other answers, not these shifted by one.
+    following = ws[0].generate_n(" She", 3, max_tokens=10, temperature=1.0, seed=51)
+    assert following[0].tokens != answers[1].tokens and following[1].tokens != answers[2].tokens
     greedy = ws[0].generate_n(" She", 3, max_tokens=6)
     assert len({tuple(a.tokens) for a in greedy}) == 1
 

@@ -1417,7 +1417,7 @@ class Window:
         """
     def generate_n(self, query: Tokens, n: SupportsIndex, **kwargs) -> list[Generation]:
         """n answers to one query decoded together through n - 1 copy-on-write forks (one query forward, answer i
-        sampled with seed + i); takes generate()'s keyword arguments (stop included) but on_text. One
+        sampled with seed + i * 2**32, so that seeds s and s + 1 share no answer); takes generate()'s keyword arguments (stop included) but on_text. One
         cancel= token stops all n answers at their next token (stop_reason 'cancelled'); one cancelled before the
         call gives n cancelled Generations at once; on the main thread Ctrl-C stops them too (KeyboardInterrupt
         raised here, see generate). n must be in [1, 1024] (OrbitError naming n otherwise): every branch is forked

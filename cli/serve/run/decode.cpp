@@ -257,7 +257,7 @@ RunResult decode(ServeContext& context, Window& window, const DecodeRequest& req
         [&context, previous](const std::vector<int64_t>& t) { return context.engine->detokenize(t, previous); },
         sampling.stop, stop_rule(request));
     GenerateOptions branch = go;
-    branch.seed = go.seed + static_cast<uint64_t>(i);
+    branch.seed = Window::answer_seed(go.seed, static_cast<int64_t>(i));
     c.job = choice_job(c, i == 0 ? window : forks[static_cast<std::size_t>(i - 1)], query, std::move(branch),
                        context.decoder.signal(), backlog);
     jobs.push_back(c.job);

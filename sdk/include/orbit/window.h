@@ -553,10 +553,13 @@ class Window {
   // n answers to one query, decoded together (orbit/decode_batch.h): the window's deferred repairs run, then
   // it is forked n − 1 times (copy-on-write: the branches share its pages, read once) and the n branches
   // decode in one forward per step, the query forwarded once for all of them, each with its own tokens and
-  // seed (answer i draws with options.seed + i; at temperature 0 every answer is the greedy one). The forks
+  // seed (answer i draws with answer_seed(options.seed, i); at temperature 0 every answer is the greedy one). The forks
   // are dropped at the end. n = 1 is generate(). Throws orbit::Error for n < 1 or n > kMaxGenerateN (each
   // branch is a fork, in host memory before the first step: a million took over 20 GB), and as generate() does.
   static constexpr int64_t kMaxGenerateN = 1024;
+  // The seed answer i of generate_n draws with: seed + i·2³². Apart by 2³², so that the answers of seeds
+  // s and s + 1 are never the same ones (with seed + i, answer 1 of seed s was answer 0 of seed s + 1).
+  static constexpr uint64_t answer_seed(uint64_t seed, int64_t i) { return seed + (static_cast<uint64_t>(i) << 32); }
   std::vector<Generation> generate_n(const std::vector<int64_t>& query, int64_t n,
                                      const GenerateOptions& options = {}) const;
   // Greedy-decodes answer_tokens after `query` with the instance as it is and with its canonical KV. Throws

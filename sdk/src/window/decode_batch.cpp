@@ -556,7 +556,7 @@ std::vector<Generation> Window::generate_n(const std::vector<int64_t>& query, in
   std::vector<GenerateRequest> requests{{this, query, options}};
   for (int64_t i = 1; i < n; ++i) {
     GenerateOptions branch = options;
-    branch.seed = options.seed + static_cast<uint64_t>(i);
+    branch.seed = Window::answer_seed(options.seed, i);
     requests.push_back({&forks[static_cast<std::size_t>(i - 1)], query, std::move(branch)});
   }
   return generate_many(requests);
