@@ -12,8 +12,8 @@
 //                turns, as orbit serve's syncs forward them): together = one Model::forward_batch, apart = K
 //                Model::forward; tokens per second counts the turns' tokens.
 //   3. forks     n = --forks answers to one query of one window: Window::generate_n (the window forked,
-//                the branches decoded together, sampled with seeds seed + i) against Window::generate on
-//                n forks one after another.
+//                the branches decoded together, sampled with seeds Window::answer_seed(seed, i)) against
+//                Window::generate on n forks one after another.
 // --spread N gives the runtime's sections (plain, cached, prefill) members of uneven lengths, as agents in a
 // batch have: sequence i's past is --prompt + i·N tokens (members at different turns).
 // Each figure is generated tokens per second of wall time, the fastest of --reps runs (the two sides
@@ -396,7 +396,7 @@ Row bench_forks(Engine& engine, const std::string& name, const Options& o) {
     for (int64_t i = 0; i < o.forks; ++i) {
       Window f = w.fork();
       GenerateOptions branch = g;
-      branch.seed = g.seed + static_cast<uint64_t>(i);
+      branch.seed = Window::answer_seed(g.seed, i);
       f.generate(query, branch);
     }
   };

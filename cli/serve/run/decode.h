@@ -37,12 +37,12 @@ int64_t max_tokens_for(const ServeContext& context, int64_t prompt_tokens, const
 // finished is "stop", one no token could continue "length"), tokens, completion_tokens, prompt_forward_tokens
 // and, when the request asks, logprobs (streamed ones also handed to sink.on_logprobs as their text goes); the
 // rest of the usage is the caller's. The request's penalties and logit_bias reach GenerateOptions as given.
-// With sampling.n > 1, choice i is drawn with Window::answer_seed(seed, i) (seed + i·2³²) from a fork of the window, all n decoded together, the
-// query forwarded once: choices 1..n−1 go to extra_choices, and completion_tokens and prompt_forward_tokens
-// count every choice. Only choice 0 reaches sink.on_text; with sink.on_choice_text every choice streams there
-// as it is generated (its log probabilities to sink.on_logprobs under its index). Each choice's end reaches
-// sink.on_choice_end as it ends, while the others go on (its held-back text first, its log probabilities
-// handed on before it, for the chunk that ends it). The sink sees the choices' text and ends in ChoiceOrder's order
+// With sampling.n > 1, choice i is drawn with Window::answer_seed(seed, i) (seed + i·2³²) from a fork of the window,
+// all n decoded together, the query forwarded once: choices 1..n−1 go to extra_choices, and completion_tokens and
+// prompt_forward_tokens count every choice. Only choice 0 reaches sink.on_text; with sink.on_choice_text every choice
+// streams there as it is generated (its log probabilities to sink.on_logprobs under its index). Each choice's end
+// reaches sink.on_choice_end as it ends, while the others go on (its held-back text first, its log probabilities handed
+// on before it, for the chunk that ends it). The sink sees the choices' text and ends in ChoiceOrder's order
 // (choice_order.h: by step, a choice's end before any later token of the others), whatever the threads'
 // timing. A client that left, or a server that closed before a choice could end, cancels the run: every
 // choice's finish_reason is then "cancelled", those that ended before too. Throws orbit::Error when the engine

@@ -141,7 +141,7 @@ struct SamplingRequest {
   double temperature = 1.0;           // OpenAI's default
   double top_p = 1.0;
   std::optional<uint64_t> seed;
-  // Choices to answer (chat only): choice i is drawn with seed + i (decode.h); at temperature 0 all are equal.
+  // Choices to answer (chat only): choice i is drawn with seed + i·2³² (decode.h); at temperature 0 all are equal.
   int64_t n = 1;
   std::vector<std::string> stop;  // generation ends before the first of these in the text
   bool stream = false;
