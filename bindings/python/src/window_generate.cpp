@@ -165,9 +165,9 @@ void def_generate_n(py::class_<PyWindow>& c) {
       "n answers to one query, decoded together: the window is forked n - 1 times (copy-on-write, its pages\n"
       "shared and read once), the query forwarded once, and the n branches decoded in one forward per step, answer\n"
       "i sampled with seed + i * 2**32 (seeds s and s + 1 share no answer; at temperature 0 every answer is the\n"
-      "greedy one). Takes generate()'s keyword arguments, cancel included: one CancelToken stops all n answers at "
-      "their next token (stop_reason\n"
-      "'cancelled'); one cancelled before the call gives n cancelled Generations at once; on the main thread\n"
+      "greedy one). Takes generate()'s keyword arguments, cancel included: one CancelToken stops all n\n"
+      "answers at their next token (stop_reason 'cancelled'); one cancelled before the call gives n cancelled "
+      "Generations at once; on the main thread\n"
       "Ctrl-C stops all n too (KeyboardInterrupt raised here, as generate). Returns a list of n\n"
       "Generations; the window is unchanged. n must be an int in [1, 1024] (OrbitError naming n otherwise):\n"
       "every branch is forked before the first step. Errors name generate_n and the argument.");
