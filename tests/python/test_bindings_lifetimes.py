@@ -7,6 +7,7 @@ Needs the built module: ORBIT_PYTHON_PATH=<build>/bindings/python (see conftest.
 """
 import gc
 import inspect
+import json
 import os
 import pathlib
 import random
@@ -257,3 +258,52 @@ def test_a_class_only_the_api_makes_refuses_a_bare_instance(orbit, name, member)
                        env=env)
     assert r.returncode == 0, f"orbit.{name}.__new__ then .{member}: exit {r.returncode} {r.stderr[-300:]}"
     assert r.stdout.startswith(f"orbit.{name} cannot be created directly: orbit's calls return it"), r.stdout
+
+
+FORKED = r"""
+import json, os, sys
+import orbit
+model, store = sys.argv[1], sys.argv[2] or None
+e = orbit.Engine(model, store_dir=store)
+w = e.new_window()
+w.admit(e.add_tokens([1, 365, 169, 44, 33, 22]))
+before = w.generate([1, 403], max_tokens=4).tokens
+read, write = os.pipe()
+pid = os.fork()
+if pid == 0:  # the child: every call refused, naming itself; close() and exit release nothing and return
+    said = []
+    for call in (lambda: e.add_tokens([1, 2, 3]), lambda: e.tokenize("hi"),
+                 lambda: w.generate([1, 403], max_tokens=2), lambda: w.sync([{"role": "user", "content": "x"}])):
+        try:
+            call()
+            said.append("answered")
+        except orbit.OrbitError as error:
+            said.append(str(error))
+    e.close()
+    w.close()
+    os.write(write, json.dumps(said).encode())
+    sys.exit(0)  # the interpreter's exit destroys what is left, as a worker's does
+os.close(write)
+said = json.loads(os.read(read, 1 << 16))
+_, status = os.waitpid(pid, 0)
+after = w.generate([1, 403], max_tokens=4).tokens  # the parent's engine goes on
+e.close()
+print(json.dumps({"said": said, "status": status, "child": pid, "parent": os.getpid(), "same": before == after}))
+"""
+
+
+@pytest.mark.parametrize("with_store", [False, True], ids=["memory", "store"])
+def test_an_engine_does_not_cross_fork(orbit, stories260k_path, tmp_path, with_store):
+    # A child of fork() that closed an engine with a store hung (its destructor waited on the parent's store
+    # thread), or, after using it, died of an uncaught C++ exception. Run apart, so a hang fails this test only.
+    env = dict(os.environ, PYTHONPATH=str(pathlib.Path(orbit.__file__).parent.parent))
+    store = str(tmp_path / "store") if with_store else ""
+    r = subprocess.run([sys.executable, "-c", FORKED, str(stories260k_path), store], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 0, r.stderr[-600:]
+    out = json.loads(r.stdout)
+    assert out["status"] == 0 and out["same"], out
+    fork = (f"engine was opened in process {out['parent']} and this process ({out['child']}) is a fork of it: an "
+            "engine does not cross fork() (its threads and store connections stay in the parent); open a new Engine "
+            "in this process")
+    assert out["said"] == [f"{call}: {fork}" for call in ("add_tokens", "tokenize", "Window.generate", "Window.sync")]

@@ -64,15 +64,22 @@ decltype(auto) with_keyword_names(const std::string& cpp_type, const std::string
 
 // What the SDK says of a call begun once its engine's close() has begun (the whole message of its orbit::Error).
 inline constexpr const char* kEngineClosed = "engine is closed";
+// ... and the beginning of what it says of a call in a child of fork() of the process that opened it.
+inline constexpr const char* kEngineForked = "engine was opened in process ";
+// Whether an orbit::Error's message is one of those two: a call refused for its engine's state, not its own.
+inline bool refused_for_engine(const std::string& message) {
+  return message == kEngineClosed || message.rfind(kEngineForked, 0) == 0;
+}
 // fn(), its orbit::Error "engine is closed" raised as "<caller>: engine is closed" (else as it was), so an Engine call
-// refused after close() names itself as a window's does ("tokenize: engine is closed", "Window.sync: ...").
+// refused after close() names itself as a window's does ("tokenize: engine is closed", "Window.sync: ..."); the
+// same for a call in a child of fork().
 template <class F>
 decltype(auto) naming_closed(const char* caller, F&& fn) {
   try {
     return fn();
   } catch (const orbit::Error& e) {
-    if (std::string(e.what()) != kEngineClosed) throw;
-    throw orbit::Error(std::string(caller) + ": " + kEngineClosed, __FILE__, __LINE__);
+    if (!refused_for_engine(e.what())) throw;
+    throw orbit::Error(std::string(caller) + ": " + e.what(), __FILE__, __LINE__);
   }
 }
 

@@ -112,6 +112,7 @@ bool engine_closed(const std::shared_ptr<Engine>& e) {
 // them (decodes.h), then closes the engine, waiting for the other calls in flight. Refused from inside a call
 // of one of its windows on this thread before anything is stopped (the close would wait for that call).
 void close_engine(const std::shared_ptr<Engine>& e) {
+  if (e->forked()) return;  // a child of fork(): nothing of the engine is this process's to stop (Engine::forked)
   ORBIT_CHECK(!in_window_call(e.get()),
               "close(): called from inside an operation of this engine on the same thread; close the engine after "
               "that operation returns");

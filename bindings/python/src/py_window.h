@@ -81,8 +81,8 @@ struct PyWindow {
       signals.rethrow();  // the GIL is held again here
       throw;
     } catch (const orbit::Error& e) {
-      if (std::string(e.what()) != kEngineClosed) throw;
-      throw orbit::Error(std::string(what) + ": " + kEngineClosed, __FILE__, __LINE__);
+      if (!refused_for_engine(e.what())) throw;
+      throw orbit::Error(std::string(what) + ": " + e.what(), __FILE__, __LINE__);
     }
   }
 
@@ -102,9 +102,12 @@ struct PyWindow {
   // after it is set, and never before).
   void check_open(const char* what) const { ORBIT_CHECK(!closing.is_set(), what << ": window " << id << " is closed"); }
 
-  // Throws OrbitError "<what>: engine is closed" once the engine's close() has begun: for a call that asks its
-  // engine before run() (generate's arguments are read against its tokenizer).
-  void check_engine_open(const char* what) const { ORBIT_CHECK(!engine->closed(), what << ": " << kEngineClosed); }
+  // Throws OrbitError "<what>: engine is closed" once the engine's close() has begun (in a child of fork(), what
+  // the engine says there): for a call that asks its engine before run() (generate's arguments are read against
+  // its tokenizer).
+  void check_engine_open(const char* what) const {
+    if (engine->closed() || engine->forked()) naming_closed(what, [this] { (void)engine->options(); });
+  }
 
   // Throws OrbitError when the calling thread is inside a call of this window (its mutex is taken by this
   // thread: locking it again would wait forever). run() and close() check it; so must code that locks `mutex`

@@ -432,6 +432,11 @@ class Engine {
   // engine on the same thread.
   void close();
   bool closed() const;
+  // True in a child of fork() of the process that opened the engine. An engine does not cross fork(): its
+  // threads and its store's connections stay in the parent, and a lock a parent thread held at the fork stays
+  // held. There every call (its windows' included) throws orbit::Error naming both processes, and close() and
+  // the destructors release nothing (the parent's to release). Open a new Engine in the child.
+  bool forked() const;
 
  private:
   friend class Window;

@@ -21,7 +21,11 @@ Engine::Engine(std::shared_ptr<detail::EngineCore> core) : core_(std::move(core)
 Engine::~Engine() = default;
 
 std::shared_ptr<Engine> Engine::open(const EngineOptions& options) {
-  auto core = std::make_shared<detail::EngineCore>(options);
+  // In a child of fork() the core is left as it is, never destroyed (EngineLife::forked): its destructor would
+  // join threads and close store connections that are the parent's.
+  std::shared_ptr<detail::EngineCore> core(new detail::EngineCore(options), [](detail::EngineCore* c) {
+    if (!c->life().forked()) delete c;
+  });
   {
     const detail::OpHold hold(*core);
     (void)core->load_stored_calibration();  // EngineOptions::stored_calibration
@@ -162,7 +166,11 @@ EngineStats Engine::stats() const {
 
 ConstraintCache& Engine::constraint_cache() { return core_->constraint_cache(); }
 
-void Engine::close() { core_->close(); }
+void Engine::close() {
+  if (core_->life().forked()) return;  // the parent's to close (EngineLife::forked)
+  core_->close();
+}
 bool Engine::closed() const { return core_->life().closed(); }
+bool Engine::forked() const { return core_->life().forked(); }
 
 }  // namespace orbit

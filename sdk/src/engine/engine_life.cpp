@@ -1,5 +1,7 @@
 #include "engine/engine_life.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <iterator>
 #include <vector>
@@ -15,13 +17,24 @@ namespace {
 thread_local std::vector<const EngineLife*> t_holds;
 }  // namespace
 
-void EngineLife::check_open() const { ORBIT_CHECK(!closed_.load(), "engine is closed"); }
+EngineLife::EngineLife() : pid_(static_cast<int64_t>(::getpid())) {}
+
+bool EngineLife::forked() const { return static_cast<int64_t>(::getpid()) != pid_; }
+
+void EngineLife::check_open() const {
+  ORBIT_CHECK(!forked(), "engine was opened in process " << pid_ << " and this process (" << ::getpid()
+                                                         << ") is a fork of it: an engine does not cross fork() "
+                                                            "(its threads and store connections stay in the "
+                                                            "parent); open a new Engine in this process");
+  ORBIT_CHECK(!closed_.load(), "engine is closed");
+}
 
 bool EngineLife::held_by_this_thread() const {
   return std::find(t_holds.begin(), t_holds.end(), this) != t_holds.end();
 }
 
 void EngineLife::enter() const {
+  check_open();  // before the lock: a fork's copy of it may be held by a thread of the parent
   std::lock_guard<std::mutex> lock(mu_);
   ORBIT_CHECK(!closed_.load(), "engine is closed");
   ++holds_;

@@ -17,12 +17,17 @@ namespace orbit::detail {
 
 class EngineLife {
  public:
-  EngineLife() = default;
+  EngineLife();
   EngineLife(const EngineLife&) = delete;
   EngineLife& operator=(const EngineLife&) = delete;
 
-  // Throws orbit::Error "engine is closed" once close() has begun.
+  // Throws orbit::Error "engine is closed" once close() has begun, and, in a process forked from the one that
+  // opened the engine, an orbit::Error naming both processes (see forked()).
   void check_open() const;
+  // The calling process is not the one that opened the engine: a child of fork(). The engine's threads (the
+  // background worker, the store's writers) and its store's connections belong to the parent; a lock one of
+  // its threads held at the fork stays held in the child. So nothing of it is used or shut down there.
+  bool forked() const;
   bool closed() const { return closed_.load(); }
   // True when the calling thread holds an OpHold on this engine.
   bool held_by_this_thread() const;
@@ -43,6 +48,7 @@ class EngineLife {
   void enter() const;  // an OpHold begins
   void leave() const;  // ... and ends
 
+  const int64_t pid_;  // the process that opened the engine
   std::atomic<bool> closed_{false};
   std::atomic<int64_t> windows_{0};
   mutable std::mutex mu_;

@@ -69,6 +69,12 @@ Window& Window::operator=(Window&& other) noexcept {
   return *this;
 }
 Window::~Window() {
+  if (state_ && state_->core->life().forked()) {
+    // A child of fork(): the window's pages belong to the parent's pool, whose lock a parent thread may have
+    // held at the fork; left as they are (EngineLife::forked).
+    (void)state_.release();
+    return;
+  }
   if (state_) state_->core->life().window_closed();
 }
 
