@@ -230,6 +230,12 @@ TEST_CASE("an unscaled model's windows stop at max_position_embeddings as before
   const orbit::Generation answer = w.generate(tokens_from(2, 3), g);
   CHECK(answer.stop_reason == "position_limit");
   CHECK(answer.tokens.size() == 8);  // forwards at positions 30..39
+  // A query that cannot be forwarded at all is refused, naming it, not answered "position_limit" with nothing.
+  CHECK_THROWS_WITH(w.generate(tokens_from(2, 11), g),
+                    "generate: the query's 11 tokens after the window's 30 positions pass the model's 40 "
+                    "(max_position_embeddings): shorten the query or evict from the window");
+  CHECK_THROWS_WITH(w.logits(tokens_from(2, 11)), Contains("logits: the query's 11 tokens after the window's 30"));
+  CHECK(w.generate(tokens_from(2, 10), g).tokens.size() == 1);  // the query fills the positions: one token
   CHECK_THROWS_WITH(engine->add_tokens(tokens_from(3, 41)),
                     Contains("add_tokens: 41 tokens exceed the model's 40 positions (max_position_embeddings)"));
 }

@@ -544,7 +544,9 @@ class Window {
 
   // ---- reading (const: contents, order and version stay; see "Reading the window" above) ----
   // Next-token logits after each token of `query` (live tokens after the window; nothing is stored).
-  // all_rows = false: only the last row. Throws on an empty query or ids outside the vocabulary.
+  // all_rows = false: only the last row. Throws on an empty query, ids outside the vocabulary, or a query
+  // whose positions after the window's pass the model's limit (ModelInfo::max_positions). generate() throws
+  // the same; a decode that reaches the limit ends with stop_reason "position_limit".
   Logits logits(const std::vector<int64_t>& query, bool all_rows = false) const;
   Generation generate(const std::vector<int64_t>& query, const GenerateOptions& options = {}) const;
   // Text overloads (the query tokenized without BOS, as add_turn(text)); Generation::text is the answer.

@@ -12,7 +12,9 @@
 
 namespace orbit::detail {
 
-// Throws orbit::Error (`what` first) for an empty query or a token outside the vocabulary.
+// Throws orbit::Error (`what` first) for an empty query, a token outside the vocabulary, or a query whose
+// positions after the window's pass the model's limit (it could not be forwarded: not a decode that reached
+// the limit, which ends with stop_reason "position_limit").
 void check_query(const WindowState& s, const std::vector<int64_t>& query, const char* what);
 // The same against a vocabulary of `vocab` tokens.
 void check_query_tokens(const std::vector<int64_t>& query, int64_t vocab, const char* what);
