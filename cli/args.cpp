@@ -30,6 +30,12 @@ bool parse_int(const std::string& text, int64_t* out) {
   return true;
 }
 
+// Whether `text` is written as a decimal integer (an optional '-', then digits), in range or not.
+bool integer_text(const std::string& text) {
+  const std::size_t first = !text.empty() && text[0] == '-' ? 1 : 0;
+  return text.size() > first && text.find_first_not_of("0123456789", first) == std::string::npos;
+}
+
 std::string known_names(const ArgSpec& spec) {
   std::string out;
   for (const auto& name : spec.options) out += (out.empty() ? "" : ", ") + name + " VALUE";
@@ -92,9 +98,22 @@ int64_t Args::get_int(const std::string& name, int64_t fallback) const {
   auto value = get(name);
   if (!value) return fallback;
   int64_t out = 0;
-  ORBIT_CHECK(parse_int(*value, &out),
-              command_ << ": argument '" << name << "' must be an integer, got '" << *value << "'");
-  return out;
+  if (parse_int(*value, &out)) return out;
+  ORBIT_CHECK(!integer_text(*value),
+              command_ << ": argument '" << name << "' must be an integer in [-2^63, 2^63), got '" << *value << "'");
+  ORBIT_FAIL(command_ << ": argument '" << name << "' must be an integer, got '" << *value << "'");
+}
+
+uint64_t Args::get_seed(const std::string& name, uint64_t fallback) const {
+  auto value = get(name);
+  if (!value) return fallback;
+  const std::string& text = *value;
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long seed = integer_text(text) && text[0] != '-' ? std::strtoull(text.c_str(), &end, 10) : 0;
+  ORBIT_CHECK(end == text.c_str() + text.size() && errno == 0,
+              command_ << ": argument '" << name << "' must be an integer in [0, 2^64), got '" << text << "'");
+  return static_cast<uint64_t>(seed);
 }
 
 int64_t Args::get_int(const std::string& name, int64_t fallback, int64_t min_value) const {

@@ -39,6 +39,8 @@ class Args {
     return get(name).value_or(fallback);
   }
   double get_double(const std::string& name, double fallback) const;
+  // A seed: an integer in [0, 2^64), as the SDK's seeds are (else orbit::Error naming the argument and range).
+  uint64_t get_seed(const std::string& name, uint64_t fallback) const;
 
  private:
   std::string command_;

@@ -302,7 +302,7 @@ int run_make_model(int argc, char** argv, int first) {
   apply_rope_options(args, c);
   const rt::RopeConfig& r = c.rope;
   options.dtype = args.get("--dtype").value_or("float32");
-  options.seed = static_cast<uint64_t>(args.get_int("--seed", 0, 0));
+  options.seed = args.get_seed("--seed", 0);
   options.init_std = args.get_double("--init-std", options.init_std);
   const int64_t shard_mb = args.get_int("--shard-mb", 0, 0);
   // In bytes it must fit 64 bits: more wrapped (99999999999999 MiB to a negative size the generator named).

@@ -84,8 +84,7 @@ int run_generate(int argc, char** argv, int first) {
   go.max_tokens = args.get_int("--max-tokens", 256, 1);
   go.temperature = args.get_double("--temperature", 0.0);
   go.top_p = args.get_double("--top-p", 1.0);
-  const int64_t seed = args.get_int("--seed", 0, 0);
-  go.seed = static_cast<uint64_t>(seed);
+  go.seed = args.get_seed("--seed", 0);
   ORBIT_CHECK(go.temperature >= 0 && std::isfinite(go.temperature),
               "generate: argument '--temperature' must be a finite number >= 0, got " << go.temperature);
   ORBIT_CHECK(go.top_p > 0 && go.top_p <= 1, "generate: argument '--top-p' must be in (0, 1], got " << go.top_p);

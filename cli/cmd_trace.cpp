@@ -56,9 +56,7 @@ int run_make_trace(int argc, char** argv, int first) {
   o.steps = args.get_int("--steps", 12, 1);
   ORBIT_CHECK(o.steps <= kMaxTraceSteps,
               "make-trace: argument '--steps' must be <= " << kMaxTraceSteps << ", got " << o.steps);
-  const int64_t seed = args.get_int("--seed", 0);
-  ORBIT_CHECK(seed >= 0, "make-trace: argument '--seed' must be >= 0, got " << seed);
-  o.seed = static_cast<uint64_t>(seed);
+  o.seed = args.get_seed("--seed", 0);
   o.chunk_tokens = args.get_int("--chunk-tokens", 0, 0);
   o.sample_text = args.flag("--sample-text");
   ORBIT_CHECK(!o.sample_text || o.kind == "web" || o.kind == "agent",

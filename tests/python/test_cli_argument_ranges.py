@@ -77,3 +77,25 @@ def test_serve_audit_past_a_doubles_range_is_refused_as_such(orbit_cli, stories2
     assert "serve: argument '--audit' is out of range (past a double's), got '1e999'" in said
     assert "serve: argument '--audit' must be a number, got 'x'" in serve_refusal(orbit_cli, stories260k_path,
                                                                                    "--audit", "x")
+
+
+def test_a_seed_takes_every_value_the_sdk_does(orbit_cli, stories260k_path, tmp_path):
+    # Seeds are [0, 2^64) in the SDK and in traces: the CLI took only [0, 2^63) and called 2^63 "not an integer",
+    # so the command a trace records to make it again (its description) did not run.
+    out = tmp_path / "t.json"
+    made = run(orbit_cli, "make-trace", "--kind", "browse", "--steps", "2", "--seed", str(2**63), "--model",
+               stories260k_path, "--out", out)
+    assert made.returncode == 0, made.stderr
+    assert f"--seed {2**63}" in out.read_text()
+    top = run(orbit_cli, "generate", "--model", stories260k_path, "--prompt", "Once", "--max-tokens", "2",
+              "--temperature", "1", "--seed", str(2**64 - 1))
+    assert top.returncode == 0, top.stderr
+    for value in (str(2**64), "-1", "1x", ""):
+        refused = run(orbit_cli, "generate", "--model", stories260k_path, "--prompt", "Once", "--temperature", "1",
+                      "--seed", value)
+        assert refused.returncode == 1
+        assert f"generate: argument '--seed' must be an integer in [0, 2^64), got '{value}'" in refused.stderr
+    # Past int64, an integer argument says its range, not that it is no integer.
+    steps = run(orbit_cli, "make-trace", "--kind", "browse", "--steps", "99999999999999999999", "--model",
+                stories260k_path, "--out", out)
+    assert "argument '--steps' must be an integer in [-2^63, 2^63), got '99999999999999999999'" in steps.stderr
