@@ -68,6 +68,11 @@ int run_make_trace(int argc, char** argv, int first) {
   eo.pool_bytes = int64_t{1} << 20;
   const std::shared_ptr<Engine> engine = Engine::open(eo);
   const ModelInfo info = engine->model_info();
+  // The agent patterns are text, which only a model with a tokenizer replays.
+  ORBIT_CHECK(engine->has_tokenizer() || o.kind == "web" || o.kind == "video" || o.kind == "agent",
+              "make-trace: --kind " << o.kind << " writes text, and the model " << eo.model
+                                    << " (--model) has no tokenizer to replay it with (kinds web, video and agent "
+                                       "write token ids)");
   if (engine->has_tokenizer()) {
     o.text_tokens = [engine](const std::string& text) {
       return static_cast<int64_t>(engine->tokenize(text, false).size());

@@ -21,6 +21,10 @@ using nlohmann::json;
 
 namespace {
 
+// The largest embeddings.std a trace may give: synthetic media embeddings scaled past it would overflow a
+// model's norms (float32 squares).
+constexpr double kMaxEmbeddingStd = 1e6;
+
 constexpr TraceOp kAllOps[] = {TraceOp::kAdmit,     TraceOp::kTurn,    TraceOp::kEvict, TraceOp::kSlide,
                                TraceOp::kRecall,    TraceOp::kReorder, TraceOp::kPlace, TraceOp::kFork,
                                TraceOp::kSwitch,    TraceOp::kCommit,  TraceOp::kDrop,  TraceOp::kGenerate,
@@ -243,7 +247,9 @@ TraceChunk parse_chunk(const std::string& file, const json& v, std::size_t index
     }
     c.media.seed = get_seed(Where{file, w.what + ", embeddings"}, e, trace_detail::name_seed(c.name));
     c.media.std = get_double(Where{file, w.what + ", embeddings"}, e, "std", 1.0);
-    if (!(c.media.std > 0)) w.fail("embeddings.std", "must be > 0");
+    // Far past any model's activations; at 1e308 the embeddings were inf, refused later naming no file or chunk.
+    if (!(c.media.std > 0 && c.media.std <= kMaxEmbeddingStd))
+      w.fail("embeddings.std", "must be in (0, 1e6], got " + described(e.at("std")));
     return c;
   }
   c.tokens = parse_source_fields(w, v, "", trace_detail::name_seed(c.name));

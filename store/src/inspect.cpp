@@ -63,6 +63,9 @@ std::string store_root(const std::string& dir) {
     ORBIT_CHECK(blobs == 0, "store " << root << ": index.sqlite is missing but blobs/ holds " << blobs
                                      << " blobs (was the index deleted?); run `orbit store repair --store " << root
                                      << "` to rebuild it");
+    std::error_code error;
+    ORBIT_CHECK(fs::exists(root, error), "store " << root << ": does not exist");
+    ORBIT_CHECK(fs::is_directory(root, error), "store " << root << ": is a file, not a store directory");
     ORBIT_FAIL("store " << root << ": not an orbit store (no index.sqlite)");
   }
   return root;

@@ -340,6 +340,11 @@ TEST_CASE("replay refuses generated chunks past the model's positions before all
       orbit::parse_trace(trace_with_chunk(R"("embeddings": {"grid": [100000, 100000, 100000], "seed": 1})"), "t.json");
   CHECK_THROWS_WITH(orbit::replay(grid, ro),
                     Contains("field 'embeddings.grid': [100000, 100000, 100000] holds more rows"));
+  // A scale that makes the embeddings inf is refused as the trace is read, naming the chunk and field.
+  CHECK_THROWS_WITH(
+      orbit::parse_trace(trace_with_chunk(R"("embeddings": {"grid": [1, 2, 2], "std": 1e308})"), "t.json"),
+      Contains("t.json: chunk 0 ('c'): field 'embeddings.std': must be in (0, 1e6], got number 1e+308"));
+  CHECK_NOTHROW(orbit::parse_trace(trace_with_chunk(R"("embeddings": {"grid": [1, 2, 2], "std": 1e6})"), "t.json"));
 }
 
 TEST_CASE("replay names the refusal that kept a chunk out when a later step needs it", "[trace][model]") {

@@ -271,7 +271,12 @@ TEST_CASE("the disk tier persists entries across reopening and checks the finger
   other.model_fingerprint = "another-model";
   CHECK_THROWS_WITH(ChunkStore(other), Contains("model fingerprint " + test::kStoreTestFingerprint) &&
                                            Contains("another-model") && Contains(dir.path().string()));
-  CHECK_THROWS_WITH(summarize_store((dir.path() / "nope").string()), Contains("not an orbit store"));
+  CHECK_THROWS_WITH(summarize_store((dir.path() / "nope").string()), Contains("nope: does not exist"));
+  { std::ofstream((dir.path() / "a-file").string()) << "{}"; }
+  CHECK_THROWS_WITH(summarize_store((dir.path() / "a-file").string()),
+                    Contains("a-file: is a file, not a store directory"));
+  std::filesystem::create_directories(dir.path() / "empty");
+  CHECK_THROWS_WITH(summarize_store((dir.path() / "empty").string()), Contains("empty: not an orbit store"));
 }
 
 TEST_CASE("orbit store ls, stat, verify and gc", "[store][cpu]") {

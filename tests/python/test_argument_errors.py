@@ -103,6 +103,14 @@ def test_store_remote_summary_names_unencodable_url(orbit):
         orbit.store_remote_summary("redis://" + LONE)
 
 
+def test_detokenize_and_piece_name_themselves_for_an_id_outside_the_vocabulary(orbit, engine):
+    # They said only "token id 99999 is outside the vocabulary [0, 512) of the tokenizer ...".
+    with pytest.raises(orbit.OrbitError, match=r"^detokenize: tokens\[1\] = 99999 is outside the vocabulary \[0, 512\)$"):
+        engine.detokenize([1, 99999])
+    with pytest.raises(orbit.OrbitError, match=r"^piece: token -3 is outside the vocabulary \[0, 512\)$"):
+        engine.piece(-3)
+
+
 def test_disposable_refuses_answer_tokens_past_the_context(orbit, engine, window):
     # The decodes ran until the forward refused "input.positions: position 512 is past ...".
     instance = window.instances[0].id

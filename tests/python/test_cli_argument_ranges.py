@@ -99,3 +99,25 @@ def test_a_seed_takes_every_value_the_sdk_does(orbit_cli, stories260k_path, tmp_
     steps = run(orbit_cli, "make-trace", "--kind", "browse", "--steps", "99999999999999999999", "--model",
                 stories260k_path, "--out", out)
     assert "argument '--steps' must be an integer in [-2^63, 2^63), got '99999999999999999999'" in steps.stderr
+
+
+def test_make_trace_refuses_text_kinds_for_a_model_without_a_tokenizer(orbit_cli, models_dir, tmp_path):
+    # The trace was written, and every replay of it then failed: the model cannot read its text.
+    out = tmp_path / "t.json"
+    for kind in ("browse", "coding", "videoqa", "fanout", "rag"):
+        made = run(orbit_cli, "make-trace", "--kind", kind, "--model", models_dir / "binding-gqa", "--out", out)
+        assert made.returncode == 1
+        assert (f"make-trace: --kind {kind} writes text, and the model {models_dir / 'binding-gqa'} (--model) has no "
+                "tokenizer to replay it with (kinds web, video and agent write token ids)") in made.stderr
+        assert not out.exists()
+    made = run(orbit_cli, "make-trace", "--kind", "agent", "--steps", "2", "--model", models_dir / "binding-gqa",
+               "--out", out)
+    assert made.returncode == 0, made.stderr
+
+
+def test_make_trace_position_rows_is_one_or_three(orbit):
+    for rows in (0, 2, 4, -1):
+        with pytest.raises(orbit.OrbitError, match=rf"make_trace: position_rows must be 1 \(RoPE\) or 3 \(M-RoPE\), "
+                                                   rf"got {rows}"):
+            orbit.make_trace("web", steps=1, position_rows=rows)
+    assert orbit.make_trace("web", steps=1, position_rows=3)["chunks"]

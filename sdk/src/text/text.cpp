@@ -26,11 +26,18 @@ std::string Engine::detokenize(const std::vector<int64_t>& tokens, int64_t previ
   ORBIT_CHECK(previous >= -1 && previous < vocab,
               "detokenize: previous = " << previous << " is neither -1 (nothing) nor a token of the vocabulary [0, "
                                         << vocab << ")");
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    ORBIT_CHECK(tokens[i] >= 0 && tokens[i] < vocab,
+                "detokenize: tokens[" << i << "] = " << tokens[i] << " is outside the vocabulary [0, " << vocab << ")");
+  }
   return core_->tokenizer().decode(tokens, previous);
 }
 
 std::string Engine::piece(int64_t token) const {
   const detail::OpHold hold(*core_);
+  const int64_t vocab = core_->tokenizer().vocab_size();
+  ORBIT_CHECK(token >= 0 && token < vocab,
+              "piece: token " << token << " is outside the vocabulary [0, " << vocab << ")");
   return core_->tokenizer().piece(token);
 }
 
