@@ -142,6 +142,8 @@ def test_prepare_sync_serves_a_trim_from_exact_kv(orbit, engine):
         window.prepare_sync("hello")
     with pytest.raises(ValueError, match=r"messages\[0\].role is missing"):
         window.prepare_sync([{"content": "hi"}])
+    with pytest.raises(ValueError, match=r"messages\[0\].role is empty"):  # was OrbitError 'has no role'
+        window.prepare_sync([{"role": "", "content": "hi"}])
 
 
 def sync_and_measure(window, history):

@@ -175,6 +175,7 @@ std::vector<ChatMessage> to_messages(const py::object& messages) {
     ChatMessage msg;
     const std::optional<std::string> role = str_field(d, "role", i);
     if (!role) throw py::value_error(where(i, "role") + " is missing");
+    if (role->empty()) throw py::value_error(where(i, "role") + " is empty");  // a message's shape, as a missing one
     msg.role = *role;
     content_of(d, i, msg);
     msg.name = str_field(d, "name", i);
