@@ -69,6 +69,7 @@ struct Job {
   bool first_token = true;
   std::vector<bool> sent;            // per choice: a chunk of it went out (its first carries the role)
   std::optional<StoreWrite> stored;  // the write of an answer with store true (keep_if_stored)
+  std::string stored_body;           // ... its body when not streamed, the answer's too (written once)
   LiveAnswers<void>::Hold live;      // store true: registered as being generated until keep_if_stored
   int64_t ended = 0;                 // streamed chat: the choices whose end was handed on
   std::string last_tail;             // streamed chat: the closing chunks of the last choice
@@ -155,8 +156,10 @@ RunOutcome run_job(ServeCore& core, Job& job, const JobStream& out) {
 void keep_if_stored(ServeCore& core, Job& job, const RunOutcome& out) {
   // Not stored, either, when a DELETE came while it ran (job.live, live_answers.h).
   if (job.chat && job.chat->store && out.result && storable(*out.result) && job.live.begin_store()) {
-    job.stored = core.chat_completions().put(stored_completion(*job.chat, job.ids, *out.result));
+    StoredCompletion completion = stored_completion(*job.chat, job.ids, *out.result);
+    job.stored = core.chat_completions().put(completion);
     if (!job.stored->ok) core.metrics().count_store_write_failure("chat_completions");
+    if (!job.sampling().stream) job.stored_body = std::move(completion.body);  // the answer's body as well
   }
   job.live.end();  // stored, or never will be
 }
@@ -168,7 +171,8 @@ void store_headers(httplib::Response& res, const Job& job) {
   for (const auto& [name, value] : store_header_fields(*job.stored)) res.set_header(name, value);
 }
 
-std::string final_body(const Job& job, const RunOutcome& out) {
+std::string final_body(Job& job, const RunOutcome& out) {
+  if (!job.stored_body.empty()) return std::move(job.stored_body);  // the same text, written for the store
   if (job.chat) return chat_completion_text(job.ids, *out.result);
   return dump(
       text_completion(job.ids, out.result->text, out.result->finish_reason, text_completion_usage(out.result->usage)));
