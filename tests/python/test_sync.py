@@ -215,6 +215,29 @@ def test_messages_are_checked(orbit, engine):
         window.sync([{"content": "hi"}])
     with pytest.raises(TypeError, match=r"messages\[1\]"):
         window.sync([{"role": "user", "content": "hi"}, "there"])
+    # A call dict given without its list was read key by key ("expected dicts, got a str"); an int said only
+    # "'int' object is not iterable".
+    call = {"id": "c1", "type": "function", "function": {"name": "look", "arguments": "{}"}}
+    for value, shown in ((call, "dict"), ("f()", "str"), (5, "int")):
+        with pytest.raises(TypeError, match=rf"^messages\[0\]\.tool_calls: expected a list of call dicts, got a {shown}"):
+            window.sync([{"role": "assistant", "content": None, "tool_calls": value}])
+    # A list that fits without its generation prompt is synced (a window need not be answered at once); the
+    # answer behind it is refused, naming the counts.
+    limit = engine.model_info.max_positions
+
+    def tight(k):
+        return [{"role": "system", "content": "You tell stories."}, {"role": "tool", "content": "ab " * k}]
+
+    k = next(k for k in range(1, limit) if len(engine.tokenize_chat(tight(k))) > limit)
+    full = window.sync(tight(k))
+    with pytest.raises(orbit.OrbitError, match=rf"^generate: the query's \d+ tokens after the "
+                                               rf"window's \d+ positions pass the model's {limit}"):
+        window.generate(full.generation_prompt, max_tokens=1)
+    window.sync([])
+    # An empty list is an empty window, answered after the template's generation prompt for no message.
+    empty = window.sync([])
+    assert list(empty.generation_prompt) == engine.tokenize_chat([]) and window.tokens == 0
+    assert window.generate(empty.generation_prompt, max_tokens=2).tokens
     with pytest.raises(ValueError, match=r"messages\[0\]\.content\[1\]\.type: unknown part type 'image_url'"):
         window.sync([{"role": "user", "content": [{"type": "text", "text": "see"},
                                                   {"type": "image_url", "image_url": {"url": "x"}}]}])

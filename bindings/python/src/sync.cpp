@@ -106,7 +106,12 @@ void content_of(const py::dict& d, std::size_t i, ChatMessage& msg) {
 std::vector<ChatToolCall> tool_calls_of(const py::dict& d, std::size_t i) {
   std::vector<ChatToolCall> out;
   if (!d.contains("tool_calls") || d["tool_calls"].is_none()) return out;
-  for (const py::handle call : d["tool_calls"]) {
+  const py::object calls = d["tool_calls"];
+  // A list (or tuple) of calls: a call dict given alone was read key by key ("expected dicts, got a str").
+  if (!py::isinstance<py::list>(calls) && !py::isinstance<py::tuple>(calls)) {
+    throw py::type_error(where(i, "tool_calls") + ": expected a list of call dicts, got a " + type_name(calls));
+  }
+  for (const py::handle call : calls) {
     if (!py::isinstance<py::dict>(call)) {
       throw py::type_error(where(i, "tool_calls") + ": expected dicts, got a " + type_name(call));
     }

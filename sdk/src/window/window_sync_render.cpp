@@ -340,8 +340,19 @@ Rendering render_units(const EngineCore& core, const std::vector<ChatMessage>& m
   out.which = chat.which;
   const std::vector<runtime::ChatMessage> msgs = to_runtime(core, messages, &out.parts, caller);
   const std::size_t n = msgs.size();
-  if (n == 0) return out;  // an empty list is an empty window (nothing is rendered)
   const runtime::ChatRenderOptions ro = render_options(options, caller);
+  if (n == 0) {
+    // An empty list is an empty window; its generation prompt is what the template writes for no message (as
+    // tokenize_chat([]) has it), none where the template refuses an empty list.
+    std::optional<Renderer> render;
+    try {
+      render.emplace(Renderer{chat, chat.tmpl->prepare(msgs, ro), caller});
+    } catch (const Error&) {
+      return out;
+    }
+    add_generation_prompt(core, *render, 0, "", 0, 0, out);
+    return out;
+  }
   const Renderer render{chat, chat.tmpl->prepare(msgs, ro), caller};
 
   runtime::ClockReads text_reads;  // the whole rendering's strftime_now calls, kept with its memo entry
