@@ -264,7 +264,7 @@ TEST_CASE("an option that would be ignored, or wrap around, is refused naming it
       // Only web and agent draw text as random ids that sampled text replaces.
       {"make-trace --kind video --sample-text --out " + (dir / "t.json") + model,
        "'--sample-text' applies to --kind web and agent only (got 'video')"},
-      {"make-model --seed -1 --out " + (dir / "m1"), "'--seed' must be >= 0, got -1"},
+      {"make-model --seed -1 --out " + (dir / "m1"), "'--seed' must be an integer in [0, 2^64), got '-1'"},
       {"make-model --rope-scaling linear --rope-original-max 100 --out " + (dir / "m2"),
        "--rope-original-max: linear RoPE scaling does not use it"},
       {"replay " + std::string(ORBIT_TEST_DATA_DIR) + "/traces/lookback.json" + model + " --page-size 0",

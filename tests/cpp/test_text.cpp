@@ -57,7 +57,7 @@ TEST_CASE("engine text: tokenizer found beside the model, tokenize and detokeniz
   CHECK(e->piece(403) == " Once");
   const std::string odd = "Zo\xc3\xab said \"hi\"  twice: 42!";
   CHECK(e->detokenize(e->tokenize(odd)) == odd);
-  CHECK_THROWS_WITH(e->detokenize({9999}), Contains("token id 9999 is outside the vocabulary"));
+  CHECK_THROWS_WITH(e->detokenize({9999}), Contains("detokenize: tokens[0] = 9999 is outside the vocabulary [0, 512)"));
 }
 
 TEST_CASE("engine text: add_text, text turns, text queries and Generation::text", "[text][model][cpu]") {
