@@ -185,6 +185,32 @@ TEST_CASE("number bounds: an exclusive bound holds once the number is read as a 
   CHECK_FALSE(schema(R"({"type": "number", "exclusiveMinimum": 0})")->matches("0"));
 }
 
+TEST_CASE("number bounds: an integer unbounded on a side stays a safe integer there", "[constraint]") {
+  // JavaScript clients read numbers as doubles, which hold every integer up to 2^53 - 1 and round past it.
+  const auto plain = schema(R"({"type": "integer"})");
+  for (const char* x : {"9007199254740991", "-9007199254740991", "0", "-1", "123456789012345"}) {
+    INFO(x);
+    CHECK(plain->matches(x));
+  }
+  for (const char* x : {"9007199254740992", "-9007199254740992", "12345678901234567", "99999999999999999"}) {
+    INFO(x);
+    CHECK_FALSE(plain->matches(x));
+  }
+  // One side bounded by the schema: the other stays safe; a bound given past the safe range is kept.
+  const auto from_zero = schema(R"({"type": "integer", "minimum": 0})");
+  CHECK(from_zero->matches("9007199254740991"));
+  CHECK_FALSE(from_zero->matches("9007199254740992"));
+  CHECK_FALSE(from_zero->matches("-1"));
+  const auto wide = schema(R"({"type": "integer", "maximum": 100000000000000000})");
+  CHECK(wide->matches("99999999999999999"));
+  CHECK_FALSE(wide->matches("-9007199254740992"));
+  const auto open = schema(R"({"type": "integer", "exclusiveMaximum": 10})");
+  CHECK(open->matches("-9007199254740991"));
+  CHECK_FALSE(open->matches("10"));
+  // Numbers (not integers) keep their own limits: a double reads them as the nearest double, as it must.
+  CHECK(schema(R"({"type": "number"})")->matches("12345678901234567"));
+}
+
 TEST_CASE("number bounds: refusals name the keyword", "[constraint]") {
   CHECK_THAT(error_of([] { schema(R"({"type": "number", "minimum": "1"})"); }),
              Contains("schema.minimum: expected a number, not \"1\""));

@@ -33,7 +33,9 @@
 //     character has one spelling: \" and \\, \b \f \n \r \t or \u00XX for the other control characters,
 //     every other character as its UTF-8 bytes.
 //   - Numbers: JSON's grammar, at most max_number_chars characters, exponents of at most 2 digits (every
-//     number fits a double); "integer" has no fraction or exponent and at most 18 characters (it fits int64).
+//     number fits a double); "integer" has no fraction or exponent and at most 18 characters (it fits int64),
+//     and where the schema gives no minimum (maximum) it is at least -(2^53 - 1) (at most 2^53 - 1), so that
+//     clients that read numbers as doubles (JavaScript's) read it exactly.
 //   - Arrays: at most maxItems items (max_array_items when the schema gives none); free-form objects at most
 //     max_object_members members; free-form values nest at most max_depth containers deep (the schema's own
 //     levels above them count).

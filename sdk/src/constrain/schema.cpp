@@ -231,7 +231,7 @@ int32_t SchemaCompiler::compile_string(const Json& s, const std::string& path) {
 }
 
 int32_t SchemaCompiler::compile_number(const Json& s, bool integer, const std::string& path) {
-  if (!has_number_keyword(s)) return add_number(g_, integer, limits_.max_number_chars);
+  if (!integer && !has_number_keyword(s)) return add_number(g_, integer, limits_.max_number_chars);
   NumberRules rules;
   rules.integer = integer;
   const auto text = [&](const char* key) -> std::optional<std::string> {
@@ -245,6 +245,11 @@ int32_t SchemaCompiler::compile_number(const Json& s, bool integer, const std::s
   rules.exclusive_minimum = text("exclusiveMinimum");
   rules.exclusive_maximum = text("exclusiveMaximum");
   rules.multiple_of = text("multipleOf");
+  // An integer the schema leaves unbounded on a side stays within JavaScript's safe integers on it
+  // (|n| <= 2^53 - 1): clients that read JSON numbers as doubles (every JavaScript client) would round a
+  // larger one to another integer. A bound the schema gives is kept as given.
+  if (integer && !rules.minimum && !rules.exclusive_minimum) rules.minimum = "-9007199254740991";
+  if (integer && !rules.maximum && !rules.exclusive_maximum) rules.maximum = "9007199254740991";
   return add_number_dfa(g_, rules, limits_.max_number_chars, path);
 }
 
