@@ -466,9 +466,48 @@ def test_no_thread_outlives_the_loop(orbit, story):
         return pieces
 
     pieces = asyncio.run(main())
-    assert set(threading.enumerate()) == before
+    # orbit.aio's pool keeps its threads for the next calls (idle: the loop waited for its calls at its end).
+    assert all(t.name.startswith("orbit.aio") for t in set(threading.enumerate()) - before)
     assert window.generate(query, max_tokens=8).tokens  # nothing holds the window
     del pieces
+
+
+def test_more_streams_than_the_default_executor_has_threads(orbit, story, paused):
+    """Each stream's decode holds a thread until its reader has read it: twelve streams read in lockstep (none
+    reads its second piece before every one has read its first) all start, on orbit.aio's own threads; the
+    loop's default executor is left to the application (on 2 cores it has 6 threads, and the seventh stream
+    would wait, with `paused`, a minute for one)."""
+    import concurrent.futures
+
+    from orbit import aio
+
+    window, query, plain = story
+    forks = [window.fork() for _ in range(12)]
+    submitted = []
+
+    class Counting(concurrent.futures.ThreadPoolExecutor):
+        def submit(self, *args, **kwargs):
+            submitted.append(args[0])
+            return super().submit(*args, **kwargs)
+
+    async def read(w, barrier):
+        out = []
+        async for piece in aio.AsyncWindow(w).stream(query, max_tokens=20):
+            if len(out) == 1:
+                await asyncio.wait_for(barrier.wait(), 30)
+            out.append(piece)
+        return "".join(out)
+
+    async def main():
+        asyncio.get_running_loop().set_default_executor(Counting(max_workers=2))
+        barrier = asyncio.Barrier(len(forks))
+        return await asyncio.gather(*(read(f, barrier) for f in forks))
+
+    texts = asyncio.run(main())
+    assert texts == [window.generate(query, max_tokens=20).text] * len(forks)
+    assert submitted == []
+    for f in forks:
+        f.close()
 
 
 def test_the_async_agents_example(orbit, stories260k_path, repo_root):

@@ -13,9 +13,13 @@
     texts = await asyncio.gather(agent(w1, m1), agent(w2, m2))   # both windows decode at the same time
 
 A thin layer: each coroutine runs the synchronous call (Window.sync, generate, generate_n, fork, ...,
-orbit.generate_many) on the event loop's default executor, and the native calls release the GIL, so several
+orbit.generate_many) on a thread of this module's own pool, and the native calls release the GIL, so several
 windows progress together under asyncio.gather and the loop stays free. Results, exceptions (types and
-messages) and arguments are the synchronous API's.
+messages) and arguments are the synchronous API's. The pool makes a thread when no idle one is left (up to
+MAX_THREADS calls at once; more wait for a thread) and keeps it for the next call: a decode holds its thread
+for the whole answer (a stream's until its reader has read it), so the loop's default executor (min(32, cores
++ 4) threads) would make the seventh concurrent stream on a 2-core machine wait for whole answers, and take
+the threads the application's own run_in_executor calls need. The loop's default executor is not used.
 
 One call at a time per window: each window has an asyncio lock (per event loop), and a call made while another
 runs on the same window waits for it in turn (first come, first served) without taking a thread; generate_many
@@ -52,8 +56,10 @@ answer. Await window calls in the loop's body directly, where they raise at once
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import functools
+import os
 import threading
 import weakref
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional, TypeVar
@@ -66,6 +72,61 @@ if TYPE_CHECKING:
     from ._orbit import Generation
 
 _T = TypeVar("_T")
+
+# The most calls of this module that run at once (each on its own thread; more wait for one to end).
+MAX_THREADS = 1024
+_pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+_pool_lock = threading.Lock()
+
+
+def _executor() -> concurrent.futures.ThreadPoolExecutor:
+    """The pool this module's calls run on (made on first use, shared by every event loop)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = concurrent.futures.ThreadPoolExecutor(max_workers=MAX_THREADS, thread_name_prefix="orbit.aio")
+        return _pool
+
+
+def _forget_pool() -> None:
+    """In a fork's child: the parent's pool threads are not there, so a new pool is made on first use."""
+    global _pool, _pool_lock
+    _pool = None
+    _pool_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+# Per event loop: its calls still running on the pool, and the async generator that waits for them when the loop
+# ends. asyncio.run (and any loop owner calling loop.shutdown_asyncgens()) closes every async generator the loop
+# has seen before it closes: closing this one waits for the loop's calls, so none outlives its loop (a stream left
+# unread at the loop's end decodes on alone once its reader is gone, _stream.READER_GONE_S, and is waited for),
+# as the loop's default executor's shutdown would wait for its threads. Weak: a dropped loop takes both along.
+_running: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[asyncio.Future[Any]]]" = weakref.WeakKeyDictionary()
+_loop_ends: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncIterator[None]]" = weakref.WeakKeyDictionary()
+
+
+async def _wait_at_loop_end(loop: asyncio.AbstractEventLoop) -> AsyncIterator[None]:
+    """Yields once; closed (at the loop's end), waits for every call of this module still running on `loop`."""
+    try:
+        yield
+    finally:
+        while _running.get(loop):
+            await asyncio.wait(list(_running[loop]))
+
+
+async def _on_pool(fn: Callable[..., _T], *args: Any) -> "asyncio.Future[_T]":
+    """fn(*args) submitted to the pool: its future, which the running loop waits for before it ends."""
+    loop = asyncio.get_running_loop()
+    if loop not in _loop_ends:
+        end = _loop_ends[loop] = _wait_at_loop_end(loop)
+        await end.__anext__()  # started: the loop now knows it, and closes it at its end
+    future = loop.run_in_executor(_executor(), fn, *args)
+    running = _running.setdefault(loop, set())
+    running.add(future)
+    future.add_done_callback(running.discard)
+    return future
 
 # Each window's lock, per event loop (an asyncio.Lock serves the loop it is first awaited on). Weak both ways:
 # a closed loop or a dropped window takes its locks with it.
@@ -143,7 +204,7 @@ async def _wait_out(future: "asyncio.Future[Any]") -> None:
 
 
 async def _off_loop(fn: Callable[[], _T], token: Optional[CancelToken] = None) -> _T:
-    """fn() on the loop's default executor (in the caller's context). Cancelling the awaiting task cancels
+    """fn() on this module's pool (in the caller's context). Cancelling the awaiting task cancels
     `token` (the decode fn runs with it stops at its next token; a job not started yet never runs) and waits
     for fn to return before CancelledError goes on."""
     context = contextvars.copy_context()
@@ -152,7 +213,7 @@ async def _off_loop(fn: Callable[[], _T], token: Optional[CancelToken] = None) -
     def job() -> Any:
         return _NotRun if dropped.is_set() else context.run(fn)
 
-    future = asyncio.get_running_loop().run_in_executor(None, job)
+    future = await _on_pool(job)
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:
@@ -330,7 +391,7 @@ class AsyncGenerationStream:
 
     `async for piece in stream` (once) gives the pieces, as Window.stream's (GenerationStream) do: str, whole
     characters, joining to the answer's text. The decode starts at the first piece asked for, once the window's
-    lock is ours, on a thread of the event loop's default executor (Window.generate with an on_text that hands
+    lock is ours, on a thread of this module's pool (Window.generate with an on_text that hands
     each piece to the event loop). Its arguments are checked when it is made (AsyncWindow.stream raises what
     generate() raises for them); errors the decode meets are raised at the piece. Once the `async for` ends,
     `generation` is the Generation. The decode runs at most 8 pieces ahead of the reader; one that takes no
@@ -410,7 +471,7 @@ class AsyncGenerationStream:
             # (aw.window.add_turn(...)) would block the loop, and with it the reader the decode waits for: while
             # the decode runs, the window's own calls made on this thread raise at once (PyWindow::run).
             decode.room.hold_reader()
-            decode.start(functools.partial(_generate_with, self._window, self._query, ours, kwargs), lock)
+            await decode.start(functools.partial(_generate_with, self._window, self._query, ours, kwargs), lock)
         except BaseException:
             if decode is not None:
                 decode.room.release_reader()
@@ -450,9 +511,9 @@ class _Decode:
             self.reading.end()
         self.room.release_reader()
 
-    def start(self, generate: Callable[[], "Generation"], lock: asyncio.Lock) -> None:
+    async def start(self, generate: Callable[[], "Generation"], lock: asyncio.Lock) -> None:
         context = contextvars.copy_context()
-        self.future = self._loop.run_in_executor(None, context.run, generate)
+        self.future = await _on_pool(context.run, generate)
 
         def ended(future: "asyncio.Future[Generation]") -> None:
             self.settle()

@@ -9,6 +9,8 @@ from ._orbit import CancelToken, Generation, IdleReport, Messages, SyncReport, T
 
 _T = TypeVar("_T")
 
+MAX_THREADS: int  # the most calls of orbit.aio that run at once, each on a thread of its own pool
+
 class AsyncWindow:
     """A Window whose model calls are coroutines: AsyncWindow(window); one call at a time per window (the others
     wait in turn); cancelling a generate, generate_n or stream cancels its decode at its next token (a
