@@ -332,6 +332,48 @@ TEST_CASE("a chunk moved behind content it never saw is priced by how much it pa
   CHECK(three > same_set * 1.5);
 }
 
+TEST_CASE("a reorder after a trim is priced: what it moves past an instance, and the order behind one",
+          "[plan][budget]") {
+  std::mt19937_64 rng(15);
+  auto engine = open_deferred();
+  std::vector<ChunkRef> c;
+  for (int i = 0; i < 5; ++i) c.push_back(engine->add_tokens(random_tokens(rng, 24)));
+  // A budget loose enough that every instance is kept: the plans show what keeping each one costs.
+  Window w = engine->new_window(with_policy("patch:16:kl=10:eager"));
+  for (const auto& x : c) w.admit(x);
+  std::vector<InstanceInfo> in = w.instances();
+  w.evict(in[1].id);   // c2, c3 and c4 kept over the removal: each has drifted
+  in = w.instances();  // c0, c2, c3, c4
+  const auto kept = [&](const std::vector<InstanceId>& order, InstanceId id) {
+    const Plan p = w.plan_reorder(order);
+    for (const PlanStep& s : p.steps) {
+      if (s.instance == id) {
+        CHECK(s.action == StepAction::kKeep);
+        return s;
+      }
+    }
+    FAIL("no step for the instance");
+    return PlanStep{};
+  };
+  const std::vector<InstanceId> same = {in[0].id, in[1].id, in[2].id, in[3].id};
+  const std::vector<InstanceId> swapped = {in[0].id, in[2].id, in[1].id, in[3].id};  // c3 before c2
+  // c3 moved before c2: c2 now sees 24 tokens it never saw, c3 no longer sees c2 (a removal from its context,
+  // once not counted), and c4 sees the same set in another order (once priced as unchanged, having drifted).
+  const PlanStep c2 = kept(swapped, in[1].id), c3 = kept(swapped, in[2].id), c4 = kept(swapped, in[3].id);
+  CHECK(c2.drift_tokens == kept(same, in[1].id).drift_tokens + 24);
+  CHECK(c3.drift_tokens == kept(same, in[2].id).drift_tokens + 24);
+  CHECK(c3.context_change == 1.0);
+  CHECK(kept(same, in[2].id).context_change < 1.0);
+  CHECK(c4.permuted);
+  CHECK_FALSE(kept(same, in[3].id).permuted);
+  CHECK(c4.predicted_kl > kept(same, in[3].id).predicted_kl * 1.5);
+  // Applied, the order's loss stays with c4: a later plan that changes nothing prices it the same.
+  w.reorder(swapped);
+  const PlanStep later = kept(swapped, in[3].id);
+  CHECK(later.permuted);
+  CHECK(later.predicted_kl == Approx(c4.predicted_kl).epsilon(1e-9));
+}
+
 TEST_CASE("a stale patch of the same antecedents in another order is priced as an orbit patch and not as exact",
           "[plan][budget]") {
   std::mt19937_64 rng(14);

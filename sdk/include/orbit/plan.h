@@ -134,6 +134,8 @@ struct PlanStep {
   double drift_tokens = 0;       // kKeep: tokens removed or inserted before it since its KV was formed
   double context_change = 0;     // kKeep: the fidelity model's keep feature, accumulated since it was
                                  // formed (planner/fidelity_model.h keep_change; 1 after a reorder)
+  bool permuted = false;         // kKeep: its antecedents were reordered since its KV was formed (it carries
+                                 // the orbit loss, beside its drift's keep loss where tokens also changed)
   int64_t bytes_moved = 0;       // canonical/patch bytes read from the store for this step
   double estimated_seconds = 0;  // the engine's cost model (calibrated with Engine::calibrate)
   bool exact = false;            // this instance's KV equals a re-prefill of the window after the plan

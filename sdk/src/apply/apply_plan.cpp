@@ -167,6 +167,7 @@ void keep_pages(EngineCore& core, const PlanStep& s, const Entry& old, Entry& e)
   e.predicted_kl = s.predicted_kl;
   e.shortfall_kl = s.shortfall_kl;
   e.keep_change = s.context_change;
+  e.permuted = s.permuted;
   e.deferred = s.deferred;
 }
 

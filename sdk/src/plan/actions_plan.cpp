@@ -122,8 +122,12 @@ double kept_kl(const PlanInput& in) {
   double kl = in.old->kl_per_weight * in.weight;
   if (in.reordered) {
     kl += in.fidelity.predict(planner::Loss::kOrbit, 1.0, in.weight, in.sensitivity);
-  } else if (in.context_change > 0) {
-    kl += in.fidelity.predict(planner::Loss::kKeep, in.context_change, in.weight, in.sensitivity);
+  } else {
+    if (in.context_change > 0) {
+      kl += in.fidelity.predict(planner::Loss::kKeep, in.context_change, in.weight, in.sensitivity);
+    }
+    // Drifted and reordered too: the order's loss adds to the drift's (a reorder after a trim is not free).
+    if (in.permuted) kl += in.fidelity.predict(planner::Loss::kOrbit, 1.0, in.weight, in.sensitivity);
   }
   // Formed with nothing before it, its KV is the canonical: wherever it sits now behind content, it is
   // served blind, and loses at least what blind reuse is predicted to (the keep loss is calibrated on

@@ -175,13 +175,21 @@ void LayoutPlanner::measure_context_changes() {
       const planner::AntecedentChange& moved = moved_context[kept_index++];
       const double delta = static_cast<double>(removed + inserted);
       si.jumped = static_cast<double>(moved.inserted);
-      si.drift = si.keys_same ? 0.0 : si.old->drift_tokens + delta + static_cast<double>(moved.inserted);
+      const double moved_delta = static_cast<double>(moved.inserted + moved.removed);
+      si.drift = si.keys_same ? 0.0 : si.old->drift_tokens + delta + moved_delta;
+      // What a reorder moves in front of it is content it never saw; what it moves behind it, content it
+      // no longer sees: both change its context as an insertion or a removal there would.
       const double local =
           planner::keep_change(delta, static_cast<double>(si.position - change_at)) +
-          planner::keep_change(static_cast<double>(moved.inserted), static_cast<double>(moved.inserted_gap));
+          planner::keep_change(static_cast<double>(moved.inserted), static_cast<double>(moved.inserted_gap)) +
+          planner::keep_change(static_cast<double>(moved.removed), static_cast<double>(moved.removed_gap));
       si.change = si.keys_same ? 0.0 : std::min(1.0, si.old->keep_change + local);
       // The same antecedents in another order: nothing was added or removed, the keys only moved.
       if (!si.keys_same && si.drift == 0) si.change = 1.0;
+      // Its antecedents reordered by this operation (their keys changed, none added, removed or moved past
+      // it) or by an earlier one since it was formed: it carries an ordering loss beside any drift's.
+      const bool permuted_now = si.changed_now && delta == 0 && moved_delta == 0;
+      si.permuted = !si.keys_same && (si.old->permuted || permuted_now);
     } else {
       inserted += si.length;
       change_at = si.position + si.extent;
@@ -228,6 +236,7 @@ PlanInput LayoutPlanner::input_for(std::size_t i, const PlanContext* ctx) const 
   in.context_change = si.change;
   in.sensitivity = si.sensitivity;
   in.reordered = si.old != nullptr && !si.keys_same && si.drift == 0;
+  in.permuted = si.permuted && !in.reordered;
   in.moved = si.moved;
   in.kv_per_token = kv_per_token_;
   in.rope_window = plan_.rope_window;
@@ -445,6 +454,7 @@ void LayoutPlanner::finalize() {
     if (s.action == StepAction::kKeep) {
       s.drift_tokens = si.drift;
       s.context_change = si.change;
+      s.permuted = si.permuted;
       // Exact: formed exactly on these very antecedents, or holding the KV a forward behind them computes.
       s.exact = all_exact && ((si.old->exact_when_formed && si.old->formed_on == ctx_hash) ||
                               si.old->state == kv_forward(*si.key, chain));

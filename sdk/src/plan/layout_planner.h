@@ -51,6 +51,7 @@ struct SlotInfo {
   double change = 0;                 // old: divergence of its antecedent keys from those it was formed on
   double drift = 0;                  // old: tokens removed/inserted before it, accumulated
   double jumped = 0;                 // old: tokens a reorder moved in front of it (content it never saw)
+  bool permuted = false;             // old: its antecedents were reordered since it was formed (EntryMeta::permuted)
   double sensitivity = -1;           // PlanEnv::chunk_sensitivity (-1: none measured yet)
   std::vector<PlanStep> candidates;  // budget: every applicable action, cheapest first
   std::size_t chosen = 0;

@@ -68,6 +68,7 @@ struct PlanInput {
   double context_change = 0;                          // old: keep_change of its drift since formed (fidelity_model.h)
   double sensitivity = -1;                            // chunks: its patches' sensitivity (-1: unknown, turns)
   bool reordered = false;                             // old: the same antecedents as formed on, in another order
+  bool permuted = false;                              // old: drifted, and its antecedents reordered since formed
   bool moved = false;                                 // old: its position changes
   int64_t kv_per_token = 0;
   int64_t rope_window = 0;  // Plan::rope_window: the window length its forwards run at (0: each one's own end)

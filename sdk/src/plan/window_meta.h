@@ -75,6 +75,7 @@ struct EntryMeta {
   bool exact_when_formed = false;  // formed exactly over an exact context
   double predicted_kl = 0;         // the fidelity model's KL this instance carries (0 when exact)
   double keep_change = 0;          // the keep feature accumulated since formed (fidelity_model.h)
+  bool permuted = false;           // its antecedents were reordered since formed (kept over a reorder)
   double kl_per_weight = 0;        // of which its serving action's own loss, per unit recency weight
   // Dynamic-NTK RoPE (ModelLimits::dynamic_ntk): the window length whose rotary base its content carries (the
   // length the forward that made it ran at, a canonical's own length; apply's formed_window), and of predicted_kl what

@@ -5,7 +5,8 @@
 // attends to instances it never saw); moving another one from before it to after it removes content from
 // its context. Only an instance whose antecedents stay the same set, in another order, loses what an
 // orbit patch (the mean over orderings) would. The fidelity model prices the first two as the keep loss of
-// an insertion or a removal (fidelity_model.h keep_change), the third as the orbit loss.
+// an insertion or a removal (fidelity_model.h keep_change), the third as the orbit loss (added to the keep
+// loss of an instance that had drifted before).
 //
 // Given the kept instances in their new order with their old rank, old and new positions and token
 // counts, antecedent_changes() returns per instance the tokens inserted before it and removed from before

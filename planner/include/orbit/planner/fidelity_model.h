@@ -17,8 +17,12 @@
 //               Measured with `orbit replay --attribute` on generated web traces, the tail screenshot's KV
 //               change² / s after a 32-token removal 88 tokens back was 0.2 against a share of 0.22, and
 //               with a cubed share the budget held on 79% of the probed steps of 18 held-out traces
+//               A reorder counts what it moves from behind the instance to before it as an insertion and what
+//               it moves from before it to behind it as a removal (antecedents.h)
 //   blind       f = 1 (the canonical alone; its whole context is unseen)
-//   orbit       f = 1 (an orbit patch: the mean over orderings applied to one ordering)
+//   orbit       f = 1 (an orbit patch: the mean over orderings applied to one ordering; also a kept instance
+//               whose antecedents were reordered, the same set in another order: alone, or on top of its
+//               keep loss where tokens were also removed or inserted before it since it was formed)
 //   stale       f = the divergence of the stale patch's context from the current one. Calibrated on two
 //               patterns: the chunk's predecessor replaced (formed behind [A, X], used behind [A, Y]), and a
 //               recall (formed behind [P, A], used at the end of [P, A, X, Y]), which loses about half as
