@@ -169,7 +169,9 @@ int redis_key_slot(const std::string& key) {
 std::string redact_redis_url(const std::string& text) {
   const auto scheme = text.find("://");
   const std::size_t start = scheme == std::string::npos ? 0 : scheme + 3;
-  const auto at = text.rfind('@', text.find('/', start));
+  // The last '@': a host, port or database never holds one, and a password given with an unescaped '/' or '@'
+  // is still all before it (bounded at the first '/', "pass/wo@rd" would show "wo").
+  const auto at = text.rfind('@');
   if (at == std::string::npos || at < start) return text;
   const std::string userinfo = text.substr(start, at - start);
   const auto colon = userinfo.find(':');
@@ -190,8 +192,8 @@ RedisUrl parse_redis_url(const std::string& given) {
   out.cluster = scheme.find("cluster") != std::string::npos;
   out.tls = scheme.rfind("rediss", 0) == 0;
   std::string rest = given.substr(scheme_end + 3);
-  const auto at = rest.rfind('@', rest.find('/'));
-  if (at != std::string::npos) {  // [user:]password@
+  const auto at = rest.rfind('@');  // the last, as redact_redis_url reads it
+  if (at != std::string::npos) {    // [user:]password@
     const std::string userinfo = rest.substr(0, at);
     rest = rest.substr(at + 1);
     const auto colon = userinfo.find(':');

@@ -303,6 +303,12 @@ TEST_CASE("redis URLs: IPv6 hosts in brackets and percent-encoded credentials", 
   CHECK(creds.password == "p@ss/w%rd");
   CHECK(creds.text.find("p%40ss") == std::string::npos);
   CHECK(creds.text.find("p@ss") == std::string::npos);
+  // A password with an unescaped '/' or '@' still ends at the last '@', and no part of it is shown.
+  const RedisUrl raw = parse_redis_url("redis://:Sup3r@Secret/Pass:9@127.0.0.1:6379/2");
+  CHECK(raw.password == "Sup3r@Secret/Pass:9");
+  CHECK(raw.db == 2);
+  CHECK(raw.text == "redis://:***@127.0.0.1:6379/2");
+  CHECK(redact_redis_url("redis://u:Sup3r@Secret/Pass:9@h:1/x") == "redis://u:***@h:1/x");
   for (const char* bad : {"redis://u:p%4@h:1", "redis://u:p%zz@h:1", "redis://u:pw%@h:1"}) {
     INFO(bad);
     try {
