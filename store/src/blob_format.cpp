@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <limits>
 
@@ -202,9 +204,13 @@ Result<BlobFrame> check_frame(const uint8_t* data, std::size_t size, const std::
   frame.body = size - kBlobTrailerBytes;
   frame.checksum = Sha256().update(data, frame.body).hex_digest();
   const std::string trailer(reinterpret_cast<const char*>(data + frame.body), kBlobTrailerBytes);
-  if (trailer != frame.checksum)
-    return corrupt(origin, "checksum mismatch (trailer " + trailer.substr(0, 16) + "..., contents " +
-                               frame.checksum.substr(0, 16) + "...)");
+  if (trailer != frame.checksum) {
+    // A trailer that is not hex (a truncated or overwritten blob ends in other bytes) is not printed as it is.
+    const bool hex = std::all_of(trailer.begin(), trailer.end(), [](char c) { return std::isxdigit(c) != 0; });
+    return corrupt(origin, "checksum mismatch (" +
+                               (hex ? "trailer " + trailer.substr(0, 16) + "..." : std::string("no checksum trailer")) +
+                               ", contents " + frame.checksum.substr(0, 16) + "...)");
+  }
   if (!expected_checksum.empty() && expected_checksum != frame.checksum) {
     return corrupt(origin, "checksum " + frame.checksum.substr(0, 16) + "... differs from the index's " +
                                expected_checksum.substr(0, 16) + "...");

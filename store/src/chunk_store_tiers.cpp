@@ -102,7 +102,8 @@ Status ChunkStore::make_room(Tier& t, int64_t need, const std::string& exclude) 
   if (t.budget_bytes() - t.used_bytes() >= need) return Status::ok();
   return Status::out_of_capacity(
       std::string(name) + " tier: could not free " + std::to_string(need) +
-      " bytes (an eviction failed on disk, or an entry past max_held_fraction had its remote write in flight)");
+      " bytes (an eviction failed on disk, an entry past max_held_fraction had its remote write in flight, or "
+      "the entries left hold writes recorded for a remote this process does not reach)");
 }
 
 ChunkStore::HeldForRemote ChunkStore::held_for_remote(const Tier& t, const std::string& exclude) const {

@@ -299,6 +299,13 @@ Result<ValuePtr> DiskTier::load(const DiskRow& row) const {
     return Status::not_found("corrupt blob " + where + ": it holds key " + decoded.value().key + " of model " +
                              decoded.value().model_fingerprint);
   }
+  // A store that keeps its entries exact does not serve another's lossy copy as exact: a miss (recomputed), the
+  // entry kept for the stores that wrote it so.
+  if (decoded.value().encoding == BlobEncoding::kInt8 && !options_.int8_canonicals) {
+    return Status::refused(where +
+                           ": written as int8 rows (lossy) by a store with the int8 cold tier, and this "
+                           "one keeps its entries exact");
+  }
   return decoded.value().value;
 }
 

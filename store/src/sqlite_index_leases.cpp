@@ -74,6 +74,15 @@ Result<bool> SqliteIndex::erase_unleased(const std::string& key, int64_t now, st
     if (rc == SQLITE_ROW) return false;  // its remote write is still to be sent from this copy
     if (rc != SQLITE_DONE) return failure(rc, "reading pending remote writes");
   }
+  {  // A write recorded for another remote (or for any, in a process without one) is not this process's to send
+     // or give up: the entry stays until an open with that remote delivers it, gives it up past its own bound,
+     // or `orbit store forget-remote` drops the record.
+    Stmt other(db_, "SELECT 1 FROM remote_pending WHERE key = ?1 AND remote <> ?2 AND kind = 0 LIMIT 1", path_);
+    other.bind(1, key).bind(2, remote);
+    const int rc = other.step();
+    if (rc == SQLITE_ROW) return false;
+    if (rc != SQLITE_DONE) return failure(rc, "reading pending remote writes");
+  }
   if (!remote.empty() && abandon_through > 0) {  // the write given up: its record goes with the row
     Stmt drop(db_, "DELETE FROM remote_pending WHERE key = ?1 AND remote = ?2 AND kind = 0 AND seq <= ?3", path_);
     drop.bind(1, key).bind(2, remote).bind(3, abandon_through);

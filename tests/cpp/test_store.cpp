@@ -322,7 +322,8 @@ TEST_CASE("orbit store ls, stat, verify and gc", "[store][cpu]") {
   Run bad = run(cli + "verify --store " + d);
   CHECK(bad.status == 1);
   CHECK_THAT(bad.out, Contains("BAD " + entries[1]["key"].get<std::string>()) && Contains(victim) &&
-                          Contains("checksum") && Contains("1 unreferenced blobs, 1 temp files"));
+                          Contains("checksum") && Contains("1 unreferenced blobs (") && Contains("repair restores") &&
+                          Contains("1 temp files"));
   Run dry = run(cli + "gc --dry-run --store " + d);
   CHECK(dry.status == 0);
   CHECK(std::filesystem::exists(sub / "orphan.blob"));

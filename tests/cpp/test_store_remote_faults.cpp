@@ -367,6 +367,18 @@ TEST_CASE("writes a close left queued for a down server are re-sent from the loc
     ChunkStore down(o);
     CHECK(down.stats().remote.resent == 0);
   }
+  {  // a process without the remote, its disk budget full: it cannot send those writes, so it keeps their entries
+    ChunkStoreOptions local = o;
+    local.remote = RemoteOptions{};
+    local.host_budget_bytes = 0;
+    local.disk_budget_bytes = 300 << 10;  // entries 2 to 4 take ~140 KiB; 101 to 109 (~50 KiB each) need room
+    ChunkStore tight(local);
+    for (int64_t i = 101; i < 110; ++i) {
+      if (i % 5 != 0) (void)tight.put(remote_key(i), test::store_test_value(i));  // (multiples of 5: 2 MiB)
+    }
+    CHECK(tight.stats().tiers[2].evictions > 0);
+    for (int64_t i = 2; i <= 4; ++i) CHECK(tight.get(remote_key(i)).is_ok());
+  }
   server.start();  // empty: only a re-send can put entries 2 to 4 there
   ChunkStoreOptions quiet = o;
   quiet.remote.warn = false;

@@ -504,6 +504,38 @@ TEST_CASE("int8 cold tier: about a quarter of the bytes at a measured KV error",
   CHECK(content_equal(content_from_value(*exact.get(k).value()), canonical));  // the default stays exact
 }
 
+TEST_CASE("a store that keeps entries exact does not read another's int8 copy as exact", "[store][cpu][model]") {
+  const auto model = rt::load_model(test::stories_path());
+  rt::ChunkInput input;
+  for (int64_t t = 0; t < 32; ++t) input.tokens.push_back((t * 37 + 5) % 512);
+  const rt::Content canonical = rt::canonical(*model, input);
+  const std::string k = chunk_key_tokens(model->fingerprint(), input.tokens);
+  test::TempDir dir;
+  ChunkStoreOptions o;
+  o.model_fingerprint = model->fingerprint();
+  o.dir = dir.path().string();
+  o.host_budget_bytes = 0;  // every read goes to the disk
+  o.warn_disk_errors = false;
+  {
+    ChunkStoreOptions cold_options = o;
+    cold_options.int8_cold_tier = true;
+    ChunkStore cold(cold_options);
+    REQUIRE(cold.put(k, canonical_value(canonical), PutOptions{StoreTier::kDisk}).is_ok());
+  }
+  {
+    ChunkStore exact(o);
+    const Result<ValuePtr> read = exact.get(k);
+    REQUIRE_FALSE(read.is_ok());  // a miss: the caller recomputes the canonical
+    CHECK_THAT(read.status().reason(), Contains("int8") && Contains("exact"));
+    CHECK(exact.contains(k));  // kept, for the stores that wrote it so
+  }
+  ChunkStoreOptions cold_options = o;
+  cold_options.int8_cold_tier = true;
+  ChunkStore cold(cold_options);
+  REQUIRE(cold.get(k).is_ok());  // the int8 store reads it, as it chose to
+  CHECK(list_store(o.dir).size() == 1);
+}
+
 TEST_CASE("embedding cache: embeddings and grid round-trip under their own key", "[store][cpu][model]") {
   const auto model = rt::load_model(test::stories_path());
   const std::vector<int64_t> tokens{1, 403, 407, 261, 50, 9};
