@@ -499,30 +499,46 @@ Result<RedisReply> RedisClient::transaction(const std::vector<std::vector<std::s
   pipeline.push_back({"MULTI"});
   pipeline.insert(pipeline.end(), commands.begin(), commands.end());
   pipeline.push_back({"EXEC"});
-  std::vector<RedisReply> replies;
-  Result<RedisReply> r = run(*node, pipeline, false, &replies);
-  if (!r) {
+  // A slot that moved (MOVED to a queued command: a reshard finished since the slots were read) sends the whole
+  // transaction to its new owner once; nothing was applied where EXEC aborted.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    std::vector<RedisReply> replies;
+    Result<RedisReply> r = run(*node, pipeline, false, &replies);
+    if (!r) {
+      if (url_.cluster) slots_known_ = false;
+      return r;
+    }
+    if (r.value().type == RedisReply::Type::kArray) return r;
+    RedisEndpoint to;
+    const RedisReply* refused = nullptr;  // the first queued command the server refused
+    bool moved = false;
+    for (const RedisReply& queued : replies) {
+      if (redirection(queued, "ASK", &to)) {
+        // The slot is migrating and these keys are not on the source: they go to the importing node. A
+        // multi-key transaction there is refused (TRYAGAIN) until the migration ends, so the commands run
+        // one by one in order, each after ASKING; EXEC's reply array is rebuilt from their replies.
+        RedisReply exec;
+        exec.type = RedisReply::Type::kArray;
+        Result<RedisReply> last = run(*node_at(to), commands, true, &exec.elements);
+        if (!last) return last;
+        return exec;
+      }
+      if (redirection(queued, "MOVED", &to)) {
+        moved = true;
+        break;
+      }
+      if (refused == nullptr && queued.is_error() && queued.str != r.value().str) refused = &queued;
+    }
     if (url_.cluster) slots_known_ = false;
-    return r;
+    if (moved && url_.cluster && attempt == 0) {
+      node = node_at(to);
+      continue;
+    }
+    // EXECABORT: nothing was applied. Named by the queued command's own error (OOM, WRONGTYPE, ...).
+    return Status::refused("redis " + node->endpoint.str() + ": transaction aborted: " +
+                           (refused != nullptr ? refused->str + " (" + r.value().str + ")" : r.value().str));
   }
-  RedisEndpoint to;
-  for (const RedisReply& queued : replies) {
-    if (r.value().type == RedisReply::Type::kArray || !redirection(queued, "ASK", &to)) continue;
-    // The slot is migrating and these keys are not on the source: they go to the importing node. A
-    // multi-key transaction there is refused (TRYAGAIN) until the migration ends, so the commands run
-    // one by one in order, each after ASKING; EXEC's reply array is rebuilt from their replies.
-    RedisReply exec;
-    exec.type = RedisReply::Type::kArray;
-    Result<RedisReply> last = run(*node_at(to), commands, true, &exec.elements);
-    if (!last) return last;
-    return exec;
-  }
-  if (r.value().type != RedisReply::Type::kArray) {
-    // EXECABORT after a queued command was redirected (MOVED/ASK) or refused: nothing was applied.
-    if (url_.cluster) slots_known_ = false;
-    return Status::refused("redis " + node->endpoint.str() + ": transaction aborted: " + r.value().str);
-  }
-  return r;
+  return Status::refused("redis cluster " + url_.text + ": the transaction's slot moved again");
 }
 
 Result<std::vector<RedisEndpoint>> RedisClient::masters() {

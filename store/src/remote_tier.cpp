@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstring>
 #include <iterator>
+#include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -65,9 +66,25 @@ std::set<std::string>& reported_causes() {
   return causes;
 }
 
+// The live tiers by the URL they show: a start-up check's failure counts on them at once (RemoteTier::failed),
+// so stats() says the remote is down from then on, not only after the tier's own first failure.
+std::mutex& live_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::multimap<std::string, RemoteTier*>& live_tiers() {
+  static std::multimap<std::string, RemoteTier*> tiers;
+  return tiers;
+}
+
 void note_reported(const std::string& shown_url, const std::string& cause) {
-  std::lock_guard<std::mutex> lock(reported_mutex());
-  reported_causes().insert(shown_url + "\n" + cause);
+  {
+    std::lock_guard<std::mutex> lock(reported_mutex());
+    reported_causes().insert(shown_url + "\n" + cause);
+  }
+  std::lock_guard<std::mutex> lock(live_mutex());  // held: a tier unregisters (and is destroyed) only after this
+  const auto [first, last] = live_tiers().equal_range(shown_url);
+  for (auto it = first; it != last; ++it) it->second->check_failed(cause);  // reported: not warned again
 }
 
 bool was_reported(const std::string& shown_url, const std::string& cause) {
@@ -133,9 +150,21 @@ RemoteTier::RemoteTier(RemoteOptions options, std::string model_fingerprint, std
     resend_done_ = resend_through_ == 0;
   }
   writer_ = std::thread([this] { writer_loop(); });
+  std::lock_guard<std::mutex> lock(live_mutex());
+  live_tiers().emplace(stats_.url, this);
 }
 
 RemoteTier::~RemoteTier() {
+  {
+    std::lock_guard<std::mutex> lock(live_mutex());
+    auto [first, last] = live_tiers().equal_range(stats_.url);
+    for (auto it = first; it != last; ++it) {
+      if (it->second == this) {
+        live_tiers().erase(it);
+        break;
+      }
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;  // the write in flight (the queue's front) finishes and is counted by the writer

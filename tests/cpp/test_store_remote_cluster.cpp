@@ -87,6 +87,22 @@ TEST_CASE("a 3-node redis cluster: slots across nodes, MOVED after a reshard", "
   }
   CHECK(std::stoll(test::redis_cli(nodes[0]->port(), "DBSIZE")) == 0);
   CHECK(b.stats().remote.corrupt == 0);
+  // Writes (transactions) with the old slot map follow MOVED too: each is sent to the slot's new owner whole.
+  for (int64_t i = 31; i <= 40; ++i) REQUIRE(a.put(remote_key(i), test::store_test_value(i)).is_ok());
+  REQUIRE(a.drain_remote(std::chrono::milliseconds(20000)));
+  CHECK(a.stats().remote.write_failures == 0);
+  ChunkStore c(test::remote_store_options(url));  // reads them from the cluster
+  for (int64_t i = 31; i <= 40; ++i) CHECK(values_equal(*c.get(remote_key(i)).value(), *test::store_test_value(i)));
+}
+
+TEST_CASE("a transaction the server aborts names the queued command's own error", "[store][remote]") {
+  test::TempDir dir;
+  test::RedisServer server(dir / "redis");
+  RedisClient client(parse_redis_url(server.url()), RedisClientOptions{});
+  const Result<RedisReply> r = client.transaction({{"SET", "k", "v"}, {"SET", "k"}}, "k");
+  REQUIRE_FALSE(r.is_ok());
+  CHECK_THAT(r.status().reason(), Contains("transaction aborted") && Contains("wrong number of arguments"));
+  CHECK(test::redis_cli(server.port(), "EXISTS k").find('0') != std::string::npos);  // nothing was applied
 }
 
 TEST_CASE("a redis cluster slot in migration: puts and gets follow ASK with ASKING", "[store][remote]") {

@@ -39,7 +39,9 @@ def test_an_unreachable_remote_is_named_once_at_open_and_the_engine_works(orbit,
 def test_a_wrong_password_is_named_with_the_url_redacted_and_the_right_one_is_quiet(orbit, stories260k_path,
                                                                                     redis_port):
     engine, caught = open_engine(orbit, stories260k_path, f"redis://:hunter2@127.0.0.1:{redis_port}")
+    remote = engine.stats.store.remote  # the open's check counts on the tier at once, before any use of it
     engine.close()
+    assert not remote.available and remote.outages == 1 and remote.errors == 1 and "AUTH" in remote.last_error
     assert len(caught) == 1
     message = str(caught[0].message)
     assert f"Engine: remote redis://:***@127.0.0.1:{redis_port} is unreachable at open" in message

@@ -190,6 +190,9 @@ class RemoteTier {
 
   RemoteStats stats() const;
   const RemoteOptions& options() const { return options_; }
+  // A start-up check of this tier's remote (orbit::ping_remote, which calls it on every live tier of the URL)
+  // failed: counted as the tier's own failure (down, an outage, last_error), not warned of again.
+  void check_failed(const std::string& cause) { failed(cause); }
 
  private:
   bool available();  // false while down (retry_after_ms not yet passed)
