@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sqlite3.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -252,7 +253,26 @@ int64_t DiskTier::charge(const StoredValue& value) const {
 
 std::string DiskTier::absolute(const std::string& blob) const { return options_.dir + "/" + blob; }
 
+Status DiskTier::check_in_place() const {
+  struct stat held {};
+  struct stat there {};
+  if (::fstat(lock_fd_, &held) != 0) return Status::ok();  // cannot tell: the write goes on
+  const std::string lock_path = options_.dir + "/LOCK";
+  if (::stat(lock_path.c_str(), &there) == 0 && there.st_dev == held.st_dev && there.st_ino == held.st_ino) {
+    return Status::ok();
+  }
+  return Status::refused("store " + options_.dir + " was moved or removed while this process had it open (" +
+                         lock_path +
+                         " is not the file it opened): nothing more is written there; open the store "
+                         "again where it is");
+}
+
 Result<PreparedBlob> DiskTier::prepare(const std::string& key, const StoredValue& value) const {
+  // A store moved or removed under this process would get new blobs at the old path, indexed in the moved
+  // index.sqlite (an open handle follows the file): the blobs unreachable from the index, the index's rows
+  // naming files that are not in its directory.
+  Status in_place = check_in_place();
+  if (!in_place) return in_place;
   PreparedBlob out;
   out.key = key;
   out.kind = value.kind;

@@ -115,6 +115,36 @@ TEST_CASE("a blob directory another process made is synced into its parent befor
   CHECK(synced.size() == 3);
 }
 
+TEST_CASE("a store moved or removed while open gets no more writes at its old path", "[store][cpu]") {
+  test::TempDir dir;
+  const std::string path = (dir.path() / "s").string(), moved = (dir.path() / "moved").string();
+  for (const bool remove : {false, true}) {
+    INFO((remove ? "removed" : "moved"));
+    ChunkStoreOptions o = disk_options(path);
+    o.warn_disk_errors = false;
+    ChunkStore store(o);
+    REQUIRE(store.put(key(1), test::store_test_value(1)).is_ok());
+    if (remove) {
+      fs::remove_all(path);
+    } else {
+      fs::rename(path, moved);
+    }
+    (void)store.put(key(2), test::store_test_value(2));  // kept in memory; the disk write refused
+    const StoreStats stats = store.stats();
+    CHECK(stats.disk_degraded);
+    CHECK(stats.io_errors >= 1);
+    CHECK_FALSE(fs::exists(path));  // not made again
+    CHECK(store.get(key(2)).is_ok());
+    if (!remove) {
+      const VerifyReport report = verify_store(moved);  // the moved store is whole: one entry, nothing stray
+      CHECK(report.problems.empty());
+      CHECK(report.checked == 1);
+      CHECK(report.unreferenced_blobs == 0);
+      fs::remove_all(moved);
+    }
+  }
+}
+
 TEST_CASE("disk full and permission errors are clear errors that leave the index consistent", "[store][cpu]") {
   test::TempDir dir;
   const std::string d = dir.path().string();

@@ -102,7 +102,10 @@ class DiskTier final : public Tier {
   // ---- thread-safe -------------------------------------------------------------------------------
   // Encodes and durably writes the blob (no index change). Errors: out_of_capacity (disk full),
   // refused (permission, I/O), each naming the path.
+  // Refused (naming the directory) when the store was moved or removed while open: its LOCK file at the path is
+  // not the one this process holds.
   Result<PreparedBlob> prepare(const std::string& key, const StoredValue& value) const;
+  Status check_in_place() const;
   // Unlinks a prepared blob that will not be committed.
   void discard(const PreparedBlob& blob) const;
   // Reads and verifies the blob a row names. not_found with "key K, blob P: reason" when it is missing,
