@@ -519,6 +519,13 @@ def test_bad_chunk_parts_name_the_message_and_the_part(orbit, engine, stories260
         sync([{"type": "image", "image": "x.png"}])
     with pytest.raises(ValueError, match=r"messages\[1\]\.content\[1\]\.type is missing"):
         sync([shot, {"text": "x"}])
+    with pytest.raises(TypeError, match=r"messages\[1\]\.content\[0\]\.type: expected 'text' or 'chunk', got a int"):
+        sync([{"type": 1, "text": "x"}])
+    with pytest.raises(ValueError, match=r"messages\[1\]\.content\[0\]\.text: a text part needs 'text'"):
+        sync([{"type": "text"}])
+    with pytest.raises(TypeError, match=r"messages\[1\]\.content\[0\]\.text: a text part needs 'text' \(a str\), "
+                                        r"got a int"):
+        sync([{"type": "text", "text": 5}])
     with pytest.raises(TypeError, match=r"messages\[1\]\.content\[0\]\.chunk: a chunk part needs 'chunk'.*str"):
         sync([{"type": "chunk", "chunk": "not a chunk"}])
     with pytest.raises(TypeError, match=r"messages\[1\]\.content\[0\]: expected a part dict"):

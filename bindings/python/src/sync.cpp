@@ -59,13 +59,15 @@ ContentPart part_of(const py::handle part, std::size_t i, std::size_t j) {
                          type_name(part));
   }
   const py::dict p = py::reinterpret_borrow<py::dict>(part);
-  if (!p.contains("type") || !py::isinstance<py::str>(p["type"])) {
-    throw py::value_error(part_where(i, j) + ".type is missing ('text' or 'chunk')");
+  if (!p.contains("type")) throw py::value_error(part_where(i, j) + ".type is missing ('text' or 'chunk')");
+  if (!py::isinstance<py::str>(p["type"])) {
+    throw py::type_error(part_where(i, j) + ".type: expected 'text' or 'chunk', got a " + type_name(p["type"]));
   }
   const std::string type = p["type"].cast<std::string>();
   if (type == "text") {
-    if (!p.contains("text") || !py::isinstance<py::str>(p["text"])) {
-      throw py::value_error(part_where(i, j) + ".text: a text part needs 'text' (a str)");
+    if (!p.contains("text")) throw py::value_error(part_where(i, j) + ".text: a text part needs 'text' (a str)");
+    if (!py::isinstance<py::str>(p["text"])) {
+      throw py::type_error(part_where(i, j) + ".text: a text part needs 'text' (a str), got a " + type_name(p["text"]));
     }
     return ContentPart::of_text(utf8_arg(p["text"], part_where(i, j) + ".text"));
   }
