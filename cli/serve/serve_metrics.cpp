@@ -179,9 +179,12 @@ std::string render_memory_metrics(const EngineStats& stats) {
     }
   }
   const StoreStats& st = stats.store;
-  out << "# HELP orbit_store_faults_total Store faults: blobs found corrupt on read (recomputed when needed), "
+  out << "# HELP orbit_store_faults_total Store faults: blobs found corrupt on read (recomputed when needed), blobs "
+         "the "
+         "file system refused to read (kept, recomputed while unreadable), "
          "disk writes that failed, remote values that failed verification.\n# TYPE orbit_store_faults_total counter\n"
       << "orbit_store_faults_total{kind=\"corrupt_read\"} " << st.corrupt_reads << "\n"
+      << "orbit_store_faults_total{kind=\"unreadable_read\"} " << st.unreadable_reads << "\n"
       << "orbit_store_faults_total{kind=\"disk_write\"} " << st.io_errors << "\n"
       << "orbit_store_faults_total{kind=\"remote_corrupt\"} " << st.remote.corrupt << "\n"
       << "# HELP orbit_store_demotions_lost_total Entries a memory tier let go under its budget that the disk could "

@@ -259,6 +259,7 @@ ChunkStore::LocalGet ChunkStore::disk_read_failed(const std::string& key, const 
   if (failure.code() == StatusCode::kRefused) {
     // The read failed, not the blob (e.g. out of file descriptors): a miss now, the entry stays for
     // this and every other process. Only a missing file or a failed verification marks it corrupt.
+    ++unreadable_reads_;
     if (options_.warn_disk_errors && unreadable_warned_.insert(row.blob).second) {
       orbit::warn("store " + options_.dir + ": " + failure.reason() + "; the entry " + key +
                   " is kept and recomputed while it cannot be read (`orbit store verify` lists what it cannot "
@@ -436,6 +437,7 @@ StoreStats ChunkStore::stats() const {
   s.internal_reads = internal_reads_;
   s.refusals = refusals_;
   s.corrupt_reads = corrupt_reads_;
+  s.unreadable_reads = unreadable_reads_;
   s.io_errors = io_errors_;
   s.demotions_lost = demotions_lost_;
   s.disk_degraded = disk_degraded_;

@@ -341,6 +341,7 @@ TEST_CASE("a read that runs out of file descriptors is a miss that marks nothing
   CHECK_THAT(miss.reason(), Contains("Too many open files") && Contains("kept"));
   CHECK(store.faults().empty());
   CHECK(store.stats().corrupt_reads == 0);
+  CHECK(store.stats().unreadable_reads == 1);  // counted apart
   for (const StoreEntryInfo& e : list_store(d)) CHECK_FALSE(e.marked_corrupt);
   Result<ValuePtr> again = store.get(key(1));  // the descriptors are back: the entry is still there
   REQUIRE(again.is_ok());

@@ -87,6 +87,8 @@ void def_store_stats(py::module_& m) {
                     "The engine's own reads (its stored fidelity calibration), kept out of misses and the tiers' hits.")
       .def_readonly("refusals", &StoreStats::refusals, "Puts no tier could admit.")
       .def_readonly("corrupt_reads", &StoreStats::corrupt_reads, "Blobs that failed their checksum.")
+      .def_readonly("unreadable_reads", &StoreStats::unreadable_reads,
+                    "Blobs the file system refused to read (permission, I/O): misses, the entry kept.")
       .def_readonly("io_errors", &StoreStats::io_errors, "Puts that failed on disk.")
       .def_readonly("demotions_lost", &StoreStats::demotions_lost,
                     "Entries a memory tier let go under its budget that the disk could not take (a failed disk "

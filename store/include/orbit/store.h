@@ -180,7 +180,9 @@ struct StoreStats {
   int64_t misses = 0;         // get()s that found nothing (the owner's own reads excepted: internal_reads)
   int64_t refusals = 0;       // puts no tier could admit (backpressure)
   int64_t corrupt_reads = 0;  // blobs that failed their checksum on read (served as misses)
-  int64_t io_errors = 0;      // puts that failed on disk (full, permission)
+  // Blobs the file system refused to read (permission, I/O error, out of descriptors): misses, the entry kept.
+  int64_t unreadable_reads = 0;
+  int64_t io_errors = 0;  // puts that failed on disk (full, permission)
   // Entries a memory tier let go under its budget that the disk could not take (ChunkStoreOptions::write_through =
   // false, where an entry reaches the disk only so, or a disk whose write failed): gone from the store (recomputed
   // when needed), as a disk eviction's. Memory's budget is not grown for them: the first in a run is warned about

@@ -323,6 +323,7 @@ class ChunkStore {
   uint64_t clock_ = 0;
   Counters counters_[3];
   int64_t misses_ = 0, internal_reads_ = 0, refusals_ = 0, corrupt_reads_ = 0, io_errors_ = 0;
+  int64_t unreadable_reads_ = 0;
   bool disk_degraded_ = false;
   std::string disk_warning_;
   // Keys put while the disk failed, held only in a memory tier until disk_recovered() writes them back.
