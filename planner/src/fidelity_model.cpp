@@ -19,6 +19,7 @@ const char* loss_name(Loss kind) noexcept {
     case Loss::kFirstK: return "first-k";
     case Loss::kCacheBlend: return "cacheblend";
     case Loss::kShortfall: return "shortfall";
+    case Loss::kQuantized: return "quantized";
   }
   return "?";
 }
@@ -127,7 +128,7 @@ double truncation_stand_in(double rank, double full_rank) noexcept {
 FidelityModel::FidelityModel() {
   // KL per unit of f·w at the reference sensitivity: what Engine::calibrate() fits on the bundled
   // stories260K (`orbit replay tests/data/traces/lookback.json --calibrate` prints it).
-  coef_ = {0.00841, 0.0274, 0.0075, 0.0396, 0.104, 0.0373, 0.0300, kShortfallCoefficient};
+  coef_ = {0.00841, 0.0274, 0.0075, 0.0396, 0.104, 0.0373, 0.0300, kShortfallCoefficient, kQuantizedCoefficient};
   reference_sensitivity_ = 7.9e-3;
   fitted_.fill(false);
 }
@@ -237,7 +238,8 @@ double FidelityCorrection::factor() const {
 std::string FidelityModel::describe() const {
   std::ostringstream out;
   for (int k = 0; k < kLossKinds; ++k) {
-    if (static_cast<Loss>(k) == Loss::kShortfall && !fitted_[static_cast<std::size_t>(k)]) continue;
+    const bool named_when_fitted = static_cast<Loss>(k) == Loss::kShortfall || static_cast<Loss>(k) == Loss::kQuantized;
+    if (named_when_fitted && !fitted_[static_cast<std::size_t>(k)]) continue;
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.2e", coef_[static_cast<std::size_t>(k)]);
     out << (k ? ", " : "") << loss_name(static_cast<Loss>(k)) << " " << buf

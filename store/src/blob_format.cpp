@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -227,10 +230,20 @@ Result<BlobFrame> check_frame(const uint8_t* data, std::size_t size, const std::
   return frame;
 }
 
-// The tensor record at `c` and its payload in `bytes`: a view of it (raw) or its rows dequantized (int8). A
-// record the cursor runs out inside leaves `c` failed and returns an empty NamedTensor (the caller reports the
-// header record malformed); a record that reads but does not fit returns its corrupt() status.
-Result<NamedTensor> read_tensor(Cursor& c, const at::Tensor& bytes, const BlobFrame& frame, const std::string& origin) {
+// What int8 rows lost, summed over a blob's quantized tensors: rounding to a step s leaves an error uniform in
+// [-s/2, s/2] (variance s² / 12) on each value, so a row of d values is expected to carry d · s² / 12 of error
+// energy; `signal` is the energy of the values read back.
+struct RoundingEnergy {
+  double error = 0;
+  double signal = 0;
+};
+
+// The tensor record at `c` and its payload in `bytes`: a view of it (raw) or its rows dequantized (int8, their
+// expected rounding error added to `rounding`). A record the cursor runs out inside leaves `c` failed and returns
+// an empty NamedTensor (the caller reports the header record malformed); a record that reads but does not fit
+// returns its corrupt() status.
+Result<NamedTensor> read_tensor(Cursor& c, const at::Tensor& bytes, const BlobFrame& frame, const std::string& origin,
+                                RoundingEnergy& rounding) {
   NamedTensor t;
   t.name = c.get_str();
   const auto code = c.get<uint8_t>();
@@ -271,12 +284,26 @@ Result<NamedTensor> read_tensor(Cursor& c, const at::Tensor& bytes, const BlobFr
     const at::Tensor q = bytes.narrow(0, begin, static_cast<int64_t>(numel)).view(at::kChar);
     const at::Tensor s =
         bytes.narrow(0, begin + static_cast<int64_t>(qbytes), static_cast<int64_t>(4 * rows)).view(at::kFloat);
-    t.tensor = (q.to(at::kFloat).view({static_cast<int64_t>(rows), -1}) * s.view({-1, 1})).view(shape).to(dtype);
+    const at::Tensor x = q.to(at::kFloat).view({static_cast<int64_t>(rows), -1}) * s.view({-1, 1});
+    rounding.error += static_cast<double>(x.size(1)) * s.to(at::kDouble).square().sum().item<double>() / 12.0;
+    rounding.signal += x.to(at::kDouble).square().sum().item<double>();
+    t.tensor = x.view(shape).to(dtype);
   }
   return t;
 }
 
 }  // namespace
+
+double quantization_error(const std::string& attribute) {
+  if (attribute.empty()) return 0.0;
+  const double e = std::strtod(attribute.c_str(), nullptr);
+  return std::isfinite(e) && e > 0 ? e : 0.0;
+}
+
+double quantization_error(const StoredValue& value) {
+  auto it = value.attrs.find(kQuantizationErrorAttr);
+  return it == value.attrs.end() ? 0.0 : quantization_error(it->second);
+}
 
 Result<DecodedBlob> decode_blob(const at::Tensor& bytes, const std::string& expected_checksum,
                                 const std::string& origin) {
@@ -306,14 +333,22 @@ Result<DecodedBlob> decode_blob(const at::Tensor& bytes, const std::string& expe
     attrs[name] = c.get_str();
   }
   std::vector<NamedTensor> tensors;
+  RoundingEnergy rounding;
   const uint32_t num_tensors = c.get<uint32_t>();
   for (uint32_t i = 0; i < num_tensors && !c.failed(); ++i) {
-    Result<NamedTensor> t = read_tensor(c, bytes, frame, origin);
+    Result<NamedTensor> t = read_tensor(c, bytes, frame, origin, rounding);
     if (!t) return t.status();
     if (c.failed()) break;
     tensors.push_back(std::move(t).value());
   }
   if (c.failed() || !c.at_end()) return corrupt(origin, "malformed header record");
+  // A value dequantized before (written again from a read of an int8 blob) keeps its first estimate: its rows
+  // lie on the int8 grid already, so quantizing them again loses nothing more.
+  if (rounding.signal > 0 && attrs.count(kQuantizationErrorAttr) == 0) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.6g", rounding.error / rounding.signal);
+    attrs[kQuantizationErrorAttr] = buf;
+  }
   try {
     out.value = make_value(static_cast<EntryKind>(kind), std::move(tensors), std::move(attrs), /*copy=*/false);
   } catch (const Error& e) {

@@ -7,6 +7,7 @@
 #include "chunk_store_args.h"
 #include "orbit/common/error.h"
 #include "orbit/common/warn.h"
+#include "orbit/store/blob_format.h"
 
 namespace orbit::store {
 
@@ -225,6 +226,7 @@ ChunkStore::LocalGet ChunkStore::get_local(const std::string& key, const GetOpti
   const DiskRow* current = disk_->refresh(key);
   if (!loaded) return disk_read_failed(key, row, current, loaded.status());
   if (!options.internal) ++counters(StoreTier::kDisk).hits;
+  max_int8_error_ = std::max(max_int8_error_, store::quantization_error(*loaded.value()));
   if (options.promote && current && current->blob == row.blob) promote_disk_hit(key, loaded.value());
   return {LocalGet::kFound, std::move(loaded)};
 }
@@ -322,6 +324,18 @@ std::optional<StoreTier> ChunkStore::residence(const std::string& key) const {
   }
   if (remote_ && remote_->contains(key)) return StoreTier::kRemote;
   return std::nullopt;
+}
+
+double ChunkStore::quantization_error(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (StoreTier id : {StoreTier::kDevice, StoreTier::kHost}) {
+    const Tier* t = tier(id);
+    if (t == nullptr || !t->contains(key)) continue;
+    return store::quantization_error(t->attribute(key, kQuantizationErrorAttr));
+  }
+  const DiskRow* row = disk_ ? disk_->find(key) : nullptr;
+  if (row == nullptr || row->encoding != BlobEncoding::kInt8) return 0.0;
+  return max_int8_error_ > 0 ? max_int8_error_ : kInt8ErrorPrior;
 }
 
 Status ChunkStore::erase(const std::string& key) {

@@ -196,6 +196,13 @@ Result<ValuePtr> DeviceTier::read(const std::string& key) {
   return ValuePtr(std::move(value));
 }
 
+std::string DeviceTier::attribute(const std::string& key, const std::string& name) const {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return {};
+  auto a = it->second.attrs.find(name);
+  return a == it->second.attrs.end() ? std::string() : a->second;
+}
+
 void DeviceTier::remove(const std::string& key) {
   auto it = entries_.find(key);
   if (it == entries_.end()) return;

@@ -27,6 +27,13 @@ Result<ValuePtr> MemoryTier::read(const std::string& key) {
   return it->second.value;
 }
 
+std::string MemoryTier::attribute(const std::string& key, const std::string& name) const {
+  auto it = values_.find(key);
+  if (it == values_.end()) return {};
+  auto a = it->second.value->attrs.find(name);
+  return a == it->second.value->attrs.end() ? std::string() : a->second;
+}
+
 void MemoryTier::remove(const std::string& key) {
   auto it = values_.find(key);
   if (it == values_.end()) return;

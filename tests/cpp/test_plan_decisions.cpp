@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "orbit/planner/fidelity_model.h"
 #include "orbit/store.h"
 #include "plan/plan_env.h"
 
@@ -30,6 +31,7 @@ class FakeEnv final : public PlanEnv {
   std::map<std::string, PatchFacts> facts;            // patch key -> what the catalog knows
   std::map<std::string, StaleMatch> stale;            // chunk key -> its closest stale patch
   std::map<std::string, double> sensitivity;          // chunk key -> measured sensitivity
+  std::map<std::string, double> quantization;         // store key -> its int8 rounding error (energy share)
   mutable std::vector<std::string> sensitivity_asks;  // chunk keys planning asked about
   ReuseIndex reuse;
   PoolPages pool{1000, 1000};
@@ -44,6 +46,10 @@ class FakeEnv final : public PlanEnv {
   std::optional<StoreTier> canonical_residence(const std::string& chunk_key) const override {
     auto it = canonicals.find(chunk_key);
     return it == canonicals.end() ? std::nullopt : std::optional<StoreTier>(it->second);
+  }
+  double stored_quantization(const std::string& key) const override {
+    auto it = quantization.find(key);
+    return it == quantization.end() ? 0.0 : it->second;
   }
   bool contains(const std::string& key) const override { return stored.count(key) != 0; }
   bool available(const std::string& key) const override { return stored.count(key) != 0; }
@@ -351,6 +357,66 @@ TEST_CASE("exact reuse: KV computed behind the same states serves an instance in
   CHECK(p.steps[2].how == ServeActionId::kPrefill);
   CHECK(p.steps[2].reuse_key.empty());
   CHECK(p.forward_tokens == 12);
+}
+
+TEST_CASE("KV read back from int8 rows is priced by its rounding and is not exact", "[plan][decisions][int8]") {
+  const ChunkRecord a = chunk("a", 12, 1), b = chunk("b", 8, 2);
+  FakeEnv env;
+  const double e = 3e-5;  // a canonical's rounding error, as a share of its energy
+  const double coefficient = planner::FidelityModel().coefficient(planner::Loss::kQuantized);
+  env.canonicals[a.ref.key] = StoreTier::kDisk;
+  env.canonicals[b.ref.key] = StoreTier::kDisk;
+  env.quantization[a.ref.key] = e;
+  env.quantization[b.ref.key] = e;
+  TestWindow w("blind");
+  const Plan first = plan_layout(w.snapshot(), keep_all(w, Operation::kAdmit, {&a}), env);
+  CHECK(first.steps[0].how == ServeActionId::kCanonical);
+  CHECK(first.steps[0].quantized_kl == Approx(coefficient * e));  // the last instance: recency weight 1
+  CHECK(first.steps[0].predicted_kl == Approx(coefficient * e));
+  CHECK_FALSE(first.steps[0].exact);
+  CHECK_FALSE(first.exact);
+
+  w.add_exact(a);
+  const Plan second = plan_layout(w.snapshot(), keep_all(w, Operation::kAdmit, {&b}), env);
+  const PlanStep& blind = second.steps[1];
+  CHECK(blind.how == ServeActionId::kBlind);
+  CHECK(blind.quantized_kl == Approx(coefficient * e));
+  CHECK(blind.predicted_kl > blind.quantized_kl);  // the blind loss, and the rounding on top
+  env.quantization.clear();
+  const Plan exact_store = plan_layout(w.snapshot(), keep_all(w, Operation::kAdmit, {&b}), env);
+  CHECK(exact_store.steps[1].quantized_kl == 0);
+  CHECK(blind.predicted_kl == Approx(exact_store.steps[1].predicted_kl + blind.quantized_kl));
+
+  // A recompute of some of its tokens leaves the rest with the canonical's rounding.
+  TestWindow firstk("firstk:2");
+  firstk.add_exact(a);
+  env.quantization[b.ref.key] = e;
+  const PlanStep& recompute = plan_layout(firstk.snapshot(), keep_all(firstk, Operation::kAdmit, {&b}), env).steps[1];
+  CHECK(recompute.how == ServeActionId::kFirstK);
+  CHECK(recompute.quantized_kl == Approx(coefficient * e * 6.0 / 8.0));
+}
+
+TEST_CASE("exact reuse of rows read back from int8 replaces a forward only within the budget",
+          "[plan][decisions][int8]") {
+  const ChunkRecord a = chunk("a", 12, 1), b = chunk("b", 8, 2);
+  FakeEnv env;
+  TestWindow w("default");  // a budget, and exact reuse
+  w.add_exact(a);
+  w.add_exact(b);
+  const std::string key = reuse_key(a.ref.key, w.chain_upto(2));
+  env.stored.insert(key);
+  REQUIRE(w.options.policy.kl_budget > 0);
+  REQUIRE(w.options.policy.reuse_computed);
+  env.quantization[key] = 3e-5;  // 4 · 3e-5 at weight 1: within the budget
+  Plan p = plan_layout(w.snapshot(), keep_all(w, Operation::kAdmit, {&a}), env);
+  CHECK(p.steps[2].how == ServeActionId::kReuse);
+  CHECK(p.steps[2].quantized_kl > 0);
+  CHECK_FALSE(p.steps[2].exact);
+  env.quantization[key] = 0.01;  // its rounding alone past the budget: the exact step stays
+  p = plan_layout(w.snapshot(), keep_all(w, Operation::kAdmit, {&a}), env);
+  CHECK(p.steps[2].how != ServeActionId::kReuse);
+  CHECK(p.steps[2].exact);
+  CHECK(p.steps[2].quantized_kl == 0);
 }
 
 TEST_CASE("a partial match loads the leading tokens a forward behind the same states stored",

@@ -15,6 +15,7 @@
 #include "orbit/runtime/generator.h"
 #include "orbit/runtime/loader.h"
 #include "orbit/runtime/reuse.h"
+#include "orbit/store/blob_format.h"
 #include "orbit/store/chunk_store.h"
 #include "orbit/store/codec.h"
 #include "orbit/store/embedding_cache.h"
@@ -502,6 +503,52 @@ TEST_CASE("int8 cold tier: about a quarter of the bytes at a measured KV error",
   CHECK(worst > 0);     // it is lossy, and we say so
   CHECK(worst < 0.01);  // symmetric int8 per row: about 0.3-0.5% on stories260K
   CHECK(content_equal(content_from_value(*exact.get(k).value()), canonical));  // the default stays exact
+}
+
+TEST_CASE("int8 cold tier: a value read back says what its rounding lost, and the store prices what it has not read",
+          "[store][cpu][model]") {
+  const auto model = rt::load_model(test::stories_path());
+  rt::ChunkInput input;
+  for (int64_t t = 0; t < 64; ++t) input.tokens.push_back((t * 53 + 11) % 512);
+  const rt::Content canonical = rt::canonical(*model, input);
+  const std::string k = chunk_key_tokens(model->fingerprint(), input.tokens);
+  test::TempDir dir;
+  ChunkStoreOptions o;
+  o.model_fingerprint = model->fingerprint();
+  o.dir = dir.path().string();
+  o.int8_cold_tier = true;
+  {
+    ChunkStore cold(o);
+    REQUIRE(cold.put(k, canonical_value(canonical), PutOptions{StoreTier::kHost}).is_ok());
+    CHECK(cold.quantization_error(k) == 0);  // the value in memory is the one computed
+    CHECK(cold.quantization_error("no-such-key") == 0);
+  }
+  ChunkStore cold(o);
+  // On disk, not read yet: the prior.
+  CHECK(cold.quantization_error(k) == ChunkStore::kInt8ErrorPrior);
+  const ValuePtr back = cold.get(k).value();
+  const rt::Content read = content_from_value(*back);
+  double error = 0, signal = 0;
+  for (size_t l = 0; l < canonical.size(); ++l) {
+    for (const auto& [x, y] : {std::make_pair(canonical[l].k, read[l].k), std::make_pair(canonical[l].v, read[l].v)}) {
+      error += (x - y).square().sum().item<double>();
+      signal += y.square().sum().item<double>();
+    }
+  }
+  const double stated = quantization_error(*back);
+  WARN("int8 rounding: stated " << stated << ", measured " << error / signal);
+  // The uniform-rounding estimate against the error measured from the original: within 30%.
+  CHECK(stated > 0);
+  CHECK(stated == Approx(error / signal).epsilon(0.3));
+  // Promoted to the host tier, the value carries it; a store opened after a read prices its other blobs by it.
+  CHECK(cold.quantization_error(k) == Approx(stated));
+  ChunkStoreOptions exact_options = o;
+  exact_options.int8_cold_tier = false;
+  exact_options.dir = (dir.path() / "exact").string();
+  ChunkStore exact(exact_options);
+  REQUIRE(exact.put(k, back, PutOptions{StoreTier::kDisk}).is_ok());  // written again as float32: still lossy
+  ChunkStore reopened(exact_options);
+  CHECK(quantization_error(*reopened.get(k).value()) == Approx(stated));
 }
 
 TEST_CASE("a store that keeps entries exact does not read another's int8 copy as exact", "[store][cpu][model]") {

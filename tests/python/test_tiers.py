@@ -27,6 +27,39 @@ def test_tier_options_and_stats(orbit, stories260k_path, tmp_path):
     assert [str(x.encoding) for x in entries] == ["int8"]  # the canonical went to disk as int8 rows
 
 
+def test_int8_canonicals_read_back_are_priced(orbit, stories260k_path, tmp_path):
+    """A plan that reads a canonical back from int8 rows says what the rounding costs (quantized_kl) and is not
+    exact; the same chunk computed here, or read from an exact store, is exact."""
+    text = "Once upon a time there was a little girl named Lily. She loved to play in the park."
+    with _engine(orbit, stories260k_path, store_dir=tmp_path / "int8", cold_tier="int8") as e:
+        chunk = e.add_text(text)
+        fresh = e.new_window().plan_admit(chunk)
+        assert fresh.exact and fresh.steps[0].quantized_kl == 0  # nothing stored yet: it is encoded here
+        e.precompute(chunk)
+        assert e.new_window().plan_admit(chunk).steps[0].quantized_kl == 0  # in memory: the computed one
+    with _engine(orbit, stories260k_path, store_dir=tmp_path / "exact") as e:
+        e.precompute(e.add_text(text))
+    for cold_tier, expect_loss in [("int8", True), ("exact", False)]:
+        with _engine(orbit, stories260k_path, store_dir=tmp_path / cold_tier, cold_tier=cold_tier) as e:
+            w = e.new_window()
+            plan = w.plan_admit(e.add_text(text))
+            step = plan.steps[0]
+            assert step.how == "canonical"
+            assert (step.quantized_kl > 0) == expect_loss
+            assert plan.exact != expect_loss and step.exact != expect_loss
+            assert step.predicted_kl == pytest.approx(step.quantized_kl)
+            w.apply(plan)
+            assert e.stats.store.tiers[2].hits == 1  # it was read from the disk
+            if expect_loss:
+                # Its measured loss against a re-prefill is real, and the plan no longer calls it nothing.
+                q = e.tokenize(" Then she said")
+                logits, reference = w.logits(q), w.reference_logits(q)
+                assert abs(logits - reference).max() > 0
+                # Read once, the blob's own error prices the next plan that reads it (not the prior).
+                again = e.new_window().plan_admit(e.add_text(text)).steps[0]
+                assert 0 < again.quantized_kl < step.quantized_kl
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [

@@ -201,6 +201,10 @@ class PlanStep:
         """Of predicted_kl, dynamic-NTK RoPE's: content formed in a window of another length than the window
         after the plan; 0 for every other model."""
     @property
+    def quantized_kl(self) -> float:
+        """Of predicted_kl, the int8 cold tier's: the stored KV this step reads came back from int8 rows; 0 for
+        exact KV."""
+    @property
     def reused_tokens(self) -> int:
         """Leading rows loaded from KV stored behind the same tokens and KV states; 0: none."""
     @property

@@ -215,6 +215,9 @@ void def_plan_step(py::module_& m) {
                     "Of predicted_kl, dynamic-NTK RoPE's: the instance's content formed in a window of another\n"
                     "length than the window after the plan (priced anew by every plan from the length it was\n"
                     "formed at); 0 for every other model.")
+      .def_readonly("quantized_kl", &PlanStep::quantized_kl,
+                    "Of predicted_kl, the int8 cold tier's: the stored KV this step reads came back from int8\n"
+                    "rows (Engine cold_tier='int8'); 0 for exact KV.")
       .def_readonly("reused_tokens", &PlanStep::reused_tokens,
                     "Leading rows loaded from KV stored behind the same tokens and KV states (a radix cache's\n"
                     "partial match; forward_tokens counts only the rest); 0: none.")

@@ -104,7 +104,8 @@ struct EngineOptions {
   // How canonical-shaped KV (canonicals, and the conditioned KV a prefix-cache policy stores) is written
   // to disk: "exact" (float32, lossless) or "int8" (symmetric int8 per row of head_dim values plus a
   // float32 scale per row: about 1/4 of the bytes; each value read back within max|row| / 254 of the
-  // original). Patches and embeddings stay exact. Matters only with a store_dir.
+  // original). Patches and embeddings stay exact. Matters only with a store_dir. A plan that reads KV back from
+  // int8 rows prices the rounding (PlanStep::quantized_kl, planner/fidelity_model.h quantized) and is not exact.
   std::string cold_tier = "exact";
   // A device tier of this many bytes (whole pages of page_size tokens, float32): canonicals kept in the
   // device's memory, so a recall from it needs no host-to-device copy; under pressure they are demoted

@@ -131,6 +131,8 @@ struct PlanStep {
                                  // length than the window after the plan (planner/fidelity_model.h
                                  // shortfall_feature); 0 for every other model. Not in kl_per_weight: each
                                  // plan prices it anew from the instance's formed window
+  double quantized_kl = 0;       // of predicted_kl, the int8 cold tier's: the stored KV this step reads came back
+                                 // from int8 rows (EngineOptions::cold_tier; planner/fidelity_model.h quantized)
   double drift_tokens = 0;       // kKeep: tokens removed or inserted before it since its KV was formed
   double context_change = 0;     // kKeep: the fidelity model's keep feature, accumulated since it was
                                  // formed (planner/fidelity_model.h keep_change; 1 after a reorder)

@@ -21,6 +21,9 @@ class EnginePlanEnv final : public PlanEnv {
   std::optional<StoreTier> canonical_residence(const std::string& chunk_key) const override {
     return core_.kv().canonical_residence(chunk_key);
   }
+  double stored_quantization(const std::string& store_key) const override {
+    return core_.kv().quantization_error(store_key);
+  }
   bool contains(const std::string& store_key) const override { return core_.kv().contains(store_key); }
   bool available(const std::string& store_key) const override { return core_.kv().available(store_key); }
   std::optional<PatchFacts> patch_facts(const std::string& chunk_key, const std::string& patch_key) const override;

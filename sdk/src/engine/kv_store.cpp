@@ -64,6 +64,11 @@ std::optional<StoreTier> KvStore::canonical_residence(const std::string& key) co
   return store_->residence(key);
 }
 
+double KvStore::quantization_error(const std::string& key) const {
+  check_held();
+  return store_->quantization_error(key);
+}
+
 runtime::Content KvStore::canonical(const ChunkRecord& chunk, bool* encoded, int64_t* bytes_read, int64_t* forwarded) {
   if (encoded != nullptr) *encoded = false;
   if (bytes_read != nullptr) *bytes_read = 0;

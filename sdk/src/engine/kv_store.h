@@ -35,6 +35,8 @@ class KvStore {
   store::ChunkStore& store();
   // Where the canonical is stored (nullopt: it must be encoded).
   std::optional<StoreTier> canonical_residence(const std::string& key) const;
+  // What a read of `key` brings back short of what was written (store::ChunkStore::quantization_error).
+  double quantization_error(const std::string& key) const;
   // The canonical (from the store, else encoded and stored). *encoded = true when it was not in the store
   // and was made here. Making it loads the longest leading run of its tokens that the reuse index holds
   // under the empty chain (another canonical, or a forward at the front of a window: the same rows a

@@ -64,6 +64,15 @@ void price_canonical(const PlanInput& in, PlanStep& s) {
   }
 }
 
+void price_quantization(const PlanInput& in, const std::string& store_key, double share, PlanStep& s) {
+  const double error = in.env.stored_quantization(store_key);
+  if (!(error > 0) || !(share > 0)) return;
+  s.quantized_kl = share * in.fidelity.predict(planner::Loss::kQuantized, error, in.weight);
+  s.predicted_kl += s.quantized_kl;
+  s.exact = false;
+  s.reason += "; read back from int8 rows";
+}
+
 namespace {
 
 int64_t kv_bytes(const PlanInput& in) { return in.length * in.kv_per_token; }
@@ -206,6 +215,7 @@ class Canonical final : public ServeAction {
     s.needs_canonical = true;
     s.exact = true;
     s.reason = "nothing precedes it: the canonical is exact";
+    price_quantization(in, in.chunk->ref.key, 1.0, s);
     return s;
   }
   ActionFloor floor(const PlanInput& in) const override {
@@ -282,6 +292,7 @@ class StoredPatch final : public ServeAction {
     }
     price_held(in, s);
     price_canonical(in, s);
+    price_quantization(in, in.chunk->ref.key, 1.0, s);
     return s;
   }
   ActionFloor floor(const PlanInput& in) const override {
@@ -306,6 +317,7 @@ class LoadConditioned final : public ServeAction {
     s.patch_key = keys.conditioned;
     s.exact = true;
     s.reason = "prefix hit: stored KV behind this exact context";
+    price_quantization(in, keys.conditioned, 1.0, s);
     return s;
   }
   ActionFloor floor(const PlanInput& in) const override {
@@ -339,6 +351,7 @@ class Reuse final : public ServeAction {
     // measured from the loaded KV where a prefill would have measured it.
     s.measure_sensitivity = in.is_turn && measures_turn(in);
     if (s.measure_sensitivity) s.background_tokens = static_cast<double>(in.length);
+    price_quantization(in, *in.reuse_key, 1.0, s);
     return s;
   }
   ActionFloor floor(const PlanInput& in) const override {
@@ -409,6 +422,7 @@ class Blind final : public ServeAction {
     s.reason = "blind (canonical relocated)";
     price_held(in, s);
     price_canonical(in, s);
+    price_quantization(in, in.chunk->ref.key, 1.0, s);
     return s;
   }
   ActionFloor floor(const PlanInput& in) const override {
@@ -438,6 +452,8 @@ class Recompute : public ServeAction {
     s.predicted_kl = predicted_kl(in, count);
     s.reason = "recompute " + std::to_string(count) + " of " + std::to_string(n) + " tokens";
     price_canonical(in, s);
+    // The recomputed rows are formed anew; those left canonical keep the canonical's rounding.
+    price_quantization(in, in.chunk->ref.key, 1.0 - static_cast<double>(count) / static_cast<double>(n), s);
     return s;
   }
   ActionFloor floor(const PlanInput& in) const override {

@@ -328,7 +328,7 @@ bool forwards_in_context(StepAction a) {
 }  // namespace
 
 void LayoutPlanner::offer_reuse(std::size_t i, const KvState& chain, const KvState& content, bool exact_before,
-                                int64_t* spare, PlanStep& s) {
+                                double total, int64_t* spare, PlanStep& s) {
   const SlotInfo& si = info_[i];
   if (s.deferred || !reusable(s.action)) return;
   const bool keep = s.action == StepAction::kKeep;
@@ -344,6 +344,8 @@ void LayoutPlanner::offer_reuse(std::size_t i, const KvState& chain, const KvSta
   }
   r->estimated_seconds = estimate_seconds(in, *r);
   add_shortfall(i, *r);
+  // Rows read back from int8 rows lose what the step they replace may not: within the budget only.
+  if (r->quantized_kl > 0 && budgeted_ && total + r->predicted_kl - s.predicted_kl > policy_.kl_budget) return;
   r->reason += " (instead of " + std::string(serve_action_name(s.how)) + ")";
   if (keep) *spare -= window_.pages_for(si.length);
   s = std::move(*r);
@@ -431,7 +433,7 @@ void LayoutPlanner::finalize() {
     PlanStep s = std::move(si.candidates[si.chosen]);
     s.deferred = deferred_[i] != 0;
     const double chosen_kl = s.predicted_kl;
-    if (policy_.reuse_computed) offer_reuse(i, chain, content, all_exact, &spare, s);
+    if (policy_.reuse_computed) offer_reuse(i, chain, content, all_exact, total, &spare, s);
     total += s.predicted_kl - chosen_kl;
     if (policy_.reuse_computed) offer_tail_rows(i, plain, &total, s);
     if (si.prefix_why && !(s.action == StepAction::kKeep && is_same_[i] != 0)) s.reason = *whys_[i] + "; " + s.reason;
@@ -469,9 +471,11 @@ void LayoutPlanner::finalize() {
     const bool loads_other = (s.match == PatchMatch::kStale || s.reused_formed_window > 0) && s.reused_tokens > 0;
     if (policy_.reuse_computed && forwards_in_context(s.action) && s.reused_formed_window <= 0)
       s.reuse_key = reuse_key(*si.key, chain);
-    const KvState state = loads_other ? kv_patched(*si.key, s.reuse_from)
-                                      : kv_state_after(s.action, *si.key, s.patch_key, s.recompute_tokens, chain,
-                                                       si.old != nullptr ? si.old->state : KvState{});
+    // KV read back from int8 rows is a state of its own too: no forward computes it.
+    const KvState state = loads_other          ? kv_patched(*si.key, s.reuse_from)
+                          : s.quantized_kl > 0 ? kv_patched(*si.key, "int8:" + s.patch_key)
+                                               : kv_state_after(s.action, *si.key, s.patch_key, s.recompute_tokens,
+                                                                chain, si.old != nullptr ? si.old->state : KvState{});
     chain = kv_chain(chain, state);
     plain = kv_chain(plain, state);
     content = content_chain(content, *si.key);

@@ -101,9 +101,10 @@ class LayoutPlanner {
   void defer_repairs();
   void finalize();
   // Replaces slot i's chosen step `s` by exact reuse when KV for its content behind `chain` is stored and
-  // `s` would forward it or serve it approximately; a kept instance only while `spare` pages last.
-  void offer_reuse(std::size_t i, const KvState& chain, const KvState& content, bool exact_before, int64_t* spare,
-                   PlanStep& s);
+  // `s` would forward it or serve it approximately; a kept instance only while `spare` pages last; stored KV read
+  // back from int8 rows only where the plan's predicted KL (`total` so far) stays within a budget.
+  void offer_reuse(std::size_t i, const KvState& chain, const KvState& content, bool exact_before, double total,
+                   int64_t* spare, PlanStep& s);
   int64_t spare_pages() const;  // the pool's free pages less those the chosen steps need
   // The fresh pool pages one step takes (none to keep, evict or place a chunk whose set is held).
   int64_t fresh_pages(const std::string& key, bool is_turn, int64_t length, StepAction action, ServeActionId how) const;

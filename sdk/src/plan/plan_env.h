@@ -70,6 +70,12 @@ class PlanEnv {
   // ---- the store and the patch catalog ----
   // Where the chunk's canonical is stored; nullopt: it must be encoded.
   virtual std::optional<StoreTier> canonical_residence(const std::string& chunk_key) const = 0;
+  // What reading the stored KV under `store_key` brings back short of what was written, as a share of its energy
+  // (store::ChunkStore::quantization_error: > 0 for KV read back from int8 rows); 0 for exact KV.
+  virtual double stored_quantization(const std::string& store_key) const {
+    (void)store_key;
+    return 0.0;
+  }
   virtual bool contains(const std::string& store_key) const = 0;
   // Stored, or being formed in the background (applying it waits for that job).
   virtual bool available(const std::string& store_key) const = 0;

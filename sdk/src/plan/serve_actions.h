@@ -124,6 +124,10 @@ HeldKv held_kv(const PlanInput& in, const PlanStep& s);
 
 // The canonical's residence and its read/encode cost into `s` (s.needs_canonical must be set).
 void price_canonical(const PlanInput& in, PlanStep& s);
+// What reading the stored KV under `store_key` adds when it came back from int8 rows (PlanEnv::stored_quantization):
+// the fidelity model's quantized loss on `share` of its rows into s.quantized_kl and s.predicted_kl; s is then not
+// exact. Nothing for exact KV.
+void price_quantization(const PlanInput& in, const std::string& store_key, double share, PlanStep& s);
 // Seconds the cost model gives a step (critical path only).
 double estimate_seconds(const PlanInput& in, const PlanStep& s);
 

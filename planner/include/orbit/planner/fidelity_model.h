@@ -92,8 +92,9 @@ namespace orbit::planner {
 
 // kShortfall: dynamic-NTK content read in a window of another length than it was formed in (shortfall_feature
 // below); priced by predict_shortfall, calibrated only on models with dynamic-NTK RoPE.
-enum class Loss { kKeep = 0, kBlind, kOrbit, kStale, kTruncated, kFirstK, kCacheBlend, kShortfall };
-inline constexpr int kLossKinds = 8;
+// kQuantized: stored KV read back from int8 rows (quantized below).
+enum class Loss { kKeep = 0, kBlind, kOrbit, kStale, kTruncated, kFirstK, kCacheBlend, kShortfall, kQuantized };
+inline constexpr int kLossKinds = 9;
 const char* loss_name(Loss kind) noexcept;  // "keep", "blind", ...
 
 // The two features the planner and the calibration share (so a fitted coefficient means the same in both).
@@ -173,6 +174,21 @@ double dynamic_ntk_scale(const DynamicNtk& rope, int64_t window) noexcept;
 // formed in a longer window than it is read in is as far off.
 double shortfall_feature(const DynamicNtk& rope, int64_t formed_window, int64_t read_window) noexcept;
 inline constexpr double kShortfallCoefficient = 0.29;
+
+// Stored KV read back from int8 rows (EngineOptions::cold_tier = "int8"; a canonical, a prefix cache's conditioned
+// KV or rows kept for exact reuse, read from disk): every value carries a rounding error, and the next token reads
+// it through the instance's attention as it reads any other error of its KV. The feature is that error's energy as
+// a share of the KV's (store/blob_format.h kQuantizationErrorAttr: ~2.9e-5 on stories260K's canonicals, ~2.4e-5 on
+// tinystories-656k's; a blob not read yet is priced at the largest its store has read, 5e-5 before any):
+//   predicted KL = coefficient(kQuantized) · error share · recency weight       (no sensitivity factor: the error
+//                                                                                does not depend on the context)
+// on the instance's rows left as read (a recompute's share of its tokens is formed anew). The default was measured
+// with windows of 1, 2 and 4 TinyStories paragraphs read from an int8 store (the first as the canonical, the rest
+// blind) against the same windows read from an exact engine, a 3-token query each: the least-squares fit through
+// the origin is 2.3 on both bundled models (seeds 0-4; measured / predicted per window 0.03 to 12, median 1.7);
+// 4 covers 25 of those 30 windows, and 27 of 30 on seeds 5-9 (not used to choose it), the largest miss 5.9e-4
+// nats. Nothing calibrates it per model yet.
+inline constexpr double kQuantizedCoefficient = 4.0;
 
 // How far Engine::calibrate moves the fidelity model from the defaults (the bundled stories260K's fit) toward
 // its fit on the engine's own model, in log space (FidelityModel::blend): halfway. The calibration's windows
@@ -256,7 +272,8 @@ class FidelityModel {
   // This model with scale() = `scale` (finite, > 0; throws orbit::Error otherwise).
   FidelityModel scaled(double scale) const;
   // "keep 3.1e-02 (fitted), blind 8.0e-02 (default), ..., s_ref 1.2e-02" (", correction x2.40" when scaled);
-  // shortfall is named only when fitted (only a dynamic-NTK model's calibration measures it).
+  // shortfall and quantized are named only when fitted (only a dynamic-NTK model's calibration measures the
+  // first; nothing fits the second yet).
   std::string describe() const;
 
  private:

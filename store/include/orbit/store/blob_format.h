@@ -55,6 +55,16 @@ struct EncodedBlob {
 EncodedBlob encode_blob(const std::string& key, const std::string& model_fingerprint, const StoredValue& value,
                         BlobEncoding encoding);
 
+// The attribute a value decoded from int8 rows carries: the relative energy of its expected rounding error,
+// Σ (d · s² / 12) / Σ x² over its quantized rows (row step s = max|row| / 127, d values a row, x the values read
+// back), "%.6g". Each value read back is within s / 2 of the original; the rounding error is uniform there, so
+// this is what the value lost as a share of its energy (stories260K's canonicals: ~2.9e-5). The fidelity model
+// prices reading such a canonical by it (planner/fidelity_model.h, quantized). Kept through later writes.
+inline constexpr const char* kQuantizationErrorAttr = "quantization_error";
+// The attribute's value in `value` (0 when absent or unreadable), or parsed from its text.
+double quantization_error(const StoredValue& value);
+double quantization_error(const std::string& attribute);
+
 struct DecodedBlob {
   std::string key;
   std::string model_fingerprint;

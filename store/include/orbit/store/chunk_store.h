@@ -145,6 +145,12 @@ class ChunkStore {
   bool contains(const std::string& key) const;
   // The highest tier holding `key`, or nullopt.
   std::optional<StoreTier> residence(const std::string& key) const;
+  // What a read of `key` would bring back short of the value written, as a share of its energy (blob_format.h
+  // kQuantizationErrorAttr): a value in memory says it (0 for one computed here or read from an exact blob); an
+  // int8 blob on disk not read yet is priced at the largest share this store has read from one, or
+  // kInt8ErrorPrior before any; an exact blob, a remote value and a missing key 0.
+  double quantization_error(const std::string& key) const;
+  static constexpr double kInt8ErrorPrior = 5e-5;
   // Removes `key` from every local tier and from the remote tier: the remote removal is queued behind
   // the writes already queued (so a write of `key` in flight cannot bring it back), retried while the
   // remote is down, and done once drain_remote() returns true. not_found when neither a local tier nor
@@ -324,6 +330,7 @@ class ChunkStore {
   Counters counters_[3];
   int64_t misses_ = 0, internal_reads_ = 0, refusals_ = 0, corrupt_reads_ = 0, io_errors_ = 0;
   int64_t unreadable_reads_ = 0;
+  double max_int8_error_ = 0;  // the largest quantization_error of a value read from disk
   bool disk_degraded_ = false;
   std::string disk_warning_;
   // Keys put while the disk failed, held only in a memory tier until disk_recovered() writes them back.

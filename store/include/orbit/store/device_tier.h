@@ -93,6 +93,7 @@ class DeviceTier final : public Tier {
   Result<ValuePtr> read(const std::string& key) override;
   void remove(const std::string& key) override;
   bool contains(const std::string& key) const override { return entries_.count(key) > 0; }
+  std::string attribute(const std::string& key, const std::string& name) const override;
   int64_t charged(const std::string& key) const override;
   bool evictable(const std::string& key) const override;
 

@@ -26,6 +26,7 @@ class MemoryTier final : public Tier {
   Result<ValuePtr> read(const std::string& key) override;
   void remove(const std::string& key) override;
   bool contains(const std::string& key) const override { return values_.count(key) > 0; }
+  std::string attribute(const std::string& key, const std::string& name) const override;
   int64_t charged(const std::string& key) const override;
 
  private:

@@ -41,6 +41,13 @@ class Tier {
   virtual bool contains(const std::string& key) const = 0;
   // Bytes charged for `key` (0 when absent).
   virtual int64_t charged(const std::string& key) const = 0;
+  // The attribute `name` of the value held under `key` (empty when absent, or for a tier that does not keep
+  // values in memory), read without counting an access.
+  virtual std::string attribute(const std::string& key, const std::string& name) const {
+    (void)key;
+    (void)name;
+    return {};
+  }
   // Whether `key` may be evicted now (the device tier refuses pages that windows still hold).
   virtual bool evictable(const std::string& key) const { return contains(key); }
 };
