@@ -151,7 +151,7 @@ void check_output_argument(const std::string& command, const std::string& name, 
     ORBIT_CHECK(std::filesystem::is_directory(status),
                 command << ": argument '" << name << "': " << parent.string() << " is not a directory");
   }
-  check_output_target(path, what + " (" + name + ")");  // names it as the write's own errors do
+  check_output_or_stream(path, what + " (" + name + ")");  // names it as the write's own errors do
 }
 
 std::vector<std::string> split_commas(const std::string& text) {

@@ -53,7 +53,8 @@ std::string help_text(const std::string& command, const ArgSpec& spec);
 
 // An output file argument (`name`, e.g. --json or --out) checked before any work, so a typo fails at once rather
 // than after a run of minutes: refused when empty, when its directory is missing or is not a directory, and
-// when the path exists as something other than a regular file (check_output_target). `what` names the output
+// when the path exists as something other than a regular file or a character device (check_output_or_stream:
+// /dev/null is written to, as write_file_atomically does). `what` names the output
 // ("the replay report"); errors name the argument.
 void check_output_argument(const std::string& command, const std::string& name, const std::string& path,
                            const std::string& what);

@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "orbit/common/atomic_file.h"
 #include "orbit/common/error.h"
 #include "orbit/common/file_kind.h"
 #include "orbit/common/json_input.h"
@@ -515,22 +516,7 @@ std::string trace_to_json(const Trace& trace, int indent) {
 
 void save_trace(const Trace& trace, const std::string& path) {
   validate_trace(trace);
-  check_output_target(path, "the trace file");
-  const std::string text = trace_to_json(trace);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    ORBIT_CHECK(out.good(), path << ": cannot write the trace file (" << tmp << ")");
-    out << text;
-    out.flush();
-    ORBIT_CHECK(out.good(), path << ": write error");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    ORBIT_FAIL(path << ": cannot move the trace file into place");
-  }
+  write_file_atomically(path, trace_to_json(trace), "the trace file");
 }
 
 }  // namespace orbit

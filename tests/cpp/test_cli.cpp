@@ -196,7 +196,8 @@ TEST_CASE("a refused make-model changes nothing on disk, even with --force", "[c
   CHECK(!std::filesystem::exists(fresh));
 }
 
-TEST_CASE("replay --json writes its report atomically and never over a special file", "[cli][errors][cpu]") {
+TEST_CASE("replay --json writes its report atomically, never over a FIFO, and writes /dev/null as it is",
+          "[cli][errors][cpu]") {
   orbit::test::TempDir dir;
   const std::string trace = std::string(ORBIT_TEST_DATA_DIR) + "/traces/lookback.json";
   const std::string replay = "replay " + trace + " --model " + orbit::test::stories_path() + " --quiet --no-fidelity";
@@ -219,6 +220,22 @@ TEST_CASE("replay --json writes its report atomically and never over a special f
   std::size_t files = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir.path())) files += entry.is_regular_file();
   CHECK(files == 1);
+  // A symbolic link to the report: the file it names is replaced, the link kept (renaming over the link replaced
+  // the link with a file).
+  const std::string link = dir / "latest.json";
+  std::filesystem::create_symlink(report, link);
+  std::ofstream(report) << "old";
+  REQUIRE(cli(replay + " --json " + link).status == 0);
+  CHECK(std::filesystem::is_symlink(link));
+  std::ifstream again(report);
+  CHECK(nlohmann::json::parse(again).contains("policies"));
+  // A character device is written to as it is: /dev/null takes the report and stays /dev/null.
+  r = cli(replay + " --json /dev/null");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  struct stat st {};
+  REQUIRE(::stat("/dev/null", &st) == 0);
+  CHECK(S_ISCHR(st.st_mode));
 }
 
 TEST_CASE("a directory without config.json that holds a llama2.c model names its .bin", "[cli][errors][cpu]") {

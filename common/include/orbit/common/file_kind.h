@@ -48,4 +48,17 @@ inline void check_output_target(const std::string& path, const std::string& what
                                         << " (only a regular file is replaced)");
 }
 
+// True when `path` exists (following symlinks) as a character device (/dev/null, a terminal): an output is
+// written to it as it is, never replaced. A FIFO is not one: its open waits for a reader, maybe forever.
+inline bool is_stream_target(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISCHR(st.st_mode);
+}
+
+// check_output_target, except that a character device (is_stream_target) is accepted: for outputs written
+// with write_file_atomically (atomic_file.h), which writes one directly.
+inline void check_output_or_stream(const std::string& path, const std::string& what) {
+  if (!is_stream_target(path)) check_output_target(path, what);
+}
+
 }  // namespace orbit
