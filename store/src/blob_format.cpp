@@ -157,6 +157,26 @@ uint64_t encoded_blob_size(const std::string& key, const std::string& model_fing
   return total;
 }
 
+Int8Rows quantize_int8_rows(const at::Tensor& x) {
+  const int64_t cols = x.dim() == 0 ? 1 : x.size(-1);
+  const at::Tensor rows = x.to(at::kFloat).reshape({-1, cols});
+  const at::Tensor scale = (rows.abs().amax({1}, /*keepdim=*/true) / 127.0).clamp_min(1e-30);
+  return {(rows / scale).round().clamp(-127, 127).to(at::kChar).contiguous(), scale.reshape({-1}).contiguous()};
+}
+
+at::Tensor dequantize_int8_rows(const Int8Rows& rows, RoundingEnergy* energy) {
+  const at::Tensor x = rows.q.to(at::kFloat) * rows.scale.view({-1, 1});
+  if (energy != nullptr) {
+    energy->error += static_cast<double>(x.size(1)) * rows.scale.to(at::kDouble).square().sum().item<double>() / 12.0;
+    energy->signal += x.to(at::kDouble).square().sum().item<double>();
+  }
+  return x;
+}
+
+at::Tensor int8_round_trip(const at::Tensor& x, RoundingEnergy* energy) {
+  return dequantize_int8_rows(quantize_int8_rows(x), energy).view(x.sizes()).to(x.scalar_type());
+}
+
 EncodedBlob encode_blob(const std::string& key, const std::string& model_fingerprint, const StoredValue& value,
                         BlobEncoding encoding) {
   EncodedBlob blob;
@@ -167,11 +187,9 @@ EncodedBlob encode_blob(const std::string& key, const std::string& model_fingerp
                 "encode_blob: tensor '" << t.name << "' of key " << key << " is not contiguous CPU");
     const uint64_t nbytes = payload_bytes(x, encoding);
     if (quantized(x, encoding)) {
-      const int64_t cols = x.dim() == 0 ? 1 : x.size(-1);
-      const at::Tensor rows = x.to(at::kFloat).reshape({-1, cols});
-      const at::Tensor scale = (rows.abs().amax({1}, /*keepdim=*/true) / 127.0).clamp_min(1e-30);
-      const at::Tensor q = (rows / scale).round().clamp(-127, 127).to(at::kChar).contiguous();
-      const at::Tensor s = scale.reshape({-1}).contiguous();
+      const Int8Rows rows = quantize_int8_rows(x);
+      const at::Tensor& q = rows.q;
+      const at::Tensor& s = rows.scale;
       blob.keep_alive.push_back(q);
       blob.keep_alive.push_back(s);
       const std::size_t qbytes = static_cast<std::size_t>(q.numel());
@@ -230,14 +248,6 @@ Result<BlobFrame> check_frame(const uint8_t* data, std::size_t size, const std::
   return frame;
 }
 
-// What int8 rows lost, summed over a blob's quantized tensors: rounding to a step s leaves an error uniform in
-// [-s/2, s/2] (variance s² / 12) on each value, so a row of d values is expected to carry d · s² / 12 of error
-// energy; `signal` is the energy of the values read back.
-struct RoundingEnergy {
-  double error = 0;
-  double signal = 0;
-};
-
 // The tensor record at `c` and its payload in `bytes`: a view of it (raw) or its rows dequantized (int8, their
 // expected rounding error added to `rounding`). A record the cursor runs out inside leaves `c` failed and returns
 // an empty NamedTensor (the caller reports the header record malformed); a record that reads but does not fit
@@ -284,9 +294,7 @@ Result<NamedTensor> read_tensor(Cursor& c, const at::Tensor& bytes, const BlobFr
     const at::Tensor q = bytes.narrow(0, begin, static_cast<int64_t>(numel)).view(at::kChar);
     const at::Tensor s =
         bytes.narrow(0, begin + static_cast<int64_t>(qbytes), static_cast<int64_t>(4 * rows)).view(at::kFloat);
-    const at::Tensor x = q.to(at::kFloat).view({static_cast<int64_t>(rows), -1}) * s.view({-1, 1});
-    rounding.error += static_cast<double>(x.size(1)) * s.to(at::kDouble).square().sum().item<double>() / 12.0;
-    rounding.signal += x.to(at::kDouble).square().sum().item<double>();
+    const at::Tensor x = dequantize_int8_rows({q.view({static_cast<int64_t>(rows), -1}), s}, &rounding);
     t.tensor = x.view(shape).to(dtype);
   }
   return t;

@@ -4,6 +4,7 @@ at 32 tokens (factor 4): Engine.calibrate_fidelity() measures the model's own sh
 step names the window its loaded rows were formed at (PlanStep.reused_tokens, reused_formed_window: a read's query
 and answer sent back with the next turn), and the shipped model calibrates no shortfall."""
 import json
+import re
 import shutil
 
 import pytest
@@ -46,3 +47,5 @@ def test_a_model_without_dynamic_scaling_calibrates_no_shortfall(orbit, models_d
     report = orbit.Engine(str(models_dir / "tinystories-656k"), pool_bytes=8 << 20).calibrate_fidelity()
     assert report.shortfall_samples == 0 and report.shortfall_coefficient == 0
     assert "shortfall" not in report.fidelity_model
+    # Every model's calibration measures what KV read back from int8 rows loses.
+    assert re.search(r"quantized \S+ \(fitted\)", report.fidelity_model), report.fidelity_model

@@ -14,6 +14,7 @@
 #include "orbit/planner/fidelity_model.h"
 #include "orbit/runtime/fidelity.h"
 #include "orbit/runtime/repair.h"
+#include "orbit/store/blob_format.h"
 #include "window/window_state.h"
 
 namespace orbit::detail {
@@ -175,6 +176,20 @@ class SeedArms {
       Piece p{runtime::apply_patch(bench_.model(), canon_b_.kv, patch), n_.b};
       out.push_back({Loss::kTruncated, {{patch.residual * share_b_, s_b_}}, bench_.kl({A_, B_A_}, {A_, p}, query_)});
     }
+  }
+
+  // Quantized: B behind A read back from int8 rows, as an int8 cold tier returns stored KV. The feature is the
+  // rounding's expected share of B's energy (store/blob_format.h, the planner's stored_quantization) at B's
+  // weight, without a sensitivity factor (the planner prices it without one).
+  void quantized(std::vector<Raw>& out) const {
+    store::RoundingEnergy energy;
+    Piece q{{}, n_.b};
+    for (const runtime::LayerKV& l : B_A_.kv) {
+      q.kv.push_back({store::int8_round_trip(l.k, &energy), store::int8_round_trip(l.v, &energy)});
+    }
+    if (!(energy.signal > 0)) return;
+    out.push_back(
+        {Loss::kQuantized, {{energy.error / energy.signal * share_b_, -1.0}}, bench_.kl({A_, B_A_}, {A_, q}, query_)});
   }
 
   // First-k and CacheBlend over the canonical.
@@ -346,6 +361,7 @@ FidelityCalibration measure_fidelity_samples(const EngineCore& core, int seeds,
   for (int seed = 0; seed < seeds; ++seed) {
     const SeedArms arms(core, 1000 + static_cast<uint64_t>(seed), n);
     arms.blind_and_truncated(out);
+    arms.quantized(out);
     arms.recompute(out);
     arms.keep(out);
     arms.orbit_and_stale(out);

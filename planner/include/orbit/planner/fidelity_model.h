@@ -187,7 +187,8 @@ inline constexpr double kShortfallCoefficient = 0.29;
 // blind) against the same windows read from an exact engine, a 3-token query each: the least-squares fit through
 // the origin is 2.3 on both bundled models (seeds 0-4; measured / predicted per window 0.03 to 12, median 1.7);
 // 4 covers 25 of those 30 windows, and 27 of 30 on seeds 5-9 (not used to choose it), the largest miss 5.9e-4
-// nats. Nothing calibrates it per model yet.
+// nats. Engine::calibrate_fidelity measures it per model (calibrate_fidelity.cpp's quantized arm: a chunk behind
+// its context read back from int8 rows, against the same rows exact), blended halfway like the other kinds.
 inline constexpr double kQuantizedCoefficient = 4.0;
 
 // How far Engine::calibrate moves the fidelity model from the defaults (the bundled stories260K's fit) toward
@@ -273,7 +274,7 @@ class FidelityModel {
   FidelityModel scaled(double scale) const;
   // "keep 3.1e-02 (fitted), blind 8.0e-02 (default), ..., s_ref 1.2e-02" (", correction x2.40" when scaled);
   // shortfall and quantized are named only when fitted (only a dynamic-NTK model's calibration measures the
-  // first; nothing fits the second yet).
+  // first; a calibration measures the second).
   std::string describe() const;
 
  private:

@@ -55,6 +55,25 @@ struct EncodedBlob {
 EncodedBlob encode_blob(const std::string& key, const std::string& model_fingerprint, const StoredValue& value,
                         BlobEncoding encoding);
 
+// Symmetric int8 per row of the last dimension, as an int8 blob stores a floating tensor: q = round(x / s) clamped
+// to ±127 (int8 [rows, d]), s = max|row| / 127 (float32 [rows]).
+struct Int8Rows {
+  at::Tensor q;
+  at::Tensor scale;
+};
+Int8Rows quantize_int8_rows(const at::Tensor& x);
+// What int8 rows lose: rounding to a step s leaves an error uniform in [-s/2, s/2] (variance s² / 12) on each value,
+// so a row of d values is expected to carry d · s² / 12 of error energy; `signal` is the energy of the values read
+// back. error / signal is kQuantizationErrorAttr's value.
+struct RoundingEnergy {
+  double error = 0;
+  double signal = 0;
+};
+// The values of `rows` read back (float32 [rows, d]), their expected rounding error added to *energy when given.
+at::Tensor dequantize_int8_rows(const Int8Rows& rows, RoundingEnergy* energy = nullptr);
+// `x` quantized and read back, as an int8 blob would return it (x's shape and dtype); *energy as above.
+at::Tensor int8_round_trip(const at::Tensor& x, RoundingEnergy* energy = nullptr);
+
 // The attribute a value decoded from int8 rows carries: the relative energy of its expected rounding error,
 // Σ (d · s² / 12) / Σ x² over its quantized rows (row step s = max|row| / 127, d values a row, x the values read
 // back), "%.6g". Each value read back is within s / 2 of the original; the rounding error is uniform there, so
