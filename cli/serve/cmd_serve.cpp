@@ -50,9 +50,9 @@ const char* kServeUsage =
     "  --host H              address to listen on (default 127.0.0.1)\n"
     "  --port N              port (default 8000; 0 = any free port)\n"
     "  --policy SPEC         the windows' policy (default: orbit's default; `orbit replay --help` lists the specs)\n"
-    "  --store DIR           a chunk store directory (default: memory only); the Responses API's stored\n"
-    "                        responses are kept there too (DIR/serve-responses.sqlite), so a\n"
-    "                        previous_response_id still names its conversation after a restart, and so are\n"
+    "  --store DIR           a chunk store directory, created if missing (default: memory only); the\n"
+    "                        Responses API's stored responses are kept there too (DIR/serve-responses.sqlite),\n"
+    "                        so a previous_response_id still names its conversation after a restart, and so are\n"
     "                        stored chat completions (DIR/serve-chat-completions.sqlite); a request with\n"
     "                        store true is refused (507) when its store cannot take a write\n"
     "  --store-group-commit on|off  stored chat completions (and stored responses) that arrive together\n"
@@ -493,10 +493,15 @@ sigset_t block_stop_signals() {
   return signals;
 }
 
-// The notices before listening, on stderr: other servers on the same store (share), the CORS origins and the
-// API keys' count and source. (An unreachable --remote is said before, by run_serve.)
+// The notices before listening, on stderr: a --store directory this start created (a mistyped path is seen
+// at once, not as a cache that never warms), other servers on the same store (share), the CORS origins and
+// the API keys' count and source. (An unreachable --remote is said before, by run_serve.)
 void announce_start(const serve::StoreShare& share, const serve::ServeOptions& options,
-                    const serve::HttpOptions& http_options) {
+                    const serve::HttpOptions& http_options, bool store_created) {
+  if (store_created) {
+    std::fprintf(stderr, "orbit serve: note: --store %s did not exist: a new, empty store was created there\n",
+                 options.store_dir.c_str());
+  }
   std::fputs(share.notice(options.store_dir).c_str(), stderr);
   announce_cors(http_options.cors);
   if (http_options.api_keys.enabled()) {
@@ -538,13 +543,15 @@ int run_serve(int argc, char** argv, int first) {
   const serve::HttpOptions http_options = parse_http_options(args);
   const sigset_t signals = block_stop_signals();
   const serve::ServeOptions options = serve_options(args);
+  std::error_code ec;
+  const bool store_created = !options.store_dir.empty() && !std::filesystem::exists(options.store_dir, ec);
   serve::ServeCore core(options);
   // The remote's start check comes before the fidelity model, which may ask the remote for a stored
   // calibration: the tier then does not warn again of a cause the check said.
   warn_if_remote_unreachable(options.remote);
   serve::prepare_fidelity_model(core.engine(), options, args.flag("--calibrate-fidelity"));
   const serve::StoreShare share(options.store_dir);  // announces other servers on the same store, until exit
-  announce_start(share, options, http_options);
+  announce_start(share, options, http_options, store_created);
   return serve_until_stopped(core, http_options, signals);
 }
 

@@ -22,12 +22,14 @@ def test_a_second_server_on_a_store_names_the_first(start_serve, stories260k_pat
     store = tmp_path / "store"
     first = start_serve(stories260k_path, "--store", str(store))
     assert "in use by" not in first.output()
+    assert f"--store {store} did not exist: a new, empty store was created there" in first.output()
     assert (store / f"serve-{first.pid}.lock").exists()
     # A file left by a server that is gone: nobody holds its lock.
     (store / "serve-999999.lock").write_text("")
     second = start_serve(stories260k_path, "--store", str(store))
     assert f"the store {store} is in use by another orbit serve (pid {first.pid})" in second.output()
     assert "999999" not in second.output()
+    assert "did not exist" not in second.output()
     assert not (store / "serve-999999.lock").exists()
     second.stop()
     assert not (store / f"serve-{second.pid}.lock").exists()
