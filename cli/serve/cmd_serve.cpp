@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -133,6 +134,11 @@ const char* kServeUsage =
     "                        (default 4096, at least 1): past it the request's decode pauses (no forward for\n"
     "                        it, the others decode on) until the client reads; /metrics: orbit_decode_held,\n"
     "                        orbit_decode_holds_total\n"
+    "  --max-batch N         sequences decoding at once (each of a request's n choices is one; default 256, 1 to\n"
+    "                        65536); past it runs wait, in order, to join as others end. Each holds KV rows of\n"
+    "                        its own in the decode batch, outside --pool-mb (up to the context's length), so\n"
+    "                        this bounds that memory; a request's n above it is refused (400); /metrics:\n"
+    "                        orbit_decode_running, orbit_decode_waiting\n"
     "  --prefill-chunk N     a request's prompt is forwarded in pieces of at most N tokens, and between two\n"
     "                        the running answers take a decode step and one short request of another\n"
     "                        session (at most N new tokens) runs whole (default 256; 0 = whole, the others\n"
@@ -355,6 +361,10 @@ serve::ServeOptions serve_options(const Args& args) {
   o.limits.max_body_bytes = static_cast<std::size_t>(size_argument(args, "--max-body-kb", 4096, 1, 10));
   o.max_unsent_bytes = size_argument(args, "--max-unsent-kb", 4096, 1, 10);
   o.prefill_chunk = args.get_int("--prefill-chunk", 256, 0);
+  o.max_batch = args.get_int("--max-batch", 256, 1);
+  ORBIT_CHECK(o.max_batch <= 65536, "serve: argument '--max-batch' must be at most 65536, got " << o.max_batch);
+  o.limits.max_choices = std::min(o.limits.max_choices, o.max_batch);
+  o.limits.max_choices_by_batch = o.limits.max_choices == o.max_batch;
   o.limits.max_answer_logprobs = args.get_int("--max-answer-logprobs", int64_t{1} << 20, 1);
   o.anticipate = !args.flag("--no-anticipate");
   o.stored_calibration = !args.flag("--no-stored-calibration");
@@ -445,7 +455,7 @@ ArgSpec serve_arg_spec() {
                kServeUsage};
   spec.options.insert({"--header-seconds", "--body-seconds", "--keep-alive-seconds", "--allow-origin", "--api-key",
                        "--api-key-file", "--max-unsent-kb", "--pool-wait-ms", "--prefill-chunk", "--stall-seconds",
-                       "--max-answer-logprobs", "--min-drain-rate", "--audit-owed-after"});
+                       "--max-answer-logprobs", "--min-drain-rate", "--audit-owed-after", "--max-batch"});
   return spec;
 }
 

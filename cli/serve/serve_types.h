@@ -80,6 +80,11 @@ struct ServeOptions {
   // text and log probabilities as held in memory, decode_scheduler.h's OutputBacklog): past it the request's
   // sequences are held, no forward for them while the others decode, until the client reads.
   int64_t max_unsent_bytes = int64_t{4} << 20;
+  // Sequences decoding at once, at most (`--max-batch`; decode_scheduler.h): the runs past it wait in order to
+  // join the batch as others end. Each running sequence holds rows in the decode batch's buffers, outside the
+  // KV pool (up to the context's length, twice that while they grow), so this bounds that memory. A chat
+  // request's n above it is refused (ServeLimits::max_choices is the lower of the two).
+  int64_t max_batch = 256;
   int64_t chunk_min_tokens = 32;  // SyncOptions::chunk_min_tokens
   // A sync's prefill goes in pieces of at most this many tokens, a waiting decode step taking the gate between
   // two (`--prefill-chunk`; orbit/forward_pieces.h, decode_scheduler.h); 0: whole, in one gate turn.

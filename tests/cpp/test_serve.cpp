@@ -123,6 +123,17 @@ TEST_CASE("serve: the parser refuses what OpenAI refuses, naming the field", "[s
   const sv::Parsed<sv::CompletionRequest> choices = sv::parse_completion_request(R"({"model":"m","prompt":"x","n":2})");
   REQUIRE_FALSE(choices.ok());
   CHECK(choices.error.param == "n");
+  // A server whose --max-batch is below the 64 choices a request may ask for refuses more, naming it.
+  sv::ServeLimits batch;
+  batch.max_choices = 2;
+  batch.max_choices_by_batch = true;
+  const std::string three = R"({"model":"m","messages":[{"role":"user","content":"hi"}],"n":3})";
+  const sv::Parsed<sv::ChatRequest> over = sv::parse_chat_request(three, batch);
+  REQUIRE_FALSE(over.ok());
+  CHECK(over.error.param == "n");
+  CHECK(over.error.message.find("must be in [1, 2] (this server decodes at most 2 sequences at once: --max-batch)") !=
+        std::string::npos);
+  CHECK(sv::parse_chat_request(R"({"model":"m","messages":[{"role":"user","content":"hi"}],"n":2})", batch).ok());
 }
 
 TEST_CASE("serve: parameters this server does not serve are refused by name, their no-ops accepted", "[serve]") {

@@ -507,3 +507,52 @@ TEST_CASE("serve batch: an error out of the sink leaves once the run's sequence 
   CHECK(next.finish_reason != "cancelled");
   core.close();
 }
+
+TEST_CASE("serve batch: --max-batch queues the runs past it in order, and a queued run's client can leave",
+          "[serve][batch][max-batch]") {
+  sv::ServeOptions o = options();
+  o.max_batch = 2;
+  o.max_unsent_bytes = 1;  // a streamed answer its client does not read is held at once, and keeps its slots
+  sv::ServeCore core(o);
+  const std::string alone = run(core, chat(core, kQuestions[2], 24), "").text;
+  // Two forks whose client reads nothing until told to leave: they fill the batch and stay in it, held.
+  sv::ChatRequest forks = unending_chat(core, kQuestions[0]);
+  forks.sampling.n = 2;
+  forks.sampling.stream = true;
+  std::atomic<bool> started{false}, stop_forks{false}, leave_queued{false};
+  sv::RunResult forked, queued, left;
+  std::thread a([&] {
+    sv::RunSink sink;
+    sink.on_text = [&](const std::string&) {
+      started = true;
+      while (!stop_forks) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      return false;
+    };
+    forked = run(core, forks, "a", sink);
+  });
+  serve_test::wait_until([&] { return started.load(); });
+  std::thread c([&] {
+    sv::RunSink sink;
+    sink.cancelled = [&] { return leave_queued.load(); };
+    left = run(core, chat(core, kQuestions[1], 24), "c", sink);
+  });
+  serve_test::wait_until([&] { return metric(core, "orbit_decode_waiting") == 1; });
+  std::thread b([&] { queued = run(core, chat(core, kQuestions[2], 24), "b"); });
+  serve_test::wait_until([&] { return metric(core, "orbit_decode_waiting") == 2; });
+  // The queued run behind nothing leaves; the one behind it stays queued while the forks hold the batch.
+  leave_queued = true;
+  c.join();
+  CHECK(left.finish_reason == "cancelled");
+  CHECK(left.usage.completion_tokens == 0);
+  CHECK(metric(core, "orbit_decode_waiting") == 1);
+  CHECK(metric(core, "orbit_decode_running") == 2);
+  stop_forks = true;
+  a.join();
+  b.join();
+  CHECK(forked.finish_reason == "cancelled");
+  CHECK(queued.text == alone);
+  // No step forwarded more than two sequences.
+  CHECK(metric(core, "orbit_decode_batch_sequences_bucket{le=\"2\"}") ==
+        metric(core, "orbit_decode_batch_sequences_count"));
+  core.close();
+}

@@ -121,3 +121,9 @@ def test_make_trace_position_rows_is_one_or_three(orbit):
                                                    rf"got {rows}"):
             orbit.make_trace("web", steps=1, position_rows=rows)
     assert orbit.make_trace("web", steps=1, position_rows=3)["chunks"]
+
+
+def test_serve_max_batch_is_at_least_one_and_at_most_65536(orbit_cli, stories260k_path):
+    assert "argument '--max-batch' must be >= 1" in serve_refusal(orbit_cli, stories260k_path, "--max-batch", "0")
+    assert "serve: argument '--max-batch' must be at most 65536, got 65537" in serve_refusal(
+        orbit_cli, stories260k_path, "--max-batch", "65537")

@@ -160,7 +160,9 @@ void DecodeScheduler::submit(const std::vector<std::shared_ptr<DecodeJob>>& jobs
       for (const auto& job : jobs) job->finish(std::nullopt);
       return;
     }
-    for (const auto& job : jobs) pending_.push_back(job);
+    if (jobs.empty()) return;
+    pending_.push_back(jobs);
+    pending_jobs_ += static_cast<int64_t>(jobs.size());
     if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
   }
   wake_.notify_all();
@@ -182,10 +184,44 @@ void DecodeScheduler::stop() {
 
 bool DecodeScheduler::wait_for_work(std::vector<std::shared_ptr<DecodeJob>>& joining) {
   std::unique_lock<std::mutex> lock(mutex_);
-  wake_.wait(lock, [&] { return stopping_ || !pending_.empty() || steppable(); });
-  joining.assign(pending_.begin(), pending_.end());
-  pending_.clear();
+  wake_.wait(lock, [&] { return stopping_ || joinable() || steppable(); });
+  take_joinable(joining);
   return !stopping_;
+}
+
+namespace {
+
+bool all_cancelled(const std::vector<std::shared_ptr<DecodeJob>>& group) {
+  return std::all_of(group.begin(), group.end(), [](const auto& job) { return job->cancelled(); });
+}
+
+}  // namespace
+
+// A group larger than --max-batch (none is: a request's n is refused above it) joins an empty batch alone.
+bool DecodeScheduler::joinable() const {
+  if (pending_.empty()) return false;
+  const std::size_t room = static_cast<std::size_t>(context_.options.max_batch);
+  if (running_.empty() || running_.size() + pending_.front().size() <= room) return true;
+  return std::any_of(pending_.begin(), pending_.end(), all_cancelled);
+}
+
+// The groups whose runs were all cancelled leave the queue wherever they are (their requests wait for their
+// end); the others join in order while they fit.
+void DecodeScheduler::take_joinable(std::vector<std::shared_ptr<DecodeJob>>& joining) {
+  const std::size_t room = static_cast<std::size_t>(context_.options.max_batch);
+  bool blocked = false;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    const std::size_t after = running_.size() + joining.size() + it->size();
+    const bool fits = !blocked && (after <= room || (running_.empty() && joining.empty()));
+    if (!fits && !all_cancelled(*it)) {
+      blocked = true;
+      ++it;
+      continue;
+    }
+    pending_jobs_ -= static_cast<int64_t>(it->size());
+    joining.insert(joining.end(), it->begin(), it->end());
+    it = pending_.erase(it);
+  }
 }
 
 bool DecodeScheduler::steppable() const {
@@ -227,7 +263,7 @@ void DecodeScheduler::release_idle_if_held_only() {
 
 bool DecodeScheduler::has_pending() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return !pending_.empty();
+  return joinable();
 }
 
 // Ends every sequence and job here without touching their windows (the gate is closed, or the thread stops).
@@ -286,8 +322,11 @@ void DecodeScheduler::loop() {
   }
   drop_all(joining);
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto& job : pending_) job->finish(std::nullopt);
+  for (auto& group : pending_) {
+    for (auto& job : group) job->finish(std::nullopt);
+  }
   pending_.clear();
+  pending_jobs_ = 0;
 }
 
 std::vector<DecodeScheduler::Outcome> DecodeScheduler::run_step(std::vector<std::shared_ptr<DecodeJob>>& joining) {
@@ -367,8 +406,9 @@ std::string DecodeScheduler::render_metrics() const {
       << "# HELP orbit_prefill_guests_total Short syncs of other sessions run between two pieces of a sync's "
          "prefill (--prefill-chunk).\n"
       << "# TYPE orbit_prefill_guests_total counter\norbit_prefill_guests_total " << context_.gate.guests() << "\n"
-      << "# HELP orbit_decode_waiting Runs queued to join the decode batch at its next step.\n"
-      << "# TYPE orbit_decode_waiting gauge\norbit_decode_waiting " << pending_.size() << "\n";
+      << "# HELP orbit_decode_waiting Sequences queued to join the decode batch: at its next step, or once "
+         "others end (--max-batch).\n"
+      << "# TYPE orbit_decode_waiting gauge\norbit_decode_waiting " << pending_jobs_ << "\n";
   return out.str();
 }
 

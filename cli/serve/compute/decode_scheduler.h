@@ -226,7 +226,12 @@ class DecodeScheduler {
   void end_cancelled(std::vector<std::shared_ptr<DecodeJob>>& joining);  // finishes and takes out the cancelled
   std::vector<Outcome> run_step(std::vector<std::shared_ptr<DecodeJob>>& joining);  // holding the gate
   void count_step(const DecodeStep& step);
-  bool has_pending() const;
+  bool has_pending() const;  // a queued group could join at the next step
+  // Under mutex_: whether the first queued group fits beside the running sequences (--max-batch), or some
+  // queued group's runs were all cancelled (they end without joining).
+  bool joinable() const;
+  // Under mutex_: moves into `joining` the queued groups that end or join at the next step.
+  void take_joinable(std::vector<std::shared_ptr<DecodeJob>>& joining);
   bool steppable() const;            // under mutex_: a running sequence not to be held
   void apply_holds();                // holds and releases the running sequences as their jobs want
   void release_idle_if_held_only();  // lets idle work go while every running sequence is held, none joining
@@ -235,7 +240,11 @@ class DecodeScheduler {
   StepSignal signal_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
-  std::deque<std::shared_ptr<DecodeJob>> pending_;
+  // The jobs submitted and not yet joined, a group per submit() (a window and its forks join together), in
+  // order: the first group joins once it fits under --max-batch (ServeOptions::max_batch) beside the running
+  // sequences; the later ones wait behind it.
+  std::deque<std::vector<std::shared_ptr<DecodeJob>>> pending_;
+  int64_t pending_jobs_ = 0;
   std::atomic<bool> stopping_{false};
   std::thread thread_;
   // The scheduler thread's own.
