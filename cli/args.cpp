@@ -43,6 +43,16 @@ std::string known_names(const ArgSpec& spec) {
   return out;
 }
 
+// Arguments that name a file or directory, whatever the command: empty, the path's own error said only ": no
+// such file or directory". (--store and --remote say what leaving them out does, where they are read.)
+bool names_a_path(const std::string& arg) {
+  static const char* const kPaths[] = {"--model", "--tokenizer", "--trace", "--chat-template", "--api-key-file"};
+  for (const char* p : kPaths) {
+    if (arg == p) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::string help_text(const std::string& command, const ArgSpec& spec) {
@@ -78,6 +88,7 @@ Args::Args(std::string command, const ArgSpec& spec, int argc, char** argv, int 
                 command_ << ": argument '" << arg << "' needs a value (the next argument, '" << next << "', is one of "
                          << command_ << "'s arguments)");
     ORBIT_CHECK(!values_.count(arg), command_ << ": argument '" << arg << "' given twice");
+    ORBIT_CHECK(!next.empty() || !names_a_path(arg), command_ << ": argument '" << arg << "' is empty (give a path)");
     values_[arg] = argv[++i];
   }
 }

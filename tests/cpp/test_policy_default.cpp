@@ -58,7 +58,20 @@ TEST_CASE("the default policy is a budgeted patch policy; presets carry no budge
     CHECK(parse_policy(spec).kl_budget == 0);
   }
   CHECK(parse_policy("patch:16:kl=0.01").kl_budget == 0.01);
-  CHECK_THROWS_WITH(parse_policy("default:8"), Catch::Contains("'default' takes no arguments"));
+  // default:MOD...: the default's spec with each modifier in place of the default's of its name, or added.
+  const WindowPolicy through = parse_policy("default:through=0");
+  CHECK(through.read_through == 0);
+  CHECK(through.kl_budget == kDefaultKlBudget);
+  CHECK(through.name() == d.name() + ":through=0");
+  const WindowPolicy wider = parse_policy("default:kl=0.01");
+  CHECK(wider.kl_budget == 0.01);
+  CHECK(wider.heal_when_idle == d.heal_when_idle);
+  CHECK(wider.prepare_lists == d.prepare_lists);
+  CHECK_FALSE(parse_policy("default:noreuse:lists=0").reuse_computed);
+  CHECK_THROWS_WITH(parse_policy("default:noreuse"),
+                    Catch::Contains("policy 'default:noreuse' stands for '" + d.name() + ":noreuse'") &&
+                        Catch::Contains("':lists=N' has no effect with ':noreuse'"));
+  CHECK_THROWS_WITH(parse_policy("default:8"), Catch::Contains("policy 'default:8' stands for"));
   // :through=F, the share of a fresh instance's weight read through what precedes it.
   CHECK(d.read_through == 0.3);  // planner::kReadThrough
   CHECK(parse_policy("patch:16:kl=0.003:through=0").read_through == 0);

@@ -42,3 +42,17 @@ def test_help_still_passes_as_a_value(orbit_cli, stories260k_path):
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["tokens"][0] == 1  # the BOS, then the text's tokens: not the help text
     assert len(json.loads(result.stdout)["tokens"]) > 1
+
+
+def test_an_empty_path_is_refused_naming_its_argument(orbit_cli, stories260k_path):
+    # Before, the path's own error named nothing: ": no such file or directory", ": tokenizer file not found".
+    model = str(stories260k_path)
+    for command, args, name in [
+            ("info", ["--model", ""], "--model"),
+            ("tokenize", ["--tokenizer", "", "--text", "hi"], "--tokenizer"),
+            ("replay", ["--trace", "", "--model", model], "--trace"),
+            ("serve", ["--model", model, "--chat-template", ""], "--chat-template"),
+            ("serve", ["--model", model, "--api-key-file", ""], "--api-key-file")]:
+        result = run(orbit_cli, command, *args, timeout=60)
+        assert result.returncode == 1, (command, name, result.stderr)
+        assert f"{command}: argument '{name}' is empty (give a path)" in result.stderr, result.stderr

@@ -62,3 +62,13 @@ def test_bad_values_name_the_argument(orbit, story):
         window.generate(query, logit_bias={"x": 1})
     with pytest.raises(TypeError, match="logit_bias"):
         window.generate(query, logit_bias=[1, 2])
+
+
+@pytest.mark.parametrize("temperature", [1e-308, 5e-324, 1e-12])
+def test_a_temperature_too_small_for_the_logits_over_it_draws_the_largest(story, temperature):
+    # A logit over 1e-308 passes a double's range: the softmax was inf - inf = NaN and every draw token 0.
+    _, window, query = story
+    greedy = window.generate(query, max_tokens=12)
+    cold = window.generate(query, max_tokens=12, temperature=temperature, seed=3)
+    assert list(cold.tokens) == list(greedy.tokens)
+    assert 0 not in cold.tokens

@@ -127,7 +127,7 @@ struct ServeLimits {
   std::size_t max_stop_strings = 4;
   int64_t max_choices = 64;  // a chat request's n at most (each choice is a fork of the window, decoded together)
   bool max_choices_by_batch = false;  // max_choices is the server's --max-batch (named in the refusal)
-  int64_t vocab_size = 0;    // logit_bias keys must be below it; 0: not checked (the server sets its model's)
+  int64_t vocab_size = 0;             // logit_bias keys must be below it; 0: not checked (the server sets its model's)
   // A request's log-probability entries at most: n x max_tokens (the request's, else the server's default,
   // capped by the context) x (1 + top_logprobs), when it asks for logprobs (`--max-answer-logprobs`). Every
   // entry is held until the answer ends (its body, or a stream's usage and stored answer, is built from them):

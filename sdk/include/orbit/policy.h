@@ -9,7 +9,8 @@
 //                   background); survivors, recalls and reorders are served by the cheapest action whose
 //                   predicted KL keeps the window within the budget (bench/REPORT-agents.md measures it);
 //                   idle time heals, and prepares recalls, moves and learned next lists
-//                   (`:heal:prep=1:move=8:lists=3`)
+//                   (`:heal:prep=1:move=8:lists=3`). `default:MOD...` is that spec with each modifier given
+//                   in place of the default's of the same name, or added (`default:through=0`)
 //   patch[:M]       form a rank-M patch on a miss (M = 16; "full" = every singular direction), reuse exact-
 //                   and orbit-keyed patches, survivors kept as-is (relocation only); no budget
 //   patch:M:exact   as patch:M, but every chunk whose context changed is re-conditioned (lookup, then form)

@@ -1,5 +1,6 @@
 #include "orbit/policy.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <optional>
@@ -56,8 +57,10 @@ std::string rank_text(int64_t r) { return r < 0 ? "full" : std::to_string(r); }
 }  // namespace
 
 std::string policy_spec_help() {
-  return "  default                             the default policy: " + WindowPolicy{}.name() +
+  return "  default[:MOD...]                    the default policy: " + WindowPolicy{}.name() +
          "\n"
+         "                                      (each modifier given replaces the default's of that name,\n"
+         "                                      or is added: default:through=0, default:kl=0.01)\n"
          "  patch[:M][:exact][:deep][:stale=D][:kl=X]\n"
          "                                      form a rank-M patch on a miss (M an integer or 'full'; default 16)\n"
          "                                      :exact re-conditions survivors and ignores orbit patches;\n"
@@ -425,6 +428,34 @@ void validate_policy(const WindowPolicy& policy) {
 
 namespace {
 
+WindowPolicy parse_spec(const std::string& spec);
+
+// The name of a modifier: "heal=X" and "heal" are one.
+std::string modifier_name(const std::string& part) { return part.substr(0, part.find('=')); }
+
+// default:MOD...: the default's spec (a patch preset) with each modifier given in place of the default's of the
+// same name, or after them. Refusals name both the spec given and what it stands for.
+WindowPolicy default_with(const std::string& spec, const std::vector<std::string>& parts) {
+  std::vector<std::string> expanded = split(WindowPolicy{}.name(), ':');
+  for (std::size_t i = 1; i < parts.size(); ++i) {
+    const std::string name = modifier_name(parts[i]);
+    const auto same = std::find_if(expanded.begin() + 2, expanded.end(),
+                                   [&](const std::string& d) { return modifier_name(d) == name; });
+    if (same != expanded.end()) {
+      *same = parts[i];
+    } else {
+      expanded.push_back(parts[i]);
+    }
+  }
+  std::string joined;
+  for (const std::string& part : expanded) joined += (joined.empty() ? "" : ":") + part;
+  try {
+    return parse_spec(joined);
+  } catch (const Error& e) {
+    ORBIT_FAIL("policy '" << spec << "' stands for '" << joined << "': " << e.what());
+  }
+}
+
 // parse_policy before validate_policy.
 WindowPolicy parse_spec(const std::string& spec) {
   // `:eager` may end any preset.
@@ -441,10 +472,7 @@ WindowPolicy parse_spec(const std::string& spec) {
   }
   const std::vector<std::string> parts = split(spec, ':');
   const std::string& head = parts[0];
-  if (head == "default") {
-    if (parts.size() != 1) bad_spec(spec, "'default' takes no arguments (it is " + WindowPolicy{}.name() + ")");
-    return WindowPolicy{};
-  }
+  if (head == "default") return parts.size() == 1 ? WindowPolicy{} : default_with(spec, parts);
   if (head == "throughput") return throughput_preset(spec, parts);
   WindowPolicy p;
   p.kl_budget = 0;           // presets carry no budget unless they say :kl=X

@@ -113,12 +113,15 @@ int64_t Sampler::choose(const double* logits) {
     return best;
   }
   // softmax(logits / T) in one pass over a private buffer (a step of a batched decode pays this per sequence).
+  // The largest logit is taken off before the division: a temperature so small that a logit over it passes
+  // a double's range (1e-308) then leaves the largest at exp(0) = 1 and the rest at 0, a greedy choice among
+  // the tied largest, where inf - inf was NaN and every token fell to token 0.
   std::vector<double>& p = probs_;
   p.resize(static_cast<std::size_t>(V));
   double top = -std::numeric_limits<double>::infinity();
-  for (int64_t j = 0; j < V; ++j) top = std::max(top, logits[j] / options_.temperature);
+  for (int64_t j = 0; j < V; ++j) top = std::max(top, logits[j]);
   double total = 0;
-  for (int64_t j = 0; j < V; ++j) total += p[j] = std::exp(logits[j] / options_.temperature - top);
+  for (int64_t j = 0; j < V; ++j) total += p[j] = std::exp((logits[j] - top) / options_.temperature);
   for (double& v : p) v /= total;
   if (options_.top_p < 1) {
     // Keep the smallest prefix of the tokens by probability whose mass reaches top_p (at least one token).
