@@ -285,6 +285,21 @@ void parse_disk_options(const Args& args, serve::ServeOptions& o) {
   o.remote_max_held_fraction = fraction;
 }
 
+// --audit, --audit-owed-after and --no-stored-calibration (after --store and --remote), each refused where it
+// would do nothing.
+void parse_fidelity_options(const Args& args, serve::ServeOptions& o) {
+  o.stored_calibration = !args.flag("--no-stored-calibration");
+  ORBIT_CHECK(o.stored_calibration || !o.store_dir.empty() || !o.remote.empty(),
+              "serve: argument '--no-stored-calibration' keeps the fidelity calibration out of --store and --remote, "
+              "and neither is given");
+  o.audit_rate = args.get_double("--audit", 0.1);
+  ORBIT_CHECK(o.audit_rate >= 0 && o.audit_rate <= 1,
+              "serve: argument '--audit' must be a fraction in [0, 1], got " << *args.get("--audit"));
+  o.audit_owed_after = args.get_int("--audit-owed-after", 1, 0);
+  ORBIT_CHECK(o.audit_rate > 0 || !args.has("--audit-owed-after"),
+              "serve: argument '--audit-owed-after' says when an audit is owed, and --audit 0 runs none");
+}
+
 serve::ServeOptions serve_options(const Args& args) {
   serve::ServeOptions o;
   o.model = args.required("--model");
@@ -367,10 +382,7 @@ serve::ServeOptions serve_options(const Args& args) {
   o.limits.max_choices_by_batch = o.limits.max_choices == o.max_batch;
   o.limits.max_answer_logprobs = args.get_int("--max-answer-logprobs", int64_t{1} << 20, 1);
   o.anticipate = !args.flag("--no-anticipate");
-  o.stored_calibration = !args.flag("--no-stored-calibration");
-  o.audit_rate = args.get_double("--audit", 0.1);
-  ORBIT_CHECK(o.audit_rate >= 0 && o.audit_rate <= 1, "serve: argument '--audit' must be a fraction in [0, 1]");
-  o.audit_owed_after = args.get_int("--audit-owed-after", 1, 0);
+  parse_fidelity_options(args, o);
   if (const auto file = args.get("--chat-template")) {
     o.chat_template = read_template(*file);
     o.chat_template_origin = "--chat-template " + *file;
@@ -526,9 +538,12 @@ void announce_start(const serve::StoreShare& share, const serve::ServeOptions& o
 int serve_until_stopped(serve::ServeCore& core, const serve::HttpOptions& http_options, const sigset_t& signals) {
   serve::HttpServer http(core, http_options);
   const int port = http.bind();
+  // An IPv6 address is written in brackets in a URL (RFC 3986): http://[::1]:8000.
+  const std::string& host = http_options.host;
+  const std::string url_host = host.find(':') != std::string::npos ? "[" + host + "]" : host;
   std::printf("orbit serve: model '%s' (%lld-token context, %s, %s), listening on http://%s:%d\n",
               core.model_name().c_str(), static_cast<long long>(core.context_tokens()), core.device().c_str(),
-              core.dtype().c_str(), http_options.host.c_str(), port);
+              core.dtype().c_str(), url_host.c_str(), port);
   std::fflush(stdout);
   bool drain_cut = false;
   // A signal may already be pending (the line above told a client the server listens): the signal thread

@@ -127,3 +127,15 @@ def test_serve_max_batch_is_at_least_one_and_at_most_65536(orbit_cli, stories260
     assert "argument '--max-batch' must be >= 1" in serve_refusal(orbit_cli, stories260k_path, "--max-batch", "0")
     assert "serve: argument '--max-batch' must be at most 65536, got 65537" in serve_refusal(
         orbit_cli, stories260k_path, "--max-batch", "65537")
+
+
+def test_serve_refuses_fidelity_options_that_would_do_nothing(orbit_cli, stories260k_path):
+    result = run(orbit_cli, "serve", "--model", stories260k_path, "--port", "0", "--audit", "0",
+                 "--audit-owed-after", "3")
+    assert result.returncode == 1, result.stderr
+    assert "argument '--audit-owed-after' says when an audit is owed, and --audit 0 runs none" in result.stderr
+    result = run(orbit_cli, "serve", "--model", stories260k_path, "--port", "0", "--no-stored-calibration")
+    assert result.returncode == 1, result.stderr
+    assert ("argument '--no-stored-calibration' keeps the fidelity calibration out of --store and --remote, and "
+            "neither is given") in result.stderr
+    assert "got 2" in serve_refusal(orbit_cli, stories260k_path, "--audit", "2")

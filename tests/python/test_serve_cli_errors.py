@@ -42,3 +42,21 @@ def test_an_empty_value_is_refused_naming_the_argument(refused_serve, stories260
     # test then ran into its timeout with the server listening).
     stderr = refused_serve(stories260k_path, argument, "")
     assert argument in stderr and "empty" in stderr and left_out in stderr, stderr
+
+
+def test_an_ipv6_host_is_announced_in_brackets(orbit_cli, stories260k_path):
+    # Before, 'listening on http://::1:PORT', a URL no client parses.
+    import socket
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            s.bind(("::1", 0))
+    except OSError as e:
+        pytest.skip(f"no IPv6 loopback here: {e}")
+    process = subprocess.Popen([str(orbit_cli), "serve", "--model", str(stories260k_path), "--host", "::1", "--port",
+                                "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = process.stdout.readline()
+        assert "listening on http://[::1]:" in line, line
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
