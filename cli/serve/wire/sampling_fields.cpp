@@ -89,12 +89,12 @@ SamplingRequest parse_sampling(const json& body, const ServeLimits& limits) {
   if (const json* v = field("stop")) s.stop = parse_stop(*v, limits);
   if (const json* v = field("n")) {
     s.n = need_int(*v, "n");
-    const std::string bad = "must be in [1, " + std::to_string(limits.max_choices) + "]" +
-                            (limits.max_choices_by_batch ? " (this server decodes at most " +
-                                                               std::to_string(limits.max_choices) +
-                                                               " sequences at once: --max-batch)"
-                                                         : "") +
-                            ", got " + v->dump();
+    const std::string bad =
+        "must be in [1, " + std::to_string(limits.max_choices) + "]" +
+        (limits.max_choices_by_batch ? " (this server decodes at most " + std::to_string(limits.max_choices) +
+                                           " sequences at once: --max-batch)"
+                                     : "") +
+        ", got " + v->dump();
     if (s.n < 1) below_minimum("n", NumberKind::integer, bad);
     if (s.n > limits.max_choices) above_maximum("n", NumberKind::integer, bad);
   }
