@@ -72,6 +72,11 @@ TEST_CASE("the default policy is a budgeted patch policy; presets carry no budge
                     Catch::Contains("policy 'default:noreuse' stands for '" + d.name() + ":noreuse'") &&
                         Catch::Contains("':lists=N' has no effect with ':noreuse'"));
   CHECK_THROWS_WITH(parse_policy("default:8"), Catch::Contains("policy 'default:8' stands for"));
+  // A field a spec sets that its preset never reads is named with the modifier that set it.
+  CHECK_THROWS_WITH(parse_policy("patch:16:look=1"),
+                    Catch::Contains("policy 'patch:16:look=1': ':look=F': WindowPolicy: read_attention_weight = 1"));
+  CHECK_THROWS_WITH(parse_policy("patch:16:kl=0.01:look=0:lookonly"),
+                    Catch::Contains("':lookonly': WindowPolicy: read_attention_raised_only"));
   // :through=F, the share of a fresh instance's weight read through what precedes it.
   CHECK(d.read_through == 0.3);  // planner::kReadThrough
   CHECK(parse_policy("patch:16:kl=0.003:through=0").read_through == 0);
