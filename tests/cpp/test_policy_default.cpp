@@ -72,6 +72,7 @@ TEST_CASE("the default policy is a budgeted patch policy; presets carry no budge
                     Catch::Contains("policy 'default:noreuse' stands for '" + d.name() + ":noreuse'") &&
                         Catch::Contains("':lists=N' has no effect with ':noreuse'"));
   CHECK_THROWS_WITH(parse_policy("default:8"), Catch::Contains("policy 'default:8' stands for"));
+  CHECK_THROWS_WITH(parse_policy("patch: 16"), Catch::Contains("policy 'patch: 16': white space at byte 6"));
   // A field a spec sets that its preset never reads is named with the modifier that set it.
   CHECK_THROWS_WITH(parse_policy("patch:16:look=1"),
                     Catch::Contains("policy 'patch:16:look=1': ':look=F': WindowPolicy: read_attention_weight = 1"));

@@ -525,6 +525,9 @@ std::string modifier_named_in(const std::string& refusal) {
 }  // namespace
 
 WindowPolicy parse_policy(const std::string& spec) {
+  // The numbers' parsers skip leading white space: "patch: 16" ran as patch:16.
+  const std::size_t space = spec.find_first_of(" \t\n\r\f\v");
+  if (space != std::string::npos) bad_spec(spec, "white space at byte " + std::to_string(space));
   const WindowPolicy p = parse_spec(spec);
   try {
     validate_policy(p);
