@@ -272,6 +272,8 @@ int run_make_model(int argc, char** argv, int first) {
   const std::string out = args.required("--out");
 
   std::string preset = args.get("--preset").value_or("");
+  ORBIT_CHECK(!args.has("--preset") || !preset.empty(),
+              "make-model: argument '--preset' is empty (leave it out for the tiny preset of --arch)");
   if (preset.empty()) preset = tiny_preset(parse_arch(args.get("--arch").value_or("llama")));
   rt::GeneratorOptions options;
   rt::ModelConfig& c = options.config;

@@ -113,6 +113,9 @@ TEST_CASE("bad CLI input exits non-zero naming the argument", "[cli][errors][cpu
   r = cli("make-model --preset nope --out /tmp/orbit-never");
   CHECK(r.status == 1);
   CHECK_THAT(r.out, Contains("unknown model preset 'nope'"));
+  r = cli("make-model --preset '' --out /tmp/orbit-never");
+  CHECK(r.status == 1);
+  CHECK_THAT(r.out, Contains("make-model: argument '--preset' is empty (leave it out for the tiny preset of --arch)"));
 }
 
 namespace {
