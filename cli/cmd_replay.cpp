@@ -296,7 +296,8 @@ ReplayOptions replay_options(const Args& args) {
               "fidelity model too)");
   o.fidelity = !args.flag("--no-fidelity");
   o.patch_capacity_bytes = args.get_int("--patch-capacity", 0);
-  ORBIT_CHECK(o.patch_capacity_bytes >= 0, "replay: argument '--patch-capacity' must be >= 0");
+  ORBIT_CHECK(o.patch_capacity_bytes >= 0,
+              "replay: argument '--patch-capacity' must be >= 0, got " << o.patch_capacity_bytes);
   const int64_t repeat = args.get_int("--repeat", 1);
   ORBIT_CHECK(repeat >= 1 && repeat <= 100, "replay: argument '--repeat' must be in [1, 100], got " << repeat);
   o.timing_repeats = static_cast<int>(repeat);

@@ -336,7 +336,8 @@ serve::ServeOptions serve_options(const Args& args) {
               "serve: argument '--name' is empty (leave it out for the model path's last component)");
   o.pool_bytes = size_argument(args, "--pool-mb", 256, 1, 20);
   o.pool_wait_ms = args.get_int("--pool-wait-ms", 30000, 0);
-  ORBIT_CHECK(o.pool_wait_ms <= 3600000, "serve: argument '--pool-wait-ms' must be at most 3600000 (an hour)");
+  ORBIT_CHECK(o.pool_wait_ms <= 3600000,
+              "serve: argument '--pool-wait-ms' must be at most 3600000 (an hour), got " << o.pool_wait_ms);
   (void)compute_target(args);  // a bad or unavailable --device / --dtype fails here, naming the argument
   o.device = args.get_or("--device", "cpu");
   o.dtype = args.get_or("--dtype", "float32");
@@ -349,7 +350,8 @@ serve::ServeOptions serve_options(const Args& args) {
   parse_disk_options(args, o);
   o.max_sessions = args.get_int("--max-sessions", 64, 1);
   o.anonymous_windows = args.get_int("--anonymous-windows", 64, 1);
-  ORBIT_CHECK(o.anonymous_windows <= 4096, "serve: argument '--anonymous-windows' must be at most 4096");
+  ORBIT_CHECK(o.anonymous_windows <= 4096,
+              "serve: argument '--anonymous-windows' must be at most 4096, got " << o.anonymous_windows);
   o.max_known_sessions = args.get_int("--max-known-sessions", 4096, 1);
   ORBIT_CHECK(o.max_known_sessions <= kMaxKnownSessions, "serve: argument '--max-known-sessions' must be at most "
                                                              << kMaxKnownSessions << ", got " << o.max_known_sessions);
@@ -493,7 +495,8 @@ serve::HttpOptions parse_http_options(const Args& args) {
                                                                << http_options.min_drain_rate);
   for (const char* name :
        {"--header-seconds", "--body-seconds", "--keep-alive-seconds", "--drain-seconds", "--stall-seconds"}) {
-    ORBIT_CHECK(args.get_int(name, 0) <= 86400, "serve: argument '" << name << "' must be <= 86400 (a day)");
+    ORBIT_CHECK(args.get_int(name, 0) <= 86400,
+                "serve: argument '" << name << "' must be <= 86400 (a day), got " << args.get_int(name, 0));
   }
   if (const auto origins = args.get("--allow-origin")) http_options.cors = serve::CorsPolicy::parse(*origins);
   http_options.api_keys = api_keys(args);
