@@ -187,6 +187,11 @@ void check_option_values(const Args& args, const rt::ModelConfig& c, const rt::G
   const std::string& dtype = options.dtype;
   ORBIT_CHECK(dtype == "float32" || dtype == "bfloat16" || dtype == "float16",
               "make-model: argument '--dtype' must be one of float32, bfloat16, float16, got '" << dtype << "'");
+  const double most = rt::generator_max_init_std(dtype);
+  ORBIT_CHECK(options.init_std <= most, "make-model: argument '--init-std' "
+                                            << options.init_std << " draws weights past " << dtype
+                                            << "'s largest value (they would be written as inf); give at most "
+                                            << most);
 }
 
 // --theta, --rope-scaling, --rope-factor and --rope-original-max over the preset's RoPE.

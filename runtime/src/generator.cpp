@@ -239,6 +239,12 @@ std::vector<std::string> generator_preset_names() {
   return names;
 }
 
+// Normal draws reach 8 standard deviations in a few billion weights: past the dtype's largest value they are
+// written as inf, a model every loader refuses.
+double generator_max_init_std(const std::string& dtype) {
+  return (parse_dtype(dtype) == StDtype::kF16 ? 65504.0 : 3.38953139e38) / 8;
+}
+
 void generate_model(const GeneratorOptions& options, const std::string& out_dir) {
   c10::InferenceMode guard;
   ModelConfig config = options.config;
@@ -247,6 +253,9 @@ void generate_model(const GeneratorOptions& options, const std::string& out_dir)
   config.validate("generator options");
   const StDtype dtype = parse_dtype(options.dtype);
   ORBIT_CHECK(options.init_std > 0.0, "generator: init_std must be positive, got " << options.init_std);
+  ORBIT_CHECK(options.init_std <= generator_max_init_std(options.dtype),
+              "generator: init_std " << options.init_std << " draws weights past " << options.dtype
+                                     << "'s largest value; give at most " << generator_max_init_std(options.dtype));
   ORBIT_CHECK(options.shard_bytes >= 0, "generator: shard_bytes must be >= 0, got " << options.shard_bytes);
   const std::vector<WeightSpec> specs = weight_specs(config);
   const std::vector<std::vector<std::size_t>> shards = plan_shards(specs, dtype, options);

@@ -116,6 +116,10 @@ TEST_CASE("bad CLI input exits non-zero naming the argument", "[cli][errors][cpu
   r = cli("make-model --preset '' --out /tmp/orbit-never");
   CHECK(r.status == 1);
   CHECK_THAT(r.out, Contains("make-model: argument '--preset' is empty (leave it out for the tiny preset of --arch)"));
+  // Weights past float16's range were written as inf, and the model refused when loaded.
+  r = cli("make-model --init-std 1e30 --dtype float16 --out /tmp/orbit-never");
+  CHECK(r.status == 1);
+  CHECK_THAT(r.out, Contains("argument '--init-std' 1e+30 draws weights past float16's largest value"));
 }
 
 namespace {

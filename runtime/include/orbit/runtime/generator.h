@@ -32,6 +32,10 @@ struct GeneratorOptions {
 ModelConfig generator_preset(const std::string& name);
 std::vector<std::string> generator_preset_names();
 
+// The largest init_std whose normal draws (up to 8 standard deviations) stay within `dtype`'s finite values:
+// past it weights are written as inf. `dtype` is float32, bfloat16 or float16 (else throws).
+double generator_max_init_std(const std::string& dtype);
+
 // Writes the model into `out_dir` (created if missing). Each file is written atomically and config.json
 // last, so an interrupted run never leaves a directory that loads. A directory that already holds a
 // model (config.json or *.safetensors) is an error unless options.overwrite, which first removes those
