@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "orbit/common/error.h"
+#include "orbit/common/file_kind.h"
 #include "orbit/runtime/hf_tokenizer.h"
 #include "src/cut_pairs.h"
 
@@ -309,8 +310,7 @@ class Llama2cTokenizer final : public Tokenizer {
 }  // namespace
 
 std::unique_ptr<Tokenizer> load_llama2c_tokenizer(const std::string& path, int64_t expected_vocab) {
-  std::error_code ec;
-  ORBIT_CHECK(std::filesystem::is_regular_file(path, ec), path << ": tokenizer file not found");
+  check_regular_input(path, "the tokenizer file");  // a missing file, a directory or a device, named as such
   std::ifstream in(path, std::ios::binary);
   ORBIT_CHECK(in.good(), path << ": cannot open the tokenizer file");
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

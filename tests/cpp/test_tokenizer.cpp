@@ -212,7 +212,9 @@ TEST_CASE("tokenizer files: found beside the model, and bad files named", "[toke
   CHECK_THROWS_WITH(orbit::runtime::load_llama2c_tokenizer((dir / "small.bin").string(), 512),
                     Contains("small.bin") && Contains("263 pieces but the model's vocabulary is 512"));
   CHECK_THROWS_WITH(orbit::runtime::load_llama2c_tokenizer((dir / "none.bin").string()),
-                    Contains("none.bin: tokenizer file not found"));
+                    Contains("none.bin: cannot open the tokenizer file: No such file or directory"));
+  CHECK_THROWS_WITH(orbit::runtime::load_llama2c_tokenizer("/dev/null"),
+                    Contains("/dev/null: the tokenizer file must be a regular file, but this is a character device"));
   write_bytes(dir / "cut.bin", good.substr(0, good.size() - 1));
   CHECK_THROWS_WITH(orbit::runtime::load_llama2c_tokenizer((dir / "cut.bin").string()),
                     Contains("cut.bin: truncated in the bytes of piece 262"));
