@@ -98,6 +98,12 @@ int run_logits(int argc, char** argv, int first) {
                 "--tokens: item " << i << " (" << tokens[i] << ") is outside the vocabulary [0, "
                                   << model->config().vocab_size << ") of " << model_path);
   }
+  const rt::ModelConfig& config = model->config();
+  ORBIT_CHECK(args.has("--positions") || config.rope.scaling == rt::RopeScaling::kDynamicNtk ||
+                  static_cast<int64_t>(tokens.size()) <= config.max_position_embeddings,
+              "logits: " << (args.has("--tokens") ? "--tokens gives " : "--text gives ") << tokens.size()
+                         << " tokens, more than the model's " << config.max_position_embeddings
+                         << " positions (max_position_embeddings)");
   rt::ForwardInput input;
   input.tokens = tokens;
   if (auto positions = args.get("--positions")) {

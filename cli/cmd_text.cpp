@@ -105,6 +105,9 @@ int run_generate(int argc, char** argv, int first) {
   }
   const std::vector<int64_t> query = engine->tokenize(prompt, !args.flag("--no-bos"));
   ORBIT_CHECK(!query.empty(), "generate: --prompt is empty and --no-bos leaves no token to continue from");
+  ORBIT_CHECK(info.max_positions <= 0 || static_cast<int64_t>(query.size()) < info.max_positions,
+              "generate: --prompt gives " << query.size() << " tokens, and the model's " << info.max_positions
+                                          << " positions leave no room for an answer after them");
   Window window = engine->new_window();
   Generation g = window.generate(query, go);
   if (g.stop_reason == "stop_token") g.tokens.pop_back();  // the BOS / EOS that ended it is not output

@@ -116,6 +116,17 @@ TEST_CASE("bad CLI input exits non-zero naming the argument", "[cli][errors][cpu
   r = cli("make-model --preset '' --out /tmp/orbit-never");
   CHECK(r.status == 1);
   CHECK_THAT(r.out, Contains("make-model: argument '--preset' is empty (leave it out for the tiny preset of --arch)"));
+  // Inputs past the model's positions are named by their argument, not by the forward's positions.
+  std::string many = "5";
+  for (int i = 0; i < 600; ++i) many += ",5";
+  r = cli("logits" + model + " --tokens " + many);
+  CHECK(r.status == 1);
+  CHECK_THAT(r.out, Contains("logits: --tokens gives 601 tokens, more than the model's 512 positions"));
+  std::string words;
+  for (int i = 0; i < 300; ++i) words += "the cat ";
+  r = cli("generate" + model + " --prompt '" + words + "'");
+  CHECK(r.status == 1);
+  CHECK_THAT(r.out, Contains("generate: --prompt gives 902 tokens, and the model's 512 positions leave no room"));
   // Weights past float16's range were written as inf, and the model refused when loaded.
   r = cli("make-model --init-std 1e30 --dtype float16 --out /tmp/orbit-never");
   CHECK(r.status == 1);
