@@ -508,14 +508,20 @@ namespace {
 // The spec's modifier that sets the WindowPolicy field a validate_policy refusal names ("" when none does), so
 // a spec's refusal says which of its parts is at fault, not only the field.
 std::string modifier_named_in(const std::string& refusal) {
-  static const std::pair<const char*, const char*> kModifiers[] = {
-      {"read_attention_raised_only", ":lookonly"}, {"read_attention_weight", ":look=F"},
-      {"read_through", ":through=F"},              {"attention_weight", ":attend=F"},
-      {"content_weight", ":match=F"},              {"kl_budget", ":kl=X"},
-      {"heal_min_kl", ":heal=X"},                  {"prepare_recalls", ":prep=N"},
-      {"prepare_moves", ":move=N"},                {"prepare_lists", ":lists=N"},
-      {"trust_hints", ":hinted=N"},                {"max_divergence", ":stale=D"},
-      {"self_check", ":check"},                    {"deep_energy", ":deep"}};
+  static const std::pair<const char*, const char*> kModifiers[] = {{"read_attention_raised_only", ":lookonly"},
+                                                                   {"read_attention_weight", ":look=F"},
+                                                                   {"read_through", ":through=F"},
+                                                                   {"attention_weight", ":attend=F"},
+                                                                   {"content_weight", ":match=F"},
+                                                                   {"kl_budget", ":kl=X"},
+                                                                   {"heal_min_kl", ":heal=X"},
+                                                                   {"prepare_recalls", ":prep=N"},
+                                                                   {"prepare_moves", ":move=N"},
+                                                                   {"prepare_lists", ":lists=N"},
+                                                                   {"trust_hints", ":hinted=N"},
+                                                                   {"max_divergence", ":stale=D"},
+                                                                   {"self_check", ":check"},
+                                                                   {"deep_energy", ":deep"}};
   for (const auto& [field, modifier] : kModifiers) {
     if (refusal.find(std::string("WindowPolicy: ") + field + " ") != std::string::npos) return modifier;
   }
