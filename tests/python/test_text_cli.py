@@ -217,7 +217,7 @@ def test_replay_help_lists_the_policy_specs(orbit_cli):
     # (orbit/policy.h): the specs themselves are listed there now, as orbit.policy_help() gives them.
     out = run(orbit_cli, "replay", "--help").stdout
     specs = out.split("policies (--policy; orbit serve's --policy takes the same):\n", 1)[1]
-    for form in ("  default ", "  patch[:M]", "  throughput[:kl=X]", "  reprefill", "  prefix", "  blind"):
+    for form in ("  default[:MOD...] ", "  patch[:M]", "  throughput[:kl=X]", "  reprefill", "  prefix", "  blind"):
         assert form in specs, f"orbit replay --help lists no {form.strip()!r} policy"
     assert "`orbit replay --help` lists the specs" in run(orbit_cli, "serve", "--help").stdout
 
