@@ -180,8 +180,10 @@ std::vector<int64_t> parse_int_list(const std::string& text, const std::string& 
   std::vector<int64_t> out;
   for (const std::string& item : split_commas(text)) {
     int64_t value = 0;
-    ORBIT_CHECK(parse_int(item, &value),
+    ORBIT_CHECK(parse_int(item, &value) || integer_text(item),
                 what << ": item " << out.size() << " ('" << item << "') is not an integer (expected e.g. 1,5,9)");
+    ORBIT_CHECK(parse_int(item, &value),
+                what << ": item " << out.size() << " ('" << item << "') is out of range (past a 64-bit integer)");
     out.push_back(value);
   }
   return out;
