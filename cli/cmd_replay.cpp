@@ -16,6 +16,7 @@
 // (replay_report_json) to OUT ("-": stdout, and the table is not printed). Progress goes to stderr.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -298,6 +299,11 @@ ReplayOptions replay_options(const Args& args) {
   o.patch_capacity_bytes = args.get_int("--patch-capacity", 0);
   ORBIT_CHECK(o.patch_capacity_bytes >= 0,
               "replay: argument '--patch-capacity' must be >= 0, got " << o.patch_capacity_bytes);
+  ORBIT_CHECK(!args.has("--patch-capacity") ||
+                  std::any_of(o.policies.begin(), o.policies.end(),
+                              [](const std::string& spec) { return forms_patches(parse_policy(spec)); }),
+              "replay: argument '--patch-capacity' sizes the offline bound of the patches a policy forms, and no "
+              "policy of --policy forms one (the patch presets and the default do)");
   const int64_t repeat = args.get_int("--repeat", 1);
   ORBIT_CHECK(repeat >= 1 && repeat <= 100, "replay: argument '--repeat' must be in [1, 100], got " << repeat);
   o.timing_repeats = static_cast<int>(repeat);

@@ -6,11 +6,15 @@
 #include "orbit/store.h"
 #include "trace_replay_parts.h"
 
-namespace orbit::trace_detail {
+namespace orbit {
 
 bool forms_patches(const WindowPolicy& p) {
   return p.on_miss == MissAction::kForm && p.reuse_stored && !p.store_conditioned;
 }
+
+}  // namespace orbit
+
+namespace orbit::trace_detail {
 
 namespace {
 

@@ -34,6 +34,19 @@ ReplayReport replay(const Trace& trace, const ReplayOptions& options) {
     for (const char* spec : {"reprefill", "prefix", "blind"}) add(parse_policy(spec), true);
   }
   ORBIT_CHECK(!policies.empty(), "replay: no policies to replay");
+  if (options.patch_capacity_bytes != 0) {
+    std::string asked;
+    bool forms = false;
+    for (const auto& [policy, baseline] : policies) {
+      if (baseline) continue;
+      forms = forms || forms_patches(policy);
+      asked += (asked.empty() ? "" : ", ") + policy.name();
+    }
+    ORBIT_CHECK(forms,
+                "replay: ReplayOptions::patch_capacity_bytes sizes the offline bound of the patches a "
+                "policy forms, and none of the policies asked for forms one ("
+                    << asked << ")");
+  }
   ORBIT_CHECK(options.timing_repeats >= 1,
               "replay: ReplayOptions::timing_repeats must be >= 1, got " << options.timing_repeats);
   ORBIT_CHECK(options.timing_repeats == 1 || !options.calibrate,

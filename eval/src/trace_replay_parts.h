@@ -38,8 +38,7 @@ Resolved resolve(const Trace& trace, Engine& engine);
 
 // ---- patch demands for the offline bound ----------------------------------------------------------------
 
-// Whether the policy forms patches the store keeps (the policies the offline bound applies to).
-bool forms_patches(const WindowPolicy& p);
+// Whether a policy forms patches the store keeps: orbit::forms_patches (orbit/trace.h).
 
 struct DemandLog {
   std::vector<planner::Demand> demands;

@@ -379,6 +379,13 @@ TEST_CASE("timing repeats keep each step's fastest time and the first round's to
   ReplayOptions calibrated = thrice;
   calibrated.calibrate = true;
   CHECK_THROWS_WITH(replay(t, calibrated), Catch::Contains("timing_repeats > 1 needs calibrate off"));
+  // A patch capacity where no policy asked for forms a patch would size nothing.
+  ReplayOptions unformed = stories_options({"blind", "cacheblend:0.5"});
+  unformed.patch_capacity_bytes = 1000;
+  CHECK_THROWS_WITH(replay(t, unformed), Catch::Contains("patch_capacity_bytes sizes the offline bound") &&
+                                             Catch::Contains("(blind, cacheblend:0.5)"));
+  CHECK_FALSE(orbit::forms_patches(parse_policy("blind")));
+  CHECK(orbit::forms_patches(parse_policy("default")));
 }
 
 TEST_CASE("full-rank patches with re-conditioning stay close to re-prefill over a trace", "[trace][replay]") {

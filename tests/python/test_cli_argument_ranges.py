@@ -139,3 +139,12 @@ def test_serve_refuses_fidelity_options_that_would_do_nothing(orbit_cli, stories
     assert ("argument '--no-stored-calibration' keeps the fidelity calibration out of --store and --remote, and "
             "neither is given") in result.stderr
     assert "got 2" in serve_refusal(orbit_cli, stories260k_path, "--audit", "2")
+
+
+def test_replay_patch_capacity_needs_a_policy_that_forms_patches(orbit_cli, stories260k_path, trace):
+    result = replay(orbit_cli, stories260k_path, trace, "--policy", "blind,cacheblend:0.5", "--patch-capacity", "1000")
+    assert result.returncode == 1, result.stderr
+    assert ("argument '--patch-capacity' sizes the offline bound of the patches a policy forms, and no policy of "
+            "--policy forms one") in result.stderr
+    assert replay(orbit_cli, stories260k_path, trace, "--policy", "patch:16", "--patch-capacity", "1000"
+                  ).returncode == 0

@@ -496,8 +496,13 @@ struct ReplayReport {
   const PolicyReplay* find(const std::string& policy_name) const;  // nullptr when absent
 };
 
+// Whether a policy forms patches on a miss, so that its replay reports the offline bound of its patch demands
+// (PolicyReplay::offline): the patch presets and the default; not reprefill, prefix, blind, firstk, cacheblend.
+bool forms_patches(const WindowPolicy& policy);
+
 // Throws orbit::Error for a trace that does not fit the model (ids outside the vocabulary, positions past
-// the model's limit, ...), naming the step / chunk and field, or for a bad policy spec.
+// the model's limit, ...), naming the step / chunk and field, or for a bad policy spec; and for a
+// patch_capacity_bytes given where no policy asked for forms patches (it would size nothing).
 ReplayReport replay(const Trace& trace, const ReplayOptions& options);
 
 // The report as JSON (schema: top-level format "orbit-replay/1", trace, source, model, fingerprint, device, dtype,
