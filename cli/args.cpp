@@ -75,7 +75,7 @@ Args::Args(std::string command, const ArgSpec& spec, int argc, char** argv, int 
   for (int i = first; i < argc; ++i) {
     const std::string arg = argv[i];
     if (spec.flags.count(arg)) {
-      flags_.insert(arg);
+      ORBIT_CHECK(flags_.insert(arg).second, command_ << ": argument '" << arg << "' given twice");
       continue;
     }
     ORBIT_CHECK(spec.options.count(arg),

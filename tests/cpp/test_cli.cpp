@@ -116,6 +116,9 @@ TEST_CASE("bad CLI input exits non-zero naming the argument", "[cli][errors][cpu
   r = cli("make-model --preset '' --out /tmp/orbit-never");
   CHECK(r.status == 1);
   CHECK_THAT(r.out, Contains("make-model: argument '--preset' is empty (leave it out for the tiny preset of --arch)"));
+  r = cli("logits" + model + " --tokens 1 --all-positions --all-positions");
+  CHECK(r.status == 1);
+  CHECK_THAT(r.out, Contains("logits: argument '--all-positions' given twice"));
   r = cli("logits" + model + " --tokens 1,99999999999999999999");
   CHECK(r.status == 1);
   CHECK_THAT(r.out, Contains("--tokens: item 1 ('99999999999999999999') is out of range (past a 64-bit integer)"));
