@@ -180,10 +180,11 @@ std::vector<int64_t> parse_int_list(const std::string& text, const std::string& 
   std::vector<int64_t> out;
   for (const std::string& item : split_commas(text)) {
     int64_t value = 0;
-    ORBIT_CHECK(parse_int(item, &value) || integer_text(item),
-                what << ": item " << out.size() << " ('" << item << "') is not an integer (expected e.g. 1,5,9)");
-    ORBIT_CHECK(parse_int(item, &value),
-                what << ": item " << out.size() << " ('" << item << "') is out of range (past a 64-bit integer)");
+    if (!parse_int(item, &value)) {
+      ORBIT_FAIL(what << ": item " << out.size() << " ('" << item << "') "
+                      << (integer_text(item) ? "is out of range (past a 64-bit integer)"
+                                             : "is not an integer (expected e.g. 1,5,9)"));
+    }
     out.push_back(value);
   }
   return out;

@@ -501,10 +501,6 @@ WindowPolicy parse_spec(const std::string& spec) {
   bad_spec(spec, "unknown policy '" + head + "'");
 }
 
-}  // namespace
-
-namespace {
-
 // The spec's modifier that sets the WindowPolicy field a validate_policy refusal names ("" when none does), so
 // a spec's refusal says which of its parts is at fault, not only the field.
 std::string modifier_named_in(const std::string& refusal) {
