@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "orbit/runtime/reuse.h"
 #include "orbit/store.h"
 #include "orbit/store/chunk_store.h"
 #include "orbit/store/value.h"
@@ -17,6 +18,15 @@ namespace orbit::test {
 inline const std::string kStoreTestFingerprint = "store-test-model-fingerprint";
 
 inline std::string store_test_key(int64_t i) { return chunk_key_tokens(kStoreTestFingerprint, {i, 7, 11}); }
+
+// Whether two canonicals hold the same K and V, bit for bit, layer by layer.
+inline bool content_equal(const runtime::Content& a, const runtime::Content& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t l = 0; l < a.size(); ++l) {
+    if (!at::equal(a[l].k, b[l].k) || !at::equal(a[l].v, b[l].v)) return false;
+  }
+  return true;
+}
 
 // Two tensors, 1 to 200 rows of 64 floats; every 5th value is larger (~1 MiB) so that kills often land
 // in the middle of a blob write.
@@ -42,6 +52,7 @@ inline store::ChunkStoreOptions disk_options(const std::string& dir) {
 // store_test_key(i), and disk_options(dir).
 namespace store_test_names {
 inline std::string key(int64_t i) { return store_test_key(i); }
+using orbit::test::content_equal;
 using orbit::test::disk_options;
 }  // namespace store_test_names
 
