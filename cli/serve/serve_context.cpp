@@ -2,6 +2,9 @@
 
 #include <chrono>
 #include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
 
 #include "orbit/common/clock.h"
 #include "orbit/common/error.h"
@@ -25,6 +28,34 @@ AuditOptions audit_options(const ServeOptions& o) {
   return a;
 }
 
+// The serve argument behind each EngineOptions field the context sets from one, so that the engine's errors
+// (which name its fields) lead back to the command line.
+constexpr std::pair<const char*, const char*> kEngineFieldArguments[] = {
+    {"pool_bytes", "--pool-mb"},
+    {"device_tier_bytes", "--device-tier-mb"},
+    {"host_budget_bytes", "--host-budget-mb"},
+    {"disk_budget_bytes", "--store-disk-mb"},
+    {"remote_max_held_fraction", "--remote-max-held-fraction"},
+    {"max_idle_chunks", "--max-idle-chunks"},
+    {"max_background_bytes", "--background-mb"},
+    {"model", "--model"},
+};
+
+std::shared_ptr<Engine> open_engine(const EngineOptions& eo) {
+  try {
+    return Engine::open(eo);
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    for (const auto& [field, argument] : kEngineFieldArguments) {
+      if (what.find(std::string("EngineOptions::") + field + " ") != std::string::npos ||
+          what.find(std::string("EngineOptions::") + field + ":") != std::string::npos) {
+        ORBIT_FAIL("serve: argument '" << argument << "': " << what);
+      }
+    }
+    throw;
+  }
+}
+
 }  // namespace
 
 ServeContext::ServeContext(const ServeOptions& o) : options(o), auditor(audit_options(o)) {
@@ -45,7 +76,7 @@ ServeContext::ServeContext(const ServeOptions& o) : options(o), auditor(audit_op
   eo.background = BackgroundMode::kDeferred;  // run by the idle worker, only while no request waits
   set_sync_memo_limits(o.sync_memo);
   policy = o.policy.empty() ? WindowPolicy{} : parse_policy(o.policy);
-  engine = Engine::open(eo);
+  engine = open_engine(eo);
   info = engine->model_info();
   options.limits.vocab_size = info.vocab_size;  // requests' logit_bias keys are checked against it
   ORBIT_CHECK(engine->has_tokenizer(), "serve: " << o.model << " has no tokenizer (the server takes text)");

@@ -231,6 +231,10 @@ struct RunResult {
   // finish_reason "length" ended the answer inside the last of tool_calls: its arguments are the JSON text
   // written so far (not valid JSON), as OpenAI returns such a call (CutToolCall::kCall, orbit/tool_calls.h).
   bool tool_call_cut = false;
+  // finish_reason "length" ended the answer inside a call whose tool could not be told yet (its name not
+  // begun, or begun as several tools' names): the call was left out (orbit/answer_calls.h). With no text
+  // either, the answer has no message: chat's content is null, and a response has no message item.
+  bool tool_call_left_out = false;
   // parallel_tool_calls false and a free answer (no grammar held it to one call) wrote more calls: how many
   // after the first were left out of tool_calls (run/tool_stream.h).
   std::size_t tool_calls_dropped = 0;

@@ -60,3 +60,10 @@ def test_an_ipv6_host_is_announced_in_brackets(orbit_cli, stories260k_path):
     finally:
         process.terminate()
         process.wait(timeout=60)
+
+
+def test_a_pool_past_the_page_ids_is_refused_naming_the_argument(refused_serve, stories260k_path):
+    # The engine's own check names its field (EngineOptions::pool_bytes); before, that was all the command line
+    # heard of it.
+    stderr = refused_serve(stories260k_path, "--pool-mb", "100000000")
+    assert "argument '--pool-mb'" in stderr and "page ids" in stderr, stderr

@@ -252,6 +252,8 @@ def test_an_auto_call_cut_before_its_name_leaves_no_markup_in_content(start_serv
             # A call or the JSON from the first byte: '<' began the call, so a cut inside its mark is one too,
             # settled as a forced call cut there is (it was left out, no call).
             assert calls == ([{"name": one, "arguments": ""}] if one else []), context
+            if not calls:  # left out: no content either, as OpenAI answers a call without text (was "")
+                assert whole["message"]["content"] is None, context
             before_name += "<tool_call>" in raw
             inside_mark += "<tool_call>" not in raw and one is not None
             chunks = stream_chunks(server, request)
@@ -270,7 +272,11 @@ def test_an_auto_call_cut_before_its_name_leaves_no_markup_in_content(start_serv
                 (c["name"], c["arguments"]) for c in calls], response["output"]
             texts = [part["text"] for i in response["output"] if i["type"] == "message" for part in i["content"]]
             assert all("<" not in t for t in texts), response["output"]
+            if not calls:  # the call left out and nothing written: no message item (was one holding "")
+                assert texts == [], response["output"]
             events = post(server, "/v1/responses", dict(responses, stream=True))
+            if not calls:
+                assert '"type":"message"' not in events.replace(" ", ""), events
             assert "tool_call" not in "".join(
                 json.loads(line[6:]).get("delta", "") for line in events.split("\n")
                 if line.startswith("data: ") and "output_text.delta" in line), events
@@ -319,3 +325,44 @@ def test_llama3_json_stays_the_json_and_a_name_two_tools_begin_is_left_out(start
         assert not whole["message"]["content"], (max_tokens, raw, whole)
         ambiguous += 1
     assert ambiguous >= 1, ambiguous
+
+
+def test_a_call_the_budget_ends_is_length_even_with_its_arguments_whole(start_serve, stories260k_path):
+    # A forced call whose arguments' JSON closed but whose closing mark ('}</tool_call>') max_tokens cut was
+    # answered finish_reason "tool_calls" (Responses: completed), while a cut one byte earlier was "length": the
+    # client could not tell the budget had ended the answer (with parallel_tool_calls, another call may have
+    # been next). Every answer the budget ended is "length" now, its calls as far as they were written; the
+    # Responses API says incomplete, and the item of a call whose arguments are whole says completed.
+    server = start_serve(stories260k_path, "--policy", "patch:16:exact")
+    base = {"messages": MESSAGES, "tools": CUT_TOOLS[:1], "tool_choice": "required", "temperature": 0}
+    full = json.loads(post(server, "/v1/chat/completions", dict(base, max_tokens=200)))
+    assert full["choices"][0]["finish_reason"] == "tool_calls", full
+    n = full["usage"]["completion_tokens"]
+    whole_but_cut = 0
+    for max_tokens in range(max(1, n - 8), n):
+        answer = json.loads(post(server, "/v1/chat/completions", dict(base, max_tokens=max_tokens)))
+        choice = answer["choices"][0]
+        context = (max_tokens, n, answer)
+        assert answer["usage"]["completion_tokens"] == max_tokens, context
+        assert choice["finish_reason"] == "length", context
+        streamed = stream_chunks(server, dict(base, max_tokens=max_tokens))
+        assert [c["finish_reason"] for chunk in streamed for c in chunk["choices"] if c["finish_reason"]] == [
+            "length"], context
+        calls = plain(choice["message"].get("tool_calls") or [])
+        try:
+            whole = len(calls) == 1 and isinstance(json.loads(calls[0]["arguments"]), dict)
+        except ValueError:
+            whole = False
+        response = json.loads(post(server, "/v1/responses", {
+            "input": MESSAGES[0]["content"], "tools": [dict(CUT_TOOLS[0]["function"], type="function")],
+            "tool_choice": "required", "temperature": 0, "max_output_tokens": max_tokens, "store": False}))
+        assert response["status"] == "incomplete", response
+        items = [i for i in response["output"] if i["type"] == "function_call"]
+        if whole:
+            whole_but_cut += 1
+            assert [(i["name"], i["arguments"]) for i in items] == [(c["name"], c["arguments"]) for c in calls], (
+                context, response)
+            if items[0]["status"] == "completed":
+                assert json.loads(items[0]["arguments"]) == json.loads(calls[0]["arguments"])
+    # The cuts inside the closing markup, after the arguments closed: the ones that were "tool_calls".
+    assert whole_but_cut >= 2, whole_but_cut

@@ -394,7 +394,8 @@ class AsyncGenerationStream:
     lock is ours, on a thread of this module's pool (Window.generate with an on_text that hands
     each piece to the event loop). Its arguments are checked when it is made (AsyncWindow.stream raises what
     generate() raises for them); errors the decode meets are raised at the piece. Once the `async for` ends,
-    `generation` is the Generation. The decode runs at most 8 pieces ahead of the reader; one that takes no
+    `generation` is the Generation (after a break, reading it waits for the cancelled decode to stop at its next
+    token). The decode runs at most 8 pieces ahead of the reader; one that takes no
     piece for a second lets it run on to its end. Closing the window or its engine (Window.close(),
     Engine.close(), from any thread) stops the decode at its next token, at once if it waits for the reader.
 
@@ -428,8 +429,14 @@ class AsyncGenerationStream:
 
     @property
     def generation(self) -> "Optional[Generation]":
-        """The Generation once the decode ended (None before, and when generate() raised)."""
-        return self._decode.generation if self._decode is not None else None
+        """The Generation once the decode ended (None before, and when generate() raised). After a loop that broke
+        off (the decode cancelled, stopping at its next token), reading it waits for that stop."""
+        decode = self._decode
+        if decode is None:
+            return None
+        if decode.generation is None and decode.cancelled.is_set() and decode.started.is_set():
+            decode.returned.wait()  # bounded: a cancelled decode returns at its next token, never waiting for us
+        return decode.generation
 
     def __aiter__(self) -> AsyncIterator[str]:
         """The pieces (once); the decode starts at the first one asked for."""
@@ -501,6 +508,8 @@ class _Decode:
         self.alone = False  # the reader stopped reading: the decode no longer waits for it
         self.future: "Optional[asyncio.Future[Generation]]" = None
         self.generation: "Optional[Generation]" = None
+        self.started = threading.Event()  # generate began on its thread
+        self.returned = threading.Event()  # generate returned or raised (set on its thread)
         self.read_to_end = False
         self.reading: Optional[_Reading] = None  # the loop reading it, until the loop ends
 
@@ -513,7 +522,17 @@ class _Decode:
 
     async def start(self, generate: Callable[[], "Generation"], lock: asyncio.Lock) -> None:
         context = contextvars.copy_context()
-        self.future = await _on_pool(context.run, generate)
+
+        def run() -> "Generation":
+            # The Generation is kept on the decode's thread too, so that a reader can have it without the loop.
+            self.started.set()
+            try:
+                self.generation = generation = context.run(generate)
+                return generation
+            finally:
+                self.returned.set()
+
+        self.future = await _on_pool(run)
 
         def ended(future: "asyncio.Future[Generation]") -> None:
             self.settle()

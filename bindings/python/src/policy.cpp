@@ -5,11 +5,16 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <optional>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "bindings.h"
 #include "convert.h"
 #include "orbit/engine.h"
+#include "orbit/policy.h"
 
 namespace orbit_py {
 
@@ -278,10 +283,84 @@ void def_policy_fields(py::class_<WindowPolicy>& c) {
         "(spec modifier ':lookonly'); true needs read_attention_weight above 0.");
 }
 
+const char* enum_label(orbit::MissAction a) {
+  for (const auto& [name, value] : kMiss) {
+    if (value == a) return name.c_str();
+  }
+  return "?";
+}
+
+std::string py_float(double x) { return py::repr(py::float_(x)).cast<std::string>(); }
+std::string py_bool(bool b) { return b ? "True" : "False"; }
+
+// Every field as Policy() reads it back, as a Python literal, in declaration order.
+std::vector<std::pair<const char*, std::string>> field_literals(const WindowPolicy& p) {
+  return {{"on_miss", "'" + std::string(enum_label(p.on_miss)) + "'"},
+          {"survivors", p.survivors == orbit::SurvivorAction::kKeep ? "'keep'" : "'recondition'"},
+          {"stale", p.stale == orbit::StalePatch::kRebuild ? "'rebuild'" : "'accept'"},
+          {"max_divergence", py_float(p.max_divergence)},
+          {"rank_k", rank_str(p.rank_k)},
+          {"rank_v", rank_str(p.rank_v)},
+          {"deep_only", py_bool(p.deep_only)},
+          {"deep_energy", py_float(p.deep_energy)},
+          {"reuse_stored", py_bool(p.reuse_stored)},
+          {"use_orbit_patches", py_bool(p.use_orbit_patches)},
+          {"cascade_on_recall", py_bool(p.cascade_on_recall)},
+          {"store_conditioned", py_bool(p.store_conditioned)},
+          {"reuse_computed", py_bool(p.reuse_computed)},
+          {"kl_budget", py_float(p.kl_budget)},
+          {"defer_repairs", py_bool(p.defer_repairs)},
+          {"heal_when_idle", py_bool(p.heal_when_idle)},
+          {"heal_min_kl", py_float(p.heal_min_kl)},
+          {"prepare_recalls", std::to_string(p.prepare_recalls)},
+          {"prepare_moves", std::to_string(p.prepare_moves)},
+          {"prepare_lists", std::to_string(p.prepare_lists)},
+          {"trust_hints", std::to_string(p.trust_hints)},
+          {"self_check", py_bool(p.self_check)},
+          {"read_through", py_float(p.read_through)},
+          {"attention_weight", py_float(p.attention_weight)},
+          {"content_weight", py_float(p.content_weight)},
+          {"read_attention_weight", py_float(p.read_attention_weight)},
+          {"read_attention_raised_only", py_bool(p.read_attention_raised_only)},
+          {"recompute_ratio", py_float(p.recompute_ratio)},
+          {"first_k", std::to_string(p.first_k)}};
+}
+
+// Policy(name, field=value, ...): the preset `name` spells, then each field where the policy differs from it (a
+// field no spec modifier spells: survivors on a patch preset without ':exact', reuse_stored, a budget on
+// 'blind', ...). Evaluated, it gives the policy back.
+std::string policy_repr(const WindowPolicy& p) {
+  std::optional<WindowPolicy> preset;
+  try {
+    preset = orbit::parse_policy(p.name());
+  } catch (const orbit::Error&) {
+    // Every field, from the default policy, where the name does not read back.
+  }
+  const auto mine = field_literals(p);
+  const auto base = field_literals(preset.value_or(WindowPolicy{}));
+  std::ostringstream o;
+  o << "Policy(";
+  const char* sep = "";
+  if (preset) {
+    o << py::repr(py::str(p.name())).cast<std::string>();
+    sep = ", ";
+  }
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    if (preset && mine[i].second == base[i].second) continue;
+    o << sep << mine[i].first << "=" << mine[i].second;
+    sep = ", ";
+  }
+  return o.str() + ")";
+}
+
 // Policy's name, replace, copies and __repr__.
 void def_policy_methods(py::class_<WindowPolicy>& c) {
-  c.def_property_readonly("name", &WindowPolicy::name,
-                          "The preset in canonical spec form ('patch:16', 'reprefill', ...).");
+  c.def_property_readonly(
+      "name", &WindowPolicy::name,
+      "The preset in canonical spec form ('patch:16', 'patch:32/8', 'reprefill', ...): Policy(spec).name reads\n"
+      "back as an equal Policy. Fields set apart from a spec that no modifier spells (survivors on a patch\n"
+      "preset without ':exact', reuse_stored, a kl_budget on 'blind', ...) are not in it; repr() adds them as\n"
+      "keywords: eval(repr(p)) == p.");
   c.def(
       "replace",
       [](const WindowPolicy& p, const py::kwargs& kwargs) {
@@ -311,20 +390,7 @@ void def_policy_methods(py::class_<WindowPolicy>& c) {
                a.read_attention_raised_only == b.read_attention_raised_only;
       },
       py::is_operator());
-  c.def("__repr__", [](const WindowPolicy& p) {
-    std::ostringstream o;
-    o << "Policy(" << py::repr(py::str(p.name())).cast<std::string>() << ", on_miss='"
-      << orbit::miss_action_name(p.on_miss) << "', survivors='"
-      << (p.survivors == orbit::SurvivorAction::kKeep ? "keep" : "recondition") << "', stale='"
-      << (p.stale == orbit::StalePatch::kRebuild ? "rebuild" : "accept") << "', max_divergence=" << p.max_divergence
-      << ", rank_k=" << rank_str(p.rank_k) << ", rank_v=" << rank_str(p.rank_v)
-      << ", deep_only=" << (p.deep_only ? "True" : "False") << ", reuse_stored=" << (p.reuse_stored ? "True" : "False")
-      << ", use_orbit_patches=" << (p.use_orbit_patches ? "True" : "False")
-      << ", cascade_on_recall=" << (p.cascade_on_recall ? "True" : "False")
-      << ", store_conditioned=" << (p.store_conditioned ? "True" : "False")
-      << ", reuse_computed=" << (p.reuse_computed ? "True" : "False") << ")";
-    return o.str();
-  });
+  c.def("__repr__", &policy_repr);
 }
 
 }  // namespace

@@ -46,6 +46,7 @@ void ToolCallStream::finish(RunResult& r) const {
   const bool ran_out = r.finish_reason == "length";
   AnswerCalls all = read_answer_calls(r.text, ran_out, calls_);
   r.tool_calls_dropped = all.dropped;
+  r.tool_call_left_out = all.left_out;
   if (all.read.calls.empty() && !all.left_out && !all.markup_cut) {
     r.unstreamed = rest;
   } else {
@@ -54,7 +55,9 @@ void ToolCallStream::finish(RunResult& r) const {
     r.tool_call_cut = all.read.cut;
     r.text = std::move(all.read.content);
     r.unstreamed = read_answer_calls(rest, ran_out, calls_).read.content;
-    if (r.finish_reason != "cancelled" && whole) r.finish_reason = "tool_calls";
+    // An answer the budget ended stays "length" with whole calls too (as OpenAI has it: the call's closing
+    // mark, or another call, may have been next), so a client can tell the answer was cut.
+    if (whole && r.finish_reason != "cancelled" && r.finish_reason != "length") r.finish_reason = "tool_calls";
   }
   SettledCalls settled = streamed_.settle(r.tool_calls);
   r.unstreamed_calls = std::move(settled.unsent);

@@ -11,8 +11,9 @@
 //                   idle time heals, and prepares recalls, moves and learned next lists
 //                   (`:heal:prep=1:move=8:lists=3`). `default:MOD...` is that spec with each modifier given
 //                   in place of the default's of the same name, or added (`default:through=0`)
-//   patch[:M]       form a rank-M patch on a miss (M = 16; "full" = every singular direction), reuse exact-
-//                   and orbit-keyed patches, survivors kept as-is (relocation only); no budget
+//   patch[:M]       form a rank-M patch on a miss (M = 16; "full" = every singular direction; K/V: rank K for
+//                   keys, V for values), reuse exact- and orbit-keyed patches, survivors kept as-is (relocation
+//                   only); no budget
 //   patch:M:exact   as patch:M, but every chunk whose context changed is re-conditioned (lookup, then form)
 //                   and orbit patches are not used: with M = full the window equals a re-prefill to float
 //                   tolerance (the oracle the tests check)
@@ -247,8 +248,11 @@ struct WindowPolicy {
   double recompute_ratio = 0.15;  // kTokenRecompute
   int64_t first_k = 16;           // kFirstK
 
-  // The preset in canonical spec form ("patch:16", "reprefill", ...), for reports. `:lists=N` is left out
-  // without reuse_computed, where it has no effect (and parse_policy refuses it).
+  // The preset in canonical spec form ("patch:16", "patch:32/8", "reprefill", ...), for reports:
+  // parse_policy(spec).name() parses back to an equal policy. Fields set apart from a spec that no modifier
+  // spells (survivors on a patch preset without `:exact`, reuse_stored, a kl_budget on `blind`, ...) are not in
+  // it (Python's repr adds them as keywords). `:lists=N` is left out without reuse_computed, where it has no
+  // effect (and parse_policy refuses it).
   std::string name() const;
 };
 

@@ -102,7 +102,11 @@ EngineCore::EngineCore(const EngineOptions& options) : options_(options) {
               "EngineOptions::pool_bytes = "
                   << options.pool_bytes << " holds " << po.num_pages << " pages, more than the pool's "
                   << std::numeric_limits<runtime::PageId>::max() << " page ids (raise page_size or lower pool_bytes)");
-  pool_ = std::make_unique<SharedPool>(po, options.shared_canonicals);
+  try {
+    pool_ = std::make_unique<SharedPool>(po, options.shared_canonicals);
+  } catch (const Error& e) {
+    ORBIT_FAIL("EngineOptions::pool_bytes = " << options.pool_bytes << ": " << e.what());
+  }
   usage_ = std::make_unique<UsageMeter>(po.num_pages * options.page_size);  // the KV memory the windows have
   jobs_ = std::make_unique<PatchJobs>(*this, options.background, options.max_background_bytes);
 }

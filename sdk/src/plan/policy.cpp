@@ -54,6 +54,15 @@ double parse_number(const std::string& spec, const std::string& text, const char
 
 std::string rank_text(int64_t r) { return r < 0 ? "full" : std::to_string(r); }
 
+// A patch rank as rank_text writes it: a positive integer, or "full" (-1).
+int64_t parse_rank(const std::string& spec, const std::string& text) {
+  if (text == "full") return -1;
+  const double r = parse_number(spec, text, "rank");
+  if (!(r >= 1 && r <= 1e15) || r != static_cast<double>(static_cast<int64_t>(r)))
+    bad_spec(spec, "rank must be a positive integer or 'full'");
+  return static_cast<int64_t>(r);
+}
+
 }  // namespace
 
 std::string policy_spec_help() {
@@ -226,13 +235,11 @@ void parse_patch_modifier(const std::string& spec, const std::string& part, std:
     p.stale = StalePatch::kAccept;
     p.max_divergence = parse_number(spec, part.substr(6), "divergence");
     if (!(p.max_divergence >= 0 && p.max_divergence <= 1)) bad_spec(spec, "divergence must be in [0, 1]");
-  } else if (i == 1 && part == "full") {
-    p.rank_k = p.rank_v = -1;
   } else if (i == 1) {
-    const double r = parse_number(spec, part, "rank");
-    if (r < 1 || r != static_cast<double>(static_cast<int64_t>(r)))
-      bad_spec(spec, "rank must be a positive integer or 'full'");
-    p.rank_k = p.rank_v = static_cast<int64_t>(r);
+    // M, or K/V: the keys' rank, then the values' (as WindowPolicy::name writes unequal ranks).
+    const std::size_t slash = part.find('/');
+    p.rank_k = parse_rank(spec, part.substr(0, slash));
+    p.rank_v = slash == std::string::npos ? p.rank_k : parse_rank(spec, part.substr(slash + 1));
   } else {
     bad_spec(spec, "unknown modifier '" + part + "'");
   }
