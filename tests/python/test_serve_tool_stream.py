@@ -334,18 +334,22 @@ def test_a_call_the_budget_ends_is_length_even_with_its_arguments_whole(start_se
     # been next). Every answer the budget ended is "length" now, its calls as far as they were written; the
     # Responses API says incomplete, and the item of a call whose arguments are whole says completed.
     server = start_serve(stories260k_path, "--policy", "patch:16:exact")
-    base = {"messages": MESSAGES, "tools": CUT_TOOLS[:1], "tool_choice": "required", "temperature": 0}
-    full = json.loads(post(server, "/v1/chat/completions", dict(base, max_tokens=200)))
-    assert full["choices"][0]["finish_reason"] == "tool_calls", full
-    n = full["usage"]["completion_tokens"]
+    # The grammar fits a forced call into a budget that can hold its shortest form (a shorter string), so the
+    # budgets here run from below that shortest form up; each answer's own tokens (logprobs) say where it ended.
+    base = {"messages": MESSAGES, "tools": CUT_TOOLS[:1], "tool_choice": "required", "temperature": 0,
+            "logprobs": True}
     whole_but_cut = 0
-    for max_tokens in range(max(1, n - 8), n):
+    for max_tokens in range(40, 62):
         answer = json.loads(post(server, "/v1/chat/completions", dict(base, max_tokens=max_tokens)))
         choice = answer["choices"][0]
-        context = (max_tokens, n, answer)
+        raw = "".join(e["token"] for e in choice["logprobs"]["content"])
+        context = (max_tokens, raw, answer)
+        if raw.rstrip().endswith("</tool_call>"):
+            assert choice["finish_reason"] == "tool_calls", context
+            continue
         assert answer["usage"]["completion_tokens"] == max_tokens, context
         assert choice["finish_reason"] == "length", context
-        streamed = stream_chunks(server, dict(base, max_tokens=max_tokens))
+        streamed = stream_chunks(server, dict(base, max_tokens=max_tokens, logprobs=False))
         assert [c["finish_reason"] for chunk in streamed for c in chunk["choices"] if c["finish_reason"]] == [
             "length"], context
         calls = plain(choice["message"].get("tool_calls") or [])
