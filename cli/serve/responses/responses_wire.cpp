@@ -17,8 +17,7 @@ bool incomplete(const RunResult& r) { return r.finish_reason == "length" || r.fi
 
 // The answer has a message item: text, or nothing else to show (no calls, none left out, no reasoning).
 bool has_message(const RunResult& r) {
-  return !r.text.empty() ||
-         (r.tool_calls.empty() && !r.tool_call_left_out && !(r.reasoning && !r.reasoning->empty()));
+  return !r.text.empty() || (r.tool_calls.empty() && !r.tool_call_left_out && !(r.reasoning && !r.reasoning->empty()));
 }
 
 // The text part; with the answer's log probabilities when it has them (include message.output_text.logprobs).
