@@ -213,3 +213,20 @@ def test_a_task_the_loop_awaits_waits_for_the_whole_answer_without_deadlock(orbi
     pieces, g, gathered = asyncio.run(main())
     assert "".join(pieces) == g.text == plain.text and g.stop_reason == "max_tokens"
     assert list(gathered.tokens) == list(expected.tokens)
+
+
+def test_generation_is_there_right_after_a_loop_breaks(orbit, story):
+    # Leaving the loop with break cancels the decode; `generation` was None until the decode stopped (about 0.3 s
+    # later), where Window.stream's is set at once. Reading it now waits for that stop (the next token).
+    from orbit import aio
+
+    window, query, _ = story
+
+    async def main():
+        s = aio.AsyncWindow(window).stream(query, max_tokens=400)
+        async for _ in s:
+            break
+        return s.generation
+
+    g = asyncio.run(main())
+    assert g is not None and g.stop_reason == "cancelled" and len(g.tokens) < 400

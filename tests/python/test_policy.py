@@ -161,3 +161,25 @@ def test_policy_fields_are_checked_on_the_whole_policy(orbit, stories260k_path):
         with pytest.raises(orbit.OrbitError, match="first_k = 5 has no effect"):
             w.policy = p
         assert w.policy == orbit.Policy()
+
+
+@pytest.mark.parametrize("spec, options", [
+    ("patch:16", {"rank_k": 32, "rank_v": 8}),
+    ("patch:16", {"rank_k": "full", "rank_v": 4}),
+    ("patch:16", {"survivors": "recondition"}),
+    ("default", {"on_miss": "blind"}),
+    ("default", {"reuse_stored": False, "cascade_on_recall": True}),
+    ("prefix", {}),
+    ("cacheblend:0.3", {}),
+    ("default:through=0", {}),
+])
+def test_a_policy_name_parses_and_its_repr_evaluates_back(orbit, spec, options):
+    # name wrote 'patch:32/8' for unequal ranks, which Policy() refused; repr listed a fixed set of fields, so
+    # Policy('default', on_miss='blind') looked like plain 'blind'. The name parses back to the preset it spells,
+    # and repr adds every field that differs from that preset.
+    p = orbit.Policy(spec, **options)
+    preset = orbit.Policy(p.name)
+    assert preset.name == p.name
+    assert eval(repr(p), {"Policy": orbit.Policy}) == p, repr(p)
+    if not options:
+        assert preset == p and repr(p) == f"Policy({p.name!r})"
