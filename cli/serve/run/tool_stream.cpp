@@ -55,9 +55,9 @@ void ToolCallStream::finish(RunResult& r) const {
     r.tool_call_cut = all.read.cut;
     r.text = std::move(all.read.content);
     r.unstreamed = read_answer_calls(rest, ran_out, calls_).read.content;
-    // An answer the budget ended stays "length" with whole calls too (as OpenAI has it: the call's closing
-    // mark, or another call, may have been next), so a client can tell the answer was cut.
-    if (whole && r.finish_reason != "cancelled" && r.finish_reason != "length") r.finish_reason = "tool_calls";
+    // Whole calls are "tool_calls" also where the budget ended the answer after them (inside the last one's
+    // closing mark): agent clients (the AI SDK) run a step's tools only on "tool_calls".
+    if (r.finish_reason != "cancelled" && whole) r.finish_reason = "tool_calls";
   }
   SettledCalls settled = streamed_.settle(r.tool_calls);
   r.unstreamed_calls = std::move(settled.unsent);
