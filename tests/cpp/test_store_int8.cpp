@@ -4,6 +4,8 @@
 #include "orbit_catch.h"  // ATen, then <catch2/catch.hpp>: keeps Catch's CHECK (see that header)
 
 #include <algorithm>
+#include <memory>
+#include <string>
 
 #include "orbit/common/error.h"
 #include "orbit/runtime/loader.h"
@@ -19,20 +21,41 @@ using namespace orbit::store;
 using namespace test::store_test_names;  // key(i), content_equal(a, b) (test_store_values.h)
 namespace rt = orbit::runtime;
 
-TEST_CASE("int8 cold tier: about a quarter of the bytes at a measured KV error", "[store][cpu][model]") {
-  const auto model = rt::load_model(test::stories_path());
+namespace {
+
+// A canonical of stories260K over `n` tokens (t * a + b) % 512, its chunk key, and store options on `dir` for it.
+struct Int8Case {
+  std::shared_ptr<const rt::Model> model = rt::load_model(test::stories_path());
   rt::ChunkInput input;
-  for (int64_t t = 0; t < 64; ++t) input.tokens.push_back((t * 37 + 5) % 512);
-  const rt::Content canonical = rt::canonical(*model, input);
+  rt::Content canonical;
+  std::string key;
+
+  Int8Case(int64_t n, int64_t a, int64_t b) {
+    for (int64_t t = 0; t < n; ++t) input.tokens.push_back((t * a + b) % 512);
+    canonical = rt::canonical(*model, input);
+    key = chunk_key_tokens(model->fingerprint(), input.tokens);
+  }
+
+  ChunkStoreOptions options(const test::TempDir& dir) const {
+    ChunkStoreOptions o;
+    o.model_fingerprint = model->fingerprint();
+    o.dir = dir.path().string();
+    return o;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("int8 cold tier: about a quarter of the bytes at a measured KV error", "[store][cpu][model]") {
+  const Int8Case c(64, 37, 5);
+  const rt::Content& canonical = c.canonical;
   test::TempDir exact_dir, int8_dir;
-  ChunkStoreOptions o;
-  o.model_fingerprint = model->fingerprint();
-  o.dir = exact_dir.path().string();
+  ChunkStoreOptions o = c.options(exact_dir);
   ChunkStore exact(o);
   o.dir = int8_dir.path().string();
   o.int8_cold_tier = true;
   ChunkStore cold(o);
-  const std::string k = chunk_key_tokens(model->fingerprint(), input.tokens);
+  const std::string& k = c.key;
   REQUIRE(exact.put(k, canonical_value(canonical), PutOptions{StoreTier::kDisk}).is_ok());
   REQUIRE(cold.put(k, canonical_value(canonical), PutOptions{StoreTier::kDisk}).is_ok());
   const double ratio = static_cast<double>(cold.stats().tiers[2].bytes) / exact.stats().tiers[2].bytes;
@@ -54,15 +77,11 @@ TEST_CASE("int8 cold tier: about a quarter of the bytes at a measured KV error",
 
 TEST_CASE("int8 cold tier: a value read back says what its rounding lost, and the store prices what it has not read",
           "[store][cpu][model]") {
-  const auto model = rt::load_model(test::stories_path());
-  rt::ChunkInput input;
-  for (int64_t t = 0; t < 64; ++t) input.tokens.push_back((t * 53 + 11) % 512);
-  const rt::Content canonical = rt::canonical(*model, input);
-  const std::string k = chunk_key_tokens(model->fingerprint(), input.tokens);
+  const Int8Case c(64, 53, 11);
+  const rt::Content& canonical = c.canonical;
+  const std::string& k = c.key;
   test::TempDir dir;
-  ChunkStoreOptions o;
-  o.model_fingerprint = model->fingerprint();
-  o.dir = dir.path().string();
+  ChunkStoreOptions o = c.options(dir);
   o.int8_cold_tier = true;
   {
     ChunkStore cold(o);
@@ -99,15 +118,11 @@ TEST_CASE("int8 cold tier: a value read back says what its rounding lost, and th
 }
 
 TEST_CASE("a store that keeps entries exact does not read another's int8 copy as exact", "[store][cpu][model]") {
-  const auto model = rt::load_model(test::stories_path());
-  rt::ChunkInput input;
-  for (int64_t t = 0; t < 32; ++t) input.tokens.push_back((t * 37 + 5) % 512);
-  const rt::Content canonical = rt::canonical(*model, input);
-  const std::string k = chunk_key_tokens(model->fingerprint(), input.tokens);
+  const Int8Case c(32, 37, 5);
+  const rt::Content& canonical = c.canonical;
+  const std::string& k = c.key;
   test::TempDir dir;
-  ChunkStoreOptions o;
-  o.model_fingerprint = model->fingerprint();
-  o.dir = dir.path().string();
+  ChunkStoreOptions o = c.options(dir);
   o.host_budget_bytes = 0;  // every read goes to the disk
   o.warn_disk_errors = false;
   {
