@@ -52,7 +52,8 @@ const char* kUsage =
     "\n"
     "PATH is a llama2.c .bin file or a Hugging Face directory (config.json + *.safetensors).\n"
     "--device D (info, logits, fidelity, replay, serve): cpu (default), cuda or cuda:N; an error where there is no\n"
-    "CUDA device. --dtype T: float32 (default), bfloat16 or float16 (CUDA only); weights load straight into it.\n"
+    "CUDA device. --dtype T: float32 (default), bfloat16 or float16 (float16 on CUDA only); weights load\n"
+    "straight into it.\n"
     "Every command answers --help with its arguments.\n"
     "Threads: every core, unless OMP_NUM_THREADS is set.\n";
 

@@ -64,6 +64,8 @@ TEST_CASE("store tier options: bad values name the option; stats report every ti
   o = stories();
   o.cold_tier = "fp8";
   CHECK_THROWS_WITH(Engine::open(o), Contains("EngineOptions::cold_tier") && Contains("exact, int8"));
+  o.cold_tier = "int8";  // without a store_dir: no disk tier to encode
+  CHECK_THROWS_WITH(Engine::open(o), Contains("EngineOptions::cold_tier = 'int8'") && Contains("needs a store_dir"));
   o = stories();
   o.device_tier_bytes = int64_t{1} << 20;  // a device tier on a CPU engine
   CHECK_THROWS_WITH(Engine::open(o),

@@ -212,6 +212,7 @@ TEST_CASE("serve: tools, tool_choice and response_format are parsed; unhonoured 
                                                         {R"("logit_bias":{"512":1})", "logit_bias"},
                                                         {R"("logit_bias":{"5":-100.5})", "logit_bias"},
                                                         {R"("logit_bias":{"5":"high"})", "logit_bias"},
+                                                        {R"("logit_bias":{"5":1,"05":-1})", "logit_bias"},
                                                         {R"("logprobs":1)", "logprobs"},
                                                         {R"("top_logprobs":2)", "top_logprobs"},
                                                         {R"("logprobs":true,"top_logprobs":21)", "top_logprobs"}}) {

@@ -183,6 +183,29 @@ def test_a_bare_instance_of_a_class_with_a_constructor_raises(orbit, name, expr)
                                f"holds nothing; create one with orbit.{name}("), r.stdout
 
 
+def test_a_second_init_on_a_live_instance_is_refused(orbit, engine, stories260k_path):
+    # pybind11 ran it: e.__init__(path) opened a second engine, pointed `e` at it and freed it (the old one kept
+    # by its holder); policy.__init__("reprefill") and token.__init__() changed nothing, silently.
+    token = orbit.CancelToken()
+    token.cancel()
+    made = [(engine, (str(stories260k_path),)), (orbit.WindowPolicy("patch:8"), ("reprefill",)), (token, ()),
+            (orbit.ConstraintCacheOptions(max_entries=3), ()), (orbit.RadixCache(64), (32,)),
+            (orbit.ChunkKind.tokens, (1,))]
+    for obj, args in made:
+        name = type(obj).__name__
+        with pytest.raises(TypeError, match=rf"^orbit.{name}.__init__: this {name} is already made \(__init__ runs "
+                                            rf"once\); create another with orbit.{name}\(...\)$"):
+            obj.__init__(*args)
+    assert orbit.WindowPolicy("patch:8").name == "patch:8" and token.cancelled and engine.tokenize("a")
+    assert orbit.ChunkKind.tokens == orbit.ChunkKind(0)
+
+    class Mine(orbit.WindowPolicy):  # a subclass's own __init__ still reaches the binding's once
+        def __init__(self):
+            super().__init__("reprefill")
+
+    assert Mine().name == "reprefill"
+
+
 def test_instances_made_by_their_constructor_still_work(orbit, engine):
     assert orbit.CancelToken().cancelled is False
     assert orbit.WindowPolicy("patch:16") == orbit.WindowPolicy("patch:16")
@@ -527,3 +550,16 @@ def test_logit_bias_takes_numpy_int_keys_and_no_bool(orbit, window):
     assert biased == window.generate([1, 2], max_tokens=3, logit_bias={9: 100}).tokens == [9, 9, 9]
     with pytest.raises(TypeError, match="^generate: logit_bias keys must be token ids \\(int\\), got True$"):
         window.generate([1, 2], max_tokens=1, logit_bias={True: 1})
+    # Two keys for one token: the last one silently won.
+    with pytest.raises(ValueError, match="^generate: logit_bias key '5' names token 5, which another key names too$"):
+        window.generate([1, 2], max_tokens=1, logit_bias={5: 1, "5": -1})
+
+
+def test_a_0d_array_is_not_a_token_list(orbit, window):
+    # numpy.ascontiguousarray read numpy.array(5) as [5], where a plain 5 is refused.
+    import torch
+    for scalar in (np.array(5), np.array([[5]])[0, 0, ...], torch.tensor(5)):
+        for call, what in ((window.logits, "logits: query"), (window.generate, "generate: query"),
+                           (window.engine.add_tokens, "add_tokens: tokens")):
+            with pytest.raises(ValueError, match=f"^{what}: a 0-d array \\(one value\\); expected a 1-D one"):
+                call(scalar)

@@ -566,8 +566,10 @@ def test_misuse_raises_orbit_errors_with_the_cpp_message(orbit, engine, stories2
         w.generate([1], top_p=2.0)
     with pytest.raises(orbit.OrbitError, match="max_tokens"):
         w.generate([1], max_tokens=-1)
-    with pytest.raises(orbit.OrbitError, match="holds no instance|unknown instance|does not hold"):
+    with pytest.raises(orbit.OrbitError, match=f"^kv: window {w.id} holds no instance 777777$"):
         w.kv(777777)
+    with pytest.raises(orbit.OrbitError, match=f"^prepare_evictions: window {w.id} holds no instance 777777$"):
+        w.prepare_evictions([777777])
 
     # invalid options
     with pytest.raises(orbit.OrbitError, match="/nonexistent/model.bin"):

@@ -129,6 +129,7 @@ def test_with_on_a_closed_window_or_engine_raises_naming_it(orbit, stories260k_p
             entered.append(w)
     orphan = e.new_window()
     e.close()
+    assert orphan.closed  # its engine's close() closed it too
     with pytest.raises(orbit.OrbitError, match=rf"^with window: window {orphan.id}'s engine is closed$"):
         with orphan:
             entered.append(orphan)

@@ -65,6 +65,7 @@ def test_int8_canonicals_read_back_are_priced(orbit, stories260k_path, tmp_path)
     [
         ({"eviction": "mru"}, "^Engine: eviction: "),
         ({"cold_tier": "fp8"}, "^Engine: cold_tier = 'fp8'"),
+        ({"cold_tier": "int8"}, r"^Engine: cold_tier = 'int8' encodes the disk tier, which needs a store_dir"),
         ({"device_tier_bytes": 1 << 20}, r"^Engine: device_tier_bytes = 1048576 .*\(device is 'cpu'\)"),  # a CPU engine
         ({"device_tier_bytes": -1}, "^Engine: device_tier_bytes must be >= 0"),
     ],

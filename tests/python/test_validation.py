@@ -1,5 +1,6 @@
 """Python-side validation: values that used to be silently reinterpreted are refused with a message
 naming the field. Needs the built module: ORBIT_PYTHON_PATH=<build>/bindings/python."""
+import numpy as np
 import pytest
 
 
@@ -212,6 +213,11 @@ def test_an_enum_refuses_an_int_no_member_holds(orbit, name):
             enum(value)
     for member in enum.__members__.values():
         assert enum(int(member)) == member and str(enum(int(member))) == str(member)
+        assert enum(np.int64(int(member))) == member
+    # A bool is not an int here, as for every int argument (ChunkKind(True) was ChunkKind.embeddings).
+    for value, shown in ((True, "bool"), (np.bool_(False), "bool"), (1.0, "float"), ("0", "str")):
+        with pytest.raises(TypeError, match=rf"^{name}\(value\): expected int, got {shown}$"):
+            enum(value)
 
 
 UNENCODABLE = "a\udcffb"  # a lone surrogate (bytes decoded with errors='surrogateescape'): no UTF-8 for it

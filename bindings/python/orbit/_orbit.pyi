@@ -1055,7 +1055,7 @@ class Engine:
         writes may fill; past it the oldest are evicted and their writes given up (stats().store.remote.abandoned,
         one warning a run); 1 = keep every one (puts needing their room are refused), 0 = none.
         device: 'cpu', 'cuda' or 'cuda:N' (OrbitError where there is no CUDA device); dtype: 'float32',
-        'bfloat16' or 'float16' (CUDA only): weights load straight into it, KV and windows live there.
+        'bfloat16' or 'float16' (float16 on CUDA only): weights load straight into it, KV and windows live there.
         eviction: the store's policy, 'lru' or 'cost-aware'; cold_tier: 'exact' or 'int8' canonicals on disk;
         device_tier_bytes: a device tier of canonicals in GPU memory (0 = none; CUDA engines only);
         embedding_cache: keep media embeddings (added with a media_digest) for find_media().
@@ -1216,7 +1216,8 @@ class Window:
         reader is woken at once). Engine.close() stops them the same way."""
     @property
     def closed(self) -> bool:
-        """True once close() was called (a lock-free read, safe while another thread closes it)."""
+        """True once close() was called on it or on its engine (a lock-free read, safe while another thread closes
+        either): every call but close() then raises OrbitError."""
     def __enter__(self) -> "Window":
         """The window; OrbitError ("with window: window N is closed ...") when it or its engine is closed."""
     def __exit__(self, *args: object) -> bool: ...

@@ -210,6 +210,10 @@ py::array integer_array(py::handle obj, const char* what) {
     }
     if (a.size() == 0) return numpy().attr("zeros")(py::make_tuple(0), "int64");
   }
+  // numpy.ascontiguousarray below would read a 0-d array (numpy.array(5), torch.tensor(5)) as [5].
+  if (a.ndim() == 0) {
+    throw py::value_error(std::string(what) + ": a 0-d array (one value); expected a 1-D one (wrap it: [5], not 5)");
+  }
   const char kind = dtype_kind(a);
   if (a.size() > 0 && kind != 'i' && kind != 'u') {
     throw py::type_error(std::string(what) + ": dtype " + dtype_str(a) + "; expected integers (token ids / positions)");

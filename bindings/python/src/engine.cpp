@@ -194,7 +194,7 @@ const char* const kEngineInitDoc =
     "evicted, their writes given up: stats().store.remote.abandoned, one warning a run; 1 = keep every one, a\n"
     "put needing their room refused; 0 = none). device: 'cpu', 'cuda' or 'cuda:N'\n"
     "(model, KV pool and windows live there);\n"
-    "dtype: 'float32', 'bfloat16' or 'float16' (CUDA only), the compute dtype weights load straight into.\n"
+    "dtype: 'float32', 'bfloat16' or 'float16' (float16 on CUDA only), the compute dtype weights load straight into.\n"
     "The store's tiers: eviction: 'lru' or 'cost-aware' (evicts what saves the fewest recompute tokens per\n"
     "byte first: (expected reuse + hits) x tokens / bytes); cold_tier: 'exact' or 'int8' (canonicals on disk\n"
     "as int8 rows + a float32 scale each: ~1/4 of the bytes, every value within max|row|/254);\n"

@@ -8,12 +8,15 @@
 #include <utility>
 #include <vector>
 
+#include "convert.h"
+
 namespace orbit_py {
 
 namespace py = pybind11;
 
 // Makes `E(value)` raise ValueError naming the enum and its members when no member holds `value` (py::enum_
-// alone accepts any integer, and such a value's str() then printed some member's name). Call it after the
+// alone accepts any integer, and such a value's str() then printed some member's name), and TypeError for a
+// value that is not an int (a bool included). Call it after the
 // last .value(): it reads the members registered so far.
 template <typename E>
 void refuse_unknown_values(py::enum_<E>& e) {
@@ -22,10 +25,12 @@ void refuse_unknown_values(py::enum_<E>& e) {
   for (auto item : py::dict(e.attr("__members__")))
     known.emplace_back(static_cast<Scalar>(item.second.cast<E>()), item.first.cast<std::string>());
   const std::string name = py::str(e.attr("__name__"));
-  e.def(py::init([known, name](Scalar value) {
+  e.def(py::init([known, name](const py::object& arg) {
+          // Strict, as every int argument: a bool (True, which pybind11 read as 1) raises TypeError.
+          const int64_t value = to_int(arg, (name + "(value)").c_str());
           std::string members;
           for (const auto& [v, member] : known) {
-            if (v == value) return static_cast<E>(value);
+            if (static_cast<int64_t>(v) == value) return static_cast<E>(v);
             members += (members.empty() ? "" : ", ") + member + "=" + std::to_string(v);
           }
           throw py::value_error(name + "(value): " + std::to_string(value) + " is not a " + name +

@@ -53,6 +53,10 @@ std::map<int64_t, double> to_logit_bias(const py::object& obj) {
       throw py::type_error("generate: logit_bias keys must be token ids (int), got " +
                            py::repr(key).cast<std::string>());
     }
+    if (out.count(token) > 0) {  // {5: 1, "5": -1}: two keys for one token, neither silently dropped
+      throw py::value_error("generate: logit_bias key " + py::repr(key).cast<std::string>() + " names token " +
+                            std::to_string(token) + ", which another key names too");
+    }
     out[token] = to_float(value, ("generate: logit_bias[" + std::to_string(token) + "]").c_str());
   }
   return out;

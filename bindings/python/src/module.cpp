@@ -12,6 +12,7 @@
 
 #include "bindings.h"
 #include "convert.h"
+#include "initialized.h"
 #include "orbit/errors.h"
 #include "orbit/version.h"
 
@@ -271,4 +272,6 @@ PYBIND11_MODULE(_orbit, m) {
   orbit_py::init_generate(m);
   orbit_py::init_cancel(m);
   orbit_py::init_wake(m);
+  m.def("_holds_object", &orbit_py::holds_object, pybind11::arg("obj"),
+        "True when obj's C++ object exists (its __init__ ran): orbit's constructors refuse to run twice.");
 }

@@ -121,9 +121,10 @@ void def_lifetime(py::class_<PyWindow>& c) {
         "first stops at its next token, stop_reason 'cancelled' (a stream's decode waiting for its reader is woken\n"
         "at once). Engine.close() stops them the same way.");
   c.def_property_readonly(
-      "closed", [](const PyWindow& w) { return w.closing.is_set(); },
-      "True once close() was called (from any thread: it reads no lock). A call in progress then stops at its\n"
-      "next token when it decodes, else finishes, before the window is destroyed.");
+      "closed", [](const PyWindow& w) { return w.closing.is_set() || w.engine->closed(); },
+      "True once close() was called on it or on its engine (from any thread: it reads no lock): every call but\n"
+      "close() then raises OrbitError. A call in progress stops at its next token when it decodes, else finishes,\n"
+      "before the window is destroyed.");
   c.def(
       "__enter__",
       [](py::object self) {

@@ -69,6 +69,10 @@ std::map<int64_t, double> parse_logit_bias(const json& v, const ServeLimits& lim
     if (value.get<double>() > 100) above_maximum("logit_bias", NumberKind::decimal, bad);
     if (value.get<double>() < -100) below_minimum("logit_bias", NumberKind::decimal, bad);
     if (!std::isfinite(value.get<double>())) invalid_value("logit_bias", bad);
+    if (out.count(token) > 0) {  // "5" and "05": two keys for one token, neither silently dropped
+      invalid_value("logit_bias",
+                    "key '" + key + "' names token " + std::to_string(token) + ", which another key names too");
+    }
     out[token] = value.get<double>();
   }
   return out;

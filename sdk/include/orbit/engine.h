@@ -104,8 +104,9 @@ struct EngineOptions {
   // How canonical-shaped KV (canonicals, and the conditioned KV a prefix-cache policy stores) is written
   // to disk: "exact" (float32, lossless) or "int8" (symmetric int8 per row of head_dim values plus a
   // float32 scale per row: about 1/4 of the bytes; each value read back within max|row| / 254 of the
-  // original). Patches and embeddings stay exact. Matters only with a store_dir. A plan that reads KV back from
-  // int8 rows prices the rounding (PlanStep::quantized_kl, planner/fidelity_model.h quantized) and is not exact.
+  // original). Patches and embeddings stay exact. "int8" needs a store_dir (an orbit::Error without one). A plan that
+  // reads KV back from int8 rows prices the rounding (PlanStep::quantized_kl, planner/fidelity_model.h quantized) and
+  // is not exact.
   std::string cold_tier = "exact";
   // A device tier of this many bytes (whole pages of page_size tokens, float32): canonicals kept in the
   // device's memory, so a recall from it needs no host-to-device copy; under pressure they are demoted
@@ -133,7 +134,7 @@ struct EngineOptions {
   // Where the model, its KV pool and every window's KV live: "cpu", "cuda" (= cuda:0) or "cuda:N".
   // Asking for CUDA in a process without a CUDA device is an orbit::Error naming this option.
   std::string device = "cpu";
-  // Compute dtype of weights, activations and KV: "float32", "bfloat16" or "float16" (CUDA only).
+  // Compute dtype of weights, activations and KV: "float32", "bfloat16" or "float16" (float16 on CUDA only).
   // Weights load straight into it (a bf16 checkpoint is never widened to float32 on the way).
   std::string dtype = "float32";
   // A tokenizer file: Hugging Face's tokenizer.json (or a directory holding one), or llama2.c's

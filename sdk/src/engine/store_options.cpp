@@ -64,6 +64,9 @@ store::ChunkStoreOptions engine_store_options(const EngineCore& core) {
   ORBIT_CHECK(o.cold_tier == "exact" || o.cold_tier == "int8",
               "EngineOptions::cold_tier = '" << o.cold_tier << "' is unknown (known: exact, int8)");
   so.int8_cold_tier = o.cold_tier == "int8";
+  ORBIT_CHECK(!so.int8_cold_tier || !o.store_dir.empty(),
+              "EngineOptions::cold_tier = 'int8' encodes the disk tier, which needs a store_dir (none given: "
+              "memory only); give store_dir or cold_tier='exact'");
 
   const bool cuda = m.device().is_cuda();
   ORBIT_CHECK(o.device_tier_bytes >= 0,

@@ -88,7 +88,7 @@ IdleReport Window::prepare_recalls(int64_t max_chunks) {
 
 IdleReport Window::prepare_evictions(const std::vector<InstanceId>& instances) {
   const detail::OpHold hold(*state_->core);
-  for (InstanceId id : instances) (void)state_->entry(id);  // throws naming an unknown id
+  for (InstanceId id : instances) (void)state_->entry(id, "prepare_evictions");  // throws naming an unknown id
   std::vector<InstanceId> sorted = instances;
   std::sort(sorted.begin(), sorted.end());
   const auto twice = std::adjacent_find(sorted.begin(), sorted.end());

@@ -283,7 +283,7 @@ std::vector<InstanceLoss> Window::loss_by_instance(const std::vector<int64_t>& q
 
 InstanceKV Window::kv(InstanceId instance) const {
   const detail::OpHold hold(*state_->core);
-  const Entry& e = state_->entry(instance);
+  const Entry& e = state_->entry(instance, "kv");
   const runtime::Content c = detail::entry_content(*state_->core, e);
   InstanceKV out;
   out.length = e.length;
@@ -308,10 +308,10 @@ DisposabilityReport Window::disposable(InstanceId instance, const std::vector<in
   check_query(*state_, query, "disposable");
   ORBIT_CHECK(answer_tokens >= 1, "disposable: answer_tokens = " << answer_tokens << " must be >= 1");
   check_answer_room(*state_, query, answer_tokens);
-  ORBIT_CHECK(!state_->entry(instance).is_turn,
+  ORBIT_CHECK(!state_->entry(instance, "disposable").is_turn,
               "disposable: instance " << instance << " is a live turn (it has no canonical to fall back to)");
-  detail::run_deferred(*state_, "disposable");    // after the checks: a refused call changes nothing
-  const Entry& target = state_->entry(instance);  // (the repairs replaced the entries)
+  detail::run_deferred(*state_, "disposable");                  // after the checks: a refused call changes nothing
+  const Entry& target = state_->entry(instance, "disposable");  // (the repairs replaced the entries)
   detail::EngineCore& core = *state_->core;
   int64_t start = 0;
   const runtime::PastKV with = detail::gather_past(core, all_entries(*state_), &start);

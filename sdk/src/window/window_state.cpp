@@ -38,9 +38,9 @@ int64_t WindowState::index_of(InstanceId id) const {
   return -1;
 }
 
-const Entry& WindowState::entry(InstanceId id) const {
+const Entry& WindowState::entry(InstanceId id, const char* what) const {
   const int64_t i = index_of(id);
-  ORBIT_CHECK(i >= 0, "window " << this->id << " holds no instance " << id);
+  ORBIT_CHECK(i >= 0, what << ": window " << this->id << " holds no instance " << id);
   return entries[static_cast<std::size_t>(i)];
 }
 

@@ -92,10 +92,11 @@ struct WindowState {
   // turn (carry_tail). False until one did.
   bool answers_return_as_turns = false;
 
-  ~WindowState();                           // releases pages under the engine's pool lock
-  bool has_deferred() const;                // an instance's repair waits (WindowPolicy::defer_repairs)
-  int64_t index_of(InstanceId id) const;    // -1 when absent
-  const Entry& entry(InstanceId id) const;  // throws naming the id
+  ~WindowState();                         // releases pages under the engine's pool lock
+  bool has_deferred() const;              // an instance's repair waits (WindowPolicy::defer_repairs)
+  int64_t index_of(InstanceId id) const;  // -1 when absent
+  // Throws naming the caller and the id ("kv: window 1 holds no instance 9").
+  const Entry& entry(InstanceId id, const char* what) const;
   int64_t tokens() const;
   int64_t page_bytes() const;  // bytes of one pool page
   int64_t pages_for(int64_t tokens) const;
