@@ -402,7 +402,7 @@ TEST_CASE("maps, tuples and allOf of one schema", "[constraint]") {
              Contains("schema.propertyNames.type: keys are strings, not \"integer\""));
   CHECK_THAT(error_of([] { schema(R"({"properties": {"abcd": {}}, "propertyNames": {"maxLength": 3}})"); }),
              Contains("schema.propertyNames: the property name \"abcd\" does not hold under it"));
-  // Tuples, as 2020-12 (prefixItems) and draft-07 (a list of items) write them: exactly their items.
+  // Tuples, as 2020-12 (prefixItems) and draft-07 (a list of items) write them.
   const auto pair = schema(R"({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}],
                                "minItems": 2, "maxItems": 2})");
   CHECK(pair->matches(R"([1, "a"])"));
@@ -418,8 +418,32 @@ TEST_CASE("maps, tuples and allOf of one schema", "[constraint]") {
   CHECK(draft7->matches("[true, null]"));
   CHECK_FALSE(draft7->matches("[false, null]"));
   CHECK(schema(R"({"prefixItems": [], "maxItems": 0})")->matches("[]"));
-  CHECK_THAT(error_of([] { schema(R"({"type": "array", "prefixItems": [{}, {}], "maxItems": 2})"); }),
-             Contains("schema.prefixItems: only a tuple of exactly its 2 items is supported"));
+  // Shorter ones (minItems below the list), as zod writes a tuple with optional items, and longer ones, the
+  // rest under items (2020-12) or additionalItems (draft-07), as zod writes z.tuple([...], rest).
+  const auto optional = schema(R"({"type": "array", "prefixItems": [{"type": "string"}, {"type": "number"}],
+                                   "items": false, "minItems": 1, "maxItems": 2})");
+  for (const char* text : {R"(["a"])", R"(["a", 1])", R"([ "a",2])"}) CHECK(optional->matches(text));
+  for (const char* text : {"[]", R"([1])", R"(["a", 1, 2])", R"(["a", "b"])"}) CHECK_FALSE(optional->matches(text));
+  const auto rest = schema(R"({"type": "array", "prefixItems": [{"type": "string"}], "items": {"type": "number"},
+                               "minItems": 1})");
+  for (const char* text : {R"(["a"])", R"(["a", 1, 2.5, 3])"}) CHECK(rest->matches(text));
+  for (const char* text : {"[]", R"(["a", "b"])", R"([1])"}) CHECK_FALSE(rest->matches(text));
+  const auto open = schema(R"({"type": "array", "prefixItems": [{}, {}], "maxItems": 3})");  // any tail, 0..3 items
+  for (const char* text : {"[]", "[1]", R"([1, "a", null])"}) CHECK(open->matches(text));
+  CHECK_FALSE(open->matches("[1, 2, 3, 4]"));
+  const auto draft7_rest = schema(R"({"type": "array", "items": [{"type": "null"}],
+                                      "additionalItems": {"type": "boolean"}, "minItems": 2})");
+  CHECK(draft7_rest->matches("[null, true, false]"));
+  CHECK_FALSE(draft7_rest->matches("[null]"));
+  CHECK_FALSE(draft7_rest->matches("[null, 1]"));
+  ConstraintMatcher capped(schema(R"({"prefixItems": [{"type": "null"}], "items": {"type": "null"}})"));
+  std::string nulls = "[null";
+  for (int i = 1; i < 256; ++i) nulls += ",null";
+  REQUIRE(capped.advance(nulls));
+  CHECK_FALSE(capped.advance(",null"));  // an open tail holds at most max_array_items items in all, as arrays
+  CHECK(capped.advance("]"));
+  CHECK_THAT(error_of([] { schema(R"({"prefixItems": [{}], "items": false, "minItems": 2})"); }),
+             Contains("schema: minItems 2 is above the 1 items the closed tuple lists"));
   CHECK_THAT(error_of([] { schema(R"({"prefixItems": [{}], "minItems": 1, "maxItems": 1, "uniqueItems": true})"); }),
              Contains("schema: 'uniqueItems' is not supported"));
   // allOf of one schema (a described reference): that schema; of several: refused.
@@ -434,6 +458,24 @@ TEST_CASE("maps, tuples and allOf of one schema", "[constraint]") {
              Contains("schema: 'type' beside 'allOf' is not supported"));
   // Beside properties, additionalProperties admits extra members after them (test_constraint_objects).
   CHECK(schema(R"({"properties": {"a": {}}, "additionalProperties": {"type": "string"}})")->matches(R"({"b": "x"})"));
+}
+
+TEST_CASE("nullable (OpenAPI 3.0): true admits null beside the schema's values, false nothing more", "[constraint]") {
+  const auto name = schema(R"({"type": "object", "properties": {"a": {"type": "number", "nullable": true}},
+                               "required": ["a"], "additionalProperties": false})");  // zod's openapi-3.0 target
+  for (const char* text : {R"({"a": 1.5})", R"({"a": null})"}) CHECK(name->matches(text));
+  CHECK_FALSE(name->matches(R"({"a": "x"})"));
+  CHECK_FALSE(schema(R"({"type": "string", "nullable": false})")->matches("null"));
+  CHECK(schema(R"({"type": ["string", "null"], "nullable": true})")->matches("null"));
+  // Beside an enum, null only where it is listed (OpenAPI 3.0.3).
+  CHECK_FALSE(schema(R"({"type": "string", "enum": ["a"], "nullable": true})")->matches("null"));
+  CHECK(schema(R"({"type": "string", "enum": ["a", null], "nullable": true})")->matches("null"));
+  const auto ref = schema(R"({"$defs": {"P": {"type": "integer"}}, "allOf": [{"$ref": "#/$defs/P"}],
+                              "nullable": true})");
+  for (const char* text : {"3", "null"}) CHECK(ref->matches(text));
+  CHECK(schema(R"({"nullable": true})")->matches("null"));
+  CHECK_THAT(error_of([] { schema(R"({"type": "string", "nullable": "yes"})"); }),
+             Contains("schema.nullable: expected true or false, not \"yes\""));
 }
 
 TEST_CASE("oneOf: compiled when no value can match two alternatives, refused naming the pair otherwise",

@@ -157,28 +157,6 @@ for _obj in vars(_orbit).values():
 del _obj
 
 
-def _run_once(cls):
-    """cls.__init__ wrapped to refuse a live instance: pybind11 ran a second __init__ (e.__init__(path),
-    policy.__init__("full")), pointed the instance at the new C++ object, which it then freed, and kept the old
-    one: the call changed nothing, or left the instance reading freed memory."""
-    init = cls.__init__
-
-    def __init__(self, *args, **kwargs):
-        if _orbit._holds_object(self):
-            raise TypeError(f"orbit.{cls.__name__}.__init__: this {cls.__name__} is already made (__init__ runs "
-                            f"once); create another with orbit.{cls.__name__}(...)")
-        init(self, *args, **kwargs)
-
-    __init__.__doc__, __init__.__qualname__ = init.__doc__, f"{cls.__name__}.__init__"
-    cls.__init__ = __init__
-
-
-# Every class bound with a constructor (its __init__ a pybind11 function): the enums too.
-for _obj in vars(_orbit).values():
-    if isinstance(_obj, type) and type(_obj.__dict__.get("__init__")).__name__ == "instancemethod":
-        _run_once(_obj)
-del _obj
-
 __all__ = [
     "__version__",
     "ApplyReport",

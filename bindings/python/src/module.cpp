@@ -243,6 +243,35 @@ void init_errors(py::module_& m) {
 // initialiser, waiting for the GIL the import gave up; the other holding the GIL, waiting for the
 // initialiser. Doing it here, while the module is imported (single-threaded, under the import lock),
 // means no later call runs an initialiser that needs Python.
+// Wraps the __init__ of every class of `m` bound with a constructor (the enums too) to raise TypeError on an
+// instance already made: pybind11 ran a second __init__ (e.__init__(path), policy.__init__("reprefill")),
+// pointed the instance at the new C++ object, which it then freed, and kept the old one: the call changed
+// nothing, or left the instance reading freed memory. The wrapper is C++, so a warning a constructor issues is
+// still attributed to the caller's line, and it keeps the original's docstring (its signatures) as it is.
+void run_constructors_once(py::module_& m) {
+  for (const auto& [name, obj] : py::dict(m.attr("__dict__"))) {
+    if (!PyType_Check(obj.ptr())) continue;
+    const py::dict members = obj.attr("__dict__");
+    if (!members.contains("__init__") || !PyInstanceMethod_Check(members["__init__"].ptr())) continue;
+    const py::object init = members["__init__"];
+    const std::string cls = py::str(obj.attr("__name__"));
+    const std::string doc = py::str(init.attr("__doc__"));
+    py::options options;
+    options.disable_function_signatures();  // the docstring is the original's, signatures included
+    py::cpp_function once(
+        [init, cls](py::handle self, py::args args, py::kwargs kwargs) {
+          if (holds_object(self)) {
+            throw py::type_error("orbit." + cls + ".__init__: this " + cls + " is already made (__init__ runs " +
+                                 "once); create another with orbit." + cls + "(...)");
+          }
+          init(self, *args, **kwargs);
+        },
+        // Not named __init__: pybind11 takes a function of that name for a constructor of its scope.
+        py::name("init_once"), py::doc(doc.c_str()));
+    py::setattr(obj, "__init__", py::reinterpret_steal<py::object>(PyInstanceMethod_New(once.ptr())));
+  }
+}
+
 void warm_numpy() {
   (void)py::module_::import("numpy");
   (void)py::detail::npy_api::get();
@@ -272,6 +301,5 @@ PYBIND11_MODULE(_orbit, m) {
   orbit_py::init_generate(m);
   orbit_py::init_cancel(m);
   orbit_py::init_wake(m);
-  m.def("_holds_object", &orbit_py::holds_object, pybind11::arg("obj"),
-        "True when obj's C++ object exists (its __init__ ran): orbit's constructors refuse to run twice.");
+  orbit_py::run_constructors_once(m);
 }

@@ -144,8 +144,9 @@ class Constraint {
   //                   closed object declares, or above the distinct keys propertyNames admits; maxProperties
   //                   below the required count)
   //   items           one schema (absent: any value); minItems, maxItems
-  //   prefixItems     a tuple of exactly these items (minItems and maxItems its length, or items false); also
-  //                   draft-07's list of items with additionalItems false
+  //   prefixItems     a tuple: these items in order, then more under items (absent or true: any value; false:
+  //                   none), minItems to maxItems in all (an open one without maxItems: max_array_items); also
+  //                   draft-07's list of items with additionalItems
   //   minLength, maxLength (strings)
   //   pattern         a regular expression (ECMA-262; matched anywhere in the string unless anchored with ^ $):
   //                   classes, groups, alternation, quantifiers, \d \w \s, '$' anywhere, lookaheads (?=..) and
@@ -180,6 +181,8 @@ class Constraint {
   //   $defs / definitions with "$ref": "#/$defs/<name>" (or "#/definitions/<name>", or "#" for the root);
   //                   recursive where the reference sits inside an object or array its target opens (trees)
   //                   and some value of it finishes
+  //   nullable        OpenAPI 3.0's: true admits null beside the schema's values (beside an enum or const, null
+  //                   only where listed); false nothing more
   //   annotations, ignored: title, description, default, examples, $schema, $id, $comment, deprecated,
   //                   readOnly, writeOnly
   // A schema may be `true` (any value). Anything else throws orbit::Error naming the keyword and where it

@@ -79,7 +79,8 @@ const std::set<std::string>& structural() {
                                        "oneOf",
                                        "discriminator",
                                        "minProperties",
-                                       "maxProperties"};
+                                       "maxProperties",
+                                       "nullable"};
   return k;
 }
 
@@ -173,6 +174,7 @@ int32_t SchemaCompiler::compile(const Json& s, const std::string& path) {
   // OpenAPI's discriminator names the property that tells a union's alternatives apart: nothing to decode.
   ORBIT_CHECK(!s.contains("discriminator") || s.contains("oneOf") || s.contains("anyOf"),
               path << ": 'discriminator' is supported only beside oneOf or anyOf");
+  if (s.contains("nullable")) return compile_nullable(s, path);
   if (s.contains("$ref")) return compile_ref(s, path);
   if (s.contains("anyOf")) return compile_any_of(s, path);
   if (s.contains("allOf")) return compile_all_of(s, path);
@@ -187,6 +189,35 @@ int32_t SchemaCompiler::compile(const Json& s, const std::string& path) {
   Node choice;
   choice.kind = NodeKind::kChoice;
   choice.children = alternatives;
+  return g_.add(std::move(choice));
+}
+
+// OpenAPI 3.0's nullable (its targets in zod and others write it for "or null"): true admits null beside what the
+// rest of the schema admits; false admits nothing more. Beside an enum or const, null only where it is listed
+// (OpenAPI 3.0.3), so "null" joins the "type" that would drop it.
+int32_t SchemaCompiler::compile_nullable(const Json& s, const std::string& path) {
+  const Json& flag = s.at("nullable");
+  ORBIT_CHECK(flag.is_boolean(), path << ".nullable: expected true or false, not " << brief(flag));
+  Json rest = s;
+  rest.erase("nullable");
+  const std::vector<std::string> types = types_of(rest, path);
+  const bool has_null = std::find(types.begin(), types.end(), "null") != types.end();
+  if (!flag.get<bool>() || has_null) return compile(rest, path);
+  if (rest.contains("enum") || rest.contains("const")) {
+    if (rest.contains("type")) {
+      Json listed = Json::array();
+      for (const std::string& t : types) listed.push_back(t);
+      listed.push_back("null");
+      rest["type"] = listed;
+    }
+    return compile(rest, path);
+  }
+  const bool combined =
+      rest.contains("$ref") || rest.contains("anyOf") || rest.contains("allOf") || rest.contains("oneOf");
+  if (types.empty() && !combined) return compile(rest, path);  // any value: null among them
+  Node choice;
+  choice.kind = NodeKind::kChoice;
+  choice.children = {compile(rest, path), add_literal(g_, "null")};
   return g_.add(std::move(choice));
 }
 

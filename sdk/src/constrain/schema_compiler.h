@@ -55,6 +55,7 @@ class SchemaCompiler {
   static constexpr std::size_t kMaxNodes = 100000;
 
   int32_t compile_type(const Json& s, const std::string& type, const std::string& path);
+  int32_t compile_nullable(const Json& s, const std::string& path);
   int32_t compile_string(const Json& s, const std::string& path);
   int32_t compile_number(const Json& s, bool integer, const std::string& path);
   int32_t compile_enum(const Json& s, const std::vector<std::string>& types, const std::string& path);
@@ -69,6 +70,7 @@ class SchemaCompiler {
   int32_t compile_member(const Json& s, const std::string& path);  // a member or item: inside a container
   int32_t compile_array(const Json& s, const std::string& path);
   int32_t compile_tuple(const Json& s, const Json& items, const std::string& key, const std::string& path);
+  int32_t add_tuple(const std::vector<int32_t>& nodes, int64_t min, int64_t max);
   // schema_objects.cpp
   int32_t compile_object(const Json& s, const std::string& path);
   // Declared properties (and, where `extra` is a schema or true, extra members under it).

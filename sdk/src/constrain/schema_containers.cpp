@@ -37,43 +37,74 @@ int32_t SchemaCompiler::compile_array(const Json& s, const std::string& path) {
   return g_.add(std::move(n));
 }
 
-// A tuple of exactly its listed items, as a sequence: '[', each item with ',' between, ']' (one optional
-// space after '[' and each ',' as arrays have). A tuple that may be shorter or longer is refused.
+// A tuple: its listed items in order, then, unless `closed` (items false beside prefixItems, additionalItems
+// false beside draft-07's list) forbids more, items of that schema (absent or true: any value). Its lengths run
+// from minItems (0 when absent) to maxItems (the listed count when closed, else as many as an array without
+// maxItems holds). Written as '[', the first item, then each further one as ',' item, the optional ones each
+// opening a choice of stopping there (one optional space after '[' and each ',' as arrays have).
 int32_t SchemaCompiler::compile_tuple(const Json& s, const Json& items, const std::string& key,
                                       const std::string& path) {
   ORBIT_CHECK(items.is_array(), path << "." << key << ": expected a list of schemas, not " << brief(items));
-  const auto n = static_cast<int64_t>(items.size());
-  const std::string closed = key == "items" ? "additionalItems" : "items";
-  const bool is_closed = (s.contains(closed) && s.at(closed) == Json(false)) ||
-                         (s.contains("maxItems") && count_of(s, "maxItems", path) == n);
-  const bool is_full = (s.contains("minItems") ? count_of(s, "minItems", path) : 0) == n;
-  ORBIT_CHECK(is_closed && is_full, path << "." << key << ": only a tuple of exactly its " << n << " items is "
-                                         << "supported (minItems and maxItems " << n << ", or " << closed
-                                         << " false with minItems " << n << ")");
+  const auto listed = static_cast<int64_t>(items.size());
+  const std::string tail_key = key == "items" ? "additionalItems" : "items";
   for (const auto& [k, v] : s.items()) {
-    ORBIT_CHECK(k == key || k == closed || k == "minItems" || k == "maxItems" || k == "type" || annotations().count(k),
-                path << ": '" << k << "' beside '" << key << "' is not supported");
+    ORBIT_CHECK(
+        k == key || k == tail_key || k == "minItems" || k == "maxItems" || k == "type" || annotations().count(k),
+        path << ": '" << k << "' beside '" << key << "' is not supported");
   }
-  Node seq;
-  seq.kind = NodeKind::kSequence;
+  const bool closed = s.contains(tail_key) && s.at(tail_key) == Json(false);
+  const int64_t min = s.contains("minItems") ? count_of(s, "minItems", path) : 0;
+  const int64_t most = closed ? listed : std::max({min, listed, limits_.max_array_items});
+  const int64_t max = s.contains("maxItems") ? std::min(count_of(s, "maxItems", path), most) : most;
+  ORBIT_CHECK(min <= max, path << ": minItems " << min << " is above the " << max << " items "
+                               << (closed && max == listed ? "the closed tuple lists" : "maxItems allows"));
+  std::vector<int32_t> nodes;
+  for (int64_t i = 0; i < std::min(listed, max); ++i) {
+    nodes.push_back(
+        compile_member(items[static_cast<std::size_t>(i)], path + "." + key + "[" + std::to_string(i) + "]"));
+  }
+  if (max > listed) {
+    const bool any = !s.contains(tail_key) || s.at(tail_key) == Json(true);
+    nodes.push_back(any ? add_any_value(g_, limits_) : compile_member(s.at(tail_key), path + "." + tail_key));
+  }
+  return add_tuple(nodes, min, max);
+}
+
+// '[' node[0] ',' node[1] ... ']' of min to max items, node i at position i (the last node repeated past the
+// list). Built from the end: each position's rest is "',' item, then the next rest", a choice with "" from min on.
+int32_t SchemaCompiler::add_tuple(const std::vector<int32_t>& nodes, int64_t min, int64_t max) {
   const bool space = limits_.whitespace == Whitespace::kSingleSpace;
   const int32_t gap = space ? add_literal_set(g_, {" "}) : -1;
-  const auto separator = [&](const std::string& mark) {
-    seq.children.push_back(add_literal(g_, mark));
+  const int32_t none = add_literal(g_, "");
+  const auto mark = [&](std::vector<int32_t>& seq, const std::string& text) {
+    seq.push_back(add_literal(g_, text));
     if (!space) return;
     Node optional;
     optional.kind = NodeKind::kChoice;
-    optional.children = {gap, add_literal(g_, "")};
-    seq.children.push_back(g_.add(std::move(optional)));
+    optional.children = {gap, none};
+    seq.push_back(g_.add(std::move(optional)));
   };
-  separator("[");
-  for (int64_t i = 0; i < n; ++i) {
-    if (i > 0) separator(",");
-    seq.children.push_back(
-        compile_member(items[static_cast<std::size_t>(i)], path + "." + key + "[" + std::to_string(i) + "]"));
+  int32_t rest = none;
+  for (int64_t i = max - 1; i >= 0; --i) {
+    ORBIT_CHECK(g_.nodes.size() < kMaxNodes, "the schema is too large (over " << kMaxNodes << " nodes)");
+    Node seq;
+    seq.kind = NodeKind::kSequence;
+    if (i > 0) mark(seq.children, ",");
+    seq.children.push_back(nodes[static_cast<std::size_t>(std::min<int64_t>(i, nodes.size() - 1))]);
+    if (rest != none) seq.children.push_back(rest);
+    rest = g_.add(std::move(seq));
+    if (i < min) continue;
+    Node optional;
+    optional.kind = NodeKind::kChoice;
+    optional.children = {rest, none};
+    rest = g_.add(std::move(optional));
   }
-  seq.children.push_back(add_literal(g_, "]"));
-  return g_.add(std::move(seq));
+  Node whole;
+  whole.kind = NodeKind::kSequence;
+  mark(whole.children, "[");
+  whole.children.push_back(rest);
+  whole.children.push_back(add_literal(g_, "]"));
+  return g_.add(std::move(whole));
 }
 
 }  // namespace orbit::constrain::schema
