@@ -148,7 +148,13 @@ rt::Scenario read_scenario(const Args& args, const rt::ModelConfig& c, const rt:
 
 std::vector<std::unique_ptr<rt::RepairStrategy>> parse_strategies(const std::vector<std::string>& specs) {
   std::vector<std::unique_ptr<rt::RepairStrategy>> out;
-  for (const std::string& spec : specs) {
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const std::string& spec = specs[i];
+    ORBIT_CHECK(std::find(specs.begin(), specs.begin() + static_cast<std::ptrdiff_t>(i), spec) ==
+                    specs.begin() + static_cast<std::ptrdiff_t>(i),
+                "fidelity: argument '--strategies' lists '" << spec
+                                                            << "' twice; each strategy is one row of the "
+                                                               "report");
     try {
       out.push_back(rt::make_strategy(spec));
     } catch (const orbit::Error& e) {

@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "orbit/common/error.h"
 #include "orbit/runtime/config.h"
+#include "orbit/runtime/device.h"
 #include "orbit/runtime/generator.h"
 #include "orbit/runtime/loader.h"
 
@@ -308,7 +309,10 @@ int run_make_model(int argc, char** argv, int first) {
   apply_attention_options(args, c, arch_switched);
   apply_rope_options(args, c);
   const rt::RopeConfig& r = c.rope;
-  options.dtype = args.get("--dtype").value_or("float32");
+  // The spellings every other command takes (bf16, fp16, half, any case), written under the dtype's name.
+  const std::string dtype = args.get("--dtype").value_or("float32");
+  ORBIT_CHECK(!dtype.empty(), "make-model: argument '--dtype' is empty (float32, bfloat16 or float16)");
+  options.dtype = rt::dtype_name(rt::parse_compute_dtype(dtype, "make-model: argument '--dtype'"));
   options.seed = args.get_seed("--seed", 0);
   options.init_std = args.get_double("--init-std", options.init_std);
   const int64_t shard_mb = args.get_int("--shard-mb", 0, 0);

@@ -454,8 +454,11 @@ std::vector<std::pair<std::string, int64_t>> reset_remote_abandoned(const std::s
 int64_t forget_remote_writes(const std::string& dir, const std::string& remote, bool dry_run) {
   const std::string root = store_root(dir);
   ORBIT_CHECK(!remote.empty(), "store " << root << ": forget-remote needs the remote whose records to drop");
-  const store::ExclusiveStoreLock lock(root, "forget-remote", "an open store with that remote re-sends from them");
-  std::unique_ptr<SqliteIndex> index = open_index(root, SqliteIndex::Mode::kReadWrite);
+  // A dry run writes nothing, as gc's: LOCK opened for reading, the index read-only.
+  const store::ExclusiveStoreLock lock(root, "forget-remote", "an open store with that remote re-sends from them",
+                                       dry_run);
+  std::unique_ptr<SqliteIndex> index =
+      open_index(root, dry_run ? SqliteIndex::Mode::kReadOnly : SqliteIndex::Mode::kReadWrite);
   const std::map<std::string, int64_t> pending = index->remote_pending_counts();
   const std::string name = journal_remote_name(remote);
   const auto found = pending.find(name);

@@ -168,6 +168,8 @@ std::string repair_root(const std::string& dir) {
   std::string root = fs::absolute(dir, ec).lexically_normal().string();
   ORBIT_CHECK(!ec, "store " << dir << ": cannot resolve the path: " << ec.message());
   if (root.size() > 1 && root.back() == '/') root.pop_back();
+  ORBIT_CHECK(fs::exists(root, ec), "store " << root << ": does not exist");
+  ORBIT_CHECK(fs::is_directory(root, ec), "store " << root << ": is a file, not a store directory");
   ORBIT_CHECK(fs::is_directory(root + "/blobs", ec), "store " << root << ": no blobs/ directory: nothing to repair");
   const Result<std::string> blobs = store::resolve_blobs_root(root);  // a symlinked blobs/ is refused
   ORBIT_CHECK(blobs.is_ok(), blobs.status().reason());
@@ -210,24 +212,34 @@ BlobScan find_verified_blobs(const std::string& root, RepairReport* report) {
   return scan;
 }
 
-// The store's model fingerprint: the index's, or, when the index lost it, the one fingerprint its blobs
-// share, written back (report->meta_restored). Throws when the blobs name several models, or none verifies
-// while the index still has rows.
+// The store's model fingerprint: the index's while a verified blob holds it (or none verifies); else the one
+// fingerprint its blobs share, written back (report->meta_restored, a note): an index that lost it, or holds
+// one no blob has (a damaged meta row), would otherwise have every good row dropped. Throws when the blobs name
+// several models and none is the index's, or none verifies while the index has rows and no fingerprint.
 std::string restore_fingerprint(SqliteIndex& index, const std::string& root, const BlobScan& scan,
                                 RepairReport* report) {
-  std::string fingerprint = index.meta("model_fingerprint").value_or("");
-  if (!fingerprint.empty()) return fingerprint;
+  const std::string indexed = index.meta("model_fingerprint").value_or("");
   const std::set<std::string>& fingerprints = scan.fingerprints;
+  if (!indexed.empty() && (fingerprints.empty() || fingerprints.count(indexed) > 0)) return indexed;
   ORBIT_CHECK(fingerprints.size() <= 1, "store " << root << ": its blobs belong to " << fingerprints.size()
-                                                 << " model fingerprints; cannot tell which one the store is for");
+                                                 << " model fingerprints"
+                                                 << (indexed.empty() ? "" : ", none the index's " + indexed)
+                                                 << "; cannot tell which one the store is for");
   ORBIT_CHECK(!fingerprints.empty() || index.count_rows() == 0,
               "store " << root << ": no blob verifies, so the model fingerprint cannot be restored");
-  if (!fingerprints.empty()) {
-    fingerprint = *fingerprints.begin();
+  if (fingerprints.empty()) return indexed;
+  const std::string& fingerprint = *fingerprints.begin();
+  if (indexed.empty()) {
     Result<std::string> set = index.set_meta_if_absent("model_fingerprint", fingerprint);
     ORBIT_CHECK(set.is_ok(), "store " << root << ": " << set.status().reason());
-    report->meta_restored = true;
+  } else {
+    const Status set = index.set_meta("model_fingerprint", fingerprint);
+    ORBIT_CHECK(set.is_ok(), "store " << root << ": " << set.reason());
+    report->notes.push_back("the index named model fingerprint " + indexed + ", which no blob holds; every one of " +
+                            std::to_string(scan.best.size()) + " verified keys holds " + fingerprint +
+                            ": the index names it again");
   }
+  report->meta_restored = true;
   return fingerprint;
 }
 

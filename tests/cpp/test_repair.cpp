@@ -424,6 +424,9 @@ TEST_CASE("orbit fidelity: bad input exits non-zero naming the argument", "[repa
   CliRun r = cli("fidelity" + model + " --chunk 1,2,3 --strategies blind,bogus:3");
   CHECK(r.status == 1);
   CHECK_THAT(r.out, Contains("--strategies") && Contains("bogus:3") && Contains("valid specs"));
+  r = cli("fidelity" + model + " --chunk 1,2,3 --strategies blind,reprefill,blind");  // printed two rows alike
+  CHECK(r.status == 1);
+  CHECK_THAT(r.out, Contains("argument '--strategies' lists 'blind' twice"));
   r = cli("fidelity" + model + " --chunk 1,2,3 --strategies patch:4");
   CHECK(r.status == 1);
   CHECK_THAT(r.out, Contains("--strategies") && Contains("rank 4") && Contains("min(n_B = 3"));

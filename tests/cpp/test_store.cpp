@@ -275,6 +275,10 @@ TEST_CASE("the disk tier persists entries across reopening and checks the finger
   { std::ofstream((dir.path() / "a-file").string()) << "{}"; }
   CHECK_THROWS_WITH(summarize_store((dir.path() / "a-file").string()),
                     Contains("a-file: is a file, not a store directory"));
+  // repair says the same (it said "no blobs/ directory: nothing to repair" for both).
+  CHECK_THROWS_WITH(repair_store((dir.path() / "nope").string()), Contains("nope: does not exist"));
+  CHECK_THROWS_WITH(repair_store((dir.path() / "a-file").string()),
+                    Contains("a-file: is a file, not a store directory"));
   std::filesystem::create_directories(dir.path() / "empty");
   CHECK_THROWS_WITH(summarize_store((dir.path() / "empty").string()), Contains("empty: not an orbit store"));
 }

@@ -5,6 +5,7 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -384,4 +385,33 @@ TEST_CASE("a read-only store whose WAL holds commits: gc --dry-run reads them th
   test::set_tree_writable(d, true);
   for (const std::string& blob : wal_only) CHECK(fs::exists(blob));
   CHECK(keys_of(d).size() == 5);  // a reader that can make the -shm reads the log's rows
+}
+
+TEST_CASE("repair takes the fingerprint every blob holds back from a damaged meta row, dropping no good row",
+          "[store][cpu]") {
+  // verify -> repair -> gc after one bad byte in the index's model fingerprint: repair trusted the index,
+  // found every blob "of another model", dropped all rows and succeeded; gc then deleted every blob.
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  make_store(d);
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open((d + "/index.sqlite").c_str(), &db) == SQLITE_OK);
+  const int rc = sqlite3_exec(db, "UPDATE meta SET value = 'ab' || substr(value, 3) WHERE name = 'model_fingerprint'",
+                              nullptr, nullptr, nullptr);
+  sqlite3_close(db);
+  REQUIRE(rc == SQLITE_OK);
+  REQUIRE_FALSE(verify_store(d).clean());
+
+  const RepairReport repaired = repair_store(d);
+  CHECK(repaired.rows_dropped == 0);
+  CHECK(repaired.meta_restored);
+  CHECK(repaired.blobs_rejected == 0);
+  const bool noted = std::any_of(repaired.notes.begin(), repaired.notes.end(), [](const std::string& n) {
+    return n.find("which no blob holds") != std::string::npos &&
+           n.find("the index names it again") != std::string::npos;
+  });
+  CHECK(noted);
+  CHECK(verify_store(d).clean());
+  CHECK(keys_of(d).size() == kEntries);
+  CHECK(gc_store(d).removed_blobs == 0);
 }

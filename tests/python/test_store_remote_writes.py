@@ -5,7 +5,11 @@ only an open with their remote re-sends (so those of a remote no store opens any
 remote by `orbit store stat` and dropped by `orbit store forget-remote`. The stores here are made by an engine whose
 remote never connects (a free 127.0.0.1 port nobody listens on), with a disk budget of 4.5 chunks."""
 import json
+import os
+import pathlib
+import shutil
 import subprocess
+import tempfile
 
 import pytest
 from conftest import free_port
@@ -109,3 +113,29 @@ def test_forget_remote_drops_the_records_of_a_remote_no_store_opens_again(orbit,
     # The entries stay, readable as before; `verify` finds them whole.
     verify = _store(orbit_cli, "verify", "--store", store)
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_forget_remote_dry_run_reads_a_read_only_store(orbit, orbit_cli, stories260k_path, tmp_path):
+    # As gc's, a dry run writes nothing: it opened LOCK and the index for writing ("cannot open .../LOCK:
+    # Read-only file system"). Run by a user who cannot write the store (nobody, when the tests run as root).
+    url = f"redis://127.0.0.1:{free_port()}"
+    pending, _ = _store_with_given_up_writes(orbit, stories260k_path, tmp_path, url)
+    as_other = []
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("running as root, and no setpriv to run the CLI as nobody")
+        as_other = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    with tempfile.TemporaryDirectory() as shared:
+        os.chmod(shared, 0o755)  # nobody reaches it (tmp_path's parents are the user's own)
+        store = pathlib.Path(shared) / "store"
+        shutil.copytree(tmp_path / "store", store)
+        for path in [store, *store.rglob("*")]:
+            path.chmod(path.stat().st_mode & ~0o222 | (0o555 if path.is_dir() else 0o444))
+        try:
+            dry = subprocess.run([*as_other, str(orbit_cli), "store", "forget-remote", "--store", str(store), "--remote",
+                                  url, "--dry-run", "--json"], capture_output=True, text=True, timeout=120)
+            assert dry.returncode == 0, dry.stderr
+            assert json.loads(dry.stdout) == {"remote": url, "records": pending, "dry_run": True}
+        finally:
+            for path in [store, *store.rglob("*")]:
+                path.chmod(path.stat().st_mode | 0o200)

@@ -214,6 +214,9 @@ def test_an_enum_refuses_an_int_no_member_holds(orbit, name):
     for member in enum.__members__.values():
         assert enum(int(member)) == member and str(enum(int(member))) == str(member)
         assert enum(np.int64(int(member))) == member
+    # Iterable as Python's enums (pybind11's raised TypeError): the members in value order.
+    assert list(enum) == sorted(enum.__members__.values(), key=int) and len(enum) == len(enum.__members__)
+    assert all(member in enum for member in enum) and int(list(enum)[0]) not in enum
     # A bool is not an int here, as for every int argument (ChunkKind(True) was ChunkKind.embeddings).
     for value, shown in ((True, "bool"), (np.bool_(False), "bool"), (1.0, "float"), ("0", "str")):
         with pytest.raises(TypeError, match=rf"^{name}\(value\): expected int, got {shown}$"):

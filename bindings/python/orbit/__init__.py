@@ -157,6 +157,27 @@ for _obj in vars(_orbit).values():
 del _obj
 
 
+class _EnumType(type(_orbit.ChunkKind)):
+    """The enums' type: pybind11's class type, with iteration as Python's enum has it. `list(orbit.ChunkKind)`
+    is its members in value order, `len(orbit.ChunkKind)` their count, `x in orbit.ChunkKind` true for a member
+    (pybind11's enums had only __members__: iterating one raised TypeError)."""
+
+    def __iter__(cls):
+        return iter(sorted(cls.__members__.values(), key=int))
+
+    def __len__(cls):
+        return len(cls.__members__)
+
+    def __contains__(cls, value):
+        return isinstance(value, cls)
+
+
+for _obj in vars(_orbit).values():
+    if isinstance(_obj, type) and "__entries" in _obj.__dict__:  # a pybind11 enum's members table
+        _obj.__class__ = _EnumType
+del _obj
+
+
 __all__ = [
     "__version__",
     "ApplyReport",
