@@ -397,7 +397,8 @@ GcReport gc_store(const std::string& dir, const GcOptions& options) {
   GcReport report;
   auto remove = [&](const fs::path& p, int64_t& counter) {
     std::error_code size_error, ec;
-    const auto size = fs::file_size(p, size_error);
+    // A symlink is removed, not what it names: it frees no bytes of its target's.
+    const auto size = fs::is_symlink(fs::symlink_status(p, ec)) ? 0 : fs::file_size(p, size_error);
     if (!options.dry_run) {
       fs::remove(p, ec);
       ORBIT_CHECK(!ec, "store " << root << ": cannot remove " << p.string() << ": " << ec.message());

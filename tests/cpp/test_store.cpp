@@ -317,6 +317,10 @@ TEST_CASE("orbit store ls, stat, verify and gc", "[store][cpu]") {
   std::filesystem::create_directories(sub);
   std::ofstream(sub / ".orphan.blob.tmp") << "partial";
   std::ofstream(sub / "orphan.blob") << "whole but unreferenced";
+  // A temp file that is a symlink out of the store: gc removes the link, never its target, and frees no bytes
+  // of it (its freed_bytes counted the target's).
+  std::ofstream(dir.path() / "outside") << std::string(10000, 'x');
+  std::filesystem::create_symlink(dir.path() / "outside", sub / ".linked.blob.tmp");
   const std::string victim = entries[1]["blob"];
   {
     std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);
@@ -327,7 +331,7 @@ TEST_CASE("orbit store ls, stat, verify and gc", "[store][cpu]") {
   CHECK(bad.status == 1);
   CHECK_THAT(bad.out, Contains("BAD " + entries[1]["key"].get<std::string>()) && Contains(victim) &&
                           Contains("checksum") && Contains("1 unreferenced blobs (") && Contains("repair restores") &&
-                          Contains("1 temp files"));
+                          Contains("2 temp files"));
   Run dry = run(cli + "gc --dry-run --store " + d);
   CHECK(dry.status == 0);
   CHECK(std::filesystem::exists(sub / "orphan.blob"));
@@ -335,8 +339,11 @@ TEST_CASE("orbit store ls, stat, verify and gc", "[store][cpu]") {
   REQUIRE(gc.status == 0);
   auto g = nlohmann::json::parse(gc.out);
   CHECK(g["removed_blobs"] == 1);
-  CHECK(g["removed_temps"] == 1);
+  CHECK(g["removed_temps"] == 2);
+  CHECK(g["freed_bytes"] == std::string("partial").size() + std::string("whole but unreferenced").size());
   CHECK_FALSE(std::filesystem::exists(sub / "orphan.blob"));
+  CHECK_FALSE(std::filesystem::is_symlink(sub / ".linked.blob.tmp"));
+  CHECK(std::filesystem::file_size(dir.path() / "outside") == 10000);
   CHECK(std::filesystem::exists(victim));  // corrupt entries are reported, never deleted
   CHECK(run(cli + "verify --store " + d).status == 1);
   CHECK(run(cli + "frobnicate --store " + d).status == 1);
