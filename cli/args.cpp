@@ -46,8 +46,7 @@ std::string known_names(const ArgSpec& spec) {
 // Arguments that name a file or directory, whatever the command: empty, the path's own error said only ": no
 // such file or directory". (--store and --remote say what leaving them out does, where they are read.)
 bool names_a_path(const std::string& arg) {
-  static const char* const kPaths[] = {"--model",         "--tokenizer",    "--trace",
-                                       "--chat-template", "--api-key-file", "--out"};
+  static const char* const kPaths[] = {"--model", "--tokenizer", "--trace", "--chat-template", "--api-key-file"};
   for (const char* p : kPaths) {
     if (arg == p) return true;
   }

@@ -276,6 +276,7 @@ int run_make_model(int argc, char** argv, int first) {
                      usage_text()};
   const Args args("make-model", spec, argc, argv, first);
   const std::string out = args.required("--out");
+  ORBIT_CHECK(!out.empty(), "make-model: argument '--out' is empty (give the directory to write the model to)");
 
   std::string preset = args.get("--preset").value_or("");
   ORBIT_CHECK(!args.has("--preset") || !preset.empty(),

@@ -281,7 +281,22 @@ jinja::Dict ChatTemplate::Impl::variables(const std::string& origin, const ChatR
     const std::string what = options.extra_name.empty() ? origin + ": extra_json" : options.extra_name;
     const Value extra = parse_value(options.extra_json, what);
     ORBIT_CHECK(extra.is(Value::Kind::kDict), what << " must be a JSON object (of template variables)");
-    for (const auto& [name, value] : *extra.dict) vars.emplace_back(name, value);
+    for (const auto& [name, value] : *extra.dict) {
+      // As Hugging Face's apply_chat_template: the rendering's own arguments are refused (Python raises "got
+      // multiple values"), the special tokens replaced (its template kwargs update them).
+      ORBIT_CHECK(name != "messages" && name != "add_generation_prompt" && name != "tools",
+                  what << ": '" << name << "' is the rendering's own variable, not an extra one (give "
+                       << (name == "tools"      ? "tools"
+                           : name == "messages" ? "the messages"
+                                                : "add_generation_prompt")
+                       << " as such)");
+      const auto own = std::find_if(vars.begin(), vars.end(), [&](const auto& v) { return v.first == name; });
+      if (own != vars.end()) {
+        own->second = value;
+      } else {
+        vars.emplace_back(name, value);
+      }
+    }
   }
   return vars;
 }

@@ -127,6 +127,19 @@ TEST_CASE("tools, extra variables, messages and tool arguments nested 50,000 dee
           {"arguments of tool call 'f'", "JSON nests deeper than 128 levels"});
 }
 
+TEST_CASE("extra variables: the rendering's own are refused, the special tokens replaced (as Hugging Face's)") {
+  // {"messages": []} rendered nothing where the window took the messages for synced.
+  for (const char* own : {"messages", "add_generation_prompt", "tools"}) {
+    ChatRenderOptions extra;
+    extra.extra_json = std::string("{\"") + own + "\": []}";
+    refused([&] { render("{{ messages|length }}", kOneTurn, extra); },
+            {std::string("t.jinja: extra_json: '") + own + "' is the rendering's own variable, not an extra one"});
+  }
+  ChatRenderOptions tokens;
+  tokens.extra_json = R"({"bos_token": "<B>", "date": "today"})";
+  CHECK(render("{{ bos_token }}{{ date }}", kOneTurn, tokens) == "<B>today");  // was the template's own bos_token
+}
+
 TEST_CASE("JSON as deep as the input guard allows still renders") {
   ChatRenderOptions tools;
   tools.tools_json = repeat("[", 127) + repeat("]", 127);

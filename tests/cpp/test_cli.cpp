@@ -349,7 +349,9 @@ TEST_CASE("make-model and make-trace errors name the option typed, not the field
        "make-model: argument '--dtype': 'fp8' is not a compute dtype (expected float32, bfloat16 or float16)"},
       // The spellings every other command takes (FP16 was refused here only).
       {"make-model --init-std 1e30 --dtype FP16" + m, "'--init-std' 1e+30 draws weights past float16's largest value"},
-      {"make-model --out ''", "make-model: argument '--out' is empty (give a path)"},  // was ": cannot create ..."
+      {"make-model --out ''",
+       "make-model: argument '--out' is empty (give the directory to write the model to)"},  // was ": cannot create
+                                                                                             // ..."
       {"make-model --rope-scaling yarn --rope-original-max 0" + m, "argument '--rope-original-max' must be >= 1"},
       {"make-model --arch deepseek_v2 --kv-lora-rank 0" + m, "argument '--kv-lora-rank' must be >= 1, got 0"},
       {"make-trace --chunk-tokens -3" + t, "make-trace: argument '--chunk-tokens' must be >= 0, got -3"},

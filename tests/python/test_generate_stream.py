@@ -258,6 +258,44 @@ def test_closing_the_window_in_its_stream_loop_stops_the_stream(orbit, story):
         w.instances
 
 
+def test_closing_a_stream_from_another_thread_stops_its_loop(orbit, story):
+    # A Stop button: close() on another thread while the loop's thread waits in the stream for a piece (here the
+    # decode waits for the window, busy with another thread's long call). close() raised ValueError "generator
+    # already executing"; it now cancels the decode and returns once the loop ended.
+    _, window, query = story
+    w = window.fork()
+    busy = threading.Thread(target=lambda: w.generate_n(query, 16, max_tokens=400, temperature=1.0, seed=1))
+    busy.start()
+    s = w.stream(query, max_tokens=400)
+    read = []
+    reader = threading.Thread(target=lambda: read.extend(s))
+    reader.start()
+    try:
+        while s._pieces is None or not s._pieces().gi_running:  # the loop's thread waits in the stream
+            threading.Event().wait(0.01)
+        s.close()
+        reader.join(timeout=120)
+        assert not reader.is_alive()
+        assert s.generation is not None and s.generation.stop_reason == "cancelled"
+    finally:
+        busy.join()
+        w.close()
+
+
+def test_a_stream_of_a_closed_window_or_engine_raises_when_it_is_made(orbit, story, stories260k_path):
+    # It returned a stream whose first piece raised, naming Window.generate.
+    _, window, query = story
+    w = window.fork()
+    w.close()
+    with pytest.raises(orbit.OrbitError, match=f"^Window.stream: window {w.id} is closed$"):
+        w.stream(query)
+    engine = orbit.Engine(str(stories260k_path), pool_bytes=16 << 20)
+    orphan = engine.new_window()
+    engine.close()
+    with pytest.raises(orbit.OrbitError, match="^Window.stream: engine is closed$"):
+        orphan.stream([1, 2])
+
+
 def test_an_exception_in_the_loop_cancels_the_stream(story):
     _, window, query = story
     plain = window.generate(query, max_tokens=60)

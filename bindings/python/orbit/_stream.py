@@ -76,6 +76,7 @@ class GenerationStream:
         self._closed = False  # close() was called: a stream not started never starts
         self._token = CancelToken(parent)  # the decode's: cancelled when the loop is left
         self._generation: Optional["Generation"] = None
+        self._ended = threading.Event()  # the iterator finished (its decode stopped and the window is free)
 
     @property
     def generation(self) -> Optional["Generation"]:
@@ -93,12 +94,16 @@ class GenerationStream:
         return pieces
 
     def close(self) -> None:
-        """Cancels the decode if it runs and waits for it to stop; a stream not started never starts."""
+        """Cancels the decode if it runs and waits for it to stop; a stream not started never starts. From
+        another thread than the loop's too (a Stop button): that loop then ends once the decode stops."""
         self._closed = True
         self._token.cancel()
         pieces = self._pieces() if self._pieces is not None else None
         if pieces is not None:
-            pieces.close()
+            try:
+                pieces.close()
+            except ValueError:  # "generator already executing": another thread's loop waits in it for a piece;
+                self._ended.wait()  # the cancel ends that wait, and the loop, once the decode stops
 
     def __enter__(self) -> "GenerationStream":
         """The stream itself; leaving the block closes it (close())."""
@@ -109,6 +114,12 @@ class GenerationStream:
         self.close()
 
     def _run(self) -> Generator[str, None, None]:
+        try:
+            yield from self._pieces_until_done()
+        finally:
+            self._ended.set()
+
+    def _pieces_until_done(self) -> Generator[str, None, None]:
         if self._closed:
             return
         items: "queue.SimpleQueue[tuple[str, Any]]" = queue.SimpleQueue()

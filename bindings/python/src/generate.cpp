@@ -428,6 +428,9 @@ void init_generate(py::module_& m) {
         // Named as the public API names its arguments (pybind11's "incompatible function arguments" named none).
         window.get("_check_stream_arguments: window");  // TypeError naming it for another type
         PyWindow& w = window.value.cast<PyWindow&>();
+        // A closed window or engine raises here, at the stream's making, as every other call of it does.
+        w.check_open("Window.stream");
+        w.check_engine_open("Window.stream");
         if (!py::isinstance<py::dict>(kwargs_arg)) {
           throw py::type_error("_check_stream_arguments: kwargs: expected dict, got " +
                                (kwargs_arg.is_none() ? std::string("None") : type_name(kwargs_arg)));
@@ -442,7 +445,8 @@ void init_generate(py::module_& m) {
       py::arg("window"), py::arg("query"), py::arg("kwargs"),
       "Window.stream's arguments (generate()'s keyword arguments but on_text and cancel) checked as generate()\n"
       "checks them, nothing decoded: raises what generate() would raise for them, naming the argument; an\n"
-      "unknown keyword raises TypeError 'stream: generate() has no argument ...'.");
+      "unknown keyword raises TypeError 'stream: generate() has no argument ...'; a closed window or engine\n"
+      "OrbitError 'Window.stream: window N is closed' ('... engine is closed').");
   m.def("generate_many", &run_generate_many, py::arg("requests"), py::kw_only(), py::arg("cancel") = py::none(),
         "Decodes several windows together, one model forward per step over every sequence still running, each\n"
         "exactly as Window.generate would decode it alone. requests: a list of (window, query) or (window, query,\n"
