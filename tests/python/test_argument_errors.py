@@ -184,8 +184,8 @@ def test_a_bare_instance_of_a_class_with_a_constructor_raises(orbit, name, expr)
 
 
 def test_a_second_init_on_a_live_instance_is_refused(orbit, engine, stories260k_path):
-    # pybind11 ran it: e.__init__(path) opened a second engine, pointed `e` at it and freed it (the old one kept
-    # by its holder); policy.__init__("reprefill") and token.__init__() changed nothing, silently.
+    # pybind11 ignored it: e.__init__(path), policy.__init__("reprefill") and token.__init__() returned None and
+    # changed nothing, silently.
     token = orbit.CancelToken()
     token.cancel()
     made = [(engine, (str(stories260k_path),)), (orbit.WindowPolicy("patch:8"), ("reprefill",)), (token, ()),

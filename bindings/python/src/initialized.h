@@ -33,8 +33,8 @@ inline void check_initialized(pybind11::handle src, const std::type_info& type) 
 }
 
 // True when `obj` is an instance of a pybind11-bound class whose C++ object exists (its __init__ ran, or C++ made
-// it). orbit/__init__.py asks before running a constructor: a second __init__ on a live instance pointed it at
-// a new object its holder did not own (freed at once) and left the old one in place, silently.
+// it). run_constructors_once (module.cpp) asks before running a constructor: pybind11 ignored a second
+// __init__ on a live instance silently.
 inline bool holds_object(pybind11::handle obj) {
   namespace d = pybind11::detail;
   if (d::get_type_info(Py_TYPE(obj.ptr())) == nullptr) return false;

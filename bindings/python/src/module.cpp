@@ -244,10 +244,10 @@ void init_errors(py::module_& m) {
 // initialiser. Doing it here, while the module is imported (single-threaded, under the import lock),
 // means no later call runs an initialiser that needs Python.
 // Wraps the __init__ of every class of `m` bound with a constructor (the enums too) to raise TypeError on an
-// instance already made: pybind11 ran a second __init__ (e.__init__(path), policy.__init__("reprefill")),
-// pointed the instance at the new C++ object, which it then freed, and kept the old one: the call changed
-// nothing, or left the instance reading freed memory. The wrapper is C++, so a warning a constructor issues is
-// still attributed to the caller's line, and it keeps the original's docstring (its signatures) as it is.
+// instance already made: pybind11's dispatcher returns None for a second __init__ (e.__init__(path),
+// policy.__init__("reprefill")) without running it, so the call changed nothing, silently. The wrapper is C++,
+// so a warning a constructor issues is still attributed to the caller's line, and it keeps the original's
+// docstring (its signatures) as it is.
 void run_constructors_once(py::module_& m) {
   for (const auto& [name, obj] : py::dict(m.attr("__dict__"))) {
     if (!PyType_Check(obj.ptr())) continue;
