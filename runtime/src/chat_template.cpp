@@ -281,7 +281,10 @@ jinja::Dict ChatTemplate::Impl::variables(const std::string& origin, const ChatR
     const std::string what = options.extra_name.empty() ? origin + ": extra_json" : options.extra_name;
     const Value extra = parse_value(options.extra_json, what);
     ORBIT_CHECK(extra.is(Value::Kind::kDict), what << " must be a JSON object (of template variables)");
-    for (const auto& [name, value] : *extra.dict) {
+    for (const auto& entry : *extra.dict) {
+      // A named reference, not a structured binding: lambdas may not capture bindings in C++17 (clang refuses).
+      const std::string& name = entry.first;
+      const Value& value = entry.second;
       // As Hugging Face's apply_chat_template: the rendering's own arguments are refused (Python raises "got
       // multiple values"), the special tokens replaced (its template kwargs update them).
       ORBIT_CHECK(name != "messages" && name != "add_generation_prompt" && name != "tools",
