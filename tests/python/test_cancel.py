@@ -189,6 +189,56 @@ def test_a_token_cancelled_before_the_call_answers_at_once(orbit, story):
         window.generate(query, cancel=1.0)
 
 
+def test_a_call_waiting_for_the_window_answers_once_its_token_is_cancelled(orbit, engine, story):
+    # A decode waiting for another thread's call on its window took its token only once it had the window: a
+    # Stop button did nothing until the other call's whole answer. Each call below returns while the window is
+    # still held (result() would otherwise wait for the holder, paused until the block's end, and time out).
+    # A cancel landing before the call begins answers the same way (cancelled before the call).
+    window, query, _ = story
+    other = engine.new_window()
+    other.add_turn(engine.tokenize(STORY, True))
+    calls = {
+        "generate": lambda t: [window.generate(query, max_tokens=LONG, cancel=t)],
+        "generate_n": lambda t: window.generate_n(query, 2, max_tokens=LONG, cancel=t),
+        # The free window is locked, then given back: the call ends while the other one still waits.
+        "generate_many": lambda t: orbit.generate_many([(other, query), (window, query)], cancel=t),
+    }
+    with held(window, query):
+        for name, call in calls.items():
+            token = orbit.CancelToken()
+            started, result = in_thread(lambda call=call, token=token: call(token))
+            assert started.wait(60)
+            token.cancel()
+            answers = result()
+            assert [(g.stop_reason, list(g.tokens)) for g in answers] == [("cancelled", [])] * len(answers), name
+        assert other.generate(query, max_tokens=4).stop_reason == "max_tokens"  # generate_many let it go
+        # A request's own token leaves the call waiting for its other requests: it decodes once the window is free.
+        token = orbit.CancelToken()
+        _, result = in_thread(lambda: orbit.generate_many([(window, query, {"cancel": token}), (other, query)]))
+        token.cancel()
+    stopped, decoded = result()
+    assert stopped.stop_reason == "cancelled" and decoded.stop_reason == "max_tokens"
+    other.close()
+
+
+def test_a_call_waiting_for_the_window_raises_once_it_is_closed(orbit, engine, story):
+    # close() from a third thread used to leave the waiting call waiting for the holder's end too.
+    _, query, _ = story
+    window = engine.new_window()
+    window.add_turn(engine.tokenize(STORY, True))
+    with held(window, query):
+        for what, call in (("Window.logits", lambda: window.logits(query)),
+                           ("Window.generate", lambda: window.generate(query, cancel=orbit.CancelToken()))):
+            started, result = in_thread(call)
+            assert started.wait(60)
+            if what == "Window.logits":
+                _, closing = in_thread(window.close)  # waits for the holder, paused until the block's end
+            with pytest.raises(orbit.OrbitError, match=f"{what}: window {window.id} is closed"):
+                result()
+    closing()
+    assert window.closed
+
+
 @pytest.mark.parametrize("bad, message", [
     ({"temperature": float("nan")}, "generate: temperature = nan must be a finite number >= 0"),
     ({"top_p": 2.0}, r"generate: top_p = 2 must be in \(0, 1\]"),

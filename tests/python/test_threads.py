@@ -262,6 +262,60 @@ def test_ctrl_c_stops_a_decode_at_its_next_token(child, call, raises):
     assert expected in result.stdout, result.stdout + result.stderr
 
 
+CTRL_C_WAITING_FOR_THE_WINDOW = """
+    import os, signal
+    e = orbit.Engine(M)
+    w = e.new_window()
+    w.add_turn([1, 2, 3])
+    holding, release = threading.Event(), threading.Event()
+    def hold(piece):  # the holder's decode, on another thread, paused until the end
+        holding.set()
+        release.wait(120)
+        return False
+    holder = threading.Thread(target=lambda: w.generate([4], max_tokens=400, on_text=hold))
+    holder.start()
+    assert holding.wait(60)
+    armed = [False]
+    def handler(signum, frame):  # raises only inside the try below: a signal outside it is dropped
+        if armed[0]:
+            raise KeyboardInterrupt
+    signal.signal(signal.SIGINT, handler)
+    calls = {"generate": lambda: w.generate([5], max_tokens=4), "add_turn": lambda: w.add_turn([6]),
+             "logits": lambda: w.logits([5]), "generate_many": lambda: orbit.generate_many([(w, [5])])}
+    for name, call in calls.items():
+        stop = threading.Event()
+        def send():  # every 0.1 s until the call returned: one sent before the call began is dropped
+            while not stop.is_set():
+                os.kill(os.getpid(), signal.SIGINT)
+                stop.wait(0.1)
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
+        try:
+            armed[0] = True
+            call()
+            outcome = "FINISHED"
+        except KeyboardInterrupt:
+            outcome = "INTERRUPTED"
+        armed[0] = False
+        stop.set()
+        sender.join()
+        print(name, outcome, "held" if holder.is_alive() else "free")
+    release.set()
+    holder.join()
+    assert w.generate([5], max_tokens=4).stop_reason == "max_tokens"  # nothing left locked
+    print("DONE")
+"""
+
+
+def test_ctrl_c_stops_a_call_waiting_for_its_window(child):
+    # A call on the main thread waiting for another thread's call on its window took a plain lock: Ctrl-C
+    # surfaced only once the other call ended (here: never, until the holder is let go). The wait now runs the
+    # signal handlers, and one that raises ends it, the window still held by the other thread.
+    result = child(CTRL_C_WAITING_FOR_THE_WINDOW)
+    for name in ("generate", "add_turn", "logits", "generate_many"):
+        assert f"{name} INTERRUPTED held" in result.stdout, result.stdout + result.stderr
+
+
 CTRL_C_DURING_SYNC = """
     import os, signal
     import numpy as np

@@ -962,7 +962,8 @@ def generate_many(requests: Sequence[Union[tuple[Window, Tokens], tuple[Window, 
     OrbitError rather than wait for itself. cancel: a token for the whole call -- cancel() stops every request at
     its next token (stop_reason 'cancelled'); a request's own options['cancel'] stops that request alone, the others
     decoding on. A request whose token was cancelled before the call answers a cancelled Generation (no tokens)
-    without decoding. close() of a request's window stops that request the same way; Engine.close() every
+    without decoding; while the call waits for another thread's call on one of its windows, it gives up once
+    every request's token is cancelled, each answering so. close() of a request's window stops that request the same way; Engine.close() every
     request. Called on the main thread, it runs signal handlers while it decodes (at most 100 ms apart): one that
     raises (Ctrl-C's KeyboardInterrupt) stops every request at its next token and is raised here, the answers
     dropped (in the repairs its windows deferred, which run first, it stops them before an instance or between two
@@ -981,8 +982,9 @@ class CancelToken:
     orbit.generate_many (per request in its options, or for the whole call) and call cancel(). The decode reads
     it at each token without the GIL and ends with stop_reason 'cancelled', the Generation holding every token
     so far (no tokenizer needed). A call given a token already cancelled returns a cancelled Generation at once
-    (no tokens, nothing forwarded, the window not locked; a closed window still raises OrbitError). A token
-    stays cancelled; one token may serve many calls. CancelToken(parent) reads as cancelled when it or an
+    (no tokens, nothing forwarded, the window not locked; a closed window still raises OrbitError). So does a
+    call waiting for another thread's call on its window when the token is cancelled meanwhile (within about
+    20 ms), instead of waiting for that call to end. A token stays cancelled; one token may serve many calls. CancelToken(parent) reads as cancelled when it or an
     ancestor was cancelled; cancelling it leaves the parent alone (orbit.aio makes one per call this way)."""
     def __init__(self, parent: Optional["CancelToken"] = None) -> None:
         """A token not cancelled; parent: a CancelToken or None (else TypeError naming `parent`)."""
@@ -1393,9 +1395,11 @@ class Window:
         cancel: an orbit.CancelToken (else TypeError naming `cancel`); its cancel(), from any thread, ends the run
         at its next token with stop_reason 'cancelled' (read without the GIL, no tokenizer needed). A token
         cancelled before the call returns a cancelled Generation at once (no tokens, nothing forwarded), its
-        arguments checked as for a run (a bad one raises all the same, orbit::check_generate in C++). close()
-        of this window from another thread stops the run the same way. On the main thread the decode runs signal
-        handlers while it runs (at most 100 ms apart): one that raises (Ctrl-C's KeyboardInterrupt) stops the run
+        arguments checked as for a run (a bad one raises all the same, orbit::check_generate in C++); so does one
+        cancelled while the call waits for another thread's call on this window. close() of this window from
+        another thread stops the run the same way (OrbitError 'window N is closed' while still waiting). On the
+        main thread the decode runs signal handlers while it runs, and while it waits for the window (at most
+        100 ms apart): one that raises (Ctrl-C's KeyboardInterrupt) stops the run
         at its next token and is raised here, the answer dropped (generate_n and generate_many the same). As
         on_text, a handler must not use this window nor close the engine (OrbitError, raised here).
 

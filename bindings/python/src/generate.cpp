@@ -343,7 +343,9 @@ std::pair<PyWindow*, GenerateArgs> read_request(const py::object& item, const st
 // call) for the whole batch, decodes the requests (decode_uncancelled). On the main thread the batch's signal
 // poll is also the check of an InterruptScope (orbit/interrupt.h), as in PyWindow::run: the repairs the windows
 // deferred, which the decode runs first, stop at their interruption points (orbit::Interrupted, the handler's
-// exception kept in the poll).
+// exception kept in the poll). While another thread's call holds a window, the wait takes the signals too, ends
+// with OrbitError once a window is closed, and gives up once every request's tokens are cancelled: each then
+// answers as cancelled before the call.
 std::vector<orbit::Generation> decode_locked(const std::vector<PyWindow*>& windows,
                                              const std::vector<GenerateArgs>& args) {
   const std::shared_ptr<SignalPoll> poll = args.empty() ? nullptr : args.front().cancel.signals;
@@ -351,10 +353,22 @@ std::vector<orbit::Generation> decode_locked(const std::vector<PyWindow*>& windo
   std::vector<PyWindow*> order = windows;
   std::sort(order.begin(), order.end());
   order.erase(std::unique(order.begin(), order.end()), order.end());
-  std::vector<std::unique_lock<std::mutex>> locks;
+  const auto all_cancelled = [&args] {
+    return std::all_of(args.begin(), args.end(), [](const GenerateArgs& a) { return a.cancelled_before(); });
+  };
+  std::vector<std::unique_lock<std::timed_mutex>> locks;
   std::list<PyWindow::Hold> holds;  // released before the locks
   for (PyWindow* w : order) {
-    locks.emplace_back(*w->mutex);
+    locks.push_back(lock_unless(*w->mutex, [&] {
+      w->check_open("generate_many");
+      if (poll && poll->raised()) throw orbit::Interrupted("generate_many");
+      return all_cancelled();
+    }));
+    if (!locks.back().owns_lock()) {
+      holds.clear();
+      locks.clear();
+      return decode_uncancelled(windows, args);  // every request cancelled: none reads its window
+    }
     holds.emplace_back(*w);
     w->check_open("generate_many");
   }

@@ -18,9 +18,12 @@
 #include <pybind11/pybind11.h>
 
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -43,6 +46,21 @@ namespace py = pybind11;
 // there would wait for itself.
 bool in_window_call(const orbit::Engine* engine);
 
+// Locks `m`, waiting for its holder in slices of kLockSlice: after each slice that did not get it, `stop()`
+// is asked, and the wait ends with the lock not taken when it answers true (it may also throw to end it). A
+// free lock is taken at once, without asking. The slices let a call waiting for another thread's call take its
+// cancel token, a signal (Ctrl-C) or the window's close while it waits.
+inline constexpr std::chrono::milliseconds kLockSlice{20};
+template <typename Stop>
+std::unique_lock<std::timed_mutex> lock_unless(std::timed_mutex& m, Stop&& stop) {
+  std::unique_lock<std::timed_mutex> lock(m, std::defer_lock);
+  if (lock.try_lock()) return lock;
+  while (!lock.try_lock_for(kLockSlice)) {
+    if (stop()) break;
+  }
+  return lock;
+}
+
 struct PyWindow {
   PyWindow(std::shared_ptr<orbit::Engine> e, orbit::Window w)
       : engine(std::move(e)), window(std::move(w)), decodes(engine_decodes(engine)) {
@@ -52,7 +70,7 @@ struct PyWindow {
   std::shared_ptr<orbit::Engine> engine;  // for resolving chunk keys and Window.engine
   std::optional<orbit::Window> window;    // empty after close()
   uint64_t id = 0;
-  std::unique_ptr<std::mutex> mutex = std::make_unique<std::mutex>();
+  std::unique_ptr<std::timed_mutex> mutex = std::make_unique<std::timed_mutex>();
   std::atomic<std::thread::id> holder{};   // the thread inside run() or close(), if any
   StopFlag closing;                        // close() was called: set before it waits for the mutex, never cleared
   std::shared_ptr<EngineDecodes> decodes;  // the engine's (null: its close stops nothing first)
@@ -65,14 +83,28 @@ struct PyWindow {
   // On Python's main thread the call also delivers pending signals at its interruption points
   // (orbit/interrupt.h; SignalPoll, cancel.h): a handler that raises (Ctrl-C's KeyboardInterrupt) stops the
   // call there, the window left as before the plan being applied, and the call raises the handler's exception.
+  // While another thread's call holds the window, the wait takes signals the same way, and ends with
+  // OrbitError once the window is closed (lock_for_call).
   template <typename F>
   auto run(const char* what, F&& f) -> decltype(f(std::declval<orbit::Window&>())) {
+    using Result = decltype(f(std::declval<orbit::Window&>()));
+    return run_unless(what, nullptr, std::forward<F>(f), []() -> Result {
+      throw std::logic_error("PyWindow::run: gave up waiting without a give_up check");
+    });
+  }
+
+  // run(), except that a wait for another thread's call gives up once give_up() holds (a cancel= token was
+  // cancelled meanwhile): the call then returns gave_up() (without the GIL) instead of running f.
+  template <typename F, typename G>
+  auto run_unless(const char* what, const std::function<bool()>& give_up, F&& f, G&& gave_up)
+      -> decltype(f(std::declval<orbit::Window&>())) {
     check_not_held(what);
     check_not_streamed(what);
     SignalPoll signals = SignalPoll::main_thread_only();  // a short call never takes the GIL to ask
     try {
       py::gil_scoped_release release;
-      std::lock_guard<std::mutex> lock(*mutex);
+      std::unique_lock<std::timed_mutex> lock = lock_for_call(what, signals, give_up);
+      if (!lock.owns_lock()) return gave_up();
       const Hold hold(*this);
       check_open(what);
       const orbit::InterruptScope interrupt([&signals] { return signals.raised(); });
@@ -86,13 +118,26 @@ struct PyWindow {
     }
   }
 
+  // Without the GIL: the window's lock for a call named `what`, waited for in slices (lock_unless) while
+  // another thread's call holds it. Between slices: OrbitError "<what>: window N is closed" once close() was
+  // called, orbit::Interrupted once a signal handler raised (`signals`), and an unlocked lock once give_up
+  // (when not null) answers true.
+  std::unique_lock<std::timed_mutex> lock_for_call(const char* what, SignalPoll& signals,
+                                                   const std::function<bool()>& give_up) {
+    return lock_unless(*mutex, [&] {
+      check_open(what);
+      if (signals.raised()) throw orbit::Interrupted(what);
+      return give_up && give_up();
+    });
+  }
+
   // Sets `closing` (a decode on the window stops at its next token), waits for the call in progress, then
   // destroys the window.
   void close() {
     check_not_held("Window.close");
     closing.set();
     py::gil_scoped_release release;
-    std::lock_guard<std::mutex> lock(*mutex);
+    const std::lock_guard<std::timed_mutex> lock(*mutex);
     const Hold hold(*this);
     window.reset();  // returns its pages to the pool
   }

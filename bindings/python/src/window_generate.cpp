@@ -3,6 +3,7 @@
 // when a token of their cancel= was cancelled before the call (their arguments checked all the same).
 #include <pybind11/stl.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,19 @@ bool cancelled_before(const PyWindow& w, const GenerateArgs& a, const char* what
   // vocabulary, top_p = 2, ...): a bad argument does not wait for a call whose token is not cancelled.
   orbit::check_generate(a.query, a.options, w.engine->model_info().vocab_size, w.engine->has_tokenizer());
   return true;
+}
+
+// While the call waits for another thread's call on its window: whether a token of its cancel= was cancelled
+// (it then gives up waiting, and answers as cancelled before the call).
+std::function<bool()> cancelled_waiting(const GenerateArgs& a) {
+  return [&a] { return a.cancelled_before(); };
+}
+
+// Without the GIL, a token of the call's cancel= cancelled while it waited for the window: its arguments checked
+// as cancelled_before() checks them, the answer cancelled_generation().
+orbit::Generation cancelled_after_wait(const PyWindow& w, const GenerateArgs& a) {
+  orbit::check_generate(a.query, a.options, w.engine->model_info().vocab_size, w.engine->has_tokenizer());
+  return cancelled_generation();
 }
 
 // generate()'s docstring (the stub, bindings/python/orbit/_orbit.pyi, says the same at more length).
@@ -110,7 +124,10 @@ void def_generate(py::class_<PyWindow>& c) {
         try {
           generation = cancelled_before(w, a, "Window.generate")
                            ? cancelled_generation()
-                           : w.run("Window.generate", [&](Window& x) { return x.generate(a.query, a.options); });
+                           : w.run_unless(
+                                 "Window.generate", cancelled_waiting(a),
+                                 [&](Window& x) { return x.generate(a.query, a.options); },
+                                 [&] { return cancelled_after_wait(w, a); });
         } catch (...) {
           a.rethrow_raised();  // the callback's (or a signal handler's) exception first: the decode's may follow
           throw;
@@ -146,7 +163,14 @@ void def_generate_n(py::class_<PyWindow>& c) {
           gs = with_caller_name("generate", "generate_n", [&] {
             return n >= 1 && cancelled_before(w, a, "Window.generate_n")
                        ? std::vector<orbit::Generation>(static_cast<std::size_t>(n), cancelled_generation())
-                       : w.run("Window.generate_n", [&](Window& x) { return x.generate_n(a.query, n, a.options); });
+                       : w.run_unless(
+                             "Window.generate_n", cancelled_waiting(a),
+                             [&](Window& x) { return x.generate_n(a.query, n, a.options); },
+                             [&] {
+                               cancelled_after_wait(w, a);
+                               return std::vector<orbit::Generation>(static_cast<std::size_t>(n),
+                                                                     cancelled_generation());
+                             });
           });
         } catch (...) {
           a.rethrow_raised();  // a signal handler's exception first: the decode's error may have followed it
