@@ -20,6 +20,12 @@ bool leading_space(const std::string& text) {
   return !text.empty() && std::isspace(static_cast<unsigned char>(text.front())) != 0;
 }
 
+// Whether `text` is a hexadecimal number ("0x10", "-0X1p3"), which strtod reads too: "--temperature 0x10" was 16.
+bool hexadecimal(const std::string& text) {
+  const std::size_t first = !text.empty() && (text[0] == '-' || text[0] == '+') ? 1 : 0;
+  return text.size() > first + 1 && text[first] == '0' && (text[first + 1] == 'x' || text[first + 1] == 'X');
+}
+
 bool parse_int(const std::string& text, int64_t* out) {
   if (text.empty() || leading_space(text)) return false;
   errno = 0;
@@ -139,8 +145,9 @@ double Args::get_double(const std::string& name, double fallback) const {
   errno = 0;
   char* end = nullptr;
   const double out = std::strtod(value->c_str(), &end);
-  ORBIT_CHECK(!value->empty() && !leading_space(*value) && end == value->c_str() + value->size(),
-              command_ << ": argument '" << name << "' must be a number, got '" << *value << "'");
+  ORBIT_CHECK(
+      !value->empty() && !leading_space(*value) && !hexadecimal(*value) && end == value->c_str() + value->size(),
+      command_ << ": argument '" << name << "' must be a number, got '" << *value << "'");
   // ERANGE: a number past a double's range (1e999) is refused as one; one too small for it (1e-320, read
   // as a subnormal or 0) is the number it rounds to, which the option's own range check then judges.
   ORBIT_CHECK(errno != ERANGE || std::fabs(out) < 1.0,

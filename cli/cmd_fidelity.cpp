@@ -115,9 +115,11 @@ rt::Scenario read_scenario(const Args& args, const rt::ModelConfig& c, const rt:
     return tokenizer->encode(t, bos);
   };
   rt::Scenario scenario;
+  // An empty --context or --context-text is no context, as no argument is (B then starts the window, with BOS).
+  const bool context_text = args.has("--context-text") && !args.required("--context-text").empty();
+  const bool context_ids = args.has("--context") && !args.required("--context").empty();
   if (args.has("--chunk-text")) {
-    scenario.chunk.tokens =
-        encode(args.required("--chunk-text"), !args.has("--context-text") && !args.has("--context"), "--chunk-text");
+    scenario.chunk.tokens = encode(args.required("--chunk-text"), !context_text && !context_ids, "--chunk-text");
   } else {
     const std::string chunk_text = args.required("--chunk");
     ORBIT_CHECK(!chunk_text.empty(), "--chunk is empty");
@@ -125,7 +127,7 @@ rt::Scenario read_scenario(const Args& args, const rt::ModelConfig& c, const rt:
   }
   scenario.query = args.has("--query-text") ? encode(args.required("--query-text"), false, "--query-text")
                                             : parse_int_list(args.get("--query").value_or("1"), "--query");
-  if (args.has("--context-text")) {
+  if (context_text) {
     const std::string all = args.required("--context-text");
     std::size_t start = 0;
     while (true) {

@@ -79,6 +79,15 @@ def test_serve_audit_past_a_doubles_range_is_refused_as_such(orbit_cli, stories2
                                                                                    "--audit", "x")
 
 
+@pytest.mark.parametrize("text", ["0x0", "-0X1p-3", "+0x0"])
+def test_a_hexadecimal_number_is_refused(orbit_cli, stories260k_path, text):
+    # strtod reads hexadecimal too: "--temperature 0x10" was a temperature of 16.
+    said = serve_refusal(orbit_cli, stories260k_path, "--audit", text)
+    assert f"serve: argument '--audit' must be a number, got '{text}'" in said
+    result = run(orbit_cli, "generate", "--model", stories260k_path, "--prompt", "Once", "--temperature", "0x10")
+    assert result.returncode == 1 and "argument '--temperature' must be a number, got '0x10'" in result.stderr
+
+
 def test_a_seed_takes_every_value_the_sdk_does(orbit_cli, stories260k_path, tmp_path):
     # Seeds are [0, 2^64) in the SDK and in traces: the CLI took only [0, 2^63) and called 2^63 "not an integer",
     # so the command a trace records to make it again (its description) did not run.

@@ -84,6 +84,21 @@ def test_logits_and_fidelity_take_text(orbit_cli, stories260k_path):
     assert bad.returncode == 1 and "--chunk or --chunk-text, not both" in bad.stderr
 
 
+def test_an_empty_context_text_is_no_context_as_an_empty_context_is(orbit_cli, stories260k_path):
+    # '--context ""' was no context but '--context-text ""' an error ("chunk 1 is empty"); with either, B starts
+    # the window and gets BOS, as without the argument.
+    common = ["fidelity", "--model", stories260k_path, "--chunk-text", "He liked to run.", "--query-text", "One day",
+              "--strategies", "reprefill", "--json"]
+
+    def tokens(*extra):
+        report = json.loads(run(orbit_cli, *common, *extra).stdout)
+        assert report["context_chunk_lengths"] == []
+        return report["chunk_length"]
+
+    alone = tokens()
+    assert tokens("--context-text", "") == alone and tokens("--context", "") == alone
+
+
 def test_text_without_a_tokenizer_says_so(orbit_cli, stories260k_path, tmp_path):
     alone = tmp_path / "alone.bin"
     alone.write_bytes(stories260k_path.read_bytes())
