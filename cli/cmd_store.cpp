@@ -64,6 +64,30 @@ const char* kStoreUsage =
     "accepted arguments: SUBCOMMAND, --store VALUE, --remote VALUE (stat, reset-counts, forget-remote), --json, "
     "--dry-run (gc, forget-remote), --help\n";
 
+// A path as the line-per-entry text output shows it: a control character (a newline in a directory's name) and a
+// backslash escaped as C writes them (\n, \x1b, \\), so one entry stays one line. --json gives the
+// path as it is.
+std::string shown(const std::string& path) {
+  std::string out;
+  for (const char c : path) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (u < 0x20 || u == 0x7f) {
+      char buffer[8];
+      std::snprintf(buffer, sizeof buffer, "\\x%02x", u);
+      out += buffer;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 json remote_json(const RemoteSummary& r) {
   return {{"url", r.url},
           {"reachable", r.reachable},
@@ -117,7 +141,7 @@ int run_ls(const Args& args, const std::string& dir) {
   for (const auto& e : entries) {
     std::printf("%s  %-9s %-5s %12lld  %s%s %s\n", e.key.c_str(), entry_kind_name(e.kind),
                 blob_encoding_name(e.encoding), static_cast<long long>(e.blob_bytes), e.pinned ? "P" : "-",
-                e.marked_corrupt ? "C" : "-", e.blob_path.c_str());
+                e.marked_corrupt ? "C" : "-", shown(e.blob_path).c_str());
   }
   std::printf("%zu entries\n", entries.size());
   return 0;
@@ -164,7 +188,7 @@ int run_stat(const Args& args, const std::string& dir) {
     std::cout << out.dump(2) << "\n";
     return r && !r->reachable ? 1 : 0;
   }
-  std::printf("store        %s\n", s.dir.c_str());
+  std::printf("store        %s\n", shown(s.dir).c_str());
   std::printf("fingerprint  %s (format %lld)\n", s.model_fingerprint.c_str(), static_cast<long long>(s.format_version));
   std::printf("disk tier    %lld entries, %lld blob bytes (%lld in memory), %lld pinned\n",
               static_cast<long long>(s.entries), static_cast<long long>(s.blob_bytes),
@@ -226,10 +250,10 @@ int run_verify(const Args& args, const std::string& dir) {
               << "\n";
   } else {
     for (const auto& p : r.problems) {
-      std::printf("BAD %s %s: %s\n", p.key.c_str(), p.path.c_str(), p.reason.c_str());
+      std::printf("BAD %s %s: %s\n", p.key.c_str(), shown(p.path).c_str(), p.reason.c_str());
     }
     for (const auto& p : r.unreadable) {
-      std::printf("UNREADABLE %s %s: %s\n", p.key.c_str(), p.path.c_str(), p.reason.c_str());
+      std::printf("UNREADABLE %s %s: %s\n", p.key.c_str(), shown(p.path).c_str(), p.reason.c_str());
     }
     if (!r.index_damage.empty()) {
       std::printf("DAMAGED INDEX %s/index.sqlite: SQLite's integrity_check: %s (run `orbit store repair --store %s`)\n",
@@ -264,7 +288,7 @@ int run_gc(const Args& args, const std::string& dir) {
               << "\n";
     return 0;
   }
-  for (const auto& p : r.removed_paths) std::printf("%s %s\n", options.dry_run ? "would remove" : "removed", p.c_str());
+  for (const auto& p : r.removed_paths) std::printf("%s %s\n", options.dry_run ? "would remove" : "removed", shown(p).c_str());
   std::printf("%s%lld unreferenced blobs, %lld temp files, %lld bytes\n", options.dry_run ? "(dry run) " : "",
               static_cast<long long>(r.removed_blobs), static_cast<long long>(r.removed_temps),
               static_cast<long long>(r.freed_bytes));

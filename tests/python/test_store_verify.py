@@ -102,3 +102,25 @@ def test_verify_report_keeps_bad_blobs_apart_from_unreadable_ones(orbit, stories
     assert report.unreadable == []
     assert repr(report) == ("VerifyReport(checked=2, problems=[1 VerifyProblem], unreadable=[], unreferenced_blobs=0, "
                             "temp_files=0, index_damage='', clean=False)")
+
+
+def test_the_text_listing_keeps_one_line_per_entry_for_a_path_holding_a_newline(orbit, orbit_cli, stories260k_path,
+                                                                                tmp_path):
+    # A store directory whose name holds a newline (or a backslash, or an escape) printed it raw: one entry's
+    # line became two, and a terminal ran the escape. The text output escapes them as C does; --json keeps them.
+    directory = tmp_path / "a\nb\\c\x1b"
+    directory.mkdir()
+    keys = _store(orbit, stories260k_path, directory, 2)
+    listing = subprocess.run([str(orbit_cli), "store", "ls", "--store", str(directory)], capture_output=True,
+                             text=True, timeout=120)
+    assert listing.returncode == 0, listing.stderr
+    lines = listing.stdout.splitlines()
+    assert len(lines) == 3 and lines[-1] == "2 entries", listing.stdout
+    escaped = str(tmp_path) + "/a\\nb\\\\c\\x1b/"
+    assert all(line.split()[0] in keys and escaped in line for line in lines[:2]), listing.stdout
+    stat = subprocess.run([str(orbit_cli), "store", "stat", "--store", str(directory)], capture_output=True, text=True,
+                          timeout=120)
+    assert f"store        {str(tmp_path)}/a\\nb\\\\c\\x1b\n" in stat.stdout, stat.stdout
+    as_json = subprocess.run([str(orbit_cli), "store", "ls", "--store", str(directory), "--json"],
+                             capture_output=True, text=True, timeout=120)
+    assert all(e["blob"].startswith(str(directory) + "/") for e in json.loads(as_json.stdout))
