@@ -288,7 +288,8 @@ int run_gc(const Args& args, const std::string& dir) {
               << "\n";
     return 0;
   }
-  for (const auto& p : r.removed_paths) std::printf("%s %s\n", options.dry_run ? "would remove" : "removed", shown(p).c_str());
+  for (const auto& p : r.removed_paths)
+    std::printf("%s %s\n", options.dry_run ? "would remove" : "removed", shown(p).c_str());
   std::printf("%s%lld unreferenced blobs, %lld temp files, %lld bytes\n", options.dry_run ? "(dry run) " : "",
               static_cast<long long>(r.removed_blobs), static_cast<long long>(r.removed_temps),
               static_cast<long long>(r.freed_bytes));
