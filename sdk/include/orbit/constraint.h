@@ -173,7 +173,15 @@ class Constraint {
   //   (string keywords beside a "type" without "string", or number keywords beside one without "number" or
   //   "integer", are refused: they would constrain nothing)
   //   enum, const     (with "type" beside them, values of other types are dropped)
-  //   anyOf           alone (or with annotations); allOf of a single schema, alone
+  //   anyOf, allOf    allOf of several schemas, and keywords beside $ref, anyOf, allOf or oneOf ({"type":
+  //                   "object", "properties": {...}, "anyOf": [{"required": ["a"]}, {"required": ["b"]}]}), are
+  //                   combined keyword by keyword into one schema per alternative: a keyword of one part as it
+  //                   is; one in both with the same value once, "type" as the common types, "enum" the common
+  //                   values, "required" and "properties" joined (a property in both: its schemas combined),
+  //                   the stricter bound, "items" schemas combined. An alternative admitting nothing with
+  //                   the keywords beside it is dropped. Refused, naming both parts: another keyword given
+  //                   differently by both, additionalProperties of one part beside properties of another, and
+  //                   a tuple's items beside another part's items (combined, each would admit other values)
   //   oneOf           when no value can match two of its schemas, as the text shows: different types, different
   //                   const/enum values, or a property all of them require with different const/enum values
   //                   (tagged unions: Pydantic's discriminated unions, zod's discriminatedUnion); else refused

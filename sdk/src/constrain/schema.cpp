@@ -161,6 +161,8 @@ void check_applies(const Json& s, const std::vector<std::string>& types, const s
 
 }  // namespace
 
+std::vector<std::string> schema_types(const Json& s, const std::string& path) { return types_of(s, path); }
+
 int32_t SchemaCompiler::compile(const Json& s, const std::string& path) {
   ORBIT_CHECK(g_.nodes.size() < kMaxNodes, path << ": the schema is too large (over " << kMaxNodes << " nodes)");
   if (s.is_boolean()) {
@@ -175,6 +177,11 @@ int32_t SchemaCompiler::compile(const Json& s, const std::string& path) {
   ORBIT_CHECK(!s.contains("discriminator") || s.contains("oneOf") || s.contains("anyOf"),
               path << ": 'discriminator' is supported only beside oneOf or anyOf");
   if (s.contains("nullable")) return compile_nullable(s, path);
+  for (const char* key : {"$ref", "anyOf", "allOf", "oneOf"}) {
+    if (!s.contains(key)) continue;
+    const bool several = std::string_view(key) == "allOf" && s.at(key).is_array() && s.at(key).size() > 1;
+    if (has_siblings(s, key) || several) return compile_with_siblings(s, key, path);
+  }
   if (s.contains("$ref")) return compile_ref(s, path);
   if (s.contains("anyOf")) return compile_any_of(s, path);
   if (s.contains("allOf")) return compile_all_of(s, path);

@@ -1,5 +1,6 @@
 // The JSON Schema compiler's parts (schema.cpp: keywords and dispatch; schema_containers.cpp: arrays and
-// tuples; schema_objects.cpp: objects and maps; schema_unions.cpp: oneOf). Private to orbit_constrain.
+// tuples; schema_objects.cpp: objects and maps; schema_unions.cpp: oneOf; schema_merge.cpp: schemas combined). Private
+// to orbit_constrain.
 #pragma once
 
 #include <map>
@@ -22,6 +23,11 @@ const std::set<std::string>& annotations();
 std::string brief(const Json& v);
 // Refuses keywords other than annotations and `allowed` beside `what`.
 void only_beside(const Json& s, const std::string& what, const std::set<std::string>& allowed, const std::string& path);
+// The types "type" names, or those the keywords apply to when it is absent (properties: object, minLength:
+// string, ...); none: any value.
+std::vector<std::string> schema_types(const Json& s, const std::string& path);
+// Whether `s` has keywords that constrain values beside `key` (annotations and discriminator aside).
+bool has_siblings(const Json& s, const std::string& key);
 // s[key] as a count (a non-negative integer), or a refusal naming it.
 int64_t count_of(const Json& s, const char* key, const std::string& path);
 
@@ -66,6 +72,12 @@ class SchemaCompiler {
   int32_t compile_one_of(const Json& s, const std::string& path);
   const Json& resolve(const Json& s, const std::string& path) const;            // through $ref
   bool exclusive(const Json& a, const Json& b, const std::string& path) const;  // no value matches both
+  // schema_merge.cpp: allOf of several schemas and keywords beside $ref, anyOf, allOf or oneOf, combined
+  int32_t compile_with_siblings(const Json& s, const std::string& key, const std::string& path);
+  std::optional<Json> merge_schemas(const Json& a, const Json& b, const std::string& where);
+  std::optional<Json> merge_keyword(const std::string& k, const Json& x, const Json& y, const std::string& where);
+  Json both(const Json& x, const Json& y, const std::string& where);
+  const Json& target_of(const Json& ref, const std::string& where) const;
   // schema_containers.cpp
   int32_t compile_member(const Json& s, const std::string& path);  // a member or item: inside a container
   int32_t compile_array(const Json& s, const std::string& path);
@@ -91,6 +103,8 @@ class SchemaCompiler {
   std::set<int32_t> used_placeholders_;  // placeholders a recursive reference points at
   int containers_ = 0;                   // objects and arrays whose members are being compiled
   std::map<std::string, int32_t> compiled_refs_;
+  int merges_ = 0;             // references being combined (merge_schemas), nested
+  int combining_ = 0;          // compile_with_siblings calls in progress, nested
   int64_t object_tables_ = 0;  // entries the objects under minProperties add to their tables (grammar.h)
 };
 
