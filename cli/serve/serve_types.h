@@ -78,7 +78,8 @@ struct ServeOptions {
   int64_t default_max_tokens = 256;  // when a request gives none (capped by the context)
   // A streamed request's output decoded and not yet handed on to its client, bytes at most (`--max-unsent-kb`;
   // text and log probabilities as held in memory, decode_scheduler.h's OutputBacklog): past it the request's
-  // sequences are held, no forward for them while the others decode, until the client reads.
+  // sequences are held, no forward for them while the others decode, until the client reads (or another
+  // request waits for room in the batch: then they decode on to their end, freeing their slots).
   int64_t max_unsent_bytes = int64_t{4} << 20;
   // Sequences decoding at once, at most (`--max-batch`; decode_scheduler.h): the runs past it wait in order to
   // join the batch as others end. Each running sequence holds rows in the decode batch's buffers, outside the

@@ -1,6 +1,7 @@
 // `orbit serve`'s request parser below HTTP (cli/serve/wire/serve_api.h): a response_format or a tool's key out of
 // place, a json_schema format's name and description, parallel_tool_calls without tools, an assistant's refusal
-// parts, whole numbers past 64 bits, and chat and the Responses API refusing an unsupported parameter alike. Each
+// parts, whole numbers past 64 bits, chat and the Responses API refusing an unsupported parameter alike, and
+// lone surrogate escapes read as U+FFFD rather than refused. Each
 // refusal names the field. (The parser's other refusals: test_serve.cpp.)
 #include <string>
 #include <vector>
@@ -8,6 +9,7 @@
 #include "orbit_catch.h"
 #include "serve/responses/responses_api.h"
 #include "serve/stored/cursor_page.h"
+#include "serve/wire/lone_surrogates.h"
 #include "serve/wire/serve_api.h"
 #include "serve/wire/serve_wire.h"
 
@@ -390,4 +392,20 @@ TEST_CASE("serve: a body that stops being JSON inside a field says where", "[ser
   const sv::ApiError r = sv::parse_responses_request(R"({"model":"m","input":"x","max_output_tokens":1e400})").error;
   INFO(r.message);
   CHECK(r.message.rfind("the body: not valid JSON at max_output_tokens: a number is out of range", 0) == 0);
+}
+
+TEST_CASE("serve: a lone surrogate escape in a string is read as U+FFFD, a pair as its character", "[serve]") {
+  // JSON.stringify writes "\ud83d" for a string cut inside an emoji; the whole body was refused as not JSON.
+  const sv::Parsed<sv::ChatRequest> chat = sv::parse_chat_request(
+      R"({"model":"m","messages":[{"role":"user","content":"a\ud800b \ud83d\ude00 \udc00\\ud800 \"\ud83d"}]})");
+  REQUIRE(chat.ok());
+  CHECK(chat.value->messages[0].content ==
+        "a\xEF\xBF\xBD"
+        "b \xF0\x9F\x98\x80 \xEF\xBF\xBD\\ud800 \"\xEF\xBF\xBD");
+  CHECK(sv::parse_completion_request(R"({"model":"m","prompt":"x\uDBFF"})").ok());
+  CHECK(sv::parse_responses_request(R"({"model":"m","input":"x\uDFFF"})").ok());
+  CHECK(sv::replace_lone_surrogates(R"({"a":"\ud83d\ude00","b":"\\ud800"})") == std::nullopt);  // nothing lone
+  CHECK(sv::replace_lone_surrogates(R"(["\ud800\ud800\udc00"])") ==
+        std::optional<std::string>(R"(["\uFFFD\ud800\udc00"])"));
+  CHECK_FALSE(sv::parse_chat_request(R"({"model":"m","messages":[{"role":"user","content":"\u12"}]})").ok());
 }

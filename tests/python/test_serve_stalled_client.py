@@ -141,6 +141,26 @@ def test_a_stream_nobody_reads_is_held_while_another_request_decodes(start_serve
     assert metric(server, "orbit_decode_held") == 0
 
 
+def test_a_held_stream_frees_its_slots_for_a_request_waiting_for_room(start_serve, stories260k_path):
+    # Held sequences kept their slots: with the batch full of streams nobody reads (here one of N choices under
+    # --max-batch N), every other request waited for their clients, until the stall timeout (an hour here) or
+    # forever for clients that read a little. Now the held stream decodes on to its end while a request waits
+    # for room, and that request is answered.
+    server = start_serve(stories260k_path, "--max-unsent-kb", "64", "--stall-seconds", "3600", "--max-batch",
+                         str(N))
+    with stalled_stream(server):
+        wait_until_held(server)
+        other = server.call("/v1/chat/completions", {
+            "model": MODEL_NAME, "max_tokens": 24, "temperature": 0, "logit_bias": NO_END,
+            "messages": [{"role": "user", "content": "Hello there."}]})
+        assert other["choices"][0]["finish_reason"] == "length"
+        assert other["usage"]["completion_tokens"] == 24
+        # The stalled stream was decoded on (to its end, or its context's) to make room, its output kept for its
+        # client: held, it had less than half its answer.
+        assert metric(server, "orbit_decode_tokens_total") >= 0.9 * WHOLE + 24
+        assert metric(server, "orbit_decode_held") == 0 and metric(server, "orbit_stalled_clients_total") == 0
+
+
 def test_idle_work_runs_while_a_stream_nobody_reads_is_held(start_serve, stories260k_path):
     # A held sequence takes no forward, so while only held sequences are in the batch the idle worker may use
     # the gate: here it prefills a session's anticipated answer (orbit_idle_forward_tokens_total). Before, the

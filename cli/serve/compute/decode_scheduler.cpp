@@ -224,20 +224,37 @@ void DecodeScheduler::take_joinable(std::vector<std::shared_ptr<DecodeJob>>& joi
   }
 }
 
+// A queued group that does not fit beside the running sequences (none of its runs cancelled): room is wanted.
+bool DecodeScheduler::room_wanted() const { return !pending_.empty() && !joinable(); }
+
 bool DecodeScheduler::steppable() const {
+  if (!running_.empty() && room_wanted()) return true;  // no sequence is held then (apply_holds)
   return std::any_of(running_.begin(), running_.end(), [](const Running& r) { return !r.job->wants_hold(); });
+}
+
+bool DecodeScheduler::steppable_now() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return steppable();
 }
 
 // A request's backlog is read once per pass, so that its choices are held and released together and stay in
 // step: its thread hands a choice's k-th token on only after every choice's (k-1)-th (choice_order.h), and a
-// choice held behind the others would hold back what the others posted.
+// choice held behind the others would hold back what the others posted. While a queued request waits for room
+// in the batch no sequence is held: a held one would keep its slot for as long as its client does not read (six
+// clients that stop reading n=64 answers filled the 256 slots, and every other request waited for them), so it
+// decodes on, its output kept for its client beyond --max-unsent-kb, until it ends and frees its slot.
 void DecodeScheduler::apply_holds() {
   int64_t held = 0, new_holds = 0;
+  bool make_room = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    make_room = room_wanted();
+  }
   std::map<const OutputBacklog*, bool> over;
   for (Running& r : running_) {
     const OutputBacklog* backlog = r.job->backlog();
     bool want = false;
-    if (backlog != nullptr && !r.job->cancelled()) {
+    if (backlog != nullptr && !r.job->cancelled() && !make_room) {
       const auto [it, fresh] = over.try_emplace(backlog, false);
       if (fresh) it->second = backlog->over();
       want = it->second;
@@ -258,7 +275,7 @@ void DecodeScheduler::apply_holds() {
 // waiting to join) gives the gate's idle work its turn; the next step holds it off again (loop()). The step
 // that follows a client's read waits at most for the idle slice under way, as a request that arrives does.
 void DecodeScheduler::release_idle_if_held_only() {
-  if (holding_idle_ && !steppable() && !has_pending()) context_.gate.hold_idle(holding_idle_ = false);
+  if (holding_idle_ && !steppable_now() && !has_pending()) context_.gate.hold_idle(holding_idle_ = false);
 }
 
 bool DecodeScheduler::has_pending() const {
@@ -299,7 +316,7 @@ void DecodeScheduler::loop() {
   while (wait_for_work(joining)) {
     end_cancelled(joining);
     apply_holds();  // a sequence whose client has not taken its output takes no forward (OutputBacklog)
-    if (joining.empty() && !steppable()) {
+    if (joining.empty() && !steppable_now()) {
       release_idle_if_held_only();
       continue;
     }

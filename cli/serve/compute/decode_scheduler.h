@@ -112,8 +112,9 @@ int64_t event_bytes(const DecodeEvent& event);
 // request's thread has not handed on to the connection (or dropped). A request thread blocked in a write to a
 // client that stopped reading hands nothing on, so the backlog grows; while it is over `bound` the scheduler
 // holds the request's sequences (DecodeBatch::hold: no forward for them, the others decode on) until the
-// request's thread hands enough on. A client that takes nothing for the server's stall timeout is dropped
-// by the write that waits for it (http_front.h), which cancels the run.
+// request's thread hands enough on, except while another request waits for room in the batch (--max-batch):
+// then it decodes on to its end, its output kept past the bound, so that it frees its slot. A client that takes nothing
+// for the server's stall timeout is dropped by the write that waits for it (http_front.h), which cancels the run.
 // Thread-safety: any thread (an atomic count).
 class OutputBacklog {
  public:
@@ -232,7 +233,9 @@ class DecodeScheduler {
   bool joinable() const;
   // Under mutex_: moves into `joining` the queued groups that end or join at the next step.
   void take_joinable(std::vector<std::shared_ptr<DecodeJob>>& joining);
+  bool room_wanted() const;          // under mutex_: a queued group waits for room (no sequence is then held)
   bool steppable() const;            // under mutex_: a running sequence not to be held
+  bool steppable_now() const;        // steppable(), taking mutex_
   void apply_holds();                // holds and releases the running sequences as their jobs want
   void release_idle_if_held_only();  // lets idle work go while every running sequence is held, none joining
 

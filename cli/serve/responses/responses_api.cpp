@@ -14,6 +14,7 @@
 #include "serve/responses/responses_fields.h"
 #include "serve/responses/responses_refusals.h"
 #include "serve/wire/call_arguments.h"
+#include "serve/wire/lone_surrogates.h"
 #include "serve/wire/request_invalid.h"
 
 namespace orbit::serve {
@@ -432,7 +433,9 @@ json echo_of(const ojson& body, const ojson& chat, const ResponsesRequest& r) {
   return echo;
 }
 
-ResponsesRequest responses_request(std::string_view text, const ServeLimits& limits) {
+ResponsesRequest responses_request(std::string_view raw, const ServeLimits& limits) {
+  const std::optional<std::string> repaired = replace_lone_surrogates(raw);  // lone_surrogates.h
+  const std::string_view text = repaired ? std::string_view(*repaired) : raw;
   if (text.size() > limits.max_body_bytes) {
     throw Invalid{api_error(413, "request body of " + std::to_string(text.size()) + " bytes is over the limit of " +
                                      std::to_string(limits.max_body_bytes) + " bytes")};

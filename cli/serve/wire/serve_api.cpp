@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
 #include <unordered_set>
 
 #include "orbit/common/error.h"
 #include "orbit/common/json_input.h"
 #include "serve/wire/chat_parse.h"
+#include "serve/wire/lone_surrogates.h"
 #include "serve/wire/request_invalid.h"
 
 namespace orbit::serve {
@@ -159,7 +162,9 @@ void parse_store(const json& body, ChatRequest& r) {
   if (r.store) r.messages_json = body["messages"].dump();
 }
 
-ChatRequest chat_request(std::string_view text, const ServeLimits& limits) {
+ChatRequest chat_request(std::string_view raw, const ServeLimits& limits) {
+  const std::optional<std::string> repaired = replace_lone_surrogates(raw);  // every parse reads the same text
+  const std::string_view text = repaired ? std::string_view(*repaired) : raw;
   const json body = parse_body(text, limits);
   refuse_unserved(body, true);
   refuse_unknown(body, true);
@@ -203,7 +208,9 @@ ChatRequest chat_request(std::string_view text, const ServeLimits& limits) {
   return r;
 }
 
-CompletionRequest completion_request(std::string_view text, const ServeLimits& limits) {
+CompletionRequest completion_request(std::string_view raw, const ServeLimits& limits) {
+  const std::optional<std::string> repaired = replace_lone_surrogates(raw);
+  const std::string_view text = repaired ? std::string_view(*repaired) : raw;
   const json body = parse_body(text, limits);
   refuse_unserved(body, false);
   refuse_unknown(body, false);
