@@ -316,6 +316,43 @@ def test_ctrl_c_stops_a_call_waiting_for_its_window(child):
         assert f"{name} INTERRUPTED held" in result.stdout, result.stdout + result.stderr
 
 
+@pytest.mark.parametrize("left", ["stream", "run_background", "generate"])
+def test_the_interpreter_exits_cleanly_with_native_work_left_on_a_daemon_thread(orbit, stories260k_path, left):
+    # A Window.stream read in part (its decode runs on a daemon thread), run_background or a generate on a daemon
+    # thread, and the script ends without close(): the interpreter tore the threads down inside orbit's C++
+    # frames (std::terminate: exit 134) or the background queue's signal poll took a finalized interpreter's GIL
+    # (exit 139). The engines still open are now closed at exit first, and the process exits 0.
+    body = {
+        "stream": """
+            it = iter(w.stream([5, 6], max_tokens=400))
+            print("piece", repr(next(it)), flush=True)
+        """,
+        "run_background": """
+            for k in range(6):
+                v = e.new_window()
+                for r in random.Random(k).sample(refs, 10):
+                    v.admit(r)
+                v.reorder(list(reversed([x.id for x in v.instances])))
+            threading.Thread(target=e.run_background, daemon=True).start()
+        """,
+        "generate": """
+            started = threading.Event()
+            threading.Thread(target=lambda: w.generate([5], max_tokens=400, on_text=lambda p: started.set() or True),
+                             daemon=True).start()
+            assert started.wait(60)
+        """,
+    }[left]
+    setup = """
+        e = orbit.Engine(M, threads=1, background="deferred")
+        rng = random.Random(7)
+        refs = [e.add_tokens([rng.randrange(1, 512) for _ in range(30)]) for i in range(40)]
+        w = e.new_window()
+        w.add_turn([1, 2, 3, 4])
+    """
+    result = run_child(orbit, stories260k_path, textwrap.dedent(setup) + textwrap.dedent(body) + 'print("DONE")\n')
+    check_ok(result)
+
+
 CTRL_C_DURING_SYNC = """
     import os, signal
     import numpy as np

@@ -44,6 +44,8 @@ from several threads; calls on one window are serialized. For asyncio, orbit.aio
 coroutines (`from orbit import aio`; aio.AsyncWindow(window), aio.generate_many), cancellable by the task.
 """
 
+import atexit as _atexit
+
 from . import _orbit
 from ._orbit import (  # noqa: F401  (re-exports)
     __version__,
@@ -260,3 +262,8 @@ __all__ = [
     "save_trace",
     "validate_trace",
 ]
+
+# Engines still open when the interpreter exits are closed first (while their daemon threads can still return
+# into Python): a Window.stream left half-read, or run_background on a daemon thread, otherwise ended the process
+# with std::terminate or a crash. Their close() warnings (entries only in memory) are written then.
+_atexit.register(_orbit._close_engines_at_exit)

@@ -993,6 +993,11 @@ class CancelToken:
     @property
     def cancelled(self) -> bool:
         """True once cancel() was called on it or on an ancestor."""
+def _close_engines_at_exit() -> None:
+    """Internal: closes every Engine still open; orbit/__init__.py registers it with atexit, so decodes and
+    run_background left on daemon threads return before the interpreter is torn down."""
+    ...
+
 def _check_stream_arguments(window: "Window", query: Tokens, kwargs: dict) -> None:
     """Internal to Window.stream: its arguments checked as generate() checks them, nothing decoded."""
 class _StreamRoom:

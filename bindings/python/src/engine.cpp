@@ -125,6 +125,32 @@ void close_engine(const std::shared_ptr<Engine>& e) {
   flush_warnings();  // closing the store may have warned (entries that never reached the disk)
 }
 
+// Closes every engine still open (Python's atexit runs it, before the interpreter is torn down): a decode or
+// run_background left running on a daemon thread (a Window.stream read in part, then the script ended) stops and
+// returns while the interpreter can still take its thread back. Torn down under it, the thread's return into
+// Python ended it inside orbit's C++ frames (std::terminate), or its signal poll took the GIL of a finalized
+// interpreter (a crash). It also writes what close() warns of (entries only in memory, remote writes not sent).
+// An engine whose close fails is left as it is.
+void close_engines_at_exit() {
+  std::vector<std::shared_ptr<Engine>> open;
+  {
+    OpenedEngines& o = opened_engines();
+    const std::lock_guard<std::mutex> lock(o.mutex);
+    for (const std::weak_ptr<Engine>& weak : o.engines) {
+      std::shared_ptr<Engine> e = weak.lock();
+      if (e && !engine_closed(e) && !e->forked()) open.push_back(std::move(e));
+    }
+  }
+  for (const std::shared_ptr<Engine>& e : open) {
+    try {
+      close_engine(e);
+    } catch (const orbit::Error&) {
+    }
+  }
+  py::gil_scoped_release release;
+  open.clear();  // without the GIL, as chunk_registered drops its references
+}
+
 }  // namespace
 
 std::shared_ptr<EngineDecodes> engine_decodes(const std::shared_ptr<Engine>& engine) {
@@ -572,6 +598,9 @@ void init_engine(py::module_& m) {
   def_engine_chunks(c);
   def_engine_media(c);
   def_engine_windows(c);
+  m.def("_close_engines_at_exit", &close_engines_at_exit,
+        "Closes every Engine still open (orbit/__init__.py registers it with atexit): decodes and run_background "
+        "left running on daemon threads return before the interpreter is torn down.");
 }
 
 }  // namespace orbit_py
