@@ -7,6 +7,8 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <string>
 
 #include "orbit/common/error.h"
 #include "redis_tls.h"
@@ -143,6 +145,21 @@ bool redirection(const RedisReply& reply, const char* kind, RedisEndpoint* to) {
     return false;
   }
   return true;
+}
+
+// A failed reply read in words: a read that waited past the reply timeout (hiredis reports the socket's EAGAIN,
+// "Resource temporarily unavailable") is named as the timeout it is, as the TLS path names it.
+std::string reply_error(const redisContext& c, int64_t timeout_ms) {
+  const std::string why = c.errstr;
+  if (c.err == REDIS_ERR_IO && (why == std::strerror(EAGAIN) || why == std::strerror(EWOULDBLOCK))) {
+    return "timed out: no reply within the command timeout of " + std::to_string(timeout_ms) + " ms";
+  }
+#ifdef REDIS_ERR_TIMEOUT
+  if (c.err == REDIS_ERR_TIMEOUT) {
+    return "timed out: no reply within the command timeout of " + std::to_string(timeout_ms) + " ms";
+  }
+#endif
+  return why;
 }
 
 }  // namespace
@@ -396,7 +413,7 @@ Result<redisReply*> RedisClient::next_reply(Node& node) {
   }
   void* raw = nullptr;
   if (redisGetReply(node.context, &raw) != REDIS_OK || raw == nullptr) {
-    const std::string why = node.context->err ? node.context->errstr : "no reply";
+    const std::string why = node.context->err ? reply_error(*node.context, options_.command_timeout_ms) : "no reply";
     drop(node);  // the stream is out of step now: reconnect next time
     return Status::refused("redis " + node.endpoint.str() + ": " + why);
   }

@@ -69,6 +69,8 @@ TEST_CASE("the remote down, hung or restarted never stops the store and loses no
   ChunkStore fresh(test::remote_store_options(server.url()));
   CHECK_FALSE(fresh.get(remote_key(1)).is_ok());
   CHECK(fresh.stats().remote.errors == 1);
+  // Named as the timeout it is (hiredis says "Resource temporarily unavailable", the socket's EAGAIN).
+  CHECK_THAT(fresh.stats().remote.last_error, Contains("timed out: no reply within the command timeout of"));
   CHECK_FALSE(fresh.get(remote_key(2)).is_ok());
   CHECK(fresh.stats().remote.skipped >= 1);  // down: answered at once, no second timeout
   server.resume();
