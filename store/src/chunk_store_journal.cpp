@@ -1,13 +1,16 @@
 // ChunkStore's remote journal (RemoteJournal, orbit/store/remote_tier.h): the remote writes and erases not yet
 // acknowledged, recorded in the disk index (SqliteIndex's remote_pending, under this remote's URL as shown), and the
 // local copies an open re-sends them from.
+#include <map>
 #include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "orbit/common/error.h"
+#include "orbit/common/warn.h"
 #include "orbit/store/chunk_store.h"
+#include "orbit/store/redis_client.h"
 
 namespace orbit::store {
 
@@ -59,11 +62,38 @@ class ChunkStore::Journal final : public RemoteJournal {
   const std::string remote_;
 };
 
+// Writes recorded for this remote under another spelling of its URL ("redis://h:6379/0" for "redis://h:6379") are
+// this remote's: moved to its name, so that they are re-sent (before, they waited for the old spelling, unsent,
+// their local copies kept from eviction). Those recorded for another server stay, named in a warning: they are sent
+// only when the store is opened with that remote, or dropped by `orbit store forget-remote`.
+void ChunkStore::adopt_other_spellings(const std::string& remote) {
+  std::map<std::string, int64_t> counts;
+  try {
+    counts = disk_->remote_pending_counts();
+  } catch (const std::exception&) {
+    return;  // the index cannot be read now: the records stay as they are
+  }
+  const std::string identity = redis_server_identity(remote);
+  for (const auto& [name, records] : counts) {
+    if (name == remote || records == 0) continue;
+    if (redis_server_identity(name) == identity) {
+      (void)disk_->adopt_remote_pending(name, remote);  // failing, they stay under the old spelling
+      continue;
+    }
+    orbit::warn("store " + options_.dir + ": " + std::to_string(records) +
+                " remote writes or erases not yet delivered are recorded for " + name +
+                ", not for this store's remote " + remote +
+                ": they are sent when the store is opened with that remote (`orbit store forget-remote --store " +
+                options_.dir + " --remote " + name + "` drops them)");
+  }
+}
+
 std::shared_ptr<RemoteJournal> ChunkStore::make_journal() {
   if (!disk_ || !options_.remote_journal) return nullptr;  // without a directory nothing local outlives the store
   const std::string remote =
       options_.remote_backend ? options_.remote_backend->describe() : redact_redis_url(options_.remote.url);
   journal_remote_ = remote;
+  adopt_other_spellings(remote);
   disk_->hold_pending_writes(remote);  // an entry whose write is not delivered yet keeps its local copy
   return std::make_shared<Journal>(*this, remote);
 }

@@ -245,6 +245,16 @@ int64_t DiskTier::count_remote_pending(const std::string& remote, int64_t throug
   return leases_->count_remote_pending(remote, through);
 }
 
+std::map<std::string, int64_t> DiskTier::remote_pending_counts() {
+  std::lock_guard<std::mutex> lock(lease_mu_);
+  return leases_->remote_pending_counts();
+}
+
+Result<int64_t> DiskTier::adopt_remote_pending(const std::string& from, const std::string& to) {
+  std::lock_guard<std::mutex> lock(lease_mu_);
+  return leases_->adopt_remote_pending(from, to);
+}
+
 int64_t DiskTier::charge(const StoredValue& value) const {
   const BlobEncoding encoding =
       options_.int8_canonicals && value.kind == EntryKind::kCanonical ? BlobEncoding::kInt8 : BlobEncoding::kExact;

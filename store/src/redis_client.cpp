@@ -5,10 +5,13 @@
 #include <signal.h>
 #include <sys/time.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "orbit/common/error.h"
 #include "redis_tls.h"
@@ -246,6 +249,24 @@ RedisUrl parse_redis_url(const std::string& given) {
               "remote '" << url << "': " << (out.tls ? "rediss" : "redis") << ":// takes one host:port (use "
                          << (out.tls ? "rediss" : "redis") << "-cluster:// for several)");
   return out;
+}
+
+std::string redis_server_identity(const std::string& url) {
+  RedisUrl parsed;
+  try {
+    parsed = parse_redis_url(url);
+  } catch (const orbit::Error&) {
+    return url;
+  }
+  std::vector<std::string> nodes;
+  for (RedisEndpoint node : parsed.nodes) {
+    for (char& c : node.host) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    nodes.push_back(node.str());
+  }
+  std::sort(nodes.begin(), nodes.end());
+  std::string out = std::string(parsed.tls ? "rediss" : "redis") + (parsed.cluster ? "-cluster" : "") + "://";
+  for (std::size_t i = 0; i < nodes.size(); ++i) out += (i ? "," : "") + nodes[i];
+  return out + "/" + std::to_string(parsed.db);
 }
 
 RedisTlsOptions redis_tls_from_environment() {

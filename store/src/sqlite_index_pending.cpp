@@ -91,6 +91,29 @@ Result<int64_t> SqliteIndex::reset_remote_abandoned(const std::string& remote) {
   return static_cast<int64_t>(sqlite3_changes(db_));
 }
 
+Result<int64_t> SqliteIndex::adopt_remote_pending(const std::string& from, const std::string& to) {
+  Status begin = exec_status("BEGIN IMMEDIATE", "beginning to adopt pending remote writes");
+  if (!begin) return begin;
+  Transaction tx(db_);
+  Stmt older(db_,
+             "DELETE FROM remote_pending WHERE remote = ?1 AND EXISTS (SELECT 1 FROM remote_pending AS p WHERE "
+             "p.remote = ?2 AND p.key = remote_pending.key AND p.seq > remote_pending.seq)",
+             path_);
+  older.bind(1, from).bind(2, to);
+  int rc = older.step();
+  if (rc != SQLITE_DONE) return failure(rc, "adopting pending remote writes");
+  const auto superseded = static_cast<int64_t>(sqlite3_changes(db_));
+  Stmt move(db_, "UPDATE OR REPLACE remote_pending SET remote = ?2 WHERE remote = ?1", path_);
+  move.bind(1, from).bind(2, to);
+  rc = move.step();
+  if (rc != SQLITE_DONE) return failure(rc, "adopting pending remote writes");
+  const auto moved = static_cast<int64_t>(sqlite3_changes(db_));
+  Status commit = exec_status("COMMIT", "committing adopted pending remote writes");
+  if (!commit) return commit;
+  tx.committed();
+  return superseded + moved;
+}
+
 Result<int64_t> SqliteIndex::forget_remote_pending(const std::string& remote) {
   Stmt s(db_, "DELETE FROM remote_pending WHERE remote = ?1", path_);
   s.bind(1, remote);

@@ -287,6 +287,7 @@ class ChunkStore {
   class Journal;
   // null without a disk tier or remote_journal; sets journal_remote_.
   std::shared_ptr<RemoteJournal> make_journal();
+  void adopt_other_spellings(const std::string& remote);  // chunk_store_journal.cpp
   // The value a re-send of `key` sends: a memory tier's copy, or the disk's (read under a read lease), without
   // touching the entry or counting a hit. not_found when no local tier holds a readable copy (a corrupt blob
   // included); refused when the disk could not read it now. Takes mu_ itself.

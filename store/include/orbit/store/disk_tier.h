@@ -129,6 +129,10 @@ class DiskTier final : public Tier {
   // Throw orbit::Error when the index cannot be read (as SqliteIndex's reads do).
   std::vector<RemotePendingRecord> remote_pending(const std::string& remote, int64_t after, int64_t through, int limit);
   int64_t count_remote_pending(const std::string& remote, int64_t through);
+  // By remote: the records (SqliteIndex::remote_pending_counts); and `from`'s moved to `to`
+  // (SqliteIndex::adopt_remote_pending).
+  std::map<std::string, int64_t> remote_pending_counts();
+  Result<int64_t> adopt_remote_pending(const std::string& from, const std::string& to);
 
   // ---- serialised by the owner ----------------------------------------------------------------------
   // Commits the row (replacing any row for the key, whose blob is then unlinked). With replace = false

@@ -56,6 +56,12 @@ struct RedisUrl {
 // host, port out of 1..65535, db not a number, a db with a cluster).
 RedisUrl parse_redis_url(const std::string& url);
 
+// The server (and database) a remote URL names, whatever its spelling: "redis://127.0.0.1:6379/0",
+// "redis://127.0.0.1" and "redis://u:***@127.0.0.1:6379" name the same one. Its scheme, its hosts in lower case and
+// sorted with their ports, and its db. Credentials are not part of it. The text itself when it is no URL this
+// parser reads (another backend's description). Never throws.
+std::string redis_server_identity(const std::string& url);
+
 // `url` with the password of its credentials (if any) replaced by ***: the only form of a remote URL
 // that may appear in a message, a warning or stats. Never throws.
 std::string redact_redis_url(const std::string& url);

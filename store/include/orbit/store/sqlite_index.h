@@ -188,6 +188,9 @@ class SqliteIndex {
   // Drops `remote`'s count of writes given up (its remote_abandoned row; the table must exist) and answers how many
   // rows went (`orbit store reset-counts`).
   Result<int64_t> reset_remote_abandoned(const std::string& remote);
+  // Moves `from`'s records in remote_pending to `to` (the same server under another spelling), a key recorded under
+  // both keeping its newer record, in one transaction; answers how many records `from` had.
+  Result<int64_t> adopt_remote_pending(const std::string& from, const std::string& to);
   // Drops every record of `remote` in remote_pending (`orbit store forget-remote`) and answers how many went.
   Result<int64_t> forget_remote_pending(const std::string& remote);
   // The highest seq recorded (for any remote), 0 when none (or no remote_pending table: an older store).
