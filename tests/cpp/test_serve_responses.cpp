@@ -54,6 +54,25 @@ TEST_CASE("responses: a reasoning item is the reasoning_content of the assistant
   CHECK(m[2].reasoning_content == "Look it up.\n\nThen say.");
   CHECK(m[2].tool_calls.size() == 1);
   CHECK(!m[3].reasoning_content);
+  // An item with no text and nothing else (OpenAI returns {"type": "reasoning", "summary": []}) is no reasoning:
+  // taken, as clients replaying OpenAI's output send it back (it was refused).
+  const sv::Parsed<sv::ResponsesRequest> empty = sv::parse_responses_request(
+      R"({"model":"m","input":[{"role":"user","content":"x"},{"type":"reasoning","id":"rs_1","summary":[]},)"
+      R"({"role":"assistant","content":"y"},{"type":"reasoning","summary":[]}]})");
+  REQUIRE(empty.ok());
+  REQUIRE(empty.value->chat.messages.size() == 2);
+  CHECK(!empty.value->chat.messages[1].reasoning_content);
+  // An assistant's refusal part is read as its text, as chat reads it (it was refused); another role's is not.
+  const sv::Parsed<sv::ResponsesRequest> refusal = sv::parse_responses_request(
+      R"({"model":"m","input":[{"role":"user","content":"x"},{"type":"message","role":"assistant","content":[)"
+      R"({"type":"output_text","text":"No: "},{"type":"refusal","refusal":"I can't."}]},)"
+      R"({"role":"user","content":"ok"}]})");
+  REQUIRE(refusal.ok());
+  CHECK(refusal.value->chat.messages[1].content == "No: I can't.");
+  CHECK(refused(R"({"model":"m","input":[{"role":"user","content":[{"type":"refusal","refusal":"x"}]}]})") ==
+        "input[0].content[0].type");
+  CHECK(refused(R"({"model":"m","input":[{"role":"user","content":"x"},{"role":"assistant","content":[)"
+                R"({"type":"refusal","text":"x"}]}]})") == "input[1].content[0].text");
   // Refused: only encrypted_content, a reasoning item not followed by the turn it led to, an unknown part key.
   CHECK(refused(R"({"model":"m","input":[{"role":"user","content":"x"},{"type":"reasoning","summary":[],)"
                 R"("encrypted_content":"gAAA"},{"role":"assistant","content":"y"}]})") == "input[1].encrypted_content");

@@ -50,7 +50,10 @@ TEST_CASE("responses: the parser refuses what it cannot honour, naming the field
   CHECK(refused(R"({"model":"m","input":[{"role":"user","content":"x"},{"type":"function_call","call_id":"c",)"
                 R"("name":"a b","arguments":"{}"}]})") == "input[1].name");
   CHECK(refused(R"({"model":"m","input":[{"type":"function_call_output","call_id":"c"}]})") == "input[0].output");
-  CHECK(refused(R"({"model":"m","input":[{"type":"reasoning","summary":[]}]})") == "input[0].summary");
+  // An empty reasoning item is no reasoning (test_serve_responses): alone, the input holds no message.
+  CHECK(refused(R"({"model":"m","input":[{"type":"reasoning","summary":[]}]})") == "input");
+  CHECK(refused(R"({"model":"m","input":[{"type":"reasoning","summary":[],"encrypted_content":"gA"}]})") ==
+        "input[0].encrypted_content");
   CHECK(refused(body_with(R"("tools":[{"type":"web_search"}])")) == "tools[0].type");
   CHECK(refused(body_with(R"("tools":[{"type":"function"}])")) == "tools[0].name");
   CHECK(

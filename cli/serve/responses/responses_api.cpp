@@ -32,8 +32,11 @@ using Invalid = RequestInvalid;
 // prompt_cache_key is). Another key is refused by name.
 void refuse_unknown_part_fields(const ojson& part, const std::string& type, const std::string& p) {
   const bool output = type == "output_text";
-  refuse_unknown_fields(part, output ? "type text annotations logprobs parsed" : "type text prompt_cache_breakpoint",
-                        "an " + type + " part", p + ".");
+  refuse_unknown_fields(part,
+                        type == "refusal" ? "type refusal"
+                        : output          ? "type text annotations logprobs parsed"
+                                          : "type text prompt_cache_breakpoint",
+                        (type == "refusal" ? "a " : "an ") + type + " part", p + ".");
   const ojson* hint = field(part, "prompt_cache_breakpoint");
   if (hint != nullptr) need_object(*hint, p + ".prompt_cache_breakpoint");
 }
@@ -55,9 +58,10 @@ std::string text_content(const ojson& v, const std::string& param, const std::ve
       unsupported_value(p + ".type", "only " + accepted + " parts are accepted (got '" + t + "')");
     }
     refuse_unknown_part_fields(part, t, p);
-    const ojson* part_text = field(part, "text");
-    if (part_text == nullptr) missing_field(p + ".text");
-    text += need_string(*part_text, p + ".text");
+    const char* key = t == "refusal" ? "refusal" : "text";  // an assistant's refusal: read as its text, as chat's
+    const ojson* part_text = field(part, key);
+    if (part_text == nullptr) missing_field(p + "." + key);
+    text += need_string(*part_text, p + "." + key);
   }
   return text;
 }
@@ -71,7 +75,10 @@ ojson message_item(const ojson& item, const std::string& p) {
   }
   const ojson* content = field(item, "content");
   if (content == nullptr) missing_field(p + ".content");
-  return {{"role", r}, {"content", text_content(*content, p + ".content", {"input_text", "output_text"})}};
+  const std::vector<std::string> parts = r == "assistant"
+                                             ? std::vector<std::string>{"input_text", "output_text", "refusal"}
+                                             : std::vector<std::string>{"input_text", "output_text"};
+  return {{"role", r}, {"content", text_content(*content, p + ".content", parts)}};
 }
 
 // A function_call item as a chat tool call. Its arguments are text: a JSON object, or what a call cut by
@@ -131,19 +138,21 @@ std::string reasoning_texts(const ojson& item, const char* key, const char* type
 }
 
 // A reasoning item's text, which becomes the reasoning_content of the assistant turn after it: its content
-// (the reasoning as written) where it has one, else its summary. An item with neither (only encrypted_content,
-// which this server cannot read) is refused: the template could not be given its reasoning.
-std::string reasoning_item(const ojson& item, const std::string& p) {
+// (the reasoning as written) where it has one, else its summary. An item with neither and nothing else holds no
+// reasoning at all (OpenAI returns {"type": "reasoning", "summary": []} where it summarized nothing, and clients
+// send it back): nullopt, the item taken as no reasoning. One with only encrypted_content, which this server
+// cannot read, is refused: the template could not be given its reasoning.
+std::optional<std::string> reasoning_item(const ojson& item, const std::string& p) {
   const std::string content = reasoning_texts(item, "content", "reasoning_text", p);
   const std::string summary = reasoning_texts(item, "summary", "summary_text", p);
   const ojson* encrypted = field(item, "encrypted_content");
-  if (encrypted != nullptr) need_string(*encrypted, p + ".encrypted_content");
+  if (encrypted != nullptr && !encrypted->is_null()) need_string(*encrypted, p + ".encrypted_content");
   if (!content.empty()) return content;
   if (!summary.empty()) return summary;
-  invalid_field(encrypted != nullptr ? p + ".encrypted_content" : p + ".summary",
-                "a reasoning item is read by its text (content or summary), and this one has none" +
-                    std::string(encrypted != nullptr ? " (encrypted_content cannot be read here)" : "") +
-                    ": leave it out");
+  if (encrypted == nullptr || encrypted->is_null()) return std::nullopt;
+  invalid_field(p + ".encrypted_content",
+                "a reasoning item is read by its text (content or summary), and this one has none "
+                "(encrypted_content cannot be read here): leave it out");
 }
 
 // `input` read item by item into chat messages (see the header for the mapping). A reasoning item's text waits
@@ -157,8 +166,9 @@ class InputReader {
 
   void add(const ojson& item, const std::string& type, std::size_t i, const std::string& p) {
     if (type == "reasoning") {
-      const std::string text = reasoning_item(item, p);
-      reasoning_ = reasoning_ ? *reasoning_ + "\n\n" + text : text;
+      const std::optional<std::string> text = reasoning_item(item, p);
+      if (!text) return;  // no reasoning in it
+      reasoning_ = reasoning_ ? *reasoning_ + "\n\n" + *text : *text;
       reasoning_at_ = i;
     } else if (type == "message") {
       messages_.push_back(message_item(item, p));

@@ -7,7 +7,8 @@
 // What a request may hold:
 //   model (string, required); input (required: a string, a user message, or a non-empty array of items):
 //     {type?: "message", role: user | system | developer | assistant, content: a string or an array of
-//       {type: "input_text" | "output_text", text}} (id and status, as the SDKs send them back, are ignored)
+//       {type: "input_text" | "output_text", text}, an assistant's also {type: "refusal", refusal}, read as its
+//       text as chat reads it} (id and status, as the SDKs send them back, are ignored)
 //     {type: "function_call", call_id, name (a tool's name: 1 to 64 letters, digits, _ and -), arguments (text:
 //       a JSON object, or what a call max_output_tokens cut had written, sent back as it was answered)}
 //     {type: "function_call_output", call_id, output (a string or an array of {type: "input_text", text})}
@@ -15,7 +16,8 @@
 //       encrypted_content?}: an earlier turn's reasoning, which must come right before the assistant message or
 //       function_call it led to: its content's texts (else its summary's), joined by blank lines, are that
 //       turn's reasoning_content (given to the chat template, as chat's is). encrypted_content is not read;
-//       an item with no text (only encrypted_content) is refused naming it, and so is one not followed by
+//       an item with no text and nothing else ("summary": [], as OpenAI returns one) is no reasoning and
+//       skipped; one with no text but encrypted_content is refused naming it, and so is one not followed by
 //       its turn ("input[3]: a reasoning item must come right before ...")
 //     each item may also hold id and status (ignored, as above; a message also phase, a function_call also
 //     parsed_arguments, the openai SDK's parse of an answer's call), as OpenAI's API documents them; a part
