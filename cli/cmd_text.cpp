@@ -87,7 +87,7 @@ int run_generate(int argc, char** argv, int first) {
   go.seed = args.get_seed("--seed", 0);
   ORBIT_CHECK(go.temperature >= 0 && std::isfinite(go.temperature),
               "generate: argument '--temperature' must be a finite number >= 0, got " << go.temperature);
-  ORBIT_CHECK(go.top_p > 0 && go.top_p <= 1, "generate: argument '--top-p' must be in (0, 1], got " << go.top_p);
+  ORBIT_CHECK(go.top_p >= 0 && go.top_p <= 1, "generate: argument '--top-p' must be in [0, 1], got " << go.top_p);
   // Greedy decoding takes the top token: nucleus sampling and the seed would change nothing.
   for (const char* name : {"--top-p", "--seed"}) {
     ORBIT_CHECK(!args.has(name) || go.temperature > 0,

@@ -308,10 +308,10 @@ TEST_CASE("generate_many refuses bad requests by name", "[decode][batch]") {
   std::mt19937_64 rng(47);
   Window a = story_window(*engine, rng, 10), x = story_window(*other, rng, 10);
   GenerateOptions o, bad;
-  bad.top_p = 0;
+  bad.top_p = 2;
   const std::vector<int64_t> q = random_tokens(rng, 2);
   CHECK_THROWS_WITH(generate_many({{&a, q, o}, {&a, q, bad}}),
-                    Contains("generate_many: request 1: generate: top_p = 0 must be in (0, 1]"));
+                    Contains("generate_many: request 1: generate: top_p = 2 must be in [0, 1]"));
   CHECK_THROWS_WITH(generate_many({{&a, q, o}, {&x, q, o}}), Contains("belongs to another engine"));
   CHECK_THROWS_WITH(generate_many({{nullptr, q, o}}), Contains("request 0: generate: no window given"));
   CHECK_THROWS_WITH(generate_many({{&a, {}, o}}), Contains("generate: empty query"));

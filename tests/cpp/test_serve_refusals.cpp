@@ -214,7 +214,7 @@ TEST_CASE("serve: range and empty refusals carry OpenAI's error codes, chat and 
       {hi + R"("max_completion_tokens":-3})", "max_completion_tokens", "integer_below_min_value"},
       {hi + R"("temperature":3})", "temperature", "decimal_above_max_value"},
       {hi + R"("temperature":-0.5})", "temperature", "decimal_below_min_value"},
-      {hi + R"("top_p":0})", "top_p", "decimal_below_min_value"},
+      {hi + R"("top_p":-0.1})", "top_p", "decimal_below_min_value"},
       {hi + R"("frequency_penalty":2.5})", "frequency_penalty", "decimal_above_max_value"},
       {hi + R"("n":0})", "n", "integer_below_min_value"},
       {hi + R"("n":65})", "n", "integer_above_max_value"},

@@ -70,7 +70,7 @@ TEST_CASE("deferred repairs: an edit forwards nothing; the next read or forwardi
   w.evict(w.instances()[0].id);  // b's context changed: deferred
   REQUIRE(w.instances()[0].deferred);
   GenerateOptions bad;
-  bad.top_p = 0;
+  bad.top_p = 2;
   CHECK_THROWS_WITH(w.generate(query, bad), Catch::Contains("top_p"));
   CHECK_THROWS_WITH(w.disposable(w.instances()[0].id, query, 0), Catch::Contains("answer_tokens"));
   CHECK(w.instances()[0].deferred);

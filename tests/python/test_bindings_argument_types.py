@@ -105,12 +105,20 @@ def test_policy_float_fields_take_numpy_numbers(orbit):
     assert made.replace(attention_weight=np.float32(0.5)).attention_weight == 0.5
 
 
+def test_top_p_zero_is_the_top_token_alone(orbit, window):
+    # As OpenAI takes it (it was refused as outside (0, 1]): the smallest set of tokens whose mass reaches 0 holds
+    # the most probable one, so a draw at any temperature is the greedy answer.
+    greedy = window.generate(" A", max_tokens=12).tokens
+    for seed in (1, 2, 3):
+        assert window.generate(" A", max_tokens=12, temperature=1.5, top_p=0, seed=seed).tokens == greedy
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"temperature": -0.5}, "temperature = -0.5 must be a finite number >= 0"),
     ({"temperature": math.inf}, "temperature = inf must be a finite number >= 0"),
-    ({"top_p": 0}, "top_p = 0 must be in (0, 1]"),
-    ({"top_p": 1.5}, "top_p = 1.5 must be in (0, 1]"),
-    ({"top_p": math.nan}, "top_p = nan must be in (0, 1]"),
+    ({"top_p": -0.5}, "top_p = -0.5 must be in [0, 1]"),
+    ({"top_p": 1.5}, "top_p = 1.5 must be in [0, 1]"),
+    ({"top_p": math.nan}, "top_p = nan must be in [0, 1]"),
     ({"presence_penalty": 2.5}, "presence_penalty = 2.5 must be in [-2, 2]"),
     ({"frequency_penalty": -3}, "frequency_penalty = -3 must be in [-2, 2]"),
 ])

@@ -65,7 +65,7 @@ def test_generate_many_from_threads_and_refusals(orbit, windows):
     with pytest.raises(TypeError, match="generate_many: requests\\[1\\]: generate\\(\\) has no argument 'max_token'"):
         orbit.generate_many([(ws[0], " A"), (ws[1], " B", {"max_token": 3})])
     with pytest.raises(orbit.OrbitError, match="top_p"):
-        orbit.generate_many([(ws[0], " A", {"top_p": 0.0})])
+        orbit.generate_many([(ws[0], " A", {"top_p": 1.5})])
     with pytest.raises(TypeError, match="must be \\(window, query\\)"):
         orbit.generate_many([ws[0]])
     with pytest.raises(orbit.OrbitError, match="n = 0 must be >= 1"):

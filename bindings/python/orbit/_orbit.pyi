@@ -1352,7 +1352,7 @@ class Window:
         """Decodes after the query; seed is an int in [0, 2**64) (another type raises TypeError, an int out of
         that range ValueError, each naming seed); with tools / tool_choice / response_format the answer is decoded under a
         constraint and read back into tool_calls, content and json. presence_penalty / frequency_penalty
-        ([-2, 2]) and logit_bias ({token: [-100, 100]}) act as OpenAI's; temperature (>= 0), top_p ((0, 1]) and the
+        ([-2, 2]) and logit_bias ({token: [-100, 100]}) act as OpenAI's; temperature (>= 0), top_p ([0, 1]; 0: the top token alone) and the
         penalties are floats (an int or a numpy float too; None, a str or a bool raise TypeError naming the argument,
         a value out of range OrbitError naming it); logprobs (a bool: None or another type raises
         TypeError naming it, here and in generate_n / generate_many's options) / top_logprobs (0..20) fill

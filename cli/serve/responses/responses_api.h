@@ -31,7 +31,7 @@
 //   refused); tool_choice ("none" | "auto" | "required" | {type: "function", name} naming one of the tools |
 //   {type: "allowed_tools", mode: "auto" | "required", tools: [{type: "function", name}, ...]}: calls to those only);
 //   parallel_tool_calls (bool; without tools only repeated in the response, where chat refuses it); max_output_tokens
-//   (integer >= 1); temperature [0, 2]; top_p (0, 1]; seed
+//   (integer >= 1); temperature [0, 2]; top_p [0, 1]; seed
 //   (integer: as chat draws with it, the same request with the same seed answers the same);
 //   presence_penalty, frequency_penalty and logit_bias (as chat takes and honours them); top_logprobs (0..20)
 //   and include ["message.output_text.logprobs"]: either (top_logprobs above 0) asks for the answer's log

@@ -88,7 +88,7 @@ SamplingRequest parse_sampling(const json& body, const ServeLimits& limits) {
     return it == body.end() || it->is_null() ? nullptr : &*it;
   };
   if (const json* v = field("temperature")) s.temperature = need_number(*v, "temperature", 0, 2, false);
-  if (const json* v = field("top_p")) s.top_p = need_number(*v, "top_p", 0, 1, true);
+  if (const json* v = field("top_p")) s.top_p = need_number(*v, "top_p", 0, 1, false);  // 0: the top token
   if (const json* v = field("seed")) s.seed = static_cast<uint64_t>(need_int(*v, "seed"));
   if (const json* v = field("stop")) s.stop = parse_stop(*v, limits);
   if (const json* v = field("n")) {

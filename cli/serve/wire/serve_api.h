@@ -6,7 +6,7 @@
 // request argument supplied"): a 400 with code unknown_parameter naming it, and the field it most likely meant
 // when the name is a near miss ("temprature: ... did you mean 'temperature'?"), so nothing sent is ignored:
 //   chat:        model (string, required), messages (non-empty array, required), max_tokens or
-//                max_completion_tokens (integer >= 1), temperature [0, 2], top_p (0, 1], seed (integer),
+//                max_completion_tokens (integer >= 1), temperature [0, 2], top_p [0, 1], seed (integer),
 //                stop (string or array of at most 4 strings), n (1..ServeLimits::max_choices; streamed, each
 //                choice's chunks carry its index), stream (bool),
 //                stream_options.include_usage (bool), stream_options.include_obfuscation (bool, default true:

@@ -134,7 +134,7 @@ struct StepLogprobs {
 struct GenerateOptions {
   int64_t max_tokens = 32;
   double temperature = 0.0;  // 0 = greedy; finite
-  double top_p = 1.0;        // nucleus sampling when < 1 (with temperature > 0)
+  double top_p = 1.0;        // nucleus sampling when < 1 (with temperature > 0); 0: the top token alone
   uint64_t seed = 0;
   std::vector<int64_t> stop_tokens;  // generation ends after emitting one of these
   // Stop strings (OpenAI's `stop`; each non-empty, any number): the run ends at the token whose text

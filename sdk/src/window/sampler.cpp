@@ -24,7 +24,8 @@ void Sampler::check_options(const GenerateOptions& o, int64_t vocab, const char*
   ORBIT_CHECK(o.max_tokens >= 0, what << ": max_tokens = " << o.max_tokens << " must be >= 0");
   ORBIT_CHECK(o.temperature >= 0 && std::isfinite(o.temperature),
               what << ": temperature = " << o.temperature << " must be a finite number >= 0");
-  ORBIT_CHECK(o.top_p > 0 && o.top_p <= 1, what << ": top_p = " << o.top_p << " must be in (0, 1]");
+  // 0 is the top token alone (the smallest set whose mass reaches it holds one token), as OpenAI takes it.
+  ORBIT_CHECK(o.top_p >= 0 && o.top_p <= 1, what << ": top_p = " << o.top_p << " must be in [0, 1]");
   for (int64_t stop : o.stop_tokens) {
     ORBIT_CHECK(stop >= 0 && stop < vocab,
                 what << ": stop_tokens holds " << stop << ", outside the vocabulary [0, " << vocab << ")");
