@@ -319,6 +319,46 @@ def test_a_timeout_ends_a_call_waiting_for_another_threads_call(orbit, engine, s
     holder.join(60)
 
 
+def test_close_stops_the_running_decode_and_refuses_the_queued_calls(orbit, story, calls):
+    # AsyncWindow.close() waited its turn behind every call queued before it, a running answer's whole decode
+    # included; Window.close() from another thread stops that decode at its next token. Now the asynchronous
+    # close acts as that one: the running generate ends 'cancelled' (or, closed before it began, raises), and a
+    # call queued behind it raises OrbitError naming the closed window.
+    from orbit import aio
+
+    window, query, plain = story
+    calls.gate = threading.Event()
+
+    async def main():
+        w = aio.AsyncWindow(window)
+        running = asyncio.create_task(w.generate(query, max_tokens=400))
+        assert await asyncio.to_thread(calls.first_piece.wait, 60)  # its call is at the gate
+        queued = asyncio.create_task(w.logits(query))
+        await asyncio.sleep(0)
+        closing = asyncio.create_task(w.close())
+        def closed_soon():  # close() marks the window at once (before, it waited for the running answer)
+            for _ in range(6000):
+                if window.closed:
+                    return True
+                threading.Event().wait(0.01)
+            return False
+
+        marked = await asyncio.to_thread(closed_soon)
+        calls.gate.set()
+        await closing
+        running, queued = await asyncio.gather(running, queued, return_exceptions=True)
+        return marked, running, queued
+
+    marked, running, queued = asyncio.run(main())
+    assert marked
+    if isinstance(running, BaseException):
+        assert isinstance(running, orbit.OrbitError) and "is closed" in str(running), running
+    else:
+        assert running.stop_reason == "cancelled" and len(running.tokens) < len(plain.tokens)
+    assert isinstance(queued, orbit.OrbitError) and f"window {window.id} is closed" in str(queued), queued
+    assert window.closed
+
+
 def test_generate_without_a_tokenizer(orbit, models_dir):
     # generate cancels through a CancelToken, which needs no tokenizer; it decodes as Window.generate does.
     from orbit import aio

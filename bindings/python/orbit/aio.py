@@ -286,7 +286,7 @@ class AsyncWindow:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        """close(), in the window's turn."""
+        """close(): a decode running on the window stops at its next token (AsyncWindow.close)."""
         await self.close()
 
     async def _run(self, what: str, fn: Callable[[], _T], token: Optional[CancelToken] = None) -> _T:
@@ -342,12 +342,12 @@ class AsyncWindow:
         return AsyncWindow(await self._run("AsyncWindow.fork", self._window.fork))
 
     async def close(self) -> None:
-        """Window.close(), in the window's turn (after the calls queued before it). From the body of a stream
-        loop on the window it closes at once instead, stopping the stream at its next token (Window.close())."""
-        if _reads(self._window):
-            await _off_loop(self._window.close)  # stops the decode holding the window, then waits for it
-            return
-        await self._run("AsyncWindow.close", self._window.close)
+        """Window.close(), as it acts from another thread: a decode running on the window (another task's
+        generate or stream) stops at its next token ('cancelled'), a call running otherwise is waited for, and
+        the calls still waiting their turn raise OrbitError 'window N is closed'; returns once the window is
+        closed. (It used to wait its turn behind every call queued before it, a running answer's whole decode
+        included.) From the body of a stream loop on the window it stops that stream the same way."""
+        await _off_loop(self._window.close)  # not in the window's turn: the native close stops what holds it
 
     def stream(self, query: Any, **kwargs: Any) -> "AsyncGenerationStream":
         """The answer's text piece by piece: an AsyncGenerationStream (`async for piece in w.stream(...)`),
