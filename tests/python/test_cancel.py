@@ -241,7 +241,7 @@ def test_a_call_waiting_for_the_window_raises_once_it_is_closed(orbit, engine, s
 
 @pytest.mark.parametrize("bad, message", [
     ({"temperature": float("nan")}, "generate: temperature = nan must be a finite number >= 0"),
-    ({"top_p": 2.0}, r"generate: top_p = 2 must be in \(0, 1\]"),
+    ({"top_p": 2.0}, r"generate: top_p = 2 must be in \[0, 1\]"),
     ({"top_logprobs": 3}, "generate: top_logprobs = 3 needs logprobs=True"),
     ({"query": [600]}, r"generate: query token 0 = 600 is outside the vocabulary \[0, 512\)"),
     ({"query": []}, "generate: empty query"),
