@@ -13,6 +13,7 @@
 
 #include "blobs_root.h"
 #include "orbit/common/error.h"
+#include "orbit/common/warn.h"
 
 namespace orbit::store {
 
@@ -127,6 +128,7 @@ void DiskTier::open_index() {
   }
   try {
     index_ = std::make_unique<SqliteIndex>(index_path, SqliteIndex::Mode::kReadWrite);
+    reindex_if_inconsistent(index_path, repair);
     const bool has_fingerprint = index_->meta("model_fingerprint").has_value();
     if (!has_fingerprint) {
       // Each read is its own snapshot: rows counted after the fingerprint was missing may be another
@@ -162,6 +164,21 @@ void DiskTier::open_index() {
     ORBIT_FAIL("store " << options_.dir << ": its index " << index_path << " is damaged (" << e.what() << "); "
                         << (count_blobs() > 0 ? repair : "remove it to start an empty store"));
   }
+}
+
+// The rows are read through the key index (ORDER BY key): an index that disagrees with its table (SQLite's
+// integrity_check finds it; pages that read pass quick_check) would hide a row, show a key no row holds, and
+// let a put add a second row of one key. REINDEX rebuilds the indexes from the table, which loses nothing;
+// an index it does not fix is refused as damaged.
+void DiskTier::reindex_if_inconsistent(const std::string& index_path, const std::string& repair) {
+  const std::string found = index_->inconsistency();
+  if (found.empty()) return;
+  const std::string left = index_->reindex();
+  ORBIT_CHECK(left.empty(), "store " << options_.dir << ": its index " << index_path
+                                     << " is damaged (integrity_check: " << found << "; after REINDEX: " << left
+                                     << "); " << repair);
+  orbit::warn("store " + options_.dir + ": its index " + index_path + " disagreed with its table (integrity_check: " +
+              found + "); REINDEX rebuilt its indexes from the table, no entry was lost");
 }
 
 DiskTier::~DiskTier() {

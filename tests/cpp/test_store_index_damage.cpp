@@ -10,9 +10,11 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <memory>
 #include <set>
 
 #include "orbit/common/error.h"
+#include "orbit/common/warn.h"
 #include "orbit/store.h"
 #include "orbit/store/chunk_store.h"
 #include "test_helpers.h"
@@ -81,6 +83,12 @@ void flip_row(const std::string& d, const std::string& k, KeyCopies which, bool 
     f.seekp(static_cast<std::streamoff>(o));
     f.put(bytes[o] == 'a' ? 'b' : 'a');  // still a hex digit: the damaged key still looks like a store key
   }
+}
+
+PutOptions put_replacing() {
+  PutOptions put;
+  put.replace = true;
+  return put;
 }
 
 std::set<std::string> keys_of(const std::string& d) {
@@ -240,6 +248,35 @@ TEST_CASE("verify reports a key index that disagrees with its table; repair rein
   CHECK(gc.removed_blobs == 0);
   CHECK(gc.kept_paths.empty());
   CHECK(fs::exists(own));
+}
+
+TEST_CASE("a store opened on a key index that disagrees with its table reindexes it, warning, and loses nothing",
+          "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  make_store(d);
+  const int64_t victim = 222;
+  flip_row(d, key(victim), KeyCopies::kIndexOnly, /*flip_path=*/false);  // the table's row is intact
+  REQUIRE(keys_of(d).count(key(victim)) == 0);  // read through the key index, the row is hidden
+
+  std::vector<std::string> said;
+  const WarningSink previous = set_warning_sink([&](std::string m) { said.push_back(std::move(m)); });
+  const std::unique_ptr<void, std::function<void(void*)>> restore(&said, [&](void*) { set_warning_sink(previous); });
+  {
+    ChunkStore store(disk_options(d));
+    REQUIRE(said.size() == 1);
+    CHECK_THAT(said.front(), Contains("its index " + d + "/index.sqlite disagreed with its table") &&
+                                 Contains("missing from index") && Contains("REINDEX rebuilt its indexes"));
+    const Result<ValuePtr> got = store.get(key(victim));
+    REQUIRE(got.is_ok());
+    CHECK(values_equal(*got.value(), *test::store_test_value(victim)));
+    // A put of the hidden key must not add a second row of it.
+    REQUIRE(store.put(key(victim), test::store_test_value(victim), put_replacing()).is_ok());
+  }
+  const VerifyReport after = verify_store(d);
+  CHECK(after.clean());
+  CHECK(after.checked == kEntries);
+  CHECK(keys_of(d).size() == kEntries);
 }
 
 TEST_CASE("ls, stat and verify of an index that lost its first commits with its WAL name repair", "[store][cpu]") {

@@ -190,6 +190,7 @@ class DiskTier final : public Tier {
   void add_row(DiskRow row);
   // Opens index_ and loads its rows, refusing a lost, empty or damaged index beside existing blobs.
   void open_index();
+  void reindex_if_inconsistent(const std::string& index_path, const std::string& repair);
 
   DiskTierOptions options_;
   std::string blobs_root_;  // canonical path of DIR/blobs
