@@ -2,9 +2,10 @@
 // only), per schema: the first build in the process, the median and the fastest of `reps` builds. Ordinary
 // schemas (objects with enums, patterns without lookahead, arrays, formats) and zod's hostname pattern, whose
 // lookahead takes over a hundred milliseconds to build: what orbit/constraint_cache.h saves a loop that sends
-// it again. Links orbit_constrain alone, so it also builds against an older tree's objects to compare commits
-// (a schema that tree refuses prints its error); its arguments go through orbit_args (cli/args.h), which needs
-// only orbit::common. Not a test: the figures depend on the machine.
+// it again; and wide objects whose fields repeat one language, built once per process. Links orbit_constrain alone, so
+// it also builds against an older tree's objects to compare commits (a schema that tree refuses prints its error); its
+// arguments go through orbit_args (cli/args.h), which needs only orbit::common. Not a test: the figures depend on the
+// machine.
 //
 //   bench_schema_compile [--reps 15]
 #include <algorithm>
@@ -29,7 +30,7 @@ const char* const kUsage =
 int main(int argc, char** argv) try {
   const orbit::cli::Args args("bench_schema_compile", {{"--reps"}, {}, kUsage}, argc, argv, 1);
   const int reps = static_cast<int>(args.get_int("--reps", 15, 1));
-  const std::vector<std::pair<std::string, std::string>> schemas = {
+  std::vector<std::pair<std::string, std::string>> schemas = {
       {"object_enums",
        R"({"type":"object","properties":{"unit":{"enum":["celsius","fahrenheit","kelvin"]},"city":{"type":"string"},)"
        R"("days":{"type":"integer","minimum":1,"maximum":14},"kind":{"enum":["a","b","c","d","e","f"]}},)"
@@ -48,6 +49,17 @@ int main(int argc, char** argv) try {
       {"zod_hostname_lookahead",
        R"({"type":"string","format":"hostname","pattern":"^(?=.{1,253}\\.?$)[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?(?:\\.[a-zA-Z0-9](?:[-0-9a-zA-Z]{0,61}[0-9a-zA-Z])?)*\\.?$"})"},
   };
+  // Wide objects whose fields repeat one language (a pattern, integer bounds): each language is built once per
+  // process (constrain/dfa_memo.h), not once per field. Their languages are used by no other row, so every
+  // row's first build builds its own.
+  const auto wide = [](const std::string& field, int n) {
+    std::string text = R"({"type":"object","properties":{)";
+    for (int i = 0; i < n; ++i) text += (i ? ",\"f" : "\"f") + std::to_string(i) + "\":" + field;
+    return text + "}}";
+  };
+  schemas.emplace_back("integers_x1000", wide(R"({"type":"integer","minimum":0,"maximum":1000000})", 1000));
+  schemas.emplace_back("patterns_x300",
+                       wide(R"({"type":"string","pattern":"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}Z$"})", 300));
   std::printf("%-24s %10s %10s %10s\n", "schema", "first_ms", "median_ms", "min_ms");
   for (const auto& [name, text] : schemas) {
     std::vector<double> ms;

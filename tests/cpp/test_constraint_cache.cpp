@@ -1,6 +1,7 @@
 // The keyed LRU of compiled constraints (orbit/constraint_cache.h): a schema or tools asked for again are not
 // compiled again (counted by hits and misses), what changes the grammar keys apart, the bounds drop the least
-// recently used, a refusal keeps nothing, and a kept constraint masks as a fresh compile does.
+// recently used, a refusal keeps nothing, and a kept constraint masks as a fresh compile does; the languages
+// fields share are built once (dfa_memo.h).
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <limits>
@@ -12,8 +13,10 @@
 #include <tuple>
 #include <vector>
 
+#include "constrain/dfa_memo.h"
 #include "constrain/grammar.h"
 #include "constrain/matcher.h"
+#include "constrain/regex.h"
 #include "constrain/token_masks.h"
 #include "orbit/common/error.h"
 #include "orbit/constraint_cache.h"
@@ -420,4 +423,41 @@ TEST_CASE("mask cache: a map's member count is a sentinel while the vocabulary's
   }
   CHECK(misses_at[200] == misses_at[10]);
   CHECK(misses_at[249] > misses_at[200]);  // near 256 members the count is exact
+}
+
+// The process-wide memo of languages (constrain/dfa_memo.h): the fields of a schema that share a pattern, a
+// format or number bounds share one automaton, each node keeping its own length bound; a language whose build
+// failed is not kept, so each schema's error names its own field.
+TEST_CASE("dfa memo: a language is built once and shared; a failed build keeps nothing", "[constraint_cache]") {
+  int builds = 0;
+  const auto build = [&] {
+    ++builds;
+    return constrain::regex_dfa("a+", constrain::RegexSyntax::kAnchored, constrain::RegexText::kAscii, "test");
+  };
+  const std::string key = "test|dfa memo|" + std::to_string(reinterpret_cast<std::uintptr_t>(&builds));
+  const std::shared_ptr<const constrain::ByteDfa> first = constrain::memo_dfa(key, build);
+  const std::shared_ptr<const constrain::ByteDfa> second = constrain::memo_dfa(key, build);
+  CHECK(builds == 1);
+  CHECK(first == second);
+  CHECK(constrain::memo_part("ab") + constrain::memo_part("c") !=
+        constrain::memo_part("a") + constrain::memo_part("bc"));
+
+  // Fields of one pattern under different maxLength: one automaton, each field's bound its own.
+  const auto shared = Constraint::json_schema(
+      R"({"type":"object","properties":{"a":{"type":"string","pattern":"^x+$","maxLength":2},)"
+      R"("b":{"type":"string","pattern":"^x+$","maxLength":5},"n":{"type":"integer","maximum":99},)"
+      R"("m":{"type":"integer","maximum":99}},"required":["a","b","n","m"],"additionalProperties":false})");
+  CHECK(shared->matches(R"({"a": "xx", "b": "xxxxx", "n": 99, "m": -7})"));
+  CHECK_FALSE(shared->matches(R"({"a": "xxx", "b": "xxxxx", "n": 99, "m": -7})"));
+  CHECK_FALSE(shared->matches(R"({"a": "xx", "b": "xxxxxx", "n": 99, "m": -7})"));
+  CHECK_FALSE(shared->matches(R"({"a": "xx", "b": "xxxxx", "n": 100, "m": -7})"));
+  CHECK_FALSE(shared->matches(R"({"a": "xx", "b": "xxxxx", "n": 99, "m": 100})"));
+
+  // A pattern that cannot be built names the field of each schema that gives it, the first and the second time.
+  const std::string lookbehind = R"({"type":"string","pattern":"(?<=a)b"})";
+  for (const char* field : {"first", "second"}) {
+    const std::string text = std::string(R"({"type":"object","properties":{")") + field + "\":" + lookbehind + "}}";
+    CHECK_THROWS_WITH(Constraint::json_schema(text),
+                      Contains(std::string(field) + ".pattern") && Contains("lookbehind is not supported"));
+  }
 }

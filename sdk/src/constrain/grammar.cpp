@@ -265,13 +265,17 @@ int32_t add_number(Grammar& g, bool integer, int64_t max_chars) {
 }
 
 int32_t add_dfa(Grammar& g, ByteDfa dfa, int64_t max_chars, const std::string& what) {
-  ORBIT_CHECK(dfa.min_chars[0] <= max_chars, what << ": the shortest value allowed has " << dfa.min_chars[0]
-                                                  << " characters, over the limit of " << max_chars);
+  count_ahead(dfa);
+  return add_dfa(g, std::make_shared<const ByteDfa>(std::move(dfa)), max_chars, what);
+}
+
+int32_t add_dfa(Grammar& g, std::shared_ptr<const ByteDfa> dfa, int64_t max_chars, const std::string& what) {
+  ORBIT_CHECK(dfa->min_chars[0] <= max_chars, what << ": the shortest value allowed has " << dfa->min_chars[0]
+                                                   << " characters, over the limit of " << max_chars);
   Node n;
   n.kind = NodeKind::kDfa;
   n.max_count = max_chars;
-  count_ahead(dfa);
-  n.dfa = std::make_shared<const ByteDfa>(std::move(dfa));
+  n.dfa = std::move(dfa);
   return g.add(std::move(n));
 }
 

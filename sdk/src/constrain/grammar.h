@@ -182,6 +182,8 @@ int32_t add_number(Grammar& g, bool integer, int64_t max_chars);
 // The language of `dfa` in at most `max_chars` characters (its char_end entries). Throws naming `what` when
 // its shortest text is longer.
 int32_t add_dfa(Grammar& g, ByteDfa dfa, int64_t max_chars, const std::string& what);
+// The same for a DFA count_ahead() has filled, shared with the caller (dfa_memo.h).
+int32_t add_dfa(Grammar& g, std::shared_ptr<const ByteDfa> dfa, int64_t max_chars, const std::string& what);
 // Any JSON value (kAnyValue and the nodes it dispatches to); objects and arrays under `limits`.
 int32_t add_any_value(Grammar& g, const ConstraintLimits& limits);
 // Any JSON object: a kAnyObject whose values are any values.

@@ -10,6 +10,7 @@
 #include <system_error>
 #include <utility>
 
+#include "constrain/dfa_memo.h"
 #include "constrain/regex.h"
 #include "constrain/schema_regular.h"
 #include "orbit/common/error.h"
@@ -280,10 +281,8 @@ ByteDfa multiples(const Decimal& m, bool integer, const std::string& what) {
   return determinize(nfa, what);
 }
 
-}  // namespace
-
-int32_t add_number_dfa(Grammar& g, const NumberRules& rules, int64_t max_chars, const std::string& path) {
-  const int64_t chars = rules.integer ? std::min<int64_t>(max_chars, kMaxIntegerChars) : max_chars;
+// The language of numbers of at most `chars` characters under `rules` (add_number_dfa).
+ByteDfa number_language(const NumberRules& rules, int64_t chars, const std::string& path) {
   std::optional<ByteDfa> dfa;
   const auto add = [&](ByteDfa d) { dfa = dfa ? intersect(*dfa, d, path) : std::move(d); };
   const auto bound = [&](const std::optional<std::string>& text, const char* key, bool is_above, bool strict) {
@@ -323,7 +322,19 @@ int32_t add_number_dfa(Grammar& g, const NumberRules& rules, int64_t max_chars, 
   // Every bound left out as beyond reach: numbers written as the bounded ones are (no exponent, which
   // would reach past the bounds: 9e99 has 4 characters).
   if (!dfa) add(language(std::string("-?") + kAnyWhole + (rules.integer ? "" : kAnyFraction), path));
-  return add_dfa(g, std::move(*dfa), chars, path);
+  count_ahead(*dfa);
+  return std::move(*dfa);
+}
+
+}  // namespace
+
+int32_t add_number_dfa(Grammar& g, const NumberRules& rules, int64_t max_chars, const std::string& path) {
+  const int64_t chars = rules.integer ? std::min<int64_t>(max_chars, kMaxIntegerChars) : max_chars;
+  const auto part = [](const std::optional<std::string>& text) { return text ? memo_part(*text) : std::string("-"); };
+  const std::string key = "number|" + std::to_string(rules.integer) + "|" + std::to_string(chars) + "|" +
+                          part(rules.minimum) + part(rules.exclusive_minimum) + part(rules.maximum) +
+                          part(rules.exclusive_maximum) + part(rules.multiple_of);
+  return add_dfa(g, memo_dfa(key, [&] { return number_language(rules, chars, path); }), chars, path);
 }
 
 }  // namespace orbit::constrain

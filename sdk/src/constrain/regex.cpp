@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "constrain/dfa_memo.h"
 #include "constrain/regex_tree.h"
 #include "orbit/common/error.h"
 
@@ -419,7 +420,9 @@ ByteNfa regex_nfa(const std::string& pattern, RegexSyntax syntax, RegexText text
 }
 
 ByteDfa regex_dfa(const std::string& pattern, RegexSyntax syntax, RegexText text, const std::string& what) {
-  return determinize(regex_nfa(pattern, syntax, text, what), what);
+  const std::string key = "regex|" + std::to_string(static_cast<int>(syntax)) + "|" +
+                          std::to_string(static_cast<int>(text)) + "|" + pattern;
+  return *memo_dfa(key, [&] { return determinize(regex_nfa(pattern, syntax, text, what), what); });
 }
 
 }  // namespace orbit::constrain

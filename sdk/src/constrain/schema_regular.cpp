@@ -9,6 +9,7 @@
 #include <map>
 #include <utility>
 
+#include "constrain/dfa_memo.h"
 #include "constrain/regex.h"
 #include "constrain/schema_regular.h"
 #include "orbit/common/error.h"
@@ -241,7 +242,15 @@ void cap_format_chars(StringRules& rules, const std::string& path) {
 }
 
 int32_t add_string_dfa(Grammar& g, const StringRules& rules, const std::string& path) {
-  return add_dfa(g, quoted(content_dfa(rules, path), path), rules.max_chars, path);
+  const auto part = [](const std::string* text) { return text ? memo_part(*text) : std::string("-"); };
+  const std::string key =
+      "string|" + part(rules.pattern) + "|" + part(rules.format) + "|" + std::to_string(rules.min_chars);
+  std::shared_ptr<const ByteDfa> dfa = memo_dfa(key, [&] {
+    ByteDfa d = quoted(content_dfa(rules, path), path);
+    count_ahead(d);
+    return d;
+  });
+  return add_dfa(g, std::move(dfa), rules.max_chars, path);
 }
 
 ByteDfa canonical_string_dfa(const StringRules& rules, const std::string& path) {
