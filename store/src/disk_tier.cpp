@@ -174,9 +174,8 @@ void DiskTier::reindex_if_inconsistent(const std::string& index_path, const std:
   const std::string found = index_->inconsistency();
   if (found.empty()) return;
   const std::string left = index_->reindex();
-  ORBIT_CHECK(left.empty(), "store " << options_.dir << ": its index " << index_path
-                                     << " is damaged (integrity_check: " << found << "; after REINDEX: " << left
-                                     << "); " << repair);
+  ORBIT_CHECK(left.empty(), "store " << options_.dir << ": its index " << index_path << " is damaged (integrity_check: "
+                                     << found << "; after REINDEX: " << left << "); " << repair);
   orbit::warn("store " + options_.dir + ": its index " + index_path + " disagreed with its table (integrity_check: " +
               found + "); REINDEX rebuilt its indexes from the table, no entry was lost");
 }
