@@ -1,9 +1,10 @@
 // Engine lifetime under threads (engine.h: every Engine member is safe from any thread, close() releases
 // the store early and later calls throw): close() racing window operations on other threads, concurrent
-// close() calls, close() from a generate callback (refused, not waited for), and every operation refused
-// after close; the stored calibration's remote read retried from several threads while the remote is down.
-// Labelled `thread`: the TSan stage runs it.
+// close() calls, an operation in flight run to its end, close() from a generate callback (refused, not waited
+// for), and every operation refused after close; the stored calibration's remote read retried from several threads
+// while the remote is down. Labelled `thread`: the TSan stage runs it.
 #include <atomic>
+#include <chrono>
 #include <random>
 #include <string>
 #include <thread>
@@ -128,6 +129,44 @@ TEST_CASE("close() from a generate callback throws instead of waiting for the de
   CHECK(w.generate({403}, o).tokens.size() == 4);
   engine->close();
   CHECK(engine->closed());
+}
+
+TEST_CASE("an operation in flight when close() begins runs to its end; close() returns after it", "[engine][thread]") {
+  orbit::test::TempDir dir;
+  auto engine = open_engine(dir / "store");
+  orbit::Window w = engine->new_window();
+  w.add_turn({1, 365, 169, 44});
+  std::atomic<bool> decoding{false};
+  std::atomic<bool> close_returned{false};
+  std::atomic<bool> decoded_after_close_returned{false};
+  orbit::GenerateOptions o;
+  o.max_tokens = 24;
+  o.on_token = [&](int64_t, int64_t) {
+    if (!decoding.exchange(true)) {
+      // The first token: hold the decode until close() has begun (it marks the engine closed first).
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (!engine->closed() && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+    }
+    if (close_returned.load()) decoded_after_close_returned = true;
+    return true;
+  };
+  orbit::Generation g;
+  std::string error;
+  std::thread decoder([&] {
+    try {
+      g = w.generate({403}, o);
+    } catch (const orbit::Error& e) {
+      error = e.what();
+    }
+  });
+  while (!decoding.load()) std::this_thread::yield();
+  engine->close();
+  close_returned = true;
+  decoder.join();
+  CHECK_FALSE(decoded_after_close_returned.load());  // close() waited for the decode
+  CHECK(error.empty());
+  CHECK(g.tokens.size() == 24);
+  CHECK_THROWS_WITH(w.generate({403}, o), Catch::Contains("engine is closed"));  // a call after close() is refused
 }
 
 TEST_CASE("every engine and window operation after close() throws 'engine is closed'", "[engine][thread]") {

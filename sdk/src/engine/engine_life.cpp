@@ -26,7 +26,9 @@ void EngineLife::check_open() const {
                                                          << ") is a fork of it: an engine does not cross fork() "
                                                             "(its threads and store connections stay in the "
                                                             "parent); open a new Engine in this process");
-  ORBIT_CHECK(!closed_.load(), "engine is closed");
+  // An operation that began before close() runs to its end (close() waits for it): what it calls on the
+  // engine from its own thread is still served.
+  ORBIT_CHECK(!closed_.load() || held_by_this_thread(), "engine is closed");
 }
 
 bool EngineLife::held_by_this_thread() const {
@@ -36,7 +38,7 @@ bool EngineLife::held_by_this_thread() const {
 void EngineLife::enter() const {
   check_open();  // before the lock: a fork's copy of it may be held by a thread of the parent
   std::lock_guard<std::mutex> lock(mu_);
-  ORBIT_CHECK(!closed_.load(), "engine is closed");
+  ORBIT_CHECK(!closed_.load() || held_by_this_thread(), "engine is closed");  // a hold nested in one in flight
   ++holds_;
   t_holds.push_back(this);
 }

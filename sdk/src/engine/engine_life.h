@@ -21,7 +21,8 @@ class EngineLife {
   EngineLife(const EngineLife&) = delete;
   EngineLife& operator=(const EngineLife&) = delete;
 
-  // Throws orbit::Error "engine is closed" once close() has begun, and, in a process forked from the one that
+  // Throws orbit::Error "engine is closed" once close() has begun (but on a thread inside an operation that
+  // began before: close() waits for it to end), and, in a process forked from the one that
   // opened the engine, an orbit::Error naming both processes (see forked()).
   void check_open() const;
   // The calling process is not the one that opened the engine: a child of fork(). The engine's threads (the
@@ -60,7 +61,8 @@ class EngineLife {
 class EngineCore;
 
 // An operation's hold on an engine (see above). Holds nest on one thread. Throws orbit::Error "engine is
-// closed" when close() has begun. Never blocks: close() is the only waiter.
+// closed" when close() has begun, unless nested in a hold of this thread (an operation in flight, which
+// close() waits for, runs to its end). Never blocks: close() is the only waiter.
 class OpHold {
  public:
   explicit OpHold(const EngineCore& core);
