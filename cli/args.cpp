@@ -172,6 +172,39 @@ void check_output_argument(const std::string& command, const std::string& name, 
   check_output_or_stream(path, what + " (" + name + ")");  // names it as the write's own errors do
 }
 
+void check_output_not_input(const std::string& command, const std::string& name, const std::string& path,
+                            const std::vector<InputArgument>& inputs) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  if (!fs::exists(path, error)) return;  // a new file replaces nothing
+  const fs::path parent = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+  for (const InputArgument& input : inputs) {
+    if (input.path.empty() || !fs::exists(input.path, error)) continue;
+    ORBIT_CHECK(!fs::equivalent(path, input.path, error),
+                command << ": argument '" << name << "' (" << path << ") is the file given as " << input.name
+                        << ": writing it would replace this run's input; give another path");
+    ORBIT_CHECK(!(fs::is_directory(input.path, error) && fs::equivalent(parent, input.path, error)),
+                command << ": argument '" << name << "' (" << path << ") is a file inside the directory given as "
+                        << input.name << " (" << input.path
+                        << "): writing it would replace part of this run's input; give another path");
+  }
+}
+
+std::vector<InputArgument> model_inputs(const std::string& model, std::vector<InputArgument> others) {
+  namespace fs = std::filesystem;
+  others.push_back({"--model", model});
+  std::error_code error;
+  if (!fs::is_regular_file(model, error)) return others;
+  const fs::path dir = fs::path(model).parent_path().empty() ? fs::path(".") : fs::path(model).parent_path();
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
+    const std::string file = entry.path().filename().string();
+    const bool tokenizer = file == "tokenizer.bin" || (file.rfind("tok", 0) == 0 && file.size() > 7 &&
+                                                       file.compare(file.size() - 4, 4, ".bin") == 0);
+    if (tokenizer) others.push_back({"--model (the tokenizer beside it)", entry.path().string()});
+  }
+  return others;
+}
+
 std::vector<std::string> split_commas(const std::string& text) {
   std::vector<std::string> out;
   std::size_t start = 0;

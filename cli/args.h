@@ -59,6 +59,23 @@ std::string help_text(const std::string& command, const ArgSpec& spec);
 void check_output_argument(const std::string& command, const std::string& name, const std::string& path,
                            const std::string& what);
 
+// An input of the same run, for check_output_not_input: the argument that names it and its path.
+struct InputArgument {
+  std::string name;  // "--model", "TRACE"
+  std::string path;
+};
+
+// Refuses an output path (`name`) that would replace one of the run's `inputs`: the same file (a trace
+// replayed, the model read), or an existing file inside an input directory (a Hugging Face model's
+// config.json or weights). Other existing files are replaced, as the commands' --help says.
+void check_output_not_input(const std::string& command, const std::string& name, const std::string& path,
+                            const std::vector<InputArgument>& inputs);
+
+// `others` and what a model path reads: the path itself (a Hugging Face directory, whose files
+// check_output_not_input covers) and, beside a llama2.c .bin, the tokenizers it may load (tok*.bin,
+// tokenizer.bin).
+std::vector<InputArgument> model_inputs(const std::string& model, std::vector<InputArgument> others = {});
+
 // "a,b,,c" -> {"a", "b", "", "c"}: every piece between commas, empty ones kept ("" -> {""}).
 std::vector<std::string> split_commas(const std::string& text);
 

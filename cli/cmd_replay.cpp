@@ -52,7 +52,8 @@ const char* kReplayUsage =
     "  --model PATH             a llama2.c .bin or a Hugging Face directory (text traces need a tokenizer)\n"
     "  --policy SPECS           comma-separated policies, e.g. default,patch:16,patch:16:exact (default: 'default',\n"
     "                           the default policy, patch:16 with a per-step KL budget; every form below)\n"
-    "  --json OUT|-             write the full report as JSON to OUT; '-' prints it instead of the table\n"
+    "  --json OUT|-             write the full report as JSON to OUT (an existing file is replaced, but never\n"
+    "                           the trace or the model); '-' prints it instead of the table\n"
     "  --explain                print every step's plan (a read after deferred edits: the repairs it runs)\n"
     "  --attribute              after every probed step, measure each approximate instance's own KL (that\n"
     "                           instance alone as held, the rest exact) beside its predicted KL; the totals say\n"
@@ -344,7 +345,10 @@ int run_replay(int argc, char** argv, int first) {
   ReplayOptions o = replay_options(args);
   const std::optional<std::string> json_out = args.get("--json");
   // Refused now rather than after a replay of minutes; written atomically once the report exists.
-  if (json_out && *json_out != "-") check_output_argument("replay", "--json", *json_out, "the replay report");
+  if (json_out && *json_out != "-") {
+    check_output_argument("replay", "--json", *json_out, "the replay report");
+    check_output_not_input("replay", "--json", *json_out, model_inputs(o.engine.model, {{"TRACE", trace_path}}));
+  }
   const bool quiet = args.flag("--quiet");
   if (!quiet) o.progress = replay_progress();
 

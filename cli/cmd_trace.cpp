@@ -37,7 +37,8 @@ int run_make_trace(int argc, char** argv, int first) {
               "                       prompts), agent (documents and tool results); default web\n"
               "                     (docs: bench/replay/TRACES.md)\n"
               "  --model PATH       the model it is for (vocabulary, positions, M-RoPE grids)\n"
-              "  --out FILE         where to write the trace\n"
+              "  --out FILE         where to write the trace (an existing file is replaced, but never the model\n"
+              "                     or its tokenizer)\n"
               "  --steps N          agent steps (each expands to several trace steps; default 12)\n"
               "  --seed S           generator seed (default 0)\n"
               "  --chunk-tokens N   screenshot / frame / document size (default 0: chosen from the model's positions)\n"
@@ -65,6 +66,7 @@ int run_make_trace(int argc, char** argv, int first) {
   check_output_argument("make-trace", "--out", out, "the trace file");  // before the model loads and the trace is made
   EngineOptions eo;
   eo.model = args.required("--model");
+  check_output_not_input("make-trace", "--out", out, model_inputs(eo.model));
   eo.pool_bytes = int64_t{1} << 20;
   const std::shared_ptr<Engine> engine = Engine::open(eo);
   const ModelInfo info = engine->model_info();

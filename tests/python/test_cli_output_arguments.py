@@ -3,7 +3,8 @@ work (cli/args.cpp check_output_argument): an empty path, a directory that does 
 path that is a directory are refused at once, naming the argument. Before, replay checked only the last case
 up front: an empty --json or one in a missing directory failed after the whole replay had run (minutes on a
 long trace) with ": cannot move the replay report (--json) into place" or "cannot write the replay report
-(--json) (temporary file ...)"."""
+(--json) (temporary file ...)". Nor may the path be an input of the same run (check_output_not_input): the
+trace replayed, the model, a tokenizer beside a llama2.c model, a file inside a Hugging Face model's directory."""
 import subprocess
 
 import pytest
@@ -56,3 +57,40 @@ def test_an_empty_device_or_dtype_is_refused(orbit_cli, stories260k_path, argume
     result = run(orbit_cli, "info", "--model", stories260k_path, argument, "")
     assert result.returncode == 1, result.stderr
     assert f"{argument}: the value is empty ({left_out})" in result.stderr
+
+
+def test_an_output_never_replaces_an_input_of_the_run(orbit_cli, stories260k_path, models_dir, tmp_path):
+    # Before, `replay T --json T` replaced the trace with its report and `make-trace --out MODEL` the model.
+    model_dir = tmp_path / "llama2c"
+    model_dir.mkdir()
+    model = model_dir / "model.bin"
+    model.write_bytes(stories260k_path.read_bytes())
+    tokenizer = model_dir / "tok512.bin"
+    tokenizer.write_bytes((stories260k_path.parent / "tok512.bin").read_bytes())
+    trace = tmp_path / "web.trace.json"
+    made = run(orbit_cli, "make-trace", "--kind", "web", "--steps", "2", "--seed", "1", "--model", model, "--out", trace)
+    assert made.returncode == 0, made.stderr
+    before = {path: path.read_bytes() for path in (model, tokenizer, trace)}
+    replaces = "writing it would replace this run's input; give another path"
+    for out, given in ((trace, "TRACE"), (model, "--model"), (tokenizer, "--model (the tokenizer beside it)")):
+        result = run(orbit_cli, "replay", trace, "--model", model, "--quiet", "--no-fidelity", "--policy", "blind",
+                     "--json", out)
+        assert result.returncode == 1, result.stderr
+        assert f"replay: argument '--json' ({out}) is the file given as {given}: {replaces}" in result.stderr
+        if out != trace:
+            result = run(orbit_cli, "make-trace", "--kind", "web", "--steps", "1", "--model", model, "--out", out)
+            assert result.returncode == 1, result.stderr
+            assert f"make-trace: argument '--out' ({out}) is the file given as {given}: {replaces}" in result.stderr
+    assert {path: path.read_bytes() for path in before} == before
+    tinystories_dir = models_dir / "tinystories-656k"
+    config = tinystories_dir / "config.json"
+    result = run(orbit_cli, "make-trace", "--kind", "web", "--steps", "1", "--model", tinystories_dir, "--out", config)
+    assert result.returncode == 1, result.stderr
+    assert f"is a file inside the directory given as --model ({tinystories_dir})" in result.stderr
+    # Another existing file is replaced, as --help says.
+    other = tmp_path / "report.json"
+    other.write_text("old")
+    result = run(orbit_cli, "replay", trace, "--model", model, "--quiet", "--no-fidelity", "--policy", "blind",
+                 "--json", other)
+    assert result.returncode == 0, result.stderr
+    assert other.read_text().startswith("{")
