@@ -72,6 +72,11 @@ TEST_CASE("the default policy is a budgeted patch policy; presets carry no budge
                     Catch::Contains("policy 'default:noreuse' stands for '" + d.name() + ":noreuse'") &&
                         Catch::Contains("':lists=N' has no effect with ':noreuse'"));
   CHECK_THROWS_WITH(parse_policy("default:8"), Catch::Contains("policy 'default:8' stands for"));
+  // A modifier given twice is refused, as patch: refuses it (the second had replaced the first unsaid).
+  CHECK_THROWS_WITH(parse_policy("default:kl=0.01:kl=0.02"),
+                    Catch::Contains("policy 'default:kl=0.01:kl=0.02'") && Catch::Contains("'kl' is given twice"));
+  CHECK_THROWS_WITH(parse_policy("default:prep=1:prep=4"), Catch::Contains("'prep' is given twice"));
+  CHECK_THROWS_WITH(parse_policy("default:exact:exact"), Catch::Contains("'exact' is given twice"));
   CHECK_THROWS_WITH(parse_policy("patch: 16"), Catch::Contains("policy 'patch: 16': white space at byte 6"));
   // A field a spec sets that its preset never reads is named with the modifier that set it.
   CHECK_THROWS_WITH(parse_policy("patch:16:look=1"),

@@ -10,7 +10,7 @@
 //                   predicted KL keeps the window within the budget (bench/REPORT-agents.md measures it);
 //                   idle time heals, and prepares recalls, moves and learned next lists
 //                   (`:heal:prep=1:move=8:lists=3`). `default:MOD...` is that spec with each modifier given
-//                   in place of the default's of the same name, or added (`default:through=0`)
+//                   (once each) in place of the default's of the same name, or added (`default:through=0`)
 //   patch[:M]       form a rank-M patch on a miss (M = 16; "full" = every singular direction; K/V: rank K for
 //                   keys, V for values), reuse exact- and orbit-keyed patches, survivors kept as-is (relocation
 //                   only); no budget

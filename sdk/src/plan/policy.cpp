@@ -444,8 +444,10 @@ std::string modifier_name(const std::string& part) { return part.substr(0, part.
 // same name, or after them. Refusals name both the spec given and what it stands for.
 WindowPolicy default_with(const std::string& spec, const std::vector<std::string>& parts) {
   std::vector<std::string> expanded = split(WindowPolicy{}.name(), ':');
+  std::set<std::string> seen;  // each modifier replaces the default's once: a second one is refused, not kept
   for (std::size_t i = 1; i < parts.size(); ++i) {
     const std::string name = modifier_name(parts[i]);
+    if (!seen.insert(name).second) bad_spec(spec, "modifier '" + name + "' is given twice");
     const auto same = std::find_if(expanded.begin() + 2, expanded.end(),
                                    [&](const std::string& d) { return modifier_name(d) == name; });
     if (same != expanded.end()) {
