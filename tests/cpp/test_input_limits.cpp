@@ -270,6 +270,12 @@ TEST_CASE("Engine threads beyond this machine's cores are refused, naming the op
   CHECK_NOTHROW(Engine::open(o));
 }
 
+TEST_CASE("an EngineOptions::background that is no BackgroundMode is refused, naming it", "[limits][model]") {
+  EngineOptions o = stories_options();
+  o.background = static_cast<orbit::BackgroundMode>(42);  // it ran as kDeferred
+  CHECK_THROWS_WITH(Engine::open(o), Contains("EngineOptions::background = 42 is not a BackgroundMode"));
+}
+
 TEST_CASE("a chunk longer than the model's positions is refused at registration", "[limits][model]") {
   auto engine = Engine::open(stories_options());
   const int64_t limit = engine->model_info().max_positions;

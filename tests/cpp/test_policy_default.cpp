@@ -134,6 +134,10 @@ TEST_CASE("a policy built field by field is held to the ranges the spec parser a
   refused([](WindowPolicy& p) { p.prepare_lists = -1; }, "prepare_lists = -1 must be >= 0");
   refused([](WindowPolicy& p) { p.first_k = 0; }, "first_k = 0 must be >= 1");
   refused([](WindowPolicy& p) { p.expected_reuse = -1; }, "expected_reuse = -1");
+  refused([](WindowPolicy& p) { p.on_miss = static_cast<orbit::MissAction>(99); },
+          "WindowPolicy: on_miss = 99 is none of its values (0 to 4)");
+  refused([](WindowPolicy& p) { p.survivors = static_cast<orbit::SurvivorAction>(-1); }, "survivors = -1 is none");
+  refused([](WindowPolicy& p) { p.stale = static_cast<orbit::StalePatch>(2); }, "stale = 2 is none of its values");
   // Every preset and the default pass.
   for (const char* spec : {"default", "throughput", "patch:16", "patch:full", "reprefill", "prefix", "blind",
                            "cacheblend:0.15", "firstk:16"}) {

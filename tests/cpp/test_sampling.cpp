@@ -236,6 +236,9 @@ TEST_CASE("sampling options out of range are refused, naming the field", "[sampl
   o.top_logprobs = 2;
   refused(o, "needs logprobs");
   o = {};
+  o.on_logprobs = [](const orbit::StepLogprobs&) {};  // it would never be called
+  refused(o, "on_logprobs needs logprobs = true");
+  o = {};
   o.max_tokens = 3;
   CHECK(f.window.generate(f.query, o).logprobs.empty());  // off: nothing recorded
 }

@@ -82,7 +82,7 @@ std::function<bool(const std::string&)> stop_rule(const DecodeRequest& request) 
 // `backlog`: the request's, shared by its choices (a stream's; null: never held).
 std::shared_ptr<DecodeJob> choice_job(Choice& c, const Window& window, const std::vector<int64_t>& query,
                                       GenerateOptions go, StepSignal& signal, std::shared_ptr<OutputBacklog> backlog) {
-  go.on_logprobs = [&c](const StepLogprobs& step) { c.logprobs = step; };
+  if (go.logprobs) go.on_logprobs = [&c](const StepLogprobs& step) { c.logprobs = step; };
   go.on_token = [&c](int64_t token, int64_t) {
     DecodeEvent event{c.stream->push(token), std::move(c.logprobs)};
     c.logprobs.reset();

@@ -151,8 +151,8 @@ struct GenerateOptions {
   // false ends the run there (stop_reason "cancelled"; the token is kept). A server streams and cancels with it, and
   // may wait in it for its turn; it must not use this window.
   std::function<bool(int64_t token, int64_t index)> on_token;
-  // With `logprobs`: called right before on_token, for the same tokens, with the token's log probabilities
-  // (Generation::logprobs' entry), so that a stream can send them along with the token.
+  // With `logprobs` (without it, refused): called right before on_token, for the same tokens, with the token's
+  // log probabilities (Generation::logprobs' entry), so that a stream can send them along with the token.
   std::function<void(const StepLogprobs& step)> on_logprobs;
   // Streamed text: called on generate()'s thread, right after on_token, with each piece of the answer's text
   // as it becomes final (orbit/text_stream.h): whole UTF-8 characters that no stop string can take back any

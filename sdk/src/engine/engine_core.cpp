@@ -70,6 +70,9 @@ EngineCore::EngineCore(const EngineOptions& options) : options_(options) {
   ORBIT_CHECK(options.host_budget_bytes >= 0, "EngineOptions::host_budget_bytes must be >= 0");
   ORBIT_CHECK(options.disk_budget_bytes >= 0, "EngineOptions::disk_budget_bytes must be >= 0 (0 = unlimited)");
   ORBIT_CHECK(options.threads >= 0, "EngineOptions::threads must be >= 0 (0 = keep the process setting)");
+  ORBIT_CHECK(std::string(background_mode_name(options.background)) != "?",
+              "EngineOptions::background = " << static_cast<int>(options.background)
+                                             << " is not a BackgroundMode (kThread, kDeferred or kInline)");
   ORBIT_CHECK(options.max_background_bytes >= 0,
               "EngineOptions::max_background_bytes must be >= 0 (0 = no bound), got " << options.max_background_bytes);
   const unsigned cores = std::thread::hardware_concurrency();

@@ -403,7 +403,16 @@ void check_rank(const WindowPolicy& p, const char* field, int64_t r) {
                                                   << "')");
 }
 
+// An enum field holding none of its `count` values (a number cast to it), refused before name() reads it.
+void check_enum(const char* field, int value, int count) {
+  ORBIT_CHECK(value >= 0 && value < count,
+              "WindowPolicy: " << field << " = " << value << " is none of its values (0 to " << count - 1 << ")");
+}
+
 void check_ranges(const WindowPolicy& p) {
+  check_enum("on_miss", static_cast<int>(p.on_miss), static_cast<int>(MissAction::kFirstK) + 1);
+  check_enum("survivors", static_cast<int>(p.survivors), static_cast<int>(SurvivorAction::kRecondition) + 1);
+  check_enum("stale", static_cast<int>(p.stale), static_cast<int>(StalePatch::kAccept) + 1);
   check_range(p, "max_divergence", p.max_divergence, 0, 1);
   check_rank(p, "rank_k", p.rank_k);
   check_rank(p, "rank_v", p.rank_v);

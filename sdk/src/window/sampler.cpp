@@ -44,6 +44,7 @@ void Sampler::check_options(const GenerateOptions& o, int64_t vocab, const char*
               what << ": top_logprobs = " << o.top_logprobs << " must be in [0, 20]");
   ORBIT_CHECK(o.top_logprobs == 0 || o.logprobs,
               what << ": top_logprobs = " << o.top_logprobs << " needs logprobs = true");
+  ORBIT_CHECK(!o.on_logprobs || o.logprobs, what << ": on_logprobs needs logprobs = true (it is called with them)");
   for (std::size_t i = 0; i < o.stop.size(); ++i) {
     ORBIT_CHECK(!o.stop[i].empty(), what << ": stop[" << i << "] is empty (a stop string has at least one byte)");
   }
