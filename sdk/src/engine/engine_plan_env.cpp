@@ -29,7 +29,7 @@ std::string EnginePlanEnv::attention_path() const { return core_.model().attenti
 std::optional<PatchFacts> EnginePlanEnv::patch_facts(const std::string& chunk_key, const std::string& patch_key) const {
   const auto facts = core_.kv().patch_facts(chunk_key, patch_key);
   if (!facts.has_value()) return std::nullopt;
-  return PatchFacts{facts->exact, facts->residual};
+  return PatchFacts{facts->exact, facts->residual, facts->sensitivity};
 }
 
 std::optional<StaleMatch> EnginePlanEnv::closest_patch(const std::string& chunk_key, const std::string& variant,

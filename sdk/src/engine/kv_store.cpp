@@ -222,7 +222,18 @@ void KvStore::note_read_patch(const std::string& chunk_key, const std::string& p
 
 std::optional<KvStore::PatchFacts> KvStore::patch_facts(const std::string& chunk_key,
                                                         const std::string& patch_key) const {
-  return catalog_.facts(chunk_key, patch_key);
+  if (std::optional<PatchFacts> known = catalog_.facts(chunk_key, patch_key)) return known;
+  // The catalog is filled only as this engine forms and reads patches: after a reopen it knows none of the
+  // stored ones, and a plan priced them by the rank's stand-in and the engine's sensitivity prior (the
+  // worst it has seen, which grows with what it reads) where the patch recorded both when it was formed.
+  // A disk hit is promoted, so the apply that follows reads it from memory.
+  check_held();
+  store::GetOptions local;
+  local.remote = false;  // planning does not wait on the network
+  Result<store::ValuePtr> hit = store_->get(patch_key, local);
+  if (!hit.is_ok() || hit.value()->kind != EntryKind::kPatch) return std::nullopt;
+  const runtime::Patch patch = store::patch_from_value(*hit.value());
+  return PatchFacts{false, patch.residual, patch.sensitivity};
 }
 
 store::PutOptions KvStore::kv_put_options(double recompute_tokens, bool pin) const {

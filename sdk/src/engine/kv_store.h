@@ -65,8 +65,10 @@ class KvStore {
   const ReuseIndex& reuse_index() const { return reuse_index_; }
 
   // ---- the patch catalog ----
-  // What the catalog knows of one of the chunk's patches (nullopt: none under that key): whether it was
-  // formed full-rank over an exact context, and its residual (-1 until formed, or unknown).
+  // What the catalog knows of one of the chunk's patches: whether it was formed full-rank over an exact
+  // context, its residual and sensitivity (-1 until formed, or unknown). A patch the catalog does not know
+  // (formed by another process, before this engine opened the store, or forgotten) is read from the local
+  // tiers for the residual and sensitivity stored with it (exact false); nullopt when none is stored.
   using PatchFacts = PatchCatalog::Facts;
   std::optional<PatchFacts> patch_facts(const std::string& chunk_key, const std::string& patch_key) const;
   // The stored patch of `chunk_key` (factors of `variant`, not a conditioned KV) formed under the context

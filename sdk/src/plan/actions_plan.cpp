@@ -225,6 +225,14 @@ class Canonical final : public ServeAction {
 
 // ---- stored patch (exact, orbit, stale) ---------------------------------------------------------------
 
+// The sensitivity a stored patch of the chunk is priced at. A chunk this engine has measured no patch of
+// reads as unmeasured and takes the sensitivity prior (the worst this engine has seen), yet a patch formed
+// by another process, or before the store was reopened, recorded its own: a measurement of this chunk.
+double stored_patch_sensitivity(const PlanInput& in, const std::optional<PatchFacts>& facts) {
+  if (!facts.has_value() || facts->sensitivity < 0) return in.sensitivity;
+  return in.env.chunk_sensitivity(in.chunk->ref.key) < 0 ? facts->sensitivity : in.sensitivity;
+}
+
 class StoredPatch final : public ServeAction {
  public:
   ServeActionId id() const override { return ServeActionId::kStoredPatch; }
@@ -252,13 +260,15 @@ class StoredPatch final : public ServeAction {
                              ? 0.0
                              : planner::truncation_stand_in(static_cast<double>(std::min(keys.rank_k, keys.rank_v)),
                                                             static_cast<double>(full));
-        s.predicted_kl = in.fidelity.predict(planner::Loss::kTruncated, f, in.weight, in.sensitivity);
+        s.predicted_kl =
+            in.fidelity.predict(planner::Loss::kTruncated, f, in.weight, stored_patch_sensitivity(in, facts));
       }
       s.reason = "patch hit (exact context)";
     } else if (in.policy.use_orbit_patches && in.env.available(keys.orbit)) {
       s.match = PatchMatch::kOrbit;
       s.patch_key = keys.orbit;
-      s.predicted_kl = in.fidelity.predict(planner::Loss::kOrbit, 1.0, in.weight, in.sensitivity);
+      const double sensitivity = stored_patch_sensitivity(in, in.env.patch_facts(in.chunk->ref.key, keys.orbit));
+      s.predicted_kl = in.fidelity.predict(planner::Loss::kOrbit, 1.0, in.weight, sensitivity);
       s.reason = "orbit patch hit (same antecedent set, other order)";
     } else if (in.policy.stale == StalePatch::kAccept || in.policy.kl_budget > 0) {
       // A patch formed under another context: `:stale=D` accepts the closest within divergence D; under a

@@ -129,7 +129,7 @@ std::optional<PatchCatalog::Facts> PatchCatalog::facts(const std::string& chunk_
   const Chunk* chunk = use(chunk_key, false);
   if (chunk == nullptr) return std::nullopt;
   for (const PatchRecord& r : chunk->records) {
-    if (r.key == patch_key) return Facts{r.exact, r.residual};
+    if (r.key == patch_key) return Facts{r.exact, r.residual, r.sensitivity};
   }
   return std::nullopt;
 }

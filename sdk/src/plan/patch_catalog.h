@@ -76,11 +76,12 @@ class PatchCatalog {
   // opened the store) in the chunk's mean, unless it was formed here (counted then); no-op when negative.
   void note_read(const std::string& chunk_key, const std::string& patch_key, double sensitivity);
 
-  // Whether the patch was formed full-rank over an exact context, and its residual (-1 until formed, or
-  // unknown); nullopt when the chunk has no patch under that key.
+  // Whether the patch was formed full-rank over an exact context, its residual and its sensitivity (each -1
+  // until formed, or unknown); nullopt when the chunk has no patch under that key.
   struct Facts {
     bool exact = false;
     double residual = -1;
+    double sensitivity = -1;
   };
   std::optional<Facts> facts(const std::string& chunk_key, const std::string& patch_key) const;
 

@@ -35,11 +35,13 @@ struct ModelLimits {
   planner::DynamicNtk dynamic_ntk;
 };
 
-// What the catalog knows of one stored patch: formed full-rank over an exact context, and its residual
-// (the share of the deficit's energy its factors leave out; -1 until formed, or unknown).
+// What the catalog knows of one stored patch: formed full-rank over an exact context, its residual (the
+// share of the deficit's energy its factors leave out) and its sensitivity (runtime::Patch::sensitivity: a
+// measurement of its chunk); each -1 until formed, or unknown.
 struct PatchFacts {
   bool exact = false;
   double residual = -1;
+  double sensitivity = -1;
 };
 
 // The stored patch closest to a context, and how far its own context was (0: the same set of keys).
@@ -79,6 +81,8 @@ class PlanEnv {
   virtual bool contains(const std::string& store_key) const = 0;
   // Stored, or being formed in the background (applying it waits for that job).
   virtual bool available(const std::string& store_key) const = 0;
+  // A stored patch the catalog does not know (formed by another process, or before the store was opened)
+  // answers with what the store recorded with it (exact false: its context is not stored).
   virtual std::optional<PatchFacts> patch_facts(const std::string& chunk_key, const std::string& patch_key) const = 0;
   // The chunk's stored patch of `variant` formed under the context closest to `context`, among its newest
   // `max_records`; nullopt when none.

@@ -1,0 +1,42 @@
+"""A patch stored by an earlier engine is priced, after the store is reopened, by the residual and sensitivity
+stored with it, as the engine that formed it priced it: not by the rank's stand-in and the engine's sensitivity
+prior (the worst it has seen, which grows with the patches it reads, so a plan once took a form over the
+stored patch after an earlier sync had read more sensitive ones)."""
+import pytest
+
+PAGE = 4
+POOL = 8 << 20
+POLICY = "patch:16:noreuse"  # truncated patches; no exact reuse of the forward (it would serve B first)
+
+
+def _plan_b(engine, a, b):
+    w = engine.new_window(policy=POLICY)
+    w.admit(a)
+    step = next(s for s in w.plan_admit(b).steps if s.chunk == b)
+    w.close()
+    return step
+
+
+def test_reopened_store_prices_a_stored_patch_by_its_own_facts(orbit, stories260k_path, tmp_path):
+    a_tokens = [(7 * i + 3) % 500 + 3 for i in range(48)]
+    b_tokens = [(11 * i + 5) % 500 + 3 for i in range(40)]
+    with orbit.Engine(stories260k_path, pool_bytes=POOL, page_size=PAGE, store_dir=tmp_path,
+                      background="inline") as first:
+        a, b = first.add_tokens(a_tokens), first.add_tokens(b_tokens)
+        w = first.new_window(policy=POLICY)
+        w.admit(a)
+        plan = w.plan_admit(b)
+        assert plan.steps[-1].how == "form"  # first sight behind A: its patch formed and stored
+        w.apply(plan)
+        w.close()
+        formed = _plan_b(first, a, b)  # this engine knows the patch's residual and B's sensitivity
+        assert (formed.how, formed.match) == ("stored-patch", orbit.PatchMatch.exact)
+        assert not formed.exact and formed.predicted_kl > 0  # rank 16: truncated, priced by its residual
+    with orbit.Engine(stories260k_path, pool_bytes=POOL, page_size=PAGE, store_dir=tmp_path,
+                      background="inline") as second:
+        a, b = second.add_tokens(a_tokens), second.add_tokens(b_tokens)
+        stored = _plan_b(second, a, b)  # read from the store: nothing in this engine has seen B's patch
+        assert (stored.how, stored.match, stored.patch_key) == ("stored-patch", orbit.PatchMatch.exact,
+                                                                formed.patch_key)
+        assert stored.predicted_kl == pytest.approx(formed.predicted_kl, rel=1e-6)
+        assert second.stats.patches_formed == 0
