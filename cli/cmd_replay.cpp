@@ -62,7 +62,7 @@ const char* kReplayUsage =
     "  --patch-capacity BYTES   patch-cache capacity for the offline bound (default: the host budget, 1 GiB)\n"
     "  --page-size N            tokens per KV page of the replay engines (default 16)\n"
     "  --yardstick-tokens N     KV budget of the bounded prefix-cache yardsticks (radix_tokens,\n"
-    "                           block_cache_tokens), in tokens (default: the replay engine's KV pool)\n"
+    "                           block_cache_tokens), in tokens (0, the default: the replay engine's KV pool)\n"
     "  --device D               cpu (default), cuda or cuda:N;  --dtype T   float32 (default), bfloat16, float16\n"
     "  --calibrate              calibrate each engine first (cost model and the fidelity model :kl= budgets use)\n"
     "  --calibrate-fidelity     fit only the fidelity model on this model first (seeded, nothing timed: the\n"

@@ -147,6 +147,15 @@ int run_ls(const Args& args, const std::string& dir) {
   return 0;
 }
 
+// The exit status of stat with `r` asked: 1, said on stderr too, when the remote did not answer (the report on
+// stdout says it as well, where a script reading only the status and stderr would not look).
+int remote_status(const std::optional<RemoteSummary>& r) {
+  if (!r || r->reachable) return 0;
+  std::fprintf(stderr, "orbit store stat: error: the remote tier %s is unreachable (%s)\n", r->url.c_str(),
+               r->error.c_str());
+  return 1;
+}
+
 int run_stat(const Args& args, const std::string& dir) {
   const std::optional<std::string> remote = args.get("--remote");
   std::optional<RemoteSummary> r;
@@ -156,7 +165,7 @@ int run_stat(const Args& args, const std::string& dir) {
       std::cout << json{{"remote", remote_json(*r)}}.dump(2) << "\n";
     else
       print_remote(*r);
-    return r->reachable ? 0 : 1;
+    return remote_status(r);
   }
   const StoreSummary s = summarize_store(dir);
   json kinds = json::object();
@@ -186,7 +195,7 @@ int run_stat(const Args& args, const std::string& dir) {
   if (r) out["remote"] = remote_json(*r);
   if (args.flag("--json")) {
     std::cout << out.dump(2) << "\n";
-    return r && !r->reachable ? 1 : 0;
+    return remote_status(r);
   }
   std::printf("store        %s\n", shown(s.dir).c_str());
   std::printf("fingerprint  %s (format %lld)\n", s.model_fingerprint.c_str(), static_cast<long long>(s.format_version));
@@ -209,7 +218,7 @@ int run_stat(const Args& args, const std::string& dir) {
         static_cast<long long>(it.value()["abandoned"].get<int64_t>()));
   }
   if (r) print_remote(*r);
-  return r && !r->reachable ? 1 : 0;
+  return remote_status(r);
 }
 
 int run_repair(const Args& args, const std::string& dir) {

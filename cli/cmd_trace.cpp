@@ -63,6 +63,8 @@ int run_make_trace(int argc, char** argv, int first) {
   ORBIT_CHECK(!o.sample_text || o.kind == "web" || o.kind == "agent",
               "make-trace: argument '--sample-text' applies to --kind web and agent only (got '" << o.kind << "')");
   const std::string out = args.required("--out");
+  // Not stdout, as replay's --json - is: the trace is a file replay reads, and this command reports on stdout.
+  ORBIT_CHECK(out != "-", "make-trace: argument '--out' is '-': give a file path (the trace is written to a file)");
   check_output_argument("make-trace", "--out", out, "the trace file");  // before the model loads and the trace is made
   EngineOptions eo;
   eo.model = args.required("--model");

@@ -334,8 +334,12 @@ std::unique_ptr<Tokenizer> load_llama2c_tokenizer(const std::string& path, int64
   std::vector<float> scores;
   while (at < bytes.size()) {
     const std::size_t index = pieces.size();
+    ORBIT_CHECK(expected_vocab <= 0 || static_cast<int64_t>(index) < expected_vocab,
+                path << ": " << bytes.size() - at << " trailing bytes after the model's " << expected_vocab
+                     << " pieces (is it this model's tokenizer?)");
     float score;
-    ORBIT_CHECK(at + 4 <= bytes.size(), path << ": truncated in the score of piece " << index);
+    ORBIT_CHECK(at + 4 <= bytes.size(), path << ": truncated in the score of piece " << index << " (or "
+                                             << bytes.size() - at << " trailing bytes after the last piece)");
     std::memcpy(&score, bytes.data() + at, 4);
     at += 4;
     const int32_t len = read_i32("the length", index);

@@ -217,7 +217,7 @@ TEST_CASE("sync refuses bad chunk parts, naming the message and the part", "[syn
   // Content given twice, text holding the marker character, a template that drops the content.
   ChatMessage both = with_parts("user", {ContentPart::of_chunk(shot)});
   both.content = "also text";
-  CHECK_THROWS_WITH(w.sync({both}, o), Contains("messages[0]: content and parts are both set"));
+  CHECK_THROWS_WITH(w.sync({both}, o), Contains("sync: messages[0]: content and parts are both set"));
   CHECK_THROWS_WITH(w.sync(list({ContentPart::of_text("odd \xEE\x80\x80 text"), ContentPart::of_chunk(shot)}), o),
                     Contains("U+E000"));
   SyncOptions roles_only = o;

@@ -218,6 +218,13 @@ TEST_CASE("tokenizer files: found beside the model, and bad files named", "[toke
   write_bytes(dir / "cut.bin", good.substr(0, good.size() - 1));
   CHECK_THROWS_WITH(orbit::runtime::load_llama2c_tokenizer((dir / "cut.bin").string()),
                     Contains("cut.bin: truncated in the bytes of piece 262"));
+  // Bytes past the last piece: trailing, not a truncated next piece (the message said "truncated" alone).
+  write_bytes(dir / "tail.bin", good + "xyz");
+  CHECK_THROWS_WITH(
+      orbit::runtime::load_llama2c_tokenizer((dir / "tail.bin").string()),
+      Contains("tail.bin: truncated in the score of piece 263 (or 3 trailing bytes after the last piece)"));
+  CHECK_THROWS_WITH(orbit::runtime::load_llama2c_tokenizer((dir / "tail.bin").string(), 263),
+                    Contains("tail.bin: 3 trailing bytes after the model's 263 pieces"));
   std::string negative = good.substr(0, 4) + piece_record(0, "abc");
   const int32_t minus = -5;
   std::memcpy(negative.data() + 8, &minus, 4);

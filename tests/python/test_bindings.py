@@ -449,6 +449,13 @@ def test_positions_past_the_model_limit(orbit, engine):
     with pytest.raises(orbit.RefusedError):
         w.apply(plan)
     assert len(w) == 1
+    # generate's query and sync's rendering past the limit are refused alike (they raised a plain OrbitError).
+    with pytest.raises(orbit.RefusedError, match="positions pass the model's 512") as info:
+        w.generate(random_tokens(rng, limit // 2), max_tokens=1)
+    assert info.value.status == "refused" and info.value.source
+    with pytest.raises(orbit.RefusedError, match="more than the model's 512 positions") as info:
+        engine.new_window().sync([{"role": "user", "content": "Once upon a time" * limit}])
+    assert info.value.status == "refused"
 
 
 # ---- arrays -------------------------------------------------------------------------------------------

@@ -167,3 +167,14 @@ def test_remote_max_held_fraction_outside_0_to_1_is_refused_naming_it(orbit, sto
     with pytest.raises(orbit.OrbitError, match="remote_max_held_fraction"):
         orbit.Engine(stories260k_path, store_dir=tmp_path, remote="redis://127.0.0.1:1", pool_bytes=POOL,
                      page_size=PAGE, remote_max_held_fraction=fraction)
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_store_stat_of_an_unreachable_remote_says_so_on_stderr(orbit_cli, json_flag):
+    # Before, the status was 1 with nothing on stderr: the failure was only in the report on stdout.
+    url = f"redis://127.0.0.1:{free_port()}"
+    stat = subprocess.run([str(orbit_cli), "store", "stat", "--remote", url, *json_flag], capture_output=True,
+                          text=True, timeout=120)
+    assert stat.returncode == 1
+    assert f"orbit store stat: error: the remote tier {url} is unreachable (" in stat.stderr
+    assert (json.loads(stat.stdout)["remote"]["reachable"] is False) if json_flag else "UNREACHABLE" in stat.stdout

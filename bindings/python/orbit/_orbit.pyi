@@ -36,7 +36,8 @@ class CapacityError(OrbitError):
     """The pool or the window's max_bytes cannot hold the result (status 'out_of_capacity')."""
 
 class RefusedError(OrbitError):
-    """The operation was refused, e.g. positions past the model's limit (status 'refused')."""
+    """The operation was refused, e.g. positions past the model's limit: a plan's refusal, and sync or generate
+    past them (status 'refused')."""
 
 class OrbitWarning(UserWarning):
     """A warning from orbit's store or SDK: a disk write that failed, an engine closed with entries that never

@@ -127,13 +127,14 @@ std::string python_names(const std::string& message) {
 
 // orbit::Error's OrbitError: its message (C++ names in their Python words), and the source of the check as
 // e.source.
-void set_orbit_error(const std::string& cpp_message, const std::string& source) {
+// orbit::RefusedError's is a RefusedError with status 'refused', as a refused Result raises it.
+void set_orbit_error(const std::string& cpp_message, const std::string& source, bool refused = false) {
   const std::string message = python_names(cpp_message);
   py::dict attrs;
   attrs["source"] = source;
-  attrs["status"] = py::none();
+  attrs["status"] = refused ? py::object(py::str(orbit::status_code_name(orbit::StatusCode::kRefused))) : py::none();
   attrs["reason"] = utf8_text(message);
-  set_error(g_orbit_error, message, attrs);
+  set_error(refused ? g_refused_error : g_orbit_error, message, attrs);
 }
 }  // namespace
 
@@ -213,8 +214,8 @@ void init_errors(py::module_& m) {
       "the result (Status out_of_capacity). The window is unchanged. e.reason has the numbers.";
   static py::exception<RefusedErrorTag> refused_error(m, "RefusedError", orbit_error.ptr());
   refused_error.doc() =
-      "apply() (or an operation) was refused, e.g. positions past the model's limit (Status refused). The window\n"
-      "is unchanged. e.reason says why.";
+      "apply() (or an operation) was refused, e.g. positions past the model's limit (Status refused; sync's\n"
+      "rendering and generate's query past them too). The window is unchanged. e.reason says why.";
   // Both bases (init_warnings made OrbitWarning first): PyErr_NewException takes a tuple of them.
   const py::tuple warning_bases = py::make_tuple(m.attr("OrbitWarning"), py::handle(PyExc_RuntimeWarning));
   static py::exception<RemoteUnreachableTag> remote_unreachable(m, "RemoteUnreachableWarning", warning_bases);
@@ -232,6 +233,8 @@ void init_errors(py::module_& m) {
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
+    } catch (const orbit::RefusedError& e) {
+      set_orbit_error(e.what(), e.source(), /*refused=*/true);
     } catch (const orbit::Error& e) {
       set_orbit_error(e.what(), e.source());
     }

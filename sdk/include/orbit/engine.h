@@ -318,7 +318,7 @@ class Engine {
   std::string detokenize(const std::vector<int64_t>& tokens, int64_t previous = -1) const;
   std::string piece(int64_t token) const;  // the vocabulary entry as stored (e.g. " the", "<0x0A>")
   // Refuses text too long for the model's positions before it is tokenized (tokenizing costs memory in
-  // proportion to the text): throws orbit::Error "<what>: the text is N bytes, more than the model's P
+  // proportion to the text): throws orbit::RefusedError "<what>: the text is N bytes, more than the model's P
   // positions can hold (at most B bytes per token)" when `text` has more bytes than max_positions times
   // the longest piece's bytes. Text within that bound passes unread (it may still give more tokens than
   // fit). add_text and Window's text overloads run this check themselves; call it before tokenize() on

@@ -355,6 +355,7 @@ struct IdleReport {
 
 class Window {
  public:
+  // A Window moved from holds nothing: destroy it or assign another to it; any other call on it is undefined.
   Window(Window&&) noexcept;
   Window& operator=(Window&&) noexcept;
   Window(const Window&) = delete;

@@ -16,7 +16,7 @@
 
 namespace orbit::detail {
 
-// Throws orbit::Error naming `what` when `text` cannot tokenize to `positions` tokens or fewer.
+// Throws orbit::RefusedError naming `what` when `text` cannot tokenize to `positions` tokens or fewer.
 // `longest_piece()` gives the most bytes a token covers (runtime::Tokenizer::longest_piece_bytes); it is
 // called only for texts longer than `positions` bytes.
 template <typename LongestFn>
@@ -26,8 +26,8 @@ void check_text_fits(std::string_view text, int64_t positions, LongestFn&& longe
   const int64_t longest = std::max<int64_t>(1, longest_piece());
   int64_t limit = 0;
   if (__builtin_mul_overflow(positions, longest, &limit)) return;
-  ORBIT_CHECK(bytes <= limit, what << ": the text is " << bytes << " bytes, more than the model's " << positions
-                                   << " positions can hold (at most " << longest << " bytes per token)");
+  ORBIT_REFUSE_UNLESS(bytes <= limit, what << ": the text is " << bytes << " bytes, more than the model's " << positions
+                                           << " positions can hold (at most " << longest << " bytes per token)");
 }
 
 }  // namespace orbit::detail

@@ -18,10 +18,10 @@ void check_query(const WindowState& s, const std::vector<int64_t>& query, const 
   int64_t next = 0;  // the query's first position: after every entry's extent
   for (const Entry& e : s.entries) next += e.extent;
   const auto length = static_cast<int64_t>(query.size());
-  ORBIT_CHECK(next + length <= limit, what << ": the query's " << length << " tokens after the window's " << next
-                                           << " positions pass the model's " << limit << " ("
-                                           << window_position_limit_source(s.core->config())
-                                           << "): shorten the query or evict from the window");
+  ORBIT_REFUSE_UNLESS(next + length <= limit, what << ": the query's " << length << " tokens after the window's "
+                                                   << next << " positions pass the model's " << limit << " ("
+                                                   << window_position_limit_source(s.core->config())
+                                                   << "): shorten the query or evict from the window");
 }
 
 void check_query_tokens(const std::vector<int64_t>& query, int64_t vocab, const char* what) {

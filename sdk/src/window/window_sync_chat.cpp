@@ -43,7 +43,8 @@ constexpr std::string_view kMarkClose = "\xEE\x80\x81";
 std::string content_text(const EngineCore& core, const ChatMessage& m, std::size_t i, std::vector<PartRef>* parts,
                          const char* caller) {
   if (m.parts.empty()) return m.content;
-  ORBIT_CHECK(m.content.empty(), "messages[" << i << "]: content and parts are both set (give the text as a part)");
+  ORBIT_CHECK(m.content.empty(),
+              caller << ": messages[" << i << "]: content and parts are both set (give the text as a part)");
   std::string text;
   for (std::size_t j = 0; j < m.parts.size(); ++j) {
     const ContentPart& p = m.parts[j];

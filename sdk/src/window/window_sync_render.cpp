@@ -389,9 +389,9 @@ Rendering render_units(const EngineCore& core, const std::vector<ChatMessage>& m
   if (encode.incremental) detail::put_encodings(keys, tok, encode.made);
   set_end_messages(n, out.spans);
   const int64_t positions = core.max_positions();
-  ORBIT_CHECK(positions <= 0 || static_cast<int64_t>(out.tokens.size()) <= positions,
-              caller << ": the rendered messages are " << out.tokens.size() << " tokens, more than the model's "
-                     << positions << " positions");
+  ORBIT_REFUSE_UNLESS(positions <= 0 || static_cast<int64_t>(out.tokens.size()) <= positions,
+                      caller << ": the rendered messages are " << out.tokens.size() << " tokens, more than the model's "
+                             << positions << " positions");
   if (prompt) {
     out.generation_prompt = std::move(*prompt);
   } else {

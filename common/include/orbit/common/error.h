@@ -24,6 +24,14 @@ class Error : public std::runtime_error {
   std::string source_;
 };
 
+// A call refused for a limit of the model or the window (tokens past the model's positions), thrown where the
+// call returns a value rather than a Result: what a Result's StatusCode::kRefused says elsewhere. Python raises
+// it as RefusedError.
+class RefusedError : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 // Builds a message from stream insertions: ORBIT_FAIL("file " << path << ": field 'x' missing").
 class MessageBuilder {
@@ -45,6 +53,13 @@ class MessageBuilder {
 // Throws orbit::Error with a streamed message.
 #define ORBIT_FAIL(message_stream) \
   throw ::orbit::Error((::orbit::detail::MessageBuilder() << message_stream).str(), __FILE__, __LINE__)
+
+// Throws orbit::RefusedError with the streamed message when `condition` is false.
+#define ORBIT_REFUSE_UNLESS(condition, message_stream)                                                              \
+  do {                                                                                                              \
+    if (!(condition))                                                                                               \
+      throw ::orbit::RefusedError((::orbit::detail::MessageBuilder() << message_stream).str(), __FILE__, __LINE__); \
+  } while (false)
 
 // Throws orbit::Error with the streamed message when `condition` is false.
 #define ORBIT_CHECK(condition, message_stream)    \
