@@ -181,15 +181,16 @@ void HfTokenizerImpl::read_added_tokens(const json& j) {
   // Ids as the Rust library assigns them: the model's id of the content, else the next id past the model's
   // vocabulary (the "id" written in the file is not consulted there either).
   int64_t next_id = model_->size();
+  const std::string added = source_ + ": added_tokens";
   for (const json& t : j.value("added_tokens", json::array())) {
     hf::AddedToken a;
-    a.content = hf::required_string(t, "content", source_ + ": added_tokens");
+    a.content = hf::required_string(t, "content", added);
     if (a.content.empty() || added_ids_.count(a.content)) continue;
-    a.special = hf::bool_field(t, "special", false);
-    a.normalized = hf::bool_field(t, "normalized", !a.special);
-    a.lstrip = hf::bool_field(t, "lstrip", false);
-    a.rstrip = hf::bool_field(t, "rstrip", false);
-    a.single_word = hf::bool_field(t, "single_word", false);
+    a.special = hf::bool_field(t, "special", false, added);
+    a.normalized = hf::bool_field(t, "normalized", !a.special, added);
+    a.lstrip = hf::bool_field(t, "lstrip", false, added);
+    a.rstrip = hf::bool_field(t, "rstrip", false, added);
+    a.single_word = hf::bool_field(t, "single_word", false, added);
     const std::optional<int64_t> in_model = model_->token_to_id(a.content);
     a.id = in_model ? *in_model : next_id++;
     added_ids_[a.content] = a.id;

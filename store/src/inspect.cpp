@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -233,6 +234,17 @@ std::vector<StoreEntryInfo> list_store(const std::string& dir) {
   return out;
 }
 
+namespace {
+
+// A byte count added to a total: a damaged row's negative count adds nothing and a sum past int64's range stays
+// at its largest value (verify reports such rows; the totals stay totals instead of wrapping negative).
+void add_bytes(int64_t& total, int64_t bytes) {
+  if (bytes <= 0) return;
+  total = bytes > std::numeric_limits<int64_t>::max() - total ? std::numeric_limits<int64_t>::max() : total + bytes;
+}
+
+}  // namespace
+
 StoreSummary summarize_store(const std::string& dir) {
   const std::string root = store_root(dir);
   std::unique_ptr<SqliteIndex> opened = open_index(root, SqliteIndex::Mode::kReadOnly);
@@ -246,12 +258,12 @@ StoreSummary summarize_store(const std::string& dir) {
   const std::set<std::string> pins = index.live_pins(now_ms());
   for (const DiskRow& r : rows) {
     ++s.entries;
-    s.value_bytes += r.value_bytes;
-    s.blob_bytes += r.blob_bytes;
+    add_bytes(s.value_bytes, r.value_bytes);
+    add_bytes(s.blob_bytes, r.blob_bytes);
     s.pinned += pins.count(r.key) ? 1 : 0;
     s.marked_corrupt += r.corrupt ? 1 : 0;
     ++count[entry_kind_name(r.kind)];
-    bytes[entry_kind_name(r.kind)] += r.blob_bytes;
+    add_bytes(bytes[entry_kind_name(r.kind)], r.blob_bytes);
   }
   s.entries_by_kind.assign(count.begin(), count.end());
   s.bytes_by_kind.assign(bytes.begin(), bytes.end());

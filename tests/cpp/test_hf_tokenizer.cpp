@@ -186,6 +186,40 @@ TEST_CASE("malformed post-processors are refused naming the file", "[hf_tokenize
   CHECK_THAT(refused("post_processor", cls), Contains("'cls' is not a [token, id] pair"));
 }
 
+TEST_CASE("optional fields of the wrong type and vocabulary ids given twice are refused naming them",
+          "[hf_tokenizer]") {
+  std::ifstream in(kData / "tinystories-656k/tokenizer.json");
+  const json original = json::parse(in);
+  const auto refused = [](const json& j) {
+    try {
+      orbit::runtime::parse_hf_tokenizer(j.dump(), "", "edited.json");
+    } catch (const orbit::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  // A "yes" where a boolean belongs was read as the default without a word.
+  json j = original;
+  j["model"]["byte_fallback"] = "yes";
+  CHECK_THAT(refused(j), Contains("edited.json") && Contains("field 'byte_fallback' is not a boolean: \"yes\""));
+  j = original;
+  j["model"]["byte_fallback"] = nullptr;  // null is "not set", as the Python library reads it
+  CHECK(refused(j) == "accepted");
+  j = original;
+  j["model"]["continuing_subword_prefix"] = 7;
+  CHECK_THAT(refused(j), Contains("field 'continuing_subword_prefix' is not a string: 7"));
+  j = original;
+  j["added_tokens"] = json::array({{{"content", "<x>"}, {"special", 1}}});
+  CHECK_THAT(refused(j), Contains("edited.json: added_tokens: field 'special' is not a boolean"));
+  j = original;
+  j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", "false"}};
+  CHECK_THAT(refused(j), Contains("pre_tokenizer ByteLevel: field 'add_prefix_space' is not a boolean"));
+  // Two pieces with one id: which one decoding it gives depended on the order of a hash table.
+  const json twice = {
+      {"model", {{"type", "BPE"}, {"vocab", {{"a", 0}, {"b", 1}, {"c", 1}}}, {"merges", json::array()}}}};
+  CHECK_THAT(refused(twice), Contains("edited.json") && Contains("have the same id 1"));
+}
+
 TEST_CASE("a vocabulary with sparse ids loads without sizing anything by its largest id", "[hf_tokenizer]") {
   // One id at 2^31 - 1: a table indexed by id took 16 GiB here (found by fuzz_hf_tokenizer).
   const json tok = {

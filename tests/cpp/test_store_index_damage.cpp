@@ -10,6 +10,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <set>
 
@@ -451,4 +452,31 @@ TEST_CASE("repair takes the fingerprint every blob holds back from a damaged met
   CHECK(verify_store(d).clean());
   CHECK(keys_of(d).size() == kEntries);
   CHECK(gc_store(d).removed_blobs == 0);
+}
+
+TEST_CASE("stat's byte totals over rows whose byte counts a tool damaged stay totals", "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  make_store(d);
+  const StoreSummary before = summarize_store(d);
+  REQUIRE(before.blob_bytes > 0);
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open((d + "/index.sqlite").c_str(), &db) == SQLITE_OK);
+  // Two counts at int64's largest value summed to a negative total; a negative count lowered it.
+  const std::string sql =
+      "UPDATE entries SET blob_bytes = 9223372036854775807, value_bytes = 9223372036854775807 "
+      "WHERE key IN ('" +
+      key(1) + "', '" + key(2) +
+      "'); "
+      "UPDATE entries SET blob_bytes = -5 WHERE key = '" +
+      key(3) + "'";
+  const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr);
+  sqlite3_close(db);
+  REQUIRE(rc == SQLITE_OK);
+  const StoreSummary s = summarize_store(d);
+  CHECK(s.entries == before.entries);
+  CHECK(s.blob_bytes == std::numeric_limits<int64_t>::max());
+  CHECK(s.value_bytes == std::numeric_limits<int64_t>::max());
+  for (const auto& [kind, bytes] : s.bytes_by_kind) CHECK(bytes >= 0);
+  CHECK_FALSE(verify_store(d).clean());
 }

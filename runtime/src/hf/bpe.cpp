@@ -53,12 +53,16 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& model, const
     bpe->id_bound_ = std::max<int64_t>(bpe->id_bound_, int64_t{id.get<uint32_t>()} + 1);
   }
   bpe->by_id_.reserve(bpe->vocab_.size());
-  for (const auto& [token, id] : bpe->vocab_) bpe->by_id_[id] = &token;
-  bpe->continuing_subword_prefix_ = string_field(model, "continuing_subword_prefix", "");
-  bpe->end_of_word_suffix_ = string_field(model, "end_of_word_suffix", "");
-  bpe->fuse_unk_ = bool_field(model, "fuse_unk", false);
-  bpe->byte_fallback_ = bool_field(model, "byte_fallback", false);
-  bpe->ignore_merges_ = bool_field(model, "ignore_merges", false);
+  for (const auto& [token, id] : bpe->vocab_) {
+    const auto [at, fresh] = bpe->by_id_.emplace(id, &token);
+    ORBIT_CHECK(fresh, where << ": vocab entries '" << *at->second << "' and '" << token << "' have the same id " << id
+                             << " (decoding it would be ambiguous)");
+  }
+  bpe->continuing_subword_prefix_ = string_field(model, "continuing_subword_prefix", "", where);
+  bpe->end_of_word_suffix_ = string_field(model, "end_of_word_suffix", "", where);
+  bpe->fuse_unk_ = bool_field(model, "fuse_unk", false, where);
+  bpe->byte_fallback_ = bool_field(model, "byte_fallback", false, where);
+  bpe->ignore_merges_ = bool_field(model, "ignore_merges", false, where);
   for (int b = 0; b < 256; ++b) {
     char name[8];
     std::snprintf(name, sizeof name, "<0x%02X>", b);

@@ -211,8 +211,8 @@ std::unique_ptr<Decoder> make_decoder(const nlohmann::json& j, const std::string
   }
   if (type == "Metaspace") {
     const std::string scheme =
-        string_field(j, "prepend_scheme", bool_field(j, "add_prefix_space", true) ? "always" : "never");
-    return std::make_unique<MetaspaceDecoder>(string_field(j, "replacement", "\xE2\x96\x81"), scheme != "never");
+        string_field(j, "prepend_scheme", bool_field(j, "add_prefix_space", true, where) ? "always" : "never", where);
+    return std::make_unique<MetaspaceDecoder>(string_field(j, "replacement", "\xE2\x96\x81", where), scheme != "never");
   }
   ORBIT_FAIL(file << ": decoder '" << type
                   << "' is not supported (supported: Sequence, ByteLevel, Replace, ByteFallback, Fuse, Strip, "

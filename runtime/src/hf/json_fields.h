@@ -16,12 +16,19 @@ inline std::string type_of(const nlohmann::json& j, const std::string& file, con
   return j["type"].get<std::string>();
 }
 
-inline std::string string_field(const nlohmann::json& j, const char* key, const std::string& fallback) {
-  return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : fallback;
+// An optional field: the fallback when it is absent or null; a value of another type is refused, naming it
+// (a "yes" where a boolean belongs would otherwise be read as the default without a word).
+inline std::string string_field(const nlohmann::json& j, const char* key, const std::string& fallback,
+                                const std::string& where) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  ORBIT_CHECK(j[key].is_string(), where << ": field '" << key << "' is not a string: " << j[key].dump());
+  return j[key].get<std::string>();
 }
 
-inline bool bool_field(const nlohmann::json& j, const char* key, bool fallback) {
-  return j.contains(key) && j[key].is_boolean() ? j[key].get<bool>() : fallback;
+inline bool bool_field(const nlohmann::json& j, const char* key, bool fallback, const std::string& where) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  ORBIT_CHECK(j[key].is_boolean(), where << ": field '" << key << "' is not a boolean: " << j[key].dump());
+  return j[key].get<bool>();
 }
 
 inline std::string required_string(const nlohmann::json& j, const char* key, const std::string& where) {

@@ -184,8 +184,8 @@ class MetaspacePreTokenizer final : public PreTokenizer {
 
 MetaspacePreTokenizer::Prepend parse_prepend(const nlohmann::json& j, const std::string& where) {
   if (!j.contains("prepend_scheme")) {  // files older than prepend_scheme carry add_prefix_space
-    return bool_field(j, "add_prefix_space", true) ? MetaspacePreTokenizer::Prepend::kAlways
-                                                   : MetaspacePreTokenizer::Prepend::kNever;
+    return bool_field(j, "add_prefix_space", true, where) ? MetaspacePreTokenizer::Prepend::kAlways
+                                                          : MetaspacePreTokenizer::Prepend::kNever;
   }
   const std::string scheme = required_string(j, "prepend_scheme", where);
   if (scheme == "always") return MetaspacePreTokenizer::Prepend::kAlways;
@@ -223,22 +223,22 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& j, const 
     return std::make_unique<SequencePreTokenizer>(std::move(parts));
   }
   if (type == "ByteLevel") {
-    return std::make_unique<ByteLevelPreTokenizer>(bool_field(j, "add_prefix_space", true),
-                                                   bool_field(j, "use_regex", true), where);
+    return std::make_unique<ByteLevelPreTokenizer>(bool_field(j, "add_prefix_space", true, where),
+                                                   bool_field(j, "use_regex", true, where), where);
   }
   if (type == "Split") {
     return std::make_unique<SplitPreTokenizer>(pattern_field(j, where),
                                                parse_behavior(required_string(j, "behavior", where), where),
-                                               bool_field(j, "invert", false));
+                                               bool_field(j, "invert", false, where));
   }
   if (type == "Digits") {
-    const bool individual = bool_field(j, "individual_digits", false);
+    const bool individual = bool_field(j, "individual_digits", false, where);
     return std::make_unique<SplitPreTokenizer>(Regex(R"(\p{N})", where),
                                                individual ? Behavior::kIsolated : Behavior::kContiguous, false);
   }
   if (type == "Metaspace") {
-    return std::make_unique<MetaspacePreTokenizer>(string_field(j, "replacement", "\xE2\x96\x81"),
-                                                   parse_prepend(j, where), bool_field(j, "split", true), where);
+    return std::make_unique<MetaspacePreTokenizer>(string_field(j, "replacement", "\xE2\x96\x81", where),
+                                                   parse_prepend(j, where), bool_field(j, "split", true, where), where);
   }
   ORBIT_FAIL(file << ": pre_tokenizer '" << type
                   << "' is not supported (supported: Sequence, ByteLevel, Split, Digits, Metaspace)");

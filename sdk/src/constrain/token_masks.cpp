@@ -291,7 +291,7 @@ std::size_t MaskCache::KeyHash::operator()(const std::vector<uint32_t>& k) const
 }
 
 MaskCache::MaskCache(const Grammar& grammar, const VocabTrie& trie, std::size_t max_bytes)
-    : grammar_(grammar), trie_(trie), matcher_(grammar), max_bytes_(max_bytes) {}
+    : trie_(trie), matcher_(grammar), max_bytes_(max_bytes) {}
 
 std::size_t MaskCache::entry_bytes(const std::vector<uint32_t>& key, const MaskEntry& e) {
   // An unordered_map node holds the pair, a next pointer and the cached hash; its bucket one pointer more.

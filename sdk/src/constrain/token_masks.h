@@ -205,7 +205,6 @@ class MaskCache {
   struct KeyHash {
     std::size_t operator()(const std::vector<uint32_t>& k) const noexcept;
   };
-  const Grammar& grammar_;
   const VocabTrie& trie_;
   Matcher matcher_;
   std::size_t max_bytes_;
