@@ -85,3 +85,32 @@ TEST_CASE("a plan made by another engine's window is refused, not applied to thi
   REQUIRE(v.instances().size() == 1);
   CHECK(v.instances()[0].chunk.key == b.key);
 }
+
+TEST_CASE("a plan edited after planning is refused, and the window keeps what it holds", "[window][errors]") {
+  // apply() reads only the plan: with its steps cleared it emptied the window and reported success, and with a
+  // step's chunk swapped it admitted one chunk twice.
+  auto engine = open_stories();
+  std::mt19937_64 rng(12);
+  const auto c = make_chunks(*engine, rng, 3);
+  Window w = engine->new_window();
+  w.admit(c[0]);
+  w.admit(c[1]);
+  const auto held = w.instances();
+  Plan cleared = w.plan_admit(c[2]);
+  cleared.steps.clear();
+  CHECK_THROWS_WITH(w.apply(cleared), Catch::Contains("the plan was changed after plan_*() made it"));
+  Plan swapped = w.plan_admit(c[2]);
+  for (PlanStep& s : swapped.steps) {
+    if (s.chunk == c[2]) s.chunk = c[0];
+  }
+  CHECK_THROWS_WITH(w.apply(swapped), Catch::Contains("plan again instead of editing"));
+  Plan cheaper = w.plan_admit(c[2]);
+  cheaper.forward_tokens = 0;
+  CHECK_THROWS_WITH(w.apply(cheaper), Catch::Contains("changed after"));
+  CHECK(w.instances().size() == held.size());
+  // The plan as made (and any copy of it) applies.
+  const Plan made = w.plan_admit(c[2]);
+  const Plan copy = made;
+  REQUIRE(w.apply(copy).is_ok());
+  CHECK(w.instances().size() == held.size() + 1);
+}

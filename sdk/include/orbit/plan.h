@@ -176,6 +176,9 @@ struct Plan {
   // How reads of the window (logits, generate) attend over its KV on the engine's device: the paged
   // CUDA kernel reading the pool's pages in place, or the fallback taken and why.
   std::string attention;
+  // A digest of the fields above but `policy`, set by the plan_*() call that made the plan: apply() refuses a plan
+  // whose fields no longer give it (one edited after planning; plan again instead of editing).
+  uint64_t seal = 0;
 
   int64_t count(StepAction action) const;
   // One line per step (the chosen action, its predicted cost and KL, why), for logs and

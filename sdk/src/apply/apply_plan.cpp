@@ -10,6 +10,7 @@
 #include "apply/engine_apply_env.h"
 #include "orbit/common/error.h"
 #include "orbit/interrupt.h"
+#include "plan/plan_seal.h"
 #include "window/window_ops.h"
 
 // apply_plan() in named parts, in the order it runs them:
@@ -417,6 +418,9 @@ Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan, bool backgr
   ORBIT_CHECK(plan.window_version == state.version, "apply: stale plan (made at window version "
                                                         << plan.window_version << ", the window is at " << state.version
                                                         << "); plan again");
+  ORBIT_CHECK(plan.seal == plan_seal(plan),
+              "apply: the plan was changed after plan_*() made it (its steps, order or totals no longer match its "
+              "seal); plan again instead of editing a plan");
   const auto start = Clock::now();
   const Status limits = check_limits(state, plan);
   if (!limits.is_ok()) return limits;

@@ -8,6 +8,7 @@
 
 #include "orbit/common/error.h"
 #include "orbit/planner/antecedents.h"
+#include "plan/plan_seal.h"
 
 namespace orbit::detail {
 
@@ -61,6 +62,7 @@ Plan LayoutPlanner::run() {
     plan_.forward_tokens = plan_.background_tokens = plan_.estimated_seconds = 0;
     plan_.bytes_moved = 0;
   }
+  plan_.seal = plan_seal(plan_);
   return std::move(plan_);
 }
 
