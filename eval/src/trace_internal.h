@@ -3,10 +3,14 @@
 #pragma once
 
 #include <cstdint>
+#include <ext/pb_ds/assoc_container.hpp>
+#include <ext/pb_ds/tree_policy.hpp>
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "orbit/trace.h"
@@ -47,9 +51,34 @@ struct SimItem {
   int64_t tokens = 0;  // upper bound
 };
 
+// The names of a branch's evicted chunks, in order, shared with its forks until one of them changes them: a fork
+// copies a pointer, not every chunk evicted so far (forking each step of a long trace was quadratic in its
+// length). An order-statistics tree, so a generator picks the k-th name with a prefix without listing them.
+class EvictedNames {
+ public:
+  using Tree = __gnu_pbds::tree<std::string, __gnu_pbds::null_type, std::less<std::string>, __gnu_pbds::rb_tree_tag,
+                                __gnu_pbds::tree_order_statistics_node_update>;
+  std::size_t count(const std::string& name) const { return names_ && names_->find(name) != names_->end() ? 1 : 0; }
+  void insert(const std::string& name) {
+    if (!count(name)) own().insert(name);
+  }
+  void erase(const std::string& name) {
+    if (count(name)) own().erase(name);
+  }
+  const Tree& names() const { return names_ ? *names_ : empty(); }
+  // How many names start with `prefix`, and the k-th of them in order (k below that count).
+  std::size_t count_prefixed(const std::string& prefix) const;
+  const std::string& prefixed(const std::string& prefix, std::size_t k) const;
+
+ private:
+  Tree& own();
+  static const Tree& empty();
+  std::shared_ptr<Tree> names_;
+};
+
 struct SimBranch {
   std::vector<SimItem> items;  // window order
-  std::set<std::string> evicted;
+  EvictedNames evicted;
   std::string parent;  // "" for main
   // After `place` the chunk order depends on the policy's stored patches, so `items` keeps the order
   // before it and slide (which evicts by window order) is refused until a reorder fixes the order.
@@ -72,12 +101,17 @@ class TraceSim {
   int64_t tokens() const;  // the current window, upper bound
   int64_t turns() const;
   std::vector<std::string> chunks_in_window() const;  // window order
+  // The trace's chunk `name` (nullptr when absent), by an index of its chunks extended as they are appended
+  // (Trace::find_chunk scans them all: make_trace looked one up per step).
+  const TraceChunk* chunk(const std::string& name) const;
 
  private:
   const Trace& trace_;
   std::map<std::string, SimBranch> branches_;
   std::string current_ = "main";
   std::function<int64_t(const TokenSource&)> count_;
+  mutable std::unordered_map<std::string, std::size_t> chunk_at_;  // name -> index in trace_.chunks
+  mutable std::size_t indexed_ = 0;                                // chunks indexed so far
   int64_t count(const TokenSource& source) const { return count_ ? count_(source) : source_tokens(source); }
   int64_t count(const TraceChunk& chunk) const { return chunk.embeddings ? chunk.media.rows() : count(chunk.tokens); }
 };

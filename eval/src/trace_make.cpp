@@ -103,14 +103,14 @@ class Builder {
   }
 
   void admit(const std::string& chunk) {
-    make_room(trace_detail::chunk_tokens(*t_.find_chunk(chunk)));
+    make_room(trace_detail::chunk_tokens(*sim_.chunk(chunk)));
     TraceStep s;
     s.op = TraceOp::kAdmit;
     s.chunk = chunk;
     emit(s);
   }
   void recall(const std::string& chunk, const std::string& note) {
-    make_room(trace_detail::chunk_tokens(*t_.find_chunk(chunk)));
+    make_room(trace_detail::chunk_tokens(*sim_.chunk(chunk)));
     TraceStep s;
     s.op = TraceOp::kRecall;
     s.chunk = chunk;
@@ -188,11 +188,18 @@ class Builder {
   }
 
   std::vector<std::string> evicted_among(const std::string& prefix) const {
+    const trace_detail::EvictedNames& evicted = sim_.current().evicted;
     std::vector<std::string> out;
-    for (const std::string& e : sim_.current().evicted) {
-      if (e.rfind(prefix, 0) == 0) out.push_back(e);
-    }
+    for (std::size_t k = 0, n = evicted.count_prefixed(prefix); k < n; ++k) out.push_back(evicted.prefixed(prefix, k));
     return out;
+  }
+  // One of the evicted chunks whose names start with `prefix`, uniformly at random in name order ("" when none):
+  // the pick evicted_among then an index would make, without listing them.
+  std::string random_evicted(const std::string& prefix) {
+    const trace_detail::EvictedNames& evicted = sim_.current().evicted;
+    const std::size_t n = evicted.count_prefixed(prefix);
+    if (n == 0) return "";
+    return evicted.prefixed(prefix, static_cast<std::size_t>(rng_.below(static_cast<int64_t>(n))));
   }
 
  private:
@@ -219,9 +226,8 @@ void make_web(const MakeTraceOptions& o, Builder& b) {
     b.turn(6, "action");
     b.turn(10, "observation", o.sample_text);
     if (i % 4 == 3) {
-      std::vector<std::string> gone = b.evicted_among("shot");
-      if (!gone.empty()) {
-        const std::string back = gone[static_cast<std::size_t>(b.rng().below(static_cast<int64_t>(gone.size())))];
+      const std::string back = b.random_evicted("shot");
+      if (!back.empty()) {
         b.recall(back, "look back at an earlier screenshot");
         b.turn(4, "question about it");
         b.generate(4, false);
@@ -295,10 +301,9 @@ void make_agent(const MakeTraceOptions& o, Builder& b) {
     b.turn(5, "thought");
     b.generate(4, true, 2);
     if (i % 3 == 2) {
-      std::vector<std::string> gone = b.evicted_among("doc");
-      if (!gone.empty()) {
-        b.recall(gone[static_cast<std::size_t>(b.rng().below(static_cast<int64_t>(gone.size())))],
-                 "look back at a document");
+      const std::string back = b.random_evicted("doc");
+      if (!back.empty()) {
+        b.recall(back, "look back at a document");
         while (b.sim().chunks_in_window().size() > 4) b.drop_oldest();
       }
     }
@@ -346,9 +351,8 @@ void make_browse(const MakeTraceOptions& o, Builder& b) {
     b.turn(12, "observation", TextRole::kObservation);
     b.generate(4, false);
     if (i % 4 == 3) {
-      const std::vector<std::string> gone = b.evicted_among("page");
-      if (!gone.empty()) {
-        const std::string back = gone[static_cast<std::size_t>(b.rng().below(static_cast<int64_t>(gone.size())))];
+      const std::string back = b.random_evicted("page");
+      if (!back.empty()) {
         b.recall(back, "look back at an earlier page");
         b.turn(6, "question about it", TextRole::kQuestion);
         b.generate(4, false);

@@ -61,6 +61,7 @@ namespace {
 // Where a step is, for its errors ("file: step N (op): field 'f': message"), and the checks steps share.
 struct StepWhere {
   const Trace& trace;
+  const TraceSim& sim;
   std::size_t index;
   TraceOp op;
   std::string on;  // " on branch 'name'": the branch the step applies to
@@ -71,7 +72,7 @@ struct StepWhere {
   }
   // The trace's chunk `name`; fails naming `field` when the trace has none.
   const TraceChunk& known_chunk(const std::string& field, const std::string& name) const {
-    const TraceChunk* c = trace.find_chunk(name);
+    const TraceChunk* c = sim.chunk(name);
     if (c == nullptr) fail(field, "'" + name + "' is not a chunk of this trace (see \"chunks\")");
     return *c;
   }
@@ -172,7 +173,7 @@ void sim_fork(const StepWhere& w, Branches& branches, std::string& current, cons
   if (branches.count(name)) w.fail("branch", "'" + name + "' is already a live branch");
   SimBranch child = branches.at(current);
   child.parent = current;
-  branches[name] = child;
+  branches[name] = std::move(child);
   current = name;
 }
 
@@ -186,9 +187,9 @@ void sim_end_branch(const StepWhere& w, Branches& branches, std::string& current
                          " (it has no parent)");
   const std::string parent = branches.at(name).parent;
   if (s.op == TraceOp::kCommit) {
-    SimBranch moved = branches.at(name);
+    SimBranch moved = std::move(branches.at(name));
     moved.parent = branches.at(parent).parent;
-    branches[parent] = moved;
+    branches[parent] = std::move(moved);
   }
   branches.erase(name);
   for (auto& [n, br] : branches) {
@@ -213,6 +214,52 @@ int64_t TraceSim::turns() const {
   return n;
 }
 
+EvictedNames::Tree& EvictedNames::own() {
+  if (!names_) {
+    names_ = std::make_shared<Tree>();
+  } else if (names_.use_count() > 1) {
+    names_ = std::make_shared<Tree>(*names_);
+  }
+  return *names_;
+}
+
+const EvictedNames::Tree& EvictedNames::empty() {
+  static const Tree none;
+  return none;
+}
+
+std::size_t EvictedNames::count_prefixed(const std::string& prefix) const {
+  const Tree& t = names();
+  // Past every name with the prefix: the prefix with its last byte below 0xFF raised by one (trailing 0xFF
+  // bytes dropped); none such, and every name from the prefix on has it.
+  std::string past = prefix;
+  while (!past.empty() && static_cast<unsigned char>(past.back()) == 0xFF) past.pop_back();
+  std::size_t end = t.size();
+  if (!past.empty()) {
+    past.back() = static_cast<char>(static_cast<unsigned char>(past.back()) + 1);
+    end = t.order_of_key(past);
+  }
+  return end - t.order_of_key(prefix);
+}
+
+const std::string& EvictedNames::prefixed(const std::string& prefix, std::size_t k) const {
+  return *names().find_by_order(names().order_of_key(prefix) + k);
+}
+
+const TraceChunk* TraceSim::chunk(const std::string& name) const {
+  const auto at = chunk_at_.find(name);
+  if (at != chunk_at_.end() && at->second < trace_.chunks.size() && trace_.chunks[at->second].name == name) {
+    return &trace_.chunks[at->second];
+  }
+  if (at != chunk_at_.end() || indexed_ > trace_.chunks.size()) {  // the chunks changed other than by appending
+    chunk_at_.clear();
+    indexed_ = 0;
+  }
+  for (; indexed_ < trace_.chunks.size(); ++indexed_) chunk_at_.emplace(trace_.chunks[indexed_].name, indexed_);
+  const auto found = chunk_at_.find(name);
+  return found == chunk_at_.end() ? nullptr : &trace_.chunks[found->second];
+}
+
 std::vector<std::string> TraceSim::chunks_in_window() const {
   std::vector<std::string> out;
   for (const SimItem& i : current().items) {
@@ -222,13 +269,13 @@ std::vector<std::string> TraceSim::chunks_in_window() const {
 }
 
 void TraceSim::apply(const TraceStep& s, std::size_t index) {
-  const StepWhere w{trace_, index, s.op, " on branch '" + current_ + "'"};
+  const StepWhere w{trace_, *this, index, s.op, " on branch '" + current_ + "'"};
   SimBranch& b = branches_.at(current_);
   switch (s.op) {
     case TraceOp::kAdmit:
     case TraceOp::kRecall: {
       const std::size_t at = check_insert(w, b, s);
-      const int64_t tokens = count(*trace_.find_chunk(s.chunk));
+      const int64_t tokens = count(*chunk(s.chunk));
       b.items.insert(b.items.begin() + static_cast<std::ptrdiff_t>(at), SimItem{false, s.chunk, tokens});
       b.evicted.erase(s.chunk);
       break;
@@ -244,7 +291,7 @@ void TraceSim::apply(const TraceStep& s, std::size_t index) {
         if (i.turn) continue;
         const std::string name = s.order[next++];
         i.chunk = name;
-        i.tokens = count(*trace_.find_chunk(name));
+        i.tokens = count(*chunk(name));
       }
       break;
     }
