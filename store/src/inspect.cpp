@@ -67,6 +67,11 @@ std::string store_root(const std::string& dir) {
     std::error_code error;
     ORBIT_CHECK(fs::exists(root, error), "store " << root << ": does not exist");
     ORBIT_CHECK(fs::is_directory(root, error), "store " << root << ": is a file, not a store directory");
+    const fs::file_status index = fs::symlink_status(root + "/index.sqlite", error);
+    ORBIT_CHECK(!fs::exists(index), "store " << root << ": index.sqlite is not a regular file (it is a "
+                                             << (fs::is_directory(index) ? "directory" : "special file or link")
+                                             << "); move it aside, then run `orbit store repair --store " << root
+                                             << "`");
     ORBIT_FAIL("store " << root << ": not an orbit store (no index.sqlite)");
   }
   return root;

@@ -480,3 +480,11 @@ TEST_CASE("stat's byte totals over rows whose byte counts a tool damaged stay to
   for (const auto& [kind, bytes] : s.bytes_by_kind) CHECK(bytes >= 0);
   CHECK_FALSE(verify_store(d).clean());
 }
+
+TEST_CASE("an index.sqlite that is a directory is named as such, not as a missing index", "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  fs::create_directories(dir.path() / "index.sqlite");
+  CHECK_THROWS_WITH(list_store(d), Contains("index.sqlite is not a regular file (it is a directory)"));
+  CHECK_THROWS_WITH(summarize_store(d), Contains("move it aside"));
+}
