@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "plan/patch_catalog.h"
+#include "plan/window_meta.h"
 
 using namespace orbit::detail;
 
@@ -96,7 +97,7 @@ TEST_CASE("a chunk keeps its newest records and sensitivities", "[patch_catalog]
   std::unordered_map<uint64_t, double> context;
   double total = 0;
   for (std::size_t i = 0; i < formed.context.size(); ++i) {
-    context[std::hash<std::string>{}(formed.context[i])] += lengths[i];
+    context[context_key_hash(formed.context[i])] += lengths[i];
     total += lengths[i];
   }
   const auto candidates = catalog.closest(chunk, "r8", context, total, 16);
@@ -162,4 +163,35 @@ TEST_CASE("the catalog's bytes are what it takes on the heap, within a tenth", "
   INFO("counted " << counted << " bytes, the heap grew by " << heap);
   CHECK(counted >= 0.9 * heap);
   CHECK(counted <= 1.1 * heap);
+}
+
+TEST_CASE("formed records round-trip through a directory's form, and a chunk's directory is claimed once",
+          "[patch_catalog]") {
+  PatchCatalog catalog;
+  const std::string chunk = key("chunk", 0);
+  CHECK(catalog.claim_directory(chunk));
+  CHECK_FALSE(catalog.claim_directory(chunk));
+  add(catalog, chunk, "p0", 0);
+  add(catalog, chunk, "p1", 1);
+  CHECK(catalog.formed_records(chunk, 16).empty());  // nothing formed yet
+  catalog.set_formed(chunk, {"p0"}, 0.5, 0.2);
+  catalog.set_formed(chunk, {"p1"}, 0.25, 0.1);
+  const std::vector<PatchRecord> formed = catalog.formed_records(chunk, 1);
+  REQUIRE(formed.size() == 1);
+  CHECK(formed[0].key == "p1");  // the newest
+  // Another catalog (a reopened engine) given the record as a directory holds it (its context as hashes and
+  // tokens, no keys) finds it as the first did.
+  PatchRecord read = formed[0];
+  read.context.clear();
+  PatchCatalog later;
+  later.add(chunk, read, {});
+  std::unordered_map<uint64_t, double> context;
+  for (const auto& [hash, tokens] : formed[0].context_tokens) context[hash] = tokens;
+  const auto here = catalog.closest(chunk, "r8", context, 60, 16);
+  const auto there = later.closest(chunk, "r8", context, 60, 16);
+  REQUIRE(!there.empty());
+  CHECK(there[0].key == "p1");
+  CHECK(there[0].divergence == here[0].divergence);
+  CHECK(later.facts(chunk, "p1")->residual == 0.25);
+  CHECK(later.facts(chunk, "p1")->sensitivity == 0.1);
 }

@@ -40,3 +40,48 @@ def test_reopened_store_prices_a_stored_patch_by_its_own_facts(orbit, stories260
                                                                 formed.patch_key)
         assert stored.predicted_kl == pytest.approx(formed.predicted_kl, rel=1e-6)
         assert second.stats.patches_formed == 0
+
+
+STALE = "patch:16:noreuse:stale=0.9"  # a patch formed under another context is read when close enough
+
+
+def _plan_b_behind(engine, before, b):
+    w = engine.new_window(policy=STALE)
+    for c in before:
+        w.admit(c)
+    step = next(s for s in w.plan_admit(b).steps if s.chunk == b)
+    w.close()
+    return step
+
+
+def test_reopened_store_finds_a_stale_patch_an_earlier_engine_formed(orbit, stories260k_path, tmp_path):
+    """The contexts a chunk's patches were formed under are kept in the store (the chunk's patch directory):
+    before, an engine opened later found a patch only by its exact or orbit key, and formed the chunk again
+    behind a context that differed by one chunk, where the engine that formed the patch read it as stale."""
+    a_tokens = [(7 * i + 3) % 500 + 3 for i in range(48)]
+    b_tokens = [(11 * i + 5) % 500 + 3 for i in range(40)]
+    c_tokens = [(13 * i + 1) % 500 + 3 for i in range(8)]
+    with orbit.Engine(stories260k_path, pool_bytes=POOL, page_size=PAGE, store_dir=tmp_path,
+                      background="inline") as first:
+        a, b, c = (first.add_tokens(t) for t in (a_tokens, b_tokens, c_tokens))
+        w = first.new_window(policy=STALE)
+        w.admit(a)
+        w.admit(b)  # formed behind A, its patch stored
+        w.close()
+        assert first.stats.patches_formed == 1
+        here = _plan_b_behind(first, [a, c], b)
+        assert (here.how, here.match) == ("stored-patch", orbit.PatchMatch.stale)
+    with orbit.Engine(stories260k_path, pool_bytes=POOL, page_size=PAGE, store_dir=tmp_path,
+                      background="inline") as second:
+        a, b, c = (second.add_tokens(t) for t in (a_tokens, b_tokens, c_tokens))
+        later = _plan_b_behind(second, [a, c], b)
+        assert (later.how, later.match, later.patch_key) == ("stored-patch", orbit.PatchMatch.stale, here.patch_key)
+        assert later.divergence == pytest.approx(here.divergence, rel=1e-12)
+        assert later.predicted_kl == pytest.approx(here.predicted_kl, rel=1e-6)
+        w = second.new_window(policy=STALE)
+        w.admit(a)
+        w.admit(c)
+        report = w.admit(b)
+        assert report.patch_hits == 1 and report.patches_formed == 0
+        w.close()
+        assert second.stats.patches_formed == 0

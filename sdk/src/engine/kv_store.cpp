@@ -8,6 +8,7 @@
 #include "engine/engine_core.h"
 #include "engine/forward_in_pieces.h"
 #include "engine/interruptible.h"
+#include "engine/patch_directory.h"
 #include "orbit/common/error.h"
 #include "orbit/store/codec.h"
 
@@ -205,6 +206,7 @@ void KvStore::catalog_add(const std::string& chunk_key, PatchRecord record) {
 std::optional<KvStore::StaleMatch> KvStore::closest_patch(const std::string& chunk_key, const std::string& variant,
                                                           const ContextWeights& context,
                                                           std::size_t max_records) const {
+  read_directory(chunk_key);
   // Availability reads the store, outside the catalog's lock.
   for (StaleMatch& m : catalog_.closest(chunk_key, variant, context.tokens, context.total, max_records)) {
     if (available(m.key)) return std::move(m);
@@ -212,7 +214,10 @@ std::optional<KvStore::StaleMatch> KvStore::closest_patch(const std::string& chu
   return std::nullopt;
 }
 
-double KvStore::chunk_sensitivity(const std::string& chunk_key) const { return catalog_.sensitivity(chunk_key); }
+double KvStore::chunk_sensitivity(const std::string& chunk_key) const {
+  read_directory(chunk_key);  // the sensitivities of patches an earlier engine formed count too
+  return catalog_.sensitivity(chunk_key);
+}
 
 double KvStore::worst_patch_sensitivity() const { return catalog_.worst_patch_sensitivity(); }
 
@@ -252,6 +257,35 @@ void KvStore::put_patch(const std::string& chunk_key, const std::vector<std::str
     (void)store().put(k, store::patch_value(patch_to(patch, c10::Device(c10::kCPU))), opt);
   }
   catalog_.set_formed(chunk_key, keys, patch.residual, patch.sensitivity);
+  write_directory(chunk_key);
+}
+
+void KvStore::read_directory(const std::string& chunk_key) const {
+  if (!catalog_.claim_directory(chunk_key)) return;
+  check_held();
+  store::GetOptions local;
+  local.remote = false;   // planning does not wait on the network
+  local.internal = true;  // the engine's own read: not a user's hit or miss
+  Result<store::ValuePtr> hit = store_->get(patch_directory_key(chunk_key), local);
+  if (!hit.is_ok()) return;
+  for (PatchRecord& r : decode_patch_directory(*hit.value(), chunk_key)) {
+    // Its sensitivity counts in the chunk's mean as a patch's read from the store does (first: add() would make
+    // it look formed here, counted already).
+    catalog_.note_read(chunk_key, r.key, r.sensitivity);
+    catalog_.add(chunk_key, std::move(r), {});
+  }
+}
+
+void KvStore::write_directory(const std::string& chunk_key) {
+  read_directory(chunk_key);  // what earlier engines stored stays listed
+  const std::vector<PatchRecord> records = catalog_.formed_records(chunk_key, kPatchDirectoryRecords);
+  if (records.empty()) return;
+  store::PutOptions po;
+  po.replace = true;
+  po.remote = false;  // read from the local tiers only (read_directory)
+  // Losing it loses only stale lookups of another engine; nothing is forwarded to rebuild it.
+  po.recompute_cost = 0.5;
+  (void)store().put(patch_directory_key(chunk_key), patch_directory_value(chunk_key, records), po);
 }
 
 void KvStore::note_turn_sensitivity(const std::string& key, double sensitivity) {

@@ -73,12 +73,15 @@ class KvStore {
   std::optional<PatchFacts> patch_facts(const std::string& chunk_key, const std::string& patch_key) const;
   // The stored patch of `chunk_key` (factors of `variant`, not a conditioned KV) formed under the context
   // closest to `context`: 1 − Σ min / Σ max over the two multisets of keys weighted by tokens (0 = the same
-  // set, 1 = disjoint), among its newest `max_records` such patches; nullopt when none is available.
+  // set, 1 = disjoint), among its newest `max_records` such patches; nullopt when none is available. Patches
+  // formed by another engine on the same store directory count too: their contexts are read from the
+  // chunk's patch directory once (engine/patch_directory.h).
   using StaleMatch = PatchCatalog::Candidate;
   std::optional<StaleMatch> closest_patch(const std::string& chunk_key, const std::string& variant,
                                           const ContextWeights& context, std::size_t max_records) const;
   // The mean runtime::Patch::sensitivity over the chunk's patches this engine has formed or read from
-  // the store (a live turn's measured one, by its content key); -1 when it knows none.
+  // the store, or found in the chunk's patch directory (a live turn's measured one, by its content key); -1
+  // when it knows none.
   double chunk_sensitivity(const std::string& chunk_key) const;
   // The largest patch sensitivity this engine has recorded (PatchCatalog::worst_patch_sensitivity); -1: none.
   double worst_patch_sensitivity() const;
@@ -97,6 +100,11 @@ class KvStore {
   // Where canonical-shaped KV (canonicals, conditioned KV) is put: the device tier when there is one.
   store::PutOptions kv_put_options(double recompute_tokens, bool pin) const;
   void check_held() const;
+  // Adds the records of the chunk's patch directory in the store (engine/patch_directory.h) to the catalog,
+  // the first time it is asked for the chunk since the catalog learned of it; local tiers only.
+  void read_directory(const std::string& chunk_key) const;
+  // Stores the chunk's directory: the catalog's newest formed patches of it, those the store held merged in.
+  void write_directory(const std::string& chunk_key);
   // The canonical's rows made here: its leading rows from the index's empty chain, the rest forwarded.
   runtime::Content encode_canonical(const ChunkRecord& chunk, int64_t* head_bytes, int64_t* forwarded);
   // The longest leading run of the chunk's tokens stored under the empty chain (empty: none usable).
@@ -106,8 +114,8 @@ class KvStore {
 
   EngineCore& core_;
   std::unique_ptr<store::ChunkStore> store_;
-  ReuseIndex reuse_index_;  // its own lock
-  PatchCatalog catalog_;    // its own lock
+  ReuseIndex reuse_index_;        // its own lock
+  mutable PatchCatalog catalog_;  // its own lock; filled from patch directories as lookups need them
 };
 
 // The store's options from EngineOptions (tiers, budgets, eviction, cold tier, remote); throws orbit::Error

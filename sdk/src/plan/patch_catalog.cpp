@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "orbit/common/error.h"
+#include "plan/window_meta.h"
 
 namespace orbit::detail {
 
@@ -71,13 +72,16 @@ void PatchCatalog::settle(Chunk& keep) {
 }
 
 void PatchCatalog::add(const std::string& chunk_key, PatchRecord record, const std::vector<double>& context_lengths) {
-  std::unordered_map<uint64_t, double> weights;
-  for (std::size_t i = 0; i < record.context.size(); ++i) {
-    const double length = i < context_lengths.size() ? context_lengths[i] : 1.0;
-    weights[std::hash<std::string>{}(record.context[i])] += length;
-    record.context_total += length;
+  if (!record.context.empty() || record.context_tokens.empty()) {
+    std::unordered_map<uint64_t, double> weights;
+    record.context_total = 0;
+    for (std::size_t i = 0; i < record.context.size(); ++i) {
+      const double length = i < context_lengths.size() ? context_lengths[i] : 1.0;
+      weights[context_key_hash(record.context[i])] += length;
+      record.context_total += length;
+    }
+    record.context_tokens.assign(weights.begin(), weights.end());
   }
-  record.context_tokens.assign(weights.begin(), weights.end());
   std::lock_guard<std::mutex> lock(mu_);
   Chunk& chunk = *use(chunk_key, true);
   for (const auto& r : chunk.records) {
@@ -156,6 +160,27 @@ std::vector<PatchCatalog::Candidate> PatchCatalog::closest(const std::string& ch
   std::stable_sort(candidates.begin(), candidates.end(),
                    [](const Candidate& a, const Candidate& b) { return a.divergence < b.divergence; });
   return candidates;
+}
+
+std::vector<PatchRecord> PatchCatalog::formed_records(const std::string& chunk_key, std::size_t newest) const {
+  std::vector<PatchRecord> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  const Chunk* chunk = use(chunk_key, false);
+  if (chunk == nullptr) return out;
+  for (auto r = chunk->records.rbegin(); r != chunk->records.rend() && out.size() < newest; ++r) {
+    if (!r->conditioned && r->residual >= 0) out.push_back(*r);
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+bool PatchCatalog::claim_directory(const std::string& chunk_key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Chunk& chunk = *use(chunk_key, true);
+  const bool first = !chunk.directory_claimed;
+  chunk.directory_claimed = true;
+  settle(chunk);
+  return first;
 }
 
 double PatchCatalog::sensitivity(const std::string& chunk_key) const {

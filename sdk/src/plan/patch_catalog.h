@@ -66,8 +66,15 @@ class PatchCatalog {
   explicit PatchCatalog(std::size_t max_bytes = kDefaultMaxBytes, std::size_t max_per_chunk = kDefaultMaxPerChunk);
 
   // Adds `record` to the chunk's patches unless one with its key is there already. `context_lengths[i]` is
-  // the token length of record.context[i] (context_tokens and context_total are filled from them).
+  // the token length of record.context[i] (context_tokens and context_total are filled from them). A record
+  // with no context keys but context_tokens (one read back from a patch directory) is kept as given.
   void add(const std::string& chunk_key, PatchRecord record, const std::vector<double>& context_lengths);
+  // The chunk's newest `newest` patches formed as factors (residual known), oldest first: what its patch
+  // directory in the store keeps (engine/patch_directory.h).
+  std::vector<PatchRecord> formed_records(const std::string& chunk_key, std::size_t newest) const;
+  // True the first time it is asked for a chunk since the catalog learned of it (or forgot it): the time to
+  // read the chunk's patch directory from the store.
+  bool claim_directory(const std::string& chunk_key);
   // Records the residual and sensitivity of the patch now stored under `keys` (one formation, however many
   // keys it is stored under); a negative sensitivity is not counted in the chunk's mean.
   void set_formed(const std::string& chunk_key, const std::vector<std::string>& keys, double residual,
@@ -116,6 +123,7 @@ class PatchCatalog {
     std::vector<PatchRecord> records;                           // oldest first
     std::vector<std::pair<std::string, double>> sensitivities;  // by patch key, oldest first
     double mean = -1;                                           // of `sensitivities`
+    bool directory_claimed = false;                             // claim_directory
     std::size_t bytes = 0;                                      // charged for it in bytes_
     std::list<std::string>::iterator at;                        // its place in recency_
   };

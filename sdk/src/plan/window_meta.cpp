@@ -5,8 +5,14 @@
 
 namespace orbit::detail {
 
+uint64_t context_key_hash(const std::string& key) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (const char c : key) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
+  return h;
+}
+
 void ContextWeights::push(const std::string& key, double length) {
-  tokens[std::hash<std::string>{}(key)] += length;
+  tokens[context_key_hash(key)] += length;
   total += length;
 }
 

@@ -40,6 +40,10 @@ using ChunkPtr = std::shared_ptr<const ChunkRecord>;
 // A context as a multiset of keys weighted by their tokens (a key's hash → its tokens, summed over
 // repeats): what a stale patch's divergence compares. The planner grows one with its context, so each
 // comparison costs the stored patch's context, not both.
+// A key's hash there: FNV-1a over its bytes, the same in every process and build (a chunk's patch directory in
+// the store keeps its patches' contexts as these hashes, engine/patch_directory.h).
+uint64_t context_key_hash(const std::string& key);
+
 struct ContextWeights {
   std::unordered_map<uint64_t, double> tokens;
   double total = 0;
