@@ -146,11 +146,11 @@ def test_store_dir_errors_name_the_argument(orbit, tmp_path):
 
 def test_tool_choice_not_among_the_tools_says_generate(orbit, window):
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
-    with pytest.raises(orbit.OrbitError, match=(
+    with pytest.raises(ValueError, match=(
         r"^generate: tool_choice: 'nope' is not among the tools \(f\) nor one of 'auto', 'none', 'required'$"
     )):
         window.generate([1], max_tokens=2, tools=tools, tool_choice="nope")
-    with pytest.raises(orbit.OrbitError, match=r"^generate: tool_choice: 'g' is not among the tools \(f\)$"):
+    with pytest.raises(ValueError, match=r"^generate: tool_choice: 'g' is not among the tools \(f\)$"):
         window.generate([1], max_tokens=2, tools=tools, tool_choice={"type": "function", "function": {"name": "g"}})
 
 

@@ -1361,7 +1361,8 @@ class Window:
         call, a response_format) that the model's vocabulary cannot spell raises OrbitError naming the byte
         before anything runs (orbit::unwritable); under tool_choice "auto" such tools leave the answer free.
         tool_choice: 'auto' (None too), 'none', 'required', a tool's name, or OpenAI's {'type': 'function',
-        'function': {'name': ...}}; response_format: 'text', 'json_object', OpenAI's {'type': 'json_schema',
+        'function': {'name': ...}} (another type raises TypeError; a malformed dict, a name not among the tools, or
+        a choice other than 'auto' / 'none', or a tool_call_format, without tools ValueError); response_format: 'text', 'json_object', OpenAI's {'type': 'json_schema',
         'json_schema': {'name': ..., 'schema': {...}}} or a JSON Schema dict.
         tools: a list (or its JSON text) of OpenAI's {'type': 'function', 'function': {'name': ..., 'parameters':
         ...}} or the function dicts alone; whatever tool_choice is, an entry that is no dict raises TypeError and

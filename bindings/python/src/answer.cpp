@@ -167,8 +167,9 @@ void check_named_tool(const std::string& choice, const std::vector<std::string>&
     if (n == choice) return;
     listed += (listed.empty() ? "" : ", ") + n;
   }
-  ORBIT_CHECK(false, "generate: tool_choice: '" << choice << "' is not among the tools (" << listed << ")"
-                                                << (from_string ? " nor one of 'auto', 'none', 'required'" : ""));
+  // ValueError, as tool_choice's other bad values raise: the argument names no tool it was given.
+  throw py::value_error("generate: tool_choice: '" + choice + "' is not among the tools (" + listed + ")" +
+                        (from_string ? " nor one of 'auto', 'none', 'required'" : ""));
 }
 
 // generate's tools as JSON text (a.tools_json), checked to be an array of tool dicts; their names, in order.
@@ -201,15 +202,18 @@ AnswerSpec build_spec(const PyWindow& w, const py::object& tools, const py::obje
   AnswerSpec a;
   const std::vector<std::string> names = read_tools(tools, a);
   a.tool_names = names;
-  ORBIT_CHECK(tool_call_format.is_none() || !a.tools_json.empty(),
-              "generate: tool_call_format = " << py::str(tool_call_format).cast<std::string>()
-                                              << " needs tools (it says how the answer's calls are read)");
+  // Arguments that do not go together raise ValueError, as tool_choice's malformed values do.
+  if (!tool_call_format.is_none() && a.tools_json.empty()) {
+    throw py::value_error("generate: tool_call_format = " + py::str(tool_call_format).cast<std::string>() +
+                          " needs tools (it says how the answer's calls are read)");
+  }
   a.format = tool_call_format.is_none()
                  ? w.engine->tool_call_format()
                  : orbit::parse_tool_call_format(tool_call_format.cast<std::string>(), "generate: tool_call_format");
   const auto [choice, named] = to_tool_choice(tool_choice);
-  ORBIT_CHECK(a.tools_json.empty() ? !named && (choice == "auto" || choice == "none") : true,
-              "generate: tool_choice = '" << choice << "' needs tools");
+  if (a.tools_json.empty() && (named || (choice != "auto" && choice != "none"))) {
+    throw py::value_error("generate: tool_choice = '" + choice + "' needs tools");
+  }
   if (named && !a.tools_json.empty()) check_named_tool(choice, names, py::isinstance<py::str>(tool_choice));
   a.read_calls = !a.tools_json.empty() && (named || choice != "none");
   if (!a.tools_json.empty() && (named || (choice != "auto" && choice != "none"))) {
