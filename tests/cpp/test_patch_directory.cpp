@@ -68,4 +68,9 @@ TEST_CASE("a patch directory round-trips its records and refuses what does not f
   const at::Tensor nan_facts = at::full({2, 3}, std::nan(""), at::kDouble);
   CHECK(decode_patch_directory(*edited(*v, "facts", nan_facts), chunk).empty());
   CHECK(decode_patch_directory(*edited(*v, "exact", at::zeros({2}, at::kInt)), chunk).empty());
+  // A residual is a share of the deficit's energy: 50 would price every read of the patch as a near-total loss.
+  const at::Tensor big_residual = at::tensor(std::vector<double>{56, 50, 0.25, 0, 0, 0.25}, at::kDouble).view({2, 3});
+  CHECK(decode_patch_directory(*edited(*v, "facts", big_residual), chunk).empty());
+  const at::Tensor fine = at::tensor(std::vector<double>{56, 1, 0.25, 0, -1, -1}, at::kDouble).view({2, 3});
+  CHECK(decode_patch_directory(*edited(*v, "facts", fine), chunk).size() == 2);
 }

@@ -85,3 +85,56 @@ def test_reopened_store_finds_a_stale_patch_an_earlier_engine_formed(orbit, stor
         assert report.patch_hits == 1 and report.patches_formed == 0
         w.close()
         assert second.stats.patches_formed == 0
+
+
+def _tokens(seed, n):
+    return [(seed * 31 + 17 * i) % 500 + 3 for i in range(n)]
+
+
+def test_a_reopened_store_lists_sixteen_formations_of_a_chunk(orbit, stories260k_path, tmp_path):
+    """A chunk's directory and its stale lookups count formations: each patch is stored under its exact and its
+    orbit key, and both were listed, so only the newest 8 contexts of the 16 were kept."""
+    with orbit.Engine(stories260k_path, pool_bytes=POOL, page_size=PAGE, store_dir=tmp_path,
+                      background="inline") as first:
+        a, b, c = first.add_tokens(_tokens(1, 48)), first.add_tokens(_tokens(2, 40)), first.add_tokens(_tokens(3, 8))
+        zs = [first.add_tokens(_tokens(10 + i, 8)) for i in range(12)]
+        for z in zs:
+            w = first.new_window(policy="patch:16:noreuse")
+            for chunk in (a, z, b):
+                w.admit(chunk)
+            w.close()
+        here = _plan_b_behind(first, [a, zs[1], c], b)  # the 11th newest context: A, Z1 (+ C)
+    with orbit.Engine(stories260k_path, pool_bytes=POOL, page_size=PAGE, store_dir=tmp_path,
+                      background="inline") as second:
+        a, b, c = second.add_tokens(_tokens(1, 48)), second.add_tokens(_tokens(2, 40)), second.add_tokens(_tokens(3, 8))
+        z1 = second.add_tokens(_tokens(11, 8))
+        later = _plan_b_behind(second, [a, z1, c], b)
+    # Behind A, Z1, C: the patch formed behind A, Z1 shares 56 of 64 tokens (divergence 1/8); any other, 48 of 72.
+    assert here.match == later.match == orbit.PatchMatch.stale
+    assert here.divergence == pytest.approx(0.125) and later.divergence == pytest.approx(0.125)
+    assert later.patch_key == here.patch_key
+
+
+def test_engines_open_on_one_store_keep_each_others_directory(orbit, stories260k_path, tmp_path):
+    """Two engines on one store each form the chunk behind a context of their own: a third finds both patches.
+    The second wrote the directory it had read before the first formed, so the first's context was lost to later
+    engines."""
+    def engine():
+        return orbit.Engine(stories260k_path, pool_bytes=POOL, page_size=PAGE, store_dir=tmp_path,
+                            background="inline")
+
+    with engine() as one, engine() as two:
+        # The second looks B up first (it reads B's directory: none yet), then the first forms B, then the second.
+        _plan_b_behind(two, [two.add_tokens(_tokens(3, 8))], two.add_tokens(_tokens(2, 40)))
+        for e, ctx in ((one, 4), (two, 5)):
+            x, b = e.add_tokens(_tokens(ctx, 48)), e.add_tokens(_tokens(2, 40))
+            w = e.new_window(policy="patch:16:noreuse")
+            w.admit(x)
+            w.admit(b)
+            w.close()
+    with engine() as third:
+        b, c = third.add_tokens(_tokens(2, 40)), third.add_tokens(_tokens(3, 8))
+        for ctx in (4, 5):
+            step = _plan_b_behind(third, [third.add_tokens(_tokens(ctx, 48)), c], b)
+            assert step.match == orbit.PatchMatch.stale
+            assert step.divergence == pytest.approx(1 - 48 / 56)  # its own context: 48 of 56 tokens

@@ -5,6 +5,8 @@
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
+#include <algorithm>
+
 #include "engine/engine_core.h"
 #include "engine/forward_in_pieces.h"
 #include "engine/interruptible.h"
@@ -260,15 +262,19 @@ void KvStore::put_patch(const std::string& chunk_key, const std::vector<std::str
   write_directory(chunk_key);
 }
 
-void KvStore::read_directory(const std::string& chunk_key) const {
-  if (!catalog_.claim_directory(chunk_key)) return;
+std::vector<PatchRecord> KvStore::stored_directory(const std::string& chunk_key) const {
+  if (core_.options().store_dir.empty()) return {};  // memory only: nothing outlives this engine
   check_held();
-  store::GetOptions local;
-  local.remote = false;   // planning does not wait on the network
-  local.internal = true;  // the engine's own read: not a user's hit or miss
-  Result<store::ValuePtr> hit = store_->get(patch_directory_key(chunk_key), local);
-  if (!hit.is_ok()) return;
-  for (PatchRecord& r : decode_patch_directory(*hit.value(), chunk_key)) {
+  store::GetOptions disk;
+  disk.promote = false;  // read from disk each time: other engines on the store write it there
+  disk.remote = false;   // planning does not wait on the network
+  disk.internal = true;  // the engine's own read: not a user's hit or miss
+  Result<store::ValuePtr> hit = store_->get(patch_directory_key(chunk_key), disk);
+  return hit.is_ok() ? decode_patch_directory(*hit.value(), chunk_key) : std::vector<PatchRecord>{};
+}
+
+void KvStore::learn_directory(const std::string& chunk_key, std::vector<PatchRecord> records) const {
+  for (PatchRecord& r : records) {
     // Its sensitivity counts in the chunk's mean as a patch's read from the store does (first: add() would make
     // it look formed here, counted already).
     catalog_.note_read(chunk_key, r.key, r.sensitivity);
@@ -276,16 +282,33 @@ void KvStore::read_directory(const std::string& chunk_key) const {
   }
 }
 
+void KvStore::read_directory(const std::string& chunk_key) const {
+  if (catalog_.claim_directory(chunk_key)) learn_directory(chunk_key, stored_directory(chunk_key));
+}
+
 void KvStore::write_directory(const std::string& chunk_key) {
-  read_directory(chunk_key);  // what earlier engines stored stays listed
-  const std::vector<PatchRecord> records = catalog_.formed_records(chunk_key, kPatchDirectoryRecords);
-  if (records.empty()) return;
+  if (core_.options().store_dir.empty()) return;
+  (void)catalog_.claim_directory(chunk_key);  // read below, as it is now
+  // What the store lists now (other engines on it may have written since this one read it), then this engine's
+  // formed patches, its newest last: the newest kPatchDirectoryRecords of those.
+  const std::vector<PatchRecord> mine = catalog_.formed_records(chunk_key, kPatchDirectoryRecords);
+  if (mine.empty()) return;
+  std::vector<PatchRecord> stored = stored_directory(chunk_key);
+  std::vector<PatchRecord> records;
+  for (const PatchRecord& r : stored) {
+    const bool known = std::any_of(mine.begin(), mine.end(), [&](const PatchRecord& m) { return m.key == r.key; });
+    if (!known) records.push_back(r);
+  }
+  records.insert(records.end(), mine.begin(), mine.end());
+  if (records.size() > kPatchDirectoryRecords) records.erase(records.begin(), records.end() - kPatchDirectoryRecords);
   store::PutOptions po;
+  po.tier = StoreTier::kDisk;  // not cached in memory: the next read sees other engines' writes
   po.replace = true;
-  po.remote = false;  // read from the local tiers only (read_directory)
+  po.remote = false;  // read from the local tiers only
   // Losing it loses only stale lookups of another engine; nothing is forwarded to rebuild it.
   po.recompute_cost = 0.5;
   (void)store().put(patch_directory_key(chunk_key), patch_directory_value(chunk_key, records), po);
+  learn_directory(chunk_key, std::move(stored));
 }
 
 void KvStore::note_turn_sensitivity(const std::string& key, double sensitivity) {

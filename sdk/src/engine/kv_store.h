@@ -100,10 +100,16 @@ class KvStore {
   // Where canonical-shaped KV (canonicals, conditioned KV) is put: the device tier when there is one.
   store::PutOptions kv_put_options(double recompute_tokens, bool pin) const;
   void check_held() const;
-  // Adds the records of the chunk's patch directory in the store (engine/patch_directory.h) to the catalog,
-  // the first time it is asked for the chunk since the catalog learned of it; local tiers only.
+  // The records of the chunk's patch directory (engine/patch_directory.h) as the disk holds it now; none for a
+  // memory-only store (nothing outlives the engine) or when none decodes.
+  std::vector<PatchRecord> stored_directory(const std::string& chunk_key) const;
+  // Adds them to the catalog, their sensitivities counted as read patches' are.
+  void learn_directory(const std::string& chunk_key, std::vector<PatchRecord> records) const;
+  // Reads the chunk's directory into the catalog the first time it is asked for the chunk since the catalog
+  // learned of it.
   void read_directory(const std::string& chunk_key) const;
-  // Stores the chunk's directory: the catalog's newest formed patches of it, those the store held merged in.
+  // Stores the chunk's directory: what the disk lists now (other engines' writes since) and this engine's
+  // formed patches of the chunk after them, the newest kPatchDirectoryRecords; then learns what it read.
   void write_directory(const std::string& chunk_key);
   // The canonical's rows made here: its leading rows from the index's empty chain, the rest forwarded.
   runtime::Content encode_canonical(const ChunkRecord& chunk, int64_t* head_bytes, int64_t* forwarded);

@@ -41,7 +41,10 @@ const at::Tensor* column(const store::StoredValue& value, const char* name, at::
   return t;
 }
 
-bool valid_number(double x) { return std::isfinite(x) && x >= -1; }
+// -1 (unknown) or a measured value: a residual is a share of the deficit's energy (at most 1), a sensitivity a
+// ratio of energies (any size >= 0).
+bool valid_residual(double x) { return x == -1 || (x >= 0 && x <= 1 + 1e-6); }
+bool valid_sensitivity(double x) { return std::isfinite(x) && (x == -1 || x >= 0); }
 
 }  // namespace
 
@@ -118,8 +121,8 @@ std::vector<PatchRecord> decode_patch_directory(const store::StoredValue& value,
     r.context_total = f[0];
     r.residual = f[1];
     r.sensitivity = f[2];
-    if (r.key.empty() || !std::isfinite(r.context_total) || r.context_total < 0 || !valid_number(r.residual) ||
-        !valid_number(r.sensitivity)) {
+    if (r.key.empty() || !std::isfinite(r.context_total) || r.context_total < 0 || !valid_residual(r.residual) ||
+        !valid_sensitivity(r.sensitivity)) {
       return {};
     }
     for (int64_t e = 0; e < counts->data_ptr<int64_t>()[i]; ++e, ++at_entry) {

@@ -11,11 +11,13 @@
 //           tokens, plan/window_meta.h context_key_hash), "facts" float64 [n, 3] (context tokens, residual,
 //           sensitivity), "exact" int64 [n]
 //
-// Kept in the local tiers only (never written to a remote tier: planning reads it and does not wait on the
-// network). At most kPatchDirectoryRecords patches, as the planner compares a chunk's newest 16. A directory
-// that does not decode is ignored: it only helps find patches, each of which is still read and checked by its
-// own key. Concurrent engines on one store may overwrite each other's directory (the last write wins); what a
-// lost write held is found again once that chunk forms another patch.
+// Kept on disk only (a store with a store_dir): never cached in memory, so each read sees what other engines on
+// the store wrote, and never written to a remote tier (planning does not wait on the network). At most
+// kPatchDirectoryRecords formations (a patch's orbit key is not listed apart from its exact key), as the planner
+// compares a chunk's newest 16. A write merges what the disk lists at that moment with this engine's patches, so
+// engines on one store keep each other's; two writing the same chunk's directory at the same moment can still
+// lose one's newest patch (the last write wins). A directory that does not decode, or holds a residual outside
+// [0, 1], is ignored: it only helps find patches, each of which is still read and checked by its own key.
 #pragma once
 
 #include <string>

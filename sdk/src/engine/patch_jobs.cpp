@@ -43,6 +43,7 @@ void PatchJobs::queue_patch(PatchJob job) {
     rec.context = job.form.context;
     rec.variant = job.form.variant;
     rec.exact = job.form.exact && job.form.full_rank && i == 0;
+    rec.alias = i > 0;  // the same formation under its orbit key
     core_.kv().catalog_add(job.chunk->ref.key, std::move(rec));
   }
   BackgroundQueue::Job j;

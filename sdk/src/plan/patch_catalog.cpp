@@ -147,7 +147,7 @@ std::vector<PatchCatalog::Candidate> PatchCatalog::closest(const std::string& ch
     const Chunk* chunk = use(chunk_key, false);
     if (chunk == nullptr) return candidates;
     for (auto r = chunk->records.rbegin(); r != chunk->records.rend() && candidates.size() < max_records; ++r) {
-      if (r->conditioned || r->variant != variant) continue;
+      if (r->conditioned || r->alias || r->variant != variant) continue;
       double common = 0;  // Σ min over the keys both hold; Σ max = both totals − Σ min
       for (const auto& [hash, tokens] : r->context_tokens) {
         if (auto c = context.find(hash); c != context.end()) common += std::min(tokens, c->second);
@@ -168,7 +168,7 @@ std::vector<PatchRecord> PatchCatalog::formed_records(const std::string& chunk_k
   const Chunk* chunk = use(chunk_key, false);
   if (chunk == nullptr) return out;
   for (auto r = chunk->records.rbegin(); r != chunk->records.rend() && out.size() < newest; ++r) {
-    if (!r->conditioned && r->residual >= 0) out.push_back(*r);
+    if (!r->conditioned && !r->alias && r->residual >= 0) out.push_back(*r);
   }
   std::reverse(out.begin(), out.end());
   return out;

@@ -53,8 +53,11 @@ struct PatchRecord {
   std::string variant;
   bool conditioned = false;  // whole conditioned KV (prefix-cache policy), not factors
   bool exact = false;        // full rank and formed over an exact context
-  double residual = -1;      // runtime::Patch::residual once formed (-1: not yet formed, or unknown)
-  double sensitivity = -1;   // runtime::Patch::sensitivity once formed (-1: not yet formed, or unknown)
+  // A further store key of the formation recorded just before it (its orbit key): the same context and facts, so
+  // stale lookups and the patch directory skip it (they count formations); facts() still finds it.
+  bool alias = false;
+  double residual = -1;     // runtime::Patch::residual once formed (-1: not yet formed, or unknown)
+  double sensitivity = -1;  // runtime::Patch::sensitivity once formed (-1: not yet formed, or unknown)
 };
 
 class PatchCatalog {
