@@ -3,6 +3,8 @@
 
 #include <pybind11/pybind11.h>
 
+#include <atomic>
+#include <optional>
 #include <string>
 
 #include "initialized.h"
@@ -28,6 +30,29 @@ void init_generate(py::module_& m);   // generate.cpp: generate_many (generate()
 void init_cancel(py::module_& m);     // cancel.cpp: CancelToken (generate's cancel=)
 void init_wake(py::module_& m);       // wake.cpp: _StreamRoom (Window.stream's wait for its reader)
 void init_warnings(py::module_& m);   // warnings.cpp: OrbitWarning, the sink issuing orbit::warn through Python
+
+// Holds a call without the GIL, counted in native_calls() until the GIL is held again (engine.cpp). At exit, once
+// the engines are closed (their calls then end), the interpreter waits, a bounded time, for that count to reach
+// 0: a daemon thread that took the GIL back only once finalization had begun was ended inside this guard's
+// destructor (std::terminate), which the wait leaves no time for. Used by the calls a daemon thread is left in:
+// window calls, generate_many and stream decodes, run_background.
+std::atomic<int>& native_calls();
+class NativeCall {
+ public:
+  NativeCall() {
+    native_calls().fetch_add(1);
+    release_.emplace();
+  }
+  ~NativeCall() {
+    release_.reset();  // the GIL again
+    native_calls().fetch_sub(1);
+  }
+  NativeCall(const NativeCall&) = delete;
+  NativeCall& operator=(const NativeCall&) = delete;
+
+ private:
+  std::optional<py::gil_scoped_release> release_;
+};
 
 // The C++ type registered as orbit.OrbitWarning (warnings.cpp); never thrown.
 struct OrbitWarningTag {};

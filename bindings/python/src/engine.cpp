@@ -3,10 +3,12 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bindings.h"
@@ -148,10 +150,22 @@ void close_engines_at_exit() {
     }
   }
   py::gil_scoped_release release;
+  const bool closed_any = !open.empty();
   open.clear();  // without the GIL, as chunk_registered drops its references
+  // The calls left running on other threads ended with their engines: let them take the GIL back now, while
+  // the interpreter can still give it (NativeCall).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (closed_any && native_calls().load() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 }  // namespace
+
+std::atomic<int>& native_calls() {
+  static std::atomic<int> count{0};
+  return count;
+}
 
 std::shared_ptr<EngineDecodes> engine_decodes(const std::shared_ptr<Engine>& engine) {
   const EngineKeeper* keeper = std::get_deleter<EngineKeeper>(engine);
@@ -375,7 +389,7 @@ void def_engine_life(py::class_<Engine, std::shared_ptr<Engine>>& c) {
         // layer of a job's forward: orbit/interrupt.h), as in a window call (PyWindow::run).
         SignalPoll signals = SignalPoll::main_thread_only();
         try {
-          py::gil_scoped_release release;
+          const NativeCall release;
           const orbit::InterruptScope interrupt([&signals] { return signals.raised(); });
           return naming_closed("run_background", [&] { return e.run_background(max_seconds); });
         } catch (const orbit::Interrupted&) {

@@ -349,7 +349,7 @@ std::pair<PyWindow*, GenerateArgs> read_request(const py::object& item, const st
 std::vector<orbit::Generation> decode_locked(const std::vector<PyWindow*>& windows,
                                              const std::vector<GenerateArgs>& args) {
   const std::shared_ptr<SignalPoll> poll = args.empty() ? nullptr : args.front().cancel.signals;
-  py::gil_scoped_release release;
+  const NativeCall release;
   std::vector<PyWindow*> order = windows;
   std::sort(order.begin(), order.end());
   order.erase(std::unique(order.begin(), order.end()), order.end());

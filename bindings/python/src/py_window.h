@@ -102,7 +102,7 @@ struct PyWindow {
     check_not_streamed(what);
     SignalPoll signals = SignalPoll::main_thread_only();  // a short call never takes the GIL to ask
     try {
-      py::gil_scoped_release release;
+      const NativeCall release;
       std::unique_lock<std::timed_mutex> lock = lock_for_call(what, signals, give_up);
       if (!lock.owns_lock()) return gave_up();
       const Hold hold(*this);
