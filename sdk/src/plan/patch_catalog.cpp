@@ -179,7 +179,7 @@ bool PatchCatalog::claim_directory(const std::string& chunk_key) {
   Chunk& chunk = *use(chunk_key, true);
   const bool first = !chunk.directory_claimed;
   chunk.directory_claimed = true;
-  settle(chunk);
+  if (first) settle(chunk);  // a chunk just made is charged; one claimed before is as it was (planning asks often)
   return first;
 }
 
