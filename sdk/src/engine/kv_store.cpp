@@ -283,6 +283,8 @@ void KvStore::learn_directory(const std::string& chunk_key, std::vector<PatchRec
 }
 
 void KvStore::read_directory(const std::string& chunk_key) const {
+  // Memory only: no directory outlives an engine, and a claim would make a catalog entry per chunk and turn asked.
+  if (core_.options().store_dir.empty()) return;
   if (catalog_.claim_directory(chunk_key)) learn_directory(chunk_key, stored_directory(chunk_key));
 }
 
