@@ -65,7 +65,7 @@ TEST_CASE("the catalog stays within its bytes, forgetting the least recently use
   CHECK_FALSE(catalog.facts(key("chunk", 0), key("patch", 0)).has_value());
   CHECK(catalog.sensitivity(key("chunk", 0)) == -1);
   CHECK(catalog.sensitivity(key("turn", 0)) == -1);
-  CHECK(catalog.closest(key("chunk", 0), "r8", {}, 0, 16).empty());
+  CHECK(catalog.closest(key("chunk", 0), PatchShape{"r8"}, {}, 0, 16).empty());
 
   // A forgotten chunk is learned again as its patches are formed or read.
   add(catalog, key("chunk", 0), key("patch", 0), 0);
@@ -100,10 +100,36 @@ TEST_CASE("a chunk keeps its newest records and sensitivities", "[patch_catalog]
     context[context_key_hash(formed.context[i])] += lengths[i];
     total += lengths[i];
   }
-  const auto candidates = catalog.closest(chunk, "r8", context, total, 16);
+  const auto candidates = catalog.closest(chunk, PatchShape{"r8"}, context, total, 16);
   REQUIRE(candidates.size() == 8);
   CHECK(candidates.front().key == key("patch", 995));
   CHECK(candidates.front().divergence == Approx(0.0));
+}
+
+TEST_CASE("a stale lookup finds only patches at the asked ranks or higher", "[patch_catalog]") {
+  PatchCatalog catalog;
+  const std::string chunk = key("chunk", 0);
+  // The same context, formed at rank 4, 16 and full (32 for this chunk), newest last.
+  const std::vector<std::pair<int64_t, int64_t>> ranks = {{4, 4}, {16, 16}, {32, 32}, {16, 4}};
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    PatchRecord r = record(key("patch", static_cast<int>(i)), 0);
+    r.rank_k = ranks[i].first;
+    r.rank_v = ranks[i].second;
+    catalog.add(chunk, r, {10, 20, 30});
+  }
+  auto found = [&](int64_t rank_k, int64_t rank_v) {
+    std::vector<std::string> keys;
+    for (const auto& c : catalog.closest(chunk, PatchShape{"r8", rank_k, rank_v}, {}, 0, 16)) keys.push_back(c.key);
+    std::sort(keys.begin(), keys.end());
+    return keys;
+  };
+  CHECK(found(4, 4) == std::vector<std::string>{key("patch", 0), key("patch", 1), key("patch", 2), key("patch", 3)});
+  CHECK(found(16, 16) == std::vector<std::string>{key("patch", 1), key("patch", 2)});
+  CHECK(found(16, 8) == std::vector<std::string>{key("patch", 1), key("patch", 2)});
+  CHECK(found(8, 4) == std::vector<std::string>{key("patch", 1), key("patch", 2), key("patch", 3)});
+  CHECK(found(32, 32) == std::vector<std::string>{key("patch", 2)});
+  CHECK(found(33, 32).empty());
+  CHECK(catalog.closest(chunk, PatchShape{"deep@0.9", 4, 4}, {}, 0, 16).empty());  // another variant
 }
 
 TEST_CASE("the default catalog stays within its bytes over many distinct chunks", "[patch_catalog]") {
@@ -187,8 +213,8 @@ TEST_CASE("formed records round-trip through a directory's form, and a chunk's d
   later.add(chunk, read, {});
   std::unordered_map<uint64_t, double> context;
   for (const auto& [hash, tokens] : formed[0].context_tokens) context[hash] = tokens;
-  const auto here = catalog.closest(chunk, "r8", context, 60, 16);
-  const auto there = later.closest(chunk, "r8", context, 60, 16);
+  const auto here = catalog.closest(chunk, PatchShape{"r8"}, context, 60, 16);
+  const auto there = later.closest(chunk, PatchShape{"r8"}, context, 60, 16);
   REQUIRE(!there.empty());
   CHECK(there[0].key == "p1");
   CHECK(there[0].divergence == here[0].divergence);

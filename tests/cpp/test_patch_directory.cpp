@@ -17,7 +17,8 @@ using namespace orbit::detail;
 
 namespace {
 
-PatchRecord record(const std::string& key, std::vector<std::pair<uint64_t, double>> context, double residual) {
+PatchRecord record(const std::string& key, std::vector<std::pair<uint64_t, double>> context, double residual,
+                   int64_t rank = 16) {
   PatchRecord r;
   r.key = key;
   r.variant = "full";
@@ -25,6 +26,8 @@ PatchRecord record(const std::string& key, std::vector<std::pair<uint64_t, doubl
   for (const auto& [hash, tokens] : r.context_tokens) r.context_total += tokens;
   r.residual = residual;
   r.sensitivity = 0.25;
+  r.rank_k = rank;
+  r.rank_v = rank + 1;
   return r;
 }
 
@@ -44,7 +47,7 @@ TEST_CASE("a patch directory round-trips its records and refuses what does not f
   const std::string chunk(64, 'c');
   const std::vector<PatchRecord> records = {
       record(std::string(64, 'a'), {{context_key_hash("x"), 48}, {~uint64_t{0}, 8}}, 0.5),
-      record(std::string(64, 'b'), {}, 0)};
+      record(std::string(64, 'b'), {}, 0, 4)};
   const store::ValuePtr v = patch_directory_value(chunk, records);
   CHECK(patch_directory_key(chunk).size() == 64);
   CHECK(patch_directory_key(chunk) != patch_directory_key(std::string(64, 'd')));
@@ -57,6 +60,8 @@ TEST_CASE("a patch directory round-trips its records and refuses what does not f
     CHECK(back[i].context_total == records[i].context_total);
     CHECK(back[i].residual == records[i].residual);
     CHECK(back[i].sensitivity == records[i].sensitivity);
+    CHECK(back[i].rank_k == records[i].rank_k);
+    CHECK(back[i].rank_v == records[i].rank_v);
     CHECK(back[i].context.empty());
   }
   CHECK(decode_patch_directory(*v, std::string(64, 'd')).empty());  // another chunk's
@@ -68,6 +73,9 @@ TEST_CASE("a patch directory round-trips its records and refuses what does not f
   const at::Tensor nan_facts = at::full({2, 3}, std::nan(""), at::kDouble);
   CHECK(decode_patch_directory(*edited(*v, "facts", nan_facts), chunk).empty());
   CHECK(decode_patch_directory(*edited(*v, "exact", at::zeros({2}, at::kInt)), chunk).empty());
+  // A factor patch keeps at least one direction; the ranks are what a stale lookup filters on.
+  CHECK(decode_patch_directory(*edited(*v, "ranks", at::zeros({2, 2}, at::kLong)), chunk).empty());
+  CHECK(decode_patch_directory(*edited(*v, "ranks", at::ones({2}, at::kLong)), chunk).empty());
   // A residual is a share of the deficit's energy: 50 would price every read of the patch as a near-total loss.
   const at::Tensor big_residual = at::tensor(std::vector<double>{56, 50, 0.25, 0, 0, 0.25}, at::kDouble).view({2, 3});
   CHECK(decode_patch_directory(*edited(*v, "facts", big_residual), chunk).empty());

@@ -57,7 +57,7 @@ class FakeEnv final : public PlanEnv {
     auto it = facts.find(patch_key);
     return it == facts.end() ? std::nullopt : std::optional<PatchFacts>(it->second);
   }
-  std::optional<StaleMatch> closest_patch(const std::string& chunk_key, const std::string&, const ContextWeights&,
+  std::optional<StaleMatch> closest_patch(const std::string& chunk_key, const PatchKeys&, const ContextWeights&,
                                           std::size_t) const override {
     auto it = stale.find(chunk_key);
     return it == stale.end() ? std::nullopt : std::optional<StaleMatch>(it->second);

@@ -45,8 +45,8 @@ def test_reopened_store_prices_a_stored_patch_by_its_own_facts(orbit, stories260
 STALE = "patch:16:noreuse:stale=0.9"  # a patch formed under another context is read when close enough
 
 
-def _plan_b_behind(engine, before, b):
-    w = engine.new_window(policy=STALE)
+def _plan_b_behind(engine, before, b, policy=STALE):
+    w = engine.new_window(policy=policy)
     for c in before:
         w.admit(c)
     step = next(s for s in w.plan_admit(b).steps if s.chunk == b)
@@ -138,3 +138,45 @@ def test_engines_open_on_one_store_keep_each_others_directory(orbit, stories260k
             step = _plan_b_behind(third, [third.add_tokens(_tokens(ctx, 48)), c], b)
             assert step.match == orbit.PatchMatch.stale
             assert step.divergence == pytest.approx(1 - 48 / 56)  # its own context: 48 of 56 tokens
+
+
+def _form_b_behind_a(engine, policy, a, b):
+    w = engine.new_window(policy=policy)
+    w.admit(a)
+    w.admit(b)  # formed behind A, its patch stored
+    w.close()
+
+
+@pytest.mark.parametrize("reopen", [False, True])
+def test_a_stale_lookup_reads_no_patch_of_a_lower_rank(orbit, stories260k_path, tmp_path, reopen):
+    """A stale patch is priced by its divergence alone, as a patch of the rank the plan asks for: a rank-4
+    patch read by a rank-16 plan leaves out more of the deficit than that price says. It was read, before."""
+    a_tokens = [(7 * i + 3) % 500 + 3 for i in range(48)]
+    b_tokens = [(11 * i + 5) % 500 + 3 for i in range(40)]
+    c_tokens = [(13 * i + 1) % 500 + 3 for i in range(8)]
+
+    def engine():
+        return orbit.Engine(stories260k_path, pool_bytes=POOL, page_size=PAGE, store_dir=tmp_path,
+                            background="inline")
+
+    def check(eng, a, b, c):
+        low = _plan_b_behind(eng, [a, c], b, "patch:4:noreuse:stale=0.9")
+        assert (low.how, low.match) == ("stored-patch", orbit.PatchMatch.stale)
+        high = _plan_b_behind(eng, [a, c], b, STALE)  # rank 16
+        assert high.match != orbit.PatchMatch.stale and high.how != "stored-patch"
+        # A rank-16 patch serves a plan that asks for rank 4 (it leaves out less).
+        _form_b_behind_a(eng, STALE, a, b)
+        again = _plan_b_behind(eng, [a, c], b, "patch:4:noreuse:stale=0.9")
+        assert (again.how, again.match) == ("stored-patch", orbit.PatchMatch.stale)
+        assert again.patch_key != low.patch_key  # the same divergence: the newest, rank 16
+        assert _plan_b_behind(eng, [a, c], b, STALE).match == orbit.PatchMatch.stale
+
+    with engine() as first:
+        chunks = [first.add_tokens(t) for t in (a_tokens, b_tokens, c_tokens)]
+        _form_b_behind_a(first, "patch:4:noreuse", chunks[0], chunks[1])
+        assert first.stats.patches_formed == 1
+        if not reopen:
+            check(first, *chunks)
+    if reopen:
+        with engine() as second:
+            check(second, *(second.add_tokens(t) for t in (a_tokens, b_tokens, c_tokens)))

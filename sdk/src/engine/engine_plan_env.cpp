@@ -32,9 +32,10 @@ std::optional<PatchFacts> EnginePlanEnv::patch_facts(const std::string& chunk_ke
   return PatchFacts{facts->exact, facts->residual, facts->sensitivity};
 }
 
-std::optional<StaleMatch> EnginePlanEnv::closest_patch(const std::string& chunk_key, const std::string& variant,
+std::optional<StaleMatch> EnginePlanEnv::closest_patch(const std::string& chunk_key, const PatchKeys& keys,
                                                        const ContextWeights& context, std::size_t max_records) const {
-  const auto match = core_.kv().closest_patch(chunk_key, variant, context, max_records);
+  const auto match =
+      core_.kv().closest_patch(chunk_key, PatchShape{keys.variant, keys.rank_k, keys.rank_v}, context, max_records);
   if (!match.has_value()) return std::nullopt;
   return StaleMatch{match->key, match->divergence};
 }

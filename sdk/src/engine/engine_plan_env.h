@@ -27,7 +27,7 @@ class EnginePlanEnv final : public PlanEnv {
   bool contains(const std::string& store_key) const override { return core_.kv().contains(store_key); }
   bool available(const std::string& store_key) const override { return core_.kv().available(store_key); }
   std::optional<PatchFacts> patch_facts(const std::string& chunk_key, const std::string& patch_key) const override;
-  std::optional<StaleMatch> closest_patch(const std::string& chunk_key, const std::string& variant,
+  std::optional<StaleMatch> closest_patch(const std::string& chunk_key, const PatchKeys& keys,
                                           const ContextWeights& context, std::size_t max_records) const override;
   double chunk_sensitivity(const std::string& chunk_key) const override {
     return core_.kv().chunk_sensitivity(chunk_key);

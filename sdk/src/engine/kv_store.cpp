@@ -205,12 +205,12 @@ void KvStore::catalog_add(const std::string& chunk_key, PatchRecord record) {
   catalog_.add(chunk_key, std::move(record), lengths);
 }
 
-std::optional<KvStore::StaleMatch> KvStore::closest_patch(const std::string& chunk_key, const std::string& variant,
+std::optional<KvStore::StaleMatch> KvStore::closest_patch(const std::string& chunk_key, const PatchShape& shape,
                                                           const ContextWeights& context,
                                                           std::size_t max_records) const {
   read_directory(chunk_key);
   // Availability reads the store, outside the catalog's lock.
-  for (StaleMatch& m : catalog_.closest(chunk_key, variant, context.tokens, context.total, max_records)) {
+  for (StaleMatch& m : catalog_.closest(chunk_key, shape, context.tokens, context.total, max_records)) {
     if (available(m.key)) return std::move(m);
   }
   return std::nullopt;

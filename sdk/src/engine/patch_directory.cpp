@@ -62,7 +62,7 @@ store::ValuePtr patch_directory_value(const std::string& chunk_key, const std::v
   int64_t entries = 0;
   for (const PatchRecord& r : records) entries += static_cast<int64_t>(r.context_tokens.size());
   at::Tensor counts = at::empty({n}, at::kLong), exact = at::empty({n}, at::kLong);
-  at::Tensor facts = at::empty({n, 3}, at::kDouble);
+  at::Tensor facts = at::empty({n, 3}, at::kDouble), ranks = at::empty({n, 2}, at::kLong);
   at::Tensor hashes = at::empty({entries}, at::kLong), tokens = at::empty({entries}, at::kDouble);
   int64_t at_entry = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -73,20 +73,26 @@ store::ValuePtr patch_directory_value(const std::string& chunk_key, const std::v
     f[0] = r.context_total;
     f[1] = r.residual;
     f[2] = r.sensitivity;
+    ranks.data_ptr<int64_t>()[2 * i] = r.rank_k;
+    ranks.data_ptr<int64_t>()[2 * i + 1] = r.rank_v;
     for (const auto& [hash, count] : r.context_tokens) {
       hashes.data_ptr<int64_t>()[at_entry] = static_cast<int64_t>(hash);
       tokens.data_ptr<double>()[at_entry++] = count;
     }
   }
-  return store::make_value(
-      EntryKind::kOther,
-      {{"counts", counts}, {"hashes", hashes}, {"tokens", tokens}, {"facts", facts}, {"exact", exact}},
-      {{"content", kDirectoryContent},
-       {"version", std::to_string(kPatchDirectoryVersion)},
-       {"chunk", chunk_key},
-       {"keys", lines(records, &PatchRecord::key)},
-       {"variants", lines(records, &PatchRecord::variant)}},
-      /*copy=*/false);
+  return store::make_value(EntryKind::kOther,
+                           {{"counts", counts},
+                            {"hashes", hashes},
+                            {"tokens", tokens},
+                            {"facts", facts},
+                            {"exact", exact},
+                            {"ranks", ranks}},
+                           {{"content", kDirectoryContent},
+                            {"version", std::to_string(kPatchDirectoryVersion)},
+                            {"chunk", chunk_key},
+                            {"keys", lines(records, &PatchRecord::key)},
+                            {"variants", lines(records, &PatchRecord::variant)}},
+                           /*copy=*/false);
 }
 
 std::vector<PatchRecord> decode_patch_directory(const store::StoredValue& value, const std::string& chunk_key) {
@@ -100,7 +106,10 @@ std::vector<PatchRecord> decode_patch_directory(const store::StoredValue& value,
   const at::Tensor* counts = column(value, "counts", at::kLong, n);
   const at::Tensor* facts = column(value, "facts", at::kDouble, n, 3);
   const at::Tensor* exact = column(value, "exact", at::kLong, n);
-  if (variants.size() != keys.size() || counts == nullptr || facts == nullptr || exact == nullptr) return {};
+  const at::Tensor* ranks = column(value, "ranks", at::kLong, n, 2);
+  if (variants.size() != keys.size() || counts == nullptr || facts == nullptr || exact == nullptr || ranks == nullptr) {
+    return {};
+  }
   int64_t entries = 0;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t c = counts->data_ptr<int64_t>()[i];
@@ -109,7 +118,7 @@ std::vector<PatchRecord> decode_patch_directory(const store::StoredValue& value,
   }
   const at::Tensor* hashes = column(value, "hashes", at::kLong, entries);
   const at::Tensor* tokens = column(value, "tokens", at::kDouble, entries);
-  if (hashes == nullptr || tokens == nullptr || value.tensors.size() != 5) return {};
+  if (hashes == nullptr || tokens == nullptr || value.tensors.size() != 6) return {};
   std::vector<PatchRecord> out;
   int64_t at_entry = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -121,8 +130,10 @@ std::vector<PatchRecord> decode_patch_directory(const store::StoredValue& value,
     r.context_total = f[0];
     r.residual = f[1];
     r.sensitivity = f[2];
-    if (r.key.empty() || !std::isfinite(r.context_total) || r.context_total < 0 || !valid_residual(r.residual) ||
-        !valid_sensitivity(r.sensitivity)) {
+    r.rank_k = ranks->data_ptr<int64_t>()[2 * i];
+    r.rank_v = ranks->data_ptr<int64_t>()[2 * i + 1];
+    if (r.rank_k < 1 || r.rank_v < 1 || r.key.empty() || !std::isfinite(r.context_total) || r.context_total < 0 ||
+        !valid_residual(r.residual) || !valid_sensitivity(r.sensitivity)) {
       return {};
     }
     for (int64_t e = 0; e < counts->data_ptr<int64_t>()[i]; ++e, ++at_entry) {

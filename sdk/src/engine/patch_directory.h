@@ -9,7 +9,7 @@
 //           "variants" (one line per patch, oldest first); tensors "counts" int64 [n] (context entries per
 //           patch), "hashes" int64 [Σ counts] and "tokens" float64 [Σ counts] (each context as key hash →
 //           tokens, plan/window_meta.h context_key_hash), "facts" float64 [n, 3] (context tokens, residual,
-//           sensitivity), "exact" int64 [n]
+//           sensitivity), "exact" int64 [n], "ranks" int64 [n, 2] (the factors' rank_k, rank_v)
 //
 // Kept on disk only (a store with a store_dir): never cached in memory, so each read sees what other engines on
 // the store wrote, and never written to a remote tier (planning does not wait on the network). At most
@@ -17,7 +17,8 @@
 // compares a chunk's newest 16. A write merges what the disk lists at that moment with this engine's patches, so
 // engines on one store keep each other's; two writing the same chunk's directory at the same moment can still
 // lose one's newest patch (the last write wins). A directory that does not decode, or holds a residual outside
-// [0, 1], is ignored: it only helps find patches, each of which is still read and checked by its own key.
+// [0, 1] or a rank below 1, is ignored: it only helps find patches, each of which is still read and checked by its own
+// key.
 #pragma once
 
 #include <string>
@@ -28,13 +29,13 @@
 
 namespace orbit::detail {
 
-constexpr int kPatchDirectoryVersion = 1;
+constexpr int kPatchDirectoryVersion = 2;
 constexpr std::size_t kPatchDirectoryRecords = 16;
 
 std::string patch_directory_key(const std::string& chunk_key);
 
 // The records (formed factor patches, oldest first; their context_tokens, context_total, residual and
-// sensitivity are kept, their context key lists are not) as the value stored under that key.
+// sensitivity and ranks are kept, their context key lists are not) as the value stored under that key.
 store::ValuePtr patch_directory_value(const std::string& chunk_key, const std::vector<PatchRecord>& records);
 
 // The records a directory value of `chunk_key` holds (context empty, context_tokens filled); empty when the

@@ -44,6 +44,8 @@ void PatchJobs::queue_patch(PatchJob job) {
     rec.variant = job.form.variant;
     rec.exact = job.form.exact && job.form.full_rank && i == 0;
     rec.alias = i > 0;  // the same formation under its orbit key
+    rec.rank_k = job.form.rank_k;
+    rec.rank_v = job.form.rank_v;
     core_.kv().catalog_add(job.chunk->ref.key, std::move(rec));
   }
   BackgroundQueue::Job j;

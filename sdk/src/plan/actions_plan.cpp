@@ -279,8 +279,7 @@ class StoredPatch final : public ServeAction {
       constexpr std::size_t kStaleRecords = 16;
       ORBIT_CHECK(in.weights != nullptr, "internal error: a stale-patch lookup was planned without context weights");
       const double cap = in.policy.stale == StalePatch::kAccept ? in.policy.max_divergence : 1.0;
-      const std::optional<StaleMatch> match =
-          in.env.closest_patch(in.chunk->ref.key, keys.variant, *in.weights, kStaleRecords);
+      const std::optional<StaleMatch> match = in.env.closest_patch(in.chunk->ref.key, keys, *in.weights, kStaleRecords);
       if (!match.has_value() || match->divergence > cap) return std::nullopt;
       const double best = match->divergence;
       s.match = PatchMatch::kStale;

@@ -138,7 +138,7 @@ std::optional<PatchCatalog::Facts> PatchCatalog::facts(const std::string& chunk_
   return std::nullopt;
 }
 
-std::vector<PatchCatalog::Candidate> PatchCatalog::closest(const std::string& chunk_key, const std::string& variant,
+std::vector<PatchCatalog::Candidate> PatchCatalog::closest(const std::string& chunk_key, const PatchShape& shape,
                                                            const std::unordered_map<uint64_t, double>& context,
                                                            double context_total, std::size_t max_records) const {
   std::vector<Candidate> candidates;
@@ -147,7 +147,8 @@ std::vector<PatchCatalog::Candidate> PatchCatalog::closest(const std::string& ch
     const Chunk* chunk = use(chunk_key, false);
     if (chunk == nullptr) return candidates;
     for (auto r = chunk->records.rbegin(); r != chunk->records.rend() && candidates.size() < max_records; ++r) {
-      if (r->conditioned || r->alias || r->variant != variant) continue;
+      if (r->conditioned || r->alias || r->variant != shape.variant) continue;
+      if (r->rank_k < shape.rank_k || r->rank_v < shape.rank_v) continue;
       double common = 0;  // Σ min over the keys both hold; Σ max = both totals − Σ min
       for (const auto& [hash, tokens] : r->context_tokens) {
         if (auto c = context.find(hash); c != context.end()) common += std::min(tokens, c->second);

@@ -58,6 +58,16 @@ struct PatchRecord {
   bool alias = false;
   double residual = -1;     // runtime::Patch::residual once formed (-1: not yet formed, or unknown)
   double sensitivity = -1;  // runtime::Patch::sensitivity once formed (-1: not yet formed, or unknown)
+  int64_t rank_k = 0;       // the factors' ranks, as resolved for the chunk (PatchForm's; 0: conditioned KV)
+  int64_t rank_v = 0;
+};
+
+// What a stale lookup accepts: patches of `variant` whose factors keep at least these ranks (a lower-rank
+// patch leaves out more of the deficit than the plan that asks for these ranks prices).
+struct PatchShape {
+  std::string variant;
+  int64_t rank_k = 0;
+  int64_t rank_v = 0;
 };
 
 class PatchCatalog {
@@ -95,7 +105,7 @@ class PatchCatalog {
   };
   std::optional<Facts> facts(const std::string& chunk_key, const std::string& patch_key) const;
 
-  // The chunk's newest `max_records` patches of `variant` (factors, not conditioned KV), each with the
+  // The chunk's newest `max_records` patches of `shape` (factors, not conditioned KV), each with the
   // divergence of its context from `context` (key hash → tokens, summing to `context_total`): 1 − Σ min / Σ
   // max over the two multisets of keys weighted by tokens (0 = the same set, 1 = disjoint). Closest first,
   // the newest first on a tie.
@@ -103,7 +113,7 @@ class PatchCatalog {
     std::string key;
     double divergence = 1;
   };
-  std::vector<Candidate> closest(const std::string& chunk_key, const std::string& variant,
+  std::vector<Candidate> closest(const std::string& chunk_key, const PatchShape& shape,
                                  const std::unordered_map<uint64_t, double>& context, double context_total,
                                  std::size_t max_records) const;
 

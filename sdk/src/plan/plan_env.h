@@ -50,6 +50,17 @@ struct StaleMatch {
   double divergence = 1;
 };
 
+// Patch keys of a chunk behind a context under a policy.
+struct PatchKeys {
+  std::string exact;
+  std::string orbit;
+  std::string conditioned;
+  std::string variant;
+  int64_t rank_k = 0;
+  int64_t rank_v = 0;
+  bool full_rank = false;
+};
+
 struct PoolPages {
   int64_t free = 0;
   int64_t total = 0;
@@ -84,9 +95,9 @@ class PlanEnv {
   // A stored patch the catalog does not know (formed by another process, or before the store was opened)
   // answers with what the store recorded with it (exact false: its context is not stored).
   virtual std::optional<PatchFacts> patch_facts(const std::string& chunk_key, const std::string& patch_key) const = 0;
-  // The chunk's stored patch of `variant` formed under the context closest to `context`, among its newest
-  // `max_records`; nullopt when none.
-  virtual std::optional<StaleMatch> closest_patch(const std::string& chunk_key, const std::string& variant,
+  // The chunk's stored patch of `keys.variant`, at ranks no lower than `keys.rank_k` / `keys.rank_v`, formed
+  // under the context closest to `context`, among its newest `max_records` such patches; nullopt when none.
+  virtual std::optional<StaleMatch> closest_patch(const std::string& chunk_key, const PatchKeys& keys,
                                                   const ContextWeights& context, std::size_t max_records) const = 0;
   // The mean measured sensitivity of the chunk's patches, or of a live turn by its content key (measured
   // after its first prefill, EngineCore::queue_turn_sensitivity); -1 when none is known.
@@ -106,16 +117,6 @@ class PlanEnv {
   virtual bool placement_shares(const std::string& chunk_key) const = 0;
 };
 
-// Patch keys of a chunk behind a context under a policy.
-struct PatchKeys {
-  std::string exact;
-  std::string orbit;
-  std::string conditioned;
-  std::string variant;
-  int64_t rank_k = 0;
-  int64_t rank_v = 0;
-  bool full_rank = false;
-};
 // `context`: ordered content keys; the first `prefix` of them are the window's leading turns (fixed under
 // reorder).
 PatchKeys patch_keys(const ModelLimits& model, const WindowPolicy& policy, const ChunkRecord& chunk,
