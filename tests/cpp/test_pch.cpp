@@ -1,2 +1,2 @@
-// The translation unit that builds the tests' shared precompiled header (orbit_catch.h: ATen, then Catch);
-// every test executable reuses it (tests/CMakeLists.txt, orbit_test_pch).
+// The translation unit that builds the tests' shared precompiled headers (orbit_catch.h: ATen, then Catch, in
+// orbit_test_pch; Catch alone in orbit_test_pch_light); every test executable reuses one (tests/CMakeLists.txt).
