@@ -351,7 +351,7 @@ void init_answer(py::module_& m) {
           }
           o.chat_template = utf8_arg(chat_template, "tool_call_format: chat_template");
         }
-        py::gil_scoped_release release;
+        const NativeCall release;
         return naming_closed("tool_call_format",
                              [&] { return std::string(orbit::tool_call_format_name(e.tool_call_format(o))); });
       },

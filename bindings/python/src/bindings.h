@@ -34,24 +34,24 @@ void init_warnings(py::module_& m);   // warnings.cpp: OrbitWarning, the sink is
 // Holds a call without the GIL, counted in native_calls() until the GIL is held again (engine.cpp). At exit, once
 // the engines are closed (their calls then end), the interpreter waits, a bounded time, for that count to reach
 // 0: a daemon thread that took the GIL back only once finalization had begun was ended inside this guard's
-// destructor (std::terminate), which the wait leaves no time for. Used by the calls a daemon thread is left in:
-// window calls, generate_many and stream decodes, run_background.
+// destructor (std::terminate), which the wait leaves no time for. Every binding call that releases the GIL
+// holds one (py::call_guard<NativeCall> where a call_guard does), but the at-exit close itself.
 std::atomic<int>& native_calls();
 class NativeCall {
  public:
-  NativeCall() {
-    native_calls().fetch_add(1);
-    release_.emplace();
-  }
-  ~NativeCall() {
-    release_.reset();  // the GIL again
-    native_calls().fetch_sub(1);
-  }
+  NativeCall() = default;
   NativeCall(const NativeCall&) = delete;
   NativeCall& operator=(const NativeCall&) = delete;
 
  private:
-  std::optional<py::gil_scoped_release> release_;
+  struct Counted {
+    Counted() { native_calls().fetch_add(1); }
+    ~Counted() { native_calls().fetch_sub(1); }
+  };
+  // Members are made in this order and ended in the reverse: counted before the GIL is released, and until
+  // it is held again.
+  Counted counted_;
+  py::gil_scoped_release release_;
 };
 
 // The C++ type registered as orbit.OrbitWarning (warnings.cpp); never thrown.

@@ -36,7 +36,7 @@ using orbit::Engine;
 void warn_if_remote_unreachable(const std::string& url) {
   orbit::RemotePing ping;
   {
-    py::gil_scoped_release release;
+    const NativeCall release;
     ping = orbit::ping_remote(url);
   }
   if (ping.status.is_ok()) return;
@@ -82,7 +82,7 @@ std::shared_ptr<Engine> open_engine(const py::object& model, const py::kwargs& k
   const orbit::EngineOptions o = engine_options(model, engine_args(kwargs));
   // Its checks name EngineOptions' fields, which are Engine's keywords: "Engine: page_size must be >= 1".
   std::shared_ptr<Engine> engine = with_keyword_names("EngineOptions", "Engine", [&] {
-    py::gil_scoped_release release;
+    const NativeCall release;
     return Engine::open(o);
   });
   flush_warnings();  // opening the store may have warned (a remote tier without a secret)
@@ -120,7 +120,7 @@ void close_engine(const std::shared_ptr<Engine>& e) {
               "that operation returns");
   const std::shared_ptr<EngineDecodes> decodes = engine_decodes(e);
   {
-    py::gil_scoped_release release;
+    const NativeCall release;
     if (decodes) decodes->stop_all();
     e->close();
   }
@@ -149,7 +149,7 @@ void close_engines_at_exit() {
     } catch (const orbit::Error&) {
     }
   }
-  py::gil_scoped_release release;
+  py::gil_scoped_release release;  // not a NativeCall: the wait below is for the others
   const bool closed_any = !open.empty();
   open.clear();  // without the GIL, as chunk_registered drops its references
   // The calls left running on other threads ended with their engines: let them take the GIL back now, while
@@ -183,7 +183,7 @@ bool chunk_registered(const std::string& key) {
       if (e && !engine_closed(e)) open.push_back(std::move(e));
     }
   }
-  py::gil_scoped_release release;
+  const NativeCall release;
   bool found = false;
   for (const std::shared_ptr<Engine>& e : open) {
     try {
@@ -289,7 +289,7 @@ void def_calibration(py::class_<Engine, std::shared_ptr<Engine>>& c) {
   c.def(
       "calibrate",
       [](Engine& e) {
-        py::gil_scoped_release release;
+        const NativeCall release;
         return naming_closed("calibrate", [&] { return e.calibrate(); });
       },
       "Fits the planner's cost model on this machine (times forwards, key relocation, patch forming and\n"
@@ -313,7 +313,7 @@ void def_calibration(py::class_<Engine, std::shared_ptr<Engine>>& c) {
             progress(done, seeds);
           };
         }
-        py::gil_scoped_release release;
+        const NativeCall release;
         return naming_closed("calibrate_fidelity", [&] { return e.calibrate_fidelity(report_seed); });
       },
       py::kw_only(), py::arg("progress") = py::none(),
@@ -325,11 +325,11 @@ void def_calibration(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       "seeds) is called after each seed is measured (the GIL held for it; an exception it raises, or Ctrl-C,\n"
       "stops the calibration, nothing fitted or stored, and propagates). Returns a CalibrationReport. OrbitError\n"
       "for a closed engine.");
-  c.def("fidelity_model_description", &Engine::fidelity_model_description, py::call_guard<py::gil_scoped_release>(),
+  c.def("fidelity_model_description", &Engine::fidelity_model_description, py::call_guard<NativeCall>(),
         "The fidelity model plans predict with now, one line: each loss kind's coefficient (KL per unit of\n"
         "loss) marked fitted or default, the reference sensitivity s_ref, and ', correction xF' once the\n"
         "self-checks scaled it (stats.fidelity_correction). Answers after close() too.");
-  c.def("fidelity_calibration", &Engine::fidelity_calibration, py::call_guard<py::gil_scoped_release>(),
+  c.def("fidelity_calibration", &Engine::fidelity_calibration, py::call_guard<NativeCall>(),
         "Where that model comes from: 'default' (never calibrated, or no stored calibration read yet), 'store'\n"
         "(fitted from the calibration the store directory holds for this model, the stored_calibration keyword),\n"
         "'remote' (fitted from the remote's, asked by the first plan or call of this or\n"
@@ -457,7 +457,7 @@ void def_engine_chunks(py::class_<Engine, std::shared_ptr<Engine>>& c) {
         const std::string text = text_arg.get("add_text: text");
         const ChunkOptions o = chunk_options(label.get("add_text: label"), pin_arg.get("add_text: pin"));
         const bool bos = bos_arg.get("add_text: bos");
-        py::gil_scoped_release release;
+        const NativeCall release;
         return naming_closed("add_text", [&] { return e.add_text(text, o, bos); });
       },
       py::arg("text"), py::kw_only(), py::arg("label") = "", py::arg("pin") = false, py::arg("bos") = false,
@@ -471,7 +471,7 @@ void def_engine_chunks(py::class_<Engine, std::shared_ptr<Engine>>& c) {
           std::vector<int64_t> t = py::isinstance<py::str>(tokens)
                                        ? e.tokenize(utf8_arg(tokens, "add_tokens: tokens"), false)
                                        : to_tokens(tokens, "add_tokens: tokens");
-          py::gil_scoped_release release;
+          const NativeCall release;
           return e.add_tokens(t, chunk_options(label, pin));
         });
       },
@@ -513,7 +513,7 @@ void def_engine_media(py::class_<Engine, std::shared_ptr<Engine>>& c) {
         chunk.embeddings = emb.view;
         chunk.grid = g.view;
         chunk.media_digest = media_digest;
-        py::gil_scoped_release release;
+        const NativeCall release;
         return naming_closed("add_embeddings", [&] { return e.add_embeddings(chunk, chunk_options(label, pin)); });
       },
       py::arg("embeddings"), py::kw_only(), py::arg("grid") = py::none(), py::arg("media_digest") = "",
@@ -537,7 +537,7 @@ void def_engine_media(py::class_<Engine, std::shared_ptr<Engine>>& c) {
         lookup.rows = rows.get("find_media: rows");
         return naming_closed("find_media", [&] {
           return with_keyword_names("MediaLookup", "find_media", [&] {
-            py::gil_scoped_release release;
+            const NativeCall release;
             return e.find_media(lookup, chunk_options(label, pin));
           });
         });
@@ -561,7 +561,7 @@ void def_engine_windows(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       [](Engine& e, const py::object& chunk) {
         naming_closed("precompute", [&] {
           const ChunkRef ref = resolve_chunk(e, chunk, "precompute: chunk");
-          py::gil_scoped_release release;
+          const NativeCall release;
           e.precompute(ref);
         });
       },

@@ -136,7 +136,7 @@ struct PyWindow {
   void close() {
     check_not_held("Window.close");
     closing.set();
-    py::gil_scoped_release release;
+    const NativeCall release;
     const std::lock_guard<std::timed_mutex> lock(*mutex);
     const Hold hold(*this);
     window.reset();  // returns its pages to the pool

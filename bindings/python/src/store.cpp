@@ -40,7 +40,7 @@ py::dict kind_dict(const std::vector<std::pair<std::string, int64_t>>& pairs) {
 
 template <typename R, typename F>
 R released(F&& f) {
-  py::gil_scoped_release release;
+  const NativeCall release;
   return f();
 }
 

@@ -346,7 +346,7 @@ void def_chat(py::class_<Engine, std::shared_ptr<Engine>>& engine, const char* n
         const std::vector<ChatMessage> msgs = to_messages(messages);
         const ChatOptions o = chat_options(chat_template, tools, extra, name);
         try {
-          py::gil_scoped_release release;
+          const NativeCall release;
           return naming_closed(name, [&] { return call(e, msgs, add_generation_prompt, o); });
         } catch (const orbit::Error& error) {
           raise_template_error(error, name);  // with the GIL again: "render_chat: chat_template: line 1: ..."

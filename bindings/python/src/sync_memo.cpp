@@ -28,7 +28,7 @@ void set_limits(const IntArg& max_entries, const IntArg& max_bytes) {
   limits.max_entries = limit_or(max_entries, "set_sync_memo_limits: max_entries", limits.max_entries);
   limits.max_bytes = limit_or(max_bytes, "set_sync_memo_limits: max_bytes", limits.max_bytes);
   with_keyword_names("SyncMemoLimits", "set_sync_memo_limits", [&] {
-    py::gil_scoped_release release;
+    const NativeCall release;
     orbit::set_sync_memo_limits(limits);
   });
 }

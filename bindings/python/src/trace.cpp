@@ -63,7 +63,7 @@ orbit::Trace trace_arg(const py::object& trace, const std::string& what) {
   if (py::isinstance<py::dict>(trace)) return orbit::parse_trace(json_text(trace, what), "<dict>");
   if (py::isinstance<py::str>(trace) || py::hasattr(trace, "__fspath__")) {
     const std::string path = path_arg(trace, "trace");
-    py::gil_scoped_release release;
+    const NativeCall release;
     return orbit::load_trace(path);
   }
   throw py::type_error("trace: expected a dict (orbit-trace/1 JSON object) or a path, got " +
@@ -93,7 +93,7 @@ void def_trace_files(py::module_& m) {
       [](const py::object& trace, const py::object& path) {
         const orbit::Trace t = trace_arg(trace, "save_trace: trace");
         const std::string p = path_arg(path, "save_trace: path");
-        py::gil_scoped_release release;
+        const NativeCall release;
         orbit::save_trace(t, p);
       },
       py::arg("trace"), py::arg("path"),
@@ -172,7 +172,7 @@ void def_replay(py::module_& m) {
         };
         // Each engine's checks name EngineOptions' fields, which are replay's keywords ("replay: page_size").
         const std::string report = with_keyword_names("EngineOptions", "replay", [&] {
-          py::gil_scoped_release release;
+          const NativeCall release;
           return orbit::replay_report_json(orbit::replay(t, o));
         });
         return to_dict(report);

@@ -141,7 +141,7 @@ void init_wake(py::module_& m) {
           "take",
           [](StreamRoom& r, const FloatArg& timeout_arg) {
             const double timeout_s = timeout_seconds(timeout_arg);
-            py::gil_scoped_release release;
+            const NativeCall release;
             return r.take(timeout_s);
           },
           py::arg("timeout_s"),
