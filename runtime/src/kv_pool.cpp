@@ -34,10 +34,13 @@ KVPool::KVPool(const KVPoolOptions& options) : options_(options) {
   const c10::Device device = parse_device(options_.device, "KVPoolOptions::device");
   const auto tensor_options = at::TensorOptions().dtype(options_.dtype).device(device);
   storage_.reserve(options_.widths.size());
+  // On the CPU the storage is left as allocated (a large one is mapped, not yet backed by memory) and each
+  // page is zeroed when first handed out; on a device one fill is cheaper than a launch per page.
+  const bool lazy_zero = device.is_cpu();
   try {
     for (int64_t width : options_.widths) {
-      storage_.push_back(
-          at::zeros({options_.num_layers, options_.num_pages, options_.page_size, width}, tensor_options));
+      const std::vector<int64_t> shape = {options_.num_layers, options_.num_pages, options_.page_size, width};
+      storage_.push_back(lazy_zero ? at::empty(shape, tensor_options) : at::zeros(shape, tensor_options));
     }
   } catch (const c10::Error& e) {
     ORBIT_FAIL("KVPool: cannot allocate " << options_.num_pages << " pages (" << page_bytes() * options_.num_pages
@@ -45,6 +48,7 @@ KVPool::KVPool(const KVPoolOptions& options) : options_(options) {
                                           << e.what_without_backtrace());
   }
   ref_counts_.assign(static_cast<size_t>(options_.num_pages), 0);
+  if (lazy_zero) unzeroed_.assign(static_cast<size_t>(options_.num_pages), true);
   // Pushed in reverse so that a fresh pool hands out pages 0, 1, 2, ... (readable in tests and dumps).
   free_list_.reserve(static_cast<size_t>(options_.num_pages));
   for (int64_t p = options_.num_pages - 1; p >= 0; --p) free_list_.push_back(static_cast<PageId>(p));
@@ -61,6 +65,10 @@ std::optional<PageId> KVPool::allocate() {
   const PageId page = free_list_.back();
   free_list_.pop_back();
   ref_counts_[static_cast<size_t>(page)] = 1;
+  if (!unzeroed_.empty() && unzeroed_[static_cast<size_t>(page)]) {
+    for (at::Tensor& s : storage_) s.select(1, page).zero_();
+    unzeroed_[static_cast<size_t>(page)] = false;
+  }
   return page;
 }
 

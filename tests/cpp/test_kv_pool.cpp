@@ -3,6 +3,7 @@
 // truncation, capacity refusals and random fork/append/truncate/destroy workloads.
 #include "orbit_catch.h"  // ATen, then <catch2/catch.hpp>: keeps Catch's CHECK (see that header)
 
+#include <cmath>
 #include <map>
 #include <memory>
 #include <random>
@@ -147,7 +148,7 @@ TEST_CASE("KVPool: options are validated, naming the field", "[kv_pool][cpu]") {
   bad([](KVPoolOptions& o) { o.dtype = at::kInt; }, "dtype");
 }
 
-TEST_CASE("KVPool: fresh pool is zeroed, free and consistent", "[kv_pool][cpu]") {
+TEST_CASE("KVPool: a fresh pool is free and consistent, and hands out pages of zeros", "[kv_pool][cpu]") {
   KVPoolOptions o = pool_options(3, 5, 4, 6);
   o.widths = {6, 10};
   KVPool pool(o);
@@ -158,16 +159,25 @@ TEST_CASE("KVPool: fresh pool is zeroed, free and consistent", "[kv_pool][cpu]")
   REQUIRE(pool.page_bytes() == 3 * 4 * (6 + 10) * 4);
   REQUIRE(pool.storage(0).sizes() == at::IntArrayRef({3, 5, 4, 6}));
   REQUIRE(pool.storage(1).sizes() == at::IntArrayRef({3, 5, 4, 10}));
-  REQUIRE(pool.storage(1).count_nonzero().item<int64_t>() == 0);
   pool.verify_integrity();
+  // A CPU pool's memory is not written when it is made (a large one would be committed whole): each page is
+  // zeroed as it is first handed out. NaN stands for whatever the memory held.
+  for (int64_t k = 0; k < 2; ++k) pool.storage(k).fill_(std::nanf(""));
 
   // page() is a writable view of the storage row of that page.
   auto a = pool.allocate();
   REQUIRE(a.has_value());
   REQUIRE(*a == 0);  // fresh pools hand out ids in order
+  for (int64_t k = 0; k < 2; ++k) REQUIRE(pool.storage(k).select(1, *a).eq(0.0f).all().item<bool>());
+  REQUIRE(pool.storage(1).select(1, 1).isnan().all().item<bool>());  // not handed out yet: not written
   pool.page(1, 2, *a).fill_(7.0f);
   REQUIRE(pool.storage(1)[2][*a].eq(7.0f).all().item<bool>());
-  REQUIRE(pool.storage(1).sum().item<float>() == 7.0f * 4 * 10);
+  REQUIRE(pool.storage(1).select(1, *a).sum().item<float>() == 7.0f * 4 * 10);
+  std::vector<PageId> rest;
+  REQUIRE(pool.allocate(4, rest).is_ok());
+  for (PageId p : rest) {
+    for (int64_t k = 0; k < 2; ++k) REQUIRE(pool.storage(k).select(1, p).eq(0.0f).all().item<bool>());
+  }
   REQUIRE_THROWS_WITH(pool.page(2, 0, 0), Contains("kind"));
   REQUIRE_THROWS_WITH(pool.page(0, 3, 0), Contains("layer"));
   REQUIRE_THROWS_WITH(pool.page(0, 0, 5), Contains("out of range"));

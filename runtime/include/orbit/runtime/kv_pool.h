@@ -39,8 +39,11 @@ struct KVPoolOptions {
 
 class KVPool {
  public:
-  // Allocates all storage up front (zero-filled) on options.device. Throws orbit::Error on invalid
-  // options (naming the field) and when the device cannot hold the pool.
+  // Allocates all storage up front on options.device. Every page reads as zeros when first handed out: a
+  // CUDA pool is zero-filled here (one fill), a CPU pool page by page as allocate() first hands each out, so
+  // opening a large pool neither writes nor commits its memory (zero-filling a 256 MiB pool took most of an
+  // engine's open). Throws orbit::Error on invalid options (naming the field) and when the device cannot
+  // hold the pool.
   explicit KVPool(const KVPoolOptions& options);
 
   const KVPoolOptions& options() const { return options_; }
@@ -54,7 +57,8 @@ class KVPool {
   // Bytes of one page across all layers and kinds.
   int64_t page_bytes() const;
 
-  // Takes a page off the free list with ref_count 1; std::nullopt when the pool is full. O(1).
+  // Takes a page off the free list with ref_count 1 (zeros the first time the page is handed out); std::nullopt
+  // when the pool is full. O(1).
   std::optional<PageId> allocate();
   // All-or-nothing: appends `count` pages to `out`, or returns out_of_capacity and changes nothing.
   Status allocate(int64_t count, std::vector<PageId>& out);
@@ -67,7 +71,8 @@ class KVPool {
 
   // View [page_size, width_kind] of one page of one layer. Writable; see the ref_count rule above.
   at::Tensor page(int64_t kind, int64_t layer, PageId page) const;
-  // Whole storage of one kind: [num_layers, num_pages, page_size, width_kind].
+  // Whole storage of one kind: [num_layers, num_pages, page_size, width_kind]. A CPU pool's pages never
+  // handed out hold whatever the memory held: read only the rows of pages allocate() gave.
   const at::Tensor& storage(int64_t kind) const { return storage_.at(static_cast<size_t>(kind)); }
 
   // Checks every invariant: free list entries unique, in range and with ref_count 0; live pages have
@@ -85,6 +90,7 @@ class KVPool {
   std::vector<at::Tensor> storage_;
   std::vector<int32_t> ref_counts_;
   std::vector<PageId> free_list_;  // stack: allocate pops, release pushes
+  std::vector<bool> unzeroed_;     // a CPU pool's pages never handed out yet (empty: all zero-filled)
 };
 
 }  // namespace orbit::runtime
