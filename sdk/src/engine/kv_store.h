@@ -73,9 +73,9 @@ class KvStore {
   std::optional<PatchFacts> patch_facts(const std::string& chunk_key, const std::string& patch_key) const;
   // The stored patch of `chunk_key` (factors of `shape`'s variant at no lower ranks, not a conditioned KV)
   // formed under the context closest to `context`: 1 − Σ min / Σ max over the two multisets of keys weighted
-  // by tokens (0 = the same set, 1 = disjoint), among its newest `max_records` such patches; nullopt when none is
-  // available. Patches formed by another engine on the same store directory count too: their contexts are read from the
-  // chunk's patch directory once (engine/patch_directory.h).
+  // by tokens (0 = the same set, 1 = disjoint), among its newest `max_records` such patches; nullopt when none
+  // is available. Patches formed by another engine on the same store directory count too: their contexts are
+  // read from the chunk's patch directory once (engine/patch_directory.h).
   using StaleMatch = PatchCatalog::Candidate;
   std::optional<StaleMatch> closest_patch(const std::string& chunk_key, const PatchShape& shape,
                                           const ContextWeights& context, std::size_t max_records) const;
