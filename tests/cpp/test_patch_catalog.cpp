@@ -130,6 +130,15 @@ TEST_CASE("a stale lookup finds only patches at the asked ranks or higher", "[pa
   CHECK(found(32, 32) == std::vector<std::string>{key("patch", 2)});
   CHECK(found(33, 32).empty());
   CHECK(catalog.closest(chunk, PatchShape{"deep@0.9", 4, 4}, {}, 0, 16).empty());  // another variant
+  // Each candidate carries the ranks its factors keep (what a stale step reads), not the asked ones.
+  const auto all = catalog.closest(chunk, PatchShape{"r8", 4, 4}, {}, 0, 16);
+  REQUIRE(all.size() == ranks.size());
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    const std::string k = key("patch", static_cast<int>(i));
+    const auto c = std::find_if(all.begin(), all.end(), [&](const auto& x) { return x.key == k; });
+    REQUIRE(c != all.end());
+    CHECK(std::make_pair(c->rank_k, c->rank_v) == ranks[i]);
+  }
 }
 
 TEST_CASE("the default catalog stays within its bytes over many distinct chunks", "[patch_catalog]") {

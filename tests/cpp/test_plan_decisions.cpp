@@ -469,9 +469,11 @@ TEST_CASE("under a KL budget the planner takes the cheapest action that fits", "
   const PlanStep no_patch = plan_b(1.0);
   CHECK(no_patch.how == ServeActionId::kBlind);
   CHECK(no_patch.predicted_kl == Approx(blind_kl));
-  env.stale[b.ref.key] = StaleMatch{"stale-patch", 0.3};
+  env.stale[b.ref.key] = StaleMatch{"stale-patch", 0.3, 32, 24};  // formed at higher ranks than the plan asks
 
   const PlanStep middle = plan_b((stale_kl + blind_kl) / 2);
+  CHECK(middle.rank_k == 32);  // the ranks read, not the plan's
+  CHECK(middle.rank_v == 24);
   CHECK(middle.how == ServeActionId::kStoredPatch);
   CHECK(middle.match == PatchMatch::kStale);
   CHECK(middle.divergence == 0.3);

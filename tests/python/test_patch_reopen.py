@@ -162,6 +162,7 @@ def test_a_stale_lookup_reads_no_patch_of_a_lower_rank(orbit, stories260k_path, 
     def check(eng, a, b, c):
         low = _plan_b_behind(eng, [a, c], b, "patch:4:noreuse:stale=0.9")
         assert (low.how, low.match) == ("stored-patch", orbit.PatchMatch.stale)
+        assert (low.rank_k, low.rank_v) == (4, 4)
         high = _plan_b_behind(eng, [a, c], b, STALE)  # rank 16
         assert high.match != orbit.PatchMatch.stale and high.how != "stored-patch"
         # A rank-16 patch serves a plan that asks for rank 4 (it leaves out less).
@@ -169,6 +170,7 @@ def test_a_stale_lookup_reads_no_patch_of_a_lower_rank(orbit, stories260k_path, 
         again = _plan_b_behind(eng, [a, c], b, "patch:4:noreuse:stale=0.9")
         assert (again.how, again.match) == ("stored-patch", orbit.PatchMatch.stale)
         assert again.patch_key != low.patch_key  # the same divergence: the newest, rank 16
+        assert (again.rank_k, again.rank_v) == (16, 16)  # the ranks read, not the plan's
         assert _plan_b_behind(eng, [a, c], b, STALE).match == orbit.PatchMatch.stale
 
     with engine() as first:

@@ -189,6 +189,10 @@ void def_plan_step(py::module_& m) {
       .def_readonly("patch_key", &PlanStep::patch_key, "The stored patch / conditioned KV read.")
       .def_readonly("store_keys", &PlanStep::store_keys, "Keys this step writes.")
       .def_readonly("divergence", &PlanStep::divergence, "Stale match: the accepted patch's context divergence.")
+      .def_readonly("rank_k", &PlanStep::rank_k,
+                    "Patch rank of keys this step forms or reads (a stale match: the read patch's, which may be\n"
+                    "above the policy's); 0 when no patch is involved.")
+      .def_readonly("rank_v", &PlanStep::rank_v, "As rank_k, for values.")
       .def_readonly("needs_canonical", &PlanStep::needs_canonical, "The canonical must be encoded or loaded.")
       .def_readonly("encode_canonical", &PlanStep::encode_canonical, "... and it is not stored: one forward alone.")
       .def_readonly("canonical_tier", &PlanStep::canonical_tier, "StoreTier the canonical is read from.")

@@ -37,7 +37,7 @@ std::optional<StaleMatch> EnginePlanEnv::closest_patch(const std::string& chunk_
   const auto match =
       core_.kv().closest_patch(chunk_key, PatchShape{keys.variant, keys.rank_k, keys.rank_v}, context, max_records);
   if (!match.has_value()) return std::nullopt;
-  return StaleMatch{match->key, match->divergence};
+  return StaleMatch{match->key, match->divergence, match->rank_k, match->rank_v};
 }
 
 PoolPages EnginePlanEnv::pool_pages() const {

@@ -285,6 +285,10 @@ class StoredPatch final : public ServeAction {
       s.match = PatchMatch::kStale;
       s.patch_key = match->key;
       s.divergence = best;
+      if (match->rank_k > 0 && match->rank_v > 0) {  // what is read: at least the plan's ranks, maybe more
+        s.rank_k = match->rank_k;
+        s.rank_v = match->rank_v;
+      }
       // Divergence compares antecedent sets, so 0 is the same set in another order (the exact key would
       // have matched otherwise): one ordering's patch read under another, which loses at least what an
       // orbit patch does.

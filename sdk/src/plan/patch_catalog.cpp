@@ -154,7 +154,7 @@ std::vector<PatchCatalog::Candidate> PatchCatalog::closest(const std::string& ch
         if (auto c = context.find(hash); c != context.end()) common += std::min(tokens, c->second);
       }
       const double all = r->context_total + context_total - common;
-      candidates.push_back({r->key, all > 0 ? 1.0 - common / all : 0.0});
+      candidates.push_back({r->key, all > 0 ? 1.0 - common / all : 0.0, r->rank_k, r->rank_v});
     }
   }
   // Closest first; the newest on a tie (they were pushed newest first).

@@ -112,6 +112,8 @@ class PatchCatalog {
   struct Candidate {
     std::string key;
     double divergence = 1;
+    int64_t rank_k = 0;  // the ranks its factors keep (at least the asked ones)
+    int64_t rank_v = 0;
   };
   std::vector<Candidate> closest(const std::string& chunk_key, const PatchShape& shape,
                                  const std::unordered_map<uint64_t, double>& context, double context_total,

@@ -48,6 +48,8 @@ struct PatchFacts {
 struct StaleMatch {
   std::string key;
   double divergence = 1;
+  int64_t rank_k = 0;  // the ranks the patch's factors keep (0: unknown, the plan's are reported)
+  int64_t rank_v = 0;
 };
 
 // Patch keys of a chunk behind a context under a policy.
