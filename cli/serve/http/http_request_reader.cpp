@@ -54,6 +54,15 @@ std::string origin_form(std::string_view target) {
   return (target[path] == '/' ? "" : "/") + std::string(target.substr(path));
 }
 
+// A Host value as RFC 9112 section 3.2 writes it, uri-host [":" port]: the characters of a reg-name, an IPv4
+// address or an IP-literal in brackets, and the port's colon and digits; empty is allowed (no authority).
+bool is_host_value(std::string_view value) {
+  return std::all_of(value.begin(), value.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) ||
+           std::string_view("-._~%!$&'()*+,;=:[]").find(c) != std::string_view::npos;
+  });
+}
+
 // Whether a comma-separated header value (Connection's) holds `token`, case-insensitively.
 bool has_token(std::string_view value, std::string_view token) {
   while (!value.empty()) {
@@ -252,6 +261,7 @@ bool RequestReader::parse_head(std::size_t end) {
 bool RequestReader::parse_headers(std::size_t begin, std::size_t end) {
   bool has_length = false, expect_continue = false;
   uint64_t length = 0;
+  int hosts = 0;
   std::string encoding, compressed;
   for (std::size_t at = begin; at < end;) {
     const std::size_t eol = in_.find('\n', at);
@@ -269,6 +279,10 @@ bool RequestReader::parse_headers(std::size_t begin, std::size_t end) {
     }
     const std::string name = lower(line.substr(0, colon));
     const std::string_view value = trim(line.substr(colon + 1));
+    if (name == "host" && (++hosts > 1 || !is_host_value(value))) {
+      return refuse(400, hosts > 1 ? "a request carries one Host header; this one has more"
+                                   : "Host '" + std::string(value.substr(0, 80)) + "' is not a host[:port]");
+    }
     if (name == "content-length") {
       uint64_t n = 0;
       if (!parse_length(value, &n) || (has_length && n != length)) {
@@ -305,6 +319,7 @@ bool RequestReader::parse_headers(std::size_t begin, std::size_t end) {
       if (!keep_line(std::string(line.substr(0, colon + 1)) + percent_kept(line.substr(colon + 1)))) return false;
     }
   }
+  if (hosts == 0 && http11_) return refuse(400, "an HTTP/1.1 request needs a Host header (RFC 9112 section 3.2)");
   if (!compressed.empty()) {
     return refuse(415, "Content-Encoding '" + compressed +
                            "' is not supported: send the body uncompressed (the body limit applies to its bytes)");

@@ -18,7 +18,8 @@
 //        whole, unbounded, before the body limit is checked), once the head's other lines are read
 //   400  a malformed request line, header line, Content-Length, chunk size or chunk ending; a chunk size or
 //        trailer line ending in a bare LF; both Content-Length and Transfer-Encoding (a request smuggling
-//        vector); differing Content-Lengths
+//        vector); differing Content-Lengths; an HTTP/1.1 request without a Host header, any request with two, or
+//        a Host value that is no host[:port] (RFC 9112 §3.2)
 // The head's lines may end in a bare LF as well as CRLF (RFC 9112 §2.2); chunked framing takes CRLF only.
 // A complete request's head is rewritten for the HTTP library behind it: Transfer-Encoding, Content-Length
 // and "Expect: 100-continue" are dropped and, where the request had a body's framing, one Content-Length of
