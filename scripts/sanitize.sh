@@ -47,7 +47,7 @@ step "Configuring $build (ORBIT_SANITIZE=$sanitize)"
 mkdir -p "$build"  # its configure log goes inside it, out of the source tree
 generator=()
 [ -f "$build/CMakeCache.txt" ] || generator=(-G Ninja)
-# -O0 -g1 for the libraries (the tests' own code is -O1, tests/CMakeLists.txt): line tables for the reports'
+# -O0 -g1 for the libraries (and -O0 for the tests' own code, tests/CMakeLists.txt): line tables for the reports'
 # stacks, assertions on (no NDEBUG), and the quickest to compile: on 2 cores the ASan stage took 388 s at -O0
 # (run alone) against 480 s at -O1 (in a fresh test.sh run; its tests ran 49 s against 37 s: most of their
 # time is in libtorch, which is not rebuilt), the TSan stage 165 s against 193 s. ORBIT_SANITIZE_FLAGS
