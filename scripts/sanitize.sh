@@ -7,7 +7,8 @@
 #                                 and responses requests, streams, clients that leave midway, stored answers)
 #
 # Only the libraries and the listed test executables are built (no CUDA, Python module, benchmarks,
-# samples). Without -Werror: the main build enforces warnings on the same sources, and GCC's flow-based
+# samples): each test in an executable of its own (ORBIT_TEST_GROUPS=OFF; a shared one would build every
+# test file grouped with it). Without -Werror: the main build enforces warnings on the same sources, and GCC's flow-based
 # warnings give false positives on instrumented code (-Wuninitialized in Boost.Optional under ASan at -O1).
 # Any sanitizer report fails the test: ASan, UBSan
 # (-fno-sanitize-recover) and TSan (halt_on_error) end the process with an error status.
@@ -54,7 +55,7 @@ generator=()
 # replaces them.
 cmake -S "$ORBIT_ROOT" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CXX_FLAGS_RELEASE="${ORBIT_SANITIZE_FLAGS:--O0 -g1}" -DCMAKE_UNITY_BUILD="$ORBIT_UNITY" \
-  -DORBIT_SANITIZE="$sanitize" -DORBIT_WERROR=OFF -DORBIT_TESTS=ON \
+  -DORBIT_SANITIZE="$sanitize" -DORBIT_WERROR=OFF -DORBIT_TESTS=ON -DORBIT_TEST_GROUPS=OFF \
   -DORBIT_CUDA=OFF -DORBIT_PYTHON=OFF -DORBIT_BENCH=OFF -DORBIT_SAMPLES=OFF -DORBIT_TOOLS="$tools" -DORBIT_INSTALL=OFF \
   >"$build/orbit-configure.log" 2>&1 || { cat "$build/orbit-configure.log" >&2; exit 1; }
 

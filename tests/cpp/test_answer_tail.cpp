@@ -12,6 +12,8 @@
 #include "sync_test_support.h"
 #include "window_test_support.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 using orbit::test::kExactWindowTolerance;
 using orbit::test::window_error;
@@ -223,3 +225,5 @@ TEST_CASE("a turn served from the carried tail is priced by its measured sensiti
   CHECK(carried_extra == Approx(20.0));
   CHECK(prefilled_extra == Approx(0.0));
 }
+
+}  // namespace ORBIT_TEST_FILE

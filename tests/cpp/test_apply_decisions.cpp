@@ -12,6 +12,8 @@
 #include "apply/actions.h"
 #include "orbit/common/error.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 using namespace orbit::detail;
 
@@ -347,3 +349,5 @@ TEST_CASE("an eviction step never makes KV", "[apply]") {
   const ChunkRecord c = token_chunk("A", 8);
   CHECK_THROWS_AS(run(env, &c, step(ServeActionId::kEvict)), Error);
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -14,6 +14,8 @@
 #include "orbit/runtime/loader.h"
 #include "orbit_catch.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace bd = orbit::binding;
 namespace rt = orbit::runtime;
 namespace fs = std::filesystem;
@@ -219,3 +221,5 @@ TEST_CASE("binding: the committed trained models answer single-hop and multi-hop
     CHECK(tally.size() == 3);
   }
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -8,6 +8,8 @@
 
 #include "orbit/planner/budget_search.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit::planner;
 
 namespace {
@@ -134,3 +136,5 @@ TEST_CASE("budget search: lazy enumeration of kept instances chooses what full e
     CHECK(kl_lazy == Approx(kl_eager).margin(1e-15));
   }
 }
+
+}  // namespace ORBIT_TEST_FILE

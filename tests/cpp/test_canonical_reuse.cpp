@@ -9,6 +9,8 @@
 #include "orbit/engine.h"
 #include "window_test_support.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 using orbit::test::max_abs_diff;
 using orbit::test::open_stories_small_pages;
@@ -141,3 +143,5 @@ TEST_CASE("an embeddings chunk is encoded whole: it has no tokens to match", "[r
   Window b = engine->new_window(with("prefix"));
   CHECK(b.admit(engine->add_embeddings(e)).forward_tokens == Approx(4));
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -17,6 +17,8 @@
 #include "orbit/common/error.h"
 #include "orbit/runtime/chat_template.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -308,3 +310,5 @@ TEST_CASE("the templates of tests/data/templates render a conversation larger th
   }
   CHECK(rendered == 10);
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -10,6 +10,8 @@
 #include "orbit/engine.h"
 #include "test_helpers.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 
 namespace {
@@ -154,3 +156,5 @@ TEST_CASE("queued background work past max_background_bytes drops the oldest job
   o.max_background_bytes = -1;
   CHECK_THROWS_WITH(Engine::open(o), Catch::Contains("max_background_bytes"));
 }
+
+}  // namespace ORBIT_TEST_FILE

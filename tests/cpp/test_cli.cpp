@@ -17,6 +17,8 @@
 #include "orbit/runtime/safetensors.h"
 #include "test_helpers.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using Catch::Matchers::Contains;
 
 namespace {
@@ -381,3 +383,5 @@ TEST_CASE("serve --threads the system cannot start is an error naming it, not an
   CHECK(r.status == 1);
   CHECK_THAT(r.out, Contains("serve: --threads 4096: the system refused a thread after"));
 }
+
+}  // namespace ORBIT_TEST_FILE

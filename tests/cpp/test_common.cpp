@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using Catch::Matchers::Contains;
 
 TEST_CASE("sha256 matches the FIPS 180-2 test vectors", "[common][cpu]") {
@@ -151,3 +153,5 @@ TEST_CASE("parse_json_input costs the size of an array of objects, not its squar
                 text.size(), old_seconds / 2, new_seconds / 2, old_seconds / new_seconds);
   }
 }
+
+}  // namespace ORBIT_TEST_FILE

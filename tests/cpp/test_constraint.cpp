@@ -15,6 +15,8 @@
 #include "orbit/constraint.h"
 #include "orbit/errors.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 using Catch::Contains;
 
@@ -530,3 +532,5 @@ TEST_CASE("token masks: a constraint's memory counts each mask's list of tokens 
   CHECK(grown >= static_cast<std::size_t>(inside.count()) * 16 * 9 / 10);
   CHECK(grown < static_cast<std::size_t>(inside.count()) * 16 * 2 + 4096);  // an estimate, not a multiple
 }
+
+}  // namespace ORBIT_TEST_FILE

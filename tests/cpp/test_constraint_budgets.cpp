@@ -15,6 +15,8 @@
 #include "constraint_property_util.h"
 #include "orbit/constraint.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 using namespace constraint_property;
 
@@ -455,3 +457,5 @@ TEST_CASE("long keys and strings below their minLength: budgeted masks read by l
   }
   CHECK(cut > 0);
 }
+
+}  // namespace ORBIT_TEST_FILE

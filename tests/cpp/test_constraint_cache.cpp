@@ -21,6 +21,8 @@
 #include "orbit/common/error.h"
 #include "orbit/constraint_cache.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 using Catch::Matchers::Contains;
 
@@ -461,3 +463,5 @@ TEST_CASE("dfa memo: a language is built once and shared; a failed build keeps n
                       Contains(std::string(field) + ".pattern") && Contains("lookbehind is not supported"));
   }
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -19,6 +19,8 @@
 #include "repeated_key.h"
 #include "test_helpers.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 using Catch::Contains;
 using Json = nlohmann::ordered_json;
@@ -328,3 +330,5 @@ TEST_CASE("token bytes: a text's tokens write exactly the text, for each kind of
     CHECK(texts > 5);
   }
 }
+
+}  // namespace ORBIT_TEST_FILE

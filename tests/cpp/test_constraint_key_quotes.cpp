@@ -15,6 +15,8 @@
 #include "orbit/constraint.h"
 #include "repeated_key.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 
 namespace {
@@ -180,3 +182,5 @@ TEST_CASE("masks of tokens that close a key with their one quote agree with the 
     }
   }
 }
+
+}  // namespace ORBIT_TEST_FILE

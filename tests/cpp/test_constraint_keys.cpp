@@ -22,6 +22,8 @@
 #include "orbit/constraint.h"
 #include "repeated_key.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 using Json = nlohmann::json;
 
@@ -563,3 +565,5 @@ TEST_CASE("the key log's key set orders and finds its strings as std::set does",
   CHECK(keys.insert("\"a\""));
   CHECK(*keys.begin() == "\"a\"");
 }
+
+}  // namespace ORBIT_TEST_FILE

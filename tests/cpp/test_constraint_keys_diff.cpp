@@ -23,6 +23,8 @@
 #include "orbit/constraint.h"
 #include "repeated_key.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 using Json = nlohmann::json;
 
@@ -549,3 +551,5 @@ TEST_CASE("a token whose quote is the farthest in the vocabulary closes a logged
     constraint_property::check_mask_brute_force(tc, *vocab, eos, 1000);
   }
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -15,6 +15,8 @@
 #include "orbit/constraint.h"
 #include "orbit/errors.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 using namespace constraint_test;
 using Catch::Contains;
@@ -292,3 +294,5 @@ TEST_CASE("pattern: lookaheads that would take too long are refused by name", "[
   // Repeats of one lookahead build it once.
   CHECK(at("^(?:(?=a)a){1000}$") == "(no error)");
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -15,6 +15,8 @@
 #include "error_text.h"
 #include "orbit/constraint.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 using Catch::Contains;
 
@@ -290,3 +292,5 @@ TEST_CASE("combined schemas admit what a keyword-by-keyword validator admits", "
   CHECK(compiled >= 150);
   CHECK(admitted >= 800);
 }
+
+}  // namespace ORBIT_TEST_FILE

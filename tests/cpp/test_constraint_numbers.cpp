@@ -15,6 +15,8 @@
 #include "error_text.h"
 #include "orbit/constraint.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 using Catch::Contains;
 
@@ -251,3 +253,5 @@ TEST_CASE("number bounds: refusals name the keyword", "[constraint]") {
   CHECK_FALSE(schema(R"({"minimum": 1})")->matches("\"a\""));
   CHECK(schema(R"({"pattern": "^a"})")->matches("\"ab\""));
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -17,6 +17,8 @@
 #include "error_text.h"
 #include "orbit/constraint.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 using Catch::Contains;
 using Json = nlohmann::json;
@@ -593,3 +595,5 @@ TEST_CASE("byte automata: without() leaves out a finite set of texts", "[constra
   CHECK(accepts(*without(one, {"x"}, "t"), "yy"));
   CHECK_FALSE(accepts(*without(one, {"x"}, "t"), "x"));
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -15,6 +15,8 @@
 #include "constraint_property_util.h"
 #include "orbit/constraint.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 using namespace constraint_property;
 
@@ -239,3 +241,5 @@ TEST_CASE("budgeted masks at every budget equal brute force: the budget's skip b
   CHECK(skipped > 5000);
   CHECK(cut > 5000);
 }
+
+}  // namespace ORBIT_TEST_FILE

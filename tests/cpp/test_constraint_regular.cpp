@@ -18,6 +18,8 @@
 #include "orbit/constraint.h"
 #include "orbit/errors.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 using Catch::Contains;
 
@@ -563,3 +565,5 @@ TEST_CASE("pattern: what a request could send to hold a thread or the stack is r
   CHECK_THAT(at("^[ab]*a[ab]{40}$"), Contains("too complex to constrain"));
   CHECK_THAT(at(".{0,1000}x.{0,1000}"), Contains("too complex to constrain"));
 }
+
+}  // namespace ORBIT_TEST_FILE

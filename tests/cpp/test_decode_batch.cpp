@@ -15,6 +15,8 @@
 #include "orbit/engine.h"
 #include "window_test_support.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 using Catch::Matchers::Contains;
 using orbit::test::open_stories_small_pages;
@@ -325,3 +327,5 @@ TEST_CASE("generate_many refuses more requests than kMaxGenerateMany before addi
                     Contains("generate_many: requests: 1025 requests, more than the 1024 one call takes"));
   STATIC_REQUIRE(kMaxGenerateMany == Window::kMaxGenerateN);  // generate_n is a generate_many over its n forks
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -19,6 +19,8 @@
 #include "orbit/runtime/loader.h"
 #include "test_helpers.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit::runtime;
 using Catch::Matchers::Contains;
 using orbit::test::case_tokens;
@@ -392,3 +394,5 @@ TEST_CASE("decode cache: the buffers shrink when a large batch ends, stay for th
   c.max_position_embeddings = c.rope.max_position_embeddings = 40;
   check_shrink(*generated(c), "tiny-llama dynamic NTK");
 }
+
+}  // namespace ORBIT_TEST_FILE

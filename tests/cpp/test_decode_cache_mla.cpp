@@ -30,6 +30,8 @@
 #include "orbit/runtime/paged_past.h"
 #include "test_helpers.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit::runtime;
 using Catch::Matchers::Contains;
 using orbit::test::case_tokens;
@@ -257,3 +259,5 @@ TEST_CASE("decode cache MLA: with dynamic-NTK RoPE the latent rows decode as the
   CHECK(max_abs_diff(q.got.logits, q.want.logits) <= bound(orbit::test::largest(q.want.logits), "logits"));
   WARN("binding-mla dynamic NTK latent decode cache: largest logit difference " << worst << " over 44 steps");
 }
+
+}  // namespace ORBIT_TEST_FILE

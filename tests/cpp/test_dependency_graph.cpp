@@ -11,6 +11,8 @@
 #include "orbit/common/error.h"
 #include "orbit/planner/dependency_graph.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit::planner;
 using Catch::Matchers::Contains;
 
@@ -313,3 +315,5 @@ TEST_CASE("graph: edges held stay bounded when evicted instances become unrefere
   CHECK(g.num_edges() == 50 * 49 / 2 + 50);
   CHECK(g.work().instances_collected == 250);
 }
+
+}  // namespace ORBIT_TEST_FILE

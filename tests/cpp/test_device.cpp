@@ -10,6 +10,8 @@
 #include "orbit/runtime/device.h"
 #include "orbit/window.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace rt = orbit::runtime;
 
 TEST_CASE("device and dtype strings parse, and bad ones name the option", "[device]") {
@@ -92,3 +94,5 @@ TEST_CASE("a bf16 model on CPU: weights load as bf16, fingerprint differs, windo
   }
   CHECK(worst <= 5e-2 * scale);
 }
+
+}  // namespace ORBIT_TEST_FILE

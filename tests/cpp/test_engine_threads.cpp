@@ -17,6 +17,8 @@
 #include "stderr_capture.h"
 #include "test_helpers.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace {
 
 using orbit::Engine;
@@ -251,3 +253,5 @@ TEST_CASE("a stored calibration read the remote did not answer is asked again, f
   for (int i = 0; i < 5; ++i) CHECK(engine->fidelity_calibration() == "calibrated");
   CHECK(remote_reads(*engine) == after);  // the calibration ended the retries
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -14,6 +14,8 @@
 #include "orbit/store/codec.h"
 #include "test_helpers.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using Catch::Matchers::Contains;
 using namespace orbit;
 namespace rt = orbit::runtime;
@@ -265,3 +267,5 @@ TEST_CASE("embedding cache: another engine registers the media from the store, w
   Engine::open(off)->add_embeddings(media);
   CHECK_FALSE(Engine::open(stories(off_dir.path().string()))->find_media(lookup).has_value());
 }
+
+}  // namespace ORBIT_TEST_FILE

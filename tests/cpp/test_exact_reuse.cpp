@@ -11,6 +11,8 @@
 #include "plan/kv_state.h"
 #include "window_test_support.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 using orbit::test::kExactWindowTolerance;
 using orbit::test::open_stories_small_pages;
@@ -454,3 +456,5 @@ TEST_CASE("a read made before forwards only its query's last token", "[window][r
     g.max_tokens = 4;
   }
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -19,6 +19,8 @@
 #include "orbit/runtime/weights.h"
 #include "test_helpers.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit::runtime;
 using Catch::Matchers::Contains;
 using orbit::test::max_abs_diff;
@@ -603,3 +605,5 @@ TEST_CASE("GQA with partial rotary and YaRN matches Hugging Face's attention: on
   const ForwardResult runtime = run(*m, tokens, at::tensor(at::ArrayRef<int64_t>(positions), at::kLong));
   CHECK(max_abs_diff(runtime.logits, reference.logits) < kLogitTolerance);
 }
+
+}  // namespace ORBIT_TEST_FILE

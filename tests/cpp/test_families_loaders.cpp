@@ -19,6 +19,8 @@
 #include "orbit/runtime/weights.h"
 #include "test_helpers.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit::runtime;
 using Catch::Matchers::Contains;
 using nlohmann::json;
@@ -313,3 +315,5 @@ TEST_CASE("orbit make-model builds both families and info shows their fields", "
   CHECK(r.status != 0);
   CHECK_THAT(r.out, Contains("--arch") && Contains("deepseek_v2"));
 }
+
+}  // namespace ORBIT_TEST_FILE

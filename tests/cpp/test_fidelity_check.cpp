@@ -12,6 +12,8 @@
 #include "test_helpers.h"
 #include "window_test_support.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 using orbit::test::random_tokens;
 
@@ -179,3 +181,5 @@ TEST_CASE("self-check is opt-in: without :check an idle heal measures nothing an
   CHECK(engine->stats().fidelity_checks == 0);
   CHECK(engine->stats().fidelity_correction == 1.0);
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -17,6 +17,8 @@
 #include "src/forward_batch.h"
 #include "test_helpers.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit::runtime;
 using Catch::Matchers::Contains;
 using orbit::test::BatchCase;
@@ -252,3 +254,5 @@ TEST_CASE("forward_batch: errors name the sequence") {
   // A single forward keeps its messages as they were.
   CHECK_THROWS_WITH(m->forward(bad), Contains("tokens[1] = ") && !Contains("sequence"));
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -15,6 +15,8 @@
 #include "test_helpers.h"
 #include "window_test_support.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 using orbit::test::random_tokens;
 
@@ -202,3 +204,5 @@ TEST_CASE("a token-selective recompute in pieces recomputes what it recomputes w
     }
   }
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -5,6 +5,8 @@
 
 #include "serve/compute/heap_trim.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using orbit::serve::HeapTrimSchedule;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
@@ -41,3 +43,5 @@ TEST_CASE("a server never quiet for kQuiet is trimmed every kLongest") {
   }
   CHECK(trims == 3);
 }
+
+}  // namespace ORBIT_TEST_FILE

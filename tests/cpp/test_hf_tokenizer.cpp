@@ -12,6 +12,8 @@
 #include "orbit/runtime/hf_tokenizer.h"
 #include "src/hf/bpe.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -314,3 +316,5 @@ TEST_CASE("the BPE word cache keeps short words and no long ones", "[hf_tokenize
     CHECK(bpe->words_cached() == 2);
   }
 }
+
+}  // namespace ORBIT_TEST_FILE

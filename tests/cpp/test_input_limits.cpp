@@ -22,6 +22,8 @@
 #include "orbit_catch.h"
 #include "test_helpers.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace {
 
 using Catch::Contains;
@@ -577,3 +579,5 @@ TEST_CASE("measure: the idle self-check on a dynamic-NTK window", "[.measure]") 
         engine->stats().fidelity_correction);
   }
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -16,6 +16,8 @@
 #include "text/tool_call_open.h"
 #include "text/tool_call_parts.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace js = orbit::json_spans;
 namespace parts = orbit::tool_call_parts;
 
@@ -190,3 +192,5 @@ TEST_CASE("open call: fed byte by byte, reads what cut_call_from reads of the ca
     }
   }
 }
+
+}  // namespace ORBIT_TEST_FILE

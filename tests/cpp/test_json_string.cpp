@@ -11,6 +11,8 @@
 #include "orbit/common/utf8.h"
 #include "orbit_catch.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace {
 
 std::string quoted(const std::string& text, orbit::InvalidUtf8 invalid) {
@@ -108,3 +110,5 @@ TEST_CASE("utf8: a character's length, and the start of one cut short", "[common
     CHECK(orbit::utf8_char_at(c.bytes, 0) == c.length);
   }
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -26,6 +26,8 @@
 #include "orbit/runtime/rope.h"
 #include "test_helpers.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit::runtime;
 
 namespace {
@@ -203,3 +205,5 @@ TEST_CASE("key_attention: a dynamic-NTK decode cache's slots give the weights of
     WARN(path << ": largest key_attention difference " << worst << " over 24 steps of two slots");
   }
 }
+
+}  // namespace ORBIT_TEST_FILE

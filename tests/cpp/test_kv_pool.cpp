@@ -24,6 +24,8 @@ struct KVPoolTestAccess {
 
 }  // namespace orbit::runtime
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using orbit::Error;
 using orbit::StatusCode;
 using namespace orbit::runtime;
@@ -624,3 +626,5 @@ TEST_CASE("PagedSequence: random fork/append/truncate/destroy keeps the pool con
     REQUIRE(pool.num_free() == pool.num_pages());
   }
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -16,6 +16,8 @@ namespace orbit::detail {
 std::ostream& operator<<(std::ostream& os, const ListDrop& d) { return os << d.cls << "#" << d.rank; }
 }  // namespace orbit::detail
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace od = orbit::detail;
 using orbit::ChatMessage;
 
@@ -132,3 +134,5 @@ TEST_CASE("list memory: a result shown again is a move, and idle time prepares t
   CHECK(memory.predict_moves(1, 0).size() == 1);  // one candidate, no trimmed base
   CHECK(memory.predict_moves(0, 1).empty());
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -20,6 +20,8 @@
 #include "orbit/runtime/safetensors.h"
 #include "test_helpers.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit::runtime;
 using Catch::Matchers::Contains;
 using orbit::test::TempDir;
@@ -172,3 +174,5 @@ TEST_CASE("a config.json with billions of layers is refused before anything is s
   edit_config(m, [](nlohmann::json& j) { j["num_hidden_layers"] = int64_t{1} << 31; });
   CHECK_THROWS_WITH(load_model(m), Contains("field 'num_hidden_layers' = 2147483648 is past the limit of 4096 layers"));
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -15,6 +15,8 @@
 #include "orbit/runtime/weights.h"
 #include "test_helpers.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit::runtime;
 using Catch::Matchers::Contains;
 using orbit::test::TempDir;
@@ -293,3 +295,5 @@ TEST_CASE("generator refuses to overwrite a model unless asked", "[loaders][gene
   CHECK(load_model(dir / "m")->fingerprint() != "");
   CHECK_THROWS_WITH(generator_preset("gpt-5"), Contains("unknown model preset 'gpt-5'") && Contains("qwen2.5-0.5b"));
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -27,6 +27,8 @@
 #include "src/attention.h"  // mla_absorbed_cheaper
 #include "test_helpers.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit::runtime;
 using Catch::Matchers::Contains;
 using orbit::test::max_abs_diff;
@@ -257,3 +259,5 @@ TEST_CASE("MLA absorbed: a form that does not run is refused naming options.mla_
                     Contains("options.mla_form = naive") && Contains("decode cache") && Contains("latent"));
   CHECK_NOTHROW(forward(*d, {1, 2}, {}, &slot, MlaForm::kAbsorbed));
 }
+
+}  // namespace ORBIT_TEST_FILE

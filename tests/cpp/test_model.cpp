@@ -15,6 +15,8 @@
 #include "orbit/runtime/rope.h"
 #include "test_helpers.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit::runtime;
 using Catch::Matchers::Contains;
 using orbit::test::max_abs_diff;
@@ -276,3 +278,5 @@ TEST_CASE("partial recompute: exact cached KV gives exact results, all-recompute
   two.logits = LogitsMode::kLast;
   CHECK_THROWS_WITH(m.forward(in, nullptr, two), Contains("logits need every layer"));
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -30,6 +30,8 @@
 #include "orbit/runtime/loader.h"
 #include "orbit/runtime/model.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace {
 
 const char* const kModelPath = ORBIT_MODELS_DIR "/stories260K/stories260K.bin";
@@ -520,3 +522,5 @@ TEST_CASE("content channel and past KV match the reference's cache", "[model][re
   INFO("suffix after past KV vs reference: " << d.max_abs << " at suffix position " << d.position);
   CHECK(d.max_abs <= kTolerance);
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -11,6 +11,8 @@
 #include "orbit/trigger_watch.h"
 #include "window/open_tag_tokens.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 
 namespace {
@@ -85,3 +87,5 @@ TEST_CASE("open tag tokens: a token left out decides the answer from every text 
   check(tokens->first, "", true);
   for (const char* held : {"", " ", "\n\n", "<", "<th", " \n<thin", "<think"}) check(tokens->later, held, false);
 }
+
+}  // namespace ORBIT_TEST_FILE

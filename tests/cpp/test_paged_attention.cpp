@@ -12,6 +12,8 @@
 #include "orbit/runtime/rope.h"
 #include "src/attention.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace {
 
 namespace rt = orbit::runtime;
@@ -213,3 +215,5 @@ TEST_CASE("past attention refuses what it cannot run, naming it", "[past]") {
   CHECK_THROWS_WITH(orbit::runtime::ops::past_attention(at::randn({2, 3, 32}), k, k, 1.0),
                     Catch::Matchers::Contains("must divide H"));
 }
+
+}  // namespace ORBIT_TEST_FILE

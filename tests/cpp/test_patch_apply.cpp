@@ -17,6 +17,8 @@
 #include "orbit/runtime/rope.h"
 #include "test_helpers.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using Catch::Matchers::Contains;
 using orbit::runtime::KVPool;
 using orbit::runtime::KVPoolOptions;
@@ -433,3 +435,5 @@ TEST_CASE("patch_apply: argument errors name the argument", "[patch_apply][cpu]"
   }
   pool.verify_integrity();
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -14,6 +14,8 @@
 #include "plan/patch_catalog.h"
 #include "plan/window_meta.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit::detail;
 
 namespace {
@@ -230,3 +232,5 @@ TEST_CASE("formed records round-trip through a directory's form, and a chunk's d
   CHECK(later.facts(chunk, "p1")->residual == 0.25);
   CHECK(later.facts(chunk, "p1")->sensitivity == 0.1);
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -12,6 +12,8 @@
 #include "engine/patch_directory.h"
 #include "plan/window_meta.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 using namespace orbit::detail;
 
@@ -82,3 +84,5 @@ TEST_CASE("a patch directory round-trips its records and refuses what does not f
   const at::Tensor fine = at::tensor(std::vector<double>{56, 1, 0.25, 0, -1, -1}, at::kDouble).view({2, 3});
   CHECK(decode_patch_directory(*edited(*v, "facts", fine), chunk).size() == 2);
 }
+
+}  // namespace ORBIT_TEST_FILE

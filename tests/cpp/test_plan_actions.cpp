@@ -11,6 +11,8 @@
 #include "orbit/store.h"
 #include "test_helpers.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 
 namespace {
@@ -666,3 +668,5 @@ TEST_CASE("a plan's reasons name the operation that changed an instance's contex
   CHECK_THAT(reason_of(before_b, b), Catch::Contains("inserted before it"));
   CHECK_THAT(reason_of(before_b, c), Catch::Contains("inserted before it"));
 }
+
+}  // namespace ORBIT_TEST_FILE

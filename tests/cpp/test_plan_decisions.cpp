@@ -15,6 +15,8 @@
 #include "orbit/store.h"
 #include "plan/plan_env.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 using namespace orbit::detail;
 
@@ -674,3 +676,5 @@ TEST_CASE("dynamic NTK: a window grown past the anchor re-forms what was formed 
   CHECK(within.predicted_kl == 0);
   CHECK(step_of(within, 1).how == ServeActionId::kKeep);
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -23,6 +23,8 @@
 #include "orbit/planner/placement.h"
 #include "orbit/planner/prefix_ledger.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit::planner;
 using Catch::Matchers::Contains;
 
@@ -639,3 +641,5 @@ TEST_CASE("prefix ledger: bounded, it forgets the deepest prefixes read longest 
   CHECK(cache.read(spans({{1, 10}, {2, 20}, {3, 30}})) == 30);  // the leaf was recomputed
   CHECK_THROWS_WITH(PrefixLedger(0), Catch::Contains("capacity"));
 }
+
+}  // namespace ORBIT_TEST_FILE

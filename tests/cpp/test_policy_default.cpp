@@ -15,6 +15,8 @@
 #include "orbit/trace.h"
 #include "test_helpers.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 
 namespace {
@@ -266,3 +268,5 @@ TEST_CASE("budgeted plans over reorders, recalls and forks never close a depende
     for (const PolicyReplay& p : r.policies) CHECK(p.totals.refused == 0);
   }
 }
+
+}  // namespace ORBIT_TEST_FILE

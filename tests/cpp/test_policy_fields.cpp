@@ -12,6 +12,8 @@
 #include "test_helpers.h"
 #include "window_test_support.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 
 namespace {
@@ -160,3 +162,5 @@ TEST_CASE("new_window and set_policy refuse a policy with a field it never reads
   w.set_policy(parse_policy("blind"));
   CHECK(w.policy().name() == "blind");
 }
+
+}  // namespace ORBIT_TEST_FILE

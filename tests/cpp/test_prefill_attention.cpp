@@ -15,6 +15,8 @@
 #include "ops/cached_attention_op.h"
 #include "src/attention.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace {
 
 namespace rd = orbit::runtime::detail;
@@ -171,3 +173,5 @@ TEST_CASE("attend_slots: sequences of uneven lengths in one call each get their 
     }
   }
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -13,6 +13,8 @@
 #include "orbit/common/error.h"
 #include "orbit/planner/prefix_cache.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using orbit::planner::BlockPrefixCache;
 using orbit::planner::PrefixCacheOptions;
 using orbit::planner::PrefixRead;
@@ -273,3 +275,5 @@ TEST_CASE("radix and block caches agree with naive references on random reads", 
     }
   }
 }
+
+}  // namespace ORBIT_TEST_FILE

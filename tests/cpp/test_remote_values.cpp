@@ -18,6 +18,8 @@
 #include "test_helpers.h"
 #include "test_store_values.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using Catch::Matchers::Contains;
 using namespace orbit;
 using namespace orbit::store;
@@ -360,3 +362,5 @@ TEST_CASE("a store reaches redis at redis://[::1]:port as an ACL user with a per
   REQUIRE(got);
   CHECK(values_equal(*got.value(), *test::store_test_value(3)));
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -21,6 +21,8 @@
 #include "orbit_catch.h"
 #include "test_helpers.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit::runtime;
 using Catch::Matchers::Contains;
 using orbit::test::content_diff;
@@ -446,3 +448,5 @@ TEST_CASE("orbit fidelity: bad input exits non-zero naming the argument", "[repa
   CHECK(r.status == 1);
   CHECK_THAT(r.out, Contains("missing required argument '--chunk'"));
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -27,6 +27,8 @@
 #include "orbit/runtime/rope.h"
 #include "test_helpers.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit::runtime;
 using Catch::Matchers::Contains;
 using orbit::test::content_diff;
@@ -659,3 +661,5 @@ TEST_CASE("dynamic NTK: a chunk encoded once and reused past the anchor gives a 
     }
   }
 }
+
+}  // namespace ORBIT_TEST_FILE

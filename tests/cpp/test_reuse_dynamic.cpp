@@ -42,6 +42,8 @@
 #include "orbit/runtime/reuse.h"
 #include "test_helpers.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit::runtime;
 using orbit::test::content_diff;
 using orbit::test::max_abs_diff;
@@ -394,3 +396,5 @@ TEST_CASE("measure: a shortfall coefficient fitted as the calibration fits it, o
     }
   }
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -22,6 +22,8 @@
 #include "orbit/window.h"
 #include "test_helpers.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using orbit::Engine;
 using orbit::EngineOptions;
 
@@ -316,3 +318,5 @@ TEST_CASE("measure: the conversation's shortfall before and after calibration", 
     }
   }
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -18,6 +18,8 @@
 #include "orbit/common/error.h"
 #include "orbit/runtime/rope.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using orbit::runtime::RopeConfig;
 using orbit::runtime::RopeLayout;
 using orbit::runtime::RopeScaling;
@@ -508,3 +510,5 @@ TEST_CASE("invalid configs and arguments throw, naming the field", "[rope][cpu]"
   // Zero tokens is a no-op, not an error.
   CHECK(orbit::runtime::rope_apply(ok, at::randn({0, 2, 64}), at::zeros({0}, at::kLong)).size(0) == 0);
 }
+
+}  // namespace ORBIT_TEST_FILE

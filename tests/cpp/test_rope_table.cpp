@@ -12,6 +12,8 @@
 #include "orbit/runtime/rope.h"
 #include "rope_table.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using orbit::runtime::RopeConfig;
 using orbit::runtime::RopeScaling;
 using orbit::runtime::detail::RopeTableCache;
@@ -144,3 +146,5 @@ TEST_CASE("rope table rows are dynamic NTK's per-step cos/sin bit for bit at win
     CHECK_FALSE(cache.gather(c, positions, dtype, 4097).has_value());
   }
 }
+
+}  // namespace ORBIT_TEST_FILE

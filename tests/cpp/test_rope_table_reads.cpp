@@ -20,6 +20,8 @@
 #include "rope_table.h"
 #include "test_helpers.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit::runtime;
 using orbit::test::case_tokens;
 namespace ops = orbit::runtime::ops;
@@ -164,3 +166,5 @@ TEST_CASE("a decode cache's opened keys rotated by the rope table are the comput
   generate_model(o, (dir.path() / "linear").string());
   check_open(*load_model((dir.path() / "linear").string()), "tiny-llama linear x4");
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
 using namespace orbit::runtime;
@@ -587,3 +589,5 @@ TEST_CASE("committed fixtures load or fail as documented", "[safetensors][cpu]")
     }
   }
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -17,6 +17,8 @@
 #include "orbit/tool_calls.h"
 #include "window/sampler.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 using Catch::Contains;
 
@@ -376,3 +378,5 @@ TEST_CASE("optional reasoning before a constraint: after the open tag's start he
   CHECK(opening.next(prefer({kBytes + 'i', kBytes + 'x'}), 1).token == kBytes + 'i');
   CHECK_FALSE(opening.constraint_active());
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -11,6 +11,8 @@
 #include "orbit/engine.h"
 #include "test_helpers.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 using Catch::Contains;
 
@@ -242,3 +244,5 @@ TEST_CASE("sampling options out of range are refused, naming the field", "[sampl
   o.max_tokens = 3;
   CHECK(f.window.generate(f.query, o).logprobs.empty());  // off: nothing recorded
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -20,6 +20,8 @@
 #include "serve/wire/serve_wire.h"
 #include "serve_test_util.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace sv = orbit::serve;
 
 namespace {
@@ -597,3 +599,5 @@ TEST_CASE("serve: refusals come before the run; usage reports the engine's radix
   CHECK(twice.result->text == once.result->text);
   core.close();
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -10,6 +10,8 @@
 #include "orbit_catch.h"
 #include "serve/serve_core.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace sv = orbit::serve;
 
 namespace {
@@ -122,3 +124,5 @@ TEST_CASE("serve: after an idle heal, the answer sent back is not prefilled agai
   }
   core.close();
 }
+
+}  // namespace ORBIT_TEST_FILE

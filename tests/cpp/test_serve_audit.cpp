@@ -12,6 +12,8 @@
 #include "serve/sessions/audit.h"
 #include "serve_test_util.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace sv = orbit::serve;
 
 namespace {
@@ -449,3 +451,5 @@ TEST_CASE("serve audit: an owed audit that fails is counted and its request answ
   CHECK(has_line(metrics, "orbit_audits_total 0"));
   CHECK(has_line(metrics, "orbit_audits_waiting 1"));
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -22,6 +22,8 @@
 #include "serve/wire/serve_wire.h"
 #include "serve_test_util.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace sv = orbit::serve;
 
 namespace {
@@ -556,3 +558,5 @@ TEST_CASE("serve batch: --max-batch queues the runs past it in order, and a queu
         metric(core, "orbit_decode_batch_sequences_count"));
   core.close();
 }
+
+}  // namespace ORBIT_TEST_FILE

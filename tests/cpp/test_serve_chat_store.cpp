@@ -12,6 +12,8 @@
 #include "serve/stored/chat_store.h"
 #include "serve/stored/chat_store_wire.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace sv = orbit::serve;
 using nlohmann::json;
 
@@ -328,3 +330,5 @@ TEST_CASE("chat store: a ServeCore with a store directory keeps completions acro
   CHECK(again.chat_completions().erase(id));
   again.close();
 }
+
+}  // namespace ORBIT_TEST_FILE

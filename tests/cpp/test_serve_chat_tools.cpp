@@ -19,6 +19,8 @@
 #include "serve/wire/serve_wire.h"
 #include "serve_test_util.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace sv = orbit::serve;
 
 namespace {
@@ -609,3 +611,5 @@ TEST_CASE("serve: a forced call max_tokens cuts comes back as the call so far, a
   CHECK(again.result->tool_calls.size() == 1);
   core.close();
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -9,6 +9,8 @@
 #include "orbit_catch.h"
 #include "serve/run/choice_order.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace sv = orbit::serve;
 
 namespace {
@@ -108,3 +110,5 @@ TEST_CASE("choice order: the laggard is the choice that holds the stream back", 
   CHECK(order.ready().size() == 3);
   CHECK(order.finished());
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -10,6 +10,8 @@
 #include "serve/wire/chunk_text.h"
 #include "serve/wire/serve_wire.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace sv = orbit::serve;
 
 namespace {
@@ -102,3 +104,5 @@ TEST_CASE("chunk text: under include_usage every chunk carries usage null, as th
   CHECK(sv::ChunkText(ids(), "chat.completion.chunk").chat_text(" Once", false, 0, {}).find("usage") ==
         std::string::npos);
 }
+
+}  // namespace ORBIT_TEST_FILE

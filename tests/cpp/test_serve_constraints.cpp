@@ -8,6 +8,8 @@
 #include "orbit_catch.h"
 #include "serve/run/answer_constraint.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace sv = orbit::serve;
 using namespace orbit;
 
@@ -300,3 +302,5 @@ TEST_CASE("serve constraints: where the model may open its reasoning, the answer
   CHECK(cache.for_request(json, std::string("</think>")).constraint != a.constraint);
   CHECK(cache.for_request(json, std::string()).constraint == a.constraint);
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -7,6 +7,8 @@
 #include "orbit_catch.h"
 #include "serve/http/cors.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace sv = orbit::serve;
 
 namespace {
@@ -116,3 +118,5 @@ TEST_CASE("a preflight is granted the path's methods and the headers it asked fo
   }
   CHECK(listed.preflight_fields("http://evil.test", "POST", "authorization").empty());
 }
+
+}  // namespace ORBIT_TEST_FILE

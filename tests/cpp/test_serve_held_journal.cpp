@@ -23,6 +23,8 @@
 #include "serve/stored/held_journal.h"
 #include "store_write_fixtures.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace sv = orbit::serve;
 using namespace store_fixtures;  // store_write_fixtures.h: what these tests share
 
@@ -330,3 +332,5 @@ TEST_CASE("held journal: a FIFO named like a journal is reported and left, not r
              Catch::Matchers::Contains("held-answers journal " + fifo + ": not a file but a FIFO"));
   CHECK(std::filesystem::is_fifo(fifo));  // left as it is
 }
+
+}  // namespace ORBIT_TEST_FILE

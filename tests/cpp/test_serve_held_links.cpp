@@ -25,6 +25,8 @@
 #include "serve/stored/held_journal.h"
 #include "store_write_fixtures.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace sv = orbit::serve;
 using namespace store_fixtures;  // store_write_fixtures.h: what these tests share
 
@@ -305,3 +307,5 @@ TEST_CASE("held links: time to hold a long chain behind a response too large to 
     CHECK(store.pending().held == length + 1);
   }
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -35,6 +35,8 @@
 #include "serve/stored/journal_share.h"
 #include "store_write_fixtures.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace sv = orbit::serve;
 using namespace store_fixtures;  // store_write_fixtures.h: what these tests share
 
@@ -491,3 +493,5 @@ TEST_CASE("held share: time of a deletion's check of the other journals", "[.hel
   std::printf("a put that commits: %.1f us\n",
               per_call_us([&] { REQUIRE(put(store, response("p" + std::to_string(n++)))); }, 200));
 }
+
+}  // namespace ORBIT_TEST_FILE

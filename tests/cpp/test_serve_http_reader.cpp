@@ -11,6 +11,8 @@
 #include "orbit_catch.h"
 #include "serve/http/http_request_reader.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace sv = orbit::serve;
 using State = sv::RequestReader::State;
 
@@ -382,3 +384,5 @@ TEST_CASE("an HTTP/1.1 request carries one Host header holding a host[:port] (RF
   CHECK(refusal_of("GET http://a:1/x HTTP/1.1\r\nHost: b\r\n\r\n") == 0);  // the target's authority wins
   CHECK(refusal_of("GET / HTTP/1.1\r\nHost: a@b\r\n\r\n") == 400);
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -7,6 +7,8 @@
 #include "orbit_catch.h"
 #include "serve/wire/serve_wire.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace sv = orbit::serve;
 
 TEST_CASE("serve: logprobs in OpenAI's chat shape, whole and with the stream's chunks", "[serve]") {
@@ -82,3 +84,5 @@ TEST_CASE("serve: a chat body written entry by entry is the JSON tree's text", "
   CHECK(sv::chat_completion_text(ids, plain) == sv::dump(sv::chat_completion(ids, plain)));
   CHECK(sv::chat_completion(ids, plain)["choices"][0]["logprobs"].is_null());
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -16,6 +16,8 @@
 #include "serve/serve_core.h"
 #include "serve/wire/serve_api.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace sv = orbit::serve;
 
 namespace {
@@ -290,3 +292,5 @@ TEST_CASE("serve: a refused request keeps the audits whose drop would not make i
   CHECK(a.metric("orbit_audits_dropped_for_pool_total 0"));
   CHECK(a.metric("orbit_audits_waiting 3"));
 }
+
+}  // namespace ORBIT_TEST_FILE

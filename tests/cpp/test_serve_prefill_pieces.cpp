@@ -13,6 +13,8 @@
 #include "serve/serve_core.h"
 #include "serve_test_util.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace sv = orbit::serve;
 
 namespace {
@@ -345,3 +347,5 @@ TEST_CASE("serve prefill pieces: a session in exact mode whose heal runs past a 
   CHECK(next_result.usage.exact == "audit");
   CHECK(next_result.usage.predicted_kl == 0);
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -16,6 +16,8 @@
 #include "serve/run/tool_stream.h"
 #include "serve/wire/serve_wire.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace sv = orbit::serve;
 
 namespace {
@@ -245,3 +247,5 @@ TEST_CASE("reasoning: a streamed chat chunk carries the reasoning gathered for i
   CHECK(plain["choices"][0]["message"]["reasoning_content"].is_null());
   CHECK(plain["choices"][0]["message"]["content"] == "Hello");
 }
+
+}  // namespace ORBIT_TEST_FILE

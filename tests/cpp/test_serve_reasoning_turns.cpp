@@ -10,6 +10,8 @@
 #include "serve/serve_core.h"
 #include "serve_test_util.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace sv = orbit::serve;
 
 namespace {
@@ -48,3 +50,5 @@ TEST_CASE("serve reasoning: the reasoning sent back is the turn the idle worker 
   CHECK(out[1].usage.plan.find("evict") == std::string::npos);
   CHECK(out[1].usage.plan.find("admit") == std::string::npos);
 }
+
+}  // namespace ORBIT_TEST_FILE

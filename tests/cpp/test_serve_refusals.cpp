@@ -13,6 +13,8 @@
 #include "serve/wire/serve_api.h"
 #include "serve/wire/serve_wire.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace sv = orbit::serve;
 
 namespace {
@@ -409,3 +411,5 @@ TEST_CASE("serve: a lone surrogate escape in a string is read as U+FFFD, a pair 
         std::optional<std::string>(R"(["\uFFFD\ud800\udc00"])"));
   CHECK_FALSE(sv::parse_chat_request(R"({"model":"m","messages":[{"role":"user","content":"\u12"}]})").ok());
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -12,6 +12,8 @@
 #include "serve/serve_core.h"
 #include "serve_test_util.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace sv = orbit::serve;
 using nlohmann::json;
 
@@ -578,3 +580,5 @@ TEST_CASE("responses: truncation auto drops a chain's oldest items to fit, and s
         core.context_tokens());
   core.close();
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -15,6 +15,8 @@
 #include "serve/responses/responses_disk.h"
 #include "serve/responses/responses_store.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace sv = orbit::serve;
 using orbit::ChatMessage;
 
@@ -149,3 +151,5 @@ TEST_CASE("responses on disk: a file that is not a responses store is refused na
                     Catch::Contains(tmp.path()) && Catch::Contains("responses store"));
   CHECK_THROWS_WITH(sv::messages_from_json("[{\"role\": 1}]", "row x"), Catch::Contains("row x"));
 }
+
+}  // namespace ORBIT_TEST_FILE

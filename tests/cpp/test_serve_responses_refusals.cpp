@@ -5,6 +5,8 @@
 #include "orbit_catch.h"
 #include "serve/responses/responses_api.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace sv = orbit::serve;
 
 namespace {
@@ -165,3 +167,5 @@ TEST_CASE("responses: the parser refuses what it cannot honour, naming the field
   std::string deep = body_with(R"("metadata":)" + std::string(5000, '[') + std::string(5000, ']'));
   CHECK(sv::parse_responses_request(deep).error.status == 400);
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -15,6 +15,8 @@
 #include "serve/wire/serve_wire.h"
 #include "serve_test_util.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace sv = orbit::serve;
 using nlohmann::json;
 
@@ -445,3 +447,5 @@ TEST_CASE("responses: an obfuscated stream pads its delta events only", "[serve]
   plain_text += plain.text("Once");
   CHECK(parse_events(plain_text).back().second.contains("obfuscation") == false);
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -16,6 +16,8 @@
 #include "serve/stored/pending_writes.h"
 #include "store_write_fixtures.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace sv = orbit::serve;
 using namespace store_fixtures;  // store_write_fixtures.h: what these tests share
 
@@ -226,3 +228,5 @@ TEST_CASE("group commit: items submitted together share one transaction", "[serv
   CHECK(commits[0] == std::vector<int>{1, 2});
   CHECK(commits[1] == std::vector<int>{3});
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -20,6 +20,8 @@
 #include "serve/stored/sqlite_file.h"
 #include "store_write_fixtures.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace sv = orbit::serve;
 
 namespace {
@@ -237,3 +239,5 @@ TEST_CASE("group commit: a check is answered before the commit of the puts it qu
   CHECK(group.writes().commits == 2);
   CHECK(group.writes().items == 3);
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -16,6 +16,8 @@
 #include "serve/stored/chat_store_wire.h"
 #include "tool_stream_feed.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit::test::tool_stream;
 
 TEST_CASE("tool stream: two calls split at every byte spell the calls the whole answer reads", "[serve]") {
@@ -283,3 +285,5 @@ TEST_CASE("streamed calls: arguments growing under the number held come without 
   CHECK_FALSE(settled.mismatch);
   CHECK(settled.unsent.empty());
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -13,6 +13,8 @@
 #include "serve/run/tool_stream.h"
 #include "tool_stream_feed.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit::test::tool_stream;
 
 TEST_CASE("tool stream: an answer max_tokens cuts anywhere streams the cut call it finishes with", "[serve]") {
@@ -385,3 +387,5 @@ TEST_CASE("tool stream: Mistral's array cut before its last call's name keeps th
     }
   }
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -21,6 +21,8 @@
 #include "orbit_catch.h"
 #include "test_helpers.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 using orbit::test::max_abs_diff;
 using orbit::test::random_tokens;
@@ -319,3 +321,5 @@ TEST_CASE("a paged read of placements carries each one's factors at its rows, as
   for (auto& s : seqs) pool.destroy(s);
   CHECK(pool.sharing().canonical_sets == 0);
 }
+
+}  // namespace ORBIT_TEST_FILE

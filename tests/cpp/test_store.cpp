@@ -21,6 +21,8 @@
 #include "test_store_checks.h"
 #include "test_store_values.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using Catch::Matchers::Contains;
 using orbit::Error;
 using namespace orbit;
@@ -421,3 +423,5 @@ TEST_CASE("verify leaves out a row erased after it read the rows, and still find
   CHECK_THAT(report.problems[0].reason, Contains("missing"));
   CHECK(report.checked == 2);
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -19,6 +19,8 @@
 #include "test_store_checks.h"
 #include "test_store_values.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using Catch::Matchers::Contains;
 using namespace orbit;
 using namespace orbit::store;
@@ -324,3 +326,5 @@ TEST_CASE("SIGKILL 200 times in a write stream: every committed entry survives",
   CHECK(counts.mid_write() >= 20);
   CHECK(counts.in_blob_write >= 1);
 }
+
+}  // namespace ORBIT_TEST_FILE

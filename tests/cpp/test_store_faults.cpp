@@ -29,6 +29,8 @@
 #include "test_store_checks.h"
 #include "test_store_values.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using Catch::Matchers::Contains;
 using namespace orbit;
 using namespace orbit::store;
@@ -603,3 +605,5 @@ TEST_CASE("gc --dry-run lists a read-only store's garbage and writes nothing; gc
   CHECK(after == before);
   test::set_tree_writable(d, true);
 }
+
+}  // namespace ORBIT_TEST_FILE

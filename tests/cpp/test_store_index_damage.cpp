@@ -22,6 +22,8 @@
 #include "test_store_checks.h"
 #include "test_store_values.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using Catch::Matchers::Contains;
 using namespace orbit;
 using namespace orbit::store;
@@ -488,3 +490,5 @@ TEST_CASE("an index.sqlite that is a directory is named as such, not as a missin
   CHECK_THROWS_WITH(list_store(d), Contains("index.sqlite is not a regular file (it is a directory)"));
   CHECK_THROWS_WITH(summarize_store(d), Contains("move it aside"));
 }
+
+}  // namespace ORBIT_TEST_FILE

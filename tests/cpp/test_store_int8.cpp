@@ -15,6 +15,8 @@
 #include "test_helpers.h"
 #include "test_store_values.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using Catch::Matchers::Contains;
 using namespace orbit;
 using namespace orbit::store;
@@ -179,3 +181,5 @@ TEST_CASE("embedding cache: embeddings and grid round-trip under their own key",
   REQUIRE(store.put(embedding_key(k), test::store_test_value(1), PutOptions{StoreTier::kHost, false, true}).is_ok());
   CHECK_THROWS_WITH(cache.get(k), Contains("is a canonical"));
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -22,6 +22,8 @@
 #include "test_helpers.h"
 #include "test_store_values.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 using namespace orbit::store;
 using test::store_test_key;
@@ -387,3 +389,5 @@ TEST_CASE("a write counted as abandoned is never delivered: queued ones are drop
   CHECK(summarize_store(dir / "s").remote_abandoned ==
         std::vector<std::pair<std::string, int64_t>>{{"gate-memory", abandoned}});
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -54,6 +54,8 @@
 #include "test_helpers.h"
 #include "test_store_values.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using Catch::Matchers::Contains;
 using namespace orbit;
 using namespace orbit::store;
@@ -577,3 +579,5 @@ TEST_CASE("a symlinked blobs/ (or one resolving outside the store) is refused, n
   CHECK_THROWS_WITH(ChunkStore(store_options(good)), Contains("is a symlink"));
   CHECK(fs::exists(dir / "moved"));
 }
+
+}  // namespace ORBIT_TEST_FILE

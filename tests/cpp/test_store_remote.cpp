@@ -17,6 +17,8 @@
 #include "test_store_remote.h"
 #include "test_store_values.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using Catch::Matchers::Contains;
 using namespace orbit;
 using namespace orbit::store;
@@ -308,3 +310,5 @@ TEST_CASE("erase removes an entry from the remote tier too, after any write of i
   CHECK_FALSE(on_server(4));
   CHECK(on_server(3));
 }
+
+}  // namespace ORBIT_TEST_FILE

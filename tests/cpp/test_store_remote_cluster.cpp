@@ -16,6 +16,8 @@
 #include "test_store_remote.h"
 #include "test_store_values.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using Catch::Matchers::Contains;
 using namespace orbit;
 using namespace orbit::store;
@@ -167,3 +169,5 @@ TEST_CASE("a redis cluster slot in migration: puts and gets follow ASK with ASKI
   CHECK(reader.stats().remote.corrupt == 0);
   CHECK(reader.stats().remote.errors == 0);
 }
+
+}  // namespace ORBIT_TEST_FILE

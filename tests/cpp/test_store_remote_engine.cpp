@@ -28,6 +28,8 @@
 #include "test_store_remote.h"
 #include "test_store_values.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using Catch::Matchers::Contains;
 using namespace orbit;
 using namespace orbit::store;
@@ -403,3 +405,5 @@ TEST_CASE("a stored calibration in the store directory that does not decode is w
   CHECK_THAT(text, Contains("sample 1 has a negative or non-finite feature or KL"));
   CHECK(engine->stats().store.remote.internal_reads == 0);  // the remote is not asked past the local entry
 }
+
+}  // namespace ORBIT_TEST_FILE

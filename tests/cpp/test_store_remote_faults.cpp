@@ -30,6 +30,8 @@
 #include "test_store_remote.h"
 #include "test_store_values.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using Catch::Matchers::Contains;
 using namespace orbit;
 using namespace orbit::store;
@@ -680,3 +682,5 @@ TEST_CASE("SIGKILL at random points of puts, evictions and gc with a remote: not
   CHECK(on_remote >= 12);
   CHECK(evicted >= 1);  // the puts evicted (a test whose kills never met an eviction would prove less)
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -13,6 +13,8 @@
 #include "test_helpers.h"
 #include "test_store_values.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using Catch::Matchers::Contains;
 using namespace orbit;
 using namespace orbit::store;
@@ -153,3 +155,5 @@ TEST_CASE("rediss:// checks the server's name and presents a client certificate 
   ChunkStore reader(o);
   CHECK(reader.get(key(1)).is_ok());
 }
+
+}  // namespace ORBIT_TEST_FILE

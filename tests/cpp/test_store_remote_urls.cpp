@@ -18,6 +18,8 @@
 #include "test_store_remote.h"
 #include "test_store_values.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using Catch::Matchers::Contains;
 using namespace orbit;
 using namespace orbit::store;
@@ -66,3 +68,5 @@ TEST_CASE("writes recorded for another server are named in a warning at open", "
                                     ", not for this store's remote " + server.url()));
   CHECK_THAT(said.front(), Contains("orbit store forget-remote --store"));
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -25,6 +25,8 @@
 #include "test_store_checks.h"
 #include "test_store_values.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using Catch::Matchers::Contains;
 using namespace orbit;
 using namespace orbit::store;
@@ -598,3 +600,5 @@ TEST_CASE("index rows whose value_bytes or blob_bytes the blob contradicts are r
   CHECK(verify_store(d).clean());
   CHECK(summarize_store(d).value_bytes == in_memory);
 }
+
+}  // namespace ORBIT_TEST_FILE

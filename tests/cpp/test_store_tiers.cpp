@@ -21,6 +21,8 @@
 #include "test_helpers.h"
 #include "test_store_values.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using Catch::Matchers::Contains;
 using namespace orbit;
 using namespace orbit::store;
@@ -568,3 +570,5 @@ TEST_CASE("stats' pinned entries equal a walk of every entry after puts, pins, e
   for (const TierStats& t : store->stats().tiers) evictions += t.evictions;
   CHECK(evictions > 0);
 }
+
+}  // namespace ORBIT_TEST_FILE

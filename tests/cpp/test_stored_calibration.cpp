@@ -21,6 +21,8 @@
 #include "stderr_capture.h"
 #include "test_helpers.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using Catch::Matchers::Contains;
 using namespace orbit;
 
@@ -188,3 +190,5 @@ TEST_CASE("the stored calibration's value round-trips and its decoder refuses wh
   CHECK(orbit::detail::fidelity_calibration_key(fp) != orbit::detail::fidelity_calibration_key(std::string(64, 'b')));
   CHECK(is_store_key(orbit::detail::fidelity_calibration_key(fp)));
 }
+
+}  // namespace ORBIT_TEST_FILE

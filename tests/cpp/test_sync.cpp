@@ -36,6 +36,8 @@
 #include "orbit/planner/prefix_ledger.h"
 #include "sync_test_support.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 using Catch::Contains;
 using Catch::StartsWith;
@@ -594,3 +596,5 @@ TEST_CASE("sync refused for capacity says which bound refused it: the KV pool or
   CHECK(message.find("(2 of 2 pages free; this plan needs " + std::to_string(2 + pages_short) + ")") !=
         std::string::npos);
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -15,6 +15,8 @@
 #include "test_helpers.h"
 #include "window/sync_render.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace {
 
 using namespace orbit;
@@ -140,3 +142,5 @@ TEST_CASE("cuts from token bytes for an agent that appends and trims its oldest 
     }
   }
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -32,6 +32,8 @@
 #include "window/sync_memo.h"
 #include "window/sync_render.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace {
 
 using namespace orbit;
@@ -469,3 +471,5 @@ TEST_CASE("a list kept as the latest with its first message counts once against 
         orbit::detail::known_encodings(keys[2], *tok));
   orbit::detail::clear_encode_memo();
 }
+
+}  // namespace ORBIT_TEST_FILE

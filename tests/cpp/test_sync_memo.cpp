@@ -23,6 +23,8 @@
 #include "window/sync_memo.h"
 #include "window/sync_render.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace {
 
 using namespace orbit;
@@ -259,3 +261,5 @@ TEST_CASE("a template given in the options is parsed once", "[sync_memo]") {
   CHECK_THROWS_WITH(orbit::detail::parsed_template("{% for %}", "ChatOptions::chat_template", "", ""),
                     Catch::Matchers::Contains("ChatOptions::chat_template"));
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -27,6 +27,8 @@
 #include "window/sync_memo.h"
 #include "window/sync_render.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace {
 
 using namespace orbit;
@@ -476,3 +478,5 @@ TEST_CASE("a memo keeps at most kMaxEntries aliases and a list names itself by a
   }
   CHECK(orbit::detail::anchor_messages(orbit::detail::list_keys(t, {}, {list.front()})).empty());
 }
+
+}  // namespace ORBIT_TEST_FILE

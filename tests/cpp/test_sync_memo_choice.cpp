@@ -17,6 +17,8 @@
 #include "window/sync_latest.h"
 #include "window/sync_memo.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace {
 
 using namespace orbit;
@@ -123,3 +125,5 @@ TEST_CASE("step 3 reads the encodings of the lists step 2 chose, and hashes each
   CHECK(orbit::detail::anchor_key(keys, 7) == a);
   CHECK(orbit::detail::anchor_hashes_so_far() - hashes == 1);
 }
+
+}  // namespace ORBIT_TEST_FILE

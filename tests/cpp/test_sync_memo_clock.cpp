@@ -21,6 +21,8 @@
 #include "window/sync_memo.h"
 #include "window/sync_render.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace {
 
 using namespace orbit;
@@ -252,3 +254,5 @@ TEST_CASE("tokenize_chat given a plan's options renders at the plan's time, not 
   CHECK(w.plan_sync(list, SyncOptions{at, o.chunk_min_tokens}).tokens == engine->tokenize_chat(list, false, at));
   CHECK(w.plan_sync(list, SyncOptions{at, o.chunk_min_tokens}).tokens != plan.tokens);
 }
+
+}  // namespace ORBIT_TEST_FILE

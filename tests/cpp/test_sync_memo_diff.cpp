@@ -25,6 +25,8 @@
 #include "window/sync_memo.h"
 #include "window/sync_render.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace {
 
 using namespace orbit;
@@ -510,3 +512,5 @@ TEST_CASE("Qwen3: a summary user turn before the anchor, after a list with no qu
   next.push_back(runtime_msg("user", "girl"));
   check_qwen3_after(k, next);
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -23,6 +23,8 @@
 #include "window/sync_memo.h"
 #include "window/sync_render.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace {
 
 using namespace orbit;
@@ -426,3 +428,5 @@ TEST_CASE("a list no positions can hold is refused before any prefix is rendered
   w.sync(fits, plan);
   CHECK(w.instances().size() > 0);
 }
+
+}  // namespace ORBIT_TEST_FILE

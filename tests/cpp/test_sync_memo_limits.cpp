@@ -16,6 +16,8 @@
 #include "window/sync_memo.h"
 #include "window/sync_render.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace {
 
 using namespace orbit;
@@ -136,3 +138,5 @@ TEST_CASE("a memo entry's bytes count what its containers allocated", "[sync_mem
   encodings.segments.back().tokens.bytes.reserve(10000);
   CHECK(encodings.bytes() >= 10000 * (sizeof(int64_t) + sizeof(runtime::TokenBytes)));
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -16,6 +16,8 @@
 #include "window/sync_memo.h"
 #include "window/sync_render.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace {
 
 using namespace orbit;
@@ -225,3 +227,5 @@ TEST_CASE("Mistral Nemo's list with a new system prompt and its oldest rounds tr
     }
   }
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -11,6 +11,8 @@
 #include "orbit_catch.h"
 #include "sync_test_support.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 using namespace orbit::test::sync_support;
 using Catch::Contains;
@@ -303,3 +305,5 @@ TEST_CASE("sync property with chunk parts: the window is the rendering, parts in
     }
   }
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -8,6 +8,8 @@
 #include "orbit/common/error.h"
 #include "sync_test_support.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 using namespace orbit::test::sync_support;
 
@@ -312,3 +314,5 @@ TEST_CASE("trusted hints: prepare_sync also prepares the learned moves that go o
   CHECK(back.hint.moves_prepared >= 1);
   CHECK(loop.step(true).idle.hints_trusted);
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -17,6 +17,8 @@
 #include "window/list_memory.h"
 #include "window/sync_memo.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace {
 
 using namespace orbit;
@@ -109,3 +111,5 @@ TEST_CASE("render_chat and plan_sync pass reasoning_content to the template", "[
   CHECK(planned[0] != planned[1]);
   CHECK(planned[1] != planned[2]);
 }
+
+}  // namespace ORBIT_TEST_FILE

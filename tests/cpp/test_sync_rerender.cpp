@@ -9,6 +9,8 @@
 // known.common).
 #include "sync_rerender_harness.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace {
 
 using namespace orbit;
@@ -92,3 +94,5 @@ TEST_CASE("Mistral Nemo with a tool: the tools before the last user turn; the wi
           "[sync_rerender]") {
   check_scenario(nemo_scenario(true));
 }
+
+}  // namespace ORBIT_TEST_FILE

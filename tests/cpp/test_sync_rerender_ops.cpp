@@ -17,6 +17,8 @@
 
 #include "sync_rerender_harness.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace {
 
 using namespace orbit;
@@ -193,3 +195,5 @@ TEST_CASE("Qwen3: every agent's edit, with a tool and reasoning, through one win
 TEST_CASE("SmolLM2: a new system prompt, trims and a summary through one window", "[sync_rerender]") {
   check_template({"smollm2-135m-instruct", true, false});
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -13,6 +13,8 @@
 
 #include "sync_rerender_harness.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace {
 
 using namespace orbit;
@@ -86,3 +88,5 @@ TEST_CASE("Llama 3.1: tools added, reordered, removed and given again", "[sync_t
 TEST_CASE("Mistral Nemo: tools added, reordered, removed and given again", "[sync_tools]") {
   check_tools_change("mistral-nemo-instruct-2407", 6, {3, 3, -1});
 }
+
+}  // namespace ORBIT_TEST_FILE

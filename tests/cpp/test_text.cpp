@@ -13,6 +13,8 @@
 #include "orbit/trace.h"
 #include "test_helpers.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 using Catch::Contains;
 
@@ -284,3 +286,5 @@ TEST_CASE("traces: the shipped story trace replays; text is the tokenizer's ids"
                     Contains("story.json: chunk 0 ('title'): field 'text': the trace gives text but the model") &&
                         Contains("has no tokenizer"));
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -19,6 +19,8 @@
 #include "orbit_catch.h"
 #include "tokenizer_variants.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -276,3 +278,5 @@ TEST_CASE("text stream: a push decodes a bounded window, and a stop string is ju
   REQUIRE(judged.size() == 451);
   for (std::size_t k = 0; k < judged.size(); ++k) CHECK(judged[k] == text.substr(0, 2 * k));
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -18,6 +18,8 @@
 #include "orbit/runtime/safetensors.h"
 #include "test_helpers.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit::runtime;
 using Catch::Matchers::Contains;
 using Catch::Matchers::StartsWith;
@@ -119,3 +121,5 @@ TEST_CASE("a tied embedding is found under either name, with or without the meta
   CHECK(loaded->weights().embed.equal(matrix));
   CHECK(loaded->weights().lm_head.equal(matrix));
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -18,6 +18,8 @@
 #include "orbit/common/error.h"
 #include "orbit/runtime/tokenizer.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace {
 
 using orbit::runtime::Tokenizer;
@@ -234,3 +236,5 @@ TEST_CASE("tokenizer files: found beside the model, and bad files named", "[toke
   write_bytes(dir / "zero.bin", std::string(4, '\0'));
   CHECK_THROWS_WITH(orbit::runtime::load_llama2c_tokenizer((dir / "zero.bin").string()), Contains("max_token_length"));
 }
+
+}  // namespace ORBIT_TEST_FILE

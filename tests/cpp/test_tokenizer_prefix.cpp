@@ -24,6 +24,8 @@
 #include "orbit/runtime/tokenizer.h"
 #include "tokenizer_variants.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -314,3 +316,5 @@ TEST_CASE("tokenizers that are not prefix-stable say so and report no bytes", "[
   refused("single_word", [](json& j) { j["added_tokens"][1]["single_word"] = true; });
   refused("some_bytes", [](json& j) { j["model"]["vocab"]["<0x0A>"] = 2048; });  // an unk would wait
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -13,6 +13,8 @@
 #include "orbit/tool_calls.h"
 #include "orbit_catch.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using orbit::ChatToolCall;
 using orbit::CutToolCall;
 using orbit::ToolCallFormat;
@@ -225,3 +227,5 @@ TEST_CASE("tool call reader: the answers read calls, and those that end early en
     CHECK(reader.read().calls.size() == expected[i]);
   }
 }
+
+}  // namespace ORBIT_TEST_FILE

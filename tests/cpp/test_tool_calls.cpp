@@ -11,6 +11,8 @@
 #include "orbit/engine.h"
 #include "orbit/tool_calls.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 using Catch::Contains;
 
@@ -428,3 +430,5 @@ TEST_CASE("tool calls: a cut call says whether its name is whole; Llama 3 calls 
   CHECK_FALSE(r.cut);
   CHECK(r.content == "{\"na");
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -12,6 +12,8 @@
 #include "orbit/trace.h"
 #include "test_helpers.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 using nlohmann::json;
 
@@ -698,3 +700,5 @@ TEST_CASE("M-RoPE: embedding chunks with grids replay exactly under re-prefill",
   // The default policy heals in idle time (background work): it is cheaper on the critical path.
   CHECK(r.policies[0].totals.critical_forward_tokens < reprefill->totals.critical_forward_tokens);
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -21,6 +21,8 @@
 #include "test_helpers.h"
 #include "test_store_values.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using Catch::Matchers::Contains;
 
 namespace {
@@ -156,3 +158,5 @@ TEST_CASE("the store's disk warnings go through the sink", "[common][store][cpu]
                                    Contains("No space left on device") && !Contains("orbit: warning"));
   CHECK_THAT(sink.messages[1], Contains("store " + d + ": closing with entries that never reached the disk"));
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -18,6 +18,8 @@
 #include "orbit/runtime/reuse.h"
 #include "test_helpers.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 
 namespace {
@@ -650,3 +652,5 @@ TEST_CASE("torch interop: embeddings from a tensor view equal the same embedding
   b.embeddings = view_of(values, {2, 2 * hidden});
   CHECK_THROWS_WITH(engine->add_embeddings(b), Catch::Contains("width"));
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -9,6 +9,8 @@
 #include "test_helpers.h"
 #include "window_test_support.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 using orbit::test::kExactWindowTolerance;
 using orbit::test::random_tokens;
@@ -185,3 +187,5 @@ TEST_CASE("prefix-cache yardstick: what a prefix cache would forward, counted at
   CHECK(prefix.critical == Approx(70));
   CHECK(reuse.critical < prefix.critical);
 }
+
+}  // namespace ORBIT_TEST_FILE

@@ -10,6 +10,8 @@
 #include "test_helpers.h"
 #include "window_test_support.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 using orbit::test::kExactWindowTolerance;
 using orbit::test::random_tokens;
@@ -509,3 +511,5 @@ TEST_CASE("idle prepares moves only in a window that has reordered, and only und
   moved.set_policy(none);
   CHECK(moved.idle().moves_prepared == 0);
 }
+
+}  // namespace ORBIT_TEST_FILE

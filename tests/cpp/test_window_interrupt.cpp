@@ -14,6 +14,8 @@
 #include "test_helpers.h"
 #include "window_test_support.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 using orbit::test::random_tokens;
 
@@ -383,3 +385,5 @@ TEST_CASE("loss_by_instance's reference forward and its per-instance reads stop 
     CHECK(got[i].kv_change == want[i].kv_change);
   }
 }
+
+}  // namespace ORBIT_TEST_FILE

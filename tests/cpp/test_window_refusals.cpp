@@ -9,6 +9,8 @@
 #include "orbit_catch.h"
 #include "test_helpers.h"
 
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
 using namespace orbit;
 
 namespace {
@@ -114,3 +116,5 @@ TEST_CASE("a plan edited after planning is refused, and the window keeps what it
   REQUIRE(w.apply(copy).is_ok());
   CHECK(w.instances().size() == held.size() + 1);
 }
+
+}  // namespace ORBIT_TEST_FILE
