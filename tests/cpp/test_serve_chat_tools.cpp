@@ -72,6 +72,12 @@ TEST_CASE("serve: a tool message is taken wherever it stands, its call trimmed a
     CHECK(chat_error(user + call + tool + "]}").second == "messages[2].tool_call_id");
     CHECK(chat_error(R"({"model":"m","messages":[)" + tool + "]}").second == "messages[0].tool_call_id");
   }
+  // Content null is an assistant's alone (a message of tool calls); on any other role it is refused naming it.
+  for (const std::string role : {"system", "developer", "user", "tool"}) {
+    const std::string id = role == "tool" ? R"("tool_call_id":"c1",)" : "";
+    const std::string message = R"({"role":")" + role + R"(",)" + id + R"("content":null})";
+    CHECK(chat_error(user + call + message + "]}").second == "messages[2].content");
+  }
   for (const std::string& id : {std::string(), std::string(R"("id":null,)"), std::string(R"("id":"",)")}) {
     CHECK(chat_error(user + R"({"role":"assistant","content":null,"tool_calls":[{)" + id +
                      R"("type":"function","function":{"name":"f","arguments":"{}"}}]}]})")

@@ -37,12 +37,15 @@ void check_echoed_message_fields(const json& part, bool refusal, const std::stri
   }
 }
 
-// The text of a message's content: a string, null, or text parts; an assistant's may also hold OpenAI's
-// refusal parts ({"type": "refusal", "refusal": text}), which are what it said, so they are read as its text.
+// The text of a message's content: a string or text parts; an assistant's may also be null (a message of tool
+// calls) and hold OpenAI's refusal parts ({"type": "refusal", "refusal": text}), which are what it said, so they
+// are read as its text. A null content on another role is refused, as OpenAI refuses it: the message says nothing.
 std::string content_text(const json& v, const std::string& param, bool assistant) {
   if (v.is_string()) return v.get<std::string>();
-  if (v.is_null()) return "";
-  if (!v.is_array()) wrong_type(param, "a string, null or an array of parts", v);
+  if (v.is_null() && assistant) return "";
+  if (!v.is_array()) {
+    wrong_type(param, assistant ? "a string, null or an array of parts" : "a string or an array of parts", v);
+  }
   std::string text;
   for (std::size_t i = 0; i < v.size(); ++i) {
     const std::string p = param + "[" + std::to_string(i) + "]";
