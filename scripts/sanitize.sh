@@ -6,9 +6,9 @@
 #                                 run of `orbit serve` built with TSan (scripts/tsan_serve.py: concurrent chat
 #                                 and responses requests, streams, clients that leave midway, stored answers)
 #
-# Only the libraries and the listed test executables are built (no CUDA, Python module, benchmarks,
-# samples): each test in an executable of its own (ORBIT_TEST_GROUPS=OFF; a shared one would build every
-# test file grouped with it). Without -Werror: the main build enforces warnings on the same sources, and GCC's flow-based
+# Only the libraries and the executables of the listed tests are built (no CUDA, Python module, benchmarks,
+# samples): those tests grouped into shared executables of their own (ORBIT_TEST_SELECT, tests/orbit_tests.cmake;
+# the main build's groups would bring every test file grouped with them). Without -Werror: the main build enforces warnings on the same sources, and GCC's flow-based
 # warnings give false positives on instrumented code (-Wuninitialized in Boost.Optional under ASan at -O1).
 # Any sanitizer report fails the test: ASan, UBSan
 # (-fno-sanitize-recover) and TSan (halt_on_error) end the process with an error status.
@@ -53,27 +53,34 @@ generator=()
 # (run alone) against 480 s at -O1 (in a fresh test.sh run; its tests ran 49 s against 37 s: most of their
 # time is in libtorch, which is not rebuilt), the TSan stage 165 s against 193 s. ORBIT_SANITIZE_FLAGS
 # replaces them.
-cmake -S "$ORBIT_ROOT" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_CXX_FLAGS_RELEASE="${ORBIT_SANITIZE_FLAGS:--O0 -g1}" -DCMAKE_UNITY_BUILD="$ORBIT_UNITY" \
-  -DORBIT_SANITIZE="$sanitize" -DORBIT_WERROR=OFF -DORBIT_TESTS=ON -DORBIT_TEST_GROUPS=OFF \
-  -DORBIT_CUDA=OFF -DORBIT_PYTHON=OFF -DORBIT_BENCH=OFF -DORBIT_SAMPLES=OFF -DORBIT_TOOLS="$tools" -DORBIT_INSTALL=OFF \
-  >"$build/orbit-configure.log" 2>&1 || { cat "$build/orbit-configure.log" >&2; exit 1; }
+# $1: the tests grouped into shared executables (;-separated; the others get executables of their own).
+configure() {
+  cmake -S "$ORBIT_ROOT" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_CXX_FLAGS_RELEASE="${ORBIT_SANITIZE_FLAGS:--O0 -g1}" -DCMAKE_UNITY_BUILD="$ORBIT_UNITY" \
+    -DORBIT_SANITIZE="$sanitize" -DORBIT_WERROR=OFF -DORBIT_TESTS=ON -DORBIT_TEST_GROUPS=ON -DORBIT_TEST_SELECT="$1" \
+    -DORBIT_CUDA=OFF -DORBIT_PYTHON=OFF -DORBIT_BENCH=OFF -DORBIT_SAMPLES=OFF -DORBIT_TOOLS="$tools" -DORBIT_INSTALL=OFF \
+    >"$build/orbit-configure.log" 2>&1 || { cat "$build/orbit-configure.log" >&2; exit 1; }
+  generator=()
+}
 
 if [ "$mode" = thread ]; then
+  configure ""
   mapfile -t tests < <(ctest --test-dir "$build" -N -L thread | sed -nE 's/^ *Test +#[0-9]+: +([A-Za-z0-9_]+)$/\1/p')
   [ ${#tests[@]} -gt 0 ] || { echo "error: no test carries the label thread" >&2; exit 1; }
 fi
+configure "$(IFS=';'; echo "${tests[*]}")"
+regex="^($(IFS='|'; echo "${tests[*]}"))\$"
 
-# The executable each CTest name runs (CTest entries that run a filtered part of another executable).
-targets=()
-for t in "${tests[@]}"; do
-  case "$t" in
-    test_store_threads) targets+=(test_store_faults) ;;
-    test_store_faults_slow) targets+=(test_store_crashes) ;;
-    *) targets+=("$t") ;;
-  esac
-done
-mapfile -t targets < <(printf '%s\n' "${targets[@]}" | sort -u)
+# The executables those CTest entries run (a shared one for the grouped tests; an entry such as
+# test_store_threads runs a part of another test's cases).
+mapfile -t targets < <(/usr/bin/python3 -c '
+import os, re, sys
+text = open(sys.argv[1]).read()
+for name in sys.argv[2:]:
+    m = re.search(r"^add_test\(\[=\[" + re.escape(name) + r"\]=\] \"([^\"]+)\"", text, re.M)
+    if not m:
+        sys.exit(f"error: no CTest entry {name} in {sys.argv[1]}")
+    print(os.path.basename(m.group(1)))' "$build/tests/CTestTestfile.cmake" "${tests[@]}" | sort -u)
 if [ "$mode" = thread ]; then targets+=(orbit); fi
 
 step "Building ${#targets[@]} test executables with $ORBIT_JOBS jobs: ${targets[*]}"
@@ -88,7 +95,6 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN
 # read of it (test_store_threads, every run). Races between accesses in orbit's own code are still
 # reported.
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
-regex="^($(IFS='|'; echo "${tests[*]}"))\$"
 step "Running under $sanitize: ${tests[*]}"
 ctest --test-dir "$build" -R "$regex" --output-on-failure -j "$ORBIT_JOBS"
 if [ "$mode" = thread ]; then

@@ -13,8 +13,9 @@
 # Kinds: `aten` (orbit::runtime and the ATen precompiled header), `light` (orbit::runtime and the Catch-only
 # one: the test names no ATen), `free` (TORCH_FREE: only its LIBS and Catch, no libtorch). A test whose file
 # changes the whole process (replaces operator new, defines orbit_test_skip_reason, skips the precompiled
-# header) is SOLO: an executable of its own, as every test is with ORBIT_TEST_GROUPS=OFF (the sanitizer builds,
-# scripts/sanitize.sh, which build only the executables of the tests they run).
+# header) is SOLO: an executable of its own, as every test is with ORBIT_TEST_GROUPS=OFF. ORBIT_TEST_SELECT (a list
+# of test names) groups only those and gives the others executables of their own: the sanitizer builds
+# (scripts/sanitize.sh) build only the tests they run, grouped among themselves.
 #
 # Files grouped together share one translation unit, so each grouped file puts everything after its includes in
 # `namespace ORBIT_TEST_FILE { ... }`: CMake defines ORBIT_TEST_FILE to a name of its own for each file of a
@@ -24,6 +25,7 @@
 
 option(ORBIT_TEST_GROUPS "Compile the C++ test files into a few shared executables (unity batches)" ON)
 set(ORBIT_TEST_GROUP_SIZE 16 CACHE STRING "Test files per shared test executable (ORBIT_TEST_GROUPS)")
+set(ORBIT_TEST_SELECT "" CACHE STRING "With ORBIT_TEST_GROUPS: the tests to group (empty: all); the others are SOLO")
 if(NOT ORBIT_TEST_GROUP_SIZE MATCHES "^[1-9][0-9]*$")
   message(FATAL_ERROR "ORBIT_TEST_GROUP_SIZE='${ORBIT_TEST_GROUP_SIZE}': give a positive number of files")
 endif()
@@ -99,6 +101,7 @@ endfunction()
 
 # A CTest entry `entry` that runs the cases of test `name` (with `filter`, see _orbit_test_spec).
 function(_orbit_test_entry entry name filter)
+  set_property(GLOBAL APPEND PROPERTY ORBIT_TEST_ENTRIES ${entry})
   get_property(exe GLOBAL PROPERTY ORBIT_TEST_${name}_EXE)
   if(exe STREQUAL name)
     add_test(NAME ${entry} COMMAND ${exe} ${filter})
@@ -152,6 +155,9 @@ function(orbit_add_test name)
     endforeach()
   endif()
   set(exe ${name})
+  if(ORBIT_TEST_SELECT AND NOT name IN_LIST ORBIT_TEST_SELECT)
+    set(ARG_SOLO TRUE)
+  endif()
   if(ORBIT_TEST_GROUPS AND NOT ARG_SOLO)
     list(LENGTH files count)
     _orbit_test_group(exe ${kind} ${count})
@@ -220,6 +226,12 @@ endfunction()
 
 # The executables of every test added: call once, after the last orbit_add_test.
 function(orbit_finish_tests)
+  get_property(entries GLOBAL PROPERTY ORBIT_TEST_ENTRIES)
+  foreach(name IN LISTS ORBIT_TEST_SELECT)
+    if(NOT name IN_LIST entries)
+      message(FATAL_ERROR "ORBIT_TEST_SELECT names '${name}', which is no test added with orbit_add_test")
+    endif()
+  endforeach()
   get_property(exes GLOBAL PROPERTY ORBIT_TEST_EXES)
   foreach(exe IN LISTS exes)
     get_property(kind GLOBAL PROPERTY ORBIT_TEST_EXE_${exe}_KIND)
