@@ -1,7 +1,8 @@
 // Traces and replay (orbit/trace.h): the example traces in tests/data/traces replay on the
 // bundled model; re-prefill is exact at every step; the patch policy computes fewer forward tokens than
 // re-prefill on traces with look-backs; bad traces are refused naming the step and field; the JSON report
-// has the documented fields; `orbit replay` and `orbit make-trace` work end to end.
+// has the documented fields; `orbit replay` and `orbit make-trace` work end to end (M-RoPE traces:
+// test_trace_mrope.cpp).
 #include "orbit_catch.h"
 
 #include <cmath>
@@ -674,31 +675,6 @@ TEST_CASE("orbit replay and orbit make-trace end to end", "[trace][cli]") {
   const test::CliRun badtrace = test::cli("replay " + (dir / "bad.json") + model);
   CHECK(badtrace.status == 1);
   CHECK_THAT(badtrace.out, Catch::Contains("bad.json: step 0 (evict): field 'chunk': 'a' is not in the window"));
-}
-
-TEST_CASE("M-RoPE: embedding chunks with grids replay exactly under re-prefill", "[trace][mrope]") {
-  test::TempDir dir;
-  const test::CliRun mk = test::cli("make-model --preset tiny-qwen2-vl --out " + (dir / "vl"));
-  INFO(mk.out);
-  REQUIRE(mk.status == 0);
-  MakeTraceOptions mo;
-  mo.kind = "video";
-  mo.steps = 12;
-  mo.position_rows = 3;
-  mo.chunk_tokens = 12;
-  mo.max_positions = 1024;
-  const Trace t = make_trace(mo);
-  ReplayOptions o;
-  o.engine.model = dir / "vl";
-  o.engine.page_size = 4;
-  const ReplayReport r = replay(t, o);
-  const PolicyReplay* reprefill = r.find("reprefill");
-  REQUIRE(reprefill != nullptr);
-  for (const StepResult& s : reprefill->steps) {
-    if (s.fidelity) CHECK(s.fidelity->kl <= 1e-6);
-  }
-  // The default policy heals in idle time (background work): it is cheaper on the critical path.
-  CHECK(r.policies[0].totals.critical_forward_tokens < reprefill->totals.critical_forward_tokens);
 }
 
 }  // namespace ORBIT_TEST_FILE
