@@ -18,8 +18,8 @@
 # (scripts/sanitize.sh) build only the tests they run, grouped among themselves.
 #
 # Files grouped together share one translation unit, so each grouped file puts everything after its includes in
-# `namespace ORBIT_TEST_FILE { ... }`: CMake defines ORBIT_TEST_FILE to a name of its own for each file of a
-# unity batch (UNITY_BUILD_UNIQUE_ID), so one file's helpers, aliases and using-directives neither clash with
+# `namespace ORBIT_TEST_FILE { ... }`: CMake defines ORBIT_TEST_FILE to a name of its own for each file (in a
+# unity batch, UNITY_BUILD_UNIQUE_ID), so one file's helpers, aliases and using-directives neither clash with
 # nor leak into the next file's (a grouped file without it is refused here). Test case names must be unique in
 # an executable: Catch refuses a repeated one when the executable starts.
 
@@ -262,9 +262,17 @@ function(orbit_finish_tests)
     endif()
     list(REMOVE_DUPLICATES DEFINES)
     _orbit_test_check_defines(${exe} ${DEFINES})
-    # ORBIT_TEST_FILE: one name for the whole file outside unity batches, where CMake redefines it per file.
-    target_compile_definitions(${exe} PRIVATE ${DEFINES} ORBIT_TEST_FILE=orbit_test_file)
-    set_target_properties(${exe} PROPERTIES UNITY_BUILD_UNIQUE_ID ORBIT_TEST_FILE)
+    target_compile_definitions(${exe} PRIVATE ${DEFINES})
+    # ORBIT_TEST_FILE, a name of each file's own: in a unity build CMake defines it per file of a batch; without
+    # one, each file is given its own here (a per-file definition would keep a file out of the unity batches).
+    if(CMAKE_UNITY_BUILD)
+      set_target_properties(${exe} PROPERTIES UNITY_BUILD_UNIQUE_ID ORBIT_TEST_FILE)
+    else()
+      foreach(source IN LISTS SOURCES)
+        get_filename_component(stem "${source}" NAME_WE)
+        set_source_files_properties(${source} PROPERTIES COMPILE_DEFINITIONS ORBIT_TEST_FILE=orbit_${stem})
+      endforeach()
+    endif()
     if(DEPENDS)
       add_dependencies(${exe} ${DEPENDS})
     endif()
