@@ -2,10 +2,11 @@
 #
 # Each test is a file tests/cpp/<name>.cpp (plus any SOURCES) and a CTest entry of that name. With
 # ORBIT_TEST_GROUPS (the default) the test files are compiled into a few shared executables,
-# orbit_tests_<kind>_<n> with up to ORBIT_TEST_GROUP_SIZE files each, in unity batches: the headers (Catch, ATen,
-# nlohmann, orbit's) are parsed, and their inline functions compiled, once per batch instead of once per file,
-# and a dozen executables are linked instead of a hundred and fifty. On 2 cores six sync tests took 8.9 s to
-# compile as one batch against 19.3 s one by one. Each CTest entry runs its own files' cases alone, selected by
+# orbit_tests_<kind>_<n> with up to ORBIT_TEST_GROUP_SIZE files each, each executable one unity batch: the headers
+# (Catch, ATen, nlohmann, orbit's) are parsed, and their inline functions compiled, once per executable instead
+# of once per file, and a dozen executables are linked instead of a hundred and fifty. On 2 cores six sync tests
+# took 8.9 s to compile as one batch against 19.3 s one by one; the 157 grouped files took 375 s serial in 19
+# batches of 8 and 245 s in 10 of 16. Each CTest entry runs its own files' cases alone, selected by
 # Catch's file-name tags: `orbit_tests_light_2 -# -w NoTests "[#test_sync_memo]~[.]"` (hidden cases stay
 # hidden; a filter that matches no case fails). build/tests/<name> is a script that does the same, or passes its
 # arguments to the executable as given (a test name or a hidden tag such as "[.sync-diff]").
@@ -266,7 +267,7 @@ function(orbit_finish_tests)
     # ORBIT_TEST_FILE, a name of each file's own: in a unity build CMake defines it per file of a batch; without
     # one, each file is given its own here (a per-file definition would keep a file out of the unity batches).
     if(CMAKE_UNITY_BUILD)
-      set_target_properties(${exe} PROPERTIES UNITY_BUILD_UNIQUE_ID ORBIT_TEST_FILE)
+      set_target_properties(${exe} PROPERTIES UNITY_BUILD_UNIQUE_ID ORBIT_TEST_FILE UNITY_BUILD_BATCH_SIZE ${ORBIT_TEST_GROUP_SIZE})
     else()
       foreach(source IN LISTS SOURCES)
         get_filename_component(stem "${source}" NAME_WE)
