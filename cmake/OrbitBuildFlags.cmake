@@ -4,6 +4,7 @@
 #
 #   ORBIT_WERROR=ON                      -Werror on C++ sources
 #   ORBIT_SANITIZE=address,undefined     ASan + UBSan (compile and link); or =thread for TSan
+#   ORBIT_SANITIZE_EXCLUDE=alignment,null  checks of those left out (-fno-sanitize=...; empty: none)
 #   ORBIT_LINKER=gold                    -fuse-ld=gold on every executable and module (the default where the
 #                                        compiler accepts it; empty: the toolchain's default, GNU ld)
 #
@@ -52,6 +53,14 @@ function(orbit_apply_build_flags)
       list(APPEND san_compile -fno-sanitize-recover=undefined)
     endif()
     set(san_link -fsanitize=${ORBIT_SANITIZE})
+    if(ORBIT_SANITIZE_EXCLUDE)
+      if(NOT ORBIT_SANITIZE_EXCLUDE MATCHES "^[a-z-]+(,[a-z-]+)*$")
+        message(FATAL_ERROR "ORBIT_SANITIZE_EXCLUDE='${ORBIT_SANITIZE_EXCLUDE}': give check names separated by commas")
+      endif()
+      list(APPEND san_compile -fno-sanitize=${ORBIT_SANITIZE_EXCLUDE})  # after -fsanitize, so that it wins
+    endif()
+  elseif(ORBIT_SANITIZE_EXCLUDE)
+    message(FATAL_ERROR "ORBIT_SANITIZE_EXCLUDE='${ORBIT_SANITIZE_EXCLUDE}' needs ORBIT_SANITIZE")
   endif()
   _orbit_collect_targets("${PROJECT_SOURCE_DIR}" targets)
   foreach(t IN LISTS targets)
