@@ -12,10 +12,17 @@ if [ $# -gt 0 ]; then
 else
   mapfile -t files < <(git ls-files '*.h' '*.cpp' '*.cu' '*.cuh')
 fi
-bad=()
-for f in "${files[@]}"; do
-  "$CLANG_FORMAT" --dry-run --Werror --style=file "$f" >/dev/null 2>&1 || bad+=("$f")
-done
+# clang-format takes the files 100 at a time, one batch per core (one process per file took 87 s on 2 cores);
+# each difference is reported as "FILE:LINE:COL: error: code should be clang-formatted".
+status=0
+report=$(printf '%s\0' "${files[@]}" |
+  xargs -0 -n 100 -P "$(nproc)" "$CLANG_FORMAT" --dry-run --Werror --style=file 2>&1 >/dev/null) || status=$?
+mapfile -t bad < <(sed -nE 's/^(.*):[0-9]+:[0-9]+: error: code should be clang-formatted.*/\1/p' <<<"$report" | sort -u)
+if [ "$status" -ne 0 ] && [ ${#bad[@]} -eq 0 ]; then  # failed for another reason: a missing file, a bad .clang-format
+  printf '%s\n' "$report" >&2
+  echo "error: $CLANG_FORMAT failed (status $status) without naming a file to format" >&2
+  exit 2
+fi
 if [ ${#bad[@]} -gt 0 ]; then
   printf 'not formatted (run: %s -i --style=file FILE):\n' "$CLANG_FORMAT" >&2
   printf '  %s\n' "${bad[@]}" >&2

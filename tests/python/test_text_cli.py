@@ -1,6 +1,7 @@
 """Text on the command line: `orbit tokenize` against the committed reference ids (an independent Python
 encoder, tokenizer_reference.py), `orbit generate`, `orbit logits --text`, `orbit fidelity` with text, and
 `--help` on every subcommand and benchmark."""
+import functools
 import json
 import os
 import pathlib
@@ -170,9 +171,15 @@ BENCHMARKS = {
 }
 
 
+@functools.lru_cache(maxsize=None)
+def help_of(cli, command):
+    """`orbit COMMAND --help`, run once per worker process for the tests below that read it."""
+    return run(cli, command, "--help", check=False)
+
+
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_every_subcommand_answers_help(orbit_cli, command):
-    r = run(orbit_cli, command, "--help", check=False)
+    r = help_of(orbit_cli, command)
     assert r.returncode == 0, r.stderr
     assert "usage" in r.stdout.lower()
     for name in COMMANDS[command]:
@@ -183,7 +190,9 @@ def test_every_subcommand_answers_help(orbit_cli, command):
 def test_subcommand_help_describes_then_lists_accepted_arguments(orbit_cli, command):
     # As every command's --help reads: the usage, a sentence saying what it does before the first option,
     # and last the names the parser accepts (store dispatches to subcommands, version takes none).
-    lines = run(orbit_cli, command, "--help").stdout.splitlines()
+    r = help_of(orbit_cli, command)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
     first_option = next(i for i, line in enumerate(lines) if line.startswith("  --"))
     assert any(re.match(r"  [A-Z]", line) for line in lines[1:first_option]), \
         f"orbit {command} --help has no description before its options:\n" + "\n".join(lines[:first_option + 1])
@@ -197,7 +206,9 @@ def test_subcommand_help_describes_then_lists_accepted_arguments(orbit_cli, comm
 def test_store_and_version_help_end_with_accepted_arguments(orbit_cli, command, names):
     # store dispatches to subcommands and version takes none, but their --help still ends, as every
     # command's does, with the names the parser accepts; store's lists its subcommands' union.
-    lines = run(orbit_cli, command, "--help").stdout.splitlines()
+    r = help_of(orbit_cli, command)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
     assert lines[-1].startswith("accepted arguments: "), f"orbit {command} --help ends with {lines[-1]!r}"
     accepted = set(re.findall(r"--[a-z0-9-]+", lines[-1]))
     assert accepted == names | {"--help"}, f"orbit {command} --help accepts {accepted}"
@@ -230,11 +241,11 @@ def test_bench_replay_runs_on_its_default_threads(orbit_cli, tmp_path):
 def test_replay_help_lists_the_policy_specs(orbit_cli):
     # `orbit serve --help` sends its --policy reader to `orbit replay --help`, which named only a header
     # (orbit/policy.h): the specs themselves are listed there now, as orbit.policy_help() gives them.
-    out = run(orbit_cli, "replay", "--help").stdout
+    out = help_of(orbit_cli, "replay").stdout
     specs = out.split("policies (--policy; orbit serve's --policy takes the same):\n", 1)[1]
     for form in ("  default[:MOD...] ", "  patch[:M]", "  throughput[:kl=X]", "  reprefill", "  prefix", "  blind"):
         assert form in specs, f"orbit replay --help lists no {form.strip()!r} policy"
-    assert "`orbit replay --help` lists the specs" in run(orbit_cli, "serve", "--help").stdout
+    assert "`orbit replay --help` lists the specs" in help_of(orbit_cli, "serve").stdout
 
 
 @pytest.mark.parametrize("command", ["info", "serve", "replay"])
