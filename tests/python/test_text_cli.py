@@ -241,11 +241,14 @@ def test_bench_replay_runs_on_its_default_threads(orbit_cli, tmp_path):
 def test_replay_help_lists_the_policy_specs(orbit_cli):
     # `orbit serve --help` sends its --policy reader to `orbit replay --help`, which named only a header
     # (orbit/policy.h): the specs themselves are listed there now, as orbit.policy_help() gives them.
-    out = help_of(orbit_cli, "replay").stdout
+    r = help_of(orbit_cli, "replay")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
     specs = out.split("policies (--policy; orbit serve's --policy takes the same):\n", 1)[1]
     for form in ("  default[:MOD...] ", "  patch[:M]", "  throughput[:kl=X]", "  reprefill", "  prefix", "  blind"):
         assert form in specs, f"orbit replay --help lists no {form.strip()!r} policy"
-    assert "`orbit replay --help` lists the specs" in help_of(orbit_cli, "serve").stdout
+    serve = help_of(orbit_cli, "serve")
+    assert serve.returncode == 0 and "`orbit replay --help` lists the specs" in serve.stdout, serve.stderr
 
 
 @pytest.mark.parametrize("command", ["info", "serve", "replay"])
