@@ -303,4 +303,27 @@ TEST_CASE("serve constraints: where the model may open its reasoning, the answer
   CHECK(cache.for_request(json, std::string()).constraint == a.constraint);
 }
 
+TEST_CASE("serve constraints: a tool written from an OpenAPI document is decoded under its schema",
+          "[serve][constraint]") {
+  // int64 and int32 formats, an example and x-* extensions, as OpenAPI generators write them: refused as a
+  // whole before (a forced call was a 400, and under auto every call was left free).
+  const std::string tools =
+      R"([{"type":"function","function":{"name":"get_order","parameters":{"type":"object","x-go-type":"Req",)"
+      R"("properties":{"id":{"type":"integer","format":"int64","example":42},)"
+      R"("qty":{"type":"integer","format":"int32","minimum":1,"x-order":2}},"required":["id","qty"]}}}])";
+  sv::ConstraintCache cache(ToolCallFormat::kHermes, bytes_vocabulary(), 512);
+  const sv::AnswerConstraint forced = cache.for_request(request(tools, "required"));
+  REQUIRE(forced.constraint != nullptr);
+  CHECK_FALSE(forced.error);
+  const auto call = [](const std::string& qty) {
+    return R"(<tool_call>{"name": "get_order", "arguments": {"id": 42, "qty": )" + qty + "}}</tool_call>";
+  };
+  CHECK(forced.constraint->matches(call("2147483647")));
+  CHECK_FALSE(forced.constraint->matches(call("2147483648")));
+  CHECK_FALSE(forced.constraint->matches(call("0")));
+  const sv::AnswerConstraint free = cache.for_request(request(tools, "auto"));
+  REQUIRE(free.constraint != nullptr);
+  CHECK(free.trigger == "<tool_call>");
+}
+
 }  // namespace ORBIT_TEST_FILE

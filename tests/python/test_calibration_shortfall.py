@@ -7,7 +7,6 @@ import json
 import re
 import shutil
 
-import pytest
 
 
 def dynamic_copy(models_dir, tmp_path):

@@ -165,13 +165,19 @@ class Constraint {
   //                   "alg": A}, {"alg": A} as compact JSON, A a JWA signing algorithm: tokens zod's check
   //                   accepts, not every one it accepts); any other format only beside a pattern, which serves
   //                   it (zod writes startsWith, cuid, nanoid, e164, ... as a format of its own and the pattern
-  //                   that checks it); emoji is refused (Unicode's emoji properties are not tabled here)
+  //                   that checks it); emoji is refused (Unicode's emoji properties are not tabled here);
+  //                   OpenAPI's byte is base64, its binary and password (a hint to UIs) any string.
+  //                   Of numbers, OpenAPI's: int8, uint8, int16, uint16, int32, uint32, int64, uint64 (an
+  //                   integer in that machine type's range, beside the bounds below), float (within a float's
+  //                   range: written without exponent), double (every number written here is one); another
+  //                   format of a number is refused
   //   contentEncoding base64 or base64url: the format of that name (zod writes both)
   //   minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf (numbers and integers): exact
   //                   decimal comparisons; such numbers are written without exponent; multipleOf's significant
   //                   digits times (its decimals + 3) at most 50000
-  //   (string keywords beside a "type" without "string", or number keywords beside one without "number" or
-  //   "integer", are refused: they would constrain nothing)
+  //   (string keywords beside a "type" without "string", or number keywords and formats beside one without
+  //   "number" or "integer", are refused: they would constrain nothing; without "type", a format of numbers
+  //   makes the value a number)
   //   enum, const     (with "type" beside them, values of other types are dropped)
   //   anyOf, allOf    allOf of several schemas, and keywords beside $ref, anyOf, allOf or oneOf ({"type":
   //                   "object", "properties": {...}, "anyOf": [{"required": ["a"]}, {"required": ["b"]}]}), are
@@ -191,8 +197,9 @@ class Constraint {
   //                   and some value of it finishes
   //   nullable        OpenAPI 3.0's: true admits null beside the schema's values (beside an enum or const, null
   //                   only where listed); false nothing more
-  //   annotations, ignored: title, description, default, examples, $schema, $id, $comment, deprecated,
-  //                   readOnly, writeOnly
+  //   annotations, ignored: title, description, default, examples, $schema, $id, $anchor, $comment,
+  //                   deprecated, readOnly, writeOnly, and OpenAPI's example, externalDocs, xml and its extensions
+  //                   (any keyword that begins with "x-")
   // A schema may be `true` (any value). Anything else throws orbit::Error naming the keyword and where it
   // is, under `path`: "<path>.properties.x: 'uniqueItems' is not supported". Bad JSON, a `required` name
   // that is not a property, an empty enum, min above max and a recursive $ref throw likewise.

@@ -91,7 +91,7 @@ bool says_nothing(const Json& schema) {
   if (schema == Json(true)) return true;
   if (!schema.is_object()) return false;
   return std::all_of(schema.items().begin(), schema.items().end(),
-                     [](const auto& kv) { return constrain::schema::annotations().count(kv.key()) > 0; });
+                     [](const auto& kv) { return constrain::schema::is_annotation(kv.key()); });
 }
 
 // One tool of an OpenAI tools array: its name and its parameters schema's text ("" when absent).

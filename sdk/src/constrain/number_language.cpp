@@ -313,11 +313,14 @@ ByteDfa number_language(const NumberRules& rules, int64_t chars, const std::stri
   bound(rules.exclusive_minimum, "exclusiveMinimum", true, true);
   bound(rules.maximum, "maximum", false, false);
   bound(rules.exclusive_maximum, "exclusiveMaximum", false, true);
+  bound(rules.format_minimum, "format", true, false);
+  bound(rules.format_maximum, "format", false, false);
   if (rules.multiple_of) {
     const std::string what = path + ".multipleOf";
     add(multiples(parse_decimal(*rules.multiple_of, what), rules.integer, what));
   }
-  ORBIT_CHECK(rules.minimum || rules.maximum || rules.exclusive_minimum || rules.exclusive_maximum || rules.multiple_of,
+  ORBIT_CHECK(rules.minimum || rules.maximum || rules.exclusive_minimum || rules.exclusive_maximum ||
+                  rules.multiple_of || rules.format_minimum || rules.format_maximum,
               path << ": no number keyword to compile");
   // Every bound left out as beyond reach: numbers written as the bounded ones are (no exponent, which
   // would reach past the bounds: 9e99 has 4 characters).
@@ -333,8 +336,32 @@ int32_t add_number_dfa(Grammar& g, const NumberRules& rules, int64_t max_chars, 
   const auto part = [](const std::optional<std::string>& text) { return text ? memo_part(*text) : std::string("-"); };
   const std::string key = "number|" + std::to_string(rules.integer) + "|" + std::to_string(chars) + "|" +
                           part(rules.minimum) + part(rules.exclusive_minimum) + part(rules.maximum) +
-                          part(rules.exclusive_maximum) + part(rules.multiple_of);
+                          part(rules.exclusive_maximum) + part(rules.multiple_of) + part(rules.format_minimum) +
+                          part(rules.format_maximum);
   return add_dfa(g, memo_dfa(key, [&] { return number_language(rules, chars, path); }), chars, path);
 }
+
+const NumberFormat* number_format(const nlohmann::ordered_json& s) {
+  static const NumberFormat k[] = {
+      {"int8", true, "-128", "127"},
+      {"uint8", true, "0", "255"},
+      {"int16", true, "-32768", "32767"},
+      {"uint16", true, "0", "65535"},
+      {"int32", true, "-2147483648", "2147483647"},
+      {"uint32", true, "0", "4294967295"},
+      {"int64", true, "-9223372036854775808", "9223372036854775807"},
+      {"uint64", true, "0", "18446744073709551615"},
+      {"float", false, "-3.4028234663852886e38", "3.4028234663852886e38"},
+      {"double", false, nullptr, nullptr},
+  };
+  const auto f = s.find("format");
+  if (f == s.end() || !f->is_string()) return nullptr;
+  for (const NumberFormat& n : k) {
+    if (f->get_ref<const std::string&>() == n.name) return &n;
+  }
+  return nullptr;
+}
+
+std::string number_format_names() { return "int8, uint8, int16, uint16, int32, uint32, int64, uint64, float, double"; }
 
 }  // namespace orbit::constrain

@@ -14,11 +14,16 @@ namespace orbit::constrain {
 
 namespace schema {
 
+// JSON Schema's annotations and identifiers, and OpenAPI's own annotations: example (3.0's, one value),
+// externalDocs and xml (how a value is documented or serialized as XML).
 const std::set<std::string>& annotations() {
-  static const std::set<std::string> k{"title",    "description", "default",  "examples",  "$schema", "$id",
-                                       "$comment", "deprecated",  "readOnly", "writeOnly", "$defs",   "definitions"};
+  static const std::set<std::string> k{"title",       "description", "default",      "examples", "$schema",   "$id",
+                                       "$anchor",     "$comment",    "deprecated",   "readOnly", "writeOnly", "$defs",
+                                       "definitions", "example",     "externalDocs", "xml"};
   return k;
 }
+
+bool is_annotation(const std::string& key) { return annotations().count(key) != 0 || key.rfind("x-", 0) == 0; }
 
 std::string brief(const Json& v) {
   if (v.is_array()) return "an array of " + std::to_string(v.size()) + " items";
@@ -30,7 +35,7 @@ std::string brief(const Json& v) {
 void only_beside(const Json& s, const std::string& what, const std::set<std::string>& allowed,
                  const std::string& path) {
   for (const auto& [key, value] : s.items()) {
-    if (key == what || annotations().count(key) || allowed.count(key)) continue;
+    if (key == what || is_annotation(key) || allowed.count(key)) continue;
     ORBIT_FAIL(path << ": '" << key << "' beside '" << what << "' is not supported");
   }
 }
@@ -94,8 +99,8 @@ bool has_number_keyword(const Json& s) {
 }
 
 bool has_string_keyword(const Json& s) {
-  return s.contains("minLength") || s.contains("maxLength") || s.contains("pattern") || s.contains("format") ||
-         s.contains("contentEncoding");
+  return s.contains("minLength") || s.contains("maxLength") || s.contains("pattern") ||
+         (s.contains("format") && number_format(s) == nullptr) || s.contains("contentEncoding");
 }
 
 const std::set<std::string>& type_names() {
@@ -141,8 +146,24 @@ std::vector<std::string> types_of(const Json& s, const std::string& path) {
     out.push_back("array");
   }
   if (has_string_keyword(s)) out.push_back("string");
-  if (has_number_keyword(s)) out.push_back("number");
+  if (has_number_keyword(s) || number_format(s) != nullptr) out.push_back("number");
   return out;
+}
+
+// A format of numbers beside a "type" without numbers, and beside one with numbers but no strings, a format
+// that is not one of numbers.
+void check_format_applies(const Json& s, bool strings, bool numbers, const std::string& path) {
+  const Json& f = s.at("format");
+  if (number_format(s) != nullptr) {
+    ORBIT_CHECK(numbers,
+                path << ".format: \"" << f.get<std::string>() << "\" applies to numbers, and \"type\" has none");
+    return;
+  }
+  if (strings) return;
+  ORBIT_CHECK(!numbers || !f.is_string(), path << ".format: \"" << f.get<std::string>()
+                                               << "\" is not a format of numbers (supported: " << number_format_names()
+                                               << ")");
+  ORBIT_FAIL(path << ": 'format' applies to strings, and \"type\" has none");
 }
 
 // Refuses string and number keywords beside a "type" that has no strings or no numbers (they would
@@ -151,9 +172,10 @@ void check_applies(const Json& s, const std::vector<std::string>& types, const s
   const auto has = [&](const char* t) { return std::find(types.begin(), types.end(), t) != types.end(); };
   const bool strings = has("string");
   const bool numbers = has("number") || has("integer");
-  for (const char* k : {"minLength", "maxLength", "pattern", "format", "contentEncoding"}) {
+  for (const char* k : {"minLength", "maxLength", "pattern", "contentEncoding"}) {
     ORBIT_CHECK(strings || !s.contains(k), path << ": '" << k << "' applies to strings, and \"type\" has none");
   }
+  if (s.contains("format")) check_format_applies(s, strings, numbers, path);
   for (const char* k : number_keywords()) {
     ORBIT_CHECK(numbers || !s.contains(k), path << ": '" << k << "' applies to numbers, and \"type\" has none");
   }
@@ -171,7 +193,7 @@ int32_t SchemaCompiler::compile(const Json& s, const std::string& path) {
   }
   ORBIT_CHECK(s.is_object(), path << ": a schema must be an object or a boolean, not " << brief(s));
   for (const auto& [key, value] : s.items()) {
-    ORBIT_CHECK(structural().count(key) || annotations().count(key), path << ": '" << key << "' is not supported");
+    ORBIT_CHECK(structural().count(key) || is_annotation(key), path << ": '" << key << "' is not supported");
   }
   // OpenAPI's discriminator names the property that tells a union's alternatives apart: nothing to decode.
   ORBIT_CHECK(!s.contains("discriminator") || s.contains("oneOf") || s.contains("anyOf"),
@@ -269,9 +291,16 @@ int32_t SchemaCompiler::compile_string(const Json& s, const std::string& path) {
 }
 
 int32_t SchemaCompiler::compile_number(const Json& s, bool integer, const std::string& path) {
-  if (!integer && !has_number_keyword(s)) return add_number(g_, integer, limits_.max_number_chars);
+  const NumberFormat* format = number_format(s);
+  integer = integer || (format != nullptr && format->integer);
+  const bool format_bounds = format != nullptr && format->minimum != nullptr;
+  if (!integer && !has_number_keyword(s) && !format_bounds) return add_number(g_, integer, limits_.max_number_chars);
   NumberRules rules;
   rules.integer = integer;
+  if (format_bounds) {
+    rules.format_minimum = format->minimum;
+    rules.format_maximum = format->maximum;
+  }
   const auto text = [&](const char* key) -> std::optional<std::string> {
     if (!s.contains(key)) return std::nullopt;
     const Json& v = s.at(key);

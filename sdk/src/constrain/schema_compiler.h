@@ -19,6 +19,9 @@ using Json = nlohmann::ordered_json;  // keeps properties in the order the schem
 
 // Keywords that describe a schema without constraining its values: accepted and ignored.
 const std::set<std::string>& annotations();
+// One of annotations(), or an OpenAPI specification extension ("x-" and any name: x-order, x-nullable, ...),
+// which by OpenAPI's definition says nothing of the value.
+bool is_annotation(const std::string& key);
 // A value in a few words, for errors.
 std::string brief(const Json& v);
 // Refuses keywords other than annotations and `allowed` beside `what`.

@@ -48,9 +48,8 @@ int32_t SchemaCompiler::compile_tuple(const Json& s, const Json& items, const st
   const auto listed = static_cast<int64_t>(items.size());
   const std::string tail_key = key == "items" ? "additionalItems" : "items";
   for (const auto& [k, v] : s.items()) {
-    ORBIT_CHECK(
-        k == key || k == tail_key || k == "minItems" || k == "maxItems" || k == "type" || annotations().count(k),
-        path << ": '" << k << "' beside '" << key << "' is not supported");
+    ORBIT_CHECK(k == key || k == tail_key || k == "minItems" || k == "maxItems" || k == "type" || is_annotation(k),
+                path << ": '" << k << "' beside '" << key << "' is not supported");
   }
   const bool closed = s.contains(tail_key) && s.at(tail_key) == Json(false);
   const int64_t min = s.contains("minItems") ? count_of(s, "minItems", path) : 0;

@@ -33,8 +33,6 @@ namespace {
 
 constexpr int kMostMerges = 64;  // nested combinations ($ref chains through siblings) before a refusal
 
-bool is_annotation(const std::string& key) { return annotations().count(key) != 0; }
-
 // The keywords of `s` that constrain values (annotations and discriminator left out).
 Json constraining(const Json& s) {
   Json out = Json::object();

@@ -75,7 +75,7 @@ KeyRules SchemaCompiler::key_rules(const Json& names, const std::string& path) c
   for (const auto& [key, v] : names.items()) {
     const bool string_keyword = key == "type" || key == "pattern" || key == "format" || key == "minLength" ||
                                 key == "maxLength" || key == "enum" || key == "const";
-    ORBIT_CHECK(string_keyword || annotations().count(key), path << ": '" << key << "' is not supported for keys");
+    ORBIT_CHECK(string_keyword || is_annotation(key), path << ": '" << key << "' is not supported for keys");
   }
   ORBIT_CHECK(!names.contains("type") || names.at("type") == Json("string"),
               path << ".type: keys are strings, not " << brief(names.at("type")));

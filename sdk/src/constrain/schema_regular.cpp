@@ -142,6 +142,7 @@ const std::map<std::string, std::string>& format_regexes() {
     return std::map<std::string, std::string>{
         {"base64", base64_regex("[A-Za-z0-9+/]", true)},
         {"base64url", b64url},
+        {"byte", base64_regex("[A-Za-z0-9+/]", true)},  // OpenAPI's name for base64
         {"jwt", jwt_regex(b64url)},
         {"date", date},
         {"time", time},
@@ -165,10 +166,18 @@ ByteDfa any_content(const std::string& what) {
 
 }  // namespace
 
+namespace {
+
+// OpenAPI's formats that admit any string: binary (any octets) and password (a hint to UIs to hide the input).
+bool any_string_format(const std::string& name) { return name == "binary" || name == "password"; }
+
+}  // namespace
+
 const std::vector<std::string>& string_formats() {
   static const std::vector<std::string> k = [] {
-    std::vector<std::string> out;
+    std::vector<std::string> out{"binary", "password"};
     for (const auto& [name, regex] : format_regexes()) out.push_back(name);
+    std::sort(out.begin(), out.end());
     return out;
   }();
   return k;
@@ -186,7 +195,8 @@ ByteDfa content_dfa(const StringRules& rules, const std::string& path) {
   // checks so (startsWith as {"format": "starts_with", "pattern": "^ab.*"}, cuid, nanoid, e164, ...), and the
   // pattern alone serves it. Alone, it would constrain nothing: refused.
   const auto found = rules.format != nullptr ? format_regexes().find(*rules.format) : format_regexes().end();
-  if (rules.format != nullptr && found == format_regexes().end() && rules.pattern == nullptr) {
+  const bool any = rules.format != nullptr && any_string_format(*rules.format);
+  if (rules.format != nullptr && found == format_regexes().end() && rules.pattern == nullptr && !any) {
     std::string names;
     for (const std::string& f : string_formats()) names += (names.empty() ? "" : ", ") + f;
     ORBIT_FAIL(path << ".format: \"" << *rules.format << "\" is not supported (supported: " << names

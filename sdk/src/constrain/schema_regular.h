@@ -2,13 +2,15 @@
 // to a grammar as kDfa nodes:
 //
 //   strings   pattern (regex.h), format (string_formats() lists them), with minLength / maxLength
-//   numbers   minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf
+//   numbers   minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf, and the range a format of numbers
+//             names (number_format)
 //
 // A number under any of these is written without an exponent; one under an exclusive bound is past it once read
 // as a double, as clients read it. Every refusal names the keyword under `path`.
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,11 +40,27 @@ int32_t add_string_dfa(Grammar& g, const StringRules& rules, const std::string& 
 // they are the same bytes. Without the maxLength bound (the kDfa node holding it applies it).
 ByteDfa canonical_string_dfa(const StringRules& rules, const std::string& path);
 
-// Bounds as the schema writes them (a JSON number's text, such as "0.5" or "1e3").
+// Bounds as the schema writes them (a JSON number's text, such as "0.5" or "1e3"); format_minimum and
+// format_maximum, the range of the format's machine type (number_format), apply beside them.
 struct NumberRules {
   bool integer = false;
   std::optional<std::string> minimum, maximum, exclusive_minimum, exclusive_maximum, multiple_of;
+  std::optional<std::string> format_minimum, format_maximum;
 };
+
+// OpenAPI's formats of numbers (its data types, and its format registry's sized integers): the range of the
+// machine type each names. An integer format makes the number an integer; double has no bound to add (every
+// number written here, with at most 2 exponent digits, is a finite double).
+struct NumberFormat {
+  const char* name;
+  bool integer;
+  const char* minimum;  // null: none
+  const char* maximum;
+};
+// The format of numbers `s`'s "format" names, or null (none, or not one of numbers).
+const NumberFormat* number_format(const nlohmann::ordered_json& s);
+// Their names, for errors: "int8, uint8, ...".
+std::string number_format_names();
 int32_t add_number_dfa(Grammar& g, const NumberRules& rules, int64_t max_chars, const std::string& path);
 
 }  // namespace orbit::constrain

@@ -1,0 +1,155 @@
+// What OpenAPI adds to JSON Schema, as tools generated from OpenAPI documents (and Pydantic, FastAPI, gRPC
+// gateways) write it: the formats of numbers (int32, int64, float, ...: the range of their machine type), the
+// string formats byte, binary and password, and its annotations (example, externalDocs, xml, x-* extensions),
+// which constrain nothing. Links orbit_constrain and Catch only.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "constraint_test_util.h"
+#include "error_text.h"
+#include "orbit/constraint.h"
+
+namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
+
+using namespace orbit;
+using Catch::Contains;
+
+using namespace constraint_test;
+
+namespace {
+
+std::shared_ptr<const Constraint> typed(const char* type, const char* format) {
+  return schema(nlohmann::json({{"type", type}, {"format", format}}).dump());
+}
+
+}  // namespace
+
+TEST_CASE("openapi: an integer format admits its machine type's range and no more", "[constraint]") {
+  struct Case {
+    const char* format;
+    std::vector<std::string> in, out;
+  };
+  const std::vector<Case> cases{
+      {"int8", {"-128", "127", "0"}, {"-129", "128", "1000"}},
+      {"uint8", {"0", "255"}, {"-1", "256"}},
+      {"int16", {"-32768", "32767"}, {"-32769", "32768"}},
+      {"uint16", {"0", "65535"}, {"-1", "65536"}},
+      {"int32", {"-2147483648", "2147483647"}, {"-2147483649", "2147483648"}},
+      {"uint32", {"0", "4294967295"}, {"-1", "4294967296"}},
+      // Wider than the integers a JavaScript client reads exactly: the schema's default bounds (2^53 - 1) stay.
+      {"int64", {"-9007199254740991", "9007199254740991"}, {"-9007199254740992", "9007199254740992"}},
+      {"uint64", {"0", "9007199254740991"}, {"-1", "9007199254740992"}},
+  };
+  for (const Case& c : cases) {
+    INFO("format " << c.format);
+    for (const char* type : {"integer", "number"}) {  // an integer format makes a number an integer
+      INFO("type " << type);
+      const auto k = typed(type, c.format);
+      for (const std::string& v : c.in) CHECK(k->matches(v));
+      for (const std::string& v : c.out) CHECK_FALSE(k->matches(v));
+      CHECK_FALSE(k->matches("1.5"));
+      CHECK_FALSE(k->matches("1e2"));
+    }
+  }
+  // Beside the schema's own bounds, the stricter of the two on each side.
+  const auto bounded = schema(R"({"type": "integer", "format": "int8", "minimum": -1000, "maximum": 5})");
+  CHECK(bounded->matches("-128"));
+  CHECK_FALSE(bounded->matches("-129"));
+  CHECK(bounded->matches("5"));
+  CHECK_FALSE(bounded->matches("6"));
+  // Without "type", the format says the value is a number.
+  const auto typeless = schema(R"({"format": "int16"})");
+  CHECK(typeless->matches("-32768"));
+  CHECK_FALSE(typeless->matches("40000"));
+  CHECK_FALSE(typeless->matches(R"("a")"));
+  // Random walks stay in the range.
+  std::mt19937 rng(11);
+  for (const std::string& text : random_walks(typed("integer", "int8"), "-0123456789.e", 60, rng)) {
+    const int64_t v = std::stoll(text);
+    CHECK(v >= -128);
+    CHECK(v <= 127);
+  }
+}
+
+TEST_CASE("openapi: float keeps numbers in a float's range, double admits every number written here", "[constraint]") {
+  const auto f = typed("number", "float");
+  CHECK(f->matches("3.5"));
+  CHECK(f->matches("-" + std::string(31, '9')));  // 32 characters (max_number_chars), without exponent
+  CHECK_FALSE(f->matches("1e39"));
+  CHECK_FALSE(f->matches("1e2"));
+  const auto d = typed("number", "double");
+  for (const char* v : {"3.5", "1e99", "-1.5E-99", "0"}) CHECK(d->matches(v));
+  CHECK_FALSE(d->matches("1e100"));  // three exponent digits: never written (orbit/constraint.h)
+  // Beside a bound, both apply.
+  const auto positive = schema(R"({"type": "number", "format": "float", "exclusiveMinimum": 0})");
+  CHECK(positive->matches("0.25"));
+  CHECK_FALSE(positive->matches("0"));
+}
+
+TEST_CASE("openapi: a format that is not one of numbers, or of a type the schema lacks, is refused naming it",
+          "[constraint]") {
+  CHECK_THAT(error_of([] { typed("number", "decimal"); }),
+             Contains("schema.format: \"decimal\" is not a format of numbers (supported: int8, uint8, int16, uint16, "
+                      "int32, uint32, int64, uint64, float, double)"));
+  // gRPC gateways write int64 as a string of digits: not a format of strings here.
+  CHECK_THAT(error_of([] { typed("string", "int64"); }),
+             Contains("schema.format: \"int64\" applies to numbers, and \"type\" has none"));
+  CHECK_THAT(error_of([] { typed("boolean", "int64"); }),
+             Contains("schema.format: \"int64\" applies to numbers, and \"type\" has none"));
+  CHECK_THAT(error_of([] { typed("boolean", "email"); }),
+             Contains("schema: 'format' applies to strings, and \"type\" has none"));
+  // Beside null, the numbers keep the range.
+  const auto either = schema(R"({"type": ["integer", "null"], "format": "uint8"})");
+  CHECK(either->matches("255"));
+  CHECK(either->matches("null"));
+  CHECK_FALSE(either->matches("256"));
+}
+
+TEST_CASE("openapi: byte is base64, binary and password any string", "[constraint]") {
+  const auto byte = typed("string", "byte");
+  CHECK(byte->matches(quote("QUJD")));
+  CHECK(byte->matches(quote("QUI=")));
+  CHECK_FALSE(byte->matches(quote("QUJ")));  // padded to a multiple of 4
+  CHECK_FALSE(byte->matches(quote("QU J")));
+  for (const char* f : {"binary", "password"}) {
+    INFO("format " << f);
+    const auto any = typed("string", f);
+    for (const char* v : {"", "hunter2", "a b\n", "\xc3\xa9t\xc3\xa9"}) CHECK(any->matches(quote(v)));
+    CHECK_FALSE(any->matches("1"));
+    // maxLength still holds.
+    const auto short_one = schema(nlohmann::json({{"type", "string"}, {"format", f}, {"maxLength", 3}}).dump());
+    CHECK(short_one->matches(quote("abc")));
+    CHECK_FALSE(short_one->matches(quote("abcd")));
+  }
+  // The list of string formats in a refusal names them.
+  CHECK_THAT(error_of([] { typed("string", "path"); }),
+             Contains("\"path\" is not supported (supported: base64, base64url, binary, byte, date, date-time, "
+                      "duration, email, hostname, ipv4, ipv6, jwt, password, time, uri, uuid;"));
+}
+
+TEST_CASE("openapi: example, externalDocs, xml, $anchor and x-* extensions are annotations", "[constraint]") {
+  const std::string plain = R"({"type": "object", "properties": {"id": {"type": "integer", "maximum": 9}},
+                                "required": ["id"], "additionalProperties": false})";
+  const std::string annotated = R"({"type": "object", "$anchor": "top", "x-order": 1,
+                                    "externalDocs": {"url": "https://example.com"}, "xml": {"name": "thing"},
+                                    "properties": {"id": {"type": "integer", "maximum": 9, "example": 3,
+                                                          "x-nullable": false, "x-go-name": "ID"}},
+                                    "required": ["id"], "additionalProperties": false})";
+  const auto a = schema(plain);
+  const auto b = schema(annotated);
+  for (const char* v : {R"({"id": 3})", R"({"id": 10})", R"({"id": 3, "x-order": 1})", R"({"example": 3})", "{}"}) {
+    INFO(v);
+    CHECK(a->matches(v) == b->matches(v));
+  }
+  CHECK(b->matches(R"({"id": 3})"));
+  // An annotation alone constrains nothing: the schema of one is any value.
+  CHECK(schema(R"({"x-internal": true})")->matches("[1, \"a\"]"));
+  // A keyword that only looks like an extension is still refused.
+  CHECK_THAT(error_of([] { schema(R"({"type": "string", "xOrder": 1})"); }),
+             Contains("schema: 'xOrder' is not supported"));
+}
+
+}  // namespace ORBIT_TEST_FILE
