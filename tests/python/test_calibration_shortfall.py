@@ -8,7 +8,6 @@ import re
 import shutil
 
 
-
 def dynamic_copy(models_dir, tmp_path):
     path = tmp_path / "tinystories-dynamic"
     shutil.copytree(models_dir / "tinystories-656k", path)

@@ -391,7 +391,7 @@ def run(model: pathlib.Path | str = DEFAULT_MODEL, steps: int = 24, keep: int = 
 def print_summary(report: Report) -> None:
     ops = ", ".join(f"{k} {v}" for k, v in report.operations.items() if v)
     print(f"policy {report.policy}: {report.steps} steps; operations: {ops}")
-    print(f"tools: " + ", ".join(f"{k} {v}" for k, v in report.tools.items()))
+    print("tools: " + ", ".join(f"{k} {v}" for k, v in report.tools.items()))
     ratio = report.forward_tokens / report.reprefill_tokens if report.reprefill_tokens else float("nan")
     vs_prefix = report.forward_tokens / report.prefix_tokens if report.prefix_tokens else float("nan")
     print(f"forward tokens: {report.forward_tokens:.0f} computed vs {report.prefix_tokens:.0f} for a prefix cache "
