@@ -1,7 +1,8 @@
 // What OpenAPI adds to JSON Schema, as tools generated from OpenAPI documents (and Pydantic, FastAPI, gRPC
 // gateways) write it: the formats of numbers (int32, int64, float, ...: the range of their machine type), the
 // string formats byte, binary and password, and its annotations (example, externalDocs, xml, x-* extensions),
-// which constrain nothing. Links orbit_constrain and Catch only.
+// which constrain nothing; and OpenAPI 3.0's (draft 4's) exclusive bounds written as flags. Links orbit_constrain
+// and Catch only.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -150,6 +151,28 @@ TEST_CASE("openapi: example, externalDocs, xml, $anchor and x-* extensions are a
   // A keyword that only looks like an extension is still refused.
   CHECK_THAT(error_of([] { schema(R"({"type": "string", "xOrder": 1})"); }),
              Contains("schema: 'xOrder' is not supported"));
+}
+
+TEST_CASE("openapi: 3.0's exclusiveMinimum and exclusiveMaximum flags make minimum and maximum exclusive",
+          "[constraint]") {
+  // zod's openapi-3.0 target writes number().gt(0).lte(10) so.
+  const auto k = schema(R"({"type": "number", "minimum": 0, "exclusiveMinimum": true, "maximum": 10,
+                            "exclusiveMaximum": false})");
+  CHECK_FALSE(k->matches("0"));
+  CHECK(k->matches("0.5"));
+  CHECK(k->matches("10"));
+  CHECK_FALSE(k->matches("10.5"));
+  const auto below = schema(R"({"type": "integer", "maximum": 3, "exclusiveMaximum": true})");
+  CHECK(below->matches("2"));
+  CHECK_FALSE(below->matches("3"));
+  // false alone says nothing; true alone has no bound to mark.
+  CHECK(schema(R"({"type": "integer", "exclusiveMinimum": false})")->matches("-5"));
+  CHECK_THAT(error_of([] { schema(R"({"type": "integer", "exclusiveMinimum": true})"); }),
+             Contains("schema.exclusiveMinimum: true (draft 4's form) needs 'minimum' beside it"));
+  // A property named like the keyword is a property.
+  const auto named = schema(R"({"type": "object", "properties": {"exclusiveMinimum": {"type": "boolean"},
+                                "minimum": {"type": "integer"}}, "required": ["exclusiveMinimum", "minimum"]})");
+  CHECK(named->matches(R"({"exclusiveMinimum": true, "minimum": 4})"));
 }
 
 }  // namespace ORBIT_TEST_FILE

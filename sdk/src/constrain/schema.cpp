@@ -181,6 +181,33 @@ void check_applies(const Json& s, const std::vector<std::string>& types, const s
   }
 }
 
+// Draft 4's and OpenAPI 3.0's exclusiveMinimum / exclusiveMaximum: a flag on minimum / maximum (zod's openapi-3.0
+// target writes {"minimum": 0, "exclusiveMinimum": true} for positive()), where later drafts give the bound.
+bool has_flag_bounds(const Json& s) {
+  for (const char* k : {"exclusiveMinimum", "exclusiveMaximum"}) {
+    const auto f = s.find(k);
+    if (f != s.end() && f->is_boolean()) return true;
+  }
+  return false;
+}
+
+// `s` with each flag made the bound it marks: true moves minimum (maximum) to exclusiveMinimum
+// (exclusiveMaximum); false is dropped. A true flag without its bound is refused, as draft 4 does.
+Json with_number_bounds(const Json& s, const std::string& path) {
+  Json out = s;
+  for (const auto& [bound, flag] : {std::pair<const char*, const char*>{"minimum", "exclusiveMinimum"},
+                                    std::pair<const char*, const char*>{"maximum", "exclusiveMaximum"}}) {
+    const auto f = s.find(flag);
+    if (f == s.end() || !f->is_boolean()) continue;
+    out.erase(flag);
+    if (!f->get<bool>()) continue;
+    ORBIT_CHECK(s.contains(bound), path << "." << flag << ": true (draft 4's form) needs '" << bound << "' beside it");
+    out[flag] = s.at(bound);
+    out.erase(bound);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<std::string> schema_types(const Json& s, const std::string& path) { return types_of(s, path); }
@@ -192,6 +219,7 @@ int32_t SchemaCompiler::compile(const Json& s, const std::string& path) {
     return add_any_value(g_, limits_);
   }
   ORBIT_CHECK(s.is_object(), path << ": a schema must be an object or a boolean, not " << brief(s));
+  if (has_flag_bounds(s)) return compile(with_number_bounds(s, path), path);
   for (const auto& [key, value] : s.items()) {
     ORBIT_CHECK(structural().count(key) || is_annotation(key), path << ": '" << key << "' is not supported");
   }
