@@ -217,7 +217,9 @@ TEST_CASE("unsupported keywords and bad schemas are refused with the path", "[co
     return error_of([&] { Constraint::json_schema(s, {}, "response_format.json_schema.schema"); });
   };
   CHECK(at(R"({"type": "object", "properties": {"x": {"type": "array", "uniqueItems": true}}})") ==
-        "response_format.json_schema.schema.properties.x: 'uniqueItems' is not supported");
+        "response_format.json_schema.schema.properties.x: 'uniqueItems' is not supported over these items: only where "
+        "each item is one of a few listed values (an enum or const, booleans; written in the order listed, each at "
+        "most once)");
   CHECK_THAT(at(R"({"type": "integer", "not": {"const": 0}})"), Contains("schema: 'not' is not supported"));
   CHECK_THAT(at(R"({"type": "array", "items": {"if": {}}})"), Contains("schema.items: 'if' is not supported"));
   CHECK_THAT(

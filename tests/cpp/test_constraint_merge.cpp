@@ -96,7 +96,7 @@ TEST_CASE("what cannot be combined exactly is refused naming it", "[constraint]"
                          "maxLength": 2})"),
              Contains("references combined more than 64 deep"));
   CHECK_THAT(refusal(R"({"type": "object", "anyOf": [{"required": ["a"]}], "uniqueItems": true})"),
-             Contains("'uniqueItems' is not supported"));
+             Contains("schema.anyOf[0]: 'uniqueItems' applies to arrays, and \"type\" has none"));
 }
 
 // ---- against a validator that reads each keyword on its own, as JSON Schema defines them (no combining)

@@ -1,8 +1,8 @@
 // What OpenAPI adds to JSON Schema, as tools generated from OpenAPI documents (and Pydantic, FastAPI, gRPC
 // gateways) write it: the formats of numbers (int32, int64, float, ...: the range of their machine type), the
 // string formats byte, binary and password, and its annotations (example, externalDocs, xml, x-* extensions),
-// which constrain nothing; and OpenAPI 3.0's (draft 4's) exclusive bounds written as flags. Links orbit_constrain
-// and Catch only.
+// which constrain nothing; OpenAPI 3.0's (draft 4's) exclusive bounds written as flags; and uniqueItems over
+// listed values, as Pydantic writes a set of an enum or of literals. Links orbit_constrain and Catch only.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -173,6 +173,62 @@ TEST_CASE("openapi: 3.0's exclusiveMinimum and exclusiveMaximum flags make minim
   const auto named = schema(R"({"type": "object", "properties": {"exclusiveMinimum": {"type": "boolean"},
                                 "minimum": {"type": "integer"}}, "required": ["exclusiveMinimum", "minimum"]})");
   CHECK(named->matches(R"({"exclusiveMinimum": true, "minimum": 4})"));
+}
+
+TEST_CASE("uniqueItems over listed values: each at most once, in the order listed", "[constraint]") {
+  // Pydantic writes set[Color] / set[Literal[...]] so (the values through a $ref to $defs).
+  const auto colors = schema(R"({"type": "object", "properties": {"c": {"type": "array", "items": {"$ref":
+      "#/$defs/Color"}, "uniqueItems": true}}, "required": ["c"], "$defs": {"Color": {"enum": ["r", "g", "b"],
+      "type": "string"}}})");
+  for (const char* v : {R"({"c": []})", R"({"c": ["r"]})", R"({"c": ["r", "b"]})", R"({"c": ["r", "g", "b"]})",
+                        R"({"c": [ "g", "b"]})"}) {
+    INFO(v);
+    CHECK(colors->matches(v));
+  }
+  for (const char* v : {R"({"c": ["r", "r"]})", R"({"c": ["b", "r"]})", R"({"c": ["r", "g", "b", "r"]})",
+                        R"({"c": ["x"]})", R"({"c": ["r",]})"}) {
+    INFO(v);
+    CHECK_FALSE(colors->matches(v));
+  }
+  // Counts, values equal as JSON compares them (1 and 1.0), booleans, objects whatever their key order.
+  const auto two = schema(R"({"type": "array", "items": {"enum": [1, 2, 3, 1.0]}, "uniqueItems": true,
+                              "minItems": 2, "maxItems": 2})");
+  CHECK(two->matches("[1, 3]"));
+  CHECK_FALSE(two->matches("[1]"));
+  CHECK_FALSE(two->matches("[1, 2, 3]"));
+  CHECK_FALSE(two->matches("[1, 1.0]"));
+  const auto flags = schema(R"({"type": "array", "items": {"type": "boolean"}, "uniqueItems": true})");
+  CHECK(flags->matches("[true, false]"));
+  CHECK_FALSE(flags->matches("[true, true]"));
+  const auto objects = schema(R"({"type": "array", "items": {"enum": [{"a": 1, "b": 2}, {"b": 2, "a": 1}, {"a": 3}]},
+                                  "uniqueItems": true})");
+  CHECK(objects->matches(R"([{"a":1,"b":2}, {"a":3}])"));
+  CHECK_FALSE(objects->matches(R"([{"a":1,"b":2}, {"b":2,"a":1}])"));
+  // uniqueItems false says nothing.
+  CHECK(schema(R"({"type": "array", "items": {"type": "integer"}, "uniqueItems": false})")->matches("[1, 1]"));
+  // Random walks never repeat a value and keep the order.
+  std::mt19937 rng(5);
+  const auto five = schema(R"({"type": "array", "items": {"enum": ["a", "b", "c", "d", "e"]}, "uniqueItems": true})");
+  for (const std::string& text : random_walks(five, "[]\"abcde, ", 80, rng)) {
+    const nlohmann::json v = nlohmann::json::parse(text);
+    for (std::size_t i = 1; i < v.size(); ++i) CHECK(v[i - 1].get<std::string>() < v[i].get<std::string>());
+  }
+}
+
+TEST_CASE("uniqueItems elsewhere is refused naming what is missing", "[constraint]") {
+  CHECK_THAT(error_of([] { schema(R"({"type": "array", "items": {"type": "string"}, "uniqueItems": true})"); }),
+             Contains("schema: 'uniqueItems' is not supported over these items: only where each item is one of a few "
+                      "listed values"));
+  CHECK_THAT(
+      error_of([] { schema(R"({"type": "array", "items": {"enum": ["a"]}, "uniqueItems": true, "minItems": 2})"); }),
+      Contains("schema: minItems 2 is above the 1 distinct values the items admit (uniqueItems)"));
+  CHECK_THAT(error_of([] { schema(R"({"type": "object", "uniqueItems": true})"); }),
+             Contains("schema: 'uniqueItems' applies to arrays, and \"type\" has none"));
+  CHECK_THAT(error_of([] { schema(R"({"type": "array", "items": {"enum": ["a"]}, "uniqueItems": 1})"); }),
+             Contains("schema.uniqueItems: expected true or false, not 1"));
+  // Without "type", uniqueItems says the value is an array.
+  CHECK(schema(R"({"items": {"const": "a"}, "uniqueItems": true})")->matches(R"(["a"])"));
+  CHECK_FALSE(schema(R"({"items": {"const": "a"}, "uniqueItems": true})")->matches(R"("a")"));
 }
 
 }  // namespace ORBIT_TEST_FILE

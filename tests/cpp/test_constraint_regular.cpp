@@ -447,7 +447,7 @@ TEST_CASE("maps, tuples and allOf of one schema", "[constraint]") {
   CHECK_THAT(error_of([] { schema(R"({"prefixItems": [{}], "items": false, "minItems": 2})"); }),
              Contains("schema: minItems 2 is above the 1 items the closed tuple lists"));
   CHECK_THAT(error_of([] { schema(R"({"prefixItems": [{}], "minItems": 1, "maxItems": 1, "uniqueItems": true})"); }),
-             Contains("schema: 'uniqueItems' is not supported"));
+             Contains("schema: 'uniqueItems' beside 'prefixItems' is not supported"));
   // allOf of one schema (a described reference): that schema; of several: combined (test_constraint_merge).
   const auto ref = schema(R"({"$defs": {"P": {"type": "string", "format": "uuid"}},
                               "properties": {"id": {"allOf": [{"$ref": "#/$defs/P"}], "description": "the id"}},

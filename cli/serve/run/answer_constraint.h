@@ -27,7 +27,7 @@
 // Whatever tool_choice says, every tool's parameters must be an arguments schema (an object schema: type
 // "object" if given, properties an object, required a list of names): one that is not is refused when the
 // request arrives (400, code invalid_function_parameters, naming tools[i].function.parameters). Keywords
-// outside the subset (uniqueItems, oneOf, not, ...; pattern, format and number bounds are in it) are
+// outside the subset (not, if, uniqueItems over free strings, ...; pattern, format and number bounds are in it) are
 // accepted under tool_choice auto, which constrains nothing, and refused naming the keyword when a call to
 // that tool is forced (its arguments would be decoded under the schema).
 // A constraint the model's vocabulary cannot write is refused before the run (400 naming the field and the

@@ -143,7 +143,10 @@ class Constraint {
   //                   texts); refused where no object could have them (minProperties above the properties a
   //                   closed object declares, or above the distinct keys propertyNames admits; maxProperties
   //                   below the required count)
-  //   items           one schema (absent: any value); minItems, maxItems
+  //   items           one schema (absent: any value); minItems, maxItems; uniqueItems where each item is one of
+  //                   a few listed values (an enum or const, booleans; at most 256, as JSON compares them: 1 and
+  //                   1.0 are one): each written at most once, in the order listed (Pydantic's set of an enum or
+  //                   of literals); over other items refused
   //   prefixItems     a tuple: these items in order, then more under items (absent or true: any value; false:
   //                   none), minItems to maxItems in all (an open one without maxItems: max_array_items); also
   //                   draft-07's list of items with additionalItems
@@ -201,7 +204,7 @@ class Constraint {
   //                   deprecated, readOnly, writeOnly, and OpenAPI's example, externalDocs, xml and its extensions
   //                   (any keyword that begins with "x-")
   // A schema may be `true` (any value). Anything else throws orbit::Error naming the keyword and where it
-  // is, under `path`: "<path>.properties.x: 'uniqueItems' is not supported". Bad JSON, a `required` name
+  // is, under `path`: "<path>.properties.x: 'not' is not supported". Bad JSON, a `required` name
   // that is not a property, an empty enum, min above max and a recursive $ref throw likewise.
   static std::shared_ptr<const Constraint> json_schema(std::string_view schema_json,
                                                        const ConstraintLimits& limits = {},

@@ -61,6 +61,7 @@ const std::set<std::string>& structural() {
                                        "required",
                                        "additionalProperties",
                                        "items",
+                                       "uniqueItems",
                                        "minItems",
                                        "maxItems",
                                        "minLength",
@@ -142,7 +143,8 @@ std::vector<std::string> types_of(const Json& s, const std::string& path) {
       s.contains("propertyNames") || s.contains("minProperties") || s.contains("maxProperties")) {
     out.push_back("object");
   }
-  if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") || s.contains("maxItems")) {
+  if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") || s.contains("maxItems") ||
+      s.contains("uniqueItems")) {
     out.push_back("array");
   }
   if (has_string_keyword(s)) out.push_back("string");
@@ -176,6 +178,8 @@ void check_applies(const Json& s, const std::vector<std::string>& types, const s
     ORBIT_CHECK(strings || !s.contains(k), path << ": '" << k << "' applies to strings, and \"type\" has none");
   }
   if (s.contains("format")) check_format_applies(s, strings, numbers, path);
+  ORBIT_CHECK(has("array") || !s.contains("uniqueItems"),
+              path << ": 'uniqueItems' applies to arrays, and \"type\" has none");
   for (const char* k : number_keywords()) {
     ORBIT_CHECK(numbers || !s.contains(k), path << ": '" << k << "' applies to numbers, and \"type\" has none");
   }

@@ -86,6 +86,11 @@ class SchemaCompiler {
   int32_t compile_array(const Json& s, const std::string& path);
   int32_t compile_tuple(const Json& s, const Json& items, const std::string& key, const std::string& path);
   int32_t add_tuple(const std::vector<int32_t>& nodes, int64_t min, int64_t max);
+  // uniqueItems over items whose values are a few literals (an enum, a const, booleans): each value at most once,
+  // in the order the item schema lists them. Refused, naming it, for other items.
+  int32_t compile_unique(int32_t item, int64_t min, int64_t max, bool max_given, const std::string& path);
+  // '[' then, from the listed `values` in order, each taken or skipped, `min` to `max` taken, ',' between, ']'.
+  int32_t add_ordered_subset(const std::vector<std::string>& values, int64_t min, int64_t max);
   // schema_objects.cpp
   int32_t compile_object(const Json& s, const std::string& path);
   // Declared properties (and, where `extra` is a schema or true, extra members under it).

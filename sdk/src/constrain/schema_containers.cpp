@@ -1,6 +1,8 @@
 // Arrays and tuples (prefixItems, or draft-07's list of items) compiled into grammar nodes
 // (schema_compiler.h); objects and maps are schema_objects.cpp's.
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "constrain/schema_compiler.h"
 #include "orbit/common/error.h"
@@ -28,6 +30,11 @@ int32_t SchemaCompiler::compile_array(const Json& s, const std::string& path) {
   ORBIT_CHECK(min <= max, path << ": minItems " << min << " is above maxItems " << max);
   const int32_t item =
       s.contains("items") ? compile_member(s.at("items"), path + ".items") : add_any_value(g_, limits_);
+  if (s.contains("uniqueItems")) {
+    const Json& unique = s.at("uniqueItems");
+    ORBIT_CHECK(unique.is_boolean(), path << ".uniqueItems: expected true or false, not " << brief(unique));
+    if (unique.get<bool>()) return compile_unique(item, min, max, s.contains("maxItems"), path);
+  }
   Node n;
   n.kind = NodeKind::kArray;
   n.space = limits_.whitespace == Whitespace::kSingleSpace;
@@ -103,6 +110,135 @@ int32_t SchemaCompiler::add_tuple(const std::vector<int32_t>& nodes, int64_t min
   mark(whole.children, "[");
   whole.children.push_back(rest);
   whole.children.push_back(add_literal(g_, "]"));
+  return g_.add(std::move(whole));
+}
+
+namespace {
+
+// The strings of `trie` in the order of their values (the order they were listed in).
+std::vector<std::string> trie_strings(const ByteTrie& trie) {
+  std::vector<std::pair<int32_t, std::string>> found;
+  std::vector<std::pair<int32_t, std::string>> todo{{0, ""}};
+  while (!todo.empty()) {
+    auto [at, text] = std::move(todo.back());
+    todo.pop_back();
+    const ByteTrie::Node& n = trie.nodes[static_cast<std::size_t>(at)];
+    if (n.value >= 0) found.emplace_back(n.value, text);
+    for (const auto& [byte, child] : n.children) todo.emplace_back(child, text + static_cast<char>(byte));
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> out;
+  for (auto& [value, text] : found) out.push_back(std::move(text));
+  return out;
+}
+
+// The literal texts `node` admits, in order, where it admits only literals (a literal, a literal set, or a
+// choice of them, references followed); false otherwise.
+bool literal_texts(const Grammar& g, int32_t node, std::vector<std::string>& out, int depth = 0) {
+  const Node& n = g.at(node);
+  if (depth > 64) return false;
+  switch (n.kind) {
+    case NodeKind::kLiteral: out.push_back(n.literal); return true;
+    case NodeKind::kLiteralSet:
+      for (std::string& t : trie_strings(n.trie)) out.push_back(std::move(t));
+      return true;
+    case NodeKind::kChoice:
+      for (int32_t c : n.children) {
+        if (!literal_texts(g, c, out, depth + 1)) return false;
+      }
+      return !n.children.empty();
+    default: return false;
+  }
+}
+
+}  // namespace
+
+int32_t SchemaCompiler::compile_unique(int32_t item, int64_t min, int64_t max, bool max_given,
+                                       const std::string& path) {
+  std::vector<std::string> texts;
+  constexpr std::size_t kMostValues = 256;
+  const bool literals = literal_texts(g_, item, texts);
+  ORBIT_CHECK(literals, path << ": 'uniqueItems' is not supported over these items: only where each item is one of "
+                             << "a few listed values (an enum or const, booleans; written in the order listed, each "
+                             << "at most once)");
+  // Distinct values as JSON compares them (1 and 1.0 are one value), the first spelling kept.
+  std::vector<std::string> values;
+  std::vector<nlohmann::json> seen;  // unordered objects: {"a": 1, "b": 2} is {"b": 2, "a": 1}
+  for (const std::string& t : texts) {
+    const nlohmann::json v = nlohmann::json::parse(t);
+    if (std::find(seen.begin(), seen.end(), v) != seen.end()) continue;
+    seen.push_back(v);
+    values.push_back(t);
+  }
+  ORBIT_CHECK(values.size() <= kMostValues, path << ": 'uniqueItems' over " << values.size() << " values is not "
+                                                 << "supported (at most " << kMostValues << ")");
+  const auto count = static_cast<int64_t>(values.size());
+  ORBIT_CHECK(min <= count, path << ": minItems " << min << " is above the " << count
+                                 << " distinct values the items admit (uniqueItems)");
+  return add_ordered_subset(values, min, max_given ? std::min(max, count) : count);
+}
+
+// Built from the end: rest(j, c), after c values with the next one at index j or later, is "end" (from min on)
+// or take(j, c); take(j, c) is "',' value j, then rest(j + 1, c + 1)" or take(j + 1, c) (value j skipped).
+int32_t SchemaCompiler::add_ordered_subset(const std::vector<std::string>& values, int64_t min, int64_t max) {
+  const bool space = limits_.whitespace == Whitespace::kSingleSpace;
+  const auto k = static_cast<int64_t>(values.size());
+  ORBIT_CHECK(g_.nodes.size() + static_cast<std::size_t>((k + 1) * (max + 1) * 4) < kMaxNodes,
+              "the schema is too large (over " << kMaxNodes << " nodes)");
+  const int32_t none = add_literal(g_, "");
+  const int32_t close = add_literal(g_, "]");
+  int32_t comma = add_literal(g_, ",");
+  if (space) {
+    Node gap;
+    gap.kind = NodeKind::kChoice;
+    gap.children = {add_literal_set(g_, {" "}), none};
+    Node sep;
+    sep.kind = NodeKind::kSequence;
+    sep.children = {comma, g_.add(std::move(gap))};
+    comma = g_.add(std::move(sep));
+  }
+  std::vector<int32_t> literal;
+  for (const std::string& v : values) literal.push_back(add_literal(g_, v));
+  // rest[c][j] for c in [0, max], j in [0, k]; filled for c from max down, j from k down.
+  std::vector<std::vector<int32_t>> rest(static_cast<std::size_t>(max + 1), std::vector<int32_t>(k + 1, -1));
+  for (int64_t c = max; c >= 0; --c) {
+    int32_t take = -1;  // take(j, c), for the j of the loop below
+    for (int64_t j = k; j >= 0; --j) {
+      const int32_t after =
+          j < k && c < max ? rest[static_cast<std::size_t>(c + 1)][static_cast<std::size_t>(j + 1)] : -1;
+      if (after >= 0) {
+        Node pick;
+        pick.kind = NodeKind::kSequence;
+        if (c > 0) pick.children.push_back(comma);
+        pick.children.push_back(literal[static_cast<std::size_t>(j)]);
+        pick.children.push_back(after);
+        const int32_t here = g_.add(std::move(pick));
+        if (take < 0) {
+          take = here;
+        } else {
+          Node either;
+          either.kind = NodeKind::kChoice;
+          either.children = {here, take};
+          take = g_.add(std::move(either));
+        }
+      }
+      Node r;
+      r.kind = NodeKind::kChoice;
+      if (c >= min) r.children.push_back(close);
+      if (take >= 0) r.children.push_back(take);
+      rest[static_cast<std::size_t>(c)][static_cast<std::size_t>(j)] = r.children.empty() ? -1 : g_.add(std::move(r));
+    }
+  }
+  Node whole;
+  whole.kind = NodeKind::kSequence;
+  whole.children.push_back(add_literal(g_, "["));
+  if (space) {
+    Node gap;
+    gap.kind = NodeKind::kChoice;
+    gap.children = {add_literal_set(g_, {" "}), none};
+    whole.children.push_back(g_.add(std::move(gap)));
+  }
+  whole.children.push_back(rest[0][0]);
   return g_.add(std::move(whole));
 }
 
