@@ -185,16 +185,19 @@ int32_t SchemaCompiler::add_ordered_subset(const std::vector<std::string>& value
   const auto k = static_cast<int64_t>(values.size());
   ORBIT_CHECK(g_.nodes.size() + static_cast<std::size_t>((k + 1) * (max + 1) * 4) < kMaxNodes,
               "the schema is too large (over " << kMaxNodes << " nodes)");
-  const int32_t none = add_literal(g_, "");
   const int32_t close = add_literal(g_, "]");
+  int32_t gap = -1;  // one optional ' ' after '[' and each ',', as arrays have
+  if (space) {
+    Node optional;
+    optional.kind = NodeKind::kChoice;
+    optional.children = {add_literal_set(g_, {" "}), add_literal(g_, "")};
+    gap = g_.add(std::move(optional));
+  }
   int32_t comma = add_literal(g_, ",");
   if (space) {
-    Node gap;
-    gap.kind = NodeKind::kChoice;
-    gap.children = {add_literal_set(g_, {" "}), none};
     Node sep;
     sep.kind = NodeKind::kSequence;
-    sep.children = {comma, g_.add(std::move(gap))};
+    sep.children = {comma, gap};
     comma = g_.add(std::move(sep));
   }
   std::vector<int32_t> literal;
@@ -232,12 +235,7 @@ int32_t SchemaCompiler::add_ordered_subset(const std::vector<std::string>& value
   Node whole;
   whole.kind = NodeKind::kSequence;
   whole.children.push_back(add_literal(g_, "["));
-  if (space) {
-    Node gap;
-    gap.kind = NodeKind::kChoice;
-    gap.children = {add_literal_set(g_, {" "}), none};
-    whole.children.push_back(g_.add(std::move(gap)));
-  }
+  if (space) whole.children.push_back(gap);
   whole.children.push_back(rest[0][0]);
   return g_.add(std::move(whole));
 }
