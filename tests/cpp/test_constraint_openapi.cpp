@@ -95,11 +95,10 @@ TEST_CASE("openapi: a format that is not one of numbers, or of a type the schema
   CHECK_THAT(error_of([] { typed("number", "decimal"); }),
              Contains("schema.format: \"decimal\" is not a format of numbers (supported: int8, uint8, int16, uint16, "
                       "int32, uint32, int64, uint64, float, double)"));
-  // gRPC gateways write int64 as a string of digits: not a format of strings here.
-  CHECK_THAT(error_of([] { typed("string", "int64"); }),
-             Contains("schema.format: \"int64\" applies to numbers, and \"type\" has none"));
+  CHECK_THAT(error_of([] { typed("string", "float"); }),
+             Contains("schema.format: \"float\" applies to numbers, and \"type\" has none"));
   CHECK_THAT(error_of([] { typed("boolean", "int64"); }),
-             Contains("schema.format: \"int64\" applies to numbers, and \"type\" has none"));
+             Contains("schema.format: \"int64\" applies to numbers and strings, and \"type\" has none"));
   CHECK_THAT(error_of([] { typed("boolean", "email"); }),
              Contains("schema: 'format' applies to strings, and \"type\" has none"));
   // Beside null, the numbers keep the range.
@@ -229,6 +228,38 @@ TEST_CASE("uniqueItems elsewhere is refused naming what is missing", "[constrain
   // Without "type", uniqueItems says the value is an array.
   CHECK(schema(R"({"items": {"const": "a"}, "uniqueItems": true})")->matches(R"(["a"])"));
   CHECK_FALSE(schema(R"({"items": {"const": "a"}, "uniqueItems": true})")->matches(R"("a")"));
+}
+
+TEST_CASE("openapi: an integer format on a string is the integer's digits, over the whole range", "[constraint]") {
+  // proto3's JSON (gRPC gateways, Google's APIs) writes 64-bit integers as strings: read exactly, so no
+  // safe-integer bound.
+  const auto i64 = typed("string", "int64");
+  for (const char* v : {"-9223372036854775808", "9223372036854775807", "0", "-1", "42"}) {
+    INFO(v);
+    CHECK(i64->matches(quote(v)));
+  }
+  for (const char* v : {"9223372036854775808", "-9223372036854775809", "01", "1.5", "1e3", "", " 1", "+1"}) {
+    INFO(v);
+    CHECK_FALSE(i64->matches(quote(v)));
+  }
+  CHECK_FALSE(i64->matches("42"));  // a number where the schema says string
+  const auto u64 = typed("string", "uint64");
+  CHECK(u64->matches(quote("18446744073709551615")));
+  CHECK_FALSE(u64->matches(quote("18446744073709551616")));
+  CHECK_FALSE(u64->matches(quote("-1")));
+  // Beside "integer" too, each type its own way; beside a pattern, both.
+  const auto either = schema(R"({"type": ["integer", "string"], "format": "int32"})");
+  CHECK(either->matches("7"));
+  CHECK(either->matches(quote("2147483647")));
+  CHECK_FALSE(either->matches(quote("2147483648")));
+  const auto patterned = schema(R"({"type": "string", "format": "int64", "pattern": "^[1-9]"})");
+  CHECK(patterned->matches(quote("17")));
+  CHECK_FALSE(patterned->matches(quote("-17")));
+  // A map keyed by such integers (proto3's map<int64, V>).
+  const auto map = schema(R"({"type": "object", "propertyNames": {"format": "int64"},
+                              "additionalProperties": {"type": "boolean"}})");
+  CHECK(map->matches(R"({"-5": true, "12": false})"));
+  CHECK_FALSE(map->matches(R"({"a": true})"));
 }
 
 }  // namespace ORBIT_TEST_FILE

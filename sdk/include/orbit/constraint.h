@@ -173,7 +173,8 @@ class Constraint {
   //                   Of numbers, OpenAPI's: int8, uint8, int16, uint16, int32, uint32, int64, uint64 (an
   //                   integer in that machine type's range, beside the bounds below), float (within a float's
   //                   range: written without exponent), double (every number written here is one); another
-  //                   format of a number is refused
+  //                   format of a number is refused. An integer format beside "string" is a string of that
+  //                   integer's digits over the whole range (proto3's JSON writes 64-bit integers so)
   //   contentEncoding base64 or base64url: the format of that name (zod writes both)
   //   minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf (numbers and integers): exact
   //                   decimal comparisons; such numbers are written without exponent; multipleOf's significant

@@ -341,7 +341,7 @@ int32_t add_number_dfa(Grammar& g, const NumberRules& rules, int64_t max_chars, 
   return add_dfa(g, memo_dfa(key, [&] { return number_language(rules, chars, path); }), chars, path);
 }
 
-const NumberFormat* number_format(const nlohmann::ordered_json& s) {
+const NumberFormat* number_format_named(const std::string& name) {
   static const NumberFormat k[] = {
       {"int8", true, "-128", "127"},
       {"uint8", true, "0", "255"},
@@ -354,12 +354,23 @@ const NumberFormat* number_format(const nlohmann::ordered_json& s) {
       {"float", false, "-3.4028234663852886e38", "3.4028234663852886e38"},
       {"double", false, nullptr, nullptr},
   };
-  const auto f = s.find("format");
-  if (f == s.end() || !f->is_string()) return nullptr;
   for (const NumberFormat& n : k) {
-    if (f->get_ref<const std::string&>() == n.name) return &n;
+    if (name == n.name) return &n;
   }
   return nullptr;
+}
+
+const NumberFormat* number_format(const nlohmann::ordered_json& s) {
+  const auto f = s.find("format");
+  return f == s.end() || !f->is_string() ? nullptr : number_format_named(f->get_ref<const std::string&>());
+}
+
+ByteDfa integer_text_dfa(const NumberFormat& format, const std::string& path) {
+  NumberRules rules;
+  rules.integer = true;
+  rules.format_minimum = format.minimum;
+  rules.format_maximum = format.maximum;
+  return number_language(rules, 20, path);  // -9223372036854775808 and 18446744073709551615: 20 characters
 }
 
 std::string number_format_names() { return "int8, uint8, int16, uint16, int32, uint32, int64, uint64, float, double"; }

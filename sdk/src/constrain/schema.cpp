@@ -156,9 +156,11 @@ std::vector<std::string> types_of(const Json& s, const std::string& path) {
 // that is not one of numbers.
 void check_format_applies(const Json& s, bool strings, bool numbers, const std::string& path) {
   const Json& f = s.at("format");
-  if (number_format(s) != nullptr) {
-    ORBIT_CHECK(numbers,
-                path << ".format: \"" << f.get<std::string>() << "\" applies to numbers, and \"type\" has none");
+  if (const NumberFormat* n = number_format(s); n != nullptr) {
+    // An integer format beside "string" is a string of its digits (proto3's JSON writes 64-bit integers so).
+    ORBIT_CHECK(numbers || (strings && n->integer),
+                path << ".format: \"" << f.get<std::string>() << "\" applies to numbers"
+                     << (n->integer ? " and strings" : "") << ", and \"type\" has none");
     return;
   }
   if (strings) return;

@@ -196,14 +196,19 @@ ByteDfa content_dfa(const StringRules& rules, const std::string& path) {
   // pattern alone serves it. Alone, it would constrain nothing: refused.
   const auto found = rules.format != nullptr ? format_regexes().find(*rules.format) : format_regexes().end();
   const bool any = rules.format != nullptr && any_string_format(*rules.format);
-  if (rules.format != nullptr && found == format_regexes().end() && rules.pattern == nullptr && !any) {
+  const NumberFormat* digits = rules.format != nullptr ? number_format_named(*rules.format) : nullptr;
+  if (digits != nullptr && !digits->integer) digits = nullptr;
+  if (rules.format != nullptr && found == format_regexes().end() && rules.pattern == nullptr && !any &&
+      digits == nullptr) {
     std::string names;
     for (const std::string& f : string_formats()) names += (names.empty() ? "" : ", ") + f;
     ORBIT_FAIL(path << ".format: \"" << *rules.format << "\" is not supported (supported: " << names
                     << "; another format is served beside a pattern, by the pattern)");
   }
-  if (found != format_regexes().end()) {
-    ByteDfa f = regex_dfa(found->second, RegexSyntax::kAnchored, RegexText::kJsonString, path + ".format");
+  if (found != format_regexes().end() || digits != nullptr) {
+    ByteDfa f = digits != nullptr
+                    ? integer_text_dfa(*digits, path + ".format")
+                    : regex_dfa(found->second, RegexSyntax::kAnchored, RegexText::kJsonString, path + ".format");
     content = content ? intersect(*content, f, path + ": pattern and format together") : std::move(f);
   }
   if (!content) content = any_content(path);

@@ -57,8 +57,13 @@ struct NumberFormat {
   const char* minimum;  // null: none
   const char* maximum;
 };
-// The format of numbers `s`'s "format" names, or null (none, or not one of numbers).
+// The format of numbers `s`'s "format" names, or null (none, or not one of numbers); by name likewise.
 const NumberFormat* number_format(const nlohmann::ordered_json& s);
+const NumberFormat* number_format_named(const std::string& name);
+// The decimal texts of the integers of an integer format's range (no sign on 0, no leading zeros), as a string's
+// content: proto3's JSON (gRPC gateways, Google's APIs) writes 64-bit integers as strings of digits, {"type":
+// "string", "format": "int64"}. The whole range: such strings are read exactly, not as doubles.
+ByteDfa integer_text_dfa(const NumberFormat& format, const std::string& path);
 // Their names, for errors: "int8, uint8, ...".
 std::string number_format_names();
 int32_t add_number_dfa(Grammar& g, const NumberRules& rules, int64_t max_chars, const std::string& path);
