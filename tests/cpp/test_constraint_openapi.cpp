@@ -108,13 +108,13 @@ TEST_CASE("openapi: a format that is not one of numbers, or of a type the schema
   CHECK_FALSE(either->matches("256"));
 }
 
-TEST_CASE("openapi: byte is base64, binary and password any string", "[constraint]") {
+TEST_CASE("openapi: byte is base64, binary and password (and Pydantic's path) any string", "[constraint]") {
   const auto byte = typed("string", "byte");
   CHECK(byte->matches(quote("QUJD")));
   CHECK(byte->matches(quote("QUI=")));
   CHECK_FALSE(byte->matches(quote("QUJ")));  // padded to a multiple of 4
   CHECK_FALSE(byte->matches(quote("QU J")));
-  for (const char* f : {"binary", "password"}) {
+  for (const char* f : {"binary", "password", "path"}) {
     INFO("format " << f);
     const auto any = typed("string", f);
     for (const char* v : {"", "hunter2", "a b\n", "\xc3\xa9t\xc3\xa9"}) CHECK(any->matches(quote(v)));
@@ -125,9 +125,10 @@ TEST_CASE("openapi: byte is base64, binary and password any string", "[constrain
     CHECK_FALSE(short_one->matches(quote("abcd")));
   }
   // The list of string formats in a refusal names them.
-  CHECK_THAT(error_of([] { typed("string", "path"); }),
-             Contains("\"path\" is not supported (supported: base64, base64url, binary, byte, date, date-time, "
-                      "duration, email, hostname, ipv4, ipv6, jwt, password, time, uri, uuid;"));
+  CHECK_THAT(error_of([] { typed("string", "file-path"); }),
+             Contains("\"file-path\" is not supported (supported: base64, base64url, binary, byte, date, date-time, "
+                      "duration, email, hostname, ipv4, ipv4interface, ipv6, ipv6interface, ipvanyaddress, "
+                      "ipvanyinterface, jwt, password, path, time, uri, uuid;"));
 }
 
 TEST_CASE("openapi: example, externalDocs, xml, $anchor and x-* extensions are annotations", "[constraint]") {
@@ -260,6 +261,23 @@ TEST_CASE("openapi: an integer format on a string is the integer's digits, over 
                               "additionalProperties": {"type": "boolean"}})");
   CHECK(map->matches(R"({"-5": true, "12": false})"));
   CHECK_FALSE(map->matches(R"({"a": true})"));
+}
+
+TEST_CASE("pydantic: ipvanyaddress and the interface formats", "[constraint]") {
+  const auto any = typed("string", "ipvanyaddress");
+  for (const char* v : {"192.168.0.1", "::1", "2001:db8::8a2e:370:7334", "::ffff:10.0.0.1"})
+    CHECK(any->matches(quote(v)));
+  for (const char* v : {"256.1.1.1", "1.2.3", "::1/64", "gggg::1", ""}) CHECK_FALSE(any->matches(quote(v)));
+  const auto v4 = typed("string", "ipv4interface");
+  for (const char* v : {"10.0.0.1", "10.0.0.1/0", "10.0.0.1/24", "10.0.0.1/32"}) CHECK(v4->matches(quote(v)));
+  for (const char* v : {"10.0.0.1/33", "10.0.0.1/024", "10.0.0.1/", "::1/8"}) CHECK_FALSE(v4->matches(quote(v)));
+  const auto v6 = typed("string", "ipv6interface");
+  for (const char* v : {"::1", "fe80::1/64", "::/0", "2001:db8::/128"}) CHECK(v6->matches(quote(v)));
+  for (const char* v : {"::1/129", "fe80::1/064", "10.0.0.1/8"}) CHECK_FALSE(v6->matches(quote(v)));
+  const auto either = typed("string", "ipvanyinterface");
+  CHECK(either->matches(quote("10.0.0.1/8")));
+  CHECK(either->matches(quote("fe80::1/64")));
+  CHECK_FALSE(either->matches(quote("10.0.0.1/64")));
 }
 
 }  // namespace ORBIT_TEST_FILE

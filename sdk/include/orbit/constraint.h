@@ -169,7 +169,9 @@ class Constraint {
   //                   accepts, not every one it accepts); any other format only beside a pattern, which serves
   //                   it (zod writes startsWith, cuid, nanoid, e164, ... as a format of its own and the pattern
   //                   that checks it); emoji is refused (Unicode's emoji properties are not tabled here);
-  //                   OpenAPI's byte is base64, its binary and password (a hint to UIs) any string.
+  //                   OpenAPI's byte is base64, its binary and password (a hint to UIs) any string;
+  //                   Pydantic's path any string, ipvanyaddress ipv4 or ipv6, ipv4interface, ipv6interface and
+  //                   ipvanyinterface an address with an optional '/' prefix length.
   //                   Of numbers, OpenAPI's: int8, uint8, int16, uint16, int32, uint32, int64, uint64 (an
   //                   integer in that machine type's range, beside the bounds below), float (within a float's
   //                   range: written without exponent), double (every number written here is one); another

@@ -137,6 +137,8 @@ const std::map<std::string, std::string>& format_regexes() {
     const std::string atom = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+";
     const std::string octet = "(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)";
     const std::string ipv4 = octet + "(?:\\." + octet + "){3}";
+    const std::string v4_prefix = "(?:/(?:3[0-2]|[12]?\\d))?";
+    const std::string v6_prefix = "(?:/(?:12[0-8]|1[01]\\d|[1-9]?\\d))?";
     const std::string hex = "[0-9A-Fa-f]";
     const std::string b64url = base64_regex("[A-Za-z0-9_\\-]", false);
     return std::map<std::string, std::string>{
@@ -152,6 +154,12 @@ const std::map<std::string, std::string>& format_regexes() {
         {"hostname", hostname},
         {"ipv4", ipv4},
         {"ipv6", ipv6_regex(ipv4)},
+        // Pydantic's: IPvAnyAddress, and IPv4Interface / IPv6Interface / IPvAnyInterface (an address, then
+        // optionally '/' and a prefix length; the netmask form is not written).
+        {"ipvanyaddress", "(?:" + ipv4 + "|" + ipv6_regex(ipv4) + ")"},
+        {"ipv4interface", ipv4 + v4_prefix},
+        {"ipv6interface", ipv6_regex(ipv4) + v6_prefix},
+        {"ipvanyinterface", "(?:" + ipv4 + v4_prefix + "|" + ipv6_regex(ipv4) + v6_prefix + ")"},
         {"uuid", hex + "{8}-" + hex + "{4}-" + hex + "{4}-" + hex + "{4}-" + hex + "{12}"},
         {"uri", "[A-Za-z][A-Za-z0-9+.-]*:(?:[A-Za-z0-9\\-._~!$&'()*+,;=:@/?#\\[\\]]|%" + hex + hex + ")*"},
     };
@@ -168,14 +176,15 @@ ByteDfa any_content(const std::string& what) {
 
 namespace {
 
-// OpenAPI's formats that admit any string: binary (any octets) and password (a hint to UIs to hide the input).
-bool any_string_format(const std::string& name) { return name == "binary" || name == "password"; }
+// Formats that admit any string: OpenAPI's binary (any octets) and password (a hint to UIs to hide the input), and
+// Pydantic's path (a pathlib.Path: any text names one).
+bool any_string_format(const std::string& name) { return name == "binary" || name == "password" || name == "path"; }
 
 }  // namespace
 
 const std::vector<std::string>& string_formats() {
   static const std::vector<std::string> k = [] {
-    std::vector<std::string> out{"binary", "password"};
+    std::vector<std::string> out{"binary", "password", "path"};
     for (const auto& [name, regex] : format_regexes()) out.push_back(name);
     std::sort(out.begin(), out.end());
     return out;
