@@ -163,6 +163,16 @@ function(orbit_add_test name)
     list(LENGTH files count)
     _orbit_test_group(exe ${kind} ${count})
   endif()
+  # A launcher an earlier configuration wrote where this one links the test's own executable (scripts/sanitize.sh
+  # configures twice, the first time grouping every test): removed, or the build would take the script, newer
+  # than the test's objects, for an executable already linked.
+  set(launcher ${CMAKE_CURRENT_BINARY_DIR}/${name})
+  if(exe STREQUAL name AND EXISTS ${launcher} AND NOT IS_DIRECTORY ${launcher})
+    file(READ ${launcher} head LIMIT 16)
+    if(head MATCHES "^#!/bin/sh\n")
+      file(REMOVE ${launcher})
+    endif()
+  endif()
   foreach(field SOURCES LIBS INCLUDES DEFINES DEPENDS)
     set_property(GLOBAL PROPERTY ORBIT_TEST_${name}_${field} "")
   endforeach()
