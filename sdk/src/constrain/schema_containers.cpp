@@ -76,6 +76,18 @@ int32_t SchemaCompiler::compile_tuple(const Json& s, const Json& items, const st
   return add_tuple(nodes, min, max);
 }
 
+namespace {
+
+// A kChoice of `a` and `b`.
+int32_t add_either(Grammar& g, int32_t a, int32_t b) {
+  Node n;
+  n.kind = NodeKind::kChoice;
+  n.children = {a, b};
+  return g.add(std::move(n));
+}
+
+}  // namespace
+
 // '[' node[0] ',' node[1] ... ']' of min to max items, node i at position i (the last node repeated past the
 // list). Built from the end: each position's rest is "',' item, then the next rest", a choice with "" from min on.
 int32_t SchemaCompiler::add_tuple(const std::vector<int32_t>& nodes, int64_t min, int64_t max) {
@@ -84,11 +96,7 @@ int32_t SchemaCompiler::add_tuple(const std::vector<int32_t>& nodes, int64_t min
   const int32_t none = add_literal(g_, "");
   const auto mark = [&](std::vector<int32_t>& seq, const std::string& text) {
     seq.push_back(add_literal(g_, text));
-    if (!space) return;
-    Node optional;
-    optional.kind = NodeKind::kChoice;
-    optional.children = {gap, none};
-    seq.push_back(g_.add(std::move(optional)));
+    if (space) seq.push_back(add_either(g_, gap, none));
   };
   int32_t rest = none;
   for (int64_t i = max - 1; i >= 0; --i) {
@@ -99,11 +107,7 @@ int32_t SchemaCompiler::add_tuple(const std::vector<int32_t>& nodes, int64_t min
     seq.children.push_back(nodes[static_cast<std::size_t>(std::min<int64_t>(i, nodes.size() - 1))]);
     if (rest != none) seq.children.push_back(rest);
     rest = g_.add(std::move(seq));
-    if (i < min) continue;
-    Node optional;
-    optional.kind = NodeKind::kChoice;
-    optional.children = {rest, none};
-    rest = g_.add(std::move(optional));
+    if (i >= min) rest = add_either(g_, rest, none);
   }
   Node whole;
   whole.kind = NodeKind::kSequence;
@@ -186,13 +190,8 @@ int32_t SchemaCompiler::add_ordered_subset(const std::vector<std::string>& value
   ORBIT_CHECK(g_.nodes.size() + static_cast<std::size_t>((k + 1) * (max + 1) * 4) < kMaxNodes,
               "the schema is too large (over " << kMaxNodes << " nodes)");
   const int32_t close = add_literal(g_, "]");
-  int32_t gap = -1;  // one optional ' ' after '[' and each ',', as arrays have
-  if (space) {
-    Node optional;
-    optional.kind = NodeKind::kChoice;
-    optional.children = {add_literal_set(g_, {" "}), add_literal(g_, "")};
-    gap = g_.add(std::move(optional));
-  }
+  // one optional ' ' after '[' and each ',', as arrays have
+  const int32_t gap = space ? add_either(g_, add_literal_set(g_, {" "}), add_literal(g_, "")) : -1;
   int32_t comma = add_literal(g_, ",");
   if (space) {
     Node sep;
@@ -216,14 +215,7 @@ int32_t SchemaCompiler::add_ordered_subset(const std::vector<std::string>& value
         pick.children.push_back(literal[static_cast<std::size_t>(j)]);
         pick.children.push_back(after);
         const int32_t here = g_.add(std::move(pick));
-        if (take < 0) {
-          take = here;
-        } else {
-          Node either;
-          either.kind = NodeKind::kChoice;
-          either.children = {here, take};
-          take = g_.add(std::move(either));
-        }
+        take = take < 0 ? here : add_either(g_, here, take);
       }
       Node r;
       r.kind = NodeKind::kChoice;
