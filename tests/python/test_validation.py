@@ -221,6 +221,8 @@ def test_an_enum_refuses_an_int_no_member_holds(orbit, name):
     for value, shown in ((True, "bool"), (np.bool_(False), "bool"), (1.0, "float"), ("0", "str")):
         with pytest.raises(TypeError, match=rf"^{name}\(value\): expected int, got {shown}$"):
             enum(value)
+    # One constructor, the checked one: help() listed pybind11's own `value: int` overload too, unreachable.
+    assert enum.__init__.__doc__.strip() == f"__init__(self: orbit._orbit.{name}, value: object) -> None"
 
 
 UNENCODABLE = "a\udcffb"  # a lone surrogate (bytes decoded with errors='surrogateescape'): no UTF-8 for it
