@@ -372,6 +372,7 @@ Status ChunkStore::pin(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = meta_.find(key);
   if (it == meta_.end()) return Status::not_found("ChunkStore::pin: no entry " + key);
+  if (it->second.pinned) return Status::ok();  // this process holds its pin already
   if (disk_) {
     Status s = disk_->set_pinned(key, true);
     if (!s) return s;

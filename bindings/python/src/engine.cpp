@@ -478,7 +478,8 @@ void def_engine_chunks(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       py::arg("tokens"), py::kw_only(), py::arg("label") = "", py::arg("pin") = false,
       "Registers a chunk of token ids (list, 1-D integer numpy array or torch tensor) and returns its ChunkRef.\n"
       "Idempotent: the same tokens give the same key. Nothing is computed until a window needs its canonical.\n"
-      "label names it in plans and errors; pin keeps its canonical resident in the store. Raises OrbitError for\n"
+      "label names it in plans and errors (the first add's stays); pin keeps its canonical resident in the store\n"
+      "(a re-add with pin=True pins a chunk added without; pin=False never unpins). Raises OrbitError for\n"
       "an empty chunk or ids outside the vocabulary, TypeError for non-integer input.");
   c.def(
       "chunk",

@@ -29,7 +29,10 @@ struct ChunkRef {
 
 struct ChunkOptions {
   std::string label;
-  bool pin = false;  // keep the canonical resident in the store (never evicted)
+  // Keep the canonical resident in the store (never evicted), wherever it comes from: encoded here, or read
+  // from the store (an earlier engine stored it). Adding the same content again with pin pins it then; a
+  // re-add without pin leaves a pin as it is. The label stays the first add's.
+  bool pin = false;
 };
 
 // A media chunk given as input embeddings (an image's or frame's vision-tower output).

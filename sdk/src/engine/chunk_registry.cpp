@@ -120,11 +120,35 @@ ChunkPtr ChunkRegistry::find_locked(const std::string& key) const {
 
 ChunkRef ChunkRegistry::register_chunk(std::shared_ptr<ChunkRecord> rec) {
   std::vector<ChunkPtr> released;  // destroyed after the lock
-  std::lock_guard<std::mutex> lock(mu_);
-  if (ChunkPtr known = find_locked(rec->ref.key)) {  // the same content registered again
-    touch(known, released);
-    return known->ref;
+  bool pin_stored = false;
+  ChunkRef known_ref;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ChunkPtr known = find_locked(rec->ref.key)) {  // the same content registered again
+      touch(known, released);
+      if (rec->pinned && pinned_keys_.insert(known->ref.key).second) {  // pinned now, not before
+        pinned_.push_back(known);
+        pin_stored = true;
+      }
+      known_ref = known->ref;
+    } else {
+      return register_new_locked(std::move(rec), released);
+    }
   }
+  // A canonical already stored is pinned there now; one not stored yet is pinned when it is (KvStore::canonical
+  // asks pinned()). not_found: not stored; a refusal (the index cannot be written) leaves it unpinned, as a put
+  // refused for room would.
+  if (pin_stored) (void)core_.kv().store().pin(known_ref.key);
+  return known_ref;
+}
+
+bool ChunkRegistry::pinned(const ChunkRecord& chunk) const {
+  if (chunk.pinned) return true;
+  std::lock_guard<std::mutex> lock(mu_);
+  return pinned_keys_.count(chunk.ref.key) > 0;
+}
+
+ChunkRef ChunkRegistry::register_new_locked(std::shared_ptr<ChunkRecord> rec, std::vector<ChunkPtr>& released) {
   ChunkRef ref = rec->ref;
   // The record counts itself alive until whatever holds it last lets go (live_chunks without a scan).
   std::shared_ptr<std::atomic<int64_t>> live = live_;
@@ -135,7 +159,10 @@ ChunkRef ChunkRegistry::register_chunk(std::shared_ptr<ChunkRecord> rec) {
   });
   if (chunks_.count(ref.key) == 0) order_.push_back(ref.key);
   chunks_[ref.key] = counted;
-  if (counted->pinned) pinned_.push_back(counted);
+  if (counted->pinned) {
+    pinned_.push_back(counted);
+    pinned_keys_.insert(ref.key);
+  }
   touch(counted, released);
   sweep();
   return ref;

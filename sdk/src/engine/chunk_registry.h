@@ -23,6 +23,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "orbit/engine.h"
@@ -55,6 +56,9 @@ class ChunkRegistry {
   ChunkPtr record(const ChunkRef& ref) const;
   ChunkPtr record(const std::string& key) const;
   bool knows(const std::string& key) const;
+  // Whether `chunk`'s canonical is to be pinned in the store: its record says so, or the same content was
+  // registered again with ChunkOptions::pin (the record, shared and read only, keeps the first options).
+  bool pinned(const ChunkRecord& chunk) const;
   int64_t live_chunks() const;  // records alive (held here or in use)
   // The token length of a registered chunk; nullopt when it is not registered.
   std::optional<int64_t> chunk_length(const std::string& key) const;
@@ -73,6 +77,7 @@ class ChunkRegistry {
 
  private:
   ChunkRef register_chunk(std::shared_ptr<ChunkRecord> record);  // idempotent by key
+  ChunkRef register_new_locked(std::shared_ptr<ChunkRecord> record, std::vector<ChunkPtr>& released);
   // Under mu_: `rec` the most recently used; lets go of the least recently used past max_idle_chunks_
   // (moved into `released`, destroyed by the caller after the lock).
   void touch(const ChunkPtr& rec, std::vector<ChunkPtr>& released) const;
@@ -101,6 +106,7 @@ class ChunkRegistry {
   mutable std::list<ChunkPtr> recent_;
   mutable std::unordered_map<std::string, std::list<ChunkPtr>::iterator> recent_at_;
   std::vector<ChunkPtr> pinned_;  // pinned chunks are never let go
+  std::unordered_set<std::string> pinned_keys_;  // their keys
   // Records alive, wherever held: each record's deleter counts down (shared: a record may outlive this).
   std::shared_ptr<std::atomic<int64_t>> live_ = std::make_shared<std::atomic<int64_t>>(0);
   // Live turns' lengths by key, and forgotten chunks' (the stale-patch catalog weighs contexts by them): the

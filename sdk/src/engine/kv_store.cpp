@@ -76,15 +76,19 @@ runtime::Content KvStore::canonical(const ChunkRecord& chunk, bool* encoded, int
   if (encoded != nullptr) *encoded = false;
   if (bytes_read != nullptr) *bytes_read = 0;
   if (forwarded != nullptr) *forwarded = 0;
+  const bool pin = core_.registry().pinned(chunk);
   Result<store::ValuePtr> hit = store().get(chunk.ref.key);
   if (hit.is_ok()) {
+    // Stored unpinned (by an earlier engine, or before the chunk was added again with pin): pinned now. A
+    // refusal (the index cannot be written) leaves it as it is, as a put refused for room would.
+    if (pin) (void)store().pin(chunk.ref.key);
     if (bytes_read != nullptr) *bytes_read = hit.value()->bytes();
     index_canonical(chunk);  // read from the store (another process, an earlier engine): findable here too
     return content_to_model(core_.model(), store::content_from_value(*hit.value()));
   }
   int64_t head_bytes = 0, tokens = 0;
   runtime::Content content = encode_canonical(chunk, &head_bytes, &tokens);
-  const store::PutOptions po = kv_put_options(static_cast<double>(chunk.ref.length), chunk.pinned);
+  const store::PutOptions po = kv_put_options(static_cast<double>(chunk.ref.length), pin);
   // A refusal (budgets full of pinned entries) or a disk error only means the canonical is not kept:
   // the window still holds its KV, and the next use encodes again.
   if (store().put(chunk.ref.key, store::canonical_value(content_to_host(content)), po).is_ok()) index_canonical(chunk);
