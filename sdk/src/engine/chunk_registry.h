@@ -105,7 +105,7 @@ class ChunkRegistry {
   // The records held here: all of them (max_idle_chunks_ = 0), or the most recently used first.
   mutable std::list<ChunkPtr> recent_;
   mutable std::unordered_map<std::string, std::list<ChunkPtr>::iterator> recent_at_;
-  std::vector<ChunkPtr> pinned_;  // pinned chunks are never let go
+  std::vector<ChunkPtr> pinned_;                 // pinned chunks are never let go
   std::unordered_set<std::string> pinned_keys_;  // their keys
   // Records alive, wherever held: each record's deleter counts down (shared: a record may outlive this).
   std::shared_ptr<std::atomic<int64_t>> live_ = std::make_shared<std::atomic<int64_t>>(0);
