@@ -59,7 +59,7 @@ const char* kReplayUsage =
     "                           instance alone as held, the rest exact) beside its predicted KL; the totals say\n"
     "                           per way of serving how far the fidelity model's predictions are off\n"
     "  --no-fidelity            skip the two fidelity forwards per step (cost only)\n"
-    "  --patch-capacity BYTES   patch-cache capacity for the offline bound (default: the host budget, 1 GiB)\n"
+    "  --patch-capacity BYTES   patch-cache capacity for the offline bound (0: none kept; default: the host budget)\n"
     "  --page-size N            tokens per KV page of the replay engines (default 16)\n"
     "  --yardstick-tokens N     KV budget of the bounded prefix-cache yardsticks (radix_tokens,\n"
     "                           block_cache_tokens), in tokens (0, the default: the replay engine's KV pool)\n"
@@ -157,17 +157,18 @@ void print_totals(const ReplayReport& r) {
     const PolicyTotals& t = p.totals;
     // With no step measured (--no-fidelity, or every window past the model's positions) there is no KL:
     // print n/a rather than a 0 that reads as "exact".
-    char kl[16] = "n/a", max_kl[16] = "n/a", top1[16] = "n/a";
+    char kl[16] = "n/a", pred_kl[16] = "n/a", max_kl[16] = "n/a", top1[16] = "n/a";
     if (t.fidelity_steps > 0) {
       std::snprintf(kl, sizeof kl, "%.3e", t.mean_kl);
+      std::snprintf(pred_kl, sizeof pred_kl, "%.3e", t.mean_predicted_kl);  // over the same (measured) steps
       std::snprintf(max_kl, sizeof max_kl, "%.3e", t.max_kl);
       std::snprintf(top1, sizeof top1, "%.3f", t.mean_top1);
     }
-    std::printf("%-34s %9.0f %9.0f %9.0f %8.4f %8.4f %11lld %11lld %6lld %6lld %10s %10.3e %10s %6s%s\n",
+    std::printf("%-34s %9.0f %9.0f %9.0f %8.4f %8.4f %11lld %11lld %6lld %6lld %10s %10s %10s %6s%s\n",
                 (p.policy + (p.baseline ? " (baseline)" : "")).c_str(), t.critical_forward_tokens, t.forward_tokens,
                 t.full_prefill_tokens, t.critical_seconds, t.background_seconds, static_cast<long long>(t.bytes_moved),
                 static_cast<long long>(t.peak_device_bytes), static_cast<long long>(t.patches_formed),
-                static_cast<long long>(t.patch_hits), kl, t.mean_predicted_kl, max_kl, top1,
+                static_cast<long long>(t.patch_hits), kl, pred_kl, max_kl, top1,
                 t.refused > 0 ? ("  (" + std::to_string(t.refused) + " refused)").c_str() : "");
   }
   std::printf(
@@ -208,7 +209,7 @@ void print_totals(const ReplayReport& r) {
       "(canonical encodes, patch forming, and Window::idle's heals and prepared recalls after generate steps);\n"
       "full-pf: a full re-prefill of the window after every mutating step (no cache at all); crit-s / bg-s: wall\n"
       "seconds of each; KL: mean over probe rows of KL(re-prefill || window) after each step, nats; pred-KL: the\n"
-      "plans' predicted KL (fidelity model).\n");
+      "plans' predicted KL (fidelity model) over the same measured steps; n/a where none was measured.\n");
 }
 
 void print_ratios(const ReplayReport& r) {
@@ -227,7 +228,10 @@ void print_ratios(const ReplayReport& r) {
                   ratio(p.totals.forward_tokens, b->totals.forward_tokens).c_str(),
                   ratio(p.totals.seconds, b->totals.seconds).c_str());
     }
-    std::printf("  %-12s %14s\n", "full-prefill", ratio(p.totals.forward_tokens, p.totals.full_prefill_tokens).c_str());
+    // A full re-prefill after every mutating step: all of it on the critical path, none in the background.
+    std::printf("  %-12s %14s %10s %14s %10s\n", "full-prefill",
+                ratio(p.totals.critical_forward_tokens, p.totals.full_prefill_tokens).c_str(), "-",
+                ratio(p.totals.forward_tokens, p.totals.full_prefill_tokens).c_str(), "-");
     // The yardstick every saving is stated against: the radix cache over the same reads (tokens only).
     std::printf("  %-12s %14s %10s %14s %10s   (%.0f tokens over %lld reads; unbounded %.0f, 16-token blocks %.0f)\n",
                 "radix cache", ratio(p.totals.critical_forward_tokens, p.totals.radix_tokens).c_str(), "-",
@@ -297,9 +301,11 @@ ReplayOptions replay_options(const Args& args) {
               "replay: arguments '--calibrate' and '--calibrate-fidelity' exclude each other (--calibrate fits the "
               "fidelity model too)");
   o.fidelity = !args.flag("--no-fidelity");
-  o.patch_capacity_bytes = args.get_int("--patch-capacity", 0);
-  ORBIT_CHECK(o.patch_capacity_bytes >= 0,
-              "replay: argument '--patch-capacity' must be >= 0, got " << o.patch_capacity_bytes);
+  if (args.has("--patch-capacity")) {
+    o.patch_capacity_bytes = args.get_int("--patch-capacity", 0);
+    ORBIT_CHECK(*o.patch_capacity_bytes >= 0,
+                "replay: argument '--patch-capacity' must be >= 0, got " << *o.patch_capacity_bytes);
+  }
   ORBIT_CHECK(!args.has("--patch-capacity") ||
                   std::any_of(o.policies.begin(), o.policies.end(),
                               [](const std::string& spec) { return forms_patches(parse_policy(spec)); }),

@@ -69,8 +69,7 @@ PolicyReplay PolicyRun::run(std::size_t policy_index, std::size_t policy_count) 
   out.yardstick_capacity_tokens = yardstick_.capacity_tokens();
   total_policy(out);
   if (forms_patches(policy_)) {
-    const int64_t capacity =
-        options_.patch_capacity_bytes > 0 ? options_.patch_capacity_bytes : options_.engine.host_budget_bytes;
+    const int64_t capacity = options_.patch_capacity_bytes.value_or(options_.engine.host_budget_bytes);
     out.offline = offline_report(demands_, capacity);
   }
   return out;

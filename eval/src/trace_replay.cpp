@@ -34,7 +34,9 @@ ReplayReport replay(const Trace& trace, const ReplayOptions& options) {
     for (const char* spec : {"reprefill", "prefix", "blind"}) add(parse_policy(spec), true);
   }
   ORBIT_CHECK(!policies.empty(), "replay: no policies to replay");
-  if (options.patch_capacity_bytes != 0) {
+  if (options.patch_capacity_bytes) {
+    ORBIT_CHECK(*options.patch_capacity_bytes >= 0,
+                "replay: ReplayOptions::patch_capacity_bytes must be >= 0, got " << *options.patch_capacity_bytes);
     std::string asked;
     bool forms = false;
     for (const auto& [policy, baseline] : policies) {

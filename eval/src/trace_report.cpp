@@ -106,7 +106,7 @@ json totals_json(const PolicyTotals& t) {
             {"fidelity_correction", num(t.fidelity_correction)},
             {"critical_seconds", num(t.critical_seconds)},
             {"background_seconds", num(t.background_seconds)},
-            {"mean_predicted_kl", num(t.mean_predicted_kl)},
+            {"mean_predicted_kl", t.fidelity_steps > 0 ? num(t.mean_predicted_kl) : json(nullptr)},
             {"predicted_steps", t.predicted_steps},
             {"kl_prediction_bias", t.predicted_steps > 0 ? num(t.kl_prediction_bias) : json(nullptr)},
             {"kl_prediction_spread", t.predicted_steps > 0 ? num(t.kl_prediction_spread) : json(nullptr)},

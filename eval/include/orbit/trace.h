@@ -259,9 +259,9 @@ struct ReplayOptions {
   // model, the cost model left at its defaults (deterministic, unlike calibrate). Not with calibrate,
   // which fits the fidelity model too.
   bool calibrate_fidelity = false;
-  // Patch-cache capacity for the offline bound (bytes); 0 = the engine's host_budget_bytes (the tier
-  // the online policy's patches live in).
-  int64_t patch_capacity_bytes = 0;
+  // Patch-cache capacity for the offline bound (bytes, >= 0; 0: no patch is kept, every demand forms one);
+  // none: the engine's host_budget_bytes (the tier the online policy's patches live in).
+  std::optional<int64_t> patch_capacity_bytes;
   // The bounded prefix-cache yardsticks' KV budget (tokens); 0 = the replay engine's KV pool in tokens,
   // the memory orbit's windows have.
   int64_t yardstick_tokens = 0;
@@ -442,7 +442,9 @@ struct PolicyTotals {
   double fidelity_correction = 1;     // the engine's correction after the last step (EngineStats)
   double critical_seconds = 0;
   double background_seconds = 0;
-  double mean_predicted_kl = 0;  // over steps with fidelity and a plan
+  // Over the steps with fidelity and a plan (the measured ones, to compare with mean_kl); 0, and null in JSON,
+  // where no step was measured (ReplayOptions::fidelity off).
+  double mean_predicted_kl = 0;
   // Agreement of the fidelity model with the measurement, over the steps where both the plan's predicted
   // KL and the measured KL exceed kKlFloor: the geometric mean of predicted / measured (1 = unbiased) and
   // the typical factor by which one step's prediction misses (exp of the mean |log ratio|, >= 1).

@@ -1,0 +1,66 @@
+"""`orbit replay`'s summary tables (cli/cmd_replay.cpp) against its own totals: the full-prefill row puts each
+ratio under its column (it printed fwd-tok / full-pf under "critical fwd"), pred-KL reads n/a where no step was
+measured (it read 0, "no error predicted", under --no-fidelity), and --patch-capacity 0 sizes the offline bound
+at 0 bytes (it meant the default, the host budget)."""
+import json
+import re
+import subprocess
+
+import pytest
+
+POLICY = "patch:16"
+
+
+@pytest.fixture(scope="module")
+def trace(orbit_cli, stories260k_path, tmp_path_factory):
+    path = tmp_path_factory.mktemp("summary") / "rag.trace.json"
+    subprocess.run([str(orbit_cli), "make-trace", "--kind", "rag", "--steps", "2", "--seed", "1", "--model",
+                    str(stories260k_path), "--out", str(path)], check=True, capture_output=True)
+    return path
+
+
+def replay(orbit_cli, stories260k_path, trace, tmp_path, *extra):
+    report = tmp_path / "report.json"
+    result = subprocess.run([str(orbit_cli), "replay", str(trace), "--model", str(stories260k_path), "--quiet",
+                             "--policy", POLICY, "--json", str(report), *map(str, extra)],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    return result.stdout, json.loads(report.read_text())
+
+
+def ratio(a, b):
+    return f"{a / b:.3f}x"
+
+
+def test_the_full_prefill_row_and_pred_kl_without_fidelity(orbit_cli, stories260k_path, trace, tmp_path):
+    out, report = replay(orbit_cli, stories260k_path, trace, tmp_path, "--no-fidelity")
+    totals = {p["policy"]: p["totals"] for p in report["policies"]}
+    mine = totals[POLICY]
+    assert mine["fidelity_steps"] == 0 and mine["mean_predicted_kl"] is None and mine["mean_kl"] is None
+    row = re.search(r"^  full-prefill +(\S+) +(\S+) +(\S+) +(\S+)$", out, re.M)
+    assert row, out
+    assert row.groups() == (ratio(mine["critical_forward_tokens"], mine["full_prefill_tokens"]), "-",
+                            ratio(mine["forward_tokens"], mine["full_prefill_tokens"]), "-")
+    assert mine["critical_forward_tokens"] < mine["forward_tokens"]  # the two columns differ here
+    for policy in totals:  # mean-KL, pred-KL, max-KL and top1 end each policy's totals line
+        line = next(line for line in out.splitlines() if line.startswith(policy + " "))
+        assert re.search(r" n/a +n/a +n/a +n/a$", line), line
+
+
+def test_pred_kl_with_fidelity_is_the_mean_over_the_measured_steps(orbit_cli, stories260k_path, trace, tmp_path):
+    _, report = replay(orbit_cli, stories260k_path, trace, tmp_path)
+    mine = next(p for p in report["policies"] if p["policy"] == POLICY)
+    predicted = [s["predicted_kl"] for s in mine["steps"] if s.get("fidelity") and s["predicted_kl"] >= 0]
+    assert mine["totals"]["fidelity_steps"] > 0 and predicted
+    assert mine["totals"]["mean_predicted_kl"] == pytest.approx(sum(predicted) / len(predicted), rel=1e-6)
+
+
+def test_a_zero_patch_capacity_is_zero(orbit_cli, stories260k_path, trace, tmp_path):
+    out, _ = replay(orbit_cli, stories260k_path, trace, tmp_path, "--no-fidelity", "--patch-capacity", "0")
+    bound = re.search(r"offline bound over its (\d+) patch demands \(\d+ distinct, capacity (\d+) bytes\): "
+                      r".* compulsory (\d+) .* Belady (\d+) .* LRU (\d+) ", out)
+    assert bound, out
+    demands, capacity, compulsory, belady, lru = map(int, bound.groups())
+    assert capacity == 0 and belady == lru == demands  # nothing kept: every demand forms its patch
+    out, _ = replay(orbit_cli, stories260k_path, trace, tmp_path, "--no-fidelity")
+    assert re.search(r"capacity 1073741824 bytes", out)  # the default: the host budget
