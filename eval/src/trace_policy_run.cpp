@@ -137,6 +137,14 @@ bool PolicyRun::generate(const TraceStep& s, std::size_t i, const std::vector<in
   flush_deferred(i, r);
   GenerateOptions g;
   g.max_tokens = s.max_tokens;
+  if (s.append) {
+    // The answer becomes a turn behind the query: it decodes no more tokens than that turn has positions for.
+    // (A decode may run one token past the window's last position, as the last token sampled needs none; once
+    // appended it does, and the whole answer was refused.) Where not even the query leaves one, the append is
+    // refused as before.
+    const int64_t room = info_.max_positions - current().tokens() - static_cast<int64_t>(query.size());
+    if (room >= 1) g.max_tokens = std::min(g.max_tokens, room);
+  }
   const Generation gen = current().generate(query, g);
   r->generated = gen.tokens;
   r->query_forward_tokens = static_cast<double>(gen.prompt_forward_tokens);

@@ -1,7 +1,8 @@
-"""`orbit replay`'s summary tables (cli/cmd_replay.cpp) against its own totals: the full-prefill row puts each
-ratio under its column (it printed fwd-tok / full-pf under "critical fwd"), pred-KL reads n/a where no step was
-measured (it read 0, "no error predicted", under --no-fidelity), and --patch-capacity 0 sizes the offline bound
-at 0 bytes (it meant the default, the host budget)."""
+"""`orbit replay`'s summary tables (cli/cmd_replay.cpp) against its own totals, and its appended answers: the
+full-prefill row puts each ratio under its column (it printed fwd-tok / full-pf under "critical fwd"), pred-KL
+reads n/a where no step was measured (it read 0, "no error predicted", under --no-fidelity), --patch-capacity 0
+sizes the offline bound at 0 bytes (it meant the default, the host budget), and an answer decoded to the model's
+last position is appended (it was refused, one position short)."""
 import json
 import re
 import subprocess
@@ -64,3 +65,19 @@ def test_a_zero_patch_capacity_is_zero(orbit_cli, stories260k_path, trace, tmp_p
     assert capacity == 0 and belady == lru == demands  # nothing kept: every demand forms its patch
     out, _ = replay(orbit_cli, stories260k_path, trace, tmp_path, "--no-fidelity")
     assert re.search(r"capacity 1073741824 bytes", out)  # the default: the host budget
+
+
+def test_an_appended_answer_that_runs_to_the_last_position_is_kept(orbit_cli, stories260k_path, trace, tmp_path):
+    # A decode may sample one token past the window's last position (the last token needs none to be sampled),
+    # and the answer, appended as a turn, then needed one more position than the model has: the turn was refused.
+    steps = json.loads(trace.read_text())
+    at = next(i for i, s in enumerate(steps["steps"]) if s["op"] == "generate" and s.get("append"))
+    steps["steps"] = steps["steps"][:at + 1]
+    steps["steps"][at]["max_tokens"] = 1_000_000
+    long = tmp_path / "long.trace.json"
+    long.write_text(json.dumps(steps))
+    _, report = replay(orbit_cli, stories260k_path, long, tmp_path, "--no-fidelity")
+    for p in report["policies"]:
+        last = p["steps"][-1]
+        assert (last["status"], last["window_tokens"]) == ("ok", 512), (p["policy"], last["status"])
+        assert last["decode_tokens"] > 0
