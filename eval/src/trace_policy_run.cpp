@@ -95,6 +95,12 @@ void PolicyRun::note_refusal(const std::string& chunk, std::size_t index, const 
   }
 }
 
+void PolicyRun::note_turn_refusal(std::size_t index, const StepResult& r) {
+  if (r.status == "ok" || !turn_refusal_.empty()) return;
+  turn_refusal_ = "the turn of step " + std::to_string(index) + " (" + trace_op_name(trace_.steps[index].op) +
+                  ") was refused: " + r.status;
+}
+
 InstanceId PolicyRun::evicted_instance(const TraceStep& s) {
   if (!s.chunk.empty()) return instance_of(s.chunk);
   InstanceId id = 0;
@@ -102,7 +108,8 @@ InstanceId PolicyRun::evicted_instance(const TraceStep& s) {
   for (const InstanceInfo& x : current().instances()) {
     if (x.is_turn && seen++ == s.turn) id = x.id;
   }
-  ORBIT_CHECK(id != 0, "field 'turn': the window holds no live turn " << s.turn);
+  ORBIT_CHECK(id != 0, "field 'turn': the window holds no live turn "
+                           << s.turn << (turn_refusal_.empty() ? "" : "; " + turn_refusal_));
   return id;
 }
 
@@ -158,6 +165,7 @@ bool PolicyRun::generate(const TraceStep& s, std::size_t i, const std::vector<in
   std::vector<int64_t> turn = query;
   turn.insert(turn.end(), answer.begin(), answer.end());
   apply(current().plan_add_turn(turn), i, r);
+  note_turn_refusal(i, *r);
   return true;
 }
 
@@ -182,7 +190,10 @@ bool PolicyRun::run_op(const TraceStep& s, std::size_t i, const std::vector<int6
       apply(current().plan_recall(refs_.at(s.chunk), instance_of(s.before)), i, r);
       note_refusal(s.chunk, i, *r);
       break;
-    case TraceOp::kTurn: apply(current().plan_add_turn(resolved_.step_tokens[i]), i, r); break;
+    case TraceOp::kTurn:
+      apply(current().plan_add_turn(resolved_.step_tokens[i]), i, r);
+      note_turn_refusal(i, *r);
+      break;
     case TraceOp::kEvict: apply(current().plan_evict(evicted_instance(s)), i, r); break;
     case TraceOp::kSlide: apply(current().plan_slide(s.count), i, r); break;
     case TraceOp::kReorder: apply(current().plan_reorder(reordered(s)), i, r); break;

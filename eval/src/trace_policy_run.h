@@ -43,6 +43,7 @@ class PolicyRun {
   InstanceId instance_of(const std::string& name);
   // Remembers why a chunk did not enter the window, so a later step naming it says so.
   void note_refusal(const std::string& chunk, std::size_t index, const StepResult& r);
+  void note_turn_refusal(std::size_t index, const StepResult& r);
   InstanceId evicted_instance(const TraceStep& s);
   std::vector<InstanceId> reordered(const TraceStep& s);
   void fork_branch(const TraceStep& s, std::size_t i, StepResult* r);
@@ -79,6 +80,9 @@ class PolicyRun {
   std::map<std::string, ChunkRef> refs_;
   std::map<std::string, Branch> branches_;
   std::map<std::string, std::string> refusals_;  // chunk name -> why its last admit/recall was refused
+  // The first turn refused (a turn step, or a generate step's appended answer), and why: a later step naming
+  // turns by index then counts from a different window than the trace's.
+  std::string turn_refusal_;
   std::string current_ = "main";
   int64_t peak_ = 0;
   DemandLog demands_;

@@ -2,7 +2,7 @@
 full-prefill row puts each ratio under its column (it printed fwd-tok / full-pf under "critical fwd"), pred-KL
 reads n/a where no step was measured (it read 0, "no error predicted", under --no-fidelity), --patch-capacity 0
 sizes the offline bound at 0 bytes (it meant the default, the host budget), and an answer decoded to the model's
-last position is appended (it was refused, one position short)."""
+last position is appended (it was refused, one position short); a step past a refused turn says so."""
 import json
 import re
 import subprocess
@@ -81,3 +81,14 @@ def test_an_appended_answer_that_runs_to_the_last_position_is_kept(orbit_cli, st
         last = p["steps"][-1]
         assert (last["status"], last["window_tokens"]) == ("ok", 512), (p["policy"], last["status"])
         assert last["decode_tokens"] > 0
+
+
+def test_a_turn_index_past_a_refused_turn_names_the_refusal(orbit_cli, stories260k_path, trace, tmp_path):
+    # Pages of 32768 tokens leave the default pool 6 pages: turns are refused (out_of_capacity), and a later
+    # evict of turn 1 finds none. The error named only the trace's field, as if the trace were wrong.
+    result = subprocess.run([str(orbit_cli), "replay", str(trace), "--model", str(stories260k_path), "--quiet",
+                             "--no-fidelity", "--policy", POLICY, "--page-size", "32768"],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 1
+    assert re.search(r"field 'turn': the window holds no live turn \d+; the turn of step \d+ \(turn\) was "
+                     r"refused: out_of_capacity: turn refused: the KV pool is full", result.stderr), result.stderr
