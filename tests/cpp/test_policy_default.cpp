@@ -167,6 +167,15 @@ TEST_CASE("every preset defers repairs; ':eager' turns it off and round-trips", 
   CHECK_THROWS_WITH(parse_policy("eager"), Catch::Contains("unknown policy 'eager'"));
   CHECK_THROWS_WITH(parse_policy("prefix:eager:eager"), Catch::Contains("':eager' is given twice"));
   CHECK_THROWS_WITH(parse_policy("prefix:eager:8"), Catch::Contains("'prefix' takes no arguments"));
+  // The spec's own range is the policy's: 0 was said to be allowed there and then refused by the field check.
+  for (const char* spec : {"cacheblend:0", "cacheblend:2", "cacheblend:-0.5"}) {
+    CHECK_THROWS_WITH(parse_policy(spec), Catch::Contains("ratio must be in (0, 1]"));
+  }
+  for (const char* spec : {"firstk:0", "firstk:-1", "firstk:1.5"}) {
+    CHECK_THROWS_WITH(parse_policy(spec), Catch::Contains("K must be a positive integer"));
+  }
+  CHECK(parse_policy("cacheblend:1").recompute_ratio == 1);
+  CHECK(parse_policy("firstk:1").first_k == 1);
 }
 
 TEST_CASE("agent-pattern traces are text sized by the tokenizer to the model's positions", "[trace][text]") {

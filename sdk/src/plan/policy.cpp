@@ -271,17 +271,17 @@ bool baseline_preset(const std::string& spec, const std::vector<std::string>& pa
     p.use_orbit_patches = false;
     p.cascade_on_recall = false;
   } else if (head == "cacheblend") {
-    if (parts.size() != 2) bad_spec(spec, "expected cacheblend:R with R in [0, 1]");
+    if (parts.size() != 2) bad_spec(spec, "expected cacheblend:R with R in (0, 1]");
     p.on_miss = MissAction::kTokenRecompute;
     p.recompute_ratio = parse_number(spec, parts[1], "ratio");
     p.reuse_computed = false;
-    if (!(p.recompute_ratio >= 0 && p.recompute_ratio <= 1)) bad_spec(spec, "ratio must be in [0, 1]");
+    if (!(p.recompute_ratio > 0 && p.recompute_ratio <= 1)) bad_spec(spec, "ratio must be in (0, 1]");
     p.reuse_stored = false;
     p.use_orbit_patches = false;
   } else if (head == "firstk") {
-    if (parts.size() != 2) bad_spec(spec, "expected firstk:K with K >= 0");
+    if (parts.size() != 2) bad_spec(spec, "expected firstk:K with K >= 1");
     const double k = parse_number(spec, parts[1], "K");
-    if (k < 0 || k != static_cast<double>(static_cast<int64_t>(k))) bad_spec(spec, "K must be a non-negative integer");
+    if (k < 1 || k != static_cast<double>(static_cast<int64_t>(k))) bad_spec(spec, "K must be a positive integer");
     p.on_miss = MissAction::kFirstK;
     p.first_k = static_cast<int64_t>(k);
     p.reuse_computed = false;
