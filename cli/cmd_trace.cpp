@@ -82,7 +82,6 @@ int run_make_trace(int argc, char** argv, int first) {
       return static_cast<int64_t>(engine->tokenize(text, false).size());
     };
   }
-  o.vocab_size = info.vocab_size;
   o.max_positions = info.max_positions;
   o.position_rows = info.position_rows;
   ORBIT_CHECK(o.max_positions >= 64,

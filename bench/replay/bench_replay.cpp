@@ -107,7 +107,6 @@ int main(int argc, char** argv) try {
     mo.kind = kind;
     mo.steps = o.steps;
     mo.seed = o.seed;
-    mo.vocab_size = info.vocab_size;
     mo.max_positions = info.max_positions;
     mo.position_rows = info.position_rows;
     const orbit::Trace trace = orbit::make_trace(mo);

@@ -524,7 +524,6 @@ Trace make_trace(const MakeTraceOptions& o) {
   ORBIT_CHECK(o.steps >= 1 && o.steps <= kMaxTraceSteps,
               "make_trace: steps must be in [1, " << kMaxTraceSteps << "], got " << o.steps);
   ORBIT_CHECK(o.max_positions >= 64, "make_trace: max_positions must be >= 64, got " << o.max_positions);
-  ORBIT_CHECK(o.vocab_size > 3, "make_trace: vocab_size must be > 3, got " << o.vocab_size);
   ORBIT_CHECK(o.position_rows == 1 || o.position_rows == 3,
               "make_trace: position_rows must be 1 (RoPE) or 3 (M-RoPE), got " << o.position_rows);
   ORBIT_CHECK(o.chunk_tokens >= 0 && o.chunk_tokens <= o.max_positions / 8,

@@ -378,7 +378,6 @@ INT_ARGUMENTS = {
     "prepare_sync: chunk_min_tokens": lambda orbit, e, w, v: w.prepare_sync(_messages(), chunk_min_tokens=v),
     "make_trace: steps": lambda orbit, e, w, v: orbit.make_trace(steps=v),
     "make_trace: seed": lambda orbit, e, w, v: orbit.make_trace(steps=2, seed=v),
-    "make_trace: vocab_size": lambda orbit, e, w, v: orbit.make_trace(steps=2, vocab_size=v),
     "make_trace: max_positions": lambda orbit, e, w, v: orbit.make_trace(steps=2, max_positions=v),
     "make_trace: position_rows": lambda orbit, e, w, v: orbit.make_trace(steps=2, position_rows=v),
     "make_trace: chunk_tokens": lambda orbit, e, w, v: orbit.make_trace(steps=2, chunk_tokens=v),

@@ -20,7 +20,7 @@ def engine(orbit, stories260k_path):
 
 @pytest.fixture(scope="module")
 def trace(orbit):
-    return orbit.make_trace("web", steps=1, seed=1, vocab_size=512, max_positions=512, chunk_tokens=8)
+    return orbit.make_trace("web", steps=1, seed=1, max_positions=512, chunk_tokens=8)
 
 
 def embeddings(engine):

@@ -355,8 +355,8 @@ def test_int_arguments_are_typed_as_what_they_take(orbit, stub, stories260k_path
     assert orbit.WindowPolicy(first_k=i(3), rank=np.int16(4)) == orbit.WindowPolicy(first_k=3, rank=4)
     assert orbit.RadixCache(i(64)).read([1, 2]) == orbit.RadixCache(64).read([1, 2])
     orbit.BlockPrefixCache(capacity_tokens=i(64), block_tokens=np.uint8(4))
-    assert orbit.make_trace("web", steps=i(3), seed=np.uint64(5), vocab_size=i(512)) == orbit.make_trace(
-        "web", steps=3, seed=5, vocab_size=512)
+    assert orbit.make_trace("web", steps=i(3), seed=np.uint64(5)) == orbit.make_trace(
+        "web", steps=3, seed=5)
     with orbit.Engine(str(stories260k_path), pool_bytes=i(16 << 20), page_size=np.int32(16), threads=i(1)) as e:
         assert e.piece(i(5)) == e.piece(5)
         assert e.detokenize([5, 6], previous=i(-1)) == e.detokenize([5, 6])

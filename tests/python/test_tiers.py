@@ -76,7 +76,7 @@ def test_bad_tier_options_name_the_option(orbit, stories260k_path, kwargs, messa
 
 
 def test_replay_engines_take_the_tier_options(orbit, stories260k_path):
-    trace = orbit.make_trace("web", steps=2, seed=1, vocab_size=512, max_positions=512, chunk_tokens=8)
+    trace = orbit.make_trace("web", steps=2, seed=1, max_positions=512, chunk_tokens=8)
     with pytest.raises(orbit.OrbitError, match="^replay: eviction: "):
         orbit.replay(trace, str(stories260k_path), baselines=False, fidelity=False, eviction="mru")
 

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.xdist_group("test_traces")
 
 @pytest.fixture(scope="module")
 def web_trace(orbit):
-    return orbit.make_trace("web", steps=4, seed=3, vocab_size=512, max_positions=512, chunk_tokens=12)
+    return orbit.make_trace("web", steps=4, seed=3, max_positions=512, chunk_tokens=12)
 
 
 def test_make_trace_is_the_json_format_and_deterministic(orbit, web_trace):
@@ -24,8 +24,8 @@ def test_make_trace_is_the_json_format_and_deterministic(orbit, web_trace):
     assert web_trace["chunks"] and web_trace["steps"]
     ops = {s["op"] for s in web_trace["steps"]}
     assert {"admit", "turn"} <= ops
-    assert web_trace == orbit.make_trace("web", steps=4, seed=3, vocab_size=512, max_positions=512, chunk_tokens=12)
-    assert web_trace != orbit.make_trace("web", steps=4, seed=4, vocab_size=512, max_positions=512, chunk_tokens=12)
+    assert web_trace == orbit.make_trace("web", steps=4, seed=3, max_positions=512, chunk_tokens=12)
+    assert web_trace != orbit.make_trace("web", steps=4, seed=4, max_positions=512, chunk_tokens=12)
     for kind in ("video", "agent"):
         orbit.validate_trace(orbit.make_trace(kind, steps=3, seed=1))
 

@@ -1733,7 +1733,6 @@ def make_trace(
     *,
     steps: SupportsIndex = 12,
     seed: SupportsIndex = 0,
-    vocab_size: SupportsIndex = 512,
     max_positions: SupportsIndex = 512,
     position_rows: SupportsIndex = 1,
     chunk_tokens: SupportsIndex = 0,

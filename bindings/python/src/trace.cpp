@@ -101,26 +101,25 @@ void def_trace_files(py::module_& m) {
       "to PATH atomically (a crash leaves the old file).");
   m.def(
       "make_trace",
-      [](const StrArg& kind, const IntArg& steps, const py::object& seed, const IntArg& vocab_size,
-         const IntArg& max_positions, const IntArg& position_rows, const IntArg& chunk_tokens,
+      [](const StrArg& kind, const IntArg& steps, const py::object& seed, const IntArg& max_positions, const IntArg& position_rows, const IntArg& chunk_tokens,
          const BoolArg& sample_text) {
         orbit::MakeTraceOptions o;
         o.kind = kind.get("make_trace: kind");
         o.steps = steps.get("make_trace: steps");
         o.seed = to_seed(seed, "make_trace: seed");
-        o.vocab_size = vocab_size.get("make_trace: vocab_size");
         o.max_positions = max_positions.get("make_trace: max_positions");
         o.position_rows = position_rows.get("make_trace: position_rows");
         o.chunk_tokens = chunk_tokens.get("make_trace: chunk_tokens");
         o.sample_text = sample_text.get("make_trace: sample_text");
         return to_dict(orbit::trace_to_json(orbit::make_trace(o)));
       },
-      py::arg("kind") = "web", py::kw_only(), py::arg("steps") = 12, py::arg("seed") = 0, py::arg("vocab_size") = 512,
+      py::arg("kind") = "web", py::kw_only(), py::arg("steps") = 12, py::arg("seed") = 0,
       py::arg("max_positions") = 512, py::arg("position_rows") = 1, py::arg("chunk_tokens") = 0,
       py::arg("sample_text") = false,
       "A synthetic agent trace (dict), as `orbit make-trace` writes: kind 'web' (screenshots slid over a\n"
       "growing transcript, look-backs), 'video' (frames re-examined, reorders) or 'agent' (tool results, forks,\n"
-      "placement), random token ids in [3, vocab_size), the window under ~3/4 of max_positions; or an agent\n"
+      "placement), random token ids (a count and a seed: the replaying model's vocabulary draws them), the window\n"
+      "under ~3/4 of max_positions; or an agent\n"
       "pattern of story-like text chunks, the window filled to max_positions - 24: 'browse' (pages slide over a\n"
       "growing transcript, look-backs), 'coding' (files read, tool outputs dropped once used, files edited),\n"
       "'videoqa' (frames re-examined under new questions, reorders), 'fanout' (sub-agents forked over shared\n"

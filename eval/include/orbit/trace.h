@@ -208,7 +208,6 @@ struct MakeTraceOptions {
   std::string kind = "web";
   int64_t steps = 12;  // agent steps (each expands to several trace steps), [1, kMaxTraceSteps]
   uint64_t seed = 0;
-  int64_t vocab_size = 512;     // token ids are drawn from [3, vocab_size)
   int64_t max_positions = 512;  // the window stays below ~3/4 of this (agent patterns: this − 24)
   int64_t position_rows = 1;    // 3: media chunks are embeddings with (t, h, w) grids
   int64_t chunk_tokens = 0;     // screenshot / frame / document size; 0 = chosen from max_positions
