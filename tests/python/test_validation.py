@@ -76,6 +76,8 @@ def test_duplicate_policy_modifiers_are_refused(orbit, spec):
     ({"disk_budget_bytes": 5 << 20}, r"^Engine: disk_budget_bytes = 5242880 bounds the disk tier, which needs a store_dir"),
     ({"remote_ttl_seconds": 60}, r"^Engine: remote_ttl_seconds = 60 applies to the remote tier, and remote is empty"),
     ({"remote_secret": "s3cret"}, r"^Engine: remote_secret is given, but remote is empty"),
+    ({"remote_max_held_fraction": 0.9},
+     r"^Engine: remote_max_held_fraction = 0.9 applies to the remote tier, and remote is empty"),
 ])
 def test_tier_options_without_their_tier_are_refused_not_ignored(orbit, stories260k_path, options, message):
     with pytest.raises(orbit.OrbitError, match=message):
