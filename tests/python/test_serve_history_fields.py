@@ -103,6 +103,16 @@ def test_message_names_as_clients_send_them_are_served(server):
                          {"role": "user", "content": "Hi", "name": "ann_2-b"}])[0] == 200
 
 
+def test_a_message_name_reaches_the_prompt(server):
+    # The built-in template writes "user (Alice): ..." (it wrote "user: ...", the name checked and then dropped).
+    def prompt_tokens(**name):
+        status, body = chat(server, [{"role": "user", "content": "Hi", **name}])
+        assert status == 200, body
+        return body["usage"]["prompt_tokens"]
+    plain = prompt_tokens()
+    assert prompt_tokens(name="Alice") > plain and prompt_tokens(name="Alice_the_long_name") > prompt_tokens(name="Alice")
+
+
 def session_of(server, user):
     status, body = chat(server, [{"role": "user", "content": "Once"}], user=user)
     assert status == 200, body

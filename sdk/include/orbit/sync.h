@@ -172,7 +172,7 @@ struct ChatMessage {
 inline constexpr int64_t kEmbeddingRow = -1;
 
 // The built-in template for models without one (Jinja, as a chat_template string): "role: content" and a
-// newline per message, "assistant:" as the generation prompt. It carries tools the way Hermes and Qwen
+// newline per message ("role (name): content" for a message with a name), "assistant:" as the generation prompt. It carries tools the way Hermes and Qwen
 // templates do, so a tool loop's history is in the prompt and the model's calls can be read back
 // (orbit/tool_calls.h, ToolCallFormat::kHermes): with `tools`, a first line "system: ..." that says how to
 // call one and lists each tool's schema as JSON between <tools> and </tools>; an assistant message's
@@ -183,7 +183,8 @@ inline constexpr const char* kPlainChatTemplate =
     "{{ bos_token }}{% if tools %}system: You may call these tools. To call one, answer with "
     "<tool_call>{\"name\": <the tool's name>, \"arguments\": <its arguments as a JSON object>}</tool_call>.\n"
     "<tools>{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}{{ '\\n' }}</tools>\n{% endif %}"
-    "{% for message in messages %}{{ message.role }}: {{ message.content }}"
+    "{% for message in messages %}{{ message.role }}{% if message.name %} ({{ message.name }}){% endif %}: "
+    "{{ message.content }}"
     "{% if message.tool_calls %}{% for call in message.tool_calls %}<tool_call>{\"name\": "
     "{{ call.function.name | tojson }}, \"arguments\": {% if call.function.arguments is string %}"
     "{{ call.function.arguments }}{% else %}{{ call.function.arguments | tojson }}{% endif %}}</tool_call>"
