@@ -190,3 +190,36 @@ def test_a_key_inside_a_responses_content_part_is_refused_by_its_path(server):
          "parsed_arguments": None},
         {"type": "function_call_output", "call_id": "c", "output": "4"})
     assert status == 200, body
+
+
+def twice(status, body, field):
+    assert status == 400, body
+    assert body["error"]["param"] == field, body
+    assert body["error"]["type"] == "invalid_request_error", body
+    assert body["error"]["message"].startswith(field + ": given twice in one object"), body
+
+
+def test_a_key_given_twice_is_refused_by_its_path(server):
+    # JSON keeps one value of a repeated key: {"max_tokens": 3, "max_tokens": 12} answered 12 tokens, and a
+    # second "messages" replaced the first without a word.
+    raw = (b'{"model": "stories260K.bin", "max_tokens": 3, "max_tokens": 12, '
+           b'"messages": [{"role": "user", "content": "Hi"}]}')
+    twice(*post_json(server, "/v1/chat/completions", raw), "max_tokens")
+    raw = (b'{"model": "stories260K.bin", "max_tokens": 2, "messages": [{"role": "user", "content": "IGNORED"}], '
+           b'"messages": [{"role": "user", "content": "Hi"}]}')
+    twice(*post_json(server, "/v1/chat/completions", raw), "messages")
+    raw = (b'{"model": "stories260K.bin", "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}, '
+           b'{"role": "user", "content": "a", "content": "b"}]}')
+    twice(*post_json(server, "/v1/chat/completions", raw), "messages[1].content")
+    raw = (b'{"model": "stories260K.bin", "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}], '
+           b'"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", '
+           b'"properties": {"a": {"type": "string"}, "a": {"type": "integer"}}}}}]}')
+    twice(*post_json(server, "/v1/chat/completions", raw), "tools[0].function.parameters.properties.a")
+    raw = b'{"model": "stories260K.bin", "prompt": "Once", "prompt": "Twice", "max_tokens": 2}'
+    twice(*post_json(server, "/v1/completions", raw), "prompt")
+    raw = b'{"model": "stories260K.bin", "input": "Hi", "max_output_tokens": 16, "text": {"format": {}, "format": {}}}'
+    twice(*post_json(server, "/v1/responses", raw), "text.format")
+    # The same key in two objects is two keys.
+    raw = (b'{"model": "stories260K.bin", "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}, '
+           b'{"role": "assistant", "content": "Yo"}, {"role": "user", "content": "Hi"}]}')
+    assert post_json(server, "/v1/chat/completions", raw)[0] == 200

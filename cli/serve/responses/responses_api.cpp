@@ -15,6 +15,7 @@
 #include "serve/responses/responses_refusals.h"
 #include "serve/wire/call_arguments.h"
 #include "serve/wire/lone_surrogates.h"
+#include "serve/wire/repeated_key.h"
 #include "serve/wire/request_invalid.h"
 
 namespace orbit::serve {
@@ -458,6 +459,7 @@ ResponsesRequest responses_request(std::string_view raw, const ServeLimits& limi
     invalid_json_body(e.what(), text);
   }
   if (!body.is_object()) invalid_body(std::string("the body must be a JSON object, got ") + json_type_name(body), true);
+  refuse_repeated_keys(text);
   refuse_unsupported(body);
 
   ResponsesRequest r;

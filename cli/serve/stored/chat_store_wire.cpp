@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "orbit/common/json_input.h"
+#include "serve/wire/repeated_key.h"
 #include "serve/wire/request_invalid.h"
 
 namespace orbit::serve {
@@ -137,6 +138,7 @@ Parsed<Metadata> parse_completion_update(std::string_view text) {
     const json body = parse_json_input(text.data(), text.data() + text.size(), "the body");
     if (!body.is_object())
       invalid_body(std::string("the body must be a JSON object, got ") + json_type_name(body), true);
+    refuse_repeated_keys(text);
     for (const auto& [name, value] : body.items()) {
       if (name != "metadata") {
         throw RequestInvalid{api_error(400, name + ": only metadata can be updated on a stored chat completion",

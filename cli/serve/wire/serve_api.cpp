@@ -10,6 +10,7 @@
 #include "orbit/common/json_input.h"
 #include "serve/wire/chat_parse.h"
 #include "serve/wire/lone_surrogates.h"
+#include "serve/wire/repeated_key.h"
 #include "serve/wire/request_invalid.h"
 
 namespace orbit::serve {
@@ -43,6 +44,7 @@ json parse_body(std::string_view body, const ServeLimits& limits) {
     invalid_json_body(e.what(), body);
   }
   if (!j.is_object()) invalid_body(std::string("the body must be a JSON object, got ") + json_type_name(j), true);
+  refuse_repeated_keys(body);
   return j;
 }
 
