@@ -101,8 +101,8 @@ void def_trace_files(py::module_& m) {
       "to PATH atomically (a crash leaves the old file).");
   m.def(
       "make_trace",
-      [](const StrArg& kind, const IntArg& steps, const py::object& seed, const IntArg& max_positions, const IntArg& position_rows, const IntArg& chunk_tokens,
-         const BoolArg& sample_text) {
+      [](const StrArg& kind, const IntArg& steps, const py::object& seed, const IntArg& max_positions,
+         const IntArg& position_rows, const IntArg& chunk_tokens, const BoolArg& sample_text) {
         orbit::MakeTraceOptions o;
         o.kind = kind.get("make_trace: kind");
         o.steps = steps.get("make_trace: steps");

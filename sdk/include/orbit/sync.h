@@ -172,13 +172,13 @@ struct ChatMessage {
 inline constexpr int64_t kEmbeddingRow = -1;
 
 // The built-in template for models without one (Jinja, as a chat_template string): "role: content" and a
-// newline per message ("role (name): content" for a message with a name), "assistant:" as the generation prompt. It carries tools the way Hermes and Qwen
-// templates do, so a tool loop's history is in the prompt and the model's calls can be read back
-// (orbit/tool_calls.h, ToolCallFormat::kHermes): with `tools`, a first line "system: ..." that says how to
-// call one and lists each tool's schema as JSON between <tools> and </tools>; an assistant message's
-// tool_calls after its content, each as <tool_call>{"name": ..., "arguments": {...}}</tool_call> (arguments
-// that are not a JSON object, a call cut by max_tokens, as written); a tool result as "tool: content". A list without
-// tools or tool calls renders as it always has.
+// newline per message ("role (name): content" for a message with a name), "assistant:" as the generation prompt. It
+// carries tools the way Hermes and Qwen templates do, so a tool loop's history is in the prompt and the model's calls
+// can be read back (orbit/tool_calls.h, ToolCallFormat::kHermes): with `tools`, a first line "system: ..." that says
+// how to call one and lists each tool's schema as JSON between <tools> and </tools>; an assistant message's tool_calls
+// after its content, each as <tool_call>{"name": ..., "arguments": {...}}</tool_call> (arguments that are not a JSON
+// object, a call cut by max_tokens, as written); a tool result as "tool: content". A list without tools or tool calls
+// renders as it always has.
 inline constexpr const char* kPlainChatTemplate =
     "{{ bos_token }}{% if tools %}system: You may call these tools. To call one, answer with "
     "<tool_call>{\"name\": <the tool's name>, \"arguments\": <its arguments as a JSON object>}</tool_call>.\n"

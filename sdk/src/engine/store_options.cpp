@@ -35,8 +35,8 @@ store::ChunkStoreOptions engine_store_options(const EngineCore& core) {
                                                            << " is outside 0..1 (the share of the disk budget held "
                                                            << "for undelivered remote writes)");
   ORBIT_CHECK(o.remote_max_held_fraction == EngineOptions{}.remote_max_held_fraction || !o.remote.empty(),
-              "EngineOptions::remote_max_held_fraction = " << o.remote_max_held_fraction
-                                                           << " applies to the remote tier, and remote is empty (none)");
+              "EngineOptions::remote_max_held_fraction = "
+                  << o.remote_max_held_fraction << " applies to the remote tier, and remote is empty (none)");
   so.remote.ttl_seconds = o.remote_ttl_seconds;
   so.remote.max_held_fraction = o.remote_max_held_fraction;
   so.remote.secret = o.remote_secret;
