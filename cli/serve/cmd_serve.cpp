@@ -128,7 +128,8 @@ const char* kServeUsage =
     "                        dropped is rendered and tokenized again); /metrics: orbit_sync_memo_entries\n"
     "  --sync-memo-mb N      the bytes each of those memos holds at most, MiB (default 64, 1 to 1048576);\n"
     "                        /metrics: orbit_sync_memo_bytes\n"
-    "  --max-tokens N        default max_tokens when a request gives none (default 256; capped by the context)\n"
+    "  --max-tokens N        default max_tokens when a request gives none (default 256, and 16 on\n"
+    "                        /v1/completions as OpenAI's; given, it is both; capped by the context)\n"
     "  --max-body-kb N       request bodies over this get 413 (default 4096)\n"
     "  --max-unsent-kb N     a streamed answer's output decoded and not yet taken by its client, KiB at most\n"
     "                        (default 4096, at least 1): past it the request's decode pauses (no forward for\n"
@@ -376,6 +377,7 @@ serve::ServeOptions serve_options(const Args& args) {
                                                                       << (SyncMemoLimits::kMaxBytes >> 20) << ", got "
                                                                       << (o.sync_memo.max_bytes >> 20));
   o.default_max_tokens = args.get_int("--max-tokens", 256, 1);
+  if (args.has("--max-tokens")) o.default_completion_max_tokens = o.default_max_tokens;
   o.limits.max_body_bytes = static_cast<std::size_t>(size_argument(args, "--max-body-kb", 4096, 1, 10));
   o.max_unsent_bytes = size_argument(args, "--max-unsent-kb", 4096, 1, 10);
   o.prefill_chunk = args.get_int("--prefill-chunk", 256, 0);

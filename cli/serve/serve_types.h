@@ -76,6 +76,9 @@ struct ServeOptions {
   // jobs are dropped, so a server that never goes idle does not grow without end.
   int64_t background_bytes = int64_t{256} << 20;
   int64_t default_max_tokens = 256;  // when a request gives none (capped by the context)
+  // /v1/completions' when a request gives none: OpenAI's legacy default (capped by the context). `--max-tokens`
+  // sets both.
+  int64_t default_completion_max_tokens = 16;
   // A streamed request's output decoded and not yet handed on to its client, bytes at most (`--max-unsent-kb`;
   // text and log probabilities as held in memory, decode_scheduler.h's OutputBacklog): past it the request's
   // sequences are held, no forward for them while the others decode, until the client reads (or another

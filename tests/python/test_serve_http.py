@@ -16,6 +16,7 @@ import threading
 import time
 
 import pytest
+from conftest import post_json
 
 MODEL_NAME = "stories260K.bin"
 
@@ -392,3 +393,22 @@ def test_a_stream_to_an_http_1_0_client_is_its_bytes_ended_by_the_close(serve):
                 assert events.endswith(b"data: [DONE]\n\n" if "chat" in path else b"}\n\n"), (path, events[-40:])
             else:
                 assert fields.get("transfer-encoding") == "chunked", (path, head)
+
+
+def test_completions_default_to_16_tokens_as_openai_and_max_tokens_sets_both(start_serve, stories260k_path):
+    # /v1/completions answered 256 tokens without max_tokens (the chat default): OpenAI's legacy default is 16.
+    completion = {"model": "stories260K.bin", "prompt": "Once upon a time", "temperature": 0}
+    chat = {"model": "stories260K.bin", "messages": [{"role": "user", "content": "Once upon a time"}],
+            "temperature": 0}
+    for args, completion_tokens, chat_tokens in (((), 16, 256), (("--max-tokens", "24"), 24, 24)):
+        server = start_serve(stories260k_path, *args)
+        address = (server.host, server.port)
+        status, body = post_json(address, "/v1/completions", completion)
+        assert status == 200, body
+        assert body["usage"]["completion_tokens"] <= completion_tokens, body["usage"]
+        if body["choices"][0]["finish_reason"] == "length":
+            assert body["usage"]["completion_tokens"] == completion_tokens
+        status, body = post_json(address, "/v1/completions", {**completion, "max_tokens": 40})
+        assert status == 200 and body["usage"]["completion_tokens"] <= 40, body
+        status, body = post_json(address, "/v1/chat/completions", chat)
+        assert status == 200 and body["usage"]["completion_tokens"] <= chat_tokens, body

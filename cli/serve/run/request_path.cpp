@@ -254,7 +254,13 @@ RunTicket RequestPath::prepare_completion(const CompletionRequest& request) {
     return RunTicket(api_error(400, "prompt: the prompt has no tokens (the model adds no BOS)", "invalid_request_error",
                                "invalid_value", "prompt"));
   }
-  if (auto bad = check_lengths(static_cast<int64_t>(p->tokens.size()), request.sampling, "prompt")) {
+  p->completion_sampling = request.sampling;
+  if (!p->completion_sampling.max_tokens) {
+    const int64_t room = context_.info.max_positions - static_cast<int64_t>(p->tokens.size());
+    p->completion_sampling.max_tokens =
+        std::max<int64_t>(1, std::min(context_.options.default_completion_max_tokens, room));
+  }
+  if (auto bad = check_lengths(static_cast<int64_t>(p->tokens.size()), p->completion_sampling, "prompt")) {
     return RunTicket(*bad);
   }
   RunTicket ticket;

@@ -570,7 +570,7 @@ RunOutcome RequestPath::run_completion(RunTicket::Prepared& p, const RunSink& si
   Window& window = p.admitted->window;
   const WindowStats& before = p.admitted->before;
   const std::vector<int64_t> query{p.tokens.back()};
-  RunResult r = decode(context_, window, DecodeRequest{&query, &p.completion->sampling}, sink);
+  RunResult r = decode(context_, window, DecodeRequest{&query, &p.completion_sampling}, sink);
   const WindowStats after = window.stats();
   r.usage.prompt_tokens = static_cast<int64_t>(p.tokens.size());
   r.usage.forward_tokens =

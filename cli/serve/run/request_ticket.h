@@ -43,6 +43,8 @@ struct RunTicket::Prepared {
   bool replan = false;  // a sync was refused for the pool and waits: `plan` may be stale, the next one plans anew
   const CompletionRequest* completion = nullptr;  // set for a completion request
   std::vector<int64_t> tokens;                    // its prompt, tokenized with BOS (non-empty)
+  // Its sampling, max_tokens given or ServeOptions::default_completion_max_tokens (within the context).
+  SamplingRequest completion_sampling;
   // The completion's window counted as a request's (declared before `admitted`: released once it is closed).
   SessionTable::OutsideHold held;
   std::optional<RequestPath::CompletionAdmit> admitted;  // its admit ran (sync_ahead, or run): decode next
