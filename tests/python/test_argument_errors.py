@@ -154,6 +154,25 @@ def test_tool_choice_not_among_the_tools_says_generate(orbit, window):
         window.generate([1], max_tokens=2, tools=tools, tool_choice={"type": "function", "function": {"name": "g"}})
 
 
+def test_tool_errors_name_the_call_and_a_bad_value_before_a_missing_tool(orbit, window):
+    # A forced call's tools errors came without the call's name; a bad tool_choice or tool_call_format value
+    # without tools was called only "needs tools".
+    twice = [{"name": "f"}, {"name": "f"}]
+    with pytest.raises(orbit.OrbitError, match=r"^generate: tools\[1\]\.name: 'f' names two tools"):
+        window.generate([1], max_tokens=2, tools=twice, tool_choice="required")
+    with pytest.raises(orbit.OrbitError, match=r"^generate_n: tools\[0\]\.parameters: a schema must be an object"):
+        window.generate_n([1], 2, max_tokens=2, tools=[{"name": "f", "parameters": "nope"}], tool_choice="required")
+    with pytest.raises(ValueError, match=(r"^generate: tool_choice: 'bogus' is not one of 'auto', 'none', "
+                                          r"'required' \(and no tools were given for it to name\)$")):
+        window.generate([1], max_tokens=2, tool_choice="bogus")
+    with pytest.raises(ValueError, match=r"^generate: tool_choice = 'required' needs tools$"):
+        window.generate([1], max_tokens=2, tool_choice="required")
+    with pytest.raises(orbit.OrbitError, match=r"^generate: tool_call_format: 'xml' is not a tool call format"):
+        window.generate([1], max_tokens=2, tool_call_format="xml")
+    with pytest.raises(ValueError, match=r"^generate: tool_call_format = hermes needs tools"):
+        window.generate([1], max_tokens=2, tool_call_format="hermes")
+
+
 BARE_INIT = """
 import sys, orbit
 cls = getattr(orbit, sys.argv[1])

@@ -202,15 +202,20 @@ AnswerSpec build_spec(const PyWindow& w, const py::object& tools, const py::obje
   AnswerSpec a;
   const std::vector<std::string> names = read_tools(tools, a);
   a.tool_names = names;
-  // Arguments that do not go together raise ValueError, as tool_choice's malformed values do.
+  // A value no call takes is refused as such first; then arguments that do not go together raise ValueError,
+  // as tool_choice's malformed values do.
+  a.format = tool_call_format.is_none()
+                 ? w.engine->tool_call_format()
+                 : orbit::parse_tool_call_format(tool_call_format.cast<std::string>(), "generate: tool_call_format");
   if (!tool_call_format.is_none() && a.tools_json.empty()) {
     throw py::value_error("generate: tool_call_format = " + py::str(tool_call_format).cast<std::string>() +
                           " needs tools (it says how the answer's calls are read)");
   }
-  a.format = tool_call_format.is_none()
-                 ? w.engine->tool_call_format()
-                 : orbit::parse_tool_call_format(tool_call_format.cast<std::string>(), "generate: tool_call_format");
   const auto [choice, named] = to_tool_choice(tool_choice);
+  if (a.tools_json.empty() && named && py::isinstance<py::str>(tool_choice)) {
+    throw py::value_error("generate: tool_choice: '" + choice +
+                          "' is not one of 'auto', 'none', 'required' (and no tools were given for it to name)");
+  }
   if (a.tools_json.empty() && (named || (choice != "auto" && choice != "none"))) {
     throw py::value_error("generate: tool_choice = '" + choice + "' needs tools");
   }
@@ -218,7 +223,11 @@ AnswerSpec build_spec(const PyWindow& w, const py::object& tools, const py::obje
   a.read_calls = !a.tools_json.empty() && (named || choice != "none");
   if (!a.tools_json.empty() && (named || (choice != "auto" && choice != "none"))) {
     const std::string only = named ? choice : "";
-    a.constraint = Constraint::tool_calls(a.tools_json, orbit::tool_call_options(a.format, only));
+    try {
+      a.constraint = Constraint::tool_calls(a.tools_json, orbit::tool_call_options(a.format, only));
+    } catch (const orbit::Error& e) {  // "tools[1].name: ...": named by the call, as response_format's are
+      ORBIT_FAIL("generate: " << e.what());
+    }
     a.forced_call = true;
     a.grammar_names = named ? std::vector<std::string>{choice} : names;
     const std::string why = unwritable_here(w, a.constraint);
