@@ -51,6 +51,9 @@ def test_a_bad_tokenizer_argument_names_it(orbit, stories260k_path, tmp_path):
         orbit.Engine(stories260k_path, tokenizer=tmp_path)
     with pytest.raises(TypeError, match=r"Engine: tokenizer: expected a str or os.PathLike, got int"):
         orbit.Engine(stories260k_path, tokenizer=5)
+    # The model is required: None is a wrong type (an OrbitError said "no model path given").
+    with pytest.raises(TypeError, match=r"^Engine: model: expected a str or os.PathLike, got None$"):
+        orbit.Engine(None)
     short = tmp_path / "short.bin"
     short.write_bytes(b"\x07\x00\x00\x00")  # not a tokenizer: the loader's error names the file
     with pytest.raises(orbit.OrbitError, match="short.bin"):

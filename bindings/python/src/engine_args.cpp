@@ -158,6 +158,8 @@ EngineArgs engine_args(const py::kwargs& kwargs) {
 
 orbit::EngineOptions engine_options(const py::object& model, const EngineArgs& a) {
   orbit::EngineOptions o;
+  // Required: None is a wrong type here, as for any other argument that takes a path and no None.
+  if (model.is_none()) throw py::type_error("Engine: model: expected a str or os.PathLike, got None");
   o.model = path_arg(model, "Engine: model");
   o.tokenizer = path_arg(a.tokenizer, "Engine: tokenizer");
   o.store_dir = path_arg(a.store_dir, "Engine: store_dir");
