@@ -1,4 +1,5 @@
-"""ChunkOptions.pin keeps a chunk's canonical pinned in the store however the chunk reaches it: pinned at its
+"""ChunkOptions.pin keeps a chunk's canonical pinned in the store however the chunk reaches it (add_tokens,
+find_media): pinned at its
 first add, added again with pin=True after an add without (the record keeps the first add's options, and the
 pin was dropped), or read from the store where an earlier engine stored it unpinned (a pin took effect only
 where this engine encoded the canonical). A re-add without pin leaves a pin in place."""
@@ -49,3 +50,18 @@ def test_pin_of_a_canonical_an_earlier_engine_stored(orbit, stories260k_path, tm
         second.precompute(c)  # read from the store, not encoded
         assert second.stats.forward_tokens == 0
         assert _pinned(second) == {"host": (1, 1), "disk": (1, 1)}
+
+
+def test_find_media_with_pin_pins_a_chunk_registered_without(orbit, stories260k_path, tmp_path):
+    import numpy as np
+
+    with _open(orbit, stories260k_path, tmp_path) as e:
+        rows = np.linspace(-1, 1, 4 * e.model_info.hidden_size, dtype=np.float32).reshape(4, -1)
+        ref = e.add_embeddings(rows, media_digest="frame-3")
+        e.precompute(ref)
+        assert e.find_media("frame-3", rows=4) == ref  # registered here: found without a pin, none added
+        host = {t.tier.name: t for t in e.stats.store.tiers}["host"]
+        assert host.pinned_entries == 0
+        assert e.find_media("frame-3", rows=4, pin=True) == ref
+        host = {t.tier.name: t for t in e.stats.store.tiers}["host"]
+        assert host.pinned_entries == 1  # the canonical (the embeddings' cache entry was stored unpinned)

@@ -1208,8 +1208,8 @@ class Engine:
         label: str = "",
         pin: bool = False,
     ) -> Optional[ChunkRef]:
-        """The media chunk whose embeddings the store holds from an add_embeddings with this digest and grid
-        (None: encode it and call add_embeddings)."""
+        """The media chunk an add_embeddings with this digest and grid registered: this engine's own, else the one
+        whose embeddings the store holds (None: encode it and call add_embeddings)."""
     def chunk(self, key: str) -> ChunkRef: ...
     @property
     def chunks(self) -> list[ChunkRef]: ...

@@ -545,9 +545,10 @@ void def_engine_media(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       },
       py::arg("media_digest"), py::kw_only(), py::arg("grid") = py::none(), py::arg("rows") = 0, py::arg("label") = "",
       py::arg("pin") = false,
-      "The media chunk an earlier add_embeddings(..., media_digest=media_digest, grid=grid) registered, read\n"
-      "from the embedding cache (this engine's store, another process's through a shared store_dir, or the\n"
-      "remote tier) and registered here; None when no embeddings are stored: run your vision encoder and\n"
+      "The media chunk an earlier add_embeddings(..., media_digest=media_digest, grid=grid) registered: this\n"
+      "engine's own while it keeps it, else read from the embedding cache (this engine's store, another\n"
+      "process's through a shared store_dir, or the remote tier; off with embedding_cache=False) and registered\n"
+      "here; None when neither holds it: run your vision encoder and\n"
       "call add_embeddings. grid: the same grid as then (None if it had none, and give rows, the number of\n"
       "embedding rows). Counted in stats.media_found / media_missed.\n\n"
       "    ref = engine.find_media(digest, grid=grid)\n"

@@ -115,7 +115,8 @@ struct EngineOptions {
   int64_t device_tier_bytes = 0;
   // Keep the input embeddings of media chunks registered with a media_digest in the store (the embedding
   // cache), so that Engine::find_media finds them later (here, in another process sharing store_dir, or
-  // through the remote tier) and the caller skips its vision encoder. false: they are not stored.
+  // through the remote tier) and the caller skips its vision encoder. false: they are not stored, and find_media
+  // finds only the media chunks this engine has registered.
   bool embedding_cache = true;
   // Chunks kept registered for lookup by key beyond those in use: 0 (the default) keeps every chunk for the
   // engine's life, so a ChunkRef stays valid as long as the engine; N keeps the N most recently added or
@@ -245,7 +246,7 @@ struct EngineStats {
   int64_t background_pending = 0;  // queued, not started
   int64_t background_failed = 0;   // jobs that threw (their patch is not stored)
   std::string background_error;    // the last failure's message
-  int64_t media_found = 0;         // find_media() answered from the embedding cache
+  int64_t media_found = 0;         // find_media() found the chunk: registered here, or in the embedding cache
   int64_t media_missed = 0;        // find_media() found no embeddings (the caller encodes)
   // The KV the queued background jobs hold (EngineOptions::max_background_bytes bounds it), and the jobs dropped
   // past that bound, in all (their patches not formed).
@@ -354,10 +355,11 @@ class Engine {
   // long as the engine, usable after close() too.
   ConstraintCache& constraint_cache();
 
-  // The media chunk an earlier add_embeddings(chunk with this media_digest and grid) registered, from
-  // the embedding cache (EngineOptions::embedding_cache): this engine's store, another process's through
-  // a shared store_dir, or the remote tier. Registers it (as add_embeddings would, with the embeddings
-  // read from the store) and returns its ref; nullopt when no embeddings are stored for it: run the
+  // The media chunk an earlier add_embeddings(chunk with this media_digest and grid) registered: this engine's
+  // own, while it keeps it registered, else from the embedding cache (EngineOptions::embedding_cache): this
+  // engine's store, another process's through a shared store_dir, or the remote tier. Registers it (as
+  // add_embeddings would, with the embeddings read from the store; ChunkOptions::pin pins it either way) and
+  // returns its ref; nullopt when neither holds it: run the
   // vision encoder and call add_embeddings. Throws orbit::Error on an empty digest, a grid of the wrong
   // shape, or neither a grid nor rows.
   std::optional<ChunkRef> find_media(const MediaLookup& lookup, const ChunkOptions& options = {});

@@ -305,7 +305,10 @@ std::optional<ChunkRef> ChunkRegistry::find_media(const MediaLookup& lookup, con
   };
   if (ChunkPtr known = find_known(key)) {  // registered here already: the record holds the embeddings
     count_media(true);
-    return known->ref;
+    if (!options.pin) return known->ref;
+    auto again = std::make_shared<ChunkRecord>(*known);  // registered again with the pin, as add_embeddings would
+    again->pinned = true;
+    return register_chunk(std::move(again));
   }
   Result<store::CachedEmbeddings> cached = store::EmbeddingCache(core_.kv().store()).get(key);
   if (!cached) return missed();
