@@ -1,8 +1,7 @@
 """ChunkOptions.pin keeps a chunk's canonical pinned in the store however the chunk reaches it (add_tokens,
-find_media): pinned at its
-first add, added again with pin=True after an add without (the record keeps the first add's options, and the
-pin was dropped), or read from the store where an earlier engine stored it unpinned (a pin took effect only
-where this engine encoded the canonical). A re-add without pin leaves a pin in place."""
+find_media): pinned at its first add, added again with pin=True after an add without (the record keeps the first
+add's options, and the pin was dropped), or read from the store where an earlier engine stored it unpinned (a pin
+took effect only where this engine encoded the canonical). A re-add without pin leaves a pin in place."""
 TOKENS = [8, 9, 10, 11, 12, 13]
 OTHER = [20, 21, 22]
 
