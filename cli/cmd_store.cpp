@@ -199,7 +199,7 @@ int run_stat(const Args& args, const std::string& dir) {
   }
   std::printf("store        %s\n", shown(s.dir).c_str());
   std::printf("fingerprint  %s (format %lld)\n", s.model_fingerprint.c_str(), static_cast<long long>(s.format_version));
-  std::printf("disk tier    %lld entries, %lld blob bytes (%lld in memory), %lld pinned\n",
+  std::printf("disk tier    %lld entries, %lld blob bytes (%lld bytes of tensors once read), %lld pinned\n",
               static_cast<long long>(s.entries), static_cast<long long>(s.blob_bytes),
               static_cast<long long>(s.value_bytes), static_cast<long long>(s.pinned));
   std::printf("memory tiers per process (device, host): not persisted\n");

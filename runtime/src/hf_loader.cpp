@@ -174,6 +174,10 @@ std::unique_ptr<Model> load_hf(const std::string& dir_string, const ComputeTarge
     }
   } else {
     const fs::path single = dir / "model.safetensors";
+    ORBIT_CHECK(!fs::exists(single) || fs::is_regular_file(single),
+                single.string() << ": not a regular file ("
+                                << (fs::is_directory(single) ? "a directory" : "a special file")
+                                << "; the weights are a safetensors file)");
     ORBIT_CHECK(fs::is_regular_file(single),
                 dir_string << ": neither model.safetensors nor model.safetensors.index.json is present");
     files.push_back(std::make_unique<SafetensorsFile>(single.string()));

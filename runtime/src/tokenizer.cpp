@@ -382,8 +382,13 @@ std::string find_tokenizer(const std::string& model_path, int64_t vocab_size) {
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path, int64_t expected_vocab) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (fs::is_directory(path, ec) || fs::path(path).extension() == ".json")
+  if (fs::is_directory(path, ec)) {
+    ORBIT_CHECK(fs::exists(fs::path(path) / "tokenizer.json", ec),
+                path << ": a directory with no tokenizer.json (expected a llama2.c tokenizer .bin, a tokenizer.json "
+                        "or a directory holding one)");
     return load_hf_tokenizer(path, expected_vocab);
+  }
+  if (fs::path(path).extension() == ".json") return load_hf_tokenizer(path, expected_vocab);
   return load_llama2c_tokenizer(path, expected_vocab);
 }
 

@@ -56,3 +56,21 @@ def test_an_empty_path_is_refused_naming_its_argument(orbit_cli, stories260k_pat
         result = run(orbit_cli, command, *args, timeout=60)
         assert result.returncode == 1, (command, name, result.stderr)
         assert f"{command}: argument '{name}' is empty (give a path)" in result.stderr, result.stderr
+
+
+def test_a_directory_where_a_file_goes_is_named_as_one(orbit_cli, stories260k_path, models_dir, tmp_path):
+    # A directory named model.safetensors read "neither model.safetensors nor ... is present"; a --tokenizer
+    # directory without tokenizer.json read "<dir>/tokenizer.json: cannot open".
+    model = tmp_path / "model"
+    model.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        source = models_dir / "tinystories-656k" / name
+        if source.exists():
+            (model / name).write_bytes(source.read_bytes())
+    (model / "model.safetensors").mkdir()
+    result = run(orbit_cli, "info", "--model", model)
+    assert result.returncode == 1
+    assert f"{model / 'model.safetensors'}: not a regular file (a directory;" in result.stderr, result.stderr
+    result = run(orbit_cli, "tokenize", "--model", stories260k_path, "--tokenizer", tmp_path, "--text", "hi")
+    assert result.returncode == 1
+    assert f"{tmp_path}: a directory with no tokenizer.json" in result.stderr, result.stderr
