@@ -108,6 +108,13 @@ std::unique_ptr<SqliteIndex> open_index(const std::string& root, SqliteIndex::Mo
                           << count_blob_files(root) << " blobs (its first commits were lost)" << repair);
     }
     if (!store::is_index_damage(e)) throw;
+    std::error_code ec;
+    if (!fs::is_directory(root + "/blobs", ec)) {  // nothing repair could rebuild it from
+      ORBIT_FAIL("store " << root << ": its index " << path << " is damaged (" << e.what()
+                          << ") and there is no blobs/ directory to rebuild it from: not an orbit store, or one that "
+                             "never stored a value (remove "
+                          << path << " to start an empty store there)");
+    }
     ORBIT_FAIL("store " << root << ": its index " << path << " is damaged (" << e.what() << ")" << repair);
   }
   return index;

@@ -320,6 +320,22 @@ TEST_CASE("a reader of an index file with no table and no blobs says so, naming 
   CHECK_THROWS_WITH(verify_store(d), Contains("store index " + d + "/index.sqlite: holds no tables"));
 }
 
+// Garbage as index.sqlite with no blobs/ beside it: readers sent the user to repair, which then said there was
+// nothing to repair. They say there is nothing to rebuild from, and what to do instead.
+TEST_CASE("a damaged index with no blobs/ names no repair", "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  std::ofstream(d + "/index.sqlite", std::ios::binary) << std::string(3000, '\x5a');
+  const auto says = Contains("index.sqlite is damaged");
+  const auto nothing = Contains("there is no blobs/ directory to rebuild it from");
+  CHECK_THROWS_WITH(verify_store(d), says && nothing && !Contains("orbit store repair"));
+  CHECK_THROWS_WITH(summarize_store(d), says && nothing);
+  CHECK_THROWS_WITH(list_store(d), says && nothing);
+  const test::CliRun ls = test::cli("store ls --store " + d);
+  CHECK(ls.status != 0);
+  CHECK_THAT(ls.out, says && nothing && Contains("remove " + d + "/index.sqlite to start an empty store there"));
+}
+
 // Another program's SQLite database as index.sqlite was called a damaged index: readers sent the user to repair,
 // which added orbit's tables to it and adopted it (and, without blobs/, said there was nothing to repair). Now every
 // command refuses it, naming the file and what it is, without pointing at repair, and nothing writes to it.
