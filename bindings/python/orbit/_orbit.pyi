@@ -1518,7 +1518,11 @@ class SyncReport:
     @property
     def reports(self) -> list[ApplyReport]: ...
     @property
-    def forward_tokens(self) -> float: ...
+    def forward_tokens(self) -> float:
+        """Critical-path token-forwards of the sync itself. Under a policy that defers repairs (every one but
+        ':eager'), what its edits leave to repair (the messages behind an evicted one) runs at the next read
+        (logits, generate) and is counted there; until then its plans' predicted_kl and exact describe the window
+        as the edits left it."""
     @property
     def generation_prompt(self) -> list[int]: ...
 

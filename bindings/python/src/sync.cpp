@@ -303,8 +303,9 @@ const std::string kSyncDoc =
         "Brings the window to the chat-template rendering of messages (the full list a chat API would be\n"
         "sent): one unit per message where the tokens allow; units the window holds are kept (moved by one\n"
         "reorder when their order changed), instances no unit matches are evicted, chunks evicted earlier are\n"
-        "recalled, new units are admitted as chunks (chunk_min_tokens tokens or more, or anywhere but the\n"
-        "tail) or added as turns. Every operation is planned and applied under the window's policy. Afterwards\n"
+        "recalled, new units are admitted as chunks (chunk_min_tokens tokens or more, anywhere but the tail, or\n"
+        "content the engine holds as a chunk already, from any window) or added as turns. Every operation is planned "
+        "and applied under the window's policy. Afterwards\n"
         "the window's tokens are engine.tokenize_chat(messages, False). Returns a SyncReport; pass\n"
         "report.generation_prompt to generate() for the next assistant turn. ") +
     kMessagesDoc;

@@ -70,7 +70,8 @@
 //      of at least SyncOptions::chunk_min_tokens tokens (a tool output, a document) is a chunk: stored
 //      position-free, patched, reusable at any position and recallable after eviction. A shorter unit
 //      appended at the tail is a live turn (prefilled, never stored). A short unit that must go anywhere
-//      but the tail becomes a chunk too (turns are only ever appended).
+//      but the tail becomes a chunk too (turns are only ever appended), as does one whose content the
+//      engine holds as a chunk already (registered by any of its windows).
 //   5. Diff: each unit is matched to an instance of the window with the same key (when there are several,
 //      the first after the instance matched last, else the first unless the key was matched already);
 //      instances nothing matches are evicted (chunks stay recallable; when they are the window's oldest
@@ -210,7 +211,8 @@ struct SyncOptions {
   ChatOptions chat;
   // A unit (a message's rendered span, template tokens included) of at least this many tokens becomes a
   // chunk (stored, reusable at any position, recallable); a shorter one appended at the tail stays a
-  // live turn. 0: every unit is a chunk.
+  // live turn, unless the engine holds its content as a chunk already (any window registered it: it is
+  // reused as that chunk). 0: every unit is a chunk.
   int64_t chunk_min_tokens = 64;
 };
 
