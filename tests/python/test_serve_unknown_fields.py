@@ -223,3 +223,25 @@ def test_a_key_given_twice_is_refused_by_its_path(server):
     raw = (b'{"model": "stories260K.bin", "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}, '
            b'{"role": "assistant", "content": "Yo"}, {"role": "user", "content": "Hi"}]}')
     assert post_json(server, "/v1/chat/completions", raw)[0] == 200
+
+
+def test_a_boolean_schema_is_a_schema(server):
+    # JSON Schema's `true` (any value) was refused as "expected an object, got a boolean".
+    import json
+
+    def chat_format(schema):
+        return post_json(server, "/v1/chat/completions", {
+            "model": MODEL_NAME, "messages": HELLO, "max_tokens": 24, "temperature": 0,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "any", "schema": schema}}})
+    status, body = chat_format(True)
+    assert status == 200, body
+    if body["choices"][0]["finish_reason"] == "stop":
+        json.loads(body["choices"][0]["message"]["content"])  # a whole JSON value
+    status, body = chat_format(False)
+    assert status == 400 and body["error"]["param"] == "response_format.json_schema.schema", body
+    status, body = chat_format("nope")
+    assert status == 400 and "an object or a boolean" in body["error"]["message"], body
+    status, body = post_json(server, "/v1/responses", {
+        "model": MODEL_NAME, "input": "Hi", "max_output_tokens": 24,
+        "text": {"format": {"type": "json_schema", "name": "any", "schema": True}}})
+    assert status == 200, body

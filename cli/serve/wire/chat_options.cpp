@@ -161,7 +161,12 @@ ResponseFormat parse_response_format(const json& v) {
       f.strict = need_bool((*js)["strict"], "response_format.json_schema.strict");
     }
     const auto schema = js->find("schema");
-    require_object(*js, schema, "response_format.json_schema.schema");
+    if (schema == js->end()) missing_field("response_format.json_schema.schema");
+    // A JSON Schema is an object or a boolean (true: any value; false, which no value meets, is refused where
+    // the schema is compiled, naming it).
+    if (!schema->is_object() && !schema->is_boolean()) {
+      wrong_type("response_format.json_schema.schema", "an object or a boolean", *schema);
+    }
     f.schema_json = schema->dump();
   } else if (f.type != "text" && f.type != "json_object") {
     invalid_value("response_format.type", "'" + f.type + "' is not one of text, json_object, json_schema");
