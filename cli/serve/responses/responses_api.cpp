@@ -361,7 +361,8 @@ ojson chat_response_format(const ojson& text) {
     invalid_value("text.format.type", "'" + kind + "' is not one of text, json_object, json_schema");
   const ojson* schema = field(*format, "schema");
   if (schema == nullptr) missing_field("text.format.schema");
-  if (!schema->is_object() && !schema->is_boolean()) wrong_type("text.format.schema", "an object or a boolean", *schema);
+  if (!schema->is_object() && !schema->is_boolean())
+    wrong_type("text.format.schema", "an object or a boolean", *schema);
   ojson js = {{"schema", *schema}};
   // Checked here, not left to chat's parser, so that errors name text.format's fields (as chat does its own).
   const std::string name = required_string(*format, "name", "text.format");
