@@ -158,9 +158,9 @@ void print_totals(const ReplayReport& r) {
     // With no step measured (--no-fidelity, or every window past the model's positions) there is no KL:
     // print n/a rather than a 0 that reads as "exact".
     char kl[16] = "n/a", pred_kl[16] = "n/a", max_kl[16] = "n/a", top1[16] = "n/a";
+    if (t.mean_predicted_steps > 0) std::snprintf(pred_kl, sizeof pred_kl, "%.3e", t.mean_predicted_kl);
     if (t.fidelity_steps > 0) {
       std::snprintf(kl, sizeof kl, "%.3e", t.mean_kl);
-      std::snprintf(pred_kl, sizeof pred_kl, "%.3e", t.mean_predicted_kl);  // over the same (measured) steps
       std::snprintf(max_kl, sizeof max_kl, "%.3e", t.max_kl);
       std::snprintf(top1, sizeof top1, "%.3f", t.mean_top1);
     }
@@ -209,7 +209,7 @@ void print_totals(const ReplayReport& r) {
       "(canonical encodes, patch forming, and Window::idle's heals and prepared recalls after generate steps);\n"
       "full-pf: a full re-prefill of the window after every mutating step (no cache at all); crit-s / bg-s: wall\n"
       "seconds of each; KL: mean over probe rows of KL(re-prefill || window) after each step, nats; pred-KL: the\n"
-      "plans' predicted KL (fidelity model) over the same measured steps; n/a where none was measured.\n");
+      "plans' predicted KL (fidelity model) over the same measured steps (with --no-fidelity, over every step).\n");
 }
 
 void print_ratios(const ReplayReport& r) {

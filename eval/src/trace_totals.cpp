@@ -13,7 +13,8 @@ namespace orbit::trace_detail {
 void total_policy(PolicyReplay& out) {
   out.totals = PolicyTotals{};
   PolicyTotals& t = out.totals;
-  int64_t predicted_steps = 0;
+  int64_t predicted_steps = 0, planned_steps = 0;
+  double planned_kl = 0;  // over every step with a plan, measured or not
   double log_sum = 0, abs_log_sum = 0;
   for (const StepResult& s : out.steps) {
     t.forward_tokens += s.forward_tokens;
@@ -32,6 +33,10 @@ void total_policy(PolicyReplay& out) {
     if (s.fidelity && s.predicted_kl >= 0) {
       t.mean_predicted_kl += s.predicted_kl;
       ++predicted_steps;
+    }
+    if (s.predicted_kl >= 0) {
+      planned_kl += s.predicted_kl;
+      ++planned_steps;
     }
     t.full_prefill_tokens += s.full_prefill_tokens;
     t.decode_tokens += s.decode_tokens;
@@ -58,7 +63,13 @@ void total_policy(PolicyReplay& out) {
       t.near_tie_misses += s.fidelity->near_tie_misses;
     }
   }
-  if (predicted_steps > 0) t.mean_predicted_kl /= static_cast<double>(predicted_steps);
+  if (predicted_steps > 0) {
+    t.mean_predicted_kl /= static_cast<double>(predicted_steps);
+    t.mean_predicted_steps = predicted_steps;
+  } else if (t.fidelity_steps == 0 && planned_steps > 0) {
+    t.mean_predicted_kl = planned_kl / static_cast<double>(planned_steps);
+    t.mean_predicted_steps = planned_steps;
+  }
   if (t.predicted_steps > 0) {
     t.kl_prediction_bias = std::exp(log_sum / static_cast<double>(t.predicted_steps));
     t.kl_prediction_spread = std::exp(abs_log_sum / static_cast<double>(t.predicted_steps));

@@ -1,8 +1,9 @@
 """`orbit replay`'s summary tables (cli/cmd_replay.cpp) against its own totals, and its appended answers: the
 full-prefill row puts each ratio under its column (it printed fwd-tok / full-pf under "critical fwd"), pred-KL
-reads n/a where no step was measured (it read 0, "no error predicted", under --no-fidelity), --patch-capacity 0
-sizes the offline bound at 0 bytes (it meant the default, the host budget), and an answer decoded to the model's
-last position is appended (it was refused, one position short); a step past a refused turn says so."""
+is the plans' mean over every step where no step was measured (it read 0, "no error predicted", under
+--no-fidelity), --patch-capacity 0 sizes the offline bound at 0 bytes (it meant the default, the host budget),
+an answer decoded to the model's last position is appended (it was refused, one position short), and a step
+past a refused turn says so."""
 import json
 import re
 import subprocess
@@ -37,7 +38,13 @@ def test_the_full_prefill_row_and_pred_kl_without_fidelity(orbit_cli, stories260
     out, report = replay(orbit_cli, stories260k_path, trace, tmp_path, "--no-fidelity")
     totals = {p["policy"]: p["totals"] for p in report["policies"]}
     mine = totals[POLICY]
-    assert mine["fidelity_steps"] == 0 and mine["mean_predicted_kl"] is None and mine["mean_kl"] is None
+    assert mine["fidelity_steps"] == 0 and mine["mean_kl"] is None
+    # Without a measurement, pred-KL is the plans' mean over every step with one (it read 0: a mean over none).
+    predicted = [s["predicted_kl"] for s in next(p for p in report["policies"] if p["policy"] == POLICY)["steps"]
+                 if s["predicted_kl"] >= 0]
+    assert mine["mean_predicted_steps"] == len(predicted) > 0
+    assert mine["mean_predicted_kl"] == pytest.approx(sum(predicted) / len(predicted), rel=1e-6)
+    assert mine["mean_predicted_kl"] > 0
     row = re.search(r"^  full-prefill +(\S+) +(\S+) +(\S+) +(\S+)$", out, re.M)
     assert row, out
     assert row.groups() == (ratio(mine["critical_forward_tokens"], mine["full_prefill_tokens"]), "-",
@@ -45,7 +52,9 @@ def test_the_full_prefill_row_and_pred_kl_without_fidelity(orbit_cli, stories260
     assert mine["critical_forward_tokens"] < mine["forward_tokens"]  # the two columns differ here
     for policy in totals:  # mean-KL, pred-KL, max-KL and top1 end each policy's totals line
         line = next(line for line in out.splitlines() if line.startswith(policy + " "))
-        assert re.search(r" n/a +n/a +n/a +n/a$", line), line
+        predicted = totals[policy]["mean_predicted_kl"]
+        shown = "n/a" if predicted is None else f"{predicted:.3e}"
+        assert re.search(rf" n/a +{re.escape(shown)} +n/a +n/a$", line), line
 
 
 def test_pred_kl_with_fidelity_is_the_mean_over_the_measured_steps(orbit_cli, stories260k_path, trace, tmp_path):

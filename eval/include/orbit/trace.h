@@ -441,9 +441,11 @@ struct PolicyTotals {
   double fidelity_correction = 1;     // the engine's correction after the last step (EngineStats)
   double critical_seconds = 0;
   double background_seconds = 0;
-  // Over the steps with fidelity and a plan (the measured ones, to compare with mean_kl); 0, and null in JSON,
-  // where no step was measured (ReplayOptions::fidelity off).
+  // Over the steps with fidelity and a plan (the measured ones, to compare with mean_kl); where no step was
+  // measured (ReplayOptions::fidelity off), over every step with a plan (the prediction needs no measurement).
+  // mean_predicted_steps: the steps it is over; with none it is 0 (null in JSON).
   double mean_predicted_kl = 0;
+  int64_t mean_predicted_steps = 0;
   // Agreement of the fidelity model with the measurement, over the steps where both the plan's predicted
   // KL and the measured KL exceed kKlFloor: the geometric mean of predicted / measured (1 = unbiased) and
   // the typical factor by which one step's prediction misses (exp of the mean |log ratio|, >= 1).
