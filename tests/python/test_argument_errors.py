@@ -581,3 +581,28 @@ def test_a_0d_array_is_not_a_token_list(orbit, window):
                            (window.engine.add_tokens, "add_tokens: tokens")):
             with pytest.raises(ValueError, match=f"^{what}: a 0-d array \\(one value\\); expected a 1-D one"):
                 call(scalar)
+
+
+def test_a_misspelt_keyword_is_named_with_the_nearest_one(orbit, engine, window):
+    # pybind11 answered "incompatible function arguments" and every signature, never naming the word.
+    for call, says in (
+            (lambda: window.generate([1], maxtokens=4), "generate: unexpected keyword argument 'maxtokens' "
+                                                        "(did you mean 'max_tokens'?)"),
+            (lambda: window.sync([], chunk_min_token=4), "sync: unexpected keyword argument 'chunk_min_token' "
+                                                         "(did you mean 'chunk_min_tokens'?)"),
+            (lambda: engine.new_window(polcy="prefix"), "new_window: unexpected keyword argument 'polcy' "
+                                                        "(did you mean 'policy'?)"),
+            (lambda: orbit.set_sync_memo_limits(max_entriez=3), "set_sync_memo_limits: unexpected keyword argument "
+                                                               "'max_entriez' (did you mean 'max_entries'?)"),
+            (lambda: orbit.make_trace(vocab_size=5), "make_trace: unexpected keyword argument 'vocab_size' (it takes "
+                                                     "kind, steps, seed, max_positions, position_rows, chunk_tokens, "
+                                                     "sample_text)")):
+        with pytest.raises(TypeError) as e:
+            call()
+        assert str(e.value) == says
+    # The call's own errors, and pybind11's where every keyword is known, pass unchanged.
+    with pytest.raises(TypeError, match=r"^generate: max_tokens: expected int, got str$"):
+        window.generate([1], max_tokens="4")
+    with pytest.raises(TypeError, match="incompatible function arguments"):
+        window.generate()
+    assert orbit.Window.generate.__doc__.startswith("generate(self: orbit._orbit.Window, query: object, *,")

@@ -133,6 +133,15 @@ from ._stream import GenerationStream, stream as _window_stream
 Window.stream = _window_stream  # pure Python over Window.generate(on_text=...): _stream.py
 del _window_stream
 
+# The calls with many keywords name a misspelt one (pybind11 lists every signature instead): _keywords.py.
+from ._keywords import name_keywords as _name_keywords  # noqa: E402
+
+_name_keywords(Window, ("generate", "generate_n", "sync", "plan_sync", "prepare_sync", "logits", "reference_logits"))
+_name_keywords(Engine, ("new_window", "add_tokens", "add_text", "add_embeddings", "find_media", "calibrate_fidelity",
+                        "tokenize_chat"))
+_name_keywords(globals(), ("set_sync_memo_limits", "make_trace", "replay", "generate_many"))
+del _name_keywords
+
 # Classes report themselves as orbit.X (not orbit._orbit.X or orbit._store.X) in reprs, tracebacks and help().
 for _name, _obj in list(globals().items()):
     if isinstance(_obj, type) and getattr(_obj, "__module__", "") in ("orbit._orbit", "orbit._store",
