@@ -110,6 +110,30 @@ def test_a_message_identical_to_one_trimmed_from_the_front_moves_no_turn(orbit, 
     assert [i.is_turn for i in window.instances] == [True, False, True, True, True]
 
 
+def test_an_eager_sync_that_drops_messages_serves_the_tail_once(orbit, engine):
+    """Dropping two messages behind the system prompt under an eager policy: one plan of the window after the
+    edit (the tail behind both re-prefilled once), not an evict each (which re-prefilled it twice). It costs
+    what the deferring policy pays at the next read, and the window is exact."""
+    messages = [{"role": "system", "content": "You tell short stories."}] + [
+        {"role": role, "content": f"{role} says a little story number {i} about a dog and a red ball."}
+        for i, role in enumerate(["user", "assistant"] * 4)]
+    dropped = messages[:1] + messages[3:]
+    spent = {}
+    for policy in ("reprefill:eager", "reprefill"):
+        window = engine.new_window(policy=policy)
+        window.sync(messages, chat_template=TEMPLATE, chunk_min_tokens=8)
+        before = window.stats.forward_tokens
+        report = window.sync(dropped, chat_template=TEMPLATE, chunk_min_tokens=8)
+        assert_window_is(engine, window, dropped, chat_template=TEMPLATE)
+        query = report.generation_prompt
+        assert np.allclose(window.logits(query), window.reference_logits(query), atol=1e-4)
+        spent[policy] = window.stats.forward_tokens - before
+        labels = [p.op.label for p in report.plans]
+        assert labels == (["sync"] if policy.endswith(":eager") else ["evict", "evict"]), labels
+        window.close()
+    assert spent["reprefill:eager"] == spent["reprefill"] > 0
+
+
 def test_prepare_sync_serves_a_trim_from_exact_kv(orbit, engine):
     """While a tool runs, the agent prepares the list its trim will leave (Window.prepare_sync): the window is not
     changed, the work is background, and the sync after the tool forwards only the new message, exactly."""

@@ -265,7 +265,8 @@ struct SyncPlan {
 struct SyncReport {
   SyncPlan plan;                           // what it planned (units carry their instance ids)
   std::vector<Plan> plans;                 // every window operation applied, in order (one kSync plan when
-                                           // units were added; else the evictions and a reorder)
+                                           // units were added, or for an eager policy's edits past one; else
+                                           // the evictions and a reorder)
   std::vector<ApplyReport> reports;        // their reports, one per plan
   double forward_tokens = 0;               // Σ reports: critical-path token-forwards (repairs deferred to the
                                            // next read are counted there, not here)

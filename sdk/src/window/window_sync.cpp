@@ -438,17 +438,21 @@ SyncReport sync_with(Window& w, detail::WindowState& s, const std::vector<ChatMe
     return report.reports.back();
   };
 
-  if (plan.count(SyncAction::kKeep) != static_cast<int64_t>(plan.units.size())) {
-    // Units are added: one plan of the window after the sync, so each instance is served once, for the
-    // window the whole edit leaves.
+  // Only removals and moves: edits, whose repairs wait for the next read under a deferring policy. Evictions
+  // that are the window's oldest chunk instances leave in one slide; the others one by one.
+  const std::size_t slid = oldest_chunks(w.instances(), plan.evict);
+  // An eager policy repairs at each edit: two edits past the slide would serve the instances behind them twice
+  // (dropping k messages behind the system prompt re-prefilled the tail k times), so they become one plan.
+  const std::size_t edits = plan.evict.size() - slid + (plan.reorder ? 1 : 0);
+  const bool one_plan = !s.options.policy.defer_repairs && edits > 1;
+  if (plan.count(SyncAction::kKeep) != static_cast<int64_t>(plan.units.size()) || one_plan) {
+    // Units are added (or an eager policy's edits): one plan of the window after the sync, so each instance is
+    // served once, for the window the whole edit leaves.
     const detail::Layout l = sync_layout(s, messages, plan);
     run(detail::plan_layout(s, l), "sync");
     if (plan.reorder) ++s.reorders;  // a window whose agent moves content (Window::idle prepares moves)
     return report;
   }
-  // Only removals and moves: edits (their repairs wait for the next read under a deferring policy).
-  // Evictions that are the window's oldest chunk instances leave in one slide; the others one by one.
-  const std::size_t slid = oldest_chunks(w.instances(), plan.evict);
   if (slid > 0) run(w.plan_slide(static_cast<int64_t>(slid)), "slide");
   for (std::size_t k = slid; k < plan.evict.size(); ++k) run(w.plan_evict(plan.evict[k]), "evict");
   std::vector<InstanceId> kept;
