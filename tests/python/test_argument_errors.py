@@ -158,8 +158,13 @@ def test_tool_errors_name_the_call_and_a_bad_value_before_a_missing_tool(orbit, 
     # A forced call's tools errors came without the call's name; a bad tool_choice or tool_call_format value
     # without tools was called only "needs tools".
     twice = [{"name": "f"}, {"name": "f"}]
-    with pytest.raises(orbit.OrbitError, match=r"^generate: tools\[1\]\.name: 'f' names two tools"):
-        window.generate([1], max_tokens=2, tools=twice, tool_choice="required")
+    for choice in ("required", "auto"):  # under auto they were taken, their calls read under neither's schema
+        with pytest.raises(ValueError, match=(r"^generate: tools\[1\]\.name: 'f' is also the name of tools\[0\] "
+                                              r"\(tool names must be unique\)$")):
+            window.generate([1], max_tokens=2, tools=twice, tool_choice=choice)
+    with pytest.raises(ValueError, match=r"^sync: tools\[1\]\.function\.name: 'f' is also the name of tools\[0\]"):
+        window.sync([{"role": "user", "content": "Hi"}],
+                    tools=[{"type": "function", "function": {"name": n}} for n in ("f", "f")])
     with pytest.raises(orbit.OrbitError, match=r"^generate_n: tools\[0\]\.parameters: a schema must be an object"):
         window.generate_n([1], 2, max_tokens=2, tools=[{"name": "f", "parameters": "nope"}], tool_choice="required")
     with pytest.raises(ValueError, match=(r"^generate: tool_choice: 'bogus' is not one of 'auto', 'none', "

@@ -3,6 +3,9 @@
 // (orbit/constraint.h) and the calls or JSON read back from it (orbit/tool_calls.h).
 #include <pybind11/stl.h>
 
+#include <string>
+#include <unordered_map>
+
 #include "answer.h"
 #include "bindings.h"
 #include "convert.h"
@@ -137,6 +140,7 @@ ToolChoice to_tool_choice(const py::object& tool_choice) {
 // Returns the tools' names, in order.
 std::vector<std::string> check_tool_entries(const py::list& tools, const std::string& caller) {
   std::vector<std::string> names;
+  std::unordered_map<std::string, std::size_t> index;  // each name's tool
   for (std::size_t i = 0; i < tools.size(); ++i) {
     const std::string at = caller + ": tools[" + std::to_string(i) + "]";
     const py::handle tool = tools[i];
@@ -154,6 +158,13 @@ std::vector<std::string> check_tool_entries(const py::list& tools, const std::st
       throw py::value_error(fn_at + ".name: expected a non-empty str (the tool's name)");
     }
     names.push_back(utf8_arg(f["name"], fn_at + ".name"));
+    // As orbit serve refuses them: two tools of one name are one the model cannot tell apart (and under
+    // tool_choice "auto" their calls would be read under neither's schema).
+    const auto [first, added] = index.emplace(names.back(), i);
+    if (!added) {
+      throw py::value_error(fn_at + ".name: '" + names.back() + "' is also the name of tools[" +
+                            std::to_string(first->second) + "] (tool names must be unique)");
+    }
   }
   return names;
 }
