@@ -43,10 +43,10 @@ def standalone_python_blocks(text):
 
 
 def test_readme_has_standalone_python_blocks(repo_root):
-    assert len(standalone_python_blocks(readme(repo_root))) >= 2
+    assert len(standalone_python_blocks(readme(repo_root))) >= 3
 
 
-@pytest.mark.parametrize("index", [0, 1])
+@pytest.mark.parametrize("index", [0, 1, 2])
 def test_readme_python_block_runs(orbit, repo_root, index):
     block = standalone_python_blocks(readme(repo_root))[index]
     out = run_python(orbit, ["-c", block], cwd=repo_root)
