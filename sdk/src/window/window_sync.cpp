@@ -440,12 +440,13 @@ SyncReport sync_with(Window& w, detail::WindowState& s, const std::vector<ChatMe
 
   // Only removals and moves: edits, whose repairs wait for the next read under a deferring policy. Evictions
   // that are the window's oldest chunk instances leave in one slide; the others one by one.
-  const std::size_t slid = oldest_chunks(w.instances(), plan.evict);
+  const bool adds = plan.count(SyncAction::kKeep) != static_cast<int64_t>(plan.units.size());
+  const std::size_t slid = adds ? 0 : oldest_chunks(w.instances(), plan.evict);
   // An eager policy repairs at each edit: two edits past the slide would serve the instances behind them twice
   // (dropping k messages behind the system prompt re-prefilled the tail k times), so they become one plan.
   const std::size_t edits = plan.evict.size() - slid + (plan.reorder ? 1 : 0);
   const bool one_plan = !s.options.policy.defer_repairs && edits > 1;
-  if (plan.count(SyncAction::kKeep) != static_cast<int64_t>(plan.units.size()) || one_plan) {
+  if (adds || one_plan) {
     // Units are added (or an eager policy's edits): one plan of the window after the sync, so each instance is
     // served once, for the window the whole edit leaves.
     const detail::Layout l = sync_layout(s, messages, plan);
