@@ -605,9 +605,18 @@ def test_a_misspelt_keyword_is_named_with_the_nearest_one(orbit, engine, window)
         with pytest.raises(TypeError) as e:
             call()
         assert str(e.value) == says
-    # The call's own errors, and pybind11's where every keyword is known, pass unchanged.
+    # The call's own errors pass unchanged.
     with pytest.raises(TypeError, match=r"^generate: max_tokens: expected int, got str$"):
         window.generate([1], max_tokens="4")
-    with pytest.raises(TypeError, match="incompatible function arguments"):
-        window.generate()
+    # A missing argument, one positional argument too many and one given twice are named the same way.
+    for call, says in (
+            (lambda: window.generate(), "generate: missing required argument 'query'"),
+            (lambda: window.generate([1], 4), "generate: takes 1 positional argument (query), got 2"),
+            (lambda: window.generate([1], query=[2]), "generate: got argument 'query' both by position and by keyword"),
+            (lambda: engine.tokenize_chat(), "tokenize_chat: missing required argument 'messages'"),
+            (lambda: orbit.replay("t.json"), "replay: missing required argument 'model'"),
+            (lambda: orbit.generate_many(), "generate_many: missing required argument 'requests'")):
+        with pytest.raises(TypeError) as e:
+            call()
+        assert str(e.value) == says
     assert orbit.Window.generate.__doc__.startswith("generate(self: orbit._orbit.Window, query: object, *,")
