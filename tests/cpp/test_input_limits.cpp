@@ -324,6 +324,21 @@ TEST_CASE("embedding grids: 1-D on a 1-D RoPE model works; overflowing or too-wi
                     Contains("exceed the model's " + std::to_string(info.max_positions)));
 }
 
+TEST_CASE("a TensorView with a negative dimension is refused, never counted as a wrapped size", "[limits]") {
+  const std::vector<float> six(6, 0.5f);
+  CHECK_THROWS_WITH(orbit::view_of(six, {-2, -3}), Contains("view_of: shape[0] = -2 is negative"));
+  orbit::TensorView v;
+  v.data = six.data();
+  v.shape = {1, -6};
+  CHECK_THROWS_WITH(v.numel(), Contains("TensorView: shape[1] = -6 is negative"));
+  CHECK_THROWS_WITH(v.bytes(), Contains("is negative"));
+  v.shape = {INT64_MAX, 4};
+  CHECK_THROWS_WITH(v.numel(), Contains("more elements than an int64 counts"));
+  v.shape = {2, 3};
+  CHECK(v.bytes() == 24);
+  CHECK(orbit::view_of(six, {3, 2}).numel() == 6);
+}
+
 TEST_CASE("make_trace refuses a step count past its bound", "[limits][trace]") {
   orbit::MakeTraceOptions o;
   o.steps = 99999999999;

@@ -24,12 +24,15 @@ struct TensorView {
   DType dtype = DType::kFloat32;
   std::vector<int64_t> shape;
 
+  // The product of the shape (1 for no dimensions); throws orbit::Error on a negative dimension or a product past
+  // int64, so bytes() below never wraps round.
   int64_t numel() const;
   std::size_t bytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype); }
   bool empty() const { return data == nullptr || numel() == 0; }
 };
 
-// Builders for the common cases (the view borrows `values`).
+// Builders for the common cases (the view borrows `values`); throw orbit::Error naming a negative dimension or a
+// shape whose element count is not values.size().
 TensorView view_of(const std::vector<float>& values, std::vector<int64_t> shape);
 TensorView view_of(const std::vector<int64_t>& values, std::vector<int64_t> shape);
 

@@ -237,7 +237,7 @@ struct Generation {
 // What Window::generate (generate_n, orbit::generate_many) refuses before it forwards anything, checked
 // alone: an empty query or a query token outside [0, vocab), an option out of its range, stop strings, a
 // constraint or on_text without a tokenizer. Throws orbit::Error naming the argument ("generate: top_p = 2
-// must be in (0, 1]"), as generate() would. For a caller that answers without decoding (a run cancelled
+// must be in [0, 1]"), as generate() would. For a caller that answers without decoding (a run cancelled
 // before it began) and must still refuse what generate() refuses. vocab: ModelInfo::vocab_size.
 void check_generate(const std::vector<int64_t>& query, const GenerateOptions& options, int64_t vocab,
                     bool has_tokenizer);

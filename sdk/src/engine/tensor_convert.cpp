@@ -29,7 +29,11 @@ std::size_t dtype_size(DType dtype) noexcept {
 
 int64_t TensorView::numel() const {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    ORBIT_CHECK(shape[i] >= 0, "TensorView: shape[" << i << "] = " << shape[i] << " is negative");
+    ORBIT_CHECK(!__builtin_mul_overflow(n, shape[i], &n),
+                "TensorView: shape " << shape_string(shape) << " holds more elements than an int64 counts");
+  }
   return n;
 }
 
@@ -41,6 +45,9 @@ TensorView view_of_vector(const std::vector<T>& values, std::vector<int64_t> sha
   v.data = values.data();
   v.dtype = dtype;
   v.shape = std::move(shape);
+  for (std::size_t i = 0; i < v.shape.size(); ++i) {
+    ORBIT_CHECK(v.shape[i] >= 0, "view_of: shape[" << i << "] = " << v.shape[i] << " is negative");
+  }
   ORBIT_CHECK(v.numel() == static_cast<int64_t>(values.size()),
               "view_of: shape holds " << v.numel() << " elements, the vector " << values.size());
   return v;
