@@ -432,6 +432,8 @@ def test_errors_are_the_sync_apis(orbit, engine, story):
     assert {t for t, _ in expected} == {orbit.OrbitError, ValueError, TypeError}
     expected_closed = caught(lambda: closed.generate(query))
     expected_many = caught(lambda: orbit.generate_many([(window, query), (query, query)]))
+    not_lists = (5, None, 3.5)  # aio's own reading of the requests raised "'int' object is not iterable"
+    expected_not_lists = [caught(lambda r=r: orbit.generate_many(r)) for r in not_lists]
     expected_sync = caught(lambda: window.sync([{"role": "user", "content": "hi"}], extra=3))
 
     async def main():
@@ -440,17 +442,19 @@ def test_errors_are_the_sync_apis(orbit, engine, story):
         streamed = [caught(lambda o=o: w.stream(query, **o)) for o in bad]  # at the call, not the first piece
         got_closed = await acaught(aio.AsyncWindow(closed).generate(query))
         got_many = await acaught(aio.generate_many([(w, query), (query, query)]))
+        got_not_lists = [await acaught(aio.generate_many(r)) for r in not_lists]
         got_sync = await acaught(w.sync([{"role": "user", "content": "hi"}], extra=3))
         with pytest.raises(TypeError, match="on_text"):
             await w.generate(query, on_text=print)
         with pytest.raises(TypeError, match="on_text"):
             w.stream(query, on_text=print)
-        return got, streamed, got_closed, got_many, got_sync, await w.generate(query, max_tokens=4)
+        return got, streamed, got_closed, (got_many, got_not_lists), got_sync, await w.generate(query, max_tokens=4)
 
-    got, streamed, got_closed, got_many, got_sync, after = asyncio.run(main())
+    got, streamed, got_closed, (got_many, got_not_lists), got_sync, after = asyncio.run(main())
     assert got == expected and streamed == expected
     assert got_closed == expected_closed and "closed" in got_closed[1]
     assert got_many == expected_many and got_sync == expected_sync
+    assert got_not_lists == expected_not_lists and "requests must be a list" in got_not_lists[0][1]
     assert len(after.tokens) == 4  # the window answers after every error
     with pytest.raises(TypeError, match="AsyncWindow: window must be an orbit.Window"):
         aio.AsyncWindow(engine)

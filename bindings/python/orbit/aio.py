@@ -362,8 +362,11 @@ async def generate_many(requests: Any, *, cancel: Optional[CancelToken] = None) 
     window may be a Window or an AsyncWindow. Cancelling the awaiting task cancels every request at its next
     token (a CancelToken for the call, child of cancel= if given)."""
     token = _call_token({"cancel": cancel}, "generate_many")
-    plain = [_plain_request(r) for r in requests] if isinstance(requests, (list, tuple)) else requests
-    windows = {id(r[0]): r[0] for r in plain if isinstance(r, (tuple, list)) and r and isinstance(r[0], Window)}
+    # Anything but a list or tuple goes to the synchronous call unread: it raises generate_many's own error.
+    listed = isinstance(requests, (list, tuple))
+    plain = [_plain_request(r) for r in requests] if listed else requests
+    windows = {id(r[0]): r[0] for r in (plain if listed else ())
+               if isinstance(r, (tuple, list)) and r and isinstance(r[0], Window)}
     for window in windows.values():
         _check_not_streamed(window, "orbit.aio.generate_many")
     locks = [_window_lock(w) for _, w in sorted(windows.items())]  # one order: two calls never wait for each other
