@@ -239,6 +239,93 @@ def test_a_call_waiting_for_the_window_raises_once_it_is_closed(orbit, engine, s
     assert window.closed
 
 
+def test_closing_a_window_of_a_running_generate_many_waits_for_its_next_token(orbit, engine, story):
+    # A generate_many held each of its windows until the whole batch ended: close() of one window stopped its
+    # requests at their next token but returned only once every other window's answers were done. The main
+    # thread runs generate_many; signal handlers run in the batch's signal poll, where a call on a window the batch
+    # holds is refused as a call inside one of its calls. A timer's handler that finds the batch decoding starts a
+    # thread that closes one window and then signals; that handler must still find the batch holding the other.
+    import signal
+    assert threading.current_thread() is threading.main_thread()
+    _, query, _ = story
+    closed, other = engine.new_window(), engine.new_window()
+    for w in (closed, other):
+        w.add_turn(engine.tokenize(STORY, True))
+    seen, threads = {}, []
+
+    def batch_holds_other():
+        try:
+            other.instances
+            return False
+        except orbit.OrbitError as e:
+            assert "is in a call on this thread already" in str(e)
+            return True
+
+    def close_then_signal():
+        closed.close()
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+
+    def on_timer(signum, frame):
+        if not threads and batch_holds_other():
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            threads.append(in_thread(close_then_signal)[1])
+
+    def on_closed(signum, frame):
+        seen["in_batch"] = batch_holds_other()
+
+    handlers = {signal.SIGALRM: signal.signal(signal.SIGALRM, on_timer),
+                signal.SIGUSR1: signal.signal(signal.SIGUSR1, on_closed)}
+    previous_interval = orbit.set_signal_interval(0)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.005, 0.005)
+        answers = orbit.generate_many([(closed, query, {"max_tokens": LONG})] +
+                                      [(other, query, {"max_tokens": LONG, "temperature": 1.0, "seed": i})
+                                       for i in range(16)])
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        for joined in threads:  # its signal handled here, under on_closed, when the close outlasted the batch
+            joined()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        orbit.set_signal_interval(previous_interval)
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    assert len(threads) == 1, "no timer tick found the batch decoding"
+    assert seen == {"in_batch": True}
+    assert answers[0].stop_reason == "cancelled"
+    assert {g.stop_reason for g in answers[1:]} <= {"max_tokens", "position_limit"}
+    other.close()
+
+
+def test_a_window_closed_while_generate_many_waits_for_it_cancels_its_requests_only(orbit, engine, story):
+    # The whole call raised "generate_many: window N is closed", the other windows' requests lost with it. A window
+    # closed before the call is still refused as generate() refuses it: the close is retried, a little later each
+    # time, until it lands while the call waits for the window (held by another thread's generate until then).
+    _, query, _ = story
+    other = engine.new_window()
+    other.add_turn(engine.tokenize(STORY, True))
+    for delay in (0.05, 0.2, 1.0, 3.0, 10.0):
+        window = engine.new_window()
+        window.add_turn(engine.tokenize(STORY, True))
+        with held(window, query):
+            started, result = in_thread(lambda w=window: orbit.generate_many(
+                [(w, query, {"max_tokens": LONG}), (other, query, {"max_tokens": 4})]))
+            assert started.wait(60)
+            threading.Event().wait(delay)
+            _, closing = in_thread(window.close)  # waits for the holder, paused until the block's end
+            try:
+                answers = result()
+            except orbit.OrbitError as e:
+                assert str(e) == f"generate_many: window {window.id} is closed"  # closed before the call
+                continue
+        closing()
+        assert [g.stop_reason for g in answers] == ["cancelled", "max_tokens"]
+        assert list(answers[0].tokens) == [] and len(answers[1].tokens) == 4
+        break
+    else:
+        pytest.fail("every close landed before the call began")
+    other.close()
+
+
 @pytest.mark.parametrize("bad, message", [
     ({"temperature": float("nan")}, "generate: temperature = nan must be a finite number >= 0"),
     ({"top_p": 2.0}, r"generate: top_p = 2 must be in \[0, 1\]"),

@@ -968,8 +968,10 @@ def generate_many(requests: Sequence[Union[tuple[Window, Tokens], tuple[Window, 
     its next token (stop_reason 'cancelled'); a request's own options['cancel'] stops that request alone, the others
     decoding on. A request whose token was cancelled before the call answers a cancelled Generation (no tokens)
     without decoding; while the call waits for another thread's call on one of its windows, it gives up once
-    every request's token is cancelled, each answering so. close() of a request's window stops that request the same way; Engine.close() every
-    request. Called on the main thread, it runs signal handlers while it decodes (at most 100 ms apart): one that
+    every request's token is cancelled, each answering so. close() of a request's window stops that request the same
+    way and returns once it stopped, not at the batch's end (each window is held until its own requests are
+    answered); a window closed while the call waits for it answers its requests cancelled, one closed before the
+    call raises OrbitError as generate() does. Engine.close() stops every request. Called on the main thread, it runs signal handlers while it decodes (at most 100 ms apart): one that
     raises (Ctrl-C's KeyboardInterrupt) stops every request at its next token and is raised here, the answers
     dropped (in the repairs its windows deferred, which run first, it stops them before an instance or between two
     layers of its forward, the window as before them); a call on one of its windows, or closing the engine, from a
@@ -1224,8 +1226,9 @@ class Window:
         """Destroys the window (pages back to the pool); idempotent; later calls raise OrbitError. A call running
         on it on another thread is waited for, but a decode (generate, generate_n, its generate_many requests, a
         Window.stream -- e.g. closed from the stream's loop) first stops at its next token, stop_reason
-        'cancelled', so close() waits for one token, not for the whole answer (a stream's decode waiting for its
-        reader is woken at once). Engine.close() stops them the same way."""
+        'cancelled', so close() waits for one token, not for the whole answer nor, in generate_many, for the other
+        windows' answers (a stream's decode waiting for its reader is woken at once). Engine.close() stops them the
+        same way."""
     @property
     def closed(self) -> bool:
         """True once close() was called on it or on its engine (a lock-free read, safe while another thread closes

@@ -268,31 +268,75 @@ GenerateArgs generate_args(PyWindow& w, const py::object& query, const py::dict&
 
 namespace {
 
-// Holding the windows' mutexes, without the GIL: decodes together the requests not cancelled before the
-// call; those answer cancelled_generation() in their place.
+// The windows a generate_many holds: each one's lock and Hold, kept while a request of it decodes and given back
+// as soon as its last one ends, so a close() waiting for it returns after that request's next token, not after
+// the whole batch (DecodeBatch lets a window be used once its sequences have finished).
+class HeldWindows {
+ public:
+  void add(PyWindow* w, std::unique_lock<std::timed_mutex> lock) {
+    Entry& e = held_[w];
+    e.lock = std::move(lock);
+    e.hold = std::make_unique<PyWindow::Hold>(*w);
+  }
+  bool holds(PyWindow* w) const { return held_.count(w) != 0; }
+  // The Hold first (it marks the thread as inside a call of the window), then the lock.
+  void release(PyWindow* w) {
+    const auto it = held_.find(w);
+    if (it == held_.end()) return;
+    it->second.hold.reset();
+    held_.erase(it);
+  }
+  void release_all() {
+    while (!held_.empty()) release(held_.begin()->first);
+  }
+  ~HeldWindows() { release_all(); }
+
+ private:
+  struct Entry {
+    std::unique_lock<std::timed_mutex> lock;  // declared first: destroyed after the Hold
+    std::unique_ptr<PyWindow::Hold> hold;
+  };
+  std::map<PyWindow*, Entry> held_;
+};
+
+// Without the GIL, holding the windows `held` gives: decodes together the requests not cancelled before the
+// call (a request of a window closed while the call waited for it is cancelled so); those answer
+// cancelled_generation() in their place. Each window is given back once its requests are answered.
 std::vector<orbit::Generation> decode_uncancelled(const std::vector<PyWindow*>& windows,
-                                                  const std::vector<GenerateArgs>& args) {
-  std::vector<orbit::GenerateRequest> batch;
-  std::vector<std::size_t> place;  // request index of each batch entry
+                                                  const std::vector<GenerateArgs>& args, HeldWindows& held) {
+  std::vector<orbit::Generation> out(windows.size(), cancelled_generation());
+  orbit::DecodeBatch batch;
+  std::map<uint64_t, std::size_t> place;  // sequence id -> request index
+  std::map<PyWindow*, int64_t> running;   // sequences still decoding per window
   for (std::size_t i = 0; i < windows.size(); ++i) {
-    if (args[i].cancelled_before()) {
-      // Answered without decoding, its arguments refused as generate() would refuse them, the request named as
-      // orbit::generate_many names it.
+    const std::string named = "generate_many: request " + std::to_string(i) + ": ";
+    if (args[i].cancelled_before() || !held.holds(windows[i])) {
+      // Answered without decoding, its arguments refused as generate() would refuse them.
       const orbit::Engine& engine = *windows[i]->engine;
       try {
         orbit::check_generate(args[i].query, args[i].options, engine.model_info().vocab_size, engine.has_tokenizer());
       } catch (const orbit::Error& e) {
-        throw orbit::Error("generate_many: request " + std::to_string(i) + ": " + e.what(), __FILE__, __LINE__);
+        throw orbit::Error(named + e.what(), __FILE__, __LINE__);
       }
       continue;
     }
-    batch.push_back({&*windows[i]->window, args[i].query, args[i].options});
-    place.push_back(i);
+    try {
+      place[batch.add({&*windows[i]->window, args[i].query, args[i].options})] = i;
+    } catch (const orbit::Error& e) {
+      throw orbit::Error(named + e.what(), __FILE__, __LINE__);
+    }
+    ++running[windows[i]];
   }
-  std::vector<orbit::Generation> out(windows.size(), cancelled_generation());
-  if (batch.empty()) return out;
-  std::vector<orbit::Generation> decoded = orbit::generate_many(batch);
-  for (std::size_t k = 0; k < decoded.size(); ++k) out[place[k]] = std::move(decoded[k]);
+  for (PyWindow* w : windows) {
+    if (running.count(w) == 0) held.release(w);  // nothing of it decodes
+  }
+  while (!batch.empty()) {
+    for (auto& [id, g] : batch.step().finished) {
+      const std::size_t i = place.at(id);
+      out[i] = std::move(g);
+      if (--running[windows[i]] == 0) held.release(windows[i]);
+    }
+  }
   return out;
 }
 
@@ -340,12 +384,14 @@ std::pair<PyWindow*, GenerateArgs> read_request(const py::object& item, const st
 }
 
 // Holding the GIL: releases it and, every distinct window locked in one order (no deadlock with another
-// call) for the whole batch, decodes the requests (decode_uncancelled). On the main thread the batch's signal
-// poll is also the check of an InterruptScope (orbit/interrupt.h), as in PyWindow::run: the repairs the windows
-// deferred, which the decode runs first, stop at their interruption points (orbit::Interrupted, the handler's
-// exception kept in the poll). While another thread's call holds a window, the wait takes the signals too, ends
-// with OrbitError once a window is closed, and gives up once every request's tokens are cancelled: each then
-// answers as cancelled before the call.
+// call), decodes the requests (decode_uncancelled), each window held until its own requests are answered. On the
+// main thread the batch's signal poll is also the check of an InterruptScope (orbit/interrupt.h), as in
+// PyWindow::run: the repairs the windows deferred, which the decode runs first, stop at their interruption points
+// (orbit::Interrupted, the handler's exception kept in the poll). A window closed before the call is refused
+// (OrbitError "generate_many: window N is closed", as generate() refuses it). While another thread's call holds a
+// window, the wait takes the signals too; a window closed meanwhile is not waited for (its requests answer
+// cancelled, as close() stops a running one), and the wait gives up once every request's tokens are cancelled:
+// each then answers as cancelled before the call.
 std::vector<orbit::Generation> decode_locked(const std::vector<PyWindow*>& windows,
                                              const std::vector<GenerateArgs>& args) {
   const std::shared_ptr<SignalPoll> poll = args.empty() ? nullptr : args.front().cancel.signals;
@@ -353,27 +399,25 @@ std::vector<orbit::Generation> decode_locked(const std::vector<PyWindow*>& windo
   std::vector<PyWindow*> order = windows;
   std::sort(order.begin(), order.end());
   order.erase(std::unique(order.begin(), order.end()), order.end());
+  for (PyWindow* w : order) w->check_open("generate_many");
   const auto all_cancelled = [&args] {
     return std::all_of(args.begin(), args.end(), [](const GenerateArgs& a) { return a.cancelled_before(); });
   };
-  std::vector<std::unique_lock<std::timed_mutex>> locks;
-  std::list<PyWindow::Hold> holds;  // released before the locks
+  HeldWindows held;
   for (PyWindow* w : order) {
-    locks.push_back(lock_unless(*w->mutex, [&] {
-      w->check_open("generate_many");
+    std::unique_lock<std::timed_mutex> lock = lock_unless(*w->mutex, [&] {
       if (poll && poll->raised()) throw orbit::Interrupted("generate_many");
-      return all_cancelled();
-    }));
-    if (!locks.back().owns_lock()) {
-      holds.clear();
-      locks.clear();
-      return decode_uncancelled(windows, args);  // every request cancelled: none reads its window
+      return w->closing.is_set() || all_cancelled();
+    });
+    if (!lock.owns_lock() && all_cancelled()) {
+      held.release_all();
+      return decode_uncancelled(windows, args, held);  // every request cancelled: none reads its window
     }
-    holds.emplace_back(*w);
-    w->check_open("generate_many");
+    if (!lock.owns_lock() || w->closing.is_set()) continue;  // closed: its requests answer cancelled
+    held.add(w, std::move(lock));
   }
   const orbit::InterruptScope interrupt(poll ? std::function<bool()>([&poll] { return poll->raised(); }) : nullptr);
-  return decode_uncancelled(windows, args);
+  return decode_uncancelled(windows, args, held);
 }
 
 // orbit::generate_many names a request's error "generate_many: request 3: generate: temperature = -1 ...": raised
@@ -469,12 +513,14 @@ void init_generate(py::module_& m) {
         "same query after them forwarded once. Returns the Generations in request order. At most 1024 requests\n"
         "(orbit::kMaxGenerateMany, Window.generate_n's limit: every request is a sequence of one batch, set up\n"
         "before it decodes): OrbitError 'generate_many: requests: ...' beyond, before any is read. The windows of\n"
-        "one call belong to one engine; each is locked for the call (OrbitError for a window this thread is inside\n"
-        "a call of: its own on_text, or the body of a Window.stream loop on it).\n"
+        "one call belong to one engine; each is locked until its own requests are answered (OrbitError for a\n"
+        "window this thread is inside a call of: its own on_text, or the body of a Window.stream loop on it).\n"
         "cancel (an orbit.CancelToken) stops every request at its next token when cancelled from another thread\n"
         "(stop_reason 'cancelled'); a request's options may hold a cancel= of its own, which stops that request\n"
         "alone. A request whose token is cancelled before the call answers a cancelled Generation at once (no\n"
-        "tokens, nothing forwarded), the others decoding. close() of a request's window stops that request;\n"
+        "tokens, nothing forwarded), the others decoding. close() of a request's window stops that request at its\n"
+        "next token and returns then, the other windows decoding on; a window closed while the call waits for it\n"
+        "answers its requests cancelled; one closed before the call raises OrbitError as generate() does.\n"
         "Engine.close() stops every request. On the main thread signal handlers run while it decodes (at most\n"
         "100 ms apart): one that raises (Ctrl-C's KeyboardInterrupt) stops every request at its next token and is\n"
         "raised here; while it first runs the repairs its windows deferred, it stops them before an instance or\n"

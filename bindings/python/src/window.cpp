@@ -119,7 +119,8 @@ void def_lifetime(py::class_<PyWindow>& c) {
         "calls raise OrbitError. A call running on the window (another thread's) is waited for, but a decode\n"
         "(generate, generate_n, generate_many's requests on it, a Window.stream, e.g. closed from the loop's body)\n"
         "first stops at its next token, stop_reason 'cancelled' (a stream's decode waiting for its reader is woken\n"
-        "at once). Engine.close() stops them the same way.");
+        "at once; a generate_many gives the window back once its requests stopped, the other windows decoding\n"
+        "on). Engine.close() stops them the same way.");
   c.def_property_readonly(
       "closed", [](const PyWindow& w) { return w.closing.is_set() || w.engine->closed(); },
       "True once close() was called on it or on its engine (from any thread: it reads no lock): every call but\n"
