@@ -60,6 +60,8 @@ const char* kStoreUsage =
     "          for good; its writes are then never sent (--dry-run: only count them); the store must not be\n"
     "          open\n"
     "ls, stat and verify only read (safe while engines have the store open, also on a read-only disk).\n"
+    "stat, verify and gc name each directory under blobs/ they cannot list (UNREADABLE DIRECTORY; permission)\n"
+    "and exit 2 (what it holds is not counted, nor removed), unless another failure gave 1.\n"
     // One line: the last of every command's --help lists the accepted names (test_text_cli).
     "accepted arguments: SUBCOMMAND, --store VALUE, --remote VALUE (stat, reset-counts, forget-remote), --json, "
     "--dry-run (gc, forget-remote), --help\n";
@@ -156,6 +158,21 @@ int remote_status(const std::optional<RemoteSummary>& r) {
   return 1;
 }
 
+// Directories under blobs/ a scan could not list, one line each on stdout ("UNREADABLE DIRECTORY <path>: <reason>
+// (<consequence>)").
+void print_unreadable_dirs(const std::vector<std::string>& dirs, const char* consequence) {
+  for (const std::string& d : dirs) std::printf("UNREADABLE DIRECTORY %s (%s)\n", d.c_str(), consequence);
+}
+
+// A report left incomplete by directories it could not list exits 2, as verify does for blobs it could not read
+// (said on stderr too); an earlier failure's status stands.
+int incomplete_status(const std::vector<std::string>& dirs, int status) {
+  if (dirs.empty() || status != 0) return status;
+  std::fprintf(stderr, "orbit store: error: %zu director%s under blobs/ could not be listed: the report is incomplete\n",
+               dirs.size(), dirs.size() == 1 ? "y" : "ies");
+  return 2;
+}
+
 int run_stat(const Args& args, const std::string& dir) {
   const std::optional<std::string> remote = args.get("--remote");
   std::optional<RemoteSummary> r;
@@ -183,7 +200,8 @@ int run_stat(const Args& args, const std::string& dir) {
       {"kinds", kinds},
       {"marked_corrupt", s.marked_corrupt},
       {"unreferenced_blobs", s.unreferenced_blobs},
-      {"temp_files", s.temp_files}};
+      {"temp_files", s.temp_files},
+      {"unreadable_dirs", s.unreadable_dirs}};
   json journal = json::object();  // by remote: undelivered writes recorded, and writes given up
   for (const auto& [url, n] : s.remote_pending) journal[url]["pending"] = n;
   for (const auto& [url, n] : s.remote_abandoned) journal[url]["abandoned"] = n;
@@ -195,7 +213,7 @@ int run_stat(const Args& args, const std::string& dir) {
   if (r) out["remote"] = remote_json(*r);
   if (args.flag("--json")) {
     std::cout << out.dump(2) << "\n";
-    return remote_status(r);
+    return incomplete_status(s.unreadable_dirs, remote_status(r));
   }
   std::printf("store        %s\n", shown(s.dir).c_str());
   std::printf("fingerprint  %s (format %lld)\n", s.model_fingerprint.c_str(), static_cast<long long>(s.format_version));
@@ -217,8 +235,9 @@ int run_stat(const Args& args, const std::string& dir) {
         it.key().c_str(), static_cast<long long>(it.value()["pending"].get<int64_t>()),
         static_cast<long long>(it.value()["abandoned"].get<int64_t>()));
   }
+  print_unreadable_dirs(s.unreadable_dirs, "its blobs and temp files are not counted above");
   if (r) print_remote(*r);
-  return remote_status(r);
+  return incomplete_status(s.unreadable_dirs, remote_status(r));
 }
 
 int run_repair(const Args& args, const std::string& dir) {
@@ -254,6 +273,7 @@ int run_verify(const Args& args, const std::string& dir) {
                       {"unreadable", unreadable},
                       {"unreferenced_blobs", r.unreferenced_blobs},
                       {"temp_files", r.temp_files},
+                      {"unreadable_dirs", r.unreadable_dirs},
                       {"index_damage", r.index_damage}}
                      .dump(2)
               << "\n";
@@ -264,6 +284,7 @@ int run_verify(const Args& args, const std::string& dir) {
     for (const auto& p : r.unreadable) {
       std::printf("UNREADABLE %s %s: %s\n", p.key.c_str(), shown(p.path).c_str(), p.reason.c_str());
     }
+    print_unreadable_dirs(r.unreadable_dirs, "its blobs and temp files are not counted below");
     if (!r.index_damage.empty()) {
       std::printf("DAMAGED INDEX %s/index.sqlite: SQLite's integrity_check: %s (run `orbit store repair --store %s`)\n",
                   dir.c_str(), r.index_damage.c_str(), dir.c_str());
@@ -282,7 +303,9 @@ int run_verify(const Args& args, const std::string& dir) {
           dir.c_str(), dir.c_str());
     }
   }
-  return !r.problems.empty() || !r.index_damage.empty() ? 1 : (r.unreadable.empty() ? 0 : 2);
+  return !r.problems.empty() || !r.index_damage.empty()
+             ? 1
+             : (r.unreadable.empty() && r.unreadable_dirs.empty() ? 0 : 2);
 }
 
 int run_gc(const Args& args, const std::string& dir) {
@@ -292,10 +315,11 @@ int run_gc(const Args& args, const std::string& dir) {
   if (args.flag("--json")) {
     std::cout << json{{"dry_run", options.dry_run},       {"removed_blobs", r.removed_blobs},
                       {"removed_temps", r.removed_temps}, {"freed_bytes", r.freed_bytes},
-                      {"paths", r.removed_paths},         {"kept", r.kept_paths}}
+                      {"paths", r.removed_paths},         {"kept", r.kept_paths},
+                      {"unreadable_dirs", r.unreadable_dirs}}
                      .dump(2)
               << "\n";
-    return 0;
+    return incomplete_status(r.unreadable_dirs, 0);
   }
   for (const auto& p : r.removed_paths)
     std::printf("%s %s\n", options.dry_run ? "would remove" : "removed", shown(p).c_str());
@@ -308,7 +332,8 @@ int run_gc(const Args& args, const std::string& dir) {
         "--store %s`)\n",
         p.c_str(), dir.c_str());
   }
-  return 0;
+  print_unreadable_dirs(r.unreadable_dirs, options.dry_run ? "what it holds is not looked at" : "nothing in it removed");
+  return incomplete_status(r.unreadable_dirs, 0);
 }
 
 int run_reset_counts(const Args& args, const std::string& dir) {

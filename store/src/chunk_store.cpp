@@ -258,6 +258,17 @@ ChunkStore::LocalGet ChunkStore::disk_read_failed(const std::string& key, const 
     forget_if_gone(key);
     return {LocalGet::kRetry, std::nullopt};
   }
+  if (row.encoding == BlobEncoding::kInt8 && !options_.int8_cold_tier && failure.code() == StatusCode::kRefused) {
+    // Another store's lossy copy (the int8 cold tier), which this exact one does not serve: a miss, no fault;
+    // the copy stays for the stores that read it. Warned about once per run.
+    if (options_.warn_disk_errors && !lossy_warned_) {
+      lossy_warned_ = true;
+      orbit::warn("store " + options_.dir + ": " + failure.reason() + "; read as a miss and recomputed (the copy " +
+                  "stays; so do the other int8 entries this store meets, warned about only here)");
+    }
+    return {LocalGet::kMiss, Status::not_found("ChunkStore: entry " + key + " is held as int8 rows, which this "
+                                               "store (exact) does not serve")};
+  }
   if (failure.code() == StatusCode::kRefused) {
     // The read failed, not the blob (e.g. out of file descriptors): a miss now, the entry stays for
     // this and every other process. Only a missing file or a failed verification marks it corrupt.

@@ -146,26 +146,39 @@ int64_t now_ms() {
 struct BlobFiles {
   std::vector<fs::path> blobs;  // *.blob
   std::vector<fs::path> temps;  // .*.tmp
+  // Directories under blobs/ that could not be listed ("<path>: <reason>"): what they hold is not counted.
+  std::vector<std::string> unreadable_dirs;
 };
 
-BlobFiles scan_blobs(const std::string& root) {
-  BlobFiles out;
+// Lists `dir` into `out`, descending into its directories (never a directory in a blob's place: repair drops its
+// row, and gc must not take what it holds for dead temp files or blobs). A directory that cannot be listed is
+// recorded, not skipped unseen: a count without it would read as complete.
+void scan_directory(const fs::path& dir, BlobFiles& out) {
   std::error_code ec;
-  const fs::path blobs = fs::path(root) / "blobs";
-  if (!fs::is_directory(blobs, ec)) return out;
-  for (auto it = fs::recursive_directory_iterator(blobs, ec); it != fs::recursive_directory_iterator();
-       it.increment(ec)) {
+  fs::directory_iterator it(dir, ec);
+  for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
     const fs::directory_entry& entry = *it;
-    // A directory in a blob's place (repair drops its row) is never looked into: gc must not take what it
-    // holds for dead temp files or blobs.
-    if (entry.is_directory() && entry.path().extension() == ".blob") it.disable_recursion_pending();
-    if (!entry.is_regular_file()) continue;
+    std::error_code type_error;
+    // A symlinked directory is not followed; a symlink to a file is taken as the name it has (gc removes the link).
+    if (!entry.is_symlink(type_error) && entry.is_directory(type_error)) {
+      if (entry.path().extension() != ".blob") scan_directory(entry.path(), out);
+      continue;
+    }
+    if (!entry.is_regular_file(type_error)) continue;
     const std::string name = entry.path().filename().string();
     if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0)
       out.temps.push_back(entry.path());
     else if (name.size() > 5 && name.compare(name.size() - 5, 5, ".blob") == 0)
       out.blobs.push_back(entry.path());
   }
+  if (ec) out.unreadable_dirs.push_back(dir.string() + ": " + ec.message());
+}
+
+BlobFiles scan_blobs(const std::string& root) {
+  BlobFiles out;
+  std::error_code ec;
+  const fs::path blobs = fs::path(root) / "blobs";
+  if (fs::is_directory(blobs, ec)) scan_directory(blobs, out);
   return out;
 }
 
@@ -282,6 +295,7 @@ StoreSummary summarize_store(const std::string& dir) {
   const BlobFiles files = scan_blobs(root);
   s.unreferenced_blobs = count_unreferenced(root, rows, files);
   s.temp_files = static_cast<int64_t>(files.temps.size());
+  s.unreadable_dirs = files.unreadable_dirs;
   const std::map<std::string, int64_t> pending = index.remote_pending_counts();
   const std::map<std::string, int64_t> abandoned = index.remote_abandoned();
   s.remote_pending.assign(pending.begin(), pending.end());
@@ -391,6 +405,7 @@ VerifyReport verify_store(const std::string& dir) {
   rows.insert(rows.end(), later.begin(), later.end());
   report.unreferenced_blobs = count_unreferenced(root, rows, files);
   report.temp_files = static_cast<int64_t>(files.temps.size());
+  report.unreadable_dirs = files.unreadable_dirs;
   report.index_damage = shown(index.inconsistency());
   return report;
 }
@@ -419,6 +434,7 @@ GcReport gc_store(const std::string& dir, const GcOptions& options) {
   const BlobFiles files = scan_blobs(root);
   const RowHealth health = row_health(root, rows, files);
   GcReport report;
+  report.unreadable_dirs = files.unreadable_dirs;
   auto remove = [&](const fs::path& p, int64_t& counter) {
     std::error_code size_error, ec;
     // A symlink is removed, not what it names: it frees no bytes of its target's.

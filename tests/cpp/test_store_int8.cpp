@@ -139,6 +139,9 @@ TEST_CASE("a store that keeps entries exact does not read another's int8 copy as
     REQUIRE_FALSE(read.is_ok());  // a miss: the caller recomputes the canonical
     CHECK_THAT(read.status().reason(), Contains("int8") && Contains("exact"));
     CHECK(exact.contains(k));  // kept, for the stores that wrote it so
+    // A miss, not a file-system fault: the unreadable count (orbit serve's fault metric) stays 0.
+    CHECK(exact.stats().unreadable_reads == 0);
+    CHECK(exact.stats().corrupt_reads == 0);
   }
   ChunkStoreOptions cold_options = o;
   cold_options.int8_cold_tier = true;

@@ -1614,6 +1614,9 @@ class StoreSummary:
     @property
     def temp_files(self) -> int: ...
     @property
+    def unreadable_dirs(self) -> list[str]:
+        """Directories under blobs/ that could not be listed ('<path>: <reason>'): what they hold is not counted."""
+    @property
     def remote_pending(self) -> dict[str, int]: ...
     @property
     def remote_abandoned(self) -> dict[str, int]: ...
@@ -1643,6 +1646,9 @@ class VerifyReport:
     @property
     def temp_files(self) -> int: ...
     @property
+    def unreadable_dirs(self) -> list[str]:
+        """Directories under blobs/ that could not be listed ('<path>: <reason>'): not counted; not clean."""
+    @property
     def index_damage(self) -> str:
         """Why SQLite's integrity_check finds index.sqlite inconsistent, or '' (store_repair() reindexes it)."""
     @property
@@ -1661,6 +1667,9 @@ class GcReport:
     def removed_paths(self) -> list[str]: ...
     @property
     def kept_paths(self) -> list[str]: ...
+    @property
+    def unreadable_dirs(self) -> list[str]:
+        """Directories under blobs/ that could not be listed ('<path>: <reason>'): neither looked at nor removed."""
 
 def store_list(dir: Union[str, os.PathLike]) -> list[StoreEntryInfo]:
     """The committed entries of a store directory. dir of another type (None) raises TypeError naming

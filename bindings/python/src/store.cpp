@@ -105,6 +105,9 @@ void def_store_listing(py::module_& m) {
           "dict: kind name -> blob bytes.")
       .def_readonly("unreferenced_blobs", &StoreSummary::unreferenced_blobs, "Blob files no row names.")
       .def_readonly("temp_files", &StoreSummary::temp_files, "Writes that never completed.")
+      .def_readonly("unreadable_dirs", &StoreSummary::unreadable_dirs,
+                    "list[str]: directories under blobs/ that could not be listed ('<path>: <reason>', e.g. permission\n"
+                    "denied): the blobs and temp files they hold are not counted (`orbit store stat`: UNREADABLE DIRECTORY, exit status 2).")
       .def_property_readonly(
           "remote_pending", [](const StoreSummary& s) { return kind_dict(s.remote_pending); },
           "dict: remote URL (as shown) -> writes and erases recorded, not yet delivered.")
@@ -134,10 +137,13 @@ void def_store_reports(py::module_& m) {
                     "store verify` prints them as UNREADABLE (exit status 2 when nothing else is wrong).")
       .def_readonly("unreferenced_blobs", &VerifyReport::unreferenced_blobs, "Blob files no row names.")
       .def_readonly("temp_files", &VerifyReport::temp_files, "Writes that never completed.")
+      .def_readonly("unreadable_dirs", &VerifyReport::unreadable_dirs,
+                    "list[str]: directories under blobs/ that could not be listed ('<path>: <reason>', e.g. permission\n"
+                    "denied): the blobs and temp files they hold are not counted; the report is not clean.")
       .def_readonly("index_damage", &VerifyReport::index_damage,
                     "Why SQLite's integrity_check finds index.sqlite inconsistent (its key index disagrees\n"
                     "with its table, a damaged page), or '' when it passes: store_repair() reindexes it.")
-      .def_property_readonly("clean", &VerifyReport::clean, "No problems, nothing unreadable, no index_damage.")
+      .def_property_readonly("clean", &VerifyReport::clean, "No problems, nothing unreadable (blobs or directories), no index_damage.")
       .def("__bool__", &VerifyReport::clean, "True when clean.")
       .def("__repr__", &fields_repr);
   py::class_<GcReport>(m, "GcReport", "What store_gc() removed (or would remove, dry_run=True).")
@@ -149,6 +155,9 @@ void def_store_reports(py::module_& m) {
                     "Unreferenced blobs kept while index rows are damaged (a row names no blob file, or not its\n"
                     "own): those repair could rebuild a row from (they verify and no healthy row has their key)\n"
                     "or that could not be read now. store_repair() rebuilds those rows from them.")
+      .def_readonly("unreadable_dirs", &GcReport::unreadable_dirs,
+                    "list[str]: directories under blobs/ that could not be listed ('<path>: <reason>'): what they\n"
+                    "hold was neither looked at nor removed (`orbit store gc`: exit status 2).")
       .def("__repr__", &fields_repr);
 
   py::class_<RepairReport>(m, "RepairReport", "What store_repair() did.")

@@ -230,6 +230,9 @@ struct StoreSummary {
   std::vector<std::pair<std::string, int64_t>> bytes_by_kind;    // kind name -> blob bytes
   int64_t unreferenced_blobs = 0;  // blob files no row names (a crash between rename and commit)
   int64_t temp_files = 0;          // writes that never completed
+  // Directories under blobs/ that could not be listed ("<path>: <reason>", e.g. permission denied): the blobs and
+  // temp files they hold are not in the counts above.
+  std::vector<std::string> unreadable_dirs;
   // By remote tier (its URL as shown): writes and erases recorded and not yet delivered (re-sent by the next open),
   // and writes given up, their local copies evicted past RemoteOptions::max_held_fraction (over every run).
   std::vector<std::pair<std::string, int64_t>> remote_pending;
@@ -250,11 +253,14 @@ struct VerifyReport {
   std::vector<VerifyProblem> unreadable;
   int64_t unreferenced_blobs = 0;
   int64_t temp_files = 0;
+  std::vector<std::string> unreadable_dirs;  // under blobs/, not listed ("<path>: <reason>"): not counted above
   // Why SQLite finds index.sqlite inconsistent (PRAGMA integrity_check: the table and its index of keys
   // disagree, a damaged page), or "" when it passes. `orbit store repair` rebuilds the index (REINDEX).
   std::string index_damage;
   // every entry checked and sound, and the index consistent
-  bool clean() const { return problems.empty() && unreadable.empty() && index_damage.empty(); }
+  bool clean() const {
+    return problems.empty() && unreadable.empty() && unreadable_dirs.empty() && index_damage.empty();
+  }
 };
 
 struct GcOptions {
@@ -274,6 +280,9 @@ struct GcReport {
   // (key and path both damaged), so `orbit store repair` restores the row from it. On a healthy index every
   // unreferenced blob goes (a write or removal that died between its blob and its row).
   std::vector<std::string> kept_paths;
+  // Directories under blobs/ that could not be listed ("<path>: <reason>"): what they hold was neither looked at
+  // nor removed.
+  std::vector<std::string> unreadable_dirs;
 };
 
 struct RepairReport {
