@@ -168,7 +168,8 @@ void print_unreadable_dirs(const std::vector<std::string>& dirs, const char* con
 // (said on stderr too); an earlier failure's status stands.
 int incomplete_status(const std::vector<std::string>& dirs, int status) {
   if (dirs.empty() || status != 0) return status;
-  std::fprintf(stderr, "orbit store: error: %zu director%s under blobs/ could not be listed: the report is incomplete\n",
+  std::fprintf(stderr,
+               "orbit store: error: %zu director%s under blobs/ could not be listed: the report is incomplete\n",
                dirs.size(), dirs.size() == 1 ? "y" : "ies");
   return 2;
 }
@@ -303,9 +304,8 @@ int run_verify(const Args& args, const std::string& dir) {
           dir.c_str(), dir.c_str());
     }
   }
-  return !r.problems.empty() || !r.index_damage.empty()
-             ? 1
-             : (r.unreadable.empty() && r.unreadable_dirs.empty() ? 0 : 2);
+  return !r.problems.empty() || !r.index_damage.empty() ? 1
+                                                        : (r.unreadable.empty() && r.unreadable_dirs.empty() ? 0 : 2);
 }
 
 int run_gc(const Args& args, const std::string& dir) {
@@ -313,9 +313,12 @@ int run_gc(const Args& args, const std::string& dir) {
   options.dry_run = args.flag("--dry-run");
   const GcReport r = gc_store(dir, options);
   if (args.flag("--json")) {
-    std::cout << json{{"dry_run", options.dry_run},       {"removed_blobs", r.removed_blobs},
-                      {"removed_temps", r.removed_temps}, {"freed_bytes", r.freed_bytes},
-                      {"paths", r.removed_paths},         {"kept", r.kept_paths},
+    std::cout << json{{"dry_run", options.dry_run},
+                      {"removed_blobs", r.removed_blobs},
+                      {"removed_temps", r.removed_temps},
+                      {"freed_bytes", r.freed_bytes},
+                      {"paths", r.removed_paths},
+                      {"kept", r.kept_paths},
                       {"unreadable_dirs", r.unreadable_dirs}}
                      .dump(2)
               << "\n";
@@ -332,7 +335,8 @@ int run_gc(const Args& args, const std::string& dir) {
         "--store %s`)\n",
         p.c_str(), dir.c_str());
   }
-  print_unreadable_dirs(r.unreadable_dirs, options.dry_run ? "what it holds is not looked at" : "nothing in it removed");
+  print_unreadable_dirs(r.unreadable_dirs,
+                        options.dry_run ? "what it holds is not looked at" : "nothing in it removed");
   return incomplete_status(r.unreadable_dirs, 0);
 }
 

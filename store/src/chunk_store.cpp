@@ -266,7 +266,8 @@ ChunkStore::LocalGet ChunkStore::disk_read_failed(const std::string& key, const 
       orbit::warn("store " + options_.dir + ": " + failure.reason() + "; read as a miss and recomputed (the copy " +
                   "stays; so do the other int8 entries this store meets, warned about only here)");
     }
-    return {LocalGet::kMiss, Status::not_found("ChunkStore: entry " + key + " is held as int8 rows, which this "
+    return {LocalGet::kMiss, Status::not_found("ChunkStore: entry " + key +
+                                               " is held as int8 rows, which this "
                                                "store (exact) does not serve")};
   }
   if (failure.code() == StatusCode::kRefused) {
