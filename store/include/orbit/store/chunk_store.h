@@ -340,7 +340,7 @@ class ChunkStore {
   int64_t demotions_lost_ = 0;    // StoreStats::demotions_lost
   std::vector<StoreFault> faults_;
   std::set<std::string> unreadable_warned_;  // blobs (index paths) whose failed read was warned about
-  bool lossy_warned_ = false;  // another store's int8 copy met by this exact one was warned about
+  bool lossy_warned_ = false;                // another store's int8 copy met by this exact one was warned about
 };
 
 }  // namespace orbit::store
