@@ -105,9 +105,11 @@ void def_store_listing(py::module_& m) {
           "dict: kind name -> blob bytes.")
       .def_readonly("unreferenced_blobs", &StoreSummary::unreferenced_blobs, "Blob files no row names.")
       .def_readonly("temp_files", &StoreSummary::temp_files, "Writes that never completed.")
-      .def_readonly("unreadable_dirs", &StoreSummary::unreadable_dirs,
-                    "list[str]: directories under blobs/ that could not be listed ('<path>: <reason>', e.g. permission\n"
-                    "denied): the blobs and temp files they hold are not counted (`orbit store stat`: UNREADABLE DIRECTORY, exit status 2).")
+      .def_readonly(
+          "unreadable_dirs", &StoreSummary::unreadable_dirs,
+          "list[str]: directories under blobs/ that could not be listed ('<path>: <reason>', e.g. permission\n"
+          "denied): the blobs and temp files they hold are not counted (`orbit store stat`: UNREADABLE DIRECTORY, exit "
+          "status 2).")
       .def_property_readonly(
           "remote_pending", [](const StoreSummary& s) { return kind_dict(s.remote_pending); },
           "dict: remote URL (as shown) -> writes and erases recorded, not yet delivered.")
@@ -137,13 +139,15 @@ void def_store_reports(py::module_& m) {
                     "store verify` prints them as UNREADABLE (exit status 2 when nothing else is wrong).")
       .def_readonly("unreferenced_blobs", &VerifyReport::unreferenced_blobs, "Blob files no row names.")
       .def_readonly("temp_files", &VerifyReport::temp_files, "Writes that never completed.")
-      .def_readonly("unreadable_dirs", &VerifyReport::unreadable_dirs,
-                    "list[str]: directories under blobs/ that could not be listed ('<path>: <reason>', e.g. permission\n"
-                    "denied): the blobs and temp files they hold are not counted; the report is not clean.")
+      .def_readonly(
+          "unreadable_dirs", &VerifyReport::unreadable_dirs,
+          "list[str]: directories under blobs/ that could not be listed ('<path>: <reason>', e.g. permission\n"
+          "denied): the blobs and temp files they hold are not counted; the report is not clean.")
       .def_readonly("index_damage", &VerifyReport::index_damage,
                     "Why SQLite's integrity_check finds index.sqlite inconsistent (its key index disagrees\n"
                     "with its table, a damaged page), or '' when it passes: store_repair() reindexes it.")
-      .def_property_readonly("clean", &VerifyReport::clean, "No problems, nothing unreadable (blobs or directories), no index_damage.")
+      .def_property_readonly("clean", &VerifyReport::clean,
+                             "No problems, nothing unreadable (blobs or directories), no index_damage.")
       .def("__bool__", &VerifyReport::clean, "True when clean.")
       .def("__repr__", &fields_repr);
   py::class_<GcReport>(m, "GcReport", "What store_gc() removed (or would remove, dry_run=True).")
