@@ -159,7 +159,7 @@ const char* kServeUsage =
     "                        (1 + top_logprobs) (default 1048576, at least 1; each is held until the answer\n"
     "                        ends, about 50 bytes in memory, and about 35 more as a whole answer's body);\n"
     "                        past it the request is refused (400)\n"
-    "  --threads N           requests answered at once (default 64, at most 4096); connections being read or\n"
+    "  --threads N           requests answered at once (default 64, at least 2, at most 4096); connections read or\n"
     "                        idle hold no thread, and GET /health is answered apart from them\n"
     "  --header-seconds N    a request's head must arrive within N s of its first byte, else 408 (default 10)\n"
     "  --body-seconds N      its body within N s of its head, else 408 (default 60)\n"

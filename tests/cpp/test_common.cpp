@@ -16,6 +16,7 @@
 namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
 
 using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
 
 TEST_CASE("sha256 matches the FIPS 180-2 test vectors", "[common][cpu]") {
   CHECK(orbit::sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
@@ -120,6 +121,9 @@ TEST_CASE("parse_json_input bounds nesting by the brackets outside strings", "[c
   // Text that is not JSON is still refused by the parse, with its message.
   CHECK_THROWS_WITH(parse_json_input(std::string("[\"]"), "t"), Contains("t: not valid JSON"));
   CHECK_THROWS_WITH(parse_json_input(std::string("]]]]"), "t"), Contains("t: not valid JSON"));
+  // The parser's message without nlohmann's "[json.exception.parse_error.101] " tag.
+  CHECK_THROWS_WITH(parse_json_input(std::string("{\"a\": tru}"), "t"),
+                    StartsWith("t: not valid JSON: parse error at line 1, column") && !Contains("json.exception"));
   // An observer still sees every event and may drop values.
   orbit::JsonInputOptions options;
   options.observer = [](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {

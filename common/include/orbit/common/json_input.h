@@ -55,6 +55,16 @@ inline bool json_nests_deeper(const char* first, const char* last, int max_depth
   return false;
 }
 
+// nlohmann's message without its "[json.exception.parse_error.101] " tag (the library's internals, not the
+// reader's): "parse error at line 1, column 69: syntax error while parsing value - ...".
+inline std::string json_parser_message(const std::string& what) {
+  if (what.rfind("[json.exception.", 0) == 0) {
+    const std::size_t end = what.find("] ");
+    if (end != std::string::npos) return what.substr(end + 2);
+  }
+  return what;
+}
+
 // Parses one JSON document from [first, last). `origin` names the input in errors ("web.json",
 // "m.safetensors: header (88 bytes)"). Throws orbit::Error, never a nlohmann exception:
 //   "<origin>: not valid JSON: <parser message>"          syntax, bad UTF-8, trailing garbage;
@@ -83,9 +93,9 @@ inline nlohmann::json parse_json_input(const char* first, const char* last, cons
     }
     return nlohmann::json::parse(first, last, callback);
   } catch (const nlohmann::json::out_of_range& e) {
-    ORBIT_FAIL(origin << ": not valid JSON: a number is out of range (" << e.what() << ")");
+    ORBIT_FAIL(origin << ": not valid JSON: a number is out of range (" << json_parser_message(e.what()) << ")");
   } catch (const nlohmann::json::exception& e) {
-    ORBIT_FAIL(origin << ": not valid JSON: " << e.what());
+    ORBIT_FAIL(origin << ": not valid JSON: " << json_parser_message(e.what()));
   }
 }
 
