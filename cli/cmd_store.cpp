@@ -43,7 +43,7 @@ const char* kStoreUsage =
     "          any entry is bad or the index inconsistent, 2 when none is bad but some could not be read\n"
     "          (verify again)\n"
     "  gc      remove blobs no index row names and temp files of writes that never completed\n"
-    "          (--dry-run: only list them; it writes nothing, also on a read-only disk); the store must not\n"
+    "          (--dry-run: only list them; it changes nothing, also on a read-only disk); the store must not\n"
     "          be open in another process. Refuses an index SQLite finds inconsistent (run repair first).\n"
     "          While index rows are damaged (a row names no blob file, or not its own), keeps and names\n"
     "          every unreferenced blob repair could rebuild a row from (it verifies, and no healthy row has\n"
@@ -59,7 +59,8 @@ const char* kStoreUsage =
     "          only an open with that remote re-sends them, so a remote no store opens any more keeps them\n"
     "          for good; its writes are then never sent (--dry-run: only count them); the store must not be\n"
     "          open\n"
-    "ls, stat and verify only read (safe while engines have the store open, also on a read-only disk).\n"
+    "ls, stat and verify only read (safe while engines have the store open, also on a read-only disk; as any\n"
+    "reader of index.sqlite, SQLite may leave its side files index.sqlite-shm and -wal where it can write).\n"
     "stat, verify and gc name each directory under blobs/ they cannot list (UNREADABLE DIRECTORY; permission)\n"
     "and exit 2 (what it holds is not counted, nor removed), unless another failure gave 1.\n"
     // One line: the last of every command's --help lists the accepted names (test_text_cli).

@@ -264,8 +264,9 @@ struct VerifyReport {
 };
 
 struct GcOptions {
-  // Report what would be removed, remove nothing. Writes nothing either (the index opened read-only, the LOCK
-  // file opened for reading, never created): it runs on a read-only directory or file system.
+  // Report what would be removed, remove nothing. Changes nothing either (the index opened read-only, the LOCK
+  // file opened for reading, never created): it runs on a read-only directory or file system. Where the directory
+  // is writable SQLite may leave its empty side files index.sqlite-shm and -wal, as any reader of the index does.
   bool dry_run = false;
 };
 
