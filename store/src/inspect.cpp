@@ -344,7 +344,13 @@ RowCheck check_row(const std::string& root, const std::string& confined_root, co
                                  " in the index (truncated or overwritten)");
   }
   Result<DecodedBlob> decoded = decode_blob(bytes.value(), r.checksum, path);
-  if (!decoded) return row_problem(path, decoded.status().reason());
+  if (!decoded) {
+    // The problem line names the blob already: "corrupt: checksum mismatch ...", not the path twice.
+    std::string reason = decoded.status().reason();
+    const std::string lead = "corrupt blob " + path + ": ";
+    if (reason.rfind(lead, 0) == 0) reason = "corrupt: " + reason.substr(lead.size());
+    return row_problem(path, reason);
+  }
   if (decoded.value().key != r.key || decoded.value().model_fingerprint != fingerprint) {
     return row_problem(path,
                        "the blob holds key " + decoded.value().key + " of model " + decoded.value().model_fingerprint);

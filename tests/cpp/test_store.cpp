@@ -334,6 +334,12 @@ TEST_CASE("orbit store ls, stat, verify and gc", "[store][cpu]") {
   CHECK_THAT(bad.out, Contains("BAD " + entries[1]["key"].get<std::string>()) && Contains(victim) &&
                           Contains("checksum") && Contains("1 unreferenced blobs (") && Contains("repair restores") &&
                           Contains("2 temp files"));
+  {  // The BAD line names the blob once ("... <path>: corrupt: checksum mismatch ..."), not again in its reason.
+    const std::size_t at = bad.out.find("BAD ");
+    const std::string line = bad.out.substr(at, bad.out.find('\n', at) - at);
+    CHECK(line.find(victim) == line.rfind(victim));
+    CHECK_THAT(line, Contains(victim + ": corrupt: checksum"));
+  }
   Run dry = run(cli + "gc --dry-run --store " + d);
   CHECK(dry.status == 0);
   CHECK(std::filesystem::exists(sub / "orphan.blob"));
