@@ -220,6 +220,20 @@ ChunkStore::LocalGet ChunkStore::get_local(const std::string& key, const GetOpti
     }
     row = *current;
   }
+  if (row.encoding == BlobEncoding::kInt8 && !options_.int8_cold_tier) {
+    // Another store's lossy copy (the int8 cold tier), which this exact one does not serve (DiskTier::load refuses
+    // it too): a miss without reading the blob, and no fault; the copy stays for the stores that read it.
+    if (leased) disk_->release_read(key);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (options_.warn_disk_errors && !lossy_warned_) {
+      lossy_warned_ = true;
+      orbit::warn("store " + options_.dir + ": key " + key + " is held as int8 rows (lossy), written by a store with "
+                  "the int8 cold tier, and this one keeps its entries exact: read as a miss and recomputed (the copy "
+                  "stays; so do the other int8 entries this store meets, warned about only here)");
+    }
+    return {LocalGet::kMiss, Status::not_found("ChunkStore: entry " + key + " is held as int8 rows (lossy), which " +
+                                               "this store (exact) does not serve")};
+  }
   Result<ValuePtr> loaded = disk_->load(row);  // outside the lock: read, checksum, decode
   if (leased) disk_->release_read(key);
   std::lock_guard<std::mutex> lock(mu_);
@@ -257,18 +271,6 @@ ChunkStore::LocalGet ChunkStore::disk_read_failed(const std::string& key, const 
   if (current == nullptr || current->blob != row.blob) {  // removed or rewritten meanwhile: look again
     forget_if_gone(key);
     return {LocalGet::kRetry, std::nullopt};
-  }
-  if (row.encoding == BlobEncoding::kInt8 && !options_.int8_cold_tier && failure.code() == StatusCode::kRefused) {
-    // Another store's lossy copy (the int8 cold tier), which this exact one does not serve: a miss, no fault;
-    // the copy stays for the stores that read it. Warned about once per run.
-    if (options_.warn_disk_errors && !lossy_warned_) {
-      lossy_warned_ = true;
-      orbit::warn("store " + options_.dir + ": " + failure.reason() + "; read as a miss and recomputed (the copy " +
-                  "stays; so do the other int8 entries this store meets, warned about only here)");
-    }
-    return {LocalGet::kMiss, Status::not_found("ChunkStore: entry " + key +
-                                               " is held as int8 rows, which this "
-                                               "store (exact) does not serve")};
   }
   if (failure.code() == StatusCode::kRefused) {
     // The read failed, not the blob (e.g. out of file descriptors): a miss now, the entry stays for

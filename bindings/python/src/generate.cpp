@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <exception>
 #include <functional>
-#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
