@@ -227,7 +227,8 @@ ChunkStore::LocalGet ChunkStore::get_local(const std::string& key, const GetOpti
     std::lock_guard<std::mutex> lock(mu_);
     if (options_.warn_disk_errors && !lossy_warned_) {
       lossy_warned_ = true;
-      orbit::warn("store " + options_.dir + ": key " + key + " is held as int8 rows (lossy), written by a store with "
+      orbit::warn("store " + options_.dir + ": key " + key +
+                  " is held as int8 rows (lossy), written by a store with "
                   "the int8 cold tier, and this one keeps its entries exact: read as a miss and recomputed (the copy "
                   "stays; so do the other int8 entries this store meets, warned about only here)");
     }
