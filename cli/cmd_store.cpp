@@ -159,10 +159,11 @@ int remote_status(const std::optional<RemoteSummary>& r) {
   return 1;
 }
 
-// Directories under blobs/ a scan could not list, one line each on stdout ("UNREADABLE DIRECTORY <path>: <reason>
+// Directories under blobs/ a scan could not list, one line each on stdout, shown() as every text path is
+// ("UNREADABLE DIRECTORY <path>: <reason>
 // (<consequence>)").
 void print_unreadable_dirs(const std::vector<std::string>& dirs, const char* consequence) {
-  for (const std::string& d : dirs) std::printf("UNREADABLE DIRECTORY %s (%s)\n", d.c_str(), consequence);
+  for (const std::string& d : dirs) std::printf("UNREADABLE DIRECTORY %s (%s)\n", shown(d).c_str(), consequence);
 }
 
 // A report left incomplete by directories it could not list exits 2, as verify does for blobs it could not read
