@@ -16,6 +16,7 @@ if git -C "$ORBIT_ROOT" grep -nE '[Ii]ssue [0-9]+|[Ii]ssue #[0-9]+' -- '*.cpp' '
   exit 1
 fi
 
+stage_start=$SECONDS
 orbit_install_packages
 
 step "Hugging Face tokenizers for Node (the tokenizer.json oracle test; it reports skipped without them)"
@@ -28,9 +29,11 @@ fi
 
 step "Format: the C++/CUDA sources match .clang-format (scripts/check-format.sh; fix with clang-format -i)"
 "$ORBIT_ROOT/scripts/check-format.sh"
+timings=("packages, npm and format: $((SECONDS - stage_start)) s")
 
 stage_start=$SECONDS
 orbit_build -DORBIT_TESTS=ON -DORBIT_PYTHON=ON -DORBIT_WERROR=ON
+timings+=("build: $((SECONDS - stage_start)) s")
 
 # ctest runs ORBIT_JOBS tests at once: each test's OpenMP and BLAS threads get their share of the cores, as
 # oversubscribed OpenMP threads spin-wait on each other (on 2 cores, a replay ran 4x slower with 2 threads
@@ -40,16 +43,19 @@ cores=$(orbit_cores)
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$((cores / ORBIT_JOBS > 0 ? cores / ORBIT_JOBS : 1))}"
 
 step "C++ tests (ctest; labels: cpu, model, gpu, slow; OMP_NUM_THREADS=$OMP_NUM_THREADS per test)"
+stage_start=$SECONDS
 ctest --test-dir "$ORBIT_BUILD" --output-on-failure -j "$ORBIT_JOBS"
+timings+=("C++ tests: $((SECONDS - stage_start)) s")
 
 # pytest-xdist runs ORBIT_JOBS tests at once; the files with expensive module fixtures stay on one worker
 # each (pytest.mark.xdist_group), so those fixtures run once.
 pytest_jobs=()
 /usr/bin/python3 -c "import xdist" 2>/dev/null && pytest_jobs=(-n "$ORBIT_JOBS" --dist loadgroup)
+stage_start=$SECONDS
 step "Python tests (pytest, Debian's /usr/bin/python3${pytest_jobs[*]:+, ${ORBIT_JOBS} workers})"
 ORBIT_CLI="$ORBIT_BUILD/cli/orbit" ORBIT_MODELS_DIR="$ORBIT_ROOT/models" ORBIT_PYTHON_PATH="$ORBIT_BUILD/bindings/python" \
-  /usr/bin/python3 -m pytest -q "${pytest_jobs[@]}" "$ORBIT_ROOT/tests/python"
-timings=("build and tests: $((SECONDS - stage_start)) s")
+  /usr/bin/python3 -m pytest -q --durations=15 "${pytest_jobs[@]}" "$ORBIT_ROOT/tests/python"
+timings+=("Python tests: $((SECONDS - stage_start)) s")
 
 stage_start=$SECONDS
 "$ORBIT_ROOT/scripts/check-install.sh"
