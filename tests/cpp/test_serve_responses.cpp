@@ -212,11 +212,12 @@ TEST_CASE("responses: items become chat messages; tools, formats and settings ca
   CHECK(chat.messages[6].role == "assistant");
   CHECK(chat.messages[6].content.empty());
   CHECK(chat.messages[6].tool_calls.at(0).id == "c3");
-  // Tools in the chat form, keys in the client's order.
+  // Tools in the chat form, keys in the client's order; strict carried (chat refuses a strict tool whose
+  // arguments it cannot hold to the schema under tool_choice auto).
   CHECK(chat.tool_names == std::vector<std::string>{"read_file"});
   CHECK(chat.tools_json ==
         R"([{"type":"function","function":{"name":"read_file","description":"Reads.","parameters":{"type":"object",)"
-        R"("properties":{"path":{"type":"string"}}}}}])");
+        R"("properties":{"path":{"type":"string"}}},"strict":true}}])");
   CHECK(chat.tool_choice.mode == "function");
   CHECK(chat.tool_choice.function == "read_file");
   CHECK_FALSE(chat.parallel_tool_calls);
@@ -512,6 +513,20 @@ TEST_CASE("responses: store false, a header's session, refusals by the Responses
   CHECK(bad_schema.error->param == "tools[1].parameters");
   CHECK(bad_schema.error->code == "invalid_function_parameters");
   CHECK(bad_schema.error->message.rfind("tools[1].parameters: 'type' must be \"object\"", 0) == 0);
+  // A strict tool whose arguments cannot be held to its schema under tool_choice auto is refused naming its
+  // strict, as chat refuses it, not decoded free behind an echo that says strict.
+  json unheld = search;
+  unheld["name"] = "find";
+  unheld["parameters"] = {{"type", "object"}, {"properties", {{"q", {{"not", {{"type", "string"}}}}}}}};
+  unheld["strict"] = true;
+  const Answer strict = respond(core, request("Hi", {{"tools", {search, unheld}}}));
+  REQUIRE(strict.error);
+  CHECK(strict.error->status == 400);
+  CHECK(strict.error->code == "unsupported_value");
+  CHECK(strict.error->param == "tools[1].strict");
+  CHECK(strict.error->message.rfind("tools[1].strict: ", 0) == 0);
+  unheld["strict"] = false;
+  CHECK_FALSE(respond(core, request("Hi", {{"tools", {search, unheld}}})).error);
   const Answer twice = respond(core, request("Hi", {{"tools", {search, search}}}));
   REQUIRE(twice.error);
   CHECK(twice.error->param == "tools[1].name");

@@ -272,8 +272,11 @@ ojson chat_tools(const ojson& tools) {
     ojson fn = {{"name", name}};
     if (const ojson* d = field(t, "description")) fn["description"] = need_string(*d, p + ".description");
     if (const ojson* params = field(t, "parameters")) fn["parameters"] = need_object(*params, p + ".parameters");
-    if (const ojson* strict = field(t, "strict"); strict != nullptr && !strict->is_boolean()) {
-      wrong_type(p + ".strict", "a boolean", *strict);
+    // Carried into the chat tool: under tool_choice auto a strict tool whose grammar cannot be had is refused
+    // (naming tools[i].strict), as on chat, rather than decoded free behind an echo that says strict.
+    if (const ojson* strict = field(t, "strict")) {
+      if (!strict->is_boolean()) wrong_type(p + ".strict", "a boolean", *strict);
+      fn["strict"] = *strict;
     }
     out.push_back({{"type", "function"}, {"function", std::move(fn)}});
   }
