@@ -85,25 +85,57 @@ AnswerConstraint check_tool_schemas(const std::string& tools_json) {
   return out;
 }
 
+// A chat tool's function name; "" where it has none.
+std::string tool_name(const nlohmann::json& tool) {
+  const auto fn = tool.is_object() ? tool.find("function") : tool.end();
+  if (!tool.is_object() || fn == tool.end() || !fn->is_object()) return "";
+  const auto name = fn->find("name");
+  return name != fn->end() && name->is_string() ? name->get<std::string>() : "";
+}
+
+// The index in the request's whole tools list of the tool named `name`; -1 where none is.
+int64_t tool_index(const ChatRequest& r, const std::string& name) {
+  const nlohmann::json tools = nlohmann::json::parse(r.tools_json, nullptr, false);
+  for (std::size_t i = 0; !name.empty() && tools.is_array() && i < tools.size(); ++i) {
+    if (tool_name(tools[i]) == name) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
 // Where a forced call's schemas sit, for a refusal of what they ask: "tools[i].function.parameters" when the
 // call can only be to one tool (tool_choice names it, or one tool is callable), else "tools".
 std::string forced_call_param(const ChatRequest& r) {
-  const auto name_of = [](const nlohmann::json& tool) -> std::string {
-    const auto fn = tool.is_object() ? tool.find("function") : tool.end();
-    if (!tool.is_object() || fn == tool.end() || !fn->is_object()) return "";
-    const auto name = fn->find("name");
-    return name != fn->end() && name->is_string() ? name->get<std::string>() : "";
-  };
   std::string name = r.tool_choice.mode == "function" ? r.tool_choice.function : "";
   if (name.empty()) {
     const nlohmann::json callable = nlohmann::json::parse(r.calls_json(), nullptr, false);
-    if (callable.is_array() && callable.size() == 1) name = name_of(callable[0]);
+    if (callable.is_array() && callable.size() == 1) name = tool_name(callable[0]);
   }
-  const nlohmann::json tools = nlohmann::json::parse(r.tools_json, nullptr, false);
-  for (std::size_t i = 0; !name.empty() && tools.is_array() && i < tools.size(); ++i) {
-    if (name_of(tools[i]) == name) return "tools[" + std::to_string(i) + "].function.parameters";
+  const int64_t i = tool_index(r, name);
+  return i < 0 ? "tools" : "tools[" + std::to_string(i) + "].function.parameters";
+}
+
+// The refusal of a forced call's grammar, whose message begins with the refused tool's path in the list the
+// grammar was built from, the callable tools ("tools[k].function.parameters.properties.q: 'not' is not
+// supported"): named in the request's whole list, where allowed_tools may have put that tool at another index,
+// the message's path and the param (the tool's parameters, or the tool) both; "tools" where no tool is named.
+ApiError refused_calls(const ChatRequest& r, std::string message) {
+  std::string param = "tools";
+  const std::size_t close = message.rfind("tools[", 0) == 0 ? message.find(']') : std::string::npos;
+  if (close != std::string::npos && close > 6 && message.find_first_not_of("0123456789", 6) == close) {
+    const nlohmann::json callable = nlohmann::json::parse(r.calls_json(), nullptr, false);
+    const std::size_t k = std::stoul(message.substr(6, close - 6));
+    const int64_t i = callable.is_array() && k < callable.size() ? tool_index(r, tool_name(callable[k])) : -1;
+    if (i >= 0) {
+      const std::string at = "tools[" + std::to_string(i) + "]";
+      message.replace(0, close + 1, at);
+      static const std::string kParameters = ".function.parameters";
+      const std::size_t end = at.size() + kParameters.size();  // what follows: the end, '.', '[' or ':'
+      const bool in_parameters = message.compare(at.size(), kParameters.size(), kParameters) == 0 &&
+                                 (end == message.size() || std::string(".[:").find(message[end]) != std::string::npos);
+      param = in_parameters ? at + kParameters : at;
+    }
   }
-  return "tools";
+  return api_error(400, message, "invalid_request_error", "invalid_value", param);
 }
 
 // The param of the first tool that asks for strict arguments (function.strict true),
@@ -203,7 +235,8 @@ AnswerConstraint ConstraintCache::build(const ChatRequest& r) const {
       out.constraint = Constraint::json_schema(r.response_format.schema_json, {}, "response_format.json_schema.schema");
     }
   } catch (const Error& e) {
-    out.error = api_error(400, e.what(), "invalid_request_error", "invalid_value", call ? "tools" : param);
+    out.error =
+        call ? refused_calls(r, e.what()) : api_error(400, e.what(), "invalid_request_error", "invalid_value", param);
     out.constraint = nullptr;
     return out;
   }
