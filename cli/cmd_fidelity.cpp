@@ -50,7 +50,9 @@ const char* kFidelityUsage =
     "                         (with the -text arguments)\n"
     "  --strategies S,...     reprefill, blind, prefix, cacheblend:R, firstk:K, patch:M[/MV][:deep][:rand],\n"
     "                         orbit:M[/MV][:all][:rand] (default: reprefill, blind, prefix, cacheblend:0.15,\n"
-    "                         firstk:16, patch:8, patch:32)\n"
+    "                         firstk:16, patch:8, patch:32, their ranks capped at min(n_B, D), D the narrower\n"
+    "                         of the key and value rows' widths; a rank given here above that is refused);\n"
+    "                         firstk:0 and cacheblend:0 recompute nothing (the blind KV, for ablations)\n"
     "  --device D             cpu (default), cuda or cuda:N;  --dtype T   float32 (default), bfloat16, float16\n"
     "  --json                 print the report as JSON\n";
 

@@ -99,10 +99,7 @@ int run_generate(int argc, char** argv, int first) {
     (void)model_tokenizer(args, eo.model, model_vocab_size(eo.model));
   }
   auto engine = Engine::open(eo);
-  const ModelInfo info = engine->model_info();
-  for (int64_t stop : {info.bos_token, info.eos_token}) {
-    if (stop >= 0) go.stop_tokens.push_back(stop);
-  }
+  const ModelInfo info = engine->model_info();  // its BOS and EOS end the run (GenerateOptions::ignore_eos false)
   const std::vector<int64_t> query = engine->tokenize(prompt, !args.flag("--no-bos"));
   ORBIT_CHECK(!query.empty(), "generate: --prompt is empty and --no-bos leaves no token to continue from");
   ORBIT_CHECK(info.max_positions <= 0 || static_cast<int64_t>(query.size()) < info.max_positions,

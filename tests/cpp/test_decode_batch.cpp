@@ -248,6 +248,7 @@ TEST_CASE("one sequence of a batch cancels, ends or stops without the others", "
   cancel.on_token = [](int64_t, int64_t index) { return index < 2; };
   none.max_tokens = 0;
   full.max_tokens = 9;
+  for (GenerateOptions* each : {&cancel, &none, &full}) each->ignore_eos = true;  // lengths set by the options alone
   const std::vector<int64_t> q = random_tokens(rng, 2);
   const std::vector<Generation> g = generate_many({{&a, q, cancel}, {&b, q, none}, {&c, q, full}});
   CHECK(g[0].stop_reason == "cancelled");
@@ -265,6 +266,7 @@ TEST_CASE("a held sequence takes no step until released, then decodes what it wo
   const std::vector<int64_t> q = random_tokens(rng, 2);
   GenerateOptions o;
   o.max_tokens = 10;
+  o.ignore_eos = true;  // every sequence runs its 10 steps (random content may end a story at once)
   o.logprobs = true;
   o.top_logprobs = 2;
   const Generation alone_a = a.generate(q, o), alone_b = b.generate(q, o);

@@ -216,13 +216,19 @@ def story_max_tokens():
 
 
 @pytest.fixture
-def story(engine, story_max_tokens):
+def story_ignore_eos():
+    """ignore_eos of the `story` fixture's answer; test_cancel's whole answer goes on to the position limit."""
+    return False
+
+
+@pytest.fixture
+def story(engine, story_max_tokens, story_ignore_eos):
     """A window of `engine` holding STORY (BOS first), the query after it (" She") and its greedy answer of at
     most story_max_tokens tokens; the window is closed after the test."""
     window = engine.new_window()
     window.add_turn(engine.tokenize(STORY, True))
     query = engine.tokenize(" She", False)
-    yield window, query, window.generate(query, max_tokens=story_max_tokens)
+    yield window, query, window.generate(query, max_tokens=story_max_tokens, ignore_eos=story_ignore_eos)
     window.close()
 
 

@@ -18,13 +18,18 @@ from conftest import STORY  # the `engine` and `story` fixtures are conftest's
 
 pytestmark = pytest.mark.xdist_group("test_cancel")
 
-LONG = 100000  # max_tokens: the position limit (about 500 tokens) ends an uncancelled run
+LONG = 100000  # max_tokens (with ignore_eos): the position limit (about 500 tokens) ends an uncancelled run
 
 
 @pytest.fixture
 def story_max_tokens():
     """The `story` fixture's answer is the uncancelled whole answer."""
     return LONG
+
+
+@pytest.fixture
+def story_ignore_eos():
+    return True
 
 
 def in_thread(call):
@@ -64,7 +69,7 @@ def held(window, query):
         assert release.wait(60)
         return False
 
-    _, result = in_thread(lambda: window.generate(query, max_tokens=LONG, on_text=hold))
+    _, result = in_thread(lambda: window.generate(query, max_tokens=LONG, ignore_eos=True, on_text=hold))
     assert holding.wait(60)
     try:
         yield
@@ -105,7 +110,7 @@ def test_generate_cancelled_from_another_thread(orbit, story):
         assert go_on.wait(60)
         return True
 
-    _, result = in_thread(lambda: window.generate(query, max_tokens=LONG, on_text=on_text, cancel=token))
+    _, result = in_thread(lambda: window.generate(query, max_tokens=LONG, ignore_eos=True, on_text=on_text, cancel=token))
     assert first_piece.wait(60)
     token.cancel()  # from this thread, while the decode runs
     go_on.set()
@@ -115,18 +120,18 @@ def test_generate_cancelled_from_another_thread(orbit, story):
     # Without a callback at all: a plain generate stops too.
     token = orbit.CancelToken()
     with held(window, query):
-        started, result = in_thread(lambda: window.generate(query, max_tokens=LONG, cancel=token))
+        started, result = in_thread(lambda: window.generate(query, max_tokens=LONG, ignore_eos=True, cancel=token))
         assert started.wait(60)
         token.cancel()
     assert_cancelled_early(result(), plain)
-    assert window.generate(query, max_tokens=LONG).tokens == plain.tokens  # the window answers as before
+    assert window.generate(query, max_tokens=LONG, ignore_eos=True).tokens == plain.tokens  # the window answers as before
 
 
 def test_generate_n_cancelled_from_another_thread(orbit, story):
     window, query, plain = story
     token = orbit.CancelToken()
     with held(window, query):
-        started, result = in_thread(lambda: window.generate_n(query, 3, max_tokens=LONG, cancel=token))
+        started, result = in_thread(lambda: window.generate_n(query, 3, max_tokens=LONG, ignore_eos=True, cancel=token))
         assert started.wait(60)
         token.cancel()
     answers = result()
@@ -143,7 +148,7 @@ def test_generate_many_cancelled_from_another_thread(orbit, engine, story):
     other.add_turn(engine.tokenize(STORY, True))
     # A token for the whole call stops every request.
     token = orbit.CancelToken()
-    requests = [(window, query, {"max_tokens": LONG}), (other, query, {"max_tokens": LONG})]
+    requests = [(window, query, {"max_tokens": LONG, "ignore_eos": True}), (other, query, {"max_tokens": LONG, "ignore_eos": True})]
     with held(window, query):
         started, result = in_thread(lambda: orbit.generate_many(requests, cancel=token))
         assert started.wait(60)
@@ -152,7 +157,7 @@ def test_generate_many_cancelled_from_another_thread(orbit, engine, story):
         assert_cancelled_early(g, plain)
     # A request's own token stops that request alone: the other decodes to its end.
     token = orbit.CancelToken()
-    requests = [(window, query, {"max_tokens": LONG, "cancel": token}), (other, query, {"max_tokens": LONG})]
+    requests = [(window, query, {"max_tokens": LONG, "ignore_eos": True, "cancel": token}), (other, query, {"max_tokens": LONG, "ignore_eos": True})]
     with held(window, query):
         started, result = in_thread(lambda: orbit.generate_many(requests))
         assert started.wait(60)
@@ -173,17 +178,17 @@ def test_a_token_cancelled_before_the_call_answers_at_once(orbit, story):
     token.cancel()
     child = orbit.CancelToken(token)  # cancelled through its parent
     for cancel in (token, child):
-        g = window.generate(query, max_tokens=LONG, cancel=cancel)
+        g = window.generate(query, max_tokens=LONG, ignore_eos=True, cancel=cancel)
         assert g.stop_reason == "cancelled" and list(g.tokens) == [] and g.text == "" and g.prompt_forward_tokens == 0
-        answers = window.generate_n(query, 3, max_tokens=LONG, cancel=cancel)
+        answers = window.generate_n(query, 3, max_tokens=LONG, ignore_eos=True, cancel=cancel)
         assert [(a.stop_reason, list(a.tokens)) for a in answers] == [("cancelled", [])] * 3
-    together = orbit.generate_many([(window, query, {"max_tokens": LONG, "cancel": token}), (window, query)])
+    together = orbit.generate_many([(window, query, {"max_tokens": LONG, "ignore_eos": True, "cancel": token}), (window, query)])
     assert together[0].stop_reason == "cancelled" and list(together[0].tokens) == []
     assert together[1].stop_reason == "max_tokens" and len(together[1].tokens) == 32  # decoded
     assert [g.stop_reason for g in orbit.generate_many([(window, query)], cancel=token)] == ["cancelled"]
     # No lock is taken: it answers while another thread's call holds the window.
     with held(window, query):
-        assert window.generate(query, max_tokens=LONG, cancel=token).stop_reason == "cancelled"
+        assert window.generate(query, max_tokens=LONG, ignore_eos=True, cancel=token).stop_reason == "cancelled"
         assert window.generate_n(query, 2, cancel=token)[1].stop_reason == "cancelled"
     with pytest.raises(TypeError, match="generate: cancel must be an orbit.CancelToken or None, got float"):
         window.generate(query, cancel=1.0)
@@ -198,8 +203,8 @@ def test_a_call_waiting_for_the_window_answers_once_its_token_is_cancelled(orbit
     other = engine.new_window()
     other.add_turn(engine.tokenize(STORY, True))
     calls = {
-        "generate": lambda t: [window.generate(query, max_tokens=LONG, cancel=t)],
-        "generate_n": lambda t: window.generate_n(query, 2, max_tokens=LONG, cancel=t),
+        "generate": lambda t: [window.generate(query, max_tokens=LONG, ignore_eos=True, cancel=t)],
+        "generate_n": lambda t: window.generate_n(query, 2, max_tokens=LONG, ignore_eos=True, cancel=t),
         # The free window is locked, then given back: the call ends while the other one still waits.
         "generate_many": lambda t: orbit.generate_many([(other, query), (window, query)], cancel=t),
     }
@@ -286,8 +291,8 @@ def test_closing_a_window_of_a_running_generate_many_waits_for_its_next_token(or
     previous_interval = orbit.set_signal_interval(0)
     try:
         signal.setitimer(signal.ITIMER_REAL, 0.005, 0.005)
-        answers = orbit.generate_many([(closed, query, {"max_tokens": LONG})] +
-                                      [(other, query, {"max_tokens": LONG, "temperature": 1.0, "seed": i})
+        answers = orbit.generate_many([(closed, query, {"max_tokens": LONG, "ignore_eos": True})] +
+                                      [(other, query, {"max_tokens": LONG, "ignore_eos": True, "temperature": 1.0, "seed": i})
                                        for i in range(16)])
         signal.setitimer(signal.ITIMER_REAL, 0)
         for joined in threads:  # its signal handled here, under on_closed, when the close outlasted the batch
@@ -316,7 +321,7 @@ def test_a_window_closed_while_generate_many_waits_for_it_cancels_its_requests_o
         window.add_turn(engine.tokenize(STORY, True))
         with held(window, query):
             started, result = in_thread(lambda w=window: orbit.generate_many(
-                [(w, query, {"max_tokens": LONG}), (other, query, {"max_tokens": 4})]))
+                [(w, query, {"max_tokens": LONG, "ignore_eos": True}), (other, query, {"max_tokens": 4})]))
             assert started.wait(60)
             threading.Event().wait(delay)
             _, closing = in_thread(window.close)  # waits for the holder, paused until the block's end
@@ -367,7 +372,7 @@ def test_leaving_a_stream_stops_the_decode_at_its_next_token(orbit, story, monke
     first = window.stream(query, max_tokens=1)
     head = "".join(first)
     held = plain.text[len(head):][:200] + "\u2603"
-    assert len(window.generate(query, max_tokens=LONG, stop=held).tokens) > 40
+    assert len(window.generate(query, max_tokens=LONG, ignore_eos=True, stop=held).tokens) > 40
     original = orbit.Window.generate
 
     def generate(self, q, **kwargs):
@@ -385,7 +390,7 @@ def test_leaving_a_stream_stops_the_decode_at_its_next_token(orbit, story, monke
         return original(self, q, **kwargs)
 
     monkeypatch.setattr(orbit.Window, "generate", generate)
-    s = window.stream(query, max_tokens=LONG, stop=held)
+    s = window.stream(query, max_tokens=LONG, ignore_eos=True, stop=held)
     for piece in s:
         assert piece == head
         break
@@ -398,7 +403,7 @@ def test_closing_the_window_in_a_stream_loop_stops_the_decode(orbit, engine, sto
     _, query, plain = story
     window = engine.new_window()
     window.add_turn(engine.tokenize(STORY, True))
-    s = window.stream(query, max_tokens=LONG)
+    s = window.stream(query, max_tokens=LONG, ignore_eos=True)
     pieces = []
     for piece in s:
         pieces.append(piece)
@@ -423,7 +428,7 @@ def test_closed_is_read_without_the_lock(orbit, engine, story):
         assert release.wait(60)
         return True
 
-    _, result = in_thread(lambda: window.generate(query, max_tokens=LONG, on_text=hold))
+    _, result = in_thread(lambda: window.generate(query, max_tokens=LONG, ignore_eos=True, on_text=hold))
     assert reading.wait(60)
     try:
         assert window.closed is False  # answers while the window's lock is held (it used to read it unlocked)
@@ -444,7 +449,7 @@ def test_closed_is_read_without_the_lock(orbit, engine, story):
 def test_a_stream_takes_a_parent_token(orbit, story):
     window, query, plain = story
     token = orbit.CancelToken()
-    s = window.stream(query, max_tokens=LONG, cancel=token)
+    s = window.stream(query, max_tokens=LONG, ignore_eos=True, cancel=token)
     pieces = []
     for piece in s:
         pieces.append(piece)
@@ -464,7 +469,7 @@ def engine_story(orbit, stories260k_path):
     window = engine.new_window()
     window.add_turn(engine.tokenize(STORY, True))
     query = engine.tokenize(" She", False)
-    return engine, window, query, window.generate(query, max_tokens=LONG)
+    return engine, window, query, window.generate(query, max_tokens=LONG, ignore_eos=True)
 
 
 def test_closing_the_engine_stops_a_running_decode(orbit, stories260k_path):
@@ -478,7 +483,7 @@ def test_closing_the_engine_stops_a_running_decode(orbit, stories260k_path):
         assert go_on.wait(60)
         return True
 
-    _, result = in_thread(lambda: window.generate(query, max_tokens=LONG, on_text=on_text))
+    _, result = in_thread(lambda: window.generate(query, max_tokens=LONG, ignore_eos=True, on_text=on_text))
     assert first_piece.wait(60)
     _, closing = in_thread(engine.close)
     try:
@@ -488,7 +493,7 @@ def test_closing_the_engine_stops_a_running_decode(orbit, stories260k_path):
             threading.Event().wait(0.01)
         assert engine.closed
         # A decode asked for while close() waits does not start, on any window of the engine.
-        for call in (lambda: other.generate(query, max_tokens=LONG), lambda: other.generate_n(query, 2),
+        for call in (lambda: other.generate(query, max_tokens=LONG, ignore_eos=True), lambda: other.generate_n(query, 2),
                      lambda: orbit.generate_many([(other, query)])):
             with pytest.raises(orbit.OrbitError, match="engine is closed"):
                 call()
@@ -509,7 +514,7 @@ def test_closing_the_engine_wakes_the_streams_waiting_for_their_reader(orbit, st
     other = engine.new_window()
     other.add_turn(engine.tokenize(STORY, True))
     waiting = waiting_for_room([window, other])
-    streams = [window.stream(query, max_tokens=LONG), other.stream(query, max_tokens=LONG)]
+    streams = [window.stream(query, max_tokens=LONG, ignore_eos=True), other.stream(query, max_tokens=LONG, ignore_eos=True)]
     readers = [iter(s) for s in streams]
     firsts = [next(r) for r in readers]
     closer = threading.Thread(target=engine.close)

@@ -670,6 +670,12 @@ class ModelInfo:
     @property
     def tokenizer(self) -> str:
         """The tokenizer file in use ('' = none: text calls raise OrbitError)."""
+    @property
+    def bos_token(self) -> int:
+        """The tokenizer's BOS id; -1 when none. It ends a generate run (unless ignore_eos=True)."""
+    @property
+    def eos_token(self) -> int:
+        """The tokenizer's EOS id; -1 when none. It ends a generate run (unless ignore_eos=True)."""
 
 class CalibrationReport:
     """What Engine.calibrate / calibrate_fidelity measured and fitted."""
@@ -1156,8 +1162,9 @@ class Engine:
         again at a later one while the remote does not answer) or 'calibrated' (calibrate() / calibrate_fidelity()
         ran on this engine). Answers after close() too."""
     def add_tokens(self, tokens: Union[Tokens, str], *, label: str = "", pin: bool = False) -> ChunkRef: ...
-    # Text (llama2.c tokenizer beside the model). A str wherever token ids go is tokenized without BOS.
-    # Hugging Face models have no tokenizer here: use your own (e.g. transformers.AutoTokenizer) and pass ids.
+    # Text: the model's tokenizer (a llama2.c tokenizer.bin beside the model, a Hugging Face directory's
+    # tokenizer.json) or Engine(tokenizer=...)'s; has_tokenizer False where there is none (the text calls raise).
+    # A str wherever token ids go is tokenized without BOS.
     @property
     def has_tokenizer(self) -> bool: ...
     def tokenize(self, text: str, bos: bool = True) -> list[int]: ...
@@ -1356,6 +1363,7 @@ class Window:
         top_logprobs: SupportsIndex = 0,
         constraint_trigger_block: Optional[tuple[str, str]] = None,
         cancel: Optional[CancelToken] = None,
+        ignore_eos: bool = False,
     ) -> Generation:
         """Decodes after the query; seed is an int in [0, 2**64) (another type raises TypeError, an int out of
         that range ValueError, each naming seed); with tools / tool_choice / response_format the answer is decoded under a
@@ -1385,6 +1393,13 @@ class Window:
         one cut inside or before its name (a forced call's inside its mark too, e.g. text '<tool_cal') is the one
         tool it can still become (arguments ''), else left out, and content ''. max_tokens=0 decodes nothing and
         gives no call.
+
+        stop_tokens: token ids that end the run after they are emitted (stop_reason 'stop_token', the token kept in
+        tokens). The tokenizer's end tokens -- its EOS, and its BOS, with which a llama2.c model begins its next
+        story -- end it the same way, as `orbit generate` and `orbit serve` stop, unless ignore_eos=True (a bool,
+        else TypeError naming it; vLLM's ignore_eos: the run goes on to max_tokens, e.g. to time a fixed length).
+        Under a constraint the EOS still ends an answer whose text is complete. An engine without a tokenizer
+        knows no end tokens.
 
         stop: OpenAI's -- a str or a list of up to 4 non-empty str (else ValueError, TypeError for a wrong
         type, naming `stop`). The run ends at the token whose text completes one; Generation.text ends right

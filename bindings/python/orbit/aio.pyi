@@ -67,6 +67,7 @@ class AsyncWindow:
         top_logprobs: SupportsIndex = 0,
         constraint_trigger_block: Optional[tuple[str, str]] = None,
         cancel: Optional[CancelToken] = None,
+        ignore_eos: bool = False,
     ) -> Generation:
         """Window.generate but on_text; cancelling the task cancels the decode at its next token (through a
         CancelToken, child of cancel= if given: the caller's token is left alone)."""

@@ -148,7 +148,7 @@ GenerateArgs generate_args(PyWindow& w, const py::object& query, int64_t max_tok
                            const py::object& on_text, const py::object& tools, const py::object& tool_choice,
                            const py::object& response_format, const py::object& tool_call_format,
                            double presence_penalty, double frequency_penalty, const py::object& logit_bias,
-                           bool logprobs, int32_t top_logprobs, const py::object& cancel) {
+                           bool logprobs, int32_t top_logprobs, const py::object& cancel, bool ignore_eos) {
   GenerateArgs a;
   orbit::GenerateOptions& o = a.options;
   o.max_tokens = max_tokens;
@@ -161,6 +161,7 @@ GenerateArgs generate_args(PyWindow& w, const py::object& query, int64_t max_tok
   o.logprobs = logprobs;
   o.top_logprobs = top_logprobs;
   if (!stop_tokens.is_none()) o.stop_tokens = to_tokens(stop_tokens, "generate: stop_tokens");
+  o.ignore_eos = ignore_eos;
   o.stop = to_stop(stop);
   if (!on_text.is_none()) o.on_text = text_callback(on_text, a.callback_error);
   a.answer = answer_spec(w, tools, tool_choice, response_format, tool_call_format);
@@ -204,7 +205,8 @@ void check_generate_keywords(const py::dict& kwargs, const std::string& what) {
                                               "logprobs",
                                               "top_logprobs",
                                               "constraint_trigger_block",
-                                              "cancel"};
+                                              "cancel",
+                                              "ignore_eos"};
   for (const auto& [key, value] : kwargs) {
     const std::string name = py::str(key).cast<std::string>();
     if (name == "on_text") {
@@ -259,7 +261,8 @@ GenerateArgs generate_args(PyWindow& w, const py::object& query, const py::dict&
         get("response_format", py::none()), get("tool_call_format", py::none()), number("presence_penalty", 0.0),
         number("frequency_penalty", 0.0), get("logit_bias", py::none()),
         to_bool(get("logprobs", py::bool_(false)), named("logprobs").c_str()),
-        to_int<int32_t>(get("top_logprobs", py::int_(0)), named("top_logprobs").c_str()), get("cancel", py::none()));
+        to_int<int32_t>(get("top_logprobs", py::int_(0)), named("top_logprobs").c_str()), get("cancel", py::none()),
+        to_bool(get("ignore_eos", py::bool_(false)), named("ignore_eos").c_str()));
   });
   set_trigger_block(a, get("constraint_trigger_block", py::none()), what);
   return a;

@@ -52,7 +52,7 @@ GenerateArgs generate_args(PyWindow& w, const py::object& query, int64_t max_tok
                            const py::object& on_text, const py::object& tools, const py::object& tool_choice,
                            const py::object& response_format, const py::object& tool_call_format,
                            double presence_penalty, double frequency_penalty, const py::object& logit_bias,
-                           bool logprobs, int32_t top_logprobs, const py::object& cancel);
+                           bool logprobs, int32_t top_logprobs, const py::object& cancel, bool ignore_eos);
 
 // Holding the GIL: generate's constraint_trigger_block (None, or a pair of str (open, close), close not empty:
 // GenerateOptions::constraint_trigger_block) set on `a`, whose answer must be constrained (tools or a

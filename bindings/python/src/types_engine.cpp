@@ -278,6 +278,10 @@ void def_model_and_options(py::module_& m) {
       .def_readonly("dtype", &ModelInfo::dtype, "Compute dtype: 'float32', 'bfloat16' or 'float16'.")
       .def_readonly("tokenizer", &ModelInfo::tokenizer,
                     "The tokenizer file in use ('' = none: text calls raise OrbitError).")
+      .def_readonly("bos_token", &ModelInfo::bos_token,
+                    "The tokenizer's BOS id; -1 when none. It ends a generate run (unless ignore_eos=True).")
+      .def_readonly("eos_token", &ModelInfo::eos_token,
+                    "The tokenizer's EOS id; -1 when none. It ends a generate run (unless ignore_eos=True).")
       .def("__repr__", [](const ModelInfo& i) {
         std::ostringstream o;
         o << "ModelInfo(" << repr_of(i.origin) << ", architecture=" << repr_of(i.architecture)

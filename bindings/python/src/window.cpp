@@ -215,7 +215,8 @@ void def_state(py::class_<PyWindow>& c) {
       "window`: an instance id (int) or InstanceInfo it holds. TypeError for anything else.");
 }
 
-// Window: the plan_* calls: what an operation would do, nothing changed.
+// Window: the plan_* calls: what an operation would do, nothing changed. The SDK's checks name the operation
+// ("slide: chunks = -1 must be in ..."); raised here naming the plan call ("plan_slide: ...").
 void def_planning(py::class_<PyWindow>& c) {
   // ---- planning (const) ----
   c.def(
@@ -223,7 +224,9 @@ void def_planning(py::class_<PyWindow>& c) {
       [](PyWindow& w, const py::object& chunk, const py::object& before) {
         const ChunkRef ref = resolve_chunk(*w.engine, chunk, "plan_admit: chunk");
         const InstanceId b = before_arg(before);
-        return w.run("Window.plan_admit", [&](Window& x) { return x.plan_admit(ref, b); });
+        return with_caller_name("admit", "plan_admit", [&] {
+          return w.run("Window.plan_admit", [&](Window& x) { return x.plan_admit(ref, b); });
+        });
       },
       py::arg("chunk"), py::kw_only(), py::arg("before") = py::none(),
       "Plan placing the chunk at the tail (or before instance `before`). Raises OrbitError for a chunk of\n"
@@ -232,21 +235,26 @@ void def_planning(py::class_<PyWindow>& c) {
       "plan_add_turn",
       [](PyWindow& w, const py::object& tokens) {
         const auto t = tokens_or_text(w, tokens, "plan_add_turn: tokens");
-        return w.run("Window.plan_add_turn", [&](Window& x) { return x.plan_add_turn(t); });
+        return with_caller_name("add_turn", "plan_add_turn", [&] {
+          return w.run("Window.plan_add_turn", [&](Window& x) { return x.plan_add_turn(t); });
+        });
       },
       py::arg("tokens"), "Plan a live turn (tokens prefilled in context; not reusable).");
   c.def(
       "plan_evict",
       [](PyWindow& w, const py::object& instance) {
         const InstanceId i = to_instance(instance, "plan_evict: instance");
-        return w.run("Window.plan_evict", [&](Window& x) { return x.plan_evict(i); });
+        return with_caller_name("evict", "plan_evict",
+                                [&] { return w.run("Window.plan_evict", [&](Window& x) { return x.plan_evict(i); }); });
       },
       py::arg("instance"), "Plan dropping one instance (a chunk stays recallable).");
   c.def(
       "plan_slide",
       [](PyWindow& w, const IntArg& chunks_arg) {
         const int64_t chunks = chunks_arg.get("plan_slide: chunks");
-        return w.run("Window.plan_slide", [&](Window& x) { return x.plan_slide(chunks); });
+        return with_caller_name("slide", "plan_slide", [&] {
+          return w.run("Window.plan_slide", [&](Window& x) { return x.plan_slide(chunks); });
+        });
       },
       py::arg("chunks") = 1, "Plan evicting the `chunks` oldest chunk instances (turns stay).");
   c.def(
@@ -254,7 +262,9 @@ void def_planning(py::class_<PyWindow>& c) {
       [](PyWindow& w, const py::object& chunk, const py::object& before) {
         const ChunkRef ref = resolve_chunk(*w.engine, chunk, "plan_recall: chunk");
         const InstanceId b = before_arg(before);
-        return w.run("Window.plan_recall", [&](Window& x) { return x.plan_recall(ref, b); });
+        return with_caller_name("recall", "plan_recall", [&] {
+          return w.run("Window.plan_recall", [&](Window& x) { return x.plan_recall(ref, b); });
+        });
       },
       py::arg("chunk"), py::kw_only(), py::arg("before") = py::none(),
       "Plan re-admitting an evicted chunk (Plan.cascade: dependents re-conditioned).");
@@ -262,7 +272,9 @@ void def_planning(py::class_<PyWindow>& c) {
       "plan_reorder",
       [](PyWindow& w, const py::object& order) {
         const auto o = to_instances(order, "plan_reorder: order");
-        return w.run("Window.plan_reorder", [&](Window& x) { return x.plan_reorder(o); });
+        return with_caller_name("reorder", "plan_reorder", [&] {
+          return w.run("Window.plan_reorder", [&](Window& x) { return x.plan_reorder(o); });
+        });
       },
       py::arg("order"), "Plan a permutation of the instances (ids or InstanceInfo, every instance once).");
   c.def(

@@ -51,8 +51,9 @@ const char* kGenerateDoc =
     "Decodes after the query (nothing is stored in the window). temperature 0 = greedy; top_p < 1 with\n"
     "temperature > 0 = nucleus sampling, reproducible by seed (an int in [0, 2**64): another type raises\n"
     "TypeError, an int out of range ValueError, naming seed); the run ends after emitting any of\n"
-    "stop_tokens. Returns a Generation (tokens, text, stop_reason, seconds). Repairs earlier edits deferred\n"
-    "run first (see flush()).\n"
+    "stop_tokens, or of the tokenizer's end tokens (its EOS and BOS; stop_reason 'stop_token') unless\n"
+    "ignore_eos=True. Returns a Generation (tokens, text, stop_reason, seconds). Repairs earlier edits\n"
+    "deferred run first (see flush()).\n"
     "stop (a str or up to 4, OpenAI's `stop`) ends the run at the token that completes one: the text ends\n"
     "right before it, stop_reason 'stop_string' (tokens keep the stop string's). on_text(piece) is called,\n"
     "with the GIL taken (the decode runs without it), with each piece of text as it becomes final (whole\n"
@@ -110,14 +111,15 @@ void def_generate(py::class_<PyWindow>& c) {
          const py::object& on_text, const py::object& tools, const py::object& tool_choice,
          const py::object& response_format, const py::object& tool_call_format, const FloatArg& presence_penalty,
          const FloatArg& frequency_penalty, const py::object& logit_bias, const py::object& logprobs,
-         const IntArg& top_logprobs, const py::object& constraint_trigger_block, const py::object& cancel) {
+         const IntArg& top_logprobs, const py::object& constraint_trigger_block, const py::object& cancel,
+         const py::object& ignore_eos) {
         w.check_engine_open("Window.generate");
         GenerateArgs a = generate_args(
             w, query, max_tokens.get("generate: max_tokens"), temperature.get("generate: temperature"),
             top_p.get("generate: top_p"), to_seed(seed, "generate: seed"), stop_tokens, stop, on_text, tools,
             tool_choice, response_format, tool_call_format, presence_penalty.get("generate: presence_penalty"),
             frequency_penalty.get("generate: frequency_penalty"), logit_bias, to_bool(logprobs, "generate: logprobs"),
-            top_logprobs.get<int32_t>("generate: top_logprobs"), cancel);
+            top_logprobs.get<int32_t>("generate: top_logprobs"), cancel, to_bool(ignore_eos, "generate: ignore_eos"));
         set_trigger_block(a, constraint_trigger_block, "generate");
         const DecodeScope decoding(w.decodes.get(), "Window.generate");  // Engine.close() waits for it (or refuses it)
         orbit::Generation generation;
@@ -143,7 +145,7 @@ void def_generate(py::class_<PyWindow>& c) {
       py::arg("response_format") = py::none(), py::arg("tool_call_format") = py::none(),
       py::arg("presence_penalty") = 0.0, py::arg("frequency_penalty") = 0.0, py::arg("logit_bias") = py::none(),
       py::arg("logprobs") = false, py::arg("top_logprobs") = 0, py::arg("constraint_trigger_block") = py::none(),
-      py::arg("cancel") = py::none(), kGenerateDoc);
+      py::arg("cancel") = py::none(), py::arg("ignore_eos") = false, kGenerateDoc);
 }
 
 // Window: generate_n.

@@ -15,7 +15,7 @@ namespace orbit::serve {
 
 namespace {
 
-GenerateOptions generate_options(const ServeContext& context, int64_t max_tokens, const SamplingRequest& sampling) {
+GenerateOptions generate_options(int64_t max_tokens, const SamplingRequest& sampling) {
   GenerateOptions go;
   go.max_tokens = max_tokens;
   go.temperature = sampling.temperature;
@@ -29,9 +29,7 @@ GenerateOptions generate_options(const ServeContext& context, int64_t max_tokens
   go.logit_bias = sampling.logit_bias;
   go.logprobs = sampling.logprobs;
   go.top_logprobs = sampling.top_logprobs;
-  for (int64_t stop : {context.info.bos_token, context.info.eos_token}) {
-    if (stop >= 0) go.stop_tokens.push_back(stop);
-  }
+  // The tokenizer's BOS and EOS end the run (GenerateOptions::ignore_eos false): finish_reason "stop".
   return go;
 }
 
@@ -238,7 +236,7 @@ RunResult decode(ServeContext& context, Window& window, const DecodeRequest& req
   const int64_t n = std::max<int64_t>(1, sampling.n);
   const int64_t previous = query.back();
   const int64_t prompt = window.tokens() + static_cast<int64_t>(query.size());
-  GenerateOptions go = generate_options(context, max_tokens_for(context, prompt, sampling), sampling);
+  GenerateOptions go = generate_options(max_tokens_for(context, prompt, sampling), sampling);
   go.constraint = request.constraint;
   go.constraint_trigger = request.trigger;
   go.constraint_trigger_block = request.trigger_block;

@@ -137,6 +137,11 @@ struct GenerateOptions {
   double top_p = 1.0;        // nucleus sampling when < 1 (with temperature > 0); 0: the top token alone
   uint64_t seed = 0;
   std::vector<int64_t> stop_tokens;  // generation ends after emitting one of these
+  // The engine tokenizer's end tokens end the run as stop_tokens do (stop_reason "stop_token", the token kept
+  // in Generation::tokens; its text is none): its EOS, and its BOS, which a llama2.c model writes to begin its
+  // next text (run.c stops there), as `orbit generate` and `orbit serve` stop. true: the run goes on past them
+  // (vLLM's ignore_eos: a fixed length, for benchmarks). An engine without a tokenizer knows no end tokens.
+  bool ignore_eos = false;
   // Stop strings (OpenAI's `stop`; each non-empty, any number): the run ends at the token whose text
   // completes one, and Generation::text ends right before the first occurrence (the stop string left out),
   // stop_reason "stop_string"; `tokens` and `logprobs` keep every token chosen, the stop string's included.

@@ -353,9 +353,16 @@ void check_tokenizer_needs(const GenerateOptions& options, bool has_tokenizer) {
               "generate: on_text needs the engine's tokenizer (this model has none)");
 }
 
-Sampler make_sampler(const EngineCore& core, const GenerateOptions& options, const std::vector<int64_t>& query) {
+Sampler make_sampler(const EngineCore& core, const GenerateOptions& given, const std::vector<int64_t>& query) {
   const int64_t vocab = core.config().vocab_size;
-  Sampler::check_options(options, vocab);
+  Sampler::check_options(given, vocab);
+  GenerateOptions options = given;
+  if (!options.ignore_eos && core.has_tokenizer()) {
+    std::vector<int64_t>& stops = options.stop_tokens;
+    for (const int64_t end : {core.tokenizer().eos_id(), core.tokenizer().bos_id()}) {
+      if (end >= 0 && end < vocab && std::find(stops.begin(), stops.end(), end) == stops.end()) stops.push_back(end);
+    }
+  }
   SamplerSetup setup;
   setup.vocab = vocab;
   check_tokenizer_needs(options, core.has_tokenizer());
