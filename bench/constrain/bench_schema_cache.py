@@ -50,7 +50,8 @@ def main():
         window.sync([{"role": "user", "content": "Name a host."}])
         prompt = engine.tokenize("assistant:", False)
         window.generate(prompt, max_tokens=a.tokens)  # warm the forward and the vocabulary
-        free = statistics.median(timed(lambda: window.generate(prompt, max_tokens=a.tokens)) for _ in range(a.reps))
+        free = statistics.median(timed(lambda: window.generate(prompt, max_tokens=a.tokens, ignore_eos=True))
+                                 for _ in range(a.reps))
         first = timed(lambda: window.generate(prompt, response_format=schema, max_tokens=a.tokens))
         again = statistics.median(
             timed(lambda: window.generate(prompt, response_format=schema, max_tokens=a.tokens)) for _ in range(a.reps))

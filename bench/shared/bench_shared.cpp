@@ -197,6 +197,7 @@ Arm build(const std::string& model, bool shared, const Setup& s, const Options& 
 double decode_once(Arm& arm, const Setup& s, const Options& o) {
   GenerateOptions g;
   g.max_tokens = o.decode;
+  g.ignore_eos = true;  // every window decodes o.decode tokens
   const auto t0 = Clock::now();
   for (const auto& w : arm.windows) w->generate(s.query, g);
   return std::chrono::duration<double>(Clock::now() - t0).count();
