@@ -5,8 +5,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
+
+#include <unistd.h>
 
 #include "orbit/common/error.h"
 #include "orbit/common/file_kind.h"
@@ -159,6 +162,10 @@ void check_output_argument(const std::string& command, const std::string& name, 
                            const std::string& what) {
   ORBIT_CHECK(!path.empty(),
               command << ": argument '" << name << "' is empty (give the path to write " << what << " to)");
+  // "--json --" wrote a file named "--": a value that reads as an option is one left out by mistake.
+  ORBIT_CHECK(path.rfind("--", 0) != 0, command << ": argument '" << name << "' is '" << path
+                                                << "', which reads as an option (give ./" << path
+                                                << " for a file of that name)");
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) {
     std::error_code error;
@@ -170,6 +177,13 @@ void check_output_argument(const std::string& command, const std::string& name, 
                 command << ": argument '" << name << "': " << parent.string() << " is not a directory");
   }
   check_output_or_stream(path, what + " (" + name + ")");  // names it as the write's own errors do
+  // The file is written beside itself and renamed into place (write_file_atomically), after a run that may take
+  // minutes: a directory this process cannot write in is refused now, not once the run is over.
+  if (!is_stream_target(path)) {
+    const std::string dir = parent.empty() ? std::string(".") : parent.string();
+    ORBIT_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, command << ": argument '" << name << "': cannot write " << what
+                                                                 << " in " << dir << ": " << std::strerror(errno));
+  }
 }
 
 void check_output_not_input(const std::string& command, const std::string& name, const std::string& path,

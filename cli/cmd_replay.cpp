@@ -127,7 +127,8 @@ void print_table(const ReplayReport& r, bool explain) {
     std::printf("\n");
     for (const PolicyReplay& p : r.policies) {
       const StepResult& s = p.steps[i];
-      if (s.status != "ok") std::printf("       [%s] refused: %s\n", p.policy.c_str(), s.status.c_str());
+      // The status names its kind ("refused: admit refused: ...", "out_of_capacity: turn refused: ...").
+      if (s.status != "ok") std::printf("       [%s] %s\n", p.policy.c_str(), s.status.c_str());
       if (explain && !s.plan.empty()) {
         std::printf("       [%s] ", p.policy.c_str());
         const std::string plan = s.plan.substr(0, s.plan.find_last_not_of('\n') + 1);

@@ -337,7 +337,10 @@ class Tokens:
             return
         if not pathlib.Path(model).exists():
             raise SourceError(f"{model}: the model (--model) is missing")
-        engine = orbit.Engine(str(model), pool_bytes=1 << 20)
+        try:
+            engine = orbit.Engine(str(model), pool_bytes=1 << 20)
+        except orbit.OrbitError as e:
+            raise SourceError(f"--model: {e}") from None
         if not engine.has_tokenizer:
             engine.close()
             raise SourceError(f"{model}: the model has no tokenizer; text traces need one")
@@ -534,6 +537,12 @@ def build_trace(source, tokens, piece_cap, max_window):
         steps.generate(call.note)
         if call.side:
             steps.drop(call.side)
+    positions = tokens.engine.model_info.max_positions if tokens.engine else 0
+    probe = tokens.count(source.probe)
+    if positions and largest + probe + GENERATE_TOKENS > positions:
+        raise SourceError(f"{source.name}: a call's window of {largest} tokens, the probe's {probe} and the answer's "
+                          f"{GENERATE_TOKENS} pass the model's {positions} positions (--max-window {max_window}): give "
+                          f"--max-window {positions - probe - GENERATE_TOKENS} or less")
     how = "the largest cap at which no call drops a piece" if not piece_cap else "--piece-cap"
     description = (f"{source.description} Converted from the recorded run by bench/replay/convert_real.py for a "
                    f"small model: each piece's text cut to {cap} tokens ({how}; head, ' ... ', tail) "
@@ -657,6 +666,12 @@ def parse_args(argv):
     ap.add_argument("--replay", action="store_true", help="replay every trace and print the summary table")
     ap.add_argument("--orbit", type=pathlib.Path, default=REPO / "build" / "cli" / "orbit", help="the CLI")
     args = ap.parse_args(argv)
+    if args.max_window < 2:
+        ap.error(f"--max-window must be at least 2, got {args.max_window}")
+    if args.questions < 1:
+        ap.error(f"--questions must be at least 1, got {args.questions}")
+    if args.out.exists() and not args.out.is_dir():
+        ap.error(f"--out {args.out} is a file, not a directory")
     if args.piece_cap not in range(0, args.max_window + 1) or args.piece_cap == 1:
         ap.error("--piece-cap must be 0 (picked per trace) or in [2, --max-window]")
     return args

@@ -93,6 +93,15 @@ def main():
     a = parse_args()
     os.makedirs(a.out, exist_ok=True)
     traces = a.traces if a.traces else make_traces(a)
+    # Each report is <out>/<trace's name>.replay.json: two traces of one name (from two directories) would
+    # share it, one's numbers printed for both (and, replayed side by side, written at once).
+    named = {}
+    for trace in traces:
+        name = os.path.splitext(os.path.basename(trace))[0]
+        if name in named:
+            sys.exit("--traces: %s and %s have the same name %r: their reports would share %s; rename one" %
+                     (named[name], trace, name, os.path.join(a.out, name + ".replay.json")))
+        named[name] = trace
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
         reports = list(pool.map(lambda t: replay(a, t), traces))
     pooled = {}

@@ -144,6 +144,9 @@ bool PolicyRun::generate(const TraceStep& s, std::size_t i, const std::vector<in
   flush_deferred(i, r);
   GenerateOptions g;
   g.max_tokens = s.max_tokens;
+  // A trace's step decodes its max_tokens whatever the model writes, the end tokens included, so that every
+  // policy replayed on it answers at the same length (the figures traces give were measured so).
+  g.ignore_eos = true;
   if (s.append) {
     // The answer becomes a turn behind the query: it decodes no more tokens than that turn has positions for.
     // (A decode may run one token past the window's last position, as the last token sampled needs none; once

@@ -45,6 +45,7 @@ std::vector<int64_t> resolve_source(Engine& engine, const TokenSource& s, const 
       Window scratch = engine.new_window();
       GenerateOptions g;
       g.max_tokens = s.count;
+      g.ignore_eos = true;  // `count` tokens: a sampled chunk's length is the trace's, not where a story ends
       g.temperature = s.temperature;
       g.seed = s.seed;
       std::vector<int64_t> out = scratch.generate(s.prompt, g).tokens;

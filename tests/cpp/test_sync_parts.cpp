@@ -221,7 +221,14 @@ TEST_CASE("sync refuses bad chunk parts, naming the message and the part", "[syn
   both.content = "also text";
   CHECK_THROWS_WITH(w.sync({both}, o), Contains("sync: messages[0]: content and parts are both set"));
   CHECK_THROWS_WITH(w.sync(list({ContentPart::of_text("odd \xEE\x80\x80 text"), ContentPart::of_chunk(shot)}), o),
-                    Contains("U+E000"));
+                    Contains("sync: messages[1].content[0].text holds U+E000"));
+  // Text alone may hold it (a page's private-use glyph): no marker was written, and the window holds what
+  // tokenize_chat gives.
+  const std::vector<ChatMessage> glyph = list({ContentPart::of_text("icon \xEE\x80\x80 here")});
+  Window text_only = engine->new_window();
+  const SyncReport synced = text_only.sync(glyph, o);
+  CHECK(synced.plan.tokens == engine->tokenize_chat(glyph, false, o.chat));
+  CHECK(text_only.tokens() == static_cast<int64_t>(synced.plan.tokens.size()));
   SyncOptions roles_only = o;
   roles_only.chat.chat_template = "{% for message in messages %}{{ message.role }}\n{% endfor %}";
   CHECK_THROWS_WITH(w.sync(list({ContentPart::of_chunk(shot)}), roles_only),

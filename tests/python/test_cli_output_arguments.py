@@ -42,6 +42,41 @@ def test_replay_refuses_a_json_path_it_cannot_write_before_replaying(orbit_cli, 
         assert result.stdout == ""
 
 
+def test_replay_refuses_a_json_path_in_a_directory_it_may_not_write_before_replaying(orbit_cli, stories260k_path,
+                                                                                      trace):
+    # The report is written beside its path and renamed into place once the replay is over: a directory the
+    # process may not write in failed then ("cannot write the replay report (--json) (temporary file ...):
+    # Permission denied"), the replay's minutes and its table lost. Run as an unprivileged user (root may write
+    # anywhere); a file named "--" ("--json --": the path left out) is refused too.
+    import os
+    import shutil
+    import tempfile
+
+    as_user = []
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("running as root without setpriv (util-linux): no user a directory can be closed to")
+        as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    root = tempfile.mkdtemp(prefix="orbit-unwritable-")
+    try:
+        os.chmod(root, 0o755)
+        readable = shutil.copy(trace, os.path.join(root, "trace.json"))
+        os.chmod(readable, 0o644)
+        closed = os.path.join(root, "closed")
+        os.mkdir(closed, 0o555)
+        out = os.path.join(closed, "report.json")
+        result = subprocess.run([*as_user, str(orbit_cli), "replay", readable, "--model", str(stories260k_path),
+                                 "--no-fidelity", "--json", out], capture_output=True, text=True, timeout=300)
+        assert result.returncode == 1, result.stderr
+        assert f"replay: argument '--json': cannot write the replay report in {closed}: Permission denied" in \
+            result.stderr, result.stderr
+        assert "replay: policy" not in result.stderr and result.stdout == ""  # before the first step
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    result = run(orbit_cli, "replay", trace, "--model", stories260k_path, "--no-fidelity", "--json", "--")
+    assert result.returncode == 1 and "argument '--json' is '--', which reads as an option" in result.stderr
+
+
 def test_make_trace_refuses_an_out_path_it_cannot_write(orbit_cli, stories260k_path, tmp_path):
     for path, says in cases(tmp_path, "make-trace", "--out", "the trace file"):
         result = run(orbit_cli, "make-trace", "--kind", "rag", "--steps", "3", "--seed", "1", "--model",

@@ -111,3 +111,43 @@ def test_no_two_chunks_share_token_ids_under_a_tokenizer_with_unknowns(orbit, mo
             ids = [tuple(engine.tokenize(c["text"], bos=bool(c.get("bos")))) for c in chunks]
             repeated = sorted({c["name"] for c, i in zip(chunks, ids) if ids.count(i) > 1})
             assert not repeated, f"{path.name}: chunks with the same token ids: {repeated}"
+
+
+def test_a_window_past_the_models_positions_and_bad_counts_are_refused(orbit, stories260k_path, tmp_path):
+    """--max-window 100000 wrote traces stories260K cannot replay (5 of 7 refused at a step past its 512
+    positions, one replayed with 32 refusals) and exited 0; --questions -1 converted all but the last question,
+    --max-window -5 was refused naming --piece-cap, and a model that does not load printed a traceback."""
+    sources = sources_dir()
+    if sources is None:
+        pytest.skip("the real trajectories are not here: none of " + ", ".join(map(str, CANDIDATES)))
+    env = dict(os.environ, PYTHONPATH=str(pathlib.Path(orbit.__file__).resolve().parents[1]), OMP_NUM_THREADS="1")
+
+    def convert(*args):
+        return subprocess.run([sys.executable, str(CONVERTER), "--sources", str(sources), "--out",
+                               str(tmp_path / "out"), *map(str, args)], capture_output=True, text=True, env=env,
+                              timeout=300)
+
+    wide = convert("--model", stories260k_path, "--max-window", 100000)
+    assert wide.returncode == 2
+    assert "pass the model's 512 positions (--max-window 100000): give --max-window" in wide.stderr, wide.stderr
+    for args, says in ((("--max-window", -5), "--max-window must be at least 2, got -5"),
+                       (("--questions", -1), "--questions must be at least 1, got -1")):
+        done = convert("--model", stories260k_path, *args)
+        assert done.returncode == 2 and says in done.stderr, done.stderr
+    empty = tmp_path / "empty.bin"
+    empty.write_bytes(b"")
+    broken = convert("--model", empty)
+    assert broken.returncode == 2 and broken.stderr.startswith("convert_real.py: --model: "), broken.stderr
+    assert "Traceback" not in broken.stderr
+
+
+def test_heldout_refuses_two_traces_of_one_name(tmp_path):
+    """Their reports shared <out>/<name>.replay.json: one trace's numbers were printed for both."""
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "t.json").write_text("{}")
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "replay" / "heldout.py"), "--traces",
+                           str(tmp_path / "a" / "t.json"), str(tmp_path / "b" / "t.json"), "--out",
+                           str(tmp_path / "out")], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert "have the same name 't': their reports would share" in done.stderr, done.stderr

@@ -245,6 +245,29 @@ def test_messages_are_checked(orbit, engine):
     for value, shown in ((call, "dict"), ("f()", "str"), (5, "int")):
         with pytest.raises(TypeError, match=rf"^messages\[0\]\.tool_calls: expected a list of call dicts, got a {shown}"):
             window.sync([{"role": "assistant", "content": None, "tool_calls": value}])
+    # A call's keys are checked as orbit serve checks them, naming the call and the key: a misspelt "argumnts"
+    # rendered the call with no arguments, and every other fault said "a call needs function.name".
+    def calls(*more):
+        return [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": [call, *more]}]
+
+    fn = call["function"]
+    for bad, error, pattern in (
+        (dict(call, function={"name": "look", "argumnts": "{}"}), ValueError, r"\[1\]\.function\.argumnts: unknown key"),
+        (dict(call, bogus=1), ValueError, r"\[1\]\.bogus: unknown key"),
+        (dict(call, function=dict(fn, arguments=5)), TypeError, r"\[1\]\.function\.arguments: expected a str"),
+        (dict(call, function={"arguments": "{}"}), ValueError, r"\[1\]\.function\.name is missing"),
+        (dict(call, function=dict(fn, name=5)), TypeError, r"\[1\]\.function\.name: expected a str, got a int"),
+        (dict(call, function="look"), TypeError, r"\[1\]\.function: expected a dict"),
+        (dict(call, type="web_search"), ValueError, r"\[1\]\.type: only 'function' calls"),
+        ({"id": "c2", "name": "look", "argumnts": "{}"}, ValueError, r"\[1\]\.argumnts: unknown key"),
+    ):
+        for sync in (window.sync, engine.render_chat, engine.tokenize_chat):
+            with pytest.raises(error, match=r"^messages\[1\]\.tool_calls" + pattern):
+                sync(calls(bad))
+    # What clients echo back from an answer is taken: a call's index, a function's parsed_arguments, the
+    # function's keys given flat, arguments as a dict.
+    echoed = [dict(call, index=1, function=dict(fn, parsed_arguments={})), {"id": "c3", "name": "look", "arguments": {"q": 1}}]
+    assert '"q": 1' in engine.render_chat(calls(*echoed), False)
     # A list that fits without its generation prompt is synced (a window need not be answered at once); the
     # answer behind it is refused, naming the counts.
     limit = engine.model_info.max_positions
@@ -278,7 +301,7 @@ def test_messages_are_checked(orbit, engine):
     parts[1]["tool_calls"][0]["function"]["arguments"] = {"x": np.int64(1)}
     assert engine.render_chat(parts, False, chat_template=calls) == 'user:a b;assistant:[look {"x": 1}];'
     parts[1]["tool_calls"][0]["function"]["arguments"] = {"x": [np.float32(0.5), np.nan]}
-    with pytest.raises(ValueError, match=r"^messages\[1\]\.tool_calls\.function\.arguments\['x'\]\[1\]: nan is not "
+    with pytest.raises(ValueError, match=r"^messages\[1\]\.tool_calls\[0\]\.function\.arguments\['x'\]\[1\]: nan is not "
                                          r"a JSON number$"):
         engine.render_chat(parts, False, chat_template=calls)
 

@@ -252,10 +252,10 @@ UNENCODABLE = "a\udcffb"  # a lone surrogate (bytes decoded with errors='surroga
     (lambda w: w.sync([{"role": "user", "content": "x"}], chat_template=UNENCODABLE), "sync: chat_template"),
     (lambda w: w.sync([{"role": "assistant", "content": "", "tool_calls": [
         {"id": "1", "type": "function", "function": {"name": UNENCODABLE, "arguments": "{}"}}]}]),
-     r"messages\[0\].tool_calls.function.name"),
+     r"messages\[0\].tool_calls\[0\].function.name"),
     (lambda w: w.sync([{"role": "assistant", "content": "", "tool_calls": [
         {"id": "1", "type": "function", "function": {"name": "f", "arguments": {"a": UNENCODABLE}}}]}]),
-     r"messages\[0\].tool_calls.function.arguments"),
+     r"messages\[0\].tool_calls\[0\].function.arguments"),
     (lambda w: w.logits(UNENCODABLE), "logits: query"),
     (lambda w: w.engine.add_tokens(UNENCODABLE), "add_tokens: tokens"),
     (lambda w: w.sync([{"role": "user", "content": UNENCODABLE}]), r"messages\[0\].content"),

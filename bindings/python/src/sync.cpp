@@ -105,6 +105,56 @@ void content_of(const py::dict& d, std::size_t i, ChatMessage& msg) {
   }
 }
 
+// Raises ValueError naming `at` + "." + the first key of `d` not among `known` (space-separated).
+void refuse_unknown_call_keys(const py::dict& d, const std::string& known, const std::string& at) {
+  for (const auto& [key, value] : d) {
+    const std::string k = py::str(key).cast<std::string>();
+    if ((" " + known + " ").find(" " + k + " ") == std::string::npos) {
+      throw py::value_error(at + "." + k + ": unknown key (" + known + ")");
+    }
+  }
+}
+
+// messages[i].tool_calls[k]: OpenAI's {id, type, function: {name, arguments}} (index and
+// function.parsed_arguments, which clients echo back from an answer, taken and unused, as orbit serve takes
+// them) or the function's keys given flat ({id, name, arguments}). A key of neither is refused by name rather
+// than dropped (a misspelt "argumnts" rendered the call with none); arguments are a str (as written) or a
+// dict or list (their JSON text).
+ChatToolCall tool_call_of(const py::handle call, const std::string& at) {
+  if (!py::isinstance<py::dict>(call)) throw py::type_error(at + ": expected a dict, got a " + type_name(call));
+  const py::dict c = py::reinterpret_borrow<py::dict>(call);
+  const bool nested = c.contains("function");
+  refuse_unknown_call_keys(c, nested ? "id type function index" : "id type name arguments index", at);
+  if (c.contains("type") && !c["type"].is_none() &&
+      (!py::isinstance<py::str>(c["type"]) || c["type"].cast<std::string>() != "function")) {
+    throw py::value_error(at + ".type: only 'function' calls are read, got " + std::string(py::repr(c["type"])));
+  }
+  ChatToolCall t;
+  if (c.contains("id") && !c["id"].is_none()) t.id = utf8_arg(py::str(c["id"]), at + ".id");
+  const std::string fn_at = nested ? at + ".function" : at;
+  if (nested && !py::isinstance<py::dict>(c["function"])) {
+    throw py::type_error(fn_at + ": expected a dict with name and arguments, got a " + type_name(c["function"]));
+  }
+  const py::dict f = nested ? py::reinterpret_borrow<py::dict>(c["function"]) : c;
+  if (nested) refuse_unknown_call_keys(f, "name arguments parsed_arguments", fn_at);
+  if (!f.contains("name")) throw py::value_error(fn_at + ".name is missing");
+  if (!py::isinstance<py::str>(f["name"])) {
+    throw py::type_error(fn_at + ".name: expected a str, got a " + type_name(f["name"]));
+  }
+  t.name = utf8_arg(f["name"], fn_at + ".name");
+  if (f.contains("arguments") && !f["arguments"].is_none()) {
+    const py::object a = f["arguments"];
+    if (py::isinstance<py::str>(a)) {
+      t.arguments = utf8_arg(a, fn_at + ".arguments");
+    } else if (py::isinstance<py::dict>(a) || py::isinstance<py::list>(a)) {
+      t.arguments = json_text(a, fn_at + ".arguments");
+    } else {
+      throw py::type_error(fn_at + ".arguments: expected a str (JSON text) or a dict, got a " + type_name(a));
+    }
+  }
+  return t;
+}
+
 std::vector<ChatToolCall> tool_calls_of(const py::dict& d, std::size_t i) {
   std::vector<ChatToolCall> out;
   if (!d.contains("tool_calls") || d["tool_calls"].is_none()) return out;
@@ -113,26 +163,9 @@ std::vector<ChatToolCall> tool_calls_of(const py::dict& d, std::size_t i) {
   if (!py::isinstance<py::list>(calls) && !py::isinstance<py::tuple>(calls)) {
     throw py::type_error(where(i, "tool_calls") + ": expected a list of call dicts, got a " + type_name(calls));
   }
+  std::size_t k = 0;
   for (const py::handle call : calls) {
-    if (!py::isinstance<py::dict>(call)) {
-      throw py::type_error(where(i, "tool_calls") + ": expected dicts, got a " + type_name(call));
-    }
-    const py::dict c = py::reinterpret_borrow<py::dict>(call);
-    ChatToolCall t;
-    if (c.contains("id") && !c["id"].is_none()) t.id = utf8_arg(py::str(c["id"]), where(i, "tool_calls") + ".id");
-    const py::dict f = c.contains("function") && py::isinstance<py::dict>(c["function"])
-                           ? py::reinterpret_borrow<py::dict>(c["function"])
-                           : c;  // {"name", "arguments"} given flat
-    if (!f.contains("name") || !py::isinstance<py::str>(f["name"])) {
-      throw py::value_error(where(i, "tool_calls") + ": a call needs function.name (a str)");
-    }
-    t.name = utf8_arg(f["name"], where(i, "tool_calls") + ".function.name");
-    if (f.contains("arguments") && !f["arguments"].is_none()) {
-      const py::object a = f["arguments"];
-      const std::string at = where(i, "tool_calls") + ".function.arguments";
-      t.arguments = py::isinstance<py::str>(a) ? utf8_arg(a, at) : json_text(a, at);
-    }
-    out.push_back(std::move(t));
+    out.push_back(tool_call_of(call, where(i, "tool_calls") + "[" + std::to_string(k++) + "]"));
   }
   return out;
 }

@@ -106,7 +106,8 @@
 // ... ; SyncPlan::tokens spells it with kEmbeddingRow for each embedding row. The text of a message around
 // its chunk parts (a role header before, a newline after) forms units of its own, cut at message
 // boundaries as above. A template that drops or repeats a message's content (it must render each chunk part
-// exactly once) is refused, as is text containing U+E000, a chunk not registered with this engine, and an
+// exactly once) is refused, as is, in a list with chunk parts, text containing U+E000 (named by its message
+// and field; a list of text alone may hold it), a chunk not registered with this engine, and an
 // embedding chunk placed twice (a window holds a chunk once; a token chunk placed twice is a turn the
 // second time, as a repeated message is). Engine::render_chat and tokenize_chat refuse chunk parts: their
 // rendering is not text (Window::plan_sync shows it). Errors name a part as messages[i].content[j], as a

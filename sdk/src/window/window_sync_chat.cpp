@@ -74,6 +74,27 @@ std::string content_text(const EngineCore& core, const ChatMessage& m, std::size
   return text;
 }
 
+// Where text of message `m` holds U+E000, the first character of a chunk part's marker ("content",
+// "content[2].text", "tool_calls[0].function.arguments", ...); "" where none does.
+std::string marker_text_field(const ChatMessage& m) {
+  const auto holds = [](const std::string& s) { return s.find(kMarkOpen) != std::string::npos; };
+  const auto holds_given = [&holds](const std::optional<std::string>& s) { return s && holds(*s); };
+  if (holds(m.content)) return "content";
+  for (std::size_t j = 0; j < m.parts.size(); ++j) {
+    if (!m.parts[j].chunk && holds(m.parts[j].text)) return "content[" + std::to_string(j) + "].text";
+  }
+  if (holds_given(m.name)) return "name";
+  if (holds_given(m.reasoning_content)) return "reasoning_content";
+  if (holds_given(m.tool_call_id)) return "tool_call_id";
+  for (std::size_t k = 0; k < m.tool_calls.size(); ++k) {
+    const std::string call = "tool_calls[" + std::to_string(k) + "]";
+    if (holds(m.tool_calls[k].id)) return call + ".id";
+    if (holds(m.tool_calls[k].name)) return call + ".function.name";
+    if (holds(m.tool_calls[k].arguments)) return call + ".function.arguments";
+  }
+  return "";
+}
+
 }  // namespace
 
 Chat resolve_chat(const EngineCore& core, const ChatOptions& options) {
@@ -114,12 +135,20 @@ std::vector<runtime::ChatMessage> to_runtime(const EngineCore& core, const std::
     for (const ChatToolCall& call : m.tool_calls) r.tool_calls.push_back({call.id, call.name, call.arguments});
     out.push_back(std::move(r));
   }
+  // The rendering is cut at the chunk parts' markers; with none, text may hold their character freely.
+  for (std::size_t i = 0; parts != nullptr && !parts->empty() && i < messages.size(); ++i) {
+    const std::string field = marker_text_field(messages[i]);
+    ORBIT_CHECK(field.empty(), caller << ": messages[" << i << "]." << field
+                                      << " holds U+E000, the character that marks chunk parts in the rendering "
+                                         "(text must not contain it in a list with chunk parts)");
+  }
   return out;
 }
 
 // The chunk parts' markers in `text`, in text order; each part exactly once. Errors name `caller`.
 std::vector<Marker> find_markers(const std::string& text, const std::vector<PartRef>& parts, const char* caller) {
   std::vector<Marker> marks;
+  if (parts.empty()) return marks;  // no marker was written: U+E000 in the text is the text's own
   std::vector<int64_t> seen(parts.size(), 0);
   for (std::size_t at = text.find(kMarkOpen); at != std::string::npos; at = text.find(kMarkOpen, at + 1)) {
     const std::size_t digits = at + kMarkOpen.size();
@@ -130,7 +159,8 @@ std::vector<Marker> find_markers(const std::string& text, const std::vector<Part
     if (number) part = std::stoul(text.substr(digits, close - digits));
     ORBIT_CHECK(part < parts.size(),
                 caller << ": the rendered messages hold U+E000, the character that marks chunk parts, "
-                          "outside a chunk part (message text must not contain it)");
+                          "outside a chunk part (from the tools, the template or its variables: text must not "
+                          "contain it in a list with chunk parts)");
     ++seen[part];
     marks.push_back({at, close + kMarkClose.size(), part});
   }
