@@ -193,21 +193,18 @@ TEST_CASE("serve constraints: tools narrowed by allowed_tools and the same tools
   // A schema the grammar refuses: the message and the param name the tool where the request lists it (the
   // grammar is built from the callable tools, where tag, allowed alone, is tools[0]: listed second, the message
   // named find, and the param was the whole list).
-  sv::ChatRequest forced = request(both, "required");
-  forced.tool_choice.allowed = {"tag"};
-  forced.callable_tools_json = kLooseTools;
-  const sv::AnswerConstraint unsupported = cache.for_request(forced);
-  REQUIRE(unsupported.error);
-  CHECK(unsupported.error->param == "tools[0].function.parameters");
-  CHECK(unsupported.error->message.rfind("tools[0].function.parameters.properties.t: 'uniqueItems'", 0) == 0);
   const std::string find_then_tag = kTools.substr(0, kTools.size() - 1) + "," + kLooseTools.substr(1);
-  sv::ChatRequest second_listed = request(find_then_tag, "required");
-  second_listed.tool_choice.allowed = {"tag"};
-  second_listed.callable_tools_json = kLooseTools;
-  const sv::AnswerConstraint at_index_one = cache.for_request(second_listed);
-  REQUIRE(at_index_one.error);
-  CHECK(at_index_one.error->param == "tools[1].function.parameters");
-  CHECK(at_index_one.error->message.rfind("tools[1].function.parameters.properties.t: 'uniqueItems'", 0) == 0);
+  for (const auto& [tools, at] : {std::pair{both, "tools[0]"}, std::pair{find_then_tag, "tools[1]"}}) {
+    INFO(at);
+    sv::ChatRequest forced = request(tools, "required");
+    forced.tool_choice.allowed = {"tag"};
+    forced.callable_tools_json = kLooseTools;
+    const sv::AnswerConstraint unsupported = cache.for_request(forced);
+    REQUIRE(unsupported.error);
+    CHECK(unsupported.error->param == std::string(at) + ".function.parameters");
+    CHECK(unsupported.error->message.rfind(std::string(at) + ".function.parameters.properties.t: 'uniqueItems'", 0) ==
+          0);
+  }
   // Every tool callable (required): the refused one named by its own index, not the whole list.
   const sv::AnswerConstraint all_callable = cache.for_request(request(find_then_tag, "required"));
   REQUIRE(all_callable.error);
