@@ -210,6 +210,17 @@ def engine(orbit, stories260k_path):
 
 
 @pytest.fixture
+def as_unprivileged():
+    """The command prefix that runs a process as an unprivileged user (nobody), so that a permission a test
+    closes holds for it: root reads and writes anywhere. [] when not root; skips as root without setpriv."""
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv (util-linux): no user a directory can be closed to")
+    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+@pytest.fixture
 def story_max_tokens():
     """max_tokens of the `story` fixture's answer; a module overrides it (test_cancel asks for the whole answer)."""
     return 60

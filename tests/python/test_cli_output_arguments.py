@@ -43,7 +43,7 @@ def test_replay_refuses_a_json_path_it_cannot_write_before_replaying(orbit_cli, 
 
 
 def test_replay_refuses_a_json_path_in_a_directory_it_may_not_write_before_replaying(orbit_cli, stories260k_path,
-                                                                                      trace):
+                                                                                      trace, as_unprivileged):
     # The report is written beside its path and renamed into place once the replay is over: a directory the
     # process may not write in failed then ("cannot write the replay report (--json) (temporary file ...):
     # Permission denied"), the replay's minutes and its table lost. Run as an unprivileged user (root may write
@@ -52,11 +52,7 @@ def test_replay_refuses_a_json_path_in_a_directory_it_may_not_write_before_repla
     import shutil
     import tempfile
 
-    as_user = []
-    if os.geteuid() == 0:
-        if shutil.which("setpriv") is None:
-            pytest.skip("running as root without setpriv (util-linux): no user a directory can be closed to")
-        as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    as_user = as_unprivileged
     root = tempfile.mkdtemp(prefix="orbit-unwritable-")
     try:
         os.chmod(root, 0o755)

@@ -126,20 +126,15 @@ def test_the_text_listing_keeps_one_line_per_entry_for_a_path_holding_a_newline(
     assert all(e["blob"].startswith(str(directory) + "/") for e in json.loads(as_json.stdout))
 
 
-def test_a_blob_directory_that_cannot_be_listed_is_named_not_skipped(orbit, orbit_cli, stories260k_path):
+def test_a_blob_directory_that_cannot_be_listed_is_named_not_skipped(orbit, orbit_cli, stories260k_path,
+                                                                    as_unprivileged):
     # stat, gc and gc --dry-run counted 0 unreferenced blobs, exit status 0, while a blobs/NN they could not list held
     # one: the scan stopped there unseen. The CLI runs as an unprivileged user (root lists any directory).
     import os
     import shutil
     import tempfile
 
-    import pytest
-
-    as_user = []
-    if os.geteuid() == 0:
-        if shutil.which("setpriv") is None:
-            pytest.skip("running as root without setpriv (util-linux): no user a directory can be closed to")
-        as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    as_user = as_unprivileged
     root = tempfile.mkdtemp(prefix="orbit-unlisted-")
     try:
         os.chmod(root, 0o755)
