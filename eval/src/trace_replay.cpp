@@ -71,6 +71,9 @@ ReplayReport replay(const Trace& trace, const ReplayOptions& options) {
   eo.store_dir.clear();
   std::shared_ptr<Engine> first = Engine::open(eo);
   const trace_detail::Resolved resolved = trace_detail::resolve(trace, *first);
+  // After the chunks are checked against the model: a trace without steps would report every ratio as 0 / 0,
+  // nothing replayed and yet a claim made.
+  ORBIT_CHECK(!trace.steps.empty(), "replay: " << trace_detail::file_of(trace) << " has no steps: nothing to replay");
   ReplayReport report;
   report.trace = trace.name.empty() ? trace_detail::file_of(trace) : trace.name;
   report.source = trace.source;

@@ -101,3 +101,17 @@ def test_a_turn_index_past_a_refused_turn_names_the_refusal(orbit_cli, stories26
     assert result.returncode == 1
     assert re.search(r"field 'turn': the window holds no live turn \d+; the turn of step \d+ \(turn\) was "
                      r"refused: out_of_capacity: turn refused: the KV pool is full", result.stderr), result.stderr
+
+
+def test_a_trace_without_steps_is_refused_rather_than_reported(orbit, orbit_cli, stories260k_path, trace, tmp_path):
+    # Its ratios were 0 / 0, printed as 1.00x: a claim about a replay that ran nothing.
+    empty = json.loads(trace.read_text())
+    empty["steps"] = []
+    path = tmp_path / "empty.trace.json"
+    path.write_text(json.dumps(empty))
+    result = subprocess.run([str(orbit_cli), "replay", str(path), "--model", str(stories260k_path), "--quiet",
+                             "--no-fidelity"], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 1 and "1.00x" not in result.stdout
+    assert f"replay: {path} has no steps: nothing to replay" in result.stderr, result.stderr
+    with pytest.raises(orbit.OrbitError, match="has no steps: nothing to replay"):
+        orbit.replay(str(path), str(stories260k_path), fidelity=False)

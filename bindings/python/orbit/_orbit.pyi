@@ -1528,7 +1528,10 @@ class SyncPlan:
     def describe(self) -> str: ...
 
 class SyncReport:
-    """What Window.sync did: its plan, the window operations and their reports."""
+    """What Window.sync did: its plan, the window operations and their reports. A sync that changes nothing
+    runs no operation (plans is empty), yet the window keeps the loss its approximate instances carry: the
+    window's predicted KL at its next read, whatever the sync did, is Window.plan_flush().predicted_kl (what
+    orbit serve reports as usage.orbit.predicted_kl)."""
     @property
     def plan(self) -> SyncPlan: ...
     @property

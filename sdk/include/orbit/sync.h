@@ -263,6 +263,8 @@ struct SyncPlan {
 };
 
 // What Window::sync did.
+// A sync that changes nothing applies no plan, yet the window keeps the loss its approximate instances carry:
+// Window::plan_flush().predicted_kl is the window's predicted KL at its next read, whatever the sync did.
 struct SyncReport {
   SyncPlan plan;                           // what it planned (units carry their instance ids)
   std::vector<Plan> plans;                 // every window operation applied, in order (one kSync plan when
