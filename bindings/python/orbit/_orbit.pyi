@@ -1529,9 +1529,11 @@ class SyncPlan:
 
 class SyncReport:
     """What Window.sync did: its plan, the window operations and their reports. A sync that changes nothing
-    runs no operation (plans is empty), yet the window keeps the loss its approximate instances carry: the
-    window's predicted KL at its next read, whatever the sync did, is Window.plan_flush().predicted_kl (what
-    orbit serve reports as usage.orbit.predicted_kl)."""
+    runs no operation (plans is empty), yet the window keeps the loss its approximate instances carry. Right
+    after a sync, whatever it did, Window.plan_flush().predicted_kl is the fidelity model's prediction for the
+    window as its next read serves it, the repairs the sync deferred included (what orbit serve reports as
+    usage.orbit.predicted_kl). A read teaches the model the query's attention, so a flush planned after one
+    may re-form instances and predict for the window after that, which no read runs by itself."""
     @property
     def plan(self) -> SyncPlan: ...
     @property
