@@ -1532,8 +1532,8 @@ class SyncReport:
     runs no operation (plans is empty), yet the window keeps the loss its approximate instances carry. Right
     after a sync, whatever it did, Window.plan_flush().predicted_kl is the fidelity model's prediction for the
     window as its next read serves it, the repairs the sync deferred included (what orbit serve reports as
-    usage.orbit.predicted_kl). A read teaches the model the query's attention, so a flush planned after one
-    may re-form instances and predict for the window after that, which no read runs by itself."""
+    usage.orbit.predicted_kl). Planned later, a flush may re-form instances (once background work makes that
+    cheap) and predict for the window after it, which no read runs by itself."""
     @property
     def plan(self) -> SyncPlan: ...
     @property

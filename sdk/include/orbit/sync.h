@@ -265,8 +265,8 @@ struct SyncPlan {
 // What Window::sync did.
 // A sync that changes nothing applies no plan, yet the window keeps the loss its approximate instances carry:
 // right after a sync, Window::plan_flush().predicted_kl is the prediction for the window as its next read serves
-// it (the deferred repairs included; what orbit serve reports). A flush planned after a read may re-form
-// instances the read showed were attended, and predicts for the window after that, which no read runs itself.
+// it (the deferred repairs included; what orbit serve reports). Planned later, a flush may re-form instances
+// (once background work makes that cheap) and predicts for the window after it, which no read runs itself.
 struct SyncReport {
   SyncPlan plan;                           // what it planned (units carry their instance ids)
   std::vector<Plan> plans;                 // every window operation applied, in order (one kSync plan when
