@@ -52,7 +52,9 @@ void prepare_fidelity_model(Engine& engine, const ServeOptions& options, bool ca
                  engine.fidelity_model_description().c_str());
     return;
   }
-  if (!options.remote.empty() && options.stored_calibration && !engine.stats().store.remote.available) {
+  const bool remote_down =
+      !options.remote.empty() && options.stored_calibration && !engine.stats().store.remote.available;
+  if (remote_down) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::fprintf(stderr,
                  "orbit serve: --remote %s did not answer the read of a stored fidelity calibration (%.1f s, bounded "
@@ -61,7 +63,18 @@ void prepare_fidelity_model(Engine& engine, const ServeOptions& options, bool ca
                  calibrate ? "calibrating here instead"
                            : "planning with the default fidelity model until a later request reads one from it");
   }
-  if (!calibrate) return;
+  if (!calibrate) {
+    // The defaults were fitted on the bundled stories260K: on another model the predictions (usage's predicted_kl,
+    // what :kl= budgets plan with) can be off several-fold, and a server should say what it plans with.
+    if (!remote_down) {
+      std::fprintf(stderr,
+                   "orbit serve: planning with the default fidelity model (fitted on the bundled stories260K, not on "
+                   "this model: its predicted KL can be off several-fold on another); --calibrate-fidelity fits it "
+                   "here before listening%s\n",
+                   where.empty() || !options.stored_calibration ? "" : (" and keeps it in " + where).c_str());
+    }
+    return;
+  }
   std::fprintf(stderr, "orbit serve: calibrating the fidelity model on %s (seeded, nothing timed)...\n",
                options.model.c_str());
   std::fflush(stderr);

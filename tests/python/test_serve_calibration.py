@@ -50,12 +50,18 @@ def test_serve_calibrates_at_start_once_per_store(start_serve, stories260k_path,
     assert len(lines) == 2 and "(not stored: --no-stored-calibration)" in lines[1], fresh.output()
 
 
-def test_serve_without_a_store_calibrates_at_every_start_and_says_so(start_serve, stories260k_path):
+def test_serve_without_a_store_calibrates_at_every_start_and_says_so(start_serve, stories260k_path, tmp_path):
     server = start_serve(stories260k_path, "--calibrate-fidelity")
     lines = serve_lines(server)
     assert len(lines) == 2 and "(not stored: no --store or --remote)" in lines[1], server.output()
-    plain = start_serve(stories260k_path)
-    assert serve_lines(plain) == []  # no flag, no store: nothing said, nothing measured
+    plain = start_serve(stories260k_path)  # no flag, no store: nothing measured, and the server says what it plans with
+    assert serve_lines(plain) == [
+        "orbit serve: planning with the default fidelity model (fitted on the bundled stories260K, not on this model: "
+        "its predicted KL can be off several-fold on another); --calibrate-fidelity fits it here before listening"]
+    assert progress_lines(plain) == []
+    stored = start_serve(stories260k_path, "--store", str(tmp_path / "s"))
+    assert serve_lines(stored)[0].endswith(f"--calibrate-fidelity fits it here before listening and keeps it in "
+                                           f"--store {tmp_path / 's'}"), stored.output()
 
 
 def test_two_servers_with_their_own_stores_share_the_calibration_through_redis(start_serve, stories260k_path,
