@@ -68,9 +68,9 @@ void prepare_fidelity_model(Engine& engine, const ServeOptions& options, bool ca
     // what :kl= budgets plan with) can be off several-fold, and a server should say what it plans with.
     if (!remote_down) {
       std::fprintf(stderr,
-                   "orbit serve: planning with the default fidelity model (fitted on the bundled stories260K, not on "
-                   "this model: its predicted KL can be off several-fold on another); --calibrate-fidelity fits it "
-                   "here before listening%s\n",
+                   "orbit serve: planning with the default fidelity model (fitted on the bundled stories260K; on "
+                   "another model its predicted KL can be off several-fold); --calibrate-fidelity fits it here "
+                   "before listening%s\n",
                    where.empty() || !options.stored_calibration ? "" : (" and keeps it in " + where).c_str());
     }
     return;

@@ -56,8 +56,8 @@ def test_serve_without_a_store_calibrates_at_every_start_and_says_so(start_serve
     assert len(lines) == 2 and "(not stored: no --store or --remote)" in lines[1], server.output()
     plain = start_serve(stories260k_path)  # no flag, no store: nothing measured, and the server says what it plans with
     assert serve_lines(plain) == [
-        "orbit serve: planning with the default fidelity model (fitted on the bundled stories260K, not on this model: "
-        "its predicted KL can be off several-fold on another); --calibrate-fidelity fits it here before listening"]
+        "orbit serve: planning with the default fidelity model (fitted on the bundled stories260K; on another model "
+        "its predicted KL can be off several-fold); --calibrate-fidelity fits it here before listening"]
     assert progress_lines(plain) == []
     stored = start_serve(stories260k_path, "--store", str(tmp_path / "s"))
     assert serve_lines(stored)[0].endswith(f"--calibrate-fidelity fits it here before listening and keeps it in "
