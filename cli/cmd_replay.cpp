@@ -335,6 +335,20 @@ decltype(ReplayOptions::progress) replay_progress() {
   };
 }
 
+// replay(), where a full KV pool ends it, saying which argument sizes the pool's pages: every instance holds
+// whole pages, so pages far larger than the trace's chunks leave the pool only a handful.
+ReplayReport replay_naming_page_size(const Trace& trace, const ReplayOptions& o) {
+  try {
+    return replay(trace, o);
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    if (what.find("the KV pool is full") == std::string::npos) throw;
+    ORBIT_FAIL(what << " (the replay engines' pool: " << o.engine.pool_bytes << " bytes in pages of --page-size "
+                    << o.engine.page_size << " tokens, each instance holding whole pages; a smaller --page-size "
+                    << "gives more pages)");
+  }
+}
+
 }  // namespace
 
 int run_replay(int argc, char** argv, int first) {
@@ -360,7 +374,7 @@ int run_replay(int argc, char** argv, int first) {
   if (!quiet) o.progress = replay_progress();
 
   const Trace trace = load_trace(trace_path);
-  const ReplayReport report = replay(trace, o);
+  const ReplayReport report = replay_naming_page_size(trace, o);
 
   if (json_out) {
     const std::string text = replay_report_json(report);

@@ -115,3 +115,16 @@ def test_a_trace_without_steps_is_refused_rather_than_reported(orbit, orbit_cli,
     assert f"replay: {path} has no steps: nothing to replay" in result.stderr, result.stderr
     with pytest.raises(orbit.OrbitError, match="has no steps: nothing to replay"):
         orbit.replay(str(path), str(stories260k_path), fidelity=False)
+
+
+def test_a_pool_full_of_huge_pages_names_page_size(orbit_cli, stories260k_path, repo_root):
+    # Pages of 20000 tokens leave the default pool a handful: on this agent trace a generate step's deferred
+    # repairs found it full, and the error named no argument.
+    trace = repo_root / "bench" / "replay" / "agent-json" / "unseen_rag_seed5.trace.json"
+    result = subprocess.run([str(orbit_cli), "replay", str(trace), "--model", str(stories260k_path), "--quiet",
+                             "--no-fidelity", "--policy", POLICY, "--page-size", "20000"],
+                            capture_output=True, text=True, timeout=600)
+    if result.returncode == 0:
+        pytest.fail("the replay was expected to fill the pool: " + result.stdout[-400:])
+    assert "the KV pool is full" in result.stderr and "in pages of --page-size 20000 tokens" in result.stderr, \
+        result.stderr
