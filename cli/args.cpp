@@ -13,6 +13,7 @@
 
 #include "orbit/common/error.h"
 #include "orbit/common/file_kind.h"
+#include "orbit/common/utf8.h"
 
 namespace orbit::cli {
 
@@ -62,6 +63,16 @@ bool names_a_path(const std::string& arg) {
   return false;
 }
 
+// Arguments that carry text to tokenize, whatever the command. The help says UTF-8: a value that is not was
+// refused by a tokenizer.json naming its file, and split into byte tokens by a llama2.c tokenizer.
+bool names_text(const std::string& arg) {
+  static const char* const kTexts[] = {"--text", "--prompt", "--chunk-text", "--context-text", "--query-text"};
+  for (const char* t : kTexts) {
+    if (arg == t) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::string help_text(const std::string& command, const ArgSpec& spec) {
@@ -98,6 +109,8 @@ Args::Args(std::string command, const ArgSpec& spec, int argc, char** argv, int 
                          << command_ << "'s arguments)");
     ORBIT_CHECK(!values_.count(arg), command_ << ": argument '" << arg << "' given twice");
     ORBIT_CHECK(!next.empty() || !names_a_path(arg), command_ << ": argument '" << arg << "' is empty (give a path)");
+    ORBIT_CHECK(!names_text(arg) || is_valid_utf8(next),
+                command_ << ": argument '" << arg << "' is not valid UTF-8 (text arguments are UTF-8)");
     values_[arg] = argv[++i];
   }
 }

@@ -127,6 +127,22 @@ def test_a_file_that_is_no_checkpoint_is_named_before_its_tokenizer_is_looked_fo
 
 
 
+def test_text_that_is_not_utf8_is_refused_naming_its_argument_whatever_the_tokenizer(orbit_cli, models_dir):
+    # The help says UTF-8 text: a llama2.c tokenizer split such bytes into byte tokens (exit 0) while a
+    # tokenizer.json refused them naming its own file, as if the file were at fault.
+    bad = "a\udcffb"  # os.fsencode gives the byte 0xff back
+    for model in (models_dir / "stories260K" / "stories260K.bin", models_dir / "tinystories-656k"):
+        for command, arg in (("tokenize", "--text"), ("generate", "--prompt"), ("logits", "--text")):
+            r = subprocess.run([str(orbit_cli), command, "--model", str(model), arg, os.fsencode(bad)],
+                               capture_output=True, text=True, timeout=300)
+            assert r.returncode == 1 and r.stdout == "", (command, model, r.stdout)
+            assert f"{command}: argument '{arg}' is not valid UTF-8" in r.stderr, (command, model, r.stderr)
+    r = subprocess.run([str(orbit_cli), "fidelity", "--model", str(models_dir / "stories260K" / "stories260K.bin"),
+                        "--chunk-text", "ok", "--query-text", os.fsencode(bad)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 1 and "fidelity: argument '--query-text' is not valid UTF-8" in r.stderr, r.stderr
+
+
 def test_a_number_with_white_space_around_it_is_refused_either_side(orbit_cli, stories260k_path):
     # strtoll / strtod skip leading white space: before, --max-tokens " 5" was taken and "5 " refused.
     for name, value in (("--max-tokens", " 5"), ("--max-tokens", "5 "), ("--temperature", " 0.5"),
