@@ -244,7 +244,10 @@ class Plan:
         Window.reference_logits and p from Window.logits (all_rows=True) of a short query read after the window
         (a few tokens of text), averaged over the query's rows; not the largest row's, which runs several times
         the mean. An estimate from plan metadata, not a bound: on the bundled models it errs high on text that starts
-        afresh and can err low on random ids (planner/fidelity_model.h)."""
+        afresh and can err low on random ids (planner/fidelity_model.h). Until Engine.calibrate_fidelity() (or a
+        stored calibration) fits it on this model, it is stories260K's fit, which can err low several-fold on
+        another model's text: on tinystories-656k, messages moved by a dropped one were predicted 1.9e-3 and
+        measured 6.3e-3 (calibrated, the same edit was re-formed, exact)."""
     @property
     def estimated_seconds(self) -> float: ...
     @property
