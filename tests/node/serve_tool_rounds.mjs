@@ -247,16 +247,23 @@ export async function agentsRounds({ modules, base, modelId, check }) {
     const result = await runner.run(agent, TASK, { maxTurns: 4, previousResponseId: earlier?.id });
     const calls = result.newItems.filter((i) => i.type === "tool_call_item");
     const rounds = sent.slice(useResponses ? 1 : 0);
-    check(rounds.length >= 2 && rounds.length === calls.length + 1 && rounds.every((s) => s.status === 200) &&
+    // A round may call more than once (parallel calls: greedy decoding over KV that the background work has
+    // or has not finished forming can differ, as on a loaded machine), so calls are counted per round.
+    const callsIn = (i) => (result.rawResponses[i]?.output ?? []).filter((o) => o.type === "function_call").length;
+    const perRound = rounds.map((_, i) => callsIn(i));
+    check(rounds.length >= 2 && rounds.length === result.rawResponses.length &&
+          perRound.slice(0, -1).every((n) => n >= 1) && perRound.at(-1) === 0 &&
+          perRound.reduce((a, n) => a + n, 0) === calls.length && rounds.every((s) => s.status === 200) &&
           rounds[0].body.previous_response_id === earlier?.id,
-          `${label}: a call on each round but the last`, oneLine(rounds));
+          `${label}: a call on each round but the last`, `calls per round ${perRound}: ${oneLine(rounds)}`);
     const tookBack = rounds.slice(1).every((round, i) => {
       const b = round.body;
       if (!useResponses) {
-        return b.messages.filter((m) => m.role === "tool" && /Tom ran\./.test(m.content)).length === i + 1;
+        const sentBefore = perRound.slice(0, i + 1).reduce((a, n) => a + n, 0);
+        return b.messages.filter((m) => m.role === "tool" && /Tom ran\./.test(m.content)).length === sentBefore;
       }
-      return b.previous_response_id === result.rawResponses[i]?.responseId && b.input.length === 1 &&
-             b.input[0].type === "function_call_output" && /Tom ran\./.test(b.input[0].output);
+      return b.previous_response_id === result.rawResponses[i]?.responseId && b.input.length === perRound[i] &&
+             b.input.every((item) => item.type === "function_call_output" && /Tom ran\./.test(item.output));
     });
     check(tookBack, `${label}: each round after the first sends the tool's result back`, oneLine(rounds));
     const output = useResponses ? result.finalOutput?.title : result.finalOutput;
