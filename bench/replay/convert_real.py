@@ -620,33 +620,45 @@ def all_sources(sources, questions):
 
 
 def write_traces(args):
-    """Converts every source into args.out; returns the written paths."""
+    """Converts every source into args.out; returns the written paths. The set is written whole or not at all:
+    every trace is built first, then each is written beside its place and checked, and only then are they
+    renamed into place, so a source that fails (its fixed pieces over --max-window, say) leaves args.out as it
+    was rather than holding the traces before it beside an earlier run's."""
     tokens = Tokens(args.model)
     try:
         runs = all_sources(args.sources, args.questions)
-        args.out.mkdir(parents=True, exist_ok=True)
-        written = []
-        for source in runs:
-            trace, counts = build_trace(source, tokens, args.piece_cap, args.max_window)
-            path = args.out / f"{source.name}.json"
-            path.write_text(json.dumps(trace, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-            validate(path)
-            print(f"{source.name}: {counts['calls']} calls, {counts['chunks']} chunks, {counts['steps']} steps "
-                  f"(piece cap {counts['cap']}) -> {path}", flush=True)
-            written.append(path)
-        return written
+        built = [(source, *build_trace(source, tokens, args.piece_cap, args.max_window)) for source in runs]
     finally:
         tokens.close()
+    args.out.mkdir(parents=True, exist_ok=True)
+    staged = []
+    try:
+        for source, trace, _ in built:
+            path = args.out / f"{source.name}.json"
+            part = path.with_name(path.name + ".part")
+            staged.append((part, path))
+            part.write_text(json.dumps(trace, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+            validate(part, path)
+    except BaseException:
+        for part, _ in staged:
+            part.unlink(missing_ok=True)
+        raise
+    for (source, _, counts), (part, path) in zip(built, staged):
+        part.replace(path)
+        print(f"{source.name}: {counts['calls']} calls, {counts['chunks']} chunks, {counts['steps']} steps "
+              f"(piece cap {counts['cap']}) -> {path}", flush=True)
+    return [path for _, path in staged]
 
 
-def validate(path):
-    """The bindings' trace loader on the written file, when they import (the replay checks it otherwise)."""
+def validate(written, path):
+    """The bindings' trace loader on the written file (to be renamed to path), when they import (the replay checks
+    it otherwise)."""
     try:
         import orbit
     except ImportError:
         return
     try:
-        orbit.load_trace(str(path))
+        orbit.load_trace(str(written))
     except orbit.OrbitError as e:
         raise SourceError(f"{path}: the written trace does not load: {e}") from None
 

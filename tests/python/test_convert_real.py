@@ -141,6 +141,23 @@ def test_a_window_past_the_models_positions_and_bad_counts_are_refused(orbit, st
     assert "Traceback" not in broken.stderr
 
 
+def test_a_source_that_fails_leaves_the_out_folder_as_it_was(converted, orbit, stories260k_path, tmp_path):
+    """--max-window 60 fails at the third source (its fixed pieces take 70 tokens): the two traces before it were
+    written beside an earlier run's, the folder then holding a set no run made. Now nothing is written."""
+    _, first = converted
+    out = tmp_path / "out"
+    out.mkdir()
+    earlier = {p.name: p.read_bytes() for p in sorted(first.glob("*.json"))}
+    for name, data in earlier.items():
+        (out / name).write_bytes(data)
+    env = dict(os.environ, PYTHONPATH=str(pathlib.Path(orbit.__file__).resolve().parents[1]), OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, str(CONVERTER), "--sources", str(sources_dir()), "--out", str(out),
+                           "--model", str(stories260k_path), "--max-window", "60"], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert done.returncode == 2 and "over --max-window 60" in done.stderr, done.stderr
+    assert {p.name: p.read_bytes() for p in sorted(out.iterdir())} == earlier
+
+
 def test_heldout_refuses_two_traces_of_one_name(tmp_path):
     """Their reports shared <out>/<name>.replay.json: one trace's numbers were printed for both."""
     for d in ("a", "b"):
