@@ -208,7 +208,13 @@ const char* kServeUsage =
     "  --no-stored-calibration  neither read a calibration from the store nor write one: start from the\n"
     "                        defaults (or, with --calibrate-fidelity, measure at every start)\n"
     "  --no-anticipate       do not prefill a session's answer in idle time as its next request will send it\n"
-    "                        back (usage.orbit.idle_forward_tokens reports what that costs)\n";
+    "                        back (usage.orbit.idle_forward_tokens reports what that costs)\n"
+    "  --deterministic       each answer ends only once the idle work it left is done (background encodes, the\n"
+    "                        anticipated prefill, heals, prepared recalls and moves, audits), so a client that\n"
+    "                        sends one request at a time gets the same answers and usage on every run (without\n"
+    "                        it, what the next request finds ready depends on how soon it comes); costs that\n"
+    "                        work's time at the end of each answer. Concurrent requests still interleave by\n"
+    "                        timing. For evaluations and tests of agents\n";
 
 // The most --threads: each is a thread started at once (a value past what the system can start is a
 // clean error from HttpFront, but one past int would wrap).
@@ -387,6 +393,7 @@ serve::ServeOptions serve_options(const Args& args) {
   o.limits.max_choices_by_batch = o.limits.max_choices == o.max_batch;
   o.limits.max_answer_logprobs = args.get_int("--max-answer-logprobs", int64_t{1} << 20, 1);
   o.anticipate = !args.flag("--no-anticipate");
+  o.deterministic = args.flag("--deterministic");
   parse_fidelity_options(args, o);
   if (const auto file = args.get("--chat-template")) {
     o.chat_template = read_template(*file);
@@ -468,7 +475,7 @@ ArgSpec serve_arg_spec() {
                 "--device",
                 "--dtype",
                 "--device-tier-mb"},
-               {"--no-anticipate", "--calibrate-fidelity", "--no-stored-calibration"},
+               {"--no-anticipate", "--calibrate-fidelity", "--no-stored-calibration", "--deterministic"},
                kServeUsage};
   spec.options.insert({"--header-seconds", "--body-seconds", "--keep-alive-seconds", "--allow-origin", "--api-key",
                        "--api-key-file", "--max-unsent-kb", "--pool-wait-ms", "--prefill-chunk", "--stall-seconds",

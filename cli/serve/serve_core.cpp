@@ -68,6 +68,7 @@ RunOutcome ServeCore::run(RunTicket& ticket, const RunSink& sink) {
   }
   RunOutcome out = requests_.run(ticket, sink);
   run_owed_audit();
+  if (context_.options.deterministic) idle_.run_now();  // the window released: its idle work, before the answer ends
   return out;
 }
 

@@ -98,6 +98,13 @@ struct ServeOptions {
   // prefilling it on the critical path. Costs idle forwards (RunUsage::idle_forward_tokens); wasted, and
   // evicted by the next sync, when the client sends something else back.
   bool anticipate = true;
+  // Each request's answer ends (its last bytes, a stream's [DONE]) only once the idle work it left is done on
+  // its own thread (`--deterministic`; IdleWorker::run_now: background encodes, the anticipated prefill,
+  // Window::idle's heals and preparations, an audit due), so the next request of a client that sends one at a
+  // time always finds the same window, store and fidelity correction, and gets the same answer and usage on every
+  // run, whatever the timing. Costs that work's time at the end of each answer. Concurrent requests still
+  // interleave by timing: the work stops when another request waits for the model.
+  bool deterministic = false;
   // A chat template (Jinja source, from --chat-template FILE) for every request instead of the model's; "" =
   // the model's, else the built-in one (kPlainChatTemplate, which renders tools and tool calls).
   std::string chat_template;

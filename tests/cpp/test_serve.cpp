@@ -538,6 +538,38 @@ TEST_CASE("serve: an answer prefilled in idle time is kept by the next request",
   }
 }
 
+TEST_CASE("serve: --deterministic ends each answer with the idle work it left done", "[serve][model]") {
+  // A session under the default policy (background encodes, the anticipated answer, heals): a page shown, a
+  // trim from the front, questions. Under ServeOptions::deterministic nothing is left for idle time when a
+  // request returns, so two servers give the same plans, forwards and answers.
+  auto conversation = [] {
+    sv::ServeOptions options;
+    options.model = kModel;
+    options.deterministic = true;
+    options.chunk_min_tokens = 8;
+    sv::ServeCore core(options);
+    std::vector<orbit::ChatMessage> list = {
+        {"system", "You tell short stories."},
+        {"tool", "Tom had a small boat. He took it to the pond with his mom. The boat went fast on the water."},
+        {"user", "What did Tom do?"}};
+    std::vector<std::string> out;
+    for (int turn = 0; turn < 4; ++turn) {
+      if (turn == 2) list.erase(list.begin() + 1, list.begin() + 3);  // the page and its question leave
+      const sv::RunOutcome o = core.chat(serve_test::greedy_chat(core, list, 8), "agent", {});
+      REQUIRE(o.result.has_value());
+      CHECK(core.run_idle_work() == 0);  // nothing was left: the answer ended after it
+      out.push_back(o.result->text + " | " + o.result->usage.plan + " | " +
+                    std::to_string(o.result->usage.forward_tokens));
+      list.push_back({"assistant", o.result->text});
+      list.push_back({"user", turn % 2 == 0 ? "And then?" : "Why?"});
+    }
+    core.close();
+    return out;
+  };
+  const std::vector<std::string> first = conversation();
+  CHECK(first == conversation());
+}
+
 TEST_CASE("serve: refusals come before the run; usage reports the engine's radix yardstick", "[serve][model]") {
   sv::ServeOptions options;
   options.model = kModel;

@@ -92,3 +92,41 @@ def test_exact_policy_repeats_are_identical_with_a_long_generation_prompt(orbit_
     with serving(orbit_cli, model_paths[model], "--name", "m", "--policy", "patch:16:exact", "--chat-template",
                  str(template)) as server:
         repeats_match(server, "s")
+
+
+# A session that shows pages as tool results and trims its oldest from the front, as agents do (the window keeps
+# what moved, forms what is new, and idle time prefills the answer and forms the pages' patches).
+PAGES = ["Tom had a small boat. He took it to the pond with his mom. The boat went fast on the water and Tom laughed.",
+         "Sue liked to draw. One day she drew a big tree with red apples. Her friend Ben saw it and wanted to draw too.",
+         "The cat sat in the sun by the door. A bird came down to the grass and the cat watched it all day long."]
+
+
+def agent_run(server, steps=8):
+    """Each request's (answer, usage.orbit's plan, forward and idle forward tokens), sent one after another."""
+    messages = [{"role": "system", "content": "You tell short stories."}]
+    out = []
+    for i in range(steps):
+        if i % 2 == 0:
+            messages.append({"role": "tool", "tool_call_id": f"c{i}", "content": PAGES[(i // 2) % len(PAGES)]})
+        if i == 4:
+            del messages[1:3]
+        messages.append({"role": "user", "content": f"What happened next in story {i}?"})
+        body = server.call("/v1/chat/completions", {"model": "m", "messages": messages, "max_tokens": 12,
+                                                    "temperature": 0}, session="agent")
+        text = body["choices"][0]["message"]["content"]
+        messages.append({"role": "assistant", "content": text})
+        usage = body["usage"]["orbit"]
+        out.append((text, usage["plan"], usage["forward_tokens"], usage["idle_forward_tokens"]))
+    return out
+
+
+def test_deterministic_gives_two_servers_the_same_agent_run(orbit_cli, models_dir):
+    # Without --deterministic, what a request finds ready (the answer prefilled, the pages' patches formed) depends
+    # on how soon it comes after the last answer: 5 runs of this one, unloaded, gave 4 different sets of plans.
+    runs = []
+    for _ in range(2):
+        with serving(orbit_cli, models_dir / "tinystories-656k", "--name", "m", "--deterministic") as server:
+            runs.append(agent_run(server))
+    assert any(step[3] > 0 for step in runs[0]), "no idle work ran: the run does not test what it should"
+    for i, (a, b) in enumerate(zip(*runs)):
+        assert a == b, f"request {i + 1} differs between the two servers: {a} against {b}"
