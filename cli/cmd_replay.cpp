@@ -13,14 +13,17 @@
 // --calibrate-fidelity the fidelity model only (Engine::calibrate_fidelity: no timing, same plans every run).
 // --attribute measures each approximate instance's own KL after every probed step (Window::loss_by_instance) and
 // prints, per way of serving, how the fidelity model's predictions compare. --json writes the full report
-// (replay_report_json) to OUT ("-": stdout, and the table is not printed). Progress goes to stderr.
+// (replay_report_json) to OUT ("-": stdout, and the table is not printed). Progress goes to stderr. Ctrl-C stops
+// the replay before its next step (exit status 130, nothing printed or written but where it stopped).
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -73,7 +76,9 @@ const char* kReplayUsage =
     "  --repeat N               replay every policy N times, interleaved, and report each step's fastest time\n"
     "                           (wall time is noisy; tokens and KL come from the first round; default 1;\n"
     "                           not with --calibrate)\n"
-    "  --quiet                  no progress on stderr\n";
+    "  --quiet                  no progress on stderr\n"
+    "Ctrl-C stops the replay before its next step, saying where (exit status 130; no report is printed or\n"
+    "written: its ratios need every policy's whole run); a second Ctrl-C ends it at once.\n";
 
 // The usage, then the policy specs --policy takes (orbit/policy.h's policy_spec_help(), which `orbit serve
 // --help` points at for its own --policy), so the CLI alone says what a spec may be.
@@ -335,6 +340,36 @@ decltype(ReplayOptions::progress) replay_progress() {
   };
 }
 
+// Ctrl-C (SIGINT) during a replay: the first stops it before its next step (the callback below throws
+// ReplayInterrupted there), and the run says where it was; no report is printed or written, since its ratios need
+// every policy's whole run. The handler is reset as it runs (SA_RESETHAND), so a second Ctrl-C ends the process at
+// once, inside a long step too.
+volatile std::sig_atomic_t interrupted = 0;
+void on_interrupt(int) { interrupted = 1; }
+
+void stop_before_next_step_on_interrupt() {
+  struct sigaction action {};
+  action.sa_handler = on_interrupt;
+  action.sa_flags = SA_RESETHAND;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+}
+
+struct ReplayInterrupted {
+  std::string where;  // "before step S/N of policy P/NP (NAME)"
+};
+
+// The progress callback (show: what prints it; null under --quiet) that also stops the replay after a Ctrl-C.
+decltype(ReplayOptions::progress) interruptible(decltype(ReplayOptions::progress) show) {
+  return [show](std::size_t p, std::size_t np, std::size_t s, std::size_t ns, const std::string& name) {
+    if (interrupted) {
+      throw ReplayInterrupted{"before step " + std::to_string(s + 1) + "/" + std::to_string(ns) + " of policy " +
+                              std::to_string(p + 1) + "/" + std::to_string(np) + " (" + name + ")"};
+    }
+    if (show) show(p, np, s, ns, name);
+  };
+}
+
 // replay(), where a full KV pool ends it, saying which argument sizes the pool's pages: every instance holds
 // whole pages, so pages far larger than the trace's chunks leave the pool only a handful.
 ReplayReport replay_naming_page_size(const Trace& trace, const ReplayOptions& o) {
@@ -371,10 +406,22 @@ int run_replay(int argc, char** argv, int first) {
     check_output_not_input("replay", "--json", *json_out, model_inputs(o.engine.model, {{"TRACE", trace_path}}));
   }
   const bool quiet = args.flag("--quiet");
-  if (!quiet) o.progress = replay_progress();
+  o.progress = interruptible(quiet ? nullptr : replay_progress());
 
   const Trace trace = load_trace(trace_path);
-  const ReplayReport report = replay_naming_page_size(trace, o);
+  stop_before_next_step_on_interrupt();
+  std::optional<ReplayReport> replayed;
+  try {
+    replayed = replay_naming_page_size(trace, o);
+  } catch (const ReplayInterrupted& stop) {
+    std::fprintf(stderr,
+                 "%sorbit replay: interrupted (Ctrl-C) %s: no report (its ratios need every policy's whole "
+                 "run)%s\n",
+                 !quiet && ::isatty(STDERR_FILENO) != 0 ? "\n" : "", stop.where.c_str(),
+                 json_out ? "; --json not written" : "");
+    return 130;  // as a shell reports a process SIGINT ended
+  }
+  const ReplayReport& report = *replayed;
 
   if (json_out) {
     const std::string text = replay_report_json(report);

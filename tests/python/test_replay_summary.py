@@ -6,6 +6,7 @@ an answer decoded to the model's last position is appended (it was refused, one 
 past a refused turn says so."""
 import json
 import re
+import signal
 import subprocess
 
 import pytest
@@ -128,3 +129,25 @@ def test_a_pool_full_of_huge_pages_names_page_size(orbit_cli, stories260k_path, 
         pytest.fail("the replay was expected to fill the pool: " + result.stdout[-400:])
     assert "the KV pool is full" in result.stderr and "in pages of --page-size 20000 tokens" in result.stderr, \
         result.stderr
+
+
+def test_ctrl_c_stops_the_replay_before_its_next_step_and_says_where(orbit_cli, stories260k_path, repo_root,
+                                                                     tmp_path):
+    # A replay of minutes: the first SIGINT stops it between two steps, naming them, with nothing written.
+    report = tmp_path / "report.json"
+    trace = repo_root / "bench" / "replay" / "agent-json" / "unseen_rag_seed5.trace.json"
+    process = subprocess.Popen([str(orbit_cli), "replay", str(trace), "--model", str(stories260k_path), "--json",
+                                str(report)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = process.stderr.readline()
+        assert "policy 1/4" in first and "step 1/61" in first, first
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=300)
+    finally:
+        process.kill()
+        process.wait()
+    assert process.returncode == 130, err
+    assert re.search(r"^orbit replay: interrupted \(Ctrl-C\) before step \d+/61 of policy 1/4 \(reprefill\): no report "
+                     r"\(its ratios need every policy's whole run\); --json not written$", err, re.M), err
+    assert out == ""
+    assert not report.exists()
