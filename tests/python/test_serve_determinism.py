@@ -97,12 +97,27 @@ def test_exact_policy_repeats_are_identical_with_a_long_generation_prompt(orbit_
 # A session that shows pages as tool results and trims its oldest from the front, as agents do (the window keeps
 # what moved, forms what is new, and idle time prefills the answer and forms the pages' patches).
 PAGES = ["Tom had a small boat. He took it to the pond with his mom. The boat went fast on the water and Tom laughed.",
-         "Sue liked to draw. One day she drew a big tree with red apples. Her friend Ben saw it and wanted to draw too.",
+         "Sue liked to draw. One day she drew a big tree with red apples. Her friend Ben saw it and wanted to draw.",
          "The cat sat in the sun by the door. A bird came down to the grass and the cat watched it all day long."]
 
 
+def streamed_chat(server, body, session):
+    """A streamed chat answer's (text, usage), read to its [DONE]."""
+    request = urllib.request.Request(server.url + "/v1/chat/completions",
+                                     data=json.dumps({**body, "stream": True,
+                                                      "stream_options": {"include_usage": True}}).encode(),
+                                     headers={"Content-Type": "application/json", "X-Orbit-Session": session})
+    with urllib.request.urlopen(request, timeout=300) as response:
+        raw = response.read().decode()
+    assert raw.endswith("data: [DONE]\n\n")
+    chunks = [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: {")]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices"))
+    return text, [c["usage"] for c in chunks if c.get("usage")][-1]
+
+
 def agent_run(server, steps=8):
-    """Each request's (answer, usage.orbit's plan, forward and idle forward tokens), sent one after another."""
+    """Each request's (answer, usage.orbit's plan, forward and idle forward tokens), sent one after another: chat
+    requests (every other one streamed), then a chain of Responses API requests."""
     messages = [{"role": "system", "content": "You tell short stories."}]
     out = []
     for i in range(steps):
@@ -111,18 +126,30 @@ def agent_run(server, steps=8):
         if i == 4:
             del messages[1:3]
         messages.append({"role": "user", "content": f"What happened next in story {i}?"})
-        body = server.call("/v1/chat/completions", {"model": "m", "messages": messages, "max_tokens": 12,
-                                                    "temperature": 0}, session="agent")
-        text = body["choices"][0]["message"]["content"]
+        body = {"model": "m", "messages": messages, "max_tokens": 12, "temperature": 0}
+        if i % 2:
+            text, usage = streamed_chat(server, body, "agent")
+        else:
+            answer = server.call("/v1/chat/completions", body, session="agent")
+            text, usage = answer["choices"][0]["message"]["content"], answer["usage"]
         messages.append({"role": "assistant", "content": text})
-        usage = body["usage"]["orbit"]
-        out.append((text, usage["plan"], usage["forward_tokens"], usage["idle_forward_tokens"]))
+        orbit_usage = usage["orbit"]
+        out.append((text, orbit_usage["plan"], orbit_usage["forward_tokens"], orbit_usage["idle_forward_tokens"]))
+    previous = None
+    for i in range(3):
+        body = {"model": "m", "input": f"And then what happened {i}?", "max_output_tokens": 10, "temperature": 0}
+        body.update({"previous_response_id": previous} if previous else {"instructions": PAGES[0]})
+        response = server.call("/v1/responses", body)
+        previous = response["id"]
+        usage = response["usage"]["orbit"]
+        out.append((response["output"][0]["content"][0]["text"], usage["plan"], usage["forward_tokens"],
+                    usage["idle_forward_tokens"]))
     return out
 
 
 def test_deterministic_gives_two_servers_the_same_agent_run(orbit_cli, models_dir):
     # Without --deterministic, what a request finds ready (the answer prefilled, the pages' patches formed) depends
-    # on how soon it comes after the last answer: 5 runs of this one, unloaded, gave 4 different sets of plans.
+    # on how soon it comes after the last answer: 4 runs of this one, unloaded, gave 4 different sets of plans.
     runs = []
     for _ in range(2):
         with serving(orbit_cli, models_dir / "tinystories-656k", "--name", "m", "--deterministic") as server:
