@@ -1082,7 +1082,9 @@ class Engine:
         eviction: the store's policy, 'lru' or 'cost-aware'; cold_tier: 'exact' or 'int8' canonicals on disk;
         device_tier_bytes: a device tier of canonicals in GPU memory (0 = none; CUDA engines only);
         embedding_cache: keep media embeddings (added with a media_digest) for find_media().
-        background: 'thread', 'deferred' (formed only in run_background()) or 'inline'.
+        background: 'thread', 'deferred' (formed only in run_background()) or 'inline'. Under 'thread' what a
+        window's next plan finds formed depends on timing, so approximate plans (and greedy answers over them) can
+        differ from run to run; 'inline', or 'deferred' with run_background() at fixed points, repeats a run.
         shared_canonicals: windows placing the same chunk read its canonical pages in place, each adding its
         own patch factors (stats().pool_canonical_pages, pool_patch_bytes); False: a patched copy each.
         max_idle_chunks: 0 keeps every chunk registered for the engine's life; N keeps the N most recently added
