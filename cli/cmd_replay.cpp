@@ -421,6 +421,7 @@ int run_replay(int argc, char** argv, int first) {
                  json_out ? "; --json not written" : "");
     return 130;  // as a shell reports a process SIGINT ended
   }
+  std::signal(SIGINT, SIG_DFL);  // nothing checks the flag past the last step: Ctrl-C ends the printing at once
   const ReplayReport& report = *replayed;
 
   if (json_out) {
