@@ -13,7 +13,16 @@ forwards fewer or more tokens than one under --audit 0: take the tokens from --a
     OMP_NUM_THREADS=1 /usr/bin/python3 bench/fidelity/served_agent_losses.py --policy default --agents 0,1,2,3
     ... --model models/stories260K/stories260K.bin --history-chars 500      # its context is 512 tokens
 
-Not a test: a measurement (tokens vary a little from run to run: idle-time work depends on timing).
+Each line also counts the requests read from exact KV (usage.orbit.exact_kv: not sampled for an audit unless
+--audit-exact) and, of the audits reported in a later response, the largest KL measured on a request read from
+exact KV and the smallest on one read from approximate KV: with --audit-exact, a check that the server's
+exactness bookkeeping agrees with what the audits measure. --deterministic passes orbit serve's flag (plans,
+and so tokens, repeat from run to run).
+
+    ... --agents 0,1,2,3 --audit-exact --deterministic
+
+Not a test: a measurement (without --deterministic tokens vary a little from run to run: idle-time work depends
+on timing).
 """
 import argparse
 import json
@@ -43,6 +52,9 @@ def run_agent(server, model, index, a):
     session = f"agent-{index}"
     messages = [{"role": "system", "content": "You tell short stories."}]
     forward = radix = audited = 0
+    credit = 0.0
+    exact_kv = []  # per request: read from exact KV
+    measured = {True: [], False: []}  # the audits reported, by whether their request read exact KV
     for i in range(a.requests):
         next_messages(messages, index, i, a.history_chars)
         body = server.call("/v1/chat/completions", {"model": model, "messages": messages,
@@ -51,12 +63,23 @@ def run_agent(server, model, index, a):
         forward += usage["forward_tokens"]
         radix += usage["radix_cache_tokens"]
         messages.append({"role": "assistant", "content": body["choices"][0]["message"]["content"] or ""})
-        if a.audit > 0 and not usage.get("exact"):
+        exact_kv.append(bool(usage.get("exact_kv", False)))
+        if "audit" in usage:  # an earlier request's (request numbers start at 1)
+            measured[exact_kv[usage["audit"]["request"] - 1]].append(usage["audit"]["measured_kl"])
+        if a.audit > 0 and (a.audit_exact or not usage.get("exact_kv", usage.get("exact"))):
+            credit += a.audit  # the server's sample (Auditor::due): every 1/RATE-th request it offers
+            if credit < 1 - 1e-9:
+                continue
+            credit -= 1
             audited += 1
             deadline = time.time() + 60
             while server.call(f"/v1/sessions/{session}")["audit"]["audits"] < audited and time.time() < deadline:
                 time.sleep(0.05)  # the audit runs in idle time, after the answer
-    out = {"agent": index, "forward_tokens": forward, "radix_tokens": radix}
+    out = {"agent": index, "forward_tokens": forward, "radix_tokens": radix, "exact_kv_requests": sum(exact_kv)}
+    if measured[True]:
+        out["max_kl_exact_kv"] = max(measured[True])
+    if measured[False]:
+        out["min_kl_approximate"] = min(measured[False])
     if a.audit > 0:
         t = server.call(f"/v1/sessions/{session}")["audit"]
         out.update(audits=t["audits"], violations=t["violations"], max_kl=t["max_measured_kl"],
@@ -74,9 +97,13 @@ def main():
     ap.add_argument("--requests", type=int, default=20)
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--history-chars", type=int, default=900)
+    ap.add_argument("--audit-exact", action="store_true", help="orbit serve --audit-exact: audit requests read "
+                    "from exact KV too")
+    ap.add_argument("--deterministic", action="store_true", help="orbit serve --deterministic")
     a = ap.parse_args()
+    extra = (["--audit-exact"] if a.audit_exact else []) + (["--deterministic"] if a.deterministic else [])
     for index in [int(x) for x in a.agents.split(",")]:
-        with ServeProcess(a.orbit, a.model, ["--audit", str(a.audit), "--policy", a.policy]) as server:
+        with ServeProcess(a.orbit, a.model, ["--audit", str(a.audit), "--policy", a.policy, *extra]) as server:
             model = server.call("/v1/models")["data"][0]["id"]
             out = run_agent(server, model, index, a)
         out.update(policy=a.policy, model=pathlib.Path(a.model).name, audit=a.audit, history_chars=a.history_chars)

@@ -6,7 +6,8 @@ a later request (`--audit-owed-after`, default 1): two reads on the audited fork
 times that: one session that trims its history (the system message and its last 8 messages, as agents do past a
 length), streamed answers, each request sent as soon as the last one's stream ended (no think time), against a
 server started here on 127.0.0.1 (always stopped). With `--audit 0.5` every second request is sampled
-(Auditor::due: the 2nd, 4th, ...; an exact-mode request is not counted, replayed here from usage.orbit.exact),
+(Auditor::due: the 2nd, 4th, ...; a request read from exact KV, exact mode's included, is neither sampled nor
+counted, replayed here from usage.orbit.exact_kv, or usage.orbit.exact from a binary that does not report it),
 so the request after a sampled one owes its audit and the others owe none. Printed, per server and group:
 requests, TTFT (first content event) and total (the stream's [DONE]) min / median in ms:
 
@@ -86,7 +87,8 @@ def run_server(orbit, model, owed_after, rate, steps, max_tokens, extra=()):
             ttft, total, usage, text = streamed(conn, body, "cost")
             history.append({"role": "assistant", "content": text})
             rows.append((sampled_before and owed_after > 0, ttft, total))
-            exact = bool(usage and usage.get("orbit", {}).get("exact"))
+            orbit = (usage or {}).get("orbit", {})
+            exact = bool(orbit.get("exact_kv", orbit.get("exact")))
             sampled_before = False
             if not exact:  # Auditor::due's credit (an exact request is not sampled, nor counted)
                 credit += rate

@@ -39,7 +39,7 @@ def run(orbit, model, policy, steps):
             forward += usage["forward_tokens"]
             radix += usage["radix_cache_tokens"]
             history.append({"role": "assistant", "content": body["choices"][0]["message"]["content"]})
-            audited += 0 if usage.get("exact") else 1
+            audited += 0 if usage.get("exact_kv", usage.get("exact")) else 1  # read from exact KV: not sampled
             while server.call("/v1/sessions/trim")["audit"]["audits"] < audited:
                 time.sleep(0.05)  # the audit runs in idle time, after the answer
         return server.call("/v1/sessions/trim")["audit"], forward, radix

@@ -28,193 +28,12 @@
 #include "serve/prepare_fidelity.h"
 #include "serve/run/reasoning.h"
 #include "serve/serve_core.h"
+#include "serve/serve_usage.h"
 #include "serve/store_share.h"
 
 namespace orbit::cli {
 
 namespace {
-
-const char* kServeUsage =
-    "usage: orbit serve --model DIR|FILE [--host 127.0.0.1] [--port N] [--policy SPEC] [--store DIR]\n"
-    "                   [--remote redis://...] [--name ID] [options]\n"
-    "  An OpenAI-compatible HTTP/1.1 server: /v1/chat/completions (streamed or not), /v1/completions,\n"
-    "  /v1/responses (chained by previous_response_id), /v1/models, /health, /metrics (Prometheus),\n"
-    "  GET/DELETE /v1/sessions/ID and /v1/responses/ID, GET /v1/responses/ID/input_items, and the chat\n"
-    "  completions stored with store true: GET /v1/chat/completions (a list), GET/POST/DELETE\n"
-    "  /v1/chat/completions/ID, GET /v1/chat/completions/ID/messages. A request names\n"
-    "  its session with the header X-Orbit-Session or the field `user`; each session is a window its messages\n"
-    "  are synced into, so only what is new is prefilled.\n"
-    "  Prints 'listening on http://HOST:PORT' when ready; SIGTERM or SIGINT drains the requests in flight and\n"
-    "  closes the store; a second one during the drain ends it at once (what still runs gets 503) and the\n"
-    "  server exits with status 1.\n"
-    "  --model PATH          a Hugging Face directory (with tokenizer.json) or a llama2.c .bin with its tokenizer\n"
-    "  --host H              address to listen on (default 127.0.0.1)\n"
-    "  --port N              port (default 8000; 0 = any free port)\n"
-    "  --policy SPEC         the windows' policy (default: orbit's default; `orbit replay --help` lists the specs)\n"
-    "  --store DIR           a chunk store directory, created if missing (default: memory only); the\n"
-    "                        Responses API's stored responses are kept there too (DIR/serve-responses.sqlite),\n"
-    "                        so a previous_response_id still names its conversation after a restart, and so are\n"
-    "                        stored chat completions (DIR/serve-chat-completions.sqlite); a request with\n"
-    "                        store true is refused (507) when its store cannot take a write\n"
-    "  --store-group-commit on|off  stored chat completions (and stored responses) that arrive together\n"
-    "                        share one transaction and one sync of the disk (default on); off: one each\n"
-    "                        (either way each is answered once it is durable)\n"
-    "  --store-pending-mb N  answers given whose store write failed (Orbit-Stored: false) are held in memory,\n"
-    "                        up to N MiB per store (default 64; 0 = none), and written once the store takes\n"
-    "                        writes again: by the next answer stored (before it is answered), else within\n"
-    "                        a second (a held answer's write that fails while others go through waits 1 s,\n"
-    "                        2 s, ... up to 64 s before its next try), and a last time at shutdown, which\n"
-    "                        names each one lost (or kept in the journal); a held chat completion is 404\n"
-    "                        until written, a held response is served and chained from memory. Past N MiB\n"
-    "                        an answer is not held\n"
-    "                        (Orbit-Store-Pending: false). With --store each held answer is also\n"
-    "                        appended, synced, to DIR/serve-*.sqlite.held-PID, which the next start\n"
-    "                        writes into the store: a crash or kill -9 loses none of them\n"
-    "                        (Orbit-Store-Journaled: true; false where that file cannot take it either).\n"
-    "                        /metrics: orbit_store_pending, orbit_store_pending_journaled,\n"
-    "                        orbit_store_retried_total, orbit_store_dropped_total,\n"
-    "                        orbit_store_recovered_total\n"
-    "  --store-disk-mb N     what --store's disk tier (its blobs) may hold, MiB (default 0 = unlimited); past\n"
-    "                        it the least recently used entries are evicted (recomputed when needed);\n"
-    "                        /metrics: orbit_store_bytes{tier=\"disk\"}, orbit_store_budget_bytes{tier=\"disk\"}\n"
-    "  --remote URL          a remote tier, redis://host:port[/db] (optional: one that does not answer at\n"
-    "                        start is warned about on stderr, and the server starts on its local tiers)\n"
-    "  --remote-max-held-fraction F  with --store, --store-disk-mb and --remote: the share of the disk budget\n"
-    "                        (0 to 1, default 0.5) that entries kept on disk for their remote writes not yet\n"
-    "                        delivered may fill; past it, while the remote is down or behind, the oldest are\n"
-    "                        evicted first and their writes given up (one warning; /metrics:\n"
-    "                        orbit_store_remote_abandoned_total), so the disk keeps caching. 1: keep every\n"
-    "                        one (once they fill the budget, puts are refused); 0: keep none\n"
-    "  --name ID             the model id clients name (default: the model path's last component)\n"
-    "  --device D            where the model runs: cpu (default), cuda or cuda:N; every session's decode\n"
-    "                        steps run there together\n"
-    "  --dtype T             weights, activations and KV: float32 (default), bfloat16, float16 (CUDA only)\n"
-    "  --device-tier-mb N    chunks' canonical KV kept in GPU memory, MiB (default 0 = none; needs --device\n"
-    "                        cuda): a session reusing them copies nothing from the host\n"
-    "  --pool-mb N           KV pool for all windows, MiB (default 256; on the model's device)\n"
-    "  --pool-wait-ms N      a request the KV pool cannot hold beside the running ones waits for one of them\n"
-    "                        to end, at most N ms (default 30000; 0 = at once), before it is answered 503\n"
-    "                        kv_pool_full; a client that leaves ends its wait\n"
-    "  --host-budget-mb N    KV kept in host memory for reuse once it leaves the pool (chunks' canonicals and\n"
-    "                        patches, answers), MiB (default 1024); past it the least recently used goes\n"
-    "                        (to --store's disk, else it is recomputed when needed); /metrics reports\n"
-    "                        orbit_store_bytes\n"
-    "  --session-budget-mb N KV that idle windows (sessions', anonymous) keep resident, MiB (default 128); past it\n"
-    "                        the least recently used leave memory (their chunks stay in the store)\n"
-    "  --background-mb N     KV held by queued background work (a new message's KV in context, kept until its\n"
-    "                        patch is formed in idle time), MiB (default 256, at least 1); past it the oldest\n"
-    "                        queued work is dropped (that patch is not formed, as if evicted), so a server that\n"
-    "                        is never idle does not grow without end; /metrics: orbit_background_jobs,\n"
-    "                        orbit_background_bytes, orbit_background_dropped_total\n"
-    "  --max-sessions N      resident windows at most, sessions' and anonymous (default 64)\n"
-    "  --anonymous-windows N windows kept for requests without X-Orbit-Session (default 64, at most 4096):\n"
-    "                        each request takes the one whose conversation it continues; resident ones\n"
-    "                        count against --max-sessions and --session-budget-mb\n"
-    "  --max-known-sessions N  session records kept for GET /v1/sessions/ID and their totals (default 4096,\n"
-    "                        at most 1048576); past it the least recently used that are neither resident nor\n"
-    "                        running are forgotten (404; a later request of that session starts it anew,\n"
-    "                        its window synced from the store). One kept out of memory holds its totals\n"
-    "                        and audits, not its conversation\n"
-    "  --max-responses N     responses kept for previous_response_id and GET /v1/responses/ID (default 4096);\n"
-    "                        past it the least recently used are forgotten (404)\n"
-    "  --max-chat-completions N  chat completions created with store true kept for GET\n"
-    "                        /v1/chat/completions[/ID] (default 4096); past it the least recently used are\n"
-    "                        forgotten (404)\n"
-    "  --max-idle-chunks N   messages' chunks kept registered once no window holds them, the most recently\n"
-    "                        used (default 4096); older ones are forgotten and re-read from the store when\n"
-    "                        a request brings them back\n"
-    "  --sync-memo-entries N message lists whose renders and tokens are kept for the requests that continue\n"
-    "                        them, in each of two process-wide memos (default 4096, 1 to 1048576; a list\n"
-    "                        dropped is rendered and tokenized again); /metrics: orbit_sync_memo_entries\n"
-    "  --sync-memo-mb N      the bytes each of those memos holds at most, MiB (default 64, 1 to 1048576);\n"
-    "                        /metrics: orbit_sync_memo_bytes\n"
-    "  --max-tokens N        default max_tokens when a request gives none (default 256, and 16 on\n"
-    "                        /v1/completions as OpenAI's; given, it is both; capped by the context)\n"
-    "  --max-body-kb N       request bodies over this get 413 (default 4096)\n"
-    "  --max-unsent-kb N     a streamed answer's output decoded and not yet taken by its client, KiB at most\n"
-    "                        (default 4096, at least 1): past it the request's decode pauses (no forward for\n"
-    "                        it, the others decode on) until the client reads, but not while another request\n"
-    "                        waits for room in the batch (--max-batch): then it decodes on, its output kept,\n"
-    "                        and frees its slot; /metrics: orbit_decode_held, orbit_decode_holds_total\n"
-    "  --max-batch N         sequences decoding at once (each of a request's n choices is one; default 256, 1 to\n"
-    "                        65536); past it runs wait, in order, to join as others end. Each holds KV rows of\n"
-    "                        its own in the decode batch, outside --pool-mb (up to the context's length), so\n"
-    "                        this bounds that memory; a request's n above it is refused (400); /metrics:\n"
-    "                        orbit_decode_running, orbit_decode_waiting\n"
-    "  --prefill-chunk N     a request's prompt is forwarded in pieces of at most N tokens, and between two\n"
-    "                        the running answers take a decode step and one short request of another\n"
-    "                        session (at most N new tokens) runs whole (default 256; 0 = whole, the others\n"
-    "                        wait for the whole prefill); /metrics: orbit_decode_prefill_yields_total,\n"
-    "                        orbit_prefill_guests_total\n"
-    "  --stall-seconds N     a client that takes none of its answer for N s is dropped as one that left: its\n"
-    "                        request is cancelled and its decode freed (default 60, 1 to 86400);\n"
-    "                        /metrics: orbit_stalled_clients_total\n"
-    "  --min-drain-rate N    bytes a second a client must take of its answer while the server waits on it,\n"
-    "                        over every --stall-seconds of that waiting, else it is dropped as stalled too\n"
-    "                        (default 1024, 8 kbit/s, below GPRS; 0 = off; at most 1073741824):\n"
-    "                        a client that reads a little before each --stall-seconds runs out is not kept\n"
-    "                        forever. Time the server does not wait (a client that keeps up) is not\n"
-    "                        measured; /metrics: orbit_stalled_clients_total, orbit_slow_clients_total\n"
-    "  --max-answer-logprobs N  log-probability entries one request may ask for, n x max_tokens x\n"
-    "                        (1 + top_logprobs) (default 1048576, at least 1; each is held until the answer\n"
-    "                        ends, about 50 bytes in memory, and about 35 more as a whole answer's body);\n"
-    "                        past it the request is refused (400)\n"
-    "  --threads N           requests answered at once (default 64, at least 2, at most 4096); connections read or\n"
-    "                        idle hold no thread, and GET /health is answered apart from them\n"
-    "  --header-seconds N    a request's head must arrive within N s of its first byte, else 408 (default 10)\n"
-    "  --body-seconds N      its body within N s of its head, else 408 (default 60)\n"
-    "  --keep-alive-seconds N  an idle connection is closed after N s (default 120, longer than clients'\n"
-    "                        pools keep theirs; announced in every answer's Keep-Alive: timeout=N)\n"
-    "  --allow-origin O[,O]  lets pages from these origins (scheme://host[:port], e.g. http://localhost:5173;\n"
-    "                        * for any) call the server from a browser (CORS): preflights (OPTIONS) are\n"
-    "                        answered 204, answers carry Access-Control-Allow-Origin. Default: off, no\n"
-    "                        page can read the server's answers and OPTIONS is 405 (a request from an origin\n"
-    "                        not listed is still served, without CORS fields: the browser hides the answer)\n"
-    "  --api-key KEY         requires `Authorization: Bearer KEY` on every /v1/* request (the OpenAI clients'\n"
-    "                        apiKey); a missing or wrong key is 401 invalid_api_key. /health, /metrics and\n"
-    "                        OPTIONS (CORS preflights) stay open. One key, taken whole (commas included)\n"
-    "  --api-key-file PATH   the keys, one per line (blank lines skipped); with --api-key, either is accepted.\n"
-    "                        A file missing, a directory, unreadable or without a key stops the start naming\n"
-    "                        it and why. Neither flag given: the environment variable ORBIT_API_KEY, when\n"
-    "                        set, is the key (as vLLM's VLLM_API_KEY). No key is ever printed\n"
-    "  --drain-seconds N     how long SIGTERM waits for requests in flight (default 60; 0 to 86400); during\n"
-    "                        it a client that stopped reading holds its answer at most 5 s (then cancelled)\n"
-    "  --chat-template FILE  a Jinja chat template for every request instead of the model's (default: the\n"
-    "                        model's, else a built-in one that renders tools and tool calls in the Hermes style)\n"
-    "  --tool-call-format F  how tool calls are read from answers: hermes (<tool_call>{json}</tool_call>),\n"
-    "                        llama3 (a JSON call as the answer) or mistral ([TOOL_CALLS] [...]); default: the\n"
-    "                        format the chat template writes calls in\n"
-    "  --reasoning-parser P  reads a reasoning model's thinking out of its answers: deepseek_r1 or qwen3\n"
-    "                        (<think>...</think>; chat: message.reasoning_content and delta.reasoning_content,\n"
-    "                        Responses: a reasoning item; tool calls and JSON are read after it). deepseek_r1:\n"
-    "                        an answer begins inside the reasoning unless its generation prompt closed it;\n"
-    "                        qwen3: only where the prompt leaves <think> open or the answer opens it.\n"
-    "                        Default none: the thinking stays in content, as written. /v1/completions\n"
-    "                        (a raw prompt) is never parsed: its text is the model's, tags included\n"
-    "  --audit RATE          the fraction of chat requests whose first answer token is measured, in idle time,\n"
-    "                        against a re-prefill (default 0.1; 0 = none): /metrics and GET /v1/sessions/ID\n"
-    "                        report the measured KL, and a session whose measured loss passes its budget is\n"
-    "                        served exactly until it is back within it (usage.orbit.exact)\n"
-    "  --audit-owed-after N  an audit idle time has not run by the Nth chat request after its own (requests\n"
-    "                        sent back to back leave none) is owed: that request runs it after its answer\n"
-    "                        (default 1; 0 = idle time only, the oldest dropped past 4 waiting); /metrics\n"
-    "                        counts them (orbit_audits_owed_total, orbit_audits_waiting)\n"
-    "  --calibrate-fidelity  fit the fidelity model (what :kl= budgets plan with) on this model before listening,\n"
-    "                        unless the store holds this model's calibration (then it is read from there: --store\n"
-    "                        first, else --remote): seeded, nothing timed, a few seconds on small models; each\n"
-    "                        seed's progress on stderr. With --store or --remote the measurement is written\n"
-    "                        there (to both when both are given), so later starts, and every engine of this\n"
-    "                        model on that store directory or remote server, read it instead of measuring\n"
-    "  --no-stored-calibration  neither read a calibration from the store nor write one: start from the\n"
-    "                        defaults (or, with --calibrate-fidelity, measure at every start)\n"
-    "  --no-anticipate       do not prefill a session's answer in idle time as its next request will send it\n"
-    "                        back (usage.orbit.idle_forward_tokens reports what that costs)\n"
-    "  --deterministic       each answer ends only once the idle work it left is done (background encodes, the\n"
-    "                        anticipated prefill, heals, prepared recalls and moves, audits), so a client that\n"
-    "                        sends one request at a time gets the same answers and usage on every run (without\n"
-    "                        it, what the next request finds ready depends on how soon it comes); costs that\n"
-    "                        work's time at the end of each answer. Concurrent requests still interleave by\n"
-    "                        timing. For evaluations and tests of agents\n";
 
 // The most --threads: each is a thread started at once (a value past what the system can start is a
 // clean error from HttpFront, but one past int would wrap).
@@ -293,8 +112,8 @@ void parse_disk_options(const Args& args, serve::ServeOptions& o) {
   o.remote_max_held_fraction = fraction;
 }
 
-// --audit, --audit-owed-after and --no-stored-calibration (after --store and --remote), each refused where it
-// would do nothing.
+// --audit, --audit-owed-after, --audit-exact and --no-stored-calibration (after --store and --remote), each
+// refused where it would do nothing.
 void parse_fidelity_options(const Args& args, serve::ServeOptions& o) {
   o.stored_calibration = !args.flag("--no-stored-calibration");
   ORBIT_CHECK(o.stored_calibration || !o.store_dir.empty() || !o.remote.empty(),
@@ -306,6 +125,9 @@ void parse_fidelity_options(const Args& args, serve::ServeOptions& o) {
   o.audit_owed_after = args.get_int("--audit-owed-after", 1, 0);
   ORBIT_CHECK(o.audit_rate > 0 || !args.has("--audit-owed-after"),
               "serve: argument '--audit-owed-after' says when an audit is owed, and --audit 0 runs none");
+  o.audit_exact = args.flag("--audit-exact");
+  ORBIT_CHECK(o.audit_rate > 0 || !o.audit_exact,
+              "serve: argument '--audit-exact' says which requests are sampled, and --audit 0 samples none");
 }
 
 serve::ServeOptions serve_options(const Args& args) {
@@ -441,42 +263,43 @@ serve::ApiKeys api_keys(const Args& args) {
 
 // The options `orbit serve` takes: those with a value, then the flags.
 ArgSpec serve_arg_spec() {
-  ArgSpec spec{{"--model",
-                "--host",
-                "--port",
-                "--policy",
-                "--store",
-                "--remote",
-                "--name",
-                "--pool-mb",
-                "--session-budget-mb",
-                "--host-budget-mb",
-                "--background-mb",
-                "--store-disk-mb",
-                "--remote-max-held-fraction",
-                "--max-sessions",
-                "--anonymous-windows",
-                "--max-known-sessions",
-                "--max-responses",
-                "--max-chat-completions",
-                "--store-group-commit",
-                "--store-pending-mb",
-                "--max-idle-chunks",
-                "--sync-memo-entries",
-                "--sync-memo-mb",
-                "--max-tokens",
-                "--max-body-kb",
-                "--threads",
-                "--drain-seconds",
-                "--chat-template",
-                "--tool-call-format",
-                "--reasoning-parser",
-                "--audit",
-                "--device",
-                "--dtype",
-                "--device-tier-mb"},
-               {"--no-anticipate", "--calibrate-fidelity", "--no-stored-calibration", "--deterministic"},
-               kServeUsage};
+  ArgSpec spec{
+      {"--model",
+       "--host",
+       "--port",
+       "--policy",
+       "--store",
+       "--remote",
+       "--name",
+       "--pool-mb",
+       "--session-budget-mb",
+       "--host-budget-mb",
+       "--background-mb",
+       "--store-disk-mb",
+       "--remote-max-held-fraction",
+       "--max-sessions",
+       "--anonymous-windows",
+       "--max-known-sessions",
+       "--max-responses",
+       "--max-chat-completions",
+       "--store-group-commit",
+       "--store-pending-mb",
+       "--max-idle-chunks",
+       "--sync-memo-entries",
+       "--sync-memo-mb",
+       "--max-tokens",
+       "--max-body-kb",
+       "--threads",
+       "--drain-seconds",
+       "--chat-template",
+       "--tool-call-format",
+       "--reasoning-parser",
+       "--audit",
+       "--device",
+       "--dtype",
+       "--device-tier-mb"},
+      {"--no-anticipate", "--calibrate-fidelity", "--no-stored-calibration", "--deterministic", "--audit-exact"},
+      kServeUsage};
   spec.options.insert({"--header-seconds", "--body-seconds", "--keep-alive-seconds", "--allow-origin", "--api-key",
                        "--api-key-file", "--max-unsent-kb", "--pool-wait-ms", "--prefill-chunk", "--stall-seconds",
                        "--max-answer-logprobs", "--min-drain-rate", "--audit-owed-after", "--max-batch"});

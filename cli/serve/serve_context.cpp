@@ -24,6 +24,7 @@ AuditOptions audit_options(const ServeOptions& o) {
   AuditOptions a;
   a.rate = o.audit_rate;
   a.owed_after = o.audit_owed_after;
+  a.exact = o.audit_exact;
   a.fail_reads = o.test_fault == "audit";
   return a;
 }

@@ -34,7 +34,8 @@
 //                                               unknown model, 408, 413, 503 draining, ...) is not in it
 //   orbit_first_token_seconds{endpoint}         histogram: time from arrival to the first generated token
 //   orbit_forward_wait_seconds                  histogram: time a forward waited for the gate
-//   orbit_audit*, orbit_exact_requests_total    the fidelity audit's (audit.h: Auditor::render_metrics)
+//   orbit_audit*, orbit_exact_requests_total, orbit_exact_kv_requests_total
+//                                               the fidelity audit's (audit.h: Auditor::render_metrics)
 //   orbit_store_write_failures_total{store}     answers to store: true requests given but not written to their
 //                                               store (store "chat_completions" or "responses"; the write failed
 //                                               after the run: store_write.h)

@@ -115,10 +115,13 @@ struct ServeOptions {
   // How a reasoning model's thinking is read out of its answers (run/reasoning.h, `--reasoning-parser`):
   // kNone leaves it in the content, as written.
   ReasoningFormat reasoning = ReasoningFormat::kNone;
-  // The fraction of chat requests whose answer's first token is measured against a re-prefill in idle time
-  // (audit.h): measured_kl in the metrics and the session's record, and sessions whose measured loss passes
-  // their budget served exactly until it is back within it. 0 = none.
+  // The fraction of chat requests read from approximate KV whose answer's first token is measured against a
+  // re-prefill in idle time (audit.h): measured_kl in the metrics and the session's record, and sessions whose
+  // measured loss passes their budget served exactly until it is back within it. 0 = none.
   double audit_rate = 0.1;
+  // Sample requests read from exact KV too (AuditOptions::exact, `--audit-exact`): their audits measure rounding
+  // only, a check of the exactness bookkeeping.
+  bool audit_exact = false;
   // An audit idle time has not run by the start of the audit_owed_after-th chat request after its own is run
   // by that request, after its answer is decoded (AuditOptions::owed_after, audit.h). 0 = idle time only.
   int64_t audit_owed_after = 1;
@@ -225,6 +228,10 @@ struct RunUsage {
   // Why this request was served exactly (healed before it was read), or "": "audit" when the session's
   // audited loss passed its budget.
   std::string exact;
+  // The prompt was read from KV equal to a re-prefill's (every instance of the window exact after its sync, as
+  // a session's first request and an append-only session's are, or healed: `exact`): nothing lost, nothing
+  // audited (audit.h). Unset for a /v1/completions prompt (not tracked there; usage.orbit leaves it out).
+  std::optional<bool> exact_kv;
   // The prompt tokens the server did not forward for this request (served from KV it kept, exactly or
   // approximately): prompt_tokens - forward_tokens, rounded up, within [0, prompt_tokens]. OpenAI's
   // prompt_tokens_details.cached_tokens (input_tokens_details on the Responses API).

@@ -85,29 +85,51 @@ TEST_CASE("serve audit: sampling, KL of logits, refusals", "[serve]") {
   CHECK(sv::kl_of_logits(p.data(), r.data(), 3) == Approx(kl).epsilon(1e-12));
 }
 
-TEST_CASE("serve audit: every read of a trimming session measured, reported and counted", "[serve][model]") {
-  sv::ServeOptions options;
-  options.model = kModel;
-  options.audit_rate = 1;
-  sv::ServeCore core(options);
-  Conversation c{core, "trim"};
-  for (int i = 0; i < 10; ++i) c.step(i, 6);
-  // Each request's usage carries the audit of the one before (audits run after the answer).
-  for (std::size_t i = 1; i < c.usages.size(); ++i) {
-    INFO("request " << i + 1);
-    REQUIRE(c.usages[i].audit.has_value());
-    const sv::AuditResult& a = *c.usages[i].audit;
-    CHECK(a.request == static_cast<int64_t>(i));
-    CHECK(a.predicted_kl == c.usages[i - 1].predicted_kl);
-    CHECK(a.measured_kl >= 0);
-    CHECK(a.budget == Approx(orbit::kDefaultKlBudget));
+// --audit 1 samples every request read from approximate KV; one read from exact KV (the session's first requests,
+// before the trim begins) has nothing to lose and is not audited, unless --audit-exact. The policy keeps what the
+// trims leave approximate (no read-through, nor the last query's attention: with either, or under the default
+// policy on this model, this conversation's reads are all served exactly).
+TEST_CASE("serve audit: every approximate read of a trimming session measured, reported and counted",
+          "[serve][model]") {
+  for (const bool audit_exact : {false, true}) {
+    INFO("audit_exact " << audit_exact);
+    sv::ServeOptions options;
+    options.model = kModel;
+    options.policy = "patch:16:kl=0.003:through=0:attend=0";
+    options.audit_rate = 1;
+    options.audit_exact = audit_exact;
+    sv::ServeCore core(options);
+    Conversation c{core, "trim"};
+    for (int i = 0; i < 10; ++i) c.step(i, 6);
+    int64_t approximate = 0, exact = 0;
+    for (const sv::RunUsage& u : c.usages) {
+      REQUIRE(u.exact_kv.has_value());
+      ++(*u.exact_kv ? exact : approximate);
+    }
+    CHECK(exact >= 2);  // the first requests, before the trim
+    CHECK(approximate >= 5);
+    // Each request's usage carries the audit of the one before (audits run after the answer), if it was sampled.
+    for (std::size_t i = 1; i < c.usages.size(); ++i) {
+      INFO("request " << i + 1);
+      const bool sampled = audit_exact || !*c.usages[i - 1].exact_kv;
+      REQUIRE(c.usages[i].audit.has_value() == sampled);
+      if (!sampled) continue;
+      const sv::AuditResult& a = *c.usages[i].audit;
+      CHECK(a.request == static_cast<int64_t>(i));
+      CHECK(a.predicted_kl == c.usages[i - 1].predicted_kl);
+      CHECK(a.measured_kl >= 0);
+      if (*c.usages[i - 1].exact_kv) CHECK(a.measured_kl < 1e-8);
+      CHECK(a.budget == Approx(orbit::kDefaultKlBudget));
+    }
+    const int64_t audits = audit_exact ? 10 : approximate;
+    const nlohmann::json info = *core.session_info("trim");
+    CHECK(info["audit"]["audits"] == audits);
+    const std::string metrics = core.metrics().render(core.gauges());
+    CHECK(metrics.find("orbit_audits_total " + std::to_string(audits) + "\n") != std::string::npos);
+    CHECK(metrics.find("orbit_audit_measured_kl_count " + std::to_string(audits) + "\n") != std::string::npos);
+    CHECK(metrics.find("orbit_exact_kv_requests_total " + std::to_string(exact) + "\n") != std::string::npos);
+    core.close();
   }
-  const nlohmann::json info = *core.session_info("trim");
-  CHECK(info["audit"]["audits"] == 10);
-  const std::string metrics = core.metrics().render(core.gauges());
-  CHECK(metrics.find("orbit_audits_total 10\n") != std::string::npos);
-  CHECK(metrics.find("orbit_audit_measured_kl_count 10\n") != std::string::npos);
-  core.close();
 }
 
 TEST_CASE("serve audit: a loss past budget serves the session exactly, then checks again", "[serve][model]") {
@@ -148,10 +170,12 @@ bool has_line(const std::string& metrics, const std::string& line) {
   return metrics.find("\n" + line + "\n") != std::string::npos;
 }
 
-// `options` on TinyStories-656K with every chat request audited.
+// `options` on TinyStories-656K with every chat request audited, read from exact KV or not (audit_exact: the tests
+// below check the audits' queue, not which requests are sampled).
 sv::ServeOptions audited(sv::ServeOptions options) {
   options.model = kModel;
   options.audit_rate = 1;
+  options.audit_exact = true;
   return options;
 }
 
@@ -366,12 +390,14 @@ TEST_CASE("serve audit: an owed audit past budget serves the next request exactl
   CHECK(usages[found].predicted_kl == 0);
 }
 
-TEST_CASE("serve audit: an append-only tool loop through the chat template is served exactly", "[serve][model]") {
-  // Only new messages at the end: every kept message keeps its exact KV, so nothing is predicted and the
-  // audits measure rounding only. The history holds tool calls and tool results, as a tool loop's does.
+namespace {
+
+// Six requests of a tool loop that only appends, under --audit 1 (and --audit-exact where `audit_exact`).
+void append_only_tool_loop(bool audit_exact) {
   sv::ServeOptions options;
   options.model = kModel;
   options.audit_rate = 1;
+  options.audit_exact = audit_exact;
   sv::ServeCore core(options);
   sv::ChatRequest r;
   r.model = core.model_name();
@@ -401,13 +427,31 @@ TEST_CASE("serve audit: an append-only tool loop through the chat template is se
     INFO("request " << i + 1 << ": " << usages[i].plan);
     CHECK(usages[i].predicted_kl == 0);
     CHECK(usages[i].plan.find("evict") == std::string::npos);
-    if (i > 0) {
+    CHECK(usages[i].exact_kv == true);
+    if (i > 0 && audit_exact) {
       REQUIRE(usages[i].audit.has_value());
       CHECK(usages[i].audit->measured_kl < 1e-8);
       CHECK(usages[i].audit->top1_match);
+    } else {
+      CHECK_FALSE(usages[i].audit.has_value());
     }
   }
+  const std::string metrics = metrics_of(core);
+  CHECK(has_line(metrics, "orbit_exact_kv_requests_total 6"));
+  CHECK(has_line(metrics, audit_exact ? "orbit_audits_total 6" : "orbit_audits_total 0"));
   core.close();
+}
+
+}  // namespace
+
+// Only new messages at the end: every kept message keeps its exact KV, so nothing is predicted, each request says
+// it read exact KV and none is audited; with --audit-exact the audits measure rounding only. The history holds
+// tool calls and tool results, as a tool loop's does.
+TEST_CASE("serve audit: an append-only tool loop through the chat template is served exactly", "[serve][model]") {
+  for (const bool audit_exact : {false, true}) {
+    INFO("audit_exact " << audit_exact);
+    append_only_tool_loop(audit_exact);
+  }
 }
 
 TEST_CASE("serve audit: a loss the model under-predicted raises the engine's fidelity correction", "[serve][model]") {

@@ -117,7 +117,8 @@ class HeldCompletion : public HeldRun {
 };
 
 // A server on stories260K with a 25-page pool (pages of 16 tokens) that waits for nothing (--pool-wait-ms 0) and
-// audits every chat request, in idle time only, which its held worker never gives: the audits wait. run_held()
+// audits every chat request (read from exact KV too: --audit-exact), in idle time only, which its held worker never
+// gives: the audits wait. run_held()
 // answers session "running" once (`story`: about 100 tokens, 7 pages) and holds its second request (the story again)
 // at its first text, so its window holds every page of both its audits; refused() then asks for a window of about 250
 // tokens (16 pages), more than the pool has free beside it, and lets the running request end.
@@ -128,6 +129,7 @@ struct AuditsWaiting {
     o.pool_bytes = int64_t{512} << 10;
     o.pool_wait_ms = 0;
     o.audit_rate = 1;
+    o.audit_exact = true;
     o.audit_owed_after = 0;
     o.anticipate = false;
     return o;

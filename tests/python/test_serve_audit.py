@@ -1,8 +1,8 @@
 """`orbit serve --audit 1` over HTTP: a session that trims its history (the system message and the last 8
-messages, as agents do past a length) on TinyStories-656K. Every request approximately served is audited in
-idle time against a re-prefill; the measured KL stays within the budget on at least 95% of the requests (a
-session past it is served exactly until it is back within), and /metrics and GET /v1/sessions/ID report
-the audits."""
+messages, as agents do past a length) on TinyStories-656K. Every request read from approximate KV is audited in
+idle time against a re-prefill, and one read from exact KV (usage.orbit.exact_kv) is not: it has nothing to
+lose. The measured KL stays within the budget on at least 95% of the requests (a session past it is served
+exactly until it is back within), and /metrics and GET /v1/sessions/ID report the audits."""
 import re
 import time
 
@@ -44,11 +44,16 @@ def test_audits_of_a_trimming_session_hold_the_budget(audited_server):
         usage = body["usage"]["orbit"]
         usages.append(usage)
         history.append({"role": "assistant", "content": body["choices"][0]["message"]["content"]})
-        audited += 0 if usage.get("exact") else 1
+        assert usage["exact_kv"] or not usage.get("exact"), usage  # exact mode heals before the read
+        audited += 0 if usage["exact_kv"] else 1
         info = wait_for_audits(server, session, audited)
         assert info["audit"]["audits"] == audited, info["audit"]
     audit = info["audit"]
-    assert audit["audits"] >= 12  # most of the 24 were served approximately (the trim makes them so)
+    # The first requests read exact KV (nothing trimmed yet); the trim makes some approximate (here the idle
+    # work, each answer prefilled as the next request sends it back, makes most later ones exact again).
+    exact = sum(u["exact_kv"] for u in usages)
+    assert usages[0]["exact_kv"] and audit["audits"] >= 1, usages
+    assert exact + audit["audits"] == len(usages)
     within = len(usages) - audit["violations"]
     assert within >= 0.95 * len(usages), (audit, [u.get("audit") for u in usages])
     # Each response after the first carries the audit of an earlier one; exact ones say why.
@@ -61,6 +66,7 @@ def test_audits_of_a_trimming_session_hold_the_budget(audited_server):
     assert re.search(rf"^orbit_audit_measured_kl_count {audit['audits']}$", metrics, re.M)
     assert re.search(rf"^orbit_audit_budget_violations_total {audit['violations']}$", metrics, re.M)
     assert "orbit_audit_predicted_kl_total" in metrics
+    assert re.search(rf"^orbit_exact_kv_requests_total {exact}$", metrics, re.M), metrics
 
 
 def metric(metrics, name):
@@ -80,7 +86,7 @@ def test_every_sampled_audit_is_run_owed_dropped_or_waiting(audited_server):
         history.append({"role": "user", "content": words(step + 5, 8 + step % 3)})
         body = server.call("/v1/chat/completions", {"model": "tinystories-656k", "messages": history[:1] + history[-6:],
                                                     "max_tokens": 4, "temperature": 0}, session)
-        sampled += 0 if body["usage"]["orbit"].get("exact") else 1
+        sampled += 0 if body["usage"]["orbit"]["exact_kv"] else 1
         history.append({"role": "assistant", "content": body["choices"][0]["message"]["content"]})
     metrics = server.call("/metrics")
     audits, owed = metric(metrics, "orbit_audits_total"), metric(metrics, "orbit_audits_owed_total")
@@ -95,8 +101,9 @@ def test_every_sampled_audit_is_run_owed_dropped_or_waiting(audited_server):
 
 def test_audit_owed_after_0_leaves_audits_to_idle_time(start_serve, models_dir):
     """`--audit-owed-after 0`: no audit is owed (the behaviour before owed audits); the option is reported by
-    the metrics it changes, not ignored."""
-    server = start_serve(models_dir / "tinystories-656k", "--audit", "1", "--audit-owed-after", "0")
+    the metrics it changes, not ignored. The same messages each time read exact KV: `--audit-exact` samples
+    them."""
+    server = start_serve(models_dir / "tinystories-656k", "--audit", "1", "--audit-owed-after", "0", "--audit-exact")
     messages = [{"role": "user", "content": words(2, 10)}]
     for _ in range(3):
         server.call("/v1/chat/completions", {"model": "tinystories-656k", "messages": messages, "max_tokens": 4,
@@ -104,6 +111,35 @@ def test_audit_owed_after_0_leaves_audits_to_idle_time(start_serve, models_dir):
     info = wait_for_audits(server, "idle-only", 3)
     assert info["audit"]["audits"] == 3, info["audit"]
     assert metric(server.call("/metrics"), "orbit_audits_owed_total") == 0
+
+
+def test_requests_read_from_exact_kv_are_sampled_only_with_audit_exact(start_serve, models_dir):
+    """An append-only conversation reads exact KV at every request: --audit 1 audits none of them (each usage says
+    exact_kv, /metrics counts them), --audit 1 --audit-exact audits each, and each measures rounding only."""
+    for args in ((), ("--audit-exact",)):
+        server = start_serve(models_dir / "tinystories-656k", "--audit", "1", "--deterministic", *args)
+        messages = [{"role": "system", "content": "You tell short stories."}]
+        for step in range(3):
+            messages.append({"role": "user", "content": words(step + 4, 6)})
+            body = server.call("/v1/chat/completions", {"model": "tinystories-656k", "messages": messages,
+                                                        "max_tokens": 4, "temperature": 0}, "append")
+            assert body["usage"]["orbit"]["exact_kv"] is True, body["usage"]
+            messages.append({"role": "assistant", "content": body["choices"][0]["message"]["content"]})
+        metrics = server.call("/metrics")
+        assert metric(metrics, "orbit_exact_kv_requests_total") == 3, metrics
+        info = server.call("/v1/sessions/append")["audit"]
+        if args:
+            assert metric(metrics, "orbit_audits_total") == 3, metrics  # --deterministic: each ran before its answer ended
+            assert info["audits"] == 3 and info["max_measured_kl"] < 1e-8, info
+        else:
+            assert metric(metrics, "orbit_audits_total") == 0 and metric(metrics, "orbit_audits_waiting") == 0
+            assert info["audits"] == 0, info
+        server.stop()
+
+
+def test_audit_exact_without_audits_is_refused(refused_serve, models_dir):
+    stderr = refused_serve(models_dir / "tinystories-656k", "--audit", "0", "--audit-exact")
+    assert "'--audit-exact'" in stderr and "--audit 0" in stderr
 
 
 def test_audit_owed_after_negative_is_refused(refused_serve, models_dir):

@@ -209,9 +209,10 @@ def test_pool_wait_ms_is_refused_by_name_when_malformed(refused_serve, stories26
         assert "'--pool-wait-ms'" in stderr and "unknown argument" not in stderr, (value, stderr)
 
 
-# Every chat request audited, in idle time only (none owed to a later request): each sampled request's fork of its
-# window (audit.h) waits, holding the pages it shares with that window, until idle time runs it.
-AUDIT_ALL_IN_IDLE_TIME = ("--audit", "1", "--audit-owed-after", "0")
+# Every chat request audited, a new session's first one too (read from exact KV: --audit-exact), in idle time only
+# (none owed to a later request): each sampled request's fork of its window (audit.h) waits, holding the pages it
+# shares with that window, until idle time runs it.
+AUDIT_ALL_IN_IDLE_TIME = ("--audit", "1", "--audit-owed-after", "0", "--audit-exact")
 
 
 def audits_accounted(server, sampled):

@@ -234,6 +234,13 @@ RunRecord chat_record(const ChatRequest& request, const SyncOptions& options, co
   return record;
 }
 
+// Whether the window's every instance holds the KV a re-prefill would give it (as far as it tracks), so a read
+// now loses nothing against one.
+bool reads_exactly(const Window& window) {
+  const std::vector<InstanceInfo> instances = window.instances();
+  return std::all_of(instances.begin(), instances.end(), [](const InstanceInfo& i) { return i.exact; });
+}
+
 }  // namespace
 
 ApiError RequestPath::run_failure(const Error& e) const {
@@ -354,7 +361,7 @@ bool RequestPath::sync_chat(RunTicket::Prepared& p, const RunSink& sink, ChatSyn
     // starts with the session's next request (SessionTable::serving).
     const bool may_heal = !guest || !sessions_.exact_pending(s) ||
                           window.plan_heal().forward_tokens <= static_cast<double>(context_.options.prefill_chunk);
-    out.mode = sessions_.serving(s, may_heal);
+    out.mode = sessions_.serving(s, may_heal, reads_exactly(window));
     if (out.mode.exact) {
       window.heal();  // an audit found this session's loss past its budget: read as a re-prefill would be
       out.predicted_kl = 0;
@@ -497,6 +504,7 @@ RunOutcome RequestPath::run_chat(RunTicket::Prepared& p, const RunSink& sink) {
   u.session = s.id;
   u.audit = sessions_.take_audit(s, synced.mode.request);
   if (synced.mode.exact) u.exact = "audit";
+  u.exact_kv = synced.mode.exact_kv;
   sessions_.record(s, chat_record(*p.chat, p.options, r, s.id, context_.options.anticipate));
   RunOutcome out;
   out.result = std::move(r);

@@ -163,6 +163,11 @@ void Auditor::count_exact_request() {
   ++exact_requests_;
 }
 
+void Auditor::count_exact_kv_request() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++exact_kv_requests_;
+}
+
 std::string Auditor::render_metrics() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::ostringstream out;
@@ -197,6 +202,10 @@ std::string Auditor::render_metrics() const {
   counter("orbit_audit_predicted_kl_total", "the predicted KL of the audited requests, summed", predicted_sum_);
   counter("orbit_exact_requests_total", "requests served exactly because an audit found a loss past budget",
           static_cast<double>(exact_requests_));
+  counter("orbit_exact_kv_requests_total",
+          "chat requests read from KV equal to a re-prefill's (nothing to lose: not sampled for an audit unless "
+          "--audit-exact)",
+          static_cast<double>(exact_kv_requests_));
   out << "# HELP orbit_audit_measured_kl measured KL of audited requests vs a re-prefill, nats\n"
       << "# TYPE orbit_audit_measured_kl histogram\n";
   int64_t cumulative = 0;

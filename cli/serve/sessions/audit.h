@@ -1,6 +1,9 @@
 // The fidelity audit of `orbit serve` (--audit RATE): what an approximate window actually cost an answer,
 // measured, not predicted.
 //
+// Only requests read from approximate KV are sampled (a window with an instance not InstanceInfo::exact after its
+// sync and repairs): one read from exact KV, as a session's first requests and an append-only session's are, has
+// nothing to lose, and its audit would measure rounding (AuditOptions::exact samples those too).
 // A sampled request's window is forked (copy-on-write, no forward) right before its decode: the fork holds
 // exactly the KV the answer was generated from. In idle time (or, when it is owed, on a later request's turn:
 // below) the generation prompt's logits are read twice on the fork: as served (Window::logits) and after a
@@ -61,6 +64,11 @@ struct AuditOptions {
   // An audit not run in idle time by the start of the owed_after-th chat request after its own is owed
   // (above): that request runs it after its answer. 0 = idle time only (`--audit-owed-after`).
   int64_t owed_after = 1;
+  // Whether requests read from exact KV (every instance as a re-prefill forms it: an append-only session, a
+  // fresh one) are sampled too. They have nothing to lose, so by default they are not: `rate` is the fraction
+  // of the requests served from approximate KV that are audited (`--audit-exact` samples every request: a check
+  // of the exactness bookkeeping itself, whose audits measure rounding only).
+  bool exact = false;
   bool fail_reads = false;  // tests only (ServeOptions::test_fault "audit"): every audit's reads throw
 };
 
@@ -81,7 +89,8 @@ class Auditor {
   explicit Auditor(AuditOptions options);
 
   const AuditOptions& options() const { return options_; }
-  // Whether the next chat request is audited: every 1/rate-th one (deterministic, so RATE 1 audits all).
+  // Whether the next chat request that may be sampled is audited: every 1/rate-th one (deterministic, so RATE 1
+  // audits all). Only requests read from approximate KV are offered, unless AuditOptions::exact.
   bool due();
   // A chat request starts being served (its sync's turn at the gate): what owed audits count.
   void count_request();
@@ -120,8 +129,11 @@ class Auditor {
   //   orbit_audit_predicted_kl_total (Σ predicted; against orbit_audit_measured_kl_sum, how far the
   //   prediction is off), orbit_exact_requests_total (requests served exactly because an audit found a loss past
   //   budget).
+  //   orbit_exact_kv_requests_total (chat requests read from KV equal to a re-prefill's: not sampled unless
+  //   AuditOptions::exact).
   std::string render_metrics() const;
   void count_exact_request();
+  void count_exact_kv_request();
 
  private:
   bool front_owed() const;  // under mutex_: owed() without the lock
@@ -132,7 +144,7 @@ class Auditor {
   std::deque<AuditCase> waiting_;
   int64_t requests_ = 0;  // count_request()
   int64_t audits_ = 0, dropped_ = 0, pool_dropped_ = 0, pool_kept_ = 0, owed_ = 0, failed_ = 0, violations_ = 0,
-          flips_ = 0, exact_requests_ = 0;
+          flips_ = 0, exact_requests_ = 0, exact_kv_requests_ = 0;
   double predicted_sum_ = 0, measured_sum_ = 0;
   std::vector<int64_t> buckets_;  // per kKlBounds bucket, not cumulative (the last: +Inf)
 };

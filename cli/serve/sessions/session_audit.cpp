@@ -25,20 +25,25 @@ nlohmann::json SessionAudit::to_json() const {
   return out;
 }
 
-ServingMode SessionTable::serving(Session& s, bool may_heal) {
+ServingMode SessionTable::serving(Session& s, bool may_heal, bool exact_kv) {
   std::lock_guard<std::mutex> lock(mutex_);
   SessionAudit& a = s.audit;
   ServingMode mode;
-  mode.request = s.totals.requests + 1;            // record() counts it after the run
-  if (a.exact_left > 0 && !may_heal) return mode;  // exact mode goes on from the next request: no audit meanwhile
-  if (a.exact_left > 0) {
-    mode.exact = true;
+  mode.request = s.totals.requests + 1;  // record() counts it after the run
+  mode.exact_kv = exact_kv;
+  Auditor& auditor = context_.auditor;
+  if (a.exact_left > 0 && may_heal) {
+    mode.exact = mode.exact_kv = true;
     ++a.exact_requests;
     if (--a.exact_left == 0) a.recheck = true;
-    context_.auditor.count_exact_request();
-    return mode;
+    auditor.count_exact_request();
   }
-  mode.audit = std::exchange(a.recheck, false) || context_.auditor.due();
+  if (mode.exact_kv) auditor.count_exact_kv_request();
+  // In exact mode, healed or not (exact mode goes on from the next request): no audit meanwhile.
+  if (a.exact_left > 0 || mode.exact) return mode;
+  // Read from exact KV: nothing to measure; a recheck waits for the first read that is not.
+  if (exact_kv && !auditor.options().exact) return mode;
+  mode.audit = std::exchange(a.recheck, false) || auditor.due();
   return mode;
 }
 

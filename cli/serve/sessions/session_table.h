@@ -82,8 +82,10 @@ struct SessionAudit {
 
 // How a chat request of a session is served (SessionTable::serving).
 struct ServingMode {
-  bool exact = false;   // heal before reading: the session's audited loss passed its budget
-  bool audit = false;   // fork the window for an audit before decoding
+  bool exact = false;  // heal before reading: the session's audited loss passed its budget
+  bool audit = false;  // fork the window for an audit before decoding
+  // The prompt is read from KV equal to a re-prefill's (every instance exact, or healed first: `exact`).
+  bool exact_kv = false;
   int64_t request = 0;  // this request's number in its session (1 = its first)
 };
 
@@ -212,10 +214,13 @@ class SessionTable {
 
   // Audits (audit.h; session_audit.cpp). How the session's next request is served: exactly while an audit's
   // violation lasts (counted down here), else audited when it is the recheck after exact mode or the
-  // auditor's sample is due. A request that may not heal (`may_heal` false: a guest between another sync's pieces
-  // whose heal would run past one piece, request_run.cpp) is served as it is, neither exact nor audited, and the
-  // exact request it would have been is left to the session's next one (nothing counted down).
-  ServingMode serving(Session& s, bool may_heal = true);
+  // auditor's sample is due. `exact_kv`: its synced window is exact already (Window::instances, every one
+  // InstanceInfo::exact); such a request is neither sampled nor taken as the recheck (that waits for the
+  // session's first request read from approximate KV) unless AuditOptions::exact. A request that may not heal
+  // (`may_heal` false: a guest between another sync's pieces whose heal would run past one piece,
+  // request_run.cpp) is served as it is, neither exact nor audited, and the exact request it would have been is
+  // left to the session's next one (nothing counted down).
+  ServingMode serving(Session& s, bool may_heal, bool exact_kv);
   // Whether the session's next request would be served exactly (exact mode: an audit's violation lasts).
   bool exact_pending(const Session& s) const;
   // An audit's result: the session's record and the next response's usage; a violation starts (or

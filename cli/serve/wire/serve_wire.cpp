@@ -55,6 +55,7 @@ json RunUsage::to_json() const {
   if (!session.empty()) orbit["session"] = session;
   if (audit) orbit["audit"] = audit->to_json();
   if (!exact.empty()) orbit["exact"] = exact;
+  if (exact_kv) orbit["exact_kv"] = *exact_kv;
   return {{"prompt_tokens", prompt_tokens},
           {"completion_tokens", completion_tokens},
           {"total_tokens", prompt_tokens + completion_tokens},
