@@ -152,9 +152,11 @@ def audited(audit: dict) -> str:
     """The session's audits (the audit object of GET /v1/sessions/{id}) for the closing lines: their count and
     measured KL, or that nothing was audited (no mean of no measurement)."""
     audits = audit.get("audits", 0)
+    # Requests read from exact KV lose nothing: the server samples only the others (usage.orbit.exact_kv).
+    exact = f" ({audit['exact_kv_requests']} requests read exact KV)" if "exact_kv_requests" in audit else ""
     if not audits:
-        return "nothing audited"
-    return (f"{audits} audits, mean measured KL {audit.get('measured_kl_sum', 0) / audits:.2e}, max "
+        return "nothing audited" + exact
+    return (f"{audits} audits{exact}, mean measured KL {audit.get('measured_kl_sum', 0) / audits:.2e}, max "
             f"{audit.get('max_measured_kl', 0):.2e}, {audit.get('violations', 0)} past budget")
 
 
@@ -173,7 +175,7 @@ def run_served(url: str, *, steps: int = 32, seed: int = 0, out=None, session: s
     client = chat_client.ChatClient(url, session=session)
     (model,) = client.models()[:1]
     positions = model.get("context_length") or 4096
-    site, browser = Site(seed), Browser(Site(seed))
+    browser = Browser(Site(seed))
     entries = [({"role": "system", "content": SYSTEM}, "system"), ({"role": "user", "content": TASK}, "task")]
     rows, tokens_per_char = [], 1.0
     progress = None if quiet else kit.Progress(steps, "web-agent (served)")

@@ -124,6 +124,7 @@ TEST_CASE("serve audit: every approximate read of a trimming session measured, r
     const int64_t audits = audit_exact ? 10 : approximate;
     const nlohmann::json info = *core.session_info("trim");
     CHECK(info["audit"]["audits"] == audits);
+    CHECK(info["audit"]["exact_kv_requests"] == exact);
     const std::string metrics = core.metrics().render(core.gauges());
     CHECK(metrics.find("orbit_audits_total " + std::to_string(audits) + "\n") != std::string::npos);
     CHECK(metrics.find("orbit_audit_measured_kl_count " + std::to_string(audits) + "\n") != std::string::npos);

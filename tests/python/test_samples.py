@@ -12,6 +12,7 @@ and actions the samples show are the text their chunks and turns hold (decoded b
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -310,8 +311,10 @@ def test_web_agent_drives_the_server_as_an_openai_client(served, repo_root, tmp_
     assert "client think time after each answer: 250 ms" in result.stdout
     assert set(report["audit_metrics"]) == {"orbit_audits_total", "orbit_audits_owed_total",
                                             "orbit_audits_dropped_total", "orbit_audits_waiting"}
-    audits = info["audit"]["audits"]
-    said = f"{audits} audits, mean measured KL " if audits else "nothing audited; "
+    audits, exact = info["audit"]["audits"], info["audit"]["exact_kv_requests"]
+    assert audits + exact <= 8 and exact == sum(s["orbit"]["exact_kv"] for s in steps), (info["audit"], steps)
+    read_exact = f"({exact} requests read exact KV)"
+    said = f"{audits} audits {read_exact}, mean measured KL " if audits else f"nothing audited {read_exact}; "
     assert f"served fidelity (GET /v1/sessions/test-web-agent, audit): {said}" in result.stdout
 
 
@@ -329,7 +332,8 @@ def test_web_agent_says_nothing_was_audited_when_no_audit_ran(start_serve, stori
     report = json.loads((tmp_path / "web-agent-served.report.json").read_text())
     assert (report["session_info"].get("audit") or {}).get("audits", 0) == 0
     line = next(x for x in result.stdout.splitlines() if x.startswith("served fidelity"))
-    assert line.startswith("served fidelity (GET /v1/sessions/no-audit, audit): nothing audited; server-wide"), line
+    assert re.match(r"served fidelity \(GET /v1/sessions/no-audit, audit\): nothing audited \(\d+ requests read "
+                    r"exact KV\); server-wide", line), line
     assert "nan" not in line and "mean measured KL" not in line, line
 
 

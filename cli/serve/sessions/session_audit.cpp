@@ -20,7 +20,8 @@ nlohmann::json SessionAudit::to_json() const {
                         {"predicted_kl_sum", predicted_sum},
                         {"measured_kl_sum", measured_sum},
                         {"exact_mode", exact_left > 0},
-                        {"exact_requests", exact_requests}};
+                        {"exact_requests", exact_requests},
+                        {"exact_kv_requests", exact_kv_requests}};
   out["last_measured_kl"] = last_measured_kl < 0 ? nlohmann::json(nullptr) : nlohmann::json(last_measured_kl);
   return out;
 }
@@ -38,7 +39,10 @@ ServingMode SessionTable::serving(Session& s, bool may_heal, bool exact_kv) {
     if (--a.exact_left == 0) a.recheck = true;
     auditor.count_exact_request();
   }
-  if (mode.exact_kv) auditor.count_exact_kv_request();
+  if (mode.exact_kv) {
+    ++a.exact_kv_requests;
+    auditor.count_exact_kv_request();
+  }
   // In exact mode, healed or not (exact mode goes on from the next request): no audit meanwhile.
   if (a.exact_left > 0 || mode.exact) return mode;
   // Read from exact KV: nothing to measure; a recheck waits for the first read that is not.

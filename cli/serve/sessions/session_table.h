@@ -77,6 +77,7 @@ struct SessionAudit {
   int64_t exact_span = 0;               // the last exact-mode span (0: never in exact mode)
   bool recheck = false;                 // audit the next request (exact mode just ended)
   int64_t exact_requests = 0;           // served exactly because of an audit, in all
+  int64_t exact_kv_requests = 0;        // read from exact KV (exact mode's included): none of them sampled
   nlohmann::json to_json() const;
 };
 
