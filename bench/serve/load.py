@@ -11,7 +11,8 @@ before it, every seventh a trim of the oldest exchange, and the answer appended;
 It runs twice: one session alone (--requests requests: the cost of a request with the engine to itself),
 then all sessions at once. It prints latency p50/p99, requests/s and generated tokens/s for both, and
 orbit's critical-path forward tokens against the radix yardstick's (usage.orbit, summed; beside them the
-tokens orbit forwarded in idle time, prefilling answers as the sessions send them back), and checks that every request
+tokens orbit forwarded in idle time, prefilling answers as the sessions send them back, and how many requests
+read KV equal to a re-prefill's, usage.orbit.exact_kv: the rest were served approximately), and checks that every request
 got a 200 with an answer and usage, and that /metrics counted exactly the requests sent (none lost). The
 agents keep their history under --history-chars (the bundled model's context is 512 tokens).
 Exit status 1 when any request failed or was lost. A benchmark, not a timed test: times depend on the
@@ -158,6 +159,8 @@ def run_phase(args, host, port, model, sessions, phase):
         "orbit_forward_tokens": sum(r["usage"]["orbit"]["forward_tokens"] for r in good),
         "radix_cache_tokens": sum(r["usage"]["orbit"]["radix_cache_tokens"] for r in good),
         "orbit_idle_forward_tokens": sum(r["usage"]["orbit"].get("idle_forward_tokens", 0) for r in good),
+        # requests read from KV equal to a re-prefill's (nothing lost: usage.orbit.exact_kv)
+        "exact_kv_requests": sum(bool(r["usage"]["orbit"].get("exact_kv")) for r in good),
         "errors": [r["error"] for r in results if not r["ok"]][:3],
     }
     summary["completion_tokens_per_second"] = summary["completion_tokens"] / wall
@@ -204,13 +207,13 @@ def main():
     print(f"orbit serve load: {args.sessions} sessions x {args.requests} requests, max_tokens {args.max_tokens}, "
           f"model {model}, policy {args.policy or 'default'}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '')}")
     print(f"{'run':<8} {'requests':>8} {'failed':>6} {'p50 s':>8} {'p99 s':>8} {'req/s':>7} {'gen tok/s':>9} "
-          f"{'prompt tok':>10} {'orbit fwd':>9} {'radix fwd':>9} {'orbit/radix':>11} {'orbit idle':>10}")
+          f"{'prompt tok':>10} {'orbit fwd':>9} {'radix fwd':>9} {'orbit/radix':>11} {'orbit idle':>10} {'exact KV':>8}")
     for s in (alone, loaded):
         ratio = s["orbit_forward_tokens"] / s["radix_cache_tokens"] if s["radix_cache_tokens"] else float("nan")
         print(f"{s['phase']:<8} {s['requests']:>8} {s['failed']:>6} {s['p50_seconds']:>8.3f} {s['p99_seconds']:>8.3f} "
               f"{s['requests_per_second']:>7.2f} {s['completion_tokens_per_second']:>9.1f} {s['prompt_tokens']:>10} "
               f"{s['orbit_forward_tokens']:>9.0f} {s['radix_cache_tokens']:>9} {ratio:>11.3f} "
-              f"{s['orbit_idle_forward_tokens']:>10.0f}")
+              f"{s['orbit_idle_forward_tokens']:>10.0f} {s['exact_kv_requests']:>8}")
     scale = loaded["completion_tokens_per_second"] / alone["completion_tokens_per_second"]
     print(f"{args.sessions} sessions generate {scale:.2f}x the tokens/s of one session alone")
     print(f"requests sent {sent}, answered and counted by /metrics {counted:.0f}")
