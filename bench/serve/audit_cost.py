@@ -74,7 +74,8 @@ def metric(text, name):
 
 def run_server(orbit, model, owed_after, rate, steps, max_tokens, extra=()):
     """One server, one conversation: [(owed, ttft, total)] and the server's orbit_audits_owed_total."""
-    args = ["--audit", str(rate), "--audit-owed-after", str(owed_after), *extra]
+    # --audit 0 refuses --audit-owed-after (it would do nothing)
+    args = ["--audit", str(rate), *(["--audit-owed-after", str(owed_after)] if rate > 0 else []), *extra]
     with ServeProcess(orbit, model, args) as server:
         conn = http.client.HTTPConnection(server.host, server.port, timeout=300)
         history = [{"role": "system", "content": "You tell short stories about " + words(1, 12) + "."}]
