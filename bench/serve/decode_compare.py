@@ -72,6 +72,9 @@ def summary(counts, runs):
             ratios = [n / o for n, o in zip(new, old) if o > 0]
             digits = 2 if i in (2, 4, 5) else 0
             span = lambda v: f"{min(v):.{digits}f}-{max(v):.{digits}f}"  # noqa: E731
+            if not ratios:  # every old value 0 (no preemption, say): no ratio to give
+                print(f"{c:>8} {name:>15} {span(old):>15} {span(new):>15} {'-':>15} {'-':>15}")
+                continue
             print(f"{c:>8} {name:>15} {span(old):>15} {span(new):>15} {statistics.median(ratios):>15.2f} "
                   f"{min(ratios):>7.2f}-{max(ratios):.2f}")
 

@@ -30,6 +30,7 @@ load (the client shares the machine with the server).
 """
 import argparse
 import json
+import math
 import os
 import re
 import resource
@@ -226,7 +227,11 @@ def report(args, model, runs):
     alone_cpu = runs["alone"]["busiest_thread_cpu_seconds"]  # 10 ms ticks: 0 for a short answer
     cpu_scale = ((runs["together"]["tokens"] / together_cpu) / (runs["alone"]["tokens"] / alone_cpu)
                  if together_cpu > 0 and alone_cpu > 0 else float("nan"))
-    print(f"per CPU second of the busiest server thread: {args.sessions} sessions {cpu_scale:.2f}x one session")
+    if math.isnan(cpu_scale):
+        print("per CPU second of the busiest server thread: not measured (a run shorter than the CPU clock's "
+              "10 ms ticks; give more --tokens)")
+    else:
+        print(f"per CPU second of the busiest server thread: {args.sessions} sessions {cpu_scale:.2f}x one session")
     return {"sessions_scale": scale, "forks_speedup": fork_speed, "sessions_scale_busiest_cpu": cpu_scale}
 
 
