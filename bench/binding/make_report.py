@@ -145,7 +145,6 @@ def main():
             w(f"| {t['fraction']} | {f(t['oracle']['eta'])} | {f(t['first']['eta'])} |")
         w("")
         lr = d["layer_relative_norm"]
-        nz = [v for v in lr if v > 0]
         deep = len(lr) >= 2 and lr[-1] > max(lr[: len(lr) // 2])
         checks.append(("deficit grows with depth (last layer > every shallow-half layer)", name, deep,
                        "by layer " + " ".join(f(v) for v in lr)))

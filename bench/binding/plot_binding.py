@@ -4,7 +4,6 @@
 Writes accuracy.png, rank.png, deficit.png, reorder.png, recall.png into OUT_DIR. Every number plotted
 comes from the JSON; nothing is typed in here."""
 import json
-import math
 import os
 import sys
 

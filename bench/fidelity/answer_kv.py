@@ -75,7 +75,8 @@ def run(args):
             wd.evict(wd.instances[1]), wp.evict(wp.instances[1])
         wd.add_turn(obs_tokens), wp.add_turn(obs_tokens)
         answer = list(wd.generate(query, max_tokens=args.answer_tokens, ignore_eos=True).tokens)  # a fixed length
-        rd, rp = wd.add_turn(query + answer), wp.add_turn(query + answer)
+        rd = wd.add_turn(query + answer)
+        wp.add_turn(query + answer)
         if rd.forward_tokens != 0:
             sys.exit("turn %d: the answer turn forwarded %d tokens: the decode's KV was not reused" %
                      (turn, rd.forward_tokens))

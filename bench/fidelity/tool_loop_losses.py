@@ -25,7 +25,6 @@ Not a test: a measurement. Numbers are KLs (deterministic on one machine), about
 """
 import argparse
 import collections
-import math
 import pathlib
 import sys
 
