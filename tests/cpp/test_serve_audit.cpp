@@ -4,6 +4,7 @@
 // record and the metrics), exact mode after a loss past budget, and audits owed by requests that leave no idle
 // time.
 #include <cmath>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -453,6 +454,68 @@ TEST_CASE("serve audit: an append-only tool loop through the chat template is se
     INFO("audit_exact " << audit_exact);
     append_only_tool_loop(audit_exact);
   }
+}
+
+namespace {
+
+// Three appended requests of session `session`, then a fourth whose request changes what the first unit renders
+// (`change`: tools added, or the first user message trimmed away); idle time after each. The fourth's usage.
+sv::RunUsage fourth_after(sv::ServeCore& core, const std::string& session,
+                          const std::function<void(sv::ChatRequest&)>& change) {
+  sv::ChatRequest r = serve_test::greedy_chat(core, {{"system", "You tell short stories."}});
+  r.sampling.max_tokens = 4;
+  for (int i = 0; i < 4; ++i) {
+    r.messages.push_back({"user", words(i + 1, 6)});
+    if (i == 3) change(r);
+    const sv::RunOutcome o = core.chat(r, session, {});
+    INFO("request " << i + 1 << ": " << o.error.message);
+    REQUIRE(o.result.has_value());
+    r.messages.push_back({"assistant", o.result->text});
+    core.run_idle_work();
+    if (i == 3) return o.result->usage;
+  }
+  return {};
+}
+
+}  // namespace
+
+// A read of messages kept behind a first turn the sync formed anew (tools added: they render into the system turn,
+// as a handoff's other instructions do) is audited whatever the rate: the fidelity model prices those keeps by
+// the tokens changed alone and misses by content. A trim, kept behind the same first turn, is sampled by the rate.
+TEST_CASE("serve audit: a read kept behind a new system turn is audited whatever the rate", "[serve][model]") {
+  sv::ServeOptions options;
+  options.model = kModel;
+  options.policy = "patch:16:kl=0.003:through=0:attend=0";  // keeps what the edits leave approximate
+  options.audit_rate = 0.01;                                // the rate alone samples the 100th approximate read
+  {
+    sv::ServeCore core(options);
+    const sv::RunUsage u = fourth_after(core, "handoff", [](sv::ChatRequest& r) {
+      r.tools_json = R"([{"type":"function","function":{"name":"look","parameters":{"type":"object"}}}])";
+    });
+    INFO(u.plan);
+    CHECK(u.exact_kv == false);
+    CHECK(u.plan.find("keep") != std::string::npos);
+    CHECK(has_line(metrics_of(core), "orbit_audits_total 1"));
+    CHECK((*core.session_info("handoff"))["audit"]["audits"] == 1);
+    core.close();
+  }
+  {
+    sv::ServeCore core(options);
+    const sv::RunUsage u = fourth_after(core, "trim", [](sv::ChatRequest& r) {
+      r.messages.erase(r.messages.begin() + 1, r.messages.begin() + 3);  // the first exchange
+    });
+    INFO(u.plan);
+    CHECK(u.exact_kv == false);
+    CHECK(has_line(metrics_of(core), "orbit_audits_total 0"));
+    core.close();
+  }
+  options.audit_rate = 0;  // --audit 0 audits nothing, this read either
+  sv::ServeCore core(options);
+  fourth_after(core, "none", [](sv::ChatRequest& r) {
+    r.tools_json = R"([{"type":"function","function":{"name":"look","parameters":{"type":"object"}}}])";
+  });
+  CHECK(has_line(metrics_of(core), "orbit_audits_total 0"));
+  core.close();
 }
 
 TEST_CASE("serve audit: a loss the model under-predicted raises the engine's fidelity correction", "[serve][model]") {

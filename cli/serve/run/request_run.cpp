@@ -234,11 +234,17 @@ RunRecord chat_record(const ChatRequest& request, const SyncOptions& options, co
   return record;
 }
 
-// Whether the window's every instance holds the KV a re-prefill would give it (as far as it tracks), so a read
-// now loses nothing against one.
-bool reads_exactly(const Window& window) {
+// What the synced window reads (SyncedRead): whether its every instance holds the KV a re-prefill would give it
+// (as far as it tracks), so a read now loses nothing against one; and whether `plan` kept units behind a first
+// unit it formed anew.
+SyncedRead synced_read(const Window& window, const SyncPlan& plan) {
   const std::vector<InstanceInfo> instances = window.instances();
-  return std::all_of(instances.begin(), instances.end(), [](const InstanceInfo& i) { return i.exact; });
+  SyncedRead read;
+  read.exact_kv = std::all_of(instances.begin(), instances.end(), [](const InstanceInfo& i) { return i.exact; });
+  const auto kept = [](const SyncUnit& u) { return u.action == SyncAction::kKeep; };
+  read.behind_new_front = !read.exact_kv && !plan.units.empty() && !kept(plan.units.front()) &&
+                          std::any_of(plan.units.begin() + 1, plan.units.end(), kept);
+  return read;
 }
 
 }  // namespace
@@ -361,7 +367,7 @@ bool RequestPath::sync_chat(RunTicket::Prepared& p, const RunSink& sink, ChatSyn
     // starts with the session's next request (SessionTable::serving).
     const bool may_heal = !guest || !sessions_.exact_pending(s) ||
                           window.plan_heal().forward_tokens <= static_cast<double>(context_.options.prefill_chunk);
-    out.mode = sessions_.serving(s, may_heal, reads_exactly(window));
+    out.mode = sessions_.serving(s, may_heal, synced_read(window, out.report.plan));
     if (out.mode.exact) {
       window.heal();  // an audit found this session's loss past its budget: read as a re-prefill would be
       out.predicted_kl = 0;

@@ -3,7 +3,9 @@
 //
 // Only requests read from approximate KV are sampled (a window with an instance not InstanceInfo::exact after its
 // sync and repairs): one read from exact KV, as a session's first requests and an append-only session's are, has
-// nothing to lose, and its audit would measure rounding (AuditOptions::exact samples those too).
+// nothing to lose, and its audit would measure rounding (AuditOptions::exact samples those too). A read of
+// messages kept behind a first turn its sync formed anew is always sampled (SessionTable::serving,
+// SyncedRead::behind_new_front).
 // A sampled request's window is forked (copy-on-write, no forward) right before its decode: the fork holds
 // exactly the KV the answer was generated from. In idle time (or, when it is owed, on a later request's turn:
 // below) the generation prompt's logits are read twice on the fork: as served (Window::logits) and after a

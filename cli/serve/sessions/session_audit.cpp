@@ -26,12 +26,12 @@ nlohmann::json SessionAudit::to_json() const {
   return out;
 }
 
-ServingMode SessionTable::serving(Session& s, bool may_heal, bool exact_kv) {
+ServingMode SessionTable::serving(Session& s, bool may_heal, const SyncedRead& read) {
   std::lock_guard<std::mutex> lock(mutex_);
   SessionAudit& a = s.audit;
   ServingMode mode;
   mode.request = s.totals.requests + 1;  // record() counts it after the run
-  mode.exact_kv = exact_kv;
+  mode.exact_kv = read.exact_kv;
   Auditor& auditor = context_.auditor;
   if (a.exact_left > 0 && may_heal) {
     mode.exact = mode.exact_kv = true;
@@ -46,8 +46,11 @@ ServingMode SessionTable::serving(Session& s, bool may_heal, bool exact_kv) {
   // In exact mode, healed or not (exact mode goes on from the next request): no audit meanwhile.
   if (a.exact_left > 0 || mode.exact) return mode;
   // Read from exact KV: nothing to measure; a recheck waits for the first read that is not.
-  if (exact_kv && !auditor.options().exact) return mode;
-  mode.audit = std::exchange(a.recheck, false) || auditor.due();
+  if (read.exact_kv && !auditor.options().exact) return mode;
+  // A recheck after exact mode, and a read kept behind a new first turn (SyncedRead::behind_new_front), are
+  // audited whatever the rate's sample says (--audit 0 audits nothing).
+  const bool forced = std::exchange(a.recheck, false) || (read.behind_new_front && auditor.options().rate > 0);
+  mode.audit = forced || auditor.due();
   return mode;
 }
 

@@ -81,6 +81,16 @@ struct SessionAudit {
   nlohmann::json to_json() const;
 };
 
+// What a chat request's sync left its window reading (RequestPath::sync_chat), for SessionTable::serving.
+struct SyncedRead {
+  bool exact_kv = false;  // every instance of the window exact (InstanceInfo::exact): nothing to lose
+  // Messages kept behind a first unit the sync formed anew: the system turn changed (a handoff's other
+  // instructions, tools added or changed) while the history stayed. The fidelity model prices such keeps by the
+  // tokens changed alone and misses by content (bench/fidelity/handoff_losses.py: a tool's JSON on stories260K
+  // measured 6-15x its prediction), so such a read is always audited (with --audit above 0).
+  bool behind_new_front = false;
+};
+
 // How a chat request of a session is served (SessionTable::serving).
 struct ServingMode {
   bool exact = false;  // heal before reading: the session's audited loss passed its budget
@@ -215,13 +225,14 @@ class SessionTable {
 
   // Audits (audit.h; session_audit.cpp). How the session's next request is served: exactly while an audit's
   // violation lasts (counted down here), else audited when it is the recheck after exact mode or the
-  // auditor's sample is due. `exact_kv`: its synced window is exact already (Window::instances, every one
-  // InstanceInfo::exact); such a request is neither sampled nor taken as the recheck (that waits for the
-  // session's first request read from approximate KV) unless AuditOptions::exact. A request that may not heal
+  // auditor's sample is due, or when it reads messages kept behind a new first turn (`read.behind_new_front`).
+  // `read.exact_kv`: its synced window is exact already (Window::instances, every one InstanceInfo::exact); such
+  // a request is neither sampled nor taken as the recheck (that waits for the session's first request read from
+  // approximate KV) unless AuditOptions::exact. A request that may not heal
   // (`may_heal` false: a guest between another sync's pieces whose heal would run past one piece,
   // request_run.cpp) is served as it is, neither exact nor audited, and the exact request it would have been is
   // left to the session's next one (nothing counted down).
-  ServingMode serving(Session& s, bool may_heal, bool exact_kv);
+  ServingMode serving(Session& s, bool may_heal, const SyncedRead& read);
   // Whether the session's next request would be served exactly (exact mode: an audit's violation lasts).
   bool exact_pending(const Session& s) const;
   // An audit's result: the session's record and the next response's usage; a violation starts (or
