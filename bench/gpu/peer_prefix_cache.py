@@ -167,13 +167,13 @@ def main():
                     errors.append(f"prefix: {type(e).__name__}: {e}"[:400])
                 if errors:
                     row["error"] = "; ".join(errors)
-                del cache
+                cache = None  # the prefix's KV freed before the next row (the crop closure reads the name)
                 torch.cuda.empty_cache()
                 print(f"peer_prefix W={W:6d} B={B:5d}  hf re-prefill {fmt_ms(reprefill)} ms  "
                       f"hf prefix {fmt_ms(row['hf_prefix_s'])} ms  hf query alone {fmt_ms(query_only)} ms"
                       + (f"  error: {row['error']}" if errors else ""), flush=True)
                 rows.append(row)
-            del all_ids, query_ids
+            all_ids = query_ids = None  # freed before the next window (closures above read the names)
             torch.cuda.empty_cache()
 
     report = {"benchmark": "peer_prefix_cache", "transformers": transformers.__version__, "torch": torch.__version__,

@@ -46,6 +46,7 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "common"))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import sample_kit as kit  # noqa: E402
+from sample_outputs import clip  # noqa: E402
 from browse_tools import (CHAT_TEMPLATE, CHAT_TEMPLATE_FILE, SYSTEM, TASK, TOOL_CALL_FORMAT, TOOLS,  # noqa: E402
                           Browser, Site, call_message, describe_call, tool_for_step, tool_message)
 
@@ -228,7 +229,7 @@ def run_served(url: str, *, steps: int = 32, seed: int = 0, out=None, session: s
         o = r["orbit"] or {}
         lines.append(f"{r['step']:>4}  {r['label']:<11} {r['messages']:>4} {r['prompt_tokens']:>6} "
                      f"{o.get('forward_tokens', 0):>7.0f} {o.get('radix_cache_tokens', 0):>6.0f} "
-                     f"{1e3 * r['seconds']:>7.1f}  {o.get('plan', '')} | {kit.clip(describe_call(r['call']), 40)}")
+                     f"{1e3 * r['seconds']:>7.1f}  {o.get('plan', '')} | {clip(describe_call(r['call']), 40)}")
     savings = info["savings"]
     lines += ["-" * len(head),
               f"client think time after each answer: {think_ms:.0f} ms (the tool's run; --think-ms 0 sends the "
