@@ -48,7 +48,7 @@ sv::ChunkExtras with_logprobs() {
 
 TEST_CASE("chunk text: the exact bytes of a text chunk", "[serve][stream]") {
   const sv::ChunkText chat(ids(), "chat.completion.chunk");
-  CHECK(chat.chat_text("a\"b\\c\n\t\x01\x1f\xC3\xA9/", false, 2, {}) ==
+  CHECK(chat.chat_text("a\"b\\c\n\t\x01\x1f\xC3\xA9/", 2, {}) ==
         "data: {\"choices\":[{\"delta\":{\"content\":\"a\\\"b\\\\c\\n\\t\\u0001\\u001f\xC3\xA9/\"},"
         "\"finish_reason\":null,\"index\":2,\"logprobs\":null}],\"created\":1764460000,\"id\":\"chatcmpl-abc-7\","
         "\"model\":\"tiny \\\"story\\\" \xC3\xA9\",\"object\":\"chat.completion.chunk\"}\n\n");
@@ -65,19 +65,16 @@ TEST_CASE("chunk text: every event as the JSON-built one", "[serve][stream]") {
   for (const std::string& piece : pieces()) {
     INFO("piece bytes: " << piece.size());
     CHECK(completion.completion_text(piece) == sv::sse(sv::text_completion(ids(), piece, "", nullptr)));
-    for (const bool first : {false, true}) {
-      for (const int64_t index : {0, 1, 12}) {
-        CHECK(chat.chat_text(piece, first, index, {}) == sv::sse(sv::chat_chunk(ids(), piece, first, "", index)));
-        CHECK(chat.chat_text(piece, first, index, with_logprobs()) ==
-              sv::sse(sv::chat_chunk(ids(), piece, first, "", index, with_logprobs())));
-        sv::ChunkExtras reasoning;
-        reasoning.reasoning = piece;
-        CHECK(chat.chat_text("", first, index, reasoning) ==
-              sv::sse(sv::chat_chunk(ids(), "", first, "", index, reasoning)));
-      }
+    for (const int64_t index : {0, 1, 12}) {
+      CHECK(chat.chat_text(piece, index, {}) == sv::sse(sv::chat_chunk(ids(), piece, false, "", index)));
+      CHECK(chat.chat_text(piece, index, with_logprobs()) ==
+            sv::sse(sv::chat_chunk(ids(), piece, false, "", index, with_logprobs())));
+      sv::ChunkExtras reasoning;
+      reasoning.reasoning = piece;
+      CHECK(chat.chat_text("", index, reasoning) == sv::sse(sv::chat_chunk(ids(), "", false, "", index, reasoning)));
     }
   }
-  CHECK(chat.chat_text("", false, 0, {}) == sv::sse(sv::chat_chunk(ids(), "", false, "", 0)));
+  CHECK(chat.chat_text("", 0, {}) == sv::sse(sv::chat_chunk(ids(), "", false, "", 0)));
 }
 
 TEST_CASE("chunk text: under include_usage every chunk carries usage null, as the JSON-built ones", "[serve][stream]") {
@@ -85,11 +82,11 @@ TEST_CASE("chunk text: under include_usage every chunk carries usage null, as th
   with_usage.usage_null = true;
   const sv::ChunkText chat(with_usage, "chat.completion.chunk");
   const sv::ChunkText completion(with_usage, "text_completion");
-  const std::string fast = chat.chat_text(" Once", false, 0, {});
+  const std::string fast = chat.chat_text(" Once", 0, {});
   CHECK(fast.find(",\"usage\":null}\n\n") != std::string::npos);
   for (const std::string& piece : pieces()) {
     INFO("piece bytes: " << piece.size());
-    CHECK(chat.chat_text(piece, false, 1, {}) == sv::sse(sv::chat_chunk(with_usage, piece, false, "", 1)));
+    CHECK(chat.chat_text(piece, 1, {}) == sv::sse(sv::chat_chunk(with_usage, piece, false, "", 1)));
     CHECK(completion.completion_text(piece) == sv::sse(sv::text_completion(with_usage, piece, "", nullptr)));
   }
   CHECK(sv::chat_chunk(with_usage, "", false, "stop", 0)["usage"].is_null());
@@ -97,12 +94,11 @@ TEST_CASE("chunk text: under include_usage every chunk carries usage null, as th
   call.opens = true;
   call.id = "call_1";
   call.name = "f";
-  CHECK(sv::tool_call_chunk(with_usage, call, true, 0, {}).contains("usage"));
+  CHECK(sv::tool_call_chunk(with_usage, call, 0, {}).contains("usage"));
   // The usage chunk has the usage; without include_usage no chunk has the field.
   CHECK(sv::usage_chunk(with_usage, "chat.completion.chunk", {{"total_tokens", 3}})["usage"]["total_tokens"] == 3);
   CHECK_FALSE(sv::chat_chunk(ids(), " Once", false, "", 0).contains("usage"));
-  CHECK(sv::ChunkText(ids(), "chat.completion.chunk").chat_text(" Once", false, 0, {}).find("usage") ==
-        std::string::npos);
+  CHECK(sv::ChunkText(ids(), "chat.completion.chunk").chat_text(" Once", 0, {}).find("usage") == std::string::npos);
 }
 
 }  // namespace ORBIT_TEST_FILE

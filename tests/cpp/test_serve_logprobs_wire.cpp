@@ -44,7 +44,7 @@ TEST_CASE("serve: logprobs in OpenAI's chat shape, whole and with the stream's c
   CHECK(sv::chat_chunk(ids, " a a", false, "", 0, extras.take(0))["choices"][0]["logprobs"]["content"].size() == 2);
   CHECK(sv::chat_chunk(ids, "", false, "stop", 0, extras.take(0))["choices"][0]["logprobs"].is_null());
   extras.add_logprobs(0, step);
-  const nlohmann::json call = sv::tool_call_chunk(ids, sv::ToolCallDelta{}, false, 0, extras.take(0));
+  const nlohmann::json call = sv::tool_call_chunk(ids, sv::ToolCallDelta{}, 0, extras.take(0));
   CHECK(call["choices"][0]["logprobs"]["content"].size() == 1);
   // Each stream gathers its own, each choice its own: another stream's chunks on this thread carry none.
   sv::StreamExtras other;

@@ -59,6 +59,22 @@ async function logprobs() {
         streamed.every((e, i) => e.token === content[i].token && Math.abs(e.logprob - content[i].logprob) < 1e-4),
         "streamed chunks carry the same logprobs, each once",
         JSON.stringify(streamed.map((e, i) => [e.token, e.logprob, content[i]?.token, content[i]?.logprob])));
+  // The client's stream helper builds the answer from the chunks: the same entries, each once. It takes a
+  // choice's first chunk's logprobs as its list and appends that chunk's again, so each choice opens with a
+  // chunk of the role alone (logprobs null), as OpenAI streams it.
+  const helper = await api.chat.completions.stream({ model: modelId, messages, temperature: 0, max_tokens: 24,
+                                                     logprobs: true, top_logprobs: 3 }).finalChatCompletion();
+  const assembled = helper.choices[0].logprobs?.content ?? [];
+  check(assembled.length === content.length && assembled.every((e, i) => e.token === content[i].token),
+        "the stream helper assembles the same logprobs, each once",
+        JSON.stringify([assembled.map((e) => e.token), content.map((e) => e.token)]));
+  let first = null;
+  for await (const chunk of await ask({ logprobs: true, stream: true })) {
+    first = chunk.choices[0];
+    break;  // ends the stream
+  }
+  check(first.delta.role === "assistant" && first.delta.content === "" && first.logprobs === null,
+        "a streamed choice opens with the role alone", JSON.stringify(first));
   const plain = await ask({});
   check(plain.choices[0].logprobs === null, "without logprobs: logprobs is null");
   return content;

@@ -67,7 +67,7 @@ struct Job {
                      // it runs
   std::shared_ptr<PeerWatch> watch;
   bool first_token = true;
-  std::vector<bool> sent;            // per choice: a chunk of it went out (its first carries the role)
+  std::vector<bool> sent;            // per choice: its opening chunk went out (open)
   std::optional<StoreWrite> stored;  // the write of an answer with store true (keep_if_stored)
   std::string stored_body;           // ... its body when not streamed, the answer's too (written once)
   LiveAnswers<void>::Hold live;      // store true: registered as being generated until keep_if_stored
@@ -85,12 +85,16 @@ struct Job {
   // A chunk's event, padded when the stream is obfuscated (error events and
   // [DONE] are not chunks).
   std::string chunk(const json& body) { return obfuscation.pad(sse(body)); }
-  // Whether the next chunk of `choice` is its first; from then on it is not.
-  bool opens(int64_t choice) {
+  // The opening chunk of a streamed chat's `choice` where none went out yet, else "": the role alone
+  // (delta {"role": "assistant", "content": ""}, logprobs null), as OpenAI opens each choice. Its text, calls
+  // and log probabilities follow in later chunks: a client that builds the answer from its chunks
+  // (openai-node's stream helper) starts a choice's logprobs list with its first chunk's and then appends
+  // that chunk's again, so a first token's entry there would be counted twice.
+  std::string open(int64_t choice) {
     if (sent.size() <= static_cast<std::size_t>(choice)) sent.resize(static_cast<std::size_t>(choice) + 1, false);
-    const bool first = !sent[static_cast<std::size_t>(choice)];
+    if (sent[static_cast<std::size_t>(choice)]) return "";
     sent[static_cast<std::size_t>(choice)] = true;
-    return first;
+    return chunk(chat_chunk(ids, "", true, "", choice));
   }
 };
 
@@ -184,14 +188,14 @@ std::string final_body(Job& job, const RunOutcome& out) {
 // not hold a call as it was streamed, an error event naming the call instead.
 std::string choice_tail(Job& job, const RunResult& r, int64_t index) {
   if (r.tool_stream_mismatch) return sse(json::parse(error_body(tool_stream_error(*r.tool_stream_mismatch, index))));
-  std::string tail;
+  std::string tail = job.open(index);
   if (!r.unstreamed.empty()) {
-    tail += job.chunk(chat_chunk(job.ids, r.unstreamed, job.opens(index), "", index, job.extras.take(index)));
+    tail += job.chunk(chat_chunk(job.ids, r.unstreamed, false, "", index, job.extras.take(index)));
   }
   for (const ToolCallDelta& d : r.unstreamed_calls) {
-    tail += job.chunk(tool_call_chunk(job.ids, d, job.opens(index), index, job.extras.take(index)));
+    tail += job.chunk(tool_call_chunk(job.ids, d, index, job.extras.take(index)));
   }
-  return tail + job.chunk(chat_chunk(job.ids, "", job.opens(index), r.finish_reason, index, job.extras.take(index)));
+  return tail + job.chunk(chat_chunk(job.ids, "", false, r.finish_reason, index, job.extras.take(index)));
 }
 
 // A streamed chat choice that ended: its closing chunks go out now, while the
@@ -268,13 +272,13 @@ void stream_job(ServeCore& core, Job& job, httplib::DataSink& sink) {
   job.chunks = ChunkText(job.ids, job.chat ? "chat.completion.chunk" : "text_completion");
   auto on_text = [&](int64_t choice, const std::string& delta) {
     const std::string event =
-        job.obfuscation.pad(job.chat ? job.chunks.chat_text(delta, job.opens(choice), choice, job.extras.take(choice))
-                                     : job.chunks.completion_text(delta));
+        job.chat ? job.open(choice) + job.obfuscation.pad(job.chunks.chat_text(delta, choice, job.extras.take(choice)))
+                 : job.obfuscation.pad(job.chunks.completion_text(delta));
     return sink.write(event.data(), event.size());
   };
   auto on_call = [&](int64_t choice, const ToolCallDelta& d) {
     const std::string event =
-        job.chunk(tool_call_chunk(job.ids, d, job.opens(choice), choice, job.extras.take(choice)));
+        job.open(choice) + job.chunk(tool_call_chunk(job.ids, d, choice, job.extras.take(choice)));
     return sink.write(event.data(), event.size());
   };
   auto on_end = [&](int64_t choice, const RunResult& r) { return end_choice(job, sink, choice, r); };

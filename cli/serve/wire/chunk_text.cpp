@@ -12,8 +12,8 @@ ChunkText::ChunkText(const ResponseIds& ids, const std::string& object) : ids_(i
   tail_ = "," + fields.substr(1) + "\n\n";
 }
 
-std::string ChunkText::chat_text(const std::string& content, bool first, int64_t index, ChunkExtras extras) const {
-  if (!first && !content.empty() && extras.reasoning.empty() && extras.logprobs.empty()) {
+std::string ChunkText::chat_text(const std::string& content, int64_t index, ChunkExtras extras) const {
+  if (!content.empty() && extras.reasoning.empty() && extras.logprobs.empty()) {
     std::string event;
     event.reserve(content.size() + tail_.size() + 96);
     event += "data: {\"choices\":[{\"delta\":{\"content\":";
@@ -25,7 +25,7 @@ std::string ChunkText::chat_text(const std::string& content, bool first, int64_t
       return event;
     }
   }
-  return sse(chat_chunk(ids_, content, first, "", index, std::move(extras)));
+  return sse(chat_chunk(ids_, content, false, "", index, std::move(extras)));
 }
 
 std::string ChunkText::completion_text(const std::string& text) const {

@@ -22,8 +22,8 @@ class ChunkText {
   // `object`: "chat.completion.chunk" or "text_completion".
   ChunkText(const ResponseIds& ids, const std::string& object);
 
-  // sse(chat_chunk(ids, content, first, "", index, extras)).
-  std::string chat_text(const std::string& content, bool first, int64_t index, ChunkExtras extras) const;
+  // sse(chat_chunk(ids, content, false, "", index, extras)): a chunk after the choice's opening one.
+  std::string chat_text(const std::string& content, int64_t index, ChunkExtras extras) const;
   // sse(text_completion(ids, text, "", nullptr)).
   std::string completion_text(const std::string& text) const;
 

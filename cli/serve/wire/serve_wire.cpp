@@ -205,8 +205,7 @@ json chat_chunk(const ResponseIds& ids, const std::string& content, bool first, 
   return body;
 }
 
-json tool_call_chunk(const ResponseIds& ids, const ToolCallDelta& piece, bool first, int64_t index,
-                     ChunkExtras extras) {
+json tool_call_chunk(const ResponseIds& ids, const ToolCallDelta& piece, int64_t index, ChunkExtras extras) {
   json call = {{"index", piece.index}, {"function", {{"arguments", piece.arguments}}}};
   if (piece.opens) {
     call = {{"index", piece.index},
@@ -215,10 +214,6 @@ json tool_call_chunk(const ResponseIds& ids, const ToolCallDelta& piece, bool fi
             {"function", {{"name", piece.name}, {"arguments", piece.arguments}}}};
   }
   json delta = {{"tool_calls", json::array({std::move(call)})}};
-  if (first) {
-    delta["role"] = "assistant";
-    delta["content"] = nullptr;
-  }
   if (!extras.reasoning.empty()) delta["reasoning_content"] = std::move(extras.reasoning);
   json body = head(ids, "chat.completion.chunk");
   body["choices"] = json::array({{{"index", index},

@@ -40,15 +40,17 @@ struct ChunkExtras {
 };
 
 // One chunk of a streamed chat completion: "object": "chat.completion.chunk", one choice, choices[0].index
-// `index` (with n > 1 each choice streams its own chunks). `first` (the choice's first chunk) adds the role;
+// `index` (with n > 1 each choice streams its own chunks). `first` adds the role: the server opens each choice
+// with chat_chunk(ids, "", true, "", index), no text and no log probabilities in it, as OpenAI does;
 // a non-empty finish_reason ends the choice. extras.reasoning goes in delta.reasoning_content, and then
 // delta.content only when `content` is not empty; extras.logprobs in choices[0].logprobs {"content": [...]}.
 nlohmann::json chat_chunk(const ResponseIds& ids, const std::string& content, bool first,
                           const std::string& finish_reason, int64_t index = 0, ChunkExtras extras = {});
 // A chunk that carries one piece of a call of choice `index`'s answer, as OpenAI streams calls: delta.tool_calls
 // [{"index", "id", "type": "function", "function": {"name", "arguments"}}] for the piece that opens the call,
-// [{"index", "function": {"arguments"}}] for each later one; `first` adds the role. `extras` as chat_chunk's.
-nlohmann::json tool_call_chunk(const ResponseIds& ids, const ToolCallDelta& piece, bool first, int64_t index = 0,
+// [{"index", "function": {"arguments"}}] for each later one (the role went in the choice's opening chunk,
+// chat_chunk's `first`). `extras` as chat_chunk's.
+nlohmann::json tool_call_chunk(const ResponseIds& ids, const ToolCallDelta& piece, int64_t index = 0,
                                ChunkExtras extras = {});
 // The stream_options.include_usage chunk: empty choices and usage.
 nlohmann::json usage_chunk(const ResponseIds& ids, const std::string& object, const nlohmann::json& usage);
