@@ -541,6 +541,22 @@ def test_bad_arrays_raise_type_and_value_errors(orbit, engine):
         w.evict(-1)
     with pytest.raises(TypeError, match="ChunkRef or a chunk key"):
         w.admit(3)
+    # Instance ids start at 1: a `before` of 0 names none (None places at the tail), as an unknown id does.
+    chunk = engine.add_tokens([5, 6])
+    for call in (lambda: w.admit(chunk, before=0), lambda: w.plan_admit(chunk, before=np.int64(0))):
+        with pytest.raises(ValueError, match="before: instance id 0 names no instance"):
+            call()
+    assert len(w) == 0
+    # A torch tensor without data to read (sparse, or on the meta device) is refused naming the argument.
+    for call, message in ((lambda: engine.add_tokens(torch.tensor([1, 2]).to_sparse()), "tokens: .*layout"),
+                          (lambda: w.add_turn(torch.empty(3, dtype=torch.int64, device="meta")),
+                           "tokens: .*meta device"),
+                          (lambda: engine.add_embeddings(torch.zeros(2, hidden).to_sparse()),
+                           "embeddings: .*layout"),
+                          (lambda: engine.add_embeddings(torch.empty(2, hidden, device="meta")),
+                           "embeddings: .*meta device")):
+        with pytest.raises((TypeError, ValueError), match=message):
+            call()
 
 
 def test_misuse_raises_orbit_errors_with_the_cpp_message(orbit, engine, stories260k_path, tmp_path):

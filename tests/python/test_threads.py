@@ -156,13 +156,47 @@ def test_calls_from_generate_callbacks_raise_or_run_never_wait_for_themselves(ch
     """)
 
 
+def test_close_refused_inside_an_engine_operation_stops_nothing(child):
+    # calibrate_fidelity's progress runs inside the engine's operation: a close() there is refused before any
+    # decode is stopped, so another thread's answers run to their end and the engine stays open and usable
+    # (the refusal once cancelled them and left the engine reading closed for good).
+    child("""
+        import threading
+        e = orbit.Engine(M, pool_bytes=16 << 20)
+        w = e.new_window()
+        w.add_turn([1, 2, 3])
+        ends, refusals, stop = [], [], threading.Event()
+        def decode():
+            while not stop.is_set():
+                ends.append(w.generate([1], max_tokens=200, ignore_eos=True).stop_reason)
+        t = threading.Thread(target=decode)
+        t.start()
+        def progress(done, total):
+            if not refusals:
+                try:
+                    e.close()
+                except orbit.OrbitError as err:
+                    refusals.append(str(err))
+        e.calibrate_fidelity(progress=progress)
+        stop.set()
+        t.join()
+        assert len(refusals) == 1 and "called from inside an operation of this engine" in refusals[0], refusals
+        assert ends and set(ends) == {"max_tokens"}, ends
+        assert not e.closed and e.new_window().generate([1], max_tokens=3).stop_reason == "max_tokens"
+        e.close()
+        assert e.closed
+        print("DONE")
+    """)
+
+
 def test_window_refuses_reads_after_engine_close(orbit, stories260k_path):
     e = orbit.Engine(stories260k_path)
     w = e.new_window()
     w.admit(e.add_tokens([1, 2, 3, 4]))
     instance = w.instances[0].id
     e.close()
-    for read in (lambda: w.instances, lambda: w.kv(instance), lambda: w.tokens, lambda: w.logits([1])):
+    for read in (lambda: w.instances, lambda: w.kv(instance), lambda: w.tokens, lambda: w.logits([1]),
+                 lambda: w.policy, lambda: w.label, lambda: w.max_bytes, lambda: w.version):
         with pytest.raises(orbit.OrbitError, match="engine is closed"):
             read()
     # stats answers still, as documented: the counters as close left them, the closed store's part empty.

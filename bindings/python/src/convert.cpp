@@ -119,8 +119,21 @@ std::string torch_dtype(py::handle tensor) {
   return s.rfind("torch.", 0) == 0 ? s.substr(6) : s;
 }
 
+// Refuses a torch tensor that holds no data to read: a sparse one (its layout not torch.strided) or one on the
+// meta device (torch's own errors there name neither the call nor the argument).
+void check_torch_data(py::handle tensor, const std::string& what) {
+  const std::string layout = py::str(tensor.attr("layout")).cast<std::string>();
+  if (layout != "torch.strided") {
+    throw py::type_error(what + ": a torch tensor of layout " + layout + "; pass a dense one (tensor.to_dense())");
+  }
+  if (py::str(tensor.attr("device").attr("type")).cast<std::string>() == "meta") {
+    throw py::value_error(what + ": a torch tensor on the meta device holds no data");
+  }
+}
+
 // A torch tensor of integer dtype as an int64 numpy array (CPU, contiguous; copies only when needed).
 py::array torch_integers_to_numpy(py::handle tensor, const char* what) {
+  check_torch_data(tensor, what);
   const std::string dt = torch_dtype(tensor);
   if (dt != "int64" && dt != "int32" && dt != "int16" && dt != "int8" && dt != "uint8") {
     throw py::type_error(std::string(what) + ": torch dtype " + dt + "; expected an integer tensor (e.g. torch.int64)");
@@ -267,6 +280,7 @@ void check_embedding_shape(const std::vector<int64_t>& shape, const char* what) 
 // A torch tensor's rows: borrowed when on the CPU and contiguous, else copied there.
 Borrowed torch_embeddings(py::handle tensor, const char* what) {
   Borrowed b;
+  check_torch_data(tensor, what);
   py::object t = tensor.attr("detach")();
   b.view.dtype = embedding_dtype(torch_dtype(t), what, "torch dtype", "tensor.float()");
   for (py::handle d : t.attr("shape")) b.view.shape.push_back(d.cast<int64_t>());

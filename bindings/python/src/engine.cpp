@@ -112,10 +112,11 @@ bool engine_closed(const std::shared_ptr<Engine>& e) {
 
 // Engine.close() and __exit__: stops the decodes on the engine's windows at their next token and waits for
 // them (decodes.h), then closes the engine, waiting for the other calls in flight. Refused from inside a call
-// of one of its windows on this thread before anything is stopped (the close would wait for that call).
+// of one of its windows, or of the engine itself (calibrate_fidelity's progress, a signal handler run during
+// run_background), on this thread before anything is stopped (the close would wait for that call).
 void close_engine(const std::shared_ptr<Engine>& e) {
   if (e->forked()) return;  // a child of fork(): nothing of the engine is this process's to stop (Engine::forked)
-  ORBIT_CHECK(!in_window_call(e.get()),
+  ORBIT_CHECK(!in_window_call(e.get()) && !e->in_operation_on_this_thread(),
               "close(): called from inside an operation of this engine on the same thread; close the engine after "
               "that operation returns");
   const std::shared_ptr<EngineDecodes> decodes = engine_decodes(e);

@@ -93,6 +93,14 @@ struct PyWindow {
     });
   }
 
+  // run() for a read of the window's own fields (its options, policy, version), which the core answers
+  // without asking its engine: refused as every other call is once the engine's close() has begun.
+  template <typename F>
+  auto run_fields(const char* what, F&& f) -> decltype(f(std::declval<orbit::Window&>())) {
+    check_engine_open(what);
+    return run(what, std::forward<F>(f));
+  }
+
   // run(), except that a wait for another thread's call gives up once give_up() holds (a cancel= token was
   // cancelled meanwhile): the call then returns gave_up() (without the GIL) instead of running f.
   template <typename F, typename G>

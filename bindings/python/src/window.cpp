@@ -69,7 +69,15 @@ bool holds_chunk(const Window& w, const std::string& key) {
   return false;
 }
 
-InstanceId before_arg(py::handle obj) { return obj.is_none() ? 0 : to_instance(obj, "before"); }
+// The `before` argument: None is the tail (the core's 0); a given 0 is refused, as no instance has that id
+// (ids start at 1), rather than read as the tail.
+InstanceId before_arg(py::handle obj) {
+  if (obj.is_none()) return 0;
+  const InstanceId id = to_instance(obj, "before");
+  if (id == 0)
+    throw py::value_error("before: instance id 0 names no instance (ids start at 1; None places at the tail)");
+  return id;
+}
 
 ApplyReport checked(Result<ApplyReport>&& r) {
   if (!r.is_ok()) raise_status(static_cast<int>(r.status().code()), r.status().reason());
@@ -153,14 +161,14 @@ void def_state(py::class_<PyWindow>& c) {
   c.def_property_readonly(
       "id", [](const PyWindow& w) { return w.id; }, "Window id (unique per engine).");
   c.def_property_readonly(
-      "label", [](PyWindow& w) { return w.run("Window.label", [](Window& x) { return x.options().label; }); },
+      "label", [](PyWindow& w) { return w.run_fields("Window.label", [](Window& x) { return x.options().label; }); },
       "Its label.");
   c.def_property_readonly(
       "max_bytes",
-      [](PyWindow& w) { return w.run("Window.max_bytes", [](Window& x) { return x.options().max_bytes; }); },
+      [](PyWindow& w) { return w.run_fields("Window.max_bytes", [](Window& x) { return x.options().max_bytes; }); },
       "Most KV bytes it may hold (0 = the pool's limit).");
   c.def_property(
-      "policy", [](PyWindow& w) { return w.run("Window.policy", [](Window& x) { return x.policy(); }); },
+      "policy", [](PyWindow& w) { return w.run_fields("Window.policy", [](Window& x) { return x.policy(); }); },
       [](PyWindow& w, const py::object& p) {
         const orbit::WindowPolicy policy = to_policy(p, "Window.policy");
         w.run("Window.policy", [&](Window& x) { x.set_policy(policy); });
@@ -185,7 +193,7 @@ void def_state(py::class_<PyWindow>& c) {
   c.def_property_readonly(
       "stats", [](PyWindow& w) { return w.run("Window.stats", [](Window& x) { return x.stats(); }); }, "WindowStats.");
   c.def_property_readonly(
-      "version", [](PyWindow& w) { return w.run("Window.version", [](Window& x) { return x.version(); }); },
+      "version", [](PyWindow& w) { return w.run_fields("Window.version", [](Window& x) { return x.version(); }); },
       "Bumps on every applied operation (a plan is valid only at the version it was made).");
   c.def(
       "__len__", [](PyWindow& w) { return w.run("Window.__len__", [](Window& x) { return x.instances().size(); }); },

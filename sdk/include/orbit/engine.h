@@ -436,6 +436,10 @@ class Engine {
   // engine on the same thread.
   void close();
   bool closed() const;
+  // True while the calling thread is inside an operation of this engine (a callback it runs: a progress
+  // report, a signal handler run from a poll), where close() is refused: lets a caller that must stop its own
+  // work before close() (a binding's decodes) refuse first and stop nothing.
+  bool in_operation_on_this_thread() const;
   // True in a child of fork() of the process that opened the engine. An engine does not cross fork(): its
   // threads and its store's connections stay in the parent, and a lock a parent thread held at the fork stays
   // held. There every call (its windows' included) throws orbit::Error naming both processes, and close() and

@@ -171,6 +171,7 @@ void Engine::close() {
   core_->close();
 }
 bool Engine::closed() const { return core_->life().closed(); }
+bool Engine::in_operation_on_this_thread() const { return core_->life().held_by_this_thread(); }
 bool Engine::forked() const { return core_->life().forked(); }
 
 }  // namespace orbit
