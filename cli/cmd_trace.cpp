@@ -22,7 +22,7 @@ int run_make_trace(int argc, char** argv, int first) {
       "make-trace",
       ArgSpec{{"--kind", "--steps", "--seed", "--model", "--out", "--chunk-tokens"},
               {"--sample-text"},
-              "usage: orbit make-trace --kind K --model PATH --out FILE [--steps N] [--seed S]\n"
+              "usage: orbit make-trace --model PATH --out FILE [--kind K] [--steps N] [--seed S]\n"
               "                        [--chunk-tokens N] [--sample-text]\n"
               "  Writes a generated agent trace (orbit-trace/1) for `orbit replay`.\n"
               "  --kind K           agent patterns, story-like text throughout ({\"text\": ...} chunks, turns and\n"

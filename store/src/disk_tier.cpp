@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "blob_files.h"
 #include "blobs_root.h"
 #include "orbit/common/error.h"
 #include "orbit/common/warn.h"
@@ -52,16 +53,6 @@ namespace {
 int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-int64_t count_blob_files(const std::string& blobs) {
-  std::error_code ec;
-  int64_t n = 0;
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(blobs, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.size() > 5 && name.compare(name.size() - 5, 5, ".blob") == 0) ++n;
-  }
-  return n;
 }
 
 }  // namespace
@@ -109,7 +100,7 @@ DiskTier::DiskTier(const DiskTierOptions& options) : options_(options) {
 void DiskTier::open_index() {
   const std::string index_path = options_.dir + "/index.sqlite";
   const std::string repair = "run `orbit store repair --store " + options_.dir + "` to rebuild the index from them";
-  const auto count_blobs = [&] { return count_blob_files(options_.dir + "/blobs"); };  // not on every open
+  const auto count_blobs = [&] { return count_blob_files(options_.dir); };  // not on every open
   if (!index_exists(index_path)) {
     // A process creating the store makes its index before its first blob: blobs seen after the index was
     // missing are another process's when the index exists now (it created the store meanwhile), and an

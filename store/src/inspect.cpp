@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "blob_files.h"
 #include "blobs_root.h"
 #include "inspect_verify.h"
 #include "orbit/common/error.h"
@@ -29,20 +30,14 @@
 namespace orbit {
 
 namespace fs = std::filesystem;
+using store::BlobFiles;
+using store::count_blob_files;
 using store::DiskRow;
+using store::scan_blobs;
 using store::shown;
 using store::SqliteIndex;
 
 namespace {
-
-int64_t count_blob_files(const std::string& root) {
-  std::error_code ec;
-  int64_t blobs = 0;
-  for (const auto& entry : fs::recursive_directory_iterator(root + "/blobs", ec)) {
-    blobs += entry.path().extension() == ".blob" ? 1 : 0;
-  }
-  return blobs;
-}
 
 std::string store_root(const std::string& dir) {
   ORBIT_CHECK(!dir.empty(), "store: the store directory is empty (give --store DIR)");
@@ -141,45 +136,6 @@ std::string blobs_root(const std::string& root) {
 int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-struct BlobFiles {
-  std::vector<fs::path> blobs;  // *.blob
-  std::vector<fs::path> temps;  // .*.tmp
-  // Directories under blobs/ that could not be listed ("<path>: <reason>"): what they hold is not counted.
-  std::vector<std::string> unreadable_dirs;
-};
-
-// Lists `dir` into `out`, descending into its directories (never a directory in a blob's place: repair drops its
-// row, and gc must not take what it holds for dead temp files or blobs). A directory that cannot be listed is
-// recorded, not skipped unseen: a count without it would read as complete.
-void scan_directory(const fs::path& dir, BlobFiles& out) {
-  std::error_code ec;
-  fs::directory_iterator it(dir, ec);
-  for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
-    const fs::directory_entry& entry = *it;
-    std::error_code type_error;
-    // A symlinked directory is not followed; a symlink to a file is taken as the name it has (gc removes the link).
-    if (!entry.is_symlink(type_error) && entry.is_directory(type_error)) {
-      if (entry.path().extension() != ".blob") scan_directory(entry.path(), out);
-      continue;
-    }
-    if (!entry.is_regular_file(type_error)) continue;
-    const std::string name = entry.path().filename().string();
-    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0)
-      out.temps.push_back(entry.path());
-    else if (name.size() > 5 && name.compare(name.size() - 5, 5, ".blob") == 0)
-      out.blobs.push_back(entry.path());
-  }
-  if (ec) out.unreadable_dirs.push_back(dir.string() + ": " + ec.message());
-}
-
-BlobFiles scan_blobs(const std::string& root) {
-  BlobFiles out;
-  std::error_code ec;
-  const fs::path blobs = fs::path(root) / "blobs";
-  if (fs::is_directory(blobs, ec)) scan_directory(blobs, out);
-  return out;
 }
 
 std::set<std::string> referenced(const std::string& root, const std::vector<DiskRow>& rows) {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "blob_files.h"
 #include "blobs_root.h"
 #include "orbit/common/error.h"
 #include "orbit/store.h"
@@ -185,22 +186,21 @@ struct BlobScan {
 };
 
 // Reads every *.blob file under root/blobs (symlinks are not followed: only files inside blobs/ count),
-// counting them and the ones rejected in `report`.
+// counting them and the ones rejected in `report`. Refuses, before anything is changed, when a directory there
+// cannot be listed: the rows of the blobs it holds would be dropped as missing, and gc would then remove them.
 BlobScan find_verified_blobs(const std::string& root, RepairReport* report) {
+  const store::BlobFiles files = store::scan_blobs(root);
+  ORBIT_CHECK(files.unreadable_dirs.empty(),
+              "store " << root << ": cannot list " << files.unreadable_dirs.front()
+                       << "; repair rebuilds the index from every blob and would drop the rows of the blobs there: "
+                          "make it readable by this user and run repair again (nothing was changed)");
   BlobScan scan;
-  std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(root + "/blobs", ec); it != fs::recursive_directory_iterator();
-       it.increment(ec)) {
-    const fs::directory_entry& entry = *it;
-    // A directory in a blob's place: its row goes below, then it is moved aside; what it holds is nobody's blob.
-    if (!entry.is_symlink() && entry.is_directory() && entry.path().extension() == ".blob") {
-      it.disable_recursion_pending();
-      scan.directories.push_back(entry.path());
-      continue;
-    }
-    if (entry.is_symlink() || !entry.is_regular_file() || entry.path().extension() != ".blob") continue;
+  scan.directories = files.blob_dirs;  // a directory in a blob's place: its row goes below, then it is moved aside
+  for (const fs::path& path : files.blobs) {
+    std::error_code ec;
+    if (fs::is_symlink(fs::symlink_status(path, ec))) continue;
     ++report->blobs_scanned;
-    std::optional<Found> f = inspect_blob(root, entry.path(), &report->notes);
+    std::optional<Found> f = inspect_blob(root, path, &report->notes);
     if (!f) {
       ++report->blobs_rejected;
       continue;

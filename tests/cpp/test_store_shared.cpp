@@ -293,6 +293,9 @@ TEST_CASE("a deleted index or lost meta rows are refused, and orbit store repair
     other.model_fingerprint = "another-model";
     CHECK_THROWS_WITH(ChunkStore(other), Contains("meta rows were deleted") && Contains("orbit store repair"));
     CHECK_THROWS_WITH(ChunkStore(disk_options(d)), Contains("meta rows were deleted"));
+    // The offline readers (orbit store ls|stat|verify) point to repair too, not to "not an orbit store".
+    CHECK_THROWS_WITH(orbit::summarize_store(d), Contains("meta rows were deleted") && Contains("orbit store repair"));
+    CHECK_THROWS_WITH(orbit::verify_store(d), Contains("meta rows were deleted") && Contains("orbit store repair"));
   }
   SECTION("index.sqlite deleted: refused instead of silently orphaning every blob") {
     for (const char* f : {"/index.sqlite", "/index.sqlite-wal", "/index.sqlite-shm"}) fs::remove(d + f);

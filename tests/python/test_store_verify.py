@@ -174,3 +174,61 @@ def test_a_blob_directory_that_cannot_be_listed_is_named_not_skipped(orbit, orbi
         for d, _, _ in os.walk(root):
             os.chmod(d, 0o755)
         shutil.rmtree(root)
+
+
+def test_repair_and_a_lost_index_refuse_a_blob_directory_that_cannot_be_listed(orbit, orbit_cli, stories260k_path,
+                                                                              as_unprivileged):
+    # With the index lost and a blobs/NN it could not list, repair restored the rows of the blobs it reached,
+    # said nothing and exited 0, and gc then removed every blob of the unlisted part's later directories as
+    # unreferenced; ls/stat/verify/gc stopped with "internal error" (an uncaught filesystem error), and
+    # `orbit serve --store` did too. Each now refuses naming the directory, and repair changes nothing.
+    import os
+    import shutil
+    import tempfile
+
+    as_user = as_unprivileged
+    root = tempfile.mkdtemp(prefix="orbit-unlisted-repair-")
+    try:
+        os.chmod(root, 0o755)
+        store = os.path.join(root, "store")
+        keys = _store(orbit, stories260k_path, store, 3)
+        shard = os.path.dirname(_blob(orbit, store, keys[0]))
+        blobs = sorted(os.path.join(d, f) for d, _, files in os.walk(os.path.join(store, "blobs")) for f in files
+                       if f.endswith(".blob"))
+        for name in os.listdir(store):
+            if name.startswith("index.sqlite"):
+                os.remove(os.path.join(store, name))
+        if as_user:
+            for d, _, files in os.walk(store):
+                for p in [d] + [os.path.join(d, f) for f in files]:
+                    os.chown(p, 65534, 65534)
+            os.chown(shard, 0, 0)
+        os.chmod(shard, 0o700 if as_user else 0o000)
+
+        def run(*args):
+            return subprocess.run(as_user + [str(orbit_cli), *args], capture_output=True, text=True, timeout=120)
+
+        unlisted = f"cannot list {shard}: Permission denied"
+        r = run("store", "repair", "--store", store)
+        assert r.returncode == 1 and unlisted in r.stderr and "nothing was changed" in r.stderr, (r.stdout, r.stderr)
+        assert not os.path.exists(os.path.join(store, "index.sqlite"))
+        for args in (["ls"], ["stat"], ["verify"], ["gc", "--dry-run"], ["gc"]):
+            r = run("store", *args, "--store", store)
+            assert r.returncode == 1 and unlisted in r.stderr and "internal error" not in r.stderr, (args, r.stderr)
+        try:
+            r = run("serve", "--model", str(stories260k_path), "--store", store, "--port", "0")
+        except subprocess.TimeoutExpired:
+            raise AssertionError("orbit serve started on a store whose index is lost beside an unlisted blobs/NN")
+        assert r.returncode != 0 and unlisted in r.stderr, r.stderr
+        assert not os.path.exists(os.path.join(store, "index.sqlite"))  # no empty index made over the blobs
+        assert all(os.path.exists(b) for b in blobs)
+        os.chmod(shard, 0o755)
+        if as_user:
+            os.chown(shard, 65534, 65534)
+        r = run("store", "repair", "--store", store)
+        assert r.returncode == 0 and "3 rows restored" in r.stdout, (r.stdout, r.stderr)
+        assert sorted(e.key for e in orbit.store_list(store)) == sorted(keys)
+    finally:
+        for d, _, _ in os.walk(root):
+            os.chmod(d, 0o755)
+        shutil.rmtree(root)
