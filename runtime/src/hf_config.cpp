@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "orbit/common/error.h"
 #include "orbit/runtime/loader.h"
@@ -57,7 +58,29 @@ T get_required(const json& object, const char* field, const std::string& origin)
   return get_or<T>(object, field, T{}, origin);
 }
 
-// The architecture from the top-level config (a nested text_config's model_type is a fallback only).
+// The architecture a config's model_type names (transformers builds the model from it), if orbit loads it.
+std::optional<Arch> arch_of_type(const std::string& model_type) {
+  if (model_type == "llama") return Arch::kLlama;
+  if (model_type == "qwen2") return Arch::kQwen2;
+  if (model_type == "deepseek_v2") return Arch::kDeepseekV2;
+  if (model_type == "qwen2_vl" || model_type == "qwen2_vl_text") return Arch::kQwen2VL;
+  if (model_type == "qwen2_5_vl" || model_type == "qwen2_5_vl_text") return Arch::kQwen25VL;
+  return std::nullopt;
+}
+
+// The architecture an architectures[0] class names, if orbit loads it.
+std::optional<Arch> arch_of_class(const std::string& architecture) {
+  if (architecture == "LlamaForCausalLM") return Arch::kLlama;
+  if (architecture == "Qwen2ForCausalLM") return Arch::kQwen2;
+  if (architecture == "DeepseekV2ForCausalLM") return Arch::kDeepseekV2;
+  if (architecture == "Qwen2VLForConditionalGeneration") return Arch::kQwen2VL;
+  if (architecture == "Qwen2_5_VLForConditionalGeneration") return Arch::kQwen25VL;
+  return std::nullopt;
+}
+
+// The architecture from the top-level config (a nested text_config's model_type is a fallback only). Either
+// field may name it; where both are given they must agree (a model_type orbit does not load beside a class it
+// does is another model's config, whose weights would be read as the class's).
 Arch parse_arch(const json& top, const json& merged, const std::string& origin) {
   std::string model_type = get_or<std::string>(top, "model_type", "", origin);
   if (model_type.empty()) model_type = get_or<std::string>(merged, "model_type", "", origin);
@@ -65,16 +88,13 @@ Arch parse_arch(const json& top, const json& merged, const std::string& origin) 
   if (auto it = top.find("architectures"); it != top.end() && it->is_array() && !it->empty() && (*it)[0].is_string()) {
     architecture = (*it)[0].get<std::string>();
   }
-  if (model_type == "llama" || architecture == "LlamaForCausalLM") return Arch::kLlama;
-  if (model_type == "qwen2" || architecture == "Qwen2ForCausalLM") return Arch::kQwen2;
-  if (model_type == "deepseek_v2" || architecture == "DeepseekV2ForCausalLM") return Arch::kDeepseekV2;
-  if (model_type == "qwen2_vl" || model_type == "qwen2_vl_text" || architecture == "Qwen2VLForConditionalGeneration") {
-    return Arch::kQwen2VL;
-  }
-  if (model_type == "qwen2_5_vl" || model_type == "qwen2_5_vl_text" ||
-      architecture == "Qwen2_5_VLForConditionalGeneration") {
-    return Arch::kQwen25VL;
-  }
+  const std::optional<Arch> by_type = arch_of_type(model_type);
+  const std::optional<Arch> by_class = arch_of_class(architecture);
+  ORBIT_CHECK(!(by_class && !model_type.empty() && by_type != by_class),
+              origin << ": model_type '" << model_type << "' and architectures[0] '" << architecture
+                     << "' name different models; fix the config so that both name the same one");
+  if (by_type) return *by_type;
+  if (by_class) return *by_class;
   ORBIT_FAIL(origin << ": unsupported architecture (model_type '" << model_type << "', architectures[0] '"
                     << architecture << "'); supported: llama (LlamaForCausalLM), qwen2 (Qwen2ForCausalLM), "
                     << "deepseek_v2 (DeepseekV2ForCausalLM), qwen2_vl (Qwen2VLForConditionalGeneration), "

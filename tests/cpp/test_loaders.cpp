@@ -223,6 +223,10 @@ TEST_CASE("Hugging Face directories: broken configs and weights fail naming the 
   j["model_type"] = "gpt2";
   j["architectures"] = {"GPT2LMHeadModel"};
   with_config(j, "unsupported architecture");
+  j["architectures"] = {"LlamaForCausalLM"};  // another model's type beside a class orbit loads: not read as llama
+  with_config(j, "name different models");
+  j["model_type"] = "qwen2";
+  with_config(j, "name different models");
   j = config;
   j["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 2.0}};
   with_config(j, "rope_type");
