@@ -5,10 +5,18 @@
 
 namespace orbit::runtime::hf {
 
+namespace {
+// A word character as Hugging Face's tokenizers tell a single_word token's neighbours (Rust regex's Unicode \w:
+// Alphabetic, marks, decimal digits, connector punctuation, the joiners ZWNJ and ZWJ). PCRE2's \w under UCP
+// is letters, every number and '_': a combining mark or U+203F after the token would not bar it there, and
+// '²' would.
+constexpr const char* kWordChar = R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}])";
+}  // namespace
+
 AddedTokenMatcher::AddedTokenMatcher(const std::vector<AddedToken>& tokens, const std::vector<std::string>& patterns)
     : by_first_byte_(256),
-      ends_with_word_(R"(\w\z)", "added tokens"),
-      starts_with_word_(R"(\A\w)", "added tokens"),
+      ends_with_word_(std::string(kWordChar) + R"(\z)", "added tokens"),
+      starts_with_word_(R"(\A)" + std::string(kWordChar), "added tokens"),
       trailing_space_(R"(\s*\z)", "added tokens"),
       leading_space_(R"(\A\s*)", "added tokens") {
   for (size_t i = 0; i < tokens.size(); ++i) {
