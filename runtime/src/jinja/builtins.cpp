@@ -11,6 +11,7 @@
 
 #include "orbit/common/error.h"
 #include "src/jinja/interpreter.h"
+#include "src/jinja/text_units.h"
 
 namespace orbit::runtime::jinja {
 
@@ -18,34 +19,32 @@ namespace {
 
 using K = Value::Kind;
 
-const char* const kSpace = " \t\n\r\f\v";
-
-std::string strip(const std::string& s, const std::string& chars, bool left, bool right) {
-  std::size_t b = 0, e = s.size();
-  if (left) {
-    while (b < e && chars.find(s[b]) != std::string::npos) ++b;
+// `s` with `to` before every code point and at the end, at most `limit` times (Python's str.replace with an
+// empty `old`).
+std::string insert_everywhere(const std::string& s, const std::string& to, std::size_t limit, const Site& at) {
+  const std::vector<std::size_t> starts = code_point_starts(s);
+  const std::size_t count = std::min(limit, starts.size());
+  std::size_t growth = 0;
+  if (__builtin_mul_overflow(count, to.size(), &growth)) growth = SIZE_MAX - s.size();
+  check_string_size(s.size() + std::min(growth, SIZE_MAX - s.size()), "replace", at);
+  std::string out;
+  for (std::size_t k = 0; k + 1 < starts.size(); ++k) {
+    if (k < count) out += to;
+    out.append(s, starts[k], starts[k + 1] - starts[k]);
   }
-  if (right) {
-    while (e > b && chars.find(s[e - 1]) != std::string::npos) --e;
-  }
-  return s.substr(b, e - b);
+  if (count == starts.size()) out += to;
+  return out;
 }
 
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
-  return s;
-}
-std::string upper(std::string s) {
-  for (char& c : s) c = static_cast<char>(c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c);
-  return s;
-}
-
-// `s` with every `from` replaced by `to`, left to right; refused when the result would pass
-// kMaxStringBytes (its size is known before it is built).
-std::string replace_all(const std::string& s, const std::string& from, const std::string& to, const Site& at) {
-  if (from.empty()) return s;
+// `s` with the first `limit` occurrences of `from` replaced by `to`, left to right; refused when the result
+// would pass kMaxStringBytes (its size is known before it is built).
+std::string replace_all(const std::string& s, const std::string& from, const std::string& to, std::size_t limit,
+                        const Site& at) {
+  if (from.empty()) return insert_everywhere(s, to, limit, at);
   std::size_t count = 0;
-  for (std::size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + from.size())) ++count;
+  for (std::size_t p = s.find(from); p != std::string::npos && count < limit; p = s.find(from, p + from.size())) {
+    ++count;
+  }
   if (to.size() > from.size()) {
     std::size_t growth = 0;
     if (__builtin_mul_overflow(count, to.size() - from.size(), &growth)) growth = SIZE_MAX - s.size();
@@ -53,7 +52,7 @@ std::string replace_all(const std::string& s, const std::string& from, const std
   }
   std::string out;
   std::size_t b = 0;
-  for (std::size_t p = s.find(from); p != std::string::npos; p = s.find(from, b)) {
+  for (std::size_t p = s.find(from), k = 0; p != std::string::npos && k < count; p = s.find(from, b), ++k) {
     out.append(s, b, p - b);
     out += to;
     b = p + from.size();
@@ -87,11 +86,7 @@ List items_of(const Value& d, const Site& at) {
 
 int64_t length_of(const Value& v, const Site& at) {
   switch (v.kind) {
-    case K::kString: {
-      int64_t n = 0;  // code points, as JavaScript counts them (UTF-16 units for astral ones aside)
-      for (unsigned char c : v.s) n += (c & 0xC0) != 0x80 ? ((c >= 0xF0) ? 2 : 1) : 0;
-      return n;
-    }
+    case K::kString: return static_cast<int64_t>(code_point_starts(v.s).size()) - 1;  // code points, as Python
     case K::kList: return static_cast<int64_t>(v.list->size());
     case K::kDict:
     case K::kNamespace: return static_cast<int64_t>(v.dict->size());
@@ -156,14 +151,34 @@ Value map_filter(const Value& input, const List& args, const Dict& kw, const Sit
   return Value::of_list(std::move(out));
 }
 
-Value string_filter(const std::string& name, const std::string& s, const List& args, const Site& at) {
-  if (name == "trim") return Value::string(strip(s, kSpace, true, true));
-  if (name == "upper") return Value::string(upper(s));
-  if (name == "lower") return Value::string(lower(s));
-  if (name == "capitalize") return Value::string(s.empty() ? s : upper(s.substr(0, 1)) + lower(s.substr(1)));
+// A case mapping's result, whose size is checked once it is known (one code point may map to three).
+Value mapped(std::string s, const char* name, const Site& at) {
+  check_string_size(s.size(), name, at);
+  return Value::string(std::move(s));
+}
+
+// replace's count (Python's third argument, the filter's count=): how many to replace; all when absent or None.
+std::size_t replace_limit(const List& args, const Dict& kwargs, const Site& at) {
+  const Value* count = args.size() > 2 ? &args[2] : kwarg(kwargs, "count");
+  if (count == nullptr || count->is(K::kNone)) return SIZE_MAX;
+  if (!count->is(K::kInt)) ORBIT_FAIL(at << ": replace's count needs an integer, got " << kind_name(count->kind));
+  return count->i < 0 ? SIZE_MAX : static_cast<std::size_t>(count->i);
+}
+
+Value string_filter(const std::string& name, const std::string& s, const List& args, const Dict& kwargs,
+                    const Site& at) {
+  if (name == "trim") {
+    const Value* chars = args.empty() ? kwarg(kwargs, "chars") : &args[0];
+    const bool given = chars != nullptr && !chars->is(K::kNone);
+    return Value::string(strip_code_points(s, given ? &want_string(*chars, "trim's chars", at) : nullptr, true, true));
+  }
+  if (name == "upper") return mapped(to_upper(s), "upper", at);
+  if (name == "lower") return mapped(to_lower(s), "lower", at);
+  if (name == "capitalize") return mapped(capitalize(s), "capitalize", at);
   if (name == "replace") {
     if (args.size() < 2) ORBIT_FAIL(at << ": replace needs two arguments");
-    return Value::string(replace_all(s, want_string(args[0], "replace", at), want_string(args[1], "replace", at), at));
+    return Value::string(replace_all(s, want_string(args[0], "replace", at), want_string(args[1], "replace", at),
+                                     replace_limit(args, kwargs, at), at));
   }
   return Value();
 }
@@ -172,7 +187,7 @@ Value string_filter(const std::string& name, const std::string& s, const List& a
 
 Value apply_filter(const std::string& name, const Value& input, const List& args, const Dict& kwargs, const Site& at) {
   if (input.is(K::kString)) {
-    Value v = string_filter(name, input.s, args, at);
+    Value v = string_filter(name, input.s, args, kwargs, at);
     if (!v.is(K::kUndefined)) return v;
   }
   if (name == "length" || name == "count") return Value::integer(length_of(input, at));
@@ -282,11 +297,7 @@ namespace {
 template <typename Visit>
 void split_spans(const std::string& s, const std::string* sep, Visit visit) {
   if (sep == nullptr) {
-    for (std::size_t b = s.find_first_not_of(kSpace); b != std::string::npos; b = s.find_first_not_of(kSpace, b)) {
-      const std::size_t e = std::min(s.find_first_of(kSpace, b), s.size());
-      visit(b, e);
-      b = e;
-    }
+    for (const auto& [b, e] : whitespace_parts(s)) visit(b, e);
     return;
   }
   std::size_t b = 0;
@@ -308,15 +319,19 @@ List split(const std::string& s, const std::string* sep, const Site& at) {
 }
 
 Value string_method(const std::string& s, const std::string& name) {
-  auto chars = [](const List& a) { return a.empty() || !a[0].is(K::kString) ? std::string(kSpace) : a[0].s; };
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
-    return Value::function([s, name, chars](const List& a, const Dict&, const Site&) {
-      return Value::string(strip(s, chars(a), name != "rstrip", name != "lstrip"));
+    return Value::function([s, name](const List& a, const Dict&, const Site& at) {
+      const bool given = !a.empty() && !a[0].is(K::kNone);  // None, as no argument: whitespace
+      const std::string* chars = given ? &want_string(a[0], name + "'s chars", at) : nullptr;
+      return Value::string(strip_code_points(s, chars, name != "rstrip", name != "lstrip"));
     });
   }
-  if (name == "upper" || name == "lower" || name == "title" || name == "capitalize") {
+  if (name == "title") {
+    return Value::function([s](const List&, const Dict&, const Site& at) { return mapped(title(s), "title", at); });
+  }
+  if (name == "upper" || name == "lower" || name == "capitalize") {
     return Value::function([s, name](const List& a, const Dict& kw, const Site& at) {
-      return apply_filter(name == "title" ? "capitalize" : name, Value::string(s), a, kw, at);
+      return apply_filter(name, Value::string(s), a, kw, at);
     });
   }
   if (name == "startswith" || name == "endswith") {

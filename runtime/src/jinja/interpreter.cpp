@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "orbit/common/error.h"
+#include "src/jinja/text_units.h"
 
 namespace orbit::runtime::jinja {
 
@@ -46,7 +47,7 @@ const std::array<const char*, 9> kLoopFields = {"index", "index0", "revindex", "
                                                 "last",  "length", "previtem", "nextitem"};
 
 // The items a for loop walks, without copying a list: a list's own (kept alive by the iterable the loop
-// holds), a mapping's keys (a snapshot: a namespace may change while the loop runs), a string's bytes.
+// holds), a mapping's keys (a snapshot: a namespace may change while the loop runs), a string's code points.
 class LoopItems {
  public:
   LoopItems(const Value& iterable, const Site& at) {
@@ -58,19 +59,22 @@ class LoopItems {
       list_ = &keys_;
     } else if (iterable.is(Value::Kind::kString)) {
       text_ = &iterable.s;
+      starts_ = code_point_starts(iterable.s);
+      at.budget().work(starts_.size() * sizeof(std::size_t), at);
     } else {
       ORBIT_FAIL(at << ": cannot iterate over a " << kind_name(iterable.kind));
     }
   }
-  std::size_t size() const { return list_ != nullptr ? list_->size() : text_->size(); }
+  std::size_t size() const { return list_ != nullptr ? list_->size() : starts_.size() - 1; }
   Value operator[](std::size_t k) const {
-    return list_ != nullptr ? (*list_)[k] : Value::string(std::string(1, (*text_)[k]));
+    return list_ != nullptr ? (*list_)[k] : Value::string(text_->substr(starts_[k], starts_[k + 1] - starts_[k]));
   }
 
  private:
   const List* list_ = nullptr;
   List keys_;
   const std::string* text_ = nullptr;
+  std::vector<std::size_t> starts_;  // a string's: where each code point begins, then its size
 };
 
 class Interpreter {
@@ -341,12 +345,15 @@ Value Interpreter::index(const Expr& e, const Value& target, const Value& key) {
   if (target.is(Value::Kind::kList) || target.is(Value::Kind::kString)) {
     if (!key.is(Value::Kind::kInt))
       fail(e.line, std::string("a list index must be an integer, got ") + kind_name(key.kind));
+    std::vector<std::size_t> starts;  // a string is indexed by code point
+    if (target.is(Value::Kind::kString)) starts = code_point_starts(target.s);
     const int64_t n = target.is(Value::Kind::kList) ? static_cast<int64_t>(target.list->size())
-                                                    : static_cast<int64_t>(target.s.size());
+                                                    : static_cast<int64_t>(starts.size()) - 1;
     const int64_t k = key.i < 0 ? n + key.i : key.i;
     if (k < 0 || k >= n) return Value();
-    if (target.is(Value::Kind::kList)) return (*target.list)[static_cast<std::size_t>(k)];
-    return Value::string(std::string(1, target.s[static_cast<std::size_t>(k)]));
+    const auto i = static_cast<std::size_t>(k);
+    if (target.is(Value::Kind::kList)) return (*target.list)[i];
+    return Value::string(target.s.substr(starts[i], starts[i + 1] - starts[i]));
   }
   if (target.is_mapping()) {
     if (!key.is(Value::Kind::kString)) return Value();
@@ -372,7 +379,9 @@ Value Interpreter::slice(const Expr& e, Scope& scope) {
   const bool is_list = target.is(Value::Kind::kList);
   if (!is_list && !target.is(Value::Kind::kString))
     fail(e.line, std::string("cannot slice a ") + kind_name(target.kind));
-  const int64_t n = is_list ? static_cast<int64_t>(target.list->size()) : static_cast<int64_t>(target.s.size());
+  std::vector<std::size_t> starts;  // a string is sliced by code point
+  if (!is_list) starts = code_point_starts(target.s);
+  const int64_t n = is_list ? static_cast<int64_t>(target.list->size()) : static_cast<int64_t>(starts.size()) - 1;
   auto clamp = [&](std::optional<int64_t> v, int64_t fallback, int64_t lo, int64_t hi) {
     if (!v) return fallback;
     int64_t x = *v < 0 ? *v + n : *v;
@@ -397,7 +406,7 @@ Value Interpreter::slice(const Expr& e, Scope& scope) {
     if (is_list)
       items.push_back((*target.list)[k]);
     else
-      text += target.s[k];
+      text.append(target.s, starts[k], starts[k + 1] - starts[k]);
   }
   if (is_list) {
     budget().work(footprint(items), at(e.line));  // the strings copied

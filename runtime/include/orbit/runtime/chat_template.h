@@ -5,10 +5,14 @@
 // loop.*, set, namespace(), filters such as trim, tojson, length, selectattr, map, string methods such as
 // strip and split, slicing, dict and list literals, whitespace control, raise_exception, strftime_now).
 // Its output is byte-identical to @huggingface/jinja, the JavaScript engine HF uses for the same job
-// (checked by test_chat_template_oracle), but for JSON integers too long for int64 (in the messages, a tool
-// call's arguments, the tools), which print and tojson as written, as Python's Jinja keeps them, where
-// JavaScript rounds them to doubles. Unsupported syntax (macros, call blocks, unknown filters or tests) is
-// refused with an error naming the template, the line and the construct.
+// (checked by test_chat_template_oracle), but where that engine and Python's Jinja2 (transformers'
+// apply_chat_template, which models were trained with) disagree, where orbit follows Python: JSON integers too
+// long for int64 (in the messages, a tool call's arguments, the tools) print and tojson as written, where
+// JavaScript rounds them to doubles; floats print as Python's repr (1e-06, not 0.000001); strip('x')
+// removes only the characters given and capitalize lowers the rest; strings are code points (an emoji is one,
+// where JavaScript counts two UTF-16 units), whitespace is str.isspace()'s, and case mapping, title() and
+// replace('') are Python's (test_chat_template_text). Unsupported syntax (macros, call blocks, unknown filters or
+// tests) is refused with an error naming the template, the line and the construct.
 //
 // Templates and their variables come from outside the process, so both are bounded (limits far above what
 // real templates use; runtime/src/jinja/limits.h): blocks and expressions nest at most 256 levels; the

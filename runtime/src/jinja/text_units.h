@@ -1,0 +1,37 @@
+// Strings as a chat template sees them: sequences of code points, as Python's str (Jinja2 in transformers'
+// apply_chat_template) and, for the Basic Multilingual Plane, JavaScript's (@huggingface/jinja). Here they are
+// UTF-8; indexing, slicing, iterating, stripping, splitting and changing case work on code points, never on
+// bytes (a byte split out of a character is invalid UTF-8 in the rendered prompt).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace orbit::runtime::jinja {
+
+// Byte offsets where each code point of `s` begins, then s.size(): n + 1 entries for n code points. A byte
+// that does not begin a well-formed UTF-8 sequence counts as one code point of its own.
+std::vector<std::size_t> code_point_starts(const std::string& s);
+
+// Whether code point `c` is whitespace as Python's str.isspace() says (ASCII's six, U+001C..U+001F, U+0085,
+// NBSP, U+1680, U+2000..U+200A, U+2028, U+2029, U+202F, U+205F, U+3000).
+bool is_space(char32_t c);
+
+// `s` less the leading (`left`) and trailing (`right`) code points found in `chars`, or whitespace when
+// `chars` is null: str.strip / lstrip / rstrip, and the trim filter.
+std::string strip_code_points(const std::string& s, const std::string* chars, bool left, bool right);
+
+// The [begin, end) byte spans of the parts of `s` between runs of whitespace (str.split() with no separator).
+std::vector<std::pair<std::size_t, std::size_t>> whitespace_parts(const std::string& s);
+
+// Python's full case mappings (ICU's, root locale): str.upper, str.lower, str.capitalize (the first code point
+// in title case, the rest lower case) and str.title (title case after a code point without case, lower case
+// after one with).
+std::string to_upper(const std::string& s);
+std::string to_lower(const std::string& s);
+std::string capitalize(const std::string& s);
+std::string title(const std::string& s);
+
+}  // namespace orbit::runtime::jinja
