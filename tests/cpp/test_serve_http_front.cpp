@@ -33,7 +33,7 @@ std::unique_ptr<sv::HttpFront> bound_front(int& port) {
   options.workers = 2;
   sv::FrontHooks hooks;
   hooks.health = [] { return std::make_pair(200, std::string(R"({"status":"ok"})")); };
-  hooks.refused = [](const std::string&, int) {};
+  hooks.refused = [](const std::string&, const std::string&, int) {};
   hooks.error_body = [](int, const std::string& message) { return "{\"error\":\"" + message + "\"}"; };
   auto front = std::make_unique<sv::HttpFront>(options, hooks);
   port = front->bind_to_any_port("127.0.0.1");

@@ -316,7 +316,7 @@ void HttpFront::refuse(FrontConnection& c, int status, const std::string& messag
   send_now(c.fd, "HTTP/1.1 " + std::to_string(status) + " " + reason_phrase(status) +
                      "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n" +
                      extra_fields(c) + "Connection: close\r\n\r\n" + body);
-  hooks_.refused(c.reader.path(), status);
+  hooks_.refused(c.reader.method(), c.reader.path(), status);
   ::shutdown(c.fd, SHUT_WR);
   const uint64_t declared = c.reader.state() == RequestReader::State::kRefused ? c.reader.refusal().declared_body : 0;
   c.phase = FrontConnection::Phase::kLingering;

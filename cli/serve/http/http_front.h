@@ -78,8 +78,8 @@ struct FrontOptions {
 struct FrontHooks {
   // GET /health's status and JSON body (also called for HEAD, once per request answered).
   std::function<std::pair<int, std::string>()> health;
-  // A request the reception refused with `status` (`path` "" when its request line was not read).
-  std::function<void(const std::string& path, int status)> refused;
+  // A request the reception refused with `status` (`method` and `path` "" when its request line was not read).
+  std::function<void(const std::string& method, const std::string& path, int status)> refused;
   // The JSON error body of a refusal.
   std::function<std::string(int status, const std::string& message)> error_body;
   // Header fields the answers written here (GET /health, refusals) carry beside their own, for the request's

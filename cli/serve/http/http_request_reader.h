@@ -88,6 +88,8 @@ class RequestReader {
   const ReadRefusal& refusal() const { return refusal_; }  // kRefused
   // The path of the request being read or refused ("" before its request line was read).
   const std::string& path() const { return request_.path; }
+  // Its method, "" likewise.
+  const std::string& method() const { return request_.method; }
   // The Origin header of the request being read or refused: "" before its head was read, or without one (a
   // header line refused as malformed ends the reading of those after it). A refusal of the head's framing
   // (413, 415, 501, conflicting lengths) has it, so its answer can carry CORS fields (cors.h).

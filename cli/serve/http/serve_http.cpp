@@ -40,8 +40,8 @@ HttpServer::HttpServer(ServeCore& core, const HttpOptions& options) : core_(core
     core_.metrics().count_untimed("other", status);
     return std::make_pair(status, json{{"status", draining_ ? "draining" : "ok"}}.dump());
   };
-  hooks.refused = [this](const std::string& path, int status) {
-    core_.metrics().count_untimed(serve_http_route::endpoint_of(path), status);
+  hooks.refused = [this](const std::string& method, const std::string& path, int status) {
+    core_.metrics().count_untimed(serve_http_route::endpoint_of(method, path), status);
   };
   hooks.error_body = [](int status, const std::string& message) {
     return error_body(api_error(status, message, status >= 500 ? "server_error" : "invalid_request_error"));

@@ -49,8 +49,10 @@ inline std::string routed_path(const httplib::Request& req, bool* slashed = null
   return path;
 }
 
-// The metrics' endpoint label of a path.
-inline std::string endpoint_of(const std::string& path) {
+// The metrics' endpoint label of a request: a model endpoint's for a POST to it, "other" for the rest (a GET
+// of the stored chat completions' list is not a chat request).
+inline std::string endpoint_of(const std::string& method, const std::string& path) {
+  if (method != "POST") return "other";
   if (path == "/v1/chat/completions") return "chat";
   if (path == "/v1/completions") return "completions";
   if (path == "/v1/responses") return "responses";

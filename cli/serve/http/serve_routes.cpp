@@ -81,7 +81,7 @@ bool method_allowed(const std::string& allow, const std::string& method) {
 // (generate, post_responses). Every other answer is counted as it is written
 // (routes()' post-routing handler).
 bool counted_by_route(const httplib::Request& req) {
-  return req.method == "POST" && serve_http_route::endpoint_of(serve_http_route::routed_path(req)) != "other";
+  return serve_http_route::endpoint_of(req.method, serve_http_route::routed_path(req)) != "other";
 }
 
 // A 404's message for a path no route serves (one OpenAI serves says what to use instead).
@@ -146,7 +146,8 @@ void HttpServer::routes() {
     // A 401 came from the pre-routing handler: the route that would count
     // it never ran.
     if (!counted_by_route(req) || res.status == 401)
-      core_.metrics().count_untimed(serve_http_route::endpoint_of(serve_http_route::routed_path(req)), res.status);
+      core_.metrics().count_untimed(serve_http_route::endpoint_of(req.method, serve_http_route::routed_path(req)),
+                                    res.status);
   });
   route_models_and_sessions();
   for (const char* endpoint : {"chat", "completions"}) {
