@@ -213,16 +213,12 @@ SqliteIndex::SqliteIndex(const std::string& path, Mode mode) : path_(path) {
         version = set.value();
       }
     }
-    if (!version && mode == Mode::kReadOnly) {
-      // A reader sets nothing: an index that holds entries lost its meta rows, which repair restores.
-      const int64_t rows = count_rows();
-      ORBIT_CHECK(rows == 0 || meta("format_version").has_value(),
-                  "store index " << path << ": holds " << rows
-                                 << " entries but no format version (its meta rows were deleted): run `orbit store "
-                                    "repair` on the store");
-      version = meta("format_version");
-    }
-    ORBIT_CHECK(version.has_value(), "store index " << path << ": not an orbit store (no format_version)");
+    // A reader sets nothing: an index that holds entries without a version lost its meta rows (repair restores them).
+    ORBIT_CHECK(version.has_value(), "store index " << path << ": "
+                                                    << (count_rows() > 0 ? "holds entries but no format version (its "
+                                                                           "meta rows were deleted): run `orbit store "
+                                                                           "repair` on the store"
+                                                                         : "not an orbit store (no format_version)"));
     ORBIT_CHECK(*version == std::to_string(kBlobFormatVersion),
                 "store index " << path << ": format version " << *version << " is not supported (this build reads "
                                << kBlobFormatVersion << ")");

@@ -49,11 +49,11 @@ inline std::string routed_path(const httplib::Request& req, bool* slashed = null
   return path;
 }
 
-// The metrics' endpoint label of a request: a model endpoint's for a POST to it, "other" for the rest (a GET
-// of the stored chat completions' list is not a chat request).
+// The metrics' endpoint label of a request by its path: a model endpoint's (its POSTs, and the preflights,
+// 405s and refusals of other methods there), "other" for the rest, a GET or HEAD of /v1/chat/completions
+// included: that is the stored chat completions' list, not a chat request.
 inline std::string endpoint_of(const std::string& method, const std::string& path) {
-  if (method != "POST") return "other";
-  if (path == "/v1/chat/completions") return "chat";
+  if (path == "/v1/chat/completions") return method == "GET" || method == "HEAD" ? "other" : "chat";
   if (path == "/v1/completions") return "completions";
   if (path == "/v1/responses") return "responses";
   return "other";

@@ -81,7 +81,8 @@ bool method_allowed(const std::string& allow, const std::string& method) {
 // (generate, post_responses). Every other answer is counted as it is written
 // (routes()' post-routing handler).
 bool counted_by_route(const httplib::Request& req) {
-  return serve_http_route::endpoint_of(req.method, serve_http_route::routed_path(req)) != "other";
+  return req.method == "POST" &&
+         serve_http_route::endpoint_of(req.method, serve_http_route::routed_path(req)) != "other";
 }
 
 // A 404's message for a path no route serves (one OpenAI serves says what to use instead).
