@@ -228,6 +228,17 @@ TEST_CASE("strings, output and work are bounded") {
   spaces.extra_json = "{\"s\": \"" + std::string(8 << 20, ' ') + "\"}";
   refused([&] { render("{{ s.split(' ')|length }}", kOneTurn, spaces); },
           {"t.jinja: line 1: the rendering built, copied or scanned more than 536870912 bytes"});
+  // A string indexed, sliced or walked by code point inside a loop: each scan is charged, so a long string
+  // read a million times is refused, not rendered for minutes.
+  ChatRenderOptions long_text;
+  long_text.extra_json = "{\"s\": \"" + std::string(1 << 20, 'a') + "\"}";
+  for (const char* read : {"s[-1]", "s[1000000]", "s[1:2]", "s|length", "s.strip()|length"}) {
+    refused(
+        [&] {
+          render(std::string("{% for i in range(1000000) %}{{ ") + read + " }}{% endfor %}", kOneTurn, long_text);
+        },
+        {"more than 536870912 bytes"});
+  }
   // A million namespaces, each kept until the rendering ends.
   refused(
       [&] {

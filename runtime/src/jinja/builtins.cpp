@@ -86,7 +86,9 @@ List items_of(const Value& d, const Site& at) {
 
 int64_t length_of(const Value& v, const Site& at) {
   switch (v.kind) {
-    case K::kString: return static_cast<int64_t>(code_point_starts(v.s).size()) - 1;  // code points, as Python
+    case K::kString:  // code points, as Python counts them; the scan is charged
+      at.budget().work(v.s.size(), at);
+      return static_cast<int64_t>(count_code_points(v.s));
     case K::kList: return static_cast<int64_t>(v.list->size());
     case K::kDict:
     case K::kNamespace: return static_cast<int64_t>(v.dict->size());

@@ -59,8 +59,8 @@ class LoopItems {
       list_ = &keys_;
     } else if (iterable.is(Value::Kind::kString)) {
       text_ = &iterable.s;
+      at.budget().work((iterable.s.size() + 1) * sizeof(std::size_t), at);  // charged before it is built
       starts_ = code_point_starts(iterable.s);
-      at.budget().work(starts_.size() * sizeof(std::size_t), at);
     } else {
       ORBIT_FAIL(at << ": cannot iterate over a " << kind_name(iterable.kind));
     }
@@ -345,15 +345,16 @@ Value Interpreter::index(const Expr& e, const Value& target, const Value& key) {
   if (target.is(Value::Kind::kList) || target.is(Value::Kind::kString)) {
     if (!key.is(Value::Kind::kInt))
       fail(e.line, std::string("a list index must be an integer, got ") + kind_name(key.kind));
-    std::vector<std::size_t> starts;  // a string is indexed by code point
-    if (target.is(Value::Kind::kString)) starts = code_point_starts(target.s);
-    const int64_t n = target.is(Value::Kind::kList) ? static_cast<int64_t>(target.list->size())
-                                                    : static_cast<int64_t>(starts.size()) - 1;
+    if (target.is(Value::Kind::kString)) {  // by code point; the bytes read to find it are charged
+      std::size_t scanned = 0;
+      const auto span = code_point_at(target.s, key.i, &scanned);
+      budget().work(scanned, at(e.line));
+      return span ? Value::string(target.s.substr(span->first, span->second - span->first)) : Value();
+    }
+    const int64_t n = static_cast<int64_t>(target.list->size());
     const int64_t k = key.i < 0 ? n + key.i : key.i;
     if (k < 0 || k >= n) return Value();
-    const auto i = static_cast<std::size_t>(k);
-    if (target.is(Value::Kind::kList)) return (*target.list)[i];
-    return Value::string(target.s.substr(starts[i], starts[i + 1] - starts[i]));
+    return (*target.list)[static_cast<std::size_t>(k)];
   }
   if (target.is_mapping()) {
     if (!key.is(Value::Kind::kString)) return Value();
@@ -379,8 +380,11 @@ Value Interpreter::slice(const Expr& e, Scope& scope) {
   const bool is_list = target.is(Value::Kind::kList);
   if (!is_list && !target.is(Value::Kind::kString))
     fail(e.line, std::string("cannot slice a ") + kind_name(target.kind));
-  std::vector<std::size_t> starts;  // a string is sliced by code point
-  if (!is_list) starts = code_point_starts(target.s);
+  std::vector<std::size_t> starts;  // a string is sliced by code point: where each begins (charged)
+  if (!is_list) {
+    budget().work((target.s.size() + 1) * sizeof(std::size_t), at(e.line));
+    starts = code_point_starts(target.s);
+  }
   const int64_t n = is_list ? static_cast<int64_t>(target.list->size()) : static_cast<int64_t>(starts.size()) - 1;
   auto clamp = [&](std::optional<int64_t> v, int64_t fallback, int64_t lo, int64_t hi) {
     if (!v) return fallback;

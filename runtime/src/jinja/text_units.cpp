@@ -55,6 +55,28 @@ std::vector<std::size_t> code_point_starts(const std::string& s) {
   return starts;
 }
 
+std::size_t count_code_points(const std::string& s) {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < s.size(); i = next_code_point(s, i).second) ++n;
+  return n;
+}
+
+std::optional<std::pair<std::size_t, std::size_t>> code_point_at(const std::string& s, int64_t k,
+                                                                 std::size_t* scanned) {
+  *scanned = 0;
+  if (k < 0) {
+    const std::size_t n = count_code_points(s);
+    *scanned = s.size();
+    if (static_cast<uint64_t>(-(k + 1)) >= n) return std::nullopt;  // -(k + 1): no overflow at INT64_MIN
+    k += static_cast<int64_t>(n);
+  }
+  std::size_t i = 0;
+  for (int64_t j = 0; j < k && i < s.size(); ++j) i = next_code_point(s, i).second;
+  *scanned = std::max(*scanned, i);
+  if (i >= s.size()) return std::nullopt;
+  return std::make_pair(i, next_code_point(s, i).second);
+}
+
 bool is_space(char32_t c) {
   if (c <= 0x20) return c == 0x20 || (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x1F);
   return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,6 +16,14 @@ namespace orbit::runtime::jinja {
 // Byte offsets where each code point of `s` begins, then s.size(): n + 1 entries for n code points. A byte
 // that does not begin a well-formed UTF-8 sequence counts as one code point of its own.
 std::vector<std::size_t> code_point_starts(const std::string& s);
+
+// How many code points `s` holds (code_point_starts(s).size() - 1, without building the list).
+std::size_t count_code_points(const std::string& s);
+
+// The byte span [begin, end) of code point `k` of `s`, counted from the end when negative (as Python indexes);
+// nullopt past either end. `scanned` gets the bytes read to find it (k's own for k >= 0, all of `s` for k < 0),
+// for the caller to charge: an index inside a loop must not cost a whole scan unaccounted.
+std::optional<std::pair<std::size_t, std::size_t>> code_point_at(const std::string& s, int64_t k, std::size_t* scanned);
 
 // Whether code point `c` is whitespace as Python's str.isspace() says (ASCII's six, U+001C..U+001F, U+0085,
 // NBSP, U+1680, U+2000..U+200A, U+2028, U+2029, U+202F, U+205F, U+3000).
