@@ -22,17 +22,20 @@ using K = Value::Kind;
 // `s` with `to` before every code point and at the end, at most `limit` times (Python's str.replace with an
 // empty `old`).
 std::string insert_everywhere(const std::string& s, const std::string& to, std::size_t limit, const Site& at) {
-  const std::vector<std::size_t> starts = code_point_starts(s);
-  const std::size_t count = std::min(limit, starts.size());
+  const std::size_t points = count_code_points(s);
+  const std::size_t count = std::min(limit, points + 1);  // before each code point, then at the end
   std::size_t growth = 0;
   if (__builtin_mul_overflow(count, to.size(), &growth)) growth = SIZE_MAX - s.size();
   check_string_size(s.size() + std::min(growth, SIZE_MAX - s.size()), "replace", at);
   std::string out;
-  for (std::size_t k = 0; k + 1 < starts.size(); ++k) {
+  std::size_t k = 0;
+  for (std::size_t i = 0; i < s.size(); ++k) {
+    const std::size_t next = code_point_end(s, i);
     if (k < count) out += to;
-    out.append(s, starts[k], starts[k + 1] - starts[k]);
+    out.append(s, i, next - i);
+    i = next;
   }
-  if (count == starts.size()) out += to;
+  if (count == points + 1) out += to;
   return out;
 }
 

@@ -55,6 +55,8 @@ std::vector<std::size_t> code_point_starts(const std::string& s) {
   return starts;
 }
 
+std::size_t code_point_end(const std::string& s, std::size_t i) { return next_code_point(s, i).second; }
+
 std::size_t count_code_points(const std::string& s) {
   std::size_t n = 0;
   for (std::size_t i = 0; i < s.size(); i = next_code_point(s, i).second) ++n;
@@ -95,11 +97,19 @@ std::string strip_code_points(const std::string& s, const std::string* chars, bo
   const auto stripped = [&](char32_t c) {
     return chars == nullptr ? is_space(c) : std::find(set.begin(), set.end(), c) != set.end();
   };
-  const std::vector<std::size_t> starts = code_point_starts(s);
-  std::size_t b = 0, e = starts.size() - 1;  // code point indexes
-  while (left && b < e && stripped(next_code_point(s, starts[b]).first)) ++b;
-  while (right && e > b && stripped(next_code_point(s, starts[e - 1]).first)) --e;
-  return s.substr(starts[b], starts[e] - starts[b]);
+  std::size_t b = 0;  // bytes: where the kept text begins, then ends (one pass, no list of offsets)
+  while (left && b < s.size()) {
+    const auto [c, next] = next_code_point(s, b);
+    if (!stripped(c)) break;
+    b = next;
+  }
+  std::size_t e = right ? b : s.size();
+  for (std::size_t i = b; right && i < s.size();) {
+    const auto [c, next] = next_code_point(s, i);
+    if (!stripped(c)) e = next;
+    i = next;
+  }
+  return s.substr(b, e - b);
 }
 
 std::vector<std::pair<std::size_t, std::size_t>> whitespace_parts(const std::string& s) {

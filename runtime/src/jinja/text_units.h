@@ -17,6 +17,9 @@ namespace orbit::runtime::jinja {
 // that does not begin a well-formed UTF-8 sequence counts as one code point of its own.
 std::vector<std::size_t> code_point_starts(const std::string& s);
 
+// The byte after the code point that begins at byte `i` of `s` (i < s.size()).
+std::size_t code_point_end(const std::string& s, std::size_t i);
+
 // How many code points `s` holds (code_point_starts(s).size() - 1, without building the list).
 std::size_t count_code_points(const std::string& s);
 
