@@ -1,8 +1,12 @@
 """store_verify's and store_repair's reports from Python and the CLI on a directory in a blob's place: verify calls
 it bad (VerifyReport.problems, as `orbit store verify` prints it, naming repair), and repair drops its row, moves
 the directory with what it holds to DIR/quarantine/, and keeps every other entry."""
+import contextlib
 import json
+import os
+import shutil
 import subprocess
+import tempfile
 
 PAGE = 4
 POOL = 8 << 20
@@ -21,9 +25,39 @@ def _blob(orbit, directory, key):
     return next(x.blob_path for x in orbit.store_list(directory) if x.key == key)
 
 
+@contextlib.contextmanager
+def _scratch_root(prefix):
+    """A directory the CLI's unprivileged user may enter (pytest's tmp_path has parents it may not), removed
+    afterwards with every mode restored."""
+    root = tempfile.mkdtemp(prefix=prefix)
+    try:
+        os.chmod(root, 0o755)
+        yield root
+    finally:
+        for d, _, _ in os.walk(root):
+            os.chmod(d, 0o755)
+        shutil.rmtree(root)
+
+
+def _close_shard(store, shard, as_user):
+    """Makes blobs/NN `shard` unlistable to the CLI: as root, the store goes to nobody (who runs the CLI) and the
+    shard stays root's, mode 0700; otherwise the shard's mode is 000."""
+    if as_user:
+        for d, _, files in os.walk(store):
+            for p in [d] + [os.path.join(d, f) for f in files]:
+                os.chown(p, 65534, 65534)
+        os.chown(shard, 0, 0)
+    os.chmod(shard, 0o700 if as_user else 0o000)
+
+
+def _open_shard(shard, as_user):
+    os.chmod(shard, 0o755)
+    if as_user:
+        os.chown(shard, 65534, 65534)
+
+
 def _replace_with_directory(blob):
     """The blob becomes a directory holding someone's files (a .tmp and a .blob among them); their paths."""
-    import os
 
     os.remove(blob)
     os.mkdir(blob)
@@ -65,7 +99,6 @@ def test_verify_calls_a_directory_in_a_blobs_place_bad_and_names_repair(orbit, o
 
 def test_repair_moves_a_directory_blob_to_quarantine_and_keeps_the_rest(orbit, orbit_cli, stories260k_path,
                                                                         tmp_path):
-    import os
 
     keys = _store(orbit, stories260k_path, tmp_path, 8)
     blob = _blob(orbit, tmp_path, keys[3])
@@ -93,7 +126,6 @@ def test_repair_moves_a_directory_blob_to_quarantine_and_keeps_the_rest(orbit, o
 
 
 def test_verify_report_keeps_bad_blobs_apart_from_unreadable_ones(orbit, stories260k_path, tmp_path):
-    import os
 
     keys = _store(orbit, stories260k_path, tmp_path, 2)
     os.remove(_blob(orbit, tmp_path, keys[0]))
@@ -130,26 +162,15 @@ def test_a_blob_directory_that_cannot_be_listed_is_named_not_skipped(orbit, orbi
                                                                     as_unprivileged):
     # stat, gc and gc --dry-run counted 0 unreferenced blobs, exit status 0, while a blobs/NN they could not list held
     # one: the scan stopped there unseen. The CLI runs as an unprivileged user (root lists any directory).
-    import os
-    import shutil
-    import tempfile
-
     as_user = as_unprivileged
-    root = tempfile.mkdtemp(prefix="orbit-unlisted-")
-    try:
-        os.chmod(root, 0o755)
+    with _scratch_root("orbit-unlisted-") as root:
         store = os.path.join(root, "store")
         keys = _store(orbit, stories260k_path, store, 2)
         blob = _blob(orbit, store, keys[0])
         shard = os.path.dirname(blob)
         orphan = os.path.join(shard, "0" * 64 + ".0123456789abcdef.blob")
         shutil.copy(blob, orphan)
-        if as_user:
-            for d, _, files in os.walk(store):
-                for p in [d] + [os.path.join(d, f) for f in files]:
-                    os.chown(p, 65534, 65534)
-            os.chown(shard, 0, 0)
-        os.chmod(shard, 0o700 if as_user else 0o000)
+        _close_shard(store, shard, as_user)
 
         def store_cli(*args):
             return subprocess.run(as_user + [str(orbit_cli), "store", *args, "--store", store], capture_output=True,
@@ -164,16 +185,10 @@ def test_a_blob_directory_that_cannot_be_listed_is_named_not_skipped(orbit, orbi
         r = store_cli("gc", "--dry-run", "--json")
         assert r.returncode == 2 and json.loads(r.stdout)["unreadable_dirs"] == [f"{shard}: Permission denied"]
         assert os.path.exists(orphan)  # nothing in it removed
-        os.chmod(shard, 0o755)
-        if as_user:
-            os.chown(shard, 65534, 65534)
+        _open_shard(shard, as_user)
         r = store_cli("gc")
         assert r.returncode == 0 and "1 unreferenced blobs" in r.stdout, r.stdout
         assert not os.path.exists(orphan)
-    finally:
-        for d, _, _ in os.walk(root):
-            os.chmod(d, 0o755)
-        shutil.rmtree(root)
 
 
 def test_repair_and_a_lost_index_refuse_a_blob_directory_that_cannot_be_listed(orbit, orbit_cli, stories260k_path,
@@ -182,14 +197,8 @@ def test_repair_and_a_lost_index_refuse_a_blob_directory_that_cannot_be_listed(o
     # said nothing and exited 0, and gc then removed every blob of the unlisted part's later directories as
     # unreferenced; ls/stat/verify/gc stopped with "internal error" (an uncaught filesystem error), and
     # `orbit serve --store` did too. Each now refuses naming the directory, and repair changes nothing.
-    import os
-    import shutil
-    import tempfile
-
     as_user = as_unprivileged
-    root = tempfile.mkdtemp(prefix="orbit-unlisted-repair-")
-    try:
-        os.chmod(root, 0o755)
+    with _scratch_root("orbit-unlisted-repair-") as root:
         store = os.path.join(root, "store")
         keys = _store(orbit, stories260k_path, store, 3)
         shard = os.path.dirname(_blob(orbit, store, keys[0]))
@@ -198,12 +207,7 @@ def test_repair_and_a_lost_index_refuse_a_blob_directory_that_cannot_be_listed(o
         for name in os.listdir(store):
             if name.startswith("index.sqlite"):
                 os.remove(os.path.join(store, name))
-        if as_user:
-            for d, _, files in os.walk(store):
-                for p in [d] + [os.path.join(d, f) for f in files]:
-                    os.chown(p, 65534, 65534)
-            os.chown(shard, 0, 0)
-        os.chmod(shard, 0o700 if as_user else 0o000)
+        _close_shard(store, shard, as_user)
 
         def run(*args):
             return subprocess.run(as_user + [str(orbit_cli), *args], capture_output=True, text=True, timeout=120)
@@ -222,13 +226,7 @@ def test_repair_and_a_lost_index_refuse_a_blob_directory_that_cannot_be_listed(o
         assert r.returncode != 0 and unlisted in r.stderr, r.stderr
         assert not os.path.exists(os.path.join(store, "index.sqlite"))  # no empty index made over the blobs
         assert all(os.path.exists(b) for b in blobs)
-        os.chmod(shard, 0o755)
-        if as_user:
-            os.chown(shard, 65534, 65534)
+        _open_shard(shard, as_user)
         r = run("store", "repair", "--store", store)
         assert r.returncode == 0 and "3 rows restored" in r.stdout, (r.stdout, r.stderr)
         assert sorted(e.key for e in orbit.store_list(store)) == sorted(keys)
-    finally:
-        for d, _, _ in os.walk(root):
-            os.chmod(d, 0o755)
-        shutil.rmtree(root)
