@@ -388,10 +388,12 @@ int run_store(int argc, char** argv, int first) {
     return first >= argc ? 2 : 0;
   }
   const std::string sub = argv[first];
-  ORBIT_CHECK(
-      sub == "ls" || sub == "stat" || sub == "verify" || sub == "gc" || sub == "repair" || sub == "reset-counts" ||
-          sub == "forget-remote",
-      "store: unknown subcommand '" << sub << "' (known: ls, stat, verify, gc, repair, reset-counts, forget-remote)");
+  if (sub != "ls" && sub != "stat" && sub != "verify" && sub != "gc" && sub != "repair" && sub != "reset-counts" &&
+      sub != "forget-remote") {
+    // An unknown subcommand is an unknown command: exit status 2 and the usage, as `orbit foo` gives.
+    std::fprintf(stderr, "orbit store: unknown subcommand '%s'\n\n%s", sub.c_str(), kStoreUsage);
+    return 2;
+  }
   std::set<std::string> flags{"--json"};
   if (sub == "gc" || sub == "forget-remote") flags.insert("--dry-run");
   std::set<std::string> values{"--store"};

@@ -133,13 +133,20 @@ void set_damaged_index_aside(const std::string& root, const std::string& damage,
 // Opens the index for repair; one whose schema SQLite reads but this build cannot (a table lost a column) is
 // set aside and rebuilt like a malformed one.
 std::unique_ptr<SqliteIndex> open_for_repair(const std::string& root, RepairReport* report) {
+  std::unique_ptr<SqliteIndex> opened;
   try {
-    return std::make_unique<SqliteIndex>(root + "/index.sqlite", SqliteIndex::Mode::kRepair);
+    opened = std::make_unique<SqliteIndex>(root + "/index.sqlite", SqliteIndex::Mode::kRepair);
   } catch (const Error& e) {
     if (!store::is_index_damage(e)) throw;
     set_damaged_index_aside(root, e.what(), report);
-    return std::make_unique<SqliteIndex>(root + "/index.sqlite", SqliteIndex::Mode::kRepair);
+    opened = std::make_unique<SqliteIndex>(root + "/index.sqlite", SqliteIndex::Mode::kRepair);
   }
+  if (!opened->damaged_version().empty()) {
+    report->notes.push_back("index " + opened->path() + ": its format version '" + opened->damaged_version() +
+                            "' was damaged (not a number): set to " + std::to_string(store::kBlobFormatVersion) +
+                            ", the format every restored blob is checked to have");
+  }
+  return opened;
 }
 
 // An index whose pages read (quick_check passes) but whose indexes disagree with the table (a key byte

@@ -16,6 +16,7 @@
 #include "orbit/common/error.h"
 #include "orbit/store/blob_format.h"
 #include "orbit/store/blob_io.h"
+#include "shown_text.h"
 #include "sqlite_stmt.h"
 
 namespace orbit::store {
@@ -196,32 +197,7 @@ SqliteIndex::SqliteIndex(const std::string& path, Mode mode) : path_(path) {
                                                << " (not an orbit store yet, or its first commits were lost)");
       check_schema(state, mode);
     }
-    auto version = meta("format_version");
-    if (!version && mode != Mode::kReadOnly) {
-      // A new index gets its version; one that holds entries but lost its meta rows is not adopted. Entries
-      // counted after the version was missing may be another process's, which set the version before its
-      // first entry (each read is its own snapshot): the version is read again before calling it lost.
-      const int64_t rows = mode == Mode::kRepair ? 0 : count_rows();
-      if (rows > 0) version = meta("format_version");
-      ORBIT_CHECK(rows == 0 || version.has_value(),
-                  "store index " << path << ": holds " << rows
-                                 << " entries but no format version (its meta rows were deleted); "
-                                    "refusing to adopt it: run `orbit store repair` on the store");
-      if (!version) {
-        Result<std::string> set = set_meta_if_absent("format_version", std::to_string(kBlobFormatVersion));
-        ORBIT_CHECK(set.is_ok(), "store index " << path << ": " << set.status().reason());
-        version = set.value();
-      }
-    }
-    // A reader sets nothing: an index that holds entries without a version lost its meta rows (repair restores them).
-    ORBIT_CHECK(version.has_value(), "store index " << path << ": "
-                                                    << (count_rows() > 0 ? "holds entries but no format version (its "
-                                                                           "meta rows were deleted): run `orbit store "
-                                                                           "repair` on the store"
-                                                                         : "not an orbit store (no format_version)"));
-    ORBIT_CHECK(*version == std::to_string(kBlobFormatVersion),
-                "store index " << path << ": format version " << *version << " is not supported (this build reads "
-                               << kBlobFormatVersion << ")");
+    check_format_version(mode);
   } catch (...) {
     sqlite3_close(db_);
     db_ = nullptr;
@@ -230,6 +206,50 @@ SqliteIndex::SqliteIndex(const std::string& path, Mode mode) : path_(path) {
 }
 
 SqliteIndex::~SqliteIndex() { sqlite3_close(db_); }
+
+// The index's format version: a new index gets this build's; one that holds entries but lost its meta rows is
+// refused (repair restores them); one whose value is no number was damaged (no build writes that): refused,
+// and rewritten by repair, whose rows come from blobs that each carry and check their own format version.
+void SqliteIndex::check_format_version(Mode mode) {
+  auto version = meta("format_version");
+  if (!version && mode != Mode::kReadOnly) {
+    // A new index gets its version; one that holds entries but lost its meta rows is not adopted. Entries
+    // counted after the version was missing may be another process's, which set the version before its
+    // first entry (each read is its own snapshot): the version is read again before calling it lost.
+    const int64_t rows = mode == Mode::kRepair ? 0 : count_rows();
+    if (rows > 0) version = meta("format_version");
+    ORBIT_CHECK(rows == 0 || version.has_value(), "store index "
+                                                      << path_ << ": holds " << rows
+                                                      << " entries but no format version (its meta rows were deleted); "
+                                                         "refusing to adopt it: run `orbit store repair` on the store");
+    if (!version) {
+      Result<std::string> set = set_meta_if_absent("format_version", std::to_string(kBlobFormatVersion));
+      ORBIT_CHECK(set.is_ok(), "store index " << path_ << ": " << set.status().reason());
+      version = set.value();
+    }
+  }
+  // A reader sets nothing: an index that holds entries without a version lost its meta rows (repair restores them).
+  ORBIT_CHECK(version.has_value(), "store index " << path_ << ": "
+                                                  << (count_rows() > 0 ? "holds entries but no format version (its "
+                                                                         "meta rows were deleted): run `orbit store "
+                                                                         "repair` on the store"
+                                                                       : "not an orbit store (no format_version)"));
+  const bool damaged = version->empty() || version->size() > 9 ||
+                       !std::all_of(version->begin(), version->end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (damaged && mode == Mode::kRepair) {
+    const Status set = set_meta("format_version", std::to_string(kBlobFormatVersion));
+    ORBIT_CHECK(set.is_ok(), "store index " << path_ << ": " << set.reason());
+    damaged_version_ = *version;
+    version = std::to_string(kBlobFormatVersion);
+  }
+  ORBIT_CHECK(!damaged || mode == Mode::kRepair,
+              "store index " << path_ << ": its format version '" << store::shown(*version)
+                             << "' is damaged (not a number, which no build writes): run `orbit store repair` on "
+                                "the store (it restores the version and checks every blob's own)");
+  ORBIT_CHECK(*version == std::to_string(kBlobFormatVersion), "store index " << path_ << ": format version " << *version
+                                                                             << " is not supported (this build reads "
+                                                                             << kBlobFormatVersion << ")");
+}
 
 SqliteIndex::SchemaState SqliteIndex::read_schema() const {
   SchemaState state;

@@ -112,6 +112,9 @@ TEST_CASE("bad CLI input exits non-zero naming the argument", "[cli][errors][cpu
   r = cli("frobnicate");
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Contains("unknown command 'frobnicate'"));
+  r = cli("store frobnicate --store /tmp/orbit-never");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Contains("unknown subcommand 'frobnicate'") && Contains("usage: orbit store"));
   r = cli("make-model --preset nope --out /tmp/orbit-never");
   CHECK(r.status == 1);
   CHECK_THAT(r.out, Contains("unknown model preset 'nope'"));

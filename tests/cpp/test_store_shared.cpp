@@ -297,6 +297,12 @@ TEST_CASE("a deleted index or lost meta rows are refused, and orbit store repair
     CHECK_THROWS_WITH(orbit::summarize_store(d), Contains("meta rows were deleted") && Contains("orbit store repair"));
     CHECK_THROWS_WITH(orbit::verify_store(d), Contains("meta rows were deleted") && Contains("orbit store repair"));
   }
+  SECTION("a format version that is no number: refused naming repair, which restores it") {
+    alter_index(d + "/index.sqlite", "UPDATE meta SET value = '1x' WHERE name = 'format_version'");
+    CHECK_THROWS_WITH(ChunkStore(disk_options(d)),
+                      Contains("format version '1x' is damaged") && Contains("orbit store repair"));
+    CHECK_THROWS_WITH(orbit::verify_store(d), Contains("'1x' is damaged") && Contains("orbit store repair"));
+  }
   SECTION("index.sqlite deleted: refused instead of silently orphaning every blob") {
     for (const char* f : {"/index.sqlite", "/index.sqlite-wal", "/index.sqlite-shm"}) fs::remove(d + f);
     CHECK_THROWS_WITH(ChunkStore(disk_options(d)),
@@ -307,6 +313,7 @@ TEST_CASE("a deleted index or lost meta rows are refused, and orbit store repair
   INFO(repair.out);
   REQUIRE(repair.status == 0);
   CHECK_THAT(repair.out, Contains(test::kStoreTestFingerprint));
+  if (repair.out.find("'1x'") != std::string::npos) CHECK_THAT(repair.out, Contains("was damaged (not a number)"));
   ChunkStore store(disk_options(d));
   for (int64_t i = 1; i <= 4; ++i) CHECK(values_equal(*store.get(key(i)).value(), *test::store_test_value(i)));
   CHECK(verify_store(d).clean());

@@ -87,20 +87,23 @@ class SqliteIndex {
 
   // Opens `path` (kReadWrite creates it and the schema). Throws orbit::Error naming the path when the file
   // cannot be opened, is not an orbit index (also: entries without their meta rows), was written by a
-  // newer format, or its schema is damaged (kSchemaDamaged): a table lost one of its columns, or the
-  // index has tables but no entries table (kRepair makes a missing table, and refuses a lost column), or,
-  // for kReadOnly, it holds no table at all (kNoTables), or it is another program's database: tables, none of
-  // orbit's (kForeignDatabase, every mode, the file untouched).
-  // kReadOnly also works on a read-only directory or file system (where SQLite cannot create the WAL's
-  // shared-memory file, the index is opened as immutable: nobody can write it there), unless a writer left
-  // commits in DIR/index.sqlite-wal (more than its header) and no readable -shm beside it: an immutable read
-  // would miss them, so that is refused naming the -wal file and what to do.
+  // newer format, holds a format version that is no number (damaged; kRepair writes this build's back and
+  // damaged_version() names what it found), or its schema is damaged (kSchemaDamaged): a table lost one of its columns,
+  // or the index has tables but no entries table (kRepair makes a missing table, and refuses a lost column), or, for
+  // kReadOnly, it holds no table at all (kNoTables), or it is another program's database: tables, none of orbit's
+  // (kForeignDatabase, every mode, the file untouched). kReadOnly also works on a read-only directory or file system
+  // (where SQLite cannot create the WAL's shared-memory file, the index is opened as immutable: nobody can write it
+  // there), unless a writer left commits in DIR/index.sqlite-wal (more than its header) and no readable -shm beside it:
+  // an immutable read would miss them, so that is refused naming the -wal file and what to do.
   SqliteIndex(const std::string& path, Mode mode);
   ~SqliteIndex();
   SqliteIndex(const SqliteIndex&) = delete;
   SqliteIndex& operator=(const SqliteIndex&) = delete;
 
   const std::string& path() const { return path_; }
+  // Mode::kRepair only: the format version value found damaged (not a number) and replaced by this build's
+  // while opening; empty when the value was sound.
+  const std::string& damaged_version() const { return damaged_version_; }
 
   // Reads throw orbit::Error (a broken index is bad input, docs/ARCHITECTURE.md §8).
   std::optional<std::string> meta(const std::string& name) const;
@@ -218,6 +221,7 @@ class SqliteIndex {
   void refuse_foreign(const SchemaState& state) const;
   // Checks the schema, then makes its missing tables (kReadWrite, kRepair).
   void ensure_schema(Mode mode);
+  void check_format_version(Mode mode);
   void open(const std::string& uri, int flags);
   // Throws naming path_-wal when it holds commits (more than its header) that a read-only open, which SQLite
   // refused for `why` (it could not open or create the -shm file), could only read as immutable, missing them.
@@ -234,6 +238,7 @@ class SqliteIndex {
   std::string path_;
   sqlite3* db_ = nullptr;
   bool batch_ = false;  // in_transaction's transaction is open
+  std::string damaged_version_;
 };
 
 }  // namespace orbit::store
