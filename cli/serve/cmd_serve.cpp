@@ -29,6 +29,7 @@
 #include "serve/run/reasoning.h"
 #include "serve/serve_core.h"
 #include "serve/serve_usage.h"
+#include "serve/startup_signals.h"
 #include "serve/store_share.h"
 
 namespace orbit::cli {
@@ -398,7 +399,8 @@ int serve_until_stopped(serve::ServeCore& core, const serve::HttpOptions& http_o
 }  // namespace
 
 // The listener's options are checked first, so a command line with faults in both is refused naming the
-// listener's; the signals are blocked before the engine starts threads (ServeCore).
+// listener's; the signals are blocked before the engine starts threads (ServeCore). A signal while it starts
+// stops it before listening (StartupSignals), at the next of its checks.
 int run_serve(int argc, char** argv, int first) {
   const Args args("serve", serve_arg_spec(), argc, argv, first);
   const serve::HttpOptions http_options = parse_http_options(args);
@@ -406,11 +408,21 @@ int run_serve(int argc, char** argv, int first) {
   const serve::ServeOptions options = serve_options(args);
   std::error_code ec;
   const bool store_created = !options.store_dir.empty() && !std::filesystem::exists(options.store_dir, ec);
+  serve::StartupSignals startup(signals);
   serve::ServeCore core(options);
+  if (startup.received() != 0) return startup.stopped();
   // The remote's start check comes before the fidelity model, which may ask the remote for a stored
   // calibration: the tier then does not warn again of a cause the check said.
   warn_if_remote_unreachable(options.remote);
-  serve::prepare_fidelity_model(core.engine(), options, args.flag("--calibrate-fidelity"));
+  try {
+    startup.throw_if_received();
+    serve::prepare_fidelity_model(core.engine(), options, args.flag("--calibrate-fidelity"),
+                                  [&] { startup.throw_if_received(); });
+  } catch (const serve::StartupInterrupted&) {
+    return startup.stopped();
+  }
+  startup.finish();
+  if (startup.received() != 0) return startup.stopped();
   const serve::StoreShare share(options.store_dir);  // announces other servers on the same store, until exit
   announce_start(share, options, http_options, store_created);
   return serve_until_stopped(core, http_options, signals);

@@ -24,16 +24,17 @@ std::string calibration_store(const ServeOptions& options) {
 }
 
 // calibrate_fidelity's progress on stderr, after each seed: on a terminal one line rewritten in place, else a
-// line per seed (as replay's progress).
-CalibrationProgress calibration_progress() {
+// line per seed (as replay's progress); then `between_seeds`, when set.
+CalibrationProgress calibration_progress(const std::function<void()>& between_seeds) {
   const bool tty = ::isatty(STDERR_FILENO) != 0;
   const auto start = std::chrono::steady_clock::now();
-  return [tty, start](int64_t done, int64_t seeds) {
+  return [tty, start, between_seeds](int64_t done, int64_t seeds) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::fprintf(stderr, "%sorbit serve: fidelity calibration: seed %lld/%lld measured (%.1f s)%s", tty ? "\r" : "",
                  static_cast<long long>(done), static_cast<long long>(seeds), seconds,
                  !tty || done == seeds ? "\n" : "");
     std::fflush(stderr);
+    if (between_seeds) between_seeds();
   };
 }
 
@@ -41,7 +42,8 @@ CalibrationProgress calibration_progress() {
 
 // In order: a calibration the store holds (asking the remote, timed from here for the message when it does
 // not answer), then the measurement when asked for.
-void prepare_fidelity_model(Engine& engine, const ServeOptions& options, bool calibrate) {
+void prepare_fidelity_model(Engine& engine, const ServeOptions& options, bool calibrate,
+                            const std::function<void()>& between_seeds) {
   const std::string where = calibration_store(options);
   const auto start = std::chrono::steady_clock::now();
   const std::string origin = engine.fidelity_calibration();
@@ -78,7 +80,7 @@ void prepare_fidelity_model(Engine& engine, const ServeOptions& options, bool ca
   std::fprintf(stderr, "orbit serve: calibrating the fidelity model on %s (seeded, nothing timed)...\n",
                options.model.c_str());
   std::fflush(stderr);
-  const CalibrationReport report = engine.calibrate_fidelity(calibration_progress());
+  const CalibrationReport report = engine.calibrate_fidelity(calibration_progress(between_seeds));
   const std::string kept = report.stored                 ? "stored in " + where
                            : !options.stored_calibration ? "not stored: --no-stored-calibration"
                            : where.empty()               ? "not stored: no --store or --remote"

@@ -2,6 +2,8 @@
 // `--no-stored-calibration`; EngineOptions::stored_calibration, docs/ARCHITECTURE.md §10).
 #pragma once
 
+#include <functional>
+
 #include "orbit/engine.h"
 #include "serve/serve_types.h"
 
@@ -20,7 +22,9 @@ namespace orbit::serve {
 //
 // Call once, on the thread that starts the server, after the remote's start check (so that a remote down is
 // named once) and before listening. Blocks for the remote's read and, with `calibrate`, the measurement.
-// An exception from the measurement (Engine::calibrate_fidelity) propagates, nothing fitted or stored.
-void prepare_fidelity_model(Engine& engine, const ServeOptions& options, bool calibrate);
+// An exception from the measurement (Engine::calibrate_fidelity) propagates, nothing fitted or stored; so does
+// one `between_seeds` (when set, called after each seed's progress line) throws, which stops the measurement.
+void prepare_fidelity_model(Engine& engine, const ServeOptions& options, bool calibrate,
+                            const std::function<void()>& between_seeds = {});
 
 }  // namespace orbit::serve

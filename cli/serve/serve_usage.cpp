@@ -15,7 +15,7 @@ const char* const kServeUsage =
     "  are synced into, so only what is new is prefilled.\n"
     "  Prints 'listening on http://HOST:PORT' when ready; SIGTERM or SIGINT drains the requests in flight and\n"
     "  closes the store; a second one during the drain ends it at once (what still runs gets 503) and the\n"
-    "  server exits with status 1.\n"
+    "  server exits with status 1. One while it starts (before that line) stops it there: status 128 + signal.\n"
     "  --model PATH          a Hugging Face directory (with tokenizer.json) or a llama2.c .bin with its tokenizer\n"
     "  --host H              address to listen on (default 127.0.0.1)\n"
     "  --port N              port (default 8000; 0 = any free port)\n"

@@ -2,9 +2,13 @@
 (a line on stderr before, one per seed measured, one after) unless its store holds a calibration, which a later start
 reads (and says so, with or without the flag); --no-stored-calibration measures at every start; without --store or
 --remote it says nothing is kept; two servers with store directories of their own sharing one Redis calibrate once; a
-remote that does not answer at start is said to have left the default fidelity model.
+remote that does not answer at start is said to have left the default fidelity model; a signal while it calibrates
+stops it before it listens.
 Servers (and redis-server) are started on 127.0.0.1 by conftest's fixtures and always stopped."""
 import re
+import signal
+import subprocess
+import time
 
 from conftest import free_port
 
@@ -93,3 +97,40 @@ def test_serve_says_a_remote_down_at_start_left_the_default_fidelity_model(start
     assert re.search(rf"^orbit serve: --remote {re.escape(url)} did not answer the read of a stored fidelity "
                      r"calibration \([\d.]+ s, bounded by the remote tier's timeouts\); planning with the default "
                      r"fidelity model until a later request reads one from it$", server.output(), re.M), server.output()
+
+
+def _stopped_while_calibrating(orbit_cli, stories260k_path, signals):
+    """Starts `orbit serve --calibrate-fidelity`, sends `signals` (0.05 s apart) once its calibration began, and
+    returns (exit status, stdout, stderr)."""
+    server = subprocess.Popen([str(orbit_cli), "serve", "--model", str(stories260k_path), "--port", "0",
+                               "--calibrate-fidelity"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = server.stderr.readline()
+        while first and "calibrating the fidelity model" not in first:
+            first = server.stderr.readline()
+        assert first, "the server ended before calibrating"
+        for i, sig in enumerate(signals):
+            if i:
+                time.sleep(0.05)
+            server.send_signal(sig)
+        out, err = server.communicate(timeout=120)
+        return server.returncode, out, first + err
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+
+
+def test_a_signal_while_the_server_starts_stops_it_before_listening(orbit_cli, stories260k_path):
+    # Its start took signals only once it listened: Ctrl-C during a calibration (or a model's load) went
+    # unheard until then, and the server announced it listened before draining.
+    status, out, err = _stopped_while_calibrating(orbit_cli, stories260k_path, [signal.SIGINT])
+    assert status == 130, err
+    assert "listening" not in out, out
+    assert "orbit serve: signal 2 while starting: stopping at the next step of the start" in err, err
+    assert err.rstrip().endswith("orbit serve: stopped before listening (signal 2)"), err
+
+    status, out, err = _stopped_while_calibrating(orbit_cli, stories260k_path, [signal.SIGTERM, signal.SIGTERM])
+    assert status == 143, err
+    assert "listening" not in out, out
+    assert "orbit serve: signal 15 again: stopping now, before listening" in err, err

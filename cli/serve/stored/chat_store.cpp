@@ -208,6 +208,10 @@ void ChatStore::touch(const std::string& id) {
 
 std::optional<StoredCompletion> ChatStore::get(const std::string& id) {
   std::lock_guard<std::mutex> lock(mutex_);
+  return read(id);
+}
+
+std::optional<StoredCompletion> ChatStore::read(const std::string& id) {
   SqlStatement s(*file_, "SELECT created, model, metadata, body, messages FROM completions WHERE id = ?");
   s.text(1, id);
   if (!s.step()) return std::nullopt;
@@ -255,14 +259,14 @@ std::optional<CompletionPage> ChatStore::list(const CompletionQuery& query) cons
   return page;
 }
 
+// The answer is read under the same lock as the update: another update, or a delete, between the two would
+// have answered this call with that one's metadata, or a 404 for an update that was made.
 std::optional<StoredCompletion> ChatStore::update_metadata(const std::string& id, const Metadata& metadata) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    SqlStatement s(*file_, "UPDATE completions SET metadata = ? WHERE id = ?");
-    s.text(1, chat_rows::metadata_text(metadata)).text(2, id).step();
-    if (file_->changes() == 0) return std::nullopt;
-  }
-  return get(id);
+  std::lock_guard<std::mutex> lock(mutex_);
+  SqlStatement s(*file_, "UPDATE completions SET metadata = ? WHERE id = ?");
+  s.text(1, chat_rows::metadata_text(metadata)).text(2, id).step();
+  if (file_->changes() == 0) return std::nullopt;
+  return read(id);
 }
 
 bool ChatStore::erase(const std::string& id) {

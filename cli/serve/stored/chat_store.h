@@ -163,8 +163,9 @@ class ChatStore {
   void check();                                  // GroupCommit's: SqliteFile::check_writable; takes mutex_
   void insert(const StoredCompletion& c);        // under mutex_, in a transaction
   void touch(const std::string& id);             // under mutex_
-  void forget_departed();                        // under mutex_: the departed keys past departed_kept(), oldest first
-  void recover_held();                           // at construction: the adopted journals' completions written
+  std::optional<StoredCompletion> read(const std::string& id);  // get's read (and touch), under mutex_
+  void forget_departed();  // under mutex_: the departed keys past departed_kept(), oldest first
+  void recover_held();     // at construction: the adopted journals' completions written
   // Under mutex_: (created, seq) of `id`, stored or departed; nullopt when neither.
   std::optional<std::pair<int64_t, int64_t>> order_key(const std::string& id) const;
 
