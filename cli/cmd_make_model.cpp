@@ -1,6 +1,8 @@
 // `orbit make-model`: random-weight Hugging Face model directories of any supported shape.
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -46,7 +48,8 @@ const char* kUsage =
     "  --dtype float32|bfloat16|float16 (default float32)   --seed N (default 0)\n"
     "  --init-std F (default 0.02)   --shard-mb N (split into shards of about N MiB with an index; default 0:\n"
     "                       one file)\n"
-    "  --force              replace a model already in DIR\n";
+    "  --force              replace a model already in DIR (it stays whole until every new file is written)\n"
+    "                       and what an interrupted run left there (.make-model-PID)\n";
 
 rt::RopeScaling parse_scaling(const std::string& name) {
   if (name == "none" || name == "default") return rt::RopeScaling::kNone;
@@ -217,11 +220,19 @@ void apply_rope_options(const Args& args, rt::ModelConfig& c) {
   }
 }
 
-// Writes the model with a progress bar on stderr and a line on stdout.
+// Writes the model with its progress on stderr (a bar redrawn in place on a terminal, else a line at each tenth
+// of the tensors, as a log reads it) and a line on stdout.
 void write_model(rt::GeneratorOptions& options, const std::string& out) {
   const rt::ModelConfig& c = options.config;
   const auto start = std::chrono::steady_clock::now();
-  options.progress = [](int64_t done, int64_t total) {
+  const bool tty = ::isatty(STDERR_FILENO) != 0;
+  options.progress = [tty](int64_t done, int64_t total) {
+    if (!tty) {
+      if (done * 10 / total != (done - 1) * 10 / total || done == total) {
+        std::fprintf(stderr, "make-model: %lld/%lld tensors drawn\n", (long long)done, (long long)total);
+      }
+      return;
+    }
     const int width = 30;
     const int filled = static_cast<int>(width * done / total);
     std::fprintf(stderr, "\rmake-model [%.*s%*s] %lld/%lld tensors", filled,

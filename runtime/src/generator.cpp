@@ -132,6 +132,12 @@ StDtype parse_dtype(const std::string& name) {
   ORBIT_FAIL("generator: dtype '" << name << "' is not one of float32, bfloat16, float16");
 }
 
+// A directory a run writes its files into before moving them into place (generate_model), left behind when
+// that run was interrupted.
+constexpr const char* kStagingPrefix = ".make-model-";
+
+bool is_staging_dir(const fs::path& p) { return p.filename().string().rfind(kStagingPrefix, 0) == 0; }
+
 bool is_model_file(const fs::path& p) {
   const std::string name = p.filename().string();
   return name == "config.json" || name == "model.safetensors.index.json" ||
@@ -205,8 +211,13 @@ std::vector<fs::path> existing_model_files(const fs::path& dir, bool overwrite) 
   std::vector<fs::path> existing;
   std::vector<fs::path> others;
   for (const auto& entry : fs::directory_iterator(dir)) {
-    (is_model_file(entry.path()) ? existing : others).push_back(entry.path());
+    (is_model_file(entry.path()) || is_staging_dir(entry.path()) ? existing : others).push_back(entry.path());
   }
+  const auto staged = std::find_if(existing.begin(), existing.end(), is_staging_dir);
+  ORBIT_CHECK(staged == existing.end() || overwrite,
+              dir.string() << ": holds " << staged->filename().string()
+                           << ", what an interrupted make-model left; pass overwrite (--force) to remove it and write "
+                              "the model");
   if (!existing.empty()) {
     ORBIT_CHECK(overwrite, dir.string() << ": already holds a model (" << existing.front().filename().string()
                                         << "); pass overwrite (--force) to replace it");
@@ -221,6 +232,70 @@ std::vector<fs::path> existing_model_files(const fs::path& dir, bool overwrite) 
   return existing;
 }
 
+// Creates the directory a run writes into before moving its files into place: inside `dir` (created if missing),
+// so that the moves are renames on one file system; an unwritable directory is refused here, before any weight
+// is drawn.
+fs::path make_staging_dir(const fs::path& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  ORBIT_CHECK(!ec && fs::is_directory(dir), dir.string() << ": cannot create directory: " << ec.message());
+  const fs::path staging = dir / (kStagingPrefix + std::to_string(::getpid()));
+  fs::remove_all(staging, ec);  // a run of this pid before (a pid is reused only once that run is gone)
+  fs::create_directory(staging, ec);
+  ORBIT_CHECK(!ec,
+              dir.string() << ": cannot write the model there (creating " << staging.string() << "): " << ec.message());
+  return staging;
+}
+
+// The model's files, written into `dir` (config.json last).
+void write_model_files(const GeneratorOptions& options, const ModelConfig& config, const std::vector<WeightSpec>& specs,
+                       const std::vector<std::vector<std::size_t>>& shards, const fs::path& dir) {
+  const StDtype dtype = parse_dtype(options.dtype);
+  const bool sharded = options.shard_bytes > 0;
+  const std::size_t count = shards.size();
+  StWriteOptions write_options;
+  write_options.dtype = dtype;
+  write_options.metadata["format"] = "pt";
+  nlohmann::json weight_map = nlohmann::json::object();
+  int64_t done = 0;
+  int64_t total_bytes = 0;
+  for (std::size_t s = 0; s < count; ++s) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, count);
+    const std::string file = sharded ? std::string(name) : std::string("model.safetensors");
+    std::vector<std::pair<std::string, at::Tensor>> tensors;
+    for (std::size_t i : shards[s]) {
+      tensors.emplace_back(specs[i].name, make_tensor(specs[i], options));
+      weight_map[specs[i].name] = file;
+      total_bytes += tensors.back().second.numel() * static_cast<int64_t>(st_dtype_size(dtype));
+      if (options.progress) options.progress(++done, static_cast<int64_t>(specs.size()));
+    }
+    write_safetensors((dir / file).string(), tensors, write_options);
+  }
+  if (sharded) {
+    nlohmann::json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
+    write_text_atomically(dir / "model.safetensors.index.json", index.dump(2) + "\n");
+  }
+  write_text_atomically(dir / "config.json", hf_config_json(config).dump(2) + "\n");
+}
+
+// Replaces the model files `existing` in `dir` (config.json first: from then on the directory does not load
+// until the new config lands) and stale staging directories with what `staging` holds, config.json last, then
+// removes `staging`. The old model stays whole until every new file is written.
+void move_into_place(const fs::path& dir, const fs::path& staging, const std::vector<fs::path>& existing) {
+  for (const fs::path& p : existing) {
+    if (p != staging) fs::remove_all(p);
+  }
+  std::vector<fs::path> staged;
+  for (const auto& entry : fs::directory_iterator(staging)) staged.push_back(entry.path());
+  std::stable_partition(staged.begin(), staged.end(), [](const fs::path& p) { return p.filename() != "config.json"; });
+  for (const fs::path& p : staged) {
+    std::error_code ec;
+    fs::rename(p, dir / p.filename(), ec);
+    ORBIT_CHECK(!ec, dir.string() << ": cannot move " << p.string() << " into place: " << ec.message());
+  }
+  fs::remove(staging);
+}
 }  // namespace
 
 ModelConfig generator_preset(const std::string& name) {
@@ -264,38 +339,15 @@ void generate_model(const GeneratorOptions& options, const std::string& out_dir)
   // leaves the directory (or its absence) as it was.
   const fs::path dir(out_dir);
   const std::vector<fs::path> existing = existing_model_files(dir, options.overwrite);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  ORBIT_CHECK(!ec && fs::is_directory(dir), out_dir << ": cannot create directory: " << ec.message());
-  for (const fs::path& p : existing) fs::remove(p);
-
-  const bool sharded = options.shard_bytes > 0;
-  const std::size_t count = shards.size();
-
-  StWriteOptions write_options;
-  write_options.dtype = dtype;
-  write_options.metadata["format"] = "pt";
-  nlohmann::json weight_map = nlohmann::json::object();
-  int64_t done = 0;
-  int64_t total_bytes = 0;
-  for (std::size_t s = 0; s < count; ++s) {
-    char name[64];
-    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, count);
-    const std::string file = sharded ? std::string(name) : std::string("model.safetensors");
-    std::vector<std::pair<std::string, at::Tensor>> tensors;
-    for (std::size_t i : shards[s]) {
-      tensors.emplace_back(specs[i].name, make_tensor(specs[i], options));
-      weight_map[specs[i].name] = file;
-      total_bytes += tensors.back().second.numel() * static_cast<int64_t>(st_dtype_size(dtype));
-      if (options.progress) options.progress(++done, static_cast<int64_t>(specs.size()));
-    }
-    write_safetensors((dir / file).string(), tensors, write_options);
+  const fs::path staging = make_staging_dir(dir);
+  try {
+    write_model_files(options, config, specs, shards, staging);
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(staging, ignored);
+    throw;
   }
-  if (sharded) {
-    nlohmann::json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
-    write_text_atomically(dir / "model.safetensors.index.json", index.dump(2) + "\n");
-  }
-  write_text_atomically(dir / "config.json", hf_config_json(config).dump(2) + "\n");
+  move_into_place(dir, staging, existing);
 }
 
 }  // namespace orbit::runtime

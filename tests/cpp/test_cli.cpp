@@ -225,6 +225,35 @@ TEST_CASE("a refused make-model changes nothing on disk, even with --force", "[c
   CHECK(!std::filesystem::exists(fresh));
 }
 
+// A run killed while it writes (here by its file-size limit: `ulimit -f` blocks of 512 bytes for /bin/sh, past
+// which SIGXFSZ ends it) removed the model --force replaces first, and left nothing that loads.
+TEST_CASE("make-model --force killed part way keeps the old model whole, and says what it left",
+          "[cli][errors][cpu][kill]") {
+  orbit::test::TempDir dir;
+  const std::string out = dir / "m";
+  REQUIRE(cli("make-model --preset tiny-llama --out " + out).status == 0);
+  const std::string before = orbit::runtime::load_model(out)->fingerprint();
+  const CliRun killed =
+      orbit::test::run_command("ulimit -f 200; exec " + std::string(ORBIT_CLI_PATH) +
+                               " make-model --preset tiny-llama --hidden 128 --seed 9 --force --out " + out + " 2>&1");
+  INFO(killed.out);
+  CHECK(killed.status != 0);
+  CHECK(orbit::runtime::load_model(out)->fingerprint() == before);
+  std::string left;
+  for (const auto& entry : std::filesystem::directory_iterator(out)) {
+    if (entry.path().filename().string().rfind(".make-model-", 0) == 0) left = entry.path().filename().string();
+  }
+  REQUIRE(!left.empty());
+  CliRun r = cli("make-model --preset tiny-llama --seed 9 --out " + out);
+  CHECK(r.status == 1);
+  CHECK_THAT(r.out, Contains(out + ": holds " + left + ", what an interrupted make-model left") && Contains("--force"));
+  r = cli("make-model --preset tiny-llama --seed 9 --force --out " + out);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(orbit::runtime::load_model(out)->fingerprint() != before);
+  CHECK(!std::filesystem::exists(out + "/" + left));
+}
+
 TEST_CASE("replay --json writes its report atomically, never over a FIFO, and writes /dev/null as it is",
           "[cli][errors][cpu]") {
   orbit::test::TempDir dir;
@@ -258,6 +287,11 @@ TEST_CASE("replay --json writes its report atomically, never over a FIFO, and wr
   CHECK(std::filesystem::is_symlink(link));
   std::ifstream again(report);
   CHECK(nlohmann::json::parse(again).contains("policies"));
+  // A private report stays private (the new file took the umask's mode, 0644: readable by everyone).
+  std::filesystem::permissions(report, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  REQUIRE(cli(replay + " --json " + report).status == 0);
+  CHECK(std::filesystem::status(report).permissions() ==
+        (std::filesystem::perms::owner_read | std::filesystem::perms::owner_write));
   // A character device is written to as it is: /dev/null takes the report and stays /dev/null.
   r = cli(replay + " --json /dev/null");
   INFO(r.out);

@@ -6,9 +6,12 @@
 // terminal) is written to directly: there is no file to replace. Any other target that is not a regular file
 // (a directory, a FIFO, whose open would wait for a reader, a block device, a socket) is refused
 // (check_output_or_stream), never replaced. A symbolic link to a regular file is followed: the file it names is
-// replaced, the link kept. Header-only.
+// replaced, the link kept. A file replaced keeps its permission bits (and its owner where the writer may set it);
+// being a new file, it no longer shares the old one's hard links. Header-only.
 #pragma once
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -23,6 +26,29 @@
 #include "orbit/common/file_kind.h"
 
 namespace orbit {
+
+// The file `target` replaces (when there is one) lends `tmp` its permission bits (a report made private stays
+// private) and, where this process may set them, its owner and group.
+inline void keep_mode_and_owner(const std::string& target, const std::string& tmp) {
+  struct stat old {};
+  if (::stat(target.c_str(), &old) != 0) return;  // a new file: the umask's mode, as any file created
+  ::chmod(tmp.c_str(), old.st_mode & 07777);
+  if (::chown(tmp.c_str(), old.st_uid, old.st_gid) != 0) {
+    // Only root (or the owner, for a group it is in) may: the file is then the writer's, with the old mode.
+  }
+}
+
+// Whether `file`'s data reached the disk (fsync), so that the rename never makes a file whose data a crash
+// would lose; errno says why not.
+inline bool synced(const std::string& file) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool ok = ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  errno = err;
+  return ok;
+}
 
 // Replaces `path` with `text` atomically, or writes a character device (see above). `what` names the output in
 // messages ("the replay report (--json)"). Throws orbit::Error naming `path` when the target is neither a
@@ -45,9 +71,10 @@ inline void write_file_atomically(const std::string& path, std::string_view text
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     ORBIT_CHECK(out.good(),
                 path << ": cannot write " << what << " (temporary file " << tmp << "): " << std::strerror(errno));
+    keep_mode_and_owner(target, tmp);  // before the text goes in: a private file's text is never readable by others
     out.write(text.data(), static_cast<std::streamsize>(text.size()));
     out.flush();
-    if (!out.good()) {
+    if (!out.good() || !synced(tmp)) {
       const int err = errno;
       std::remove(tmp.c_str());
       ORBIT_FAIL(path << ": write error on " << what << ": " << std::strerror(err));

@@ -36,12 +36,14 @@ std::vector<std::string> generator_preset_names();
 // past it weights are written as inf. `dtype` is float32, bfloat16 or float16 (else throws).
 double generator_max_init_std(const std::string& dtype);
 
-// Writes the model into `out_dir` (created if missing). Each file is written atomically and config.json
-// last, so an interrupted run never leaves a directory that loads. A directory that already holds a
-// model (config.json or *.safetensors) is an error unless options.overwrite, which first removes those
-// model files (and nothing else). Every check (options, sizes against this machine's memory, the
-// directory's contents) comes before the directory is created or a file removed, so a refused run
-// changes nothing on disk. Throws orbit::Error on invalid options or I/O failure.
+// Writes the model into `out_dir` (created if missing). The files are written into a directory inside it,
+// `.make-model-<pid>`, and moved into place once all are written, config.json last, so an interrupted run
+// never leaves a directory that loads a part of a model, and a model already there (options.overwrite) stays
+// whole until then. A directory that already holds a model (config.json or *.safetensors) or an interrupted
+// run's `.make-model-*` is an error unless options.overwrite, which replaces those (and nothing else). Every
+// check (options, sizes against this machine's memory, the directory's contents, that it can be written)
+// comes before a weight is drawn or a file removed, so a refused run changes nothing in the directory. Throws
+// orbit::Error on invalid options or I/O failure (the files written so far removed).
 void generate_model(const GeneratorOptions& options, const std::string& out_dir);
 
 }  // namespace orbit::runtime
