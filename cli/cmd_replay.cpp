@@ -424,18 +424,19 @@ int run_replay(int argc, char** argv, int first) {
   std::signal(SIGINT, SIG_DFL);  // nothing checks the flag past the last step: Ctrl-C ends the printing at once
   const ReplayReport& report = *replayed;
 
-  if (json_out) {
-    const std::string text = replay_report_json(report);
-    if (*json_out == "-") {
-      std::cout << text;
-      return 0;
-    }
-    write_file_atomically(*json_out, text, kJsonReport);
+  if (json_out && *json_out == "-") {
+    std::cout << replay_report_json(report);
+    return 0;
   }
   std::printf("trace %s: %zu steps, model %s\n\n", report.trace.c_str(), report.steps, report.model.c_str());
   print_table(report, o.explain);
   print_totals(report);
   print_ratios(report);
+  // After the table: a file that cannot be written (a full disk) loses the JSON alone, not the run's figures.
+  if (json_out) {
+    std::fflush(stdout);
+    write_file_atomically(*json_out, replay_report_json(report), kJsonReport);
+  }
   return 0;
 }
 

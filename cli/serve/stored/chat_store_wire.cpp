@@ -176,7 +176,9 @@ ApiError completion_in_progress(const std::string& id) {
 }
 
 ApiError unknown_after(const std::string& after) {
-  return bad_query_param("after", "no stored chat completion '" + after + "'");
+  return bad_query_param("after", "no stored chat completion '" + after +
+                                      "', nor one that left recently (the cursor is kept for the last 4 x "
+                                      "--max-chat-completions to be deleted or evicted): start the list again");
 }
 
 }  // namespace orbit::serve
