@@ -278,6 +278,15 @@ TEST_CASE("replay --json writes its report atomically, never over a FIFO, and wr
   std::size_t files = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir.path())) files += entry.is_regular_file();
   CHECK(files == 1);
+  // What a writer killed part way left (its pid gone) is removed by the next write; a live writer's is not.
+  const std::string stale = report + ".tmp.999999999";  // above any pid_max: no such process
+  const std::string live = report + ".tmp." + std::to_string(::getpid());
+  std::ofstream(stale) << "{\"cut";
+  std::ofstream(live) << "{\"being written";
+  REQUIRE(cli(replay + " --json " + report).status == 0);
+  CHECK(!std::filesystem::exists(stale));
+  CHECK(std::filesystem::exists(live));
+  std::filesystem::remove(live);
   // A symbolic link to the report: the file it names is replaced, the link kept (renaming over the link replaced
   // the link with a file).
   const std::string link = dir / "latest.json";

@@ -7,10 +7,12 @@
 // (a directory, a FIFO, whose open would wait for a reader, a block device, a socket) is refused
 // (check_output_or_stream), never replaced. A symbolic link to a regular file is followed: the file it names is
 // replaced, the link kept. A file replaced keeps its permission bits (and its owner where the writer may set it);
-// being a new file, it no longer shares the old one's hard links. Header-only.
+// being a new file, it no longer shares the old one's hard links. A temporary file a killed writer left beside the
+// target is removed by the next write of it. Header-only.
 #pragma once
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -50,6 +52,26 @@ inline bool synced(const std::string& file) {
   return ok;
 }
 
+// Removes the temporary files beside `target` that writers of it which are gone left (`target`.tmp.<pid>, the pid
+// no process's now: one killed while it wrote); a live writer's is left alone. Best effort: errors are ignored.
+inline void remove_stale_temporaries(const std::string& target) {
+  namespace fs = std::filesystem;
+  const fs::path path(target);
+  const std::string prefix = path.filename().string() + ".tmp.";
+  std::error_code ec;
+  fs::directory_iterator it(path.has_parent_path() ? path.parent_path() : fs::path("."), ec);
+  for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string digits = name.substr(prefix.size());
+    if (digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(digits));
+    if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to know
+    std::error_code ignored;
+    fs::remove(it->path(), ignored);
+  }
+}
+
 // Replaces `path` with `text` atomically, or writes a character device (see above). `what` names the output in
 // messages ("the replay report (--json)"). Throws orbit::Error naming `path` when the target is neither a
 // regular file nor a character device, or the write or rename fails; the temporary file is removed on failure.
@@ -67,6 +89,7 @@ inline void write_file_atomically(const std::string& path, std::string_view text
   const std::filesystem::path real = std::filesystem::canonical(path, missing);  // what a symbolic link names
   const std::string target = missing ? path : real.string();
   const std::string tmp = target + ".tmp." + std::to_string(::getpid());
+  remove_stale_temporaries(target);
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     ORBIT_CHECK(out.good(),
