@@ -32,7 +32,8 @@ const char* kTokenizeUsage =
 const char* kGenerateUsage =
     "usage: orbit generate --model PATH --prompt TEXT [--max-tokens N] [--temperature T] [--top-p P] [--seed S]\n"
     "                      [--json] [--tokenizer FILE] [--no-bos]\n"
-    "  Continues PROMPT (encoded with BOS) and prints the continuation as text. Generation stops at BOS or\n"
+    "  Continues PROMPT (encoded with BOS) and prints the continuation as text, as it is decoded (--json: once,\n"
+    "  at the end). Generation stops at BOS or\n"
     "  EOS (as llama2.c's run.c stops at BOS), at N tokens, or at the model's last position.\n"
     "  --model PATH       a llama2.c .bin with its tokenizer beside it, a Hugging Face directory with its\n"
     "                     tokenizer.json, or any model with --tokenizer\n"
@@ -106,17 +107,25 @@ int run_generate(int argc, char** argv, int first) {
               "generate: --prompt gives " << query.size() << " tokens, and the model's " << info.max_positions
                                           << " positions leave no room for an answer after them");
   Window window = engine->new_window();
+  const bool as_json = args.flag("--json");
+  if (!as_json) {
+    // The text is written as it is decoded (Ctrl-C keeps what came so far): its pieces join to the answer's text.
+    go.on_text = [](const std::string& piece) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+      return true;
+    };
+  }
   Generation g = window.generate(query, go);
+  if (!as_json) {
+    std::fputc('\n', stdout);
+    return 0;
+  }
   if (g.stop_reason == "stop_token") g.tokens.pop_back();  // the BOS / EOS that ended it is not output
   const std::string text = engine->detokenize(g.tokens, query.back());
-  if (args.flag("--json")) {
-    std::cout << json{{"tokens", g.tokens}, {"text", text}, {"stop_reason", g.stop_reason}}.dump(
-                     -1, ' ', false, json::error_handler_t::replace)
-              << "\n";
-  } else {
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fputc('\n', stdout);
-  }
+  std::cout << json{{"tokens", g.tokens}, {"text", text}, {"stop_reason", g.stop_reason}}.dump(
+                   -1, ' ', false, json::error_handler_t::replace)
+            << "\n";
   return 0;
 }
 
