@@ -244,6 +244,10 @@ void print_ratios(const ReplayReport& r) {
                 ratio(p.totals.forward_tokens, p.totals.radix_tokens).c_str(), "-", p.totals.radix_tokens,
                 static_cast<long long>(p.totals.yardstick_reads), p.totals.radix_unbounded_tokens,
                 p.totals.block_cache_tokens);
+    // The same radix cache read at model calls alone, as a server computes: the honest peer for a saving.
+    std::printf("  %-12s %14s %10s %14s %10s   (%.0f tokens, read at the model calls alone, as a server reads)\n",
+                "radix@calls", ratio(p.totals.critical_forward_tokens, p.totals.radix_call_tokens).c_str(), "-",
+                ratio(p.totals.forward_tokens, p.totals.radix_call_tokens).c_str(), "-", p.totals.radix_call_tokens);
     if (p.offline) {
       const OfflineReport& o = *p.offline;
       std::printf(

@@ -59,6 +59,7 @@ json step_json(const StepResult& s) {
   o["radix_tokens"] = num(s.radix_tokens);
   o["radix_unbounded_tokens"] = num(s.radix_unbounded_tokens);
   o["block_cache_tokens"] = num(s.block_cache_tokens);
+  o["radix_call_tokens"] = num(s.radix_call_tokens);
   o["yardstick_read"] = s.yardstick_read ? json{{"window", s.yardstick_read->window},
                                                 {"query", s.yardstick_read->query},
                                                 {"generated", s.yardstick_read->generated}}
@@ -98,6 +99,7 @@ json totals_json(const PolicyTotals& t) {
             {"radix_tokens", num(t.radix_tokens)},
             {"radix_unbounded_tokens", num(t.radix_unbounded_tokens)},
             {"block_cache_tokens", num(t.block_cache_tokens)},
+            {"radix_call_tokens", num(t.radix_call_tokens)},
             {"background_forward_tokens", num(t.background_forward_tokens)},
             {"heal_forward_tokens", num(t.heal_forward_tokens)},
             {"prepare_forward_tokens", num(t.prepare_forward_tokens)},

@@ -14,7 +14,8 @@ ReplayYardstick::ReplayYardstick(int64_t capacity_tokens)
     : capacity_(capacity_tokens),
       radix_(planner::PrefixCacheOptions{capacity_tokens}),
       radix_unbounded_(),
-      blocks_(planner::PrefixCacheOptions{capacity_tokens}) {}
+      blocks_(planner::PrefixCacheOptions{capacity_tokens}),
+      radix_calls_(planner::PrefixCacheOptions{capacity_tokens}) {}
 
 void ReplayYardstick::before(const TraceStep& step, const Window& window) {
   before_.clear();
@@ -44,6 +45,9 @@ void ReplayYardstick::after(const TraceStep& step, const Window& window, const s
   r->radix_tokens = static_cast<double>(radix_.read(tokens, prompt, kind).forwarded);
   r->radix_unbounded_tokens = static_cast<double>(radix_unbounded_.read(tokens, prompt, kind).forwarded);
   r->block_cache_tokens = static_cast<double>(blocks_.read(tokens, prompt, kind).forwarded);
+  if (kind == planner::PrefixRead::kLogits) {
+    r->radix_call_tokens = static_cast<double>(radix_calls_.read(tokens, prompt, kind).forwarded);
+  }
   r->yardstick_read = std::move(read);
 }
 
@@ -53,6 +57,7 @@ void add_yardstick_totals(const StepResult& s, PolicyTotals* t) {
   t->radix_tokens += s.radix_tokens;
   t->radix_unbounded_tokens += s.radix_unbounded_tokens;
   t->block_cache_tokens += s.block_cache_tokens;
+  t->radix_call_tokens += s.radix_call_tokens;
 }
 
 }  // namespace orbit::trace_detail

@@ -13,6 +13,8 @@
 // Generate and disposable are model calls (PrefixRead::kLogits): the prompt's last token is forwarded even
 // when the cache holds it, as orbit forwards at least the query's last token (StepResult::
 // query_forward_tokens), so the two count the same tokens.
+// A second bounded radix cache, radix_call_tokens, reads the model calls alone (a server's peer computes only
+// when a request comes): admit, recall and turn are not reads there.
 // Edits (evict, slide, reorder, place) and branch operations are not reads: a prefix cache computes when the
 // model is called (place is a reorder the planner chooses; its repairs, like a reorder's, wait for the next
 // read under a deferring policy). The window's tokens are Window::token_ids(): its instances' in window order, a
@@ -47,6 +49,7 @@ class ReplayYardstick {
   planner::RadixCache radix_;
   planner::RadixCache radix_unbounded_;
   planner::BlockPrefixCache blocks_;
+  planner::RadixCache radix_calls_;  // read at model calls only (StepResult::radix_call_tokens)
   std::vector<int64_t> before_;
 };
 

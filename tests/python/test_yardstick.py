@@ -15,6 +15,8 @@ reads, then requires the replay's per-read counts to agree exactly:
 - a model call (generate, disposable) forwards at least its prompt's last token, held or not: the next token
   needs its logits (SGLang and vLLM both cap a hit at prompt - 1 tokens), as orbit forwards at least the
   query's last token; an admit, recall or turn read only computes the window and reuses all it holds.
+- radix at calls (`radix_call_tokens`): the bounded radix cache again, read at the model calls alone, as a
+  server computes a prompt only when a request comes (admit, recall and turn count 0 there).
 
 Steps that are not reads carry no yardstick_read and count 0; totals are the sums.
 """
@@ -143,13 +145,15 @@ def check_policy(policy, where):
     cap = policy["yardstick"]["capacity_tokens"]
     block = policy["yardstick"]["block_tokens"]
     radix, unbounded, blocks = TokenTrie(cap), TokenTrie(0), HashedBlocks(cap, block)
-    sums = {"radix_tokens": 0, "radix_unbounded_tokens": 0, "block_cache_tokens": 0}
+    at_calls = TokenTrie(cap)  # radix_call_tokens: the same cache, read at model calls alone
+    sums = {"radix_tokens": 0, "radix_unbounded_tokens": 0, "block_cache_tokens": 0, "radix_call_tokens": 0}
     reads = 0
     for s in policy["steps"]:
         read = s["yardstick_read"]
         here = f"{where} step {s['index']} ({s['op']})"
         if read is None:
-            assert (s["radix_tokens"], s["radix_unbounded_tokens"], s["block_cache_tokens"]) == (0, 0, 0), here
+            assert (s["radix_tokens"], s["radix_unbounded_tokens"], s["block_cache_tokens"],
+                    s["radix_call_tokens"]) == (0, 0, 0, 0), here
             continue
         assert s["op"] not in ("evict", "slide", "reorder", "place"), f"{here}: an edit is not a model call"
 
@@ -158,12 +162,15 @@ def check_policy(policy, where):
         logits = s["op"] in ("generate", "disposable")
         got = {"radix_tokens": radix_forwarded(radix, prompt, read["generated"], logits),
                "radix_unbounded_tokens": radix_forwarded(unbounded, prompt, read["generated"], logits),
-               "block_cache_tokens": blocks.read(prompt, read["generated"], logits)}
+               "block_cache_tokens": blocks.read(prompt, read["generated"], logits),
+               "radix_call_tokens": radix_forwarded(at_calls, prompt, read["generated"]) if logits else 0}
         for k, v in got.items():
             assert s[k] == v, f"{here}: {k} {s[k]} in the replay, {v} recomputed"
             sums[k] += v
         assert got["radix_unbounded_tokens"] <= got["radix_tokens"] <= len(prompt), here
         assert got["radix_unbounded_tokens"] <= got["block_cache_tokens"], here
+        if not logits:
+            assert got["radix_call_tokens"] == 0, f"{here}: only a model call is read at calls"
         if s["op"] in ("admit", "recall", "turn") and min(read["window"], default=0) >= 0:
             assert len(read["window"]) == s["window_tokens"], here  # text only: one id per position
     t = policy["totals"]

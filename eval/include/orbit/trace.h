@@ -346,6 +346,11 @@ struct StepResult {
   double radix_tokens = 0;
   double radix_unbounded_tokens = 0;
   double block_cache_tokens = 0;
+  // The same bounded radix cache read only at model calls (generate, disposable), as a server computes a
+  // prompt only when a request comes: it never forwards a window an admit, recall or turn left that no call
+  // read, nor the tail after each of several edits between two calls (0 when the step is no model call).
+  // The honest peer for a saving: radix_tokens charges those reads too, so it can exceed what SGLang forwards.
+  double radix_call_tokens = 0;
   std::optional<YardstickRead> yardstick_read;  // absent: not a read
   double background_forward_tokens = 0;         // of which in the background work the step queued
   double heal_forward_tokens = 0;               // of which healing the window after the step (Window::idle)
@@ -433,6 +438,7 @@ struct PolicyTotals {
   double radix_tokens = 0;          // sums of the StepResult fields of the same names
   double radix_unbounded_tokens = 0;
   double block_cache_tokens = 0;
+  double radix_call_tokens = 0;  // StepResult::radix_call_tokens' sum
   double background_forward_tokens = 0;
   double heal_forward_tokens = 0;     // of the background: Window::idle's heals after generate steps
   double prepare_forward_tokens = 0;  // and its prepared recalls

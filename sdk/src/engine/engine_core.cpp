@@ -110,7 +110,11 @@ EngineCore::EngineCore(const EngineOptions& options) : options_(options) {
   } catch (const Error& e) {
     ORBIT_FAIL("EngineOptions::pool_bytes = " << options.pool_bytes << ": " << e.what());
   }
-  usage_ = std::make_unique<UsageMeter>(po.num_pages * options.page_size);  // the KV memory the windows have
+  // The radix yardstick holds as many tokens as orbit keeps KV for: the pool's and the host tier's, which keeps
+  // the chunks' KV the pool let go (as SGLang's hierarchical cache keeps its radix tree's in host memory). With the
+  // pool's alone it recomputed, under a small pool, what orbit read back from host memory.
+  const int64_t token_bytes = std::max<int64_t>(1, page_bytes / options.page_size);
+  usage_ = std::make_unique<UsageMeter>(po.num_pages * options.page_size + options.host_budget_bytes / token_bytes);
   jobs_ = std::make_unique<PatchJobs>(*this, options.background, options.max_background_bytes);
 }
 

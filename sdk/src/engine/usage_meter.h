@@ -41,10 +41,9 @@ struct Counters {
 
 class UsageMeter {
  public:
-  // radix_capacity_tokens: the KV memory the windows have, in tokens (the radix yardstick's budget: it holds
-  // at most that many tokens, evicting the least recently read, as SGLang's cache in that memory would, so
-  // a long-running server's conversations do not grow it; the prefix ledger keeps its 65,536 most recent
-  // prefixes).
+  // radix_capacity_tokens: the KV memory orbit has, pool and host tier, in tokens (the radix yardstick's budget: it
+  // holds at most that many tokens, evicting the least recently read, as SGLang's cache in that memory would, so a
+  // long-running server's conversations do not grow it; the prefix ledger keeps its 65,536 most recent prefixes).
   explicit UsageMeter(int64_t radix_capacity_tokens);
   UsageMeter(const UsageMeter&) = delete;
   UsageMeter& operator=(const UsageMeter&) = delete;
