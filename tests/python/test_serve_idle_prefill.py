@@ -35,3 +35,25 @@ def test_an_answer_that_fills_the_context_is_not_reported_as_a_failure(start_ser
     assert "prefilling" not in server.output(), server.output()
     for session in ("a-full-1", "a-full-2"):
         assert idle_tokens(server, session) == 0
+
+
+def test_a_session_s_saved_tokens_count_its_idle_work(start_serve, stories260k_path):
+    # An append-only chat: what idle time prefilled is what the radix cache computes at the next request, so
+    # it is no saving (saved_tokens counted only the critical path's forwards, and called it one).
+    server = start_serve(stories260k_path)
+    messages = [{"role": "user", "content": "the cat sat " * 4}]
+    for turn in range(3):
+        body = {"model": MODEL_NAME, "max_tokens": 6, "temperature": 0, "messages": messages}
+        answer = server.call("/v1/chat/completions", body, session="append-only")
+        messages += [{"role": "assistant", "content": answer["choices"][0]["message"]["content"]},
+                     {"role": "user", "content": f"and then {turn}"}]
+        deadline = time.monotonic() + 120
+        while idle_tokens(server, "append-only") == 0:  # the answer's prefill, before the next request
+            assert time.monotonic() < deadline, "the idle worker never prefilled the answer"
+            time.sleep(0.05)
+    s = server.call("/v1/sessions/append-only")["savings"]
+    orbit = s["forward_tokens"] + s["idle_forward_tokens"]
+    assert s["idle_forward_tokens"] > 0, s
+    assert s["saved_tokens"] == s["radix_cache_tokens"] - orbit, s
+    assert s["total_ratio"] == orbit / s["radix_cache_tokens"], s
+    assert s["ratio"] == s["forward_tokens"] / s["radix_cache_tokens"], s

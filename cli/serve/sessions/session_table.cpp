@@ -499,8 +499,12 @@ std::optional<json> SessionTable::info(const std::string& id) const {
                   {"radix_cache_tokens", t.radix_cache_tokens},
                   {"window_prefix_cache_tokens", s.stats.prefix_cache_tokens},
                   {"idle_forward_tokens", t.idle_forward_tokens},
-                  {"saved_tokens", radix - t.forward_tokens},
-                  {"ratio", radix > 0 ? t.forward_tokens / radix : 0.0}};
+                  // Against all of orbit's work: idle-time forwards moved off the critical path are not saved
+                  // (on an append-only chat they are what the radix cache computes at the next request).
+                  {"saved_tokens", radix - t.forward_tokens - t.idle_forward_tokens},
+                  // The critical path's: what requests waited for, against the radix cache's.
+                  {"ratio", radix > 0 ? t.forward_tokens / radix : 0.0},
+                  {"total_ratio", radix > 0 ? (t.forward_tokens + t.idle_forward_tokens) / radix : 0.0}};
   return json{{"id", s.id},
               {"object", "orbit.session"},
               {"resident", s.window.has_value()},
