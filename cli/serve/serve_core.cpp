@@ -126,9 +126,9 @@ MetricGauges ServeCore::gauges() {
   return g;
 }
 
-void ServeCore::close() {
+CloseReport ServeCore::close(const CloseOptions& engine_close) {
   std::lock_guard<std::mutex> lock(close_mutex_);
-  if (closed_) return;
+  if (closed_) return {};
   context_.closing = true;
   idle_.stop();
   context_.gate.close();
@@ -136,13 +136,33 @@ void ServeCore::close() {
   while (context_.gate.busy()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   context_.decoder.stop();  // what it still holds ends as cancelled; it can no longer touch a window
   sessions_.close_all();
-  context_.engine->close();
+  const CloseReport report = close_engine(engine_close);
   // No request is left to store an answer: the held writes get their last try, and what is still held is
   // named on stderr: kept in the store's journal for the next start, or (held in memory only) lost.
   store_retry_.stop();
   const std::size_t lost = chat_completions_.drain_pending() + responses_.drain_pending();
   if (lost > 0) std::fprintf(stderr, "orbit serve: stored answers not written before shutdown: %zu\n", lost);
   closed_ = true;
+  return report;
+}
+
+CloseReport ServeCore::close_engine(const CloseOptions& options) {
+  const EngineStats before = context_.engine->stats();
+  const bool kept = !context_.options.store_dir.empty() || !context_.options.remote.empty();
+  if (kept && before.background_pending > 0 && options.finish_seconds > 0) {
+    std::fprintf(stderr,
+                 "orbit serve: finishing %lld queued background job(s) for the store (at most %g s; send the signal "
+                 "again to drop them)\n",
+                 static_cast<long long>(before.background_pending), options.finish_seconds);
+  }
+  const CloseReport report = context_.engine->close(options);
+  if (kept && report.dropped > 0) {
+    std::fprintf(stderr,
+                 "orbit serve: dropped %lld queued background job(s) unfinished (--drain-seconds ran out, or the "
+                 "signal came again); their patches are formed again when a later run needs them\n",
+                 static_cast<long long>(report.dropped));
+  }
+  return report;
 }
 
 }  // namespace orbit::serve

@@ -125,12 +125,17 @@ class ServeCore {
 
   // Stops taking forwards (waiting and later requests end), waits for the forward in flight, stops the
   // idle worker, closes every window and then the engine: background work queued so far is finished, so
-  // the store keeps what committed requests formed. Then the answers whose store write failed and are held
-  // for a retry get a last try (ChatStore::drain_pending, ResponseStore's), and each still unwritten is
-  // named on stderr (kept in the store's journal of held answers for the next start, or lost). Idempotent.
-  void close();
+  // the store keeps what committed requests formed (with a --store or --remote, for at most
+  // engine_close.finish_seconds and until engine_close.stop answers true; what is left is dropped and counted on
+  // stderr). Then the answers whose store write failed and are held for a retry get a last try
+  // (ChatStore::drain_pending, ResponseStore's), and each still unwritten is named on stderr (kept in the
+  // store's journal of held answers for the next start, or lost). Idempotent: a later call reports nothing.
+  CloseReport close(const CloseOptions& engine_close = {});
 
  private:
+  // The engine's close under `options`, its queued background work named on stderr before and what it dropped
+  // after (with a persistent store: without one nothing is run or worth naming).
+  CloseReport close_engine(const CloseOptions& options);
   void run_owed_audit();  // after a run: the oldest audit if it is owed (audit.h), on a gate turn of its own
 
   ServeContext context_;  // first: the parts below hold references to it

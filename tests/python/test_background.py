@@ -156,3 +156,39 @@ def test_an_answer_sent_back_as_a_turn_has_its_sensitivity_measured(orbit, stori
         later = w.plan_admit(engine.add_tokens(tokens(rng, 10)), before=turn)
         turn_step = next(s for s in later.steps if s.instance == turn)
         assert turn_step.sensitivity > 0 and not turn_step.measure_sensitivity
+
+
+def test_close_finishes_queued_work_for_the_store_unless_finish_seconds_bounds_it(orbit, stories260k_path, tmp_path):
+    """close() forms the queued patches for the store directory by default; close(finish_seconds=0) drops them,
+    so a second engine on the directory forwards the chunk again."""
+    def admit_b_behind_a(store, seed):
+        e = orbit.Engine(stories260k_path, pool_bytes=POOL, page_size=PAGE, background="deferred", store_dir=store)
+        w, a, b, report = first_sight(orbit, e, random.Random(seed))
+        assert e.stats.background_pending == 1
+        return e, w
+
+    def patch_hits(store, seed):
+        with orbit.Engine(stories260k_path, pool_bytes=POOL, page_size=PAGE, background="deferred",
+                          store_dir=store) as e:
+            rng = random.Random(seed)
+            a = e.add_tokens(tokens(rng, 16))
+            b = e.add_tokens(tokens(rng, 12))
+            v = e.new_window(policy="patch:full:noreuse")  # no exact reuse of the KV the first engine stored
+            v.admit(a)
+            return v.admit(b).patch_hits
+
+    for finish_seconds, hits in ((None, 1), (0, 0), (30.0, 1)):
+        store = str(tmp_path / f"store-{finish_seconds}")
+        e, w = admit_b_behind_a(store, 8)
+        e.close(finish_seconds=finish_seconds)
+        assert e.stats.patches_formed == hits
+        assert patch_hits(store, 8) == hits
+
+    e, w = admit_b_behind_a(str(tmp_path / "bad"), 8)
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(orbit.OrbitError, match=r"finish_seconds = -?nan|finish_seconds = -1"):
+            e.close(finish_seconds=bad)
+        assert not e.closed
+    with pytest.raises(TypeError):
+        e.close(finish_seconds="soon")
+    e.close()

@@ -1113,8 +1113,12 @@ class Engine:
     def __enter__(self) -> "Engine":
         """The engine; OrbitError ("with engine: the engine is closed ...") once it is closed."""
     def __exit__(self, *args: object) -> bool: ...
-    def close(self) -> None:
-        """Flushes and closes the store and frees the pool, once the calls in flight on other threads returned.
+    def close(self, finish_seconds: Optional[float] = None) -> None:
+        """Finishes the background work queued so far (canonicals and patches of first sights, for the store
+        directory or remote to keep; without either none is run), then flushes and closes the store and frees
+        the pool, once the calls in flight on other threads returned. finish_seconds (None: no bound) bounds
+        that work; what is left then is dropped (formed again when a later run needs it), as it is when Ctrl-C
+        comes meanwhile (the engine is closed, then KeyboardInterrupt raised); a negative one raises OrbitError.
         A decode running on any of its windows (generate, generate_n, generate_many, a Window.stream, an
         orbit.aio call) is first stopped at its next token, stop_reason 'cancelled' as a CancelToken gives, so
         close() waits for that token, not for the whole answer (a stream waiting for its reader is woken at

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -114,18 +115,29 @@ bool engine_closed(const std::shared_ptr<Engine>& e) {
 // them (decodes.h), then closes the engine, waiting for the other calls in flight. Refused from inside a call
 // of one of its windows, or of the engine itself (calibrate_fidelity's progress, a signal handler run during
 // run_background), on this thread before anything is stopped (the close would wait for that call).
-void close_engine(const std::shared_ptr<Engine>& e) {
+// finish_seconds: CloseOptions::finish_seconds (None: no bound). A signal handler that raises while the queued
+// background work is finished (Ctrl-C's KeyboardInterrupt) drops the rest; the engine is closed all the same and
+// the exception raised after.
+void close_engine(const std::shared_ptr<Engine>& e, std::optional<double> finish_seconds = std::nullopt) {
   if (e->forked()) return;  // a child of fork(): nothing of the engine is this process's to stop (Engine::forked)
   ORBIT_CHECK(!in_window_call(e.get()) && !e->in_operation_on_this_thread(),
               "close(): called from inside an operation of this engine on the same thread; close the engine after "
               "that operation returns");
+  orbit::CloseOptions options;
+  if (finish_seconds) {
+    ORBIT_CHECK(*finish_seconds >= 0, "close: finish_seconds = " << *finish_seconds << " (want seconds >= 0, or None)");
+    options.finish_seconds = *finish_seconds;
+  }
   const std::shared_ptr<EngineDecodes> decodes = engine_decodes(e);
+  SignalPoll signals = SignalPoll::main_thread_only();
+  options.stop = [&signals] { return signals.raised(); };
   {
     const NativeCall release;
     if (decodes) decodes->stop_all();
-    e->close();
+    e->close(options);
   }
   flush_warnings();  // closing the store may have warned (entries that never reached the disk)
+  signals.rethrow();
 }
 
 // Closes every engine still open (Python's atexit runs it, before the interpreter is torn down): a decode or
@@ -355,8 +367,12 @@ void def_engine_life(py::class_<Engine, std::shared_ptr<Engine>>& c) {
         return false;
       },
       "Closes the engine (see close()); exceptions propagate.");
-  c.def("close", &close_engine,
-        "Flushes and closes the store and frees the pool, once the calls in flight on other threads returned.\n"
+  c.def("close", &close_engine, py::arg("finish_seconds") = py::none(),
+        "Finishes the background work queued so far (canonicals and patches of first sights, for the store\n"
+        "directory or remote to keep; without either none is run), then flushes and closes the store and frees\n"
+        "the pool, once the calls in flight on other threads returned. finish_seconds (None: no bound) bounds that\n"
+        "work; what is left then is dropped (formed again when a later run needs it), as it is when Ctrl-C comes\n"
+        "meanwhile (the engine is closed, then KeyboardInterrupt raised).\n"
         "A decode running on any of its windows (generate, generate_n, orbit.generate_many, a Window.stream,\n"
         "an orbit.aio call) is first stopped at its next token, stop_reason 'cancelled' as a CancelToken gives,\n"
         "so close() waits for that token, not for the whole answer (a stream waiting for its reader is woken at\n"

@@ -135,7 +135,12 @@ bool HttpServer::drain_and_stop(const std::function<bool()>& cut_short) {
     cut = cut_short && cut_short();
   }
   if (cut) server_->limit_stalled_writes(std::chrono::milliseconds(0));
-  core_.close();
+  // The background work queued for the store gets what is left of the drain, and a second signal ends it too.
+  CloseOptions close_options;
+  close_options.finish_seconds =
+      cut ? 0.0 : std::max(0.0, std::chrono::duration<double>(deadline - Clock::now()).count());
+  close_options.stop = cut_short;
+  if (core_.close(close_options).stopped) cut = true;
   settle_after_close();
   server_->stop_listening();  // also before listen() started: listen() then
                               // returns at once

@@ -83,12 +83,14 @@ class HttpServer {
   // still ends it); returns false when the listening socket failed.
   bool listen();
   // Stops taking requests (new ones get 503), waits up to drain_seconds for those in flight, then closes the
-  // core (its engine finishes the background work queued, so the store keeps it) and the listener, and ends
+  // core (its engine finishes the background work queued, so the store keeps it, in what is left of
+  // drain_seconds; the rest is dropped) and the listener, and ends
   // listen(), whether it is running or not yet started. Any thread.
   // From its start, a write stalled for min(drain_stall_seconds, drain_seconds) fails, so a client that stopped
   // reading delays the exit by at most that. `cut_short`, when given, is asked every 10 ms while the drain
-  // waits: true ends the wait at once, as if its deadline had passed (an answer still running becomes a 503
-  // server_shutdown, and a stalled write fails at once). Returns whether it did.
+  // waits, and while the engine finishes its background work: true ends the wait at once, as if its deadline had
+  // passed (an answer still running becomes a 503 server_shutdown, a stalled write fails at once, the background
+  // work left is dropped). Returns whether it did.
   bool drain_and_stop(const std::function<bool()>& cut_short = nullptr);
   int64_t in_flight() const { return in_flight_; }
   // The longest the stop waits, once the core is closed, for the answers it cut to write their ending.

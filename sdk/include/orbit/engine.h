@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -283,6 +284,25 @@ struct CalibrationReport {
   bool stored = false;
 };
 
+// What Engine::close() does with the background work queued when it is called (the canonicals and patches of
+// first sights, which a persistent store keeps for the next run and for other processes sharing it).
+struct CloseOptions {
+  // The most seconds close() spends finishing that work; what is still queued then is dropped (its patches are
+  // formed again when a later run needs them). Infinity (the default) finishes all of it; 0 none. Without a
+  // store_dir or remote nothing would keep the results, so none is run whatever this says.
+  double finish_seconds = std::numeric_limits<double>::infinity();
+  // Asked (on close()'s thread, with the engine's locks held: it must not call into the SDK) before each job and
+  // each layer of its forwards while close() finishes them; true drops the rest at once (a second SIGTERM).
+  std::function<bool()> stop;
+};
+
+struct CloseReport {
+  int64_t finished = 0;  // queued background jobs close() ran to their end
+  int64_t dropped =
+      0;  // queued jobs it cancelled (out of time, stopped, no persistent store, or queued after it began)
+  bool stopped = false;  // CloseOptions::stop answered true
+};
+
 class Engine {
  public:
   // Loads the model and opens the store. Throws orbit::Error naming the file or option at fault (a model
@@ -429,12 +449,13 @@ class Engine {
   // negligible).
   bool observe_fidelity(double measured_kl, double predicted_kl);
   // Finishes the background work queued so far (canonicals and patches of first sights, so the store keeps
-  // them), cancels what is queued after that and joins the background worker, then flushes and closes the store once
-  // the operations in flight on other threads have returned (it blocks until then). Idempotent; a concurrent second
-  // close() returns when the first has finished. Windows still alive throw "engine is closed" on use afterwards (their
-  // pool pages are released when they are destroyed). Throws orbit::Error if called from inside an operation of this
-  // engine on the same thread.
-  void close();
+  // them; CloseOptions bounds it), cancels what is queued after that and joins the background worker, then flushes
+  // and closes the store once the operations in flight on other threads have returned (it blocks until then).
+  // Idempotent; a concurrent second close() returns when the first has finished (an empty report, as every later
+  // one). Windows still alive throw "engine is closed" on use afterwards (their pool pages are released when they
+  // are destroyed). Throws orbit::Error if called from inside an operation of this engine on the same thread, and
+  // when options.finish_seconds is negative or NaN.
+  CloseReport close(const CloseOptions& options = {});
   bool closed() const;
   // True while the calling thread is inside an operation of this engine (a callback it runs: a progress
   // report, a signal handler run from a poll), where close() is refused: lets a caller that must stop its own

@@ -19,10 +19,10 @@
 //     each instance; one stopped returns nothing (the window as it was, nothing counted).
 // Not points: a decode's token steps (GenerateOptions::on_token stops those); a store write
 // (one value is written whole: stopping inside it could only drop the value, and the points before and after
-// it bound it); the jobs BackgroundMode::kInline runs after apply has committed and those Engine close drains
-// (both run with the scope hidden); idle's carry of the tentative tail (its forward runs after the heal that
-// moved the window's KV has committed: a throw there would leave the heal done and its report lost); the
-// background worker thread (no scope).
+// it bound it); the jobs BackgroundMode::kInline runs after apply has committed (run with the scope hidden) and those
+// Engine::close drains (run under CloseOptions' own check, not the caller's scope); idle's carry of the tentative tail
+// (its forward runs after the heal that moved the window's KV has committed: a throw there would leave the heal done
+// and its report lost); the background worker thread (no scope).
 //
 // Nothing is committed when one throws: the window is unchanged (apply builds in fresh pages and writes the
 // window only after the last step; a forward stopped between layers returns nothing), as for a plan refused

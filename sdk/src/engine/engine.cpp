@@ -166,9 +166,11 @@ EngineStats Engine::stats() const {
 
 ConstraintCache& Engine::constraint_cache() { return core_->constraint_cache(); }
 
-void Engine::close() {
-  if (core_->life().forked()) return;  // the parent's to close (EngineLife::forked)
-  core_->close();
+CloseReport Engine::close(const CloseOptions& options) {
+  ORBIT_CHECK(options.finish_seconds >= 0, "Engine::close: CloseOptions::finish_seconds = "
+                                               << options.finish_seconds << " (want seconds >= 0, or infinity)");
+  if (core_->life().forked()) return {};  // the parent's to close (EngineLife::forked)
+  return core_->close(options);
 }
 bool Engine::closed() const { return core_->life().closed(); }
 bool Engine::in_operation_on_this_thread() const { return core_->life().held_by_this_thread(); }

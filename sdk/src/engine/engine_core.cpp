@@ -122,18 +122,28 @@ EngineCore::~EngineCore() {
   if (jobs_) jobs_->stop();
 }
 
-void EngineCore::close() {
+CloseReport EngineCore::close(const CloseOptions& options) {
+  CloseReport report;
+  // Without a directory or a remote the store dies with the engine: what the jobs would form is dropped unread.
+  const bool kept = !options_.store_dir.empty() || !options_.remote.empty();
   life_.close(
       // Canonicals and patches queued by first sights are what the store exists to keep (another process
       // sharing the directory, or the next run, would otherwise encode them again): finish them first,
       // while operations are still accepted. Work queued after this point is dropped below.
-      [this] { jobs_->finish(); },
+      [&] {
+        if (!kept) return;
+        const PatchJobs::Finished f = jobs_->finish(options.finish_seconds, options.stop);
+        report.finished = f.ran;
+        report.stopped = f.stopped;
+      },
       // Background jobs use the model and the store: once no operation is in flight, cancel the queued
       // ones and join the worker before the store goes.
-      [this] {
+      [&] {
+        report.dropped = jobs_->queue().queued();
         jobs_->stop();
         kv_->close();
       });
+  return report;
 }
 
 const runtime::Model& EngineCore::model() const {

@@ -152,9 +152,10 @@ class EngineCore {
   // orbit::pages_freed_by_closing (orbit/pool_room.h), here for the windows' state (pool_room.cpp).
   static int64_t pages_freed_by_closing(const PoolRoomQuery& query);
 
-  // Closes the engine (EngineLife::close): the queued background work finished, then, once the operations
-  // in flight have finished, the worker stopped and the store flushed and destroyed.
-  void close();
+  // Closes the engine (EngineLife::close): the queued background work finished (as `options` bound it; none
+  // without a persistent store), then, once the operations in flight have finished, the worker stopped, what is
+  // still queued dropped, and the store flushed and destroyed.
+  CloseReport close(const CloseOptions& options);
 
  private:
   // Fits the fidelity model from a stored calibration (load_stored_calibration, read_remote_calibration);

@@ -29,9 +29,26 @@ int64_t held_bytes(const runtime::Content& content) {
 PatchJobs::PatchJobs(EngineCore& core, BackgroundMode mode, int64_t max_bytes)
     : core_(core), queue_(std::make_unique<BackgroundQueue>(mode, max_bytes)) {}
 
-void PatchJobs::finish() {
-  const InterruptScope closing(nullptr);  // close() drains the queue whole: no interruption point stops it
-  (void)queue_->run(1e30, queue_->queued());
+PatchJobs::Finished PatchJobs::finish(double max_seconds, const std::function<bool()>& stop) {
+  Finished f;
+  if (!(max_seconds > 0)) return f;
+  using Clock = std::chrono::steady_clock;
+  const bool timed = max_seconds < 1e9;  // past that, no deadline (and no time_point overflow)
+  const Clock::time_point deadline =
+      timed ? Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(max_seconds))
+            : Clock::time_point::max();
+  const InterruptScope closing([&] {
+    if (stop && stop()) f.stopped = true;
+    return f.stopped || (timed && Clock::now() >= deadline);
+  });
+  // Only what was queued when close() began: operations still queuing on other threads cannot keep it running.
+  const int64_t queued = queue_->queued();
+  try {
+    while (f.ran < queued && queue_->run(1e30, 1) == 1) ++f.ran;
+  } catch (const Interrupted&) {
+    // out of time or stopped: the job not taken, or stopped inside its forward, stays queued for stop()
+  }
+  return f;
 }
 
 void PatchJobs::stop() { queue_->stop(); }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,9 +48,15 @@ class PatchJobs {
   BackgroundQueue& queue() { return *queue_; }
   // Called at the end of every apply(): runs the queued jobs under BackgroundMode::kInline.
   void after_apply();
-  // Runs what is queued now, on this thread (close() does, before it refuses new operations), with the
-  // calling thread's InterruptScope hidden: no interruption point stops it.
-  void finish();
+  struct Finished {
+    int64_t ran = 0;       // jobs run to their end
+    bool stopped = false;  // `stop` answered true
+  };
+  // Runs what is queued now, on this thread (close() does, before it refuses new operations), until none is
+  // left, `max_seconds` passed or `stop` (when set) answers true: both are asked before each job and each layer
+  // of its forwards, in place of the calling thread's InterruptScope. A job stopped part way goes back to the
+  // queue (stop() then drops it).
+  Finished finish(double max_seconds, const std::function<bool()>& stop);
   // Cancels what is queued and joins the worker (close(), once no operation is in flight; the destructor).
   void stop();
 
