@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,6 +33,7 @@
 #include "device_args.h"
 #include "orbit/common/atomic_file.h"
 #include "orbit/common/error.h"
+#include "orbit/interrupt.h"
 #include "orbit/policy.h"
 #include "orbit/trace.h"
 
@@ -345,9 +347,10 @@ decltype(ReplayOptions::progress) replay_progress() {
 }
 
 // Ctrl-C (SIGINT) during a replay: the first stops it before its next step (the callback below throws
-// ReplayInterrupted there), and the run says where it was; no report is printed or written, since its ratios need
-// every policy's whole run. The handler is reset as it runs (SA_RESETHAND), so a second Ctrl-C ends the process at
-// once, inside a long step too.
+// ReplayInterrupted there) or, inside a step or a policy's calibration, at the SDK's next interruption point
+// (orbit/interrupt.h: an InterruptScope around the replay), and the run says where it was; no report is printed or
+// written, since its ratios need every policy's whole run. The handler is reset as it runs (SA_RESETHAND), so a
+// second Ctrl-C ends the process at once, inside a long forward too.
 volatile std::sig_atomic_t interrupted = 0;
 void on_interrupt(int) { interrupted = 1; }
 
@@ -363,15 +366,32 @@ struct ReplayInterrupted {
   std::string where;  // "before step S/N of policy P/NP (NAME)"
 };
 
+// The step the replay reported last (its progress callback), for a stop inside the SDK to say where it was.
+struct LastStep {
+  std::string where;  // "after step S/N of policy P/NP (NAME) began", or empty before the first
+};
+
+std::string step_name(std::size_t p, std::size_t np, std::size_t s, std::size_t ns, const std::string& name) {
+  return "step " + std::to_string(s + 1) + "/" + std::to_string(ns) + " of policy " + std::to_string(p + 1) + "/" +
+         std::to_string(np) + " (" + name + ")";
+}
+
 // The progress callback (show: what prints it; null under --quiet) that also stops the replay after a Ctrl-C.
-decltype(ReplayOptions::progress) interruptible(decltype(ReplayOptions::progress) show) {
-  return [show](std::size_t p, std::size_t np, std::size_t s, std::size_t ns, const std::string& name) {
-    if (interrupted) {
-      throw ReplayInterrupted{"before step " + std::to_string(s + 1) + "/" + std::to_string(ns) + " of policy " +
-                              std::to_string(p + 1) + "/" + std::to_string(np) + " (" + name + ")"};
-    }
+decltype(ReplayOptions::progress) interruptible(decltype(ReplayOptions::progress) show,
+                                                const std::shared_ptr<LastStep>& last) {
+  return [show, last](std::size_t p, std::size_t np, std::size_t s, std::size_t ns, const std::string& name) {
+    if (interrupted) throw ReplayInterrupted{"before " + step_name(p, np, s, ns, name)};
+    last->where = "after " + step_name(p, np, s, ns, name) + " began";
     if (show) show(p, np, s, ns, name);
   };
+}
+
+// Says where a Ctrl-C stopped the replay; returns its exit status.
+int report_interrupted(const std::string& where, bool quiet, bool json_out) {
+  std::fprintf(
+      stderr, "%sorbit replay: interrupted (Ctrl-C) %s: no report (its ratios need every policy's whole run)%s\n",
+      !quiet && ::isatty(STDERR_FILENO) != 0 ? "\n" : "", where.c_str(), json_out ? "; --json not written" : "");
+  return 130;  // as a shell reports a process SIGINT ended
 }
 
 // replay(), where a full KV pool ends it, saying which argument sizes the pool's pages: every instance holds
@@ -410,20 +430,20 @@ int run_replay(int argc, char** argv, int first) {
     check_output_not_input("replay", "--json", *json_out, model_inputs(o.engine.model, {{"TRACE", trace_path}}));
   }
   const bool quiet = args.flag("--quiet");
-  o.progress = interruptible(quiet ? nullptr : replay_progress());
+  const auto last = std::make_shared<LastStep>();
+  o.progress = interruptible(quiet ? nullptr : replay_progress(), last);
 
   const Trace trace = load_trace(trace_path);
   stop_before_next_step_on_interrupt();
   std::optional<ReplayReport> replayed;
   try {
+    const InterruptScope stop_inside([] { return interrupted != 0; });
     replayed = replay_naming_page_size(trace, o);
+  } catch (const Interrupted&) {  // inside a step, or calibrating before the first step of a policy
+    return report_interrupted(last->where.empty() ? std::string("before the first step") : last->where, quiet,
+                              json_out.has_value());
   } catch (const ReplayInterrupted& stop) {
-    std::fprintf(stderr,
-                 "%sorbit replay: interrupted (Ctrl-C) %s: no report (its ratios need every policy's whole "
-                 "run)%s\n",
-                 !quiet && ::isatty(STDERR_FILENO) != 0 ? "\n" : "", stop.where.c_str(),
-                 json_out ? "; --json not written" : "");
-    return 130;  // as a shell reports a process SIGINT ended
+    return report_interrupted(stop.where, quiet, json_out.has_value());
   }
   std::signal(SIGINT, SIG_DFL);  // nothing checks the flag past the last step: Ctrl-C ends the printing at once
   const ReplayReport& report = *replayed;

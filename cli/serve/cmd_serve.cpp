@@ -20,6 +20,7 @@
 #include "device_args.h"
 #include "orbit/common/error.h"
 #include "orbit/common/utf8.h"
+#include "orbit/interrupt.h"
 #include "orbit/policy.h"
 #include "orbit/store.h"
 #include "orbit/sync_memo.h"
@@ -416,9 +417,13 @@ int run_serve(int argc, char** argv, int first) {
   warn_if_remote_unreachable(options.remote);
   try {
     startup.throw_if_received();
+    // The calibration's interruption points (before each arm of a seed) hear a signal within a few forwards.
+    const InterruptScope stop_on_signal([&] { return startup.received() != 0; });
     serve::prepare_fidelity_model(core.engine(), options, args.flag("--calibrate-fidelity"),
                                   [&] { startup.throw_if_received(); });
   } catch (const serve::StartupInterrupted&) {
+    return startup.stopped();
+  } catch (const Interrupted&) {
     return startup.stopped();
   }
   startup.finish();

@@ -17,9 +17,10 @@ struct StartupInterrupted : std::runtime_error {
 };
 
 // A thread that waits for `signals` (blocked in every thread, block_stop_signals) until finish(): the first
-// is said on stderr and kept, for the start to stop at its next check (after the model's load, between a
-// calibration's seeds) instead of listening; a second ends the process at once (exit status 128 + signal),
-// as a second signal cuts a drain short. What the store wrote stays whole either way (it survives a kill).
+// is said on stderr and kept, for the start to stop at its next check (after the model's load; in a calibration,
+// its interruption points, through an InterruptScope) instead of listening; a second ends the process at once
+// (exit status 128 + signal), as a second signal cuts a drain short. What the store wrote stays whole either way
+// (it survives a kill).
 class StartupSignals {
  public:
   explicit StartupSignals(const sigset_t& signals);

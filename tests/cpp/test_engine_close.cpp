@@ -108,9 +108,8 @@ TEST_CASE("close's stop drops the rest between two jobs or inside one's forward"
   int calls = 0;
   const bool inside = GENERATE(false, true);
   const int stop_at = inside ? per_job + 3 : per_job + 1;  // inside the second job's encode, or before it
-  const CloseReport r = engine->close(CloseOptions{std::numeric_limits<double>::infinity(), [&] {
-                                                     return ++calls == stop_at;
-                                                   }});
+  const CloseReport r =
+      engine->close(CloseOptions{std::numeric_limits<double>::infinity(), [&] { return ++calls == stop_at; }});
   CHECK(calls == stop_at);  // no check after the stop
   CHECK(r.stopped);
   CHECK(r.finished == 1);

@@ -387,3 +387,23 @@ TEST_CASE("loss_by_instance's reference forward and its per-instance reads stop 
 }
 
 }  // namespace ORBIT_TEST_FILE
+
+namespace ORBIT_TEST_FILE {
+
+TEST_CASE("a fidelity calibration stops before an arm and fits nothing", "[calibrate][interrupt]") {
+  auto engine = test::open_stories_small_pages(BackgroundMode::kInline);
+  const std::string before = engine->fidelity_model_description();
+  // Seven arms a seed, each after one point: the 1st point stops before any forward, the 9th inside seed 2.
+  const int stop_at = GENERATE(1, 9);
+  int seeds_reported = 0;
+  CHECK(interrupted_at(stop_at, "calibrate_fidelity",
+                       [&] { engine->calibrate_fidelity([&](int64_t, int64_t) { ++seeds_reported; }); }) == stop_at);
+  CHECK(seeds_reported == (stop_at > 7 ? 1 : 0));
+  CHECK(engine->fidelity_calibration() == "default");
+  CHECK(engine->fidelity_model_description() == before);
+  // The whole calibration makes 3 seeds x 7 points and then fits.
+  CHECK(checks_of([&] { engine->calibrate_fidelity(); }) == 21);
+  CHECK(engine->fidelity_calibration() == "calibrated");
+}
+
+}  // namespace ORBIT_TEST_FILE

@@ -17,6 +17,9 @@
 //   - before each layer of the measuring reads' forwards: disposable's two greedy decodes (each step's),
 //     reference_logits' and loss_by_instance's re-prefill of the whole window, and loss_by_instance's read of
 //     each instance; one stopped returns nothing (the window as it was, nothing counted).
+//   - in Engine::calibrate_fidelity, before each arm of each seed's measurement (a handful of small forwards), and in
+//     Engine::calibrate between its timings too; one stopped fits and stores nothing ("calibrate_fidelity:
+//     interrupted", "calibrate: interrupted").
 // Not points: a decode's token steps (GenerateOptions::on_token stops those); a store write
 // (one value is written whole: stopping inside it could only drop the value, and the points before and after
 // it bound it); the jobs BackgroundMode::kInline runs after apply has committed (run with the scope hidden) and those

@@ -296,8 +296,12 @@ CalibrationReport EngineCore::calibrate() {
   c10::InferenceMode guard;
   const int64_t limit = window_position_limit(c) > 0 ? window_position_limit(c) : 4096;
   CostTiming timing(*this, std::min<int64_t>(128, limit / 2));
+  // Interruption points between the timings (orbit/interrupt.h), and calibrate_fidelity's before each arm.
+  interruption_point("calibrate");
   const runtime::PastKV ctx = time_forwards(timing);
+  interruption_point("calibrate");
   const TimedChunk chunk = time_patches(timing, ctx);
+  interruption_point("calibrate");
   time_local_tiers(timing, chunk, reinterpret_cast<uintptr_t>(this));
   const bool remote_measured = time_remote(kv().store(), chunk.bytes, timing.samples);
 

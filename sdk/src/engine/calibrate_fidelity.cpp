@@ -358,15 +358,21 @@ FidelityCalibration measure_fidelity_samples(const EngineCore& core, int seeds,
   n.q = 8;
   n.p = std::min<int64_t>(16, limit / 8);
   std::vector<Raw> out;
+  // An interruption point before each arm (orbit/interrupt.h): a caller's scope stops the measurement within
+  // one arm's forwards, nothing fitted or stored.
+  const auto arm = [](const auto& measure) {
+    interruption_point("calibrate_fidelity");
+    measure();
+  };
   for (int seed = 0; seed < seeds; ++seed) {
     const SeedArms arms(core, 1000 + static_cast<uint64_t>(seed), n);
-    arms.blind_and_truncated(out);
-    arms.quantized(out);
-    arms.recompute(out);
-    arms.keep(out);
-    arms.orbit_and_stale(out);
-    arms.stale_after_recall(out);
-    shortfall(core, model_limits(core).dynamic_ntk, 2000 + static_cast<uint64_t>(seed), out);
+    arm([&] { arms.blind_and_truncated(out); });
+    arm([&] { arms.quantized(out); });
+    arm([&] { arms.recompute(out); });
+    arm([&] { arms.keep(out); });
+    arm([&] { arms.orbit_and_stale(out); });
+    arm([&] { arms.stale_after_recall(out); });
+    arm([&] { shortfall(core, model_limits(core).dynamic_ntk, 2000 + static_cast<uint64_t>(seed), out); });
     if (progress) progress(seed + 1, seeds);
   }
   return scale_features(out);
