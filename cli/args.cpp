@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "orbit/common/error.h"
@@ -171,6 +172,25 @@ double Args::get_double(const std::string& name, double fallback) const {
   return out;
 }
 
+namespace {
+
+// In a sticky directory (/tmp) only the file's owner, the directory's or root may replace a file: the rename
+// into place at the end of the run would fail with EPERM after all its work, so another user's file is refused now.
+void check_replaceable_in_sticky_dir(const std::string& command, const std::string& name, const std::string& path,
+                                     const std::string& dir) {
+  struct stat d {};
+  struct stat f {};
+  if (::stat(dir.c_str(), &d) != 0 || (d.st_mode & S_ISVTX) == 0) return;
+  if (::lstat(path.c_str(), &f) != 0) return;  // a new file: nothing to replace
+  const uid_t me = ::geteuid();
+  ORBIT_CHECK(me == 0 || f.st_uid == me || d.st_uid == me,
+              command << ": argument '" << name << "': cannot replace " << path << ": it belongs to another user (uid "
+                      << f.st_uid << ") in the sticky directory " << dir
+                      << ", where only its owner may replace it; give another path");
+}
+
+}  // namespace
+
 void check_output_argument(const std::string& command, const std::string& name, const std::string& path,
                            const std::string& what) {
   ORBIT_CHECK(!path.empty(),
@@ -196,6 +216,7 @@ void check_output_argument(const std::string& command, const std::string& name, 
     const std::string dir = parent.empty() ? std::string(".") : parent.string();
     ORBIT_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, command << ": argument '" << name << "': cannot write " << what
                                                                  << " in " << dir << ": " << std::strerror(errno));
+    check_replaceable_in_sticky_dir(command, name, path, dir);
   }
 }
 

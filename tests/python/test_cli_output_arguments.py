@@ -73,6 +73,47 @@ def test_replay_refuses_a_json_path_in_a_directory_it_may_not_write_before_repla
     assert result.returncode == 1 and "argument '--json' is '--', which reads as an option" in result.stderr
 
 
+def test_another_users_file_in_a_sticky_directory_is_refused_before_the_run(orbit_cli, stories260k_path, trace,
+                                                                            as_unprivileged):
+    # In a sticky directory (/tmp's mode) only a file's owner may rename over it: the run went to its end, then
+    # failed to move its output into place. A file of the user's own there is replaced as before.
+    import os
+    import shutil
+    import tempfile
+
+    if not as_unprivileged:
+        pytest.skip("needs root: a file of another user is made for the unprivileged run to meet")
+    root = tempfile.mkdtemp(prefix="orbit-sticky-")
+    try:
+        os.chmod(root, 0o1777)
+        readable = shutil.copy(trace, os.path.join(root, "trace.json"))
+        os.chmod(readable, 0o644)
+        theirs = os.path.join(root, "theirs.json")
+        with open(theirs, "w") as f:
+            f.write("root's")
+        os.chmod(theirs, 0o666)  # writable by anyone, yet not replaceable by rename
+        for command in (["replay", readable, "--model", str(stories260k_path), "--no-fidelity", "--json", theirs],
+                        ["make-trace", "--kind", "rag", "--steps", "3", "--model", str(stories260k_path), "--out",
+                         theirs]):
+            result = subprocess.run([*as_unprivileged, str(orbit_cli), *command], capture_output=True, text=True,
+                                    timeout=300)
+            name = "--json" if command[0] == "replay" else "--out"
+            assert result.returncode == 1, result.stderr
+            assert (f"{command[0]}: argument '{name}': cannot replace {theirs}: it belongs to another user (uid 0) in "
+                    f"the sticky directory {root}") in result.stderr, result.stderr
+            assert "replay: policy" not in result.stderr and "make-trace: wrote" not in result.stdout
+        with open(theirs) as f:
+            assert f.read() == "root's"
+        mine = os.path.join(root, "mine.json")
+        for _ in range(2):  # made, then replaced by its owner
+            result = subprocess.run([*as_unprivileged, str(orbit_cli), "make-trace", "--kind", "rag", "--steps", "3",
+                                     "--model", str(stories260k_path), "--out", mine], capture_output=True, text=True,
+                                    timeout=300)
+            assert result.returncode == 0, result.stderr
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def test_make_trace_refuses_an_out_path_it_cannot_write(orbit_cli, stories260k_path, tmp_path):
     for path, says in cases(tmp_path, "make-trace", "--out", "the trace file"):
         result = run(orbit_cli, "make-trace", "--kind", "rag", "--steps", "3", "--seed", "1", "--model",
