@@ -401,7 +401,9 @@ ReplayReport replay_naming_page_size(const Trace& trace, const ReplayOptions& o)
     return replay(trace, o);
   } catch (const Error& e) {
     const std::string what = e.what();
-    if (what.find("the KV pool is full") == std::string::npos) throw;
+    if (what.find("the KV pool is full") == std::string::npos &&
+        what.find("the KV pool is too small") == std::string::npos)
+      throw;
     ORBIT_FAIL(what << " (the replay engines' pool: " << o.engine.pool_bytes << " bytes in pages of --page-size "
                     << o.engine.page_size << " tokens, each instance holding whole pages; a smaller --page-size "
                     << "gives more pages)");

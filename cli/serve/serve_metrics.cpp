@@ -149,8 +149,39 @@ void ServeMetrics::count_stalled(bool slow) {
   slow_clients_ += slow ? 1 : 0;
 }
 
+namespace {
+
+// The engine's bounded tables (EngineStats::patch_catalog and the rest): what each holds and its bound, entries
+// and bytes (a table not counted one way is left out of that gauge).
+void render_engine_tables(std::ostringstream& out, const EngineStats& stats) {
+  const std::pair<const char*, const TableUsage*> tables[] = {{"patch_catalog", &stats.patch_catalog},
+                                                              {"turn_lengths", &stats.turn_lengths},
+                                                              {"prefix_ledger", &stats.prefix_ledger},
+                                                              {"radix_yardstick", &stats.radix_yardstick},
+                                                              {"tokenizer_cache", &stats.tokenizer_cache}};
+  out << "# HELP orbit_engine_table_entries Entries an engine table holds (patch_catalog: patch records; "
+         "turn_lengths: turns' token counts; prefix_ledger: the prefix-cache yardstick's prefixes; radix_yardstick: "
+         "the radix yardstick's tokens; tokenizer_cache: split words), and its bound (limit=\"max\"; 0 or absent: "
+         "none).\n# TYPE orbit_engine_table_entries gauge\n";
+  for (const auto& [table, u] : tables) {
+    out << "orbit_engine_table_entries{table=\"" << table << "\"} " << u->entries << "\n";
+    if (u->max_entries > 0)
+      out << "orbit_engine_table_entries{table=\"" << table << "\",limit=\"max\"} " << u->max_entries << "\n";
+  }
+  out << "# HELP orbit_engine_table_bytes Bytes an engine table counts against its bound (limit=\"max\"), for the "
+         "tables bounded in bytes.\n# TYPE orbit_engine_table_bytes gauge\n";
+  for (const auto& [table, u] : tables) {
+    if (u->max_bytes <= 0) continue;
+    out << "orbit_engine_table_bytes{table=\"" << table << "\"} " << u->bytes << "\n"
+        << "orbit_engine_table_bytes{table=\"" << table << "\",limit=\"max\"} " << u->max_bytes << "\n";
+  }
+}
+
+}  // namespace
+
 std::string render_memory_metrics(const EngineStats& stats) {
   std::ostringstream out;
+  render_engine_tables(out, stats);
   out << "# HELP orbit_chunks Chunks registered (messages' chunks kept, --max-idle-chunks, and those in use).\n"
       << "# TYPE orbit_chunks gauge\norbit_chunks " << stats.chunks << "\n";
   out << "# HELP orbit_pool_pages The KV pool's pages (windows' KV), and those free.\n# TYPE orbit_pool_pages gauge\n"

@@ -120,6 +120,11 @@ class HfTokenizerImpl final : public HfTokenizer {
   std::string kind() const override { return "huggingface"; }
   std::string source() const override { return source_; }
   bool prefix_stable() const override { return prefix_stable_; }
+  CacheUsage cache_usage() const override {
+    return {static_cast<int64_t>(model_->words_cached()), static_cast<int64_t>(model_->bytes_cached()),
+            static_cast<int64_t>(model_->cache_words()),
+            model_->cache_words() > 0 ? static_cast<int64_t>(hf::BpeModel::kCacheBytes) : 0};
+  }
   Encoding encode_with_bytes(std::string_view text) const override;
   std::optional<Encoding> encode_rest(std::string_view text, std::size_t at) const override;
   std::optional<int> cut_context(std::string_view text, std::size_t at) const override;

@@ -3,12 +3,16 @@
 // finished a second engine on the same directory reads, what it dropped is formed again. Stops by count, not clock.
 #include "orbit_catch.h"
 
+#include <chrono>
 #include <cmath>
+#include <future>
 #include <limits>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "orbit/engine.h"
+#include "orbit/interrupt.h"
 #include "test_helpers.h"
 
 namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
@@ -18,7 +22,7 @@ using orbit::test::random_tokens;
 
 namespace {
 
-constexpr int kChunks = 4;  // the first needs no patch (nothing before it): 3 jobs
+constexpr int kChunks = 4;  // the first needs no patch (nothing before it): 3 jobs by default
 
 std::shared_ptr<Engine> open_deferred(const std::string& store_dir) {
   EngineOptions o;
@@ -37,17 +41,17 @@ WindowOptions patching() {
 }
 
 // The chunks' tokens (seeded: every engine of a case registers the same chunks, under the same keys).
-std::vector<std::vector<int64_t>> chunk_tokens() {
+std::vector<std::vector<int64_t>> chunk_tokens(int count = kChunks) {
   std::mt19937_64 rng(29);
   std::vector<std::vector<int64_t>> t;
-  for (int i = 0; i < kChunks; ++i) t.push_back(random_tokens(rng, 40));
+  for (int i = 0; i < count; ++i) t.push_back(random_tokens(rng, 40));
   return t;
 }
 
-// Admits every chunk into a fresh window of `engine`: each first sight after the first queues its patch's job.
-void admit_all(Engine& engine) {
+// Admits `count` chunks into a fresh window of `engine`: each first sight after the first queues its patch's job.
+void admit_all(Engine& engine, int count = kChunks) {
   Window w = engine.new_window(patching());
-  for (const std::vector<int64_t>& t : chunk_tokens()) w.admit(engine.add_tokens(t));
+  for (const std::vector<int64_t>& t : chunk_tokens(count)) w.admit(engine.add_tokens(t));
 }
 
 // How many of chunks 1.. a second engine on `store_dir` serves from a stored patch (no forward).
@@ -135,6 +139,61 @@ TEST_CASE("close refuses a negative or NaN finish_seconds and stays open", "[eng
                     Catch::Contains("CloseOptions::finish_seconds") && Catch::Contains(">= 0"));
   CHECK_FALSE(engine->closed());
   engine->close();
+}
+
+TEST_CASE("a second close waits for the first one's finish instead of cutting it short", "[engine][close]") {
+  test::TempDir dir;
+  auto engine = open_deferred(dir.path().string());
+  admit_all(*engine, 8);
+  REQUIRE(engine->stats().background_pending == 7);
+  std::future<CloseReport> second;
+  // The first close's check runs inside its finish: a second close (finish_seconds 0) begins there, on another
+  // thread, and is given time to act before the first goes on.
+  const CloseReport first = engine->close(
+      CloseOptions{std::numeric_limits<double>::infinity(), [&] {
+                     if (!second.valid()) {
+                       second = std::async(std::launch::async, [&] { return engine->close(CloseOptions{0, nullptr}); });
+                       std::this_thread::sleep_for(std::chrono::milliseconds(200));
+                     }
+                     return false;
+                   }});
+  CHECK(first.finished == 7);
+  CHECK(first.dropped == 0);
+  const CloseReport later = second.get();
+  CHECK(later.finished == 0);
+  CHECK(later.dropped == 0);
+  CHECK(engine->stats().background_failed == 0);
+}
+
+TEST_CASE("close stops a run_background on another thread after its job in flight", "[engine][close]") {
+  test::TempDir dir;
+  auto engine = open_deferred(dir.path().string());
+  const int jobs = 11;
+  admit_all(*engine, jobs + 1);
+  REQUIRE(engine->stats().background_pending == jobs);
+  std::promise<void> started;
+  int64_t ran = -1;
+  std::thread runner([&] {
+    bool first = true;
+    // Its first interruption point (before it takes a job) lets the close begin, then waits a little for it: it
+    // then takes no job, or the one it had taken.
+    const InterruptScope hook([&] {
+      if (first) {
+        first = false;
+        started.set_value();
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
+      return false;
+    });
+    ran = engine->run_background();
+  });
+  started.get_future().wait();
+  const CloseReport r = engine->close(CloseOptions{0, nullptr});
+  runner.join();
+  CHECK(r.finished == 0);
+  CHECK(ran >= 0);
+  CHECK(ran < jobs);  // it ran on through the whole queue while close waited for it
+  CHECK(r.dropped == jobs - ran);
 }
 
 }  // namespace ORBIT_TEST_FILE

@@ -584,6 +584,13 @@ TEST_CASE("plans that apply would refuse say so, with nothing to run", "[plan][d
     CHECK(p.refusal.find("the KV pool is full (1 of 100 pages free; this plan needs 2)") != std::string::npos);
     CHECK(p.refused_capacity);
   }
+  SECTION("more fresh pages than the whole pool has: too small, not full") {
+    env.pool = PoolPages{1, 1};  // b needs two; the one page is free
+    const Plan p = plan_layout(w.snapshot(), keep_all(w, Operation::kAdmit, {&b}), env);
+    CHECK(p.refusal.find("the KV pool is too small (1 pages in all, 1 free; this plan needs 2): give the engine a "
+                         "larger pool (pool_bytes)") != std::string::npos);
+    CHECK(p.refused_capacity);
+  }
 }
 
 TEST_CASE("a placement of a chunk whose canonical set is held takes no fresh pages", "[plan][decisions][refusal]") {

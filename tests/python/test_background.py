@@ -189,6 +189,8 @@ def test_close_finishes_queued_work_for_the_store_unless_finish_seconds_bounds_i
         with pytest.raises(orbit.OrbitError, match=r"finish_seconds = -?nan|finish_seconds = -1"):
             e.close(finish_seconds=bad)
         assert not e.closed
-    with pytest.raises(TypeError):
-        e.close(finish_seconds="soon")
+    for wrong in ("soon", True):  # a bool is no number of seconds
+        with pytest.raises(TypeError, match=r"close: finish_seconds: expected float"):
+            e.close(finish_seconds=wrong)
+    assert not e.closed
     e.close()

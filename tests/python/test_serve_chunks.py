@@ -58,3 +58,36 @@ def test_forgotten_chunks_stay_bounded_and_come_back_the_same(start_serve, stori
     for i in range(12):
         post(unbounded, story(i), session=f"s{i}")
     assert chunks(unbounded) >= 12
+
+
+def test_metrics_show_the_engine_tables_and_their_bounds(start_serve, models_dir):
+    # The engine's bounded tables (patch catalog, turn lengths, prefix ledger, radix yardstick, the tokenizer's
+    # word cache) had no gauge: under traffic they grew to their caps unseen.
+    server = start_serve(models_dir / "tinystories-656k")
+    for i in range(3):
+        body = story(i)
+        body["model"] = "tinystories-656k"
+        post(server, body, session=f"s{i}")
+    connection = http.client.HTTPConnection(server.host, server.port, timeout=60)
+    try:
+        connection.request("GET", "/metrics")
+        text = connection.getresponse().read().decode()
+    finally:
+        connection.close()
+
+    def gauge(name, table, limit=False):
+        labels = f'table="{table}"' + (',limit="max"' if limit else "")
+        found = re.search(rf"^{name}{{{re.escape(labels)}}} (\d+)$", text, re.M)
+        assert found, (name, labels, text[-3000:])
+        return int(found.group(1))
+
+    for table in ("patch_catalog", "turn_lengths", "prefix_ledger", "radix_yardstick", "tokenizer_cache"):
+        gauge("orbit_engine_table_entries", table)
+    assert 0 < gauge("orbit_engine_table_entries", "tokenizer_cache") <= 10000
+    assert gauge("orbit_engine_table_entries", "tokenizer_cache", limit=True) == 10000
+    assert 0 < gauge("orbit_engine_table_bytes", "tokenizer_cache") <= 16 << 20
+    assert gauge("orbit_engine_table_entries", "turn_lengths", limit=True) == 65536
+    assert gauge("orbit_engine_table_entries", "prefix_ledger", limit=True) == 65536
+    assert gauge("orbit_engine_table_entries", "radix_yardstick") > 0  # the three prompts and answers
+    assert gauge("orbit_engine_table_bytes", "patch_catalog", limit=True) == 16 << 20
+    server.stop()

@@ -638,3 +638,21 @@ def test_sync_property_with_chunk_parts(orbit, engine):
         assert_window_holds(engine, window, messages, report.plan, chat_template=TEMPLATE)
         window.generate(report.generation_prompt, max_tokens=1)
         history.append(list(messages))
+
+
+def test_a_sync_refused_for_capacity_raises_capacity_error(orbit, models_dir):
+    # As add_turn's refusal does, so an agent that catches CapacityError to evict and retry catches sync's too
+    # (it raised a plain OrbitError). A pool smaller than the plan is "too small", not "full" (all its pages free).
+    messages = [{"role": "user", "content": "the dog ran to the park " * 60}]
+    with orbit.Engine(models_dir / "tinystories-656k", pool_bytes=200_000, page_size=16, background="inline") as e:
+        for label, kw in (("pool", {}), ("max_bytes", {"max_bytes": 100_000})):
+            w = e.new_window(**kw)
+            with pytest.raises(orbit.CapacityError) as info:
+                w.sync(messages)
+            assert info.value.status == "out_of_capacity", label
+            assert len(w) == 0, label  # unchanged
+            if label == "pool":
+                assert "the KV pool is too small" in str(info.value), str(info.value)
+            else:
+                assert "max_bytes" in str(info.value), str(info.value)
+            w.close()

@@ -1118,7 +1118,9 @@ class Engine:
         directory or remote to keep; without either none is run), then flushes and closes the store and frees
         the pool, once the calls in flight on other threads returned. finish_seconds (None: no bound) bounds
         that work; what is left then is dropped (formed again when a later run needs it), as it is when Ctrl-C
-        comes meanwhile (the engine is closed, then KeyboardInterrupt raised); a negative one raises OrbitError.
+        comes meanwhile (the engine is closed, then KeyboardInterrupt raised). finish_seconds is a float or an int
+        (TypeError for a bool or another type); a negative or NaN one raises OrbitError. A close() called while
+        another thread's runs waits for it, under the first one's finish_seconds.
         A decode running on any of its windows (generate, generate_n, generate_many, a Window.stream, an
         orbit.aio call) is first stopped at its next token, stop_reason 'cancelled' as a CancelToken gives, so
         close() waits for that token, not for the whole answer (a stream waiting for its reader is woken at

@@ -118,15 +118,16 @@ bool engine_closed(const std::shared_ptr<Engine>& e) {
 // finish_seconds: CloseOptions::finish_seconds (None: no bound). A signal handler that raises while the queued
 // background work is finished (Ctrl-C's KeyboardInterrupt) drops the rest; the engine is closed all the same and
 // the exception raised after.
-void close_engine(const std::shared_ptr<Engine>& e, std::optional<double> finish_seconds = std::nullopt) {
+void close_engine(const std::shared_ptr<Engine>& e, const std::optional<FloatArg>& finish_seconds = std::nullopt) {
   if (e->forked()) return;  // a child of fork(): nothing of the engine is this process's to stop (Engine::forked)
   ORBIT_CHECK(!in_window_call(e.get()) && !e->in_operation_on_this_thread(),
               "close(): called from inside an operation of this engine on the same thread; close the engine after "
               "that operation returns");
   orbit::CloseOptions options;
-  if (finish_seconds) {
-    ORBIT_CHECK(*finish_seconds >= 0, "close: finish_seconds = " << *finish_seconds << " (want seconds >= 0, or None)");
-    options.finish_seconds = *finish_seconds;
+  if (finish_seconds) {  // a float or an int; another type (a bool, a str) raises TypeError naming it
+    const double seconds = finish_seconds->get("close: finish_seconds");
+    ORBIT_CHECK(seconds >= 0, "close: finish_seconds = " << seconds << " (want seconds >= 0, or None)");
+    options.finish_seconds = seconds;
   }
   const std::shared_ptr<EngineDecodes> decodes = engine_decodes(e);
   SignalPoll signals = SignalPoll::main_thread_only();
@@ -372,7 +373,9 @@ void def_engine_life(py::class_<Engine, std::shared_ptr<Engine>>& c) {
         "directory or remote to keep; without either none is run), then flushes and closes the store and frees\n"
         "the pool, once the calls in flight on other threads returned. finish_seconds (None: no bound) bounds that\n"
         "work; what is left then is dropped (formed again when a later run needs it), as it is when Ctrl-C comes\n"
-        "meanwhile (the engine is closed, then KeyboardInterrupt raised).\n"
+        "meanwhile (the engine is closed, then KeyboardInterrupt raised). finish_seconds is a float or an int\n"
+        "(TypeError for a bool or another type); a negative or NaN one raises OrbitError. A close() called while\n"
+        "another thread's runs waits for it, under the first one's finish_seconds.\n"
         "A decode running on any of its windows (generate, generate_n, orbit.generate_many, a Window.stream,\n"
         "an orbit.aio call) is first stopped at its next token, stop_reason 'cancelled' as a CancelToken gives,\n"
         "so close() waits for that token, not for the whole answer (a stream waiting for its reader is woken at\n"

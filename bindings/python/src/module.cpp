@@ -13,6 +13,7 @@
 #include "bindings.h"
 #include "convert.h"
 #include "initialized.h"
+#include "orbit/capacity.h"
 #include "orbit/errors.h"
 #include "orbit/version.h"
 
@@ -128,13 +129,20 @@ std::string python_names(const std::string& message) {
 // orbit::Error's OrbitError: its message (C++ names in their Python words), and the source of the check as
 // e.source.
 // orbit::RefusedError's is a RefusedError with status 'refused', as a refused Result raises it.
-void set_orbit_error(const std::string& cpp_message, const std::string& source, bool refused = false) {
+// `status`: kRefused -> RefusedError, kOutOfCapacity -> CapacityError (a capacity refusal thrown rather than
+// returned as a Status: Window.sync's), anything else OrbitError with status None.
+void set_orbit_error(const std::string& cpp_message, const std::string& source,
+                     orbit::StatusCode status = orbit::StatusCode::kOk) {
   const std::string message = python_names(cpp_message);
   py::dict attrs;
   attrs["source"] = source;
-  attrs["status"] = refused ? py::object(py::str(orbit::status_code_name(orbit::StatusCode::kRefused))) : py::none();
+  const bool typed = status == orbit::StatusCode::kRefused || status == orbit::StatusCode::kOutOfCapacity;
+  attrs["status"] = typed ? py::object(py::str(orbit::status_code_name(status))) : py::none();
   attrs["reason"] = utf8_text(message);
-  set_error(refused ? g_refused_error : g_orbit_error, message, attrs);
+  PyObject* type = status == orbit::StatusCode::kRefused         ? g_refused_error
+                   : status == orbit::StatusCode::kOutOfCapacity ? g_capacity_error
+                                                                 : g_orbit_error;
+  set_error(type, message, attrs);
 }
 }  // namespace
 
@@ -234,7 +242,9 @@ void init_errors(py::module_& m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const orbit::RefusedError& e) {
-      set_orbit_error(e.what(), e.source(), /*refused=*/true);
+      set_orbit_error(e.what(), e.source(), orbit::StatusCode::kRefused);
+    } catch (const orbit::CapacityRefused& e) {
+      set_orbit_error(e.what(), e.source(), orbit::StatusCode::kOutOfCapacity);
     } catch (const orbit::Error& e) {
       set_orbit_error(e.what(), e.source());
     }

@@ -188,6 +188,15 @@ struct ModelInfo {
   int64_t eos_token = -1;
 };
 
+// One of the engine's in-memory tables that grow with the distinct content it sees (EngineStats below): what it
+// holds now and its bounds, entries and bytes (a bound of 0: not bounded that way; bytes 0: not counted).
+struct TableUsage {
+  int64_t entries = 0;
+  int64_t bytes = 0;
+  int64_t max_entries = 0;
+  int64_t max_bytes = 0;
+};
+
 struct EngineStats {
   int64_t chunks = 0;   // registered (with max_idle_chunks: those kept and those in use)
   int64_t windows = 0;  // alive
@@ -255,6 +264,17 @@ struct EngineStats {
   int64_t background_dropped = 0;
   // Engine::constraint_cache(): its entries and bytes (recounted), hits and misses (builds).
   ConstraintCacheStats constraint_cache;
+  // The other bounded tables a long-running engine fills, beside its pool, host tier and store: each levels off
+  // at its bound, the least recently used let go (none is set by an option). The patch catalog: what patches
+  // exist for each chunk and context (about 16 MiB). The turn lengths: the token counts of turns seen, which
+  // weigh stale patches' contexts (65,536). The prefix ledger: the chunk-prefix cache yardstick's prefixes
+  // (65,536). The radix yardstick: the tokens it holds (entries; bounded by the pool and host tier's tokens).
+  // The tokenizer's cache of split words (a Hugging Face BPE's: 10,000 words, 16 MiB).
+  TableUsage patch_catalog;
+  TableUsage turn_lengths;
+  TableUsage prefix_ledger;
+  TableUsage radix_yardstick;
+  TableUsage tokenizer_cache;
   StoreStats store;
 };
 

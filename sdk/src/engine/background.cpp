@@ -137,12 +137,12 @@ int64_t BackgroundQueue::run(double max_seconds, int64_t max_jobs) {
     std::shared_ptr<Job> job;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (jobs_.empty() || stopping_ || ran >= max_jobs) break;
+      if (jobs_.empty() || stopping_ || not_taking_ || ran >= max_jobs) break;
     }
     interruption_point("run_background");  // before a job is taken: it stays queued
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (jobs_.empty() || stopping_) break;
+      if (jobs_.empty() || stopping_ || not_taking_) break;
       job = take_front_locked();
     }
     try {
@@ -164,7 +164,7 @@ void BackgroundQueue::worker() {
     std::shared_ptr<Job> job;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+      cv_.wait(lock, [&] { return stopping_ || (!jobs_.empty() && !not_taking_); });
       if (stopping_) return;
       job = take_front_locked();
     }
@@ -190,6 +190,11 @@ void BackgroundQueue::run_taken(Job& job) {
     for (const auto& k : job.keys) running_keys_.erase(running_keys_.find(k));
   }
   done_cv_.notify_all();
+}
+
+void BackgroundQueue::stop_taking() {
+  std::lock_guard<std::mutex> lock(mu_);
+  not_taking_ = true;
 }
 
 void BackgroundQueue::stop() {

@@ -73,6 +73,10 @@ class BackgroundQueue {
   // Jobs that threw (their patch is simply not stored), and the last one's message.
   int64_t failed(std::string* last_error = nullptr) const;
   void stop();
+  // From now on run() (on any thread) returns before taking another job, and the worker takes none: close(), once
+  // it has finished what it would, so a run_background on another thread does not hold it up job after job. The
+  // queued jobs stay queued for stop().
+  void stop_taking();
 
  private:
   void worker();
@@ -98,6 +102,7 @@ class BackgroundQueue {
   std::multiset<std::string> queued_keys_;  // the keys of jobs_, so pending() is a lookup, not a scan
   std::multiset<std::string> running_keys_;
   bool stopping_ = false;
+  bool not_taking_ = false;  // stop_taking(): run() and the worker take no more jobs
   int64_t failed_ = 0;
   std::string last_error_;
   int64_t bytes_ = 0;  // Σ Job::bytes of jobs_

@@ -336,4 +336,12 @@ void ChunkRegistry::count_media(bool found) {
   core_.usage().count(d);
 }
 
+TableUsage ChunkRegistry::turn_lengths_usage() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  TableUsage u;
+  u.entries = static_cast<int64_t>(turn_lengths_.size());
+  u.max_entries = static_cast<int64_t>(kMaxTurnLengths);
+  return u;
+}
+
 }  // namespace orbit::detail

@@ -59,7 +59,8 @@ class ChunkRegistry {
   // Whether `chunk`'s canonical is to be pinned in the store: its record says so, or the same content was
   // registered again with ChunkOptions::pin (the record, shared and read only, keeps the first options).
   bool pinned(const ChunkRecord& chunk) const;
-  int64_t live_chunks() const;  // records alive (held here or in use)
+  int64_t live_chunks() const;            // records alive (held here or in use)
+  TableUsage turn_lengths_usage() const;  // the turn lengths kept (entries, against kMaxTurnLengths)
   // The token length of a registered chunk; nullopt when it is not registered.
   std::optional<int64_t> chunk_length(const std::string& key) const;
   std::vector<ChunkRef> chunks() const;  // the live ones, in registration order

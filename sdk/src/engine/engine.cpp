@@ -158,6 +158,14 @@ EngineStats Engine::stats() const {
   s.background_dropped = core_->jobs().queue().dropped();
   s.background_failed = core_->jobs().queue().failed(&s.background_error);
   s.media_found = c.media_found;
+  s.patch_catalog = core_->kv().catalog_usage();
+  s.turn_lengths = core_->registry().turn_lengths_usage();
+  s.prefix_ledger = core_->usage().prefix_ledger_usage();
+  s.radix_yardstick = core_->usage().radix_usage();
+  if (core_->has_tokenizer()) {
+    const runtime::Tokenizer::CacheUsage t = core_->tokenizer().cache_usage();
+    s.tokenizer_cache = {t.entries, t.bytes, t.max_entries, t.max_bytes};
+  }
   s.media_missed = c.media_missed;
   s.constraint_cache = core_->constraint_cache().stats();
   if (hold) s.store = core_->kv().store().stats();

@@ -131,10 +131,13 @@ CloseReport EngineCore::close(const CloseOptions& options) {
       // sharing the directory, or the next run, would otherwise encode them again): finish them first,
       // while operations are still accepted. Work queued after this point is dropped below.
       [&] {
-        if (!kept) return;
-        const PatchJobs::Finished f = jobs_->finish(options.finish_seconds, options.stop);
-        report.finished = f.ran;
-        report.stopped = f.stopped;
+        if (kept) {
+          const PatchJobs::Finished f = jobs_->finish(options.finish_seconds, options.stop);
+          report.finished = f.ran;
+          report.stopped = f.stopped;
+        }
+        // A run_background on another thread would otherwise go on through the queue while close waits for it.
+        jobs_->queue().stop_taking();
       },
       // Background jobs use the model and the store: once no operation is in flight, cancel the queued
       // ones and join the worker before the store goes.

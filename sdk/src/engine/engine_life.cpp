@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <exception>
 #include <iterator>
 #include <vector>
 
@@ -57,21 +58,24 @@ void EngineLife::leave() const {
 void EngineLife::close(const std::function<void()>& finish, const std::function<void()>& shut_down) {
   std::unique_lock<std::mutex> lock(mu_);
   const bool inside = held_by_this_thread();
-  if (closed_.load()) {
-    // Another close() is draining; wait for it (unless this thread's own hold is what it waits for).
+  if (closing_) {
+    // Another close() is finishing or draining; wait for it (unless this thread's own hold is what it waits for).
+    // Its finish is not cut short by this one's: the first close's bounds hold.
     if (!inside) cv_.wait(lock, [&] { return shut_down_; });
     return;
   }
   ORBIT_CHECK(!inside,
               "close(): called from inside an operation of this engine on the same thread; close the "
               "engine after that operation returns");
+  closing_ = true;
   lock.unlock();
-  finish();
-  lock.lock();
-  if (closed_.load()) {
-    cv_.wait(lock, [&] { return shut_down_; });
-    return;
+  std::exception_ptr failed;  // the engine is closed all the same: a later close() would only wait
+  try {
+    finish();
+  } catch (...) {
+    failed = std::current_exception();
   }
+  lock.lock();
   closed_.store(true);
   cv_.wait(lock, [&] { return holds_ == 0; });
   lock.unlock();
@@ -79,6 +83,8 @@ void EngineLife::close(const std::function<void()>& finish, const std::function<
   lock.lock();
   shut_down_ = true;
   cv_.notify_all();
+  lock.unlock();
+  if (failed) std::rethrow_exception(failed);
 }
 
 OpHold::OpHold(const EngineCore& core) : life_(core.life()) { life_.enter(); }

@@ -34,10 +34,10 @@ class EngineLife {
   bool held_by_this_thread() const;
 
   // Closes once the operations in flight have finished (blocks until then; returns at once when already
-  // closed; a second concurrent close waits for the first). `finish` runs first, on this thread, while
-  // operations are still accepted (the queued background work the store exists to keep); `shut_down` runs
-  // once no operation is in flight (stop the workers, flush and destroy the store). Throws orbit::Error when
-  // called from inside an operation of this engine on the same thread (it would wait for itself).
+  // closed; a second concurrent close waits for the first, from the moment the first began, its `finish` too). `finish`
+  // runs first, on this thread, while operations are still accepted (the queued background work the store exists to
+  // keep); `shut_down` runs once no operation is in flight (stop the workers, flush and destroy the store). Throws
+  // orbit::Error when called from inside an operation of this engine on the same thread (it would wait for itself).
   void close(const std::function<void()>& finish, const std::function<void()>& shut_down);
 
   void window_opened() { ++windows_; }
@@ -55,6 +55,7 @@ class EngineLife {
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   mutable int64_t holds_ = 0;
+  bool closing_ = false;    // a close() has begun (its `finish` may still run): a second one waits for it
   bool shut_down_ = false;  // close() has finished
 };
 

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "orbit/engine.h"
 #include "orbit/runtime/reuse.h"
 #include "orbit/store/chunk_store.h"
 #include "plan/kv_state.h"
@@ -92,6 +93,11 @@ class KvStore {
   void note_turn_sensitivity(const std::string& key, double sensitivity);
   // Adds `record` to the catalog with its context's token lengths (ChunkRegistry::key_length).
   void catalog_add(const std::string& chunk_key, PatchRecord record);
+  // The catalog's records and bytes, against its bound (EngineStats::patch_catalog).
+  TableUsage catalog_usage() const {
+    return {static_cast<int64_t>(catalog_.records()), static_cast<int64_t>(catalog_.bytes()), 0,
+            static_cast<int64_t>(catalog_.max_bytes())};
+  }
 
   // Flushes and destroys the store (EngineCore::close, once no operation is in flight).
   void close();

@@ -37,4 +37,20 @@ int64_t UsageMeter::radix_read(const std::vector<int64_t>& tokens, std::size_t p
   return radix_.read(tokens, prompt_tokens).forwarded;
 }
 
+TableUsage UsageMeter::prefix_ledger_usage() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  TableUsage u;
+  u.entries = static_cast<int64_t>(prefix_ledger_.size());
+  u.max_entries = static_cast<int64_t>(prefix_ledger_.capacity());
+  return u;
+}
+
+TableUsage UsageMeter::radix_usage() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  TableUsage u;
+  u.entries = radix_.size();
+  u.max_entries = radix_.capacity();
+  return u;
+}
+
 }  // namespace orbit::detail

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <vector>
 
+#include "orbit/engine.h"
 #include "orbit/planner/prefix_cache.h"
 #include "orbit/planner/prefix_ledger.h"
 
@@ -56,6 +57,9 @@ class UsageMeter {
   // One model call through the radix yardstick: `tokens` is the window, the query and what was generated,
   // the first `prompt_tokens` of them the prompt. Returns the prompt tokens it forwards.
   int64_t radix_read(const std::vector<int64_t>& tokens, std::size_t prompt_tokens);
+  // The two yardsticks' tables: the prefix ledger's prefixes, the radix cache's tokens (EngineStats).
+  TableUsage prefix_ledger_usage() const;
+  TableUsage radix_usage() const;
 
  private:
   mutable std::mutex mu_;

@@ -505,8 +505,14 @@ void LayoutPlanner::check_pool() {
   const int64_t free_pages = pool.free, total_pages = pool.total;
   if (new_pages <= free_pages) return;
   std::ostringstream why;
-  why << operation_name(layout_.op) << " refused: the KV pool is full (" << free_pages << " of " << total_pages
-      << " pages free; this plan needs " << new_pages << "); evict, slide or close windows";
+  if (new_pages > total_pages) {  // not a full pool: no eviction makes room
+    why << operation_name(layout_.op) << " refused: the KV pool is too small (" << total_pages << " pages in all, "
+        << free_pages << " free; this plan needs " << new_pages
+        << "): give the engine a larger pool (pool_bytes) or the window less to hold";
+  } else {
+    why << operation_name(layout_.op) << " refused: the KV pool is full (" << free_pages << " of " << total_pages
+        << " pages free; this plan needs " << new_pages << "); evict, slide or close windows";
+  }
   plan_.refusal = why.str();
   plan_.refused_capacity = true;
   plan_.pool_pages_short = new_pages - free_pages;

@@ -132,6 +132,7 @@ class PatchCatalog {
   std::size_t chunks() const;
   std::size_t records() const;
   std::size_t bytes() const;
+  std::size_t max_bytes() const { return max_bytes_; }
 
  private:
   struct Chunk {

@@ -71,6 +71,15 @@ class Tokenizer {
   // of orbit/runtime/hf_tokenizer.h; false for the others (a pre-tokenizer's split regex may look ahead, as
   // GPT-2's \s+(?!\S) does, so that a prefix's last words split otherwise than the text's).
   virtual bool prefix_stable() const { return false; }
+  // What the tokenizer keeps in memory of its past work (a BPE model's split words), and its bounds; all zero for
+  // one that keeps nothing. Thread-safe.
+  struct CacheUsage {
+    int64_t entries = 0;
+    int64_t bytes = 0;
+    int64_t max_entries = 0;
+    int64_t max_bytes = 0;
+  };
+  virtual CacheUsage cache_usage() const { return {}; }
   // encode(text, false) and each token's bytes: from the first byte of the first character it was made from
   // to the last byte of the last (a character normalized into several pieces counts in every token that
   // holds one; "<0xNN>" tokens each cover their whole character). Ranges are never empty, and their begins
