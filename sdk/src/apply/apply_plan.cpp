@@ -280,6 +280,7 @@ Status apply_steps(const WindowState& state, const Plan& plan, const EntryIndex&
     ApplyOutput out = run_action_named(built, s, e, old, plan.op);
     tally.add(out);
     keep_for_reuse(core, s, e, out, built.window.chain, built.window.content);
+    built.window.queue_forms();  // after the exact KV is stored: see WindowBuild::forms
     if (out.keep_pages) {
       keep_pages(core, s, *old, e);
     } else {

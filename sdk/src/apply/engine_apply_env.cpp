@@ -225,12 +225,17 @@ Kv EngineApplyEnv::recompute(const ApplyTarget& target, const Kv& canonical, int
   return make_kv(std::move(rows));
 }
 
-void EngineApplyEnv::queue_form(FormJob f) {
-  PatchJob job;
-  job.chunk = f.chunk;
-  job.conditioned = content_of(f.conditioned);
-  job.form = std::move(f.form);
-  core_.jobs().queue_patch(std::move(job));
+void EngineApplyEnv::queue_form(FormJob f) { build_.forms.push_back(std::move(f)); }
+
+void WindowBuild::queue_forms() {
+  for (FormJob& f : forms) {
+    PatchJob job;
+    job.chunk = f.chunk;
+    job.conditioned = content_of(f.conditioned);
+    job.form = std::move(f.form);
+    core.jobs().queue_patch(std::move(job));
+  }
+  forms.clear();
 }
 
 void EngineApplyEnv::queue_turn_sensitivity(const std::string& key, const std::vector<int64_t>& tokens,

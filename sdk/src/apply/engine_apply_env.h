@@ -67,6 +67,11 @@ struct WindowBuild {
   KvState content;  // their content chain
   // Plan::rope_window: the window length every forward runs at (dynamic-NTK RoPE; 0: each forward's own end).
   int64_t rope_window = 0;
+  // The patch forms the step being served asked for (ApplyEnv::queue_form), queued by queue_forms() once its KV
+  // is stored for exact reuse: a form's catalog record makes its patch available to every window's plans at once,
+  // and one planned in between (a fork read on another thread) took that patch, truncated to its rank, where the
+  // exact KV was a moment from being stored.
+  std::vector<FormJob> forms;
 
   explicit WindowBuild(EngineCore& c) : core(c) {}
   ~WindowBuild();  // destroys the entries under the pool lock
@@ -77,6 +82,7 @@ struct WindowBuild {
   std::vector<ContextItem> context() const;
   std::vector<InstanceId> context_ids() const;
   std::vector<std::string> context_keys() const;
+  void queue_forms();  // queues `forms` (PatchJobs::queue_patch) and empties it
 };
 
 class EngineApplyEnv final : public ApplyEnv {
