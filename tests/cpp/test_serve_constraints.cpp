@@ -346,3 +346,61 @@ TEST_CASE("serve constraints: a tool written from an OpenAPI document is decoded
 }
 
 }  // namespace ORBIT_TEST_FILE
+
+namespace ORBIT_TEST_FILE {
+
+// A tool's parameters that are no JSON Schema in a subschema ("type": "strin") were taken under tool_choice auto
+// (the grammar's refusal read as "outside the subset", the calls left free) and refused only when a call was
+// forced; OpenAI refuses them whatever tool_choice says. Schemas outside the subset stay accepted under auto.
+TEST_CASE("serve constraints: a tool schema malformed in a subschema is refused under every tool_choice",
+          "[serve][constraint]") {
+  sv::ConstraintCache cache(ToolCallFormat::kHermes, bytes_vocabulary(), 512);
+  const auto tool = [](const std::string& name, const std::string& properties) {
+    return R"({"type":"function","function":{"name":")" + name + R"(","parameters":{"type":"object","properties":)" +
+           properties + "}}}";
+  };
+  const std::string good = tool("find", R"({"q":{"type":"string"}})");
+  const std::pair<std::string, std::string> bad[] = {
+      {R"({"p":{"type":"strin"}})", R"(properties.p.type: "strin" is not a JSON Schema type)"},
+      {R"({"p":{"type":["string",3]}})", R"(properties.p.type[1]: 3 is not a JSON Schema type)"},
+      {R"({"p":{"type":"array","items":{"type":"nmber"}}})", R"(properties.p.items.type: "nmber")"},
+      {R"({"p":{"anyOf":[]}})", "properties.p.anyOf: must be a non-empty list of schemas"},
+      {R"({"p":{"type":"string","minLength":-1}})", "properties.p.minLength: must be a count"},
+      {R"({"p":{"type":"object","required":"x"}})", "properties.p.required: must be a list of property names"},
+      {R"({"p":{"type":"number","multipleOf":0}})", "properties.p.multipleOf: must be greater than 0"},
+      {R"({"p":{"not":3}})", "properties.p.not: must be a schema"}};
+  for (const auto& [properties, says] : bad) {
+    for (const char* choice : {"auto", "required", "none"}) {
+      INFO(properties << " under " << choice);
+      const sv::AnswerConstraint a = cache.for_request(request("[" + good + "," + tool("u", properties) + "]", choice));
+      REQUIRE(a.error);
+      CHECK(a.error->param == "tools[1].function.parameters");
+      CHECK(a.error->code == "invalid_function_parameters");
+      CHECK(a.error->message.rfind("tools[1].function.parameters." + says, 0) == 0);
+    }
+  }
+  // Well formed, outside the subset (uniqueItems over free items, format, an annotation, an extension): accepted
+  // under auto, the calls free.
+  const std::string loose = tool("tag", R"({"t":{"type":"array","uniqueItems":true,"description":"tags",)"
+                                        R"("x-order":1},"d":{"type":["string","null"],"format":"date"}})");
+  const sv::AnswerConstraint a = cache.for_request(request("[" + loose + "]", "auto"));
+  CHECK_FALSE(a.error);
+}
+
+// Under allowed_tools mode auto, a refusal whose reason names a tool by its index in the allowed tools (the list the
+// grammar was built from) names it where the request lists it.
+TEST_CASE("serve constraints: allowed_tools' refusal under auto names the tool by its index in the request",
+          "[serve][constraint]") {
+  const std::string both = kTools.substr(0, kTools.size() - 1) + "," + kLooseTools.substr(1);  // [find, tag]
+  sv::ChatRequest narrowed = request(both, "auto");
+  narrowed.tool_choice.allowed = {"tag"};
+  narrowed.callable_tools_json = kLooseTools;
+  sv::ConstraintCache cache(ToolCallFormat::kHermes, bytes_vocabulary(), 512);
+  const sv::AnswerConstraint a = cache.for_request(narrowed);
+  REQUIRE(a.error);
+  CHECK(a.error->param == "tool_choice.allowed_tools");
+  CHECK(a.error->message.find("(tools[1].function.parameters.properties.t") != std::string::npos);
+  CHECK(a.error->message.find("tools[0]") == std::string::npos);
+}
+
+}  // namespace ORBIT_TEST_FILE

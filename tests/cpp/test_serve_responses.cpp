@@ -257,6 +257,21 @@ TEST_CASE("responses: items become chat messages; tools, formats and settings ca
                                         "tools[12].function.parameters"));
   CHECK(e.param == "tools[12].parameters");
   CHECK(e.message == "tools[12].parameters.properties.q: 'pattern' is not supported");
+  // Chat's response_format.json_schema.schema is text.format.schema (the Responses format is flat); it was
+  // named text.format.json_schema.schema, a field no request has.
+  e = sv::responses_error(sv::api_error(400, "response_format.json_schema.schema.properties.a: admits no value",
+                                        "invalid_request_error", "invalid_value",
+                                        "response_format.json_schema.schema"));
+  CHECK(e.param == "text.format.schema");
+  CHECK(e.message == "text.format.schema.properties.a: admits no value");
+  e = sv::responses_error(
+      sv::api_error(400, "response_format.type: wrong", "invalid_request_error", "", "response_format.type"));
+  CHECK(e.param == "text.format.type");
+  // Chat's allowed_tools choice nests mode and tools where the Responses one has them at tool_choice's level.
+  e = sv::responses_error(sv::api_error(400, "tool_choice.allowed_tools: the calls cannot be held",
+                                        "invalid_request_error", "unsupported_value", "tool_choice.allowed_tools"));
+  CHECK(e.param == "tool_choice");
+  CHECK(e.message == "tool_choice: the calls cannot be held");
 }
 
 // The field a chat check would name in message `param` of `request`, in the Responses API's names.

@@ -129,7 +129,13 @@ ApiError responses_error(ApiError error, const std::vector<MessageOrigin>& origi
     return error;
   }
   static const std::pair<const char*, const char*> kNames[] = {
-      {"messages", "input"}, {"max_tokens", "max_output_tokens"}, {"response_format", "text.format"}};
+      {"messages", "input"},
+      {"max_tokens", "max_output_tokens"},
+      // The Responses format is flat ({type, name, schema, strict}) where chat's nests it under json_schema.
+      {"response_format.json_schema", "text.format"},
+      {"response_format", "text.format"},
+      // Responses' allowed_tools choice is {type, mode, tools} where chat's nests mode and tools under allowed_tools.
+      {"tool_choice.allowed_tools", "tool_choice"}};
   for (const auto& [chat, responses] : kNames) {
     const std::string from = chat;
     if (error.param.compare(0, from.size(), from) != 0) continue;

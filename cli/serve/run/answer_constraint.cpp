@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "orbit/common/error.h"
+#include "serve/run/schema_shape.h"
 
 namespace orbit::serve {
 
@@ -66,8 +67,9 @@ std::string arguments_schema_problem(const nlohmann::ordered_json& p) {
 }
 
 // Every tool's parameters checked when the request arrives, whatever tool_choice says (400 naming
-// tools[i].function.parameters): an arguments schema that is malformed is refused at once, not only once a
-// later request forces a call. Names are unique already (the parser checks them).
+// tools[i].function.parameters): an arguments schema that is malformed, at its root or in a subschema
+// (schema_shape.h), is refused at once, not only once a later request forces a call. Names are unique already (the
+// parser checks them).
 AnswerConstraint check_tool_schemas(const std::string& tools_json) {
   AnswerConstraint out;
   const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(tools_json, nullptr, false);
@@ -76,9 +78,15 @@ AnswerConstraint check_tool_schemas(const std::string& tools_json) {
     const auto fn = tools[i].find("function");
     if (fn == tools[i].end() || !fn->is_object() || !fn->contains("parameters")) continue;
     const std::string param = "tools[" + std::to_string(i) + "].function.parameters";
-    const std::string problem = arguments_schema_problem((*fn)["parameters"]);
+    std::string problem = arguments_schema_problem((*fn)["parameters"]);
+    if (!problem.empty()) problem = param + ": " + problem;
+    // Its subschemas too (a keyword's path always leads the problem: the root is an object by now).
+    if (problem.empty()) {
+      if (const std::string shape = schema_shape_problem((*fn)["parameters"]); !shape.empty())
+        problem = param + "." + shape;
+    }
     if (!problem.empty()) {
-      out.error = api_error(400, param + ": " + problem, "invalid_request_error", "invalid_function_parameters", param);
+      out.error = api_error(400, problem, "invalid_request_error", "invalid_function_parameters", param);
       return out;
     }
   }
@@ -114,12 +122,10 @@ std::string forced_call_param(const ChatRequest& r) {
   return i < 0 ? "tools" : "tools[" + std::to_string(i) + "].function.parameters";
 }
 
-// The refusal of a forced call's grammar, whose message begins with the refused tool's path in the list the
-// grammar was built from, the callable tools ("tools[k].function.parameters.properties.q: 'not' is not
-// supported"): named in the request's whole list, where allowed_tools may have put that tool at another index,
-// the message's path and the param (the tool's parameters, or the tool) both; "tools" where no tool is named.
-ApiError refused_calls(const ChatRequest& r, std::string message) {
-  std::string param = "tools";
+// `message` with a leading path of a tool in the callable tools ("tools[k].function.parameters...", the index the
+// grammar was built from) renamed to that tool's index in the request's whole list, where allowed_tools may have put
+// it elsewhere; *param becomes that tool's parameters (when the path is in them) or the tool. Unchanged otherwise.
+std::string in_whole_list(const ChatRequest& r, std::string message, std::string* param) {
   const std::size_t close = message.rfind("tools[", 0) == 0 ? message.find(']') : std::string::npos;
   if (close != std::string::npos && close > 6 && message.find_first_not_of("0123456789", 6) == close) {
     const nlohmann::json callable = nlohmann::json::parse(r.calls_json(), nullptr, false);
@@ -132,9 +138,19 @@ ApiError refused_calls(const ChatRequest& r, std::string message) {
       const std::size_t end = at.size() + kParameters.size();  // what follows: the end, '.', '[' or ':'
       const bool in_parameters = message.compare(at.size(), kParameters.size(), kParameters) == 0 &&
                                  (end == message.size() || std::string(".[:").find(message[end]) != std::string::npos);
-      param = in_parameters ? at + kParameters : at;
+      *param = in_parameters ? at + kParameters : at;
     }
   }
+  return message;
+}
+
+// The refusal of a forced call's grammar, whose message begins with the refused tool's path in the list the
+// grammar was built from, the callable tools ("tools[k].function.parameters.properties.q: 'not' is not
+// supported"): named in the request's whole list, where allowed_tools may have put that tool at another index,
+// the message's path and the param (the tool's parameters, or the tool) both; "tools" where no tool is named.
+ApiError refused_calls(const ChatRequest& r, std::string message) {
+  std::string param = "tools";
+  message = in_whole_list(r, std::move(message), &param);
   return api_error(400, message, "invalid_request_error", "invalid_value", param);
 }
 
@@ -157,8 +173,10 @@ std::string first_strict_tool(const std::string& tools_json) {
 // asked for strict arguments that is all (nothing else was asked to be enforced), where one did its promise
 // cannot be kept, so the request is refused naming that tool's strict (400, code unsupported_value); so is one
 // whose allowed_tools names a subset (a free answer could call any tool).
-AnswerConstraint free_calls(const ChatRequest& r, const std::string& why, AnswerConstraint free) {
+AnswerConstraint free_calls(const ChatRequest& r, const std::string& grammar_why, AnswerConstraint free) {
   AnswerConstraint out;
+  std::string unused;
+  const std::string why = in_whole_list(r, grammar_why, &unused);  // a tool named by its index in the request
   if (!r.tool_choice.allowed.empty()) {  // a free answer could call any tool: allowed_tools would go unheld
     out.error = api_error(400,
                           "tool_choice.allowed_tools: the calls cannot be held to the allowed tools under mode auto "
