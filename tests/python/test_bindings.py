@@ -428,7 +428,7 @@ def test_a_plan_the_pool_refuses_says_how_many_pages_it_lacks(orbit, engine, sto
         w = tight.new_window()
         plan = w.plan_admit(tight.add_tokens(random_tokens(rng, PAGE * 5)))
         assert plan.refused_capacity and plan.pool_pages_short == 3  # five pages needed, two free
-        assert "(2 of 2 pages free; this plan needs 5)" in plan.refusal
+        assert "the KV pool is too small (2 pages in all, 2 free; this plan needs 5)" in plan.refusal
         with pytest.raises(orbit.CapacityError):
             w.apply(plan)
         fits = w.plan_admit(tight.add_tokens(random_tokens(rng, PAGE)))

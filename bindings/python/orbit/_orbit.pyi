@@ -612,6 +612,33 @@ class EngineStats:
         """The compiled constraints Window.generate keeps (tools, tool_choice, response_format)."""
     @property
     def store(self) -> StoreStats: ...
+    @property
+    def patch_catalog(self) -> TableUsage:
+        """What patches exist for each chunk and context (records; bytes, about 16 MiB)."""
+    @property
+    def turn_lengths(self) -> TableUsage:
+        """The token counts of turns seen, which weigh stale patches' contexts (65,536)."""
+    @property
+    def prefix_ledger(self) -> TableUsage:
+        """The prefix-cache yardstick's prefixes (65,536)."""
+    @property
+    def radix_yardstick(self) -> TableUsage:
+        """The radix yardstick's tokens (the pool and host tier's tokens at most)."""
+    @property
+    def tokenizer_cache(self) -> TableUsage:
+        """The tokenizer's cache of split words (a Hugging Face BPE's: 10,000 words, 16 MiB)."""
+
+class TableUsage:
+    """One of the engine's in-memory tables that grow with the distinct content it sees: what it holds and its
+    bounds (a bound of 0: not bounded that way; bytes 0: not counted)."""
+    @property
+    def entries(self) -> int: ...
+    @property
+    def bytes(self) -> int: ...
+    @property
+    def max_entries(self) -> int: ...
+    @property
+    def max_bytes(self) -> int: ...
 
 class ConstraintCacheOptions:
     """Bounds of an engine's cache of compiled constraints (orbit/constraint_cache.h): Engine(constraint_cache=...),

@@ -170,6 +170,22 @@ void def_engine_forward_stats(EngineStatsClass& c) {
                     "Wall time inside apply() (the critical path; background work run inline excluded).");
 }
 
+// TableUsage: one of the engine's bounded tables (EngineStats.patch_catalog and the rest).
+void def_table_usage(py::module_& m) {
+  using orbit::TableUsage;
+  py::class_<TableUsage>(m, "TableUsage",
+                         "One of the engine's in-memory tables that grow with the distinct content it sees: what it "
+                         "holds and its bounds (a bound of 0: not bounded that way; bytes 0: not counted).")
+      .def_readonly("entries", &TableUsage::entries)
+      .def_readonly("bytes", &TableUsage::bytes)
+      .def_readonly("max_entries", &TableUsage::max_entries)
+      .def_readonly("max_bytes", &TableUsage::max_bytes)
+      .def("__repr__", [](const TableUsage& u) {
+        return "TableUsage(entries=" + std::to_string(u.entries) + ", bytes=" + std::to_string(u.bytes) +
+               ", max_entries=" + std::to_string(u.max_entries) + ", max_bytes=" + std::to_string(u.max_bytes) + ")";
+      });
+}
+
 // EngineStats: background work, media lookups, the constraint cache and the store, and __repr__.
 void def_engine_work_stats(EngineStatsClass& c) {
   using orbit::EngineStats;
@@ -190,6 +206,16 @@ void def_engine_work_stats(EngineStatsClass& c) {
       .def_readonly("constraint_cache", &EngineStats::constraint_cache,
                     "ConstraintCacheStats: the compiled constraints generate keeps (tools, response_format).")
       .def_readonly("store", &EngineStats::store, "StoreStats (empty after close()).")
+      .def_readonly("patch_catalog", &EngineStats::patch_catalog,
+                    "TableUsage: what patches exist for each chunk and context (records; bytes, about 16 MiB).")
+      .def_readonly("turn_lengths", &EngineStats::turn_lengths,
+                    "TableUsage: the token counts of turns seen, which weigh stale patches' contexts (65,536).")
+      .def_readonly("prefix_ledger", &EngineStats::prefix_ledger,
+                    "TableUsage: the prefix-cache yardstick's prefixes (65,536).")
+      .def_readonly("radix_yardstick", &EngineStats::radix_yardstick,
+                    "TableUsage: the radix yardstick's tokens (the pool and host tier's tokens at most).")
+      .def_readonly("tokenizer_cache", &EngineStats::tokenizer_cache,
+                    "TableUsage: the tokenizer's cache of split words (a Hugging Face BPE's: 10,000 words, 16 MiB).")
       .def("__repr__", [](const EngineStats& s) {
         std::ostringstream o;
         o << "EngineStats(chunks=" << s.chunks << ", windows=" << s.windows << ", pool_pages=" << s.pool_pages
@@ -234,8 +260,9 @@ void def_calibration_report(py::module_& m) {
 
 }  // namespace
 
-// EngineStats and CalibrationReport.
+// EngineStats (and its TableUsage) and CalibrationReport.
 void def_engine_state(py::module_& m) {
+  def_table_usage(m);
   EngineStatsClass stats(m, "EngineStats", "An engine's counters (Engine.stats).");
   def_engine_pool_stats(stats);
   def_engine_forward_stats(stats);
