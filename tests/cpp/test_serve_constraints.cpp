@@ -37,6 +37,14 @@ const std::string kTools = R"([{"type":"function","function":{"name":"find","par
 const std::string kLooseTools = R"([{"type":"function","function":{"name":"tag","parameters":{"type":"object",)"
                                 R"("properties":{"t":{"type":"array","uniqueItems":true}}}}}])";
 
+// A request under auto sending `tools` (kTools and kLooseTools, in some order) with allowed_tools naming tag alone.
+sv::ChatRequest narrowed_to_tag(const std::string& tools) {
+  sv::ChatRequest narrowed = request(tools, "auto");
+  narrowed.tool_choice.allowed = {"tag"};
+  narrowed.callable_tools_json = kLooseTools;
+  return narrowed;
+}
+
 }  // namespace
 
 TEST_CASE("serve constraints: auto decodes a started call under the grammar, from the format's mark",
@@ -162,9 +170,7 @@ TEST_CASE("serve constraints: a strict tool is refused under auto where its call
 TEST_CASE("serve constraints: tools narrowed by allowed_tools and the same tools sent alone are kept apart",
           "[serve][constraint]") {
   const std::string both = kLooseTools.substr(0, kLooseTools.size() - 1) + "," + kTools.substr(1);  // [tag, find]
-  sv::ChatRequest narrowed = request(both, "auto");
-  narrowed.tool_choice.allowed = {"tag"};
-  narrowed.callable_tools_json = kLooseTools;
+  const sv::ChatRequest narrowed = narrowed_to_tag(both);
   const auto refused = [](const sv::AnswerConstraint& a) {
     return a.error && a.error->param == "tool_choice.allowed_tools";
   };
@@ -392,9 +398,7 @@ TEST_CASE("serve constraints: a tool schema malformed in a subschema is refused 
 TEST_CASE("serve constraints: allowed_tools' refusal under auto names the tool by its index in the request",
           "[serve][constraint]") {
   const std::string both = kTools.substr(0, kTools.size() - 1) + "," + kLooseTools.substr(1);  // [find, tag]
-  sv::ChatRequest narrowed = request(both, "auto");
-  narrowed.tool_choice.allowed = {"tag"};
-  narrowed.callable_tools_json = kLooseTools;
+  const sv::ChatRequest narrowed = narrowed_to_tag(both);
   sv::ConstraintCache cache(ToolCallFormat::kHermes, bytes_vocabulary(), 512);
   const sv::AnswerConstraint a = cache.for_request(narrowed);
   REQUIRE(a.error);

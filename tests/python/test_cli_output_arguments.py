@@ -23,6 +23,20 @@ def trace(orbit_cli, stories260k_path, tmp_path):
     return path
 
 
+def shared_root(trace, prefix, mode):
+    """A directory under /tmp of `mode` (the unprivileged user reaches it, where pytest's tmp_path is 0700) holding
+    a readable copy of `trace`: (root, the copy)."""
+    import os
+    import shutil
+    import tempfile
+
+    root = tempfile.mkdtemp(prefix=prefix)
+    os.chmod(root, mode)
+    readable = shutil.copy(trace, os.path.join(root, "trace.json"))
+    os.chmod(readable, 0o644)
+    return root, readable
+
+
 def cases(tmp_path, command, name, what):
     """(path, what the error says) for each path the argument `name` refuses."""
     (tmp_path / "plain").write_text("not a directory")
@@ -50,14 +64,10 @@ def test_replay_refuses_a_json_path_in_a_directory_it_may_not_write_before_repla
     # anywhere); a file named "--" ("--json --": the path left out) is refused too.
     import os
     import shutil
-    import tempfile
 
     as_user = as_unprivileged
-    root = tempfile.mkdtemp(prefix="orbit-unwritable-")
+    root, readable = shared_root(trace, "orbit-unwritable-", 0o755)
     try:
-        os.chmod(root, 0o755)
-        readable = shutil.copy(trace, os.path.join(root, "trace.json"))
-        os.chmod(readable, 0o644)
         closed = os.path.join(root, "closed")
         os.mkdir(closed, 0o555)
         out = os.path.join(closed, "report.json")
@@ -79,15 +89,11 @@ def test_another_users_file_in_a_sticky_directory_is_refused_before_the_run(orbi
     # failed to move its output into place. A file of the user's own there is replaced as before.
     import os
     import shutil
-    import tempfile
 
     if not as_unprivileged:
         pytest.skip("needs root: a file of another user is made for the unprivileged run to meet")
-    root = tempfile.mkdtemp(prefix="orbit-sticky-")
+    root, readable = shared_root(trace, "orbit-sticky-", 0o1777)
     try:
-        os.chmod(root, 0o1777)
-        readable = shutil.copy(trace, os.path.join(root, "trace.json"))
-        os.chmod(readable, 0o644)
         theirs = os.path.join(root, "theirs.json")
         with open(theirs, "w") as f:
             f.write("root's")
