@@ -1,5 +1,6 @@
 // libFuzzer target for `orbit serve`'s request parsers (cli/serve/wire/serve_api.cpp, responses_api.cpp): the
-// bytes as a /v1/chat/completions, a /v1/completions and a /v1/responses body. No parse may throw or
+// bytes as a /v1/chat/completions, a /v1/completions and a /v1/responses body, and an accepted request's tool
+// schemas through the server's check of them (schema_shape.h). No parse may throw or
 // crash; an accepted request must satisfy what the server relies on (a non-empty message list of known
 // roles, sampling fields in range, at most four non-empty stop strings), and a refusal must be a 400 or 413
 // whose error body is JSON carrying the message.
@@ -10,6 +11,7 @@
 #include <string_view>
 
 #include "serve/responses/responses_api.h"
+#include "serve/run/schema_shape.h"
 #include "serve/wire/serve_api.h"
 
 namespace sv = orbit::serve;
@@ -40,6 +42,18 @@ void check_user(const std::string& user) {
   if (!session.empty() && !sv::session_id_problem(session).empty()) std::abort();
 }
 
+// Every tool's parameters through the serve's schema check (schema_shape.h): an answer, never a throw.
+void check_tool_schemas(const std::string& tools_json) {
+  const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(tools_json, nullptr, false);
+  if (tools_json.empty()) return;
+  if (!tools.is_array()) std::abort();  // the parser writes a list
+  for (const auto& tool : tools) {
+    const auto fn = tool.find("function");
+    if (fn != tool.end() && fn->is_object() && fn->contains("parameters"))
+      (void)sv::schema_shape_problem((*fn)["parameters"]);
+  }
+}
+
 void check_chat(const sv::ChatRequest& chat) {
   static const std::set<std::string> kRoles = {"system", "developer", "user", "assistant", "tool"};
   if (chat.messages.empty()) std::abort();
@@ -48,6 +62,7 @@ void check_chat(const sv::ChatRequest& chat) {
   }
   check_sampling(chat.sampling);
   check_user(chat.user);
+  check_tool_schemas(chat.tools_json);
 }
 
 }  // namespace

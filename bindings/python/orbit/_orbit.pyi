@@ -1349,7 +1349,8 @@ class Window:
     ) -> "SyncReport":
         """Brings the window to the chat-template rendering of messages; pass report.generation_prompt to
         generate() for the next assistant turn. messages must be a list (any iterable) of dicts, else TypeError
-        naming messages; each entry of tools must be a dict (TypeError naming tools[i])."""
+        naming messages; each entry of tools must be a dict (TypeError naming tools[i]). A sync the KV pool or the
+        window's max_bytes cannot hold raises CapacityError (status 'out_of_capacity'), the window unchanged."""
     def plan_sync(
         self,
         messages: Messages,

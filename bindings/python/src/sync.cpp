@@ -340,7 +340,8 @@ const std::string kSyncDoc =
         "content the engine holds as a chunk already, from any window) or added as turns. Every operation is planned "
         "and applied under the window's policy. Afterwards\n"
         "the window's tokens are engine.tokenize_chat(messages, False). Returns a SyncReport; pass\n"
-        "report.generation_prompt to generate() for the next assistant turn. ") +
+        "report.generation_prompt to generate() for the next assistant turn. A sync the KV pool or the window's\n"
+        "max_bytes cannot hold raises CapacityError (status 'out_of_capacity'), the window unchanged. ") +
     kMessagesDoc;
 
 // Window.<name>(messages, *, chunk_min_tokens, chat_template, tools, extra): the list and options converted,
