@@ -122,7 +122,8 @@ void apply_attention_options(const Args& args, rt::ModelConfig& c, bool arch_swi
   r.head_dim = c.head_dim;
   const double partial = args.get_double("--partial-rotary", 1.0);
   ORBIT_CHECK(partial > 0.0 && partial <= 1.0, "--partial-rotary: must be in (0, 1], got " << partial);
-  r.rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * partial);
+  const double rotary = static_cast<double>(c.head_dim) * partial;  // whole, or refused by check_shape
+  r.rotary_dim = std::abs(rotary - std::round(rotary)) < 1e-9 ? std::llround(rotary) : static_cast<int64_t>(rotary);
   if (!is_vl(c.arch)) {
     ORBIT_CHECK(!args.has("--mrope-section"),
                 "make-model: --mrope-section applies to --arch qwen2_vl / qwen2_5_vl only");
@@ -181,6 +182,13 @@ void check_option_values(const Args& args, const rt::ModelConfig& c, const rt::G
         "make-model: --hidden / --heads = " << c.hidden_size << " / " << c.num_heads
                                             << " leaves a head_dim of 0: give --head-dim, or --hidden >= --heads");
     at_least("--head-dim", c.head_dim, 1);
+    // The config keeps the fraction; a loader truncates head_dim × fraction, which a whole product needs none of.
+    const double rotary = static_cast<double>(c.head_dim) * args.get_double("--partial-rotary", 1.0);
+    ORBIT_CHECK(std::abs(rotary - static_cast<double>(r.rotary_dim)) < 1e-9,
+                "make-model: --head-dim × --partial-rotary = "
+                    << c.head_dim << " × " << args.get_double("--partial-rotary", 1.0) << " = " << rotary
+                    << " is not a whole number of rotary "
+                    << "dimensions (give a fraction of " << c.head_dim << " that is)");
     ORBIT_CHECK(r.rotary_dim > 0 && r.rotary_dim % 2 == 0,
                 "make-model: --head-dim × --partial-rotary = "
                     << c.head_dim << " × " << args.get_double("--partial-rotary", 1.0) << " gives " << r.rotary_dim

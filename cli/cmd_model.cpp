@@ -110,6 +110,7 @@ int run_logits(int argc, char** argv, int first) {
     const std::vector<int64_t> values = parse_int_list(*positions, "--positions");
     ORBIT_CHECK(values.size() == tokens.size(),
                 "--positions: " << values.size() << " positions for " << tokens.size() << " tokens");
+    for (const int64_t v : values) ORBIT_CHECK(v >= 0, "--positions: position " << v << " is negative");
     input.positions = at::tensor(at::ArrayRef<int64_t>(values), at::kLong);
   }
   rt::ForwardOptions options;

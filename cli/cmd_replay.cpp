@@ -286,23 +286,14 @@ ReplayOptions replay_options(const Args& args) {
   ORBIT_CHECK(o.engine.device_tier_bytes == 0 || o.engine.device.rfind("cuda", 0) == 0,
               "replay: argument '--device-tier' needs --device cuda[:N] (a device tier lives in GPU memory)");
   o.policies = split_commas(args.get("--policy").value_or("default"));
-  std::map<std::string, std::string> named;  // each policy's canonical name -> the spec that gave it
   for (const std::string& spec : o.policies) {
-    std::string name;
     try {
-      name = parse_policy(spec).name();
+      (void)parse_policy(spec);
     } catch (const Error& e) {
       ORBIT_FAIL("--policy: " << e.what());
     }
-    // Each policy is a column of the report: a second one of the same name would replay it again under a
-    // name that no longer tells the columns apart.
-    const auto [it, fresh] = named.emplace(name, spec);
-    ORBIT_CHECK(fresh || it->second != spec,
-                "replay: argument '--policy' lists '" << spec << "' twice; each policy is one column of the report");
-    ORBIT_CHECK(fresh, "replay: argument '--policy' lists '" << it->second << "' and '" << spec
-                                                             << "', the same policy (" << name
-                                                             << "); each policy is one column of the report");
   }
+  check_policy_columns(o.policies, "replay: argument '--policy'");
   o.explain = args.flag("--explain");
   o.attribute = args.flag("--attribute");
   ORBIT_CHECK(!o.attribute || !args.flag("--no-fidelity"),

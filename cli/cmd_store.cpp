@@ -179,7 +179,13 @@ int incomplete_status(const std::vector<std::string>& dirs, int status) {
 int run_stat(const Args& args, const std::string& dir) {
   const std::optional<std::string> remote = args.get("--remote");
   std::optional<RemoteSummary> r;
-  if (remote) r = summarize_remote(*remote);
+  if (remote) {
+    try {
+      r = summarize_remote(*remote);
+    } catch (const Error& e) {  // a malformed URL (an unreachable server is reported in the summary)
+      ORBIT_FAIL("store stat: argument '--remote': " << e.what());
+    }
+  }
   if (dir.empty() && remote) {  // the remote tier alone
     if (args.flag("--json"))
       std::cout << json{{"remote", remote_json(*r)}}.dump(2) << "\n";

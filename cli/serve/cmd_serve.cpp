@@ -114,6 +114,24 @@ void parse_disk_options(const Args& args, serve::ServeOptions& o) {
   o.remote_max_held_fraction = fraction;
 }
 
+// --store-group-commit and --store-pending-mb (after --store): how the stored answers' disk files take writes.
+void parse_answer_store_options(const Args& args, serve::ServeOptions& o) {
+  const std::string group_commit = args.get_or("--store-group-commit", "on");
+  ORBIT_CHECK(group_commit == "on" || group_commit == "off",
+              "serve: argument '--store-group-commit' must be on or off, got '" << group_commit << "'");
+  o.store_group_commit = group_commit == "on";
+  const int64_t pending_mb = args.get_int("--store-pending-mb", 64, 0);
+  ORBIT_CHECK(pending_mb <= (int64_t{1} << 20),
+              "serve: argument '--store-pending-mb' must be <= 1048576 (a TiB), got " << pending_mb);
+  o.store_pending_bytes = pending_mb << 20;
+  // Without --store stored answers are kept in memory: no disk sync to share, no write to hold for a retry.
+  for (const char* name : {"--store-group-commit", "--store-pending-mb"}) {
+    ORBIT_CHECK(!args.has(name) || !o.store_dir.empty(),
+                "serve: argument '" << name << "' sets how --store's disk keeps stored answers, and no --store is "
+                                    << "given (without it they are kept in memory)");
+  }
+}
+
 // --audit, --audit-owed-after, --audit-exact and --no-stored-calibration (after --store and --remote), each
 // refused where it would do nothing.
 void parse_fidelity_options(const Args& args, serve::ServeOptions& o) {
@@ -189,14 +207,7 @@ serve::ServeOptions serve_options(const Args& args) {
                                                              << kMaxKnownSessions << ", got " << o.max_known_sessions);
   o.max_responses = args.get_int("--max-responses", 4096, 1);
   o.max_chat_completions = args.get_int("--max-chat-completions", 4096, 1);
-  const std::string group_commit = args.get_or("--store-group-commit", "on");
-  ORBIT_CHECK(group_commit == "on" || group_commit == "off",
-              "serve: argument '--store-group-commit' must be on or off, got '" << group_commit << "'");
-  o.store_group_commit = group_commit == "on";
-  const int64_t pending_mb = args.get_int("--store-pending-mb", 64, 0);
-  ORBIT_CHECK(pending_mb <= (int64_t{1} << 20),
-              "serve: argument '--store-pending-mb' must be <= 1048576 (a TiB), got " << pending_mb);
-  o.store_pending_bytes = pending_mb << 20;
+  parse_answer_store_options(args, o);
   o.max_idle_chunks = args.get_int("--max-idle-chunks", 4096, 1);
   o.sync_memo.max_entries = args.get_int("--sync-memo-entries", 4096, 1);
   ORBIT_CHECK(o.sync_memo.max_entries <= SyncMemoLimits::kMaxEntries,

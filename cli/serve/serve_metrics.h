@@ -105,8 +105,9 @@ struct MetricGauges {
 
 // The engine's memory as /metrics gauges: the chunks registered, the KV pool's pages (total, free) and each enabled
 // store tier's entries, bytes and budget (the host tier holds chunks' and answers' KV for reuse up to its budget,
-// --host-budget-mb); the store's faults (orbit_store_faults_total{kind}: corrupt_read, disk_write,
-// remote_corrupt), whether its disk tier is degraded, and the remote writes given up undelivered
+// --host-budget-mb); the store's faults (orbit_store_faults_total{kind}: corrupt_read, unreadable_read, disk_write,
+// remote_corrupt, remote_unauthenticated), whether its disk tier is degraded, the remote entries the server evicted
+// in part (orbit_store_remote_incomplete_total) and the remote writes given up undelivered
 // (orbit_store_remote_abandoned_total: RemoteStats::abandoned).
 std::string render_memory_metrics(const EngineStats& stats);
 

@@ -2,6 +2,7 @@
 // against a re-prefill of the same window; the offline bound over the patch policies' demands.
 // A policy's run is trace_policy_run.h; the content resolved once for all of them, the offline bound's demands
 // and the totals are trace_replay_parts.h.
+#include <map>
 #include <set>
 
 #include "orbit/common/error.h"
@@ -20,10 +21,24 @@ const PolicyReplay* ReplayReport::find(const std::string& policy_name) const {
   return nullptr;
 }
 
+void check_policy_columns(const std::vector<std::string>& specs, const std::string& what) {
+  std::map<std::string, std::string> named;  // each policy's canonical name -> the spec that gave it
+  for (const std::string& spec : specs) {
+    const std::string name = parse_policy(spec).name();
+    // A second one of the same name would replay it again under a name that no longer tells the columns apart.
+    const auto [it, fresh] = named.emplace(name, spec);
+    ORBIT_CHECK(fresh || it->second != spec,
+                what << " lists '" << spec << "' twice; each policy is one column of the report");
+    ORBIT_CHECK(fresh, what << " lists '" << it->second << "' and '" << spec << "', the same policy (" << name
+                            << "); each policy is one column of the report");
+  }
+}
+
 ReplayReport replay(const Trace& trace, const ReplayOptions& options) {
   validate_trace(trace);
   ORBIT_CHECK(!options.engine.model.empty(), "replay: no model (ReplayOptions::engine.model)");
-  // Policies: the ones asked for (duplicates dropped), then the baselines not already among them.
+  check_policy_columns(options.policies, "replay: ReplayOptions::policies");
+  // Policies: the ones asked for, then the baselines not already among them.
   std::vector<std::pair<WindowPolicy, bool>> policies;
   std::set<std::string> names;
   auto add = [&](const WindowPolicy& p, bool baseline) {

@@ -224,6 +224,14 @@ void add_bytes(int64_t& total, int64_t bytes) {
   total = bytes > std::numeric_limits<int64_t>::max() - total ? std::numeric_limits<int64_t>::max() : total + bytes;
 }
 
+// Paths found by listing the file system, as reports show text: a name that is not UTF-8 with \xNN (shown_text.h).
+std::vector<std::string> shown_all(const std::vector<std::string>& paths) {
+  std::vector<std::string> out;
+  out.reserve(paths.size());
+  for (const std::string& p : paths) out.push_back(shown(p));
+  return out;
+}
+
 }  // namespace
 
 StoreSummary summarize_store(const std::string& dir) {
@@ -231,7 +239,7 @@ StoreSummary summarize_store(const std::string& dir) {
   std::unique_ptr<SqliteIndex> opened = open_index(root, SqliteIndex::Mode::kReadOnly);
   SqliteIndex& index = *opened;
   StoreSummary s;
-  s.dir = root;
+  s.dir = shown(root);
   s.model_fingerprint = shown(index.meta("model_fingerprint").value_or(""));
   s.format_version = std::stoll(index.meta("format_version").value_or("0"));
   std::map<std::string, int64_t> count, bytes;
@@ -251,7 +259,7 @@ StoreSummary summarize_store(const std::string& dir) {
   const BlobFiles files = scan_blobs(root);
   s.unreferenced_blobs = count_unreferenced(root, rows, files);
   s.temp_files = static_cast<int64_t>(files.temps.size());
-  s.unreadable_dirs = files.unreadable_dirs;
+  s.unreadable_dirs = shown_all(files.unreadable_dirs);
   const std::map<std::string, int64_t> pending = index.remote_pending_counts();
   const std::map<std::string, int64_t> abandoned = index.remote_abandoned();
   s.remote_pending.assign(pending.begin(), pending.end());
@@ -367,7 +375,7 @@ VerifyReport verify_store(const std::string& dir) {
   rows.insert(rows.end(), later.begin(), later.end());
   report.unreferenced_blobs = count_unreferenced(root, rows, files);
   report.temp_files = static_cast<int64_t>(files.temps.size());
-  report.unreadable_dirs = files.unreadable_dirs;
+  report.unreadable_dirs = shown_all(files.unreadable_dirs);
   report.index_damage = shown(index.inconsistency());
   return report;
 }
@@ -396,7 +404,7 @@ GcReport gc_store(const std::string& dir, const GcOptions& options) {
   const BlobFiles files = scan_blobs(root);
   const RowHealth health = row_health(root, rows, files);
   GcReport report;
-  report.unreadable_dirs = files.unreadable_dirs;
+  report.unreadable_dirs = shown_all(files.unreadable_dirs);
   auto remove = [&](const fs::path& p, int64_t& counter) {
     std::error_code size_error, ec;
     // A symlink is removed, not what it names: it frees no bytes of its target's.
@@ -407,7 +415,7 @@ GcReport gc_store(const std::string& dir, const GcOptions& options) {
     }
     ++counter;
     report.freed_bytes += size_error ? 0 : static_cast<int64_t>(size);
-    report.removed_paths.push_back(p.string());
+    report.removed_paths.push_back(shown(p.string()));
   };
   for (const fs::path& p : files.temps) remove(p, report.removed_temps);
   for (const fs::path& p : files.blobs) {
@@ -415,7 +423,7 @@ GcReport gc_store(const std::string& dir, const GcOptions& options) {
     const std::string name = p.filename().string();
     if (health.keys_without_blob.count(name.substr(0, name.find('.'))) ||
         (health.damaged > 0 && repair_could_restore(p, fingerprint, health))) {
-      report.kept_paths.push_back(p.string());
+      report.kept_paths.push_back(shown(p.string()));
       continue;
     }
     remove(p, report.removed_blobs);

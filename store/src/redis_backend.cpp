@@ -115,18 +115,19 @@ BackendRead RedisBackend::get(const std::string& key) {
     out.reason = why;
     return out;
   };
-  auto corrupt = [&](const std::string& why) {
-    out.outcome = BackendRead::Outcome::kCorrupt;
+  auto refused = [&](BackendRead::Outcome outcome, const std::string& why) {
+    out.outcome = outcome;
     out.reason = "remote " + options_.url + ", key " + mkey + ": " + why;
     return out;
   };
+  auto corrupt = [&](const std::string& why) { return refused(BackendRead::Outcome::kCorrupt, why); };
   std::lock_guard<std::mutex> lock(read_mu_);
   Result<RedisReply> head = reader_->command({"GET", mkey}, mkey);
   if (!head) return unavailable(head.status().reason());
   if (head.value().is_error()) return unavailable("remote " + options_.url + ": GET " + mkey + ": " + head.value().str);
   if (head.value().type == RedisReply::Type::kNil) return out;  // a miss
   Result<std::string_view> opened = open_remote_manifest(options_.secret, key, head.value().str);
-  if (!opened) return corrupt(opened.status().reason());
+  if (!opened) return refused(BackendRead::Outcome::kUnauthenticated, opened.status().reason());
   Manifest m;
   const std::string wrong = parse_manifest(std::string(opened.value()), &m);
   if (!wrong.empty()) return corrupt(wrong);
@@ -146,7 +147,10 @@ BackendRead RedisBackend::get(const std::string& key) {
   int64_t received = 0;
   for (int64_t i = 0; i < m.parts; ++i) {
     const RedisReply& p = parts.value().elements[static_cast<std::size_t>(i)];
-    if (p.type != RedisReply::Type::kString) return corrupt("part " + std::to_string(i) + " is missing (evicted?)");
+    if (p.type != RedisReply::Type::kString) {  // evicted by the server (allkeys-lru), the manifest left
+      return refused(BackendRead::Outcome::kIncomplete,
+                     "part " + std::to_string(i) + " is missing (evicted by the server?)");
+    }
     received += static_cast<int64_t>(p.str.size());
   }
   if (received != m.bytes) {

@@ -280,13 +280,11 @@ Result<ValuePtr> RemoteTier::get(const std::string& key, bool* refused, bool* un
     return Status::not_found("remote " + stats_.url + ": no entry " + key);
   }
   std::string reason = r.reason;
-  const ValuePtr value = r.outcome == BackendRead::Outcome::kHit ? verified_value(key, r.bytes, &reason) : nullptr;
-  if (!value) {  // corrupt: never used; removed so that the next put replaces it
-    Status removed = backend_->remove(key);
-    std::lock_guard<std::mutex> lock(mu_);
-    ++stats_.corrupt;
-    stats_.misses += user;
-    if (!removed) ++stats_.errors;
+  BackendRead::Outcome outcome = r.outcome;
+  const ValuePtr value =
+      r.outcome == BackendRead::Outcome::kHit ? verified_value(key, r.bytes, &reason, &outcome) : nullptr;
+  if (!value) {  // never used
+    count_refused(key, outcome, reason, user);
     if (refused != nullptr) *refused = true;
     return Status::not_found(reason);
   }
@@ -300,11 +298,43 @@ Result<ValuePtr> RemoteTier::get(const std::string& key, bool* refused, bool* un
   return value;
 }
 
-ValuePtr RemoteTier::verified_value(const std::string& key, const std::string& bytes, std::string* reason) const {
+void RemoteTier::count_refused(const std::string& key, BackendRead::Outcome outcome, const std::string& reason,
+                               int64_t user) {
+  const bool unauthenticated = outcome == BackendRead::Outcome::kUnauthenticated;
+  // Damaged or evicted in part: removed, so that the next put replaces it. Another secret's: left (a put of the
+  // key replaces it anyway), as deleting it would empty the shared tier for the engines that wrote it.
+  const Status removed = unauthenticated ? Status::ok() : backend_->remove(key);
+  bool warn = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.misses += user;
+    if (!removed) ++stats_.errors;
+    if (outcome == BackendRead::Outcome::kIncomplete) {
+      ++stats_.incomplete;
+    } else if (unauthenticated) {
+      ++stats_.unauthenticated;
+      stats_.last_error = reason;
+      warn = options_.warn && !warned_unauthenticated_;
+      warned_unauthenticated_ = true;
+    } else {
+      ++stats_.corrupt;
+    }
+  }
+  if (warn) {
+    orbit::warn(reason + ": not used, and left on the server; engines that share a remote tier need the same " +
+                "secret (remote_secret, or ORBIT_REMOTE_SECRET). Further such values are counted in " +
+                "stats().store.remote.unauthenticated, not warned of again");
+  }
+}
+
+ValuePtr RemoteTier::verified_value(const std::string& key, const std::string& bytes, std::string* reason,
+                                    BackendRead::Outcome* outcome) const {
   const std::string origin = "remote " + backend_->describe() + ", key " + key;
   Result<std::string_view> blob = open_remote_value(options_.secret, key, bytes);
+  *outcome = BackendRead::Outcome::kCorrupt;
   if (!blob) {
     *reason = "refused value " + origin + ": " + blob.status().reason();
+    *outcome = BackendRead::Outcome::kUnauthenticated;
     return nullptr;
   }
   at::Tensor raw = at::empty({static_cast<int64_t>(blob.value().size())}, at::TensorOptions().dtype(at::kByte));

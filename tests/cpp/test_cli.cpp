@@ -367,6 +367,11 @@ TEST_CASE("an option that would be ignored, or wrap around, is refused naming it
       {"serve --port 0 --name ''" + model, "'--name' is empty"},
       {"version extra", "version: unknown argument 'extra'"},
       {"serve --port 0 --host 999.1.1.1" + model, "serve: --host 999.1.1.1: cannot bind any port"},
+      // A fraction a loader would truncate: the model written would not be the one asked for.
+      {"make-model --head-dim 16 --partial-rotary 0.3 --out " + (dir / "m3"),
+       "--head-dim × --partial-rotary = 16 × 0.3 = 4.8 is not a whole number of rotary dimensions"},
+      {"logits" + model + " --tokens 1,2,3 --positions -1,0,1", "--positions: position -1 is negative"},
+      {"store stat --store " + dir.path().string() + " --remote ''", "store stat: argument '--remote': remote ''"},
   };
   for (const Case& c : cases) {
     CliRun r = orbit::test::run_command("timeout 120 " + std::string(ORBIT_CLI_PATH) + " " + c.args);
@@ -376,6 +381,7 @@ TEST_CASE("an option that would be ignored, or wrap around, is refused naming it
   }
   CHECK(!std::filesystem::exists(dir / "t.json"));
   CHECK(!std::filesystem::exists(dir / "m2"));
+  CHECK(!std::filesystem::exists(dir / "m3"));
 }
 
 TEST_CASE("make-model and make-trace errors name the option typed, not the field it sets", "[cli][errors][cpu]") {

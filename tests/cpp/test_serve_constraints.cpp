@@ -407,4 +407,28 @@ TEST_CASE("serve constraints: allowed_tools' refusal under auto names the tool b
   CHECK(a.error->message.find("tools[0]") == std::string::npos);
 }
 
+TEST_CASE("serve constraints: a response_format beside a forced call is checked, and the answer is the call",
+          "[serve][constraint]") {
+  sv::ConstraintCache cache(ToolCallFormat::kHermes, bytes_vocabulary(), 512);
+  const std::string call = R"(<tool_call>{"name": "find", "arguments": {"q": "2024-05-01"}}</tool_call>)";
+  for (const char* choice : {"required", "function"}) {
+    sv::ChatRequest r = request(kTools, choice);
+    if (std::string(choice) == "function") r.tool_choice.function = "find";
+    r.response_format.type = "json_schema";
+    // A schema refused on its own is refused here too, naming the response format (it was never compiled).
+    r.response_format.schema_json = R"({"type":"object","properties":{"a":{"type":"array","uniqueItems":true}}})";
+    const sv::AnswerConstraint bad = cache.for_request(r);
+    REQUIRE(bad.error);
+    CHECK(bad.error->param == "response_format.json_schema.schema");
+    CHECK(bad.constraint == nullptr);
+    // A good one is accepted (as OpenAI accepts it); the answer is the call, not the JSON.
+    r.response_format.schema_json = R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})";
+    const sv::AnswerConstraint good = cache.for_request(r);
+    REQUIRE(good.constraint != nullptr);
+    CHECK_FALSE(good.error);
+    CHECK(good.constraint->matches(call));
+    CHECK_FALSE(good.constraint->matches(R"({"a": 1})"));
+  }
+}
+
 }  // namespace ORBIT_TEST_FILE

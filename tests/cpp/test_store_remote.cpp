@@ -6,9 +6,13 @@
 // test_store_remote_engine.cpp (engines sharing through Redis, the remote read rate).
 #include "orbit_catch.h"  // ATen, then <catch2/catch.hpp>: keeps Catch's CHECK (see that header)
 
+#include <functional>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "orbit/common/error.h"
+#include "orbit/common/warn.h"
 #include "orbit/store.h"
 #include "orbit/store/chunk_store.h"
 #include "orbit/store/redis_backend.h"
@@ -114,7 +118,9 @@ TEST_CASE("a corrupted or truncated remote value is detected, never used, and re
     CHECK_THAT(refusal, Contains(remote_key(i)));
   }
   const RemoteStats rs = reader.stats().remote;
-  CHECK(rs.corrupt == 3);
+  CHECK(rs.corrupt == 2);
+  CHECK(rs.incomplete == 1);  // a part gone is what a server's allkeys-lru does: counted apart from damage
+  CHECK(rs.misses == 4);
   CHECK(rs.hits == 0);
   for (int64_t i = 1; i <= 3; ++i) {  // removed from the server
     CHECK_THAT(test::redis_cli(server.port(), "EXISTS '" + RedisBackend::manifest_key(remote_key(i)) + "'"),
@@ -220,10 +226,10 @@ TEST_CASE("with a secret, a manifest written without it or with another is refus
   auto reader = backend("s3cret-A");
   const int64_t mgets = mget_calls(server.port());
   const BackendRead unsealed = reader->get(remote_key(1));
-  CHECK(unsealed.outcome == BackendRead::Outcome::kCorrupt);
+  CHECK(unsealed.outcome == BackendRead::Outcome::kUnauthenticated);
   CHECK_THAT(unsealed.reason, Contains(RedisBackend::manifest_key(remote_key(1))) && Contains("no authentication tag"));
   const BackendRead other = reader->get(remote_key(2));
-  CHECK(other.outcome == BackendRead::Outcome::kCorrupt);
+  CHECK(other.outcome == BackendRead::Outcome::kUnauthenticated);
   CHECK_THAT(other.reason, Contains("does not verify"));
   CHECK_THAT(other.reason, !Contains("s3cret"));  // the secret is never part of a message
   CHECK(mget_calls(server.port()) == mgets);
@@ -309,6 +315,41 @@ TEST_CASE("erase removes an entry from the remote tier too, after any write of i
   REQUIRE(a.drain_remote(std::chrono::milliseconds(20000)));
   CHECK_FALSE(on_server(4));
   CHECK(on_server(3));
+}
+
+TEST_CASE("a value sealed under another secret is a miss warned of once and left on the server", "[store][remote]") {
+  test::TempDir dir;
+  test::RedisServer server(dir / "redis");
+  auto options = [&](const std::string& secret) {
+    ChunkStoreOptions o = test::remote_store_options(server.url());
+    o.remote.secret = secret;
+    o.remote.warn = true;
+    return o;
+  };
+  {
+    ChunkStore writer(options("team-secret"));
+    for (int64_t i = 1; i <= 3; ++i) REQUIRE(writer.put(remote_key(i), test::store_test_value(i)).is_ok());
+    REQUIRE(writer.drain_remote(std::chrono::milliseconds(10000)));
+  }
+  std::vector<std::string> said;
+  const WarningSink previous = set_warning_sink([&](std::string m) { said.push_back(std::move(m)); });
+  const std::unique_ptr<void, std::function<void(void*)>> restore(&said, [&](void*) { set_warning_sink(previous); });
+  ChunkStore outsider(options("other-secret"));
+  for (int64_t i = 1; i <= 3; ++i) CHECK_FALSE(outsider.get(remote_key(i)).is_ok());
+  const RemoteStats rs = outsider.stats().remote;
+  CHECK(rs.unauthenticated == 3);
+  CHECK(rs.corrupt == 0);
+  CHECK(rs.misses == 3);
+  CHECK_THAT(rs.last_error, Contains("does not verify") && !Contains("secret-"));
+  std::vector<std::string> refused;
+  for (const std::string& m : said)
+    if (m.find("does not verify") != std::string::npos) refused.push_back(m);
+  REQUIRE(refused.size() == 1);  // once a run, naming the cause
+  CHECK_THAT(refused[0], Contains("need the same secret") && Contains(remote_key(1)) && !Contains("secret-"));
+  // Left on the server: the engines that share the secret still read them.
+  ChunkStore teammate(options("team-secret"));
+  for (int64_t i = 1; i <= 3; ++i) CHECK(teammate.get(remote_key(i)).is_ok());
+  CHECK(teammate.stats().remote.hits == 3);
 }
 
 }  // namespace ORBIT_TEST_FILE

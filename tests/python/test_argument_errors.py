@@ -620,3 +620,75 @@ def test_a_misspelt_keyword_is_named_with_the_nearest_one(orbit, engine, window)
             call()
         assert str(e.value) == says
     assert orbit.Window.generate.__doc__.startswith("generate(self: orbit._orbit.Window, query: object, *,")
+
+
+TOOLS = [{"type": "function", "function": {"name": "find", "parameters": {
+    "type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}}]
+
+
+# Each of these was accepted and changed nothing (the CLI refuses the same settings, or they contradict each other).
+SAYS_NOTHING = {
+    "top_p at temperature 0": (lambda o, w: w.generate(" A", max_tokens=1, top_p=0.5),
+                               "generate: top_p applies only with temperature > 0"),
+    "seed at temperature 0": (lambda o, w: w.generate(" A", max_tokens=1, seed=3),
+                              "generate: seed applies only with temperature > 0"),
+    "generate_n's seed at temperature 0": (lambda o, w: w.generate_n(" A", 2, max_tokens=1, seed=3),
+                                           "seed applies only with temperature > 0"),
+    "generate_many's top_p at temperature 0": (
+        lambda o, w: o.generate_many([(w, " A", {"max_tokens": 1, "top_p": 0.9})]),
+        "generate_many: requests[0]: top_p applies only with temperature > 0"),
+    "a call format with tool_choice none": (
+        lambda o, w: w.generate(" A", max_tokens=1, tools=TOOLS, tool_choice="none", tool_call_format="hermes"),
+        "tool_call_format = hermes says how calls are read, and tool_choice = 'none' reads none"),
+    "a response_format beside a forced call": (
+        lambda o, w: w.generate(" A", max_tokens=1, tools=TOOLS, tool_choice="required",
+                                response_format="json_object"),
+        "response_format shapes a text answer, and tool_choice = 'required' makes the answer a call"),
+    "a response_format beside a named call": (
+        lambda o, w: w.generate(" A", max_tokens=1, tools=TOOLS, tool_choice="find",
+                                response_format={"type": "object"}),
+        "tool_choice = 'find' makes the answer a call"),
+    "rank beside rank_k": (lambda o, w: o.Policy(rank=8, rank_k=4), "rank sets rank_k and rank_v together"),
+    "rank_v beside rank": (lambda o, w: o.Policy("patch:16").replace(rank_v=4, rank=8),
+                           "rank_v was given too"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SAYS_NOTHING))
+def test_arguments_that_would_change_nothing_are_refused_by_name(orbit, window, case):
+    call, message = SAYS_NOTHING[case]
+    with pytest.raises(ValueError, match=re.escape(message)):
+        call(orbit, window)
+
+
+def test_their_meaningful_neighbours_still_run(orbit, window):
+    assert window.generate(" A", max_tokens=2, temperature=0.0, top_p=1.0, seed=0).tokens
+    assert window.generate(" A", max_tokens=2, temperature=0.8, top_p=0.5, seed=3).tokens
+    assert window.generate(" A", max_tokens=2, tools=TOOLS, tool_choice="required", response_format="text").tokens
+    assert orbit.Policy(rank_k=4, rank_v=8).name.startswith("patch:4/8")
+    # A malformed response_format is refused as such beside a forced call too.
+    with pytest.raises(orbit.OrbitError, match="response_format"):
+        window.generate(" A", max_tokens=1, tools=TOOLS, tool_choice="required", response_format="xml")
+
+
+@pytest.mark.parametrize("keyword", ["tokenizer", "store_dir", "device", "dtype", "eviction", "cold_tier"])
+def test_an_empty_engine_setting_is_refused_not_read_as_its_default(orbit, stories260k_path, keyword):
+    with pytest.raises(ValueError, match=re.escape(f"Engine: {keyword} is empty (leave it out for the default")):
+        orbit.Engine(stories260k_path, **{keyword: ""})
+
+
+def test_remote_max_held_fraction_needs_a_bounded_disk_tier(orbit, stories260k_path, tmp_path):
+    url = "redis://127.0.0.1:1"
+    with pytest.raises(orbit.OrbitError, match=r"remote_max_held_fraction = 0\.3 is a share of the disk tier's budget, "
+                                               r"and store_dir is empty"):
+        orbit.Engine(stories260k_path, remote=url, remote_max_held_fraction=0.3)
+    with pytest.raises(orbit.OrbitError, match=r"and disk_budget_bytes is 0 \(the disk is unlimited\)"):
+        orbit.Engine(stories260k_path, store_dir=tmp_path, remote=url, remote_max_held_fraction=0.3)
+
+
+def test_replay_refuses_two_specs_of_one_policy(orbit, stories260k_path):
+    trace = orbit.make_trace("web", steps=3, seed=1)
+    with pytest.raises(orbit.OrbitError, match=r"replay: policies lists 'patch:16' twice"):
+        orbit.replay(trace, stories260k_path, policies=["patch:16", "patch:16"])
+    with pytest.raises(orbit.OrbitError, match=r"replay: policies lists 'default' and '.*', the same policy"):
+        orbit.replay(trace, stories260k_path, policies=["default", "patch:16:kl=0.003:heal:prep=1:move=8:lists=3"])

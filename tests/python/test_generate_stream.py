@@ -354,8 +354,8 @@ def test_stream_names_an_argument_generate_takes_in_another_type_or_not_at_all(o
         window.stream(query, foo=1)
     with pytest.raises(TypeError, match="^generate: temperature: expected float, got str$"):
         window.stream(query, temperature="hot")
-    s = window.stream(query, max_tokens=3, seed=5, stop=["zz"])  # good arguments still stream
-    assert "".join(s) == window.generate(query, max_tokens=3, seed=5, stop=["zz"]).text
+    s = window.stream(query, max_tokens=3, temperature=1.0, seed=5, stop=["zz"])  # good arguments still stream
+    assert "".join(s) == window.generate(query, max_tokens=3, temperature=1.0, seed=5, stop=["zz"]).text
 
 
 def test_bad_stop_values_name_stop(orbit, story):

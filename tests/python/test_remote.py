@@ -97,11 +97,16 @@ def test_engines_share_only_values_sealed_with_their_remote_secret(orbit, storie
     with engine("teammate", "team-s3cret") as e:  # the same secret: recalled
         e.new_window().admit(e.add_tokens(tokens))
         assert e.stats.canonicals_encoded == 0 and e.stats.store.remote.hits == 1
-    with engine("outsider", "another-s3cret") as e:  # another secret: refused and recomputed
-        e.new_window().admit(e.add_tokens(tokens))
-        remote = e.stats.store.remote
-        assert e.stats.canonicals_encoded == 1 and remote.hits == 0 and remote.corrupt == 1
-        assert "s3cret" not in remote.last_error
+    with pytest.warns(orbit.OrbitWarning) as caught:
+        with engine("outsider", "another-s3cret") as e:  # another secret: refused and recomputed, warned of once
+            e.new_window().admit(e.add_tokens(tokens))
+            e.new_window().admit(e.add_tokens(tokens[:4]))  # written by none: a plain miss
+            remote = e.stats.store.remote
+            assert e.stats.canonicals_encoded == 2 and remote.hits == 0
+            assert remote.unauthenticated == 1 and remote.corrupt == 0  # not damage: another engine's value
+            assert "does not verify" in remote.last_error and "s3cret" not in remote.last_error
+    refused = [str(w.message) for w in caught if "does not verify" in str(w.message)]
+    assert len(refused) == 1 and "need the same secret" in refused[0] and "s3cret" not in refused[0], refused
 
 
 def test_a_remote_without_a_secret_warns_once_at_open(orbit, stories260k_path):

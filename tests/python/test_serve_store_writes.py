@@ -124,6 +124,32 @@ def test_a_chat_completion_its_store_cannot_take_is_flagged_or_refused_before_it
     assert request(server, "GET", "/v1/chat/completions/" + json.loads(text)["id"])[0] == 200
 
 
+def test_a_store_directory_moved_away_while_serving_takes_no_answer_until_it_is_back(start_serve, stories260k_path,
+                                                                                      tmp_path):
+    # The answer stores' open files followed the directory (moved) or outlived it (removed): answers were confirmed
+    # stored (Orbit-Stored: true) into files no later start opens. Now a write checks the file is still the one
+    # opened, and the store is refused before the run, as a full one is.
+    store = tmp_path / "store"
+    server = start_serve(stories260k_path, "--store", store, env={"OMP_NUM_THREADS": "1"})
+    status, headers, text = request(server, "POST", "/v1/chat/completions", SMALL)
+    assert status == 200 and headers["orbit-stored"] == "true"
+    kept = json.loads(text)["id"]
+    store.rename(tmp_path / "elsewhere")
+    generated = metric(server, "orbit_completion_tokens_total")
+    refused_before_running(server, "/v1/chat/completions", SMALL, generated)
+    refused_before_running(server, "/v1/responses", RESPONSE, generated)
+    status, headers, _ = request(server, "POST", "/v1/chat/completions", dict(SMALL, store=False))
+    assert status == 200 and "orbit-stored" not in headers
+    (tmp_path / "elsewhere").rename(store)  # back: the same files take writes again
+    status, headers, text = request(server, "POST", "/v1/chat/completions", SMALL)
+    assert status == 200 and headers["orbit-stored"] == "true"
+    status, headers, _ = request(server, "POST", "/v1/responses", RESPONSE)
+    assert status == 200 and headers["orbit-stored"] == "true"
+    assert request(server, "GET", "/v1/chat/completions/" + json.loads(text)["id"])[0] == 200
+    assert request(server, "GET", "/v1/chat/completions/" + kept)[0] == 200
+    assert "was moved or removed while this server had it open" in server.output()
+
+
 def test_a_response_its_store_cannot_take_is_flagged_or_refused_before_it_runs(start_serve, stories260k_path,
                                                                                tmp_path):
     store = tmp_path / "store"
@@ -170,6 +196,10 @@ def test_store_group_commit_takes_on_or_off_and_refuses_anything_else(start_serv
                                                                       tmp_path):
     stderr = refused_serve(stories260k_path, "--store-group-commit", "maybe")
     assert "--store-group-commit" in stderr and "on or off" in stderr
+    # Without --store the answers are kept in memory: neither option would do anything.
+    for option, value in (("--store-group-commit", "off"), ("--store-pending-mb", "8")):
+        stderr = refused_serve(stories260k_path, option, value)
+        assert f"argument '{option}' sets how --store's disk keeps stored answers, and no --store is given" in stderr
     server = start_serve(stories260k_path, "--store", tmp_path / "store", "--store-group-commit", "off")
     status, headers, text = request(server, "POST", "/v1/chat/completions", SMALL)
     assert status == 200 and headers["orbit-stored"] == "true"

@@ -230,3 +230,33 @@ def test_repair_and_a_lost_index_refuse_a_blob_directory_that_cannot_be_listed(o
         r = run("store", "repair", "--store", store)
         assert r.returncode == 0 and "3 rows restored" in r.stdout, (r.stdout, r.stderr)
         assert sorted(e.key for e in orbit.store_list(store)) == sorted(keys)
+
+
+def test_gc_and_stat_report_names_that_are_not_utf8_as_escapes(orbit, orbit_cli, stories260k_path, tmp_path):
+    # A stray file named with a byte that is not UTF-8 made `gc --json` fail after its removals ("internal error",
+    # no report of what went) and Python's store_gc raise UnicodeDecodeError after removing it; `stat --json` failed
+    # the same way on such a store directory. Such bytes are reported as \xNN, as ls reports paths from the index.
+    directory = tmp_path / "s"
+    _store(orbit, stories260k_path, directory, 2)
+    shard = next(p for p in (directory / "blobs").iterdir() if p.is_dir())
+    stray = os.path.join(os.fsencode(shard), b"stray\xff.blob")
+    for dry_run in (True, False):
+        with open(stray, "wb") as f:
+            f.write(b"junk")
+        args = [str(orbit_cli), "store", "gc", "--store", str(directory), "--json"] + (["--dry-run"] if dry_run else [])
+        gc = subprocess.run(args, capture_output=True, text=True, timeout=120)
+        assert gc.returncode == 0, gc.stderr
+        report = json.loads(gc.stdout)
+        assert report["removed_blobs"] == 1 and report["paths"] == [str(shard) + "/stray\\xff.blob"], report
+        assert os.path.exists(stray) == dry_run
+    with open(stray, "wb") as f:
+        f.write(b"junk")
+    report = orbit.store_gc(directory)
+    assert report.removed_paths == [str(shard) + "/stray\\xff.blob"] and not os.path.exists(stray)
+    odd = os.path.join(os.fsencode(tmp_path), b"store\xe9")
+    _store(orbit, stories260k_path, odd, 1)
+    stat = subprocess.run([os.fsencode(str(orbit_cli)), b"store", b"stat", b"--store", odd, b"--json"],
+                          capture_output=True, timeout=120)
+    assert stat.returncode == 0, stat.stderr
+    assert json.loads(stat.stdout)["dir"] == str(tmp_path) + "/store\\xe9"
+    assert orbit.store_summary(os.fsdecode(odd)).dir == str(tmp_path) + "/store\\xe9"

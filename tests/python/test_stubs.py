@@ -362,8 +362,8 @@ def test_int_arguments_are_typed_as_what_they_take(orbit, stub, stories260k_path
         assert e.detokenize([5, 6], previous=i(-1)) == e.detokenize([5, 6])
         w = e.new_window(max_bytes=i(0))
         w.add_turn(e.tokenize("Once upon a time"))
-        g = w.generate([5], max_tokens=i(3), seed=np.uint64(2), top_logprobs=i(0))
-        assert g.tokens == w.generate([5], max_tokens=3, seed=2).tokens
+        g = w.generate([5], max_tokens=i(3), temperature=1.0, seed=np.uint64(2), top_logprobs=i(0))
+        assert g.tokens == w.generate([5], max_tokens=3, temperature=1.0, seed=2).tokens
         assert [x.tokens for x in w.generate_n([5], i(2), max_tokens=2)] == [
             x.tokens for x in w.generate_n([5], 2, max_tokens=2)]
         assert w.plan_slide(i(0)).describe() == w.plan_slide(0).describe()

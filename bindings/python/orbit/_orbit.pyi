@@ -491,6 +491,10 @@ class RemoteStats:
     @property
     def corrupt(self) -> int: ...
     @property
+    def incomplete(self) -> int: ...
+    @property
+    def unauthenticated(self) -> int: ...
+    @property
     def errors(self) -> int: ...
     @property
     def outages(self) -> int: ...
@@ -916,7 +920,8 @@ class WindowPolicy:
     on_miss, survivors and stale set to an enum built from an int that is none of its members (MissAction(7))
     raise ValueError naming the field, as an unknown name does. A float field takes a float, an int or a numpy
     number, a count or rank an int or a numpy integer; a bool or another type raises TypeError naming the field
-    ("WindowPolicy.kl_budget: expected float, got bool")."""
+    ("WindowPolicy.kl_budget: expected float, got bool"). rank= sets rank_k and rank_v together: beside either
+    it raises ValueError."""
     def __init__(
         self,
         spec: Union[str, "WindowPolicy", None] = None,
@@ -1103,7 +1108,10 @@ class Engine:
         (password redacted) and the cause; the engine still opens, on its local tiers.
         remote_max_held_fraction: the share (0..1) of the disk budget that entries kept for their undelivered remote
         writes may fill; past it the oldest are evicted and their writes given up (stats().store.remote.abandoned,
-        one warning a run); 1 = keep every one (puts needing their room are refused), 0 = none.
+        one warning a run); 1 = keep every one (puts needing their room are refused), 0 = none; another value than
+        0.5 needs remote, store_dir and disk_budget_bytes > 0 (OrbitError naming it).
+        tokenizer, store_dir, device, dtype, eviction and cold_tier given as '' raise ValueError naming them (leave
+        one out for its default).
         device: 'cpu', 'cuda' or 'cuda:N' (OrbitError where there is no CUDA device); dtype: 'float32',
         'bfloat16' or 'float16' (float16 on CUDA only): weights load straight into it, KV and windows live there.
         eviction: the store's policy, 'lru' or 'cost-aware'; cold_tier: 'exact' or 'int8' canonicals on disk;
@@ -1418,6 +1426,10 @@ class Window:
         'function': {'name': ...}} (another type raises TypeError; a malformed dict, a name not among the tools, or
         a choice other than 'auto' / 'none', or a tool_call_format, without tools ValueError); response_format: 'text', 'json_object', OpenAI's {'type': 'json_schema',
         'json_schema': {'name': ..., 'schema': {...}}} or a JSON Schema dict.
+        Arguments that would change nothing raise ValueError naming them: top_p other than 1 or seed other than 0
+        at temperature 0 (greedy decoding samples nothing), a tool_call_format under tool_choice 'none' (no call
+        is read), a response_format other than 'text' with a forced call ('required' or a name: the answer is
+        the call).
         tools: a list (or its JSON text) of OpenAI's {'type': 'function', 'function': {'name': ..., 'parameters':
         ...}} or the function dicts alone; whatever tool_choice is, an entry that is no dict raises TypeError and
         one without a non-empty str name ValueError, naming it (generate: tools[i]...); under 'auto' a schema
@@ -1836,7 +1848,8 @@ def replay(
     device_tier_bytes: SupportsIndex = 0,
     progress: Optional[Callable[[int, int, int, int, str], object]] = None,
 ) -> dict:
-    """Replays a trace under each policy (plus reprefill, prefix, blind); the report as a dict."""
+    """Replays a trace under each policy (plus reprefill, prefix, blind); the report as a dict. Each policy is
+    one column: two specs that give the same policy raise OrbitError naming both."""
 
 
 class RadixCache:

@@ -232,7 +232,17 @@ AnswerSpec build_spec(const PyWindow& w, const py::object& tools, const py::obje
   }
   if (named && !a.tools_json.empty()) check_named_tool(choice, names, py::isinstance<py::str>(tool_choice));
   a.read_calls = !a.tools_json.empty() && (named || choice != "none");
+  if (!tool_call_format.is_none() && !a.read_calls) {
+    throw py::value_error("generate: tool_call_format = " + py::str(tool_call_format).cast<std::string>() +
+                          " says how calls are read, and tool_choice = 'none' reads none");
+  }
   if (!a.tools_json.empty() && (named || (choice != "auto" && choice != "none"))) {
+    // A forced call is the whole answer: a response_format (checked first, as on its own) would shape no text.
+    if (!response_format.is_none() && response_schema(response_format)) {
+      throw py::value_error("generate: response_format shapes a text answer, and tool_choice = '" + choice +
+                            "' makes the answer a call; leave one out (tool_choice 'auto' lets the model call or "
+                            "answer in that format)");
+    }
     const std::string only = named ? choice : "";
     try {
       a.constraint = Constraint::tool_calls(a.tools_json, orbit::tool_call_options(a.format, only));

@@ -184,6 +184,24 @@ orbit::EngineOptions engine_options(const py::object& model, const EngineArgs& a
   o.max_background_bytes = a.max_background_bytes;
   o.stored_calibration = a.stored_calibration;
   if (!a.constraint_cache.is_none()) o.constraint_cache = constraint_cache_arg(a.constraint_cache);
+  // The SDK reads "" as the default: an empty value (a configuration left blank) is said, not taken for it.
+  const EngineArgs defaults;
+  const struct {
+    const char* keyword;
+    bool empty;
+    std::string left_out;
+  } blanks[] = {{"tokenizer", !a.tokenizer.is_none() && o.tokenizer.empty(), "None"},
+                {"store_dir", !a.store_dir.is_none() && o.store_dir.empty(), "None"},
+                {"device", o.device.empty(), py::repr(defaults.device)},
+                {"dtype", o.dtype.empty(), py::repr(defaults.dtype)},
+                {"eviction", o.eviction.empty(), py::repr(defaults.eviction)},
+                {"cold_tier", o.cold_tier.empty(), py::repr(defaults.cold_tier)}};
+  for (const auto& b : blanks) {
+    if (b.empty) {
+      throw py::value_error(std::string("Engine: ") + b.keyword + " is empty (leave it out for the default, " +
+                            b.left_out + ")");
+    }
+  }
   return o;
 }
 

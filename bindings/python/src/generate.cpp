@@ -149,6 +149,12 @@ GenerateArgs generate_args(PyWindow& w, const py::object& query, int64_t max_tok
                            const py::object& response_format, const py::object& tool_call_format,
                            double presence_penalty, double frequency_penalty, const py::object& logit_bias,
                            bool logprobs, int32_t top_logprobs, const py::object& cancel, bool ignore_eos) {
+  // Sampling's arguments at greedy decoding would change nothing: refused, as the CLI refuses them (seed 0, the
+  // default, cannot be told from one left out).
+  if (temperature == 0 && top_p >= 0 && top_p < 1)  // a top_p out of range is refused as such
+    throw py::value_error("generate: top_p applies only with temperature > 0 (greedy decoding otherwise)");
+  if (temperature == 0 && seed != 0)
+    throw py::value_error("generate: seed applies only with temperature > 0 (greedy decoding otherwise)");
   GenerateArgs a;
   orbit::GenerateOptions& o = a.options;
   o.max_tokens = max_tokens;

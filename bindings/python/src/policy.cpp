@@ -147,6 +147,13 @@ const std::map<std::string, Setter>& setters() {
 }
 
 void apply_kwargs(WindowPolicy& p, const py::kwargs& kwargs) {
+  // rank sets both ranks: beside rank_k or rank_v the one given last would win, whatever the call's order meant.
+  for (const char* one : {"rank_k", "rank_v"}) {
+    if (kwargs.contains("rank") && kwargs.contains(one)) {
+      throw py::value_error(std::string("Policy(): rank sets rank_k and rank_v together; give rank alone, or ") +
+                            "rank_k and rank_v (" + one + " was given too)");
+    }
+  }
   for (auto item : kwargs) {
     const std::string key = py::str(item.first);
     const auto it = setters().find(key);
@@ -408,7 +415,8 @@ void init_policy(py::module_& m) {
         "Policy(spec=None, **options): the preset `spec` ('patch[:M][:exact][:deep][:stale=D]', 'reprefill',\n"
         "'prefix', 'blind', 'cacheblend:R', 'firstk:K', 'default'; None: the default policy), then the keyword options "
         "(any field\n"
-        "below, plus rank= for rank_k and rank_v together). Raises OrbitError for an invalid spec (listing the\n"
+        "below, plus rank= for rank_k and rank_v together, not beside either). Raises OrbitError for an invalid spec "
+        "(listing the\n"
         "valid forms), TypeError for an unknown option or wrong type (a float field takes a float, an int or a numpy\n"
         "number, a count an int or a numpy integer, never a bool), ValueError for an out-of-range value (an\n"
         "enum built from an int that is none of its members, MissAction(7), included) or\n"

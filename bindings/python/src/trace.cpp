@@ -152,6 +152,7 @@ void def_replay(py::module_& m) {
         o.engine.eviction = eviction.get("replay: eviction");
         o.engine.device_tier_bytes = device_tier_bytes.get("replay: device_tier_bytes");
         o.policies = policy_specs(policies);
+        orbit::check_policy_columns(o.policies, "replay: policies");
         o.baselines = baselines.get("replay: baselines");
         o.fidelity = fidelity.get("replay: fidelity");
         o.explain = explain.get("replay: explain");
@@ -195,7 +196,8 @@ void def_replay(py::module_& m) {
       "progress(policy_index, policies, step_index, steps, policy_name) is called before every step (the GIL\n"
       "is held for it; an exception it raises stops the replay and propagates). Signals are checked before\n"
       "every step too, so Ctrl-C raises KeyboardInterrupt promptly. The GIL is released otherwise. Raises\n"
-      "OrbitError for a bad trace, model or policy spec.");
+      "OrbitError for a bad trace, model or policy spec, or for two specs that give one policy (each is one\n"
+      "column of the report).");
 }
 
 }  // namespace

@@ -46,8 +46,14 @@ void def_store_stats(py::module_& m) {
       .def_readonly("url", &RemoteStats::url, "Its URL.")
       .def_readonly("available", &RemoteStats::available, "False while considered down (after a failed call).")
       .def_readonly("hits", &RemoteStats::hits, "Values read and verified.")
-      .def_readonly("misses", &RemoteStats::misses, "Absent, corrupt, or skipped while down.")
+      .def_readonly("misses", &RemoteStats::misses,
+                    "Absent, corrupt, incomplete, unauthenticated, or skipped while down.")
       .def_readonly("corrupt", &RemoteStats::corrupt, "Values that failed verification (removed, never used).")
+      .def_readonly("incomplete", &RemoteStats::incomplete,
+                    "Entries whose parts the server evicted (read as misses, their manifests removed).")
+      .def_readonly("unauthenticated", &RemoteStats::unauthenticated,
+                    "Values sealed under another secret or none (never used, left on the server; the first in a run "
+                    "is warned of and set as last_error).")
       .def_readonly("errors", &RemoteStats::errors, "Calls that failed (unreachable, timed out, rejected).")
       .def_readonly("outages", &RemoteStats::outages, "Times the remote went down.")
       .def_readonly("skipped", &RemoteStats::skipped, "Reads answered as a miss at once while down.")

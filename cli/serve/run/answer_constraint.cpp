@@ -29,11 +29,12 @@ std::string key_of(const ChatRequest& r) {
   const std::string calls = std::string(r.parallel_tool_calls ? "n" : "1") +
                             (r.tool_choice.allowed.empty() ? "" : " allowed") + "\n" + r.tools_json + "\n" +
                             r.callable_tools_json;
-  if (forces_call(r)) return "tools\n" + r.tool_choice.function + "\n" + calls;
-  if (may_call(r)) return "auto tools\n" + calls;
   std::string answer;
   if (r.response_format.type == "json_object") answer = "json_object";
   if (r.response_format.type == "json_schema") answer = "json_schema\n" + r.response_format.schema_json;
+  // A forced call's entry holds the response_format's refusal, if any (build): the format is in its key.
+  if (forces_call(r)) return "tools\n" + r.tool_choice.function + "\n" + calls + "\n" + answer;
+  if (may_call(r)) return "auto tools\n" + calls;
   // The tools' JSON has no newline: the key's parts stay apart.
   return may_call_or_answer(r) ? "calls or\n" + calls + "\n" + answer : answer;
 }
@@ -229,14 +230,23 @@ AnswerConstraint ConstraintCache::build_calls_or_answer(const ChatRequest& r, An
   return answer;
 }
 
+AnswerConstraint ConstraintCache::build_answer_alone(const ChatRequest& r) const {
+  ChatRequest json = r;
+  json.tools_json.clear();
+  json.callable_tools_json.clear();
+  json.tool_choice = {};
+  return build(json);
+}
+
 AnswerConstraint ConstraintCache::build(const ChatRequest& r) const {
   if (may_call(r)) return build_auto(r);
-  if (may_call_or_answer(r)) {
-    ChatRequest json = r;  // the JSON answer alone, as a request without tools would have it
-    json.tools_json.clear();
-    json.callable_tools_json.clear();
-    return build_calls_or_answer(r, build(json));
+  if (forces_call(r) && r.response_format.type != "text") {
+    // OpenAI accepts a response_format beside a forced call, whose answer is the call (no text for the format
+    // to shape); its schema is still checked, as it would be without the tools.
+    AnswerConstraint answer = build_answer_alone(r);
+    if (answer.error) return answer;
   }
+  if (may_call_or_answer(r)) return build_calls_or_answer(r, build_answer_alone(r));
   AnswerConstraint out;
   const bool call = forces_call(r);
   const std::string param = call                                      ? "tool_choice"

@@ -23,7 +23,8 @@
 // `after`): the model thinks in free text, then answers under it. Where the model may open its reasoning
 // itself (qwen3, no tag in the prompt), it applies from the first byte or right after the reasoning the
 // model opened (`after` "", the Sampler's GenerateOptions::constraint_trigger_block).
-// A forced call is not a message, so response_format does not apply to it (as OpenAI's API reads them).
+// A forced call is not a message, so response_format does not apply to it (as OpenAI's API reads them); its
+// schema is still checked, and refused as it would be without the tools (400 naming response_format).
 // Whatever tool_choice says, every tool's parameters must be an arguments schema (an object schema: type
 // "object" if given, properties an object, required a list of names): one that is not is refused when the
 // request arrives (400, code invalid_function_parameters, naming tools[i].function.parameters). Keywords
@@ -111,6 +112,8 @@ class ConstraintCache {
   // `answer` (a constraint, no trigger) preceded by `after`: ways of writing it after the free text.
   static AnswerConstraint after_text(AnswerConstraint answer, const std::string& after);
   AnswerConstraint build_auto(const ChatRequest& request) const;
+  // The JSON answer the request asks for, as a request without tools would have it (its refusal, if any).
+  AnswerConstraint build_answer_alone(const ChatRequest& request) const;
   // Under tool_choice "auto" with a JSON answer asked for: a call or `answer` (the JSON's constraint, or its
   // refusal, returned as it is), from the first byte.
   AnswerConstraint build_calls_or_answer(const ChatRequest& request, AnswerConstraint answer) const;

@@ -1,6 +1,10 @@
 #include "serve/stored/sqlite_file.h"
 
 #include <sqlite3.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <utility>
 
@@ -21,6 +25,10 @@ SqliteFile::SqliteFile(const std::string& kind, const std::string& path, const c
     sqlite3_busy_timeout(db_, 10000);
     exec("PRAGMA journal_mode=WAL");
     exec("PRAGMA synchronous=FULL");
+    struct stat st {};
+    on_disk_ = path != ":memory:" && ::stat(path.c_str(), &st) == 0;
+    device_ = on_disk_ ? static_cast<uint64_t>(st.st_dev) : 0;
+    inode_ = on_disk_ ? static_cast<uint64_t>(st.st_ino) : 0;
     exec("CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value TEXT NOT NULL)");
     exec(schema);
     SqlStatement(*this, "INSERT OR IGNORE INTO meta(name, value) VALUES('format', ?)").text(1, format).step();
@@ -53,6 +61,19 @@ void SqliteFile::exec(const char* sql) const {
 }
 
 int64_t SqliteFile::changes() const { return sqlite3_changes(db_); }
+
+void SqliteFile::check_in_place() const {
+  if (!on_disk_) return;
+  struct stat st {};
+  const bool found = ::stat(path_.c_str(), &st) == 0;
+  const std::string why = !found ? std::string("it is gone (") + std::strerror(errno) + ")"
+                          : static_cast<uint64_t>(st.st_dev) != device_ || static_cast<uint64_t>(st.st_ino) != inode_
+                              ? "another file is there now"
+                              : "";
+  ORBIT_CHECK(why.empty(), label_ << ": the file was moved or removed while this server had it open (" << why
+                                  << "); writes there would be lost at the next start: put the store directory "
+                                  << "back, or restart the server on one");
+}
 
 void SqliteFile::check_writable() {
   exec("PRAGMA synchronous=NORMAL");
@@ -102,6 +123,8 @@ SqlStatement& SqlStatement::null(int at) {
 }
 
 bool SqlStatement::step() {
+  // A write outside a transaction (SqlTransaction checks its own) goes only to the file opened.
+  if (sqlite3_stmt_readonly(stmt_) == 0 && sqlite3_get_autocommit(file_.db()) != 0) file_.check_in_place();
   const int rc = sqlite3_step(stmt_);
   if (rc == SQLITE_ROW) return true;
   if (rc != SQLITE_DONE) fail("step");
@@ -119,7 +142,10 @@ void SqlStatement::fail(const char* what) const {
   ORBIT_FAIL(file_.label() << ": " << what << " failed: " << sqlite3_errmsg(file_.db()));
 }
 
-SqlTransaction::SqlTransaction(const SqliteFile& file) : file_(file) { run("BEGIN IMMEDIATE"); }
+SqlTransaction::SqlTransaction(const SqliteFile& file) : file_(file) {
+  file.check_in_place();
+  run("BEGIN IMMEDIATE");
+}
 
 SqlTransaction::~SqlTransaction() {
   if (!done_) sqlite3_exec(file_.db(), "ROLLBACK", nullptr, nullptr, nullptr);

@@ -6,6 +6,10 @@
 // Its table meta(name TEXT PRIMARY KEY, value TEXT) holds "format": a file made for other records, or by
 // another version, is refused naming it. Every error throws orbit::Error naming the store by its label
 // ("responses store PATH: ...").
+// Before each write (a transaction, or a statement that writes outside one) the file at the path must still be the
+// one opened (device and inode): a store directory removed or moved while the server runs would take the writes
+// into a file no later start opens, so they fail instead (the callers then hold the answers for a retry and say
+// they are not stored), as the chunk store's disk tier refuses a moved directory.
 // Thread-safety: none (the connection is opened without SQLite's mutex); the owner serialises calls.
 #pragma once
 
@@ -39,6 +43,9 @@ class SqliteFile {
   // estimate: it throws orbit::Error naming the store where a write fails (a full disk, a file-size limit,
   // an I/O error, a lock held past the busy timeout). Call it outside a transaction.
   void check_writable();
+  // Throws orbit::Error naming the store when the file at path() is not the one opened (removed, moved, or
+  // replaced by another); nothing for ":memory:".
+  void check_in_place() const;
 
  private:
   friend class SqlStatement;
@@ -46,6 +53,9 @@ class SqliteFile {
   std::string path_;
   std::string label_;
   sqlite3* db_ = nullptr;
+  bool on_disk_ = false;  // not ":memory:": the file's identity below is checked before writes
+  uint64_t device_ = 0;
+  uint64_t inode_ = 0;
   // One prepared statement by SQL text, not in use: SqlStatement takes it and gives it back reset, so a
   // statement run again (a chain's links looked up one by one) is prepared once.
   mutable std::map<std::string, sqlite3_stmt*> cached_;

@@ -509,9 +509,15 @@ struct ReplayReport {
 // (PolicyReplay::offline): the patch presets and the default; not reprefill, prefix, blind, firstk, cacheblend.
 bool forms_patches(const WindowPolicy& policy);
 
+// Each policy is one column of a replay's report: throws orbit::Error when two of `specs` give the same
+// policy ("<what> lists 'S' twice", or "lists 'A' and 'B', the same policy (NAME)"), or a spec does not parse
+// (parse_policy's error).
+void check_policy_columns(const std::vector<std::string>& specs, const std::string& what);
+
 // Throws orbit::Error for a trace that does not fit the model (ids outside the vocabulary, positions past
-// the model's limit, ...), naming the step / chunk and field, or for a bad policy spec; and for a
-// patch_capacity_bytes given where no policy asked for forms patches (it would size nothing).
+// the model's limit, ...), naming the step / chunk and field, or for a bad policy spec or two that give one
+// policy (check_policy_columns); and for a patch_capacity_bytes given where no policy asked for forms patches
+// (it would size nothing).
 ReplayReport replay(const Trace& trace, const ReplayOptions& options);
 
 // The report as JSON (schema: top-level format "orbit-replay/1", trace, source, model, fingerprint, device, dtype,

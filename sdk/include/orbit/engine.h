@@ -87,7 +87,8 @@ struct EngineOptions {
   // The share of disk_budget_bytes (0..1) that entries kept on disk for their undelivered remote writes may fill
   // (store::RemoteOptions::max_held_fraction): past it the oldest are evicted and their writes given up
   // (stats().store.remote.abandoned, one warning a run), so a remote down for long does not stop the disk from
-  // caching. 1 = keep every one (a put that needs their room is refused); 0 = keep none.
+  // caching. 1 = keep every one (a put that needs their room is refused); 0 = keep none. Another value than the
+  // default needs remote, store_dir and disk_budget_bytes > 0.
   double remote_max_held_fraction = 0.5;
   // The operator's secret for the remote tier ("" = the environment variable ORBIT_REMOTE_SECRET, if set).
   // With a secret every value written carries an HMAC-SHA256 over its key and bytes, and a value read

@@ -43,12 +43,13 @@
 // `:hinted=N` (patch presets with `:lists=N` or `:move=N`; 2 unless given, 0 = off): once N syncs in a row
 // found the agent's own prepared list reaching as far as every learned one, idle time skips the learned
 // lists and moves until a sync finds otherwise (WindowPolicy::trust_hints).
-// `:through=F` (patch presets; 0.3 in `default`): under a budget, fresh KV computed behind kept, approximate
-// instances counts toward their predicted loss (WindowPolicy::read_through).
-// `:attend=F` (patch presets; 1 in `default`): under a budget, a kept instance weighs at least F
+// `:through=F` (patch presets; 0.3 in `default`): fresh KV computed behind kept, approximate instances counts
+// toward their predicted loss (WindowPolicy::read_through), in the predicted KL a budget chooses repairs by and
+// an idle-time heal compares, budget or not.
+// `:attend=F` (patch presets; 1 in `default`): a kept instance weighs (in that predicted KL) at least F
 // times the share of the last query's attention it received (WindowPolicy::attention_weight).
-// `:match=F` (patch presets; 0, off, in `default`): under a budget, a kept instance weighs at least F times
-// its share of the content matches of the window's last tokens (WindowPolicy::content_weight).
+// `:match=F` (patch presets; 0, off, in `default`): a kept instance weighs (in that predicted KL) at least F
+// times its share of the content matches of the window's last tokens (WindowPolicy::content_weight).
 // `:look=F` (patch presets; 0, off, in `default`): under a budget, a generate's query forward re-plans the
 // window with each kept instance weighing at least F times that query's attention share on it, and is run
 // again when that plan repairs (WindowPolicy::read_attention_weight).

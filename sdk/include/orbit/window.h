@@ -400,7 +400,10 @@ class Window {
   Plan plan_reorder(const std::vector<InstanceId>& order) const;
   Plan plan_place() const;        // the planner's cheapest order (a reorder plan)
   Plan plan_recondition() const;  // re-condition every instance whose context changed
-  Plan plan_flush() const;        // the deferred repairs alone (Operation::kFlush; keeps when none wait)
+  // Operation::kFlush: the deferred repairs; every other instance is kept, or reused where the engine stores an
+  // exact KV for it in this context (the plan's exactness describes the window after it). flush() and reads run
+  // it only while a repair waits; an instance left inexact with none waiting is made exact by heal().
+  Plan plan_flush() const;
   // Operation::kHeal: every instance from the first one that is not exact (InstanceInfo::exact) to the end
   // served again exactly (chunks formed in context, their patches stored for it; turns prefilled again),
   // whatever the policy's budget. Keeps everything when the window is exact.

@@ -37,6 +37,12 @@ store::ChunkStoreOptions engine_store_options(const EngineCore& core) {
   ORBIT_CHECK(o.remote_max_held_fraction == EngineOptions{}.remote_max_held_fraction || !o.remote.empty(),
               "EngineOptions::remote_max_held_fraction = "
                   << o.remote_max_held_fraction << " applies to the remote tier, and remote is empty (none)");
+  ORBIT_CHECK(o.remote_max_held_fraction == EngineOptions{}.remote_max_held_fraction ||
+                  (!o.store_dir.empty() && o.disk_budget_bytes > 0),
+              "EngineOptions::remote_max_held_fraction = "
+                  << o.remote_max_held_fraction << " is a share of the disk tier's budget, and "
+                  << (o.store_dir.empty() ? "store_dir is empty (no disk tier)"
+                                          : "disk_budget_bytes is 0 (the disk is unlimited)"));
   so.remote.ttl_seconds = o.remote_ttl_seconds;
   so.remote.max_held_fraction = o.remote_max_held_fraction;
   so.remote.secret = o.remote_secret;

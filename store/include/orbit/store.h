@@ -139,10 +139,17 @@ struct TierStats {
 struct RemoteStats {
   bool enabled = false;
   std::string url;
-  bool available = false;      // false while the remote is considered down (after a failed call)
-  int64_t hits = 0;            // values read and verified
-  int64_t misses = 0;          // absent, corrupt, or skipped while down
-  int64_t corrupt = 0;         // values that failed verification: never used, removed from the server
+  bool available = false;  // false while the remote is considered down (after a failed call)
+  int64_t hits = 0;        // values read and verified
+  int64_t misses = 0;      // absent, corrupt, incomplete, unauthenticated, or skipped while down
+  int64_t corrupt = 0;     // values that failed verification: never used, removed from the server
+  // Entries whose parts the server evicted (allkeys-lru can take a part and leave its manifest): read as
+  // misses, their manifests removed; the server's own eviction, not damage.
+  int64_t incomplete = 0;
+  // Values whose authentication tag is missing or does not verify under this tier's secret (written without
+  // it, with another secret, or altered): never used, left on the server (a put of the key replaces them);
+  // the first in a run is warned of and set as last_error, as engines sharing a remote need one secret.
+  int64_t unauthenticated = 0;
   int64_t errors = 0;          // calls that failed (unreachable, timed out, rejected)
   int64_t outages = 0;         // times the remote went from available to down
   int64_t skipped = 0;         // reads answered as a miss at once while down
@@ -202,7 +209,9 @@ struct StoreStats {
 // These open DIR read-only through SQLite (safe while an engine has the store open; also on a read-only
 // directory or file system) except gc_store and repair_store, which need the store closed everywhere
 // (they take the exclusive lock). They do not need a model. Throw orbit::Error when DIR is empty or not a
-// store, or its index cannot be read.
+// store, or its index cannot be read. Text in their reports (keys, paths, reasons, read from the index or
+// found by listing the directory) is valid UTF-8: a byte that is not is written \xNN, so JSON and Python's str
+// take every report.
 
 struct StoreEntryInfo {
   std::string key;

@@ -7,7 +7,8 @@
 // A backend moves bytes only: it does not decode or verify them (the remote tier does, on every load).
 // What every backend guarantees:
 //   - put() is all-or-nothing: a reader sees the previous bytes (or none) or the new ones, never a part;
-//   - get() reports a value whose parts are missing or inconsistent as kCorrupt, never as a hit;
+//   - get() reports a value whose parts are inconsistent as kCorrupt, one whose parts the server evicted (its
+//     manifest left) as kIncomplete, one sealed under another secret or none as kUnauthenticated, never as a hit;
 //   - no call waits longer than the backend's timeouts; an unreachable backend answers kUnavailable.
 // Thread-safety: every member is safe to call from any thread.
 #pragma once
@@ -22,10 +23,10 @@
 namespace orbit::store {
 
 struct BackendRead {
-  enum class Outcome { kHit, kMiss, kCorrupt, kUnavailable };
+  enum class Outcome { kHit, kMiss, kCorrupt, kIncomplete, kUnauthenticated, kUnavailable };
   Outcome outcome = Outcome::kMiss;
   std::string bytes;   // kHit: the whole blob
-  std::string reason;  // kCorrupt, kUnavailable: what went wrong, naming the backend and the key
+  std::string reason;  // other than kHit and kMiss: what went wrong, naming the backend and the key
 };
 
 class BlobBackend {

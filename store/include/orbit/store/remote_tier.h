@@ -4,11 +4,13 @@
 //   put:     local tiers first (durable), then queued for the remote; a failed remote write loses nothing
 //
 // Values are the store's blob format (blob_format.h: key and model fingerprint inside, SHA-256 trailer),
-// decoded and verified on every load; a value that fails (truncated, corrupted, another key or model,
-// without a valid authentication tag when RemoteOptions::secret is set, or refused by
-// RemoteOptions::validate) is counted as corrupt, removed from the backend and served as a miss, so the
-// caller recomputes it and the next put replaces it. A refused value is never returned, so the store
-// never promotes it into its local tiers.
+// decoded and verified on every load; a value that fails (truncated, corrupted, another key or model, or
+// refused by RemoteOptions::validate) is counted as corrupt, removed from the backend and served as a miss, so
+// the caller recomputes it and the next put replaces it. An entry whose parts the server evicted is counted as
+// incomplete and removed the same way. A value without a valid authentication tag when RemoteOptions::secret is
+// set is counted as unauthenticated and served as a miss but left on the server: it is most likely another
+// engine's, sealed under another secret (a misconfiguration the first such read warns of), not damage to
+// delete. A refused value is never returned, so the store never promotes it into its local tiers.
 //
 // Faults never stop the caller: every backend call is bounded by its timeouts; after a failure the tier
 // is "down" for RemoteOptions::retry_after_ms, during which reads answer a miss at once and writes wait
@@ -149,7 +151,8 @@ class RemoteTier {
   RemoteTier& operator=(const RemoteTier&) = delete;
 
   // The verified value, or not_found (a miss, a corrupt value, or the remote down: the reason says which).
-  // *refused (when non-null) is true only for a value the remote held and this tier refused (then removed);
+  // *refused (when non-null) is true only for a value the remote held and this tier refused (corrupt,
+  // incomplete or unauthenticated: removed, but for the last);
   // *unavailable (when non-null) only when the remote did not answer: down (skipped within retry_after_ms)
   // or the call failed. Both false on a hit and on a plain miss (the remote answered: no entry). `internal`: the
   // owner's own read (GetOptions::internal): counted in internal_reads, not in hits, misses, skipped or
@@ -197,8 +200,13 @@ class RemoteTier {
  private:
   bool available();  // false while down (retry_after_ms not yet passed)
   // The value in `bytes` read for `key`: authenticated, decoded, verified and validated; null with
-  // `reason` set when any of that fails.
-  ValuePtr verified_value(const std::string& key, const std::string& bytes, std::string* reason) const;
+  // `reason` set when any of that fails, and *outcome kUnauthenticated where the authentication failed (else
+  // kCorrupt).
+  ValuePtr verified_value(const std::string& key, const std::string& bytes, std::string* reason,
+                          BackendRead::Outcome* outcome) const;
+  // A value read and not used (outcome kCorrupt, kIncomplete or kUnauthenticated): removed from the server unless
+  // unauthenticated, counted, the first unauthenticated one of a run warned of.
+  void count_refused(const std::string& key, BackendRead::Outcome outcome, const std::string& reason, int64_t user);
   void failed(const std::string& reason);
   // What a close left unsent: queued writes (blob bytes `bytes`) and removals, and journal records of an
   // earlier run not re-sent yet (`backlog`).
@@ -245,7 +253,8 @@ class RemoteTier {
   std::chrono::steady_clock::time_point down_until_{};
   bool down_ = false;
   bool warned_ = false;
-  bool warned_abandoned_ = false;  // abandoned()'s one warning was printed
+  bool warned_abandoned_ = false;        // abandoned()'s one warning was printed
+  bool warned_unauthenticated_ = false;  // count_refused()'s one warning of a value another secret sealed
   RemoteStats stats_;
   // The journal (null: none), its records this open re-sends (seq in (resend_after_, resend_through_]), the
   // batch of them read but not yet sent, and the keys acknowledged since the last settle.
