@@ -300,8 +300,9 @@ int run_verify(const Args& args, const std::string& dir) {
     }
     std::printf(
         "%lld entries checked, %zu bad, %zu unreadable (not checked: verify again); %lld unreferenced "
-        "blobs (a crash or a lost index journal left them: repair restores an entry from each that verifies, gc "
-        "deletes them), %lld temp files (gc removes them)\n",
+        "blobs (a crash or a lost index journal left them, or, while a process has the store open, a write or "
+        "eviction was in flight: repair restores an entry from each that verifies, gc deletes them), %lld temp "
+        "files (gc removes them)\n",
         static_cast<long long>(r.checked), r.problems.size(), r.unreadable.size(),
         static_cast<long long>(r.unreferenced_blobs), static_cast<long long>(r.temp_files));
     if (!r.problems.empty()) {

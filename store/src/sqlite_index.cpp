@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <iterator>
 #include <optional>
@@ -137,7 +138,10 @@ struct SqliteIndex::SchemaState {
 void SqliteIndex::open(const std::string& uri, int flags) {
   const int rc = sqlite3_open_v2(uri.c_str(), &db_, flags | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI, nullptr);
   if (rc != SQLITE_OK) {
-    const std::string message = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+    std::string message = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+    // SQLite's "unable to open database file" does not say why; the system's error does (permission denied).
+    const int system_error = db_ ? sqlite3_system_errno(db_) : 0;
+    if (system_error != 0) message += std::string(" (") + std::strerror(system_error) + ")";
     sqlite3_close(db_);
     db_ = nullptr;
     ORBIT_FAIL("store index " << path_ << ": cannot open: " << message);

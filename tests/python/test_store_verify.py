@@ -260,3 +260,18 @@ def test_gc_and_stat_report_names_that_are_not_utf8_as_escapes(orbit, orbit_cli,
     assert stat.returncode == 0, stat.stderr
     assert json.loads(stat.stdout)["dir"] == str(tmp_path) + "/store\\xe9"
     assert orbit.store_summary(os.fsdecode(odd)).dir == str(tmp_path) + "/store\\xe9"
+
+
+def test_an_index_the_caller_cannot_read_says_why(orbit, orbit_cli, stories260k_path, as_unprivileged):
+    # SQLite's "unable to open database file" named the file but not the cause, where the blob and LOCK messages
+    # say "Permission denied".
+    with _scratch_root("orbit-closed-index-") as root:
+        store = os.path.join(root, "store")
+        _store(orbit, stories260k_path, store, 1)
+        index = os.path.join(store, "index.sqlite")
+        os.chmod(index, 0o600 if as_unprivileged else 0o000)  # root's file, closed to nobody (or to its owner)
+        r = subprocess.run(as_unprivileged + [str(orbit_cli), "store", "ls", "--store", store], capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 1, r.stdout
+        assert f"store index {index}: cannot open: unable to open database file (Permission denied)" in r.stderr, \
+            r.stderr
