@@ -122,7 +122,7 @@ void apply_attention_options(const Args& args, rt::ModelConfig& c, bool arch_swi
   r.head_dim = c.head_dim;
   const double partial = args.get_double("--partial-rotary", 1.0);
   ORBIT_CHECK(partial > 0.0 && partial <= 1.0, "--partial-rotary: must be in (0, 1], got " << partial);
-  const double rotary = static_cast<double>(c.head_dim) * partial;  // whole, or refused by check_shape
+  const double rotary = static_cast<double>(c.head_dim) * partial;  // whole, or refused by check_option_values
   r.rotary_dim = std::abs(rotary - std::round(rotary)) < 1e-9 ? std::llround(rotary) : static_cast<int64_t>(rotary);
   if (!is_vl(c.arch)) {
     ORBIT_CHECK(!args.has("--mrope-section"),
