@@ -473,6 +473,19 @@ TEST_CASE("sync's errors name the function called and the option at fault", "[sy
   const std::vector<ChatMessage> huge = {msg("user", std::string(1 << 20, 'a'))};
   CHECK_THROWS_WITH(engine->tokenize_chat(huge, true), StartsWith("tokenize_chat: the rendered messages: the text is"));
   CHECK_THROWS_WITH(w.plan_sync(huge), StartsWith("plan_sync: the rendered messages: the text is"));
+  // A chat template's own errors (it does not parse, it raises) named the template and its line but no call.
+  for (const char* source : {"{% for m in messages %}", "{{ raise_exception('nope') }}"}) {
+    SyncOptions bad_template;
+    bad_template.chat.chat_template = source;
+    CHECK_THROWS_WITH(w.sync(messages, bad_template), StartsWith("sync: ChatOptions::chat_template: line 1: "));
+    CHECK_THROWS_WITH(w.plan_sync(messages, bad_template), StartsWith("plan_sync: ChatOptions::chat_template: line 1"));
+    CHECK_THROWS_WITH(w.prepare_sync(messages, bad_template),
+                      StartsWith("prepare_sync: ChatOptions::chat_template: line 1: "));
+    CHECK_THROWS_WITH(engine->render_chat(messages, true, bad_template.chat),
+                      StartsWith("render_chat: ChatOptions::chat_template: line 1: "));
+    CHECK_THROWS_WITH(engine->tokenize_chat(messages, true, bad_template.chat),
+                      StartsWith("tokenize_chat: ChatOptions::chat_template: line 1: "));
+  }
   CHECK(w.instances().empty());
 }
 

@@ -124,12 +124,6 @@ decltype(auto) with_caller_name(const std::string& sdk_caller, const std::string
   }
 }
 
-// A chat template's error (its message begins with the template's origin: "ChatOptions::chat_template: line 1:
-// ...", the model's "<dir>/tokenizer_config.json (chat_template): ...") raised as OrbitError beginning "<caller>:
-// " ("sync: chat_template: line 1: ..."), its source kept: the template's own messages name no call. Returns
-// without raising for another message (module.cpp).
-void raise_template_error(const orbit::Error& e, const std::string& caller);
-
 // Issues `message` as an orbit.RemoteUnreachableWarning at the calling Python line (module.cpp); throws
 // py::error_already_set when a warnings filter turns it into an error. Needs the GIL.
 void warn_remote_unreachable(const std::string& message);

@@ -180,30 +180,6 @@ void raise_with_caller_name(const orbit::Error& e, const std::string& sdk_caller
   throw py::error_already_set();
 }
 
-namespace {
-
-// Whether `message` begins with a chat template's origin (runtime/chat_template.h): chat_template=
-// ("ChatOptions::chat_template"), the built-in template ("kPlainChatTemplate") or the model's ("<file>
-// (chat_template)"), which its parse and render errors begin with.
-bool is_template_error(const std::string& message) {
-  for (const std::string origin : {"ChatOptions::chat_template: ", "kPlainChatTemplate: "}) {
-    if (message.compare(0, origin.size(), origin) == 0) return true;
-  }
-  static const std::string kModel = " (chat_template)";
-  const std::size_t colon = message.find(": ");
-  return colon != std::string::npos && colon >= kModel.size() &&
-         message.compare(colon - kModel.size(), kModel.size(), kModel) == 0;
-}
-
-}  // namespace
-
-void raise_template_error(const orbit::Error& e, const std::string& caller) {
-  const std::string message = e.what();
-  if (!is_template_error(message)) return;
-  set_orbit_error(caller + ": " + message, e.source());
-  throw py::error_already_set();
-}
-
 void warn_remote_unreachable(const std::string& message) {
   if (PyErr_WarnEx(g_remote_unreachable, message.c_str(), 1) != 0) throw py::error_already_set();
 }

@@ -346,7 +346,8 @@ const std::string kSyncDoc =
 
 // Window.<name>(messages, *, chunk_min_tokens, chat_template, tools, extra): the list and options converted,
 // then call(window, messages, options) under the window's lock (sync, plan_sync, prepare_sync). A chat
-// template's error names the call as its other errors do ("sync: chat_template: line 1: ...").
+// template's error names the call as its other errors do (the SDK's "sync: ChatOptions::chat_template: line 1:
+// ...", "sync: chat_template: ..." in Python's words).
 template <class Call>
 void def_with_messages(py::class_<PyWindow>& window, const char* name, Call call, const char* doc) {
   window.def(
@@ -357,12 +358,7 @@ void def_with_messages(py::class_<PyWindow>& window, const char* name, Call call
         const int64_t min_tokens = chunk_min_tokens.get((std::string(name) + ": chunk_min_tokens").c_str());
         const SyncOptions o = sync_options(min_tokens, chat_template, tools, extra, name);
         const std::string what = std::string("Window.") + name;
-        try {
-          return w.run(what.c_str(), [&](Window& x) { return call(x, msgs, o); });
-        } catch (const orbit::Error& e) {
-          raise_template_error(e, name);  // "sync: chat_template: line 1: ...", as the call's other errors
-          throw;
-        }
+        return w.run(what.c_str(), [&](Window& x) { return call(x, msgs, o); });
       },
       py::arg("messages"), py::kw_only(), py::arg("chunk_min_tokens") = SyncOptions{}.chunk_min_tokens,
       py::arg("chat_template") = py::none(), py::arg("tools") = py::none(), py::arg("extra") = py::none(), doc);
@@ -370,7 +366,7 @@ void def_with_messages(py::class_<PyWindow>& window, const char* name, Call call
 
 // Engine.<name>(messages, add_generation_prompt=True, *, chat_template, tools, extra): the list and options
 // converted, then call(engine, messages, add_generation_prompt, options) without the GIL (render_chat,
-// tokenize_chat); a chat template's error named as the call's ("render_chat: chat_template: line 1: ...").
+// tokenize_chat); a chat template's error named as the call's (the SDK's "render_chat: ...").
 template <class Call>
 void def_chat(py::class_<Engine, std::shared_ptr<Engine>>& engine, const char* name, Call call, const char* doc) {
   engine.def(
@@ -380,13 +376,8 @@ void def_chat(py::class_<Engine, std::shared_ptr<Engine>>& engine, const char* n
         const bool add_generation_prompt = prompt_arg.get((std::string(name) + ": add_generation_prompt").c_str());
         const std::vector<ChatMessage> msgs = to_messages(messages);
         const ChatOptions o = chat_options(chat_template, tools, extra, name);
-        try {
-          const NativeCall release;
-          return naming_closed(name, [&] { return call(e, msgs, add_generation_prompt, o); });
-        } catch (const orbit::Error& error) {
-          raise_template_error(error, name);  // with the GIL again: "render_chat: chat_template: line 1: ..."
-          throw;
-        }
+        const NativeCall release;
+        return naming_closed(name, [&] { return call(e, msgs, add_generation_prompt, o); });
       },
       py::arg("messages"), py::arg("add_generation_prompt") = true, py::kw_only(),
       py::arg("chat_template") = py::none(), py::arg("tools") = py::none(), py::arg("extra") = py::none(), doc);

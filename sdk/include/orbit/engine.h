@@ -122,8 +122,9 @@ struct EngineOptions {
   bool embedding_cache = true;
   // Chunks kept registered for lookup by key beyond those in use: 0 (the default) keeps every chunk for the
   // engine's life, so a ChunkRef stays valid as long as the engine; N keeps the N most recently added or
-  // used (and pinned ones), and a chunk no window (or evicted instance, or queued background job) holds is
-  // forgotten past them: its ChunkRef then reads as unregistered until it is added again, which finds its
+  // used (and pinned ones), and a chunk no window (or queued background job) holds is forgotten past them (a
+  // window's evicted chunk with it: its eviction counts as a use, and the window remembers it for recall only
+  // while it is kept): its ChunkRef then reads as unregistered until it is added again, which finds its
   // stored KV again by the same key. A long-running process that sees ever new content (a server syncing
   // agents' messages) sets it so its chunk records stay bounded; EngineStats::chunks counts the live ones.
   int64_t max_idle_chunks = 0;
@@ -373,8 +374,9 @@ class Engine {
   bool has_chat_template() const;
   // `messages` rendered as Hugging Face's apply_chat_template(messages, add_generation_prompt) renders them
   // with the model's chat template, options.chat_template when given, else kPlainChatTemplate. Throws
-  // orbit::Error naming the template on what it refuses (raise_exception), or naming the function and
-  // the option for malformed JSON ("render_chat: ChatOptions::tools_json is not valid JSON: ...").
+  // orbit::Error naming the function, then the template and its line on what it refuses or cannot parse
+  // ("render_chat: ChatOptions::chat_template: line 1: the template raised an exception: ..."), or the option
+  // for malformed JSON ("render_chat: ChatOptions::tools_json is not valid JSON: ...").
   std::string render_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt = true,
                           const ChatOptions& options = {}) const;
   // The format the chat template in use (as render_chat picks it) writes tool calls in (orbit/tool_calls.h):

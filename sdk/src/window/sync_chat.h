@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "orbit/common/error.h"
 #include "orbit/runtime/chat_template.h"
 #include "orbit/sync.h"
 #include "window/sync_render.h"
@@ -25,6 +26,25 @@ struct Chat {
 };
 
 Chat resolve_chat(const EngineCore& core, const ChatOptions& options);
+
+// Runs f() for `caller`, the function the user called (sync, plan_sync, prepare_sync, render_chat,
+// tokenize_chat): an orbit::Error it throws that does not begin with "<caller>: " (a chat template's own parse
+// or render error, which names the template and its line) is thrown again, of the same type and source, with the
+// caller before it, as the checks that name the caller themselves have it.
+template <class F>
+auto naming_caller(const char* caller, F&& f) -> decltype(f()) {
+  const std::string prefix = std::string(caller) + ": ";
+  const auto named = [&](const Error& e) { return std::string(e.what()).rfind(prefix, 0) == 0; };
+  try {
+    return f();
+  } catch (const RefusedError& e) {
+    if (named(e)) throw;
+    throw RefusedError(prefix + e.what(), e.source());
+  } catch (const Error& e) {
+    if (named(e)) throw;
+    throw Error(prefix + e.what(), e.source());
+  }
+}
 
 // A chunk part's marker in the rendered text: bytes [begin, end), parts[part].
 struct Marker {

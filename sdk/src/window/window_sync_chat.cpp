@@ -186,10 +186,12 @@ runtime::ChatRenderOptions render_options(const ChatOptions& options, const char
 // Engine::render_chat and tokenize_chat (`caller`): the whole list rendered, chunk parts refused.
 std::string render_text(const EngineCore& core, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                         const ChatOptions& options, const char* caller) {
-  const Chat chat = resolve_chat(core, options);
-  runtime::ChatRenderOptions ro = render_options(options, caller);
-  ro.add_generation_prompt = add_generation_prompt;
-  return chat.tmpl->render(to_runtime(core, messages, nullptr, caller), ro);
+  return naming_caller(caller, [&] {
+    const Chat chat = resolve_chat(core, options);
+    runtime::ChatRenderOptions ro = render_options(options, caller);
+    ro.add_generation_prompt = add_generation_prompt;
+    return chat.tmpl->render(to_runtime(core, messages, nullptr, caller), ro);
+  });
 }
 
 }  // namespace detail

@@ -332,8 +332,10 @@ namespace detail {
 void set_cut_by_token_bytes(bool on) { cut_by_token_bytes.store(on, std::memory_order_relaxed); }
 int64_t prefix_encodes_so_far() { return prefix_encodes.load(std::memory_order_relaxed); }
 
-Rendering render_units(const EngineCore& core, const std::vector<ChatMessage>& messages, const ChatOptions& options,
-                       const char* caller) {
+namespace {
+
+Rendering render_units_named(const EngineCore& core, const std::vector<ChatMessage>& messages,
+                             const ChatOptions& options, const char* caller) {
   Rendering out;
   (void)core.tokenizer();  // throws, saying so, when the engine has none
   const Chat chat = resolve_chat(core, options);
@@ -398,6 +400,13 @@ Rendering render_units(const EngineCore& core, const std::vector<ChatMessage>& m
     add_generation_prompt(core, render, n, text, from, out.tokens.size() - tail_tokens, out);
   }
   return out;
+}
+
+}  // namespace
+
+Rendering render_units(const EngineCore& core, const std::vector<ChatMessage>& messages, const ChatOptions& options,
+                       const char* caller) {
+  return naming_caller(caller, [&] { return render_units_named(core, messages, options, caller); });
 }
 
 std::string unit_label(const std::vector<ChatMessage>& messages, const SyncUnit& u) {

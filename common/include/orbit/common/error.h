@@ -9,6 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace orbit {
 
@@ -16,6 +17,9 @@ class Error : public std::runtime_error {
  public:
   Error(const std::string& message, const char* source_file, int source_line)
       : std::runtime_error(message), source_(std::string(source_file) + ":" + std::to_string(source_line)) {}
+  // Another message for the check at `source` ("file.cpp:123", as source() gives it): an error passed on with
+  // more said before it keeps where it was raised.
+  Error(const std::string& message, std::string source) : std::runtime_error(message), source_(std::move(source)) {}
 
   // "file.cpp:123" of the check that threw, for bug reports; not part of what().
   const std::string& source() const noexcept { return source_; }
