@@ -1,10 +1,12 @@
 // How long an engine keeps a chunk registered (EngineOptions::max_idle_chunks, chunk_registry.h): by
-// default for its life; with a bound, the most recently added or used, plus every chunk a window holds
-// (placed, or evicted and recallable) and every chunk a queued background job needs. A forgotten chunk's
+// default for its life; with a bound, the most recently added or used (an eviction is a use), plus every
+// chunk a window holds placed and every chunk a queued background job needs; a window's evicted chunk stays
+// recallable while the engine keeps it. A forgotten chunk's
 // ref is refused naming the option, and adding its tokens again brings it back under the same key, its
 // stored KV found again.
 #include "orbit_catch.h"
 
+#include <algorithm>
 #include <random>
 
 #include "orbit/engine.h"
@@ -66,7 +68,7 @@ TEST_CASE("a bounded registry forgets chunks nothing holds; adding them again br
   CHECK_THROWS_WITH(open_bounded(-1), Catch::Contains("max_idle_chunks"));
 }
 
-// Admits x and y, registers other chunks, evicts x, registers more, recalls x: the window's logits.
+// Admits x and y, registers other chunks, evicts and recalls x, registers more: the window's logits.
 // `held_key` gets x's key.
 std::vector<float> window_walk(Engine& engine, std::string* held_key) {
   std::mt19937_64 rng(2);
@@ -80,15 +82,16 @@ std::vector<float> window_walk(Engine& engine, std::string* held_key) {
   for (int i = 0; i < 5; ++i) (void)engine.add_tokens(tokens_of(rng, 8));
   CHECK(engine.chunk(x.key) == x);  // in use by the window
   w.evict(w.instances().front().id);
-  for (int i = 0; i < 5; ++i) (void)engine.add_tokens(tokens_of(rng, 8));
-  REQUIRE(w.evicted().size() == 1);
+  REQUIRE(w.evicted().size() == 1);  // the eviction is a use: x is the most recent
   CHECK(w.evicted().front() == x);
-  w.recall(x);                          // the evicted instance held the record
+  w.recall(x);
+  for (int i = 0; i < 5; ++i) (void)engine.add_tokens(tokens_of(rng, 8));
+  CHECK(engine.chunk(x.key) == x);      // placed again: the window holds it
   CHECK(engine.run_background() >= 1);  // the queued jobs ran on records nothing else names
   return w.logits({7, 8, 9}, true).values;
 }
 
-TEST_CASE("what a window holds, placed or evicted, and what a queued job needs stays registered", "[engine][chunks]") {
+TEST_CASE("what a window holds placed, and what a queued job needs, stays registered", "[engine][chunks]") {
   auto bounded = open_bounded(1, BackgroundMode::kDeferred);
   auto unbounded = open_bounded(0, BackgroundMode::kDeferred);
   std::string held_key, same_key;
@@ -98,6 +101,37 @@ TEST_CASE("what a window holds, placed or evicted, and what a queued job needs s
   CHECK_THROWS_WITH(bounded->chunk(held_key), Catch::Contains("max_idle_chunks"));  // the window is gone
   CHECK(bounded->stats().chunks == 1);
   CHECK(unbounded->chunk(same_key).key == same_key);
+}
+
+TEST_CASE("a window's evictions hold no chunk past max_idle_chunks; the last ones stay recallable",
+          "[engine][chunks]") {
+  // A window synced with one conversation after another (a server's anonymous window) evicts a chunk per list:
+  // each evicted chunk was held for recall, 1,024 per window, past the bound the engine was given.
+  for (const int64_t bound : {int64_t{4}, int64_t{0}}) {
+    CAPTURE(bound);
+    auto engine = open_bounded(bound, BackgroundMode::kInline);
+    std::mt19937_64 rng(5);
+    Window w = engine->new_window(WindowOptions{});
+    std::vector<ChunkRef> chunks;
+    for (int i = 0; i < 20; ++i) {
+      chunks.push_back(engine->add_tokens(tokens_of(rng, 6)));
+      w.admit(chunks.back());
+      w.evict(w.instances().front().id);
+    }
+    const std::vector<ChunkRef> evicted = w.evicted();
+    CHECK(w.stats().evicted == static_cast<int64_t>(evicted.size()));
+    if (bound == 0) {
+      CHECK(evicted.size() == 20);
+      continue;
+    }
+    CHECK(engine->stats().chunks <= bound);
+    CHECK(evicted.size() == static_cast<std::size_t>(bound));
+    CHECK(std::find(evicted.begin(), evicted.end(), chunks.back()) != evicted.end());
+    CHECK_THROWS_WITH(w.recall(chunks.front()), Catch::Contains("max_idle_chunks"));
+    w.recall(chunks.back());  // the last evicted is kept, and comes back as its instance
+    CHECK(w.instances().size() == 1);
+    CHECK(w.instances().front().chunk == chunks.back());
+  }
 }
 
 TEST_CASE("by default every chunk stays registered for the engine's life", "[engine][chunks]") {

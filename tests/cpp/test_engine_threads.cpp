@@ -5,9 +5,11 @@
 // while the remote is down. Labelled `thread`: the TSan stage runs it.
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "orbit/common/error.h"
@@ -131,6 +133,66 @@ TEST_CASE("close() from a generate callback throws instead of waiting for the de
   CHECK(w.generate({403}, o).tokens.size() == 4);
   engine->close();
   CHECK(engine->closed());
+}
+
+TEST_CASE("a generate callback that uses the window it decodes is refused, naming the call", "[engine][thread]") {
+  // An edit from on_token was applied in the middle of the decode, which went on over KV the window no longer
+  // held; a nested read of the window ran inside the step.
+  auto engine = open_engine("");
+  orbit::Window w = engine->new_window();
+  const orbit::ChunkRef chunk = engine->add_tokens({1, 365, 169, 44, 403, 11});
+  w.admit(chunk);
+  w.add_turn({1, 365, 169, 44});
+  const orbit::InstanceId first = w.instances().front().id;
+  orbit::Window other = engine->new_window();
+  other.add_turn({1, 365});
+  const std::vector<std::pair<std::string, std::function<void()>>> uses = {
+      {"apply (evict)", [&] { w.evict(first); }},
+      {"apply (slide)", [&] { w.slide(1); }},
+      {"apply (turn)", [&] { w.add_turn({403}); }},
+      {"generate", [&] { w.generate({403}); }},
+      {"logits", [&] { w.logits({403}); }},
+      {"set_policy", [&] { w.set_policy(orbit::WindowPolicy{}); }},
+      {"idle", [&] { w.idle(); }},
+      {"fork", [&] { w.fork(); }},
+      {"sync", [&] {
+         orbit::ChatMessage m;
+         m.role = "user";
+         m.content = "hi";
+         w.sync({m});
+       }}};
+  for (const auto& [name, use] : uses) {
+    CAPTURE(name);
+    std::string refused;
+    bool unchanged = true;
+    orbit::GenerateOptions o;
+    o.max_tokens = 3;
+    o.on_token = [&](int64_t, int64_t) {
+      const uint64_t version = w.version();
+      try {
+        use();
+      } catch (const orbit::Error& e) {
+        refused = e.what();
+      }
+      unchanged = unchanged && w.version() == version;
+      return true;
+    };
+    const orbit::Generation g = w.generate({403}, o);
+    CHECK(g.tokens.size() == 3);
+    CHECK_THAT(refused, Catch::StartsWith(name + ": window " + std::to_string(w.id()) + " is decoding on this thread"));
+    CHECK(unchanged);
+  }
+  // Another window is not the one decoding: it may be used from the callback.
+  orbit::GenerateOptions o;
+  o.max_tokens = 2;
+  o.on_text = [&](const std::string&) {
+    other.add_turn({403});
+    return true;
+  };
+  CHECK_NOTHROW(w.generate({403}, o));
+  CHECK(other.tokens() > 2);
+  // After the run the window is its own again.
+  CHECK_NOTHROW(w.evict(first));
 }
 
 TEST_CASE("an operation in flight when close() begins runs to its end; close() returns after it", "[engine][thread]") {

@@ -60,6 +60,16 @@ def test_forgotten_chunks_stay_bounded_and_come_back_the_same(start_serve, stori
     assert chunks(unbounded) >= 12
 
 
+def test_one_window_serving_one_conversation_after_another_keeps_the_bound(start_serve, stories260k_path):
+    # Anonymous requests reuse the server's anonymous windows: each new conversation evicts the last one's
+    # message, and each window held every chunk it evicted for recall (1,024 per window), so orbit_chunks grew
+    # by about one per request past --max-idle-chunks (8611 after 10,000 requests with the bound at 256).
+    server = start_serve(stories260k_path, "--max-idle-chunks", "4", "--anonymous-windows", "1", "--no-anticipate")
+    for i in range(40):
+        post(server, story(i))
+    assert chunks(server) <= 4 + 2  # the bound, and what the window holds placed
+
+
 def test_metrics_show_the_engine_tables_and_their_bounds(start_serve, models_dir):
     # The engine's bounded tables (patch catalog, turn lengths, prefix ledger, radix yardstick, the tokenizer's
     # word cache) had no gauge: under traffic they grew to their caps unseen.

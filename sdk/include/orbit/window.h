@@ -154,7 +154,9 @@ struct GenerateOptions {
   // Called on generate()'s thread after each chosen token that did not end the run as a stop token or a
   // stop string's last token, before the next forward, with the token and its index in Generation::tokens. Returning
   // false ends the run there (stop_reason "cancelled"; the token is kept). A server streams and cancels with it, and
-  // may wait in it for its turn; it must not use this window.
+  // may wait in it for its turn; it must not use this window: an operation, read, sync, idle call or fork of it
+  // from inside on_token, on_text or on_logprobs throws orbit::Error naming the call ("apply (evict): window 1 is
+  // decoding on this thread: ..."), the window unchanged. Other windows may be used.
   std::function<bool(int64_t token, int64_t index)> on_token;
   // With `logprobs` (without it, refused): called right before on_token, for the same tokens, with the token's
   // log probabilities (Generation::logprobs' entry), so that a stream can send them along with the token.
@@ -384,7 +386,9 @@ class Window {
   // WindowStats::radix_cache_tokens yardstick, the trace replay's); tokens() of them.
   std::vector<int64_t> token_ids() const;
   // Chunks recall() accepts: the window's evicted chunks, the 1,024 most recent at most (past that the oldest
-  // are forgotten, down to 896; admit() takes such a chunk back as new, its KV found in the store).
+  // are forgotten, down to 896; admit() takes such a chunk back as new, its KV found in the store). Under
+  // EngineOptions::max_idle_chunks an evicted chunk is one no window holds: it is remembered only while the engine
+  // keeps it registered (an eviction counts as a use), so windows' evictions do not hold records past that bound.
   std::vector<ChunkRef> evicted() const;
   WindowStats stats() const;
   uint64_t version() const;  // bumps on every applied operation and on set_policy

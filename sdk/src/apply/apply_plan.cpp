@@ -299,8 +299,12 @@ Status apply_steps(const WindowState& state, const Plan& plan, const EntryIndex&
 // (its KV found in the store by its key), instead of recalled as the instance it was.
 constexpr std::size_t kEvictedRemembered = 1024;
 
-// Past kEvictedRemembered, forgets the oldest evictions down to 7/8 of it (so the trim comes once per many).
+// Forgets the evicted chunks the engine let go of (EvictedInstance), then, past kEvictedRemembered, the oldest
+// evictions down to 7/8 of it (so the trim comes once per many).
 void forget_oldest_evictions(WindowState& state) {
+  for (auto it = state.evicted.begin(); it != state.evicted.end();) {
+    it = it->second.chunk.expired() ? state.evicted.erase(it) : std::next(it);
+  }
   if (state.evicted.size() <= kEvictedRemembered) return;
   std::vector<uint64_t> when;
   when.reserve(state.evicted.size());
@@ -318,7 +322,10 @@ void commit_evictions(WindowState& state, const EntryIndex& index, const Built& 
   for (InstanceId id : built.evicted) {
     const Entry& old = state.entries[static_cast<std::size_t>(index.at(id))];
     state.graph.remove_instance(id);
-    if (!old.is_turn) state.evicted[old.key] = EvictedInstance{id, static_cast<uint64_t>(state.operations), old.chunk};
+    if (!old.is_turn) {
+      state.evicted[old.key] = EvictedInstance{id, static_cast<uint64_t>(state.operations), old.chunk};
+      state.core->registry().note_evicted(old.chunk);
+    }
     report.removed.push_back(id);
   }
   forget_oldest_evictions(state);

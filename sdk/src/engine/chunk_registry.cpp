@@ -193,6 +193,13 @@ ChunkPtr ChunkRegistry::record(const ChunkRef& ref) const {
   return record(ref.key);
 }
 
+void ChunkRegistry::note_evicted(const ChunkPtr& rec) {
+  if (max_idle_chunks_ == 0) return;  // every record is held: the order of use is never read
+  std::vector<ChunkPtr> released;     // destroyed after the lock
+  std::lock_guard<std::mutex> lock(mu_);
+  touch(rec, released);
+}
+
 bool ChunkRegistry::knows(const std::string& key) const {
   std::lock_guard<std::mutex> lock(mu_);
   return find_locked(key) != nullptr;

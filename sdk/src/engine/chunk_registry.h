@@ -56,6 +56,9 @@ class ChunkRegistry {
   ChunkPtr record(const ChunkRef& ref) const;
   ChunkPtr record(const std::string& key) const;
   bool knows(const std::string& key) const;
+  // A window evicted `rec`: a use, as a lookup is, so the chunks evicted last are kept longest (a window's
+  // evicted chunks are not held by it: EvictedInstance, window_state.h).
+  void note_evicted(const ChunkPtr& rec);
   // Whether `chunk`'s canonical is to be pinned in the store: its record says so, or the same content was
   // registered again with ChunkOptions::pin (the record, shared and read only, keeps the first options).
   bool pinned(const ChunkRecord& chunk) const;

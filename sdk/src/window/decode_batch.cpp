@@ -234,6 +234,7 @@ void DecodeBatchState::advance(DecodeSequence& s, const at::Tensor& logits, bool
     s.ending = true;
     return;
   }
+  const InCallback in_callback(*s.window);  // the callbacks below must not use the window (refuse_in_callback)
   if (s.options.on_logprobs && !s.g.logprobs.empty()) s.options.on_logprobs(s.g.logprobs.back());
   if (s.options.on_token && !s.options.on_token(next, static_cast<int64_t>(s.g.tokens.size()) - 1)) {
     s.g.stop_reason = "cancelled";
@@ -344,7 +345,10 @@ void DecodeBatchState::finish(DecodeStep& out) {
     keep_tail(*s.window, s.query, s.g.tokens);  // the window's tentative tail (window_ops.h)
     charge_radix_cache(*s.window, s.query, s.g.tokens, s.g.prompt_forward_tokens);
     const std::string last_piece = finish_text(s);
-    if (s.options.on_text && !last_piece.empty()) s.options.on_text(last_piece);  // the run is over: not read
+    if (s.options.on_text && !last_piece.empty()) {
+      const InCallback in_callback(*s.window);
+      s.options.on_text(last_piece);  // the run is over: not read
+    }
     s.g.seconds = std::chrono::duration<double>(Clock::now() - s.t0).count();
     out.finished.emplace_back(s.id, std::move(s.g));
     if (s.slot >= 0) cache->close(s.slot);

@@ -12,6 +12,7 @@
 namespace orbit::detail {
 
 void check_query(const WindowState& s, const std::vector<int64_t>& query, const char* what) {
+  refuse_in_callback(s, what);  // every read starts here: none from the window's own generate callback
   check_query_tokens(query, s.core->config().vocab_size, what);
   const int64_t limit = s.core->max_positions();
   if (limit <= 0) return;

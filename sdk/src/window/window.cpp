@@ -83,6 +83,7 @@ const WindowOptions& Window::options() const { return state_->options; }
 const WindowPolicy& Window::policy() const { return state_->options.policy; }
 void Window::set_policy(const WindowPolicy& policy) {
   const detail::OpHold hold(*state_->core);
+  detail::refuse_in_callback(*state_, "set_policy");
   validate_policy(policy);
   state_->options.policy = policy;
   ++state_->version;  // plans made under the old policy are stale
@@ -130,7 +131,7 @@ std::optional<InstanceInfo> Window::instance(InstanceId id) const {
 std::vector<ChunkRef> Window::evicted() const {
   const detail::OpHold hold(*state_->core);
   std::vector<ChunkRef> out;
-  for (const auto& [key, ev] : state_->evicted) out.push_back(ev.chunk->ref);
+  for (const auto& [key, chunk] : detail::live_evictions(*state_)) out.push_back(chunk->ref);
   return out;
 }
 
@@ -148,7 +149,7 @@ WindowStats Window::stats() const {
   s.tokens = state_->tokens();
   s.device_bytes = state_->device_bytes();
   s.shared_pages = shared;
-  s.evicted = static_cast<int64_t>(state_->evicted.size());
+  s.evicted = static_cast<int64_t>(detail::live_evictions(*state_).size());
   s.forward_tokens = state_->forward_tokens;
   s.critical_forward_tokens = state_->critical_forward_tokens;
   s.prefix_cache_tokens = state_->prefix_cache_tokens;
@@ -239,14 +240,15 @@ Plan Window::plan_slide(int64_t chunks) const {
 Plan Window::plan_recall(const ChunkRef& chunk, InstanceId before) const {
   const detail::OpHold hold(*state_->core);
   ORBIT_CHECK(chunk.valid(), "recall: invalid ChunkRef (default-constructed)");
-  // The evicted instance holds its record, so a recall works however long ago the chunk was used.
   const auto ev = state_->evicted.find(chunk.key);
-  if (ev == state_->evicted.end()) {
+  const detail::ChunkPtr held = ev == state_->evicted.end() ? nullptr : ev->second.live();
+  if (held == nullptr) {
+    // An evicted chunk the engine let go of (EngineOptions::max_idle_chunks) is unregistered: record() says so.
     const detail::ChunkPtr known = state_->core->registry().record(chunk);  // throws for an unknown chunk
     ORBIT_FAIL("recall: " << name_of(known->ref) << " was not evicted from window " << state_->id
                           << " (admit it instead)");
   }
-  const detail::ChunkRecord& rec = *ev->second.chunk;
+  const detail::ChunkRecord& rec = *held;
   Layout l = current_layout(*state_, Operation::kRecall);
   const std::size_t at = insertion_index(*state_, before, "recall");
   if (state_->options.policy.cascade_on_recall && state_->graph.contains(ev->second.id)) {
@@ -267,7 +269,7 @@ Plan Window::plan_recall(const ChunkRef& chunk, InstanceId before) const {
   }
   Slot sl;
   sl.id = ev->second.id;
-  sl.chunk = ev->second.chunk;
+  sl.chunk = held;
   sl.reason = "recall: fresh patch on its current earlier context";
   l.slots.insert(l.slots.begin() + static_cast<std::ptrdiff_t>(at), sl);
   l.change_reason = name_of(rec.ref) + " recalled before it";
@@ -389,6 +391,7 @@ Plan Window::plan_place() const {
 
 Result<ApplyReport> Window::apply(const Plan& plan) {
   const detail::OpHold hold(*state_->core);
+  detail::refuse_in_callback(*state_, (std::string("apply (") + operation_name(plan.op) + ")").c_str());
   // A heal re-forms the KV before the tentative tail: the tail is carried along, forwarded behind the
   // healed window in the heal's background time, when the window's answers come back (window_ops.h).
   const bool heal = plan.op == Operation::kHeal && state_->tail.has_value();
@@ -445,6 +448,7 @@ ApplyReport Window::heal() {
 
 Window Window::fork() const {
   const detail::OpHold hold(*state_->core);
+  detail::refuse_in_callback(*state_, "fork");
   // Repairs waiting now stay waiting in both windows: with exact reuse, the first of the two to read runs
   // them and the other, still behind the same KV states, loads what it computed (and a child that edits
   // first never pays for its parent's state). Without it they would run twice: they run first, and both

@@ -58,14 +58,16 @@ const PlanStep* new_form_step(const detail::EngineCore& core, const Plan& plan, 
 
 IdleReport Window::prepare_recalls(int64_t max_chunks) {
   const detail::OpHold hold(*state_->core);
+  detail::refuse_in_callback(*state_, "prepare_recalls");
   ORBIT_CHECK(max_chunks >= 0, "prepare_recalls: max_chunks = " << max_chunks << " must be >= 0");
   IdleReport out;
   const WindowState& s = *state_;
   if (max_chunks == 0 || s.evicted.empty() || s.has_deferred()) return out;
   const auto start = std::chrono::steady_clock::now();
+  const std::map<std::string, detail::ChunkPtr> live = detail::live_evictions(*state_);
   std::vector<std::pair<uint64_t, std::string>> recent;  // (when evicted, chunk key), most recent first
-  recent.reserve(s.evicted.size());
-  for (const auto& [key, ev] : s.evicted) recent.emplace_back(ev.when, key);
+  recent.reserve(live.size());
+  for (const auto& [key, chunk] : live) recent.emplace_back(s.evicted.at(key).when, key);
   std::sort(recent.begin(), recent.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   if (recent.size() > static_cast<std::size_t>(max_chunks)) recent.resize(static_cast<std::size_t>(max_chunks));
   // A recall in a throwaway fork, formed in context: the fork's past is this window's KV, so the patch is
@@ -74,7 +76,7 @@ IdleReport Window::prepare_recalls(int64_t max_chunks) {
   for (const auto& [when, key] : recent) {
     Window child(detail::fork_state(s));
     child.state_->options.policy = prep;
-    const Plan plan = child.plan_recall(s.evicted.at(key).chunk->ref);
+    const Plan plan = child.plan_recall(live.at(key)->ref);
     if (new_form_step(*s.core, plan, s.evicted.at(key).id) == nullptr) continue;
     const Result<ApplyReport> r = detail::apply_plan(*child.state_, plan, /*background=*/true);
     if (!r.is_ok()) continue;  // the pool filled up meanwhile: skipped, as documented
@@ -88,6 +90,7 @@ IdleReport Window::prepare_recalls(int64_t max_chunks) {
 
 IdleReport Window::prepare_evictions(const std::vector<InstanceId>& instances) {
   const detail::OpHold hold(*state_->core);
+  detail::refuse_in_callback(*state_, "prepare_evictions");
   for (InstanceId id : instances) (void)state_->entry(id, "prepare_evictions");  // throws naming an unknown id
   std::vector<InstanceId> sorted = instances;
   std::sort(sorted.begin(), sorted.end());
@@ -118,6 +121,7 @@ IdleReport Window::prepare_evictions(const std::vector<InstanceId>& instances) {
 
 IdleReport Window::prepare_moves(int64_t max_chunks) {
   const detail::OpHold hold(*state_->core);
+  detail::refuse_in_callback(*state_, "prepare_moves");
   ORBIT_CHECK(max_chunks >= 0, "prepare_moves: max_chunks = " << max_chunks << " must be >= 0");
   IdleReport out;
   const WindowState& s = *state_;
@@ -353,6 +357,7 @@ IdleReport Window::idle() { return idle({}); }
 
 IdleReport Window::idle(const std::function<bool()>& stop) {
   const detail::OpHold hold(*state_->core);
+  detail::refuse_in_callback(*state_, "idle");
   const auto start = std::chrono::steady_clock::now();
   IdleReport out;
   const auto finish = [&] {

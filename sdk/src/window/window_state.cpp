@@ -2,12 +2,42 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <functional>
 
 #include "orbit/common/error.h"
 #include "orbit/runtime/paged_past.h"
 
 namespace orbit::detail {
+
+namespace {
+thread_local std::vector<const WindowState*> windows_in_callback;  // innermost last
+}  // namespace
+
+InCallback::InCallback(const WindowState& w) { windows_in_callback.push_back(&w); }
+InCallback::~InCallback() { windows_in_callback.pop_back(); }
+
+std::map<std::string, ChunkPtr> live_evictions(WindowState& s) {
+  std::map<std::string, ChunkPtr> out;
+  for (auto it = s.evicted.begin(); it != s.evicted.end();) {
+    ChunkPtr chunk = it->second.live();
+    if (chunk == nullptr) {
+      it = s.evicted.erase(it);
+      continue;
+    }
+    out.emplace(it->first, std::move(chunk));
+    ++it;
+  }
+  return out;
+}
+
+void refuse_in_callback(const WindowState& w, const char* what) {
+  const bool inside =
+      std::find(windows_in_callback.begin(), windows_in_callback.end(), &w) != windows_in_callback.end();
+  ORBIT_CHECK(!inside, what << ": window " << w.id
+                            << " is decoding on this thread: generate's on_token, on_text and on_logprobs must not use "
+                               "the window they decode (end the run by returning false, then call it)");
+}
 
 WindowState::~WindowState() {
   if (!core) return;

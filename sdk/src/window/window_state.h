@@ -35,11 +35,20 @@ struct Entry : EntryMeta {
 };
 
 // A chunk instance evicted from a window (recall reinstates it).
+// Not held: an evicted chunk is one no window holds, kept registered as long as the engine keeps such chunks
+// (EngineOptions::max_idle_chunks; the eviction counts as a use), so that windows' evictions do not hold records
+// past that bound. One the engine let go of is forgotten here too (live() null; recall then refuses it, sync
+// admits it anew, its KV found in the store by its key).
 struct EvictedInstance {
   InstanceId id = 0;
   uint64_t when = 0;  // the window's operation count when it was evicted (later = more recent)
-  ChunkPtr chunk;     // held, so a recall finds it registered
+  std::weak_ptr<const ChunkRecord> chunk;
+  ChunkPtr live() const { return chunk.lock(); }
 };
+
+// The window's evicted chunks the engine still keeps (EvictedInstance), by key; those it let go of are dropped
+// from `s.evicted` first.
+std::map<std::string, ChunkPtr> live_evictions(WindowState& s);
 
 // The window's tentative tail: what its last generate forwarded after it and kept for exact reuse (the query,
 // typically the chat template's generation prompt, then the answer), behind the KV states it was computed
@@ -110,6 +119,21 @@ struct WindowState {
   // what a radix cache reading the window sees.
   std::vector<int64_t> token_ids() const;
 };
+
+// Marks `w`'s generate callbacks (GenerateOptions::on_token, on_text, on_logprobs) as running on this thread for the
+// scope's life, so that the window's operations refuse to run from inside them (refuse_in_callback).
+class InCallback {
+ public:
+  explicit InCallback(const WindowState& w);
+  ~InCallback();
+  InCallback(const InCallback&) = delete;
+  InCallback& operator=(const InCallback&) = delete;
+};
+
+// Throws orbit::Error naming `what` (the operation called) when a generate callback of `w` runs on this thread:
+// the decode reads the window's KV and appends to it between its steps, so the callback must not change it or
+// start another read of it.
+void refuse_in_callback(const WindowState& w, const char* what);
 
 // The window as planning reads it (window_meta.h): pointers to its entries' metadata, valid while `s` does
 // not change.

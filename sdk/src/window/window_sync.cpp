@@ -349,7 +349,7 @@ detail::Layout sync_layout(detail::WindowState& s, const std::vector<ChatMessage
     // A chunk evicted by an earlier operation comes back as its instance; one this sync evicts (its instance
     // matched no unit: the rendering holds it elsewhere as another unit) is admitted anew.
     const auto ev = unit.action == SyncAction::kRecall ? s.evicted.find(sl.chunk->ref.key) : s.evicted.end();
-    if (ev != s.evicted.end()) {
+    if (ev != s.evicted.end() && ev->second.live() == sl.chunk) {  // not one the engine let go of since
       sl.id = unit.instance = ev->second.id;
       sl.reason = "recall: fresh patch on its current earlier context";
       recalled.push_back(sl.id);
@@ -496,6 +496,7 @@ WindowPolicy anticipation_policy() {
 
 SyncReport Window::sync(const std::vector<ChatMessage>& messages, const SyncOptions& options) {
   const detail::OpHold hold(*state_->core);
+  detail::refuse_in_callback(*state_, "sync");
   SyncReport r = sync_with(*this, *state_, messages, plan_sync_for(*this, *state_, messages, options, "sync"),
                            [this](const Plan& p) { return detail::apply_plan(*state_, p); });
   detail::settle_tail(*state_);              // reused as far as the list starts with it; the rest is dropped
@@ -506,6 +507,7 @@ SyncReport Window::sync(const std::vector<ChatMessage>& messages, const SyncOpti
 
 SyncReport Window::sync(const std::vector<ChatMessage>& messages, const SyncPlan& planned) {
   const detail::OpHold hold(*state_->core);
+  detail::refuse_in_callback(*state_, "sync");
   ORBIT_CHECK(planned.window_id == state_->id && planned.window_version == state_->version,
               "sync: stale sync plan (made for window " << planned.window_id << " at version " << planned.window_version
                                                         << "; this is window " << state_->id << " at version "
@@ -520,6 +522,7 @@ SyncReport Window::sync(const std::vector<ChatMessage>& messages, const SyncPlan
 
 IdleReport Window::prepare_sync(const std::vector<ChatMessage>& messages, const SyncOptions& options) {
   const detail::OpHold hold(*state_->core);
+  detail::refuse_in_callback(*state_, "prepare_sync");
   IdleReport out;
   const auto start = std::chrono::steady_clock::now();
   Window child(detail::fork_state(*state_));  // O(pages) reference counts; the same instance ids
