@@ -86,3 +86,18 @@ def test_bursts_a_second_apart_keep_their_memory_and_a_quiet_server_returns_it(s
                                              f"trim ({loaded} KiB after the load) and idle")
         time.sleep(0.1)
     print(f"RSS after idle {rss_kib(server.pid)} KiB")
+
+
+def test_a_server_that_serves_only_completions_trims_once_quiet(start_serve, stories260k_path):
+    # A completion uses no window, so it released none and left no idle work: the worker never saw the server
+    # used, and a server serving /v1/completions alone never trimmed (0 after 12 s quiet; malloc_trim by hand
+    # then freed 9.5 MB).
+    server = start_serve(stories260k_path)
+    before = trims(server)
+    for i in range(40):
+        server.call("/v1/completions", {"model": MODEL_NAME, "prompt": f"Once upon a time {i}", "max_tokens": 24,
+                                        "temperature": 0})
+    deadline = time.monotonic() + QUIET_S + 60  # a hang guard: QUIET_S after the last request on an idle machine
+    while trims(server) == before:
+        assert time.monotonic() < deadline, f"no trim in {QUIET_S + 60} s of quiet after 40 completions"
+        time.sleep(0.2)

@@ -68,9 +68,12 @@ void IdleWorker::mark_active() {
 }
 
 void IdleWorker::trim_heap() {
+  // A request holding or awaiting the gate (a long prefill or decode) is activity as much as one that ended, and
+  // so is one that took it since the last look (a completion, which releases no window).
+  const int64_t others = context_.gate.grants() - own_grants_;
+  if (others != others_seen_ || context_.gate.busy() || context_.gate.waiting() > 0) mark_active();
+  others_seen_ = others;
   if (!used_) return;
-  // A request holding or awaiting the gate (a long prefill or decode) is activity as much as one that ended.
-  if (context_.gate.busy() || context_.gate.waiting() > 0) mark_active();
   const HeapTrimSchedule::Clock::time_point last_active{std::chrono::nanoseconds(last_active_ns_.load())};
   if (!trim_schedule_.due(HeapTrimSchedule::Clock::now(), last_active)) return;
   used_ = false;
@@ -93,6 +96,7 @@ std::string IdleWorker::render_metrics() const {
 
 bool IdleWorker::slice() {
   if (!context_.gate.try_enter_idle()) return false;
+  ++own_grants_;
   GateHold hold(context_.gate);
   // Queued background work first (a check costs nothing when there is none, unlike the engine's stats, which
   // count every entry of the store).

@@ -80,6 +80,10 @@ class IdleWorker {
   std::atomic<bool> used_{false};           // requests or idle work since the last trim
   std::atomic<int64_t> last_active_ns_{0};  // the last request or idle work (steady_clock, since its epoch)
   std::atomic<int64_t> trims_{0};           // heap trims done
+  // The gate's grants that were this worker's own slices, and the others' count when trim_heap last looked: a
+  // request that took the gate since (one that uses no window, as /v1/completions, notifies nobody) is activity.
+  std::atomic<int64_t> own_grants_{0};  // slice() runs on the worker and, deterministic, request threads
+  int64_t others_seen_ = 0;             // the worker thread's
   // Anticipated answers skipped for capacity, by CapacityRefused::Bound (kPool, kWindowBytes).
   std::atomic<int64_t> skipped_pool_{0}, skipped_window_{0};
   HeapTrimSchedule trim_schedule_{HeapTrimSchedule::Clock::now()};  // the worker's thread only
