@@ -228,10 +228,18 @@ class Episode:
         """Records readable text the step added (a page, an action, a question) for the table and report."""
         self.current.texts.append([role, text.strip()])
 
+    def _settle(self) -> None:
+        """Waits for the background work the last operation queued (canonicals and patches of first sights,
+        formed on the engine's thread): as `orbit replay` runs it after each step, so that the next operation
+        finds it done whatever the machine's load, and the sample's forward tokens are the same in every run.
+        An agent's own pauses (a tool's run, the user) usually cover it; not timed as the operation's."""
+        self.engine.run_background()
+
     def _run(self, what: str, plan, trace_step: dict | None) -> object:
         t0 = time.perf_counter()
         report = self.window.apply(plan)
         self.current.seconds += time.perf_counter() - t0
+        self._settle()
         self.current.operations.append(what)
         self.current.forward_tokens += report.forward_tokens
         self.current.patches_formed += report.patches_formed
@@ -249,6 +257,7 @@ class Episode:
         t0 = time.perf_counter()
         report = self.window.flush()
         self.current.seconds += time.perf_counter() - t0
+        self._settle()
         self.current.operations.append("flush")
         self.current.forward_tokens += report.forward_tokens
         self.current.patches_formed += report.patches_formed
@@ -328,6 +337,7 @@ class Episode:
         t0 = time.perf_counter()
         r = self.window.sync(messages, **options)
         self.current.seconds += time.perf_counter() - t0
+        self._settle()
         units = {u.instance: u for u in r.plan.units}
         for u in r.plan.units:
             if not u.is_turn and u.action.label in ("admit", "recall"):
@@ -473,9 +483,11 @@ class Episode:
                                  "note": "decode"})
         self.current.decode_seconds += g.seconds
         self.current.operations.append(f"decode {len(g.tokens)}")
+        self._settle()
         # The agent now waits on its tool: the window spends the wait as its policy asks (the default policy
         # heals and prepares a recall; patch:16 does nothing). Background work, as orbit replay counts it.
         idle = self.window.idle()
+        self._settle()
         if idle.forward_tokens:
             self.current.idle_tokens += idle.forward_tokens
             self.current.operations.append(f"idle {idle.forward_tokens:.0f}")

@@ -437,7 +437,8 @@ void def_engine_text(py::class_<Engine, std::shared_ptr<Engine>>& c) {
   c.def_property_readonly(
       "has_tokenizer",
       [](const Engine& e) { return naming_closed("has_tokenizer", [&] { return e.has_tokenizer(); }); },
-      "True when the engine has a tokenizer (llama2.c's, beside the model or EngineOptions' tokenizer).");
+      "True when the engine has a tokenizer: a Hugging Face directory's tokenizer.json, llama2.c's tokenizer.bin\n"
+      "beside the model, or Engine(tokenizer=...).");
   c.def(
       "tokenize",
       [](const Engine& e, const StrArg& text, const BoolArg& bos) {
@@ -446,9 +447,9 @@ void def_engine_text(py::class_<Engine, std::shared_ptr<Engine>>& c) {
         return naming_closed("tokenize", [&] { return e.tokenize(t, b); });
       },
       py::arg("text"), py::arg("bos") = true,
-      "Token ids of text, llama2.c's encoding (BOS first when bos). Raises OrbitError when the engine has no\n"
-      "tokenizer (Hugging Face models: tokenize with your own tokenizer, e.g. transformers.AutoTokenizer, and\n"
-      "pass the ids).");
+      "Token ids of text with the engine's tokenizer (a Hugging Face directory's tokenizer.json, as Hugging Face's\n"
+      "tokenizers encode it; llama2.c's tokenizer.bin as llama2.c does), BOS first when bos. Raises OrbitError when\n"
+      "the engine has no tokenizer (has_tokenizer).");
   c.def(
       "detokenize",
       [](const Engine& e, const py::object& tokens, const IntArg& previous) {

@@ -443,10 +443,13 @@ void def_repairs(py::class_<PyWindow>& c) {
       "on the critical path. Background work; nothing while repairs are deferred. Returns an IdleReport.");
   c.def(
       "idle", [](PyWindow& w) { return w.run("Window.idle", [](Window& x) { return x.idle(); }); },
-      "What the policy asks of idle time, in one call: heal() when policy.heal_when_idle, then\n"
-      "prepare_recalls(policy.prepare_recalls), then, in a window that has reordered, prepare_moves(\n"
-      "policy.prepare_moves). Call it whenever the agent waits (a tool runs, the user types); the default policy\n"
-      "asks for all three. Returns an IdleReport (all of it background work).");
+      "What the policy asks of idle time, in one call: heal() when policy.heal_when_idle (and the predicted KL it\n"
+      "would remove is at least policy.heal_min_kl), then prepare_recalls(policy.prepare_recalls), then, in a\n"
+      "window that has reordered and never synced, prepare_moves(policy.prepare_moves); in a window synced to\n"
+      "message lists, prepare_sync of up to policy.prepare_lists lists the next sync most likely starts with,\n"
+      "learned from the agent's earlier edits (IdleReport.lists_prepared); in a window never synced, the\n"
+      "evictions learned the same way (prepare_evictions). Call it whenever the agent waits (a tool runs, the user\n"
+      "types); the default policy asks for all of these. Returns an IdleReport (all of it background work).");
   c.def(
       "fork",
       [](PyWindow& w) {

@@ -77,7 +77,7 @@ const char* kGenerateDoc =
     "temperature 1. temperature, top_p, presence_penalty and frequency_penalty are floats (an int or a numpy\n"
     "float too; None, a str or a bool raise TypeError naming the argument, here and in generate_n / generate_many's\n"
     "options). Out-of-range values raise OrbitError naming the argument (temperature >= 0 and finite, top_p in\n"
-    "(0, 1]).\n"
+    "[0, 1]: 0 keeps the top token alone).\n"
     "Tool calls and JSON (the tools reach the prompt through sync(messages, tools=...)): with `tools` (OpenAI\n"
     "tools), tool_choice 'required' or a tool's name (or OpenAI's {'type': 'function', 'function': {'name':\n"
     "...}}) makes the model call one (its answer decoded under the\n"
