@@ -2,8 +2,9 @@
 //
 //   orbit_requests_total{endpoint, status}      every answer, once, by endpoint and HTTP status: the model
 //                                               endpoints' (chat, completions, responses) at their end,
-//                                               streams included; every other path's, /health, /metrics,
-//                                               404s of unknown paths, 405s, preflights and the refusals of
+//                                               streams included (a whole answer whose client left before
+//                                               it ended: 499, "client closed request"); every other path's, /health,
+//                                               /metrics, 404s of unknown paths, 405s, preflights and the refusals of
 //                                               the reading thread (400, 408, 413, 503, ...) as "other" or
 //                                               by the path's endpoint
 //   orbit_prompt_tokens_total                   prompt tokens (the rendered messages + generation prompt)
@@ -48,8 +49,10 @@
 //   orbit_store_pending_journaled{store}        of the answers held, those in the journal (gauge; held_journal.h)
 //   orbit_store_recovered_total{store}          answers read back from a journal at start and written since
 //   orbit_chat_completions_stored_total,        chat completions written, and the transactions that wrote them
-//   orbit_chat_completions_commits_total        (their ratio is the mean group: group_commit.h)
-//   orbit_responses_stored_total,               the same for stored responses (on disk: 0 without --store)
+//   orbit_chat_completions_commits_total        (their ratio is the mean group: group_commit.h); without --store
+//                                               to the store's in-memory database, so counted too
+//   orbit_responses_stored_total,               the same for stored responses (on disk only: without --store
+//                                               they are kept in a map, not written, and these stay 0)
 //   orbit_responses_commits_total
 //   orbit_constraint_cache_entries, _bytes,     the constraints kept for forced calls and JSON answers and the
 //   orbit_constraint_cache_budget_bytes         bytes they hold, grammars and token masks counted, against

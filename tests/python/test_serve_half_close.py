@@ -139,3 +139,9 @@ def test_a_client_that_closed_its_socket_after_its_request_is_still_cancelled(st
         assert time.monotonic() < deadline, (metric(server, "orbit_cancelled_total"), left)
         time.sleep(0.1)
     assert metric(server, "orbit_cancelled_total") == left  # a run that reached its 480 tokens is not cancelled
+    # A whole answer its client never got is no answer given: 499 ("client closed request"), where it was
+    # counted a 200; a stream's 200 went out with its head.
+    for endpoint in ENDPOINTS:
+        labels = '{endpoint="%s",status="%s"}'
+        assert metric(server, "orbit_requests_total" + labels % (endpoint, 499)) == 1, endpoint
+        assert metric(server, "orbit_requests_total" + labels % (endpoint, 200)) == 1, endpoint

@@ -58,10 +58,14 @@ class RequestCount {
   // Its run begins: from here on it is timed, also if it never reaches ran().
   void running() { running_ = true; }
   // Its run ended with `out`: its status (200 with a result, else the error's), latency and tokens.
-  void ran(const RunOutcome& out) {
+  // `whole`: an answer sent in one body, not streamed, which a client that left before it ended (finish_reason
+  // "cancelled") never got: 499, nginx's "client closed request", not an answer given. A stream's 200 went out
+  // with its head.
+  void ran(const RunOutcome& out, bool whole = false) {
     if (counted_) return;
     counted_ = true;
-    metrics_.count_request(endpoint_, out.result ? 200 : out.error.status, seconds_since(t0));
+    const bool left = whole && out.result && out.result->finish_reason == "cancelled";
+    metrics_.count_request(endpoint_, left ? kClientClosed : out.result ? 200 : out.error.status, seconds_since(t0));
     if (out.result) {
       const RunUsage& u = out.result->usage;
       metrics_.count_tokens(u.prompt_tokens, u.completion_tokens, u.forward_tokens, u.radix_cache_tokens);
@@ -74,6 +78,8 @@ class RequestCount {
     metrics_.count_request(endpoint_, 500, seconds_since(t0));
   }
   bool counted() const { return counted_; }
+
+  static constexpr int kClientClosed = 499;
 
  private:
   ServeMetrics& metrics_;

@@ -342,7 +342,7 @@ void HttpServer::generate(const std::string& endpoint, const httplib::Request& r
     } else {
       serve_http_route::reply_error(res, out.error);
     }
-    job->count.ran(out);
+    job->count.ran(out, /*whole=*/true);
     return;
   }
   res.set_header("Cache-Control", "no-cache");

@@ -129,7 +129,7 @@ void post_responses(const ResponsesRoute& route, const httplib::Request& req, ht
     } else {
       responses_route::reply_error(res, out.run.error);
     }
-    job->count.ran(out.run);
+    job->count.ran(out.run, /*whole=*/true);
     return;
   }
   // The sync runs before the stream's head (ServeCore::sync_ahead): a refusal there (503 kv_pool_full with
