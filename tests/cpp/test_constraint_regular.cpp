@@ -502,6 +502,13 @@ TEST_CASE("oneOf: compiled when no value can match two alternatives, refused nam
   CHECK(typed->matches("12"));
   CHECK(typed->matches("null"));
   CHECK(schema(R"({"oneOf": [{"enum": ["a", "b"]}, {"enum": ["c"]}]})")->matches("\"c\""));
+  // zod 4's xor of strict objects: each requires a key the other forbids (it was refused as an overlap).
+  const auto xor_objects = schema(R"({"oneOf": [
+      {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"], "additionalProperties": false},
+      {"type": "object", "properties": {"b": {"type": "number"}}, "required": ["b"], "additionalProperties": false}]})");
+  CHECK(xor_objects->matches(R"({"a": "x"})"));
+  CHECK(xor_objects->matches(R"({"b": 2})"));
+  CHECK_FALSE(xor_objects->matches(R"({"a": "x", "b": 2})"));
   // Overlaps are refused, naming the pair.
   const auto at = [](const std::string& s) { return error_of([&] { schema(s); }); };
   CHECK_THAT(at(R"({"oneOf": [{"type": "number"}, {"type": "integer"}]})"),
@@ -511,6 +518,13 @@ TEST_CASE("oneOf: compiled when no value can match two alternatives, refused nam
   CHECK_THAT(at(R"({"oneOf": [{"properties": {"k": {"const": 1}}}, {"properties": {"k": {"const": 2}}}]})"),
              Contains("may match the same value"));  // k not required: {} matches both
   CHECK_THAT(at(R"({"oneOf": [{}, {"type": "string"}]})"), Contains("[0] and [1] may match the same value"));
+  // A key required on one side and merely absent (not forbidden) on the other: {"a": 1} matches both.
+  CHECK_THAT(at(R"({"oneOf": [{"type": "object", "properties": {"a": {}}, "required": ["a"]},
+                              {"type": "object", "properties": {"b": {}}}]})"),
+             Contains("[0] and [1] may match the same value"));
+  CHECK_THAT(at(R"({"oneOf": [{"type": "object", "properties": {"a": {}}, "required": ["a"]},
+                              {"type": "object", "patternProperties": {"^a$": {}}, "additionalProperties": false}]})"),
+             Contains("[0] and [1] may match the same value"));
   CHECK_THAT(at(R"({"oneOf": [{"type": ["object", "string"], "properties": {"k": {"const": 1}}, "required": ["k"]},
                               {"type": ["object", "string"], "properties": {"k": {"const": 2}}, "required": ["k"]}]})"),
              Contains("[0] and [1] may match the same value"));  // any string matches both

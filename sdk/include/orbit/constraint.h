@@ -196,8 +196,10 @@ class Constraint {
   //                   a tuple's items beside another part's items (combined, each would admit other values)
   //   oneOf           when no value can match two of its schemas, as the text shows: different types, different
   //                   const/enum values, or a property all of them require with different const/enum values
-  //                   (tagged unions: Pydantic's discriminated unions, zod's discriminatedUnion); else refused
-  //                   naming the pair. discriminator beside oneOf or anyOf (it names the tag: nothing to decode)
+  //                   (tagged unions: Pydantic's discriminated unions, zod's discriminatedUnion), or a property
+  //                   one requires and the other forbids (additionalProperties false without it, no
+  //                   patternProperties: zod's xor of strict objects); else refused naming the pair. discriminator
+  //                   beside oneOf or anyOf (it names the tag: nothing to decode)
   //   $defs / definitions with "$ref": "#/$defs/<name>" (or "#/definitions/<name>", or "#" for the root);
   //                   recursive where the reference sits inside an object or array its target opens (trees)
   //                   and some value of it finishes

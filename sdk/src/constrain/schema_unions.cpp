@@ -2,7 +2,8 @@
 // choice, which is anyOf; so oneOf is compiled only when no value can match two of its schemas, which this
 // proves from the schemas' text: different types, different const/enum values, or (a tagged union, as
 // Pydantic's discriminated unions and zod's discriminatedUnion write) a property every alternative requires
-// with different const/enum values. Anything else is refused, naming the pair.
+// with different const/enum values, or a property one requires and the other forbids (additionalProperties false
+// without it, as zod's xor of strict objects writes). Anything else is refused, naming the pair.
 #include <algorithm>
 #include <set>
 
@@ -62,6 +63,22 @@ bool requires(const Json& s, const std::string& name) {
   return std::find(r.begin(), r.end(), Json(name)) != r.end();
 }
 
+// Whether no value `s` admits has property `name`: additionalProperties false, no patternProperties, and `name`
+// not among its properties.
+bool forbids(const Json& s, const std::string& name) {
+  if (!s.contains("additionalProperties") || s.at("additionalProperties") != Json(false)) return false;
+  if (s.contains("patternProperties")) return false;
+  return !s.contains("properties") || !s.at("properties").is_object() || !s.at("properties").contains(name);
+}
+
+// Whether `x` requires a property `y` forbids.
+bool requires_what_other_forbids(const Json& x, const Json& y) {
+  if (!x.contains("required") || !x.at("required").is_array()) return false;
+  const Json& r = x.at("required");
+  return std::any_of(r.begin(), r.end(),
+                     [&](const Json& n) { return n.is_string() && forbids(y, n.get<std::string>()); });
+}
+
 }  // namespace
 
 const Json& SchemaCompiler::resolve(const Json& s, const std::string& path) const {
@@ -91,6 +108,7 @@ bool SchemaCompiler::exclusive(const Json& a, const Json& b, const std::string& 
   // A tag tells objects apart only where both admit nothing but objects.
   const std::set<std::string> objects{"object"};
   if (!tx || !ty || *tx != objects || *ty != objects) return false;
+  if (requires_what_other_forbids(x, y) || requires_what_other_forbids(y, x)) return true;
   if (!x.contains("properties") || !y.contains("properties")) return false;
   for (const auto& [name, px] : x.at("properties").items()) {
     if (!requires(x, name) || !requires(y, name) || !y.at("properties").contains(name)) continue;
@@ -110,8 +128,9 @@ int32_t SchemaCompiler::compile_one_of(const Json& s, const std::string& path) {
     for (std::size_t j = i + 1; j < list.size(); ++j) {
       ORBIT_CHECK(exclusive(list[i], list[j], path),
                   path << ".oneOf: [" << i << "] and [" << j << "] may match the same value; oneOf is supported "
-                       << "when no value matches two of its schemas (different types or const/enum values, or a "
-                       << "property both require with different const/enum values): use anyOf");
+                       << "when no value matches two of its schemas (different types or const/enum values, a "
+                       << "property both require with different const/enum values, or one one requires and the other "
+                       << "forbids with additionalProperties false): use anyOf");
     }
   }
   Node choice;
