@@ -2,10 +2,10 @@
 // embedding chunks (+ relative position grid, and their embedding cache behind find_media), the lengths
 // of the live turns it has seen, and each placement's model input.
 //
-// Records are shared (ChunkPtr): windows' instances, evicted instances and queued background jobs hold the
-// records they use, so a record lives while anything uses it. The registry itself holds every record
-// (max_idle_chunks = 0, the default: a ChunkRef stays valid for the engine's life) or only the
-// max_idle_chunks most recently registered or looked up, plus the pinned ones; past that it lets go of the
+// Records are shared (ChunkPtr): windows' instances and queued background jobs hold the records they use, so
+// a record lives while anything uses it (a window's evicted instance only remembers its record: window_state.h). The
+// registry itself holds every record (max_idle_chunks = 0, the default: a ChunkRef stays valid for the engine's life)
+// or only the max_idle_chunks most recently registered or looked up, plus the pinned ones; past that it lets go of the
 // least recently used, which is forgotten once nothing else holds it (a long-running server's distinct
 // messages do not grow it). A forgotten chunk's key reads as unregistered until it is added again (its
 // stored KV is found again by the same key). Its lock guards only the tables: it is never held while
