@@ -3,10 +3,10 @@
 #include <ATen/ATen.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -103,12 +103,15 @@ Status io_failure(const std::string& what, const std::string& path, int error) {
 }
 
 std::string unique_nonce() {
-  static const uint64_t base = [] {
+  uint64_t value = 0;
+  ssize_t got = -1;
+  do {
+    got = ::getrandom(&value, sizeof value, 0);
+  } while (got < 0 && errno == EINTR);
+  if (got != static_cast<ssize_t>(sizeof value)) {  // no getrandom (an old kernel): the C++ library's device
     std::random_device device;
-    return (static_cast<uint64_t>(device()) << 32) ^ device() ^ static_cast<uint64_t>(::getpid());
-  }();
-  static std::atomic<uint64_t> counter{0};
-  const uint64_t value = base + 0x9e3779b97f4a7c15ULL * (counter.fetch_add(1) + 1);
+    value = (static_cast<uint64_t>(device()) << 32) ^ device();
+  }
   char text[17];
   std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
   return text;

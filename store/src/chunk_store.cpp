@@ -357,7 +357,7 @@ Status ChunkStore::erase(const std::string& key) {
   check_chunk_store_key(key, "erase");
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (meta_.count(key)) {
+    if (known(key) != nullptr) {  // held here, or committed to the shared disk by another process
       // With a journal, the remote's removal is recorded in the local removal's own transaction (a key held only in
       // memory: its row deleted is none), so the two commit together or not at all.
       int64_t recorded_seq = 0;
@@ -385,27 +385,27 @@ Status ChunkStore::erase(const std::string& key) {
 Status ChunkStore::pin(const std::string& key) {
   check_chunk_store_key(key, "pin");
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = meta_.find(key);
-  if (it == meta_.end()) return Status::not_found("ChunkStore::pin: no entry " + key);
-  if (it->second.pinned) return Status::ok();  // this process holds its pin already
+  Meta* m = known(key);  // another process's entry on the shared disk too
+  if (m == nullptr) return Status::not_found("ChunkStore::pin: no entry " + key);
+  if (m->pinned) return Status::ok();  // this process holds its pin already
   if (disk_) {
     Status s = disk_->set_pinned(key, true);
     if (!s) return s;
   }
-  set_pinned(key, it->second, true);
+  set_pinned(key, *m, true);
   return Status::ok();
 }
 
 Status ChunkStore::unpin(const std::string& key) {
   check_chunk_store_key(key, "unpin");
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = meta_.find(key);
-  if (it == meta_.end()) return Status::not_found("ChunkStore::unpin: no entry " + key);
+  Meta* m = known(key);
+  if (m == nullptr) return Status::not_found("ChunkStore::unpin: no entry " + key);
   if (disk_) {
     Status s = disk_->set_pinned(key, false);
     if (!s) return s;
   }
-  set_pinned(key, it->second, false);
+  set_pinned(key, *m, false);
   return Status::ok();
 }
 

@@ -22,10 +22,17 @@ class ChunkStore::Journal final : public RemoteJournal {
 
   int64_t record(const std::string& key, bool erase) override {
     int64_t seq = 0;
-    return disk_.record_remote_pending(key, remote_, erase, &seq) ? seq : 0;
+    try {
+      return disk_.record_remote_pending(key, remote_, erase, &seq) ? seq : 0;
+    } catch (const std::exception&) {  // a statement the index cannot prepare now: not recorded
+      return 0;
+    }
   }
   void settle(const std::vector<RemotePendingRecord>& records) override {
-    (void)disk_.clear_remote_pending(records, remote_);
+    try {  // the remote writer's thread: the records stay (re-sent once more at a later open)
+      (void)disk_.clear_remote_pending(records, remote_);
+    } catch (const std::exception&) {
+    }
   }
   int64_t last() override {
     try {

@@ -127,8 +127,10 @@ std::optional<Status> ChunkStore::commit_put(const std::string& key, const Meta&
       if (m.pinned) (void)disk_->set_pinned(key, true);
     }
   }
-  // A replaced value leaves every tier (a disk copy too, unless the new value was just committed there).
-  if (!pending.prepared && disk_ && disk_->contains(key)) {
+  // A replaced value leaves every tier (a disk copy too, unless the new value was just committed there). Without
+  // replace a disk copy is the same value (another process's, committed meanwhile, or one a failed commit found
+  // there): it stays.
+  if (options.replace && !pending.prepared && disk_ && disk_->contains(key)) {
     Status erased = disk_->erase(key);
     if (!erased) return erased;
   }

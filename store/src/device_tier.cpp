@@ -138,6 +138,18 @@ Status DeviceTier::insert(const std::string& key, const ValuePtr& value) {
   std::lock_guard<std::mutex> lock(pool_->mutex);
   Status allocated = pool_->pool.allocate(num, entry.pages);
   if (!allocated) return Status::out_of_capacity("device tier: " + allocated.reason());
+  // The copies below may throw (a device out of memory): the pages go back to the pool then.
+  struct Unplaced {
+    rt::KVPool& pool;
+    std::vector<rt::PageId>* pages;
+    ~Unplaced() {
+      if (pages == nullptr) return;
+      try {
+        for (rt::PageId p : *pages) pool.release(p);
+      } catch (...) {  // never from a destructor
+      }
+    }
+  } unplaced{pool_->pool, &entry.pages};
   // One copy per (layer, kind): whole pages by index_copy_, the tail into the last page (rest zeroed).
   const c10::Device device = pool_->pool.device();
   const at::Tensor ids = at::tensor(std::vector<int64_t>(entry.pages.begin(), entry.pages.end()), at::kLong).to(device);
@@ -164,6 +176,7 @@ Status DeviceTier::insert(const std::string& key, const ValuePtr& value) {
     used_pages_ -= static_cast<int64_t>(old->second.pages.size());
   }
   used_pages_ += num;
+  unplaced.pages = nullptr;  // placed: the entry holds them
   entries_[key] = std::move(entry);
   return Status::ok();
 }

@@ -180,7 +180,10 @@ DiskTier::~DiskTier() {
   if (beat_.joinable()) beat_.join();
   {
     std::lock_guard<std::mutex> lock(lease_mu_);
-    if (leases_) (void)leases_->release_all(owner_);
+    try {  // the leases lapse by themselves where this fails
+      if (leases_) (void)leases_->release_all(owner_);
+    } catch (const std::exception&) {
+    }
     leases_.reset();
   }
   index_.reset();
@@ -191,8 +194,16 @@ void DiskTier::heartbeat() {
   std::unique_lock<std::mutex> lock(beat_mu_);
   while (!beat_cv_.wait_for(lock, std::chrono::milliseconds(options_.lease_ms / 3), [&] { return stop_; })) {
     std::lock_guard<std::mutex> leases(lease_mu_);
+    std::vector<std::pair<std::string, SqliteIndex::LeaseKind>> held;
+    held.reserve(held_.size());
+    for (const auto& [lease, holders] : held_) held.push_back(lease);
     const int64_t now = now_ms();
-    (void)leases_->renew_leases(owner_, now + options_.lease_ms, now);  // a failure: retried next beat
+    // A failure is retried next beat: an index that throws here (a statement it cannot prepare: out of memory, a
+    // damaged schema) must not end the process from this thread.
+    try {
+      (void)leases_->renew_leases(owner_, held, now + options_.lease_ms, now);
+    } catch (const std::exception&) {
+    }
   }
 }
 
@@ -214,11 +225,21 @@ Result<std::string> DiskTier::resolve(const std::string& blob) const {
 
 bool DiskTier::acquire_read(const std::string& key) {
   std::lock_guard<std::mutex> lock(lease_mu_);
-  return leases_->acquire_lease(key, owner_, SqliteIndex::LeaseKind::kRead, now_ms() + options_.lease_ms).is_ok();
+  const auto lease = std::make_pair(key, SqliteIndex::LeaseKind::kRead);
+  if (const auto it = held_.find(lease); it != held_.end()) {
+    ++it->second;  // another read holds the row (and the heartbeat takes it again if it went)
+    return true;
+  }
+  if (!leases_->acquire_lease(key, owner_, lease.second, now_ms() + options_.lease_ms).is_ok()) return false;
+  held_[lease] = 1;
+  return true;
 }
 
 void DiskTier::release_read(const std::string& key) {
   std::lock_guard<std::mutex> lock(lease_mu_);
+  const auto it = held_.find(std::make_pair(key, SqliteIndex::LeaseKind::kRead));
+  if (it == held_.end() || --it->second > 0) return;  // another read still holds it
+  held_.erase(it);
   (void)leases_->release_lease(key, owner_, SqliteIndex::LeaseKind::kRead);
 }
 
@@ -530,8 +551,14 @@ Status DiskTier::set_pinned(const std::string& key, bool pinned) {
   Status s;
   {
     std::lock_guard<std::mutex> lock(lease_mu_);
-    s = pinned ? leases_->acquire_lease(key, owner_, SqliteIndex::LeaseKind::kPin, now_ms() + options_.lease_ms)
-               : leases_->release_lease(key, owner_, SqliteIndex::LeaseKind::kPin);
+    const auto lease = std::make_pair(key, SqliteIndex::LeaseKind::kPin);
+    if (pinned) {
+      held_[lease] = 1;  // taken now, or by the next heartbeat where this fails (the index busy)
+      (void)leases_->acquire_lease(key, owner_, lease.second, now_ms() + options_.lease_ms);
+    } else {
+      held_.erase(lease);  // not taken again; where the release fails the lease lapses by itself
+      s = leases_->release_lease(key, owner_, lease.second);
+    }
   }
   if (s) it->second.pinned = pinned;
   return s;

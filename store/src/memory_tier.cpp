@@ -16,8 +16,9 @@ Status MemoryTier::insert(const std::string& key, const ValuePtr& value) {
   ORBIT_CHECK(value != nullptr, "host tier: null value for key " << key);
   remove(key);
   const int64_t bytes = value->bytes();
+  Held held{pinned_ ? pinned_copy(*host_copy(value)) : host_copy(value), bytes};  // may throw: nothing charged yet
+  values_[key] = std::move(held);
   used_ += bytes;
-  values_[key] = Held{pinned_ ? pinned_copy(*host_copy(value)) : host_copy(value), bytes};
   return Status::ok();
 }
 

@@ -460,12 +460,22 @@ Status RedisClient::refresh_slots() {
     std::vector<RedisEndpoint> owners(kSlots);
     int covered = 0;
     for (const RedisReply& range : r.value().elements) {
+      // [start, end, [host, port, ...], replicas...]: a range not of that shape, or out of the slots or ports
+      // (a server that is not Redis, or a damaged reply), is skipped.
       if (range.elements.size() < 3 || range.elements[2].elements.size() < 2) continue;
+      const RedisReply& first = range.elements[0];
+      const RedisReply& last_slot = range.elements[1];
+      const RedisReply& port = range.elements[2].elements[1];
+      if (first.type != RedisReply::Type::kInteger || last_slot.type != RedisReply::Type::kInteger ||
+          port.type != RedisReply::Type::kInteger || first.integer < 0 || last_slot.integer >= kSlots ||
+          first.integer > last_slot.integer || port.integer < 1 || port.integer > 65535) {
+        continue;
+      }
       RedisEndpoint owner;
       owner.host = range.elements[2].elements[0].str;
-      owner.port = static_cast<int>(range.elements[2].elements[1].integer);
+      owner.port = static_cast<int>(port.integer);
       if (owner.host.empty()) owner.host = e.host;  // a node that does not know its own address
-      for (int64_t s = range.elements[0].integer; s <= range.elements[1].integer && s < kSlots; ++s) {
+      for (int64_t s = first.integer; s <= last_slot.integer; ++s) {
         owners[static_cast<std::size_t>(s)] = owner;
         ++covered;
       }

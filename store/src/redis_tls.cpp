@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -201,7 +202,10 @@ Status TlsConnection::send(const std::string& bytes) {
   while (sent < bytes.size()) {
     ERR_clear_error();
     errno = 0;
-    const int n = SSL_write(impl_->ssl, bytes.data() + sent, static_cast<int>(bytes.size() - sent));
+    // SSL_write takes an int: at most 1 GiB a call (a transaction of 2 GiB or more, cast whole, was refused as
+    // a bad length, every time).
+    const std::size_t piece = std::min<std::size_t>(bytes.size() - sent, std::size_t{1} << 30);
+    const int n = SSL_write(impl_->ssl, bytes.data() + sent, static_cast<int>(piece));
     if (n <= 0) return Status::refused(io_error(impl_->ssl, n, "write"));
     sent += static_cast<std::size_t>(n);
   }

@@ -6,6 +6,8 @@
 
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "sqlite_stmt.h"
 
@@ -25,7 +27,8 @@ Status SqliteIndex::release_lease(const std::string& key, const std::string& own
   return rc == SQLITE_DONE ? Status::ok() : failure(rc, "releasing a lease");
 }
 
-Status SqliteIndex::renew_leases(const std::string& owner, int64_t expires, int64_t now) {
+Status SqliteIndex::renew_leases(const std::string& owner, const std::vector<std::pair<std::string, LeaseKind>>& held,
+                                 int64_t expires, int64_t now) {
   Status begin = exec_status("BEGIN IMMEDIATE", "beginning a lease renewal");
   if (!begin) return begin;
   Transaction tx(db_);
@@ -34,6 +37,12 @@ Status SqliteIndex::renew_leases(const std::string& owner, int64_t expires, int6
     s.bind(1, owner).bind(2, expires);
     const int rc = s.step();
     if (rc != SQLITE_DONE) return failure(rc, "renewing leases");
+  }
+  for (const auto& [key, kind] : held) {
+    Stmt s(db_, "INSERT OR IGNORE INTO leases(key, owner, kind, expires) VALUES(?1, ?2, ?3, ?4)", path_);
+    s.bind(1, key).bind(2, owner).bind(3, static_cast<int64_t>(kind)).bind(4, expires);
+    const int rc = s.step();
+    if (rc != SQLITE_DONE) return failure(rc, "taking a lease again");
   }
   {
     Stmt s(db_, "DELETE FROM leases WHERE expires <= ?1", path_);

@@ -128,6 +128,33 @@ TEST_CASE("a between() that throws ends the operation with nothing committed", "
   CHECK(w.version() != version);
 }
 
+TEST_CASE("an operation interrupted after a step forwarded counts that step's forward in the engine",
+          "[window][pieces]") {
+  std::mt19937_64 rng(15);
+  auto engine = test::open_stories_small_pages(BackgroundMode::kInline);
+  WindowOptions options;
+  options.policy = parse_policy("prefix");  // the eviction's repair re-prefills every turn behind it, one step each
+  Window w = engine->new_window(options);
+  w.add_turn(random_tokens(rng, 8));
+  w.add_turn(random_tokens(rng, 30));
+  w.add_turn(random_tokens(rng, 100));
+  w.evict(w.instances().front().id);  // its repair deferred to the next forwarding operation
+  const uint64_t version = w.version();
+  const double window_before = w.stats().forward_tokens;
+  const double engine_before = engine->stats().forward_tokens;
+  int calls = 0;
+  {
+    // Pieces of 10 tokens: the 30-token turn's forward ends before the 8th piece, inside the 100-token turn's.
+    ForwardPieces pieces(10, [&] {
+      if (++calls == 8) throw Interrupted("test");
+    });
+    CHECK_THROWS_AS(w.flush(), Interrupted);
+  }
+  CHECK(w.version() == version);  // nothing committed, nothing counted in the window
+  CHECK(w.stats().forward_tokens == window_before);
+  CHECK(engine->stats().forward_tokens == engine_before + 30);  // the step served before the interrupt ran
+}
+
 TEST_CASE("a read's query forward in pieces gives the whole forward's logits", "[window][pieces]") {
   std::mt19937_64 rng(14);
   auto engine = test::open_stories_small_pages(BackgroundMode::kInline);

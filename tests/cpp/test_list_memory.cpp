@@ -135,4 +135,22 @@ TEST_CASE("list memory: a result shown again is a move, and idle time prepares t
   CHECK(memory.predict_moves(0, 1).empty());
 }
 
+TEST_CASE("hint watch: the agent's prepared lists are kept bounded, a list prepared again once", "[sync]") {
+  od::HintWatch watch;
+  const std::vector<ChatMessage> far = {text("system", "s"), text("user", "u0"), text("assistant", "a0"),
+                                        text("user", "u1")};
+  watch.hinted(far);
+  watch.hinted(far);  // the same list again: one copy
+  CHECK(watch.hints() == 1);
+  // An agent that prepares at every tick and never syncs holds at most kMaxHints lists, the most recent.
+  for (int i = 0; i < 100; ++i) watch.hinted({text("system", "s"), text("user", "tick " + std::to_string(i))});
+  CHECK(watch.hints() == od::HintWatch::kMaxHints);
+  watch.hinted(far);
+  CHECK(watch.hints() == od::HintWatch::kMaxHints);
+  // The newest hint reaches the whole synced list: the sync counts it (no learned list reaches further).
+  watch.synced(far, {}, nullptr);
+  CHECK(watch.streak() == 1);
+  CHECK(watch.hints() == 0);  // a sync forgets them
+}
+
 }  // namespace ORBIT_TEST_FILE

@@ -422,6 +422,12 @@ TEST_CASE("responses: a chain runs in one window and forwards only what is new",
   json orphan = count_body;
   orphan["input"] = json::array({{{"type", "function_call_output"}, {"call_id", "c9"}, {"output", "9"}}});
   CHECK(sv::count_input_tokens(core, orphan.dump()).error.param == "input[0].call_id");
+  // A body nesting far past the limit, without a model (which counting adds itself): refused, not read whole
+  // (adding the model and writing the body again recursed once per level, and overflowed the stack).
+  const std::string deep = R"({"input": )" + std::string(200000, '[') + std::string(200000, ']') + "}";
+  const sv::Parsed<int64_t> deep_count = sv::count_input_tokens(core, deep);
+  CHECK(deep_count.error.status == 400);
+  CHECK_THAT(deep_count.error.message, Catch::Contains("nests deeper than 128"));
   CHECK(second.session == id);
   CHECK(second.body["previous_response_id"] == id);
   CHECK(u2["input_tokens"].get<int64_t>() > u1["input_tokens"].get<int64_t>() + 4);
@@ -581,10 +587,16 @@ TEST_CASE("responses: truncation auto drops a chain's oldest items to fit, and s
   CHECK(plain.back().error->code == "context_length_exceeded");
   const int64_t fit = static_cast<int64_t>(plain.size()) - 1;  // requests that fit whole
 
-  const std::vector<Answer> cut = chain("auto", 10);
-  REQUIRE(cut.size() == 10);
-  for (const Answer& a : cut) REQUIRE_FALSE(a.error);
-  for (int64_t i = 0; i < 10; ++i) {
+  // 16 requests: past the 13th the chain's text is longer than the model's 512 positions can hold at the most
+  // bytes a token takes, which the length check refuses before tokenizing (truncation must take that as a list
+  // that does not fit).
+  const std::vector<Answer> cut = chain("auto", 16);
+  REQUIRE(cut.size() == 16);
+  for (const Answer& a : cut) {
+    INFO((a.error ? a.error->message : std::string()));
+    REQUIRE_FALSE(a.error);
+  }
+  for (int64_t i = 0; i < 16; ++i) {
     INFO("request " << i);
     const json& u = cut[i].body["usage"];
     CHECK(cut[i].body["truncation"] == "auto");

@@ -182,6 +182,24 @@ TEST_CASE("store writes: a responses check fails where a write fails, naming the
   CHECK(store.check_writable());
 }
 
+TEST_CASE("group commit: a writer that throws anything fails its write, and the next write goes on",
+          "[serve][chat_store]") {
+  sv::GroupCommit<int>::Writer writer;
+  writer.commit = [](const std::vector<int>& items) {
+    if (items.front() == 0) throw 42;  // not a std::exception: it left the leader with the store marked busy
+  };
+  writer.check = [] {};
+  sv::GroupCommit<int> group(4, writer);
+  const sv::StoreWrite failed = group.submit(0);
+  CHECK_FALSE(failed.ok);
+  CHECK_FALSE(failed.error.empty());
+  std::thread next([&] { CHECK(group.submit(1)); });  // would wait for ever for the failed leader
+  next.join();
+  CHECK(group.check());
+  CHECK(group.writes().failures == 1);
+  CHECK(group.writes().items == 1);
+}
+
 TEST_CASE("group commit: a check is answered before the commit of the puts it queued with", "[serve][chat_store]") {
   std::mutex mutex;
   std::condition_variable changed;

@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -50,6 +51,31 @@ std::string blob_path(const std::string& dir, int64_t i) {
 int64_t temp_files(const std::string& dir) { return summarize_store(dir).temp_files; }
 
 }  // namespace
+
+TEST_CASE("a process forked after naming blobs names others than its parent", "[store][cpu]") {
+  // A parent and child that share a store and put the same key: with the same names, the second put's rename
+  // replaced the first's committed blob, and then deleted it as its own (the row found committed already).
+  (void)unique_nonce();  // the parent has named a blob before the fork
+  int pipe_fds[2];
+  REQUIRE(::pipe(pipe_fds) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    const std::string name = unique_nonce();
+    const ssize_t n = ::write(pipe_fds[1], name.data(), name.size());
+    ::_exit(n == static_cast<ssize_t>(name.size()) ? 0 : 1);
+  }
+  ::close(pipe_fds[1]);
+  char text[32] = {};
+  const ssize_t n = ::read(pipe_fds[0], text, sizeof text - 1);
+  ::close(pipe_fds[0]);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(n == 16);
+  const std::string parent = unique_nonce();
+  CHECK(std::string(text, 16) != parent);
+  CHECK(parent != unique_nonce());
+}
 
 TEST_CASE("a corrupt, truncated or missing blob is a reported miss; the store stays usable", "[store][cpu]") {
   test::TempDir dir;

@@ -60,6 +60,22 @@ void alter_index(const std::string& path, const char* sql) {
 
 void delete_meta_rows(const std::string& path) { alter_index(path, "DELETE FROM meta"); }
 
+// The rows of the index's leases table (every owner's, every kind).
+int64_t lease_rows(const std::string& path) {
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
+  sqlite3_busy_timeout(db, 10000);
+  sqlite3_stmt* s = nullptr;
+  int64_t n = -1;
+  if (sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM leases", -1, &s, nullptr) == SQLITE_OK &&
+      sqlite3_step(s) == SQLITE_ROW) {
+    n = sqlite3_column_int64(s, 0);
+  }
+  sqlite3_finalize(s);
+  sqlite3_close(db);
+  return n;
+}
+
 int64_t count_blobs(const std::string& dir) {
   int64_t n = 0;
   for (const auto& e : fs::recursive_directory_iterator(dir + "/blobs")) n += e.path().extension() == ".blob";
@@ -89,6 +105,23 @@ TEST_CASE("a second process sees entries committed after it opened the directory
   const VerifyReport report = verify_store(d);
   CHECK(report.clean());
   CHECK(report.unreferenced_blobs == 0);
+}
+
+TEST_CASE("a second process pins, unpins and erases entries committed after it opened", "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  ChunkStore a(disk_options(d));
+  ChunkStore b(disk_options(d));  // open first, before a's entries
+  for (int64_t i = 1; i <= 2; ++i) REQUIRE(a.put(key(i), test::store_test_value(i)).is_ok());
+  // b never read them: they were refused as "no entry" though contains() saw them.
+  REQUIRE(b.contains(key(1)));
+  CHECK(b.pin(key(1)).is_ok());
+  CHECK(b.unpin(key(1)).is_ok());
+  CHECK(b.erase(key(2)).is_ok());
+  CHECK_FALSE(b.contains(key(2)));
+  ChunkStore c(disk_options(d));
+  CHECK_FALSE(c.contains(key(2)));  // gone from the shared disk (a's own memory may still hold its copy)
+  CHECK(b.erase(key(2)).code() == StatusCode::kNotFound);
 }
 
 TEST_CASE("concurrent writer processes of overlapping keys leave one whole entry per key", "[store][cpu]") {
@@ -208,6 +241,67 @@ TEST_CASE("a read lease of one owner keeps another owner's eviction away", "[sto
   REQUIRE(gone.is_ok());
   CHECK(gone.value());
   CHECK(reader.refresh(key(1)) == nullptr);
+}
+
+TEST_CASE("two reads of one key hold its lease until the second is released", "[store][cpu]") {
+  test::TempDir dir;
+  DiskTierOptions o;
+  o.dir = dir.path().string();
+  o.model_fingerprint = test::kStoreTestFingerprint;
+  DiskTier reader(o), evictor(o);
+  REQUIRE(reader.insert(key(1), test::store_test_value(1)).is_ok());
+  REQUIRE(evictor.find(key(1)) != nullptr);
+  REQUIRE(reader.acquire_read(key(1)));  // two threads of one process read the key
+  REQUIRE(reader.acquire_read(key(1)));
+  reader.release_read(key(1));  // the first is done: the second still reads
+  Result<bool> held = evictor.evict(key(1));
+  REQUIRE(held.is_ok());
+  CHECK_FALSE(held.value());
+  reader.release_read(key(1));
+  Result<bool> gone = evictor.evict(key(1));
+  REQUIRE(gone.is_ok());
+  CHECK(gone.value());
+}
+
+TEST_CASE("a pin whose lease another process dropped is taken again by the next heartbeat", "[store][cpu]") {
+  // A process stalled past its lease (stopped, swapped out, a clock step) finds its pin dropped as expired by
+  // another's heartbeat; it used to renew only the leases still there, and the pin was gone for good.
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  DiskTierOptions o;
+  o.dir = d;
+  o.model_fingerprint = test::kStoreTestFingerprint;
+  o.lease_ms = 300;  // a heartbeat every 100 ms
+  DiskTier pinner(o), evictor(o);
+  REQUIRE(pinner.insert(key(1), test::store_test_value(1)).is_ok());
+  REQUIRE(pinner.set_pinned(key(1), true).is_ok());
+  REQUIRE(evictor.find(key(1)) != nullptr);
+  alter_index(d + "/index.sqlite", "DELETE FROM leases");  // what another heartbeat does to a lapsed lease
+  bool leased = false;
+  for (int i = 0; i < 100 && !leased; ++i) {  // the next beat, even on a loaded machine (10 s at most)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    leased = lease_rows(d + "/index.sqlite") > 0;
+  }
+  CHECK(leased);
+  Result<bool> held = evictor.evict(key(1));
+  REQUIRE(held.is_ok());
+  CHECK_FALSE(held.value());
+}
+
+TEST_CASE("an index the heartbeat cannot use does not end the process", "[store][cpu]") {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  DiskTierOptions o;
+  o.dir = d;
+  o.model_fingerprint = test::kStoreTestFingerprint;
+  o.lease_ms = 150;
+  {
+    DiskTier tier(o);
+    REQUIRE(tier.insert(key(1), test::store_test_value(1)).is_ok());
+    alter_index(d + "/index.sqlite", "DROP TABLE leases");        // its renewal's statements no longer prepare
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));  // a few beats, each failing
+  }                                                               // closed: releasing its leases fails too
+  CHECK(fs::exists(d + "/index.sqlite"));
 }
 
 TEST_CASE("two engine processes share one directory: the second encodes no canonical", "[store][cpu][model]") {

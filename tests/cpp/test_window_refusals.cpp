@@ -51,6 +51,8 @@ TEST_CASE("bad input is refused with a message naming it", "[window][errors]") {
   w.admit(c[0]);
   CHECK_THROWS_WITH(w.admit(c[0]), Catch::Contains("already in window"));
   CHECK_THROWS_WITH(w.recall(c[1]), Catch::Contains("was not evicted"));
+  // A chunk in the window: nothing to recall (admit would refuse it too).
+  CHECK_THROWS_WITH(w.recall(c[0]), Catch::Contains("is in window") && Catch::Contains("nothing to recall"));
   CHECK_THROWS_WITH(w.evict(12345), Catch::Contains("holds no instance 12345"));
   CHECK_THROWS_WITH(w.reorder({}), Catch::Contains("order lists 0 instances"));
   CHECK_THROWS_WITH(w.add_turn(std::vector<int64_t>{}), Catch::Contains("empty turn"));

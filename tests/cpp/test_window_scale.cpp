@@ -238,3 +238,38 @@ TEST_CASE("a window remembers its most recent evictions, not every chunk it ever
   w.recall(chunks.back());
   CHECK(w.instances().back().chunk.key == chunks.back().key);
 }
+
+TEST_CASE("a fork remembers its own evictions as more recent than those it inherited", "[window][model]") {
+  test::TempDir dir;
+  const std::shared_ptr<Engine> engine = open_engine(long_model(dir));
+  WindowOptions wo;
+  wo.policy = parse_policy("blind");
+  Window parent = engine->new_window(wo);
+  // Every chunk in the order it was evicted: 150 by the parent, then 1,100 by its fork.
+  std::vector<ChunkRef> order;
+  const auto admit_and_evict = [&](Window& w, int64_t i) {
+    order.push_back(engine->add_tokens(chunk_tokens(i)));
+    w.admit(order.back());
+    w.evict(w.instances().back().id);
+  };
+  for (int64_t i = 0; i < 150; ++i) admit_and_evict(parent, i);
+  Window child = parent.fork();
+  for (int64_t i = 150; i < 1250; ++i) admit_and_evict(child, i);
+  // Past 1,024 it forgot the oldest: what it remembers is the most recent evictions, a suffix of the order.
+  std::vector<std::string> remembered;  // sorted (a std::set here trips GCC's new/delete check on this file)
+  for (const ChunkRef& c : child.evicted()) remembered.push_back(c.key);
+  std::sort(remembered.begin(), remembered.end());
+  REQUIRE(remembered.size() <= 1024);
+  REQUIRE(remembered.size() >= 1024 * 7 / 8);
+  const std::size_t first_kept = order.size() - remembered.size();
+  std::vector<std::size_t> wrong;  // evicted before first_kept and remembered, or after it and forgotten
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const bool kept = std::binary_search(remembered.begin(), remembered.end(), order[i].key);
+    if (kept != (i >= first_kept)) wrong.push_back(i);
+  }
+  INFO(remembered.size() << " remembered of " << order.size()
+                         << "; the first misplaced: " << (wrong.empty() ? -1 : static_cast<int64_t>(wrong.front())));
+  CHECK(wrong.empty());
+  // The parent still remembers its own 150.
+  CHECK(parent.evicted().size() == 150);
+}

@@ -186,3 +186,86 @@ def test_store_stat_of_an_unreachable_remote_says_so_on_stderr(orbit_cli, json_f
     assert stat.returncode == 1
     assert f"orbit store stat: error: the remote tier {url} is unreachable (" in stat.stderr
     assert (json.loads(stat.stdout)["remote"]["reachable"] is False) if json_flag else "UNREACHABLE" in stat.stdout
+
+
+def _fake_cluster_node(start_slot):
+    """A node that answers CLUSTER SLOTS with one range from `start_slot` to 16383 (itself), and every other
+    command with an empty or OK reply; returns (port, stop)."""
+    import socket
+    import threading
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    srv.settimeout(0.2)
+    port = srv.getsockname()[1]
+    done = threading.Event()
+
+    def reply(args):
+        words = [a.upper() for a in args]
+        if words[:2] == [b"CLUSTER", b"SLOTS"]:
+            return b"*1\r\n*3\r\n:%d\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n" % (start_slot, port)
+        if words[:1] == [b"INFO"]:
+            body = b"redis_version:7.0.0\r\nused_memory:1\r\n"
+            return b"$%d\r\n%s\r\n" % (len(body), body)
+        if words[:1] == [b"DBSIZE"]:
+            return b":0\r\n"
+        if words[:1] == [b"SCAN"]:
+            return b"*2\r\n$1\r\n0\r\n*0\r\n"
+        return b"+OK\r\n"
+
+    def serve(conn):
+        buf = b""
+        with conn:
+            while not done.is_set():
+                try:
+                    data = conn.recv(65536)
+                except OSError:
+                    return
+                if not data:
+                    return
+                buf += data
+                while buf.startswith(b"*") and b"\r\n" in buf:  # whole commands (arrays of bulk strings)
+                    head = buf.index(b"\r\n")
+                    at, args = head + 2, []
+                    for _ in range(int(buf[1:head])):
+                        end = buf.find(b"\r\n", at)
+                        size = int(buf[at + 1:end]) if end >= 0 else -1
+                        if end < 0 or len(buf) < end + 2 + size + 2:
+                            break
+                        args.append(buf[end + 2:end + 2 + size])
+                        at = end + 2 + size + 2
+                    else:
+                        buf = buf[at:]
+                        conn.sendall(reply(args))
+                        continue
+                    break
+
+    def accept():
+        with srv:
+            while not done.is_set():
+                try:
+                    conn, _ = srv.accept()
+                except socket.timeout:
+                    continue
+                threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return port, done.set
+
+
+@pytest.mark.parametrize("start_slot", [0, -3000])
+def test_a_cluster_reply_naming_slots_out_of_range_is_not_trusted(orbit_cli, start_slot):
+    # A range starting below slot 0 was written before the slot table (the process crashed with SIGSEGV); such a
+    # range is skipped, and a node that names no valid range is refused as naming no slot owner.
+    port, stop = _fake_cluster_node(start_slot)
+    try:
+        stat = subprocess.run([str(orbit_cli), "store", "stat", "--remote", f"redis-cluster://127.0.0.1:{port}"],
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        stop()
+    assert stat.returncode in (0, 1), stat.stderr  # never a signal
+    if start_slot == 0:
+        assert stat.returncode == 0, stat.stderr
+    else:
+        assert stat.returncode == 1
+        assert "names no slot owner" in stat.stdout + stat.stderr

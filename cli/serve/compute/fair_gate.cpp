@@ -41,7 +41,20 @@ bool FairGate::enter(const std::string& lane, const std::function<bool()>& cance
   queue.push_back(Waiter{ticket, guest_tokens});
   grant_next();
   while (granted_ != ticket) {
-    const bool stop = closed_ || (cancelled && cancelled());
+    bool stop = closed_;
+    if (!stop && cancelled) {
+      // Asked outside the lock (it looks at the client's socket: every waiter asks at every wake, and the gate's
+      // holders would wait on those calls); one that throws counts as cancelled, its ticket withdrawn below.
+      lock.unlock();
+      bool gone = true;
+      try {
+        gone = cancelled();
+      } catch (...) {
+      }
+      lock.lock();
+      if (granted_ == ticket) break;  // granted meanwhile: taken (the caller sees the cancel next)
+      stop = gone || closed_;
+    }
     if (stop) {
       auto it = lanes_.find(lane);
       if (it != lanes_.end()) {

@@ -30,6 +30,10 @@ constexpr std::size_t kLingerBytes = std::size_t{1} << 20;
 constexpr uint64_t kLingerDeclaredBytes = uint64_t{64} << 20;
 constexpr auto kLinger = std::chrono::seconds(2);
 constexpr auto kLingerTotal = std::chrono::seconds(30);
+// Connections refused past max_connections that linger at once, at most: past it the next one is answered and
+// closed at once, so that a client opening connections faster than they linger out cannot take every descriptor
+// the process has (the store's files need them too).
+constexpr std::size_t kMaxLingeringOverLimit = 64;
 constexpr int kAcceptsPerTurn = 256;  // connections accepted in one turn at most
 
 std::size_t default_max_connections() {
@@ -62,6 +66,11 @@ HttpFront::~HttpFront() {
   stop_connections();  // closes the listening socket, taken by serve() or not
   ::close(wake_[0]);
   ::close(wake_[1]);
+}
+
+bool HttpFront::widen_backlog() {
+  const socket_t bound = svr_sock_.load();
+  return bound != INVALID_SOCKET && ::listen(bound, SOMAXCONN) == 0;
 }
 
 bool HttpFront::serve() {
@@ -209,8 +218,10 @@ void HttpFront::admit(std::vector<std::unique_ptr<FrontConnection>>& held, std::
     }
     if (idle == held.end()) {
       refuse(*c, 503, "the server holds " + std::to_string(options_.max_connections) + " connections, its limit");
-      held.push_back(std::move(c));  // lingering
-      return;
+      const auto lingering = std::count_if(
+          held.begin(), held.end(), [](const auto& h) { return h->phase == FrontConnection::Phase::kLingering; });
+      if (static_cast<std::size_t>(lingering) < kMaxLingeringOverLimit) held.push_back(std::move(c));  // lingering
+      return;  // else closed here, its answer written
     }
     held.erase(idle);
   }

@@ -99,6 +99,12 @@ class HttpFront : public httplib::Server {
   HttpFront(const HttpFront&) = delete;
   HttpFront& operator=(const HttpFront&) = delete;
 
+  // After bind_to_port / bind_to_any_port: listens on the bound socket again with the system's backlog.
+  // cpp-httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, compiled into Debian's library), so when
+  // more clients connect at once than that, the kernel drops the rest's SYNs and they connect only after TCP's
+  // one-second retransmit (16 sessions opened together ran as two waves of 8); Linux updates the backlog of a
+  // socket that already listens. Returns false when no socket is bound.
+  bool widen_backlog();
   // Accepts connections on the bound socket (the reception thread does; this thread waits) until
   // stop_listening(). Returns true once stopped (at once when stop_listening() came first), false when the
   // listening socket failed or none was bound. Call it once.

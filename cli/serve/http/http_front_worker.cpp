@@ -17,6 +17,7 @@
 #include "serve/http/drain_rate.h"
 #include "serve/http/http_front.h"
 #include "serve/http/http_front_connection.h"
+#include "serve/http/peer_watch.h"
 
 namespace orbit::serve {
 
@@ -226,6 +227,7 @@ bool HttpFront::answer(FrontConnection& c) {
   }
   RequestStream stream(c.fd, request, options_, stall_ms_);
   bool closed = false;
+  const ConnectionScope connection(c.fd);  // the socket a route's PeerWatch looks at
   const bool ok = process_request(stream, !request.keep_alive || stopping, closed, nullptr);
   if (stream.stalled() && hooks_.stalled) hooks_.stalled(stream.slow());
   return ok && !closed && !stream.failed() && request.keep_alive && !stopping;

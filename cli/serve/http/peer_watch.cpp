@@ -1,12 +1,8 @@
 #include "serve/http/peer_watch.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <poll.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <string>
 #include <utility>
@@ -15,19 +11,7 @@ namespace orbit::serve {
 
 namespace {
 
-int port_of(const sockaddr_storage& a) {
-  if (a.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port);
-  if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port);
-  return -1;
-}
-
-bool ports_match(int fd, int local_port, int remote_port) {
-  sockaddr_storage peer{}, self{};
-  socklen_t n = sizeof peer;
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &n) != 0 || port_of(peer) != remote_port) return false;
-  n = sizeof self;
-  return getsockname(fd, reinterpret_cast<sockaddr*>(&self), &n) == 0 && port_of(self) == local_port;
-}
+thread_local int connection_fd = -1;
 
 // Whether poll reports `events` on fd now (POLLHUP and POLLERR are reported whatever was asked).
 bool polled(int fd, short events, short wanted) {
@@ -37,18 +21,11 @@ bool polled(int fd, short events, short wanted) {
 
 }  // namespace
 
-PeerWatch::PeerWatch(int local_port, int remote_port) {
-  if (local_port <= 0 || remote_port <= 0) return;
-  rlimit limit{};
-  const rlim_t most = getrlimit(RLIMIT_NOFILE, &limit) == 0 ? limit.rlim_cur : 1024;
-  const int last = static_cast<int>(std::min<rlim_t>(most, 65536));
-  for (int fd = 3; fd < last; ++fd) {
-    if (ports_match(fd, local_port, remote_port)) {
-      fd_ = fd;
-      return;
-    }
-  }
-}
+ConnectionScope::ConnectionScope(int fd) : previous_(connection_fd) { connection_fd = fd; }
+ConnectionScope::~ConnectionScope() { connection_fd = previous_; }
+int current_connection() { return connection_fd; }
+
+PeerWatch::PeerWatch() : fd_(connection_fd) {}
 
 void PeerWatch::probe_with_continue() {
   const int fd = fd_;

@@ -1,7 +1,10 @@
 // Whether the client of an HTTP connection has gone away, asked between forwards. cpp-httplib does not hand
-// a handler its socket, so PeerWatch finds it once among the process's descriptors (the socket whose
-// local and peer ports are the request's), then looks at it without blocking: a reset, or both directions
-// closed (poll's POLLHUP/POLLERR), means gone; no data yet, or data (a pipelined request), means still there.
+// a handler its socket: HttpFront, which owns the connections, names it for the thread answering its request
+// (ConnectionScope), and PeerWatch takes it from there, then looks at it without blocking: a reset, or both
+// directions closed (poll's POLLHUP/POLLERR), means gone; no data yet, or data (a pipelined request), means
+// still there. (It used to search the process's descriptors for the socket whose local and peer ports were the
+// request's: two clients on different addresses can use the same port, and a request then watched, and wrote
+// its probe into, the other's connection.)
 //
 // End of stream (the client's FIN) is ambiguous: a client that closed its socket sends it, and so does one that
 // only shut down its sending side after its request (a half-close, shutdown(SHUT_WR), which HTTP/1.1 permits;
@@ -13,8 +16,8 @@
 //   probe_with_comment(w)  a stream under way: `w` sends the SSE comment ": ping", which clients skip
 // and from then on reports gone only once the reset came back (a later call). Without a probe (an HTTP/1.0
 // request, which must not be sent a 1xx) end of stream means gone. A probe waits while the socket has no room
-// (not gone meanwhile). Where the socket cannot be found it never says gone (a streamed response still
-// notices a client that left when a write fails).
+// (not gone meanwhile). Outside a ConnectionScope it never says gone (a streamed response still notices a
+// client that left when a write fails).
 //
 // Thread-safety: none; the request's thread constructs it, sets its probe and asks gone() (the probe writes on
 // that thread, between the answer's own writes).
@@ -25,10 +28,24 @@
 
 namespace orbit::serve {
 
+// The socket of the connection whose request this thread answers, for the scope's life (HttpFront, around
+// each request it hands cpp-httplib); scopes nest. current_connection(): that socket, -1 outside any scope.
+class ConnectionScope {
+ public:
+  explicit ConnectionScope(int fd);
+  ~ConnectionScope();
+  ConnectionScope(const ConnectionScope&) = delete;
+  ConnectionScope& operator=(const ConnectionScope&) = delete;
+
+ private:
+  int previous_;
+};
+int current_connection();
+
 class PeerWatch {
  public:
-  // Finds the connection's socket (local_port, remote_port as the request reports them). No probe.
-  PeerWatch(int local_port, int remote_port);
+  // Watches the connection this thread answers (current_connection()). No probe.
+  PeerWatch();
   // The probe for an answer nothing of which was written yet (HTTP/1.1 requests only): "HTTP/1.1 100
   // Continue\r\n\r\n" straight to the socket.
   void probe_with_continue();

@@ -322,7 +322,7 @@ void HttpServer::generate(const std::string& endpoint, const httplib::Request& r
   };
   if (draining_) return fail(api_error(503, "the server is shutting down", "server_error", "shutting_down"));
   if (auto bad = prepare(core_, req, *job)) return fail(*bad);
-  job->watch = std::make_shared<PeerWatch>(req.local_port, req.remote_port);
+  job->watch = std::make_shared<PeerWatch>();
   if (job->sampling().stream && !sync_ahead(core_, req, *job, res)) return;
   job->ids = {(job->chat ? "chatcmpl-" : "cmpl-") + id_tag_ + "-" + std::to_string(++next_id_),
               static_cast<int64_t>(std::time(nullptr)), core_.model_name()};

@@ -1,8 +1,6 @@
 #include "serve/http/serve_http.h"
 
 #include <httplib.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 
 #include <algorithm>
 #include <chrono>
@@ -67,31 +65,6 @@ HttpServer::~HttpServer() {
   server_->stop_connections();  // its threads call back into this object
 }
 
-namespace {
-
-// cpp-httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, compiled
-// into Debian's library), so when more clients connect at once than that, the
-// kernel drops the rest's SYNs and they connect only after TCP's one-second
-// retransmit: 16 sessions opened together ran as two waves of 8. The listening
-// socket is found by its port among this process's descriptors and listened on
-// again with the system's backlog (Linux updates the backlog of a socket that
-// already listens).
-void widen_backlog(int port) {
-  for (int fd = 0; fd < 1024; ++fd) {
-    int listening = 0;
-    socklen_t length = sizeof listening;
-    if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &length) != 0 || listening == 0) continue;
-    sockaddr_storage address{};
-    socklen_t size = sizeof address;
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) != 0) continue;
-    const int bound = address.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&address)->sin6_port)
-                                                    : ntohs(reinterpret_cast<sockaddr_in*>(&address)->sin_port);
-    if (bound == port) ::listen(fd, SOMAXCONN);
-  }
-}
-
-}  // namespace
-
 int HttpServer::bind() {
   // An empty host is no address: the listener would bind the loopback of getaddrinfo's choosing (::1 alone,
   // not 127.0.0.1) and announce 'http://:PORT'.
@@ -109,7 +82,7 @@ int HttpServer::bind() {
                 "serve: --host " << options_.host << " --port " << port
                                  << ": cannot bind (in use, or not an address of this host)");
   }
-  widen_backlog(port);
+  server_->widen_backlog();  // the bound socket's (cpp-httplib listens with a backlog of 5)
   return port;
 }
 

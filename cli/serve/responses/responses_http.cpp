@@ -116,7 +116,7 @@ void post_responses(const ResponsesRoute& route, const httplib::Request& req, ht
                           "X-Orbit-Session"));
   }
   if (auto bad = prepare_response(core, req.body, header ? &*header : nullptr, job->call)) return fail(*bad);
-  job->watch = std::make_shared<PeerWatch>(req.local_port, req.remote_port);
+  job->watch = std::make_shared<PeerWatch>();
   if (!job->call.request.chat.sampling.stream) {
     // A client that half-closed after its request is asked with a 100 Continue before the head (peer_watch.h).
     if (req.version == "HTTP/1.1") job->watch->probe_with_continue();

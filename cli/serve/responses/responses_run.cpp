@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "orbit/common/json_input.h"
 #include "serve/run/tool_stream.h"
 #include "serve/wire/serve_wire.h"
 
@@ -79,10 +80,15 @@ std::optional<ApiError> truncate_conversation(ServeCore& core, ResponseCall& cal
                          probe.messages.begin() + static_cast<std::ptrdiff_t>(end));
     Parsed<int64_t> tokens = core.count_chat_tokens(probe);
     Parsed<bool> out;
-    if (!tokens.ok())
-      out.error = tokens.error;
-    else
+    if (tokens.ok()) {
       out.value = *tokens.value + room <= context;
+    } else if (tokens.error.code == "context_length_exceeded") {
+      // Refused before tokenizing (its text is longer than the model's positions can hold at the most bytes a
+      // token takes): it does not fit, and fewer messages may.
+      out.value = false;
+    } else {
+      out.error = tokens.error;
+    }
     return out;
   };
   const std::size_t most = messages.size() - 1 - first;  // the last message stays
@@ -215,8 +221,12 @@ Parsed<int64_t> count_input_tokens(ServeCore& core, std::string_view body) {
       "model", "input",     "instructions", "previous_response_id", "tools", "tool_choice", "parallel_tool_calls",
       "text",  "reasoning", "truncation",   "conversation"};
   Parsed<int64_t> out;
-  // Ordered: the tools' schemas render in the order the client wrote them.
-  nlohmann::ordered_json fields = nlohmann::ordered_json::parse(body, nullptr, false);
+  // Ordered: the tools' schemas render in the order the client wrote them. A body nesting past the limit is not
+  // read here (dump() recurses once per level: 80,000 nested arrays overflowed the stack); the parser below
+  // refuses it, naming the depth.
+  const bool too_deep = json_nests_deeper(body.data(), body.data() + body.size(), kMaxJsonDepth);
+  nlohmann::ordered_json fields =
+      too_deep ? nlohmann::ordered_json() : nlohmann::ordered_json::parse(body, nullptr, false);
   std::string completed(body);
   if (fields.is_object()) {  // else the parser below names what is wrong with the body
     for (const auto& [key, value] : fields.items()) {

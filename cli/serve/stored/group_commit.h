@@ -129,11 +129,16 @@ class GroupCommit {
     }
     in_flight_ = checks.size() + puts.size();
     lock.unlock();
-    if (!checks.empty()) {
-      const StoreWrite checked = attempt([&] { writer_.check(); });
-      answer(checks, std::vector<StoreWrite>(checks.size(), checked), &me);
+    try {
+      if (!checks.empty()) {
+        const StoreWrite checked = attempt([&] { writer_.check(); });
+        answer(checks, std::vector<StoreWrite>(checks.size(), checked), &me);
+      }
+      if (!puts.empty()) answer(puts, commit_all(puts), &me);
+    } catch (...) {  // the leader's own bookkeeping failed (out of memory): its group is answered all the same
+      answer_unanswered(checks, &me);
+      answer_unanswered(puts, &me);
     }
-    if (!puts.empty()) answer(puts, commit_all(puts), &me);
     lock.lock();
     writing_ = false;
     if (!queue_.empty()) queue_.front()->ready.notify_one();  // the next leader
@@ -165,6 +170,25 @@ class GroupCommit {
       return {};
     } catch (const std::exception& e) {
       return StoreWrite::failed(e.what());
+    } catch (...) {
+      return StoreWrite::failed("the store's writer failed");
+    }
+  }
+
+  // The waiters of `group` a leader that failed part way left unanswered: failed, so none waits forever (and the
+  // next leader is woken by the caller).
+  void answer_unanswered(const std::vector<Waiter*>& group, const Waiter* leader) noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (Waiter* w : group) {
+      if (w->done) continue;
+      w->result.ok = false;
+      try {
+        w->result.error = "the store's writer failed part way";
+      } catch (...) {  // out of memory: the failure without its reason
+      }
+      w->done = true;
+      --in_flight_;
+      if (w != leader) w->ready.notify_one();
     }
   }
 

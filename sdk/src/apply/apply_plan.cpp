@@ -323,7 +323,7 @@ void commit_evictions(WindowState& state, const EntryIndex& index, const Built& 
     const Entry& old = state.entries[static_cast<std::size_t>(index.at(id))];
     state.graph.remove_instance(id);
     if (!old.is_turn) {
-      state.evicted[old.key] = EvictedInstance{id, static_cast<uint64_t>(state.operations), old.chunk};
+      state.evicted[old.key] = EvictedInstance{id, state.eviction_clock++, old.chunk};
       state.core->registry().note_evicted(old.chunk);
     }
     report.removed.push_back(id);
@@ -416,6 +416,23 @@ void account(WindowState& state, const Plan& plan, bool background, BuildContext
   state.core->usage().count(counters);
 }
 
+// A plan refused or interrupted part way: the window is unchanged, but the steps served before ran their forwards
+// (and stored their exact KV and queued their patches, which a retry of the same plan reuses). The engine counts
+// that work, as account() would have (the canonicals they encoded it counted already); the window counts nothing.
+void account_unfinished(const WindowState& state, const Plan& plan, bool background, const Tally& tally,
+                        Clock::time_point start) {
+  Counters counters;
+  counters.forward_tokens = tally.report.forward_tokens - tally.encode_tokens;
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (background || plan.op == Operation::kHeal) {
+    counters.background_forward_tokens = counters.forward_tokens + tally.encode_tokens;
+    counters.background_seconds = seconds;
+  } else {
+    counters.critical_seconds = seconds;
+  }
+  state.core->usage().count(counters);
+}
+
 }  // namespace
 
 Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan, bool background) {
@@ -446,8 +463,17 @@ Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan, bool backgr
   built.window.starts.reserve(plan.steps.size());
   BuildContext ctx;
   ctx.prefixes.reserve(plan.order.size());
-  const Status served = apply_steps(state, plan, index, built, ctx, tally);
-  if (!served.is_ok()) return served;
+  Status served = Status::ok();
+  try {
+    served = apply_steps(state, plan, index, built, ctx, tally);
+  } catch (...) {
+    account_unfinished(state, plan, background, tally, start);
+    throw;
+  }
+  if (!served.is_ok()) {
+    account_unfinished(state, plan, background, tally, start);
+    return served;
+  }
 
   commit(state, plan, index, built, tally.report);
   account(state, plan, background, ctx, tally, start);

@@ -121,6 +121,15 @@ bool one_past(const std::vector<ChatMessage>& list, const std::vector<ChatMessag
   return list.size() == start.size() + 1 && common_start(list, start) == start.size();
 }
 
+void HintWatch::hinted(const std::vector<ChatMessage>& list) {
+  const auto same = [&](const std::vector<ChatMessage>& h) {
+    return h.size() == list.size() && common_start(h, list) == list.size();
+  };
+  hints_.erase(std::remove_if(hints_.begin(), hints_.end(), same), hints_.end());
+  if (hints_.size() >= kMaxHints) hints_.erase(hints_.begin());
+  hints_.push_back(list);
+}
+
 void HintWatch::synced(const std::vector<ChatMessage>& list, const std::vector<std::vector<ChatMessage>>& learned,
                        const std::vector<ChatMessage>* last) {
   std::size_t hinted = 0;  // how far the best hint reached: served from its exact KV

@@ -111,9 +111,13 @@ bool one_past(const std::vector<ChatMessage>& list, const std::vector<ChatMessag
 // message past a hint (one_past()), which a trusted hint's prepare_sync prepares too. Message lists only.
 class HintWatch {
  public:
-  // A list the agent prepared (Window::prepare_sync called by the agent, not by Window::idle).
-  void hinted(const std::vector<ChatMessage>& list) { hints_.push_back(list); }
+  // A list the agent prepared (Window::prepare_sync called by the agent, not by Window::idle). The kMaxHints most
+  // recent distinct ones are kept (a list prepared again moves to the end): an agent that prepares at every tick,
+  // or never syncs, holds a bounded number of copies.
+  static constexpr std::size_t kMaxHints = 8;
+  void hinted(const std::vector<ChatMessage>& list);
   bool has_hints() const { return !hints_.empty(); }
+  std::size_t hints() const { return hints_.size(); }
   // At a sync to `list`, before the list memory learns it: `learned` are the lists Window::idle prepares from
   // the memory as it is (ListMemory::predict, predict_moves: what it prepared, or would have, since the last
   // sync), `last` the list the window was synced to before (nullptr: none). Counts the sync into streak() and

@@ -245,6 +245,11 @@ Plan Window::plan_recall(const ChunkRef& chunk, InstanceId before) const {
   if (held == nullptr) {
     // An evicted chunk the engine let go of (EngineOptions::max_idle_chunks) is unregistered: record() says so.
     const detail::ChunkPtr known = state_->core->registry().record(chunk);  // throws for an unknown chunk
+    for (const Entry& e : state_->entries) {
+      ORBIT_CHECK(e.is_turn || e.key != known->ref.key, "recall: " << name_of(known->ref) << " is in window "
+                                                                   << state_->id << " as instance " << e.id
+                                                                   << " (nothing to recall)");
+    }
     ORBIT_FAIL("recall: " << name_of(known->ref) << " was not evicted from window " << state_->id
                           << " (admit it instead)");
   }
@@ -399,7 +404,13 @@ Result<ApplyReport> Window::apply(const Plan& plan) {
   Result<ApplyReport> r = detail::apply_plan(*state_, plan);
   if (heal && r.is_ok()) {
     ApplyReport report = std::move(r).value();
-    report.forward_tokens += detail::carry_tail(*state_, before);
+    // The heal is committed: the carry is optional background work, so a forward that fails here (out of
+    // memory, an interrupt) drops the tail instead of reporting a committed heal as failed.
+    try {
+      report.forward_tokens += detail::carry_tail(*state_, before);
+    } catch (...) {
+      state_->tail.reset();
+    }
     return report;
   }
   const bool adds = plan.op == Operation::kAdmit || plan.op == Operation::kAddTurn || plan.op == Operation::kRecall ||
@@ -483,6 +494,7 @@ std::unique_ptr<WindowState> fork_state(const WindowState& s) {
   child->options = s.options;
   child->graph = s.graph;
   child->evicted = s.evicted;
+  child->eviction_clock = s.eviction_clock;
   child->reorders = s.reorders;
   for (const Entry& e : s.entries) {
     Entry c;

@@ -41,7 +41,7 @@ struct Entry : EntryMeta {
 // admits it anew, its KV found in the store by its key).
 struct EvictedInstance {
   InstanceId id = 0;
-  uint64_t when = 0;  // the window's operation count when it was evicted (later = more recent)
+  uint64_t when = 0;  // WindowState::eviction_clock when it was evicted (later = more recent)
   std::weak_ptr<const ChunkRecord> chunk;
   ChunkPtr live() const { return chunk.lock(); }
 };
@@ -85,6 +85,9 @@ struct WindowState {
   // of planning the read again; it resets this to -1.
   int64_t read_planned = -1;
   int64_t operations = 0;
+  // The stamp of the window's next eviction (EvictedInstance::when), one per evicted chunk; a fork copies it, so
+  // the child's own evictions stay more recent than those it inherited.
+  uint64_t eviction_clock = 0;
   int64_t reorders = 0;               // reorders applied (Window::idle prepares moves only for a window that reorders)
   int64_t unchecked_idles = 0;        // idle calls since the last self-check that found the window below heal_min_kl
   ListMemory lists;                   // the lists it was synced to, and how they lost messages (Window::idle)

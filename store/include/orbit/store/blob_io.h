@@ -57,7 +57,10 @@ Result<at::Tensor> read_file_bytes(const std::string& path);
 // yet: a file synced into it would be lost with it in a power cut). Returns refused on failure.
 Status ensure_directory(const std::string& path, const IoHooks& hooks);
 
-// A unique suffix for file names: 16 hex characters (random per process, then a counter).
+// A unique suffix for file names: 16 hex characters, 64 random bits drawn for each name (getrandom). No state
+// is kept: a process forked after drawing names draws others than its parent (a per-process seed and counter,
+// copied by fork(), gave parent and child the same names, and one's put replaced and then deleted the other's
+// committed blob).
 std::string unique_nonce();
 
 // The absolute path of the blob `relative` names in store `root` when it stays inside root/blobs, whose

@@ -115,7 +115,8 @@ class DiskTier final : public Tier {
   std::string absolute(const std::string& blob) const;
   // The absolute path of `blob` when it stays inside DIR/blobs; refused naming the row's path otherwise.
   Result<std::string> resolve(const std::string& blob) const;
-  // A read lease on `key` for this owner (released by release_read); a failure only means no lease.
+  // A read lease on `key` for this owner (released by release_read); a failure only means no lease. Counted:
+  // concurrent reads of one key hold its lease until the last is released.
   bool acquire_read(const std::string& key);
   void release_read(const std::string& key);
   // The index's record of remote writes and erases not yet acknowledged (SqliteIndex's remote_pending), through the
@@ -177,7 +178,9 @@ class DiskTier final : public Tier {
   // Flags the row corrupt in the index (if it still names `row.blob`) and drops it from the tier:
   // the entry is a miss from now on; `orbit store verify` keeps reporting it; a later write replaces it.
   void mark_corrupt(const DiskRow& row);
-  // A pin is a lease of this owner (it lapses when the process dies); the row's pinned column is unused.
+  // A pin is a lease of this owner (it lapses when the process dies); the row's pinned column is unused. A pin
+  // whose lease could not be taken now (the index busy) is taken by the next heartbeat, as is one another
+  // process dropped as expired while this one stalled past the lease time.
   Status set_pinned(const std::string& key, bool pinned);
   const std::string& owner() const { return owner_; }
   Status persist_access(const std::vector<AccessUpdate>& updates);
@@ -197,8 +200,11 @@ class DiskTier final : public Tier {
   std::string owner_;
   int lock_fd_ = -1;
   std::unique_ptr<SqliteIndex> index_;
-  std::mutex lease_mu_;                  // guards leases_ (the lease connection)
+  std::mutex lease_mu_;                  // guards leases_ (the lease connection) and held_
   std::unique_ptr<SqliteIndex> leases_;  // synchronous=NORMAL: leases need no durability, checkpoints do
+  // The leases this process holds, with their holders (reads of a key on several threads share its one row):
+  // the row is taken on the first and dropped with the last, and every heartbeat takes again those gone.
+  std::map<std::pair<std::string, SqliteIndex::LeaseKind>, int64_t> held_;
   std::mutex beat_mu_;
   std::condition_variable beat_cv_;
   bool stop_ = false;

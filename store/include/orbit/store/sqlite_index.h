@@ -158,8 +158,10 @@ class SqliteIndex {
   enum class LeaseKind { kPin = 0, kRead = 1 };
   Status acquire_lease(const std::string& key, const std::string& owner, LeaseKind kind, int64_t expires);
   Status release_lease(const std::string& key, const std::string& owner, LeaseKind kind);
-  // Extends every lease of `owner`; drops expired leases of every owner.
-  Status renew_leases(const std::string& owner, int64_t expires, int64_t now);
+  // Extends every lease of `owner`, takes again each of `held` (key and kind) that is gone (dropped as expired
+  // by another process while this one stalled, or whose taking failed), then drops expired leases of every owner.
+  Status renew_leases(const std::string& owner, const std::vector<std::pair<std::string, LeaseKind>>& held,
+                      int64_t expires, int64_t now);
   Status release_all(const std::string& owner);
   // Deletes the row unless a lease on it is live at `now`, or (with `remote` non-empty) a write of it to `remote`
   // is recorded in remote_pending (its local copy is what that write is still to be sent from): ok(true) deleted
