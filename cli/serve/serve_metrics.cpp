@@ -154,15 +154,15 @@ namespace {
 // The engine's bounded tables (EngineStats::patch_catalog and the rest): what each holds and its bound, entries
 // and bytes (a table not counted one way is left out of that gauge).
 void render_engine_tables(std::ostringstream& out, const EngineStats& stats) {
-  const std::pair<const char*, const TableUsage*> tables[] = {{"patch_catalog", &stats.patch_catalog},
-                                                              {"turn_lengths", &stats.turn_lengths},
-                                                              {"prefix_ledger", &stats.prefix_ledger},
-                                                              {"radix_yardstick", &stats.radix_yardstick},
-                                                              {"tokenizer_cache", &stats.tokenizer_cache}};
+  const std::pair<const char*, const TableUsage*> tables[] = {
+      {"patch_catalog", &stats.patch_catalog},     {"turn_lengths", &stats.turn_lengths},
+      {"prefix_ledger", &stats.prefix_ledger},     {"radix_yardstick", &stats.radix_yardstick},
+      {"tokenizer_cache", &stats.tokenizer_cache}, {"reuse_index", &stats.reuse_index}};
   out << "# HELP orbit_engine_table_entries Entries an engine table holds (patch_catalog: patch records; "
          "turn_lengths: turns' token counts; prefix_ledger: the prefix-cache yardstick's prefixes; radix_yardstick: "
-         "the radix yardstick's tokens; tokenizer_cache: split words), and its bound (limit=\"max\"; 0 or absent: "
-         "none).\n# TYPE orbit_engine_table_entries gauge\n";
+         "the radix yardstick's tokens; tokenizer_cache: split words; reuse_index: the token sequences exact reuse "
+         "finds "
+         "KV by), and its bound (limit=\"max\"; 0 or absent: none).\n# TYPE orbit_engine_table_entries gauge\n";
   for (const auto& [table, u] : tables) {
     out << "orbit_engine_table_entries{table=\"" << table << "\"} " << u->entries << "\n";
     if (u->max_entries > 0)

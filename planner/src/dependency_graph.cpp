@@ -87,7 +87,7 @@ struct DependencyGraph::Impl {
   std::unordered_map<InstanceId, Vertex> instances;  // every present instance
   std::unordered_map<InstanceId, Vertex> patch_of;   // conditioned instance -> its patch node
   int64_t live = 0;
-  mutable GraphWork work;
+  GraphWork work;  // edges_visited is the handle's (DependencyGraph::edges_visited_)
 
   Impl() = default;
   Impl(const Impl& other) : graph(other.graph), live(other.live), work(other.work) {
@@ -141,17 +141,31 @@ struct DependencyGraph::Impl {
   Vertex conditioned_by(Vertex p) const { return boost::target(*boost::out_edges(p, graph).first, graph); }
 };
 
-DependencyGraph::DependencyGraph() : impl_(std::make_unique<Impl>()) {}
+DependencyGraph::DependencyGraph() : impl_(std::make_shared<Impl>()) {}
 DependencyGraph::~DependencyGraph() = default;
-DependencyGraph::DependencyGraph(const DependencyGraph& other) : impl_(std::make_unique<Impl>(*other.impl_)) {}
+DependencyGraph::DependencyGraph(const DependencyGraph& other)
+    : impl_(other.impl_), edges_visited_(other.edges_visited_.load()) {}
 DependencyGraph& DependencyGraph::operator=(const DependencyGraph& other) {
-  if (this != &other) impl_ = std::make_unique<Impl>(*other.impl_);
+  if (this != &other) {
+    impl_ = other.impl_;
+    edges_visited_ = other.edges_visited_.load();
+  }
   return *this;
 }
-DependencyGraph::DependencyGraph(DependencyGraph&& other) noexcept = default;
-DependencyGraph& DependencyGraph::operator=(DependencyGraph&& other) noexcept = default;
+DependencyGraph::DependencyGraph(DependencyGraph&& other) noexcept
+    : impl_(std::move(other.impl_)), edges_visited_(other.edges_visited_.load()) {}
+DependencyGraph& DependencyGraph::operator=(DependencyGraph&& other) noexcept {
+  impl_ = std::move(other.impl_);
+  edges_visited_ = other.edges_visited_.load();
+  return *this;
+}
+
+void DependencyGraph::detach() {
+  if (impl_.use_count() > 1) impl_ = std::make_shared<Impl>(*impl_);
+}
 
 void DependencyGraph::add_instance(InstanceId id, std::string chunk_key) {
+  detach();
   auto found = impl_->instances.find(id);
   ORBIT_CHECK(found == impl_->instances.end(), "DependencyGraph::add_instance: instance "
                                                    << id << " already present ("
@@ -165,6 +179,7 @@ void DependencyGraph::add_instance(InstanceId id, std::string chunk_key) {
 }
 
 void DependencyGraph::remove_instance(InstanceId id) {
+  detach();
   Vertex v = impl_->find(id, "remove_instance");
   ORBIT_CHECK(impl_->graph[v].live, "DependencyGraph::remove_instance: instance " << id << " is already evicted");
   impl_->graph[v].live = false;
@@ -173,6 +188,7 @@ void DependencyGraph::remove_instance(InstanceId id) {
 }
 
 void DependencyGraph::reinstate(InstanceId id) {
+  detach();
   Vertex v = impl_->find(id, "reinstate");
   ORBIT_CHECK(!impl_->graph[v].live, "DependencyGraph::reinstate: instance " << id << " is live, not evicted");
   impl_->graph[v].live = true;
@@ -203,6 +219,7 @@ std::vector<InstanceId> DependencyGraph::instances() const {
 
 void DependencyGraph::set_conditioning(InstanceId conditioned, PatchId patch,
                                        const std::vector<InstanceId>& antecedents) {
+  detach();
   Impl& im = *impl_;
   Vertex x = im.find(conditioned, "set_conditioning");
   ORBIT_CHECK(im.graph[x].live, "DependencyGraph::set_conditioning: instance " << conditioned << " is evicted");
@@ -251,6 +268,7 @@ void DependencyGraph::set_conditioning(InstanceId conditioned, PatchId patch,
 }
 
 void DependencyGraph::clear_conditioning(InstanceId id) {
+  detach();
   impl_->find(id, "clear_conditioning");
   std::vector<InstanceId> released = impl_->detach_patch(id);
   released.push_back(id);  // an evicted instance that lost its patch may itself be unreferenced (no-op if not)
@@ -280,6 +298,7 @@ std::vector<Conditioning> DependencyGraph::patches() const {
 std::vector<InstanceId> DependencyGraph::dependents(InstanceId id) const {
   const Graph& g = impl_->graph;
   Vertex root = impl_->find(id, "dependents");
+  int64_t visited = 0;
   // 1. Everything reachable from the root through "antecedent -> patch -> conditioned" steps.
   std::map<InstanceId, Vertex> reached{{id, root}};
   std::deque<Vertex> queue{root};
@@ -287,7 +306,7 @@ std::vector<InstanceId> DependencyGraph::dependents(InstanceId id) const {
     Vertex u = queue.front();
     queue.pop_front();
     for (auto [e, end] = boost::out_edges(u, g); e != end; ++e) {
-      ++impl_->work.edges_visited;
+      ++visited;
       Vertex w = impl_->conditioned_by(boost::target(*e, g));
       if (reached.emplace(g[w].instance, w).second) queue.push_back(w);
     }
@@ -304,12 +323,13 @@ std::vector<InstanceId> DependencyGraph::dependents(InstanceId id) const {
   size_t i = 0;
   for (const auto& [instance, u] : reached) {
     std::vector<size_t> targets;
-    for (auto [e, end] = boost::out_edges(u, g); e != end; ++e, ++impl_->work.edges_visited)
+    for (auto [e, end] = boost::out_edges(u, g); e != end; ++e, ++visited)
       targets.push_back(index.at(g[impl_->conditioned_by(boost::target(*e, g))].instance));
     std::sort(targets.rbegin(), targets.rend());
     for (size_t t : targets) boost::add_edge(i, t, small);
     ++i;
   }
+  edges_visited_ += visited;
   // 3. Depth-first topological sort; reverse finish order is topological.
   std::vector<size_t> finished;
   try {
@@ -327,7 +347,11 @@ std::vector<InstanceId> DependencyGraph::dependents(InstanceId id) const {
 
 int64_t DependencyGraph::num_edges() const { return static_cast<int64_t>(boost::num_edges(impl_->graph)); }
 
-GraphWork DependencyGraph::work() const { return impl_->work; }
+GraphWork DependencyGraph::work() const {
+  GraphWork w = impl_->work;
+  w.edges_visited = edges_visited_.load();
+  return w;
+}
 
 std::string DependencyGraph::to_dot() const {
   const Graph& g = impl_->graph;

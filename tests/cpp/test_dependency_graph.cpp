@@ -6,6 +6,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "orbit/common/error.h"
@@ -163,6 +164,37 @@ TEST_CASE("graph: a fork's copy is isolated both ways", "[planner][cpu]") {
   CHECK(assigned.is_live(9));
   DependencyGraph moved = std::move(assigned);
   CHECK(moved.dependents(3) == std::vector<InstanceId>{9});
+}
+
+TEST_CASE("graph: copies share until one changes, on any thread", "[planner][cpu]") {
+  // A window's fork copies its graph, and idle time plans in a throwaway fork per candidate: copies share the
+  // graph (copy on write), each change taking its own first, so every copy still reads as a deep copy would.
+  DependencyGraph parent = chain_graph();
+  parent.remove_instance(2);  // evicted, still referenced by 3's conditioning
+  const std::string dot = parent.to_dot();
+  DependencyGraph child = parent;
+  child.reinstate(2);
+  CHECK(child.is_live(2));
+  CHECK_FALSE(parent.is_live(2));
+  CHECK(parent.to_dot() == dot);
+  // Many copies read and changed on several threads at once, each from the same original.
+  std::vector<std::thread> threads;
+  std::vector<std::vector<InstanceId>> seen(8);
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 50; ++round) {
+        DependencyGraph mine = parent;
+        seen[t] = mine.dependents(1);
+        mine.add_instance(100 + t, "thread's own");
+        mine.set_conditioning(100 + t, 200 + t, {1, 3});
+        if (mine.dependents(1).size() != seen[t].size() + 1) seen[t].clear();
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (const auto& s : seen) CHECK(s == parent.dependents(1));
+  CHECK(parent.to_dot() == dot);
+  CHECK_FALSE(parent.contains(100));
 }
 
 TEST_CASE("graph: random DAGs give exactly the live descendants, each after its ancestors", "[planner][cpu]") {

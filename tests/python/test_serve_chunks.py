@@ -72,7 +72,7 @@ def test_one_window_serving_one_conversation_after_another_keeps_the_bound(start
 
 def test_metrics_show_the_engine_tables_and_their_bounds(start_serve, models_dir):
     # The engine's bounded tables (patch catalog, turn lengths, prefix ledger, radix yardstick, the tokenizer's
-    # word cache) had no gauge: under traffic they grew to their caps unseen.
+    # word cache, the exact-reuse index) had no gauge: under traffic they grew to their caps unseen.
     server = start_serve(models_dir / "tinystories-656k")
     for i in range(3):
         body = story(i)
@@ -91,8 +91,14 @@ def test_metrics_show_the_engine_tables_and_their_bounds(start_serve, models_dir
         assert found, (name, labels, text[-3000:])
         return int(found.group(1))
 
-    for table in ("patch_catalog", "turn_lengths", "prefix_ledger", "radix_yardstick", "tokenizer_cache"):
+    for table in ("patch_catalog", "turn_lengths", "prefix_ledger", "radix_yardstick", "tokenizer_cache",
+                  "reuse_index"):
         gauge("orbit_engine_table_entries", table)
+    assert gauge("orbit_engine_table_entries", "reuse_index", limit=True) == 65536
+    assert gauge("orbit_engine_table_bytes", "reuse_index", limit=True) == 16 << 20
+    # The chat requests' forwards were kept for exact reuse: some sequences, 4 bytes per token id.
+    assert gauge("orbit_engine_table_entries", "reuse_index") > 0
+    assert 0 < gauge("orbit_engine_table_bytes", "reuse_index") <= 16 << 20
     assert 0 < gauge("orbit_engine_table_entries", "tokenizer_cache") <= 10000
     assert gauge("orbit_engine_table_entries", "tokenizer_cache", limit=True) == 10000
     assert 0 < gauge("orbit_engine_table_bytes", "tokenizer_cache") <= 16 << 20

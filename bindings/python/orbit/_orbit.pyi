@@ -631,6 +631,9 @@ class EngineStats:
     @property
     def tokenizer_cache(self) -> TableUsage:
         """The tokenizer's cache of split words (a Hugging Face BPE's: 10,000 words, 16 MiB)."""
+    @property
+    def reuse_index(self) -> TableUsage:
+        """The token sequences exact reuse finds KV by (65,536; bytes: their token ids, 16 MiB)."""
 
 class TableUsage:
     """One of the engine's in-memory tables that grow with the distinct content it sees: what it holds and its

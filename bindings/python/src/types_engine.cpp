@@ -222,6 +222,8 @@ void def_engine_work_stats(EngineStatsClass& c) {
                     "TableUsage: the radix yardstick's tokens (the pool and host tier's tokens at most).")
       .def_readonly("tokenizer_cache", &EngineStats::tokenizer_cache,
                     "TableUsage: the tokenizer's cache of split words (a Hugging Face BPE's: 10,000 words, 16 MiB).")
+      .def_readonly("reuse_index", &EngineStats::reuse_index,
+                    "TableUsage: the token sequences exact reuse finds KV by (65,536; bytes: their token ids, 16 MiB).")
       .def("__repr__", [](const EngineStats& s) {
         std::ostringstream o;
         o << "EngineStats(chunks=" << s.chunks << ", windows=" << s.windows << ", pool_pages=" << s.pool_pages

@@ -271,12 +271,15 @@ struct EngineStats {
   // exist for each chunk and context (about 16 MiB). The turn lengths: the token counts of turns seen, which
   // weigh stale patches' contexts (65,536). The prefix ledger: the chunk-prefix cache yardstick's prefixes
   // (65,536). The radix yardstick: the tokens it holds (entries; bounded by the pool and host tier's tokens).
-  // The tokenizer's cache of split words (a Hugging Face BPE's: 10,000 words, 16 MiB).
+  // The tokenizer's cache of split words (a Hugging Face BPE's: 10,000 words, 16 MiB). The exact-reuse index: the
+  // token sequences forwarded behind known KV states, by which a later read finds KV to reuse (65,536 sequences;
+  // bytes: their token ids, 4 each, at most 16 MiB; with the store keys and the hash table about 27 MiB when full).
   TableUsage patch_catalog;
   TableUsage turn_lengths;
   TableUsage prefix_ledger;
   TableUsage radix_yardstick;
   TableUsage tokenizer_cache;
+  TableUsage reuse_index;
   StoreStats store;
 };
 

@@ -352,8 +352,30 @@ void commit_additions(WindowState& state, const EntryIndex& index, const Built& 
   }
 }
 
+// Whether, after this commit, every live instance's conditioning (followed through evicted instances too) leads
+// only to instances before it in the window: then no antecedent of an instance formed now can depend on it, and
+// commit_conditioning need not look (a dependents() walk per formed instance, O(n²) each in a window whose every
+// instance is conditioned on those before it: O(n³) for an edit that re-forms a long conversation). It holds while
+// the instances already there keep their order and none comes back from eviction with its old conditioning; a
+// commit that forms every instance anew restores it.
+bool conditioning_in_order(const WindowState& state, const EntryIndex& index, const Built& built) {
+  if (built.formed.size() == built.window.entries.size()) return true;  // each formed on those before it
+  if (!state.conditioning_in_order) return false;
+  int64_t last = -1;
+  for (const Entry& e : built.window.entries) {
+    const auto it = index.find(e.id);
+    if (it == index.end()) {
+      if (state.graph.contains(e.id)) return false;  // recalled: its old conditioning comes back with it
+      continue;
+    }
+    if (it->second < last) return false;  // moved in front of an instance that was before it
+    last = it->second;
+  }
+  return true;
+}
+
 // Commit, graph: each formed instance's conditioning, on the instances before it.
-void commit_conditioning(WindowState& state, const Built& built) {
+void commit_conditioning(WindowState& state, const Built& built, bool in_order) {
   EngineCore& core = built.window.core;
   for (const Formed& f : built.formed) {
     if (f.conditioned) {
@@ -362,7 +384,7 @@ void commit_conditioning(WindowState& state, const Built& built) {
       // life. Its KV is left as it is (it cannot see this one now); the new conditioning leaves it out so
       // the graph stays acyclic. What is lost: a later recall of it would not cascade into this instance.
       std::vector<InstanceId> on = f.on;
-      if (state.graph.contains(f.id) && state.graph.num_live() > 0) {
+      if (!in_order && state.graph.contains(f.id) && state.graph.num_live() > 0) {
         const std::vector<InstanceId> deps = state.graph.dependents(f.id);
         if (!deps.empty()) {
           const std::set<InstanceId> later(deps.begin(), deps.end());
@@ -378,9 +400,11 @@ void commit_conditioning(WindowState& state, const Built& built) {
 
 // Commit: the graph, the evicted set, the entries and the version, together. Nothing here can fail.
 void commit(WindowState& state, const Plan& plan, const EntryIndex& index, Built& built, ApplyReport& report) {
+  const bool in_order = conditioning_in_order(state, index, built);
   commit_evictions(state, index, built, report);
   commit_additions(state, index, built, report);
-  commit_conditioning(state, built);
+  commit_conditioning(state, built, in_order);
+  state.conditioning_in_order = in_order;
   state.entries.swap(built.window.entries);
   state.core->pool().clear(built.window.entries);  // the old entries: their pages are released under the pool lock
   ++state.version;

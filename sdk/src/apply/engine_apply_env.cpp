@@ -54,14 +54,54 @@ const TensorKv::Placement* placement_of(const Kv& kv) {
 
 WindowBuild::~WindowBuild() { core.pool().clear(entries); }
 
+void WindowBuild::grow_past(int64_t rows) {
+  const runtime::Content& first = contents.front();
+  const int64_t held = past_kv_.empty() ? 0 : past_kv_.front().k.size(0);
+  if (rows <= held) return;
+  const int64_t capacity = std::max<int64_t>({rows, 2 * held, 64});
+  const auto grown = [&](const at::Tensor& like, const at::Tensor& old, int64_t dim) {
+    std::vector<int64_t> shape = like.sizes().vec();
+    shape[static_cast<std::size_t>(dim < 0 ? dim + like.dim() : dim)] = capacity;
+    at::Tensor t = at::empty(shape, like.options());
+    if (old.defined() && past_rows_ > 0) t.narrow(dim, 0, past_rows_).copy_(old.narrow(dim, 0, past_rows_));
+    return t;
+  };
+  std::vector<runtime::LayerKV> kv(first.size());
+  for (std::size_t l = 0; l < first.size(); ++l) {
+    kv[l].k = grown(first[l].k, past_kv_.empty() ? at::Tensor() : past_kv_[l].k, 0);
+    kv[l].v = grown(first[l].v, past_kv_.empty() ? at::Tensor() : past_kv_[l].v, 0);
+  }
+  past_kv_ = std::move(kv);
+  past_positions_ = grown(positions.front(), past_positions_, -1);
+}
+
 runtime::PastKV WindowBuild::past() {
   positions.resize(entries.size());
-  for (std::size_t i = 0; i < entries.size(); ++i) {
+  int64_t rows = past_rows_;
+  for (std::size_t i = past_entries_; i < entries.size(); ++i) {
     if (contents[i].empty()) contents[i] = entry_content(core, entries[i]);
     if (!positions[i].defined())
       positions[i] = core.registry().positions_for(entries[i].chunk.get(), entries[i].length, starts[i]);
+    rows += contents[i].front().k.size(0);
   }
-  return concat_past(core.config().num_layers, contents, positions);
+  if (entries.empty()) return {};
+  grow_past(rows);
+  for (; past_entries_ < entries.size(); ++past_entries_) {
+    const runtime::Content& c = contents[past_entries_];
+    const int64_t n = c.front().k.size(0);
+    for (std::size_t l = 0; l < c.size(); ++l) {
+      past_kv_[l].k.narrow(0, past_rows_, n).copy_(c[l].k);
+      past_kv_[l].v.narrow(0, past_rows_, n).copy_(c[l].v);
+    }
+    past_positions_.narrow(-1, past_rows_, n).copy_(positions[past_entries_]);
+    past_rows_ += n;
+  }
+  runtime::PastKV past;
+  past.layers.resize(past_kv_.size());
+  for (std::size_t l = 0; l < past_kv_.size(); ++l)
+    past.layers[l] = {past_kv_[l].k.narrow(0, 0, past_rows_), past_kv_[l].v.narrow(0, 0, past_rows_)};
+  past.positions = past_positions_.narrow(-1, 0, past_rows_).contiguous();
+  return past;
 }
 
 std::vector<ContextItem> WindowBuild::context() const {

@@ -78,11 +78,23 @@ struct WindowBuild {
   WindowBuild(const WindowBuild&) = delete;
   WindowBuild& operator=(const WindowBuild&) = delete;
 
-  runtime::PastKV past();  // the KV of every entry built so far, with positions
+  // The KV of every entry built so far, with positions: views of buffers that grow by doubling, each entry's KV
+  // copied in once (a plan that re-forms n instances in context copied the whole past at each of them: O(n²)
+  // bytes, gigabytes for a long conversation). An entry's content and position do not change once added.
+  runtime::PastKV past();
   std::vector<ContextItem> context() const;
   std::vector<InstanceId> context_ids() const;
   std::vector<std::string> context_keys() const;
   void queue_forms();  // queues `forms` (PatchJobs::queue_patch) and empties it
+
+ private:
+  // past()'s buffers: per layer K and V [capacity, ...], positions [..., capacity]; the first `past_rows` rows
+  // hold entries [0, past_entries).
+  std::vector<runtime::LayerKV> past_kv_;
+  at::Tensor past_positions_;
+  int64_t past_rows_ = 0;
+  std::size_t past_entries_ = 0;
+  void grow_past(int64_t rows);  // capacity for `rows` rows, the rows held copied over
 };
 
 class EngineApplyEnv final : public ApplyEnv {

@@ -162,6 +162,13 @@ EngineStats Engine::stats() const {
   s.turn_lengths = core_->registry().turn_lengths_usage();
   s.prefix_ledger = core_->usage().prefix_ledger_usage();
   s.radix_yardstick = core_->usage().radix_usage();
+  {
+    const detail::ReuseIndex& reuse = core_->kv().reuse_index();
+    constexpr int64_t kIdBytes = sizeof(int32_t);  // each token id it keeps
+    s.reuse_index = {static_cast<int64_t>(reuse.sequences()), static_cast<int64_t>(reuse.tokens_held()) * kIdBytes,
+                     static_cast<int64_t>(detail::ReuseIndex::kMaxChains * detail::ReuseIndex::kPerChain),
+                     static_cast<int64_t>(detail::ReuseIndex::kMaxTotalTokens) * kIdBytes};
+  }
   if (core_->has_tokenizer()) {
     const runtime::Tokenizer::CacheUsage t = core_->tokenizer().cache_usage();
     s.tokenizer_cache = {t.entries, t.bytes, t.max_entries, t.max_bytes};

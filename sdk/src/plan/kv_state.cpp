@@ -162,6 +162,13 @@ std::size_t ReuseIndex::tokens_held() const {
   return total_tokens_;
 }
 
+std::size_t ReuseIndex::sequences() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::size_t n = 0;
+  for (const auto& [chain, held] : by_chain_) n += held.size();
+  return n;
+}
+
 ReuseIndex::Match ReuseIndex::longest_locked(const KvState& chain, const std::vector<int64_t>& tokens,
                                              int64_t limit) const {
   Match best;

@@ -81,6 +81,7 @@ class ReuseIndex {
   // `chain`, or, when one there is longer, under the content chain `content`.
   Match longest(const KvState& chain, const KvState& content, const std::vector<int64_t>& tokens, int64_t limit) const;
   std::size_t tokens_held() const;  // Σ the remembered sequences' tokens (at most kMaxTotalTokens)
+  std::size_t sequences() const;    // the remembered sequences (at most kMaxChains · kPerChain)
 
  private:
   struct Hash {

@@ -495,6 +495,7 @@ std::unique_ptr<WindowState> fork_state(const WindowState& s) {
   child->graph = s.graph;
   child->evicted = s.evicted;
   child->eviction_clock = s.eviction_clock;
+  child->conditioning_in_order = s.conditioning_in_order;
   child->reorders = s.reorders;
   for (const Entry& e : s.entries) {
     Entry c;

@@ -88,6 +88,9 @@ struct WindowState {
   // The stamp of the window's next eviction (EvictedInstance::when), one per evicted chunk; a fork copies it, so
   // the child's own evictions stay more recent than those it inherited.
   uint64_t eviction_clock = 0;
+  // Every live instance's conditioning leads only to instances before it (apply_plan.cpp, conditioning_in_order):
+  // no reorder or recall has put an instance in front of one it depends on since every instance was last formed.
+  bool conditioning_in_order = true;
   int64_t reorders = 0;               // reorders applied (Window::idle prepares moves only for a window that reorders)
   int64_t unchecked_idles = 0;        // idle calls since the last self-check that found the window below heal_min_kl
   ListMemory lists;                   // the lists it was synced to, and how they lost messages (Window::idle)

@@ -22,12 +22,14 @@
 //
 // Ids are the caller's (the SDK's InstanceId and its patch handles); the graph never invents them. The
 // graph is Boost.Graph behind an opaque implementation: the header does not include Boost.
-// Value semantics: copying a graph is a deep copy (a window fork clones its graph; the copies never
-// affect each other). A moved-from graph may only be destroyed or assigned to.
-// Thread-safety: none (one window, one thread). Misuse (unknown ids, duplicates) throws orbit::Error
-// naming the id.
+// Value semantics: a copy is a graph of its own (a window fork clones its graph; the copies never affect each
+// other), shared with the original until either changes (copy on write). A moved-from graph may only be destroyed
+// or assigned to.
+// Thread-safety: none for one graph (one window, one thread); copies that share their graph may be used on
+// different threads. Misuse (unknown ids, duplicates) throws orbit::Error naming the id.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -58,8 +60,11 @@ class DependencyGraph {
  public:
   DependencyGraph();
   ~DependencyGraph();
-  DependencyGraph(const DependencyGraph& other);             // deep copy (fork)
-  DependencyGraph& operator=(const DependencyGraph& other);  // deep copy
+  // Copies share the graph until one of them changes it (copy on write): a fork, and each throwaway fork that
+  // idle time plans in, costs O(1) here, not a copy of its O(n²) edges (every instance of a window conditioned
+  // on those before it). Copies sharing a graph may be read, and changed, on different threads.
+  DependencyGraph(const DependencyGraph& other);
+  DependencyGraph& operator=(const DependencyGraph& other);
   DependencyGraph(DependencyGraph&& other) noexcept;
   DependencyGraph& operator=(DependencyGraph&& other) noexcept;
 
@@ -118,7 +123,10 @@ class DependencyGraph {
 
  private:
   struct Impl;
-  std::unique_ptr<Impl> impl_;
+  void detach();  // before a change: this graph's own Impl when another copy shares it
+  std::shared_ptr<Impl> impl_;
+  // dependents()'s visits, counted per copy (the shared Impl is read-only while shared).
+  mutable std::atomic<int64_t> edges_visited_{0};
 };
 
 }  // namespace orbit::planner
