@@ -166,7 +166,7 @@ TEST_CASE("graph: a fork's copy is isolated both ways", "[planner][cpu]") {
   CHECK(moved.dependents(3) == std::vector<InstanceId>{9});
 }
 
-TEST_CASE("graph: copies share until one changes, on any thread", "[planner][cpu]") {
+TEST_CASE("graph: copies share until one changes, on any thread", "[planner][cpu][thread]") {
   // A window's fork copies its graph, and idle time plans in a throwaway fork per candidate: copies share the
   // graph (copy on write), each change taking its own first, so every copy still reads as a deep copy would.
   DependencyGraph parent = chain_graph();

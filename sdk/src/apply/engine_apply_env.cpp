@@ -85,16 +85,29 @@ runtime::PastKV WindowBuild::past() {
     rows += contents[i].front().k.size(0);
   }
   if (entries.empty()) return {};
-  grow_past(rows);
-  for (; past_entries_ < entries.size(); ++past_entries_) {
-    const runtime::Content& c = contents[past_entries_];
-    const int64_t n = c.front().k.size(0);
-    for (std::size_t l = 0; l < c.size(); ++l) {
-      past_kv_[l].k.narrow(0, past_rows_, n).copy_(c[l].k);
-      past_kv_[l].v.narrow(0, past_rows_, n).copy_(c[l].v);
+  if (past_entries_ < entries.size()) {
+    // The entries added since the last call, joined in one cat per tensor (a copy per entry cost more than the
+    // whole concatenation for a plan of one step behind many entries); the first call's join is the buffer.
+    const runtime::PastKV added =
+        concat_past(static_cast<int64_t>(contents.front().size()),
+                    std::vector<runtime::Content>(contents.begin() + static_cast<std::ptrdiff_t>(past_entries_),
+                                                  contents.end()),
+                    std::vector<at::Tensor>(positions.begin() + static_cast<std::ptrdiff_t>(past_entries_),
+                                            positions.end()));
+    if (past_rows_ == 0) {
+      past_kv_ = added.layers;
+      past_positions_ = added.positions;
+    } else {
+      grow_past(rows);
+      const int64_t n = rows - past_rows_;
+      for (std::size_t l = 0; l < past_kv_.size(); ++l) {
+        past_kv_[l].k.narrow(0, past_rows_, n).copy_(added.layers[l].k);
+        past_kv_[l].v.narrow(0, past_rows_, n).copy_(added.layers[l].v);
+      }
+      past_positions_.narrow(-1, past_rows_, n).copy_(added.positions);
     }
-    past_positions_.narrow(-1, past_rows_, n).copy_(positions[past_entries_]);
-    past_rows_ += n;
+    past_rows_ = rows;
+    past_entries_ = entries.size();
   }
   runtime::PastKV past;
   past.layers.resize(past_kv_.size());
