@@ -237,7 +237,7 @@ const char* file_type_name(mode_t mode) {
 
 }  // namespace
 
-Result<at::Tensor> read_file_bytes(const std::string& path) {
+Result<at::Tensor> read_file_bytes(const std::string& path, int64_t expected) {
   // O_NONBLOCK: a FIFO put where a blob was must not block the open until a writer comes (it is reported
   // below); it changes nothing for a regular file.
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
@@ -260,6 +260,10 @@ Result<at::Tensor> read_file_bytes(const std::string& path) {
   // fail with EISDIR, which taken as a failed read kept the entry, and verify's report of it, for good.
   if (!S_ISREG(st.st_mode)) {
     return Status::not_found("cannot read " + path + ": it is " + file_type_name(st.st_mode) + ", not a blob file");
+  }
+  if (expected >= 0 && static_cast<int64_t>(st.st_size) != expected) {
+    return Status::not_found("size " + std::to_string(st.st_size) + " != " + std::to_string(expected) +
+                             " in the index (truncated?)");
   }
   at::Tensor bytes = at::empty({static_cast<int64_t>(st.st_size)}, at::TensorOptions().dtype(at::kByte));
   char* p = static_cast<char*>(bytes.data_ptr());

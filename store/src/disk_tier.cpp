@@ -343,10 +343,13 @@ Result<ValuePtr> DiskTier::load(const DiskRow& row) const {
   if (!resolved) return Status::not_found("corrupt row, key " + row.key + ": " + resolved.status().reason());
   const std::string path = resolved.value();
   const std::string where = "key " + row.key + ", blob " + path;
-  Result<at::Tensor> bytes = read_file_bytes(path);
+  Result<at::Tensor> bytes = read_file_bytes(path, row.blob_bytes);
   if (!bytes && bytes.status().code() == StatusCode::kRefused)
     return Status::refused(where + ": " + bytes.status().reason());
-  if (!bytes) return Status::not_found(where + ": " + bytes.status().reason());
+  if (!bytes) {  // missing, not a regular file, or (its reason starts "size ") of another size than the row's
+    const bool wrong_size = bytes.status().reason().rfind("size ", 0) == 0;
+    return Status::not_found(std::string(wrong_size ? "corrupt blob " : "") + where + ": " + bytes.status().reason());
+  }
   if (bytes.value().numel() != row.blob_bytes) {
     return Status::not_found("corrupt blob " + where + ": size " + std::to_string(bytes.value().numel()) +
                              " != " + std::to_string(row.blob_bytes) + " in the index (truncated?)");

@@ -49,8 +49,10 @@ int64_t remove_dead_temps(const std::string& blobs_dir);
 // Reads a whole file into a uint8 [size] CPU tensor. not_found naming the path when it is missing (or
 // shrank while read) or is a FIFO, socket, device or directory (in a blob's place: opened without blocking,
 // never read); refused naming the path and the error when it could not be read now (out of file
-// descriptors or memory, permission, an I/O error): no proof that the file is damaged.
-Result<at::Tensor> read_file_bytes(const std::string& path);
+// descriptors or memory, permission, an I/O error): no proof that the file is damaged. `expected` >= 0: a file of
+// another size is not_found, its reason "size S != E in the index (truncated?)", before anything is allocated or read
+// (a blob replaced by a huge or sparse file would otherwise be read whole first).
+Result<at::Tensor> read_file_bytes(const std::string& path, int64_t expected = -1);
 
 // mkdir -p for `path` with each newly created directory's parent fsync'd, and the parent of a directory
 // found already there fsync'd once per process (another process may have made it and not synced its entry
