@@ -88,12 +88,10 @@ runtime::PastKV WindowBuild::past() {
   if (past_entries_ < entries.size()) {
     // The entries added since the last call, joined in one cat per tensor (a copy per entry cost more than the
     // whole concatenation for a plan of one step behind many entries); the first call's join is the buffer.
-    const runtime::PastKV added =
-        concat_past(static_cast<int64_t>(contents.front().size()),
-                    std::vector<runtime::Content>(contents.begin() + static_cast<std::ptrdiff_t>(past_entries_),
-                                                  contents.end()),
-                    std::vector<at::Tensor>(positions.begin() + static_cast<std::ptrdiff_t>(past_entries_),
-                                            positions.end()));
+    const runtime::PastKV added = concat_past(
+        static_cast<int64_t>(contents.front().size()),
+        std::vector<runtime::Content>(contents.begin() + static_cast<std::ptrdiff_t>(past_entries_), contents.end()),
+        std::vector<at::Tensor>(positions.begin() + static_cast<std::ptrdiff_t>(past_entries_), positions.end()));
     if (past_rows_ == 0) {
       past_kv_ = added.layers;
       past_positions_ = added.positions;
