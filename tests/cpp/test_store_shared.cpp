@@ -1,8 +1,8 @@
 // The chunk store shared by several processes through one directory, and the store's defences:
 // entries committed by one process are found by another (also by engines: 0 repeated canonical
-// forwards), leases keep pinned and in-use entries from another process's eviction and lapse when their
-// owner dies, blob paths never leave DIR/blobs, a lost index, lost meta rows or a damaged schema are
-// refused and repaired, read-only stores can be inspected.
+// forwards), a process's pinned entry is not evicted by another and its pin lapses when it dies (the
+// leases themselves: test_store_leases.cpp), blob paths never leave DIR/blobs, a lost index, lost meta rows or a
+// damaged schema are refused and repaired, read-only stores can be inspected.
 #include "orbit_catch.h"  // ATen, then <catch2/catch.hpp>: keeps Catch's CHECK (see that header)
 
 #include <sqlite3.h>
@@ -23,6 +23,7 @@
 #include "test_child.h"
 #include "test_helpers.h"
 #include "test_store_checks.h"
+#include "test_store_sqlite.h"
 #include "test_store_values.h"
 
 namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
@@ -31,6 +32,7 @@ using Catch::Matchers::Contains;
 using namespace orbit;
 using namespace orbit::store;
 using namespace test::store_test_names;  // key(i), disk_options(dir) (test_store_values.h)
+using test::alter_index;                 // test_store_sqlite.h
 namespace fs = std::filesystem;
 
 namespace {
@@ -46,35 +48,7 @@ void point_row_at(const std::string& dir, const std::string& k, const std::strin
   REQUIRE(index.upsert(*row, &replaced).is_ok());
 }
 
-// Runs `sql` on the index at `path` (what a broken tool, or a user at the sqlite3 prompt, might do).
-void alter_index(const std::string& path, const char* sql) {
-  sqlite3* db = nullptr;
-  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
-  char* error = nullptr;
-  const int rc = sqlite3_exec(db, sql, nullptr, nullptr, &error);
-  INFO(sql << ": " << (error ? error : ""));
-  sqlite3_free(error);
-  sqlite3_close(db);
-  REQUIRE(rc == SQLITE_OK);
-}
-
 void delete_meta_rows(const std::string& path) { alter_index(path, "DELETE FROM meta"); }
-
-// The rows of the index's leases table (every owner's, every kind).
-int64_t lease_rows(const std::string& path) {
-  sqlite3* db = nullptr;
-  REQUIRE(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
-  sqlite3_busy_timeout(db, 10000);
-  sqlite3_stmt* s = nullptr;
-  int64_t n = -1;
-  if (sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM leases", -1, &s, nullptr) == SQLITE_OK &&
-      sqlite3_step(s) == SQLITE_ROW) {
-    n = sqlite3_column_int64(s, 0);
-  }
-  sqlite3_finalize(s);
-  sqlite3_close(db);
-  return n;
-}
 
 int64_t count_blobs(const std::string& dir) {
   int64_t n = 0;
@@ -221,87 +195,6 @@ TEST_CASE("eviction never removes another process's pinned entry; the pin lapses
   CHECK(lapsed);  // the crashed process's pin lapsed, and eviction took its entry
   // ... and not before its lease ran out.
   CHECK(std::chrono::steady_clock::now() - killed >= std::chrono::milliseconds(kLeaseMs / 2));
-}
-
-TEST_CASE("a read lease of one owner keeps another owner's eviction away", "[store][cpu]") {
-  test::TempDir dir;
-  DiskTierOptions o;
-  o.dir = dir.path().string();
-  o.model_fingerprint = test::kStoreTestFingerprint;
-  DiskTier reader(o), evictor(o);  // two owners, as two processes would be
-  REQUIRE(reader.insert(key(1), test::store_test_value(1)).is_ok());
-  REQUIRE(evictor.find(key(1)) != nullptr);
-  REQUIRE(reader.acquire_read(key(1)));
-  Result<bool> held = evictor.evict(key(1));
-  REQUIRE(held.is_ok());
-  CHECK_FALSE(held.value());
-  CHECK(reader.read(key(1)).is_ok());
-  reader.release_read(key(1));
-  Result<bool> gone = evictor.evict(key(1));
-  REQUIRE(gone.is_ok());
-  CHECK(gone.value());
-  CHECK(reader.refresh(key(1)) == nullptr);
-}
-
-TEST_CASE("two reads of one key hold its lease until the second is released", "[store][cpu]") {
-  test::TempDir dir;
-  DiskTierOptions o;
-  o.dir = dir.path().string();
-  o.model_fingerprint = test::kStoreTestFingerprint;
-  DiskTier reader(o), evictor(o);
-  REQUIRE(reader.insert(key(1), test::store_test_value(1)).is_ok());
-  REQUIRE(evictor.find(key(1)) != nullptr);
-  REQUIRE(reader.acquire_read(key(1)));  // two threads of one process read the key
-  REQUIRE(reader.acquire_read(key(1)));
-  reader.release_read(key(1));  // the first is done: the second still reads
-  Result<bool> held = evictor.evict(key(1));
-  REQUIRE(held.is_ok());
-  CHECK_FALSE(held.value());
-  reader.release_read(key(1));
-  Result<bool> gone = evictor.evict(key(1));
-  REQUIRE(gone.is_ok());
-  CHECK(gone.value());
-}
-
-TEST_CASE("a pin whose lease another process dropped is taken again by the next heartbeat", "[store][cpu]") {
-  // A process stalled past its lease (stopped, swapped out, a clock step) finds its pin dropped as expired by
-  // another's heartbeat; it used to renew only the leases still there, and the pin was gone for good.
-  test::TempDir dir;
-  const std::string d = dir.path().string();
-  DiskTierOptions o;
-  o.dir = d;
-  o.model_fingerprint = test::kStoreTestFingerprint;
-  o.lease_ms = 300;  // a heartbeat every 100 ms
-  DiskTier pinner(o), evictor(o);
-  REQUIRE(pinner.insert(key(1), test::store_test_value(1)).is_ok());
-  REQUIRE(pinner.set_pinned(key(1), true).is_ok());
-  REQUIRE(evictor.find(key(1)) != nullptr);
-  alter_index(d + "/index.sqlite", "DELETE FROM leases");  // what another heartbeat does to a lapsed lease
-  bool leased = false;
-  for (int i = 0; i < 100 && !leased; ++i) {  // the next beat, even on a loaded machine (10 s at most)
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    leased = lease_rows(d + "/index.sqlite") > 0;
-  }
-  CHECK(leased);
-  Result<bool> held = evictor.evict(key(1));
-  REQUIRE(held.is_ok());
-  CHECK_FALSE(held.value());
-}
-
-TEST_CASE("an index the heartbeat cannot use does not end the process", "[store][cpu]") {
-  test::TempDir dir;
-  const std::string d = dir.path().string();
-  DiskTierOptions o;
-  o.dir = d;
-  o.model_fingerprint = test::kStoreTestFingerprint;
-  o.lease_ms = 150;
-  {
-    DiskTier tier(o);
-    REQUIRE(tier.insert(key(1), test::store_test_value(1)).is_ok());
-    alter_index(d + "/index.sqlite", "DROP TABLE leases");        // its renewal's statements no longer prepare
-    std::this_thread::sleep_for(std::chrono::milliseconds(400));  // a few beats, each failing
-  }                                                               // closed: releasing its leases fails too
-  CHECK(fs::exists(d + "/index.sqlite"));
 }
 
 TEST_CASE("two engine processes share one directory: the second encodes no canonical", "[store][cpu][model]") {
