@@ -6,6 +6,7 @@ a stream, is taken by the first and answered with a reset by the second). Raw so
 here on 127.0.0.1 (any free port) and stopped, every socket closed."""
 import contextlib
 import json
+import random
 import re
 import socket
 import time
@@ -145,3 +146,36 @@ def test_a_client_that_closed_its_socket_after_its_request_is_still_cancelled(st
         labels = '{endpoint="%s",status="%s"}'
         assert metric(server, "orbit_requests_total" + labels % (endpoint, 499)) == 1, endpoint
         assert metric(server, "orbit_requests_total" + labels % (endpoint, 200)) == 1, endpoint
+
+
+def test_a_request_watches_its_own_connection_when_another_address_has_its_port(start_serve, stories260k_path):
+    # The request's socket was found among the process's descriptors by its port numbers alone: a connection
+    # from 127.0.0.2 with the same source port, opened first, was taken for it, so this client's leaving went
+    # unseen (its 480 tokens run to the end, counted 200) and the half-close probe went to the other's socket.
+    server = start_serve(stories260k_path)
+    other = None
+    for _ in range(50):  # a source port free on both addresses
+        port = random.randint(40000, 60000)
+        try:
+            other = socket.create_connection((server.host, server.port), source_address=("127.0.0.2", port))
+            client = socket.create_connection((server.host, server.port), source_address=("127.0.0.1", port))
+            break
+        except OSError:
+            if other is not None:
+                other.close()
+            other = None
+    assert other is not None, "no source port free on both 127.0.0.1 and 127.0.0.2"
+    try:
+        path, body = ENDPOINTS["chat"](480)
+        data = json.dumps({"model": MODEL_NAME, "logit_bias": NO_END, **body}).encode()
+        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+        client.sendall(post_bytes(path, data))
+        client.close()
+        deadline = time.monotonic() + DEADLINE_S
+        while metric(server, "orbit_cancelled_total") < 1:
+            assert metric(server, 'orbit_requests_total{endpoint="chat",status="200"}') == 0, "ran to the end"
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert metric(server, 'orbit_requests_total{endpoint="chat",status="499"}') == 1
+    finally:
+        other.close()
