@@ -5,8 +5,6 @@
 // of the disk entries held for undelivered writes may fill (max_held_fraction).
 #include "orbit_catch.h"  // ATen, then <catch2/catch.hpp>: keeps Catch's CHECK (see that header)
 
-#include <sqlite3.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -20,6 +18,7 @@
 #include "orbit/store/backend.h"
 #include "orbit/store/chunk_store.h"
 #include "test_helpers.h"
+#include "test_store_sqlite.h"
 #include "test_store_values.h"
 
 namespace ORBIT_TEST_FILE {  // this file's own names, apart from the files compiled with it (orbit_tests.cmake)
@@ -141,17 +140,6 @@ Result<ValuePtr> put_twice_across_an_acknowledgement(const std::string& dir, boo
   return remote_value(backend, store_test_key(1));
 }
 
-void add_trigger(const std::string& index, const char* sql) {
-  sqlite3* db = nullptr;
-  REQUIRE(sqlite3_open(index.c_str(), &db) == SQLITE_OK);
-  char* error = nullptr;
-  const int rc = sqlite3_exec(db, sql, nullptr, nullptr, &error);
-  INFO(sql << ": " << (error ? error : ""));
-  sqlite3_free(error);
-  sqlite3_close(db);
-  REQUIRE(rc == SQLITE_OK);
-}
-
 }  // namespace
 
 // The writer clears a delivered write's record once the remote acknowledged it. A put of the same key recorded in
@@ -189,9 +177,9 @@ TEST_CASE("an erase whose record the index refuses is refused too: the remote ne
     REQUIRE(store.put(store_test_key(1), store_test_value(1)).is_ok());
     REQUIRE(store.drain_remote(kWait));  // delivered, its record cleared
   }
-  add_trigger(d + "/index.sqlite",
-              "CREATE TRIGGER refuse_erase_records BEFORE INSERT ON remote_pending WHEN NEW.kind = 1 "
-              "BEGIN SELECT RAISE(ABORT, 'erase records refused (test)'); END");
+  test::alter_index(d + "/index.sqlite",
+                    "CREATE TRIGGER refuse_erase_records BEFORE INSERT ON remote_pending WHEN NEW.kind = 1 "
+                    "BEGIN SELECT RAISE(ABORT, 'erase records refused (test)'); END");
   bool erased = false;
   {
     ChunkStore store(journal_options(d, backend));
@@ -204,7 +192,7 @@ TEST_CASE("an erase whose record the index refuses is refused too: the remote ne
     local_only.remote = false;
     if (!erased) CHECK(store.get(store_test_key(1), local_only).is_ok());  // refused: the local copy stays
   }
-  add_trigger(d + "/index.sqlite", "DROP TRIGGER refuse_erase_records");
+  test::alter_index(d + "/index.sqlite", "DROP TRIGGER refuse_erase_records");
   backend->set_down(false);
   {
     ChunkStore reopened(journal_options(d, backend));
