@@ -11,6 +11,8 @@ result, alternating) synced to a new window of the default policy, then, each st
     append      a call and its result appended (three times)
     trim        the five oldest tool results dropped, a call and result appended (twice, each followed by an append)
     system      the system message changed, a call and result appended
+    summary     the messages between the user's and the middle replaced by one summary message (a user
+                message), a call and result appended; then three appends ("after summary")
 
 For each kind, the mean CPU seconds of the sync and of the idle call that followed it, and their growth exponents
 between consecutive sizes (log of the cost ratio over log of the size ratio: 1 linear, 2 quadratic), with the
@@ -103,6 +105,11 @@ def run_size(engine, n):
         step("append")
     messages[0] = {"role": "system", "content": SYSTEM + " Answer in one sentence."}
     step("system")
+    half = len(messages) // 2
+    messages[2:half] = [{"role": "user", "content": "Summary of the pages so far: " + result(10**6)["content"]}]
+    step("summary")
+    for _ in range(3):
+        step("after summary")
     window.close()
     return rows
 

@@ -135,6 +135,80 @@ TEST_CASE("list memory: a result shown again is a move, and idle time prepares t
   CHECK(memory.predict_moves(0, 1).empty());
 }
 
+TEST_CASE("list memory: a summary in place of the oldest messages is drops, not moves", "[sync]") {
+  // system, user, then six call/result pairs; the summary replaces the first three pairs.
+  std::vector<ChatMessage> before = {text("system", "s"), text("user", "u")};
+  for (int i = 0; i < 6; ++i) {
+    before.push_back(text("assistant", "c" + std::to_string(i)));
+    before.push_back(text("tool", "r" + std::to_string(i)));
+  }
+  std::vector<ChatMessage> after = {before[0], before[1], text("user", "summary")};
+  after.insert(after.end(), before.begin() + 8, before.end());
+  after.push_back(text("assistant", "c6"));
+  const od::ListTransition t = od::transition_between(before, after);
+  CHECK(t.moves.empty());  // the kept messages after the summary stay where they were
+  CHECK(t.drops == od::DropPattern{{"assistant|text", 0}, {"assistant|text", 1}, {"assistant|text", 2},
+                                   {"tool|text", 0},      {"tool|text", 1},      {"tool|text", 2}});
+  // A new message at the end, after a kept one the list ends with, is no insertion: a shown-again result moved.
+  const od::ListTransition moved = od::transition_between(
+      {text("system", "s"), shot("p0"), text("assistant", "a0")}, {text("system", "s"), text("assistant", "a0"),
+                                                                   text("assistant", "a1"), shot("p0")});
+  CHECK(moved.moves == od::DropPattern{{"tool|text,embeddings", 0}});
+  CHECK(moved.drops.empty());
+}
+
+TEST_CASE("list memory: learned lists that keep missing are not prepared, until one would have served", "[sync]") {
+  od::ListMemory memory;
+  std::vector<ChatMessage> list = {text("system", "s"), text("user", "u0"), text("assistant", "a0"),
+                                   text("user", "u1"), text("assistant", "a1")};
+  memory.observe(list, orbit::SyncOptions{});
+  int next = 2;
+  const auto append = [&] {
+    list.push_back(text("user", "u" + std::to_string(next)));
+    list.push_back(text("assistant", "a" + std::to_string(next++)));
+  };
+  const auto sync = [&] {  // as Window::sync does: the predictions scored, then the list learned
+    memory.score(list, memory.predict(3));
+    memory.observe(list, orbit::SyncOptions{});
+  };
+  // Once: the oldest user and assistant messages dropped (a new pattern: prepared).
+  list.erase(list.begin() + 1, list.begin() + 3);
+  append();
+  sync();
+  CHECK(memory.predicting());
+  // Appends only: the learned trim misses; a new window tries twice, then stops.
+  append();
+  sync();
+  CHECK(memory.predicting());
+  append();
+  sync();
+  CHECK_FALSE(memory.predicting());
+  append();
+  sync();
+  CHECK_FALSE(memory.predicting());
+  // The agent trims as learned: the sync scores a hit, and idle time prepares again.
+  list.erase(list.begin() + 1, list.begin() + 3);
+  append();
+  sync();
+  CHECK(memory.predicting());
+  // Misses since, but a hit among the last kHistory scored: still prepared.
+  for (int i = 0; i < 3; ++i) {
+    append();
+    sync();
+    CHECK(memory.predicting());
+  }
+  // A pattern not seen before (the two oldest pairs) is tried at once, after the misses.
+  for (int i = 0; i < 8; ++i) {
+    append();
+    sync();
+  }
+  CHECK_FALSE(memory.predicting());
+  list.erase(list.begin() + 1, list.begin() + 5);
+  append();
+  sync();
+  CHECK(memory.predicting());
+}
+
 TEST_CASE("hint watch: the agent's prepared lists are kept bounded, a list prepared again once", "[sync]") {
   od::HintWatch watch;
   const std::vector<ChatMessage> far = {text("system", "s"), text("user", "u0"), text("assistant", "a0"),

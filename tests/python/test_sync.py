@@ -231,6 +231,44 @@ def test_idle_prepares_the_trim_it_learned(orbit, models_dir):
         orbit.WindowPolicy("patch:16:lists=-1")
 
 
+def test_idle_stops_preparing_a_summary_the_agent_made_once(orbit, models_dir):
+    """An agent that replaced its oldest messages with a summary once, then only appends: the window learned a
+    pattern (drop the oldest half) that does not come again. Idle time tries it once more, then prepares nothing
+    (IdleReport.predictions_missed) where it used to prepare the summary's drops and, the messages after the
+    summary counted as moved, each of them moved to the end, at every step; an agent that then trims at every
+    step is prepared for again from its second trim on."""
+    rng = random.Random(23)
+    words = ["the", "dog", "cat", "ran", "saw", "a", "big", "red", "ball", "park", "home", "happy", "girl", "boy"]
+
+    def say(role):
+        return {"role": role, "content": " ".join(rng.choice(words) for _ in range(8))}
+
+    with orbit.Engine(models_dir / "tinystories-656k", pool_bytes=64 << 20, background="inline") as engine:
+        window = engine.new_window()
+        history = [{"role": "system", "content": "You tell short stories."}]
+        for _ in range(8):
+            history += [say("user"), say("assistant")]
+            sync_and_measure(window, history)
+        history = history[:1] + [{"role": "user", "content": "Summary: " + say("user")["content"]}] + history[9:]
+        history += [say("user"), say("assistant")]
+        sync_and_measure(window, history)
+        idles = []
+        for _ in range(4):
+            history += [say("user"), say("assistant")]
+            idles.append(sync_and_measure(window, history)[2])
+        assert idles[0].lists_prepared + idles[0].moves_prepared >= 1, idles[0]  # the new pattern's one try
+        for idle in idles[1:]:
+            assert idle.predictions_missed and idle.lists_prepared == idle.moves_prepared == 0, idle
+        trimmed = []
+        for _ in range(4):  # the oldest user and assistant messages leave at every step
+            history = history[:1] + history[3:] + [say("user"), say("assistant")]
+            trimmed.append(sync_and_measure(window, history))
+        assert all(not idle.predictions_missed and idle.lists_prepared > 0 for _, _, idle in trimmed[1:]), trimmed
+        for forwarded, error, _ in trimmed[2:]:  # prepared by the idle call before: the new messages only
+            assert error <= 1e-4, trimmed
+        window.close()
+
+
 def test_messages_are_checked(orbit, engine):
     window = engine.new_window()
     with pytest.raises(TypeError, match="list of message dicts"):

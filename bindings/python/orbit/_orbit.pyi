@@ -310,6 +310,11 @@ class IdleReport:
         as they would have for WindowPolicy.trust_hints syncs in a row. From prepare_sync: the hint was also
         prepared one message further (the learned lists and moves that are the hint and one message more)."""
     @property
+    def predictions_missed(self) -> bool:
+        """Window.idle() prepared no learned lists or moves: those learned from the agent's last edits would
+        not have served its syncs since (an edit made once, such as a summary, is not prepared again at every
+        step; WindowPolicy.prepare_lists)."""
+    @property
     def stopped(self) -> bool: ...
     @property
     def instances_prepared(self) -> int: ...

@@ -253,7 +253,9 @@ void def_policy_fields(py::class_<WindowPolicy>& c) {
   field(c, "prepare_lists", &WindowPolicy::prepare_lists,
         "In a window synced to message lists, Window.idle() also prepares (as prepare_sync does with a hint) up\n"
         "to this many lists the next sync most likely starts with, learned from the messages earlier syncs\n"
-        "dropped; 0 = off. 3 in the default policy (spec modifier ':lists=N').");
+        "dropped; 0 = off. 3 in the default policy (spec modifier ':lists=N'). Learned lists that missed the\n"
+        "agent's last syncs are not prepared until it shows a new pattern or a sync they would have served\n"
+        "(IdleReport.predictions_missed): an edit made once, such as a summary, is not prepared at every step.");
   field(c, "trust_hints", &WindowPolicy::trust_hints,
         "In a window synced to message lists, once this many syncs in a row found a list the agent prepared\n"
         "itself (Window.prepare_sync) reaching as far into the synced list as every learned list (prepare_lists,\n"

@@ -367,6 +367,10 @@ void def_reports(py::module_& m) {
                     "as far as they would have for WindowPolicy.trust_hints syncs in a row. From prepare_sync: the\n"
                     "hint was also prepared one message further (the learned lists and moves that are the hint and\n"
                     "one message more).")
+      .def_readonly("predictions_missed", &IdleReport::predictions_missed,
+                    "Window.idle() prepared no learned lists or moves: those learned from the agent's last edits\n"
+                    "would not have served its syncs since (an edit made once, such as a summary, is not prepared\n"
+                    "again at every step; WindowPolicy.prepare_lists).")
       .def_readonly("prepare_forward_tokens", &IdleReport::prepare_forward_tokens,
                     "Token-forwards of the prepared recalls, moves and prepare_sync.")
       .def_readonly("forward_tokens", &IdleReport::forward_tokens, "heal + check + prepare.")

@@ -188,6 +188,11 @@ struct WindowPolicy {
   // screenshot for a new one), each synced exactly in a throwaway fork as Window::prepare_sync does with a
   // hint. A trim from the front then costs the next sync neither the prefix cache's re-prefill nor a kept
   // instance's loss. Needs exact reuse (reuse_computed); a window never synced to a list does nothing.
+  // Each sync scores the lists (and moves) learned before it: once they missed the last syncs (after a new
+  // pattern's first miss, or two misses in a new window, with no hit among the last 8 scored) idle time
+  // prepares none (IdleReport::predictions_missed) until the agent shows a new pattern or a sync they would
+  // have served: an edit made once, such as a summary in place of the oldest messages, is not prepared again
+  // at every step.
   int64_t prepare_lists = 3;
   // Trust the agent's own hints (the `:hinted=N` modifier; 2 in every patch preset that prepares lists or
   // moves; 0 = never): once this many syncs in a row each found a list the agent prepared itself since the

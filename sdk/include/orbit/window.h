@@ -355,6 +355,10 @@ struct IdleReport {
   // as far as they would have for WindowPolicy::trust_hints syncs in a row. From prepare_sync: the hint was
   // also prepared one message further (the learned lists and moves that are the hint and one message more).
   bool hints_trusted = false;
+  // The learned lists and moves of a window synced to lists were not prepared: those learned from the agent's
+  // last edits would not have served its syncs since (a summary made once, say, predicted again at every step;
+  // WindowPolicy::prepare_lists says when they are prepared again).
+  bool predictions_missed = false;
   double forward_tokens = 0;  // heal + check + prepare
   double seconds = 0;
   bool stopped = false;  // Window::idle(stop) stopped before every preparation was made

@@ -54,15 +54,27 @@ bool same_message(const ChatMessage& a, const ChatMessage& b) {
          std::equal(a.parts.begin(), a.parts.end(), b.parts.begin(), b.parts.end(), same_part);
 }
 
+namespace {
+
+// Whether after[j], a message `before` does not have, is followed by before[i] and before[i + 1]: inserted there.
+bool inserted_at(const std::vector<ChatMessage>& before, std::size_t i, const std::vector<ChatMessage>& after,
+                 std::size_t j) {
+  if (i + 1 >= before.size() || j + 2 >= after.size()) return false;
+  if (!same_message(before[i], after[j + 1]) || !same_message(before[i + 1], after[j + 2])) return false;
+  return std::none_of(before.begin(), before.end(), [&](const ChatMessage& m) { return same_message(m, after[j]); });
+}
+
+}  // namespace
+
 ListTransition transition_between(const std::vector<ChatMessage>& before, const std::vector<ChatMessage>& after) {
-  // Greedy in order: each message of `before` is kept when it is the next one `after` has; the rest of
-  // `after` is what came at the end. A message inserted among kept ones makes the kept ones after it count
-  // as dropped and appended (moved) too.
+  // Greedy in order: each message of `before` is kept when it is the next one `after` has (inserted ones
+  // passed over); the rest of `after` is what came at the end.
   std::vector<std::string> classes;
   const std::vector<int64_t> rank = ranks(before, &classes);
   std::vector<std::size_t> left;
   std::size_t j = 0;
   for (std::size_t i = 0; i < before.size(); ++i) {
+    while (j < after.size() && !same_message(before[i], after[j]) && inserted_at(before, i, after, j)) ++j;
     if (j < after.size() && same_message(before[i], after[j])) {
       ++j;
     } else {
@@ -97,6 +109,11 @@ std::optional<std::vector<ChatMessage>> apply_drops(const std::vector<ChatMessag
   }
   if (made != pattern.size()) return std::nullopt;
   return out;
+}
+
+bool DropHistory::holds(const DropPattern& pattern) const {
+  return std::any_of(patterns_.begin(), patterns_.end(),
+                     [&](const std::optional<DropPattern>& p) { return p && *p == pattern; });
 }
 
 void DropHistory::add(std::optional<DropPattern> pattern) {
@@ -147,9 +164,24 @@ void HintWatch::synced(const std::vector<ChatMessage>& list, const std::vector<s
   hints_.clear();
 }
 
+void ListMemory::score(const std::vector<ChatMessage>& list, const std::vector<std::vector<ChatMessage>>& learned) {
+  if (!last_ || learned.empty()) return;
+  const std::size_t held = common_start(*last_, list);
+  hits_.push_back(std::any_of(learned.begin(), learned.end(),
+                              [&](const std::vector<ChatMessage>& l) { return common_start(l, list) > held; }));
+  if (hits_.size() > DropHistory::kHistory) hits_.pop_front();
+  novel_ = false;
+}
+
+bool ListMemory::predicting() const {
+  return novel_ || hits_.size() < kTrials || std::find(hits_.begin(), hits_.end(), true) != hits_.end();
+}
+
 void ListMemory::observe(const std::vector<ChatMessage>& list, const SyncOptions& options) {
   if (last_) {
     ListTransition t = transition_between(*last_, list);
+    novel_ = (!t.drops.empty() && !history_.holds(t.drops)) ||
+             (!t.moves.empty() && std::find(moves_.begin(), moves_.end(), t.moves) == moves_.end());
     history_.add(std::move(t.drops));
     moves_.push_back(std::move(t.moves));
     if (moves_.size() > DropHistory::kHistory) moves_.pop_front();

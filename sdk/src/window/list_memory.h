@@ -40,7 +40,9 @@ bool same_message(const ChatMessage& a, const ChatMessage& b);
 
 // How `before` became `after`: the messages of `before` left out when `after` is matched against it in
 // order, greedily (the rest of `after` came at the end), split into those that left (`drops`) and those
-// that came again among what came at the end (`moves`: a result shown again, a page gone back to).
+// that came again among what came at the end (`moves`: a result shown again, a page gone back to). A message
+// new to `before` followed by two of its messages in their order was inserted there (a summary in place of the
+// oldest messages, a reminder before the last turn): it is passed over, and neither those after it nor it count.
 struct ListTransition {
   DropPattern drops;
   DropPattern moves;
@@ -63,6 +65,8 @@ class DropHistory {
   // with the most frequent other drop; the last pattern; the usual ones with each other drop seen; the
   // usual ones alone. Distinct and non-empty.
   std::vector<DropPattern> patterns(int64_t max) const;
+  // Whether `pattern` is one of the remembered transitions' patterns.
+  bool holds(const DropPattern& pattern) const;
 
  private:
   std::deque<std::optional<DropPattern>> patterns_;  // oldest first
@@ -85,6 +89,17 @@ class ListMemory {
   std::vector<std::vector<ChatMessage>> predict_moves(int64_t max, int64_t max_trims) const;
   const SyncOptions& options() const { return options_; }
   bool empty() const { return !last_.has_value(); }
+  // At a sync to `list`, before observe(list): the lists idle time prepared, or would have, from the memory as it
+  // is (`learned`: predict() and predict_moves()) scored: a hit when one of them reaches further into `list`
+  // (common_start) than the last list does, a miss otherwise. Not scored without a learned list.
+  void score(const std::vector<ChatMessage>& list, const std::vector<std::vector<ChatMessage>>& learned);
+  // Whether idle time prepares the learned lists: the last transition observed showed a pattern (drops or
+  // moves) the memory did not hold, or fewer than kTrials syncs were scored, or one of the last kHistory scored
+  // was a hit. An edit the agent made once (a summary in place of the oldest half of the list) teaches a pattern
+  // it does not repeat: its preparations stop once they missed (twice in a new window), and resume at a new
+  // pattern or at the first sync the learned lists would have served (scoring goes on while none is prepared).
+  static constexpr std::size_t kTrials = 2;
+  bool predicting() const;
   // The last list observed; nullptr before the first.
   const std::vector<ChatMessage>* last() const { return last_ ? &*last_ : nullptr; }
 
@@ -93,6 +108,8 @@ class ListMemory {
   SyncOptions options_;
   DropHistory history_;
   std::deque<DropPattern> moves_;  // the moves of the last DropHistory::kHistory transitions, oldest first
+  std::deque<bool> hits_;          // score() of the last DropHistory::kHistory scored syncs, oldest first
+  bool novel_ = false;             // the last transition showed a pattern the memory did not hold; not scored yet
 };
 
 // How many messages `a` and `b` share from their start (same_message): how far a sync to `b` reuses what a

@@ -401,12 +401,16 @@ IdleReport Window::idle(const std::function<bool()>& stop) {
   // The agent's own hints have reached as far as every learned list for trust_hints syncs in a row: the
   // learned lists and moves would only repeat what its next hint prepares.
   out.hints_trusted = detail::hints_trusted(*state_);
-  if (policy.prepare_lists > 0 && synced && !out.hints_trusted) {
+  // Learned lists that missed the agent's last syncs (ListMemory::predicting) wait for one that would have served.
+  const bool learning = synced && !out.hints_trusted && state_->options.policy.reuse_computed &&
+                        (policy.prepare_lists > 0 || policy.prepare_moves > 0);
+  out.predictions_missed = learning && !state_->lists.predicting();
+  if (policy.prepare_lists > 0 && learning && !out.predictions_missed) {
     prepare_learned_lists(*this, *state_, state_->lists.predict(policy.prepare_lists), stop, out);
   } else if (policy.prepare_lists > 0 && !synced) {
     prepare_learned_drops(*this, *state_, policy.prepare_lists, stop, out);
   }
-  if (policy.prepare_moves > 0 && synced && !out.stopped && !out.hints_trusted) {
+  if (policy.prepare_moves > 0 && learning && !out.predictions_missed && !out.stopped) {
     const int64_t before = out.lists_prepared;
     prepare_learned_lists(*this, *state_, state_->lists.predict_moves(policy.prepare_moves, policy.prepare_lists), stop,
                           out);

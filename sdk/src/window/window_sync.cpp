@@ -466,11 +466,12 @@ SyncReport sync_with(Window& w, detail::WindowState& s, const std::vector<ChatMe
 
 // At a sync to `messages`, before the list memory learns it: whether the agent's hints since the last sync
 // left the learned lists (and moves) idle time prepares from the memory as it is nothing to add
-// (HintWatch, WindowPolicy::trust_hints). List edits only: nothing is computed.
-void watch_hints(detail::WindowState& s, const std::vector<ChatMessage>& messages) {
+// (HintWatch, WindowPolicy::trust_hints), and whether those lists would have served this sync
+// (ListMemory::score). List edits only: nothing is computed.
+void watch_lists(detail::WindowState& s, const std::vector<ChatMessage>& messages) {
   const WindowPolicy& p = s.options.policy;
   std::vector<std::vector<ChatMessage>> learned;
-  if (s.hints.has_hints() && !s.lists.empty()) {
+  if (!s.lists.empty()) {
     if (p.prepare_lists > 0) learned = s.lists.predict(p.prepare_lists);
     if (p.prepare_moves > 0) {
       for (std::vector<ChatMessage>& l : s.lists.predict_moves(p.prepare_moves, p.prepare_lists))
@@ -478,6 +479,7 @@ void watch_hints(detail::WindowState& s, const std::vector<ChatMessage>& message
     }
   }
   s.hints.synced(messages, learned, s.lists.last());
+  s.lists.score(messages, learned);
 }
 
 }  // namespace
@@ -500,7 +502,7 @@ SyncReport Window::sync(const std::vector<ChatMessage>& messages, const SyncOpti
   SyncReport r = sync_with(*this, *state_, messages, plan_sync_for(*this, *state_, messages, options, "sync"),
                            [this](const Plan& p) { return detail::apply_plan(*state_, p); });
   detail::settle_tail(*state_);              // reused as far as the list starts with it; the rest is dropped
-  watch_hints(*state_, messages);            // before the memory learns the list: what idle time would prepare
+  watch_lists(*state_, messages);            // before the memory learns the list: what idle time would prepare
   state_->lists.observe(messages, options);  // the agent's edits, learned (Window::idle prepares the next list)
   return r;
 }
@@ -515,7 +517,7 @@ SyncReport Window::sync(const std::vector<ChatMessage>& messages, const SyncPlan
   SyncReport r =
       sync_with(*this, *state_, messages, planned, [this](const Plan& p) { return detail::apply_plan(*state_, p); });
   detail::settle_tail(*state_);  // reused as far as the list starts with it; the rest is dropped
-  watch_hints(*state_, messages);
+  watch_lists(*state_, messages);
   state_->lists.observe(messages, planned.options);
   return r;
 }
