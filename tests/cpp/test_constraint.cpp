@@ -319,6 +319,22 @@ TEST_CASE("tool calls: one per tool, arguments by the tool's schema, only, sever
     check_refused(*loose, R"(<tool_call>{"name": "f", "arguments": "Yes, you can."}</tool_call>)");
     check_refused(*loose, R"(<tool_call>{"name": "f", "arguments": 1}</tool_call>)");
   }
+  // Arguments are read back only as an object: parameters admitting other values are narrowed to objects (an
+  // optional model: ["object", "null"], or anyOf with null), and a type without "object" is refused, naming it.
+  for (const std::string p : {R"({"type": ["object", "null"], "properties": {"a": {"type": "integer"}}})",
+                              R"({"anyOf": [{"type": "object", "properties": {"a": {"type": "integer"}}},
+                                            {"type": "null"}]})",
+                              R"({"type": "object", "nullable": true, "properties": {"a": {"type": "integer"}}})"}) {
+    const auto narrowed = Constraint::tool_calls(R"([{"name": "f", "parameters": )" + p + "}]");
+    INFO(p);
+    check_matches(*narrowed, R"(<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>)");
+    check_refused(*narrowed, R"(<tool_call>{"name": "f", "arguments": null}</tool_call>)");
+  }
+  for (const std::string p : {R"({"type": "integer"})", R"({"type": ["string", "null"]})"}) {
+    INFO(p);
+    CHECK_THAT(error_of([&] { Constraint::tool_calls(R"([{"name": "f", "parameters": )" + p + "}]"); }),
+               Contains("tools[0].parameters.type: ") && Contains("excludes \"object\""));
+  }
   // Parameters omitted (or null) are OpenAI's empty parameter list: the arguments are {} and nothing else.
   for (const std::string tool : {R"({"name": "f"})", R"({"name": "f", "parameters": null})"}) {
     const auto none = Constraint::tool_calls("[" + tool + "]");

@@ -294,3 +294,70 @@ TEST_CASE("combined schemas admit what a keyword-by-keyword validator admits", "
 }
 
 }  // namespace ORBIT_TEST_FILE
+
+namespace ORBIT_TEST_FILE {
+
+TEST_CASE("a part's nullable widens that part alone; bounds past 2^53 are compared exactly", "[constraint]") {
+  // The second part's type leaves null out: the combination refuses it (OpenAPI 3.0.3's nullable).
+  check(R"({"allOf": [{"type": "string", "nullable": true}, {"type": "string", "maxLength": 3}]})", {R"("abc")"},
+        {"null", R"("abcd")"});
+  check(R"({"$defs": {"S": {"type": "string", "maxLength": 3}}, "type": "string", "nullable": true,
+            "allOf": [{"$ref": "#/$defs/S"}]})",
+        {R"("ab")"}, {"null"});
+  // Both parts nullable, or a nullable reference without a type of its own: null stays.
+  check(R"({"allOf": [{"type": "string", "nullable": true}, {"type": ["string", "null"], "maxLength": 3}]})",
+        {R"("abc")", "null"}, {R"("abcd")"});
+  check(R"({"$defs": {"S": {"type": "string"}}, "allOf": [{"$ref": "#/$defs/S"}], "nullable": true})",
+        {R"("ab")", "null"}, {"1"});
+  // 9007199254740993 and 9007199254740992 are one double: the stricter bound is found exactly.
+  check(R"({"allOf": [{"type": "integer", "minimum": 9007199254740993},
+                      {"minimum": 9007199254740992, "maximum": 9007199254740993}]})",
+        {"9007199254740993"}, {"9007199254740992"});
+  check(R"({"allOf": [{"type": "integer", "maximum": 9007199254740992}, {"maximum": 9007199254740993}]})",
+        {"9007199254740992"}, {"9007199254740993"});
+}
+
+TEST_CASE("what one schema may cost is bounded before it is paid", "[constraint]") {
+  // anyOf beside many keywords: each alternative would copy them (refused before the copies are made).
+  nlohmann::json wide = {
+      {"type", "object"}, {"properties", nlohmann::json::object()}, {"anyOf", nlohmann::json::array()}};
+  for (int i = 0; i < 400; ++i) {
+    const std::string name = "p" + std::to_string(i);
+    wide["properties"][name] = {{"type", "integer"}};
+    wide["anyOf"].push_back({{"required", {name}}});
+  }
+  CHECK_THAT(error_of([&] { schema(wide.dump()); }),
+             Contains("anyOf's 400 schemas, each combined with the") && Contains("too large"));
+  // A chain of references nests no deeper in the text, but each is a level of the compile: bounded.
+  nlohmann::json chain = {{"$defs", nlohmann::json::object()}, {"$ref", "#/$defs/d0"}};
+  for (int i = 0; i < 2000; ++i)
+    chain["$defs"]["d" + std::to_string(i)] = {{"$ref", "#/$defs/d" + std::to_string(i + 1)}};
+  chain["$defs"]["d2000"] = {{"type", "integer"}};
+  CHECK_THAT(error_of([&] { schema(chain.dump()); }), Contains("the schema nests deeper than 128 levels"));
+  nlohmann::json objects = {{"$defs", nlohmann::json::object()}, {"$ref", "#/$defs/d0"}};
+  for (int i = 0; i < 2000; ++i) {
+    objects["$defs"]["d" + std::to_string(i)] = {
+        {"type", "object"},
+        {"properties", {{"x", {{"$ref", "#/$defs/d" + std::to_string(i + 1)}}}}},
+        {"required", {"x"}}};
+  }
+  objects["$defs"]["d2000"] = {{"type", "integer"}};
+  CHECK_THAT(error_of([&] { schema(objects.dump()); }), Contains("nests deeper than 128 levels"));
+  // Distinct patterns, each near the automaton bound alone: together past the schema's bound, refused naming
+  // where it was reached (before building the rest).
+  nlohmann::json patterns = {{"type", "object"}, {"properties", nlohmann::json::object()}};
+  for (int i = 0; i < 40; ++i) {
+    patterns["properties"]["p" + std::to_string(i)] = {{"type", "string"},
+                                                       {"pattern", "^" + std::to_string(i) + "[ab]*a[ab]{14}$"}};
+  }
+  CHECK_THAT(error_of([&] { schema(patterns.dump()); }),
+             Contains("too complex to constrain together") && Contains("schema.properties.p"));
+  // oneOf checks every pair of its schemas: at most 1024 of them.
+  nlohmann::json many = {{"oneOf", nlohmann::json::array()}};
+  for (int i = 0; i < 1025; ++i) many["oneOf"].push_back({{"const", i}});
+  CHECK_THAT(error_of([&] { schema(many.dump()); }), Contains("oneOf: 1025 schemas, over the 1024"));
+  many["oneOf"].erase(1024);
+  CHECK(schema(many.dump())->matches("1023"));
+}
+
+}  // namespace ORBIT_TEST_FILE

@@ -147,20 +147,24 @@ TEST_CASE("list memory: a summary in place of the oldest messages is drops, not 
   after.push_back(text("assistant", "c6"));
   const od::ListTransition t = od::transition_between(before, after);
   CHECK(t.moves.empty());  // the kept messages after the summary stay where they were
-  CHECK(t.drops == od::DropPattern{{"assistant|text", 0}, {"assistant|text", 1}, {"assistant|text", 2},
-                                   {"tool|text", 0},      {"tool|text", 1},      {"tool|text", 2}});
+  CHECK(t.drops == od::DropPattern{{"assistant|text", 0},
+                                   {"assistant|text", 1},
+                                   {"assistant|text", 2},
+                                   {"tool|text", 0},
+                                   {"tool|text", 1},
+                                   {"tool|text", 2}});
   // A new message at the end, after a kept one the list ends with, is no insertion: a shown-again result moved.
-  const od::ListTransition moved = od::transition_between(
-      {text("system", "s"), shot("p0"), text("assistant", "a0")}, {text("system", "s"), text("assistant", "a0"),
-                                                                   text("assistant", "a1"), shot("p0")});
+  const od::ListTransition moved =
+      od::transition_between({text("system", "s"), shot("p0"), text("assistant", "a0")},
+                             {text("system", "s"), text("assistant", "a0"), text("assistant", "a1"), shot("p0")});
   CHECK(moved.moves == od::DropPattern{{"tool|text,embeddings", 0}});
   CHECK(moved.drops.empty());
 }
 
 TEST_CASE("list memory: learned lists that keep missing are not prepared, until one would have served", "[sync]") {
   od::ListMemory memory;
-  std::vector<ChatMessage> list = {text("system", "s"), text("user", "u0"), text("assistant", "a0"),
-                                   text("user", "u1"), text("assistant", "a1")};
+  std::vector<ChatMessage> list = {text("system", "s"), text("user", "u0"), text("assistant", "a0"), text("user", "u1"),
+                                   text("assistant", "a1")};
   memory.observe(list, orbit::SyncOptions{});
   int next = 2;
   const auto append = [&] {

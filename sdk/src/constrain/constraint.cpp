@@ -101,6 +101,25 @@ struct ToolSpec {
   std::string path;  // where the parameters sit, for errors
 };
 
+// A tool's parameters as a schema of objects only: a call's arguments are a JSON object (the reader takes no
+// other), so a "type" that lists "object" among others (["object", "null"]: an optional model) is narrowed to it,
+// one without a "type" gets it (what anyOf or $ref admit besides objects goes), and "nullable" is dropped.
+// A "type" without "object" is refused, naming it: no call written under it could be read.
+Json objects_only(const Json& parameters, const std::string& path) {
+  if (!parameters.is_object()) return parameters;
+  Json p = parameters;
+  if (const auto type = p.find("type"); type != p.end()) {
+    if (!type->is_string() && !(type->is_array() && !type->empty())) return p;  // the compiler refuses it, naming it
+    const bool listed =
+        type->is_string() ? *type == "object" : std::find(type->begin(), type->end(), "object") != type->end();
+    ORBIT_CHECK(listed, path << ".type: " << type->dump() << " excludes \"object\": a tool's arguments are a JSON "
+                             << "object");
+  }
+  p["type"] = "object";
+  p.erase("nullable");
+  return p;
+}
+
 std::vector<ToolSpec> read_tools(std::string_view tools_json) {
   Json tools;
   try {
@@ -131,7 +150,7 @@ std::vector<ToolSpec> read_tools(std::string_view tools_json) {
     if (!fn.contains("parameters") || fn.at("parameters").is_null()) {
       spec.parameters = R"({"type": "object", "properties": {}})";
     } else if (!says_nothing(fn.at("parameters"))) {
-      spec.parameters = fn.at("parameters").dump();
+      spec.parameters = objects_only(fn.at("parameters"), fn_path + ".parameters").dump();
     }
     spec.path = fn_path + ".parameters";
     out.push_back(std::move(spec));

@@ -269,7 +269,17 @@ int32_t add_dfa(Grammar& g, ByteDfa dfa, int64_t max_chars, const std::string& w
   return add_dfa(g, std::make_shared<const ByteDfa>(std::move(dfa)), max_chars, what);
 }
 
+void check_dfa_room(const Grammar& g, const std::string& what) {
+  ORBIT_CHECK(g.dfa_states < kMaxGrammarDfaStates,
+              what << ": the schema's patterns, formats and bounded numbers are too complex to constrain together "
+                   << "(their automata hold over " << kMaxGrammarDfaStates << " states in all)");
+}
+
 int32_t add_dfa(Grammar& g, std::shared_ptr<const ByteDfa> dfa, int64_t max_chars, const std::string& what) {
+  if (g.counted_dfas.insert(dfa.get()).second) {
+    g.dfa_states += dfa->size();
+    check_dfa_room(g, what);
+  }
   ORBIT_CHECK(dfa->min_chars[0] <= max_chars, what << ": the shortest value allowed has " << dfa->min_chars[0]
                                                    << " characters, over the limit of " << max_chars);
   Node n;

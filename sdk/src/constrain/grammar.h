@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -142,6 +143,11 @@ struct Grammar {
   // hold is free (grammar.cpp: most_key_extra: 24 bytes for ^[a-z]+$, not 6,146); 0 where there is none.
   int64_t shaped_extra = 0;
 
+  // The states of the distinct automata add_dfa put in kDfa nodes (at most kMaxGrammarDfaStates), and those
+  // automata: what building them cost (an imported grammar's are not counted: built under their own bound).
+  std::size_t dfa_states = 0;
+  std::set<const ByteDfa*> counted_dfas;
+
   int32_t add(Node node);
   // Copies `other`'s nodes into this grammar; returns the index its root has here.
   int32_t import(const Grammar& other);
@@ -149,6 +155,14 @@ struct Grammar {
   void finish();
   const Node& at(int32_t index) const { return nodes[static_cast<std::size_t>(index)]; }
 };
+
+// The automaton states one grammar's distinct kDfa nodes hold in all (Grammar::dfa_states): each pattern, format or
+// bounded number is bounded alone (kMaxDfaStates), and this bounds one schema's together, so that one request's
+// keywords cannot hold a thread for long (a state costs ~5 us to build).
+inline constexpr std::size_t kMaxGrammarDfaStates = 4 * kMaxDfaStates;
+// Throws naming `what` when `g`'s automata already hold kMaxGrammarDfaStates states: checked before building
+// another, and by add_dfa after.
+void check_dfa_room(const Grammar& g, const std::string& what);
 
 // kObject: the declared properties' count.
 inline int32_t declared_count(const Node& n) { return static_cast<int32_t>(n.required.size()); }

@@ -332,6 +332,7 @@ ByteDfa number_language(const NumberRules& rules, int64_t chars, const std::stri
 }  // namespace
 
 int32_t add_number_dfa(Grammar& g, const NumberRules& rules, int64_t max_chars, const std::string& path) {
+  check_dfa_room(g, path);
   const int64_t chars = rules.integer ? std::min<int64_t>(max_chars, kMaxIntegerChars) : max_chars;
   const auto part = [](const std::optional<std::string>& text) { return text ? memo_part(*text) : std::string("-"); };
   const std::string key = "number|" + std::to_string(rules.integer) + "|" + std::to_string(chars) + "|" +

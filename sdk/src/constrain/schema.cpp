@@ -220,6 +220,13 @@ std::vector<std::string> schema_types(const Json& s, const std::string& path) { 
 
 int32_t SchemaCompiler::compile(const Json& s, const std::string& path) {
   ORBIT_CHECK(g_.nodes.size() < kMaxNodes, path << ": the schema is too large (over " << kMaxNodes << " nodes)");
+  ORBIT_CHECK(depth_ < kMaxDepth, path << ": the schema nests deeper than " << kMaxDepth
+                                       << " levels (members, items and $ref targets within one another)");
+  const struct Nested {
+    int& depth;
+    explicit Nested(int& d) : depth(++d) {}
+    ~Nested() { --depth; }
+  } nested(depth_);
   if (s.is_boolean()) {
     ORBIT_CHECK(s.get<bool>(), path << ": the schema false admits no value");
     return add_any_value(g_, limits_);
@@ -278,6 +285,16 @@ int32_t SchemaCompiler::compile_nullable(const Json& s, const std::string& path)
   const bool combined =
       rest.contains("$ref") || rest.contains("anyOf") || rest.contains("allOf") || rest.contains("oneOf");
   if (types.empty() && !combined) return compile(rest, path);  // any value: null among them
+  if (combined && rest.contains("type")) {
+    // nullable widens this schema's own type; what it is combined with ($ref's target, allOf's parts, each
+    // alternative) still refuses null where its type leaves it out. Without a type of its own, nullable makes the
+    // combination nullable (below: {"allOf": [{"$ref": ...}], "nullable": true}, OpenAPI 3.0's nullable reference).
+    Json listed = Json::array();
+    for (const std::string& t : types) listed.push_back(t);
+    listed.push_back("null");
+    rest["type"] = listed;
+    return compile(rest, path);
+  }
   Node choice;
   choice.kind = NodeKind::kChoice;
   choice.children = {compile(rest, path), add_literal(g_, "null")};

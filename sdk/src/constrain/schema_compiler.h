@@ -62,6 +62,9 @@ class SchemaCompiler {
 
  private:
   static constexpr std::size_t kMaxNodes = 100000;
+  // Schemas compiled within one another at most: members, items and $ref targets (a chain of references nests
+  // no deeper in the JSON text, and each level is a few frames of this recursion and of the grammar's walks).
+  static constexpr int kMaxDepth = 128;
 
   int32_t compile_type(const Json& s, const std::string& type, const std::string& path);
   int32_t compile_nullable(const Json& s, const std::string& path);
@@ -113,6 +116,7 @@ class SchemaCompiler {
   std::map<std::string, int32_t> compiled_refs_;
   int merges_ = 0;             // references being combined (merge_schemas), nested
   int combining_ = 0;          // compile_with_siblings calls in progress, nested
+  int depth_ = 0;              // compile calls in progress, nested
   int64_t object_tables_ = 0;  // entries the objects under minProperties add to their tables (grammar.h)
 };
 

@@ -34,6 +34,15 @@ namespace {
 constexpr int kMostMerges = 64;  // nested combinations ($ref chains through siblings) before a refusal
 
 // The keywords of `s` that constrain values (annotations and discriminator left out).
+// How many JSON values `j` holds, itself included.
+std::size_t json_values(const Json& j) {
+  std::size_t n = 1;
+  if (j.is_structured()) {
+    for (const Json& v : j) n += json_values(v);
+  }
+  return n;
+}
+
 Json constraining(const Json& s) {
   Json out = Json::object();
   for (const auto& [key, value] : s.items()) {
@@ -116,6 +125,27 @@ void with_inferred_type(Json& s, const std::string& where) {
   const std::vector<std::string> types = schema_types(s, where);
   if (types.empty()) return;
   s["type"] = types.size() == 1 ? Json(types.front()) : Json(types);
+}
+
+// A part's OpenAPI nullable made a type of its own (true: "null" joins its types; false: nothing more), so that
+// it widens that part alone: another part with a type of its own that leaves null out still refuses it. A part
+// without a type keeps nullable (compile_nullable reads it on the combination).
+void with_nullable_typed(Json& s, const std::string& where) {
+  const auto nullable = s.find("nullable");
+  if (nullable == s.end() || !s.contains("type") || !nullable->is_boolean()) return;
+  if (nullable->get<bool>()) {
+    std::vector<std::string> types = type_list(s.at("type"), where);
+    if (std::find(types.begin(), types.end(), "null") == types.end()) types.push_back("null");
+    s["type"] = types;
+  }
+  s.erase("nullable");
+}
+
+// A number exactly: an integer beyond 2^53 compared as a double would equal its neighbours.
+long double exact_number(const Json& j) {
+  if (j.is_number_unsigned()) return static_cast<long double>(j.get<uint64_t>());
+  if (j.is_number_integer()) return static_cast<long double>(j.get<int64_t>());
+  return static_cast<long double>(j.get<double>());
 }
 
 // With additionalProperties: false in a or b, the names an object of both may have: the properties every closed
@@ -230,7 +260,8 @@ std::optional<Json> SchemaCompiler::merge_keyword(const std::string& k, const Js
   }
   if (k == "items" && x.is_object() && y.is_object()) return both(x, y, where + ": items");
   if ((lower_bound(k) || upper_bound(k)) && x.is_number() && y.is_number()) {
-    const bool x_stricter = lower_bound(k) ? x.get<double>() > y.get<double>() : x.get<double>() < y.get<double>();
+    const long double ex = exact_number(x), ey = exact_number(y);
+    const bool x_stricter = lower_bound(k) ? ex > ey : ex < ey;
     return x_stricter ? x : y;
   }
   ORBIT_FAIL(where << ": '" << k << "' is given differently by both parts (" << brief(x) << " and " << brief(y)
@@ -259,6 +290,8 @@ std::optional<Json> SchemaCompiler::merge_schemas(const Json& a, const Json& b, 
   drop_open(other);
   with_inferred_type(out, where);
   with_inferred_type(other, where);
+  with_nullable_typed(out, where);
+  with_nullable_typed(other, where);
   check_dependent(out, other, where);
   const std::optional<std::set<std::string>> members = closed_members(out, other);
   for (const auto& [k, value] : other.items()) {
@@ -313,6 +346,12 @@ int32_t SchemaCompiler::compile_with_siblings(const Json& s, const std::string& 
   const Json& list = s.at(key);
   ORBIT_CHECK(list.is_array() && !list.empty(),
               path << "." << key << ": expected a non-empty list of schemas, not " << brief(list));
+  // Each alternative gets a copy of the keywords beside it: bounded before they are made.
+  const std::size_t beside = json_values(rest);
+  ORBIT_CHECK(beside * list.size() <= kMaxNodes,
+              path << ": " << key << "'s " << list.size() << " schemas, each combined with the " << beside
+                   << " JSON values of the keywords beside it, make a schema too large (over " << kMaxNodes
+                   << "): move those keywords into fewer alternatives");
   Json alternatives = Json::array();
   for (std::size_t i = 0; i < list.size(); ++i) {
     const std::string part = key + "[" + std::to_string(i) + "]";

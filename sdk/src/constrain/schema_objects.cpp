@@ -119,6 +119,7 @@ int32_t SchemaCompiler::add_key(const KeyRules& keys, const std::string& path) {
   }
   const StringRules& r = keys.strings;
   if (r.pattern == nullptr && r.format == nullptr) return add_string(g_, r.min_chars, r.max_chars);
+  check_dfa_room(g_, path);
   return add_dfa(g_, canonical_string_dfa(r, path), r.max_chars, path);
 }
 
@@ -136,6 +137,7 @@ int32_t SchemaCompiler::add_extra_key(const KeyRules& keys, const std::vector<st
     }
     return left.empty() ? -1 : add_literal_set(g_, left);
   }
+  check_dfa_room(g_, path);
   std::optional<ByteDfa> extra = without(canonical_string_dfa(keys.strings, path), declared, path);
   if (!extra || extra->min_chars[0] > keys.strings.max_chars) return -1;
   return add_dfa(g_, std::move(*extra), keys.strings.max_chars, path);

@@ -266,6 +266,7 @@ void cap_format_chars(StringRules& rules, const std::string& path) {
 }
 
 int32_t add_string_dfa(Grammar& g, const StringRules& rules, const std::string& path) {
+  check_dfa_room(g, path);
   const auto part = [](const std::string* text) { return text ? memo_part(*text) : std::string("-"); };
   const std::string key =
       "string|" + part(rules.pattern) + "|" + part(rules.format) + "|" + std::to_string(rules.min_chars);

@@ -124,6 +124,11 @@ int32_t SchemaCompiler::compile_one_of(const Json& s, const std::string& path) {
   const Json& list = s.at("oneOf");
   ORBIT_CHECK(list.is_array() && !list.empty(),
               path << ".oneOf: expected a non-empty list of schemas, not " << brief(list));
+  // Every pair is checked below: bounded so that one request's schema cannot hold a thread for long.
+  constexpr std::size_t kMostChecked = 1024;
+  ORBIT_CHECK(list.size() <= kMostChecked,
+              path << ".oneOf: " << list.size() << " schemas, over the " << kMostChecked
+                   << " whose pairs are checked to match no value in common: use anyOf (or enum for values)");
   for (std::size_t i = 0; i < list.size(); ++i) {
     for (std::size_t j = i + 1; j < list.size(); ++j) {
       ORBIT_CHECK(exclusive(list[i], list[j], path),
