@@ -110,10 +110,8 @@ int run_generate(int argc, char** argv, int first) {
   const bool as_json = args.flag("--json");
   if (!as_json) {
     // The text is written as it is decoded (Ctrl-C keeps what came so far): its pieces join to the answer's text.
-    go.on_text = [](const std::string& piece) {
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
-      return true;
+    go.on_text = [](const std::string& piece) {  // a failed write stops the decode (main reports it)
+      return std::fwrite(piece.data(), 1, piece.size(), stdout) == piece.size() && std::fflush(stdout) == 0;
     };
   }
   Generation g = window.generate(query, go);

@@ -1,10 +1,12 @@
 // orbit — command-line entry point.
 #include <ATen/Parallel.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <iostream>
 #include <string>
 #include <thread>
 
@@ -59,6 +61,43 @@ const char* kUsage =
     "Every command answers --help with its arguments.\n"
     "Threads: every core, unless OMP_NUM_THREADS is set.\n";
 
+// Runs `command` (argv[1]); its exit status.
+int run_command(const std::string& command, int argc, char** argv) {
+  if (command == "info") return orbit::cli::run_info(argc, argv, 2);
+  if (command == "logits") return orbit::cli::run_logits(argc, argv, 2);
+  if (command == "make-model") return orbit::cli::run_make_model(argc, argv, 2);
+  if (command == "store") return orbit::cli::run_store(argc, argv, 2);
+  if (command == "fidelity") return orbit::cli::run_fidelity(argc, argv, 2);
+  if (command == "replay") return orbit::cli::run_replay(argc, argv, 2);
+  if (command == "make-trace") return orbit::cli::run_make_trace(argc, argv, 2);
+  if (command == "tokenize") return orbit::cli::run_tokenize(argc, argv, 2);
+  if (command == "generate") return orbit::cli::run_generate(argc, argv, 2);
+  if (command == "serve") return orbit::cli::run_serve(argc, argv, 2);
+  if (command == "version" || command == "--version") {  // --version: as most command-line tools take it
+    if (argc > 2 && (!std::strcmp(argv[2], "--help") || !std::strcmp(argv[2], "-h"))) {
+      std::puts("usage: orbit version\n  Prints orbit's version.\naccepted arguments: --help");
+      return 0;
+    }
+    ORBIT_CHECK(argc == 2, "version: unknown argument '" << argv[2] << "' (it takes none)");
+    std::printf("orbit %s\n", orbit::version());
+    return 0;
+  }
+  std::fprintf(stderr, "orbit: unknown command '%s'\n\n%s", command.c_str(), kUsage);
+  return 2;
+}
+
+// `status`, or 1 when what the command wrote to standard output did not all reach it (a full disk, a closed
+// descriptor): a script reading the output must not take an empty or cut file for a success.
+int written(const std::string& command, int status) {
+  if (status != 0) return status;
+  errno = 0;
+  std::cout.flush();
+  if (std::cout && std::fflush(stdout) == 0 && !std::ferror(stdout)) return status;
+  std::fprintf(stderr, "orbit %s: error: writing standard output failed%s%s\n", command.c_str(), errno ? ": " : "",
+               errno ? std::strerror(errno) : "");
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -72,27 +111,7 @@ int main(int argc, char** argv) {
     at::set_num_threads(static_cast<int>(std::thread::hardware_concurrency()));
   }
   try {
-    if (command == "info") return orbit::cli::run_info(argc, argv, 2);
-    if (command == "logits") return orbit::cli::run_logits(argc, argv, 2);
-    if (command == "make-model") return orbit::cli::run_make_model(argc, argv, 2);
-    if (command == "store") return orbit::cli::run_store(argc, argv, 2);
-    if (command == "fidelity") return orbit::cli::run_fidelity(argc, argv, 2);
-    if (command == "replay") return orbit::cli::run_replay(argc, argv, 2);
-    if (command == "make-trace") return orbit::cli::run_make_trace(argc, argv, 2);
-    if (command == "tokenize") return orbit::cli::run_tokenize(argc, argv, 2);
-    if (command == "generate") return orbit::cli::run_generate(argc, argv, 2);
-    if (command == "serve") return orbit::cli::run_serve(argc, argv, 2);
-    if (command == "version" || command == "--version") {  // --version: as most command-line tools take it
-      if (argc > 2 && (!std::strcmp(argv[2], "--help") || !std::strcmp(argv[2], "-h"))) {
-        std::puts("usage: orbit version\n  Prints orbit's version.\naccepted arguments: --help");
-        return 0;
-      }
-      ORBIT_CHECK(argc == 2, "version: unknown argument '" << argv[2] << "' (it takes none)");
-      std::printf("orbit %s\n", orbit::version());
-      return 0;
-    }
-    std::fprintf(stderr, "orbit: unknown command '%s'\n\n%s", command.c_str(), kUsage);
-    return 2;
+    return written(command, run_command(command, argc, argv));
   } catch (const orbit::Error& e) {
     std::fprintf(stderr, "orbit %s: error: %s\n", command.c_str(), e.what());
     return 1;

@@ -116,3 +116,40 @@ def test_an_oversized_batch_is_refused_before_any_request_is_read(orbit, windows
         orbit.generate_many([(ws[0], " A", {"max_tokens": 1})] * 1025)
     answers = orbit.generate_many([(ws[0], " A", {"max_tokens": 1})] * 1024)  # the limit itself is taken
     assert len(answers) == 1024 and len({tuple(a.tokens) for a in answers}) == 1
+
+
+def test_generate_many_holds_the_windows_it_was_given(orbit, windows):
+    """The batch decodes without the GIL: the windows are held by the call, not only by the caller's request list.
+    A sequence that makes its items as they are read (a fresh fork each time) drops each fork right after it is read,
+    and another thread may empty the list the caller passed while the decode runs; before, both decoded freed windows
+    (a crash, an abort or a hang)."""
+    import collections.abc
+
+    engine, ws = windows
+    expected = ws[0].fork().generate(" She", max_tokens=12).tokens
+
+    class Forks(collections.abc.Sequence):
+        def __len__(self):
+            return 3
+
+        def __getitem__(self, i):
+            if not 0 <= i < 3:
+                raise IndexError(i)
+            return (ws[0].fork(), " She", {"max_tokens": 12})
+
+    for answer in orbit.generate_many(Forks()):
+        assert answer.tokens == expected
+    requests = [(ws[0].fork(), " She", {"max_tokens": 200, "ignore_eos": True}) for _ in range(4)]
+    started = threading.Event()
+
+    def clear():
+        started.wait(30)
+        requests.clear()
+
+    t = threading.Thread(target=clear)
+    t.start()
+    started.set()
+    answers = orbit.generate_many(requests)
+    t.join()
+    assert len(answers) == 4 and all(len(a.tokens) == 200 for a in answers)
+    assert engine.stats.windows == 3  # the forks went with the call

@@ -312,3 +312,22 @@ def test_a_file_that_is_no_checkpoint_says_how_it_was_read(orbit_cli, repo_root,
     assert r.returncode == 1
     assert f"{repo_root / name}: header field" in r.stderr, r.stderr
     assert "(the file read as a llama2.c checkpoint: 7 int32 sizes, then float32 weights" in r.stderr, r.stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this machine")
+def test_output_that_cannot_be_written_fails_the_command(orbit_cli, stories260k_path):
+    """Standard output on a full disk (/dev/full) or closed: the command says so and exits 1, where it used to exit 0
+    with nothing written (a script's `orbit logits ... > out.json` took an empty file for a success)."""
+    commands = [["tokenize", "--model", stories260k_path, "--text", "Once upon a time"],
+                ["info", "--model", stories260k_path],
+                ["generate", "--model", stories260k_path, "--prompt", "Once", "--max-tokens", "4"],
+                ["generate", "--model", stories260k_path, "--prompt", "Once", "--max-tokens", "4", "--json"],
+                ["version"]]
+    for args in commands:
+        with open("/dev/full", "w") as full:
+            r = subprocess.run([str(orbit_cli), *map(str, args)], stdout=full, stderr=subprocess.PIPE, text=True,
+                               timeout=300)
+        assert r.returncode == 1 and "writing standard output failed" in r.stderr, (args, r.returncode, r.stderr)
+        written = subprocess.run([str(orbit_cli), *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True, timeout=300)
+        assert written.returncode == 0, (args, written.stderr)  # the same command, written: a success

@@ -171,6 +171,13 @@ std::vector<std::string> check_tool_entries(const py::list& tools, const std::st
 
 namespace {
 
+// A constraint compiled without the GIL: a schema's compile may take a second, and holds no other Python thread.
+template <class F>
+auto without_gil(F&& compile) {
+  const NativeCall release;
+  return compile();
+}
+
 // A tool_choice naming a tool names one of `names`. A string names a tool or a mode, so its error lists both.
 void check_named_tool(const std::string& choice, const std::vector<std::string>& names, bool from_string) {
   std::string listed;
@@ -245,7 +252,8 @@ AnswerSpec build_spec(const PyWindow& w, const py::object& tools, const py::obje
     }
     const std::string only = named ? choice : "";
     try {
-      a.constraint = Constraint::tool_calls(a.tools_json, orbit::tool_call_options(a.format, only));
+      a.constraint =
+          without_gil([&] { return Constraint::tool_calls(a.tools_json, orbit::tool_call_options(a.format, only)); });
     } catch (const orbit::Error& e) {  // "tools[1].name: ...": named by the call, as response_format's are
       ORBIT_FAIL("generate: " << e.what());
     }
@@ -260,7 +268,8 @@ AnswerSpec build_spec(const PyWindow& w, const py::object& tools, const py::obje
     // The model may answer in text or call; a call it starts is decoded under the tools' grammar. Schemas
     // outside the constraints' subset leave the answer free (nothing was asked to be enforced).
     try {
-      a.constraint = Constraint::tool_calls(a.tools_json, orbit::tool_call_options(a.format));
+      a.constraint =
+          without_gil([&] { return Constraint::tool_calls(a.tools_json, orbit::tool_call_options(a.format)); });
       a.trigger = orbit::tool_call_trigger(a.format);
     } catch (const orbit::Error&) {
       a.constraint = nullptr;
@@ -275,8 +284,9 @@ AnswerSpec build_spec(const PyWindow& w, const py::object& tools, const py::obje
   if (!response_format.is_none()) {
     const std::optional<std::string> schema = response_schema(response_format);
     if (schema) {
-      a.constraint = schema->empty() ? Constraint::json_object()
-                                     : Constraint::json_schema(*schema, {}, "generate: response_format");
+      a.constraint = schema->empty() ? Constraint::json_object() : without_gil([&] {
+        return Constraint::json_schema(*schema, {}, "generate: response_format");
+      });
       a.read_json = true;
       const std::string why = unwritable_here(w, a.constraint);
       ORBIT_CHECK(why.empty(), "generate: response_format: the answer cannot be written: " << why);
@@ -286,7 +296,8 @@ AnswerSpec build_spec(const PyWindow& w, const py::object& tools, const py::obje
     // Tools and a structured final answer (an agent's turn): a call or the JSON, from the first byte. Schemas
     // outside the constraints' subset leave the JSON alone (nothing was asked of the tools).
     try {
-      const auto calls = Constraint::tool_calls(a.tools_json, orbit::tool_call_options(a.format));
+      const auto calls =
+          without_gil([&] { return Constraint::tool_calls(a.tools_json, orbit::tool_call_options(a.format)); });
       if (unwritable_here(w, calls).empty()) {
         a.constraint = Constraint::choice({calls, a.constraint});
         // Past the call mark only the calls go on; a format without one (Llama 3's bare objects) may be
@@ -309,7 +320,7 @@ AnswerSpec build_spec(const PyWindow& w, const py::object& tools, const py::obje
 // masks cost milliseconds a call (about 6 ms for a tool of three fields on stories260K; zod's hostname
 // pattern alone takes about 140 ms to compile), and an agent loop sends the same arguments every step.
 // Refusals are not kept: they throw again; nor are calls without tools or response_format (free text). The
-// build runs with the GIL held and no cache lock taken.
+// build reads its arguments with the GIL held and compiles without it; no cache lock is taken.
 AnswerSpec answer_spec(const PyWindow& w, const py::object& tools, const py::object& tool_choice,
                        const py::object& response_format, const py::object& tool_call_format) {
   if (tools.is_none() && response_format.is_none()) {  // free text: nothing to compile, nothing kept

@@ -321,10 +321,13 @@ void def_calibration(py::class_<Engine, std::shared_ptr<Engine>>& c) {
         if (!progress.is_none()) {
           // After each seed, with the GIL: pending signals first (Ctrl-C raises KeyboardInterrupt between
           // seeds), then the caller's callback; what either raises stops the calibration and propagates.
-          report_seed = [progress](int64_t done, int64_t seeds) {
+          // Borrowed: the argument outlives the call, and copies of the callback made without the GIL must not
+          // touch its reference count.
+          PyObject* callback = progress.ptr();
+          report_seed = [callback](int64_t done, int64_t seeds) {
             py::gil_scoped_acquire gil;
             if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-            progress(done, seeds);
+            py::reinterpret_borrow<py::object>(callback)(done, seeds);
           };
         }
         const NativeCall release;
@@ -444,6 +447,7 @@ void def_engine_text(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       [](const Engine& e, const StrArg& text, const BoolArg& bos) {
         const std::string t = text.get("tokenize: text");
         const bool b = bos.get("tokenize: bos");
+        const NativeCall release;  // a long text's encoding holds no other thread
         return naming_closed("tokenize", [&] { return e.tokenize(t, b); });
       },
       py::arg("text"), py::arg("bos") = true,
@@ -455,7 +459,10 @@ void def_engine_text(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       [](const Engine& e, const py::object& tokens, const IntArg& previous) {
         const std::vector<int64_t> ids = to_tokens(tokens, "detokenize: tokens");
         const int64_t after = previous.get("detokenize: previous");
-        const std::string bytes = naming_closed("detokenize", [&] { return e.detokenize(ids, after); });
+        const std::string bytes = [&] {
+          const NativeCall release;
+          return naming_closed("detokenize", [&] { return e.detokenize(ids, after); });
+        }();
         return py::reinterpret_steal<py::str>(
             PyUnicode_DecodeUTF8(bytes.data(), static_cast<py::ssize_t>(bytes.size()), "replace"));
       },
@@ -488,12 +495,13 @@ void def_engine_chunks(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       [](Engine& e, const py::object& tokens, const StrArg& label_arg, const BoolArg& pin_arg) {
         const std::string label = label_arg.get("add_tokens: label");
         const bool pin = pin_arg.get("add_tokens: pin");
+        const bool text = py::isinstance<py::str>(tokens);
+        const std::string utf8 = text ? utf8_arg(tokens, "add_tokens: tokens") : std::string();
+        std::vector<int64_t> ids = text ? std::vector<int64_t>() : to_tokens(tokens, "add_tokens: tokens");
+        const NativeCall release;
         return naming_closed("add_tokens", [&] {
-          std::vector<int64_t> t = py::isinstance<py::str>(tokens)
-                                       ? e.tokenize(utf8_arg(tokens, "add_tokens: tokens"), false)
-                                       : to_tokens(tokens, "add_tokens: tokens");
-          const NativeCall release;
-          return e.add_tokens(t, chunk_options(label, pin));
+          if (text) ids = e.tokenize(utf8, false);
+          return e.add_tokens(ids, chunk_options(label, pin));
         });
       },
       py::arg("tokens"), py::kw_only(), py::arg("label") = "", py::arg("pin") = false,

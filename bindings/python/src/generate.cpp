@@ -137,8 +137,11 @@ orbit::TriggerBlock to_trigger_block(const py::object& obj, const std::string& w
 
 // A token list, or text (str) tokenized by the window's engine without BOS (a continuation).
 std::vector<int64_t> query_tokens(PyWindow& w, const py::object& obj) {
-  if (py::isinstance<py::str>(obj)) return w.engine->tokenize(utf8_arg(obj, "generate: query"), false);
-  return to_tokens(obj, "generate: query");
+  if (!py::isinstance<py::str>(obj)) return to_tokens(obj, "generate: query");
+  const std::string text = utf8_arg(obj, "generate: query");
+  const std::shared_ptr<orbit::Engine> engine = w.engine;
+  const NativeCall release;  // a long text's encoding holds no other thread
+  return engine->tokenize(text, false);
 }
 
 }  // namespace
@@ -367,7 +370,15 @@ py::sequence request_sequence(const py::object& request_list) {
 // One of generate_many's requests, named `what`: (window, query) or (window, query, {generate() keyword
 // arguments}). Returns its window, checked free for the call, and its arguments, not armed (the caller adds
 // the batch's cancel token and signal poll first).
-std::pair<PyWindow*, GenerateArgs> read_request(const py::object& item, const std::string& what) {
+// A request read: its window and the Window object that owns it (held for the call: the caller's request list may
+// be changed by another thread while the decode runs without the GIL, or build its items as they are read).
+struct ReadRequest {
+  py::object owner;
+  PyWindow* window = nullptr;
+  GenerateArgs args;
+};
+
+ReadRequest read_request(const py::object& item, const std::string& what) {
   if (!py::isinstance<py::tuple>(item) && !py::isinstance<py::list>(item)) {
     throw py::type_error(what + " must be (window, query) or (window, query, options), got " +
                          py::repr(item).cast<std::string>());
@@ -388,7 +399,7 @@ std::pair<PyWindow*, GenerateArgs> read_request(const py::object& item, const st
     if (!py::isinstance<py::dict>(parts[2])) throw py::type_error(what + ": options must be a dict");
     options = parts[2].cast<py::dict>();
   }
-  return {w, generate_args(*w, parts[1], options, what)};
+  return {parts[0], w, generate_args(*w, parts[1], options, what)};
 }
 
 // Holding the GIL: releases it and, every distinct window locked in one order (no deadlock with another
@@ -445,12 +456,14 @@ void raise_as_request_error(const orbit::Error& e) {
 py::list run_generate_many(const py::object& request_list, const py::object& cancel) {
   const std::shared_ptr<const CancelToken> all = to_cancel_token(cancel, "generate_many: cancel");
   const py::sequence requests = request_sequence(request_list);
+  std::vector<py::object> owners;  // the windows' objects, alive until the Generations are made
   std::vector<PyWindow*> windows;
   std::vector<GenerateArgs> args;
   for (std::size_t i = 0; i < requests.size(); ++i) {
-    auto [w, a] = read_request(requests[i], "generate_many: requests[" + std::to_string(i) + "]");
-    windows.push_back(w);
-    args.push_back(std::move(a));
+    ReadRequest r = read_request(requests[i], "generate_many: requests[" + std::to_string(i) + "]");
+    owners.push_back(std::move(r.owner));
+    windows.push_back(r.window);
+    args.push_back(std::move(r.args));
     if (all) args.back().cancel.tokens.push_back(all);
     // One poll for the batch: the requests step together, so one GIL take per interval serves them all.
     if (i > 0) args.back().cancel.signals = args.front().cancel.signals;

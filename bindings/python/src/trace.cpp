@@ -164,11 +164,16 @@ void def_replay(py::module_& m) {
         }
         // Before every step: deliver pending signals (Ctrl-C raises KeyboardInterrupt between steps, not
         // at the end), then the caller's progress callback.
-        o.progress = [progress](std::size_t policy, std::size_t policies_total, std::size_t step,
+        // Borrowed: the caller's argument outlives the replay, and the copies replay makes of its options run
+        // without the GIL, so they must not touch its reference count.
+        PyObject* callback = progress.is_none() ? nullptr : progress.ptr();
+        o.progress = [callback](std::size_t policy, std::size_t policies_total, std::size_t step,
                                 std::size_t steps_total, const std::string& name) {
           py::gil_scoped_acquire gil;
           if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-          if (!progress.is_none()) progress(policy, policies_total, step, steps_total, name);
+          if (callback != nullptr) {
+            py::reinterpret_borrow<py::object>(callback)(policy, policies_total, step, steps_total, name);
+          }
         };
         // Each engine's checks name EngineOptions' fields, which are replay's keywords ("replay: page_size").
         const std::string report = with_keyword_names("EngineOptions", "replay", [&] {

@@ -23,8 +23,11 @@ namespace {
 
 // A token list, or text (str) tokenized by the window's engine without BOS (a continuation).
 std::vector<int64_t> tokens_or_text(PyWindow& w, const py::object& obj, const char* what) {
-  if (py::isinstance<py::str>(obj)) return w.engine->tokenize(utf8_arg(obj, what), false);
-  return to_tokens(obj, what);
+  if (!py::isinstance<py::str>(obj)) return to_tokens(obj, what);
+  const std::string text = utf8_arg(obj, what);
+  const std::shared_ptr<orbit::Engine> engine = w.engine;
+  const NativeCall release;  // a long text's encoding holds no other thread
+  return engine->tokenize(text, false);
 }
 
 }  // namespace
