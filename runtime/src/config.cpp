@@ -125,6 +125,24 @@ void ModelConfig::validate(const std::string& origin) const {
   positive(num_kv_heads, "num_key_value_heads");
   positive(head_dim, "head_dim");
   positive(max_position_embeddings, "max_position_embeddings");
+  // Sizes multiply one another (heads by head_dim, vocab by hidden): each bounded far past any real model, so no
+  // product can wrap into a shape the weights seem to match.
+  constexpr int64_t kMaxSize = int64_t{1} << 24;
+  for (const auto& [value, field] : {std::pair<int64_t, const char*>{vocab_size, "vocab_size"},
+                                     {hidden_size, "hidden_size"},
+                                     {intermediate_size, "intermediate_size"},
+                                     {num_heads, "num_attention_heads"},
+                                     {num_kv_heads, "num_key_value_heads"},
+                                     {head_dim, "head_dim"},
+                                     {mla.q_lora_rank, "q_lora_rank"},
+                                     {mla.kv_lora_rank, "kv_lora_rank"},
+                                     {mla.qk_nope_head_dim, "qk_nope_head_dim"},
+                                     {mla.qk_rope_head_dim, "qk_rope_head_dim"},
+                                     {mla.v_head_dim, "v_head_dim"},
+                                     {rope.rotary_dim, "rotary_dim"}}) {
+    ORBIT_CHECK(value <= kMaxSize,
+                origin << ": field '" << field << "' = " << value << " is past the limit of " << kMaxSize);
+  }
   // Every layer is a list of weight specs and a slot in every KV structure: a count past any real
   // model (the largest have a few hundred) is a corrupt config, refused before anything is sized by it.
   constexpr int64_t kMaxLayers = 4096;
@@ -138,6 +156,11 @@ void ModelConfig::validate(const std::string& origin) const {
     validate_mla(*this, origin);
   } else {
     validate_gqa(*this, origin);
+  }
+  try {
+    check_rope_config(rope);
+  } catch (const Error& e) {
+    ORBIT_FAIL(origin << ": " << e.what());
   }
 }
 

@@ -181,6 +181,8 @@ double yarn_mscale(double scale, double mscale) { return scale <= 1.0 ? 1.0 : 0.
 
 }  // namespace
 
+void check_rope_config(const RopeConfig& c) { validate(c, 0); }
+
 at::Tensor rope_inv_freq(const RopeConfig& config, int64_t window_len) {
   validate(config, window_len);
   std::vector<double> inv;

@@ -50,30 +50,42 @@ uint64_t read_u64_le(const uint8_t* p) {
   return value;
 }
 
-// Remembers the first key repeated inside any JSON object while nlohmann parses, since its DOM keeps
-// only the last value of a duplicated key. One frame per open object; frames[0] is the top level, so
-// frames[0].last_key names the tensor whose entry is being read.
-class DuplicateKeyFinder {
+// The first key repeated inside any JSON object, found in one SAX pass over the header (nlohmann's DOM keeps only
+// the last value of a duplicated key, and its callback parser costs the square of a container's values). One
+// frame per open object; frames[0] is the top level, so frames[0].last_key names the tensor whose entry is read.
+class DuplicateKeyFinder : public nlohmann::json_sax<nlohmann::json> {
  public:
-  bool on_event(nlohmann::json::parse_event_t event, const nlohmann::json& parsed) {
-    using Event = nlohmann::json::parse_event_t;
-    if (event == Event::object_start) {
-      frames_.emplace_back();
-    } else if (event == Event::object_end) {
-      if (!frames_.empty()) frames_.pop_back();
-    } else if (event == Event::key && !frames_.empty() && parsed.is_string()) {
-      Frame& frame = frames_.back();
-      frame.last_key = parsed.get_ref<const std::string&>();
-      if (!frame.keys.insert(frame.last_key).second && message_.empty()) {
-        if (frames_.size() == 1) {
-          message_ = "tensor '" + frame.last_key + "' is listed twice in the header";
-        } else {
-          message_ = "entry '" + frames_.front().last_key + "': field '" + frame.last_key + "' is given twice";
-        }
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_array(std::size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool start_object(std::size_t) override {
+    frames_.emplace_back();
+    return true;
+  }
+  bool end_object() override {
+    if (!frames_.empty()) frames_.pop_back();
+    return true;
+  }
+  bool key(string_t& key) override {
+    if (frames_.empty()) return true;
+    Frame& frame = frames_.back();
+    frame.last_key = key;
+    if (!frame.keys.insert(frame.last_key).second && message_.empty()) {
+      if (frames_.size() == 1) {
+        message_ = "tensor '" + frame.last_key + "' is listed twice in the header";
+      } else {
+        message_ = "entry '" + frames_.front().last_key + "': field '" + frame.last_key + "' is given twice";
       }
     }
-    return true;  // keep every value; we only observe
+    return true;
   }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
   // Empty when no key was repeated.
   const std::string& message() const { return message_; }
 
@@ -226,15 +238,12 @@ StHeader parse_safetensors(const uint8_t* bytes, std::size_t size, const std::st
   header.data_offset = 8 + header_len;
   const uint64_t data_size = size - header.data_offset;
 
-  DuplicateKeyFinder duplicates;
-  JsonInputOptions json_options;
-  json_options.observer = [&duplicates](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    return duplicates.on_event(event, parsed);
-  };
   const char* first = reinterpret_cast<const char*>(bytes + 8);
-  const nlohmann::json root = parse_json_input(
-      first, first + header_len, origin + ": header (" + std::to_string(header_len) + " bytes)", json_options);
+  const nlohmann::json root =
+      parse_json_input(first, first + header_len, origin + ": header (" + std::to_string(header_len) + " bytes)");
   ORBIT_CHECK(root.is_object(), origin << ": header must be a JSON object, got " << json_type(root));
+  DuplicateKeyFinder duplicates;  // the text parsed above: this pass meets no syntax error
+  nlohmann::json::sax_parse(first, first + header_len, &duplicates);
   ORBIT_CHECK(duplicates.message().empty(), origin << ": " << duplicates.message());
 
   for (auto it = root.begin(); it != root.end(); ++it) {

@@ -192,8 +192,9 @@ class Llama2cTokenizer final : public Tokenizer {
   std::vector<int64_t> encode_symbols(std::string_view text, bool bos, std::vector<TokenBytes>* bytes,
                                       bool dummy) const {
     std::vector<int64_t> symbols;
-    std::vector<TokenBytes> at;                              // at[i]: symbols[i]'s character
-    if (bos) symbols.push_back(kBos), at.push_back({0, 0});  // BOS takes part in merging, as in llama2.c
+    std::vector<TokenBytes> at;  // at[i]: symbols[i]'s character
+    // BOS takes part in merging, as in llama2.c; a vocabulary too small to hold it has none (bos_id() -1).
+    if (bos && bos_id() >= 0) symbols.push_back(kBos), at.push_back({0, 0});
     if (!text.empty() && dummy) {
       auto space = ids_.find(" ");
       ORBIT_CHECK(space != ids_.end(), source_ << ": the vocabulary has no piece \" \" (the dummy prefix)");

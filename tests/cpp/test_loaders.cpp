@@ -245,6 +245,22 @@ TEST_CASE("Hugging Face directories: broken configs and weights fail naming the 
   j = config;
   j["partial_rotary_factor"] = 0.1;  // 8 × 0.1 -> 0 rotary dims
   with_config(j, "rotary");
+  // A head_dim whose products with the head counts wrap int64 to the stored shapes (2^62 + 16: 8 x it is 128):
+  // refused at load, where it passed every shape check and the first forward died of SIGFPE.
+  j = config;
+  j["head_dim"] = (int64_t{1} << 62) + 16;
+  with_config(j, "field 'head_dim' = 4611686018427387920 is past the limit");
+  // rope_scaling fields out of range: refused at load naming config.json, not at the first forward.
+  j = config;
+  j["rope_scaling"] = {{"rope_type", "llama3"},
+                       {"factor", 8.0},
+                       {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 1.0},
+                       {"original_max_position_embeddings", 64}};
+  with_config(j, "'high_freq_factor' (1) must exceed 'low_freq_factor' (1)");
+  j["rope_scaling"]["high_freq_factor"] = 4.0;
+  j["rope_scaling"]["original_max_position_embeddings"] = -5;
+  with_config(j, "'original_max_position_embeddings' (-5) must be >= 0");
 
   // A shape that disagrees with the config: the file and the tensor are named.
   j = config;

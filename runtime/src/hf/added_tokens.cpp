@@ -11,6 +11,44 @@ namespace {
 // is letters, every number and '_': a combining mark or U+203F after the token would not bar it there, and
 // '²' would.
 constexpr const char* kWordChar = R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}])";
+
+bool continuation(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
+
+// The code point of `text` that ends at `end` (its bytes), or the one that begins at `begin`.
+std::string_view code_point_before(std::string_view text, size_t end) {
+  size_t begin = end - 1;
+  while (begin > 0 && end - begin < 4 && continuation(text[begin])) --begin;
+  return text.substr(begin, end - begin);
+}
+std::string_view code_point_at(std::string_view text, size_t begin) {
+  size_t end = begin + 1;
+  while (end < text.size() && end - begin < 4 && continuation(text[end])) ++end;
+  return text.substr(begin, end - begin);
+}
+
+// Where the whitespace run that ends at `end` begins, no earlier than `floor` (`trailing`: \s*\z). Read in
+// windows doubling from 64 bytes: each added token costs the run it strips, not the text before it.
+size_t space_before(const Regex& trailing, std::string_view text, size_t floor, size_t end) {
+  for (size_t width = 64;; width *= 2) {
+    size_t begin = end - std::min(width, end - floor);
+    while (begin > floor && continuation(text[begin])) --begin;
+    const auto m = trailing.find_all(text.substr(begin, end - begin));
+    if (m.empty()) return end;
+    if (m.front().first > 0 || begin == floor) return begin + m.front().first;
+  }
+}
+
+// Where the whitespace run that begins at `begin` ends (`leading`: \A\s*), read the same way.
+size_t space_after(const Regex& leading, std::string_view text, size_t begin) {
+  for (size_t width = 64;; width *= 2) {
+    size_t end = begin + std::min(width, text.size() - begin);
+    while (end < text.size() && continuation(text[end])) ++end;
+    const auto m = leading.find_all(text.substr(begin, end - begin));
+    if (m.empty()) return begin;
+    if (begin + m.front().second < end || end == text.size()) return begin + m.front().second;
+  }
+}
+
 }  // namespace
 
 AddedTokenMatcher::AddedTokenMatcher(const std::vector<AddedToken>& tokens, const std::vector<std::string>& patterns)
@@ -51,20 +89,15 @@ std::vector<TextSplit> AddedTokenMatcher::split(std::string_view text) const {
     size_t start = i, stop = i + found->pattern.size();
     i = stop;  // matches never overlap, whether or not this one is kept
     const AddedToken& t = found->token;
+    // The neighbours are read where they are (the code point on each side, the whitespace runs), never the
+    // whole text before or after: a text of many such tokens stays linear.
     if (t.single_word) {
-      const bool left_ok = start == 0 || !ends_with_word_.search(text.substr(0, start));
-      const bool right_ok = stop == text.size() || !starts_with_word_.search(text.substr(stop));
+      const bool left_ok = start == 0 || !ends_with_word_.search(code_point_before(text, start));
+      const bool right_ok = stop == text.size() || !starts_with_word_.search(code_point_at(text, stop));
       if (!left_ok || !right_ok) continue;
     }
-    if (t.lstrip) {
-      const auto m = trailing_space_.find_all(text.substr(0, start));
-      const size_t new_start = m.empty() ? start : m.front().first;
-      start = std::max(new_start, start_offset);
-    }
-    if (t.rstrip) {
-      const auto m = leading_space_.find_all(text.substr(stop));
-      if (!m.empty()) stop += m.front().second;
-    }
+    if (t.lstrip) start = space_before(trailing_space_, text, start_offset, start);
+    if (t.rstrip) stop = space_after(leading_space_, text, stop);
     if (start_offset < start) out.push_back({start_offset, start, -1});
     out.push_back({start, stop, t.id});
     start_offset = stop;

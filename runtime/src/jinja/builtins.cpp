@@ -45,7 +45,9 @@ std::string replace_all(const std::string& s, const std::string& from, const std
                         const Site& at) {
   if (from.empty()) return insert_everywhere(s, to, limit, at);
   std::size_t count = 0;
-  for (std::size_t p = s.find(from); p != std::string::npos && count < limit; p = s.find(from, p + from.size())) {
+  at.budget().work(s.size() + from.size(), at);  // scanned
+  for (std::size_t p = find_text(s, from); p != std::string::npos && count < limit;
+       p = find_text(s, from, p + from.size())) {
     ++count;
   }
   if (to.size() > from.size()) {
@@ -55,7 +57,7 @@ std::string replace_all(const std::string& s, const std::string& from, const std
   }
   std::string out;
   std::size_t b = 0;
-  for (std::size_t p = s.find(from), k = 0; p != std::string::npos && k < count; p = s.find(from, b), ++k) {
+  for (std::size_t p = find_text(s, from), k = 0; p != std::string::npos && k < count; p = find_text(s, from, b), ++k) {
     out.append(s, b, p - b);
     out += to;
     b = p + from.size();
@@ -306,7 +308,7 @@ void split_spans(const std::string& s, const std::string* sep, Visit visit) {
     return;
   }
   std::size_t b = 0;
-  for (std::size_t p = s.find(*sep); p != std::string::npos; p = s.find(*sep, b)) {
+  for (std::size_t p = find_text(s, *sep); p != std::string::npos; p = find_text(s, *sep, b)) {
     visit(b, p);
     b = p + sep->size();
   }

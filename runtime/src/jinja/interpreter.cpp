@@ -439,7 +439,8 @@ Value Interpreter::binary(const Expr& e, Scope& scope) {
       budget().work(b.list->size() * sizeof(Value), at(e.line));  // scanned
       for (const Value& x : *b.list) member = member || equal(x, a);
     } else if (a.is(Value::Kind::kString) && b.is(Value::Kind::kString)) {
-      member = b.s.find(a.s) != std::string::npos;
+      budget().work(b.s.size() + a.s.size(), at(e.line));  // scanned
+      member = find_text(b.s, a.s) != std::string::npos;
     } else if (a.is(Value::Kind::kString) && b.is_mapping()) {
       member = b.find(a.s) != nullptr;
     } else {

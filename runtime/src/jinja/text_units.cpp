@@ -86,16 +86,17 @@ bool is_space(char32_t c) {
 }
 
 std::string strip_code_points(const std::string& s, const std::string* chars, bool left, bool right) {
-  std::vector<char32_t> set;
+  std::vector<char32_t> set;  // sorted: each code point of `s` looked up in log |chars|
   if (chars != nullptr) {
     for (std::size_t i = 0; i < chars->size();) {
       const auto [c, next] = next_code_point(*chars, i);
       set.push_back(c);
       i = next;
     }
+    std::sort(set.begin(), set.end());
   }
   const auto stripped = [&](char32_t c) {
-    return chars == nullptr ? is_space(c) : std::find(set.begin(), set.end(), c) != set.end();
+    return chars == nullptr ? is_space(c) : std::binary_search(set.begin(), set.end(), c);
   };
   std::size_t b = 0;  // bytes: where the kept text begins, then ends (one pass, no list of offsets)
   while (left && b < s.size()) {
@@ -147,6 +148,24 @@ std::string title(const std::string& s) {
     i = next;
   }
   return out;
+}
+
+std::size_t find_text(const std::string& hay, const std::string& needle, std::size_t from) {
+  constexpr std::size_t kShort = 8;  // a short needle: std::string's find is at most 8 compares a place
+  if (needle.size() <= kShort || from >= hay.size()) return hay.find(needle, from);
+  // fail[i]: the longest proper border of needle[0, i].
+  std::vector<std::size_t> fail(needle.size(), 0);
+  for (std::size_t i = 1, k = 0; i < needle.size(); ++i) {
+    while (k > 0 && needle[i] != needle[k]) k = fail[k - 1];
+    if (needle[i] == needle[k]) ++k;
+    fail[i] = k;
+  }
+  for (std::size_t i = from, k = 0; i < hay.size(); ++i) {
+    while (k > 0 && hay[i] != needle[k]) k = fail[k - 1];
+    if (hay[i] == needle[k]) ++k;
+    if (k == needle.size()) return i + 1 - needle.size();
+  }
+  return std::string::npos;
 }
 
 }  // namespace orbit::runtime::jinja

@@ -35,6 +35,10 @@ bool is_space(char32_t c);
 // `s` less the leading (`left`) and trailing (`right`) code points found in `chars`, or whitespace when
 // `chars` is null: str.strip / lstrip / rstrip, and the trim filter.
 std::string strip_code_points(const std::string& s, const std::string* chars, bool left, bool right);
+// hay.find(needle, from), in time linear in both (Knuth-Morris-Pratt past a few bytes of needle): std::string's
+// find compares the needle at every place its first byte occurs, |hay| x |needle| at worst, which a template's
+// `in`, replace or split on long strings would reach. npos when none.
+std::size_t find_text(const std::string& hay, const std::string& needle, std::size_t from = 0);
 
 // The [begin, end) byte spans of the parts of `s` between runs of whitespace (str.split() with no separator).
 std::vector<std::pair<std::size_t, std::size_t>> whitespace_parts(const std::string& s);
