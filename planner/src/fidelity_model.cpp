@@ -149,8 +149,11 @@ FidelityModel FidelityModel::fit(const std::vector<FidelitySample>& samples, dou
     xx[k] += s.feature * s.feature;
   }
   for (std::size_t k = 0; k < xy.size(); ++k) {
-    if (xx[k] > 0) {
-      m.coef_[k] = xy[k] / xx[k];
+    // A kind whose samples all measured no loss (or whose sums overflowed) keeps its default: a coefficient of 0
+    // would predict every such action free, and no budget would ever repair it.
+    const double c = xx[k] > 0 ? xy[k] / xx[k] : 0.0;
+    if (std::isfinite(c) && c > 0) {
+      m.coef_[k] = c;
       m.fitted_[k] = true;
     }
   }
@@ -189,7 +192,12 @@ double shortfall_feature(const DynamicNtk& rope, int64_t formed_window, int64_t 
 FidelityModel FidelityModel::blend(const FidelityModel& from, const FidelityModel& to, double weight) {
   ORBIT_CHECK(std::isfinite(weight) && weight >= 0 && weight <= 1,
               "FidelityModel::blend: weight must be in [0, 1], got " << weight);
-  const auto mix = [weight](double a, double b) { return std::pow(a, 1 - weight) * std::pow(b, weight); };
+  // A side that is not a positive finite number (no fit could make one: fit() keeps the default) leaves the other.
+  const auto usable = [](double v) { return std::isfinite(v) && v > 0; };
+  const auto mix = [&](double a, double b) {
+    if (!usable(a) || !usable(b)) return usable(a) ? a : b;
+    return std::pow(a, 1 - weight) * std::pow(b, weight);
+  };
   FidelityModel m;
   for (std::size_t k = 0; k < m.coef_.size(); ++k) {
     m.coef_[k] = mix(from.coef_[k], to.coef_[k]);

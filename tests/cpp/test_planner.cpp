@@ -437,6 +437,13 @@ TEST_CASE("fidelity model: a blend moves coefficients and reference sensitivity 
     CHECK(b.coefficient(Loss::kKeep) == Approx(end.coefficient(Loss::kKeep)));
     CHECK(b.reference_sensitivity() == Approx(end.reference_sensitivity()));
   }
+  // A kind whose samples measured no loss keeps its default (a coefficient of 0 would make it free to every
+  // budget), and a blend with such a side leaves the other.
+  const FidelityModel none = FidelityModel::fit({{Loss::kKeep, 1.0, 0.0}, {Loss::kKeep, 0.5, 0.0}}, 0.08);
+  CHECK_FALSE(none.fitted(Loss::kKeep));
+  CHECK(none.coefficient(Loss::kKeep) == defaults.coefficient(Loss::kKeep));
+  CHECK(FidelityModel::blend(defaults, none, 0.5).coefficient(Loss::kKeep) ==
+        Approx(defaults.coefficient(Loss::kKeep)));
   CHECK_THROWS_WITH(FidelityModel::blend(defaults, fit, 1.5), Contains("weight must be in [0, 1], got 1.5"));
   CHECK_THROWS_WITH(FidelityModel::blend(defaults, fit, std::nan("")), Contains("weight"));
 }

@@ -177,6 +177,12 @@ TEST_CASE("the stored calibration's value round-trips and its decoder refuses wh
   store::StoredValue negative =
       *orbit::detail::fidelity_calibration_value({{{planner::Loss::kKeep, 0.25, -1e-3}}, c.reference_sensitivity}, fp);
   CHECK_THAT(refusal(negative, fp), Contains("sample 0 has a negative or non-finite feature or KL"));
+  // Finite but past any measurement: a fit over 1e200 overflowed to NaN coefficients.
+  for (const auto& [feature, kl] : {std::pair<double, double>{1e200, 1e-3}, {0.25, 1e200}}) {
+    store::StoredValue huge = *orbit::detail::fidelity_calibration_value(
+        {{{planner::Loss::kKeep, feature, kl}}, c.reference_sensitivity}, fp);
+    CHECK_THAT(refusal(huge, fp), Contains("sample 0 has feature") && Contains("past what a measurement gives"));
+  }
   store::StoredValue no_kl = *v;
   no_kl.tensors.pop_back();
   CHECK_THAT(refusal(no_kl, fp), Contains("exactly 'kind' int64, 'feature' and 'kl' float64"));

@@ -339,6 +339,13 @@ TEST_CASE("sync applies a plan_sync plan as it is: rendered and diffed once; a s
   CHECK(planned.window_version == w.version());
   // Another window's plan, and this window's plan once an operation was applied, are refused.
   CHECK_THROWS_WITH(other.sync(messages, planned), Contains("stale sync plan"));
+  // A plan applies to the list it was made from: a shorter list read its units past its end, another list left the
+  // window's list memory learning what the window does not hold.
+  const std::vector<ChatMessage> shorter = {messages.front()};
+  CHECK_THROWS_WITH(w.sync(shorter, planned), Contains("made for another message list"));
+  std::vector<ChatMessage> changed = messages;
+  changed.back().name = "ann";
+  CHECK_THROWS_WITH(w.sync(changed, planned), Contains("made for another message list"));
   const SyncReport r = w.sync(messages, planned);
   CHECK(r.plan.tokens == planned.tokens);
   CHECK(r.generation_prompt == planned.generation_prompt);

@@ -256,6 +256,7 @@ struct SyncPlan {
   std::string chat_template;               // which template rendered it ("model", "options", "plain")
   uint64_t window_id = 0;                  // the window it was planned on, at this version:
   uint64_t window_version = 0;             // Window::sync(messages, planned) refuses it once either differs
+  uint64_t messages_digest = 0;            // of the list it was planned from: Window::sync refuses another list
   SyncOptions options;                     // what it was planned with, chat.now the time its renderings read
   int64_t count(SyncAction action) const;
   bool changes() const;          // false: the window holds the rendering already (sync applies nothing)

@@ -108,6 +108,13 @@ Result<FidelityCalibration> decode_fidelity_calibration(const store::StoredValue
       return calibration_refused("sample " + std::to_string(i) + " has loss kind " + std::to_string(k));
     if (!std::isfinite(f) || !std::isfinite(loss) || f < 0 || loss < 0)
       return calibration_refused("sample " + std::to_string(i) + " has a negative or non-finite feature or KL");
+    // A measurement's features are fractions (or a shortfall's small square) and its KLs a few nats at most:
+    // far past either, the value is not one (a fit over it would overflow to NaN coefficients).
+    if (f > kMaxCalibrationFeature || loss > kMaxCalibrationKl)
+      return calibration_refused("sample " + std::to_string(i) + " has feature " + std::to_string(f) + " or KL " +
+                                 std::to_string(loss) + " past what a measurement gives (" +
+                                 std::to_string(kMaxCalibrationFeature) + ", " + std::to_string(kMaxCalibrationKl) +
+                                 ")");
     out.samples.push_back({static_cast<planner::Loss>(k), f, loss});
   }
   return out;

@@ -43,9 +43,15 @@ store::ValuePtr fidelity_calibration_value(const FidelityCalibration& calibratio
 // True when `value` says it is a stored calibration (its "content" attribute), whatever else it holds.
 bool is_fidelity_calibration(const store::StoredValue& value);
 
+// The most a stored sample's feature and KL may be: past them the value is no measurement (a fit over it would
+// overflow, or predict any loss free).
+inline constexpr double kMaxCalibrationFeature = 1e6;
+inline constexpr double kMaxCalibrationKl = 1e4;
+
 // The calibration `value` holds, or refused naming what does not fit the layout above: another model's
-// fingerprint, another version, a missing or misshapen tensor, a loss kind outside planner::Loss, a negative
-// or non-finite feature, KL or reference sensitivity.
+// fingerprint, another version, a missing or misshapen tensor, a loss kind outside planner::Loss, a negative,
+// non-finite or out-of-range (kMaxCalibrationFeature, kMaxCalibrationKl) feature or KL, a reference sensitivity
+// that is not positive.
 Result<FidelityCalibration> decode_fidelity_calibration(const store::StoredValue& value,
                                                         const std::string& fingerprint);
 

@@ -1,6 +1,7 @@
 #include "plan/patch_catalog.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 
 #include "orbit/common/error.h"
@@ -116,7 +117,7 @@ void PatchCatalog::set_formed(const std::string& chunk_key, const std::vector<st
 }
 
 void PatchCatalog::note_read(const std::string& chunk_key, const std::string& patch_key, double sensitivity) {
-  if (sensitivity < 0) return;
+  if (!(sensitivity >= 0) || !std::isfinite(sensitivity)) return;
   std::lock_guard<std::mutex> lock(mu_);
   Chunk& chunk = *use(chunk_key, true);
   for (const PatchRecord& r : chunk.records) {

@@ -365,6 +365,37 @@ detail::Layout sync_layout(detail::WindowState& s, const std::vector<ChatMessage
 
 // Window::plan_sync of `w` (whose state is `s`), for `caller`, the function the user called (sync,
 // plan_sync, prepare_sync), which its errors name.
+// A digest of every field of every message (FNV-1a over each, its length first): what Window::sync(messages,
+// planned) compares to tell the list a plan was made from.
+uint64_t list_digest(const std::vector<ChatMessage>& messages) {
+  uint64_t h = 14695981039346656037ull;
+  const auto mix = [&h](std::string_view text) {
+    for (std::size_t n = text.size(), k = 0; k < 8; ++k, n >>= 8) h = (h ^ (n & 0xFF)) * 1099511628211ull;
+    for (const char c : text) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  };
+  const auto mix_optional = [&](const std::optional<std::string>& text) {
+    mix(text ? "1" : "0");
+    if (text) mix(*text);
+  };
+  mix(std::to_string(messages.size()));
+  for (const ChatMessage& m : messages) {
+    mix(m.role);
+    mix(m.content);
+    mix_optional(m.name);
+    mix_optional(m.tool_call_id);
+    mix_optional(m.reasoning_content);
+    mix(std::to_string(m.tool_calls.size()));
+    for (const ChatToolCall& c : m.tool_calls) {
+      mix(c.id);
+      mix(c.name);
+      mix(c.arguments);
+    }
+    mix(std::to_string(m.parts.size()));
+    for (const ContentPart& p : m.parts) mix_optional(p.chunk ? std::optional<std::string>(p.chunk->key) : p.text);
+  }
+  return h;
+}
+
 SyncPlan plan_sync_for(const Window& w, const detail::WindowState& s, const std::vector<ChatMessage>& messages,
                        const SyncOptions& options, const char* caller) {
   ORBIT_CHECK(options.chunk_min_tokens >= 0,
@@ -382,6 +413,7 @@ SyncPlan plan_sync_for(const Window& w, const detail::WindowState& s, const std:
   choose_actions(core, current, match, known_keys(current, used, w.evicted()), at, plan, caller);
   plan.window_id = s.id;
   plan.window_version = s.version;
+  plan.messages_digest = list_digest(messages);
   plan.options = std::move(at);
   return plan;
 }
@@ -514,6 +546,9 @@ SyncReport Window::sync(const std::vector<ChatMessage>& messages, const SyncPlan
               "sync: stale sync plan (made for window " << planned.window_id << " at version " << planned.window_version
                                                         << "; this is window " << state_->id << " at version "
                                                         << state_->version << "): plan_sync again");
+  ORBIT_CHECK(planned.messages_digest == list_digest(messages),
+              "sync: the sync plan was made for another message list than `messages` ("
+                  << messages.size() << " messages): plan_sync them");
   SyncReport r =
       sync_with(*this, *state_, messages, planned, [this](const Plan& p) { return detail::apply_plan(*state_, p); });
   detail::settle_tail(*state_);  // reused as far as the list starts with it; the rest is dropped
