@@ -1158,8 +1158,9 @@ class Engine:
     def __exit__(self, *args: object) -> bool: ...
     def close(self, finish_seconds: Optional[float] = None) -> None:
         """Finishes the background work queued so far (canonicals and patches of first sights, for the store
-        directory or remote to keep; without either none is run), then flushes and closes the store and frees
-        the pool, once the calls in flight on other threads returned. finish_seconds (None: no bound) bounds
+        directory or remote to keep; without either none is run), then flushes and closes the store, once the
+        calls in flight on other threads returned (the KV pool and the weights are freed with the last reference
+        to the engine or one of its windows). finish_seconds (None: no bound) bounds
         that work; what is left then is dropped (formed again when a later run needs it), as it is when Ctrl-C
         comes meanwhile (the engine is closed, then KeyboardInterrupt raised). finish_seconds is a float or an int
         (TypeError for a bool or another type); a negative or NaN one raises OrbitError. A close() called while

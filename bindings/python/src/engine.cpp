@@ -373,8 +373,9 @@ void def_engine_life(py::class_<Engine, std::shared_ptr<Engine>>& c) {
       "Closes the engine (see close()); exceptions propagate.");
   c.def("close", &close_engine, py::arg("finish_seconds") = py::none(),
         "Finishes the background work queued so far (canonicals and patches of first sights, for the store\n"
-        "directory or remote to keep; without either none is run), then flushes and closes the store and frees\n"
-        "the pool, once the calls in flight on other threads returned. finish_seconds (None: no bound) bounds that\n"
+        "directory or remote to keep; without either none is run), then flushes and closes the store, once the\n"
+        "calls in flight on other threads returned (the KV pool and the weights are freed with the last\n"
+        "reference to the engine or one of its windows). finish_seconds (None: no bound) bounds that\n"
         "work; what is left then is dropped (formed again when a later run needs it), as it is when Ctrl-C comes\n"
         "meanwhile (the engine is closed, then KeyboardInterrupt raised). finish_seconds is a float or an int\n"
         "(TypeError for a bool or another type); a negative or NaN one raises OrbitError. A close() called while\n"
@@ -635,7 +636,8 @@ void init_engine(py::module_& m) {
       "        w.admit(page)\n"
       "        print(w.generate([1, 2], max_tokens=8).tokens)\n\n"
       "Chunks are registered once and placed into any number of windows. Leaving the `with` block (or\n"
-      "close()) flushes and closes the store and frees the pool; windows still alive raise OrbitError on use.\n"
+      "close()) flushes and closes the store; windows still alive raise OrbitError on use. The KV pool and the\n"
+      "weights are freed once the engine and its windows are gone (del, or garbage collection).\n"
       "Safe to use from several threads.");
   def_engine_open(c);
   def_engine_life(c);

@@ -320,7 +320,10 @@ void def_reports(py::module_& m) {
   py::class_<ApplyReport>(m, "ApplyReport", "What apply() did (measured, not estimated).")
       .def_readonly("op", &ApplyReport::op, "Operation.")
       .def_readonly("forward_tokens", &ApplyReport::forward_tokens, "Token-forwards actually computed.")
-      .def_readonly("patches_formed", &ApplyReport::patches_formed, "Patches formed and stored.")
+      .def_readonly("patches_formed", &ApplyReport::patches_formed,
+                    "Patch formations this operation queued; background work forms and stores each\n"
+                    "(EngineStats.patches_formed counts those formed: one dropped under max_background_bytes, or\n"
+                    "found stored already, forms none).")
       .def_readonly("patch_hits", &ApplyReport::patch_hits, "Stored patches (or conditioned KV) reused.")
       .def_readonly("canonicals_encoded", &ApplyReport::canonicals_encoded, "Canonicals encoded (chunk alone).")
       .def_readonly("bytes_moved", &ApplyReport::bytes_moved, "Bytes read from the store.")

@@ -97,7 +97,7 @@ SamplingRequest parse_sampling(const json& body, const ServeLimits& limits) {
         "must be in [1, " + std::to_string(limits.max_choices) + "]" +
         (limits.max_choices_by_batch ? " (this server decodes at most " + std::to_string(limits.max_choices) +
                                            " sequences at once: --max-batch)"
-                                     : "") +
+                                     : " (the most choices one request may ask for)") +
         ", got " + v->dump();
     if (s.n < 1) below_minimum("n", NumberKind::integer, bad);
     if (s.n > limits.max_choices) above_maximum("n", NumberKind::integer, bad);

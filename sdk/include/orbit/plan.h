@@ -190,7 +190,9 @@ struct Plan {
 struct ApplyReport {
   Operation op = Operation::kAdmit;
   double forward_tokens = 0;    // token-forwards apply() computed (the critical path; a heal's are background)
-  int64_t background_jobs = 0;  // canonical/patch formations queued for the background
+  int64_t background_jobs = 0;  // jobs queued for the background: patch formations, turns' sensitivity measures
+  // Of them, the patch formations: each is formed and stored by background work (EngineStats::patches_formed
+  // counts those formed; one dropped under max_background_bytes, or found stored already, forms none).
   int64_t patches_formed = 0;
   int64_t patch_hits = 0;  // stored patches (or conditioned KV) reused
   int64_t canonicals_encoded = 0;

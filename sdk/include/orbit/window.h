@@ -33,7 +33,8 @@
 // KV and the engine's store may still change:
 //   - under a deferring policy a read first runs the repairs earlier edits deferred (as flush() would): the
 //     window's KV becomes what the policy makes of it, and the work counts in stats() and the engine's
-//     critical-path counters like an operation's;
+//     critical-path counters like an operation's; without room for them (the pool, the window's max_bytes) the
+//     read throws orbit::CapacityRefused (orbit/capacity.h), as sync does, the window unchanged;
 //   - under exact reuse (WindowPolicy::reuse_computed) generate stores the KV its forwards computed behind the
 //     window (the query, and the query + answer with one more decode step for the answer's last token), so a
 //     later sync that appends the same turn, or the same question and answer, forwards nothing for them.

@@ -134,6 +134,7 @@ void apply_form(ApplyInput& in, const PlanStep& step, ApplyOutput& out) {
   form.exact = step.exact;
   in.env.queue_form(std::move(job));
   ++out.background_jobs;
+  ++out.patches_queued;
   out.conditioned = true;
   out.done_as = StepAction::kForm;
 }

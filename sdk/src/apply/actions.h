@@ -28,7 +28,8 @@ struct ApplyOutput {
   int64_t canonicals_encoded = 0;
   int64_t bytes_moved = 0;
   int64_t background_jobs = 0;
-  double encode_tokens = 0;  // of forward_tokens: canonical encodes (counted by KvStore::canonical)
+  int64_t patches_queued = 0;  // of background_jobs: patch formations (not a turn's sensitivity measurement)
+  double encode_tokens = 0;    // of forward_tokens: canonical encodes (counted by KvStore::canonical)
   // Leading rows loaded from KV computed behind the same content only, or (PlanStep::reused_formed_window) at
   // another window length: the entry's state is its own and it is not stored for exact reuse.
   bool approximate_reuse = false;

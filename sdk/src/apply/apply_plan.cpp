@@ -66,7 +66,7 @@ struct Tally {
     report.canonicals_encoded += out.canonicals_encoded;
     report.bytes_moved += out.bytes_moved;
     report.background_jobs += out.background_jobs;
-    report.patches_formed += out.background_jobs;
+    report.patches_formed += out.patches_queued;
     counters.patch_hits += out.patch_hits;
     encode_tokens += out.encode_tokens;
   }

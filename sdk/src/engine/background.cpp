@@ -102,6 +102,7 @@ void BackgroundQueue::await(const std::string& key) {
       queued_keys_.erase(queued_keys_.find(k));
       running_keys_.insert(k);
     }
+    ++running_jobs_;
   }
   try {
     run_one(*mine, true);
@@ -112,6 +113,7 @@ void BackgroundQueue::await(const std::string& key) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& k : mine->keys) running_keys_.erase(running_keys_.find(k));
+    --running_jobs_;
   }
   done_cv_.notify_all();
 }
@@ -120,6 +122,7 @@ void BackgroundQueue::put_back(const std::shared_ptr<Job>& job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& k : job->keys) running_keys_.erase(running_keys_.find(k));
+    --running_jobs_;
     if (!stopping_) {
       for (const auto& k : job->keys) queued_keys_.insert(k);
       bytes_ += job->bytes;
@@ -154,8 +157,10 @@ int64_t BackgroundQueue::run(double max_seconds, int64_t max_jobs) {
     ++ran;
     if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >= max_seconds) break;
   }
+  // Jobs other threads took run to their end too (a turn's sensitivity measurement writes no key: the keys alone
+  // would let this return while it runs, and the stats read after it change).
   std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [&] { return running_keys_.empty() || stopping_; });
+  done_cv_.wait(lock, [&] { return running_jobs_ == 0 || stopping_; });
   return ran;
 }
 
@@ -180,6 +185,7 @@ std::shared_ptr<BackgroundQueue::Job> BackgroundQueue::take_front_locked() {
     queued_keys_.erase(queued_keys_.find(k));
     running_keys_.insert(k);
   }
+  ++running_jobs_;
   return job;
 }
 
@@ -188,6 +194,7 @@ void BackgroundQueue::run_taken(Job& job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& k : job.keys) running_keys_.erase(running_keys_.find(k));
+    --running_jobs_;
   }
   done_cv_.notify_all();
 }

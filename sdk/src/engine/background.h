@@ -101,6 +101,7 @@ class BackgroundQueue {
   std::deque<std::shared_ptr<Job>> jobs_;
   std::multiset<std::string> queued_keys_;  // the keys of jobs_, so pending() is a lookup, not a scan
   std::multiset<std::string> running_keys_;
+  int64_t running_jobs_ = 0;  // taken and not finished (or put back), whatever their keys
   bool stopping_ = false;
   bool not_taking_ = false;  // stop_taking(): run() and the worker take no more jobs
   int64_t failed_ = 0;

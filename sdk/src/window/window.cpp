@@ -12,6 +12,7 @@
 
 #include "engine/engine_plan_env.h"
 #include "engine/interruptible.h"
+#include "orbit/capacity.h"
 #include "orbit/common/error.h"
 #include "orbit/planner/placement.h"
 #include "window/window_ops.h"
@@ -514,8 +515,19 @@ Plan plan_flush(const WindowState& state) {
 
 void run_deferred(WindowState& state, const char* what) {
   if (!state.has_deferred()) return;
-  const Result<ApplyReport> r = apply_plan(state, plan_flush(state));
-  ORBIT_CHECK(r.is_ok(), what << ": the repairs earlier edits deferred could not run: " << r.status().reason());
+  const Plan flush = plan_flush(state);
+  const Result<ApplyReport> r = apply_plan(state, flush);
+  if (r.is_ok()) return;
+  const std::string why =
+      std::string(what) + ": the repairs earlier edits deferred could not run: " + r.status().reason();
+  if (r.status().code() == StatusCode::kOutOfCapacity) {
+    // As a sync's refusal for the same room: a caller that frees room on CapacityRefused (evict, slide or close
+    // windows, as the message says) and tries again gets the same exception here.
+    const bool own = state.options.max_bytes > 0 && flush.device_bytes_after > state.options.max_bytes;
+    if (own) throw CapacityRefused(why, CapacityRefused::Bound::kWindowBytes, __FILE__, __LINE__);
+    throw CapacityRefused(why, CapacityRefused::Bound::kPool, __FILE__, __LINE__, flush.pool_pages_short);
+  }
+  throw Error(why, __FILE__, __LINE__);
 }
 
 std::vector<double> attention_by_entry(const WindowState& state, const at::Tensor& mass) {

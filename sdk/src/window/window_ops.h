@@ -68,8 +68,9 @@ inline ApplyReport must(Result<ApplyReport> r) {
 }
 // The window as it is, re-planned: the repairs earlier edits deferred (WindowPolicy::defer_repairs).
 Plan plan_flush(const WindowState& state);
-// Runs them when there are any (a read does, first); throws orbit::Error naming `what` when they cannot
-// run (the pool is full), leaving the window as it was.
+// Runs them when there are any (a read does, first); throws naming `what` when they cannot run, leaving the
+// window as it was: orbit::CapacityRefused when the pool or the window's max_bytes has no room for them (as
+// Window::sync does), orbit::Error otherwise.
 void run_deferred(WindowState& state, const char* what);
 // The read's own look (WindowPolicy::read_attention_weight). looks_before_read: the window's policy asks for
 // it (above 0, under a kl_budget) and the window holds something. replan_for_read: each entry's share of the
