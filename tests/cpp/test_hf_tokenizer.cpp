@@ -134,7 +134,13 @@ TEST_CASE("unsupported tokenizer.json components fail naming the component and t
                             {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}});
   CHECK_THROWS_WITH(load_hf_tokenizer(r.string()), Contains("does not compile"));
   CHECK_THROWS_WITH(load_hf_tokenizer((kData / "missing.json").string()), Contains("cannot open"));
-  for (const char* name : {"norm", "pre", "dec", "model", "post", "regex"})
+  // A Replace matching the empty string: the Rust library puts its content at every empty match, which this
+  // reader does not (it encoded otherwise, silently).
+  for (const json& pattern : {json{{"String", ""}}, json{{"Regex", "a*"}}}) {
+    const fs::path e = edited("empty", "normalizer", {{"type", "Replace"}, {"pattern", pattern}, {"content", "e"}});
+    CHECK_THROWS_WITH(load_hf_tokenizer(e.string()), Contains("Replace pattern that matches the empty string"));
+  }
+  for (const char* name : {"norm", "pre", "dec", "model", "post", "regex", "empty"})
     fs::remove_all(fs::temp_directory_path() / (std::string("orbit_hf_tok_") + name));
 }
 

@@ -123,14 +123,25 @@ void time_local_tiers(CostTiming& t, const TimedChunk& chunk, uintptr_t tag) {
     std::vector<char> buf(static_cast<std::size_t>(bytes), 1);
     std::ofstream out(file, std::ios::binary);
     out.write(buf.data(), static_cast<std::streamsize>(buf.size()));
+    out.close();
+    // A file not written whole would time reads of nothing: the disk would look free to the cost model.
+    if (!out) {
+      std::error_code ec;
+      std::filesystem::remove(file, ec);
+      ORBIT_FAIL("calibrate: could not write " << bytes << " bytes to " << file.string()
+                                               << " to time disk reads (is the temporary directory full?)");
+    }
   }
   std::vector<char> in_buf(static_cast<std::size_t>(bytes));
+  bool read_whole = true;
   t.samples.push_back({planner::sample_kind::kTransferDisk, 0, 0, bytes, best_of(3, [&] {
                          std::ifstream in(file, std::ios::binary);
                          in.read(in_buf.data(), static_cast<std::streamsize>(in_buf.size()));
+                         read_whole = read_whole && in.gcount() == static_cast<std::streamsize>(in_buf.size());
                        })});
   std::error_code ec;
   std::filesystem::remove(file, ec);
+  ORBIT_CHECK(read_whole, "calibrate: reading back " << file.string() << " gave fewer than its " << bytes << " bytes");
 }
 
 // The remote tier: a probe blob of the chunk's size written to the server and read back (fetch,
