@@ -50,7 +50,7 @@ OLD = ["web", "video", "lookback", "agent", "story"]
 # Unseen: generated here with seeds no shipped trace uses (shipped agent traces use seed 1). Seed 23 was
 # added after the default policy's idle-time settings were chosen on the others. "Unseen" means not fitted to when
 # they were added: since then seeds 5, 7, 9, 11 and 23 were replayed while developing (planner changes were kept or
-# reverted on their numbers), so they are development traces too; bench/fidelity/heldout.py draws fresh seeds.
+# reverted on their numbers), so they are development traces too; bench/replay/heldout.py draws fresh seeds.
 UNSEEN = [("browse", 7, 10), ("coding", 11, 10), ("rag", 5, 10), ("videoqa", 9, 10),
           ("browse", 23, 10), ("coding", 23, 10), ("rag", 23, 10), ("videoqa", 23, 10), ("fanout", 23, 3)]
 
