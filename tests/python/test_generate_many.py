@@ -139,17 +139,23 @@ def test_generate_many_holds_the_windows_it_was_given(orbit, windows):
 
     for answer in orbit.generate_many(Forks()):
         assert answer.tokens == expected
-    requests = [(ws[0].fork(), " She", {"max_tokens": 200, "ignore_eos": True}) for _ in range(4)]
-    started = threading.Event()
+    # Another thread empties the caller's list once the call has read it (its last item read), while it decodes.
+    items = [(ws[0].fork(), " She", {"max_tokens": 200, "ignore_eos": True}) for _ in range(4)]
+    emptier = threading.Thread(target=items.clear)
 
-    def clear():
-        started.wait(30)
-        requests.clear()
+    class Emptied(collections.abc.Sequence):
+        def __len__(self):
+            return 4
 
-    t = threading.Thread(target=clear)
-    t.start()
-    started.set()
-    answers = orbit.generate_many(requests)
-    t.join()
+        def __getitem__(self, i):
+            if not 0 <= i < 4:
+                raise IndexError(i)
+            item = items[i]
+            if i == 3:
+                emptier.start()
+            return item
+
+    answers = orbit.generate_many(Emptied())
+    emptier.join()
     assert len(answers) == 4 and all(len(a.tokens) == 200 for a in answers)
     assert engine.stats.windows == 3  # the forks went with the call
