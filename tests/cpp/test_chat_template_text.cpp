@@ -59,6 +59,21 @@ TEST_CASE("chat template case mapping is Unicode's and title() is Python's", "[c
   CHECK(render("messages[0].content.upper()", "ab") == "AB");
 }
 
+TEST_CASE("chat template title, int and float filters on strings, and hex escapes, as Jinja's",
+          "[chat_template][cpu]") {
+  // The filter capitalizes words between '-', whitespace and openers; the method is str.title().
+  CHECK(render("messages[0].content|title", "it's a b-c (d) \u00e9t\u00e9") == "It's A B-C (D) \u00c9t\u00e9");
+  CHECK(render("messages[0].content|int + 1", " 12 ") == "13");
+  CHECK(render("messages[0].content|int", "-12.7") == "-12");
+  CHECK(render("messages[0].content|int", "twelve") == "0");
+  CHECK(render("messages[0].content|int(5)", "twelve") == "5");
+  CHECK(render("messages[0].content|float", "2.5") == "2.5");
+  CHECK(render("messages[0].content|float", "x") == "0.0");
+  CHECK(render("'\\u00e9\\x41\\U0001F600'", "x") == "\u00e9A\U0001F600");
+  CHECK_THROWS_WITH(render("'\\ud800'", "x"), Catch::Contains("hex digits of a character"));
+  CHECK_THROWS_WITH(render("'\\x4'", "x"), Catch::Contains("hex digits of a character"));
+}
+
 TEST_CASE("chat template replace: an empty old string and a count, as Python's", "[chat_template][cpu]") {
   CHECK(render("messages[0].content.replace('', '-')", "a\u00e9") == "-a-\u00e9-");
   CHECK(render("messages[0].content.replace('', '-', 2)", "abc") == "-a-bc");

@@ -3,8 +3,10 @@
 // rendering's budget (limits.h) for the lists it builds or scans, and checks a string's size before
 // building it; the interpreter charges every string a call returns.
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <ctime>
 #include <utility>
 #include <vector>
@@ -172,6 +174,33 @@ std::size_t replace_limit(const List& args, const Dict& kwargs, const Site& at) 
   return count->i < 0 ? SIZE_MAX : static_cast<std::size_t>(count->i);
 }
 
+// int and float of a string, as Jinja's filters read one: the number it spells (surrounding whitespace allowed; int
+// of a decimal truncated toward zero), else the filter's default (its first argument or `default`, 0 or 0.0).
+Value number_of_text(const std::string& name, const std::string& s, const List& args, const Dict& kwargs,
+                     const Site& at) {
+  const Value* given = args.empty() ? kwarg(kwargs, "default") : &args[0];
+  const bool integer = name == "int";
+  const Value fallback = given != nullptr ? *given : integer ? Value::integer(0) : Value::floating(0.0);
+  const std::string text = strip_code_points(s, nullptr, true, true);
+  if (text.empty()) return fallback;
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  errno = 0;
+  if (integer) {
+    const long long i = std::strtoll(begin, &end, 10);
+    if (end == begin + text.size() && errno == 0) return Value::integer(i);
+  }
+  errno = 0;
+  const double f = std::strtod(begin, &end);
+  if (end != begin + text.size() || errno != 0 || !std::isfinite(f)) return fallback;
+  if (!integer) return Value::floating(f);
+  const double whole = std::trunc(f);
+  if (!(whole >= -0x1p63 && whole < 0x1p63)) {
+    ORBIT_FAIL(at << ": int: '" << text << "' is out of the 64-bit integer range");
+  }
+  return Value::integer(static_cast<int64_t>(whole));
+}
+
 Value string_filter(const std::string& name, const std::string& s, const List& args, const Dict& kwargs,
                     const Site& at) {
   if (name == "trim") {
@@ -182,6 +211,8 @@ Value string_filter(const std::string& name, const std::string& s, const List& a
   if (name == "upper") return mapped(to_upper(s), "upper", at);
   if (name == "lower") return mapped(to_lower(s), "lower", at);
   if (name == "capitalize") return mapped(capitalize(s), "capitalize", at);
+  if (name == "title") return mapped(title_words(s), "title", at);
+  if (name == "int" || name == "float") return number_of_text(name, s, args, kwargs, at);
   if (name == "replace") {
     if (args.size() < 2) ORBIT_FAIL(at << ": replace needs two arguments");
     return Value::string(replace_all(s, want_string(args[0], "replace", at), want_string(args[1], "replace", at),
@@ -265,7 +296,7 @@ Value apply_filter(const std::string& name, const Value& input, const List& args
   }
   if (name == "float" && input.is_number()) return Value::floating(input.number());
   ORBIT_FAIL(at << ": unsupported filter '" << name << "' on a " << kind_name(input.kind)
-                << " (supported: trim, upper, lower, capitalize, replace, length, count, string, tojson, items, "
+                << " (supported: trim, upper, lower, capitalize, title, replace, length, count, string, tojson, items, "
                    "list, first, last, join, default, select, reject, selectattr, rejectattr, map, int, float)");
 }
 

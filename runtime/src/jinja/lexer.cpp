@@ -3,6 +3,8 @@
 #include "src/jinja/lexer.h"
 
 #include <cctype>
+#include <cstdint>
+#include <string>
 
 #include "orbit/common/error.h"
 
@@ -13,6 +15,41 @@ namespace {
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 bool is_word(char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+// The value of `n` hex digits at text[at], or -1 when they are not all hex digits (or fewer are left).
+int64_t hex_value(const std::string& text, std::size_t at, std::size_t n) {
+  if (at + n > text.size()) return -1;
+  int64_t v = 0;
+  for (std::size_t k = 0; k < n; ++k) {
+    const char c = text[at + k];
+    const int d = is_digit(c)              ? c - '0'
+                  : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+                  : (c >= 'A' && c <= 'F') ? c - 'A' + 10
+                                           : -1;
+    if (d < 0) return -1;
+    v = v * 16 + d;
+  }
+  return v;
+}
+
+// `cp` in UTF-8.
+void append_utf8(std::string& out, int64_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
 
 // HF's renderer options: drop one trailing newline; lstrip_blocks removes spaces and tabs from a line's
 // start up to "{%", "{#" (and "{-"); trim_blocks removes the newline right after "%}", "#}" (and "-}").
@@ -163,6 +200,21 @@ void Lexer::lex_string(char quote) {
       case '\'': out += '\''; break;
       case '"': out += '"'; break;
       case '\\': out += '\\'; break;
+      case 'x':
+      case 'u':
+      case 'U': {
+        // A code point in hex, as Python's string literals (and so Hugging Face's templates) write it: \xHH,
+        // \uHHHH, \UHHHHHHHH. Surrogates and values past U+10FFFF are no character.
+        const std::size_t digits = e == 'x' ? 2 : e == 'u' ? 4 : 8;
+        const int64_t cp = hex_value(src_, pos_, digits);
+        if (cp < 0 || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+          fail(std::string("escape '\\") + e + "' in a string literal needs " + std::to_string(digits) +
+               " hex digits of a character (not a surrogate, at most 10FFFF)");
+        }
+        append_utf8(out, cp);
+        advance(digits);
+        break;
+      }
       default: fail(std::string("unsupported escape '\\") + e + "' in a string literal");
     }
   }

@@ -150,6 +150,22 @@ std::string title(const std::string& s) {
   return out;
 }
 
+std::string title_words(const std::string& s) {
+  std::string out, word;
+  for (std::size_t i = 0; i < s.size();) {
+    const auto [c, next] = next_code_point(s, i);
+    if (c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || is_space(c)) {
+      out += capitalize(word);
+      word.clear();
+      out.append(s, i, next - i);
+    } else {
+      word.append(s, i, next - i);
+    }
+    i = next;
+  }
+  return out + capitalize(word);
+}
+
 std::size_t find_text(const std::string& hay, const std::string& needle, std::size_t from) {
   constexpr std::size_t kShort = 8;  // a short needle: std::string's find is at most 8 compares a place
   if (needle.size() <= kShort || from >= hay.size()) return hay.find(needle, from);

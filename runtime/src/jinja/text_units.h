@@ -50,5 +50,8 @@ std::string to_upper(const std::string& s);
 std::string to_lower(const std::string& s);
 std::string capitalize(const std::string& s);
 std::string title(const std::string& s);
+// Jinja's title filter (not str.title(): "it's" stays "It's"): each run between separators ('-', whitespace, '(',
+// '{', '[', '<') capitalized.
+std::string title_words(const std::string& s);
 
 }  // namespace orbit::runtime::jinja
