@@ -44,75 +44,8 @@ int64_t anchor_length(const RopeConfig& c) {
 }
 
 void validate(const RopeConfig& c, int64_t window_len) {
-  const char* type = rope_scaling_name(c.scaling);
-  ORBIT_CHECK(c.head_dim > 0, "rope config: field 'head_dim' must be positive, got " << c.head_dim);
-  ORBIT_CHECK(c.rotary_dim > 0, "rope config: field 'rotary_dim' must be positive, got " << c.rotary_dim);
-  ORBIT_CHECK(c.rotary_dim % 2 == 0, "rope config: field 'rotary_dim' must be even, got " << c.rotary_dim);
-  ORBIT_CHECK(c.rotary_dim <= c.head_dim,
-              "rope config: field 'rotary_dim' (" << c.rotary_dim << ") exceeds 'head_dim' (" << c.head_dim << ")");
-  ORBIT_CHECK(std::isfinite(c.theta) && c.theta > 0,
-              "rope config: field 'theta' (rope_theta) must be positive and finite, got " << c.theta);
+  check_rope_config(c);
   ORBIT_CHECK(window_len >= 0, "rope: argument 'window_len' must be >= 0, got " << window_len);
-  ORBIT_CHECK(c.max_position_embeddings >= 0 && c.original_max_position_embeddings >= 0,
-              "rope config: fields 'max_position_embeddings' ("
-                  << c.max_position_embeddings << ") and 'original_max_position_embeddings' ("
-                  << c.original_max_position_embeddings << ") must be >= 0");
-  if (c.is_mrope()) {
-    ORBIT_CHECK(c.mrope_section.size() == 3,
-                "rope config: field 'mrope_section' must have 3 entries (t, h, w), got " << c.mrope_section.size());
-    int64_t sum = 0;
-    for (int64_t s : c.mrope_section) {
-      ORBIT_CHECK(s >= 0, "rope config: field 'mrope_section' has a negative entry " << s);
-      sum += s;
-    }
-    ORBIT_CHECK(sum == c.rotary_dim / 2,
-                "rope config: field 'mrope_section' sums to " << sum << ", but rotary_dim/2 = " << c.rotary_dim / 2);
-  }
-  if (c.scaling == RopeScaling::kNone) return;
-
-  ORBIT_CHECK(std::isfinite(c.factor) && c.factor >= 1.0,
-              "rope config: field 'factor' must be >= 1 for rope type '" << type << "', got " << c.factor);
-  switch (c.scaling) {
-    case RopeScaling::kNone:
-    case RopeScaling::kLinear: break;
-    case RopeScaling::kDynamicNtk:
-      ORBIT_CHECK(anchor_length(c) > 0,
-                  "rope config: rope type 'dynamic' needs field 'max_position_embeddings' "
-                  "(or 'original_max_position_embeddings') > 0");
-      ORBIT_CHECK(c.rotary_dim > 2,
-                  "rope config: rope type 'dynamic' needs field 'rotary_dim' > 2 (exponent "
-                  "d/(d-2)), got "
-                      << c.rotary_dim);
-      break;
-    case RopeScaling::kLlama3:
-      ORBIT_CHECK(anchor_length(c) > 0,
-                  "rope config: rope type 'llama3' needs field "
-                  "'original_max_position_embeddings' > 0");
-      ORBIT_CHECK(std::isfinite(c.low_freq_factor) && c.low_freq_factor > 0,
-                  "rope config: field 'low_freq_factor' must be positive, got " << c.low_freq_factor);
-      ORBIT_CHECK(std::isfinite(c.high_freq_factor) && c.high_freq_factor > c.low_freq_factor,
-                  "rope config: field 'high_freq_factor' (" << c.high_freq_factor << ") must exceed 'low_freq_factor' ("
-                                                            << c.low_freq_factor << ")");
-      break;
-    case RopeScaling::kYarn:
-      ORBIT_CHECK(anchor_length(c) > 0,
-                  "rope config: rope type 'yarn' needs field "
-                  "'original_max_position_embeddings' > 0");
-      ORBIT_CHECK(c.theta != 1.0, "rope config: rope type 'yarn' needs field 'theta' != 1 (divides by ln theta)");
-      ORBIT_CHECK(std::isfinite(c.beta_fast) && c.beta_fast > 0,
-                  "rope config: field 'beta_fast' must be positive, got " << c.beta_fast);
-      ORBIT_CHECK(std::isfinite(c.beta_slow) && c.beta_slow > 0,
-                  "rope config: field 'beta_slow' must be positive, got " << c.beta_slow);
-      ORBIT_CHECK(c.beta_fast >= c.beta_slow, "rope config: field 'beta_fast' ("
-                                                  << c.beta_fast << ") must be >= 'beta_slow' (" << c.beta_slow << ")");
-      ORBIT_CHECK(std::isfinite(c.mscale) && c.mscale >= 0,
-                  "rope config: field 'mscale' must be >= 0 (0 = unset), got " << c.mscale);
-      ORBIT_CHECK(std::isfinite(c.mscale_all_dim) && c.mscale_all_dim >= 0,
-                  "rope config: field 'mscale_all_dim' must be >= 0 (0 = unset), got " << c.mscale_all_dim);
-      ORBIT_CHECK(std::isfinite(c.attention_factor) && c.attention_factor >= 0,
-                  "rope config: field 'attention_factor' must be >= 0 (0 = derived), got " << c.attention_factor);
-      break;
-  }
 }
 
 // θ^(−2i/d) for i in [0, d/2).
@@ -180,8 +113,6 @@ std::vector<double> yarn_inv_freq(const RopeConfig& c) {
 double yarn_mscale(double scale, double mscale) { return scale <= 1.0 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
 
 }  // namespace
-
-void check_rope_config(const RopeConfig& c) { validate(c, 0); }
 
 at::Tensor rope_inv_freq(const RopeConfig& config, int64_t window_len) {
   validate(config, window_len);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "orbit/common/error.h"
+#include "orbit/common/utf8.h"
 
 namespace orbit::runtime::jinja {
 
@@ -30,25 +31,6 @@ int64_t hex_value(const std::string& text, std::size_t at, std::size_t n) {
     v = v * 16 + d;
   }
   return v;
-}
-
-// `cp` in UTF-8.
-void append_utf8(std::string& out, int64_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
 }
 
 // HF's renderer options: drop one trailing newline; lstrip_blocks removes spaces and tabs from a line's
@@ -211,7 +193,7 @@ void Lexer::lex_string(char quote) {
           fail(std::string("escape '\\") + e + "' in a string literal needs " + std::to_string(digits) +
                " hex digits of a character (not a surrogate, at most 10FFFF)");
         }
-        append_utf8(out, cp);
+        append_utf8(out, static_cast<uint32_t>(cp));
         advance(digits);
         break;
       }

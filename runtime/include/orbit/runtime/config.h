@@ -72,8 +72,8 @@ struct RopeConfig {
   bool is_mrope() const { return !mrope_section.empty(); }
 };
 
-// Throws orbit::Error ("rope config: field ...") when a field is out of what the angles need (rope.cpp): a
-// model's config is checked with it when it is read (ModelConfig::validate), not at its first forward.
+// Throws orbit::Error ("rope config: field ...") when a field is out of what the angles need (rope.cpp checks
+// it too): a model's config is checked with it when it is read (ModelConfig::validate), not at its first forward.
 void check_rope_config(const RopeConfig& c);
 
 // Multi-head latent attention sizes (DeepSeek-V2; HF field names in quotes). Used when the arch is
