@@ -53,17 +53,8 @@ uint64_t read_u64_le(const uint8_t* p) {
 // The first key repeated inside any JSON object, found in one SAX pass over the header (nlohmann's DOM keeps only
 // the last value of a duplicated key, and its callback parser costs the square of a container's values). One
 // frame per open object; frames[0] is the top level, so frames[0].last_key names the tensor whose entry is read.
-class DuplicateKeyFinder : public nlohmann::json_sax<nlohmann::json> {
+class DuplicateKeyFinder : public JsonSaxWalk {
  public:
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t&) override { return true; }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
-  bool start_array(std::size_t) override { return true; }
-  bool end_array() override { return true; }
   bool start_object(std::size_t) override {
     frames_.emplace_back();
     return true;
@@ -85,7 +76,6 @@ class DuplicateKeyFinder : public nlohmann::json_sax<nlohmann::json> {
     }
     return true;
   }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
   // Empty when no key was repeated.
   const std::string& message() const { return message_; }
 

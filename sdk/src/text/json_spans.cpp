@@ -1,6 +1,8 @@
 // JSON text read as written (json_spans.h).
 #include "text/json_spans.h"
 
+#include "orbit/common/json_input.h"
+
 namespace orbit::json_spans {
 
 using nlohmann::json;
@@ -59,20 +61,8 @@ namespace {
 
 // Reads a JSON text for where the parser first failed, if it did (never throws: a number past double's range
 // is a failure here, not an exception).
-struct FailureAt : nlohmann::json_sax<json> {
+struct FailureAt : JsonSaxWalk {
   std::size_t at = 0;  // 0: none; else the parser's position at the failure (1-based)
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t&) override { return true; }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
-  bool start_object(std::size_t) override { return true; }
-  bool key(string_t&) override { return true; }
-  bool end_object() override { return true; }
-  bool start_array(std::size_t) override { return true; }
-  bool end_array() override { return true; }
   bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) override {
     at = e.id == 101 ? position : std::string::npos;  // 101: a syntax error; others (a number's range) never cut
     return false;

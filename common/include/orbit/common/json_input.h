@@ -123,4 +123,22 @@ inline std::string json_brief(const nlohmann::json& value) {
   return value.dump();
 }
 
+// A SAX reader that takes every event and stops at a parse error: a reader derives from it and overrides only the
+// events it reads (nlohmann::json::sax_parse(first, last, &reader)).
+struct JsonSaxWalk : nlohmann::json_sax<nlohmann::json> {
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return true; }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return true; }
+  bool start_array(std::size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+};
+
 }  // namespace orbit
