@@ -195,7 +195,13 @@ Value arguments_value(const std::string& text, const std::string& what) {
 
 Value message_value(const ChatMessage& m, std::size_t index, const std::string& origin) {
   ORBIT_CHECK(!m.role.empty(), origin << ": message " << index << " has no role");
-  jinja::Dict fields{{"role", Value::string(m.role)}, {"content", Value::string(m.content)}};
+  ORBIT_CHECK(m.content_form == ContentForm::kText || m.content.empty(),
+              origin << ": message " << index << " has content text and content_form "
+                     << content_form_name(m.content_form) << " (text goes with kText only)");
+  jinja::Dict fields{{"role", Value::string(m.role)}};
+  if (m.content_form != ContentForm::kAbsent) {
+    fields.emplace_back("content", m.content_form == ContentForm::kNull ? Value::none() : Value::string(m.content));
+  }
   if (m.reasoning_content) fields.emplace_back("reasoning_content", Value::string(*m.reasoning_content));
   if (m.name) fields.emplace_back("name", Value::string(*m.name));
   if (m.tool_call_id) fields.emplace_back("tool_call_id", Value::string(*m.tool_call_id));

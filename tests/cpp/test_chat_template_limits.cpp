@@ -157,7 +157,7 @@ TEST_CASE("numbers no int64 holds are refused or kept as floats, never converted
   // Whole JSON numbers past int64 stay floats (as JavaScript holds every number); inside it they are integers.
   // An integer literal past int64 prints and writes as written (Python's Jinja keeps it exact).
   CHECK(render("{{ big }}|{{ huge }}|{{ edge }}|{{ whole }}|{{ whole is integer }}", kOneTurn, big) ==
-        "1e+300|18446744073709551615|9223372036854775808.0|4|true");
+        "1e+300|18446744073709551615|9223372036854775808.0|4|True");
   CHECK(render("{{ huge|tojson }}", kOneTurn, big) == "18446744073709551615");
   // So are a tool call's arguments, byte for byte, as the client sent them (a JSON round trip through
   // doubles would print 1.2345678901234568e+29 and -9223372036854775808).
@@ -271,7 +271,7 @@ TEST_CASE("searches in long strings are linear: in, replace, split and strip wit
   ChatRenderOptions big;
   const std::string a(1 << 20, 'a');
   big.extra_json = "{\"a\": \"" + a + "\", \"b\": \"" + std::string(1 << 17, 'b') + "\"}";
-  CHECK(render("{{ (a ~ 'b') in (a ~ a) }} {{ (a ~ 'b') in (a ~ a ~ 'b') }}", kOneTurn, big) == "false true");
+  CHECK(render("{{ (a ~ 'b') in (a ~ a) }} {{ (a ~ 'b') in (a ~ a ~ 'b') }}", kOneTurn, big) == "False True");
   CHECK(render("{{ (a ~ a)|replace(a ~ 'b', 'x')|length }} {{ (a ~ 'b' ~ a)|replace(a ~ 'b', 'x')|length }}", kOneTurn,
                big) == "2097152 1048577");
   CHECK(render("{{ (a ~ 'b' ~ a).split(a)|length }} {{ (b ~ a).rstrip(b ~ 'a')|length }}", kOneTurn, big) == "3 0");
@@ -290,7 +290,7 @@ TEST_CASE("searches in long strings are linear: in, replace, split and strip wit
       }
       INFO(source);
       CHECK(render(source) ==
-            std::string(at != std::string::npos ? "true" : "false") + "|" + replaced + "|" + std::to_string(parts));
+            std::string(at != std::string::npos ? "True" : "False") + "|" + replaced + "|" + std::to_string(parts));
     }
   }
 }

@@ -5,7 +5,7 @@
 // and where the reference raises (a template refusing a system turn, say) orbit must refuse too.
 // Every list also goes through ChatTemplate::render(ChatMessage...), reasoning_content included (Qwen3 renders
 // an assistant turn's reasoning after the last user query, and reads it from <think> tags in the content
-// where the field is absent).
+// where the field is absent), and a content of null or none (ContentForm: None and undefined to the template).
 //
 // Exit status 77 (CTest SKIP_RETURN_CODE: reported as skipped) where node or the package is missing:
 // scripts/test.sh installs it into tests/node/node_modules.
@@ -94,6 +94,11 @@ std::vector<Conversation> conversations() {
     m["reasoning_content"] = reasoning;
     return m;
   };
+  // A turn of calls alone as OpenAI's clients send it (content null: the template's None), and with no content key.
+  ordered_json null_call = call;
+  null_call["content"] = nullptr;
+  ordered_json bare_call = call;
+  bare_call.erase("content");
   ordered_json thought_call = thought("", "\nThe user wants the weather; I should call get_weather.\n");
   thought_call["tool_calls"] = call["tool_calls"];
   return {
@@ -113,6 +118,8 @@ std::vector<Conversation> conversations() {
        ordered_json::array({msg("user", "Weather in Paris?"), call, result, msg("assistant", "It is 21.5 C and clear."),
                             msg("user", "Thanks!")}),
        true},
+      {"a call with content null", ordered_json::array({msg("user", "Weather in Paris?"), null_call, result}), true},
+      {"a call without content", ordered_json::array({msg("user", "Weather in Paris?"), bare_call, result}), true},
       {"two calls, two results", ordered_json::array({msg("user", "Oslo?"), two_calls, r1, r2}), true},
       {"tools offered, plain chat", ordered_json::array({msg("system", sys), msg("user", "Hello")}), true},
       {"tool turns without tools", ordered_json::array({msg("user", "Weather in Paris?"), call, result})},
@@ -152,7 +159,13 @@ bool as_messages(const ordered_json& list, std::vector<ChatMessage>& out) {
   for (const auto& m : list) {
     ChatMessage c;
     c.role = m["role"];
-    c.content = m["content"];
+    if (!m.contains("content")) {
+      c.content_form = orbit::ContentForm::kAbsent;
+    } else if (m["content"].is_null()) {
+      c.content_form = orbit::ContentForm::kNull;
+    } else {
+      c.content = m["content"];
+    }
     if (m.contains("reasoning_content")) c.reasoning_content = m["reasoning_content"].get<std::string>();
     if (m.contains("name")) c.name = m["name"].get<std::string>();
     if (m.contains("tool_call_id")) c.tool_call_id = m["tool_call_id"].get<std::string>();

@@ -64,6 +64,19 @@ TEST_CASE("serve: a tool message is taken wherever it stands, its call trimmed a
     REQUIRE(parsed.ok());
     CHECK(parsed.value->messages.back().role == "tool");
   }
+  // An assistant's null or left-out content is "" to the template (not None: Qwen3's template cannot take it); a
+  // refusal beside null is the message's text.
+  const auto form = [&](const std::string& assistant) {
+    const auto parsed = sv::parse_chat_request(user + assistant + "]}");
+    REQUIRE(parsed.ok());
+    return parsed.value->messages.back().content_form;
+  };
+  CHECK(form(call.substr(0, call.size() - 1)) == orbit::ContentForm::kText);
+  CHECK(form(R"({"role":"assistant","tool_calls":[{"id":"c1","function":{"name":"f"}}]})") ==
+        orbit::ContentForm::kText);
+  CHECK(form(R"({"role":"assistant","content":""})") == orbit::ContentForm::kText);
+  CHECK(form(R"({"role":"assistant","content":null,"refusal":"No."})") == orbit::ContentForm::kText);
+  CHECK(form(R"({"role":"assistant","content":[]})") == orbit::ContentForm::kText);
   // A result that names no call at all (no tool_call_id, null or empty), or a call without an id, is refused
   // naming the field, as OpenAI refuses it: nothing would tie the two together.
   for (const std::string tool :

@@ -231,6 +231,7 @@ TEST_CASE("reasoning: a streamed chat chunk carries the reasoning gathered for i
   const nlohmann::json first = sv::chat_chunk(ids, "", true, "", 1, extras.take(1));
   CHECK(first["choices"][0]["delta"]["reasoning_content"] == "Thinking");
   CHECK(first["choices"][0]["delta"]["role"] == "assistant");
+  CHECK(first["choices"][0]["delta"]["refusal"].is_null());  // as OpenAI opens a choice
   CHECK_FALSE(first["choices"][0]["delta"].contains("content"));
   const nlohmann::json next = sv::chat_chunk(ids, "Hi", false, "", 1, extras.take(1));
   CHECK_FALSE(next["choices"][0]["delta"].contains("reasoning_content"));  // taken once

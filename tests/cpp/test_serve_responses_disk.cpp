@@ -103,6 +103,37 @@ TEST_CASE("responses on disk: a store opened again reads back ids, chains, bodie
   CHECK(third.get("resp_9") == nullptr);
 }
 
+TEST_CASE("responses on disk: a content of null or none is read back as such, and is another history",
+          "[serve][responses]") {
+  TempFile tmp;
+  ChatMessage null_call{"assistant", ""};
+  null_call.tool_calls.push_back({"call_1", "lookup", "{}"});
+  null_call.content_form = orbit::ContentForm::kNull;
+  ChatMessage bare_call = null_call;
+  bare_call.content_form = orbit::ContentForm::kAbsent;
+  const ChatMessage q{"user", "Hi"};
+  {
+    sv::ResponseStore store(sv::ResponseStoreOptions{8, tmp.path()});
+    put(store, "resp_1", nullptr, {q, null_call});
+    put(store, "resp_2", nullptr, {q, bare_call});
+  }
+  sv::ResponseStore again(sv::ResponseStoreOptions{8, tmp.path()});
+  const auto first = again.get("resp_1");
+  const auto second = again.get("resp_2");
+  REQUIRE(first != nullptr);
+  REQUIRE(second != nullptr);
+  CHECK(first->added[1].content_form == orbit::ContentForm::kNull);
+  CHECK(second->added[1].content_form == orbit::ContentForm::kAbsent);
+  CHECK(first->added[0].content_form == orbit::ContentForm::kText);
+  // The template renders them apart, so a history with "" continues neither.
+  ChatMessage empty_call = null_call;
+  empty_call.content_form = orbit::ContentForm::kText;
+  const auto by_null = again.continued_by({q, null_call});
+  REQUIRE(by_null != nullptr);
+  CHECK(by_null->id == "resp_1");
+  CHECK(again.continued_by({q, empty_call}) == nullptr);
+}
+
 TEST_CASE("responses on disk: capacity and deletion keep the conversations of kept responses whole",
           "[serve][responses]") {
   TempFile tmp;

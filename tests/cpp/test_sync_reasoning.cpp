@@ -2,7 +2,8 @@
 // rendered by a reasoning model's template (Qwen3's, tests/data/templates) where the template shows it, part
 // of a message's list key (sync_memo.h list_keys: lists that differ only there share no memo entry) and of
 // what makes two messages the same (list_memory.h same_message), and planned by Window::plan_sync as the
-// rendering's tokens whether the memo knows the list it differs from or not.
+// rendering's tokens whether the memo knows the list it differs from or not. Likewise a message's content_form
+// (orbit/common/chat_content.h: a content of None or none at all, as Hugging Face passes them).
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -110,6 +111,67 @@ TEST_CASE("render_chat and plan_sync pass reasoning_content to the template", "[
   }
   CHECK(planned[0] != planned[1]);
   CHECK(planned[1] != planned[2]);
+}
+
+// A template that shows what message.content is: N for None, U for undefined, [text] for a string.
+constexpr const char* kContentProbe =
+    "{% for m in messages %}{{ m.role }}={% if m.content is none %}N{% elif m.content is defined %}[{{ m.content }}]"
+    "{% else %}U{% endif %};{% endfor %}{% if add_generation_prompt %}assistant={% endif %}";
+
+ChatMessage call_turn(ContentForm form) {
+  ChatMessage m = msg("assistant", "");
+  m.tool_calls.push_back({"c1", "get_weather", "{\"city\": \"Paris\"}"});
+  m.content_form = form;
+  return m;
+}
+
+TEST_CASE("a content of None or none reaches the template as such, and plans as its own list", "[sync_reasoning]") {
+  const std::shared_ptr<Engine> engine = orbit::test::sync_support::open_engine();
+  SyncOptions o = orbit::test::sync_support::options();
+  o.chat.chat_template = kContentProbe;
+  const auto shown = [&](ContentForm form) {
+    return engine->render_chat({msg("user", "Hi"), call_turn(form)}, false, o.chat);
+  };
+  CHECK(shown(ContentForm::kText) == "user=[Hi];assistant=[];");
+  CHECK(shown(ContentForm::kNull) == "user=[Hi];assistant=N;");
+  CHECK(shown(ContentForm::kAbsent) == "user=[Hi];assistant=U;");
+  // Printed, None is "None" as Python's Jinja writes it; undefined is "".
+  ChatOptions prints = o.chat;
+  prints.chat_template = "{% for m in messages %}<{{ m.content }}>{% endfor %}";
+  CHECK(engine->render_chat({call_turn(ContentForm::kNull), call_turn(ContentForm::kAbsent)}, false, prints) ==
+        "<None><>");
+  // None and undefined hold no text.
+  ChatMessage both = msg("assistant", "text");
+  both.content_form = ContentForm::kNull;
+  CHECK_THROWS_WITH(engine->render_chat({msg("user", "Hi"), both}, false, o.chat),
+                    Catch::Contains("messages[1] has content and content_form null"));
+
+  CHECK_FALSE(orbit::detail::same_message(call_turn(ContentForm::kText), call_turn(ContentForm::kNull)));
+  CHECK_FALSE(orbit::detail::same_message(call_turn(ContentForm::kNull), call_turn(ContentForm::kAbsent)));
+  Window w = engine->new_window();
+  std::vector<std::vector<int64_t>> planned;
+  for (const ContentForm form : {ContentForm::kText, ContentForm::kNull, ContentForm::kAbsent, ContentForm::kText}) {
+    INFO(content_form_name(form));
+    const std::vector<ChatMessage> list = {msg("user", "Weather in Paris?"), call_turn(form), msg("user", "Thanks.")};
+    const SyncPlan plan = w.plan_sync(list, o);
+    CHECK(plan.tokens == engine->tokenize_chat(list, false, o.chat));
+    planned.push_back(plan.tokens);
+    w.sync(list, o);
+  }
+  CHECK(planned[0] != planned[1]);
+  CHECK(planned[1] != planned[2]);
+  CHECK(planned[3] == planned[0]);
+}
+
+TEST_CASE("tool_call_format reads a template that takes a turn of calls only with content None", "[sync_reasoning]") {
+  const std::shared_ptr<Engine> engine = orbit::test::sync_support::open_engine();
+  ChatOptions o;
+  // Mistral's call markup, written only under the None branch; "" is refused as such a template might.
+  o.chat_template =
+      "{% for m in messages %}{% if m.tool_calls %}{% if m.content is none %}[TOOL_CALLS]{{ m.tool_calls | tojson }}"
+      "{% else %}{{ raise_exception('content must be None beside tool calls') }}{% endif %}"
+      "{% else %}{{ m.content }}{% endif %}{% endfor %}";
+  CHECK(engine->tool_call_format(o) == ToolCallFormat::kMistral);
 }
 
 }  // namespace ORBIT_TEST_FILE

@@ -353,7 +353,7 @@ def test_reasoning_content_reaches_the_template(orbit, engine):
     assert text.endswith("<|im_start|>assistant\n<think>\nTwo and two.\n</think>\n\n4<|im_end|>\n"), text
     shown = "{% for m in messages %}{{ m.reasoning_content is defined }}:{{ m.reasoning_content }};{% endfor %}"
     messages.append({"role": "user", "content": "x", "reasoning_content": None})
-    assert engine.render_chat(messages, False, chat_template=shown) == "false:;true:Two and two.;false:;"
+    assert engine.render_chat(messages, False, chat_template=shown) == "False:;True:Two and two.;False:;"
     window = engine.new_window()
     assert window.sync(messages, chat_template=qwen3).plan.tokens == engine.tokenize_chat(messages, False,
                                                                                            chat_template=qwen3)

@@ -87,6 +87,9 @@ ContentPart part_of(const py::handle part, std::size_t i, std::size_t j) {
 
 // A message's content: a str (or None) into `content`; a list of parts into `parts`, or into `content` when
 // every part is text.
+// A content of None, or none at all, is "" to the template (ContentForm::kText), as orbit serve reads OpenAI's
+// null: message dicts dumped from the openai client carry None on every turn of calls alone, and templates such
+// as Qwen3's cannot take None (they add the content to a string).
 void content_of(const py::dict& d, std::size_t i, ChatMessage& msg) {
   if (!d.contains("content") || d["content"].is_none()) return;
   const py::object c = d["content"];
@@ -319,7 +322,8 @@ const char* kMessagesDoc =
     "str: an earlier assistant turn's thinking, given to the template as message.reasoning_content, which\n"
     "reasoning models' templates such as Qwen3's render); any other key is a ValueError naming it, but for\n"
     "those the openai client's message objects dump (refusal, audio, function_call, annotations: taken when None\n"
-    "or empty; parsed). chat_template: a Jinja chat\n"
+    "or empty; parsed). A content of None (or none) is '' to the template, as orbit serve reads OpenAI's null\n"
+    "(Qwen3's template, among others, cannot take None). chat_template: a Jinja chat\n"
     "template to use instead of the model's (None: the model's tokenizer_config.json, else the built-in plain\n"
     "one: 'role: content' lines); tools: a list of tool schemas (the template's `tools`); extra: a dict of\n"
     "further template variables (an empty str for any of the three is a ValueError: leave it None; tools and\n"

@@ -20,7 +20,11 @@ constexpr const char* kSchema =
 
 nlohmann::json message_json(const ChatMessage& m) {
   ORBIT_CHECK(m.parts.empty(), "responses store: a message with chunk parts cannot be stored");
-  nlohmann::json j{{"role", m.role}, {"content", m.content}};
+  nlohmann::json j{{"role", m.role}};
+  // Content null or left out as the request had it (the template tells them from ""); rows before that
+  // distinction hold a string.
+  if (m.content_form == ContentForm::kText) j["content"] = m.content;
+  if (m.content_form == ContentForm::kNull) j["content"] = nullptr;
   if (m.name) j["name"] = *m.name;
   if (m.tool_call_id) j["tool_call_id"] = *m.tool_call_id;
   if (m.reasoning_content) j["reasoning_content"] = *m.reasoning_content;
@@ -35,7 +39,13 @@ nlohmann::json message_json(const ChatMessage& m) {
 ChatMessage message_of(const nlohmann::json& j) {
   ChatMessage m;
   m.role = j.at("role").get<std::string>();
-  m.content = j.at("content").get<std::string>();
+  if (!j.contains("content")) {
+    m.content_form = ContentForm::kAbsent;
+  } else if (j["content"].is_null()) {
+    m.content_form = ContentForm::kNull;
+  } else {
+    m.content = j["content"].get<std::string>();
+  }
   if (j.contains("name")) m.name = j["name"].get<std::string>();
   if (j.contains("tool_call_id")) m.tool_call_id = j["tool_call_id"].get<std::string>();
   if (j.contains("reasoning_content")) m.reasoning_content = j["reasoning_content"].get<std::string>();

@@ -42,6 +42,7 @@ std::vector<std::string> prefix_keys(const std::vector<ChatMessage>& messages) {
     }
     // Only where set: the keys of stored lists without reasoning stay what they were (the stream ends above).
     if (m.reasoning_content) add_optional(h, m.reasoning_content);
+    if (m.content_form != ContentForm::kText) add_text(h, content_form_name(m.content_form));  // likewise
     previous = h.hex_digest();
     keys.push_back(previous);
   }

@@ -43,6 +43,7 @@ MessageDigest digest(const ChatMessage& m) {
   h.add_optional(m.name);
   h.add_optional(m.tool_call_id);
   h.add_optional(m.reasoning_content);
+  h.add_int(static_cast<int64_t>(m.content_form));
   if (m.reasoning_content) size += static_cast<int64_t>(m.reasoning_content->size());
   h.add_int(static_cast<int64_t>(m.tool_calls.size()));
   for (const ChatToolCall& c : m.tool_calls) {

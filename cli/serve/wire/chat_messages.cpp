@@ -201,6 +201,9 @@ ChatMessage parse_message(const json& v, const std::string& param) {
   if (m.role == "developer") m.role = "system";  // OpenAI's newer name for the system prompt
   const auto content = v.find("content");
   if (content == v.end() && m.role != "assistant") missing_field(param + ".content");
+  // An assistant's null or left-out content is "" to the template, not None (ContentForm::kText): OpenAI's
+  // clients send null on every turn of calls alone, and templates such as Qwen3's cannot take None (they add
+  // the content to a string); llama.cpp's server likewise gives "" to a template that renders tool calls.
   if (content != v.end()) m.content = content_text(*content, param + ".content", m.role == "assistant");
   if (v.contains("refusal") && !v["refusal"].is_null()) m.content += need_string(v["refusal"], param + ".refusal");
   if (m.role == "assistant") m.reasoning_content = parse_reasoning(v, param);

@@ -50,7 +50,9 @@
 //                metadata, ...) are refused there naming /v1/chat/completions, which serves them
 //   a message:   role in {system, developer, user, assistant, tool}; content a string, null (an assistant
 //                message with tool_calls), or an array of {"type": "text", "text": ...} parts (an assistant's
-//                also {"type": "refusal", "refusal": ...}, read as its text, as OpenAI takes them);
+//                also {"type": "refusal", "refusal": ...}, read as its text, as OpenAI takes them); an
+//                assistant's null or left-out content is "" to the template, not None (Qwen3's template, among
+//                others, adds the content to a string; llama.cpp's server likewise gives "");
 //                name (1 to 64 letters, digits, _ and -, OpenAI's rule; else a 400 naming messages[i].name);
 //                tool_calls (array of {id (a non-empty string), type "function", function {name (a tool name,
 //                held to the tools' rule, or "": a forced call max_tokens cut before its name is answered

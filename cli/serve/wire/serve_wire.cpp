@@ -117,11 +117,7 @@ json chat_choice(int64_t index, const RunResult& result, const std::string* mark
   // refusal: null, as OpenAI writes it on every message (the openai client's type has it required): the model's
   // answer is never a refusal here.
   json message = {{"role", "assistant"}, {"content", result.text}, {"refusal", nullptr}};
-  // As OpenAI answers a call without text (also one the budget cut before its tool could be told), and reasoning
-  // parsers an answer that is all reasoning.
-  if (result.text.empty() && (!result.tool_calls.empty() || result.tool_call_left_out || result.reasoning)) {
-    message["content"] = nullptr;
-  }
+  if (content_null(result)) message["content"] = nullptr;
   if (!result.tool_calls.empty()) message["tool_calls"] = tool_calls_json(result.tool_calls);
   if (result.reasoning) {
     message["reasoning_content"] = result.reasoning->empty() ? json(nullptr) : json(*result.reasoning);
@@ -197,6 +193,7 @@ json chat_chunk(const ResponseIds& ids, const std::string& content, bool first, 
   if (first) delta["role"] = "assistant";
   if (!extras.reasoning.empty()) delta["reasoning_content"] = std::move(extras.reasoning);
   if (!content.empty() || (first && !delta.contains("reasoning_content"))) delta["content"] = content;
+  if (first) delta["refusal"] = nullptr;  // as OpenAI opens a choice (the answer is never a refusal here)
   json body = head(ids, "chat.completion.chunk");
   body["choices"] = json::array({{{"index", index},
                                   {"delta", delta},

@@ -40,10 +40,10 @@ struct ChunkExtras {
 };
 
 // One chunk of a streamed chat completion: "object": "chat.completion.chunk", one choice, choices[0].index
-// `index` (with n > 1 each choice streams its own chunks). `first` adds the role: the server opens each choice
-// with chat_chunk(ids, "", true, "", index), no text and no log probabilities in it, as OpenAI does;
-// a non-empty finish_reason ends the choice. extras.reasoning goes in delta.reasoning_content, and then
-// delta.content only when `content` is not empty; extras.logprobs in choices[0].logprobs {"content": [...]}.
+// `index` (with n > 1 each choice streams its own chunks). `first` adds the role and "refusal": null: the server opens
+// each choice with chat_chunk(ids, "", true, "", index), no text and no log probabilities in it, as OpenAI does; a
+// non-empty finish_reason ends the choice. extras.reasoning goes in delta.reasoning_content, and then delta.content
+// only when `content` is not empty; extras.logprobs in choices[0].logprobs {"content": [...]}.
 nlohmann::json chat_chunk(const ResponseIds& ids, const std::string& content, bool first,
                           const std::string& finish_reason, int64_t index = 0, ChunkExtras extras = {});
 // A chunk that carries one piece of a call of choice `index`'s answer, as OpenAI streams calls: delta.tool_calls

@@ -428,11 +428,12 @@ Value Interpreter::binary(const Expr& e, Scope& scope) {
   if (e.name == "!=") return Value::boolean(!equal(a, b));
   const bool in = e.name == "in" || e.name == "not in";
   if (in && b.is(Value::Kind::kUndefined)) return Value::boolean(e.name == "not in");
+  // '~' prints both sides as Python's Jinja does: None as "None", an undefined value as "".
+  if (e.name == "~") return concatenate(e, a, b);
   if (a.is(Value::Kind::kUndefined) || b.is(Value::Kind::kUndefined)) {
     fail(e.line, "cannot apply '" + e.name + "' to an undefined value");
   }
   if (a.is(Value::Kind::kNone) || b.is(Value::Kind::kNone)) fail(e.line, "cannot apply '" + e.name + "' to none");
-  if (e.name == "~") return concatenate(e, a, b);
   if (in) {
     bool member = false;
     if (b.is(Value::Kind::kList)) {

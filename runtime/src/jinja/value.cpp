@@ -188,9 +188,11 @@ std::string to_json(const Value& v, const JsonStyle& style, const Site& at) {
 std::string to_output(const Value& v, const Site& at) {
   using K = Value::Kind;
   switch (v.kind) {
-    case K::kUndefined:
-    case K::kNone: return "";
-    case K::kBool: return v.b ? "true" : "false";
+    case K::kUndefined: return "";
+    // As Python's Jinja prints them (transformers and the Python servers render with it), where @huggingface/jinja
+    // writes "" and "true": a message's content of None prints "None".
+    case K::kNone: return "None";
+    case K::kBool: return v.b ? "True" : "False";
     case K::kInt: return std::to_string(v.i);
     case K::kFloat:
       if (!v.s.empty()) return v.s;

@@ -152,8 +152,9 @@ std::size_t footprint(const List& items);
 const char* kind_name(Value::Kind kind);
 bool truthy(const Value& v);
 bool equal(const Value& a, const Value& b);  // the `==` operator
-// What `{{ v }}` prints. Throws orbit::Error naming `at` where a list or dict prints past kMaxStringBytes or
-// nests past kMaxNesting (a namespace that holds itself).
+// What `{{ v }}` prints: none and booleans as Python's Jinja ("None", "True", "False"), undefined as "", numbers
+// as Python's repr, lists and dicts as JSON (@huggingface/jinja's form). Throws orbit::Error naming `at` where a list
+// or dict prints past kMaxStringBytes or nests past kMaxNesting (a namespace that holds itself).
 std::string to_output(const Value& v, const Site& at);
 struct JsonStyle {
   // 0: one line with ", " and ": "; n: newline and n spaces per level, "," and ": ". At most

@@ -136,6 +136,7 @@
 #include <vector>
 
 #include "orbit/chunk.h"
+#include "orbit/common/chat_content.h"
 #include "orbit/plan.h"
 
 namespace orbit {
@@ -168,6 +169,13 @@ struct ChatMessage {
   // message.reasoning_content when set: an earlier assistant turn's thinking, which reasoning models' templates
   // (Qwen3, QwQ, DeepSeek-R1 distills) render before its answer; "" is passed as set (runtime::ChatMessage).
   std::optional<std::string> reasoning_content;
+  // What the template's message.content is: the text (kText: `content`, or `parts`), None (kNull) or undefined
+  // (kAbsent: no content key), as Hugging Face's apply_chat_template passes a dict's None or missing content
+  // (orbit/common/chat_content.h); templates tell them apart (`message.content is none`). orbit serve and the
+  // Python bindings read a null or missing content as "" (kText), as OpenAI-compatible servers give templates
+  // (Qwen3's, among others, cannot take None); set kNull or kAbsent to render exactly what Hugging Face would.
+  // Not kText: content and parts must be empty (sync refuses others, naming the message).
+  ContentForm content_form = ContentForm::kText;
 };
 
 // SyncPlan::tokens at a row of an embedding chunk part (it has no token id).
@@ -180,13 +188,13 @@ inline constexpr int64_t kEmbeddingRow = -1;
 // how to call one and lists each tool's schema as JSON between <tools> and </tools>; an assistant message's tool_calls
 // after its content, each as <tool_call>{"name": ..., "arguments": {...}}</tool_call> (arguments that are not a JSON
 // object, a call cut by max_tokens, as written); a tool result as "tool: content". A list without tools or tool calls
-// renders as it always has.
+// renders as it always has. A content of None or left out (ContentForm) renders as "".
 inline constexpr const char* kPlainChatTemplate =
     "{{ bos_token }}{% if tools %}system: You may call these tools. To call one, answer with "
     "<tool_call>{\"name\": <the tool's name>, \"arguments\": <its arguments as a JSON object>}</tool_call>.\n"
     "<tools>{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}{{ '\\n' }}</tools>\n{% endif %}"
     "{% for message in messages %}{{ message.role }}{% if message.name %} ({{ message.name }}){% endif %}: "
-    "{{ message.content }}"
+    "{% if message.content is string %}{{ message.content }}{% endif %}"
     "{% if message.tool_calls %}{% for call in message.tool_calls %}<tool_call>{\"name\": "
     "{{ call.function.name | tojson }}, \"arguments\": {% if call.function.arguments is string %}"
     "{{ call.function.arguments }}{% else %}{{ call.function.arguments | tojson }}{% endif %}}</tool_call>"

@@ -49,7 +49,7 @@ std::string message_class(const ChatMessage& m) {
 
 bool same_message(const ChatMessage& a, const ChatMessage& b) {
   return a.role == b.role && a.content == b.content && a.name == b.name && a.tool_call_id == b.tool_call_id &&
-         a.reasoning_content == b.reasoning_content &&
+         a.reasoning_content == b.reasoning_content && a.content_form == b.content_form &&
          std::equal(a.tool_calls.begin(), a.tool_calls.end(), b.tool_calls.begin(), b.tool_calls.end(), same_call) &&
          std::equal(a.parts.begin(), a.parts.end(), b.parts.begin(), b.parts.end(), same_part);
 }

@@ -384,6 +384,7 @@ uint64_t list_digest(const std::vector<ChatMessage>& messages) {
     mix_optional(m.name);
     mix_optional(m.tool_call_id);
     mix_optional(m.reasoning_content);
+    mix(content_form_name(m.content_form));
     mix(std::to_string(m.tool_calls.size()));
     for (const ChatToolCall& c : m.tool_calls) {
       mix(c.id);

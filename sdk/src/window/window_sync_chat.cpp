@@ -126,9 +126,13 @@ std::vector<runtime::ChatMessage> to_runtime(const EngineCore& core, const std::
   for (std::size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
     ORBIT_CHECK(!m.role.empty(), caller << ": messages[" << i << "] has no role");
+    ORBIT_CHECK(m.content_form == ContentForm::kText || (m.content.empty() && m.parts.empty()),
+                caller << ": messages[" << i << "] has content and content_form " << content_form_name(m.content_form)
+                       << " (None or a left-out content holds no text: use kText)");
     runtime::ChatMessage r;
     r.role = m.role;
     r.content = content_text(core, m, i, parts, caller);
+    r.content_form = m.content_form;
     r.name = m.name;
     r.tool_call_id = m.tool_call_id;
     r.reasoning_content = m.reasoning_content;
@@ -214,7 +218,8 @@ std::string Engine::render_chat(const std::vector<ChatMessage>& messages, bool a
 ToolCallFormat Engine::tool_call_format(const ChatOptions& options) const {
   const detail::OpHold hold(*core_);  // "engine is closed" here, not read as a template refusing the probe below
   // An assistant message with one call, rendered as the template writes history: the way it writes the call
-  // is the way it taught the model to write one.
+  // is the way it taught the model to write one. Its content is "", as orbit serve reads OpenAI's null; a template
+  // that refuses it (one written for None beside calls) is given None.
   ChatMessage user;
   user.role = "user";
   user.content = "Call the tool.";
@@ -226,10 +231,14 @@ ToolCallFormat Engine::tool_call_format(const ChatOptions& options) const {
       R"([{"type": "function", "function": {"name": "orbit_probe", "description": "A probe.", "parameters": )"
       R"({"type": "object", "properties": {"probe": {"type": "integer"}}}}}])";
   std::string text;
-  try {
-    text = render_chat({user, assistant}, false, probe);
-  } catch (const Error&) {
-    return ToolCallFormat::kHermes;  // a template that refuses tool calls in history writes none
+  for (const ContentForm form : {ContentForm::kText, ContentForm::kNull}) {
+    assistant.content_form = form;
+    try {
+      text = render_chat({user, assistant}, false, probe);
+      break;
+    } catch (const Error&) {
+      // a template that refuses tool calls in history writes none: kHermes below
+    }
   }
   if (text.find("[TOOL_CALLS]") != std::string::npos) return ToolCallFormat::kMistral;
   if (text.find("<tool_call>") != std::string::npos) return ToolCallFormat::kHermes;

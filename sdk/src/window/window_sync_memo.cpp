@@ -418,7 +418,8 @@ Sha256::Digest message_key(const runtime::ChatMessage& m) {
   add_text(h, m.content);
   add_optional(h, m.name);
   add_optional(h, m.tool_call_id);
-  add_optional(h, m.reasoning_content);  // templates see it (unset and "" apart)
+  add_optional(h, m.reasoning_content);                 // templates see it (unset and "" apart)
+  h.update_u64(static_cast<uint64_t>(m.content_form));  // None, undefined and "" apart
   h.update_u64(m.tool_calls.size());
   for (const runtime::ChatToolCall& c : m.tool_calls) {
     add_text(h, c.id);

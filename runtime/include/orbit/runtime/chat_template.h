@@ -8,7 +8,8 @@
 // (checked by test_chat_template_oracle), but where that engine and Python's Jinja2 (transformers'
 // apply_chat_template, which models were trained with) disagree, where orbit follows Python: JSON integers too
 // long for int64 (in the messages, a tool call's arguments, the tools) print and tojson as written, where
-// JavaScript rounds them to doubles; floats print as Python's repr (1e-06, not 0.000001); strip('x')
+// JavaScript rounds them to doubles; floats print as Python's repr (1e-06, not 0.000001), None and booleans as
+// Python prints them ("None", "True", where JavaScript's writes "" and "true"); strip('x')
 // removes only the characters given and capitalize lowers the rest; strings are code points (an emoji is one,
 // where JavaScript counts two UTF-16 units), whitespace is str.isspace()'s, and case mapping, title() and
 // replace('') are Python's (test_chat_template_text). Unsupported syntax (macros, call blocks, unknown filters or
@@ -33,6 +34,8 @@
 #include <utility>
 #include <vector>
 
+#include "orbit/common/chat_content.h"
+
 namespace orbit::runtime {
 
 // One call in an assistant message: rendered to templates as
@@ -55,6 +58,10 @@ struct ChatMessage {
   // when set, as reasoning models' templates (Qwen3, QwQ, DeepSeek-R1 distills) read it; set but empty is
   // passed as "" (such templates then take no reasoning from the content either).
   std::optional<std::string> reasoning_content;
+  // What message.content is: `content` (kText), None (kNull) or undefined, the key left out (kAbsent), as
+  // Hugging Face passes a dict's content of None or none (orbit/common/chat_content.h). Not kText: content
+  // must be "" (render refuses other text, naming the message).
+  ContentForm content_form = ContentForm::kText;
 };
 
 struct ChatRenderOptions {
