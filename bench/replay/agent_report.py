@@ -9,7 +9,9 @@ bench/replay/agent-plots/.
                                                   [--traces NAME,...] [--quick] [--reuse] [--no-write]
 
 Token ratios are against the radix cache `orbit replay` runs beside every policy over the same reads
-(`totals.radix_tokens`, as bench/replay/radix_report.py states them); wall time against the `prefix` preset,
+(`totals.radix_tokens`, as bench/replay/radix_report.py states them), one per trace for every policy
+(bench/replay/yardstick.py: where a `place` step lets policies order the window, the order cheapest for the
+radix cache, the agent's); wall time against the `prefix` preset,
 orbit executing a radix cache on the same engine, the default's in a timing replay of the two alone
 (radix_report.wall: interleaved rounds, each step at its fastest; the load it ran under in the header). The
 replays may run in parallel processes, each with --no-write and its own --traces (the timing replays are then
@@ -27,6 +29,7 @@ import sys
 
 from radix_report import REASONS, worse_reads  # the reads where a policy forwarded more than the radix cache, why
 from radix_report import timing_note, wall  # the default against `prefix` in wall time, timed side by side
+from yardstick import neutral  # one prefix-cache yardstick per trace, whatever the policy (bench/replay/yardstick.py)
 
 # Every preset defers repairs to the next read, the `prefix` baseline too (a request-driven prefix cache
 # computes once per model call); the `:eager` pair shows what repairing at every edit costs. The default
@@ -105,6 +108,21 @@ def fmt_ratio(a, b):
     return "n/a" if not b else "%.3f" % (a / b)
 
 
+def budget_of(policy):
+    """The per-step KL budget a policy spec names (`:kl=X`), else None."""
+    for part in policy.split(":"):
+        if part.startswith("kl="):
+            return float(part[3:])
+    return None
+
+
+def steps_over(policy, budget):
+    """How many of a policy's measured steps lost more than `budget` (KL against a re-prefill), and how many
+    were measured."""
+    kls = [s["fidelity"]["kl"] for s in policy["steps"] if s.get("fidelity") and s["fidelity"].get("kl") is not None]
+    return sum(1 for k in kls if budget is not None and k > budget), len(kls)
+
+
 def fmt_kl(x, digits=1):
     """digits 2 where a value beside the 1e-3 target must show which side of it it lies."""
     return "n/a" if x is None else "%.*e" % (digits, x)
@@ -157,7 +175,7 @@ def why_missed(report, name, default_name, worse, timing):
     r = td["critical_forward_tokens"] / yard if yard else 0
     if not meets_cost(td, tb["critical_forward_tokens"], yard):
         floor = tb["critical_forward_tokens"] / yard
-        turn_tokens = sum(s["radix_tokens"] for s in dp["steps"]
+        turn_tokens = sum(s["radix_tokens"] for s in pol[td["yardstick_policy"]]["steps"]
                           if s.get("yardstick_read") is not None and s["op"] in ("turn", "generate"))
         first = sum(s["critical_forward_tokens"] for s in blind["steps"] if s["op"] in ("admit",))
         out.append(
@@ -275,7 +293,7 @@ def main():
         cmds.append(" ".join(cmd))
         walls.append(wall(a.orbit, a.model, path, name, a.reuse))
         cmds.append(walls[-1]["command"])
-        rep = json.load(open(out))
+        rep = neutral(json.load(open(out)))
         pol = by_name(rep)
         default_name = rep["policies"][0]["policy"]  # the first asked: "default" resolves to its spec
         prefix = pol["prefix"]["totals"]
@@ -301,8 +319,9 @@ def main():
             walls[-1]["default"] < walls[-1]["prefix"],
             not worse,
         ]))
-        yardsticks = sorted(set(radix(p["totals"]) for p in rep["policies"]))
+        yardsticks = sorted(set(p["totals"]["radix_tokens_own"] for p in rep["policies"]))
         notes.append({"group": group, "name": name, "default": default_name, "d": d, "floor": floor, "met": met,
+                      "over": steps_over(dp, budget_of(default_name)),
                       "worse": worse, "why": why_missed(rep, name, default_name, worse, walls[-1]),
                       "png": png, "yardsticks": yardsticks, "wall": walls[-1]["ratio"]})
         if group != "old" and not meets_top1(d):
@@ -311,7 +330,7 @@ def main():
             if not (a.reuse and os.path.exists(tout)):
                 run(tcmd)
             cmds.append(" ".join(tcmd))
-            tpol = by_name(json.load(open(tout)))
+            tpol = by_name(neutral(json.load(open(tout)), like=rep))
             tfloor = tpol["blind"]["totals"]["critical_forward_tokens"]
             for pname, t in [(default_name + " (default)", d)] + [(x, tpol[x]["totals"]) for x in TIGHT] + \
                     [("blind", tpol["blind"]["totals"])]:
@@ -346,16 +365,18 @@ def main():
           "window, query and generated tokens held; bounded by the replay engine's KV pool). Both sides count a "
           "read's query: the radix cache forwards the prompt (window, then query) after what it holds and at least "
           "its last token, and orbit's critical tokens include the query tokens its model call forwards "
-          "(`query_forward_tokens`). Every token ratio "
-          "below is against the radix cache's tokens over the reads of the same policy's run "
-          "(`totals.radix_tokens`). Those reads are the same for every policy of a run except where a trace "
-          "lets the policy choose: a `place` step puts the window in the policy's cheapest order, and a "
-          "generate whose answer is not appended leaves the policy's own answer in the radix cache. Measured: "
-          "the yardstick is the same for every policy on %d of the %d traces%s. Wall time is compared with the "
+          "(`query_forward_tokens`). The radix cache reads each policy's windows, and those are the same for "
+          "every policy of a run except where a trace lets the policy choose: a `place` step puts the window in "
+          "the policy's cheapest order, and a generate whose answer is not appended leaves the policy's own "
+          "answer in the radix cache. Measured: the policies' own yardsticks are the same on %d of the %d "
+          "traces%s. A server with a radix cache has no planner and reads the agent's order, so every token "
+          "ratio below is against one yardstick per trace, the same for every policy: the radix cache's tokens "
+          "over the run that cost it least (`totals.radix_tokens` as bench/replay/yardstick.py rewrites it; on "
+          "these traces the exact policies', which keep the agent's order). Wall time is compared with the "
           "`prefix` preset, the executing radix baseline: orbit running a radix cache (re-prefill plus exact "
           "reuse of what was computed behind the same window) on the same engine, in the same run."
-          % (len(same), len(notes), "" if not differ else "; on the others the policies' yardsticks span " + ", ".join(differ) +
-             " tokens (the targets are stated against the default's)"), "",
+          % (len(same), len(notes), "" if not differ else "; on the others they span " + ", ".join(differ) +
+             " tokens"), "",
           "Every preset defers the repairs an edit (evict, slide, reorder) would do to the next read or "
           "forwarding operation (`WindowPolicy::defer_repairs`), the `prefix` baseline included, as a "
           "request-driven radix cache (vLLM, SGLang) computes once per model call, from the first token that "
@@ -405,15 +426,20 @@ def main():
            "that of all the default's forward tokens (critical and background); the blind floor as a ratio to "
            "the radix cache; mean KL; top-1 over all probe rows and over those with a clear reference margin "
            "(the near-tie misses apart); critical wall time over `prefix`'s (in the timing replay); the reads "
-           "where the default forwarded more than the radix cache.", "",
-           "| group | trace | crit | radix | crit vs radix | all vs radix | blind vs radix | mean KL | top-1 | "
-           "top-1 (margin) | wall vs prefix | reads above radix | " + " | ".join(TARGETS) + " |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(TARGETS)]
+           "where the default forwarded more than the radix cache. The KL target is on the mean; beside it, the "
+           "largest KL one step measured and how many of the measured steps lost more than the default's "
+           "per-step budget (`kl=%s`)." % budget_of(notes[0]["default"]) if notes else "", "",
+           "| group | trace | crit | radix | crit vs radix | all vs radix | blind vs radix | mean KL | "
+           "max step KL (over budget) | top-1 | top-1 (margin) | wall vs prefix | reads above radix | " +
+           " | ".join(TARGETS) + " |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(TARGETS)]
     for n in notes:
         d = n["d"]
-        md.append("| %s | %s | %.0f | %.0f | %.3f | %.2f | %.3f | %s | %s | %.3f (%d near-tie) | %.2f | %s | %s |" % (
+        md.append("| %s | %s | %.0f | %.0f | %.3f | %.2f | %.3f | %s | %s (%d of %d) | %s | %.3f (%d near-tie) | %.2f "
+                  "| %s | %s |" % (
             n["group"], n["name"], d["critical_forward_tokens"], radix(d), d["critical_forward_tokens"] / radix(d),
             d["forward_tokens"] / radix(d), n["floor"] / radix(d), fmt_kl(d["mean_kl"], 2),
+            fmt_kl(d.get("max_kl"), 2), n["over"][0], n["over"][1],
             "n/a" if d["mean_top1"] is None else "%.3f" % d["mean_top1"], top1_clear(d), d["near_tie_misses"],
             n["wall"], ", ".join("step %d: %.0f vs %.0f" % x for x in n["worse"]) or "none",
             " | ".join("yes" if v else "**no**" for v in n["met"].values())))

@@ -50,6 +50,7 @@ import subprocess
 import sys
 
 from real_sources import SourceError, all_sources  # bench/replay/real_sources.py, beside this script
+from yardstick import neutral  # one prefix-cache yardstick per trace, whatever the policy (bench/replay/yardstick.py)
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 DEFAULT_SOURCES = REPO.parent / "shared" / "traces"
@@ -306,7 +307,7 @@ def replay(args, trace):
     report_path = args.out / "replays" / trace.name
     report_path.parent.mkdir(parents=True, exist_ok=True)
     run_replay(args, trace, "--policy", "default,prefix", "--json", str(report_path))
-    report = json.loads(report_path.read_text(encoding="utf-8"))
+    report = neutral(json.loads(report_path.read_text(encoding="utf-8")))
     return summary(trace.stem, report)
 
 

@@ -20,6 +20,8 @@ import glob
 import json
 import os
 
+from yardstick import neutral  # one prefix-cache yardstick per trace, whatever the policy (bench/replay/yardstick.py)
+
 BUDGET = 0.003  # kDefaultKlBudget (sdk/include/orbit/policy.h)
 
 
@@ -60,7 +62,7 @@ def main():
         files = sorted(glob.glob(os.path.join(d, "*.replay.json")))
         if not files:
             raise SystemExit("crit_split: no *.replay.json in directory '%s'" % d)
-        sets.append({os.path.basename(f)[:-len(".replay.json")]: split(json.load(open(f))) for f in files})
+        sets.append({os.path.basename(f)[:-len(".replay.json")]: split(neutral(json.load(open(f)))) for f in files})
     names = sorted(set.intersection(*[set(s) for s in sets]))
     print("%-32s" % "trace" + "".join(" | %6s %6s %6s %6s %6s %6s" % ("radix", "crit", "floor", "repair", "query",
                                                                       "c/rdx") for _ in sets))

@@ -21,6 +21,8 @@ import os
 import subprocess
 import sys
 
+from yardstick import neutral  # one prefix-cache yardstick per trace, whatever the policy (bench/replay/yardstick.py)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_BUDGET = 0.003  # kDefaultKlBudget (sdk/include/orbit/policy.h): the default policy's per-step budget
 
@@ -72,7 +74,7 @@ def replay(a, trace):
         run([a.orbit, "replay", trace, "--model", a.model, "--policy", a.policy, "--json", out, "--quiet"] +
             (["--calibrate-fidelity"] if a.calibrate_fidelity else []))
     with open(out) as f:
-        return name, json.load(f)
+        return name, neutral(json.load(f))
 
 
 def summarize(report, budget):

@@ -6,7 +6,8 @@ executes a radix cache on the same engine, and the baselines reprefill and blind
 is the radix cache `orbit replay` runs beside every policy over the same reads (planner/prefix_cache.h:
 SGLang's semantics, token granular, every read's window, query and generated tokens held, bounded by the
 replay engine's KV pool; `radix_tokens`), with the unbounded radix cache and vLLM's 16-token block cache
-beside it. Both sides count the same tokens: a read's prompt is its window and query, and orbit's critical
+beside it, one of each per trace for every policy (bench/replay/yardstick.py: where a `place` step lets policies
+order the window, the radix cache reads the order cheapest for it, the agent's). Both sides count the same tokens: a read's prompt is its window and query, and orbit's critical
 tokens include the query tokens its model call forwards (`query_forward_tokens`; a model call forwards at
 least its last token on either side). Every number in the report is read from the JSON this script writes
 under out/radix-json/, the wall-time ratios from the timing replays' under out/wall-json/ (wall())
@@ -27,6 +28,8 @@ import os
 import pathlib
 import subprocess
 import sys
+
+from yardstick import neutral  # one prefix-cache yardstick per trace, whatever the policy (bench/replay/yardstick.py)
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TRACES = sorted((REPO / "tests" / "data" / "traces").glob("*.json")) + \
@@ -108,12 +111,12 @@ def timing_note(walls):
 
 def replay(orbit, model, trace, out, reuse):
     if reuse and out.exists():
-        return json.loads(out.read_text())
+        return neutral(json.loads(out.read_text()))
     cmd = [str(orbit), "replay", str(trace), "--model", str(model), "--policy", POLICIES, "--json", str(out),
            "--quiet"]
     print("+", " ".join(cmd), file=sys.stderr, flush=True)
     subprocess.run(cmd, check=True, env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.DEVNULL)
-    return json.loads(out.read_text())
+    return neutral(json.loads(out.read_text()))
 
 
 def worse_reads(policy):

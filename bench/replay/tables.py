@@ -25,6 +25,8 @@ import shlex
 import subprocess
 import sys
 
+from yardstick import neutral  # one prefix-cache yardstick per trace, whatever the policy (bench/replay/yardstick.py)
+
 # `prefix` (like every preset) defers repairs to the next read, as a request-driven prefix cache computes
 # once per model call; `prefix:eager` and `default:eager` repair at every edit.
 POLICIES = ["default", "patch:16", "patch:16:exact", "reprefill", "prefix", "blind", "default:eager", "prefix:eager"]
@@ -85,8 +87,8 @@ def rows(report, default_first=True):
             "policy": p["policy"] + (" (default)" if i == 0 and default_first else ""),
             "forward_tokens": t["forward_tokens"],
             "critical_forward_tokens": t["critical_forward_tokens"],
-            # The yardstick over this policy's own reads: the same for every policy of a run except where
-            # the trace lets the policy choose (a `place` step's order, a generate not appended).
+            # The trace's one yardstick (yardstick.neutral): the radix cache over the run that cost it least,
+            # the same for every policy (this policy's own reads differ where a `place` step's order is its own).
             "radix_tokens": t["radix_tokens"],
             "x_radix": ratio(t["critical_forward_tokens"], t["radix_tokens"]),
             "all_x_radix": ratio(t["forward_tokens"], t["radix_tokens"]),
@@ -173,7 +175,7 @@ def main(argv=None):
     jdir = a.json_dir or os.path.join(os.path.dirname(a.out) or ".", "tables-json")
     os.makedirs(jdir, exist_ok=True)
 
-    sections, cmds, agent_reports = [], [], []
+    sections, cmds, agent_reports, by_trace = [], [], [], {}
     for name, path in traces:
         out = os.path.join(jdir, name + ".json")
         cmd = [a.orbit, "replay", path, "--model", a.model, "--policy", ",".join(policies), "--quiet", "--json", out]
@@ -181,7 +183,7 @@ def main(argv=None):
             cmd = replay(a.orbit, a.model, path, policies, out)
         cmds.append(" ".join(shlex.quote(c) for c in cmd))
         with open(out) as f:
-            report = json.load(f)
+            report = by_trace[name] = neutral(json.load(f))
         sections += ["## %s" % name, "",
                      "`%s`: %d steps; model fingerprint %s…" % (path, report["steps"], report["fingerprint"][:16]), ""]
         sections += table(report, policies[0] == "default") + [""]
@@ -208,7 +210,7 @@ def main(argv=None):
                 cmd = replay(a.orbit, a.model, path, sweep_policies, out)
             cmds.append(" ".join(shlex.quote(c) for c in cmd))
             with open(out) as f:
-                sweep_reports.append((name, json.load(f)))
+                sweep_reports.append((name, neutral(json.load(f), like=by_trace[name])))
 
     front = []
     if sweep_reports:
@@ -233,8 +235,10 @@ def main(argv=None):
           "waits for; canonicals and patches formed in the background are off it); the radix cache's tokens for "
           "the same reads (`radix tokens`: the yardstick `orbit replay` runs beside every policy, SGLang's "
           "semantics: token granular, each read's window, query and generated tokens held, bounded by the "
-          "replay engine's KV pool; a policy's own reads, which differ from another's only where the trace lets "
-          "it choose: a `place` step's order, a generate whose answer is not appended); critical-path and all "
+          "replay engine's KV pool; one per trace, the same for every policy: a policy's own reads differ from "
+          "another's where the trace lets it choose, a `place` step's order or a generate whose answer is not "
+          "appended, and the radix cache is given the run that cost it least, bench/replay/yardstick.py); "
+          "critical-path and all "
           "forward tokens as ratios to it; critical-path forward tokens as ratios to re-prefill (`reprefill`: "
           "prefill every instance whose context changed, reuse nothing else) and to no cache at all (a full "
           "re-prefill of the window after every mutating step); `prefix` is a policy row, not a yardstick: orbit "

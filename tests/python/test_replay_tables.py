@@ -61,14 +61,19 @@ def test_table_matches_the_replay(tables):
     text, report = tables
     by_name = {p["policy"]: p["totals"] for p in report["policies"]}
     reprefill = by_name["reprefill"]
+    # One yardstick for every policy (bench/replay/yardstick.py): the radix cache over the run that cost it least.
+    # On lookback the patching policies' `place` orders cost it more than the exact ones' (the agent's order).
+    own = [t["radix_tokens"] for t in by_name.values()]
+    assert min(own) < max(own)
+    yard = min(own)
     for row, p in zip(table_rows(text, "lookback"), report["policies"]):
         t = p["totals"]
         assert row[0].split(" ")[0] == p["policy"]
         assert float(row[1]) == pytest.approx(t["forward_tokens"], abs=0.5)
         assert float(row[2]) == pytest.approx(t["critical_forward_tokens"], abs=0.5)
-        assert float(row[3]) == pytest.approx(t["radix_tokens"], abs=0.5)
-        assert float(row[4]) == pytest.approx(t["critical_forward_tokens"] / t["radix_tokens"], abs=5e-4)
-        assert float(row[5]) == pytest.approx(t["forward_tokens"] / t["radix_tokens"], abs=6e-3)
+        assert float(row[3]) == pytest.approx(yard, abs=0.5)
+        assert float(row[4]) == pytest.approx(t["critical_forward_tokens"] / yard, abs=5e-4)
+        assert float(row[5]) == pytest.approx(t["forward_tokens"] / yard, abs=6e-3)
         assert float(row[6]) == pytest.approx(t["critical_forward_tokens"] / reprefill["critical_forward_tokens"],
                                               abs=5e-4)
         assert float(row[7]) == pytest.approx(t["critical_forward_tokens"] / t["full_prefill_tokens"], abs=5e-4)
