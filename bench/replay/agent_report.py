@@ -372,7 +372,8 @@ def main():
           "traces%s. A server with a radix cache has no planner and reads the agent's order, so every token "
           "ratio below is against one yardstick per trace, the same for every policy: the radix cache's tokens "
           "over the run that cost it least (`totals.radix_tokens` as bench/replay/yardstick.py rewrites it; on "
-          "these traces the exact policies', which keep the agent's order). Wall time is compared with the "
+          "these traces the agent's order, which every policy but the patching ones keeps); the reads-above column "
+          "compares each read with the radix cache reading that policy's own window. Wall time is compared with the "
           "`prefix` preset, the executing radix baseline: orbit running a radix cache (re-prefill plus exact "
           "reuse of what was computed behind the same window) on the same engine, in the same run."
           % (len(same), len(notes), "" if not differ else "; on the others they span " + ", ".join(differ) +

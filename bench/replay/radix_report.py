@@ -192,7 +192,10 @@ def write(rows, walls, out):
              "`orbit replay TRACE --policy default,throughput,prefix` per shipped trace, JSON in `out/radix-json/` (not committed: 18 MB; the command regenerates it). "
              "The yardstick is the radix cache the replay runs beside every policy over the same reads "
              "(SGLang's semantics: token granular; each read's window, query and generated tokens held; bounded "
-             "by the replay engine's KV pool). `prefix` is orbit executing a radix cache on the same engine "
+             "by the replay engine's KV pool), one per trace for every policy: where a `place` step lets the policies "
+             "order the window, the run that cost it least, the agent's order, as a server's radix cache reads it "
+             "(bench/replay/yardstick.py; the per-read and per-call comparisons below read each policy's own "
+             "windows). `prefix` is orbit executing a radix cache on the same engine "
              "(re-prefill plus exact reuse of what was computed behind the same window), so wall times compare "
              "like with like.", "",
              "**Two readings of that cache.** `radix` charges it at every read of the window: each model call, "

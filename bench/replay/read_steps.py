@@ -3,7 +3,8 @@
 
 For each policy (baselines left out), over every replay JSON given: the probed steps within the per-step
 budget; the generate steps' (the reads') within count, mean and max KL; critical forward tokens, of which
-the reads' query forwards (`query_forward_tokens`), against the radix cache's (`radix_tokens`). A replay
+the reads' query forwards (`query_forward_tokens`), against the radix cache's (`radix_tokens`, one yardstick per
+trace for every policy: bench/replay/yardstick.py). A replay
 measures every step after its operation, so an edit step shows the window as the edit left it; a generate
 step shows it after the read's own plan (WindowPolicy::read_attention_weight), hence the reads' cells.
 
@@ -13,6 +14,8 @@ import argparse
 import collections
 import glob
 import json
+
+from yardstick import neutral  # one prefix-cache yardstick per trace, whatever the policy (bench/replay/yardstick.py)
 
 
 def main():
@@ -27,14 +30,15 @@ def main():
             d = json.load(fh)
         if "policies" not in d:  # a trace, not a replay
             continue
+        neutral(d)
         for p in d["policies"]:
             if p.get("baseline"):
                 continue
             a = totals.setdefault(p["policy"], collections.Counter())
+            a["radix"] += p["totals"].get("radix_tokens") or 0
             for s in p["steps"]:
                 a["crit"] += s["critical_forward_tokens"]
                 a["queries"] += s["query_forward_tokens"]
-                a["radix"] += s.get("radix_tokens") or 0
                 fi = s.get("fidelity")
                 if not fi:
                     continue

@@ -9,10 +9,12 @@ planner: it reads the agent's order, and a report comparing every policy against
 chose would hand the patching policies a weaker peer.
 
 So each report reads one yardstick per trace: every yardstick total of every policy becomes that of the policy
-whose windows cost the radix cache least (one policy's run, all its yardsticks together; on these traces that is
-the agent's order, the exact policies'). A policy's own figures stay beside them as `<field>_own`. Per-step
-yardstick figures (`steps[i].radix_tokens`, which compare a read with the cache reading the same window) are left
-as they are.
+whose windows cost the radix cache least (one policy's run, all its yardsticks together; the first listed among
+equals; on these traces the agent's order, which every policy but the patching ones leaves). It is chosen among
+the policies of the run, so a run should include one that keeps the agent's order (`prefix` or `reprefill`; every
+report here does). A policy's own figures stay beside them as `<field>_own`. Per-step yardstick figures
+(`steps[i].radix_tokens`) are left as they are: a per-read check compares a read with the radix cache reading the
+same window (`orbit replay` prints the policies' own yardsticks too; these scripts rewrite them).
 """
 
 FIELDS = ("radix_tokens", "radix_unbounded_tokens", "radix_call_tokens", "block_cache_tokens", "prefix_cache_tokens")
@@ -26,7 +28,7 @@ def neutral(report, like=None):
     if not policies or "radix_tokens_own" in policies[0]["totals"]:
         return report
     if like is not None:
-        first = like["policies"][0]["totals"]
+        first = neutral(like)["policies"][0]["totals"]
         chosen = {f: first[f] for f in FIELDS if f in first}
         name = first["yardstick_policy"]
     else:

@@ -283,7 +283,7 @@ struct RunResult {
 
 // Whether chat's message for `r` has content null, as OpenAI answers a call without text (also one the budget cut
 // before its tool could be told) and reasoning parsers an answer that is all reasoning; a client sends such a
-// message back with content null (the template's None).
+// message back with content null (which serve reads as "": chat_messages.cpp).
 inline bool content_null(const RunResult& r) {
   return r.text.empty() && (!r.tool_calls.empty() || r.tool_call_left_out || r.reasoning.has_value());
 }

@@ -3,7 +3,8 @@
 //   - lists and dicts are shared by reference (a `set` of a list aliases it), and `==` on them is identity;
 //   - dicts keep insertion order (tojson and items() walk it);
 //   - undefined == none is true;
-//   - printing: booleans as "true"/"false", floats with a ".0" when integral, lists and dicts as JSON.
+//   - printing: floats with a ".0" when integral, lists and dicts as JSON (but none and booleans print as Python's,
+//     "None", "True", "False": to_output below).
 #pragma once
 
 #include <algorithm>

@@ -128,7 +128,7 @@ std::vector<runtime::ChatMessage> to_runtime(const EngineCore& core, const std::
     ORBIT_CHECK(!m.role.empty(), caller << ": messages[" << i << "] has no role");
     ORBIT_CHECK(m.content_form == ContentForm::kText || (m.content.empty() && m.parts.empty()),
                 caller << ": messages[" << i << "] has content and content_form " << content_form_name(m.content_form)
-                       << " (None or a left-out content holds no text: use kText)");
+                       << " (None or a left-out content holds no text and no parts: use kText)");
     runtime::ChatMessage r;
     r.role = m.role;
     r.content = content_text(core, m, i, parts, caller);
