@@ -95,21 +95,29 @@ void PolicyRun::note_refusal(const std::string& chunk, std::size_t index, const 
   }
 }
 
-void PolicyRun::note_turn_refusal(std::size_t index, const StepResult& r) {
-  if (r.status == "ok" || !turn_refusal_.empty()) return;
-  turn_refusal_ = "the turn of step " + std::to_string(index) + " (" + trace_op_name(trace_.steps[index].op) +
-                  ") was refused: " + r.status;
+void PolicyRun::note_divergence(std::size_t index, const StepResult& r) {
+  std::string& diverged = branches_.at(current_).diverged;
+  if (r.status == "ok" || !diverged.empty()) return;
+  diverged = "step " + std::to_string(index) + " (" + trace_op_name(trace_.steps[index].op) +
+             ") was refused: " + r.status;
+}
+
+void PolicyRun::check_positions(const char* field) {
+  const std::string& diverged = branches_.at(current_).diverged;
+  ORBIT_CHECK(diverged.empty(), "field '" << field << "': the window on branch '" << current_
+                                          << "' lacks an item the trace counts in it (" << diverged
+                                          << "), so the position would name another item than the trace's");
 }
 
 InstanceId PolicyRun::evicted_instance(const TraceStep& s) {
   if (!s.chunk.empty()) return instance_of(s.chunk);
+  check_positions("turn");
   InstanceId id = 0;
   int64_t seen = 0;
   for (const InstanceInfo& x : current().instances()) {
     if (x.is_turn && seen++ == s.turn) id = x.id;
   }
-  ORBIT_CHECK(id != 0, "field 'turn': the window holds no live turn "
-                           << s.turn << (turn_refusal_.empty() ? "" : "; " + turn_refusal_));
+  ORBIT_CHECK(id != 0, "field 'turn': the window holds no live turn " << s.turn);
   return id;
 }
 
@@ -125,14 +133,18 @@ std::vector<InstanceId> PolicyRun::reordered(const TraceStep& s) {
 void PolicyRun::fork_branch(const TraceStep& s, std::size_t i, StepResult* r) {
   if (!policy_.reuse_computed) flush_deferred(i, r);  // what Window::fork runs (in the step's cost)
   Window child = current().fork();
-  branches_.emplace(s.branch, Branch{std::move(child), current_});
+  const std::string diverged = branches_.at(current_).diverged;  // the fork holds what its parent holds
+  branches_.emplace(s.branch, Branch{std::move(child), current_, diverged});
   current_ = s.branch;
 }
 
 void PolicyRun::end_branch(const TraceStep& s) {
   const std::string name = s.branch.empty() ? current_ : s.branch;
   const std::string parent = branches_.at(name).parent;
-  if (s.op == TraceOp::kCommit) branches_.at(parent).window = std::move(branches_.at(name).window);
+  if (s.op == TraceOp::kCommit) {
+    branches_.at(parent).window = std::move(branches_.at(name).window);
+    branches_.at(parent).diverged = branches_.at(name).diverged;
+  }
   branches_.erase(name);
   for (auto& [n, b] : branches_) {
     if (b.parent == name) b.parent = parent;
@@ -168,7 +180,7 @@ bool PolicyRun::generate(const TraceStep& s, std::size_t i, const std::vector<in
   std::vector<int64_t> turn = query;
   turn.insert(turn.end(), answer.begin(), answer.end());
   apply(current().plan_add_turn(turn), i, r);
-  note_turn_refusal(i, *r);
+  note_divergence(i, *r);
   return true;
 }
 
@@ -188,17 +200,22 @@ bool PolicyRun::run_op(const TraceStep& s, std::size_t i, const std::vector<int6
     case TraceOp::kAdmit:
       apply(current().plan_admit(refs_.at(s.chunk), instance_of(s.before)), i, r);
       note_refusal(s.chunk, i, *r);
+      note_divergence(i, *r);
       break;
     case TraceOp::kRecall:
       apply(current().plan_recall(refs_.at(s.chunk), instance_of(s.before)), i, r);
       note_refusal(s.chunk, i, *r);
+      note_divergence(i, *r);
       break;
     case TraceOp::kTurn:
       apply(current().plan_add_turn(resolved_.step_tokens[i]), i, r);
-      note_turn_refusal(i, *r);
+      note_divergence(i, *r);
       break;
     case TraceOp::kEvict: apply(current().plan_evict(evicted_instance(s)), i, r); break;
-    case TraceOp::kSlide: apply(current().plan_slide(s.count), i, r); break;
+    case TraceOp::kSlide:
+      check_positions("count");
+      apply(current().plan_slide(s.count), i, r);
+      break;
     case TraceOp::kReorder: apply(current().plan_reorder(reordered(s)), i, r); break;
     case TraceOp::kPlace: apply(current().plan_place(), i, r); break;
     case TraceOp::kFork: fork_branch(s, i, r); break;

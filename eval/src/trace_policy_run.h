@@ -35,6 +35,10 @@ class PolicyRun {
   struct Branch {
     Window window;
     std::string parent;
+    // Why the window lacks an item the trace counts in it (an admit, recall or turn the window refused, here or
+    // in the branch it forked from); "" none. The trace's positions (slide's count, evict's turn index) then
+    // name other items than the trace means, so such steps are refused instead of applied to them.
+    std::string diverged;
   };
 
   Window& current() { return branches_.at(current_).window; }
@@ -43,7 +47,10 @@ class PolicyRun {
   InstanceId instance_of(const std::string& name);
   // Remembers why a chunk did not enter the window, so a later step naming it says so.
   void note_refusal(const std::string& chunk, std::size_t index, const StepResult& r);
-  void note_turn_refusal(std::size_t index, const StepResult& r);
+  // Marks the current branch diverged (Branch::diverged) when the step that adds an item was refused.
+  void note_divergence(std::size_t index, const StepResult& r);
+  // Throws naming `field` when the current branch diverged: a position in the trace names no item of it.
+  void check_positions(const char* field);
   InstanceId evicted_instance(const TraceStep& s);
   std::vector<InstanceId> reordered(const TraceStep& s);
   void fork_branch(const TraceStep& s, std::size_t i, StepResult* r);
@@ -80,9 +87,6 @@ class PolicyRun {
   std::map<std::string, ChunkRef> refs_;
   std::map<std::string, Branch> branches_;
   std::map<std::string, std::string> refusals_;  // chunk name -> why its last admit/recall was refused
-  // The first turn refused (a turn step, or a generate step's appended answer), and why: a later step naming
-  // turns by index then counts from a different window than the trace's.
-  std::string turn_refusal_;
   std::string current_ = "main";
   int64_t peak_ = 0;
   DemandLog demands_;

@@ -100,8 +100,33 @@ def test_a_turn_index_past_a_refused_turn_names_the_refusal(orbit_cli, stories26
                              "--no-fidelity", "--policy", POLICY, "--page-size", "32768"],
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 1
-    assert re.search(r"field 'turn': the window holds no live turn \d+; the turn of step \d+ \(turn\) was "
-                     r"refused: out_of_capacity: turn refused: the KV pool is full", result.stderr), result.stderr
+    assert re.search(r"field '(turn|count)': the window on branch 'main' lacks an item the trace counts in it "
+                     r"\(step \d+ \((turn|generate|admit)\) was refused: out_of_capacity: \w+ refused: the KV pool "
+                     r"is full", result.stderr), result.stderr
+
+
+@pytest.mark.parametrize("edit,field", [({"op": "slide", "count": 2}, "count"), ({"op": "evict", "turn": 0}, "turn")])
+def test_positions_after_a_refused_step_are_refused(orbit_cli, stories260k_path, tmp_path, edit, field):
+    # B does not fit beside A (550 of 512 positions): its admit is refused, and the window holds A and C where
+    # the trace counts A, B and C. `slide 2` evicted A and C (the trace means A and B) and the replay went on;
+    # after a refused turn, `evict turn 0` evicted the next turn. Both name what the trace counts no longer.
+    trace = {"format": "orbit-trace/1",
+             "chunks": [{"name": "A", "random_tokens": 100, "seed": 1}, {"name": "B", "random_tokens": 450, "seed": 2},
+                        {"name": "C", "random_tokens": 50, "seed": 3}],
+             "steps": [{"op": "admit", "chunk": "A"}, {"op": "admit", "chunk": "B"}, {"op": "admit", "chunk": "C"},
+                       {"op": "turn", "random_tokens": 8, "seed": 4}, edit, {"op": "generate", "max_tokens": 2}]}
+    if field == "turn":  # the refused item is a turn: the first of two, the second fits
+        trace["chunks"] = trace["chunks"][:1]
+        trace["steps"] = [{"op": "admit", "chunk": "A"}, {"op": "turn", "random_tokens": 450, "seed": 5},
+                          {"op": "turn", "random_tokens": 8, "seed": 4}, edit, {"op": "generate", "max_tokens": 2}]
+    path = tmp_path / "refused.trace.json"
+    path.write_text(json.dumps(trace))
+    result = subprocess.run([str(orbit_cli), "replay", str(path), "--model", str(stories260k_path), "--quiet",
+                             "--no-fidelity", "--policy", "reprefill"], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 1, result.stdout
+    assert re.search(rf"step [34] \((slide|evict)\), policy reprefill: field '{field}': the window on branch 'main' "
+                     r"lacks an item the trace counts in it \(step 1 \((admit|turn)\) was refused", result.stderr), \
+        result.stderr
 
 
 def test_a_trace_without_steps_is_refused_rather_than_reported(orbit, orbit_cli, stories260k_path, trace, tmp_path):
