@@ -98,8 +98,8 @@ void PolicyRun::note_refusal(const std::string& chunk, std::size_t index, const 
 void PolicyRun::note_divergence(std::size_t index, const StepResult& r) {
   std::string& diverged = branches_.at(current_).diverged;
   if (r.status == "ok" || !diverged.empty()) return;
-  diverged = "step " + std::to_string(index) + " (" + trace_op_name(trace_.steps[index].op) +
-             ") was refused: " + r.status;
+  diverged =
+      "step " + std::to_string(index) + " (" + trace_op_name(trace_.steps[index].op) + ") was refused: " + r.status;
 }
 
 void PolicyRun::check_positions(const char* field) {

@@ -18,12 +18,9 @@ enum class ContentForm : std::uint8_t {
 // "text", "null" or "absent", for errors and reports.
 inline const char* content_form_name(ContentForm form) {
   switch (form) {
-    case ContentForm::kNull:
-      return "null";
-    case ContentForm::kAbsent:
-      return "absent";
-    case ContentForm::kText:
-      break;
+    case ContentForm::kNull: return "null";
+    case ContentForm::kAbsent: return "absent";
+    case ContentForm::kText: break;
   }
   return "text";
 }
