@@ -157,6 +157,17 @@ void print_table(const ReplayReport& r, bool explain) {
   }
 }
 
+// What a policy's totals row says after its columns: steps refused, and steps the probe did not fit behind (the
+// KL and top-1 are over the others only).
+std::string notes(const PolicyTotals& t) {
+  std::string out;
+  if (t.refused > 0) out += "  (" + std::to_string(t.refused) + " refused)";
+  if (t.probe_unfit_steps > 0) {
+    out += "  (" + std::to_string(t.probe_unfit_steps) + " steps not measured: window + probe past the positions)";
+  }
+  return out;
+}
+
 void print_totals(const ReplayReport& r) {
   std::printf("\n%-34s %9s %9s %9s %8s %8s %11s %11s %6s %6s %10s %10s %10s %6s\n", "policy", "crit-fwd", "fwd-tok",
               "full-pf", "crit-s", "bg-s", "bytes-moved", "peak-dev-B", "formed", "hits", "mean-KL", "pred-KL",
@@ -176,8 +187,7 @@ void print_totals(const ReplayReport& r) {
                 (p.policy + (p.baseline ? " (baseline)" : "")).c_str(), t.critical_forward_tokens, t.forward_tokens,
                 t.full_prefill_tokens, t.critical_seconds, t.background_seconds, static_cast<long long>(t.bytes_moved),
                 static_cast<long long>(t.peak_device_bytes), static_cast<long long>(t.patches_formed),
-                static_cast<long long>(t.patch_hits), kl, pred_kl, max_kl, top1,
-                t.refused > 0 ? ("  (" + std::to_string(t.refused) + " refused)").c_str() : "");
+                static_cast<long long>(t.patch_hits), kl, pred_kl, max_kl, top1, notes(t).c_str());
   }
   std::printf(
       "\nfidelity model vs measured KL (steps where both > %.0e): pred/meas = geometric mean of predicted /\n"

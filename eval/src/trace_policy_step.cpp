@@ -95,6 +95,7 @@ StepResult PolicyRun::step(std::size_t i) {
   const auto kept = s.append ? transcript_->find(i) : transcript_->end();
   yardstick_.after(s, w, query, kept != transcript_->end() ? kept->second : r.generated, &r);
   const bool fits = r.window_tokens + static_cast<int64_t>(resolved_.probe.size()) <= info_.max_positions;
+  r.probe_unfit = options_.fidelity && r.window_tokens > 0 && !fits;
   if (options_.fidelity && r.window_tokens > 0 && fits && r.deferred == 0) {
     r.fidelity = step_fidelity(w.reference_logits(resolved_.probe, true), w.logits(resolved_.probe, true));
     if (options_.attribute) r.losses = w.loss_by_instance(resolved_.probe);

@@ -56,6 +56,7 @@ json step_json(const StepResult& s) {
     o["fidelity"]["misses"] = std::move(misses);
   }
   if (s.deferred > 0) o["deferred"] = s.deferred;
+  if (s.probe_unfit) o["probe_unfit"] = true;
   o["radix_tokens"] = num(s.radix_tokens);
   o["radix_unbounded_tokens"] = num(s.radix_unbounded_tokens);
   o["block_cache_tokens"] = num(s.block_cache_tokens);
@@ -122,6 +123,7 @@ json totals_json(const PolicyTotals& t) {
             {"patch_hits", t.patch_hits},
             {"refused", t.refused},
             {"fidelity_steps", t.fidelity_steps},
+            {"probe_unfit_steps", t.probe_unfit_steps},
             // null when no step was measured (a 0 would read as "exact")
             {"mean_kl", t.fidelity_steps > 0 ? num(t.mean_kl) : json(nullptr)},
             {"max_kl", t.fidelity_steps > 0 ? num(t.max_kl) : json(nullptr)},

@@ -46,6 +46,7 @@ void total_policy(PolicyReplay& out) {
     t.patches_formed += s.patches_formed;
     t.patch_hits += s.patch_hits;
     t.refused += s.status == "ok" ? 0 : 1;
+    t.probe_unfit_steps += s.probe_unfit ? 1 : 0;
     if (s.fidelity && s.predicted_kl > kKlFloor && s.fidelity->kl > kKlFloor) {
       const double l = std::log(s.predicted_kl / s.fidelity->kl);
       log_sum += l;

@@ -178,3 +178,24 @@ def test_ctrl_c_stops_the_replay_before_its_next_step_and_says_where(orbit_cli, 
                      r"--json not written$", err, re.M), err
     assert out == ""
     assert not report.exists()
+
+
+def test_steps_a_long_probe_leaves_unmeasured_are_counted(orbit_cli, stories260k_path, repo_root, tmp_path):
+    # A probe of 480 tokens fits behind few of story's windows (512 positions): those steps were left unmeasured
+    # without a word, and the totals row showed the rest's KL (blind reuse at 0, top-1 1.000) as the run's.
+    trace = repo_root / "tests" / "data" / "traces" / "story.json"
+    long = json.loads(trace.read_text())
+    long["probe"] = {"random_tokens": 480, "seed": 1}
+    path = tmp_path / "long-probe.trace.json"
+    path.write_text(json.dumps(long))
+    out, report = replay(orbit_cli, stories260k_path, path, tmp_path)
+    for p in report["policies"]:
+        unfit = [s for s in p["steps"] if s.get("probe_unfit")]
+        assert p["totals"]["probe_unfit_steps"] == len(unfit) > 0, p["policy"]
+        assert all(s["fidelity"] is None for s in unfit)
+        line = next(x for x in out.splitlines() if x.startswith(p["policy"] + " "))
+        assert line.endswith(f"({len(unfit)} steps not measured: window + probe past the positions)"), line
+    # With the trace's own probe every window fits: no step is left out, and the rows say nothing more.
+    out, report = replay(orbit_cli, stories260k_path, trace, tmp_path)
+    assert all(p["totals"]["probe_unfit_steps"] == 0 for p in report["policies"])
+    assert "not measured" not in out

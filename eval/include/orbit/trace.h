@@ -385,6 +385,8 @@ struct StepResult {
   // then not probed: the model never reads this state, since the next read or forwarding step runs the
   // repairs first (and is probed and charged for them).
   int64_t deferred = 0;
+  // Fidelity was asked for, but the window and the probe pass the model's positions: not measured.
+  bool probe_unfit = false;
   std::vector<int64_t> generated;    // generate, disposable: this policy's answer
   double agreement = -1;             // generate: fraction of answer tokens equal to the transcript's; -1 n/a
   std::optional<bool> disposable;    // disposable: the verdict
@@ -468,7 +470,10 @@ struct PolicyTotals {
   int64_t patch_hits = 0;
   int64_t refused = 0;         // steps the window refused
   int64_t fidelity_steps = 0;  // steps measured; 0: the three below mean nothing (JSON null, CLI "n/a")
-  double mean_kl = 0;          // over steps with fidelity
+  // Steps left unmeasured because the window and the probe together pass the model's positions (a long probe
+  // leaves most steps so): the KL and top-1 below are over the others only.
+  int64_t probe_unfit_steps = 0;
+  double mean_kl = 0;  // over steps with fidelity
   double max_kl = 0;
   double mean_top1 = 0;
   // Sums over the measured steps of StepFidelity's row counts: how many top-1 misses, and how many of them
