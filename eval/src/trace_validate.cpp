@@ -168,9 +168,21 @@ void check_reorder(const StepWhere& w, const SimBranch& b, const TraceStep& s) {
   }
 }
 
+// The most window items the live branches may hold in all: a fork copies its parent's, so a small file that
+// forks a long window many times would otherwise need memory far past its size (5,000 admits and 6,000 forks,
+// a 540 KB trace, held 1.5 GB). Far above what an agent's branches hold.
+constexpr std::size_t kMaxLiveItems = 1'000'000;
+
 // fork: a new live branch, a copy of the current one, becomes current.
 void sim_fork(const StepWhere& w, Branches& branches, std::string& current, const std::string& name) {
   if (branches.count(name)) w.fail("branch", "'" + name + "' is already a live branch");
+  std::size_t live = branches.at(current).items.size();
+  for (const auto& [n, b] : branches) live += b.items.size();
+  if (live > kMaxLiveItems) {
+    w.fail("branch", "'" + name + "' would make the live branches hold " + std::to_string(live) +
+                         " window items in all, past the " + std::to_string(kMaxLiveItems) +
+                         " a trace may (commit or drop branches before forking again)");
+  }
   SimBranch child = branches.at(current);
   child.parent = current;
   branches[name] = std::move(child);

@@ -189,3 +189,16 @@ def test_an_exception_in_progress_stops_the_replay(orbit, web_trace, stories260k
     with pytest.raises(KeyboardInterrupt, match="stop"):
         orbit.replay(web_trace, str(stories260k_path), progress=stop_at_third)
     assert len(seen) == 3
+
+
+def test_forks_of_a_long_window_are_bounded(orbit):
+    # Each fork copies its parent's window items: 1,000 admits forked 1,001 times held a million of them (a 540 KB
+    # file of 5,000 admits and 6,000 forks took 1.5 GB to validate). Past a million in all, the fork is refused.
+    chunks = [{"name": f"c{i}", "random_tokens": 1, "seed": i} for i in range(1000)]
+    steps = [{"op": "admit", "chunk": c["name"]} for c in chunks]
+    trace = {"format": "orbit-trace/1", "chunks": chunks, "steps": steps + [{"op": "fork", "branch": "b0"}]}
+    orbit.validate_trace(trace)
+    trace["steps"] = steps + [{"op": "fork", "branch": f"b{k}"} for k in range(1001)]
+    with pytest.raises(orbit.OrbitError, match=r"step 1999 \(fork\): field 'branch': 'b999' would make the live "
+                                               r"branches hold 1001000 window items in all, past the 1000000"):
+        orbit.validate_trace(trace)
