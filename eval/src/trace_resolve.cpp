@@ -1,5 +1,6 @@
 // The trace's content resolved once for every policy replay() runs (trace_replay_parts.h): chunks' tokens
 // and embeddings, the probe and each step's turn or query, checked against the model.
+#include <cstdio>
 #include <map>
 
 #include "orbit/common/error.h"
@@ -105,7 +106,14 @@ Resolved resolve(const Trace& trace, Engine& engine) {
           }
         }
       }
-      content = "e:" + std::to_string(c.media.seed) + ":" + std::to_string(c.media.std) + ":" + std::to_string(rc.rows);
+      // What makes the rows: the seed, the std to the last bit (to_string's 6 decimals took 1e-7 and 2e-7 for one),
+      // the row count, and where positions have three rows the grid (the engine's key holds it too).
+      char std_text[32];
+      std::snprintf(std_text, sizeof std_text, "%.17g", c.media.std);
+      content = "e:" + std::to_string(c.media.seed) + ":" + std_text + ":" + std::to_string(rc.rows);
+      if (info.position_rows == 3) {
+        for (int64_t d : c.media.grid) content += ":" + std::to_string(d);
+      }
     } else {
       rc.tokens = resolve_source(engine, c.tokens, where, "tokens");
       rc.rows = static_cast<int64_t>(rc.tokens.size());
@@ -114,8 +122,8 @@ Resolved resolve(const Trace& trace, Engine& engine) {
     ORBIT_CHECK(rc.rows <= info.max_positions, where << ": field 'tokens': " << rc.rows << " tokens exceed the model's "
                                                      << info.max_positions << " positions");
     const auto [it, fresh] = seen.emplace(content, c.name);
-    ORBIT_CHECK(fresh, where << ": field 'tokens': same content as chunk '" << it->second
-                             << "' (chunks are identified by content; give it another seed or tokens)");
+    ORBIT_CHECK(fresh, where << ": field '" << (c.embeddings ? "embeddings" : "tokens") << "': same content as chunk '"
+                             << it->second << "' (chunks are identified by content; give it another seed or tokens)");
     r.chunks.push_back(std::move(rc));
   }
   r.probe = resolve_source(engine, trace.probe, file + ": top level", "probe");

@@ -202,3 +202,19 @@ def test_forks_of_a_long_window_are_bounded(orbit):
     with pytest.raises(orbit.OrbitError, match=r"step 1999 \(fork\): field 'branch': 'b999' would make the live "
                                                r"branches hold 1001000 window items in all, past the 1000000"):
         orbit.validate_trace(trace)
+
+
+def test_embedding_chunks_apart_in_std_alone_are_two_chunks(orbit, stories260k_path):
+    # Their content was compared with std to 6 decimals: 1e-7 and 2e-7 were refused as the same chunk (and the
+    # error named field 'tokens', which embedding chunks do not have).
+    def chunk(name, std, grid=(1, 2, 2)):
+        return {"name": name, "embeddings": {"grid": list(grid), "seed": 7, "std": std}}
+
+    trace = {"format": "orbit-trace/1", "chunks": [chunk("e1", 1e-7), chunk("e2", 2e-7)],
+             "steps": [{"op": "admit", "chunk": "e1"}, {"op": "admit", "chunk": "e2"}]}
+    report = orbit.replay(trace, str(stories260k_path), policies=["reprefill"], baselines=False, fidelity=False)
+    assert [s["status"] for s in report["policies"][0]["steps"]] == ["ok", "ok"]
+    # The same rows under another grid are the same content where positions have one row (stories260K's).
+    trace["chunks"] = [chunk("e1", 1e-7), chunk("e2", 1e-7, (1, 4, 1))]
+    with pytest.raises(orbit.OrbitError, match=r"chunk 1 \('e2'\): field 'embeddings': same content as chunk 'e1'"):
+        orbit.replay(trace, str(stories260k_path), policies=["reprefill"], baselines=False, fidelity=False)
