@@ -523,7 +523,9 @@ Trace make_trace(const MakeTraceOptions& o) {
       "make_trace: kind '" << o.kind << "' is not one of web, video, agent, browse, coding, videoqa, fanout, rag");
   ORBIT_CHECK(o.steps >= 1 && o.steps <= kMaxTraceSteps,
               "make_trace: steps must be in [1, " << kMaxTraceSteps << "], got " << o.steps);
-  ORBIT_CHECK(o.max_positions >= 64, "make_trace: max_positions must be >= 64, got " << o.max_positions);
+  // Past 2^40 the budgets computed from it (three quarters of it) would overflow; no model has that many.
+  ORBIT_CHECK(o.max_positions >= 64 && o.max_positions <= (int64_t{1} << 40),
+              "make_trace: max_positions must be in [64, 2^40], got " << o.max_positions);
   ORBIT_CHECK(o.position_rows == 1 || o.position_rows == 3,
               "make_trace: position_rows must be 1 (RoPE) or 3 (M-RoPE), got " << o.position_rows);
   ORBIT_CHECK(o.chunk_tokens >= 0 && o.chunk_tokens <= o.max_positions / 8,

@@ -86,20 +86,30 @@ InstanceId PolicyRun::instance_of(const std::string& name) {
                        << (why != refusals_.end() ? " (" + why->second + ")" : std::string()));
 }
 
+namespace {
+
+// A refused step's status after "was refused: " (most statuses begin "refused: " themselves).
+std::string refusal_reason(const std::string& status) {
+  const std::string head = "refused: ";
+  return status.rfind(head, 0) == 0 ? status.substr(head.size()) : status;
+}
+
+}  // namespace
+
 void PolicyRun::note_refusal(const std::string& chunk, std::size_t index, const StepResult& r) {
   if (r.status == "ok") {
     refusals_.erase(chunk);
   } else {
     refusals_[chunk] = "its " + std::string(trace_op_name(trace_.steps[index].op)) + " at step " +
-                       std::to_string(index) + " was refused: " + r.status;
+                       std::to_string(index) + " was refused: " + refusal_reason(r.status);
   }
 }
 
 void PolicyRun::note_divergence(std::size_t index, const StepResult& r) {
   std::string& diverged = branches_.at(current_).diverged;
   if (r.status == "ok" || !diverged.empty()) return;
-  diverged =
-      "step " + std::to_string(index) + " (" + trace_op_name(trace_.steps[index].op) + ") was refused: " + r.status;
+  diverged = "step " + std::to_string(index) + " (" + trace_op_name(trace_.steps[index].op) +
+             ") was refused: " + refusal_reason(r.status);
 }
 
 void PolicyRun::check_positions(const char* field) {

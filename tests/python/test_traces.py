@@ -218,3 +218,14 @@ def test_embedding_chunks_apart_in_std_alone_are_two_chunks(orbit, stories260k_p
     trace["chunks"] = [chunk("e1", 1e-7), chunk("e2", 1e-7, (1, 4, 1))]
     with pytest.raises(orbit.OrbitError, match=r"chunk 1 \('e2'\): field 'embeddings': same content as chunk 'e1'"):
         orbit.replay(trace, str(stories260k_path), policies=["reprefill"], baselines=False, fidelity=False)
+
+
+def test_replay_and_make_trace_name_their_arguments(orbit, web_trace):
+    # replay(trace, None) named the C++ option ReplayOptions::engine.model.
+    for model in (None, ""):
+        with pytest.raises(ValueError, match=r"^replay: model: a model path is required"):
+            orbit.replay(web_trace, model)
+    # Past 2^40 three quarters of max_positions overflowed int64, and the trace changed shape without a word.
+    with pytest.raises(orbit.OrbitError, match=r"make_trace: max_positions must be in \[64, 2\^40\], got 4611686018427387904"):
+        orbit.make_trace("web", steps=2, seed=1, max_positions=2**62)
+    assert orbit.make_trace("web", steps=2, seed=1, max_positions=2**40)["steps"]

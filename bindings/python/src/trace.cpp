@@ -125,7 +125,8 @@ void def_trace_files(py::module_& m) {
       "'videoqa' (frames re-examined under new questions, reorders), 'fanout' (sub-agents forked over shared\n"
       "documents, commit / drop) or 'rag' (retrieved documents re-ranked each turn); their sizes count a text's\n"
       "UTF-8 bytes + 1 as its tokens (an upper bound: `orbit make-trace` counts the model's tokens instead).\n"
-      "steps: agent steps (each several trace steps); position_rows=3 makes media chunks embeddings with\n"
+      "steps: agent steps (each several trace steps); max_positions: the model's, in [64, 2^40]; position_rows=3 makes "
+      "media chunks embeddings with\n"
       "(t, h, w) grids; chunk_tokens: the screenshot / frame / document size (0 = from max_positions);\n"
       "sample_text: web's observations and agent's documents sampled from the model at replay (kinds 'web' and\n"
       "'agent' only; OrbitError otherwise).");
@@ -143,6 +144,9 @@ void def_replay(py::module_& m) {
         const orbit::Trace t = trace_arg(trace, "replay: trace");
         orbit::ReplayOptions o;
         o.engine.model = path_arg(model, "replay: model");
+        // path_arg reads None as "no path": a replay needs one (the engine's error named its C++ option).
+        if (o.engine.model.empty())
+          throw py::value_error("replay: model: a model path is required, got " + std::string(py::repr(model)));
         o.engine.threads = threads.get<int>("replay: threads");
         o.engine.pool_bytes = pool_bytes.get("replay: pool_bytes");
         o.engine.page_size = page_size.get("replay: page_size");

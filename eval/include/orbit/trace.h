@@ -44,7 +44,8 @@
 //                                                                       current, its parent becomes current
 //       {"op": "generate", "max_tokens": 8 [, "query": <tokens>] [, "append": true]}
 //                                                                       decode after the window (greedy;
-//                                                                       query default: the probe); with
+//                                                                       query default: the probe), at most
+//                                                                       to the model's last position; with
 //                                                                       append, query + answer become a
 //                                                                       live turn (see replay() below)
 //       {"op": "disposable", "chunk": "page" [, "answer_tokens": 4] [, "query": <tokens>]}
