@@ -6,6 +6,7 @@ Needs the built module: ORBIT_PYTHON_PATH=<build>/bindings/python (see conftest.
 """
 import copy
 import json
+import re
 
 import numpy as np
 import pytest
@@ -229,3 +230,13 @@ def test_replay_and_make_trace_name_their_arguments(orbit, web_trace):
     with pytest.raises(orbit.OrbitError, match=r"make_trace: max_positions must be in \[64, 2\^40\], got 4611686018427387904"):
         orbit.make_trace("web", steps=2, seed=1, max_positions=2**62)
     assert orbit.make_trace("web", steps=2, seed=1, max_positions=2**40)["steps"]
+
+
+@pytest.mark.parametrize("call,name", [(lambda o: o.load_trace(5), "load_trace: path"),
+                                       (lambda o: o.validate_trace(5), "validate_trace: trace"),
+                                       (lambda o: o.save_trace(5, "x.json"), "save_trace: trace")])
+def test_a_trace_argument_of_another_type_names_the_function(orbit, call, name):
+    # Every one said "trace: expected ...", whichever function was called.
+    with pytest.raises(TypeError, match=rf"^{re.escape(name)}: expected a dict \(orbit-trace/1 JSON object\) or a "
+                                        r"path, got int$"):
+        call(orbit)

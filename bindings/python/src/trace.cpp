@@ -62,11 +62,11 @@ std::vector<std::string> policy_specs(const PolicySpecs& arg) {
 orbit::Trace trace_arg(const py::object& trace, const std::string& what) {
   if (py::isinstance<py::dict>(trace)) return orbit::parse_trace(json_text(trace, what), "<dict>");
   if (py::isinstance<py::str>(trace) || py::hasattr(trace, "__fspath__")) {
-    const std::string path = path_arg(trace, "trace");
+    const std::string path = path_arg(trace, what.c_str());
     const NativeCall release;
     return orbit::load_trace(path);
   }
-  throw py::type_error("trace: expected a dict (orbit-trace/1 JSON object) or a path, got " +
+  throw py::type_error(what + ": expected a dict (orbit-trace/1 JSON object) or a path, got " +
                        std::string(py::str(py::type::of(trace).attr("__name__"))));
 }
 
