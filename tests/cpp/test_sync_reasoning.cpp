@@ -52,6 +52,23 @@ std::vector<ChatMessage> answered(std::optional<std::string> reasoning) {
   return {msg("system", "You are brief."), msg("user", "What is 2 + 2?"), thought("4", std::move(reasoning))};
 }
 
+// Plans each list on one window in turn, syncing it after (so the memos know the lists before it); checks every
+// plan is its list's rendering and returns the plans' tokens.
+std::vector<std::vector<int64_t>> planned_in_turn(const std::shared_ptr<Engine>& engine,
+                                                  const std::vector<std::vector<ChatMessage>>& lists,
+                                                  const SyncOptions& o) {
+  Window w = engine->new_window();
+  std::vector<std::vector<int64_t>> planned;
+  for (std::size_t i = 0; i < lists.size(); ++i) {
+    INFO("list " << i);
+    const SyncPlan plan = w.plan_sync(lists[i], o);
+    CHECK(plan.tokens == engine->tokenize_chat(lists[i], false, o.chat));
+    planned.push_back(plan.tokens);
+    w.sync(lists[i], o);
+  }
+  return planned;
+}
+
 }  // namespace
 
 TEST_CASE("a message's list key covers its reasoning_content, unset and empty apart", "[sync_reasoning]") {
@@ -99,16 +116,11 @@ TEST_CASE("render_chat and plan_sync pass reasoning_content to the template", "[
 
   // Lists that differ only in the reasoning plan as their own renderings, one after the other (the memos
   // know the earlier list when the later one is planned), and their plans differ.
-  Window w = engine->new_window();
-  std::vector<std::vector<int64_t>> planned;
+  std::vector<std::vector<ChatMessage>> lists;
   for (const char* reasoning : {"Two and two make four.", "Add them: 2 + 2 = 4, which I say plainly.", ""}) {
-    INFO(reasoning);
-    const std::vector<ChatMessage> list = answered(std::string(reasoning));
-    const SyncPlan plan = w.plan_sync(list, o);
-    CHECK(plan.tokens == engine->tokenize_chat(list, false, o.chat));
-    planned.push_back(plan.tokens);
-    w.sync(list, o);
+    lists.push_back(answered(std::string(reasoning)));
   }
+  const std::vector<std::vector<int64_t>> planned = planned_in_turn(engine, lists, o);
   CHECK(planned[0] != planned[1]);
   CHECK(planned[1] != planned[2]);
 }
@@ -148,16 +160,11 @@ TEST_CASE("a content of None or none reaches the template as such, and plans as 
 
   CHECK_FALSE(orbit::detail::same_message(call_turn(ContentForm::kText), call_turn(ContentForm::kNull)));
   CHECK_FALSE(orbit::detail::same_message(call_turn(ContentForm::kNull), call_turn(ContentForm::kAbsent)));
-  Window w = engine->new_window();
-  std::vector<std::vector<int64_t>> planned;
+  std::vector<std::vector<ChatMessage>> lists;
   for (const ContentForm form : {ContentForm::kText, ContentForm::kNull, ContentForm::kAbsent, ContentForm::kText}) {
-    INFO(content_form_name(form));
-    const std::vector<ChatMessage> list = {msg("user", "Weather in Paris?"), call_turn(form), msg("user", "Thanks.")};
-    const SyncPlan plan = w.plan_sync(list, o);
-    CHECK(plan.tokens == engine->tokenize_chat(list, false, o.chat));
-    planned.push_back(plan.tokens);
-    w.sync(list, o);
+    lists.push_back({msg("user", "Weather in Paris?"), call_turn(form), msg("user", "Thanks.")});
   }
+  const std::vector<std::vector<int64_t>> planned = planned_in_turn(engine, lists, o);
   CHECK(planned[0] != planned[1]);
   CHECK(planned[1] != planned[2]);
   CHECK(planned[3] == planned[0]);

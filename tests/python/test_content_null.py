@@ -4,10 +4,10 @@ send null on every assistant turn of tool calls alone and templates such as Qwen
 and None itself, where a template is given one (an extra variable), printed as Python's Jinja prints it ("None",
 and booleans "True"/"False"). The server runs on 127.0.0.1 (a free port) and is always stopped."""
 import json
-import urllib.error
 
 import pytest
 from conftest import serving
+from serve_wire import ask
 
 # Each message's content as a marker: N for None, U for undefined, [text] for a string.
 PROBE = ("{% for m in messages %}{{ m.role }}={% if m.content is none %}N{% elif m.content is defined %}"
@@ -53,10 +53,8 @@ def server(orbit_cli, stories260k_path, tmp_path_factory):
 
 
 def post(server, path, body):
-    try:
-        return 200, server.call(path, body)
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read().decode())
+    status, text = ask(server, "POST", path, body)
+    return status, json.loads(text)
 
 
 def prompt_tokens(server, messages):
