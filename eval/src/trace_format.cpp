@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -13,6 +14,7 @@
 #include "orbit/common/error.h"
 #include "orbit/common/file_kind.h"
 #include "orbit/common/json_input.h"
+#include "orbit/common/json_repeated_key.h"
 #include "orbit/trace.h"
 #include "trace_internal.h"
 
@@ -459,6 +461,11 @@ const TraceChunk* Trace::find_chunk(const std::string& name) const {
 Trace parse_trace(const std::string& json_text, const std::string& source) {
   const json root = parse_json_input(json_text, source);
   const Where top{source, "top level"};
+  // A key given twice would be read as its last value alone ("chunk": "a", "chunk": "b" admits b).
+  if (const std::optional<RepeatedKey> repeated = first_repeated_key(json_text)) {
+    Where{source, repeated->object.empty() ? "top level" : repeated->object}.fail(
+        repeated->key, "given twice in one object (JSON would keep only the last value): write it once");
+  }
   if (!root.is_object()) top.fail("format", "the trace must be a JSON object, got " + type_of(root));
   check_fields(top, root, {"format", "name", "description", "probe", "chunks", "steps"});
   Trace t;

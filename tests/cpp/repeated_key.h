@@ -3,28 +3,19 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
-#include <set>
+#include <optional>
 #include <string>
-#include <vector>
+
+#include "orbit/common/json_repeated_key.h"
 
 namespace orbit::test {
 
 // `text` must be JSON (nlohmann::json::parse throws otherwise).
 inline std::string repeated_key(const std::string& text) {
-  using Json = nlohmann::json;
-  std::vector<std::set<std::string>> open;
-  std::string found;
-  const Json::parser_callback_t note = [&](int, Json::parse_event_t event, Json& parsed) {
-    if (event == Json::parse_event_t::object_start) open.emplace_back();
-    if (event == Json::parse_event_t::object_end) open.pop_back();
-    if (event == Json::parse_event_t::key && !open.back().insert(parsed.get<std::string>()).second && found.empty()) {
-      found = parsed.get<std::string>();
-    }
-    return true;
-  };
-  const Json parsed = Json::parse(text, note);
+  const nlohmann::json parsed = nlohmann::json::parse(text);
   (void)parsed;
-  return found;
+  const std::optional<RepeatedKey> found = first_repeated_key(text);
+  return found ? found->key : std::string();
 }
 
 }  // namespace orbit::test

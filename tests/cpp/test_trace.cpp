@@ -422,6 +422,13 @@ TEST_CASE("bad traces are refused naming the file, step, op and field", "[trace]
              Contains("step 0 (turn): field 'tokens': item 1 (\"x\") is not a non-negative integer token id"));
   CHECK_THAT(refusal(tiny_trace(R"({"op": "turn", "tokens": [1], "chunk": "a"})")),
              Contains("step 0 (turn): field 'chunk': unknown field"));
+  // A repeated key would be read as its last value alone: refused, naming the object and the key.
+  CHECK_THAT(refusal(tiny_trace(R"({"op": "admit", "chunk": "a", "chunk": "b"})")),
+             Contains("bad.json: steps[0]: field 'chunk': given twice in one object"));
+  CHECK_THAT(refusal(R"({"format": "orbit-trace/1", "format": "orbit-trace/1", "chunks": [], "steps": []})"),
+             Contains("bad.json: top level: field 'format': given twice in one object"));
+  CHECK_THAT(refusal(tiny_trace("", R"(, {"name": "c", "random_tokens": 7, "seed": 3, "seed": 4})")),
+             Contains("bad.json: chunks[2]: field 'seed': given twice"));
   CHECK_THAT(refusal(tiny_trace(R"({"op": "evict", "turn": 0})")),
              Contains("step 0 (evict): field 'turn': index 0 but the window holds 0 live turns"));
   CHECK_THAT(refusal(tiny_trace(R"({"op": "drop", "branch": "main"})")),

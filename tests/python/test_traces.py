@@ -109,6 +109,11 @@ def test_bad_traces_raise_naming_the_field(orbit, web_trace, stories260k_path, t
     (tmp_path / "broken.json").write_text("{ not json")
     with pytest.raises(orbit.OrbitError, match="broken.json"):
         orbit.load_trace(tmp_path / "broken.json")
+    (tmp_path / "twice.json").write_text(
+        '{"format": "orbit-trace/1", "chunks": [{"name": "a", "random_tokens": 5, "seed": 1}], '
+        '"steps": [{"op": "admit", "chunk": "a", "chunk": "a"}]}')
+    with pytest.raises(orbit.OrbitError, match=r"twice.json: steps\[0\]: field 'chunk': given twice"):
+        orbit.load_trace(tmp_path / "twice.json")
     with pytest.raises(TypeError, match="trace"):
         orbit.validate_trace(42)
     with pytest.raises(orbit.OrbitError, match="policy"):

@@ -65,6 +65,8 @@
 // (which chunks are in it, evicted, which branches live), so a trace that would fail at replay fails at
 // load instead: every error is an orbit::Error naming the file, the step index and op, and the field, e.g.
 //   "web.json: step 7 (evict): field 'chunk': 'shot3' is not in the window on branch 'main'".
+// A key given twice in one object is refused ("web.json: steps[7]: field 'chunk': given twice in one
+// object"), as are unknown fields: JSON parsers keep the last value, so one of the two would be dropped unseen.
 // Token ids against the vocabulary, embeddings against the model and positions past the model's limit
 // are checked at replay (they need the model), with the same naming.
 //
