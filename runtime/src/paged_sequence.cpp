@@ -238,4 +238,38 @@ PastKV PagedSequence::gather() const {
   return past;
 }
 
+PastKV PagedSequence::gather_all(const std::vector<const PagedSequence*>& sequences) {
+  PastKV past;
+  if (sequences.empty()) return past;
+  const PagedSequence& first = *sequences.front();
+  const KVPool& pool = *first.pool_;
+  int64_t total = 0;
+  for (const PagedSequence* s : sequences) {
+    ORBIT_CHECK(s->pool_ == first.pool_ && s->k_shape_.width() == first.k_shape_.width() &&
+                    s->v_shape_.width() == first.v_shape_.width(),
+                "PagedSequence::gather_all: the sequences are not on one pool with one content shape");
+    total += s->length_;
+  }
+  at::Tensor index = at::empty({total}, at::TensorOptions().dtype(at::kLong));
+  int64_t* out = index.data_ptr<int64_t>();
+  const int64_t page_size = pool.page_size();
+  for (const PagedSequence* s : sequences) {
+    for (int64_t t = 0; t < s->length_; ++t) {
+      *out++ = static_cast<int64_t>(s->pages_[static_cast<size_t>(t / page_size)]) * page_size + t % page_size;
+    }
+  }
+  index = index.to(pool.device());
+  const int64_t num_layers = pool.options().num_layers;
+  past.layers.resize(static_cast<size_t>(num_layers));
+  for (int64_t kind : {kKindK, kKindV}) {
+    const at::Tensor all = flat_storage(pool, kind).index_select(1, index);  // [L, T, W], a fresh copy
+    const ContentShape shape = kind == kKindK ? first.k_shape_ : first.v_shape_;
+    for (int64_t l = 0; l < num_layers; ++l) {
+      at::Tensor layer = all.select(0, l).view({total, shape.heads, shape.dim});
+      (kind == kKindK ? past.layers[static_cast<size_t>(l)].k : past.layers[static_cast<size_t>(l)].v) = layer;
+    }
+  }
+  return past;
+}
+
 }  // namespace orbit::runtime

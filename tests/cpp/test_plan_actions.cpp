@@ -638,7 +638,7 @@ TEST_CASE("background modes: deferred work waits for run_background, a read of a
 }
 
 TEST_CASE("a plan's reasons name the operation that changed an instance's context", "[plan][explain]") {
-  // When a is evicted, b (first now) takes its canonical, exact and free, and c is kept as-is; admitting d
+  // When a is evicted, b (first now) takes its stored canonical, exact and free, and c is kept as-is; admitting d
   // after them changes nothing before them, so the admit's plan blames the earlier edit for c and calls b
   // unchanged, while admitting d before b blames that admit.
   auto engine = open_deferred();
@@ -650,6 +650,8 @@ TEST_CASE("a plan's reasons name the operation that changed an instance's contex
   const InstanceId ia = w.admit(a).added.at(0);
   const InstanceId ib = w.admit(b).added.at(0);
   w.admit(c);
+  // The canonicals formed (deferred background work): b's at position 0 is then read, not encoded.
+  engine->run_background();
   w.evict(ia);
   const auto reason_of = [](const Plan& p, const ChunkRef& chunk) {
     for (const PlanStep& s : p.steps) {

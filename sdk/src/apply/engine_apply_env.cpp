@@ -55,56 +55,65 @@ const TensorKv::Placement* placement_of(const Kv& kv) {
 WindowBuild::~WindowBuild() { core.pool().clear(entries); }
 
 void WindowBuild::grow_past(int64_t rows) {
-  const runtime::Content& first = contents.front();
-  const int64_t held = past_kv_.empty() ? 0 : past_kv_.front().k.size(0);
+  const int64_t held = past_kv_.front().k.size(0);  // called once the first rows are held
   if (rows <= held) return;
   const int64_t capacity = std::max<int64_t>({rows, 2 * held, 64});
-  const auto grown = [&](const at::Tensor& like, const at::Tensor& old, int64_t dim) {
-    std::vector<int64_t> shape = like.sizes().vec();
-    shape[static_cast<std::size_t>(dim < 0 ? dim + like.dim() : dim)] = capacity;
-    at::Tensor t = at::empty(shape, like.options());
-    if (old.defined() && past_rows_ > 0) t.narrow(dim, 0, past_rows_).copy_(old.narrow(dim, 0, past_rows_));
+  const auto grown = [&](const at::Tensor& old, int64_t dim) {
+    std::vector<int64_t> shape = old.sizes().vec();
+    shape[static_cast<std::size_t>(dim < 0 ? dim + old.dim() : dim)] = capacity;
+    at::Tensor t = at::empty(shape, old.options());
+    if (past_rows_ > 0) t.narrow(dim, 0, past_rows_).copy_(old.narrow(dim, 0, past_rows_));
     return t;
   };
-  std::vector<runtime::LayerKV> kv(first.size());
-  for (std::size_t l = 0; l < first.size(); ++l) {
-    kv[l].k = grown(first[l].k, past_kv_.empty() ? at::Tensor() : past_kv_[l].k, 0);
-    kv[l].v = grown(first[l].v, past_kv_.empty() ? at::Tensor() : past_kv_[l].v, 0);
+  for (runtime::LayerKV& layer : past_kv_) {
+    layer.k = grown(layer.k, 0);
+    layer.v = grown(layer.v, 0);
   }
-  past_kv_ = std::move(kv);
-  past_positions_ = grown(positions.front(), past_positions_, -1);
+  past_positions_ = grown(past_positions_, -1);
+}
+
+runtime::PastKV WindowBuild::added_past() const {
+  // Runs of entries read from their pages (kept ones) are gathered in one copy each (SharedPool::gather_all):
+  // a copy per entry cost more than the whole concatenation behind many short entries.
+  std::vector<runtime::Content> pieces;
+  std::vector<at::Tensor> piece_positions;
+  std::size_t i = past_entries_;
+  while (i < entries.size()) {
+    std::vector<const Entry*> run;
+    for (std::size_t j = i; j < entries.size() && contents[j].empty(); ++j) run.push_back(&entries[j]);
+    if (run.empty()) {
+      pieces.push_back(contents[i]);
+      piece_positions.push_back(core.registry().positions_for(entries[i].chunk.get(), entries[i].length, starts[i]));
+      ++i;
+      continue;
+    }
+    pieces.push_back(core.pool().gather_all(entry_sequences(run)).layers);
+    piece_positions.push_back(entry_positions(core, run, starts[i]));
+    i += run.size();
+  }
+  if (pieces.size() == 1 && contents[past_entries_].empty()) {  // a fresh copy already: no second one
+    return runtime::PastKV{std::move(pieces.front()), std::move(piece_positions.front())};
+  }
+  return concat_past(static_cast<int64_t>(pieces.front().size()), pieces, piece_positions);
 }
 
 runtime::PastKV WindowBuild::past() {
-  positions.resize(entries.size());
-  int64_t rows = past_rows_;
-  for (std::size_t i = past_entries_; i < entries.size(); ++i) {
-    if (contents[i].empty()) contents[i] = entry_content(core, entries[i]);
-    if (!positions[i].defined())
-      positions[i] = core.registry().positions_for(entries[i].chunk.get(), entries[i].length, starts[i]);
-    rows += contents[i].front().k.size(0);
-  }
   if (entries.empty()) return {};
   if (past_entries_ < entries.size()) {
-    // The entries added since the last call, joined in one cat per tensor (a copy per entry cost more than the
-    // whole concatenation for a plan of one step behind many entries); the first call's join is the buffer.
-    const runtime::PastKV added = concat_past(
-        static_cast<int64_t>(contents.front().size()),
-        std::vector<runtime::Content>(contents.begin() + static_cast<std::ptrdiff_t>(past_entries_), contents.end()),
-        std::vector<at::Tensor>(positions.begin() + static_cast<std::ptrdiff_t>(past_entries_), positions.end()));
+    runtime::PastKV added = added_past();
+    const int64_t n = added.layers.front().k.size(0);
     if (past_rows_ == 0) {
-      past_kv_ = added.layers;
+      past_kv_ = std::move(added.layers);  // the first call's join is the buffer
       past_positions_ = added.positions;
     } else {
-      grow_past(rows);
-      const int64_t n = rows - past_rows_;
+      grow_past(past_rows_ + n);
       for (std::size_t l = 0; l < past_kv_.size(); ++l) {
         past_kv_[l].k.narrow(0, past_rows_, n).copy_(added.layers[l].k);
         past_kv_[l].v.narrow(0, past_rows_, n).copy_(added.layers[l].v);
       }
       past_positions_.narrow(-1, past_rows_, n).copy_(added.positions);
     }
-    past_rows_ = rows;
+    past_rows_ += n;
     past_entries_ = entries.size();
   }
   runtime::PastKV past;

@@ -61,7 +61,6 @@ struct WindowBuild {
   std::vector<Entry> entries;
   std::vector<runtime::Content> contents;  // filled lazily for kept entries
   std::vector<int64_t> starts;             // each entry's first position
-  std::vector<at::Tensor> positions;       // filled lazily from starts by past(): most applies run no forward
   int64_t next_position = 0;
   KvState chain;    // the KV-state chain over the entries built so far
   KvState content;  // their content chain
@@ -94,7 +93,8 @@ struct WindowBuild {
   at::Tensor past_positions_;
   int64_t past_rows_ = 0;
   std::size_t past_entries_ = 0;
-  void grow_past(int64_t rows);  // capacity for `rows` rows, the rows held copied over
+  void grow_past(int64_t rows);        // capacity for `rows` rows, the rows held copied over
+  runtime::PastKV added_past() const;  // the KV and positions of the entries past() has not joined yet
 };
 
 class EngineApplyEnv final : public ApplyEnv {

@@ -229,6 +229,24 @@ runtime::PastKV SharedPool::gather(const runtime::PagedSequence& seq) const {
   return past;
 }
 
+runtime::PastKV SharedPool::gather_all(const std::vector<const runtime::PagedSequence*>& seqs) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  runtime::PastKV past = runtime::PagedSequence::gather_all(seqs);
+  int64_t first = 0;
+  for (const runtime::PagedSequence* s : seqs) {
+    const auto placed = factors_.find(s);
+    if (placed != factors_.end()) {
+      const runtime::Patch& p = *placed->second;
+      for (std::size_t l = 0; l < past.layers.size(); ++l) {
+        add_factors(past.layers[l].k.narrow(0, first, s->length()), p.k[l]);
+        add_factors(past.layers[l].v.narrow(0, first, s->length()), p.v[l]);
+      }
+    }
+    first += s->length();
+  }
+  return past;
+}
+
 std::shared_ptr<runtime::PagedPast> SharedPool::paged(const std::vector<const runtime::PagedSequence*>& seqs) const {
   auto past = std::make_shared<runtime::PagedPast>();
   past->pool = &pool_;

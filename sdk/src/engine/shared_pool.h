@@ -113,6 +113,9 @@ class SharedPool {
 
   // A contiguous copy of the sequence's content (patch factors added) and positions (PagedSequence::gather).
   runtime::PastKV gather(const runtime::PagedSequence& seq) const;
+  // gather() of each of `seqs`, concatenated in order, in one copy per kind (PagedSequence::gather_all); positions
+  // left undefined.
+  runtime::PastKV gather_all(const std::vector<const runtime::PagedSequence*>& seqs) const;
   // The sequences, in order, as one past read in place from this pool: each one's pool rows
   // (PagedSequence::slots) and, for a placement, its patch factors at its first row (runtime::PlacedPatch),
   // so a paged read (the CUDA kernel, or runtime::materialize) sees what gather gives for each sequence.

@@ -215,6 +215,7 @@ class Canonical final : public ServeAction {
     s.needs_canonical = true;
     s.exact = true;
     s.reason = "nothing precedes it: the canonical is exact";
+    price_canonical(in, s);  // read from its tier, or encoded here (its first sight: a forward on the critical path)
     price_quantization(in, in.chunk->ref.key, 1.0, s);
     return s;
   }

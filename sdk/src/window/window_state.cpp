@@ -148,32 +148,50 @@ KvState WindowState::state_chain() const {
 
 runtime::Content entry_content(EngineCore& core, const Entry& entry) { return core.pool().gather(*entry.kv).layers; }
 
-runtime::PastKV gather_past(EngineCore& core, const std::vector<const Entry*>& entries, int64_t* next_position) {
-  const int64_t layers = core.config().num_layers;
-  std::vector<runtime::Content> contents;
-  std::vector<at::Tensor> positions;
-  int64_t position = 0;
+at::Tensor entry_positions(EngineCore& core, const std::vector<const Entry*>& entries, int64_t first_position,
+                           int64_t* next_position) {
+  const bool one_row = core.config().position_rows() == 1;
+  std::vector<at::Tensor> pieces;
+  std::vector<int64_t> flat;
+  int64_t position = first_position;
   for (const Entry* e : entries) {
-    contents.push_back(entry_content(core, *e));
-    positions.push_back(core.registry().positions_for(e->chunk.get(), e->length, position));
+    const bool grid = e->chunk != nullptr && e->chunk->tensors != nullptr && e->chunk->tensors->grid.defined();
+    if (one_row && !grid) {
+      for (int64_t i = 0; i < e->length; ++i) flat.push_back(position + i);
+    } else {
+      if (!flat.empty()) pieces.push_back(at::tensor(flat, at::kLong));
+      flat.clear();
+      pieces.push_back(core.registry().positions_for(e->chunk.get(), e->length, position));
+    }
     position += e->extent;
   }
   if (next_position != nullptr) *next_position = position;
-  return concat_past(layers, contents, positions);
+  if (pieces.empty()) return at::tensor(flat, at::kLong);
+  if (!flat.empty()) pieces.push_back(at::tensor(flat, at::kLong));
+  return at::cat(pieces, -1);
+}
+
+std::vector<const runtime::PagedSequence*> entry_sequences(const std::vector<const Entry*>& entries) {
+  std::vector<const runtime::PagedSequence*> seqs;
+  seqs.reserve(entries.size());
+  for (const Entry* e : entries) seqs.push_back(e->kv.get());
+  return seqs;
+}
+
+runtime::PastKV gather_past(EngineCore& core, const std::vector<const Entry*>& entries, int64_t* next_position) {
+  if (entries.empty()) {
+    if (next_position != nullptr) *next_position = 0;
+    return runtime::PastKV{};
+  }
+  runtime::PastKV past = core.pool().gather_all(entry_sequences(entries));
+  past.positions = entry_positions(core, entries, 0, next_position);
+  return past;
 }
 
 runtime::PastKV read_past(EngineCore& core, const std::vector<const Entry*>& entries, int64_t* next_position) {
   if (!core.model().device().is_cuda() || entries.empty()) return gather_past(core, entries, next_position);
-  std::vector<const runtime::PagedSequence*> seqs;
-  std::vector<at::Tensor> positions;
-  int64_t position = 0;
-  for (const Entry* e : entries) {
-    seqs.push_back(e->kv.get());
-    positions.push_back(core.registry().positions_for(e->chunk.get(), e->length, position));
-    position += e->extent;
-  }
-  if (next_position != nullptr) *next_position = position;
-  return runtime::make_paged_past(core.pool().paged(seqs), at::cat(positions, -1));
+  at::Tensor positions = entry_positions(core, entries, 0, next_position);
+  return runtime::make_paged_past(core.pool().paged(entry_sequences(entries)), std::move(positions));
 }
 
 runtime::PastKV concat_past(int64_t num_layers, const std::vector<runtime::Content>& contents,

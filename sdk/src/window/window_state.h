@@ -156,7 +156,16 @@ std::unique_ptr<WindowState> fork_state(const WindowState& s);
 // Concatenates per-entry contents (one Content each, in window order) and their positions into a past.
 runtime::PastKV concat_past(int64_t num_layers, const std::vector<runtime::Content>& contents,
                             const std::vector<at::Tensor>& positions);
-// Content of entries [0, end) gathered with their window positions, ready as a forward's past.
+// The window positions of `entries`' rows, placed one after another from `first_position` (each entry's extent
+// apart): [T], or [3, T] for M-RoPE models; *next_position (when given) is where the next entry would start.
+// 1-D positions are written straight into one tensor (a window of many short chunks would otherwise cost a few
+// small tensors per chunk); grids are read per entry.
+at::Tensor entry_positions(EngineCore& core, const std::vector<const Entry*>& entries, int64_t first_position,
+                           int64_t* next_position = nullptr);
+// The pool sequences holding `entries`' KV, in order.
+std::vector<const runtime::PagedSequence*> entry_sequences(const std::vector<const Entry*>& entries);
+// Content of entries [0, end) gathered with their window positions, ready as a forward's past: one copy of the
+// rows (SharedPool::gather_all), however many entries.
 runtime::PastKV gather_past(EngineCore& core, const std::vector<const Entry*>& entries, int64_t* next_position);
 // The same past for reading (logits, generate): on a CUDA engine the entries' pages are read in place by
 // the paged kernel (runtime/paged_past.h), placements' patch factors added as the kernel reads their rows

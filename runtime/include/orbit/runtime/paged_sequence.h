@@ -68,6 +68,11 @@ class PagedSequence {
   // Model::forward(..., &past).
   PastKV gather() const;
 
+  // The content of `sequences` (all on one pool, of one shape) one after another, as gather() of each then
+  // concatenated, but in one index_select per kind over every layer: a window of many short chunks costs two
+  // copies, not a few small tensors per chunk. Positions are left undefined (the caller places the rows).
+  static PastKV gather_all(const std::vector<const PagedSequence*>& sequences);
+
  private:
   void release_all() noexcept;
 
