@@ -323,11 +323,12 @@ TEST_CASE("idle heals only a window whose predicted KL reaches heal_min_kl", "[w
   const ChunkRef a = engine->add_tokens(random_tokens(rng, 10)), b = engine->add_tokens(random_tokens(rng, 11)),
                  c = engine->add_tokens(random_tokens(rng, 9));
   // A budget loose enough that c is kept over a's eviction, carrying a predicted loss; b, first now, takes
-  // its canonical (exact, and as cheap as keeping it: the budget takes such free upgrades).
+  // its stored canonical (exact, and as cheap as keeping it: the budget takes such free upgrades).
   Window w = window_with(*engine, "patch:16:kl=1:heal=1");
   w.admit(a);
   w.admit(b);
   w.admit(c);
+  engine->run_background();  // the canonicals stored: b's at position 0 is read, not encoded
   w.evict(w.instances()[0].id);
   w.flush();
   CHECK(w.instances()[0].exact);

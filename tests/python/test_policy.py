@@ -58,7 +58,7 @@ def test_policy_spec_and_keyword_arguments(orbit):
     assert full.rank_k == -1 and full.survivors == orbit.SurvivorAction.recondition
     q = orbit.Policy("patch:8", survivors="recondition", stale=orbit.StalePatch.accept, max_divergence=0.5)
     assert q.rank_k == 8 and q.survivors == orbit.SurvivorAction.recondition and q.max_divergence == 0.5
-    k = orbit.Policy(on_miss="token-recompute", recompute_ratio=0.3, rank="full")
+    k = orbit.Policy(on_miss="token-recompute", recompute_ratio=0.3, rank="full", kl_budget=0)
     assert k.on_miss == orbit.MissAction.token_recompute and k.rank_v == -1 and str(k.on_miss) == "token-recompute"
     r = p.replace(on_miss="blind", reuse_stored=False)
     assert r.on_miss == orbit.MissAction.blind and p.on_miss == orbit.MissAction.form
@@ -109,6 +109,12 @@ def test_window_policy_property(orbit, stories260k_path):
     (None, {"heal_when_idle": False, "self_check": True}, "self_check = true"),
     ("patch:16:noreuse", {"prepare_lists": 2}, "prepare_lists = 2"),
     ("patch:16", {"trust_hints": 3}, "trust_hints = 3"),
+    # Under a kl_budget each miss takes the action the budget prices best, and a changed context is kept while the
+    # budget holds: these two are read only without one.
+    (None, {"on_miss": "blind"}, "on_miss = blind"),
+    ("default:eager", {"on_miss": "first_k"}, "on_miss = first-k"),
+    (None, {"on_miss": "token_recompute"}, "on_miss = token-recompute"),
+    (None, {"survivors": "recondition"}, "survivors = recondition"),
 ])
 def test_policy_fields_the_strategy_never_reads_are_refused(orbit, spec, options, field):
     p = orbit.Policy(spec)
@@ -167,7 +173,7 @@ def test_policy_fields_are_checked_on_the_whole_policy(orbit, stories260k_path):
     ("patch:16", {"rank_k": 32, "rank_v": 8}),
     ("patch:16", {"rank_k": "full", "rank_v": 4}),
     ("patch:16", {"survivors": "recondition"}),
-    ("default", {"on_miss": "blind"}),
+    ("patch:16", {"on_miss": "blind"}),
     ("default", {"reuse_stored": False, "cascade_on_recall": True}),
     ("prefix", {}),
     ("cacheblend:0.3", {}),
@@ -183,3 +189,11 @@ def test_a_policy_name_parses_and_its_repr_evaluates_back(orbit, spec, options):
     assert eval(repr(p), {"Policy": orbit.Policy}) == p, repr(p)
     if not options:
         assert preset == p and repr(p) == f"Policy({p.name!r})"
+
+
+@pytest.mark.parametrize("number", ["0x10", "inf", "nan", "1e-3x"])
+def test_a_spec_number_is_decimal(orbit, number):
+    # strtod alone read "0x10" as 16; the names print decimals, and a spec reads only those.
+    with pytest.raises(orbit.OrbitError, match=f"kl budget '{number}' is not a number"):
+        orbit.Policy(f"default:kl={number}")
+    assert orbit.Policy("default:kl=1e-3").kl_budget == 1e-3

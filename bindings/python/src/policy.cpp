@@ -410,7 +410,7 @@ void init_policy(py::module_& m) {
       "What a window does on a patch miss, with survivors and with stale patches (orbit/policy.h).\n\n"
       "    Policy('patch:16')                      # a preset spec (see orbit.policy_help())\n"
       "    Policy('patch:full:exact')              # the oracle: equals a re-prefill\n"
-      "    Policy(on_miss='blind', reuse_stored=False)\n"
+      "    Policy('blind', reuse_stored=False)     # or Policy(on_miss='blind', kl_budget=0, ...)\n"
       "    Policy('patch:8', survivors='recondition')   # a preset, then keyword overrides\n\n"
       "A mutable value: windows copy it (Window.policy returns a copy; assign it back).");
   c.def(py::init(&make_policy), py::arg("spec") = py::none(),
@@ -424,6 +424,8 @@ void init_policy(py::module_& m) {
         "enum built from an int that is none of its members, MissAction(7), included) or\n"
         "for a field set to a value other than its default that the policy never reads (first_k without\n"
         "on_miss='first_k' or a kl_budget, deep_energy without deep_only, heal_min_kl without heal_when_idle,\n"
+        "on_miss blind/token_recompute/first_k or survivors='recondition' beside a kl_budget (the default has one:\n"
+        "give kl_budget=0 with them),\n"
         "...: orbit/policy.h, validate_policy). Assigning a field checks only its range; a window given the\n"
         "policy (new_window, Window.policy) checks the whole.");
   def_policy_fields(c);

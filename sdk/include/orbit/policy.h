@@ -102,6 +102,10 @@ enum class StalePatch {
 inline constexpr double kDefaultKlBudget = 0.003;
 
 struct WindowPolicy {
+  // Read as written without a kl_budget. Under one (kl_budget > 0), every serving action is a candidate and the
+  // budget picks: on_miss says only whether a miss forms a patch (form) or prefills (reprefill), and a survivor is
+  // kept while the budget holds; on_miss blind, token_recompute or first_k and survivors recondition are refused
+  // there (validate_policy), as every field the strategy never reads is.
   MissAction on_miss = MissAction::kForm;
   SurvivorAction survivors = SurvivorAction::kKeep;
   StalePatch stale = StalePatch::kRebuild;

@@ -45,9 +45,11 @@ std::vector<std::string> split(const std::string& s, char sep) {
 }
 
 double parse_number(const std::string& spec, const std::string& text, const char* what) {
+  // Decimal only, as the names print them: strtod alone would also read "0x10" (16), "inf", "nan" and " 5".
+  const bool decimal = !text.empty() && text.find_first_not_of("0123456789.eE+-") == std::string::npos;
   char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size())
+  const double v = decimal ? std::strtod(text.c_str(), &end) : 0.0;
+  if (!decimal || end != text.c_str() + text.size())
     bad_spec(spec, std::string(what) + " '" + text + "' is not a number");
   return v;
 }
@@ -333,6 +335,18 @@ std::optional<Unread> unread_field(const WindowPolicy& p) {
   const WindowPolicy d;
   const bool budget = p.kl_budget > 0;
   const bool looks_up = p.reuse_stored && !p.store_conditioned;  // StoredPatch plans a lookup
+  // Under a kl_budget every serving action is a candidate for a miss, priced against the budget: the miss
+  // action is read only as far as whether a miss forms a patch or prefills (throughput's reprefill).
+  if (budget && p.on_miss != MissAction::kForm && p.on_miss != MissAction::kReprefill) {
+    return Unread{"on_miss", miss_action_name(p.on_miss),
+                  "policies without a kl_budget: set kl_budget = 0 for it (under a budget each miss takes the "
+                  "action the budget prices best; on_miss form or reprefill say whether a miss forms a patch)"};
+  }
+  if (budget && p.survivors == SurvivorAction::kRecondition) {
+    return Unread{"survivors", "recondition",
+                  "policies without a kl_budget: set kl_budget = 0 for it (under a budget an instance whose "
+                  "context changed is kept while the budget holds, re-served where it does not)"};
+  }
   if (p.first_k != d.first_k && p.on_miss != MissAction::kFirstK && !budget) {
     return Unread{"first_k", value_text(p.first_k), "on_miss first_k (firstk:K), or any policy with a kl_budget"};
   }
