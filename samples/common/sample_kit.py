@@ -600,6 +600,16 @@ def arg_parser(description: str, default_out: str, default_steps: int, short_ste
     return ap
 
 
+def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuses, naming the option, what would otherwise fail only after the model ran (arg_parser's options)."""
+    if args.steps < 1:
+        ap.error(f"--steps must be 1 or more (got {args.steps})")
+    if args.seed < 0:
+        ap.error(f"--seed must be 0 or more (got {args.seed})")
+    if args.short and args.steps != ap.get_default("steps"):
+        ap.error("--short and --steps both set the steps: give one")
+
+
 def finish(episode: Episode, window, out_dir: pathlib.Path, meta: dict, title: str) -> dict:
     """Writes the outputs (write_outputs), prints the summary table, closes the window; returns the
     sample's result: {"paths": {kind: path}, "totals": episode.totals()}."""
@@ -613,7 +623,9 @@ def finish(episode: Episode, window, out_dir: pathlib.Path, meta: dict, title: s
 def main(run, description: str, name: str, default_steps: int, short_steps: int, argv=None) -> int:
     """A sample's command line: parses the common options and calls run(model, steps=..., policy=..., out=...,
     seed=..., threads=..., dump_logits=..., quiet=...), then prints where the outputs went."""
-    args = arg_parser(description, name, default_steps, short_steps).parse_args(argv)
+    ap = arg_parser(description, name, default_steps, short_steps)
+    args = ap.parse_args(argv)
+    check_args(ap, args)
     result = run(args.model, steps=short_steps if args.short else args.steps, policy=args.policy, out=args.out,
                  seed=args.seed, threads=args.threads, dump_logits=args.dump_logits, quiet=args.quiet)
     print_outputs(result["paths"], args.model)
@@ -633,7 +645,8 @@ def print_outputs(paths: dict, model: str) -> None:
 def check_has_tokenizer(engine, what: str) -> None:
     if not engine.has_tokenizer:
         sys.exit(f"error: {what} writes its text with the model's tokenizer, and this model has none "
-                 "(a llama2.c model needs tok512.bin / tokenizer.bin beside it)")
+                 "(a llama2.c model needs tok512.bin / tokenizer.bin beside it, a Hugging Face directory its "
+                 "tokenizer.json)")
 
 
 def check_model_fits(info, needed_positions: int, what: str) -> None:

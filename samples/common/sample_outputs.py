@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import pathlib
 from dataclasses import asdict
 from typing import TYPE_CHECKING
@@ -79,7 +80,11 @@ def write_outputs(episode: Episode, out_dir: pathlib.Path, meta: dict, title: st
         np.savez_compressed(paths["logits"],
                             window=np.stack([a for a, _ in episode.logits]),
                             reference=np.stack([b for _, b in episode.logits]))
-    chart(episode, paths["chart"], title)
+    try:
+        chart(episode, paths["chart"], title)
+    except ImportError as e:  # the run's table, trace and report are kept all the same
+        print(f"warning: no chart ({e}; matplotlib draws it: apt install python3-matplotlib)", file=sys.stderr)
+        del paths["chart"]
     report = dict(meta)
     report.update({"sample": episode.name, "probe": episode.probe, "totals": episode.totals(),
                    "steps": [asdict(s) for s in episode.steps],

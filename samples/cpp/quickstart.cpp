@@ -6,7 +6,7 @@
 
 #include "orbit/engine.h"
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   auto engine = orbit::Engine::open({.model = argc > 1 ? argv[1] : "models/stories260K/stories260K.bin"});
 
   // Chunks: content encoded once and stored position-free (token ids here; images via add_embeddings).
@@ -33,4 +33,7 @@ int main(int argc, char** argv) {
   std::printf("\nidle: %.0f background forward tokens", idle.forward_tokens);
   std::printf("\nwindow: %lld tokens, %.0f forward tokens in all\n", static_cast<long long>(w.tokens()),
               w.stats().forward_tokens);
+} catch (const orbit::Error& e) {  // bad input names the file, field or argument at fault
+  std::fprintf(stderr, "error: %s\n", e.what());
+  return 1;
 }

@@ -42,6 +42,7 @@ from __future__ import annotations
 import pathlib
 import sys
 import time
+import uuid
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "common"))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -172,7 +173,7 @@ def run_served(url: str, *, steps: int = 32, seed: int = 0, out=None, session: s
     import chat_client
 
     out = pathlib.Path(out or kit.REPO / "out" / "web-agent")
-    session = session or f"web-agent-{seed}-{int(time.time())}"
+    session = session or f"web-agent-{seed}-{uuid.uuid4().hex[:12]}"  # two clients started together get two
     client = chat_client.ChatClient(url, session=session)
     (model,) = client.models()[:1]
     positions = model.get("context_length") or 4096
@@ -274,7 +275,20 @@ def main(argv=None) -> int:
                     help="--serve: the server's --audit RATE (the fraction of requests whose served logits are "
                          "measured against a re-prefill; the server's default 0.1)")
     args = ap.parse_args(argv)
+    kit.check_args(ap, args)
     steps = 8 if args.short else args.steps
+    if args.server and args.serve:
+        ap.error("--server drives a server you started, --serve starts one: give one")
+    served = args.server or args.serve
+    # The served mode runs no window here: the options of the local run would be dropped without a word.
+    local_only = [("--threads", args.threads != 0), ("--dump-logits", args.dump_logits)]
+    if args.server:  # the server chose these when it started
+        local_only += [("--policy", args.policy != ap.get_default("policy")),
+                       ("--model", args.model != ap.get_default("model"))]
+    given = [name for name, set_ in local_only if set_]
+    if served and given:
+        ap.error(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to the local run only "
+                 f"(a window in this process){'; start your server with it' if args.server else ''}")
     if not (args.server or args.serve) and (args.think_ms is not None or args.audit is not None):
         ap.error("--think-ms and --audit apply to the served mode only (--serve or --server)")
     if args.server and args.audit is not None:

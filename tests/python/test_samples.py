@@ -349,3 +349,43 @@ def test_web_agent_think_time_applies_to_the_served_mode_only(repo_root):
                                 timeout=120)
         assert result.returncode == 2, (extra, result.stdout, result.stderr)
         assert says in result.stderr, (extra, result.stderr)
+
+
+def test_web_agent_refuses_what_its_mode_would_drop(repo_root):
+    """The served mode runs no window here: the local run's options (--threads, --dump-logits; with --server also
+    --policy and --model, which the server chose) are refused naming them, not dropped, as are --serve beside
+    --server. Refused before anything starts (exit 2, no server reached)."""
+    script = str(repo_root / "samples/web-agent/web_agent.py")
+    for extra, says in ((["--server", "http://127.0.0.1:9", "--threads", "2"], "--threads applies to the local run"),
+                        (["--serve", "--dump-logits"], "--dump-logits applies to the local run only"),
+                        (["--server", "http://127.0.0.1:9", "--policy", "bogus", "--model", "/no.bin"],
+                         "--policy, --model apply to the local run only (a window in this process); start your "
+                         "server with it"),
+                        (["--server", "http://127.0.0.1:9", "--serve"], "--server drives a server you started"),
+                        (["--steps", "0"], "--steps must be 1 or more (got 0)"),
+                        (["--seed", "-1"], "--seed must be 0 or more (got -1)")):
+        result = subprocess.run([sys.executable, script, "--quiet", *extra], capture_output=True, text=True,
+                                timeout=120)
+        assert result.returncode == 2, (extra, result.stdout, result.stderr)
+        assert says in result.stderr, (extra, result.stderr)
+
+
+def test_the_samples_command_line_refuses_bad_steps_and_seeds(repo_root, tmp_path, capsys):
+    """--steps 0 ran the model, then failed in the replay ('has no steps'); --seed -1 in numpy; --short beside
+    --steps silently won. Each is refused up front naming the option (sample_kit.check_args)."""
+    sys.path.insert(0, str(repo_root / "samples" / "common"))
+    try:
+        import sample_kit
+    finally:
+        sys.path.remove(str(repo_root / "samples" / "common"))
+
+    def fake_run(model, **kwargs):
+        raise AssertionError("the run started")
+
+    for argv, says in ((["--steps", "0"], "--steps must be 1 or more"), (["--steps", "-3"], "--steps must be 1"),
+                       (["--seed", "-1"], "--seed must be 0 or more"),
+                       (["--short", "--steps", "3"], "--short and --steps both set the steps")):
+        with pytest.raises(SystemExit) as stop:
+            sample_kit.main(fake_run, "d", "x", default_steps=2, short_steps=1, argv=argv + ["--out", str(tmp_path)])
+        assert stop.value.code == 2
+        assert says in capsys.readouterr().err, argv
