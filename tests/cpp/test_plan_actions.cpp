@@ -261,6 +261,9 @@ TEST_CASE("a KL budget picks the cheapest action that fits, per instance", "[pla
   // once: eager; deferred, below).
   Window tight = engine->new_window(with_policy("patch:16:kl=1e-9:eager"));
   for (const auto& x : c) tight.admit(x);
+  // The background thread's canonicals stored: the new first chunk's is read, not encoded, in both plans below
+  // (a plan prices an encode where the canonical is not stored yet).
+  engine->run_background();
   const Plan tp = tight.plan_slide(1);
   CHECK(tp.forward_tokens > 0);
   CHECK(tp.predicted_kl <= 1e-9);
@@ -278,6 +281,7 @@ TEST_CASE("a KL budget picks the cheapest action that fits, per instance", "[pla
   // re-serve; the flush re-serves them under the same budget, as the eager slide did.
   Window lazy = engine->new_window(with_policy("patch:16:kl=1e-9:noreuse"));
   for (const auto& x : c) lazy.admit(x);
+  engine->run_background();
   const Plan dp = lazy.plan_slide(1);
   CHECK(dp.forward_tokens == 0);
   CHECK(dp.count(StepAction::kKeep) == 3);

@@ -162,6 +162,7 @@ def test_a_read_without_room_for_its_deferred_repairs_raises_capacity_error(orbi
         w = e.new_window()
         for c in chunks[:5]:
             w.admit(c)
+        e.run_background()  # the canonicals stored: the new first chunk's repair reads its canonical
         f = w.fork()
         f.evict(f.instances[0].id)
         version = f.version

@@ -127,10 +127,11 @@ def test_heal_threshold(orbit, small_engine):
     assert orbit.Policy("patch:16:heal=0.01").name == "patch:16:heal=0.01"
     with pytest.raises(ValueError, match="heal_min_kl"):
         orbit.Policy().replace(heal_min_kl=-1.0)
-    # c kept over a's eviction (b, first now, takes its canonical: exact and free); a threshold no window reaches
+    # c kept over a's eviction (b, first now, takes its stored canonical: exact and free); a threshold no window reaches
     w = engine.new_window(policy="patch:16:kl=1:heal=1")
     for chunk in (a, b, c):
         w.admit(chunk)
+    engine.run_background()  # the canonicals stored: b's at position 0 is read, not encoded
     w.evict(w.instances[0])
     w.flush()
     r = w.idle()
