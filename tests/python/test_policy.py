@@ -4,6 +4,7 @@ that name a bad field, and a window's policy property.
 Needs the built module: ORBIT_PYTHON_PATH=<build>/bindings/python (see conftest.py).
 """
 import copy
+import random
 
 import pytest
 
@@ -197,3 +198,39 @@ def test_a_spec_number_is_decimal(orbit, number):
     with pytest.raises(orbit.OrbitError, match=f"kl budget '{number}' is not a number"):
         orbit.Policy(f"default:kl={number}")
     assert orbit.Policy("default:kl=1e-3").kl_budget == 1e-3
+
+
+def test_the_cost_model_policy_is_reachable_from_a_spec_and_keywords(orbit):
+    # cost_aware / expected_reuse were documented and checked in C++ but no spec, keyword or CLI flag set them.
+    p = orbit.Policy("patch:16:cost=2.5")
+    assert p.cost_aware and p.expected_reuse == 2.5 and p.name == "patch:16:cost=2.5"
+    assert orbit.Policy(p.name) == p and eval(repr(p), {"Policy": orbit.Policy}) == p
+    q = orbit.Policy("patch:16", cost_aware=True)
+    assert q.name == "patch:16:cost" and q.expected_reuse == 1.0 and orbit.Policy("patch:16:cost") == q
+    assert q != orbit.Policy("patch:16") and q.replace(expected_reuse=4).name == "patch:16:cost=4"
+    # the budget chooses by predicted KL, not by the cost model: refused beside one, naming the field
+    with pytest.raises(orbit.OrbitError, match="cost_aware = true has no effect"):
+        orbit.Policy("default:cost")
+    with pytest.raises(ValueError, match="expected_reuse = 3 has no effect"):
+        orbit.Policy("patch:16", expected_reuse=3)
+    with pytest.raises(orbit.OrbitError, match=r"cost=R: R \(the uses expected after this one\) must be in"):
+        orbit.Policy("patch:16:cost=-1")
+    with pytest.raises(TypeError, match="cost_aware"):
+        orbit.Policy("patch:16", cost_aware=1)
+    assert ":cost[=R]" in orbit.policy_help()
+
+
+def test_a_cost_model_policy_prefills_what_it_expects_no_reuse_of(orbit, stories260k_path):
+    # A miss forms a patch (a background SVD) only where the calibrated cost model expects it to pay back: with no
+    # reuse expected (:cost=0) it plainly prefills; with much reuse expected it forms, as patch:16 does.
+    rng = random.Random(1)
+    with orbit.Engine(str(stories260k_path), background="inline") as e:
+        e.calibrate()
+        a, b = (e.add_tokens([rng.randrange(1, 500) for _ in range(40)]) for _ in range(2))
+        hows = {}
+        for spec in ("patch:16", "patch:16:cost=0", "patch:16:cost=1000"):
+            w = e.new_window(policy=spec)
+            w.admit(a)
+            hows[spec] = [s.how for s in w.plan_admit(b).steps]
+    assert hows == {"patch:16": ["keep", "form"], "patch:16:cost=0": ["keep", "prefill"],
+                    "patch:16:cost=1000": ["keep", "form"]}

@@ -948,6 +948,8 @@ class WindowPolicy:
         cascade_on_recall: bool = ...,
         store_conditioned: bool = ...,
         reuse_computed: bool = ...,
+        cost_aware: bool = ...,
+        expected_reuse: float = ...,
         recompute_ratio: float = ...,
         first_k: SupportsIndex = ...,
         kl_budget: float = ...,
@@ -978,6 +980,8 @@ class WindowPolicy:
     cascade_on_recall: bool
     store_conditioned: bool
     reuse_computed: bool
+    cost_aware: bool
+    expected_reuse: float
     recompute_ratio: float
     first_k: int
     kl_budget: float

@@ -119,6 +119,9 @@ const std::map<std::string, Setter>& setters() {
       {"store_conditioned",
        [](WindowPolicy& p, py::handle v) { p.store_conditioned = boolean(v, "store_conditioned"); }},
       {"reuse_computed", [](WindowPolicy& p, py::handle v) { p.reuse_computed = boolean(v, "reuse_computed"); }},
+      {"cost_aware", [](WindowPolicy& p, py::handle v) { p.cost_aware = boolean(v, "cost_aware"); }},
+      {"expected_reuse",
+       [](WindowPolicy& p, py::handle v) { p.expected_reuse = number(v, "expected_reuse", 0, 1e9, false); }},
       {"recompute_ratio",
        [](WindowPolicy& p, py::handle v) { p.recompute_ratio = number(v, "recompute_ratio", 0, 1, true); }},
       {"kl_budget", [](WindowPolicy& p, py::handle v) { p.kl_budget = number(v, "kl_budget", 0, 1e9, false); }},
@@ -224,6 +227,11 @@ void def_policy_fields(py::class_<WindowPolicy>& c) {
         "Store whole conditioned KV under its exact context.");
   field(c, "reuse_computed", &WindowPolicy::reuse_computed,
         "Exact reuse: keep what forwards computed and serve the same window's instances from it.");
+  field(c, "cost_aware", &WindowPolicy::cost_aware,
+        "Let the cost model (Engine.calibrate) choose per chunk between a stored patch, forming one and recompute, "
+        "by\nestimated seconds over this use and expected_reuse more (':cost[=R]'; not beside a kl_budget).");
+  field(c, "expected_reuse", &WindowPolicy::expected_reuse,
+        "cost_aware: the uses of a chunk expected after this one, in [0, 1e9] (default 1).");
   field(c, "recompute_ratio", &WindowPolicy::recompute_ratio, "token_recompute: fraction of tokens, in (0, 1].");
   field(c, "kl_budget", &WindowPolicy::kl_budget,
         "Per-step fidelity budget (predicted next-token KL, nats); 0 = none. The default policy has one.");
@@ -317,6 +325,8 @@ std::vector<std::pair<const char*, std::string>> field_literals(const WindowPoli
           {"cascade_on_recall", py_bool(p.cascade_on_recall)},
           {"store_conditioned", py_bool(p.store_conditioned)},
           {"reuse_computed", py_bool(p.reuse_computed)},
+          {"cost_aware", py_bool(p.cost_aware)},
+          {"expected_reuse", py_float(p.expected_reuse)},
           {"kl_budget", py_float(p.kl_budget)},
           {"defer_repairs", py_bool(p.defer_repairs)},
           {"heal_when_idle", py_bool(p.heal_when_idle)},
@@ -389,6 +399,7 @@ void def_policy_methods(py::class_<WindowPolicy>& c) {
                a.deep_only == b.deep_only && a.deep_energy == b.deep_energy && a.reuse_stored == b.reuse_stored &&
                a.use_orbit_patches == b.use_orbit_patches && a.cascade_on_recall == b.cascade_on_recall &&
                a.store_conditioned == b.store_conditioned && a.reuse_computed == b.reuse_computed &&
+               a.cost_aware == b.cost_aware && a.expected_reuse == b.expected_reuse &&
                a.recompute_ratio == b.recompute_ratio && a.first_k == b.first_k && a.kl_budget == b.kl_budget &&
                a.defer_repairs == b.defer_repairs && a.heal_when_idle == b.heal_when_idle &&
                a.heal_min_kl == b.heal_min_kl && a.prepare_recalls == b.prepare_recalls &&

@@ -76,6 +76,9 @@ std::string policy_spec_help() {
          "                                      form a rank-M patch on a miss (M an integer or 'full'; default 16)\n"
          "                                      :exact re-conditions survivors and ignores orbit patches;\n"
          "                                      :deep patches only deep layers; :noreuse turns exact reuse off;\n"
+         "                                      :cost[=R] lets the calibrated cost model choose per chunk between\n"
+         "                                      a stored patch, forming one and recompute, over this use and R\n"
+         "                                      more (default 1; Engine::calibrate; not with :kl=X);\n"
          "                                      :stale=D accepts a patch formed\n"
          "                                      under another context when its divergence is <= D; :kl=X keeps\n"
          "                                      the predicted next-token KL per step <= X, choosing per instance\n"
@@ -230,6 +233,13 @@ void parse_patch_modifier(const std::string& spec, const std::string& part, std:
     p.deep_only = true;
   } else if (part == "noreuse") {
     p.reuse_computed = false;
+  } else if (part == "cost" || part.rfind("cost=", 0) == 0) {
+    p.cost_aware = true;
+    if (part != "cost") {
+      p.expected_reuse = parse_number(spec, part.substr(5), "expected reuse");
+      if (!(p.expected_reuse >= 0 && p.expected_reuse <= 1e9))
+        bad_spec(spec, "cost=R: R (the uses expected after this one) must be in [0, 1e9]");
+    }
   } else if (parse_weight_modifier(spec, part, p)) {
   } else if (part.rfind("kl=", 0) == 0) {
     p.kl_budget = parse_number(spec, part.substr(3), "kl budget");
@@ -587,6 +597,10 @@ std::string WindowPolicy::name() const {
       if (deep_only) s << ":deep";
       if (!reuse_computed) s << ":noreuse";
       if (stale == StalePatch::kAccept) s << ":stale=" << max_divergence;
+      if (cost_aware) {
+        s << ":cost";
+        if (expected_reuse != WindowPolicy{}.expected_reuse) s << "=" << expected_reuse;
+      }
       if (kl_budget > 0) s << ":kl=" << kl_budget;
       if (heal_when_idle) {
         s << ":heal";
