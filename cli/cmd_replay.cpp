@@ -296,6 +296,12 @@ ReplayOptions replay_options(const Args& args) {
   ORBIT_CHECK(o.engine.device_tier_bytes == 0 || o.engine.device.rfind("cuda", 0) == 0,
               "replay: argument '--device-tier' needs --device cuda[:N] (a device tier lives in GPU memory)");
   o.policies = split_commas(args.get("--policy").value_or("default"));
+  for (std::size_t i = 0; i < o.policies.size(); ++i) {
+    ORBIT_CHECK(!o.policies[i].empty(), "replay: argument '--policy' ('" << args.get("--policy").value_or("")
+                                                                         << "'): policy " << i + 1
+                                                                         << " is empty (a stray comma? the policies "
+                                                                            "are separated by single commas)");
+  }
   for (const std::string& spec : o.policies) {
     try {
       (void)parse_policy(spec);

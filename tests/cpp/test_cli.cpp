@@ -358,6 +358,8 @@ TEST_CASE("an option that would be ignored, or wrap around, is refused naming it
        "--rope-original-max: linear RoPE scaling does not use it"},
       {"replay " + std::string(ORBIT_TEST_DATA_DIR) + "/traces/lookback.json" + model + " --page-size 0",
        "'--page-size' must be >= 1, got 0"},
+      {"replay " + std::string(ORBIT_TEST_DATA_DIR) + "/traces/lookback.json" + model + " --policy default,",
+       "argument '--policy' ('default,'): policy 2 is empty (a stray comma?"},
       // Values past int were cast first and checked after: 2^32 + 1 read as port 1, and as many threads as
       // the remainder asked for.
       {"serve --port 4294967297" + model, "'--port' must be <= 65535, got 4294967297"},
