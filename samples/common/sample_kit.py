@@ -626,8 +626,12 @@ def main(run, description: str, name: str, default_steps: int, short_steps: int,
     ap = arg_parser(description, name, default_steps, short_steps)
     args = ap.parse_args(argv)
     check_args(ap, args)
-    result = run(args.model, steps=short_steps if args.short else args.steps, policy=args.policy, out=args.out,
-                 seed=args.seed, threads=args.threads, dump_logits=args.dump_logits, quiet=args.quiet)
+    orbit = import_orbit()
+    try:
+        result = run(args.model, steps=short_steps if args.short else args.steps, policy=args.policy, out=args.out,
+                     seed=args.seed, threads=args.threads, dump_logits=args.dump_logits, quiet=args.quiet)
+    except orbit.OrbitError as e:  # a missing model, a bad policy: the library names what is at fault
+        sys.exit(f"error: {e}")
     print_outputs(result["paths"], args.model)
     return 0
 

@@ -60,6 +60,10 @@ class ChatClient:
                 raise ServerError(e.code, json.loads(raw)) from None
             except json.JSONDecodeError:
                 raise ServerError(e.code, raw) from None
+        except urllib.error.URLError as e:  # no answer at all (HTTPError, an answer, is handled above)
+            raise ServerUnreachable(f"cannot reach the server at {self.base_url} ({e.reason}); start one, e.g. "
+                                    "build/cli/orbit serve --model MODEL --chat-template "
+                                    "samples/web-agent/chat_template.jinja, or use --serve") from None
 
     def models(self) -> list[dict]:
         """GET /v1/models: [{"id", "context_length", ...}]."""
@@ -94,6 +98,10 @@ class ChatClient:
     def session_info(self) -> dict:
         """GET /v1/sessions/{session}: the session's window and its savings (forward vs radix tokens)."""
         return self._request("GET", f"/v1/sessions/{self.session}")
+
+
+class ServerUnreachable(RuntimeError):
+    """Nothing answers at the client's base URL (refused, unknown host, timed out)."""
 
 
 class ServeUnavailable(RuntimeError):

@@ -300,9 +300,14 @@ def main(argv=None) -> int:
         import chat_client
 
         if args.server:
-            run_served(args.server, steps=steps, seed=args.seed, out=args.out, session=args.session, quiet=args.quiet,
-                       think_ms=think_ms)
+            try:
+                run_served(args.server, steps=steps, seed=args.seed, out=args.out, session=args.session,
+                           quiet=args.quiet, think_ms=think_ms)
+            except chat_client.ServerUnreachable as e:
+                sys.exit(f"error: --server: {e}")
             return 0
+        if not pathlib.Path(args.orbit).is_file():
+            sys.exit(f"error: --orbit: no executable at {args.orbit} (build it: ./scripts/main.sh)")
         try:
             with chat_client.OrbitServer(args.orbit, args.model, policy=args.policy, audit=args.audit,
                                          chat_template=str(CHAT_TEMPLATE_FILE)) as server:
@@ -311,8 +316,12 @@ def main(argv=None) -> int:
         except chat_client.ServeUnavailable as e:
             sys.exit(f"error: {e}")
         return 0
-    result = run(args.model, steps=steps, policy=args.policy, out=args.out, seed=args.seed, threads=args.threads,
-                 dump_logits=args.dump_logits, quiet=args.quiet)
+    orbit = kit.import_orbit()
+    try:
+        result = run(args.model, steps=steps, policy=args.policy, out=args.out, seed=args.seed,
+                     threads=args.threads, dump_logits=args.dump_logits, quiet=args.quiet)
+    except orbit.OrbitError as e:  # a missing model, a bad policy: the library names what is at fault
+        sys.exit(f"error: {e}")
     kit.print_outputs(result["paths"], args.model)
     return 0
 

@@ -389,3 +389,23 @@ def test_the_samples_command_line_refuses_bad_steps_and_seeds(repo_root, tmp_pat
             sample_kit.main(fake_run, "d", "x", default_steps=2, short_steps=1, argv=argv + ["--out", str(tmp_path)])
         assert stop.value.code == 2
         assert says in capsys.readouterr().err, argv
+
+
+def test_the_samples_report_bad_input_in_one_line(orbit, repo_root, tmp_path):
+    """A missing model, a bad policy, a server that does not answer and a missing orbit binary end the sample with
+    one 'error:' line naming what is at fault (exit 1), not a traceback."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.dirname(os.path.dirname(orbit.__file__)),
+                                                    env.get("PYTHONPATH", "")) if p)
+    web, video = str(repo_root / "samples/web-agent/web_agent.py"), str(repo_root / "samples/video-agent/video_agent.py")
+    missing = str(tmp_path / "no-model.bin")
+    for argv, says in (([video, "--model", missing], f"error: {missing}: no such file"),
+                       ([web, "--model", missing], f"error: {missing}: no such file"),
+                       ([video, "--policy", "bogus"], "error: policy 'bogus': unknown policy 'bogus'"),
+                       ([web, "--server", "http://127.0.0.1:9"], "error: --server: cannot reach the server at "
+                                                                  "http://127.0.0.1:9"),
+                       ([web, "--serve", "--orbit", str(tmp_path / "orbit")], "error: --orbit: no executable at")):
+        result = subprocess.run([sys.executable, *argv, "--short", "--quiet", "--out", str(tmp_path / "out")],
+                                capture_output=True, text=True, env=env, timeout=300)
+        assert result.returncode == 1, (argv, result.stdout, result.stderr)
+        assert result.stderr.startswith(says) and "Traceback" not in result.stderr, (argv, result.stderr)
