@@ -15,18 +15,29 @@ namespace orbit {
 
 namespace detail {
 
-// SAX events kept as the containers open around the value being read.
-class JsonPathTracker {
+// The scalar events of nlohmann's SAX interface, each passed on as Derived::value() (a value read whole): the
+// walks below differ only in how containers and keys are followed.
+template <typename Derived>
+class JsonSaxScalars {
  public:
   using json = nlohmann::json;
 
-  bool null() { return value(); }
-  bool boolean(bool) { return value(); }
-  bool number_integer(json::number_integer_t) { return value(); }
-  bool number_unsigned(json::number_unsigned_t) { return value(); }
-  bool number_float(json::number_float_t, const json::string_t&) { return value(); }
-  bool string(json::string_t&) { return value(); }
-  bool binary(json::binary_t&) { return value(); }
+  bool null() { return self().value(); }
+  bool boolean(bool) { return self().value(); }
+  bool number_integer(json::number_integer_t) { return self().value(); }
+  bool number_unsigned(json::number_unsigned_t) { return self().value(); }
+  bool number_float(json::number_float_t, const json::string_t&) { return self().value(); }
+  bool string(json::string_t&) { return self().value(); }
+  bool binary(json::binary_t&) { return self().value(); }
+
+ private:
+  Derived& self() { return static_cast<Derived&>(*this); }
+};
+
+// SAX events kept as the containers open around the value being read.
+class JsonPathTracker : public JsonSaxScalars<JsonPathTracker> {
+ public:
+  friend class JsonSaxScalars<JsonPathTracker>;
   bool start_object(std::size_t) { return open(false); }
   bool start_array(std::size_t) { return open(true); }
   bool key(json::string_t& k) {

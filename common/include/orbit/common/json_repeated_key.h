@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include "orbit/common/json_error_path.h"
+
 namespace orbit {
 
 struct RepeatedKey {
@@ -29,18 +31,11 @@ namespace detail {
 
 // Walks JSON text keeping each open container's keys (objects) or next index (arrays) and the path to it,
 // stopping at the first key an object gives twice.
-class RepeatedKeyWalk {
+class RepeatedKeyWalk : public JsonSaxScalars<RepeatedKeyWalk> {
  public:
-  using json = nlohmann::json;
+  friend class JsonSaxScalars<RepeatedKeyWalk>;
   std::optional<RepeatedKey> found;
 
-  bool null() { return value(); }
-  bool boolean(bool) { return value(); }
-  bool number_integer(json::number_integer_t) { return value(); }
-  bool number_unsigned(json::number_unsigned_t) { return value(); }
-  bool number_float(json::number_float_t, const json::string_t&) { return value(); }
-  bool string(json::string_t&) { return value(); }
-  bool binary(json::binary_t&) { return value(); }
   bool start_object(std::size_t) { return open(true); }
   bool start_array(std::size_t) { return open(false); }
   bool key(json::string_t& name) {
