@@ -364,6 +364,18 @@ sigset_t block_stop_signals() {
   return signals;
 }
 
+// Whether this start made the --store directory (its parents made too, as the store makes them): mkdir is one
+// atomic step, so of two servers started together on a new path only the one whose mkdir made it says so. False
+// where it existed or could not be made (the store's open then says why).
+bool create_store_directory(const std::string& dir) {
+  if (dir.empty()) return false;
+  std::error_code ec;
+  std::filesystem::path path(dir);
+  if (!path.has_filename()) path = path.parent_path();  // "new/": the directory "new"
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
+  return std::filesystem::create_directory(path, ec);
+}
+
 // The notices before listening, on stderr: a --store directory this start created (a mistyped path is seen
 // at once, not as a cache that never warms), other servers on the same store (share), the CORS origins and
 // the API keys' count and source. (An unreachable --remote is said before, by run_serve.)
@@ -418,8 +430,7 @@ int run_serve(int argc, char** argv, int first) {
   const serve::HttpOptions http_options = parse_http_options(args);
   const sigset_t signals = block_stop_signals();
   const serve::ServeOptions options = serve_options(args);
-  std::error_code ec;
-  const bool store_created = !options.store_dir.empty() && !std::filesystem::exists(options.store_dir, ec);
+  const bool store_created = create_store_directory(options.store_dir);
   serve::StartupSignals startup(signals);
   serve::ServeCore core(options);
   if (startup.received() != 0) return startup.stopped();

@@ -370,9 +370,14 @@ Result<std::string> resolve_blobs_root(const std::string& root) {
   if (ec) return Status::refused("store " + root + ": cannot resolve " + root + ": " + ec.message());
   const fs::path resolved = fs::canonical(blobs, ec);
   if (ec) return Status::refused("store " + root + ": cannot resolve " + blobs + ": " + ec.message());
-  if (resolved != inside || !fs::is_directory(resolved)) {
+  if (resolved != inside) {
     return Status::refused("store " + root + ": " + blobs + " resolves to " + resolved.string() +
                            ", not a directory inside the store");
+  }
+  if (!fs::is_directory(resolved)) {
+    return Status::refused("store " + root + ": " + blobs + " is not a directory (it is " +
+                           (fs::is_regular_file(resolved) ? "a regular file" : "neither a file nor a directory") +
+                           "); move it aside");
   }
   return resolved.string();
 }

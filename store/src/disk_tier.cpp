@@ -15,6 +15,7 @@
 #include "blobs_root.h"
 #include "orbit/common/error.h"
 #include "orbit/common/warn.h"
+#include "orbit/store.h"
 
 namespace orbit::store {
 
@@ -146,8 +147,7 @@ void DiskTier::open_index() {
                          << ", not this model's " << options_.model_fingerprint
                          << " (use another store directory for this model)");
     for (DiskRow& row : index_->rows()) {
-      if (row.corrupt) continue;
-      add_row(std::move(row));
+      if (usable(row)) add_row(std::move(row));
     }
   } catch (const Error& e) {
     index_.reset();
@@ -205,6 +205,19 @@ void DiskTier::heartbeat() {
     } catch (const std::exception&) {
     }
   }
+}
+
+bool DiskTier::usable(const DiskRow& row) {
+  if (row.corrupt) return false;
+  if (is_store_key(row.key)) return true;
+  if (!warned_bad_keys_) {
+    warned_bad_keys_ = true;
+    orbit::warn("store " + options_.dir + ": its index " + options_.dir + "/index.sqlite holds a row whose key '" +
+                row.key + "' is not a store key (64 lowercase hex characters: a damaged page?); such rows are left " +
+                "out, their chunks recomputed; run `orbit store repair --store " + options_.dir + "` to rebuild them " +
+                "from their blobs");
+  }
+  return false;
 }
 
 void DiskTier::add_row(DiskRow row) {
@@ -522,7 +535,7 @@ const DiskRow* DiskTier::refresh(const std::string& key) {
 void DiskTier::sync(std::vector<std::string>* added, std::vector<std::string>* removed) {
   std::unordered_map<std::string, DiskRow> fresh;
   for (DiskRow& row : index_->rows()) {
-    if (!row.corrupt) fresh.emplace(row.key, std::move(row));
+    if (usable(row)) fresh.emplace(row.key, std::move(row));
   }
   std::vector<std::string> gone;
   for (const auto& [key, row] : rows_) {

@@ -72,6 +72,36 @@ def test_a_corrupt_blob_is_an_orbit_warning(orbit, stories260k_path, tmp_path):
     assert all(str(store) in str(w.message) for w in caught if "marked corrupt" in str(w.message))
 
 
+def test_an_index_row_whose_key_was_damaged_is_left_out_with_a_warning(orbit, stories260k_path, tmp_path):
+    # A row whose key a damaged page changed names no chunk: it was loaded all the same, counted in the disk tier's
+    # entries while its chunk was recomputed and stored a second time, and nothing said so before `store verify`.
+    import sqlite3
+
+    store = tmp_path / "store"
+    with orbit.Engine(stories260k_path, store_dir=store, pool_bytes=POOL, page_size=4) as engine:
+        ref = engine.add_tokens(TOKENS)
+        engine.precompute(ref)
+        engine.precompute(engine.add_tokens(TOKENS[:20]))
+    db = sqlite3.connect(store / "index.sqlite")
+    db.execute("UPDATE entries SET key = 'Z' || substr(key, 2) WHERE key = ?", (ref.key,))
+    db.commit()
+    db.close()
+    with pytest.warns(orbit.OrbitWarning, match="is not a store key") as caught:
+        with orbit.Engine(stories260k_path, store_dir=store, pool_bytes=POOL, page_size=4) as engine:
+            disk = [t for t in engine.stats.store.tiers if t.tier.name == "disk"][0]
+            assert disk.entries == 1  # the other chunk's row only
+    said = [str(w.message) for w in caught if "is not a store key" in str(w.message)]
+    assert len(said) == 1 and f"orbit store repair --store {store}" in said[0]
+
+
+def test_a_blobs_path_that_is_a_file_is_named_as_one(orbit, stories260k_path, tmp_path):
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "blobs").write_bytes(b"")
+    with pytest.raises(orbit.OrbitError, match=r"/blobs is not a directory \(it is a regular file\); move it aside"):
+        orbit.Engine(stories260k_path, store_dir=store, pool_bytes=POOL, page_size=4)
+
+
 def test_at_exit_the_warnings_reach_stderr(orbit, stories260k_path, tmp_path):
     # An engine left open is closed at exit (orbit's atexit handler, while Python's warnings still work): its
     # close warning is an OrbitWarning on stderr. Before, it was closed while the interpreter finalized, after

@@ -191,6 +191,9 @@ class DiskTier final : public Tier {
  private:
   void heartbeat();
   void add_row(DiskRow row);
+  // Whether the mirror takes `row`: not marked corrupt, and its key a store key (a row whose key a damaged page
+  // changed names no chunk: it is left out, with one warning naming the index and `orbit store repair`).
+  bool usable(const DiskRow& row);
   // Opens index_ and loads its rows, refusing a lost, empty or damaged index beside existing blobs.
   void open_index();
   void reindex_if_inconsistent(const std::string& index_path, const std::string& repair);
@@ -209,7 +212,8 @@ class DiskTier final : public Tier {
   std::condition_variable beat_cv_;
   bool stop_ = false;
   std::thread beat_;
-  std::unordered_map<std::string, DiskRow> rows_;  // non-corrupt rows, mirrored from the index
+  std::unordered_map<std::string, DiskRow> rows_;  // usable rows, mirrored from the index
+  bool warned_bad_keys_ = false;                   // usable() warned of a row whose key is not a store key
   int64_t used_ = 0;
   bool commit_refused_ = false;  // the last commit() was refused by the index: probe_commit() asks it again
   std::string held_for_remote_;  // hold_pending_writes
