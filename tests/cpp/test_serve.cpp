@@ -138,6 +138,16 @@ TEST_CASE("serve: the parser refuses what OpenAI refuses, naming the field", "[s
   CHECK(over.error.message.find("must be in [1, 2] (this server decodes at most 2 sequences at once: --max-batch)") !=
         std::string::npos);
   CHECK(sv::parse_chat_request(R"({"model":"m","messages":[{"role":"user","content":"hi"}],"n":2})", batch).ok());
+  // A value below the range says nothing of --max-batch; a batch of one is "1 sequence".
+  const sv::Parsed<sv::ChatRequest> zero =
+      sv::parse_chat_request(R"({"model":"m","messages":[{"role":"user","content":"hi"}],"n":0})", batch);
+  REQUIRE_FALSE(zero.ok());
+  CHECK(zero.error.message.find("must be in [1, 2], got 0") != std::string::npos);
+  batch.max_choices = 1;
+  const sv::Parsed<sv::ChatRequest> two =
+      sv::parse_chat_request(R"({"model":"m","messages":[{"role":"user","content":"hi"}],"n":2})", batch);
+  REQUIRE_FALSE(two.ok());
+  CHECK(two.error.message.find("at most 1 sequence at once: --max-batch") != std::string::npos);
 }
 
 TEST_CASE("serve: parameters this server does not serve are refused by name, their no-ops accepted", "[serve]") {

@@ -328,7 +328,7 @@ def test_a_window_closed_while_generate_many_waits_for_it_cancels_its_requests_o
             try:
                 answers = result()
             except orbit.OrbitError as e:
-                assert str(e) == f"generate_many: window {window.id} is closed"  # closed before the call
+                assert str(e) == f"generate_many: requests[0]: window {window.id} is closed"  # closed before the call
                 continue
         closing()
         assert [g.stop_reason for g in answers] == ["cancelled", "max_tokens"]

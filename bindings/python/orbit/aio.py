@@ -56,6 +56,7 @@ answer. Await window calls in the loop's body directly, where they raise at once
 from __future__ import annotations
 
 import asyncio
+import collections.abc
 import concurrent.futures
 import contextvars
 import functools
@@ -362,8 +363,9 @@ async def generate_many(requests: Any, *, cancel: Optional[CancelToken] = None) 
     window may be a Window or an AsyncWindow. Cancelling the awaiting task cancels every request at its next
     token (a CancelToken for the call, child of cancel= if given)."""
     token = _call_token({"cancel": cancel}, "generate_many")
-    # Anything but a list or tuple goes to the synchronous call unread: it raises generate_many's own error.
-    listed = isinstance(requests, (list, tuple))
+    # Anything but a sequence (a str is none here) goes to the synchronous call unread: it raises generate_many's
+    # own error.
+    listed = isinstance(requests, collections.abc.Sequence) and not isinstance(requests, (str, bytes))
     plain = [_plain_request(r) for r in requests] if listed else requests
     windows = {id(r[0]): r[0] for r in (plain if listed else ())
                if isinstance(r, (tuple, list)) and r and isinstance(r[0], Window)}

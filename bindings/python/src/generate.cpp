@@ -407,10 +407,10 @@ ReadRequest read_request(const py::object& item, const std::string& what) {
 // main thread the batch's signal poll is also the check of an InterruptScope (orbit/interrupt.h), as in
 // PyWindow::run: the repairs the windows deferred, which the decode runs first, stop at their interruption points
 // (orbit::Interrupted, the handler's exception kept in the poll). A window closed before the call is refused
-// (OrbitError "generate_many: window N is closed", as generate() refuses it). While another thread's call holds a
-// window, the wait takes the signals too; a window closed meanwhile is not waited for (its requests answer
-// cancelled, as close() stops a running one), and the wait gives up once every request's tokens are cancelled:
-// each then answers as cancelled before the call.
+// (OrbitError "generate_many: requests[i]: window N is closed", naming the first request that reads it). While another
+// thread's call holds a window, the wait takes the signals too; a window closed meanwhile is not waited for (its
+// requests answer cancelled, as close() stops a running one), and the wait gives up once every request's tokens are
+// cancelled: each then answers as cancelled before the call.
 std::vector<orbit::Generation> decode_locked(const std::vector<PyWindow*>& windows,
                                              const std::vector<GenerateArgs>& args) {
   const std::shared_ptr<SignalPoll> poll = args.empty() ? nullptr : args.front().cancel.signals;
@@ -418,7 +418,10 @@ std::vector<orbit::Generation> decode_locked(const std::vector<PyWindow*>& windo
   std::vector<PyWindow*> order = windows;
   std::sort(order.begin(), order.end());
   order.erase(std::unique(order.begin(), order.end()), order.end());
-  for (PyWindow* w : order) w->check_open("generate_many");
+  for (std::size_t i = 0; i < windows.size(); ++i) {
+    ORBIT_CHECK(!windows[i]->closing.is_set(),
+                "generate_many: requests[" << i << "]: window " << windows[i]->id << " is closed");
+  }
   const auto all_cancelled = [&args] {
     return std::all_of(args.begin(), args.end(), [](const GenerateArgs& a) { return a.cancelled_before(); });
   };

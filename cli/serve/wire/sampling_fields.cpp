@@ -93,14 +93,14 @@ SamplingRequest parse_sampling(const json& body, const ServeLimits& limits) {
   if (const json* v = field("stop")) s.stop = parse_stop(*v, limits);
   if (const json* v = field("n")) {
     s.n = need_int(*v, "n");
-    const std::string bad =
-        "must be in [1, " + std::to_string(limits.max_choices) + "]" +
-        (limits.max_choices_by_batch ? " (this server decodes at most " + std::to_string(limits.max_choices) +
-                                           " sequences at once: --max-batch)"
-                                     : " (the most choices one request may ask for)") +
-        ", got " + v->dump();
-    if (s.n < 1) below_minimum("n", NumberKind::integer, bad);
-    if (s.n > limits.max_choices) above_maximum("n", NumberKind::integer, bad);
+    // Why the top of the range is what it is goes only with a value above it.
+    const std::string range = "must be in [1, " + std::to_string(limits.max_choices) + "]";
+    const std::string why = limits.max_choices_by_batch
+                                ? " (this server decodes at most " + std::to_string(limits.max_choices) +
+                                      (limits.max_choices == 1 ? " sequence" : " sequences") + " at once: --max-batch)"
+                                : " (the most choices one request may ask for)";
+    if (s.n < 1) below_minimum("n", NumberKind::integer, range + ", got " + v->dump());
+    if (s.n > limits.max_choices) above_maximum("n", NumberKind::integer, range + why + ", got " + v->dump());
   }
   if (const json* v = field("stream")) s.stream = need_bool(*v, "stream");
   if (const json* v = field("stream_options")) {
