@@ -275,7 +275,7 @@ ENGINE_WRONG_TYPES = {
     "device_tier_bytes": (b"0", "int"), "max_idle_chunks": (0.0, "int"), "max_background_bytes": ("1", "int"), "remote": (b"redis://x", "str"),
     "remote_secret": (1, "str"), "device": (None, "str"), "dtype": (b"float32", "str"), "eviction": (0, "str"),
     "cold_tier": (None, "str"), "embedding_cache": ("yes", "bool"), "shared_canonicals": ([True], "bool"),
-    "stored_calibration": (1, "bool"),
+    "stored_calibration": (1, "bool"), "window_past": (None, "bool"),
 }
 
 
@@ -343,7 +343,7 @@ def test_engine_names_the_keyword_of_a_value_of_another_type(orbit, stories260k_
 
 def test_engine_keywords_keep_their_signature_and_conversions(orbit, stories260k_path):
     # The keywords are read from an options struct (engine_args.cpp): the signature pybind11 showed for the
-    # 21-parameter constructor is unchanged (stored_calibration added at its end, remote_max_held_fraction beside the
+    # 21-parameter constructor is unchanged (stored_calibration and window_past added at its end, remote_max_held_fraction beside the
     # other remote keywords), an unknown keyword is a TypeError naming it, a positional argument
     # past the model is refused as before, and the values pybind11 converted are still taken.
     signature = orbit.Engine.__init__.__doc__.splitlines()[0]
@@ -355,9 +355,9 @@ def test_engine_keywords_keep_their_signature_and_conversions(orbit, stories260k
         " dtype: str = 'float32', eviction: str = 'lru', cold_tier: str = 'exact', device_tier_bytes: int = 0,"
         " embedding_cache: bool = True, background: object = 'thread', shared_canonicals: bool = True,"
         " max_idle_chunks: int = 0, max_background_bytes: int = 0, constraint_cache: object = None, tokenizer: object = None,"
-        " stored_calibration: bool = True) -> None")
+        " stored_calibration: bool = True, window_past: bool = True) -> None")
     with pytest.raises(TypeError, match=r"^Engine: unexpected keyword argument 'pool_byte' \(it takes model and "
-                                        r"store_dir, pool_bytes, .*tokenizer, stored_calibration\)$"):
+                                        r"store_dir, pool_bytes, .*tokenizer, stored_calibration, window_past\)$"):
         orbit.Engine(str(stories260k_path), pool_byte=1 << 20)
     for args, kwargs in [((str(stories260k_path), 1 << 20), {}), ((), {}),
                          ((str(stories260k_path),), {"model": str(stories260k_path)})]:

@@ -403,6 +403,10 @@ class WindowStats:
     @property
     def shared_pages(self) -> int: ...
     @property
+    def past_bytes(self) -> int:
+        """Host bytes of the window's KV kept as one contiguous past between reads (Engine's window_past; 0 when
+        off, on CUDA, or before a read); buffers a fork shares with its parent are counted in both."""
+    @property
     def evicted(self) -> int: ...
     @property
     def forward_tokens(self) -> float: ...
@@ -789,6 +793,9 @@ class EngineOptions:
     def stored_calibration(self) -> bool:
         """The fidelity calibration read from and written to the store."""
     @property
+    def window_past(self) -> bool:
+        """Windows keep their KV as one contiguous past between reads (CPU engines)."""
+    @property
     def max_idle_chunks(self) -> int:
         """Chunks kept registered beyond those in use (0 = all, for the engine's life)."""
     @property
@@ -1112,6 +1119,7 @@ class Engine:
         constraint_cache: Optional[ConstraintCacheOptions] = None,
         tokenizer: Union[str, os.PathLike, None] = None,
         stored_calibration: bool = True,
+        window_past: bool = True,
     ) -> None:
         """disk_budget_bytes > 0 needs store_dir; remote_ttl_seconds > 0 and remote_secret need remote (OrbitError
         otherwise). remote_secret: the remote tier's shared secret ('' = ORBIT_REMOTE_SECRET, else none: values are
@@ -1153,6 +1161,11 @@ class Engine:
         remote's (when the directory holds none) at the first plan or fidelity question, never at open, and again
         at a later one while the remote does not answer. An entry that does not decode is ignored with a warning
         on stderr naming its key and the defaults kept. False: neither read nor written.
+        window_past: each window of a CPU engine keeps its KV as one contiguous past between its reads (a forward
+        behind it, a decode's first step, logits), so a read after a short append copies what was appended instead
+        of the whole window (equal bit for bit); it costs up to twice the window's KV bytes of host memory per
+        window (Window.stats().past_bytes). False: every read copies the whole window. Unused on CUDA, whose
+        reads read the pool's pages in place.
         background given as a BackgroundMode that is not one of its members (BackgroundMode(7)) raises ValueError.
         A keyword not listed here, or a value of another type than the one above (a float for an int, bytes for a
         str, an int past the field's range; for a bool anything but True, False or a numpy bool: None, 0/1, a

@@ -22,7 +22,7 @@ struct Field {
 };
 
 // In the signature's order.
-const std::array<Field, 23> kFields = {{
+const std::array<Field, 24> kFields = {{
     {"store_dir", &EngineArgs::store_dir},
     {"pool_bytes", &EngineArgs::pool_bytes},
     {"page_size", &EngineArgs::page_size},
@@ -46,6 +46,7 @@ const std::array<Field, 23> kFields = {{
     {"constraint_cache", &EngineArgs::constraint_cache},
     {"tokenizer", &EngineArgs::tokenizer},
     {"stored_calibration", &EngineArgs::stored_calibration},
+    {"window_past", &EngineArgs::window_past},
 }};
 
 // The name pybind11 gives a C++ parameter type in signatures.
@@ -183,6 +184,7 @@ orbit::EngineOptions engine_options(const py::object& model, const EngineArgs& a
   o.max_idle_chunks = a.max_idle_chunks;
   o.max_background_bytes = a.max_background_bytes;
   o.stored_calibration = a.stored_calibration;
+  o.window_past = a.window_past;
   if (!a.constraint_cache.is_none()) o.constraint_cache = constraint_cache_arg(a.constraint_cache);
   // The SDK reads "" as the default: an empty value (a configuration left blank) is said, not taken for it.
   const EngineArgs defaults;

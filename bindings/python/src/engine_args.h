@@ -40,6 +40,7 @@ struct EngineArgs {
   py::object constraint_cache = py::none();
   py::object tokenizer = py::none();
   bool stored_calibration = true;
+  bool window_past = true;
 };
 
 // Reads Engine(...)'s keywords into EngineArgs, converting each value as pybind11 converts an argument of its

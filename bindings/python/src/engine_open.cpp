@@ -266,6 +266,10 @@ const char* const kEngineInitDoc =
     "at the first plan or fidelity question, never at open, and again at a later one while the remote does not\n"
     "answer; an entry that does not decode is ignored with a warning on stderr naming its key, the defaults\n"
     "kept; False: neither read nor written.\n"
+    "window_past: each window of a CPU engine keeps its KV as one contiguous past between its reads, so a read\n"
+    "after a short append copies what was appended, not the whole window (equal bit for bit); it costs up to\n"
+    "twice the window's KV bytes of host memory per window (Window.stats().past_bytes). False: every read copies\n"
+    "the whole window. Unused on CUDA, whose reads read the pool's pages in place.\n"
     "A keyword Engine does not take, or a value of another type than the signature's, raises TypeError naming\n"
     "the keyword; a bool keyword takes True, False or a numpy bool only (not None, 0/1 or a str).\n"
     "Raises OrbitError naming the file or option at fault (CUDA asked for where there is none included).";

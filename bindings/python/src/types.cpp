@@ -424,6 +424,8 @@ void def_window_state(py::module_& m) {
       .def_readonly("tokens", &WindowStats::tokens, "Tokens in the window.")
       .def_readonly("device_bytes", &WindowStats::device_bytes, "KV bytes held (shared pages counted in each holder).")
       .def_readonly("shared_pages", &WindowStats::shared_pages, "Pages shared with another window (forks).")
+      .def_readonly("past_bytes", &WindowStats::past_bytes,
+                    "Host bytes of the window's KV kept as one contiguous past between reads (Engine's window_past).")
       .def_readonly("evicted", &WindowStats::evicted, "Chunk instances evicted and recallable.")
       .def_readonly("forward_tokens", &WindowStats::forward_tokens,
                     "Token-forwards over applied operations, and the canonical disposable encodes when none is "
@@ -450,8 +452,8 @@ void def_window_state(py::module_& m) {
         std::ostringstream o;
         o << "WindowStats(instances=" << s.instances << ", chunk_instances=" << s.chunk_instances
           << ", turns=" << s.turns << ", tokens=" << s.tokens << ", device_bytes=" << s.device_bytes
-          << ", shared_pages=" << s.shared_pages << ", evicted=" << s.evicted << ", forward_tokens=" << s.forward_tokens
-          << ", critical_forward_tokens=" << s.critical_forward_tokens
+          << ", shared_pages=" << s.shared_pages << ", past_bytes=" << s.past_bytes << ", evicted=" << s.evicted
+          << ", forward_tokens=" << s.forward_tokens << ", critical_forward_tokens=" << s.critical_forward_tokens
           << ", query_forward_tokens=" << s.query_forward_tokens
           << ", logits_forward_tokens=" << s.logits_forward_tokens << ", prefix_cache_tokens=" << s.prefix_cache_tokens
           << ", radix_cache_tokens=" << s.radix_cache_tokens << ", operations=" << s.operations << ")";

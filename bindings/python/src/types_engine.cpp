@@ -363,6 +363,8 @@ void def_model_and_options(py::module_& m) {
       .def_readonly("embedding_cache", &EngineOptions::embedding_cache, "Media embeddings kept for find_media().")
       .def_readonly("stored_calibration", &EngineOptions::stored_calibration,
                     "The fidelity calibration read from and written to the store.")
+      .def_readonly("window_past", &EngineOptions::window_past,
+                    "Windows keep their KV as one contiguous past between reads (CPU engines).")
       .def_readonly("max_idle_chunks", &EngineOptions::max_idle_chunks,
                     "Chunks kept registered beyond those in use (0 = all, for the engine's life).")
       .def_readonly("max_background_bytes", &EngineOptions::max_background_bytes,

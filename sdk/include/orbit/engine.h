@@ -75,8 +75,17 @@ struct EngineOptions {
   // float32 otherwise.
   // false: every placement writes its own pages.
   bool shared_canonicals = true;
+  // Each window of a CPU engine keeps its KV as one contiguous past between its reads (a forward behind it, a
+  // decode's first step, logits), so that a read after a short append copies what was appended instead of the whole
+  // window out of the pool again (rows kept by each entry's content version and position; equal bit for bit to a
+  // fresh copy). It costs host memory: up to twice the window's KV bytes per window (WindowStats::past_bytes), on
+  // top of the pool. false: every read copies the whole window (as before this existed). Unused on a CUDA engine,
+  // whose reads read the pool's pages in place.
+  bool window_past = true;
   int64_t host_budget_bytes = int64_t{1} << 30;  // the store's host-memory tier
-  int64_t disk_budget_bytes = 0;                 // 0 = unlimited; > 0 needs store_dir
+  // 0 = unlimited; > 0 needs store_dir. Checked against the index before each write: processes sharing store_dir
+  // can briefly hold more, by what their writes in flight add.
+  int64_t disk_budget_bytes = 0;
   // A remote tier shared by processes and machines: "redis://host:port[/db]" or
   // "redis-cluster://h1:p1,h2:p2,..." (Redis or Valkey); rediss:// and rediss-cluster:// over TLS (CA and
   // client certificate from the ORBIT_REDIS_TLS_* environment variables). Empty = none. Lookups go device → host → disk

@@ -293,7 +293,10 @@ struct WindowStats {
   int64_t tokens = 0;
   int64_t device_bytes = 0;  // KV pages held (shared pages counted in every window holding them)
   int64_t shared_pages = 0;  // pages shared with another window (forks)
-  int64_t evicted = 0;       // chunk instances evicted and recallable (the 1,024 most recent at most)
+  // Host bytes of the window's KV kept as one contiguous past between reads (EngineOptions::window_past; 0 when
+  // off, on a CUDA engine, or before a read); buffers a fork shares with its parent are counted in both.
+  int64_t past_bytes = 0;
+  int64_t evicted = 0;  // chunk instances evicted and recallable (the 1,024 most recent at most)
   // Σ over applied operations (the plans apply() serves, heals and idle-time preparation included), and the
   // canonical disposable() encodes when its instance's is not stored (EngineStats counts that encode too). The
   // reads' query forwards are apart from it: query_forward_tokens and logits_forward_tokens below.

@@ -480,6 +480,7 @@ Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan, bool backgr
   Tally tally;
   tally.report.op = plan.op;
   Built built(core);
+  built.window.kept_past = state.past;
   built.window.rope_window = plan.rope_window;
   built.window.chain = kv_window_start(plan.rope_window);
   built.window.entries.reserve(plan.steps.size());

@@ -52,76 +52,55 @@ const TensorKv::Placement* placement_of(const Kv& kv) {
 
 // ---- the window being built ------------------------------------------------------------------------
 
-WindowBuild::~WindowBuild() { core.pool().clear(entries); }
-
-void WindowBuild::grow_past(int64_t rows) {
-  const int64_t held = past_kv_.front().k.size(0);  // called once the first rows are held
-  if (rows <= held) return;
-  const int64_t capacity = std::max<int64_t>({rows, 2 * held, 64});
-  const auto grown = [&](const at::Tensor& old, int64_t dim) {
-    std::vector<int64_t> shape = old.sizes().vec();
-    shape[static_cast<std::size_t>(dim < 0 ? dim + old.dim() : dim)] = capacity;
-    at::Tensor t = at::empty(shape, old.options());
-    if (past_rows_ > 0) t.narrow(dim, 0, past_rows_).copy_(old.narrow(dim, 0, past_rows_));
-    return t;
-  };
-  for (runtime::LayerKV& layer : past_kv_) {
-    layer.k = grown(layer.k, 0);
-    layer.v = grown(layer.v, 0);
-  }
-  past_positions_ = grown(past_positions_, -1);
+WindowBuild::~WindowBuild() {
+  core.pool().clear(entries);
+  if (kept_past != nullptr && past_taken_) kept_past->put(std::move(past_));
 }
 
-runtime::PastKV WindowBuild::added_past() const {
-  // Runs of entries read from their pages (kept ones) are gathered in one copy each (SharedPool::gather_all):
-  // a copy per entry cost more than the whole concatenation behind many short entries.
-  std::vector<runtime::Content> pieces;
-  std::vector<at::Tensor> piece_positions;
+WindowPast::Key WindowBuild::past_key(std::size_t i) const {
+  return {entries[i].version, starts[i], entries[i].length};
+}
+
+void WindowBuild::add_past() {
+  // Runs of entries read from their pages (kept ones) are gathered in one copy each (SharedPool::gather_all): a
+  // copy per entry cost more than the whole concatenation behind many short entries. Only their rows are keyed
+  // for the window's kept past: the others are a forward's rows, not necessarily what their pages hold.
   std::size_t i = past_entries_;
   while (i < entries.size()) {
     std::vector<const Entry*> run;
-    for (std::size_t j = i; j < entries.size() && contents[j].empty(); ++j) run.push_back(&entries[j]);
+    std::vector<WindowPast::Key> keys;
+    for (std::size_t j = i; j < entries.size() && contents[j].empty(); ++j) {
+      run.push_back(&entries[j]);
+      keys.push_back(past_key(j));
+    }
     if (run.empty()) {
-      pieces.push_back(contents[i]);
-      piece_positions.push_back(core.registry().positions_for(entries[i].chunk.get(), entries[i].length, starts[i]));
+      at::Tensor positions = core.registry().positions_for(entries[i].chunk.get(), entries[i].length, starts[i]);
+      past_.append(runtime::PastKV{contents[i], std::move(positions)}, {});
       ++i;
       continue;
     }
-    pieces.push_back(core.pool().gather_all(entry_sequences(run)).layers);
-    piece_positions.push_back(entry_positions(core, run, starts[i]));
+    runtime::PastKV piece = core.pool().gather_all(entry_sequences(run));
+    piece.positions = entry_positions(core, run, starts[i]);
+    past_.append(std::move(piece), keys);
     i += run.size();
   }
-  if (pieces.size() == 1 && contents[past_entries_].empty()) {  // a fresh copy already: no second one
-    return runtime::PastKV{std::move(pieces.front()), std::move(piece_positions.front())};
-  }
-  return concat_past(static_cast<int64_t>(pieces.front().size()), pieces, piece_positions);
+  past_entries_ = entries.size();
 }
 
 runtime::PastKV WindowBuild::past() {
   if (entries.empty()) return {};
-  if (past_entries_ < entries.size()) {
-    runtime::PastKV added = added_past();
-    const int64_t n = added.layers.front().k.size(0);
-    if (past_rows_ == 0) {
-      past_kv_ = std::move(added.layers);  // the first call's join is the buffer
-      past_positions_ = added.positions;
-    } else {
-      grow_past(past_rows_ + n);
-      for (std::size_t l = 0; l < past_kv_.size(); ++l) {
-        past_kv_[l].k.narrow(0, past_rows_, n).copy_(added.layers[l].k);
-        past_kv_[l].v.narrow(0, past_rows_, n).copy_(added.layers[l].v);
-      }
-      past_positions_.narrow(-1, past_rows_, n).copy_(added.positions);
+  if (!past_taken_) {
+    past_taken_ = true;
+    if (kept_past != nullptr) {
+      past_ = kept_past->take();
+      std::vector<WindowPast::Key> keys;
+      for (std::size_t i = 0; i < entries.size() && contents[i].empty(); ++i) keys.push_back(past_key(i));
+      past_entries_ = past_.matching(keys);
+      past_.keep(past_entries_);
     }
-    past_rows_ += n;
-    past_entries_ = entries.size();
   }
-  runtime::PastKV past;
-  past.layers.resize(past_kv_.size());
-  for (std::size_t l = 0; l < past_kv_.size(); ++l)
-    past.layers[l] = {past_kv_[l].k.narrow(0, 0, past_rows_), past_kv_[l].v.narrow(0, 0, past_rows_)};
-  past.positions = past_positions_.narrow(-1, 0, past_rows_).contiguous();
-  return past;
+  if (past_entries_ < entries.size()) add_past();
+  return past_.view();
 }
 
 std::vector<ContextItem> WindowBuild::context() const {

@@ -14,6 +14,7 @@
 #include "apply/apply_env.h"
 #include "orbit/runtime/model.h"
 #include "orbit/runtime/reuse.h"
+#include "window/window_past.h"
 #include "window/window_state.h"
 
 namespace orbit::detail {
@@ -72,14 +73,19 @@ struct WindowBuild {
   // exact KV was a moment from being stored.
   std::vector<FormJob> forms;
 
+  // The window's kept past (WindowState::past): past() starts from its rows where they match, and the build puts
+  // its own back when destroyed. Null: every entry gathered afresh.
+  std::shared_ptr<WindowPast> kept_past;
+
   explicit WindowBuild(EngineCore& c) : core(c) {}
-  ~WindowBuild();  // destroys the entries under the pool lock
+  ~WindowBuild();  // destroys the entries under the pool lock; puts the past back
   WindowBuild(const WindowBuild&) = delete;
   WindowBuild& operator=(const WindowBuild&) = delete;
 
   // The KV of every entry built so far, with positions: views of buffers that grow by doubling, each entry's KV
   // copied in once (a plan that re-forms n instances in context copied the whole past at each of them: O(n²)
-  // bytes, gigabytes for a long conversation). An entry's content and position do not change once added.
+  // bytes, gigabytes for a long conversation), the leading entries the window's kept past holds not even once.
+  // An entry's content and position do not change once added.
   runtime::PastKV past();
   std::vector<ContextItem> context() const;
   std::vector<InstanceId> context_ids() const;
@@ -87,14 +93,12 @@ struct WindowBuild {
   void queue_forms();  // queues `forms` (PatchJobs::queue_patch) and empties it
 
  private:
-  // past()'s buffers: per layer K and V [capacity, ...], positions [..., capacity]; the first `past_rows` rows
-  // hold entries [0, past_entries).
-  std::vector<runtime::LayerKV> past_kv_;
-  at::Tensor past_positions_;
-  int64_t past_rows_ = 0;
+  // past()'s buffers: the first rows hold entries [0, past_entries_).
+  WindowPast::Rows past_;
   std::size_t past_entries_ = 0;
-  void grow_past(int64_t rows);        // capacity for `rows` rows, the rows held copied over
-  runtime::PastKV added_past() const;  // the KV and positions of the entries past() has not joined yet
+  bool past_taken_ = false;                       // past() took the kept past's rows (put back by the destructor)
+  WindowPast::Key past_key(std::size_t i) const;  // entry i's key in a past
+  void add_past();  // appends the KV and positions of the entries past() has not joined yet
 };
 
 class EngineApplyEnv final : public ApplyEnv {

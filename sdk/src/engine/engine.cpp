@@ -80,6 +80,8 @@ Window Engine::new_window(const WindowOptions& options) {
   state->core = core_;
   state->id = core_->next_window_id();
   state->options = options;
+  if (core_->options().window_past && !core_->model().device().is_cuda())
+    state->past = std::make_shared<detail::WindowPast>();
   return Window(std::move(state));
 }
 

@@ -167,10 +167,8 @@ uint64_t DecodeBatchState::add(WindowState& w, const std::vector<int64_t>& query
   s->read = read_key(w);
   auto it = reads.find(s->read);
   if (it == reads.end()) {
-    std::vector<const Entry*> entries;
-    for (const Entry& e : w.entries) entries.push_back(&e);
     DecodeWindowRead r;
-    r.past = read_past(*w.core, entries, &r.start);
+    r.past = read_past(w, &r.start);
     it = reads.emplace(s->read, std::move(r)).first;
   }
   s->past = it->second.past;  // shares the tensors; growing it makes new ones
@@ -373,9 +371,7 @@ bool DecodeBatchState::look_first(DecodeSequence& s, const at::Tensor& attention
   s.looked += static_cast<int64_t>(s.input.size());
   cache->close(s.slot);
   s.slot = -1;
-  std::vector<const Entry*> entries;
-  for (const Entry& e : s.window->entries) entries.push_back(&e);
-  s.past = read_past(*core, entries, &s.pos);
+  s.past = read_past(*s.window, &s.pos);
   s.input = s.query;
   s.head.clear();
   reuse_query_head(*s.window, s.query, s.past, s.input, s.pos, s.head);

@@ -150,6 +150,7 @@ WindowStats Window::stats() const {
   s.tokens = state_->tokens();
   s.device_bytes = state_->device_bytes();
   s.shared_pages = shared;
+  s.past_bytes = state_->past != nullptr ? state_->past->bytes() : 0;
   s.evicted = static_cast<int64_t>(detail::live_evictions(*state_).size());
   s.forward_tokens = state_->forward_tokens;
   s.critical_forward_tokens = state_->critical_forward_tokens;
@@ -504,6 +505,14 @@ std::unique_ptr<WindowState> fork_state(const WindowState& s) {
     c.kv = s.core->pool().fork(*e.kv);
     child->entries.push_back(std::move(c));
   }
+  // The child's rows are the parent's (same versions, positions and pages): both keep the buffers, and the first
+  // to write past them copies them (WindowPast::Rows::writable).
+  if (s.past != nullptr) {
+    child->past = std::make_shared<WindowPast>();
+    WindowPast::Rows rows = s.past->take();
+    child->past->put(rows);
+    s.past->put(std::move(rows));
+  }
   return child;
 }
 
@@ -555,9 +564,7 @@ namespace {
 std::vector<double> probe_read_attention(WindowState& state, const std::vector<int64_t>& query) {
   c10::InferenceMode guard;
   int64_t start = 0;
-  std::vector<const Entry*> entries;
-  for (const Entry& e : state.entries) entries.push_back(&e);
-  const runtime::PastKV past = read_past(*state.core, entries, &start);
+  const runtime::PastKV past = read_past(state, &start);
   const runtime::ForwardInput in = state.core->registry().input_for_tokens(query, start);
   runtime::ForwardOptions fo;
   fo.logits = runtime::LogitsMode::kLast;

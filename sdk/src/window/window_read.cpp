@@ -140,7 +140,7 @@ namespace detail {
 Logits probe_logits(const WindowState& state, const std::vector<int64_t>& probe) {
   check_query(state, probe, "self-check probe");
   int64_t start = 0;
-  const runtime::PastKV past = read_past(*state.core, all_entries(state), &start);
+  const runtime::PastKV past = read_past(state, &start);
   return to_logits(run(*state.core, past, start, probe, true));
 }
 
@@ -162,7 +162,7 @@ Logits Window::logits(const std::vector<int64_t>& query, bool all_rows) const {
   check_query(*state_, query, "logits");
   detail::run_deferred(*state_, "logits");
   int64_t start = 0;
-  const runtime::PastKV past = detail::read_past(*state_->core, all_entries(*state_), &start);
+  const runtime::PastKV past = detail::read_past(*state_, &start);
   // The query's forward stops between layers, and goes in pieces under a ForwardPieces scope; one stopped (a
   // between() that threw too) counts nothing.
   const Logits out = to_logits(run(*state_->core, past, start, query, all_rows, true, true));

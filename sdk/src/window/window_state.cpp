@@ -194,6 +194,35 @@ runtime::PastKV read_past(EngineCore& core, const std::vector<const Entry*>& ent
   return runtime::make_paged_past(core.pool().paged(entry_sequences(entries)), std::move(positions));
 }
 
+runtime::PastKV read_past(const WindowState& s, int64_t* next_position) {
+  std::vector<const Entry*> entries;
+  entries.reserve(s.entries.size());
+  for (const Entry& e : s.entries) entries.push_back(&e);
+  EngineCore& core = *s.core;
+  if (s.past == nullptr || entries.empty()) return read_past(core, entries, next_position);
+  std::vector<WindowPast::Key> keys;
+  keys.reserve(entries.size());
+  int64_t position = 0;
+  for (const Entry* e : entries) {
+    keys.push_back({e->version, position, e->length});
+    position += e->extent;
+  }
+  WindowPast::Rows rows = s.past->take();
+  const std::size_t held = rows.matching(keys);
+  rows.keep(held);
+  if (held < entries.size()) {
+    const std::vector<const Entry*> rest(entries.begin() + static_cast<std::ptrdiff_t>(held), entries.end());
+    runtime::PastKV piece = core.pool().gather_all(entry_sequences(rest));
+    piece.positions = entry_positions(core, rest, keys[held].start);
+    rows.append(std::move(piece),
+                std::vector<WindowPast::Key>(keys.begin() + static_cast<std::ptrdiff_t>(held), keys.end()));
+  }
+  if (next_position != nullptr) *next_position = position;
+  runtime::PastKV past = rows.view();
+  s.past->put(std::move(rows));
+  return past;
+}
+
 runtime::PastKV concat_past(int64_t num_layers, const std::vector<runtime::Content>& contents,
                             const std::vector<at::Tensor>& positions) {
   runtime::PastKV past;

@@ -26,6 +26,7 @@
 #include "plan/kv_state.h"
 #include "plan/window_meta.h"
 #include "window/list_memory.h"
+#include "window/window_past.h"
 
 namespace orbit::detail {
 
@@ -106,6 +107,9 @@ struct WindowState {
   // served by exact reuse and never forwarded, so a heal's carry also measures the tail's sensitivity as that
   // turn (carry_tail). False until one did.
   bool answers_return_as_turns = false;
+  // Its KV as one contiguous past, kept between reads on the CPU (window_past.h; EngineOptions::window_past); a fork
+  // starts with its parent's rows. Null: each read gathers the whole window.
+  std::shared_ptr<WindowPast> past;
 
   ~WindowState();                         // releases pages under the engine's pool lock
   bool has_deferred() const;              // an instance's repair waits (WindowPolicy::defer_repairs)
@@ -171,6 +175,9 @@ runtime::PastKV gather_past(EngineCore& core, const std::vector<const Entry*>& e
 // the paged kernel (runtime/paged_past.h), placements' patch factors added as the kernel reads their rows
 // (SharedPool::paged); elsewhere gather_past's copy.
 runtime::PastKV read_past(EngineCore& core, const std::vector<const Entry*>& entries, int64_t* next_position);
+// The same over every entry of `s`; where the window keeps its past (WindowState::past), from it, gathering only
+// the entries it does not hold as they are, and keeping the result for the next read.
+runtime::PastKV read_past(const WindowState& s, int64_t* next_position);
 // The KV of one entry as a Content (copied out of its pages).
 runtime::Content entry_content(EngineCore& core, const Entry& entry);
 

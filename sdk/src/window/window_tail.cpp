@@ -66,10 +66,8 @@ double carry_tail(WindowState& state, const KvState& before) {
   EngineCore& core = *state.core;
   const std::vector<int64_t>& tokens = state.tail->tokens;
   const int64_t n = static_cast<int64_t>(tokens.size());
-  std::vector<const Entry*> entries;
-  for (const Entry& e : state.entries) entries.push_back(&e);
   int64_t start = 0;
-  const runtime::PastKV past = read_past(core, entries, &start);
+  const runtime::PastKV past = read_past(state, &start);
   const int64_t limit = core.max_positions();
   if (!state.options.policy.reuse_computed || (limit > 0 && start + n > limit)) {
     state.tail.reset();
