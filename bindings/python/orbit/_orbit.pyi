@@ -1020,7 +1020,10 @@ def parse_tool_calls(text: str, format: str = "hermes", *, cut: bool = False) ->
     far as it was written (its arguments not valid JSON; 'cut' says so) rather than content."""
 def generate_many(requests: Sequence[Union[tuple[Window, Tokens], tuple[Window, Tokens, dict]]], *,
                   cancel: Optional[CancelToken] = None) -> list[Generation]:
-    """Decodes several windows together (one forward per step), each as Window.generate would alone; a request is
+    """Decodes several windows together (one forward per step), each as Window.generate would alone (token for token
+    on the CPU while a step's rows stay within 16; past them the products take BLAS, whose sums move by about 1e-6
+    with the rows beside them, so a seeded sampled answer can change where a draw falls that close to a boundary,
+    greedy ones at near-ties: docs/ARCHITECTURE.md, Greedy repeats); a request is
     (window, query) or (window, query, {generate() keyword arguments}: stop and cancel included, on_text not). At
     most 1024 requests (as generate_n's n): more raise OrbitError 'generate_many: requests: ...' before any is read.
     A window this thread is inside a call of (from that window's on_text, or a Window.stream loop on it) raises
@@ -1534,7 +1537,8 @@ class Window:
         """
     def generate_n(self, query: Tokens, n: SupportsIndex, **kwargs) -> list[Generation]:
         """n answers to one query decoded together through n - 1 copy-on-write forks (one query forward, answer i
-        sampled with seed + i * 2**32, so that seeds s and s + 1 share no answer); takes generate()'s keyword arguments (stop included) but on_text. One
+        sampled with seed + i * 2**32, so that seeds s and s + 1 share no answer; with n above 16 an answer can differ
+        from its fork decoded alone where a draw falls within about 1e-6 of a boundary, as generate_many says); takes generate()'s keyword arguments (stop included) but on_text. One
         cancel= token stops all n answers at their next token (stop_reason 'cancelled'); one cancelled before the
         call gives n cancelled Generations at once; on the main thread Ctrl-C stops them too (KeyboardInterrupt
         raised here, see generate). n must be in [1, 1024] (OrbitError naming n otherwise): every branch is forked

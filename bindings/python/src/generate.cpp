@@ -531,7 +531,10 @@ void init_generate(py::module_& m) {
       "OrbitError 'Window.stream: window N is closed' ('... engine is closed').");
   m.def("generate_many", &run_generate_many, py::arg("requests"), py::kw_only(), py::arg("cancel") = py::none(),
         "Decodes several windows together, one model forward per step over every sequence still running, each\n"
-        "exactly as Window.generate would decode it alone. requests: a list of (window, query) or (window, query,\n"
+        "as Window.generate would decode it alone: token for token on the CPU while a step's rows stay within 16;\n"
+        "past them the products take BLAS, whose sums move by about 1e-6 with the rows beside them, so a seeded\n"
+        "sampled answer can change where a draw falls that close to a boundary (greedy ones at near-ties).\n"
+        "requests: a list of (window, query) or (window, query,\n"
         "options) where options is a dict of generate()'s keyword arguments (max_tokens, temperature, seed, tools,\n"
         "logprobs, ...). Windows holding the same KV (a window given twice, or its forks) are read once, and the\n"
         "same query after them forwarded once. Returns the Generations in request order. At most 1024 requests\n"
