@@ -1,5 +1,6 @@
 // Window's public methods: state queries, the plan_* builders (each turns an operation into a Layout
-// for plan_layout), apply, the plan-and-apply shortcuts and fork. Idle-time work is window_idle.cpp.
+// for plan_layout), apply, the plan-and-apply shortcuts and fork. Idle-time work is window_idle.cpp, the read's look
+// before a read window_look.cpp.
 #include "orbit/window.h"
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 
 namespace orbit {
 
+using detail::current_layout;
 using detail::Entry;
 using detail::Layout;
 using detail::must;
@@ -36,18 +38,6 @@ std::string name_of(const Entry& e) {
 
 std::string name_of(const ChunkRef& r) {
   return r.label.empty() ? "chunk " + r.key.substr(0, 8) : "chunk '" + r.label + "'";
-}
-
-Layout current_layout(const WindowState& s, Operation op) {
-  Layout l;
-  l.op = op;
-  l.slots.reserve(s.entries.size() + 1);  // room for the one slot an admit or a turn inserts
-  for (std::size_t i = 0; i < s.entries.size(); ++i) {
-    Slot& sl = l.slots.emplace_back();
-    sl.existing = static_cast<int64_t>(i);
-    sl.id = s.entries[i].id;
-  }
-  return l;
 }
 
 std::size_t insertion_index(const WindowState& s, InstanceId before, const char* what) {
@@ -479,6 +469,18 @@ Window Window::fork() const {
 
 namespace detail {
 
+Layout current_layout(const WindowState& s, Operation op) {
+  Layout l;
+  l.op = op;
+  l.slots.reserve(s.entries.size() + 1);  // room for the one slot an admit or a turn inserts
+  for (std::size_t i = 0; i < s.entries.size(); ++i) {
+    Slot& sl = l.slots.emplace_back();
+    sl.existing = static_cast<int64_t>(i);
+    sl.id = s.entries[i].id;
+  }
+  return l;
+}
+
 std::size_t heal_from(const WindowState& s) {
   const std::vector<uint64_t> contexts = s.context_hashes();
   for (std::size_t i = 0; i < s.entries.size(); ++i) {
@@ -537,89 +539,6 @@ void run_deferred(WindowState& state, const char* what) {
     throw CapacityRefused(why, CapacityRefused::Bound::kPool, __FILE__, __LINE__, flush.pool_pages_short);
   }
   throw Error(why, __FILE__, __LINE__);
-}
-
-std::vector<double> attention_by_entry(const WindowState& state, const at::Tensor& mass) {
-  if (!mass.defined()) return {};
-  int64_t total = 0;
-  for (const Entry& e : state.entries) total += e.length;
-  if (mass.size(0) < total) return {};
-  // One pass over the host copy (a tensor op per entry costs more than the sums on a long window).
-  const at::Tensor weights = mass.narrow(0, 0, total).to(at::kDouble).contiguous();
-  const double* row = weights.data_ptr<double>();
-  std::vector<double> out;
-  out.reserve(state.entries.size());
-  for (const Entry& e : state.entries) {
-    double sum = 0;
-    for (int64_t t = 0; t < e.length; ++t) sum += *row++;
-    out.push_back(sum);
-  }
-  return out;
-}
-
-namespace {
-
-// The read's query forwarded over the window as it stands (the look of plan_read): each entry's share of its
-// key attention. Nothing is kept; the caller counts the tokens.
-std::vector<double> probe_read_attention(WindowState& state, const std::vector<int64_t>& query) {
-  c10::InferenceMode guard;
-  int64_t start = 0;
-  const runtime::PastKV past = read_past(state, &start);
-  const runtime::ForwardInput in = state.core->registry().input_for_tokens(query, start);
-  runtime::ForwardOptions fo;
-  fo.logits = runtime::LogitsMode::kLast;
-  fo.return_content = false;
-  fo.key_attention = true;
-  fo = interruptible(fo);  // a stopped probe changes nothing and counts nothing
-  const runtime::ForwardResult r = state.core->model().forward(in, past.length() > 0 ? &past : nullptr, fo);
-  return attention_by_entry(state, r.key_attention);
-}
-
-// What the window's cached rows are: each entry's KV state (kv_state.h: equal states, equal KV) and length.
-std::vector<std::pair<KvState, int64_t>> cached_rows(const WindowState& state) {
-  std::vector<std::pair<KvState, int64_t>> rows;
-  rows.reserve(state.entries.size());
-  for (const Entry& e : state.entries) rows.emplace_back(e.state, e.length);
-  return rows;
-}
-
-}  // namespace
-
-bool looks_before_read(const WindowState& state) {
-  const WindowPolicy& policy = state.options.policy;
-  return policy.read_attention_weight > 0 && policy.kl_budget > 0 && !state.entries.empty();
-}
-
-bool replan_for_read(WindowState& state, const std::vector<double>& shares, const char* what) {
-  // The shares weigh this plan only: cleared on every way out, before the plan is applied.
-  struct Clear {
-    WindowState& s;
-    ~Clear() {
-      for (Entry& e : s.entries) e.read_attention = -1;
-    }
-  } clear{state};
-  for (std::size_t i = 0; i < shares.size(); ++i) state.entries[i].read_attention = shares[i];
-  const bool deferred = state.has_deferred();
-  Layout l = current_layout(state, Operation::kFlush);
-  l.change_reason = deferred ? "repair deferred by an earlier edit" : "priced by the read's own attention";
-  const Plan plan = plan_layout(state, l);
-  for (Entry& e : state.entries) e.read_attention = -1;
-  if (!deferred && served_again(plan) == 0) return false;
-  // A plan can re-serve an instance with the very KV it holds (a stored patch it was served from, priced
-  // anew below what its keep carried): applied, it leaves every row the query's forward read as it was.
-  const std::vector<std::pair<KvState, int64_t>> before = cached_rows(state);
-  const Result<ApplyReport> r = apply_plan(state, plan);
-  ORBIT_CHECK(r.is_ok(), what << ": the repairs the read's plan chose could not run: " << r.status().reason());
-  return cached_rows(state) != before;
-}
-
-int64_t plan_read(WindowState& state, const std::vector<int64_t>& query, const char* what) {
-  if (!looks_before_read(state) || query.empty()) {
-    run_deferred(state, what);
-    return 0;
-  }
-  replan_for_read(state, probe_read_attention(state, query), what);
-  return static_cast<int64_t>(query.size());
 }
 
 }  // namespace detail

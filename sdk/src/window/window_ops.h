@@ -66,6 +66,9 @@ inline ApplyReport must(Result<ApplyReport> r) {
   ORBIT_CHECK(r.is_ok(), r.status().reason());
   return std::move(r).value();
 }
+// The window's entries as they stand, each its own slot, for an operation of kind `op` to edit (the plan_*
+// builders, the read's look).
+Layout current_layout(const WindowState& s, Operation op);
 // The window as it is, re-planned: the repairs earlier edits deferred (WindowPolicy::defer_repairs).
 Plan plan_flush(const WindowState& state);
 // Runs them when there are any (a read does, first); throws naming `what` when they cannot run, leaving the
