@@ -76,6 +76,24 @@ TEST_CASE("rows handed out are never written again: the buffers are copied first
   CHECK(row_value(child.view(), 5) == 301);
 }
 
+TEST_CASE("rows cut to a few are fitted: the buffers hold at most twice them, or 64", "[window_past]") {
+  WindowPast kept;
+  WindowPast::Rows r;
+  r.append(piece(300, 0), {{1, 0, 8}, {2, 8, 292}});
+  r.append(piece(100, 300), {{3, 300, 100}});  // grown to 600 rows
+  CHECK(r.kv.front().k.size(0) == 600);
+  kept.put(r);  // put fits nothing here: 400 of 600 rows
+  CHECK(kept.bytes() == r.bytes());
+  kept.fit({{1, 0, 8}, {9, 8, 5}});  // the window evicted all but its first entry
+  WindowPast::Rows back = kept.take();
+  CHECK(back.rows == 8);
+  CHECK(back.kv.front().k.size(0) <= 64);
+  CHECK(row_value(back.view(), 7) == 7);
+  kept.put(std::move(back));
+  kept.fit({});  // an empty window keeps nothing
+  CHECK(kept.bytes() == 0);
+}
+
 TEST_CASE("take leaves nothing behind; put keeps only the keyed rows", "[window_past]") {
   WindowPast kept;
   WindowPast::Rows r;

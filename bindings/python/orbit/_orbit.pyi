@@ -1166,9 +1166,9 @@ class Engine:
         on stderr naming its key and the defaults kept. False: neither read nor written.
         window_past: each window of a CPU engine keeps its KV as one contiguous past between its reads (a forward
         behind it, a decode's first step, logits), so a read after a short append copies what was appended instead
-        of the whole window (equal bit for bit); it costs up to twice the window's KV bytes of host memory per
-        window (Window.stats().past_bytes). False: every read copies the whole window. Unused on CUDA, whose
-        reads read the pool's pages in place.
+        of the whole window (equal bit for bit); it costs up to twice the window's KV bytes (64 rows' at least) of
+        host memory per window, fitted again when the window shrinks (Window.stats.past_bytes). False: every read
+        copies the whole window. Unused on CUDA, whose reads read the pool's pages in place.
         background given as a BackgroundMode that is not one of its members (BackgroundMode(7)) raises ValueError.
         A keyword not listed here, or a value of another type than the one above (a float for an int, bytes for a
         str, an int past the field's range; for a bool anything but True, False or a numpy bool: None, 0/1, a

@@ -392,7 +392,7 @@ bool SessionTable::over_budget() const {
   for_each_window([&](const std::shared_ptr<Session>& s) {
     if (!s->window) return;
     ++resident;
-    if (s->holders == 0) bytes += s->stats.device_bytes;
+    if (s->holders == 0) bytes += s->stats.device_bytes + s->stats.past_bytes;
   });
   return resident > context_.options.max_sessions || bytes > context_.options.session_budget_bytes;
 }
@@ -493,6 +493,7 @@ std::optional<json> SessionTable::info(const std::string& id) const {
               {"turns", s.stats.turns},
               {"tokens", s.stats.tokens},
               {"device_bytes", s.stats.device_bytes},
+              {"past_bytes", s.stats.past_bytes},
               {"evicted_chunks", s.stats.evicted}};
   }
   const auto radix = static_cast<double>(t.radix_cache_tokens);

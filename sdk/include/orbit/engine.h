@@ -78,9 +78,9 @@ struct EngineOptions {
   // Each window of a CPU engine keeps its KV as one contiguous past between its reads (a forward behind it, a
   // decode's first step, logits), so that a read after a short append copies what was appended instead of the whole
   // window out of the pool again (rows kept by each entry's content version and position; equal bit for bit to a
-  // fresh copy). It costs host memory: up to twice the window's KV bytes per window (WindowStats::past_bytes), on
-  // top of the pool. false: every read copies the whole window (as before this existed). Unused on a CUDA engine,
-  // whose reads read the pool's pages in place.
+  // fresh copy). It costs host memory: up to twice the window's KV bytes (64 rows' at least) per window, fitted again
+  // when the window shrinks (WindowStats::past_bytes), on top of the pool. false: every read copies the whole window
+  // (as before this existed). Unused on a CUDA engine, whose reads read the pool's pages in place.
   bool window_past = true;
   int64_t host_budget_bytes = int64_t{1} << 30;  // the store's host-memory tier
   // 0 = unlimited; > 0 needs store_dir. Checked against the index before each write: processes sharing store_dir

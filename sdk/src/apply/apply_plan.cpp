@@ -501,6 +501,8 @@ Result<ApplyReport> apply_plan(WindowState& state, const Plan& plan, bool backgr
   }
 
   commit(state, plan, index, built, tally.report);
+  // What the window no longer holds leaves its kept past (the build puts back what it read when it ends).
+  if (state.past != nullptr) state.past->fit(past_keys(state));
   account(state, plan, background, ctx, tally, start);
   {
     // Committed: nothing may throw Interrupted now (the window changed), so kInline's jobs run whole.

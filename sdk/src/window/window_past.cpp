@@ -64,13 +64,28 @@ void WindowPast::Rows::writable(int64_t need) {
                         return held_elsewhere(l.k) || held_elsewhere(l.v);
                       });
   if (owned && !viewed && need <= capacity) return;
-  const int64_t grown = need <= capacity ? capacity : std::max<int64_t>({need, 2 * capacity, 64});
+  regrow(need <= capacity ? capacity : std::max<int64_t>({need, 2 * capacity, 64}));
+}
+
+void WindowPast::Rows::regrow(int64_t capacity) {
   for (runtime::LayerKV& layer : kv) {
-    layer.k = regrown(layer.k, 0, grown, rows);
-    layer.v = regrown(layer.v, 0, grown, rows);
+    layer.k = regrown(layer.k, 0, capacity, rows);
+    layer.v = regrown(layer.v, 0, capacity, rows);
   }
-  positions = regrown(positions, -1, grown, rows);
+  positions = regrown(positions, -1, capacity, rows);
   owned = true;
+}
+
+void WindowPast::Rows::fit() {
+  if (rows == 0) {
+    *this = Rows{};
+    return;
+  }
+  const int64_t capacity = kv.front().k.size(0);
+  if (capacity > 2 * rows && capacity > 64) {
+    c10::InferenceMode guard;  // as append's
+    regrow(rows);
+  }
 }
 
 void WindowPast::Rows::append(runtime::PastKV past, const std::vector<Key>& named) {
@@ -115,9 +130,15 @@ WindowPast::Rows WindowPast::take() {
 
 void WindowPast::put(Rows rows) {
   rows.keep(rows.keys.size());
-  if (rows.rows == 0) rows = Rows{};
+  rows.fit();
   std::lock_guard<std::mutex> lock(mu_);
   rows_ = std::move(rows);
+}
+
+void WindowPast::fit(const std::vector<Key>& keys) {
+  std::lock_guard<std::mutex> lock(mu_);
+  rows_.keep(rows_.matching(keys));
+  rows_.fit();
 }
 
 int64_t WindowPast::bytes() const {

@@ -62,16 +62,23 @@ class WindowPast {
     void append(runtime::PastKV past, const std::vector<Key>& keys);
     // The rows written, as a past (views of the buffers).
     runtime::PastKV view() const;
+    // Buffers of at most twice the rows written or 64 rows (none for none): copied to fit where they are larger,
+    // as after keep() dropped most of them.
+    void fit();
 
    private:
     // Buffers for `rows` rows, allocated here, that no tensor outside them views, the rows written copied over.
     void writable(int64_t rows);
+    void regrow(int64_t capacity);  // new buffers of `capacity` rows, the rows written copied over
   };
 
   // The rows kept, leaving none here (empty when none are, or another caller holds them).
   Rows take();
-  // Keeps `rows` (their keyed part) for the next taker, replacing any kept since.
+  // Keeps `rows` (their keyed part, fit()) for the next taker, replacing any kept since.
   void put(Rows rows);
+  // Drops the kept rows past the leading entries whose keys match `keys` (the window as an operation left it)
+  // and fits the buffers to what is left: a window that shrank keeps no buffer sized to what it held before.
+  void fit(const std::vector<Key>& keys);
   int64_t bytes() const;  // what the kept rows' buffers hold
 
  private:

@@ -194,19 +194,26 @@ runtime::PastKV read_past(EngineCore& core, const std::vector<const Entry*>& ent
   return runtime::make_paged_past(core.pool().paged(entry_sequences(entries)), std::move(positions));
 }
 
+std::vector<WindowPast::Key> past_keys(const WindowState& s, int64_t* next_position) {
+  std::vector<WindowPast::Key> keys;
+  keys.reserve(s.entries.size());
+  int64_t position = 0;
+  for (const Entry& e : s.entries) {
+    keys.push_back({e.version, position, e.length});
+    position += e.extent;
+  }
+  if (next_position != nullptr) *next_position = position;
+  return keys;
+}
+
 runtime::PastKV read_past(const WindowState& s, int64_t* next_position) {
   std::vector<const Entry*> entries;
   entries.reserve(s.entries.size());
   for (const Entry& e : s.entries) entries.push_back(&e);
   EngineCore& core = *s.core;
   if (s.past == nullptr || entries.empty()) return read_past(core, entries, next_position);
-  std::vector<WindowPast::Key> keys;
-  keys.reserve(entries.size());
   int64_t position = 0;
-  for (const Entry* e : entries) {
-    keys.push_back({e->version, position, e->length});
-    position += e->extent;
-  }
+  const std::vector<WindowPast::Key> keys = past_keys(s, &position);
   WindowPast::Rows rows = s.past->take();
   const std::size_t held = rows.matching(keys);
   rows.keep(held);

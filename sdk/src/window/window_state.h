@@ -175,6 +175,9 @@ runtime::PastKV gather_past(EngineCore& core, const std::vector<const Entry*>& e
 // the paged kernel (runtime/paged_past.h), placements' patch factors added as the kernel reads their rows
 // (SharedPool::paged); elsewhere gather_past's copy.
 runtime::PastKV read_past(EngineCore& core, const std::vector<const Entry*>& entries, int64_t* next_position);
+// Each entry's key in a past of the window (WindowPast::Key: content version, first position, length), in window
+// order; *next_position (when given) is where the next entry would start.
+std::vector<WindowPast::Key> past_keys(const WindowState& s, int64_t* next_position = nullptr);
 // The same over every entry of `s`; where the window keeps its past (WindowState::past), from it, gathering only
 // the entries it does not hold as they are, and keeping the result for the next read.
 runtime::PastKV read_past(const WindowState& s, int64_t* next_position);
