@@ -9,7 +9,6 @@ The event loop is asyncio.run's (pytest-asyncio is not required). Where a test n
 mid-answer it sets READER_GONE_S high: the decode then runs at most AHEAD pieces ahead of a reader that
 stops reading, so nothing here depends on how fast anything runs."""
 import asyncio
-import collections.abc
 import threading
 
 import pytest
@@ -101,9 +100,6 @@ def test_gathered_windows_answer_as_sequential_sync_calls(orbit, engine):
         prompt = (await a.sync(MESSAGES)).generation_prompt
         n = await a.generate_n(prompt, 3, max_tokens=12, temperature=0.9, seed=3)
         many = await aio.generate_many([(a, prompt), (b.window, prompt, {"max_tokens": 8})])
-        # Any sequence of requests, as the synchronous call takes (its AsyncWindows unwrapped and locked too).
-        again = await aio.generate_many(Requests([(a, prompt), (b, prompt, {"max_tokens": 8})]))
-        assert [g.text for g in again] == [g.text for g in many]
         branch = await a.fork()
         forked = await branch.generate(prompt, max_tokens=12)
         await branch.close()
@@ -117,19 +113,6 @@ def test_gathered_windows_answer_as_sequential_sync_calls(orbit, engine):
     assert [g.text for g in many] == [g.text for g in orbit.generate_many([(window, prompt),
                                                                            (other, prompt, {"max_tokens": 8})])]
     assert forked.text == window.generate(prompt, max_tokens=12).text
-
-
-class Requests(collections.abc.Sequence):
-    """generate_many's requests in a sequence that is neither a list nor a tuple."""
-
-    def __init__(self, items):
-        self._items = items
-
-    def __getitem__(self, i):
-        return self._items[i]
-
-    def __len__(self):
-        return len(self._items)
 
 
 def test_the_native_calls_run_off_the_loop(orbit, story, paused, calls):
