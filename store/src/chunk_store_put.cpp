@@ -106,14 +106,13 @@ ChunkStore::Meta ChunkStore::put_meta(const std::string& key, const StoredValue&
 std::optional<Status> ChunkStore::commit_put(const std::string& key, const Meta& m, const PutOptions& options,
                                              PendingPut& pending) {
   if (pending.prepared) {
-    Status room = make_room(*disk_, pending.prepared->blob_bytes - disk_->charged(key), key);
-    if (!room) {
-      disk_->discard(*pending.prepared);
+    bool room_refused = false;
+    Status committed = commit_to_disk(*pending.prepared, row_attrs(m), options.replace, pending.journal_remote,
+                                      &pending.journal_seq, &room_refused);
+    if (room_refused) {
       ++refusals_;
-      return room;
+      return committed;
     }
-    Status committed =
-        disk_->commit(*pending.prepared, row_attrs(m), options.replace, pending.journal_remote, &pending.journal_seq);
     if (!committed) {
       disk_failed(committed);
       if (pending.disk_only) {

@@ -179,6 +179,26 @@ void ChunkStore::demotion_lost(const std::string& key, const Status& why) {
               "a run)");
 }
 
+Status ChunkStore::commit_to_disk(const PreparedBlob& blob, const RowAttrs& attrs, bool replace,
+                                  const std::string& remote, int64_t* seq, bool* room_refused) {
+  constexpr int kTries = 4;
+  *room_refused = false;
+  for (int attempt = 1;; ++attempt) {
+    Status room = make_room(*disk_, blob.blob_bytes - disk_->charged(blob.key), blob.key);
+    bool over_budget = false;
+    Status s = room ? disk_->commit(blob, attrs, replace, remote, seq, &over_budget) : room;
+    if (s || (room && !over_budget)) return s;
+    if (!room || attempt == kTries) {
+      disk_->discard(blob);
+      *room_refused = true;
+      if (!room) return room;
+      return Status::out_of_capacity("disk tier: other processes sharing " + disk_->options().dir +
+                                     " filled the room made for " + std::to_string(blob.blob_bytes) + " bytes " +
+                                     std::to_string(kTries) + " times over (" + s.reason() + ")");
+    }
+  }
+}
+
 Status ChunkStore::write_to_disk_locked(const std::string& key, const ValuePtr& value) {
   Status index = disk_->probe_commit();  // no blob while the index refuses commits
   if (!index) {
@@ -190,15 +210,12 @@ Status ChunkStore::write_to_disk_locked(const std::string& key, const ValuePtr& 
     disk_failed(blob.status());
     return blob.status();
   }
-  Status room = make_room(*disk_, blob.value().blob_bytes - disk_->charged(key), key);
-  if (!room) {
-    disk_->discard(blob.value());
-    return room;
-  }
   auto it = meta_.find(key);
-  Status s = disk_->commit(blob.value(), it == meta_.end() ? RowAttrs{} : row_attrs(it->second), false);
+  bool room_refused = false;
+  Status s = commit_to_disk(blob.value(), it == meta_.end() ? RowAttrs{} : row_attrs(it->second), false, "", nullptr,
+                            &room_refused);
   if (!s) {
-    disk_failed(s);
+    if (!room_refused) disk_failed(s);
     return s;
   }
   memory_only_.erase(key);

@@ -272,8 +272,9 @@ Result<ValuePtr> DiskTier::load(const DiskRow& row) const {
 }
 
 Status DiskTier::commit(const PreparedBlob& blob, const RowAttrs& attrs, bool replace,
-                        const std::string& remote_pending, int64_t* seq) {
+                        const std::string& remote_pending, int64_t* seq, bool* over_budget) {
   if (seq != nullptr) *seq = 0;
+  if (over_budget != nullptr) *over_budget = false;
   DiskRow row;
   row.key = blob.key;
   row.kind = blob.kind;
@@ -288,12 +289,22 @@ Status DiskTier::commit(const PreparedBlob& blob, const RowAttrs& attrs, bool re
   row.expected_reuse = attrs.expected_reuse;
   std::string replaced;
   std::optional<DiskRow> kept;
-  const auto upsert = [&] { return index_->upsert(row, &replaced, replace, &kept); };
+  bool over = false;
+  const auto upsert = [&] { return index_->upsert(row, &replaced, replace, &kept, options_.budget_bytes, &over); };
   // With a record: one transaction (a kept row writes nothing, its record still commits).
   Status s = remote_pending.empty() ? upsert() : index_->in_transaction([&] {
     Status up = upsert();
     return up ? index_->record_remote_pending(blob.key, remote_pending, /*erase=*/false, seq) : up;
   });
+  if (over) {  // nothing written, the index takes commits: the caller makes room and tries again
+    if (seq != nullptr) *seq = 0;
+    if (over_budget != nullptr) {
+      *over_budget = true;
+    } else {
+      discard(blob);
+    }
+    return s;
+  }
   commit_refused_ = !s;
   if (!s) {
     if (seq != nullptr) *seq = 0;  // rolled back with the row

@@ -1,5 +1,5 @@
-// Prepared statements and transactions over an sqlite3 connection, for SqliteIndex (sqlite_index.cpp and
-// sqlite_index_leases.cpp). Thread-safety: none, as SqliteIndex's; each lives within one SqliteIndex call.
+// Prepared statements and transactions over an sqlite3 connection, for SqliteIndex (sqlite_index*.cpp).
+// Thread-safety: none, as SqliteIndex's; each lives within one SqliteIndex call.
 #pragma once
 
 #include <sqlite3.h>

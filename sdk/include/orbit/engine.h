@@ -83,8 +83,8 @@ struct EngineOptions {
   // (as before this existed). Unused on a CUDA engine, whose reads read the pool's pages in place.
   bool window_past = true;
   int64_t host_budget_bytes = int64_t{1} << 30;  // the store's host-memory tier
-  // 0 = unlimited; > 0 needs store_dir. Checked against the index before each write: processes sharing store_dir
-  // can briefly hold more, by what their writes in flight add.
+  // 0 = unlimited; > 0 needs store_dir. Processes sharing store_dir share it: each write's commit checks it
+  // against every process's rows in the index, inside the commit's transaction.
   int64_t disk_budget_bytes = 0;
   // A remote tier shared by processes and machines: "redis://host:port[/db]" or
   // "redis-cluster://h1:p1,h2:p2,..." (Redis or Valkey); rediss:// and rediss-cluster:// over TLS (CA and

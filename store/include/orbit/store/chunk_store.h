@@ -243,6 +243,12 @@ class ChunkStore {
   // demotions_lost, the first in a run warned about.
   void demotion_lost(const std::string& key, const Status& why);
   Status write_to_disk_locked(const std::string& key, const ValuePtr& value);
+  // Makes room on disk for the prepared blob and commits its row (DiskTier::commit). Other processes sharing the
+  // directory may fill the room made before the commit: the row's transaction checks the budget against every
+  // process's rows, and a refusal there makes room again (a few tries). *room_refused: the failure is for want of
+  // room (the blob discarded; no disk fault); otherwise a failure is the commit's (DiskTier::commit discarded it).
+  Status commit_to_disk(const PreparedBlob& blob, const RowAttrs& attrs, bool replace, const std::string& remote,
+                        int64_t* seq, bool* room_refused);
   // A disk write succeeded: writes the memory-only entries back and clears disk_degraded once none is
   // left. Returns the first failure (the store stays degraded).
   Status disk_recovered();

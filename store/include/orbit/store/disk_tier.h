@@ -143,8 +143,12 @@ class DiskTier final : public Tier {
   // the row and its record commit together (no kill between them leaves a row whose remote write is not
   // recorded), and a put pays no commit of its own for the record.
   // *seq (non-null) gets that record's seq (0 without one).
+  // With a budget (DiskTierOptions::budget_bytes) the row commits only if every process's committed blob bytes,
+  // summed inside its transaction, stay within it (SqliteIndex::upsert): otherwise out_of_capacity, *over_budget
+  // (non-null) set, and the prepared blob kept for the caller to make room (ChunkStore::commit_to_disk) and try
+  // again, or discard.
   Status commit(const PreparedBlob& blob, const RowAttrs& attrs, bool replace = true,
-                const std::string& remote_pending = "", int64_t* seq = nullptr);
+                const std::string& remote_pending = "", int64_t* seq = nullptr, bool* over_budget = nullptr);
   // Deletes the key's row (and unlinks its blob). A non-empty `remote_pending` also records the erase of the key
   // for that remote (SqliteIndex::record_remote_pending, *seq its seq) in the same transaction: the record and the
   // removal commit together or not at all (no kill or power cut, and no refused record, leaves a removed row whose

@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -119,8 +120,13 @@ class SqliteIndex {
   // Inserts or replaces the row for row.key; `replaced_blob` receives the replaced row's blob (or "").
   // With replace = false a live (non-corrupt) row of the key is kept instead: *kept receives it and
   // nothing is written (another process stored the same content first).
+  // budget_bytes (below the int64 maximum): the write is made only if the blob bytes of the live rows with store
+  // keys (what a disk tier's mirror counts), the key's old row replaced by `row`, stay within it. Summed inside the
+  // write's transaction, so processes sharing the index cannot together commit past it. Otherwise nothing is
+  // written, *over_budget (non-null) is set and the status is out_of_capacity naming both figures.
   Status upsert(const DiskRow& row, std::string* replaced_blob, bool replace = true,
-                std::optional<DiskRow>* kept = nullptr);
+                std::optional<DiskRow>* kept = nullptr, int64_t budget_bytes = std::numeric_limits<int64_t>::max(),
+                bool* over_budget = nullptr);
   // Deletes the row; `blob` receives its blob path ("" when there was no row).
   Status erase(const std::string& key, std::string* blob);
   // Runs `body` inside one write transaction (BEGIN IMMEDIATE ... COMMIT) and commits when it returns ok:
@@ -233,6 +239,8 @@ class SqliteIndex {
   std::map<std::string, int64_t> remote_counts(const char* sql) const;  // (remote, count) rows of `sql`
   Status exec_status(const char* sql, const char* what);
   Status failure(int code, const char* what) const;
+  // The blob bytes of the live rows with store keys other than `except_key` (upsert's budget).
+  Result<int64_t> live_blob_bytes(const std::string& except_key) const;
   // BEGIN IMMEDIATE, unless in_transaction's is open (then upsert and erase write inside it).
   Status begin_write(const char* what);
   Status commit_write(const char* what);
