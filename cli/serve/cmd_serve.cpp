@@ -156,9 +156,10 @@ serve::ServeOptions serve_options(const Args& args) {
   // For tests only (ServeOptions::test_fault names each fault). Not an option: no server should run with it.
   if (const char* fault = std::getenv("ORBIT_SERVE_TEST_FAULT"); fault != nullptr && *fault != '\0') {
     const std::string f = fault;
-    ORBIT_CHECK(f == "run" || f == "stream_start" || f == "audit" || f == "slow_head",
+    ORBIT_CHECK(f == "run" || f == "stream_start" || f == "audit" || f == "slow_head" || f == "idle_prefill_waits",
                 "serve: ORBIT_SERVE_TEST_FAULT="
-                    << f << " is not a fault tests inject (known: run, stream_start, audit, slow_head)");
+                    << f << " is not a fault tests inject (known: run, stream_start, audit, slow_head, "
+                    << "idle_prefill_waits)");
     o.test_fault = fault;
   }
   o.model_name = args.get_or("--name", "");

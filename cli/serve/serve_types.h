@@ -133,7 +133,8 @@ struct ServeOptions {
   // "stream_start" makes a streamed Responses request throw before its response.created is written
   // (responses_run.cpp); "audit" makes every fidelity audit's reads throw (AuditOptions::fail_reads);
   // "slow_head" makes every streamed completion's head go out 300 ms late (serve_generate.cpp), so a stop
-  // that comes meanwhile meets answers whose stream has not started. "" = none.
+  // that comes meanwhile meets answers whose stream has not started; "idle_prefill_waits" makes each anticipated
+  // prefill wait, once planned, for a request to come (IdleWorker::wait_for_request), which then stops it. "" = none.
   std::string test_fault;
 };
 

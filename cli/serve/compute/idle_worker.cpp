@@ -2,13 +2,16 @@
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <string_view>
+#include <thread>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
 
 #include "orbit/common/error.h"
+#include "orbit/interrupt.h"
 
 namespace orbit::serve {
 
@@ -88,10 +91,12 @@ std::string IdleWorker::render_metrics() const {
          "interval passed.\n# TYPE orbit_heap_trims_total counter\norbit_heap_trims_total " +
          std::to_string(trims_.load()) +
          "\n# HELP orbit_idle_prefills_skipped_total Answers not prefilled in idle time because the KV pool (cause "
-         "kv_pool) or the window's own bound (cause window_bytes) had no room for them.\n# TYPE "
+         "kv_pool) or the window's own bound (cause window_bytes) had no room for them, or a request came (cause "
+         "request).\n# TYPE "
          "orbit_idle_prefills_skipped_total counter\norbit_idle_prefills_skipped_total{cause=\"kv_pool\"} " +
          std::to_string(skipped_pool_.load()) + "\norbit_idle_prefills_skipped_total{cause=\"window_bytes\"} " +
-         std::to_string(skipped_window_.load()) + "\n";
+         std::to_string(skipped_window_.load()) + "\norbit_idle_prefills_skipped_total{cause=\"request\"} " +
+         std::to_string(interrupted_.load()) + "\n";
 }
 
 bool IdleWorker::slice() {
@@ -138,10 +143,26 @@ void IdleWorker::prefill_anticipated(Session& s) {
   // The answer as the next request will render it: prefilled now, in idle time, so that request keeps it
   // (a radix cache keeps the KV its decode computed). A client that sends something else evicts it.
   Window& window = *s.window;
+  // A request that comes meanwhile, for the model (it waits at the gate) or for this session (it waits for `run`,
+  // held here, as the client that sends the list back at once does), stops the prefill at the sync's next
+  // interruption point (orbit/interrupt.h: nothing of it committed) rather than waiting for the whole sync: that
+  // request syncs the answer itself, on a window as the last answer left it. Not under --deterministic, whose idle
+  // work runs whole before the answer ends.
+  const auto wanted = [this, &s] { return context_.gate.waiting() > 0 || s.holders > 0; };
+  if (!context_.options.deterministic && wanted()) {
+    ++interrupted_;
+    return;
+  }
   const double before = window.stats().critical_forward_tokens;
   try {
-    window.sync(next->first, next->second);
+    InterruptScope scope(context_.options.deterministic ? std::function<bool()>() : std::function<bool()>(wanted));
+    const SyncPlan plan = window.plan_sync(next->first, next->second);  // rendering and planning: no points inside
+    if (context_.options.test_fault == "idle_prefill_waits") wait_for_request(wanted);
+    interruption_point("sync");
+    window.sync(next->first, plan);
     window.flush();
+  } catch (const Interrupted&) {
+    ++interrupted_;
   } catch (const CapacityRefused& e) {
     skip_refused_prefill(e);
   } catch (const Error& e) {
@@ -155,6 +176,16 @@ void IdleWorker::prefill_anticipated(Session& s) {
   const double spent = window.stats().critical_forward_tokens - before;
   context_.metrics.count_idle_forward(spent);
   sessions_.add_idle_forward(s, spent);
+}
+
+// ServeOptions::test_fault "idle_prefill_waits" (tests only): the prefill, planned, waits (a minute at most) for a
+// request to come, so that the request meets it under way whatever the machine's speed.
+void IdleWorker::wait_for_request(const std::function<bool()>& wanted) {
+  std::fprintf(stderr, "orbit serve: test fault idle_prefill_waits: an anticipated prefill waits for a request\n");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  while (!wanted() && !stopping_ && !context_.closing && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 // A prefill of an answer the KV pool (or the window's bound) had no room for: optional work, skipped, with nothing

@@ -31,6 +31,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -58,7 +59,8 @@ class IdleWorker {
   // orbit_heap_trims_total: the heap trims done (malloc_trim, when heap_trim.h's schedule says), a Prometheus
   // counter; the schedule's trace, which tests read. orbit_idle_prefills_skipped_total{cause}: anticipated
   // answers not prefilled because the sync was refused for capacity (cause "kv_pool": the pool had no room beside
-  // the other windows; "window_bytes": the window's own bound).
+  // the other windows; "window_bytes": the window's own bound), or stopped, or not begun, because a request came for
+  // the model or the session (cause "request").
   std::string render_metrics() const;
 
  private:
@@ -69,6 +71,7 @@ class IdleWorker {
   void trim_heap();                      // malloc_trim when due (above)
   // A prefill_anticipated the pool or the window's bound refused: counted, said once per cause.
   void skip_refused_prefill(const CapacityRefused& e);
+  void wait_for_request(const std::function<bool()>& wanted);  // test_fault "idle_prefill_waits"
 
   ServeContext& context_;
   SessionTable& sessions_;
@@ -86,6 +89,8 @@ class IdleWorker {
   int64_t others_seen_ = 0;             // the worker thread's
   // Anticipated answers skipped for capacity, by CapacityRefused::Bound (kPool, kWindowBytes).
   std::atomic<int64_t> skipped_pool_{0}, skipped_window_{0};
+  // Anticipated answers a request stopped (or came before): cause "request".
+  std::atomic<int64_t> interrupted_{0};
   HeapTrimSchedule trim_schedule_{HeapTrimSchedule::Clock::now()};  // the worker's thread only
   std::thread thread_;
 };

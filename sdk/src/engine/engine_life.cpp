@@ -1,8 +1,10 @@
 #include "engine/engine_life.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <exception>
 #include <iterator>
 #include <vector>
@@ -16,11 +18,26 @@ namespace {
 // The engines the calling thread holds an OpHold on, innermost last (holds nest: a Window operation
 // calls Engine internals that hold again).
 thread_local std::vector<const EngineLife*> t_holds;
+
+// This process's id, kept here and refreshed in a fork's child (pthread_atfork): every engine call checks it, and
+// getpid() is a system call each time (thousands per request where a sync keys every unit of a long list).
+std::atomic<int64_t> g_pid{-1};
+
+void refresh_pid() { g_pid.store(static_cast<int64_t>(::getpid()), std::memory_order_relaxed); }
+
+int64_t current_pid() {
+  static const bool registered = [] {
+    refresh_pid();
+    return ::pthread_atfork(nullptr, nullptr, refresh_pid) == 0;
+  }();
+  // Without the handler (registration refused) every check asks the system.
+  return registered ? g_pid.load(std::memory_order_relaxed) : static_cast<int64_t>(::getpid());
+}
 }  // namespace
 
-EngineLife::EngineLife() : pid_(static_cast<int64_t>(::getpid())) {}
+EngineLife::EngineLife() : pid_(current_pid()) {}
 
-bool EngineLife::forked() const { return static_cast<int64_t>(::getpid()) != pid_; }
+bool EngineLife::forked() const { return current_pid() != pid_; }
 
 void EngineLife::check_open() const {
   ORBIT_CHECK(!forked(), "engine was opened in process " << pid_ << " and this process (" << ::getpid()
