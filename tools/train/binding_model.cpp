@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "binding_task.h"
+#include "orbit/common/atomic_file.h"
 #include "orbit/common/error.h"
 #include "orbit/runtime/loader.h"
 #include "orbit/runtime/rope.h"
@@ -246,15 +247,8 @@ void write_checkpoint(const rt::ModelConfig& config, const rt::ModelWeights& wei
   rt::write_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, options);
   rt::ModelConfig written = config;
   written.weight_dtype = "float32";
-  const fs::path path = fs::path(dir) / "config.json";
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << rt::hf_config_json(written).dump(2) << "\n";
-    ORBIT_CHECK(out.good(), tmp.string() << ": write failed");
-  }
-  fs::rename(tmp, path, ec);
-  ORBIT_CHECK(!ec, path.string() << ": rename failed: " << ec.message());
+  write_file_atomically((fs::path(dir) / "config.json").string(), rt::hf_config_json(written).dump(2) + "\n",
+                        "config.json");
 }
 
 }  // namespace orbit::binding

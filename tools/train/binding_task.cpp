@@ -1,6 +1,7 @@
 #include "binding_task.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <stdexcept>
 
@@ -60,6 +61,39 @@ std::vector<int64_t> concat(const std::vector<Chunk>& chunks) {
   std::vector<int64_t> out;
   for (const Chunk& c : chunks) out.insert(out.end(), c.tokens.begin(), c.tokens.end());
   return out;
+}
+
+namespace {
+
+constexpr int64_t kTextTokens = 7;      // [TEXT] filler object in room filler .
+constexpr int64_t kFrameExtra = 2;      // [FA]/[FB] and [FEND] around a frame's visual tokens
+constexpr int64_t kQuestionTokens = 1;  // Question::tokens
+
+// Text chunks in an episode of `intros` scenes at most: free ones and gap ones, while objects last.
+int64_t most_texts(const TaskOptions& o, int64_t intros) {
+  return std::min<int64_t>(o.max_texts + static_cast<int64_t>(o.max_gap_texts) * intros, tok::kNumObjects - intros);
+}
+
+}  // namespace
+
+int64_t max_episode_length(const TaskOptions& options) {
+  int64_t longest = 0;
+  for (int64_t intros = options.min_intros; intros <= options.max_intros; ++intros) {
+    const int64_t frames = 2 * intros * (options.frame_max + kFrameExtra);
+    longest = std::max(longest, frames + kTextTokens * most_texts(options, intros));
+  }
+  return longest;
+}
+
+int max_frame_for_positions(const TaskOptions& options, int64_t positions) {
+  int64_t best = INT_MAX;
+  for (int64_t intros = options.min_intros; intros <= options.max_intros; ++intros) {
+    const int64_t room = positions - kQuestionTokens - kTextTokens * most_texts(options, intros);
+    // 2·intros frames of (frame_max + kFrameExtra) tokens in `room`; floor division, also below zero.
+    const int64_t per_frame = room >= 0 ? room / (2 * intros) : -((-room + 2 * intros - 1) / (2 * intros));
+    best = std::min(best, per_frame - kFrameExtra);
+  }
+  return static_cast<int>(std::max<int64_t>(best, INT_MIN));
 }
 
 namespace {

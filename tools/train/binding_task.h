@@ -104,6 +104,13 @@ struct TaskOptions {
   double signal = 0.6;  // probability that a visual token is the frame's patch (else noise)
 };
 
+// Tokens of the longest episode `options` can make: every frame frame_max long, every scene with its ref frame
+// and as many text chunks as the objects allow.
+int64_t max_episode_length(const TaskOptions& options);
+// The largest frame_max for which the longest episode and a question after it (one token) fit in
+// `positions` positions, the other options as given; below options.frame_min when none does.
+int max_frame_for_positions(const TaskOptions& options, int64_t positions);
+
 enum class Split { kTrain, kTest, kCalibration };
 const char* split_name(Split split);
 

@@ -216,6 +216,17 @@ at::Tensor batch_loss(const rt::ModelConfig& config, const rt::ModelWeights& w, 
   return loss;
 }
 
+// Evaluates at the steps o.eval_every asks for (not the last: the final evaluation follows it) and says whether
+// the run stops here: every kind reached o.stop_at.
+bool stop_here(const TrainOptions& o, int step, const rt::ModelConfig& config, const rt::ModelWeights& w,
+               const std::vector<Episode>& test, const std::function<void(const std::string&)>& log) {
+  if (o.eval_every <= 0 || step % o.eval_every != 0 || step == o.steps) return false;
+  const EvalResult e = evaluate(config, w, test);
+  log("  test (full re-prefill): " + eval_line(e));
+  return o.stop_at > 0 && e.accuracy.at("single") >= o.stop_at && e.accuracy.at("where") >= o.stop_at &&
+         e.accuracy.at("caption") >= o.stop_at;
+}
+
 }  // namespace
 
 TrainResult train(const TrainOptions& o) {
@@ -230,6 +241,13 @@ TrainResult train(const TrainOptions& o) {
     config = o.model == "gqa" ? gqa_config(o.layers) : mla_config(o.layers);
   }
   result.config = config;
+  ORBIT_CHECK(o.aux_weight == 0 || o.aux_layer < config.num_layers,
+              "binding train: aux_layer " << o.aux_layer << " needs more than " << config.num_layers
+                                          << " layers while aux_weight > 0");
+  ORBIT_CHECK(max_episode_length(o.task) < config.max_position_embeddings,
+              "binding train: episodes of up to " << max_episode_length(o.task)
+                                                  << " tokens and their questions do not fit "
+                                                  << config.max_position_embeddings << " positions (lower frame_max)");
   rt::ModelWeights w = init_weights(config, o.seed);
   const std::vector<at::Tensor> params = parameters(w, config);
   AdamState adam;
@@ -267,26 +285,27 @@ TrainResult train(const TrainOptions& o) {
     }
     loss.backward();
     adam_step(params, adam, step, o);
-    loss_sum += loss.item<double>();
+    const double step_loss = loss.item<double>();
+    ORBIT_CHECK(std::isfinite(step_loss),
+                "binding train: the loss is not finite at step " << step << " (lr " << o.lr << " too large?)");
+    loss_sum += step_loss;
     ++loss_n;
-    if (step % log_every == 0 || step == o.steps) {
+    // A point of the loss curve: the mean since the last one.
+    auto log_loss = [&] {
       result.loss_curve.emplace_back(step, loss_sum / loss_n);
       char buf[200];
-      std::snprintf(buf, sizeof buf, "step %5d/%d  loss %.4f  %.0fs  %.0f tok/s", step, o.steps, loss_sum / loss_n,
-                    elapsed(), tokens_seen / std::max(1e-9, elapsed()));
+      std::snprintf(buf, sizeof buf, "step %5d/%d  loss %.4f  %.0fs  %.0f padded tok/s", step, o.steps,
+                    loss_sum / loss_n, elapsed(), tokens_seen / std::max(1e-9, elapsed()));
       log(buf);
       loss_sum = 0;
       loss_n = 0;
-    }
+    };
+    if (step % log_every == 0 || step == o.steps) log_loss();
     result.steps_run = step;
-    if (o.eval_every > 0 && step % o.eval_every == 0 && step != o.steps) {
-      const EvalResult e = evaluate(config, w, test);
-      log("  test (full re-prefill): " + eval_line(e));
-      if (o.stop_at > 0 && e.accuracy.at("single") >= o.stop_at && e.accuracy.at("where") >= o.stop_at &&
-          e.accuracy.at("caption") >= o.stop_at) {
-        log("  reached --stop-at " + std::to_string(o.stop_at) + " on every kind: stopping");
-        break;
-      }
+    if (stop_here(o, step, config, w, test, log)) {
+      if (loss_n > 0) log_loss();  // the steps since the last point, so the curve ends at steps_run
+      log("  reached --stop-at " + std::to_string(o.stop_at) + " on every kind: stopping");
+      break;
     }
   }
   result.final_eval = evaluate(config, w, test);
