@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -72,13 +73,19 @@ IdleReport Window::prepare_recalls(int64_t max_chunks) {
   if (recent.size() > static_cast<std::size_t>(max_chunks)) recent.resize(static_cast<std::size_t>(max_chunks));
   // A recall in a throwaway fork, formed in context: the fork's past is this window's KV, so the patch is
   // the one a recall to the tail here needs.
+  // A fork copies the window's state (its dependency graph's edges too): one serves every recall that finds
+  // nothing to form (planning changes nothing), and only an applied recall needs a fresh one after it.
   const WindowPolicy prep = preparation_policy(s.options.policy);
+  std::unique_ptr<Window> child;
   for (const auto& [when, key] : recent) {
-    Window child(detail::fork_state(s));
-    child.state_->options.policy = prep;
-    const Plan plan = child.plan_recall(live.at(key)->ref);
+    if (child == nullptr) {
+      child.reset(new Window(detail::fork_state(s)));
+      child->state_->options.policy = prep;
+    }
+    const Plan plan = child->plan_recall(live.at(key)->ref);
     if (new_form_step(*s.core, plan, s.evicted.at(key).id) == nullptr) continue;
-    const Result<ApplyReport> r = detail::apply_plan(*child.state_, plan, /*background=*/true);
+    const Result<ApplyReport> r = detail::apply_plan(*child->state_, plan, /*background=*/true);
+    child.reset();
     if (!r.is_ok()) continue;  // the pool filled up meanwhile: skipped, as documented
     ++out.recalls_prepared;
     out.prepare_forward_tokens += r.value().forward_tokens;
