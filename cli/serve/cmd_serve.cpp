@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "args.h"
 #include "commands.h"
@@ -365,17 +366,50 @@ sigset_t block_stop_signals() {
   return signals;
 }
 
-// Whether this start made the --store directory (its parents made too, as the store makes them): mkdir is one
-// atomic step, so of two servers started together on a new path only the one whose mkdir made it says so. False
-// where it existed or could not be made (the store's open then says why).
-bool create_store_directory(const std::string& dir) {
-  if (dir.empty()) return false;
+// Makes `dir` and the parents it lacks, and returns those it made, deepest first: empty where `dir` existed or
+// could not be made (the store's open then says why). mkdir is one atomic step, so of two servers started together
+// on a new path only the one whose mkdir made it says it created the store.
+std::vector<std::filesystem::path> create_store_directory(const std::string& dir) {
+  std::vector<std::filesystem::path> made;
+  if (dir.empty()) return made;
   std::error_code ec;
   std::filesystem::path path(dir);
   if (!path.has_filename()) path = path.parent_path();  // "new/": the directory "new"
-  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
-  return std::filesystem::create_directory(path, ec);
+  std::vector<std::filesystem::path> missing;           // deepest first
+  for (std::filesystem::path p = path; !p.empty() && !std::filesystem::exists(p, ec); p = p.parent_path()) {
+    missing.push_back(p);
+    if (p == p.parent_path()) break;
+  }
+  for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+    if (!std::filesystem::create_directory(*it, ec)) break;
+    made.insert(made.begin(), *it);
+  }
+  if (made.empty() || made.front() != path) made.clear();  // the store directory itself was not made here
+  return made;
 }
+
+// A --store directory this start created (and the parents it made for it), taken back when the start ends before
+// listening (a model that does not load, a signal) while each is still empty: std::filesystem::remove takes an
+// empty directory only, so a store the engine opened meanwhile (its files written), or another server's, stays.
+class CreatedStore {
+ public:
+  explicit CreatedStore(const std::string& dir) : made_(create_store_directory(dir)) {}
+  ~CreatedStore() {
+    std::error_code ec;
+    if (listening_) return;
+    for (const std::filesystem::path& p : made_) {  // deepest first; one not empty stops it
+      if (!std::filesystem::remove(p, ec)) break;
+    }
+  }
+  CreatedStore(const CreatedStore&) = delete;
+  CreatedStore& operator=(const CreatedStore&) = delete;
+  bool created() const { return !made_.empty(); }
+  void listening() { listening_ = true; }
+
+ private:
+  std::vector<std::filesystem::path> made_;  // this start's directories, the store's first
+  bool listening_ = false;
+};
 
 // The notices before listening, on stderr: a --store directory this start created (a mistyped path is seen
 // at once, not as a cache that never warms), other servers on the same store (share), the CORS origins and
@@ -431,7 +465,7 @@ int run_serve(int argc, char** argv, int first) {
   const serve::HttpOptions http_options = parse_http_options(args);
   const sigset_t signals = block_stop_signals();
   const serve::ServeOptions options = serve_options(args);
-  const bool store_created = create_store_directory(options.store_dir);
+  CreatedStore store_created(options.store_dir);
   serve::StartupSignals startup(signals);
   serve::ServeCore core(options);
   if (startup.received() != 0) return startup.stopped();
@@ -452,7 +486,8 @@ int run_serve(int argc, char** argv, int first) {
   startup.finish();
   if (startup.received() != 0) return startup.stopped();
   const serve::StoreShare share(options.store_dir);  // announces other servers on the same store, until exit
-  announce_start(share, options, http_options, store_created);
+  announce_start(share, options, http_options, store_created.created());
+  store_created.listening();
   return serve_until_stopped(core, http_options, signals);
 }
 

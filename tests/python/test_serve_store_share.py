@@ -38,6 +38,20 @@ def test_a_second_server_on_a_store_names_the_first(start_serve, stories260k_pat
     assert [p for p in os.listdir(store) if re.fullmatch(r"serve-\d+\.lock", p)] == []
 
 
+def test_a_start_that_fails_takes_back_the_store_directories_it_made(refused_serve, tmp_path):
+    model = tmp_path / "not-a-model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("mine")
+    error = refused_serve(model, "--store", str(tmp_path / "new" / "nested" / "store"))
+    assert "unsupported architecture" in error, error
+    assert not (tmp_path / "new").exists()  # the store and the parents made for it: all empty, all gone
+    refused_serve(model, "--store", str(kept))
+    assert (kept / "notes.txt").read_text() == "mine"  # a directory it did not make stays, as it was
+
+
 def test_stored_answers_are_shared_and_a_delete_on_one_server_holds_on_the_other(start_serve, stories260k_path,
                                                                                   tmp_path):
     store = tmp_path / "store"
