@@ -320,6 +320,9 @@ std::string ServeMetrics::render(const MetricGauges& gauges) const {
       << "# TYPE orbit_anonymous_windows gauge\n"
       << "orbit_anonymous_windows{state=\"known\"} " << gauges.anonymous_windows << "\n"
       << "orbit_anonymous_windows{state=\"resident\"} " << gauges.resident_anonymous_windows << "\n";
+  out << "# HELP orbit_window_past_bytes Host memory the windows in memory keep as one contiguous copy of their KV "
+         "between reads (the engine's window_past), as of each window's last request.\n"
+      << "# TYPE orbit_window_past_bytes gauge\norbit_window_past_bytes " << gauges.window_past_bytes << "\n";
   out << "# HELP orbit_request_seconds Time from a request's arrival to its last byte.\n"
       << "# TYPE orbit_request_seconds histogram\n";
   for (const auto& [endpoint, h] : latency_) out << h.render("orbit_request_seconds", "endpoint=\"" + endpoint + "\"");

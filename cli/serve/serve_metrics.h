@@ -103,6 +103,7 @@ struct MetricGauges {
   int64_t resident_sessions = 0;
   int64_t anonymous_windows = 0;           // kept for requests without a session (session_table.h)
   int64_t resident_anonymous_windows = 0;  // ... whose window is in memory
+  int64_t window_past_bytes = 0;           // the resident windows' kept pasts (WindowStats::past_bytes)
   std::string more;  // lines other parts render (the fidelity audit's, audit.h), appended as they are
 };
 

@@ -548,6 +548,9 @@ MetricGauges SessionTable::counts() const {
   for (const auto& [id, s] : sessions_) g.resident_sessions += s->window.has_value() ? 1 : 0;
   g.anonymous_windows = static_cast<int64_t>(anonymous_.size());
   for (const auto& s : anonymous_) g.resident_anonymous_windows += s->window.has_value() ? 1 : 0;
+  for_each_window([&](const std::shared_ptr<Session>& s) {
+    if (s->window) g.window_past_bytes += s->stats.past_bytes;
+  });
   return g;
 }
 
