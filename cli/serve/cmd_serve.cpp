@@ -374,8 +374,17 @@ std::vector<std::filesystem::path> create_store_directory(const std::string& dir
   if (dir.empty()) return made;
   std::error_code ec;
   std::filesystem::path path(dir);
-  if (!path.has_filename()) path = path.parent_path();  // "new/": the directory "new"
-  std::vector<std::filesystem::path> missing;           // deepest first
+  if (std::any_of(path.begin(), path.end(), [](const std::filesystem::path& c) { return c == ".."; })) {
+    // Which directories "a/../b" makes depends on what "a" is (a symbolic link leads elsewhere): made as the store
+    // would make it, only the store directory itself taken back.
+    const bool existed = std::filesystem::exists(path, ec);
+    std::filesystem::create_directories(path, ec);
+    if (!existed && std::filesystem::is_directory(path, ec)) made.push_back(path);
+    return made;
+  }
+  path = path.lexically_normal();  // "new/", "new/." and "a/./new" name the directories "new" and "a/new"
+  if (!path.has_filename() && path.has_relative_path()) path = path.parent_path();
+  std::vector<std::filesystem::path> missing;  // deepest first
   for (std::filesystem::path p = path; !p.empty() && !std::filesystem::exists(p, ec); p = p.parent_path()) {
     missing.push_back(p);
     if (p == p.parent_path()) break;

@@ -48,6 +48,8 @@ def test_a_start_that_fails_takes_back_the_store_directories_it_made(refused_ser
     error = refused_serve(model, "--store", str(tmp_path / "new" / "nested" / "store"))
     assert "unsupported architecture" in error, error
     assert not (tmp_path / "new").exists()  # the store and the parents made for it: all empty, all gone
+    refused_serve(model, "--store", str(tmp_path / "dotted" / "." / "store") + "/.")
+    assert not (tmp_path / "dotted").exists()  # "." components name the same directories
     refused_serve(model, "--store", str(kept))
     assert (kept / "notes.txt").read_text() == "mine"  # a directory it did not make stays, as it was
 
