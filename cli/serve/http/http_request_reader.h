@@ -23,7 +23,9 @@
 // The head's lines may end in a bare LF as well as CRLF (RFC 9112 §2.2); chunked framing takes CRLF only.
 // A complete request's head is rewritten for the HTTP library behind it: Transfer-Encoding, Content-Length
 // and "Expect: 100-continue" are dropped and, where the request had a body's framing, one Content-Length of
-// the decoded body added, so the library reads a plain body of known length and never waits on the socket.
+// the decoded body added, so the library reads a plain body of known length and never waits on the socket; a
+// Content-Type of application/x-www-form-urlencoded is dropped (the body goes to the routes as sent: every body
+// they take is JSON), as are Range and If-Range.
 // A header field sent with an empty value (nothing but blanks after its colon), which cpp-httplib 0.11
 // drops, becomes a field kEmptyFieldHeader whose value is its name as sent, so a route can tell "sent empty"
 // from "not sent" (orbit serve refuses an empty X-Orbit-Session); a request that sends kEmptyFieldHeader
