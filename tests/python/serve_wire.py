@@ -28,6 +28,16 @@ def answered(server, method, path, body=None):
     return text
 
 
+def metric_value(server, sample):
+    """The value of one /metrics sample named in full, labels included ('orbit_sessions{state="known"}')."""
+    status, text = ask(server, "GET", "/metrics")
+    assert status == 200, text
+    for line in text.splitlines():
+        if line.startswith(sample + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"/metrics has no {sample}:\n{text}")
+
+
 def post_bytes(path, data):
     """The bytes of one HTTP/1.1 POST of `data` (JSON bytes) to `path`, for a raw socket to send."""
     return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"

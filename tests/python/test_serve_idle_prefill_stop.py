@@ -9,21 +9,16 @@ so on stderr, so the next request always meets one under way. Its answers must e
 server (whose idle work runs whole before each answer ends) for the same conversation: a stopped prefill leaves the
 window as the last answer left it. Both servers are started on 127.0.0.1 and always stopped."""
 import json
-import re
 import time
 
-from serve_wire import MODEL_NAME, ask
+from serve_wire import MODEL_NAME, ask, metric_value
 
 STOPPED = 'orbit_idle_prefills_skipped_total{cause="request"}'
 WAITS = "an anticipated prefill waits for a request"
 
 
 def stopped(server):
-    status, text = ask(server, "GET", "/metrics")
-    assert status == 200, text
-    found = re.search("^" + re.escape(STOPPED) + r" (\S+)$", text, re.M)
-    assert found, f"/metrics has no {STOPPED}:\n{text}"
-    return float(found.group(1))
+    return metric_value(server, STOPPED)
 
 
 def prefills_waiting(server, count):

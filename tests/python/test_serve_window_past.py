@@ -3,17 +3,12 @@ window_past, sdk/src/window/window_past.h): a session's `past_bytes` in GET /v1/
 the windows in memory as the /metrics gauge orbit_window_past_bytes. On stories260K; the server is started on
 127.0.0.1 and always stopped."""
 import json
-import re
 
-from serve_wire import MODEL_NAME, ask
+from serve_wire import MODEL_NAME, ask, metric_value
 
 
 def gauge(server):
-    status, text = ask(server, "GET", "/metrics")
-    assert status == 200, text
-    found = re.search(r"^orbit_window_past_bytes (\d+)$", text, re.M)
-    assert found, text
-    return int(found.group(1))
+    return metric_value(server, "orbit_window_past_bytes")
 
 
 def session_past(server, session):
